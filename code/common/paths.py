@@ -1,0 +1,18 @@
+"""Where everything generated lives: one place, so no module invents its own folder under build/."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_DIR = Path(os.environ.get("MLPERF_BUILD_DIR", REPO_ROOT / "build"))
+
+DATA_DIR = BUILD_DIR / "data"
+MODELS_DIR = BUILD_DIR / "models"
+PREPROCESSED_DATA_DIR = BUILD_DIR / "preprocessed_data"
+ENGINES_DIR = BUILD_DIR / "engines"
+LOADGEN_CONFIGS_DIR = BUILD_DIR / "loadgen-configs"
+LOGS_DIR = BUILD_DIR / "logs"
+HARNESS_BUILD_DIR = BUILD_DIR / "harness"
+LIB_DIR = BUILD_DIR / "lib"

@@ -1,0 +1,161 @@
+"""RUN_ARGS: the command line of ``python -m code.main``.
+
+Main arguments choose what to run (action, benchmarks, scenarios, workload, system); every config field can
+also be given as ``--field=value`` and then overrides the config. Anything unknown or malformed is an error that
+lists the valid choices, so a typo never silently runs the wrong thing.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from code.common.constants import (
+    CONFIG_VER_TO_ACCURACY,
+    AccuracyTarget,
+    Benchmark,
+    ChoiceError,
+    HarnessType,
+    PowerSetting,
+    Scenario,
+)
+from code.common.fields import FIELDS, FieldError
+
+ACTIONS = ("generate_engines", "run_harness", "run", "info")
+MAIN_ARGUMENTS = {
+    "action": "what to do: " + ", ".join(ACTIONS),
+    "benchmarks": "comma list: bert, bert-99, bert-99.9",
+    "scenarios": "comma list: offline, server, singlestream (case-insensitive)",
+    "accuracy_target": "0.99 or 0.999 (bert-99.9 in --benchmarks sets 0.999 too)",
+    "config_ver": "legacy: default (= 0.99) or high_accuracy (= 0.999)",
+    "harness_type": "custom (our C++ core)",
+    "power_setting": "MaxP or MaxQ",
+    "system_name": "use this system's configs instead of the detected one",
+}
+ALIASES = {"fast": "test_run"}
+
+
+class ArgumentError(ValueError):
+    """A bad RUN_ARGS entry; the message says which and what is valid."""
+
+
+@dataclass(frozen=True)
+class BenchmarkRequest:
+    benchmark: Benchmark
+    accuracy_target: AccuracyTarget
+
+
+@dataclass
+class RunRequest:
+    """Parsed RUN_ARGS: what to run and which fields to override."""
+
+    action: str
+    benchmarks: list[BenchmarkRequest]
+    scenarios: list[Scenario]
+    harness_type: HarnessType = HarnessType.Custom
+    power_setting: PowerSetting = PowerSetting.MaxP
+    system_name: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+def _split_flag(token: str) -> tuple[str, str | None]:
+    if not token.startswith("--"):
+        raise ArgumentError(f"expected --name=value, got '{token}'")
+    name, sep, value = token[2:].partition("=")
+    return name.replace("-", "_"), (value if sep else None)
+
+
+def _unknown_flag(name: str) -> ArgumentError:
+    valid = sorted(list(MAIN_ARGUMENTS) + list(FIELDS) + list(ALIASES))
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f" (did you mean --{close[0]}?)" if close else ""
+    return ArgumentError(f"unknown flag --{name}{hint}; valid flags: {', '.join('--' + v for v in valid)}")
+
+
+def parse_run_args(argv: list[str]) -> RunRequest:
+    """Parse ``--name=value`` tokens (a bare ``--flag`` means true for boolean fields)."""
+    main: dict[str, str] = {}
+    overrides: dict[str, Any] = {}
+    for token in argv:
+        name, value = _split_flag(token)
+        name = ALIASES.get(name, name)
+        if name in MAIN_ARGUMENTS:
+            if value is None or value == "":
+                raise ArgumentError(f"--{name} needs a value: {MAIN_ARGUMENTS[name]}")
+            main[name] = value
+        elif name in FIELDS:
+            fld = FIELDS[name]
+            if value is None and fld.type is not bool:
+                raise ArgumentError(f"--{name} needs a value ({fld.description})")
+            try:
+                overrides[name] = fld.parse("" if value is None else value)
+            except FieldError as error:
+                raise ArgumentError(str(error)) from None
+        else:
+            raise _unknown_flag(name)
+
+    try:
+        action = main.get("action", "run")
+        if action not in ACTIONS:
+            raise ChoiceError(f"unknown action '{action}'; valid choices: {', '.join(ACTIONS)}")
+        target = _accuracy_target(main)
+        benchmarks = []
+        for text in _comma_list(main.get("benchmarks", "bert")):
+            benchmark, suffix_target = Benchmark.parse(text)
+            if suffix_target and target and suffix_target is not target:
+                raise ArgumentError(
+                    f"--benchmarks={text} asks for {suffix_target.value} but --accuracy_target/--config_ver "
+                    f"asks for {target.value}"
+                )
+            request = BenchmarkRequest(benchmark, suffix_target or target or AccuracyTarget.k_99)
+            if request not in benchmarks:
+                benchmarks.append(request)
+        scenarios = []
+        for text in _comma_list(main.get("scenarios", "offline")):
+            scenario = Scenario.parse(text)
+            if scenario not in scenarios:
+                scenarios.append(scenario)
+        return RunRequest(
+            action=action,
+            benchmarks=benchmarks,
+            scenarios=scenarios,
+            harness_type=HarnessType.parse(main.get("harness_type", "custom")),
+            power_setting=PowerSetting.parse(main.get("power_setting", "MaxP")),
+            system_name=main.get("system_name"),
+            overrides=overrides,
+        )
+    except ChoiceError as error:
+        raise ArgumentError(str(error)) from None
+
+
+def _comma_list(text: str) -> list[str]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise ArgumentError(f"empty list '{text}'")
+    return items
+
+
+def _accuracy_target(main: dict[str, str]) -> AccuracyTarget | None:
+    target = AccuracyTarget.parse(main["accuracy_target"]) if "accuracy_target" in main else None
+    if "config_ver" in main:
+        config_ver = main["config_ver"]
+        if config_ver not in CONFIG_VER_TO_ACCURACY:
+            raise ChoiceError(
+                f"unknown config_ver '{config_ver}'; valid choices: {', '.join(CONFIG_VER_TO_ACCURACY)}"
+            )
+        legacy = CONFIG_VER_TO_ACCURACY[config_ver]
+        if target and legacy is not target:
+            raise ArgumentError(f"--config_ver={config_ver} contradicts --accuracy_target={target.value}")
+        target = legacy
+    return target
+
+
+def format_help() -> str:
+    lines = ["RUN_ARGS (each --name=value):", "", "Main arguments:"]
+    lines += [f"  --{name:<34} {text}" for name, text in MAIN_ARGUMENTS.items()]
+    lines += ["  --test_run (alias --fast)            short run: min_duration 60 s, min_query_count 1", "",
+              "Config fields (override the config):"]
+    for fld in FIELDS.values():
+        lines.append(f"  --{fld.name:<34} {fld.type.__name__}: {fld.description}")
+    return "\n".join(lines)

@@ -1,0 +1,143 @@
+"""The fixed vocabulary of a run: benchmarks, scenarios, workload settings and test modes.
+
+Every user-facing spelling (``bert-99``, ``offline``, ``0.999``, ``high_accuracy``) is turned into one of these
+enums in a single place, so the rest of the code compares enums, never strings.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class ChoiceError(ValueError):
+    """A user-facing value that is not one of the valid choices; the message lists them."""
+
+
+def _choice_error(kind: str, value: str, choices: list[str]) -> ChoiceError:
+    return ChoiceError(f"unknown {kind} '{value}'; valid choices: {', '.join(choices)}")
+
+
+class Benchmark(Enum):
+    """A benchmark family; its accuracy target picks bert-99 or bert-99.9 (a submission's benchmark name)."""
+
+    BERT = "bert"
+
+    @property
+    def loadgen_model(self) -> str:
+        """The key mlperf.conf uses for this benchmark (the same for the 99% and 99.9% variants)."""
+        return self.value
+
+    @classmethod
+    def parse(cls, text: str) -> tuple[Benchmark, AccuracyTarget | None]:
+        """``bert`` -> (BERT, None); ``bert-99.9`` -> (BERT, k_99_9): the suffix fixes the accuracy target."""
+        name = text.strip().lower()
+        for benchmark in cls:
+            if name == benchmark.value:
+                return benchmark, None
+            for target in AccuracyTarget:
+                if name == f"{benchmark.value}-{target.suffix}":
+                    return benchmark, target
+        valid = [b.value for b in cls] + [f"{b.value}-{t.suffix}" for b in cls for t in AccuracyTarget]
+        raise _choice_error("benchmark", text, valid)
+
+
+class Scenario(Enum):
+    """LoadGen scenarios this harness runs (datacenter Offline/Server, edge SingleStream)."""
+
+    Offline = "Offline"
+    Server = "Server"
+    SingleStream = "SingleStream"
+
+    @classmethod
+    def parse(cls, text: str) -> Scenario:
+        """Case-insensitive: ``offline``, ``Offline`` and ``OFFLINE`` are all Offline."""
+        for scenario in cls:
+            if text.strip().lower() == scenario.value.lower():
+                return scenario
+        raise _choice_error("scenario", text, [s.value.lower() for s in cls])
+
+
+class AccuracyTarget(Enum):
+    """The fraction of the FP32 reference accuracy a result must reach."""
+
+    k_99 = 0.99
+    k_99_9 = 0.999
+
+    @property
+    def suffix(self) -> str:
+        """``99`` or ``99.9``, as in the benchmark names bert-99 and bert-99.9."""
+        return "99" if self is AccuracyTarget.k_99 else "99.9"
+
+    @classmethod
+    def parse(cls, text: str) -> AccuracyTarget:
+        try:
+            value = float(text)
+        except ValueError:
+            value = None
+        for target in cls:
+            if value is not None and abs(value - target.value) < 1e-9:
+                return target
+            if text.strip() in (target.name, target.suffix):
+                return target
+        raise _choice_error("accuracy target", text, ["0.99", "0.999"])
+
+
+class HarnessType(Enum):
+    """Which harness runs a benchmark. Only our C++ core (Custom) exists; the enum keeps NVIDIA's spelling."""
+
+    Custom = "custom"
+
+    @classmethod
+    def parse(cls, text: str) -> HarnessType:
+        for harness in cls:
+            if text.strip().lower() == harness.value:
+                return harness
+        raise _choice_error("harness type", text, [h.value for h in cls])
+
+
+class PowerSetting(Enum):
+    """MaxP: run for speed. MaxQ: run for energy efficiency (power-measured submissions)."""
+
+    MaxP = "MaxP"
+    MaxQ = "MaxQ"
+
+    @classmethod
+    def parse(cls, text: str) -> PowerSetting:
+        for setting in cls:
+            if text.strip().lower() == setting.value.lower():
+                return setting
+        raise _choice_error("power setting", text, [s.value for s in cls])
+
+
+class TestMode(Enum):
+    """What a run measures. SubmissionRun is an accuracy run followed by a performance run."""
+
+    __test__ = False  # not a pytest test class despite its name
+
+    PerformanceOnly = "PerformanceOnly"
+    AccuracyOnly = "AccuracyOnly"
+    SubmissionRun = "SubmissionRun"
+
+    @property
+    def loadgen_modes(self) -> list[TestMode]:
+        """The LoadGen test modes this run performs, in order."""
+        if self is TestMode.SubmissionRun:
+            return [TestMode.AccuracyOnly, TestMode.PerformanceOnly]
+        return [self]
+
+    @classmethod
+    def parse(cls, text: str) -> TestMode:
+        for mode in cls:
+            if text.strip().lower() == mode.value.lower():
+                return mode
+        raise _choice_error("test mode", text, [m.value for m in cls])
+
+
+# Legacy NVIDIA spelling of the workload: --config_ver=default|high_accuracy.
+CONFIG_VER_TO_ACCURACY = {"default": AccuracyTarget.k_99, "high_accuracy": AccuracyTarget.k_99_9}
+
+# Samples in each benchmark's data set: the QSL size, LoadGen's performance sample count and Offline's minimum.
+DATASET_SIZE = {Benchmark.BERT: 10833}
+
+# MLPerf's latency bounds for the Server scenario, as mlperf.conf sets them.
+SERVER_LATENCY_BOUND_NS = {Benchmark.BERT: 130_000_000}

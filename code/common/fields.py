@@ -1,0 +1,127 @@
+"""The one table of configuration fields.
+
+A config class (configs/) may set only the fields listed here, RUN_ARGS may override any of them, and each has
+one default. Keeping name, type, default, description and where a field applies in one table is what lets the
+registry reject a misspelt field at import time and lets ``make info`` explain every resolved value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from code.common.constants import Benchmark, ChoiceError, Scenario
+
+
+class FieldError(ValueError):
+    """A field name or value that is not valid; the message says which and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """One setting: how it is typed, what it defaults to, and which benchmarks/scenarios it applies to."""
+
+    name: str
+    type: type
+    default: Any
+    description: str
+    benchmarks: tuple[Benchmark, ...] | None = None  # None: every benchmark
+    scenarios: tuple[Scenario, ...] | None = None  # None: every scenario
+    required: bool = False  # a registered config class must set it (where it applies)
+    choices: tuple[str, ...] | None = None
+
+    def applies_to(self, benchmark: Benchmark, scenario: Scenario) -> bool:
+        return (self.benchmarks is None or benchmark in self.benchmarks) and (
+            self.scenarios is None or scenario in self.scenarios
+        )
+
+    def check(self, value: Any, where: str) -> Any:
+        """Type-check a value from a config class; ints are accepted for float fields."""
+        ok = isinstance(value, self.type) and not (self.type is int and isinstance(value, bool))
+        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
+            value, ok = float(value), True
+        if value is None and self.default is None:
+            ok = True
+        if not ok:
+            raise FieldError(f"{where}: field '{self.name}' must be {self.type.__name__}, got {value!r}")
+        if self.choices is not None and value is not None and value not in self.choices:
+            raise FieldError(f"{where}: field '{self.name}' = {value!r}; valid choices: {', '.join(self.choices)}")
+        return value
+
+    def parse(self, text: str) -> Any:
+        """Turn a RUN_ARGS string into a typed value, with an error that names the field."""
+        try:
+            if self.type is bool:
+                lowered = text.strip().lower()
+                if lowered in ("1", "true", "yes", "on", ""):
+                    return True
+                if lowered in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError
+            value = self.type(text)
+        except ValueError:
+            raise FieldError(f"--{self.name}={text}: expected {self.type.__name__}") from None
+        return self.check(value, f"--{self.name}")
+
+
+FIELDS: dict[str, Field] = {
+    f.name: f
+    for f in [
+        # What runs.
+        Field("backend", str, "pytorch", "Backend that runs the model: pytorch (our model), oracle (gold answers; "
+              "checks the pipeline, not a model)", choices=("pytorch", "oracle")),
+        Field("precision", str, "fp32", "Numeric precision of the engine", choices=("fp32", "fp16", "bf16")),
+        Field("device", str, "auto", "Where the model runs: auto (cuda when present, else cpu), cpu, cuda, cuda:N"),
+        Field("model_name", str, "large", "Model architecture: large (the MLPerf model) or a small one for tests",
+              benchmarks=(Benchmark.BERT,)),
+        Field("weights", str, "auto", "auto: the downloaded checkpoint, else random weights (performance only); "
+              "random; or a checkpoint path"),
+        Field("input_data", str, "auto", "auto: the preprocessed data set, else synthetic inputs (performance "
+              "only); synthetic; or a preprocessed-data folder"),
+        Field("synthetic_sample_count", int, 10833, "Samples in the synthetic data set (the real set's size by "
+              "default)"),
+        Field("seed", int, 0, "Seed for random weights and synthetic inputs"),
+        Field("oracle_shift", int, 0, "oracle backend: move the gold answer by this many tokens (a failing oracle)"),
+        # How the C++ core batches.
+        Field("gpu_batch_size", int, None, "Largest batch the batcher hands to the backend", required=True),
+        Field("num_workers", int, 1, "Batcher threads, each driving the backend (NVIDIA: inference streams)"),
+        Field("sort_by_length", bool, True, "Sort each query's samples longest first before batching"),
+        Field("batch_timeout_us", int, 0, "Server: how long a worker waits to fill a batch once it holds a sample",
+              scenarios=(Scenario.Server,)),
+        # LoadGen (written to user.conf).
+        Field("offline_expected_qps", float, None, "Offline: expected samples/s; LoadGen sizes the query from it "
+              "(set it at or above the real throughput)", scenarios=(Scenario.Offline,), required=True),
+        Field("server_target_qps", float, None, "Server: the Poisson arrival rate LoadGen issues at",
+              scenarios=(Scenario.Server,), required=True),
+        Field("single_stream_expected_latency_ns", int, None, "SingleStream: expected latency, a hint to LoadGen",
+              scenarios=(Scenario.SingleStream,), required=True),
+        Field("min_duration", int, None, "LoadGen minimum duration in ms (mlperf.conf: 600000)"),
+        Field("max_duration", int, None, "LoadGen maximum duration in ms (0 = none)"),
+        Field("min_query_count", int, None, "LoadGen minimum query count"),
+        Field("max_query_count", int, None, "LoadGen maximum query count (0 = none)"),
+        Field("performance_sample_count_override", int, None, "Samples LoadGen loads for performance runs "
+              "(may only go up from the benchmark's)"),
+        Field("test_mode", str, "PerformanceOnly", "PerformanceOnly, AccuracyOnly, or SubmissionRun (accuracy "
+              "then performance)", choices=("PerformanceOnly", "AccuracyOnly", "SubmissionRun")),
+        Field("test_run", bool, False, "Short run: min_duration 60 s, min_query_count 1 (alias --fast); "
+              "not a valid submission"),
+        # Where results go.
+        Field("log_dir", str, None, "Log folder (default build/logs/<timestamp>); must not hold an earlier run"),
+        Field("verbose", bool, False, "Print LoadGen's summary and each batch's timing"),
+    ]
+}
+
+
+def get_field(name: str) -> Field:
+    """Look a field up by name; an unknown name gets the list of fields."""
+    try:
+        return FIELDS[name]
+    except KeyError:
+        raise FieldError(f"unknown field '{name}'; valid fields: {', '.join(sorted(FIELDS))}") from None
+
+
+def applicable_fields(benchmark: Benchmark, scenario: Scenario) -> list[Field]:
+    return [f for f in FIELDS.values() if f.applies_to(benchmark, scenario)]
+
+
+__all__ = ["FIELDS", "ChoiceError", "Field", "FieldError", "applicable_fields", "get_field"]

@@ -1,0 +1,73 @@
+"""BERT Server: Poisson arrivals at server_target_qps; p99 latency must stay under 130 ms.
+
+The GPU numbers are starting points for our PyTorch backend, not measured claims. On a CPU, BERT-large cannot
+meet 130 ms per query; the CPU class exists so the flow runs everywhere (its result is INVALID, and says why).
+"""
+
+from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
+from configs.bert import BertBaseConfig
+from configs.configuration import ConfigRegistry
+
+
+class ServerBaseConfig(BertBaseConfig):
+    scenario = Scenario.Server
+    num_workers = 1
+    batch_timeout_us = 0
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class CPU(ServerBaseConfig):
+    precision = "bf16"
+    device = "cpu"
+    gpu_batch_size = 4
+    server_target_qps = 1.0
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class CPU_HighAccuracy(CPU):
+    precision = "fp32"
+    server_target_qps = 0.5
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H100_SXM_80GBx1(ServerBaseConfig):
+    precision = "fp16"
+    device = "cuda"
+    gpu_batch_size = 128
+    num_workers = 2
+    server_target_qps = 3000.0
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H100_SXM_80GBx1_HighAccuracy(H100_SXM_80GBx1):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H100_SXM_80GBx8(H100_SXM_80GBx1):
+    server_target_qps = 3000.0 * 8
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H200_SXM_141GBx1(H100_SXM_80GBx1):
+    server_target_qps = 3300.0
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H200_SXM_141GBx8(H200_SXM_141GBx1):
+    server_target_qps = 3300.0 * 8
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H200_SXM_141GBx8_HighAccuracy(H200_SXM_141GBx8):
+    pass

@@ -1,0 +1,69 @@
+"""BERT SingleStream: one sample at a time; the 90th-percentile latency is the metric.
+
+The GPU numbers are starting points for our PyTorch backend, not measured claims.
+"""
+
+from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
+from configs.bert import BertBaseConfig
+from configs.configuration import ConfigRegistry
+
+
+class SingleStreamBaseConfig(BertBaseConfig):
+    scenario = Scenario.SingleStream
+    gpu_batch_size = 1
+    num_workers = 1
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class CPU(SingleStreamBaseConfig):
+    precision = "bf16"
+    device = "cpu"
+    single_stream_expected_latency_ns = 300_000_000
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class CPU_HighAccuracy(CPU):
+    precision = "fp32"
+    single_stream_expected_latency_ns = 800_000_000
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H100_SXM_80GBx1(SingleStreamBaseConfig):
+    precision = "fp16"
+    device = "cuda"
+    single_stream_expected_latency_ns = 5_000_000
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H100_SXM_80GBx1_HighAccuracy(H100_SXM_80GBx1):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H100_SXM_80GBx8(H100_SXM_80GBx1):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H200_SXM_141GBx1(H100_SXM_80GBx1):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H200_SXM_141GBx8(H200_SXM_141GBx1):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H200_SXM_141GBx8_HighAccuracy(H200_SXM_141GBx8):
+    pass

@@ -1,0 +1,237 @@
+"""Configuration as plain classes: a registry keyed by benchmark, scenario, system and workload.
+
+A config is a class whose attributes are settings (fields from ``code/common/fields.py``); a variant is a
+subclass. ``@ConfigRegistry.register(HarnessType, AccuracyTarget, PowerSetting)`` validates the class when its
+module is imported, so a misspelt field or a missing required one fails at once, naming the class and field.
+``resolve_config`` applies the one precedence rule: RUN_ARGS > config class > field default.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
+from code.common.fields import FIELDS, Field, FieldError
+from code.common.paths import REPO_ROOT
+
+# Class attributes that identify a config rather than set a field.
+IDENTITY_ATTRIBUTES = ("benchmark", "scenario", "system")
+# Suffixes of variant classes: H100_SXM_80GBx1_HighAccuracy configures system H100_SXM_80GBx1.
+VARIANT_SUFFIX = re.compile(r"(_HighAccuracy|_MaxQ|_MaxP)+$")
+
+
+class ConfigError(ValueError):
+    """A config class that breaks the rules, or a lookup that finds no config; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class WorkloadSetting:
+    """Which variant of a benchmark's config: harness, accuracy target, power setting."""
+
+    harness_type: HarnessType = HarnessType.Custom
+    accuracy_target: AccuracyTarget = AccuracyTarget.k_99
+    power_setting: PowerSetting = PowerSetting.MaxP
+
+    def shortname(self) -> str:
+        """e.g. ``custom_k_99_MaxP``: used in engine folders and logs, like NVIDIA's config_ver."""
+        return f"{self.harness_type.value}_{self.accuracy_target.name}_{self.power_setting.value}"
+
+
+class _NoReassignNamespace(dict):
+    """Class-body namespace that refuses a second assignment to the same field name."""
+
+    def __init__(self, class_name: str) -> None:
+        super().__init__()
+        self.class_name = class_name
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key in self and key in FIELDS:
+            raise ConfigError(f"config class {self.class_name}: field '{key}' is set twice")
+        super().__setitem__(key, value)
+
+
+class _ConfigMeta(type):
+    @classmethod
+    def __prepare__(mcs, name: str, bases: tuple, **kwargs: Any) -> dict:  # noqa: ANN001
+        return _NoReassignNamespace(name)
+
+    def __new__(mcs, name: str, bases: tuple, namespace: dict, **kwargs: Any):  # noqa: ANN001, ANN204
+        return super().__new__(mcs, name, bases, dict(namespace), **kwargs)
+
+
+class BenchmarkConfiguration(metaclass=_ConfigMeta):
+    """Base of every config class. Subclasses set ``benchmark``, ``scenario`` and fields as class attributes."""
+
+    benchmark: ClassVar[Benchmark | None] = None
+    scenario: ClassVar[Scenario | None] = None
+    system: ClassVar[str | None] = None  # default: the class name without variant suffixes
+
+    @classmethod
+    def fields(cls) -> dict[str, Any]:
+        """The field values this class sets, its own and inherited (nearest class wins)."""
+        values: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            for key, value in vars(klass).items():
+                if key in FIELDS:
+                    values[key] = value
+        return values
+
+    @classmethod
+    def system_name(cls) -> str:
+        return cls.system or VARIANT_SUFFIX.sub("", cls.__name__)
+
+
+RegistryKey = tuple[Benchmark, Scenario, str, WorkloadSetting]
+
+
+class ConfigRegistry:
+    """All registered config classes, filled as configs/<bench>/<Scenario>/ modules are imported."""
+
+    _classes: ClassVar[dict[RegistryKey, type[BenchmarkConfiguration]]] = {}
+
+    @classmethod
+    def register(
+        cls,
+        harness_type: HarnessType,
+        accuracy_target: AccuracyTarget,
+        power_setting: PowerSetting,
+    ):  # noqa: ANN206 - a decorator factory
+        """Validate a config class and file it under (benchmark, scenario, system, workload)."""
+        workload = WorkloadSetting(harness_type, accuracy_target, power_setting)
+
+        def decorator(config: type[BenchmarkConfiguration]) -> type[BenchmarkConfiguration]:
+            validate_config_class(config)
+            key = (config.benchmark, config.scenario, config.system_name(), workload)
+            if key in cls._classes:
+                other = cls._classes[key]
+                raise ConfigError(
+                    f"config class {config.__name__} registers {key[2]} {workload.shortname()} for "
+                    f"{config.benchmark.value}/{config.scenario.value}, already registered by {other.__name__}"
+                )
+            cls._classes[key] = config
+            return config
+
+        return decorator
+
+    @classmethod
+    def load(cls, benchmark: Benchmark, scenario: Scenario) -> None:
+        """Import a scenario's configs and, when present, the user's ``custom.py`` beside them."""
+        package = f"configs.{benchmark.value}.{scenario.value}"
+        importlib.import_module(package)
+        if (REPO_ROOT / "configs" / benchmark.value / scenario.value / "custom.py").exists():
+            importlib.import_module(f"{package}.custom")
+
+    @classmethod
+    def get(
+        cls, benchmark: Benchmark, scenario: Scenario, system: str, workload: WorkloadSetting
+    ) -> type[BenchmarkConfiguration]:
+        cls.load(benchmark, scenario)
+        key = (benchmark, scenario, system, workload)
+        if key in cls._classes:
+            return cls._classes[key]
+        systems = sorted({k[2] for k in cls._classes if k[:2] == (benchmark, scenario)})
+        same_system = sorted(k[3].shortname() for k in cls._classes if k[:3] == (benchmark, scenario, system))
+        if same_system:
+            hint = f"{system} has configs for: {', '.join(same_system)}"
+        else:
+            hint = (
+                f"configured systems: {', '.join(systems)}. Add yours with `make add_system` (writes a stub class "
+                f"into configs/{benchmark.value}/{scenario.value}/custom.py), or pick one with --system_name"
+            )
+        raise ConfigError(
+            f"no config for system {system}, {benchmark.value}/{scenario.value}, {workload.shortname()}; {hint}"
+        )
+
+    @classmethod
+    def registered(cls) -> dict[RegistryKey, type[BenchmarkConfiguration]]:
+        return dict(cls._classes)
+
+
+def validate_config_class(config: type) -> None:
+    """The registration rules; each failure names the class and the field."""
+    name = getattr(config, "__name__", repr(config))
+    if not (isinstance(config, type) and issubclass(config, BenchmarkConfiguration)):
+        raise ConfigError(f"config class {name} must derive from BenchmarkConfiguration")
+    if len(config.__bases__) != 1:
+        raise ConfigError(f"config class {name}: single inheritance only (bases: {config.__bases__})")
+    if not isinstance(config.benchmark, Benchmark) or not isinstance(config.scenario, Scenario):
+        raise ConfigError(f"config class {name}: benchmark and scenario must be set (derive from a scenario base)")
+    for klass in config.__mro__:
+        if klass is BenchmarkConfiguration or klass is object:
+            continue
+        for key, value in vars(klass).items():
+            if key.startswith("_") or key in IDENTITY_ATTRIBUTES or callable(value) or isinstance(value, classmethod):
+                continue
+            if key not in FIELDS:
+                raise ConfigError(f"config class {klass.__name__}: unknown field '{key}'")
+            fld = FIELDS[key]
+            if not fld.applies_to(config.benchmark, config.scenario):
+                raise ConfigError(
+                    f"config class {klass.__name__}: field '{key}' does not apply to "
+                    f"{config.benchmark.value}/{config.scenario.value}"
+                )
+            try:
+                fld.check(value, f"config class {klass.__name__}")
+            except FieldError as error:
+                raise ConfigError(str(error)) from None
+    values = config.fields()
+    for fld in FIELDS.values():
+        if fld.required and fld.applies_to(config.benchmark, config.scenario) and values.get(fld.name) is None:
+            raise ConfigError(f"config class {name}: required field '{fld.name}' is missing ({fld.description})")
+
+
+@dataclass
+class ResolvedConfig:
+    """Every applicable field's final value and where it came from (RUN_ARGS, the config class, the default)."""
+
+    benchmark: Benchmark
+    scenario: Scenario
+    system: str
+    workload: WorkloadSetting
+    config_class: str
+    values: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    @property
+    def benchmark_name(self) -> str:
+        """bert-99 or bert-99.9: the name a submission uses."""
+        return f"{self.benchmark.value}-{self.workload.accuracy_target.suffix}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "benchmark": self.benchmark_name,
+            "scenario": self.scenario.value,
+            "system": self.system,
+            "workload": self.workload.shortname(),
+            "config_class": self.config_class,
+            "fields": dict(sorted(self.values.items())),
+            "sources": dict(sorted(self.sources.items())),
+        }
+
+
+def resolve_config(
+    benchmark: Benchmark,
+    scenario: Scenario,
+    system: str,
+    workload: WorkloadSetting,
+    overrides: dict[str, Any],
+) -> ResolvedConfig:
+    """RUN_ARGS > config class > field default, for the fields that apply to this benchmark and scenario."""
+    config = ConfigRegistry.get(benchmark, scenario, system, workload)
+    from_config = config.fields()
+    resolved = ResolvedConfig(benchmark, scenario, system, workload, config.__name__)
+    applicable: list[Field] = [f for f in FIELDS.values() if f.applies_to(benchmark, scenario)]
+    for fld in applicable:
+        if fld.name in overrides:
+            resolved.values[fld.name], resolved.sources[fld.name] = overrides[fld.name], "RUN_ARGS"
+        elif fld.name in from_config:
+            resolved.values[fld.name], resolved.sources[fld.name] = from_config[fld.name], config.__name__
+        else:
+            resolved.values[fld.name], resolved.sources[fld.name] = fld.default, "default"
+    return resolved

@@ -1,0 +1,11 @@
+# Data sets and models: BENCHMARKS="bert" (later "bert gptj") picks which.
+
+.PHONY: download_data download_model preprocess_data
+download_data: link_dirs
+	@for b in $(BENCHMARKS); do $(PY) -m code.$$b.download_data || exit 1; done
+
+download_model: link_dirs
+	@for b in $(BENCHMARKS); do $(PY) -m code.$$b.download_model || exit 1; done
+
+preprocess_data: link_dirs
+	@for b in $(BENCHMARKS); do $(PY) -m code.$$b.preprocess_data || exit 1; done

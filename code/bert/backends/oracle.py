@@ -1,0 +1,50 @@
+"""Oracle BERT backend: logits that point at the gold answer, to check the pipeline end to end without a model.
+
+With `oracle_shift == 0` the whole path (QSL -> batcher -> responses -> LoadGen accuracy log -> post-processing ->
+EM/F1) must give ~100 F1 (exactly 100 on the test fixture; on SQuAD dev a little less, where the annotated answer
+is a part of a word piece sequence that post-processing cannot reproduce). A non-zero shift moves both ends by that
+many tokens, which must make the accuracy check FAIL: proof that the check can fail.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+LOW_LOGIT = -10.0
+HIGH_LOGIT = 10.0
+
+
+class OracleBertBackend:
+    """Puts HIGH at the gold start/end of each feature and LOW elsewhere.
+
+    A feature whose window does not contain the answer (gold 0/0) gets its peak at position 0, `[CLS]`, which
+    post-processing never accepts as an answer, so that window proposes only low-scoring spans.
+    """
+
+    def __init__(self, options: object) -> None:
+        features = getattr(options, "features", None)
+        if features is None or getattr(features, "gold_positions", None) is None:
+            raise ValueError(
+                "the oracle backend needs features with gold positions (real preprocessed SQuAD: "
+                "`make preprocess_data BENCHMARKS=bert`); synthetic features have none"
+            )
+        self.gold_positions = np.asarray(features.gold_positions, dtype=np.int64)
+        self.lengths = np.asarray(features.lengths, dtype=np.int64)
+        self.shift = int(getattr(options, "oracle_shift", 0) or 0)
+
+    def run_batch(
+        self, sample_indices: np.ndarray, input_ids: np.ndarray, segment_ids: np.ndarray, input_mask: np.ndarray
+    ) -> np.ndarray:
+        """Float32 `[B, S, 2]` start/end logits for the batch (S = the inputs' trimmed length)."""
+        batch, seq = input_ids.shape
+        idx = np.asarray(sample_indices, dtype=np.int64)
+        logits = np.full((batch, seq, 2), LOW_LOGIT, dtype=np.float32)
+        gold = self.gold_positions[idx]
+        has_answer = gold[:, 0] > 0
+        last = np.minimum(self.lengths[idx], seq) - 1
+        start = np.where(has_answer, np.clip(gold[:, 0] + self.shift, 0, last), 0)
+        end = np.where(has_answer, np.clip(gold[:, 1] + self.shift, 0, last), 0)
+        rows = np.arange(batch)
+        logits[rows, start, 0] = HIGH_LOGIT
+        logits[rows, end, 1] = HIGH_LOGIT
+        return logits

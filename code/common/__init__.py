@@ -1,0 +1,1 @@
+"""Infrastructure shared by every benchmark: enums, fields, arguments, systems, paths, logs."""

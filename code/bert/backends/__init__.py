@@ -1,0 +1,50 @@
+"""BERT backends: what turns a batch of features into start/end logits, looked up by name.
+
+Benchmarks depend on the ``BertBackend`` protocol and ``create_backend``, never on a concrete backend; each backend
+module is imported only when asked for, so the oracle runs without torch weights and the pytorch backend's imports
+cost nothing to runs that do not use it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from code.bert.dataset import BertFeatures
+    from code.bert.engine import EngineSpec
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    device: str = "cpu"                    # "cpu" | "cuda" | "cuda:N"
+    engine_dir: Path | None = None         # pytorch: the engine built by generate_engines
+    engine_spec: EngineSpec | None = None  # pytorch: what the run expects the engine to be (stale check)
+    features: BertFeatures | None = None   # oracle: needs the gold positions
+    oracle_shift: int = 0                  # oracle: move the answer by this many tokens (a failing oracle)
+
+
+class BertBackend(Protocol):
+    def run_batch(self, sample_indices: np.ndarray, input_ids: np.ndarray, segment_ids: np.ndarray,
+                  input_mask: np.ndarray) -> np.ndarray:
+        """Inputs int32 ``[B, S]`` (S = the batch's longest sequence); returns float32 ``[B, S, 2]`` logits."""
+        ...
+
+
+# name -> (module, class); imported lazily by create_backend
+BACKENDS: dict[str, tuple[str, str]] = {
+    "pytorch": ("code.bert.backends.pytorch", "PytorchBertBackend"),
+    "oracle": ("code.bert.backends.oracle", "OracleBertBackend"),
+}
+
+
+def create_backend(name: str, options: BackendOptions) -> BertBackend:
+    """The backend registered as ``name``, constructed with ``options``; ValueError listing names if unknown."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown BERT backend {name!r}; known: {', '.join(sorted(BACKENDS))}")
+    module, cls = BACKENDS[name]
+    return getattr(importlib.import_module(module), cls)(options)

@@ -1,0 +1,202 @@
+"""BERT engines: what ``generate_engines`` builds once and ``run_harness`` loads for every test.
+
+An engine is a folder:
+
+- ``engine.json``: the manifest. Format version, the ``EngineSpec`` it was built for, the model config, the
+  checkpoint's identity (sha256, size, mtime), torch version and creation time. Written last, so a folder without
+  it is an unfinished build.
+- ``weights.safetensors``: for a real checkpoint, the weights already converted to our names and cast to the
+  engine's precision, so a run loads them without the conversion and strict checks.
+
+For ``checkpoint="random"`` only the manifest is stored and the weights are re-drawn from the seed at load: they
+are deterministic, and skipping a 1.3 GB write keeps the embedded CPU default fast.
+
+``load_engine`` refuses a stale engine (other spec, old format, changed checkpoint) with an ``EngineError`` that
+names the fix, instead of benchmarking something other than what the run asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from code.bert.model import BERT_CONFIGS, BertConfig, BertQA, empty_model, load_checkpoint, random_weights
+
+FORMAT_VERSION = 1
+MANIFEST = "engine.json"
+WEIGHTS = "weights.safetensors"
+PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+RANDOM = "random"
+
+
+class EngineError(RuntimeError):
+    """The engine a run needs is missing or does not match the run; the message says how to rebuild it."""
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What an engine is: which model, in which precision, from which weights. Runs compare it to the manifest."""
+
+    model_name: str            # a BERT_CONFIGS key
+    precision: str = "fp32"    # "fp32" | "fp16" | "bf16"
+    checkpoint: str = RANDOM   # "random" or a checkpoint path (.pytorch/.pt/.bin/.safetensors)
+    seed: int = 0              # random weights (and nothing else) depend on it
+
+    def __post_init__(self) -> None:
+        BertConfig.from_name(self.model_name)  # raises, listing the names
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}; known: {', '.join(PRECISIONS)}")
+
+    @property
+    def config(self) -> BertConfig:
+        return BERT_CONFIGS[self.model_name]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return PRECISIONS[self.precision]
+
+    @property
+    def is_random(self) -> bool:
+        return self.checkpoint == RANDOM
+
+
+def engine_key(spec: EngineSpec) -> str:
+    """Short, stable, filesystem-safe name, e.g. ``large-fp16-random-s0`` or ``large-fp16-model-1a2b3c4d``.
+
+    A checkpoint is named by its file stem plus a hash of its path (not its contents: computing the key must be free).
+    """
+    if spec.is_random:
+        return f"{spec.model_name}-{spec.precision}-random-s{spec.seed}"
+    stem = re.sub(r"[^A-Za-z0-9_.]+", "_", Path(spec.checkpoint).stem)[:32]
+    digest = hashlib.sha256(spec.checkpoint.encode()).hexdigest()[:8]
+    return f"{spec.model_name}-{spec.precision}-{stem}-{digest}"
+
+
+def _rebuild_hint(run_args: str | None) -> str:
+    args = run_args if run_args is not None else "<the RUN_ARGS of this run>"
+    return f'Rebuild it: make generate_engines RUN_ARGS="{args}"'
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _checkpoint_identity(path: Path) -> dict[str, Any]:
+    st = path.stat()
+    return {"sha256": _sha256(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def build_engine(spec: EngineSpec, engine_dir: Path) -> Path:
+    """Build the engine for ``spec`` in ``engine_dir`` (replacing what is there) and return ``engine_dir``.
+
+    A real checkpoint is loaded strictly (``load_checkpoint``), so a build fails rather than freezing a partly
+    untrained model into an engine.
+    """
+    engine_dir = Path(engine_dir)
+    engine_dir.mkdir(parents=True, exist_ok=True)
+    for stale in (MANIFEST, WEIGHTS):  # manifest first: a crash below leaves "missing", never "stale but valid"
+        (engine_dir / stale).unlink(missing_ok=True)
+
+    checkpoint: dict[str, Any] | None = None
+    if not spec.is_random:
+        path = Path(spec.checkpoint)
+        if not path.is_file():
+            raise EngineError(f"checkpoint {path} not found (download it first: python -m code.bert.download_model)")
+        checkpoint = _checkpoint_identity(path)
+        model = load_checkpoint(path, spec.config).to(spec.dtype)
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(engine_dir / WEIGHTS),
+                  metadata={"engine_key": engine_key(spec)})
+
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "engine_key": engine_key(spec),
+        "spec": asdict(spec),
+        "config": spec.config.to_dict(),
+        "checkpoint": checkpoint,
+        "weights": None if spec.is_random else WEIGHTS,
+        "torch_version": torch.__version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    fd, tmp = tempfile.mkstemp(dir=engine_dir, prefix=".engine.", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(manifest, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, engine_dir / MANIFEST)
+    return engine_dir
+
+
+def read_manifest(engine_dir: Path, run_args: str | None = None) -> dict[str, Any]:
+    path = Path(engine_dir) / MANIFEST
+    if not path.is_file():
+        raise EngineError(f"no BERT engine at {engine_dir} ({MANIFEST} missing). {_rebuild_hint(run_args)}")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise EngineError(f"unreadable engine manifest {path}: {e}. {_rebuild_hint(run_args)}") from e
+
+
+def check_engine(engine_dir: Path, expected: EngineSpec, run_args: str | None = None) -> dict[str, Any]:
+    """The manifest, if the engine is current for ``expected``; otherwise ``EngineError`` saying what differs.
+
+    The checkpoint is compared by size and mtime first (free); only if those changed is its sha256 recomputed, so
+    a copied or touched but identical file is still accepted and an edited one is not, without hashing 1.3 GB on
+    every run.
+    """
+    manifest = read_manifest(engine_dir, run_args)
+    hint = _rebuild_hint(run_args)
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise EngineError(f"engine {engine_dir} has format version {manifest.get('format_version')}, this harness "
+                          f"reads {FORMAT_VERSION}. {hint}")
+    built = manifest.get("spec", {})
+    diffs = [f"{f.name}: engine has {built.get(f.name)!r}, run expects {getattr(expected, f.name)!r}"
+             for f in fields(expected) if built.get(f.name) != getattr(expected, f.name)]
+    if diffs:
+        raise EngineError(f"engine {engine_dir} was built for another spec:\n  " + "\n  ".join(diffs) + f"\n{hint}")
+    if manifest.get("config") != expected.config.to_dict():
+        raise EngineError(f"engine {engine_dir} was built with another {expected.model_name!r} config "
+                          f"({manifest.get('config')} != {expected.config.to_dict()}). {hint}")
+    if not expected.is_random:
+        path, recorded = Path(expected.checkpoint), manifest.get("checkpoint") or {}
+        if not path.is_file():
+            raise EngineError(f"checkpoint {path} of engine {engine_dir} is gone; cannot tell whether the engine is "
+                              f"current. {hint}")
+        st = path.stat()
+        unchanged = (st.st_size, st.st_mtime_ns) == (recorded.get("size"), recorded.get("mtime_ns"))
+        if not unchanged and _sha256(path) != recorded.get("sha256"):
+            raise EngineError(f"checkpoint {path} changed since engine {engine_dir} was built. {hint}")
+        if not (Path(engine_dir) / WEIGHTS).is_file():
+            raise EngineError(f"engine {engine_dir} lacks {WEIGHTS}. {hint}")
+    return manifest
+
+
+def load_engine(engine_dir: Path, expected: EngineSpec, device: str | torch.device = "cpu", *,
+                run_args: str | None = None) -> BertQA:
+    """The engine's model, in eval mode, on ``device``, in the spec's dtype; ``EngineError`` if missing or stale.
+
+    ``run_args`` (optional) makes the error's rebuild command copy-pasteable.
+    """
+    check_engine(engine_dir, expected, run_args)
+    if expected.is_random:
+        model = random_weights(expected.config, expected.seed)
+    else:
+        from safetensors.torch import load_file
+
+        state = load_file(str(Path(engine_dir) / WEIGHTS), device="cpu")
+        model = empty_model(expected.config)
+        model.load_state_dict(state, strict=True, assign=True)  # our names, already checked at build time
+    return model.to(device=device, dtype=expected.dtype).eval()

@@ -1,0 +1,168 @@
+"""Engines round-trip, refuse to load when stale, and feed the pytorch backend."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from code.bert.backends import BACKENDS, BackendOptions, create_backend
+from code.bert.engine import (
+    FORMAT_VERSION,
+    MANIFEST,
+    WEIGHTS,
+    EngineError,
+    EngineSpec,
+    build_engine,
+    engine_key,
+    load_engine,
+)
+from code.bert.model import BERT_CONFIGS, load_checkpoint, random_weights
+
+TINY = BERT_CONFIGS["tiny"]
+
+
+def inputs(lengths: list[int], seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, TINY.vocab_size, (len(lengths), seq_len), dtype=np.int32)
+    seg = np.zeros_like(ids)
+    mask = np.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        ids[row, n:] = 0
+        seg[row, n // 2:n] = 1
+        mask[row, :n] = 1
+    return ids, seg, mask
+
+
+def torch_inputs(lengths: list[int], seq_len: int) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.from_numpy(a) for a in inputs(lengths, seq_len))
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> str:
+    """A tiny HF-format checkpoint, as the MLCommons model.pytorch is: torch.save of a QA model's state dict."""
+    torch.manual_seed(0)
+    hf = transformers.BertForQuestionAnswering(transformers.BertConfig(
+        vocab_size=TINY.vocab_size, hidden_size=TINY.hidden_size, num_hidden_layers=TINY.num_layers,
+        num_attention_heads=TINY.num_heads, intermediate_size=TINY.intermediate_size))
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    path = tmp_path_factory.mktemp("ckpt") / "model.pytorch"
+    torch.save(hf.state_dict(), path)
+    return str(path)
+
+
+@torch.no_grad()
+def test_random_round_trip(tmp_path):
+    spec = EngineSpec("tiny", "fp32", "random", seed=7)
+    assert build_engine(spec, tmp_path / "e") == tmp_path / "e"
+    assert sorted(p.name for p in (tmp_path / "e").iterdir()) == [MANIFEST]  # weights re-drawn from the seed
+    manifest = json.loads((tmp_path / "e" / MANIFEST).read_text())
+    assert manifest["format_version"] == FORMAT_VERSION and manifest["torch_version"] == torch.__version__
+    assert manifest["engine_key"] == engine_key(spec) == "tiny-fp32-random-s7"
+    model = load_engine(tmp_path / "e", spec, "cpu")
+    assert not model.training
+    x = torch_inputs([12, 5], 12)
+    torch.testing.assert_close(model(*x), random_weights(TINY, 7)(*x), atol=0, rtol=0)
+
+
+@torch.no_grad()
+def test_checkpoint_round_trip(tmp_path, checkpoint):
+    spec = EngineSpec("tiny", "fp32", checkpoint)
+    build_engine(spec, tmp_path / "e")
+    assert (tmp_path / "e" / WEIGHTS).is_file()
+    x = torch_inputs([16, 9, 2], 16)
+    expected = load_checkpoint(checkpoint, TINY)(*x)
+    torch.testing.assert_close(load_engine(tmp_path / "e", spec, "cpu")(*x), expected, atol=0, rtol=0)
+    assert engine_key(spec).startswith("tiny-fp32-model-")
+
+
+@torch.no_grad()
+def test_bf16_engine(tmp_path, checkpoint):
+    spec = EngineSpec("tiny", "bf16", checkpoint)
+    build_engine(spec, tmp_path / "e")
+    model = load_engine(tmp_path / "e", spec, "cpu")
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    x = torch_inputs([10, 4], 10)
+    got = model(*x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), load_checkpoint(checkpoint, TINY)(*x), atol=0.1, rtol=0.05)
+
+
+def test_mismatched_spec_lists_fields(tmp_path):
+    build_engine(EngineSpec("tiny", "fp32", "random", seed=0), tmp_path / "e")
+    with pytest.raises(EngineError, match=r"(?s)precision: engine has 'fp32', run expects 'bf16'.*seed.*"
+                                          r"make generate_engines"):
+        load_engine(tmp_path / "e", EngineSpec("tiny", "bf16", "random", seed=1), "cpu")
+
+
+def test_old_format_is_refused(tmp_path):
+    spec = EngineSpec("tiny")
+    build_engine(spec, tmp_path / "e")
+    manifest_path = tmp_path / "e" / MANIFEST
+    manifest = json.loads(manifest_path.read_text()) | {"format_version": FORMAT_VERSION - 1}
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(EngineError, match="format version"):
+        load_engine(tmp_path / "e", spec, "cpu")
+
+
+def test_changed_checkpoint_is_refused(tmp_path, checkpoint):
+    ckpt = tmp_path / "model.pytorch"
+    ckpt.write_bytes(open(checkpoint, "rb").read())
+    spec = EngineSpec("tiny", "fp32", str(ckpt))
+    build_engine(spec, tmp_path / "e")
+    st = ckpt.stat()
+    os.utime(ckpt, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched, same bytes: still current
+    load_engine(tmp_path / "e", spec, "cpu")
+    sd = torch.load(ckpt, weights_only=True)
+    sd["qa_outputs.bias"] += 1.0
+    torch.save(sd, ckpt)
+    with pytest.raises(EngineError, match=r"changed since engine .* was built.*make generate_engines"):
+        load_engine(tmp_path / "e", spec, "cpu")
+
+
+def test_missing_engine_names_make_target(tmp_path):
+    with pytest.raises(EngineError, match=r'make generate_engines RUN_ARGS="--benchmarks=bert"'):
+        load_engine(tmp_path / "nothing", EngineSpec("tiny"), "cpu", run_args="--benchmarks=bert")
+    with pytest.raises(EngineError, match="make generate_engines"):
+        load_engine(tmp_path / "nothing", EngineSpec("tiny"), "cpu")
+
+
+def test_spec_validation():
+    with pytest.raises(ValueError, match="large.*minilm-l6.*tiny"):
+        EngineSpec("base")
+    with pytest.raises(ValueError, match="fp32, fp16, bf16"):
+        EngineSpec("tiny", "int8")
+
+
+@torch.no_grad()
+def test_pytorch_backend_run_batch(tmp_path, checkpoint):
+    spec = EngineSpec("tiny", "fp32", checkpoint)
+    build_engine(spec, tmp_path / "e")
+    backend = create_backend("pytorch", BackendOptions(device="cpu", engine_dir=tmp_path / "e", engine_spec=spec))
+    ids, seg, mask = inputs([24, 13, 24], 24)
+    out = backend.run_batch(np.arange(3, dtype=np.int64), ids, seg, mask)
+    assert out.dtype == np.float32 and out.shape == (3, 24, 2)
+    expected = load_checkpoint(checkpoint, TINY)(*(torch.from_numpy(a) for a in (ids, seg, mask))).numpy()
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_pytorch_backend_bf16_returns_float32(tmp_path):
+    spec = EngineSpec("tiny", "bf16")
+    build_engine(spec, tmp_path / "e")
+    backend = create_backend("pytorch", BackendOptions(engine_dir=tmp_path / "e", engine_spec=spec))
+    out = backend.run_batch(np.arange(2), *inputs([8, 3], 8))
+    assert out.dtype == np.float32 and out.shape == (2, 8, 2) and np.isfinite(out).all()
+
+
+def test_unknown_backend_lists_names():
+    assert set(BACKENDS) >= {"pytorch", "oracle"}
+    with pytest.raises(ValueError, match="oracle, pytorch"):
+        create_backend("tensorrt", BackendOptions())
+    with pytest.raises(ValueError, match="engine_dir and engine_spec"):
+        create_backend("pytorch", BackendOptions())

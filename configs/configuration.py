@@ -72,12 +72,17 @@ class BenchmarkConfiguration(metaclass=_ConfigMeta):
     @classmethod
     def fields(cls) -> dict[str, Any]:
         """The field values this class sets, its own and inherited (nearest class wins)."""
-        values: dict[str, Any] = {}
+        return {key: value for key, (value, _) in cls.field_origins().items()}
+
+    @classmethod
+    def field_origins(cls) -> dict[str, tuple[Any, str]]:
+        """Each field's value and the name of the class that set it, so `make info` can say where it came from."""
+        origins: dict[str, tuple[Any, str]] = {}
         for klass in reversed(cls.__mro__):
             for key, value in vars(klass).items():
                 if key in FIELDS:
-                    values[key] = value
-        return values
+                    origins[key] = (value, klass.__name__)
+        return origins
 
     @classmethod
     def system_name(cls) -> str:
@@ -224,14 +229,14 @@ def resolve_config(
 ) -> ResolvedConfig:
     """RUN_ARGS > config class > field default, for the fields that apply to this benchmark and scenario."""
     config = ConfigRegistry.get(benchmark, scenario, system, workload)
-    from_config = config.fields()
+    from_config = config.field_origins()
     resolved = ResolvedConfig(benchmark, scenario, system, workload, config.__name__)
     applicable: list[Field] = [f for f in FIELDS.values() if f.applies_to(benchmark, scenario)]
     for fld in applicable:
         if fld.name in overrides:
             resolved.values[fld.name], resolved.sources[fld.name] = overrides[fld.name], "RUN_ARGS"
         elif fld.name in from_config:
-            resolved.values[fld.name], resolved.sources[fld.name] = from_config[fld.name], config.__name__
+            resolved.values[fld.name], resolved.sources[fld.name] = from_config[fld.name]
         else:
             resolved.values[fld.name], resolved.sources[fld.name] = fld.default, "default"
     return resolved

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from code.bert.model import BERT_CONFIGS, BertConfig, BertQA, empty_model, load_checkpoint, random_weights
+from code.common.benchmarks import BenchmarkError
 
 FORMAT_VERSION = 1
 MANIFEST = "engine.json"
@@ -38,7 +39,7 @@ PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float
 RANDOM = "random"
 
 
-class EngineError(RuntimeError):
+class EngineError(BenchmarkError):
     """The engine a run needs is missing or does not match the run; the message says how to rebuild it."""
 
 

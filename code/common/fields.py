@@ -107,7 +107,6 @@ FIELDS: dict[str, Field] = {
               "not a valid submission"),
         # Where results go.
         Field("log_dir", str, None, "Log folder (default build/logs/<timestamp>); must not hold an earlier run"),
-        Field("verbose", bool, False, "Print LoadGen's summary and each batch's timing"),
     ]
 }
 

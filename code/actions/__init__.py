@@ -1,0 +1,1 @@
+"""One module per ``--action`` of ``python -m code.main``."""

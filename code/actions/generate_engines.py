@@ -1,0 +1,15 @@
+"""``--action=generate_engines``: build each (benchmark, scenario)'s engine under build/engines/."""
+
+from __future__ import annotations
+
+from code.actions.common import resolved_configs, system_name
+from code.common.arguments import RunRequest
+from code.common.benchmarks import load_benchmark
+
+
+def generate_engines(request: RunRequest) -> None:
+    system = system_name(request)
+    for config in resolved_configs(request, system):
+        report = load_benchmark(config.benchmark).generate_engine(config)
+        details = ", ".join(f"{key}: {value}" for key, value in report.items())
+        print(f"[generate_engines] {system} {config.benchmark_name} {config.scenario.value}: {details}", flush=True)

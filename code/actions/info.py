@@ -1,0 +1,33 @@
+"""``--action=info``: the detected system and the fully resolved config, with where each value came from."""
+
+from __future__ import annotations
+
+import json
+
+from code.actions.common import resolved_configs, system_name
+from code.common.arguments import RunRequest
+from code.common.benchmarks import InputsUnavailableError, load_benchmark
+from code.common.constants import TestMode
+from code.common.systems import detect_system
+
+
+def info(request: RunRequest) -> None:
+    detected = detect_system()
+    print("Detected system:")
+    print(json.dumps(detected.describe(), indent=2))
+    system = system_name(request)
+    if request.system_name:
+        print(f"Using configs of --system_name={system}")
+    for config in resolved_configs(request, system):
+        print(f"\n== {system} {config.benchmark_name} {config.scenario.value} "
+              f"({config.workload.shortname()}, config class {config.config_class})")
+        width = max(len(name) for name in config.values)
+        for name, value in sorted(config.values.items()):
+            print(f"  {name:<{width}} = {value!r:<24} [{config.sources[name]}]")
+        mode = TestMode.parse(config["test_mode"])
+        try:
+            inputs = load_benchmark(config.benchmark).describe_inputs(config, mode)
+            for key, value in inputs.items():
+                print(f"  -> {key}: {value}")
+        except InputsUnavailableError as error:
+            print(f"  -> cannot run {mode.value}: {error}")

@@ -1,0 +1,135 @@
+"""One LoadGen test in this process: ``python -m code.actions.run_single_test <test_spec.json>``.
+
+Started by run_harness, one per (benchmark, scenario, mode), because LoadGen may read its config only once
+per process. Writes user.conf, runs the C++ core, scores accuracy runs, and leaves metadata.json in the log
+folder for the parent's summary.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from code.common.benchmarks import BenchmarkError, load_benchmark
+from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
+from code.common.paths import REPO_ROOT
+from code.common.run_logs import TestResult, performance_result, write_metadata
+from code.common.systems import detect_system
+from code.common.user_conf import write_user_conf
+from configs.configuration import ResolvedConfig, WorkloadSetting, resolve_config
+
+
+def versions() -> dict[str, Any]:
+    """Software that shaped the result, for metadata.json."""
+    found: dict[str, Any] = {"python": platform.python_version()}
+    try:
+        import torch
+
+        found["torch"] = torch.__version__
+        found["cuda"] = torch.version.cuda
+    except ImportError:
+        pass
+    try:
+        from code.harness.core import loadgen_version
+
+        found["loadgen"] = loadgen_version()
+    except Exception as error:  # not built: reported, not fatal for metadata
+        found["loadgen"] = f"unavailable ({error})"
+    try:
+        found["harness_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                                                 text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        found["harness_commit"] = None
+    return found
+
+
+def resolve_from_spec(spec: dict[str, Any]) -> ResolvedConfig:
+    workload = WorkloadSetting(HarnessType(spec["harness_type"]), AccuracyTarget(spec["accuracy_target"]),
+                               PowerSetting(spec["power_setting"]))
+    return resolve_config(Benchmark(spec["benchmark"]), Scenario(spec["scenario"]), spec["system"], workload,
+                          spec["overrides"])
+
+
+def run_single_test(spec: dict[str, Any]) -> TestResult:
+    from code.harness.core import CoreSettings, run_test
+
+    config = resolve_from_spec(spec)
+    mode = TestMode(spec["mode"])
+    log_dir = Path(spec["log_dir"])
+    benchmark = load_benchmark(config.benchmark)
+
+    started = time.time()
+    prepared = benchmark.prepare_test(config, mode)
+    provenance = prepared.provenance
+    invalid_because = provenance.get("invalid_because", [])
+    if invalid_because:
+        print("*" * 100)
+        print(f"* NOT a valid MLPerf result: {'; '.join(invalid_because)}.")
+        print(f"* inputs: {provenance.get('inputs')}; weights: {provenance.get('weights')}")
+        print("*" * 100, flush=True)
+    user_conf = write_user_conf(config, prepared.total_sample_count)
+    shutil.copy(user_conf, log_dir / "user.conf")
+    settings = CoreSettings(
+        model=config.benchmark.loadgen_model,
+        scenario=config.scenario.value,
+        mode=mode.value,
+        user_conf=user_conf,
+        log_dir=log_dir,
+        total_sample_count=prepared.total_sample_count,
+        performance_sample_count=prepared.performance_sample_count,
+        max_batch_size=config["gpu_batch_size"],
+        num_workers=config["num_workers"],
+        sort_by_length=config["sort_by_length"],
+        batch_timeout_us=config.values.get("batch_timeout_us", 0),
+    )
+    loaded = time.time()
+    print(f"[run_single_test] loaded in {loaded - started:.1f} s; starting LoadGen", flush=True)
+    run_test(settings, prepared.sample_lengths, prepared.runner)
+    print(f"[run_single_test] LoadGen finished in {time.time() - loaded:.1f} s", flush=True)
+
+    if mode is TestMode.AccuracyOnly:
+        accuracy = prepared.evaluate_accuracy(log_dir)
+        result = TestResult(config.scenario.value, mode.value, str(log_dir), metric="f1", value=accuracy["f1"],
+                            unit="%", valid=bool(accuracy["passed"]), accuracy=accuracy)
+        if not accuracy["passed"]:
+            result.invalid_reasons.append(f"F1 {accuracy['f1']:.3f} below target {accuracy['target_f1']:.3f}")
+    else:
+        result = performance_result(log_dir, config.scenario)
+    if invalid_because:
+        result.invalid_reasons.append("not a valid MLPerf result: " + ", ".join(invalid_because))
+    result.extra["seconds"] = round(time.time() - started, 1)
+
+    write_metadata(log_dir, {
+        "result": result.to_dict(),
+        "config": config.as_dict(),
+        "system": detect_system().describe(),
+        "system_name": config.system,
+        "provenance": provenance,
+        "versions": versions(),
+        "user_conf": user_conf.read_text(),
+        "command": sys.argv,
+    })
+    return result
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print("usage: python -m code.actions.run_single_test <test_spec.json>", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    try:
+        run_single_test(spec)
+    except BenchmarkError as error:
+        print(f"ERROR: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

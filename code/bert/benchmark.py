@@ -1,0 +1,211 @@
+"""BERT as the orchestration sees it: which data and weights a run uses, its engine, and its batch runner.
+
+Fallback rule (the embedded default): a performance run without the real data set or checkpoint runs on
+synthetic inputs and random weights of the real architecture, and says so loudly; an accuracy run refuses and
+names the make step that fetches what is missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from code.common.benchmarks import InputsUnavailableError, PreparedTest
+from code.common.constants import TestMode
+from code.common.paths import DATA_DIR, ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
+from configs.configuration import ResolvedConfig
+
+MAX_SEQ_LENGTH = 384
+PREPROCESSED_DIR = PREPROCESSED_DATA_DIR / "squad_tokenized"
+SQUAD_JSON = DATA_DIR / "squad" / "dev-v1.1.json"
+CHECKPOINT = MODELS_DIR / "bert" / "model.pytorch"
+FETCH_STEP = 'make download_data download_model preprocess_data BENCHMARKS="bert"'
+# Logit given to positions past a sample's last token; post-processing never picks them.
+PAD_LOGIT = -10000.0
+
+
+@dataclass(frozen=True)
+class InputChoice:
+    """Which data set and weights a run uses, and whether its result may count as an MLPerf result."""
+
+    data_dir: Path | None  # None: synthetic inputs
+    checkpoint: str  # a path, or "random"
+
+    @property
+    def synthetic(self) -> bool:
+        return self.data_dir is None
+
+    @property
+    def random_weights(self) -> bool:
+        return self.checkpoint == "random"
+
+
+def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
+    """Apply the fallback rule to the ``input_data`` and ``weights`` fields."""
+    accuracy = mode is not TestMode.PerformanceOnly
+    uses_weights = config["backend"] != "oracle"
+
+    data_field = config["input_data"]
+    if data_field == "synthetic":
+        data_dir = None
+    elif data_field == "auto":
+        data_dir = PREPROCESSED_DIR if (PREPROCESSED_DIR / "manifest.json").exists() else None
+    else:
+        data_dir = Path(data_field)
+        if not (data_dir / "manifest.json").exists():
+            raise InputsUnavailableError(f"--input_data={data_field} holds no preprocessed SQuAD set "
+                                         f"(manifest.json); run {FETCH_STEP}")
+    if accuracy and data_dir is None:
+        raise InputsUnavailableError(
+            f"an accuracy run needs the real SQuAD v1.1 data set, which is not in {PREPROCESSED_DIR}; run {FETCH_STEP}"
+        )
+
+    weights_field = config["weights"]
+    if weights_field == "random":
+        checkpoint = "random"
+    elif weights_field == "auto":
+        checkpoint = str(CHECKPOINT) if CHECKPOINT.exists() else "random"
+        if accuracy and uses_weights and checkpoint == "random":
+            raise InputsUnavailableError(
+                f"an accuracy run needs the MLCommons BERT checkpoint, which is not at {CHECKPOINT}; run {FETCH_STEP}"
+            )
+    else:
+        if not Path(weights_field).exists():
+            raise InputsUnavailableError(f"--weights={weights_field} does not exist; run {FETCH_STEP} or "
+                                         "pass --weights=random")
+        checkpoint = weights_field
+    return InputChoice(data_dir, checkpoint if uses_weights else "none (oracle backend)")
+
+
+def resolve_device(config: ResolvedConfig) -> str:
+    device = config["device"]
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def engine_spec(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 - EngineSpec, imported lazily
+    from code.bert.engine import EngineSpec
+
+    return EngineSpec(model_name=config["model_name"], precision=config["precision"],
+                      checkpoint=choice.checkpoint, seed=config["seed"])
+
+
+def engine_dir(config: ResolvedConfig, spec: Any) -> Path:
+    from code.bert.engine import engine_key
+
+    return ENGINES_DIR / config.system / "bert" / config.scenario.value / engine_key(spec)
+
+
+def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
+    """What a run would use, without loading anything heavy."""
+    choice = choose_inputs(config, mode)
+    invalid_because = []
+    if choice.synthetic:
+        invalid_because.append("synthetic inputs")
+    if config["backend"] == "oracle":
+        invalid_because.append("oracle backend (gold answers: checks the pipeline, not a model)")
+    elif choice.random_weights:
+        invalid_because.append(f"random weights ({config['model_name']} architecture)")
+    if config["model_name"] != "large":
+        invalid_because.append(f"model {config['model_name']} is not BERT-large")
+    described = {
+        "inputs": str(choice.data_dir) if choice.data_dir else
+        f"synthetic ({config['synthetic_sample_count']} samples, SQuAD-like lengths)",
+        "weights": "random (real architecture)" if choice.random_weights else choice.checkpoint,
+        "invalid_because": invalid_because,
+    }
+    if config["backend"] == "pytorch":
+        spec = engine_spec(config, choice)
+        described["engine"] = str(engine_dir(config, spec))
+    return described
+
+
+def generate_engine(config: ResolvedConfig) -> dict[str, Any]:
+    """Build the engine a performance run of this config loads (accuracy runs use the same engine)."""
+    if config["backend"] == "oracle":
+        return {"engine": "none: the oracle backend runs no model"}
+    from code.bert.engine import build_engine
+
+    choice = choose_inputs(config, TestMode.PerformanceOnly)
+    spec = engine_spec(config, choice)
+    path = build_engine(spec, engine_dir(config, spec))
+    return {"engine": str(path), "weights": choice.checkpoint, "precision": spec.precision}
+
+
+def load_features(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 - BertFeatures
+    from code.bert.dataset import BertFeatures
+
+    if choice.data_dir is None:
+        return BertFeatures.synthetic(config["synthetic_sample_count"], seed=config["seed"])
+    return BertFeatures.load(choice.data_dir)
+
+
+class BertRunner:
+    """The C++ core's batch runner: gather a batch, run the backend, return one [384, 2] float32 row per sample."""
+
+    def __init__(self, features: Any, backend: Any) -> None:
+        self.features = features
+        self.backend = backend
+
+    def run_batch(self, sample_indices: np.ndarray) -> list[np.ndarray]:
+        input_ids, segment_ids, input_mask = self.features.gather(sample_indices)
+        logits = self.backend.run_batch(sample_indices, input_ids, segment_ids, input_mask)
+        batch, length = logits.shape[0], logits.shape[1]
+        padded = np.full((batch, MAX_SEQ_LENGTH, 2), PAD_LOGIT, dtype=np.float32)
+        padded[:, :length] = logits
+        return list(padded)
+
+
+def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
+    """Load data, backend and scorer for one LoadGen test of BERT."""
+    from code.bert.backends import BackendOptions, create_backend
+
+    choice = choose_inputs(config, mode)
+    features = load_features(config, choice)
+    options = BackendOptions(device=resolve_device(config), features=features, oracle_shift=config["oracle_shift"])
+    if config["backend"] == "pytorch":
+        spec = engine_spec(config, choice)
+        options = BackendOptions(device=options.device, engine_dir=engine_dir(config, spec), engine_spec=spec,
+                                 features=features, oracle_shift=config["oracle_shift"])
+    backend = create_backend(config["backend"], options)
+
+    def evaluate(log_dir: Path) -> dict[str, Any]:
+        from code.bert.accuracy import evaluate_accuracy_log
+
+        if choice.data_dir is None:
+            raise InputsUnavailableError(f"accuracy needs the real data set; run {FETCH_STEP}")
+        squad_json = _squad_json_for(choice.data_dir)
+        result = evaluate_accuracy_log(log_dir / "mlperf_log_accuracy.json", choice.data_dir, squad_json,
+                                       config.workload.accuracy_target.value, log_dir / "accuracy.txt")
+        return {"exact_match": result.exact_match, "f1": result.f1, "target_f1": result.target_f1,
+                "passed": result.passed}
+
+    provenance = describe_inputs(config, mode)
+    provenance["input_lengths"] = features.describe_lengths()
+    provenance["device"] = options.device
+    return PreparedTest(
+        sample_lengths=np.ascontiguousarray(features.lengths, dtype=np.int32),
+        performance_sample_count=len(features.lengths),
+        runner=BertRunner(features, backend),
+        evaluate_accuracy=evaluate,
+        provenance=provenance,
+    )
+
+
+def _squad_json_for(data_dir: Path) -> Path:
+    """The SQuAD file a preprocessed set was made from: recorded in its manifest, else the default location."""
+    import json
+
+    manifest = json.loads((data_dir / "manifest.json").read_text())
+    recorded = manifest.get("source_file") or manifest.get("squad_json")
+    if recorded and Path(recorded).exists():
+        return Path(recorded)
+    if SQUAD_JSON.exists():
+        return SQUAD_JSON
+    raise InputsUnavailableError(f"the SQuAD file behind {data_dir} is missing; run {FETCH_STEP}")

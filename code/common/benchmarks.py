@@ -1,0 +1,50 @@
+"""The seam between the orchestration and a benchmark: each benchmark is one package under code/.
+
+A benchmark module (``code/<bench>/benchmark.py``) provides three functions; nothing else of it is known here:
+
+- ``generate_engine(config) -> dict``: build (or skip) the engine this config needs; returns what it did.
+- ``prepare_test(config, mode) -> PreparedTest``: load data and backend for one LoadGen test.
+- ``describe_inputs(config, mode) -> dict``: which data and weights a run would use, cheaply (for ``make info``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from code.common.constants import Benchmark
+
+BENCHMARK_MODULES = {Benchmark.BERT: "code.bert.benchmark"}
+
+
+class BenchmarkError(RuntimeError):
+    """A problem the user fixes with a make step (missing data, a stale engine); the message names the step."""
+
+
+class InputsUnavailableError(BenchmarkError):
+    """Real data or weights are needed but absent; the message names the make step that fetches them."""
+
+
+@dataclass
+class PreparedTest:
+    """Everything the C++ core needs for one test, plus how to score its accuracy log."""
+
+    sample_lengths: np.ndarray  # int32, one per QSL sample: the batcher sorts by it
+    performance_sample_count: int
+    runner: Any  # code.harness.core.BatchRunner
+    evaluate_accuracy: Callable[[Path], dict[str, Any]]  # log folder -> accuracy summary (writes accuracy.txt)
+    provenance: dict[str, Any] = field(default_factory=dict)  # inputs/weights used, and whether a result is valid
+
+    @property
+    def total_sample_count(self) -> int:
+        return len(self.sample_lengths)
+
+
+def load_benchmark(benchmark: Benchmark) -> ModuleType:
+    return importlib.import_module(BENCHMARK_MODULES[benchmark])

@@ -1,0 +1,151 @@
+"""Run log folders, LoadGen result parsing and metadata.json.
+
+Layout: ``build/logs/<timestamp>/<system>/<bench-99|bench-99.9>/<Scenario>/`` holds one test's LoadGen logs,
+``metadata.json`` and, for accuracy runs, ``accuracy.txt``. A SubmissionRun puts its two tests in
+``<Scenario>/accuracy/`` and ``<Scenario>/performance/run_1/``, the layout of an MLPerf submission. Folders are
+created exclusively: a run never writes into an earlier run's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from code.common.constants import Scenario, TestMode
+from code.common.paths import LOGS_DIR
+
+
+class LogDirError(RuntimeError):
+    """A log folder that would mix two runs; the message names the fix."""
+
+
+def new_run_root(log_dir: str | None = None) -> Path:
+    """A fresh folder for this invocation: build/logs/<timestamp>[-N], or --log_dir if it is new or empty."""
+    if log_dir:
+        root = Path(log_dir)
+        if root.exists() and any(root.iterdir()):
+            raise LogDirError(
+                f"--log_dir={log_dir} already holds files from an earlier run; choose a new folder or leave "
+                "--log_dir out to get build/logs/<timestamp>"
+            )
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+    LOGS_DIR.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y.%m.%d-%H.%M.%S")
+    for attempt in range(1000):
+        root = LOGS_DIR / (stamp if attempt == 0 else f"{stamp}-{attempt}")
+        try:
+            root.mkdir()
+            return root
+        except FileExistsError:
+            continue
+    raise LogDirError(f"could not create a new log folder under {LOGS_DIR}")
+
+
+def make_test_log_dir(root: Path, system: str, benchmark_name: str, scenario: Scenario, mode: TestMode,
+                 submission_layout: bool) -> Path:
+    """The folder of one LoadGen test; created here and required to be new."""
+    directory = root / system / benchmark_name / scenario.value
+    if submission_layout:
+        directory = directory / ("accuracy" if mode is TestMode.AccuracyOnly else "performance/run_1")
+    try:
+        directory.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        raise LogDirError(f"{directory} exists already; refusing to overwrite an earlier run") from None
+    return directory
+
+
+def read_detail_log(directory: Path) -> dict[str, Any]:
+    """The ``:::MLLOG`` key/value pairs of mlperf_log_detail.txt (later values win), plus the error keys."""
+    path = directory / "mlperf_log_detail.txt"
+    values: dict[str, Any] = {}
+    errors: list[str] = []
+    if not path.exists():
+        return values
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.startswith(":::MLLOG"):
+            continue
+        try:
+            record = json.loads(line[len(":::MLLOG"):])
+        except json.JSONDecodeError:
+            continue
+        key = record.get("key", "")
+        values[key] = record.get("value")
+        if key.startswith("error") or record.get("metadata", {}).get("is_error"):
+            errors.append(f"{key}: {record.get('value')}")
+    values["_errors"] = errors
+    return values
+
+
+# The main metric of each scenario: (detail-log key, display name, unit, scale applied to the raw value).
+METRICS = {
+    Scenario.Offline: ("result_samples_per_second", "samples_per_second", "samples/s", 1.0),
+    Scenario.Server: ("result_scheduled_samples_per_sec", "scheduled_samples_per_second", "samples/s", 1.0),
+    Scenario.SingleStream: ("early_stopping_latency_ss", "90th_percentile_latency", "ms", 1e-6),
+}
+
+
+@dataclass
+class TestResult:
+    """What one LoadGen test produced, as the summary and metadata.json report it."""
+
+    scenario: str
+    mode: str
+    log_dir: str
+    metric: str | None = None
+    value: float | None = None
+    unit: str | None = None
+    valid: bool | None = None
+    invalid_reasons: list[str] = field(default_factory=list)
+    loadgen_errors: list[str] = field(default_factory=list)
+    accuracy: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def performance_result(directory: Path, scenario: Scenario) -> TestResult:
+    """Read a performance test's metric and validity (with LoadGen's reasons when INVALID)."""
+    detail = read_detail_log(directory)
+    result = TestResult(scenario.value, TestMode.PerformanceOnly.value, str(directory))
+    result.loadgen_errors = detail.get("_errors", [])
+    if "result_validity" not in detail:
+        result.valid = False
+        result.invalid_reasons = ["LoadGen wrote no result (see the run's stdout for the error)"]
+        return result
+    key, name, unit, scale = METRICS[scenario]
+    raw = detail.get(key)
+    if raw is None and scenario is Scenario.SingleStream:
+        raw = detail.get("result_90.00_percentile_latency_ns")
+    result.metric, result.unit = name, unit
+    result.value = None if raw is None else float(raw) * scale
+    result.valid = detail["result_validity"] == "VALID" and not result.loadgen_errors
+    checks = {
+        "result_min_duration_met": "min duration not met",
+        "result_min_queries_met": "min queries not met",
+        "early_stopping_met": "early stopping not met",
+        "result_perf_constraints_met": "latency constraint not met",
+    }
+    result.invalid_reasons = [text for key, text in checks.items() if detail.get(key) is False]
+    if detail.get("result_invalid_reason"):
+        result.invalid_reasons.append(str(detail["result_invalid_reason"]))
+    if result.loadgen_errors:
+        result.invalid_reasons.append(f"{len(result.loadgen_errors)} LoadGen error(s) in mlperf_log_detail.txt")
+    if detail["result_validity"] != "VALID" and not result.invalid_reasons:
+        result.invalid_reasons.append(f"LoadGen: {detail['result_validity']}")
+    for extra_key in ("result_99.00_percentile_latency_ns", "result_90.00_percentile_latency_ns",
+                      "result_mean_latency_ns", "result_qps_with_loadgen_overhead"):
+        if extra_key in detail:
+            result.extra[extra_key] = detail[extra_key]
+    return result
+
+
+def write_metadata(directory: Path, payload: dict[str, Any]) -> Path:
+    """metadata.json: metric, validity and reasons, resolved config, system, versions, input/weight provenance."""
+    path = directory / "metadata.json"
+    path.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+    return path

@@ -1,0 +1,138 @@
+"""Build the C++ harness core: LoadGen (static, PIC) + the pybind11 module ``_mlperf_harness`` into build/lib.
+
+``python -m code.harness.build [--jobs N] [--clean]``. CMake is configured once (Release; Ninja when installed,
+else Make) and reconfigured from scratch only when the generator, the Python interpreter, pybind11 or the LoadGen
+tree change; otherwise the build tool's own up-to-date check makes a no-op build take about a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+from code.common.paths import HARNESS_BUILD_DIR, LIB_DIR
+from code.harness.fetch_loadgen import FetchError, fetch_loadgen
+
+SOURCE_DIR = Path(__file__).resolve().parent
+CMAKE_BUILD_DIR = HARNESS_BUILD_DIR / "cmake-build"
+MODULE_NAME = "_mlperf_harness"
+_CONFIGURE_KEY_FILE = "harness-configure.json"
+
+
+class BuildError(RuntimeError):
+    """A tool is missing or a build step failed."""
+
+
+def module_path(lib_dir: Path = LIB_DIR) -> Path:
+    """Where the built extension lands (its suffix names this interpreter's ABI)."""
+    return lib_dir / (MODULE_NAME + sysconfig.get_config_var("EXT_SUFFIX"))
+
+
+def _find_compiler() -> str:
+    candidates = [os.environ["CXX"]] if os.environ.get("CXX") else ["c++", "g++", "clang++"]
+    for candidate in candidates:
+        found = shutil.which(candidate)
+        if found:
+            return found
+    raise BuildError(
+        f"no C++17 compiler found (looked for {', '.join(candidates)}): install one, e.g. `apt-get install g++`, "
+        "or set CXX"
+    )
+
+
+def _pybind11_cmake_dir() -> str:
+    try:
+        import pybind11
+    except ImportError as exc:
+        raise BuildError(f"pybind11 is not installed for {sys.executable}: `pip install pybind11`") from exc
+    return str(pybind11.get_cmake_dir())
+
+
+def _run(command: list[str], what: str) -> None:
+    try:
+        subprocess.run(command, check=True)
+    except subprocess.CalledProcessError as exc:
+        raise BuildError(f"{what} failed (exit {exc.returncode}): {' '.join(command)}") from exc
+
+
+def build(jobs: int = 2, clean: bool = False, lib_dir: Path = LIB_DIR, build_dir: Path = CMAKE_BUILD_DIR) -> Path:
+    """Fetch LoadGen if needed, configure if needed, build; return the path of the built module."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        raise BuildError("cmake not found: install it (`apt-get install cmake` or `pip install cmake`)")
+    compiler = _find_compiler()
+    try:
+        loadgen_dir = fetch_loadgen()
+    except FetchError as exc:
+        raise BuildError(f"cannot get the LoadGen sources: {exc}") from exc
+
+    generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
+    key = {
+        "generator": generator,
+        "compiler": compiler,
+        "python": sys.executable,
+        "pybind11_dir": _pybind11_cmake_dir(),
+        "loadgen_dir": str(loadgen_dir),
+        "lib_dir": str(lib_dir),
+        "source_dir": str(SOURCE_DIR),
+    }
+    key_file = build_dir / _CONFIGURE_KEY_FILE
+    up_to_date_config = (
+        not clean
+        and (build_dir / "CMakeCache.txt").is_file()
+        and key_file.is_file()
+        and json.loads(key_file.read_text(encoding="utf-8")) == key
+    )
+    if not up_to_date_config:
+        if build_dir.exists():
+            shutil.rmtree(build_dir)
+        build_dir.mkdir(parents=True)
+        lib_dir.mkdir(parents=True, exist_ok=True)
+        _run(
+            [
+                cmake,
+                "-S",
+                str(SOURCE_DIR),
+                "-B",
+                str(build_dir),
+                "-G",
+                generator,
+                "-DCMAKE_BUILD_TYPE=Release",
+                f"-DCMAKE_CXX_COMPILER={compiler}",
+                f"-DPython_EXECUTABLE={sys.executable}",
+                f"-Dpybind11_DIR={key['pybind11_dir']}",
+                f"-DLOADGEN_SOURCE_DIR={loadgen_dir}",
+                f"-DHARNESS_LIB_DIR={lib_dir}",
+            ],
+            "CMake configure",
+        )
+        key_file.write_text(json.dumps(key, indent=1), encoding="utf-8")
+    _run([cmake, "--build", str(build_dir), "--parallel", str(jobs)], "CMake build")
+
+    built = module_path(lib_dir)
+    if not built.is_file():
+        raise BuildError(f"the build finished but {built} is missing")
+    return built
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", "-j", type=int, default=2, help="parallel compile jobs (default 2)")
+    parser.add_argument("--clean", action="store_true", help="configure and build from scratch")
+    args = parser.parse_args(argv)
+    try:
+        print(f"built {build(jobs=args.jobs, clean=args.clean)}")
+    except BuildError as exc:
+        print(f"code.harness.build: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""The Python face of the C++ core (``_mlperf_harness``): settings, the runner protocol, ``run_test``.
+
+The core knows sample indices, lengths and byte buffers, never models: a benchmark passes a ``BatchRunner`` whose
+``run_batch`` turns QSL indices into response arrays. Arguments are checked here so mistakes fail with a message
+naming the field before LoadGen starts. One ``run_test`` per process (LoadGen's ``FromConfig`` rule); see
+documentation/harness.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Protocol
+
+import numpy as np
+
+from code.common.paths import LIB_DIR
+
+MODELS = ("bert", "gptj")
+SCENARIOS = ("Offline", "Server", "SingleStream")
+MODES = ("PerformanceOnly", "AccuracyOnly")
+
+
+class HarnessNotBuiltError(ImportError):
+    """The extension module is missing or cannot be loaded."""
+
+
+@dataclass(frozen=True)
+class CoreSettings:
+    """Everything the core needs for one LoadGen test; validated on construction."""
+
+    model: str  # mlperf.conf key: "bert" | "gptj"
+    scenario: str  # "Offline" | "Server" | "SingleStream"
+    mode: str  # "PerformanceOnly" | "AccuracyOnly"
+    user_conf: Path  # read once with TestSettings::FromConfig(user_conf, model, scenario)
+    log_dir: Path  # created if missing; LoadGen writes mlperf_log_* here
+    total_sample_count: int
+    performance_sample_count: int
+    max_batch_size: int
+    num_workers: int = 1  # batcher threads, each calls the runner
+    sort_by_length: bool = True
+    batch_timeout_us: int = 0  # Server: how long a worker waits to fill a batch once it holds one sample
+
+    def __post_init__(self) -> None:
+        for name, choices in (("model", MODELS), ("scenario", SCENARIOS), ("mode", MODES)):
+            value = getattr(self, name)
+            if value not in choices:
+                raise ValueError(f"CoreSettings.{name} must be one of {', '.join(choices)}, not {value!r}")
+        # Accept str paths too; frozen, so set through object.
+        for name in ("user_conf", "log_dir"):
+            value = getattr(self, name)
+            if not isinstance(value, str | Path):
+                raise ValueError(f"CoreSettings.{name} must be a path, not {type(value).__name__}")
+            object.__setattr__(self, name, Path(value))
+        for name, minimum in (
+            ("total_sample_count", 1),
+            ("performance_sample_count", 1),
+            ("max_batch_size", 1),
+            ("num_workers", 1),
+            ("batch_timeout_us", 0),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+                raise ValueError(f"CoreSettings.{name} must be an integer >= {minimum}, not {value!r}")
+            object.__setattr__(self, name, int(value))
+        if self.performance_sample_count > self.total_sample_count:
+            raise ValueError(
+                f"CoreSettings.performance_sample_count ({self.performance_sample_count}) must not exceed "
+                f"total_sample_count ({self.total_sample_count})"
+            )
+        if not isinstance(self.sort_by_length, bool | np.bool_):
+            raise ValueError(f"CoreSettings.sort_by_length must be a bool, not {self.sort_by_length!r}")
+        object.__setattr__(self, "sort_by_length", bool(self.sort_by_length))
+
+
+class BatchRunner(Protocol):
+    """What the core calls, on its worker threads with the GIL held, for each batch."""
+
+    def run_batch(self, sample_indices: np.ndarray) -> Sequence[np.ndarray]:
+        """sample_indices: int64 QSL indices. Returns one array per sample (or one array whose first dimension is
+        the batch); the raw bytes of each are that sample's LoadGen response (BERT: float32 [384, 2]; GPT-J: int32
+        generated token ids)."""
+        ...
+
+
+def _module() -> ModuleType:
+    """Import the extension from build/lib, with a message that says how to fix a missing or stale build."""
+    lib = str(LIB_DIR)
+    if lib not in sys.path:
+        sys.path.insert(0, lib)
+    try:
+        return importlib.import_module("_mlperf_harness")
+    except ImportError as exc:
+        raise HarnessNotBuiltError(
+            f"the C++ harness is not built: run `make build` (or `python -m code.harness.build`); "
+            f"looked in {lib}: {exc}"
+        ) from exc
+
+
+def loadgen_version() -> str:
+    """The version of the LoadGen compiled into the core (e.g. "6.0.17")."""
+    return str(_module().loadgen_version())
+
+
+def run_test(
+    settings: CoreSettings,
+    sample_lengths: np.ndarray,
+    runner: BatchRunner,
+    load_samples: Callable[[list[int]], None] | None = None,
+    unload_samples: Callable[[list[int]], None] | None = None,
+) -> None:
+    """Run one LoadGen test and block until it ends; LoadGen's logs land in settings.log_dir.
+
+    sample_lengths: one length per QSL sample (the order Offline batches are cut in, longest first, when
+    settings.sort_by_length). load_samples / unload_samples get the QSL indices LoadGen loads or unloads.
+    An exception raised by runner.run_batch or a callback is re-raised here after LoadGen ends the test (the
+    remaining samples are answered with empty responses meanwhile, so the run's logs are not valid).
+    May be called once per process.
+    """
+    if not isinstance(settings, CoreSettings):
+        raise ValueError(f"settings must be a CoreSettings, not {type(settings).__name__}")
+    lengths = np.ascontiguousarray(sample_lengths)
+    if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
+        raise ValueError(f"sample_lengths must be a 1-D integer array, not {lengths.dtype} of shape {lengths.shape}")
+    if lengths.shape[0] != settings.total_sample_count:
+        raise ValueError(
+            f"sample_lengths has {lengths.shape[0]} entries; it needs one per QSL sample "
+            f"(total_sample_count = {settings.total_sample_count})"
+        )
+    if not callable(getattr(runner, "run_batch", None)):
+        raise ValueError(f"runner must have a run_batch method ({type(runner).__name__} has none)")
+    for name, callback in (("load_samples", load_samples), ("unload_samples", unload_samples)):
+        if callback is not None and not callable(callback):
+            raise ValueError(f"{name} must be callable or None")
+    if not settings.user_conf.is_file():
+        raise FileNotFoundError(f"user.conf not found: {settings.user_conf}")
+
+    _module().run_test(
+        model=settings.model,
+        scenario=settings.scenario,
+        mode=settings.mode,
+        user_conf=str(settings.user_conf),
+        log_dir=str(settings.log_dir),
+        total_sample_count=settings.total_sample_count,
+        performance_sample_count=settings.performance_sample_count,
+        max_batch_size=settings.max_batch_size,
+        num_workers=settings.num_workers,
+        sort_by_length=settings.sort_by_length,
+        batch_timeout_us=settings.batch_timeout_us,
+        sample_lengths=lengths.astype(np.int64, copy=False),
+        runner=runner,
+        load_samples=load_samples,
+        unload_samples=unload_samples,
+    )

@@ -1,0 +1,84 @@
+// Queues the samples LoadGen issues and hands them, in batches, to worker threads.
+//
+// Enqueue runs on LoadGen's issue thread and never touches Python or the GIL, so issuing stays cheap and LoadGen's
+// timing is not disturbed by whatever Python is doing. Each worker thread takes up to max_batch_size waiting samples
+// and calls the batch handler (which acquires the GIL itself, see PythonBatchRunner).
+//
+// Policies, by scenario:
+//   Offline       the single query is sorted (longest first when sort_by_length) and cut, in that order, into
+//                 batches of max_batch_size; similar lengths share a batch, so padding is small.
+//   Server        dynamic batching: a worker takes whatever is waiting (up to max_batch_size); with batch_timeout
+//                 > 0, once it holds a sample it waits at most that long for more to fill the batch.
+//   SingleStream  whatever is waiting (one query of one sample at a time, so normally 1).
+#pragma once
+
+#include <loadgen.h>
+#include <query_sample.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace harness {
+
+enum class Scenario { kSingleStream, kServer, kOffline };
+
+struct BatcherConfig {
+  Scenario scenario = Scenario::kOffline;
+  std::size_t max_batch_size = 1;
+  std::size_t num_workers = 1;
+  bool sort_by_length = true;
+  std::chrono::microseconds batch_timeout{0};  // Server only
+};
+
+// Called on a worker thread, without the GIL, with 1..max_batch_size samples; must complete every one of them.
+using BatchHandler = std::function<void(const std::vector<mlperf::QuerySample>&)>;
+
+// Optional, called on each worker thread when it starts and just before it exits (e.g. to give the thread one
+// Python thread state for its whole life).
+struct WorkerHooks {
+  std::function<void()> on_start;
+  std::function<void()> on_exit;
+};
+
+class Batcher {
+ public:
+  // sample_lengths[i] is the length of QSL sample i (used only to sort); copied, so no Python object is needed later.
+  Batcher(BatcherConfig config, std::vector<std::int64_t> sample_lengths, BatchHandler handler,
+          WorkerHooks hooks = {});
+  ~Batcher();
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+
+  void Start();
+  // Lets the workers finish what is queued, then joins them. Idempotent. Call without the GIL: a worker may need it.
+  void Stop();
+
+  // Called from BatchingSut::IssueQuery (LoadGen's thread). Sorts the query if asked, then queues it.
+  void Enqueue(const std::vector<mlperf::QuerySample>& samples);
+
+ private:
+  void WorkerLoop();
+  void TakeLocked(std::vector<mlperf::QuerySample>* batch);  // moves queued samples into batch, up to the maximum
+  std::int64_t LengthOf(const mlperf::QuerySample& sample) const;
+
+  const BatcherConfig config_;
+  const std::vector<std::int64_t> sample_lengths_;
+  const BatchHandler handler_;
+  const WorkerHooks hooks_;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<mlperf::QuerySample> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace harness

@@ -1,0 +1,45 @@
+// The Python module _mlperf_harness. Its Python face, with argument checks and docs, is code/harness/core.py.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <version.h>
+
+#include <cstdint>
+#include <string>
+
+#include "test_runner.h"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_mlperf_harness, m) {
+  m.doc() = "C++ core of the MLPerf harness: LoadGen SUT/QSL and the batcher (use code.harness.core)";
+
+  m.def(
+      "run_test",
+      [](const std::string& model, const std::string& scenario, const std::string& mode, const std::string& user_conf,
+         const std::string& log_dir, std::size_t total_sample_count, std::size_t performance_sample_count,
+         std::size_t max_batch_size, std::size_t num_workers, bool sort_by_length, std::int64_t batch_timeout_us,
+         const py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>& sample_lengths,
+         const py::object& runner, const py::object& load_samples, const py::object& unload_samples) {
+        harness::RunConfig config;
+        config.model = model;
+        config.scenario = scenario;
+        config.mode = mode;
+        config.user_conf = user_conf;
+        config.log_dir = log_dir;
+        config.total_sample_count = total_sample_count;
+        config.performance_sample_count = performance_sample_count;
+        config.max_batch_size = max_batch_size;
+        config.num_workers = num_workers;
+        config.sort_by_length = sort_by_length;
+        config.batch_timeout_us = batch_timeout_us;
+        harness::RunTest(config, sample_lengths, runner, load_samples, unload_samples);
+      },
+      py::kw_only(), py::arg("model"), py::arg("scenario"), py::arg("mode"), py::arg("user_conf"), py::arg("log_dir"),
+      py::arg("total_sample_count"), py::arg("performance_sample_count"), py::arg("max_batch_size"),
+      py::arg("num_workers"), py::arg("sort_by_length"), py::arg("batch_timeout_us"), py::arg("sample_lengths"),
+      py::arg("runner"), py::arg("load_samples") = py::none(), py::arg("unload_samples") = py::none(),
+      "Run one LoadGen test (once per process). Raises the runner's first exception after the test ends.");
+
+  m.def(
+      "loadgen_version", [] { return mlperf::LoadgenVersion(); }, "The version of the LoadGen compiled in.");
+}

@@ -1,0 +1,42 @@
+#include "error_state.h"
+
+#include <iostream>
+#include <stdexcept>
+
+namespace harness {
+
+bool ErrorState::ClaimFirst(const std::string& description, const char* where) {
+  if (failed_.exchange(true, std::memory_order_acq_rel)) return false;
+  // Said at once, not only when run_test returns: in Server/SingleStream LoadGen keeps issuing until its minimum
+  // duration, and whoever watches the run should know why it now answers with empty responses.
+  std::cerr << "mlperf_harness: error in " << where << ": " << description
+            << "; no more Python calls, the remaining samples are completed with empty responses until LoadGen "
+               "ends the test, then run_test re-raises it"
+            << std::endl;
+  return true;
+}
+
+void ErrorState::RecordPython(const pybind11::error_already_set& error, const char* where) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (ClaimFirst(error.what(), where)) python_error_.emplace(error);
+}
+
+void ErrorState::RecordMessage(const std::string& message, const char* where) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!ClaimFirst(message, where)) return;
+  // Messages about a bad answer already name run_batch; others get the callback's name in front.
+  message_ = message.rfind(where, 0) == 0 ? message : std::string(where) + ": " + message;
+}
+
+void ErrorState::RethrowIfFailed() {
+  if (!Failed()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (python_error_) {
+    pybind11::error_already_set error = *python_error_;
+    python_error_.reset();
+    throw error;  // pybind11 restores the original Python exception (type, message, traceback)
+  }
+  throw std::runtime_error(message_);
+}
+
+}  // namespace harness

@@ -1,0 +1,42 @@
+// Runs one batch on the Python runner and completes its samples with LoadGen.
+//
+// Called on a batcher worker thread without the GIL. It acquires the GIL only for the Python call and for copying
+// the response bytes out of the returned numpy arrays, then releases it before QuerySamplesComplete, so LoadGen's
+// bookkeeping never waits on Python and other workers can enter Python meanwhile.
+#pragma once
+
+#include <pybind11/pybind11.h>
+#include <query_sample.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "error_state.h"
+
+namespace harness {
+
+class PythonBatchRunner {
+ public:
+  // Must be constructed and destroyed with the GIL held (it keeps a reference to runner.run_batch).
+  PythonBatchRunner(const pybind11::object& runner, ErrorState* errors);
+
+  void RunBatch(const std::vector<mlperf::QuerySample>& batch);
+
+  // Worker hooks: give each worker thread one Python thread state for its whole life (created at start, without
+  // keeping the GIL; deleted at exit, which takes the GIL briefly). Without them, every batch would create and
+  // delete a thread state, and a runner's threading.local data would not survive from one batch to the next.
+  static void AttachWorkerThread();
+  static void DetachWorkerThread();
+
+ private:
+  // Returns false (and records why) when the runner failed or its answer does not fit the batch.
+  bool CallRunner(const std::vector<mlperf::QuerySample>& batch, std::vector<std::vector<std::uint8_t>>* responses);
+
+  pybind11::object run_batch_;
+  ErrorState* errors_;
+};
+
+// After an error no more Python is called; LoadGen still needs every issued sample completed to end its test.
+void CompleteWithEmptyResponses(const std::vector<mlperf::QuerySample>& batch);
+
+}  // namespace harness

@@ -1,0 +1,151 @@
+#include "test_runner.h"
+
+#include <loadgen.h>
+#include <test_settings.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <system_error>
+#include <vector>
+
+#include "batcher.h"
+#include "error_state.h"
+#include "python_batch_runner.h"
+#include "sample_library.h"
+#include "batching_sut.h"
+
+namespace py = pybind11;
+
+namespace harness {
+namespace {
+
+// LoadGen's FromConfig loads the compiled-in mlperf.conf only on its first call in a process; a second call logs
+// error_invalid_config, which the submission checker rejects. So one test per process, enforced here.
+std::atomic<bool> g_test_started{false};
+
+struct ScenarioNames {
+  const char* name;
+  Scenario batcher;
+  mlperf::TestScenario loadgen;
+};
+constexpr ScenarioNames kScenarios[] = {
+    {"Offline", Scenario::kOffline, mlperf::TestScenario::Offline},
+    {"Server", Scenario::kServer, mlperf::TestScenario::Server},
+    {"SingleStream", Scenario::kSingleStream, mlperf::TestScenario::SingleStream},
+};
+
+const ScenarioNames& ParseScenario(const std::string& name) {
+  for (const auto& scenario : kScenarios) {
+    if (name == scenario.name) return scenario;
+  }
+  throw py::value_error("scenario must be one of Offline, Server, SingleStream, not '" + name + "'");
+}
+
+mlperf::TestMode ParseMode(const std::string& name) {
+  if (name == "PerformanceOnly") return mlperf::TestMode::PerformanceOnly;
+  if (name == "AccuracyOnly") return mlperf::TestMode::AccuracyOnly;
+  throw py::value_error("mode must be one of PerformanceOnly, AccuracyOnly, not '" + name + "'");
+}
+
+void Validate(const RunConfig& config, std::size_t lengths_count) {
+  if (config.total_sample_count == 0) throw py::value_error("total_sample_count must be > 0");
+  if (config.performance_sample_count == 0 || config.performance_sample_count > config.total_sample_count) {
+    throw py::value_error("performance_sample_count must be in 1..total_sample_count");
+  }
+  if (config.max_batch_size == 0) throw py::value_error("max_batch_size must be > 0");
+  if (config.num_workers == 0) throw py::value_error("num_workers must be > 0");
+  if (config.batch_timeout_us < 0) throw py::value_error("batch_timeout_us must be >= 0");
+  if (lengths_count != config.total_sample_count) {
+    throw py::value_error("sample_lengths has " + std::to_string(lengths_count) +
+                          " entries; it needs one per QSL sample (total_sample_count = " +
+                          std::to_string(config.total_sample_count) + ")");
+  }
+}
+
+mlperf::TestSettings MakeTestSettings(const RunConfig& config, const ScenarioNames& scenario) {
+  mlperf::TestSettings settings;
+  // The scenario first: FromConfig reads keys for the scenario it is given, but does not set the field itself.
+  settings.scenario = scenario.loadgen;
+  const int rc = settings.FromConfig(config.user_conf, config.model, config.scenario);
+  if (rc != 0) {
+    const std::string why = rc == -ENOENT ? "cannot open the file"
+                            : rc == -EINVAL
+                                ? "a line is not 'model.scenario.key = number' (see LoadGen's detail log)"
+                                : std::strerror(-rc);
+    throw py::value_error("LoadGen could not read user.conf " + config.user_conf + ": " + why);
+  }
+  // After FromConfig, so a "mode" key in user.conf cannot override what the orchestrator asked for.
+  settings.scenario = scenario.loadgen;
+  settings.mode = ParseMode(config.mode);
+  return settings;
+}
+
+mlperf::LogSettings MakeLogSettings(const RunConfig& config) {
+  // LoadGen does not create its output directory: with a missing one it writes nothing and aborts.
+  std::error_code ec;
+  std::filesystem::create_directories(config.log_dir, ec);
+  if (ec || !std::filesystem::is_directory(config.log_dir)) {
+    throw py::value_error("cannot create log_dir " + config.log_dir + ": " + ec.message());
+  }
+  mlperf::LogSettings log_settings;
+  log_settings.log_output.outdir = config.log_dir;
+  log_settings.log_output.copy_summary_to_stdout = false;
+  log_settings.log_output.copy_detail_to_stdout = false;
+  return log_settings;
+}
+
+}  // namespace
+
+void RunTest(const RunConfig& config, const py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>& lengths,
+             const py::object& runner, const py::object& load_samples, const py::object& unload_samples) {
+  const ScenarioNames& scenario = ParseScenario(config.scenario);
+  ParseMode(config.mode);
+  Validate(config, static_cast<std::size_t>(lengths.size()));
+  if (!py::hasattr(runner, "run_batch")) throw py::type_error("runner has no run_batch method");
+  for (const auto& callback : {load_samples, unload_samples}) {
+    if (!callback.is_none() && !PyCallable_Check(callback.ptr())) {
+      throw py::type_error("load_samples / unload_samples must be callables or None");
+    }
+  }
+  if (g_test_started.exchange(true)) {
+    throw std::runtime_error(
+        "run_test may run only once per process: LoadGen's FromConfig reads mlperf.conf only on its first call, and "
+        "a second call marks the run invalid (start one process per test)");
+  }
+
+  mlperf::TestSettings settings = MakeTestSettings(config, scenario);
+  mlperf::LogSettings log_settings = MakeLogSettings(config);
+
+  std::vector<std::int64_t> sample_lengths(lengths.data(), lengths.data() + lengths.size());
+  ErrorState errors;
+  SampleLibrary qsl(config.total_sample_count, config.performance_sample_count, load_samples, unload_samples,
+                         &errors);
+  PythonBatchRunner batch_runner(runner, &errors);
+  BatcherConfig batcher_config;
+  batcher_config.scenario = scenario.batcher;
+  batcher_config.max_batch_size = config.max_batch_size;
+  batcher_config.num_workers = config.num_workers;
+  batcher_config.sort_by_length = config.sort_by_length;
+  batcher_config.batch_timeout = std::chrono::microseconds(config.batch_timeout_us);
+  Batcher batcher(batcher_config, std::move(sample_lengths),
+                  [&batch_runner](const std::vector<mlperf::QuerySample>& batch) { batch_runner.RunBatch(batch); },
+                  WorkerHooks{PythonBatchRunner::AttachWorkerThread, PythonBatchRunner::DetachWorkerThread});
+  BatchingSut sut(&batcher);
+
+  {
+    // Without the GIL: the workers and the QSL callbacks take it when they call Python.
+    py::gil_scoped_release release;
+    batcher.Start();
+    mlperf::StartTest(&sut, &qsl, settings, log_settings);
+    // StartTest returns once every issued sample is complete, so the workers are idle; join them still without the
+    // GIL, in case one is about to take it.
+    batcher.Stop();
+  }
+  errors.RethrowIfFailed();
+}
+
+}  // namespace harness

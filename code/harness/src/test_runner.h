@@ -1,0 +1,34 @@
+// One LoadGen test: settings from user.conf, the QSL, the SUT, the batcher's workers, StartTest.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace harness {
+
+struct RunConfig {
+  std::string model;     // mlperf.conf key: "bert", "gptj"
+  std::string scenario;  // "Offline", "Server", "SingleStream"
+  std::string mode;      // "PerformanceOnly", "AccuracyOnly"
+  std::string user_conf;
+  std::string log_dir;
+  std::size_t total_sample_count = 0;
+  std::size_t performance_sample_count = 0;
+  std::size_t max_batch_size = 1;
+  std::size_t num_workers = 1;
+  bool sort_by_length = true;
+  std::int64_t batch_timeout_us = 0;
+};
+
+// Called with the GIL held; releases it for the duration of LoadGen's StartTest. Raises the first error of the
+// runner or the QSL callbacks after the test ended. Allowed once per process (LoadGen's FromConfig is).
+void RunTest(const RunConfig& config,
+             const pybind11::array_t<std::int64_t, pybind11::array::c_style | pybind11::array::forcecast>& lengths,
+             const pybind11::object& runner, const pybind11::object& load_samples,
+             const pybind11::object& unload_samples);
+
+}  // namespace harness

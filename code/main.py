@@ -1,0 +1,48 @@
+"""Entry point: ``python -m code.main --action=<generate_engines|run_harness|run|info> [RUN_ARGS...]``.
+
+Errors a user can fix (a bad flag, a missing config, absent data) end with one clear message and exit 2,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from code.common.arguments import ArgumentError, format_help, parse_run_args
+from code.common.benchmarks import BenchmarkError
+from code.common.fields import FieldError
+from code.common.run_logs import LogDirError
+from code.common.systems import SystemDetectionError
+from configs.configuration import ConfigError
+
+USER_ERRORS = (ArgumentError, FieldError, ConfigError, BenchmarkError, LogDirError, SystemDetectionError)
+
+
+def main(argv: list[str]) -> int:
+    if any(arg in ("-h", "--help", "help") for arg in argv):
+        print(__doc__)
+        print(format_help())
+        return 0
+    try:
+        request = parse_run_args(argv)
+        if request.action == "info":
+            from code.actions.info import info
+
+            info(request)
+            return 0
+        if request.action in ("generate_engines", "run"):
+            from code.actions.generate_engines import generate_engines
+
+            generate_engines(request)
+        if request.action in ("run_harness", "run"):
+            from code.actions.run_harness import run_harness
+
+            return run_harness(request)
+        return 0
+    except USER_ERRORS as error:
+        print(f"ERROR: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,36 @@
+"""make add_system on a copy of the repo: stubs that import, validate and resolve; a system description."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+from code.common.paths import REPO_ROOT
+
+
+def test_add_system_writes_stubs_that_resolve(tmp_path):
+    for folder in ("code", "configs", "scripts", "systems"):
+        shutil.copytree(REPO_ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def run(*args):
+        return subprocess.run([sys.executable, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    added = run("-m", "scripts.add_system", "--system_name=MyBox_x2")
+    assert added.returncode == 0, added.stderr
+    for scenario in ("Offline", "Server", "SingleStream"):
+        custom = (tmp_path / "configs" / "bert" / scenario / "custom.py").read_text()
+        assert "class MyBox_x2(" in custom and "class MyBox_x2_HighAccuracy(MyBox_x2)" in custom
+    description = json.loads((tmp_path / "systems" / "MyBox_x2.json").read_text())
+    assert description["system_name"] == "MyBox_x2" and "accelerator_model_name" in description
+
+    again = run("-m", "scripts.add_system", "--system_name=MyBox_x2")
+    assert again.returncode == 0 and "already configured" in again.stdout
+
+    info = run("-m", "code.main", "--action=info", "--system_name=MyBox_x2", "--scenarios=offline,server",
+               "--benchmarks=bert-99.9")
+    assert info.returncode == 0, info.stderr
+    assert "config class MyBox_x2_HighAccuracy" in info.stdout
+    assert "offline_expected_qps" in info.stdout and "[MyBox_x2]" in info.stdout
+
+    bad = run("-m", "scripts.add_system", "--system_name=my-box")
+    assert bad.returncode == 2 and "valid Python class name" in bad.stderr

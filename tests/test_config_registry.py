@@ -1,0 +1,117 @@
+"""The config registry: validation at registration, lookup errors, and RUN_ARGS > config > default."""
+
+import pytest
+
+from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
+from configs.bert.Offline import OfflineBaseConfig
+from configs.bert.Server import ServerBaseConfig
+from configs.configuration import ConfigError, ConfigRegistry, WorkloadSetting, resolve_config
+
+register = ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+register_999 = ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+SHIPPED_SYSTEMS = ["CPU", "H100_SXM_80GBx1", "H100_SXM_80GBx8", "H200_SXM_141GBx1", "H200_SXM_141GBx8"]
+
+
+@pytest.mark.parametrize("scenario", list(Scenario))
+@pytest.mark.parametrize("system", SHIPPED_SYSTEMS)
+@pytest.mark.parametrize("target", list(AccuracyTarget))
+def test_every_shipped_system_resolves(system, scenario, target):
+    config = resolve_config(Benchmark.BERT, scenario, system, WorkloadSetting(accuracy_target=target), {})
+    assert config["gpu_batch_size"] >= 1
+    assert config.benchmark_name == f"bert-{target.suffix}"
+    if target is AccuracyTarget.k_99_9:
+        assert config.config_class == f"{system}_HighAccuracy"
+
+
+def test_unknown_field_names_class_and_field():
+    with pytest.raises(ConfigError, match=r"Typo_x1: unknown field 'gpu_batch_sise'"):
+        @register
+        class Typo_x1(OfflineBaseConfig):
+            gpu_batch_sise = 8
+            offline_expected_qps = 1.0
+
+
+def test_wrong_type_names_field():
+    with pytest.raises(ConfigError, match=r"WrongType_x1.*'gpu_batch_size' must be int"):
+        @register
+        class WrongType_x1(OfflineBaseConfig):
+            gpu_batch_size = "8"
+            offline_expected_qps = 1.0
+
+
+def test_bad_choice_lists_valid_ones():
+    with pytest.raises(ConfigError, match=r"precision.*valid choices: fp32, fp16, bf16"):
+        @register
+        class BadChoice_x1(OfflineBaseConfig):
+            gpu_batch_size = 8
+            offline_expected_qps = 1.0
+            precision = "int3"
+
+
+def test_field_set_twice_is_an_error():
+    with pytest.raises(ConfigError, match=r"Twice_x1: field 'gpu_batch_size' is set twice"):
+        class Twice_x1(OfflineBaseConfig):
+            gpu_batch_size = 8
+            gpu_batch_size = 16  # noqa: PIE794
+
+
+def test_missing_required_field():
+    with pytest.raises(ConfigError, match=r"Missing_x1: required field 'offline_expected_qps' is missing"):
+        @register
+        class Missing_x1(OfflineBaseConfig):
+            gpu_batch_size = 8
+
+
+def test_field_of_another_scenario_is_rejected():
+    with pytest.raises(ConfigError, match=r"'server_target_qps' does not apply to bert/Offline"):
+        @register
+        class OtherScenario_x1(OfflineBaseConfig):
+            gpu_batch_size = 8
+            offline_expected_qps = 1.0
+            server_target_qps = 5.0
+
+
+def test_duplicate_registration():
+    @register
+    class Dup_x1(ServerBaseConfig):
+        gpu_batch_size = 8
+        server_target_qps = 1.0
+
+    with pytest.raises(ConfigError, match="already registered by Dup_x1"):
+        register(type("Dup_x1", (Dup_x1,), {}))
+
+
+def test_variant_inherits_and_registers_under_the_same_system():
+    @register
+    class Variant_x2(OfflineBaseConfig):
+        gpu_batch_size = 8
+        offline_expected_qps = 3.0
+
+    @register_999
+    class Variant_x2_HighAccuracy(Variant_x2):
+        precision = "fp16"
+
+    config = resolve_config(Benchmark.BERT, Scenario.Offline, "Variant_x2",
+                            WorkloadSetting(accuracy_target=AccuracyTarget.k_99_9), {})
+    assert config["offline_expected_qps"] == 3.0 and config["precision"] == "fp16"
+
+
+def test_precedence_run_args_over_config_over_default():
+    config = resolve_config(Benchmark.BERT, Scenario.Offline, "CPU", WorkloadSetting(),
+                            {"gpu_batch_size": 3})
+    assert (config["gpu_batch_size"], config.sources["gpu_batch_size"]) == (3, "RUN_ARGS")
+    assert (config["precision"], config.sources["precision"]) == ("bf16", "CPU")
+    assert config.sources["model_name"] == "BertBaseConfig"
+    assert (config["seed"], config.sources["seed"]) == (0, "default")
+    assert "server_target_qps" not in config.values  # not applicable to Offline
+
+
+def test_unknown_system_names_the_fix():
+    with pytest.raises(ConfigError, match=r"no config for system RTX_4090_24GBx1.*make add_system"):
+        resolve_config(Benchmark.BERT, Scenario.Offline, "RTX_4090_24GBx1", WorkloadSetting(), {})
+
+
+def test_missing_workload_lists_the_systems_configs():
+    with pytest.raises(ConfigError, match=r"CPU has configs for: custom_k_99_9_MaxP, custom_k_99_MaxP"):
+        resolve_config(Benchmark.BERT, Scenario.Offline, "CPU",
+                       WorkloadSetting(power_setting=PowerSetting.MaxQ), {})

@@ -1,0 +1,139 @@
+"""The whole path through `python -m code.main`: RUN_ARGS -> config -> C++ core + LoadGen -> backend -> logs.
+
+Each test runs the real harness in a subprocess with build outputs redirected to a temporary build folder
+(the compiled core is linked in), on the SQuAD fixture or synthetic inputs, with tiny models and short runs.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from code.bert.accuracy import CHECKER_F1_PATTERN
+from code.common.paths import LIB_DIR, REPO_ROOT
+
+pytestmark = pytest.mark.slow
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "squad_tiny.json"
+TINY_CPU = ["--model_name=tiny", "--precision=fp32", "--device=cpu", "--gpu_batch_size=8"]
+SHORT = ["--min_duration=1500", "--min_query_count=1"]
+
+
+@pytest.fixture(scope="module")
+def build_dir(tmp_path_factory, harness_built):
+    """A private build/ with the compiled core linked in and the fixture preprocessed."""
+    build = tmp_path_factory.mktemp("build")
+    (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
+    done = subprocess.run([sys.executable, "-m", "code.bert.preprocess_data", "--squad_json", str(FIXTURE),
+                           "--preprocessed_data_dir", str(build / "preprocessed_data")],
+                          cwd=REPO_ROOT, capture_output=True, text=True, env=_env(build))
+    assert done.returncode == 0, done.stderr
+    return build
+
+
+def _env(build):
+    return {**os.environ, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
+
+
+def run_main(build, *args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "code.main", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, env=_env(build), timeout=timeout)
+
+
+def test_oracle_scores_100_through_loadgen(build_dir, tmp_path):
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run", "--backend=oracle", "--test_mode=AccuracyOnly",
+                    "--gpu_batch_size=4", f"--log_dir={logs}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    test_dir = logs / "CPU" / "bert-99" / "Offline"
+    first_line = (test_dir / "accuracy.txt").read_text().splitlines()[0]
+    assert re.match(CHECKER_F1_PATTERN, first_line), first_line
+    assert first_line == '{"exact_match": 100.0, "f1": 100.0}'
+    metadata = json.loads((test_dir / "metadata.json").read_text())
+    assert metadata["result"]["valid"] is True and metadata["result"]["accuracy"]["passed"] is True
+    assert metadata["config"]["fields"]["backend"] == "oracle"
+    assert metadata["config"]["sources"]["backend"] == "RUN_ARGS"
+    assert "oracle backend" in " ".join(metadata["provenance"]["invalid_because"])
+    assert {"mlperf_log_accuracy.json", "mlperf_log_detail.txt", "user.conf", "predictions.json",
+            "stdout.txt"} <= {p.name for p in test_dir.iterdir()}
+    assert "[PASS]" in done.stdout and "Result summaries" in done.stdout
+    summary = json.loads((logs / "summary.json").read_text())
+    assert summary[0]["accuracy"]["f1"] == 100.0
+
+
+def test_shifted_oracle_fails(build_dir, tmp_path):
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run", "--backend=oracle", "--oracle_shift=1", "--test_mode=AccuracyOnly",
+                    "--gpu_batch_size=4", "--benchmarks=bert-99.9", f"--log_dir={logs}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    metadata = json.loads((logs / "CPU" / "bert-99.9" / "Offline" / "metadata.json").read_text())
+    accuracy = metadata["result"]["accuracy"]
+    assert accuracy["f1"] < 90 and accuracy["passed"] is False and accuracy["target_f1"] == pytest.approx(90.783, 1e-3)
+    assert "FAIL" in (logs / "CPU" / "bert-99.9" / "Offline" / "accuracy.txt").read_text()
+    assert "[FAIL]" in done.stdout
+
+
+# Per scenario, settings that reach VALID quickly with the tiny model on 2 cores: Offline's one query must outlast
+# min_duration, so expected QPS is set well above the real throughput; Server's early stopping needs about 460
+# queries at p99; SingleStream's expected latency is set below the real one so LoadGen issues enough queries.
+TINY_SCENARIOS = {
+    "offline": ["--min_duration=1000", "--min_query_count=1", "--offline_expected_qps=4000"],
+    "server": ["--min_duration=1000", "--min_query_count=500", "--server_target_qps=300"],
+    "singlestream": ["--min_duration=1000", "--min_query_count=1", "--single_stream_expected_latency_ns=500000"],
+}
+
+
+@pytest.mark.parametrize("scenario", list(TINY_SCENARIOS))
+def test_tiny_model_valid_in_every_scenario(build_dir, tmp_path, scenario):
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run", f"--scenarios={scenario}", *TINY_CPU, *TINY_SCENARIOS[scenario],
+                    "--input_data=synthetic", "--synthetic_sample_count=128", f"--log_dir={logs}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (test_dir,) = (logs / "CPU" / "bert-99").iterdir()
+    summary = (test_dir / "mlperf_log_summary.txt").read_text()
+    assert "Result is : VALID" in summary, summary
+    metadata = json.loads((test_dir / "metadata.json").read_text())
+    assert metadata["result"]["valid"] is True and metadata["result"]["value"] > 0
+    assert "synthetic inputs" in metadata["provenance"]["invalid_because"]
+    assert f"bert.{test_dir.name}.min_duration = 1000" in (test_dir / "user.conf").read_text()
+    assert "NOT valid MLPerf results" in done.stdout
+
+
+def test_submission_run_uses_submission_layout(build_dir, tmp_path):
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run", "--backend=oracle", "--test_mode=SubmissionRun", "--scenarios=server",
+                    "--gpu_batch_size=4", "--server_target_qps=50", *SHORT, f"--log_dir={logs}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    scenario_dir = logs / "CPU" / "bert-99" / "Server"
+    assert (scenario_dir / "accuracy" / "accuracy.txt").exists()
+    assert (scenario_dir / "performance" / "run_1" / "mlperf_log_detail.txt").exists()
+    assert "AccuracyOnly" in done.stdout and "PerformanceOnly" in done.stdout
+
+
+def test_accuracy_without_real_data_refuses_before_running(build_dir, tmp_path):
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run_harness", "--test_mode=AccuracyOnly", "--input_data=auto",
+                    f"--log_dir={logs}", "--weights=auto")
+    # The private build has the fixture preprocessed but no checkpoint: the accuracy run must refuse.
+    assert done.returncode == 2
+    assert "make download_data download_model preprocess_data" in done.stderr
+    assert not logs.exists()
+
+
+def test_missing_engine_names_generate_engines(build_dir, tmp_path):
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run_harness", *TINY_CPU, "--seed=12345", "--input_data=synthetic",
+                    "--synthetic_sample_count=16", f"--log_dir={logs}")
+    assert done.returncode == 1
+    assert "make generate_engines" in done.stdout
+    assert "FAILED" in done.stdout
+
+
+def test_a_second_run_never_overwrites_the_first(build_dir, tmp_path):
+    logs = tmp_path / "logs"
+    first = run_main(build_dir, "--action=run", "--backend=oracle", "--test_mode=AccuracyOnly", f"--log_dir={logs}")
+    assert first.returncode == 0, first.stderr
+    second = run_main(build_dir, "--action=run", "--backend=oracle", "--test_mode=AccuracyOnly", f"--log_dir={logs}")
+    assert second.returncode == 2 and "already holds files from an earlier run" in second.stderr

@@ -1,0 +1,284 @@
+"""Tests of the C++ harness core (code/harness) against the real LoadGen, with a fake runner.
+
+LoadGen allows one test per process (FromConfig), so each LoadGen test runs in a child process: this file, run as a
+script with a JSON job (see ``_child_main``). The fake runner answers sample i with bytes derived from i, so the
+accuracy log can be checked byte for byte, and records every batch it sees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from code.common.paths import LIB_DIR, REPO_ROOT
+
+QSL_SIZE = 256
+CHILD_TIMEOUT_S = 90
+
+# Short runs that LoadGen still calls VALID. mlperf.conf's bert performance_sample_count_override (10833) is undone,
+# so LoadGen uses the fake QSL's own size.
+USER_CONF = """\
+bert.*.performance_sample_count_override = 0
+*.Offline.min_duration = 300
+*.Offline.min_query_count = 100
+*.Offline.target_qps = 10000
+*.Server.min_duration = 1000
+*.Server.min_query_count = 600
+*.Server.target_qps = 600
+*.SingleStream.min_duration = 500
+*.SingleStream.min_query_count = 100
+*.SingleStream.target_latency = 2
+"""
+
+
+def sample_length(index: int) -> int:
+    """A deterministic, well-spread length in 1..383 for QSL sample ``index``."""
+    return (index * 7919) % 383 + 1
+
+
+def expected_response(index: int, style: str) -> np.ndarray:
+    """The fake runner's answer for one sample; 'list' answers vary in size, like GPT-J's token ids."""
+    size = 4 if style == "stacked" else 1 + index % 7
+    return np.arange(size, dtype=np.float32) + np.float32(index) * np.float32(0.5)
+
+
+class FakeRunner:
+    """Answers deterministically, sleeps a little per batch (so Offline throughput stays below target_qps)."""
+
+    def __init__(self, style: str, sleep_s: float, fail_at_batch: int | None) -> None:
+        self.style = style
+        self.sleep_s = sleep_s
+        self.fail_at_batch = fail_at_batch
+        self.batches: list[list[int]] = []
+        self.local = threading.local()
+        self.thread_locals = 0  # how many worker threads' threading.local data had to be created
+
+    def run_batch(self, sample_indices: np.ndarray) -> list[np.ndarray] | np.ndarray:
+        assert sample_indices.dtype == np.int64
+        self.batches.append([int(i) for i in sample_indices])
+        if not hasattr(self.local, "seen"):
+            self.local.seen = True
+            self.thread_locals += 1
+        if self.fail_at_batch is not None and len(self.batches) > self.fail_at_batch:
+            raise ZeroDivisionError(f"fake runner failed on batch {len(self.batches)}")
+        time.sleep(self.sleep_s)
+        responses = [expected_response(int(i), self.style) for i in sample_indices]
+        return np.stack(responses) if self.style == "stacked" else responses
+
+
+def _child_main(job: dict) -> int:
+    """Run one LoadGen test in this (child) process; write what happened to job['result']."""
+    from code.harness.core import CoreSettings, run_test
+
+    runner = FakeRunner(job.get("style", "list"), job.get("sleep_s", 0.005), job.get("fail_at_batch"))
+    loads: list[int] = []
+    unloads: list[int] = []
+    settings = CoreSettings(
+        model="bert",
+        scenario=job["scenario"],
+        mode=job.get("mode", "PerformanceOnly"),
+        user_conf=Path(job["user_conf"]),
+        log_dir=Path(job["log_dir"]),
+        total_sample_count=QSL_SIZE,
+        performance_sample_count=QSL_SIZE,
+        max_batch_size=job.get("max_batch_size", 16),
+        num_workers=job.get("num_workers", 1),
+        sort_by_length=job.get("sort_by_length", True),
+        batch_timeout_us=job.get("batch_timeout_us", 0),
+    )
+    lengths = np.array([sample_length(i) for i in range(QSL_SIZE)], dtype=np.int64)
+    result: dict = {}
+    try:
+        run_test(settings, lengths, runner, loads.extend, unloads.extend)
+    except Exception as exc:  # reported to the parent, which checks type and message
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    if job.get("run_twice"):
+        try:
+            run_test(settings, lengths, runner)
+        except Exception as exc:
+            result["second_error"] = f"{type(exc).__name__}: {exc}"
+    result.update(batches=runner.batches, loads=loads, unloads=unloads, thread_locals=runner.thread_locals)
+    Path(job["result"]).write_text(json.dumps(result), encoding="utf-8")
+    return 0
+
+
+def run_child(tmp_path: Path, user_conf: str = USER_CONF, **job: object) -> dict:
+    """Run one LoadGen test in a fresh interpreter; return its result (plus log_dir)."""
+    conf = tmp_path / "user.conf"
+    conf.write_text(user_conf, encoding="utf-8")
+    job.setdefault("user_conf", str(conf))
+    job.update(log_dir=str(tmp_path / "logs"), result=str(tmp_path / "result.json"))
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run(
+        [sys.executable, __file__, json.dumps(job)],
+        cwd=tmp_path,  # LoadGen reads audit.config from the working directory: keep it a clean one
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
+    )
+    assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    result = json.loads((tmp_path / "result.json").read_text(encoding="utf-8"))
+    result["log_dir"] = tmp_path / "logs"
+    result["stderr"] = proc.stderr
+    return result
+
+
+def summary(result: dict) -> str:
+    return (result["log_dir"] / "mlperf_log_summary.txt").read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def built_core() -> Path:
+    from code.harness.build import build
+
+    return build()
+
+
+# --- fast checks, no LoadGen ---
+
+
+def test_settings_reject_bad_fields(tmp_path: Path) -> None:
+    from code.harness.core import CoreSettings
+
+    good = dict(
+        model="bert",
+        scenario="Offline",
+        mode="PerformanceOnly",
+        user_conf=tmp_path / "user.conf",
+        log_dir=tmp_path,
+        total_sample_count=10,
+        performance_sample_count=10,
+        max_batch_size=4,
+    )
+    assert CoreSettings(**good).user_conf == tmp_path / "user.conf"
+    with pytest.raises(ValueError, match=r"scenario must be one of Offline, Server, SingleStream, not 'MultiStream'"):
+        CoreSettings(**{**good, "scenario": "MultiStream"})
+    with pytest.raises(ValueError, match=r"mode must be one of PerformanceOnly, AccuracyOnly"):
+        CoreSettings(**{**good, "mode": "SubmissionRun"})
+    with pytest.raises(ValueError, match=r"model must be one of bert, gptj"):
+        CoreSettings(**{**good, "model": "bert-99"})
+    with pytest.raises(ValueError, match=r"max_batch_size must be an integer >= 1"):
+        CoreSettings(**{**good, "max_batch_size": 0})
+    with pytest.raises(ValueError, match=r"performance_sample_count \(11\) must not exceed"):
+        CoreSettings(**{**good, "performance_sample_count": 11})
+
+
+def test_missing_user_conf_is_a_clear_error(tmp_path: Path) -> None:
+    from code.harness.core import CoreSettings, run_test
+
+    settings = CoreSettings("bert", "Offline", "PerformanceOnly", tmp_path / "nope.conf", tmp_path, 4, 4, 2)
+    with pytest.raises(FileNotFoundError, match=r"user.conf not found: .*nope.conf"):
+        run_test(settings, np.ones(4, np.int64), FakeRunner("list", 0, None))
+
+
+def test_bad_sample_lengths(tmp_path: Path) -> None:
+    from code.harness.core import CoreSettings, run_test
+
+    settings = CoreSettings("bert", "Offline", "PerformanceOnly", tmp_path / "u.conf", tmp_path, 4, 4, 2)
+    with pytest.raises(ValueError, match=r"sample_lengths has 3 entries"):
+        run_test(settings, np.ones(3, np.int64), FakeRunner("list", 0, None))
+
+
+def test_missing_module_says_how_to_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import code.harness.core as core
+
+    monkeypatch.setattr(core, "LIB_DIR", tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(LIB_DIR)])
+    monkeypatch.delitem(sys.modules, "_mlperf_harness", raising=False)
+    with pytest.raises(core.HarnessNotBuiltError, match=r"the C\+\+ harness is not built: run `make build`"):
+        core.loadgen_version()
+
+
+# --- LoadGen tests (each in a child process) ---
+
+
+@pytest.mark.slow
+def test_loadgen_version(built_core: Path) -> None:
+    code = "from code.harness.core import loadgen_version; print(loadgen_version())"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "6.0.17"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("scenario", "job"),
+    [
+        ("Offline", {"num_workers": 2}),
+        ("Server", {"num_workers": 2, "max_batch_size": 8, "batch_timeout_us": 500, "style": "stacked"}),
+        ("SingleStream", {"sleep_s": 0.001}),
+    ],
+)
+def test_performance_run_is_valid(built_core: Path, tmp_path: Path, scenario: str, job: dict) -> None:
+    result = run_child(tmp_path, scenario=scenario, **job)
+    assert "error" not in result, result["error"]
+    text = summary(result)
+    assert "Result is : VALID" in text, text
+    assert f"Scenario : {scenario}" in text
+    # The QSL callbacks saw the performance set being loaded and unloaded.
+    assert sorted(result["loads"]) == list(range(QSL_SIZE))
+    assert sorted(result["unloads"]) == list(range(QSL_SIZE))
+    sizes = [len(b) for b in result["batches"]]
+    assert max(sizes) <= job.get("max_batch_size", 16)
+    # Each worker is one Python thread for its whole life: its threading.local data survives between batches.
+    assert result["thread_locals"] == job.get("num_workers", 1)
+    if scenario == "SingleStream":
+        assert set(sizes) == {1}
+    if scenario == "Server":
+        # 600 queries/s against 2 workers busy 5 ms a batch: samples wait, and dynamic batching groups them.
+        assert max(sizes) > 1
+
+
+@pytest.mark.slow
+def test_offline_batches_sorted_longest_first(built_core: Path, tmp_path: Path) -> None:
+    result = run_child(tmp_path, scenario="Offline", num_workers=1, max_batch_size=12, sleep_s=0.002)
+    assert "error" not in result, result["error"]
+    batches = result["batches"]
+    sizes = [len(b) for b in batches]
+    # The one Offline query is sorted, then cut in order: full batches, and only the last may be short.
+    assert all(size == 12 for size in sizes[:-1]) and 1 <= sizes[-1] <= 12
+    lengths = [sample_length(i) for batch in batches for i in batch]
+    assert lengths == sorted(lengths, reverse=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("scenario", "style"), [("Offline", "list"), ("Server", "stacked")])
+def test_accuracy_log_holds_every_sample_once(built_core: Path, tmp_path: Path, scenario: str, style: str) -> None:
+    result = run_child(tmp_path, scenario=scenario, mode="AccuracyOnly", style=style, sleep_s=0, num_workers=2)
+    assert "error" not in result, result["error"]
+    entries = json.loads((result["log_dir"] / "mlperf_log_accuracy.json").read_text(encoding="utf-8"))
+    assert sorted(e["qsl_idx"] for e in entries) == list(range(QSL_SIZE))
+    for entry in entries:
+        assert bytes.fromhex(entry["data"]) == expected_response(entry["qsl_idx"], style).tobytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["Offline", "Server"])
+def test_runner_exception_reaches_run_test(built_core: Path, tmp_path: Path, scenario: str) -> None:
+    started = time.monotonic()
+    result = run_child(tmp_path, scenario=scenario, fail_at_batch=3, num_workers=2)
+    assert result["error"] == "ZeroDivisionError: fake runner failed on batch 4"
+    # No more Python calls after the failure (the other worker may have been inside run_batch already).
+    assert len(result["batches"]) <= 5
+    assert "mlperf_harness: error in run_batch: ZeroDivisionError" in result["stderr"]
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.slow
+def test_bad_user_conf_contents_and_second_test(built_core: Path, tmp_path: Path) -> None:
+    result = run_child(tmp_path, user_conf="*.Offline.min_duration = soon\n", scenario="Offline", run_twice=True)
+    assert result["error"].startswith("ValueError: LoadGen could not read user.conf ")
+    assert str(tmp_path / "user.conf") in result["error"]
+    assert result["second_error"].startswith("RuntimeError: run_test may run only once per process")
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(json.loads(sys.argv[1])))

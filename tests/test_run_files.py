@@ -1,0 +1,93 @@
+"""user.conf generation, log folders that never overwrite, LoadGen detail-log parsing, link_dirs."""
+
+import json
+
+import pytest
+
+from code.common.constants import Benchmark, Scenario, TestMode
+from code.common.run_logs import LogDirError, make_test_log_dir, new_run_root, performance_result
+from code.common.user_conf import user_conf_entries, write_user_conf
+from configs.configuration import WorkloadSetting, resolve_config
+
+
+def resolved(scenario, **overrides):
+    return resolve_config(Benchmark.BERT, scenario, "CPU", WorkloadSetting(), overrides)
+
+
+def test_user_conf_per_scenario(tmp_path):
+    offline = user_conf_entries(resolved(Scenario.Offline), sample_count=10833)
+    assert offline == {"target_qps": "4.0"}
+    server = user_conf_entries(resolved(Scenario.Server, server_target_qps=2.5), sample_count=10833)
+    assert server == {"target_qps": "2.5"}
+    single = user_conf_entries(resolved(Scenario.SingleStream), sample_count=10833)
+    assert single == {"target_latency": "300.0"}  # ms, from 300,000,000 ns
+
+    path = write_user_conf(resolved(Scenario.Offline, test_run=True), sample_count=10833, directory=tmp_path)
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    assert lines == ["bert.Offline.target_qps = 4.0", "bert.Offline.min_duration = 60000",
+                     "bert.Offline.min_query_count = 1"]
+
+
+def test_explicit_durations_win_over_test_run_and_small_sets_override_sample_count():
+    entries = user_conf_entries(resolved(Scenario.Offline, test_run=True, min_duration=5000), sample_count=20)
+    assert entries["min_duration"] == "5000"
+    assert entries["performance_sample_count_override"] == "20"
+
+
+def test_log_folders_are_never_reused(tmp_path, monkeypatch):
+    monkeypatch.setattr("code.common.run_logs.LOGS_DIR", tmp_path / "logs")
+    first, second = new_run_root(), new_run_root()
+    assert first != second and first.exists() and second.exists()
+    test_dir = make_test_log_dir(first, "CPU", "bert-99", Scenario.Offline, TestMode.PerformanceOnly, False)
+    assert test_dir == first / "CPU" / "bert-99" / "Offline"
+    with pytest.raises(LogDirError, match="refusing to overwrite"):
+        make_test_log_dir(first, "CPU", "bert-99", Scenario.Offline, TestMode.PerformanceOnly, False)
+    accuracy = make_test_log_dir(second, "CPU", "bert-99", Scenario.Server, TestMode.AccuracyOnly, True)
+    assert accuracy == second / "CPU" / "bert-99" / "Server" / "accuracy"
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "mlperf_log_summary.txt").write_text("old")
+    with pytest.raises(LogDirError, match="already holds files"):
+        new_run_root(str(tmp_path / "used"))
+
+
+def _detail(tmp_path, records):
+    lines = [":::MLLOG " + json.dumps({"key": key, "value": value, "metadata": {}}) for key, value in records]
+    (tmp_path / "mlperf_log_detail.txt").write_text("\n".join(lines) + "\n")
+
+
+def test_performance_result_valid_and_invalid(tmp_path):
+    _detail(tmp_path, [("result_validity", "VALID"), ("result_samples_per_second", 12.5),
+                       ("result_min_duration_met", True), ("result_min_queries_met", True),
+                       ("early_stopping_met", True)])
+    result = performance_result(tmp_path, Scenario.Offline)
+    assert (result.valid, result.value, result.unit, result.invalid_reasons) == (True, 12.5, "samples/s", [])
+
+    _detail(tmp_path, [("result_validity", "INVALID"), ("result_scheduled_samples_per_sec", 3.0),
+                       ("result_perf_constraints_met", False), ("result_min_duration_met", True),
+                       ("result_invalid_reason", "Reduce target QPS to improve latency. ")])
+    result = performance_result(tmp_path, Scenario.Server)
+    assert result.valid is False and result.value == 3.0
+    assert result.invalid_reasons[0] == "latency constraint not met"
+
+    _detail(tmp_path, [("result_validity", "VALID"), ("early_stopping_latency_ss", 2_500_000),
+                       ("error_invalid_config", "Multiple conf files are used")])
+    result = performance_result(tmp_path, Scenario.SingleStream)
+    assert result.value == pytest.approx(2.5) and result.unit == "ms"
+    assert result.valid is False and "1 LoadGen error(s)" in result.invalid_reasons[-1]
+
+
+def test_link_dirs_local_and_scratch(tmp_path, monkeypatch):
+    from scripts import link_dirs
+
+    dirs = tuple(tmp_path / "build" / name for name in ("data", "models", "preprocessed_data"))
+    monkeypatch.setattr(link_dirs, "LINKED", dirs)
+    link_dirs.link_dirs(None)
+    assert all(d.is_dir() and not d.is_symlink() for d in dirs)
+    scratch = tmp_path / "scratch"
+    link_dirs.link_dirs(str(scratch))
+    assert all(d.is_symlink() and d.resolve() == scratch / d.name for d in dirs)
+    dirs[0].unlink()
+    dirs[0].mkdir()
+    (dirs[0] / "dev-v1.1.json").write_text("{}")
+    with pytest.raises(SystemExit, match="move them to"):
+        link_dirs.link_dirs(str(scratch))

@@ -2,7 +2,12 @@
 REPO_ROOT    := $(patsubst %/,%,$(dir $(abspath $(firstword $(MAKEFILE_LIST)))))
 BUILD_DIR    := $(REPO_ROOT)/build
 VENV         := $(BUILD_DIR)/venv
+# In the container (docker/Dockerfile sets IN_CONTAINER=1) the image's Python is the environment.
+ifdef IN_CONTAINER
+PY           := python3
+else
 PY           := $(VENV)/bin/python
+endif
 SYSTEM_PY    ?= python3
 BENCHMARKS   ?= bert
 RUN_ARGS     ?=

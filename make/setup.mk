@@ -3,13 +3,18 @@
 VENV_STAMP := $(VENV)/.installed-$(shell cat $(REPO_ROOT)/requirements.txt $(REPO_ROOT)/requirements-assets.txt | cksum | cut -d' ' -f1)
 
 .PHONY: setup prebuild link_dirs
+ifdef IN_CONTAINER
+setup:
+	@echo "[setup] in the container: the image's Python is the environment"
+else
 setup: $(VENV_STAMP)
+endif
 
 # Re-installs only when a requirements file changes (the stamp's name carries their checksum).
 $(VENV_STAMP): $(REPO_ROOT)/requirements.txt $(REPO_ROOT)/requirements-assets.txt
-	@test -x $(PY) || $(SYSTEM_PY) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r $(REPO_ROOT)/requirements.txt
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r $(REPO_ROOT)/requirements-assets.txt
+	@test -x $(VENV)/bin/python || $(SYSTEM_PY) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r $(REPO_ROOT)/requirements.txt
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -r $(REPO_ROOT)/requirements-assets.txt
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 	@echo "[setup] build/venv is ready"

@@ -2,7 +2,7 @@
 
 .PHONY: test lint
 lint: setup
-	$(VENV)/bin/ruff check $(REPO_ROOT)
+	$(PY) -m ruff check $(REPO_ROOT)
 
 test: lint build
 	cd $(REPO_ROOT) && $(PY) -m pytest -q $(PYTEST_ARGS)

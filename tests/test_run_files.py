@@ -16,7 +16,7 @@ def resolved(scenario, **overrides):
 
 def test_user_conf_per_scenario(tmp_path):
     offline = user_conf_entries(resolved(Scenario.Offline), sample_count=10833)
-    assert offline == {"target_qps": "4.0"}
+    assert offline == {"target_qps": "6.0"}
     server = user_conf_entries(resolved(Scenario.Server, server_target_qps=2.5), sample_count=10833)
     assert server == {"target_qps": "2.5"}
     single = user_conf_entries(resolved(Scenario.SingleStream), sample_count=10833)
@@ -24,7 +24,7 @@ def test_user_conf_per_scenario(tmp_path):
 
     path = write_user_conf(resolved(Scenario.Offline, test_run=True), sample_count=10833, directory=tmp_path)
     lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
-    assert lines == ["bert.Offline.target_qps = 4.0", "bert.Offline.min_duration = 60000",
+    assert lines == ["bert.Offline.target_qps = 6.0", "bert.Offline.min_duration = 60000",
                      "bert.Offline.min_query_count = 1"]
 
 

@@ -34,8 +34,14 @@ def module_path(lib_dir: Path = LIB_DIR) -> Path:
     return lib_dir / (MODULE_NAME + sysconfig.get_config_var("EXT_SUFFIX"))
 
 
+# The system compiler comes first: it links the system's shared libstdc++, the one PyTorch loads too. A private
+# toolchain earlier on PATH (the GPU machines have one in /opt/gcc) may link libstdc++ statically, which puts two
+# copies of the C++ runtime in one process and crashed LoadGen's logging thread as soon as torch was loaded.
+SYSTEM_COMPILERS = ("/usr/bin/c++", "/usr/bin/g++")
+
+
 def _find_compiler() -> str:
-    candidates = [os.environ["CXX"]] if os.environ.get("CXX") else ["c++", "g++", "clang++"]
+    candidates = [os.environ["CXX"]] if os.environ.get("CXX") else [*SYSTEM_COMPILERS, "c++", "g++", "clang++"]
     for candidate in candidates:
         found = shutil.which(candidate)
         if found:
@@ -62,11 +68,32 @@ def _run(command: list[str], what: str) -> None:
 
 
 def build(jobs: int = 2, clean: bool = False, lib_dir: Path = LIB_DIR, build_dir: Path = CMAKE_BUILD_DIR) -> Path:
-    """Fetch LoadGen if needed, configure if needed, build; return the path of the built module."""
+    """Fetch LoadGen if needed, configure if needed, build; return the path of the built module.
+
+    A compiler that links libstdc++ statically (CXX may name one) is replaced by the system compiler.
+    """
+    compiler = _find_compiler()
+    built = _build_with(compiler, jobs, clean, lib_dir, build_dir)
+    if _has_shared_cxx_runtime(built):
+        return built
+    others = [c for c in SYSTEM_COMPILERS if shutil.which(c) and os.path.realpath(c) != os.path.realpath(compiler)]
+    fallback = others[0] if others else None
+    if fallback is None:
+        raise BuildError(
+            f"{built.name} was linked with a static C++ runtime by {compiler}; that crashes beside PyTorch. "
+            "Build with a compiler that links libstdc++ dynamically: CXX=/usr/bin/g++ make build"
+        )
+    print(f"note: {compiler} links a static C++ runtime, which crashes beside PyTorch; rebuilding with {fallback}")
+    built = _build_with(fallback, jobs, True, lib_dir, build_dir)
+    if not _has_shared_cxx_runtime(built):
+        raise BuildError(f"{built.name} still has a static C++ runtime after rebuilding with {fallback}")
+    return built
+
+
+def _build_with(compiler: str, jobs: int, clean: bool, lib_dir: Path, build_dir: Path) -> Path:
     cmake = shutil.which("cmake")
     if cmake is None:
         raise BuildError("cmake not found: install it (`apt-get install cmake` or `pip install cmake`)")
-    compiler = _find_compiler()
     try:
         loadgen_dir = fetch_loadgen()
     except FetchError as exc:
@@ -119,6 +146,15 @@ def build(jobs: int = 2, clean: bool = False, lib_dir: Path = LIB_DIR, build_dir
     if not built.is_file():
         raise BuildError(f"the build finished but {built} is missing")
     return built
+
+
+def _has_shared_cxx_runtime(module: Path) -> bool:
+    """False for a module with a private (static) libstdc++: it crashes once PyTorch's shared one is loaded too."""
+    readelf = shutil.which("readelf")
+    if readelf is None or not sys.platform.startswith("linux"):
+        return True  # nothing to check with; the build itself succeeded
+    dynamic = subprocess.run([readelf, "-d", str(module)], capture_output=True, text=True).stdout
+    return "libstdc++" in dynamic or "libc++" in dynamic
 
 
 def main(argv: list[str] | None = None) -> int:

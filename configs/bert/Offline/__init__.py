@@ -21,7 +21,7 @@ class CPU(OfflineBaseConfig):
     precision = "bf16"
     device = "cpu"
     gpu_batch_size = 8
-    offline_expected_qps = 4.0
+    offline_expected_qps = 6.0
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)

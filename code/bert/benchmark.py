@@ -168,11 +168,9 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
 
     choice = choose_inputs(config, mode)
     features = load_features(config, choice)
-    options = BackendOptions(device=resolve_device(config), features=features, oracle_shift=config["oracle_shift"])
-    if config["backend"] == "pytorch":
-        spec = engine_spec(config, choice)
-        options = BackendOptions(device=options.device, engine_dir=engine_dir(config, spec), engine_spec=spec,
-                                 features=features, oracle_shift=config["oracle_shift"])
+    spec = engine_spec(config, choice) if config["backend"] == "pytorch" else None
+    options = BackendOptions(device=resolve_device(config), engine_dir=spec and engine_dir(config, spec),
+                             engine_spec=spec, features=features, oracle_shift=config["oracle_shift"])
     backend = create_backend(config["backend"], options)
 
     def evaluate(log_dir: Path) -> dict[str, Any]:

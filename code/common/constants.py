@@ -17,6 +17,15 @@ def _choice_error(kind: str, value: str, choices: list[str]) -> ChoiceError:
     return ChoiceError(f"unknown {kind} '{value}'; valid choices: {', '.join(choices)}")
 
 
+def _parse_by_value(enum: type[Enum], kind: str, text: str, shown: list[str] | None = None) -> Enum:
+    """The member whose value matches ``text``, ignoring case and surrounding spaces; else an error listing
+    ``shown`` (default: the values)."""
+    for member in enum:
+        if text.strip().lower() == str(member.value).lower():
+            return member
+    raise _choice_error(kind, text, shown or [str(member.value) for member in enum])
+
+
 class Benchmark(Enum):
     """A benchmark family; its accuracy target picks bert-99 or bert-99.9 (a submission's benchmark name)."""
 
@@ -51,10 +60,7 @@ class Scenario(Enum):
     @classmethod
     def parse(cls, text: str) -> Scenario:
         """Case-insensitive: ``offline``, ``Offline`` and ``OFFLINE`` are all Offline."""
-        for scenario in cls:
-            if text.strip().lower() == scenario.value.lower():
-                return scenario
-        raise _choice_error("scenario", text, [s.value.lower() for s in cls])
+        return _parse_by_value(cls, "scenario", text, shown=[s.value.lower() for s in cls])
 
 
 class AccuracyTarget(Enum):
@@ -89,10 +95,7 @@ class HarnessType(Enum):
 
     @classmethod
     def parse(cls, text: str) -> HarnessType:
-        for harness in cls:
-            if text.strip().lower() == harness.value:
-                return harness
-        raise _choice_error("harness type", text, [h.value for h in cls])
+        return _parse_by_value(cls, "harness type", text)
 
 
 class PowerSetting(Enum):
@@ -103,10 +106,7 @@ class PowerSetting(Enum):
 
     @classmethod
     def parse(cls, text: str) -> PowerSetting:
-        for setting in cls:
-            if text.strip().lower() == setting.value.lower():
-                return setting
-        raise _choice_error("power setting", text, [s.value for s in cls])
+        return _parse_by_value(cls, "power setting", text)
 
 
 class TestMode(Enum):
@@ -127,10 +127,7 @@ class TestMode(Enum):
 
     @classmethod
     def parse(cls, text: str) -> TestMode:
-        for mode in cls:
-            if text.strip().lower() == mode.value.lower():
-                return mode
-        raise _choice_error("test mode", text, [m.value for m in cls])
+        return _parse_by_value(cls, "test mode", text)
 
 
 # Legacy NVIDIA spelling of the workload: --config_ver=default|high_accuracy.

@@ -13,15 +13,17 @@ from typing import Any
 
 import numpy as np
 
+from code.bert.download_model import BERT_SUBDIR, MODEL_FILES
+from code.bert.preprocess_data import default_squad_json
+from code.bert.squad import MANIFEST_FILE, MAX_SEQ_LENGTH, TOKENIZED_SUBDIR
 from code.common.benchmarks import InputsUnavailableError, PreparedTest
 from code.common.constants import TestMode
 from code.common.paths import DATA_DIR, ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
 from configs.configuration import ResolvedConfig
 
-MAX_SEQ_LENGTH = 384
-PREPROCESSED_DIR = PREPROCESSED_DATA_DIR / "squad_tokenized"
-SQUAD_JSON = DATA_DIR / "squad" / "dev-v1.1.json"
-CHECKPOINT = MODELS_DIR / "bert" / "model.pytorch"
+# Where the make steps put things (each module that writes a file owns its name).
+PREPROCESSED_DIR = PREPROCESSED_DATA_DIR / TOKENIZED_SUBDIR
+CHECKPOINT = MODELS_DIR / BERT_SUBDIR / MODEL_FILES["pytorch"].name
 FETCH_STEP = 'make download_data download_model preprocess_data BENCHMARKS="bert"'
 # Logit given to positions past a sample's last token; post-processing never picks them.
 PAD_LOGIT = -10000.0
@@ -52,10 +54,10 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
     if data_field == "synthetic":
         data_dir = None
     elif data_field == "auto":
-        data_dir = PREPROCESSED_DIR if (PREPROCESSED_DIR / "manifest.json").exists() else None
+        data_dir = PREPROCESSED_DIR if (PREPROCESSED_DIR / MANIFEST_FILE).exists() else None
     else:
         data_dir = Path(data_field)
-        if not (data_dir / "manifest.json").exists():
+        if not (data_dir / MANIFEST_FILE).exists():
             raise InputsUnavailableError(f"--input_data={data_field} holds no preprocessed SQuAD set "
                                          f"(manifest.json); run {FETCH_STEP}")
     if accuracy and data_dir is None:
@@ -200,10 +202,10 @@ def _squad_json_for(data_dir: Path) -> Path:
     """The SQuAD file a preprocessed set was made from: recorded in its manifest, else the default location."""
     import json
 
-    manifest = json.loads((data_dir / "manifest.json").read_text())
+    manifest = json.loads((data_dir / MANIFEST_FILE).read_text())
     recorded = manifest.get("source_file") or manifest.get("squad_json")
     if recorded and Path(recorded).exists():
         return Path(recorded)
-    if SQUAD_JSON.exists():
-        return SQUAD_JSON
+    if default_squad_json(DATA_DIR).exists():
+        return default_squad_json(DATA_DIR)
     raise InputsUnavailableError(f"the SQuAD file behind {data_dir} is missing; run {FETCH_STEP}")

@@ -41,14 +41,14 @@ def test_fast_is_an_alias_of_test_run():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--benchmarks=resnet"], "unknown benchmark 'resnet'; valid choices: bert, bert-99, bert-99.9"),
+    (["--benchmarks=resnet"], "unknown benchmark 'resnet'; valid choices: bert, gptj, bert-99, bert-99.9, gptj-99"),
     (["--scenarios=multistream"], "unknown scenario 'multistream'; valid choices: offline, server, singlestream"),
     (["--accuracy_target=0.9"], "valid choices: 0.99, 0.999"),
     (["--config_ver=turbo"], "valid choices: default, high_accuracy"),
     (["--test_mode=Fast"], "valid choices: PerformanceOnly, AccuracyOnly, SubmissionRun"),
     (["--scenario=offline"], "unknown flag --scenario (did you mean --scenarios?)"),
     (["--gpu_batch_size=big"], "--gpu_batch_size=big: expected int"),
-    (["--precision=int4"], "valid choices: fp32, fp16, bf16"),
+    (["--precision=int4"], "valid choices: fp32, fp16, bf16, fp8"),
     (["--action=deploy"], "valid choices: generate_engines, run_harness, run, info"),
     (["--benchmarks=bert-99", "--accuracy_target=0.999"], "asks for 0.99 but"),
     (["--gpu_batch_size"], "--gpu_batch_size needs a value"),
@@ -64,5 +64,6 @@ def test_main_exits_nonzero_with_one_line_error():
     result = subprocess.run([sys.executable, "-m", "code.main", "--action=info", "--benchmarks=bret"],
                             cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 2
-    assert result.stderr.strip() == "ERROR: unknown benchmark 'bret'; valid choices: bert, bert-99, bert-99.9"
+    assert result.stderr.strip() == ("ERROR: unknown benchmark 'bret'; valid choices: bert, gptj, bert-99, bert-99.9, "
+                                     "gptj-99, gptj-99.9")
     assert "Traceback" not in result.stderr

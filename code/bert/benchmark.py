@@ -17,7 +17,7 @@ from code.bert.download_model import BERT_SUBDIR, MODEL_FILES
 from code.bert.preprocess_data import default_squad_json
 from code.bert.squad import MANIFEST_FILE, MAX_SEQ_LENGTH, TOKENIZED_SUBDIR
 from code.common.benchmarks import InputsUnavailableError, PreparedTest
-from code.common.constants import TestMode
+from code.common.constants import DATASET_SIZE, Benchmark, TestMode
 from code.common.paths import DATA_DIR, ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
 from configs.configuration import ResolvedConfig
 
@@ -82,6 +82,11 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
     return InputChoice(data_dir, checkpoint if uses_weights else "none (oracle backend)")
 
 
+def synthetic_count(config: ResolvedConfig) -> int:
+    """Samples in a synthetic set: the field, else the real set's size."""
+    return config["synthetic_sample_count"] or DATASET_SIZE[Benchmark.BERT]
+
+
 def resolve_device(config: ResolvedConfig) -> str:
     device = config["device"]
     if device == "auto":
@@ -118,7 +123,8 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
         invalid_because.append(f"model {config['model_name']} is not BERT-large")
     described = {
         "inputs": str(choice.data_dir) if choice.data_dir else
-        f"synthetic ({config['synthetic_sample_count']} samples, SQuAD-like lengths)",
+        f"synthetic ({synthetic_count(config)} samples, "
+        f"{'all 384 tokens' if config['synthetic_lengths'] == 'max' else 'SQuAD-like lengths'})",
         "weights": "random (real architecture)" if choice.random_weights else choice.checkpoint,
         "invalid_because": invalid_because,
     }
@@ -144,7 +150,8 @@ def load_features(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 
     from code.bert.dataset import BertFeatures
 
     if choice.data_dir is None:
-        return BertFeatures.synthetic(config["synthetic_sample_count"], seed=config["seed"])
+        return BertFeatures.synthetic(synthetic_count(config), seed=config["seed"],
+                                      full_length=config["synthetic_lengths"] == "max")
     return BertFeatures.load(choice.data_dir)
 
 

@@ -91,11 +91,13 @@ class BertFeatures:
         return cls(input_ids, segment_ids, input_mask, lengths, synthetic=False, gold_positions=gold)
 
     @classmethod
-    def synthetic(cls, count: int, seed: int = 0, vocab_path: Path | None = None) -> BertFeatures:
+    def synthetic(cls, count: int, seed: int = 0, vocab_path: Path | None = None,
+                  full_length: bool = False) -> BertFeatures:
         """`count` features shaped like SQuAD's: `[CLS] question [SEP] context-window [SEP]`, SQuAD-like lengths.
 
         Deterministic in `seed`. Examples are drawn (question length, context length) and split into windows
-        with stride 128 as real preprocessing does, until `count` features exist.
+        with stride 128 as real preprocessing does, until `count` features exist. ``full_length``: every feature
+        fills all 384 positions (the worst case for throughput).
         """
         rng = np.random.default_rng(seed)
         word_ids, cls_id, sep_id = _ordinary_token_ids(vocab_path)
@@ -111,6 +113,9 @@ class BertFeatures:
             question = rng.choice(word_ids, size=q)
             context = rng.choice(word_ids, size=d)
             max_doc = MAX_SEQ_LENGTH - q - 3
+            if full_length:
+                d = max_doc
+                context = rng.choice(word_ids, size=d)
             start = 0
             while row < count:
                 length = min(d - start, max_doc)

@@ -20,7 +20,7 @@ import numpy as np
 
 from code.common.constants import Benchmark
 
-BENCHMARK_MODULES = {Benchmark.BERT: "code.bert.benchmark"}
+BENCHMARK_MODULES = {Benchmark.BERT: "code.bert.benchmark", Benchmark.GPTJ: "code.gptj.benchmark"}
 
 
 class BenchmarkError(RuntimeError):

@@ -30,6 +30,7 @@ class Benchmark(Enum):
     """A benchmark family; its accuracy target picks bert-99 or bert-99.9 (a submission's benchmark name)."""
 
     BERT = "bert"
+    GPTJ = "gptj"
 
     @property
     def loadgen_model(self) -> str:
@@ -134,7 +135,7 @@ class TestMode(Enum):
 CONFIG_VER_TO_ACCURACY = {"default": AccuracyTarget.k_99, "high_accuracy": AccuracyTarget.k_99_9}
 
 # Samples in each benchmark's data set: the QSL size, LoadGen's performance sample count and Offline's minimum.
-DATASET_SIZE = {Benchmark.BERT: 10833}
+DATASET_SIZE = {Benchmark.BERT: 10833, Benchmark.GPTJ: 13368}
 
 # MLPerf's latency bounds for the Server scenario, as mlperf.conf sets them.
-SERVER_LATENCY_BOUND_NS = {Benchmark.BERT: 130_000_000}
+SERVER_LATENCY_BOUND_NS = {Benchmark.BERT: 130_000_000, Benchmark.GPTJ: 20_000_000_000}

@@ -70,17 +70,22 @@ FIELDS: dict[str, Field] = {
         # What runs.
         Field("backend", str, "pytorch", "Backend that runs the model: pytorch (our model), oracle (gold answers; "
               "checks the pipeline, not a model)", choices=("pytorch", "oracle")),
-        Field("precision", str, "fp32", "Numeric precision of the engine", choices=("fp32", "fp16", "bf16")),
+        Field("precision", str, "fp32", "Numeric precision of the engine's matrix products (fp8: FP8 GEMMs with "
+              "calibrated scales, GPU only)", choices=("fp32", "fp16", "bf16", "fp8")),
         Field("device", str, "auto", "Where the model runs: auto (cuda when present, else cpu), cpu, cuda, cuda:N"),
-        Field("model_name", str, "large", "Model architecture: large (the MLPerf model) or a small one for tests",
-              benchmarks=(Benchmark.BERT,)),
+        Field("model_name", str, None, "Model architecture: the MLPerf model (bert: large, gptj: 6b; set by each "
+              "benchmark's base config) or a small one for tests (tiny)"),
         Field("weights", str, "auto", "auto: the downloaded checkpoint, else random weights (performance only); "
               "random; or a checkpoint path"),
         Field("input_data", str, "auto", "auto: the preprocessed data set, else synthetic inputs (performance "
               "only); synthetic; or a preprocessed-data folder"),
-        Field("synthetic_sample_count", int, 10833, "Samples in the synthetic data set (the real set's size by "
-              "default)"),
+        Field("synthetic_sample_count", int, None, "Samples in the synthetic data set (default: the real set's "
+              "size)"),
+        Field("synthetic_lengths", str, "dataset", "Lengths of synthetic samples: dataset (like the real set's) or "
+              "max (every sample at the longest input: the worst case)", choices=("dataset", "max")),
         Field("seed", int, 0, "Seed for random weights and synthetic inputs"),
+        Field("num_beams", int, 4, "GPT-J beam width: 4 is the closed-division rule; 1 is greedy search (open "
+              "division, debugging)", benchmarks=(Benchmark.GPTJ,)),
         Field("oracle_shift", int, 0, "oracle backend: move the gold answer by this many tokens (a failing oracle)"),
         # How the C++ core batches.
         Field("gpu_batch_size", int, None, "Largest batch the batcher hands to the backend", required=True),

@@ -1,0 +1,74 @@
+"""GPT-J Offline: one query with every sample; LoadGen reports samples/s and inferred tokens/s.
+
+The GPU numbers are starting points for the GPT-J GPU work (not tuned or measured yet), not claims.
+"""
+
+from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
+from configs.configuration import ConfigRegistry
+from configs.gptj import CPU_MODEL, GptjBaseConfig
+
+
+class OfflineBaseConfig(GptjBaseConfig):
+    scenario = Scenario.Offline
+    num_workers = 1
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class CPU(OfflineBaseConfig):
+    """Any machine without an NVIDIA GPU: the embedded default and CI."""
+
+    model_name = CPU_MODEL
+    precision = "fp32"
+    device = "cpu"
+    synthetic_sample_count = 64
+    gpu_batch_size = 16
+    offline_expected_qps = 4.0
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class CPU_HighAccuracy(CPU):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H100_SXM_80GBx1(OfflineBaseConfig):
+    precision = "bf16"
+    device = "cuda"
+    gpu_batch_size = 32
+    offline_expected_qps = 10.0
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H100_SXM_80GBx1_HighAccuracy(H100_SXM_80GBx1):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H100_SXM_80GBx8(H100_SXM_80GBx1):
+    offline_expected_qps = 10.0 * 8
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H200_SXM_141GBx1(H100_SXM_80GBx1):
+    gpu_batch_size = 64
+    offline_expected_qps = 12.0
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H200_SXM_141GBx8(H200_SXM_141GBx1):
+    offline_expected_qps = 12.0 * 8
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H200_SXM_141GBx8_HighAccuracy(H200_SXM_141GBx8):
+    pass

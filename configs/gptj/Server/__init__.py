@@ -1,0 +1,75 @@
+"""GPT-J Server: Poisson arrivals at server_target_qps; p99 latency must stay under 20 s.
+
+The GPU numbers are starting points for the GPT-J GPU work (not tuned or measured yet), not claims.
+"""
+
+from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
+from configs.configuration import ConfigRegistry
+from configs.gptj import CPU_MODEL, GptjBaseConfig
+
+
+class ServerBaseConfig(GptjBaseConfig):
+    scenario = Scenario.Server
+    num_workers = 1
+    batch_timeout_us = 0
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class CPU(ServerBaseConfig):
+    """Any machine without an NVIDIA GPU: the embedded default and CI."""
+
+    model_name = CPU_MODEL
+    precision = "fp32"
+    device = "cpu"
+    synthetic_sample_count = 64
+    gpu_batch_size = 8
+    server_target_qps = 1.0
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class CPU_HighAccuracy(CPU):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H100_SXM_80GBx1(ServerBaseConfig):
+    precision = "bf16"
+    device = "cuda"
+    gpu_batch_size = 32
+    server_target_qps = 8.0
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H100_SXM_80GBx1_HighAccuracy(H100_SXM_80GBx1):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H100_SXM_80GBx8(H100_SXM_80GBx1):
+    server_target_qps = 8.0 * 8
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H200_SXM_141GBx1(H100_SXM_80GBx1):
+    gpu_batch_size = 64
+    server_target_qps = 10.0
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
+    pass
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H200_SXM_141GBx8(H200_SXM_141GBx1):
+    server_target_qps = 10.0 * 8
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+class H200_SXM_141GBx8_HighAccuracy(H200_SXM_141GBx8):
+    pass

@@ -95,10 +95,10 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
 
     if mode is TestMode.AccuracyOnly:
         accuracy = prepared.evaluate_accuracy(log_dir)
-        result = TestResult(config.scenario.value, mode.value, str(log_dir), metric="f1", value=accuracy["f1"],
-                            unit="%", valid=bool(accuracy["passed"]), accuracy=accuracy)
-        if not accuracy["passed"]:
-            result.invalid_reasons.append(f"F1 {accuracy['f1']:.3f} below target {accuracy['target_f1']:.3f}")
+        result = TestResult(config.scenario.value, mode.value, str(log_dir), metric=accuracy["metric"],
+                            value=accuracy["value"], unit=accuracy["unit"], valid=bool(accuracy["passed"]),
+                            accuracy=accuracy)
+        result.invalid_reasons.extend(accuracy["failures"])
     else:
         result = performance_result(log_dir, config.scenario)
     if invalid_because:

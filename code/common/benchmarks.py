@@ -38,7 +38,9 @@ class PreparedTest:
     sample_lengths: np.ndarray  # int32, one per QSL sample: the batcher sorts by it
     performance_sample_count: int
     runner: Any  # code.harness.core.BatchRunner
-    evaluate_accuracy: Callable[[Path], dict[str, Any]]  # log folder -> accuracy summary (writes accuracy.txt)
+    # log folder -> accuracy summary (writes accuracy.txt): {"metric", "value", "unit", "passed", "failures" (why it
+    # failed, one line each), "summary" (one line for the closing table)} plus the benchmark's own figures.
+    evaluate_accuracy: Callable[[Path], dict[str, Any]]
     provenance: dict[str, Any] = field(default_factory=dict)  # inputs/weights used, and whether a result is valid
 
     @property

@@ -84,15 +84,28 @@ FIELDS: dict[str, Field] = {
         Field("synthetic_lengths", str, "dataset", "Lengths of synthetic samples: dataset (like the real set's) or "
               "max (every sample at the longest input: the worst case)", choices=("dataset", "max")),
         Field("seed", int, 0, "Seed for random weights and synthetic inputs"),
+        Field("synthetic_length_scale", float, 1.0, "GPT-J: multiplies synthetic prompt lengths (0 < s <= 1; "
+              "e.g. 0.05 for quick CPU tests)", benchmarks=(Benchmark.GPTJ,)),
         Field("num_beams", int, 4, "GPT-J beam width: 4 is the closed-division rule; 1 is greedy search (open "
               "division, debugging)", benchmarks=(Benchmark.GPTJ,)),
-        Field("oracle_shift", int, 0, "oracle backend: move the gold answer by this many tokens (a failing oracle)"),
+        Field("oracle_shift", int, 0, "oracle backend, a deliberately failing oracle: bert: move the gold answer by "
+              "this many tokens; gptj: drop this many tokens from the end of every reference summary"),
         # How the C++ core batches.
         Field("gpu_batch_size", int, None, "Largest batch the batcher hands to the backend", required=True),
         Field("num_workers", int, 1, "Batcher threads, each driving the backend (NVIDIA: inference streams)"),
         Field("sort_by_length", bool, True, "Sort each query's samples longest first before batching"),
         Field("batch_timeout_us", int, 0, "Server: how long a worker waits to fill a batch once it holds a sample",
               scenarios=(Scenario.Server,)),
+        # BERT GPU path (code/bert/fast; documentation/bert_gpu.md). Only the pytorch backend on CUDA reads these.
+        Field("fast_path", bool, True, "BERT on CUDA: packed fast path (fused kernels, varlen attention, FP8 "
+              "GEMMs, CUDA graphs) for fp16/bf16/fp8 engines; off: the eager padded model",
+              benchmarks=(Benchmark.BERT,)),
+        Field("cuda_graphs", bool, True, "BERT fast path: replay a CUDA graph per token bucket for small batches",
+              benchmarks=(Benchmark.BERT,)),
+        Field("graph_max_tokens", int, 16384, "BERT fast path: largest token bucket with a CUDA graph (larger "
+              "batches run eagerly)", benchmarks=(Benchmark.BERT,)),
+        Field("fp8_fast_accum", bool, False, "BERT fast path, fp8: cuBLASLt fast accumulation in the FP8 GEMMs",
+              benchmarks=(Benchmark.BERT,)),
         # LoadGen (written to user.conf).
         Field("offline_expected_qps", float, None, "Offline: expected samples/s; LoadGen sizes the query from it "
               "(set it at or above the real throughput)", scenarios=(Scenario.Offline,), required=True),

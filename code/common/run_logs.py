@@ -87,6 +87,13 @@ METRICS = {
     Scenario.SingleStream: ("early_stopping_latency_ss", "90th_percentile_latency", "ms", 1e-6),
 }
 
+# Token throughput LoadGen reports for LLM benchmarks. For gptj, mlperf.conf has LoadGen infer tokens (a fixed
+# tokens-per-sample factor) instead of counting them; the submission checker reads these keys for GPT-J since v4.1.
+TOKEN_METRICS = {
+    Scenario.Offline: "result_inferred_tokens_per_second",
+    Scenario.Server: "result_inferred_completed_tokens_per_second",
+}
+
 
 @dataclass
 class TestResult:
@@ -138,9 +145,12 @@ def performance_result(directory: Path, scenario: Scenario) -> TestResult:
     if detail["result_validity"] != "VALID" and not result.invalid_reasons:
         result.invalid_reasons.append(f"LoadGen: {detail['result_validity']}")
     for extra_key in ("result_99.00_percentile_latency_ns", "result_90.00_percentile_latency_ns",
-                      "result_mean_latency_ns", "result_qps_with_loadgen_overhead"):
+                      "result_mean_latency_ns", "result_qps_with_loadgen_overhead", *TOKEN_METRICS.values()):
         if extra_key in detail:
             result.extra[extra_key] = detail[extra_key]
+    tokens_key = TOKEN_METRICS.get(scenario)
+    if tokens_key in detail:  # LLMs: LoadGen's (inferred) token throughput, the v4.1+ GPT-J metric
+        result.extra["tokens_per_second"] = float(detail[tokens_key])
     return result
 
 

@@ -13,9 +13,11 @@ def _describe(result: TestResult) -> str:
     if result.valid is None:
         return "FAILED: " + "; ".join(result.invalid_reasons)
     figure = "no figure" if result.value is None else f"{result.metric} = {result.value:,.3f} {result.unit}"
+    tokens = result.extra.get("tokens_per_second")
+    if tokens is not None:
+        figure += f", {tokens:,.1f} tokens/s"
     if result.accuracy is not None:
-        figure = (f"exact_match = {result.accuracy['exact_match']:.3f}, f1 = {result.accuracy['f1']:.3f} "
-                  f"(target {result.accuracy['target_f1']:.3f})")
+        figure = result.accuracy["summary"]
         verdict = "PASS" if result.accuracy["passed"] else "FAIL"
     else:
         verdict = "VALID" if result.valid else "INVALID"

@@ -1,0 +1,78 @@
+"""Which data set and weights a run uses: the fallback rule every benchmark shares.
+
+The embedded default: a performance run without the real data set or checkpoint runs on synthetic inputs and
+random weights of the configured architecture, and says so loudly; an accuracy run refuses and names the make
+step that fetches what is missing. Each benchmark passes where its make steps put things.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from code.common.benchmarks import InputsUnavailableError
+from code.common.constants import TestMode
+from configs.configuration import ResolvedConfig
+
+
+@dataclass(frozen=True)
+class InputLocations:
+    """Where a benchmark's make steps put its inputs, and how to describe them in errors."""
+
+    preprocessed_dir: Path  # what preprocess_data writes
+    manifest_name: str  # the file that marks a complete preprocessed set
+    checkpoint: Path  # what download_model writes (a file or a folder)
+    fetch_step: str  # the make command that produces all of them
+    data_name: str  # "SQuAD v1.1", "CNN/DailyMail"
+    model_name: str  # "MLCommons BERT checkpoint", ...
+
+
+@dataclass(frozen=True)
+class InputChoice:
+    """Which data set and weights a run uses, and whether its result may count as an MLPerf result."""
+
+    data_dir: Path | None  # None: synthetic inputs
+    checkpoint: str  # a path, "random", or "none (...)" for backends that run no model
+
+    @property
+    def synthetic(self) -> bool:
+        return self.data_dir is None
+
+    @property
+    def random_weights(self) -> bool:
+        return self.checkpoint == "random"
+
+
+def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations) -> InputChoice:
+    """Apply the fallback rule to the ``input_data`` and ``weights`` fields."""
+    accuracy = mode is not TestMode.PerformanceOnly
+    uses_weights = config["backend"] != "oracle"
+
+    data_field = config["input_data"]
+    if data_field == "synthetic":
+        data_dir = None
+    elif data_field == "auto":
+        data_dir = where.preprocessed_dir if (where.preprocessed_dir / where.manifest_name).exists() else None
+    else:
+        data_dir = Path(data_field)
+        if not (data_dir / where.manifest_name).exists():
+            raise InputsUnavailableError(f"--input_data={data_field} holds no preprocessed {where.data_name} set "
+                                         f"({where.manifest_name}); run {where.fetch_step}")
+    if accuracy and data_dir is None:
+        raise InputsUnavailableError(f"an accuracy run needs the real {where.data_name} data set, which is not in "
+                                     f"{where.preprocessed_dir}; run {where.fetch_step}")
+
+    weights_field = config["weights"]
+    if weights_field == "random":
+        checkpoint = "random"
+    elif weights_field == "auto":
+        checkpoint = str(where.checkpoint) if where.checkpoint.exists() else "random"
+        if accuracy and uses_weights and checkpoint == "random":
+            raise InputsUnavailableError(f"an accuracy run needs the {where.model_name}, which is not at "
+                                         f"{where.checkpoint}; run {where.fetch_step}")
+    else:
+        if not Path(weights_field).exists():
+            raise InputsUnavailableError(f"--weights={weights_field} does not exist; run {where.fetch_step} or "
+                                         "pass --weights=random")
+        checkpoint = weights_field
+    return InputChoice(data_dir, checkpoint if uses_weights else "none (oracle backend)")

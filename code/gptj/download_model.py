@@ -1,0 +1,295 @@
+"""Download the MLCommons fine-tuned GPT-J-6B checkpoint (HF format, fp32, ~24 GB) with per-file md5 checks.
+
+Run ``python -m code.gptj.download_model [--model_dir build/models] [--refresh_metadata] [--list]``; files land in
+``<model_dir>/GPTJ-6B/checkpoint-final/`` (config.json, the 3 ``pytorch_model-0000k-of-00003.bin`` shards and their
+index, and whatever else the upstream folder holds).
+
+The checkpoint is served by MLCommons' Cloudflare R2 storage, which its own tool ``mlc-r2-downloader.sh``
+(github.com/mlcommons/r2-downloader) reads through two small metadata files next to each other:
+
+- ``<name>.uri`` (the URL given to the tool): one line, the base URL of the dataset's files;
+- ``<name>.md5`` (same folder, same stem): ``md5sum`` output, one ``<32 hex md5>  <relative path>`` line per file
+  (an optional ``*`` binary marker or ``./`` prefix is allowed). File ``p`` is fetched from ``<base URL>/p``.
+
+This module implements that protocol with ``code.common.download`` (resume with HTTP Range, md5 check before a file is
+put in place, bad bytes kept as ``.corrupt``). The two metadata files are kept in ``<model_dir>/GPTJ-6B/`` (as the
+R2 tool keeps the ``.md5``), so a second run verifies the files against the same list without a network request;
+``--refresh_metadata`` fetches them again. Only public (no Cloudflare Access login) datasets are supported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from code.common.download import DownloadError, RemoteFile, download, fetch
+from code.common.paths import MODELS_DIR
+
+# Where the checkpoint comes from: mlcommons/inference language/gpt-j/README.md ("Download GPT-J model", PR #2365,
+# Oct 2025) and mlcommons/mlperf-automations script/get-ml-model-gptj/meta.yaml (variation pytorch,fp32,
+# r2-downloader). The md5 of every file is published by MLCommons in gpt-j-model-checkpoint.md5 next to the .uri;
+# it is read at download time, so no checksum is pinned here. (The original cloud.mlcommons.org zip, md5
+# e677e28aaf03da84584bb3073b7ee315, went offline in 2024: mlcommons/inference#1609.)
+GPTJ_CHECKPOINT_URI = "https://inference.mlcommons-storage.org/metadata/gpt-j-model-checkpoint.uri"
+MODEL_SUBDIR = "GPTJ-6B"
+CHECKPOINT_SUBDIR = "checkpoint-final"
+CHECKPOINT_CONFIG = "config.json"
+CHECKPOINT_INDEXES = ("pytorch_model.bin.index.json", "model.safetensors.index.json")
+CHECKPOINT_BYTES = 24_300_000_000
+"""Rough size of the fp32 checkpoint (3 shards, 22.66 GiB zipped), for the free-space warning only."""
+
+RETRY_HINT = "delete it and re-run `make download_model BENCHMARKS=gptj`"
+_MD5_LINE = re.compile(r"^([0-9a-fA-F]{32})\s+\*?(.+)$")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The R2 downloader's metadata
+
+
+@dataclass(frozen=True)
+class R2Entry:
+    """One line of a ``.md5`` listing: a file's path relative to the dataset's base URL, and its md5."""
+
+    path: str
+    md5: str
+
+
+@dataclass(frozen=True)
+class R2Listing:
+    """What an R2 ``.uri`` + ``.md5`` pair says: where the files are and how to recognise each."""
+
+    name: str  # dataset name: the .uri file's stem, e.g. "gpt-j-model-checkpoint"
+    base_url: str
+    entries: tuple[R2Entry, ...]
+
+    def url_of(self, entry: R2Entry) -> str:
+        return f"{self.base_url.rstrip('/')}/{urllib.parse.quote(entry.path, safe='/')}"
+
+    def find(self, file_name: str) -> R2Entry:
+        """The one entry whose last path component is ``file_name``."""
+        matches = [e for e in self.entries if PurePosixPath(e.path).name == file_name]
+        if len(matches) != 1:
+            listed = ", ".join(e.path for e in self.entries) or "nothing"
+            raise DownloadError(f"{self.name}.md5 lists {len(matches)} files named {file_name} (it lists: {listed})")
+        return matches[0]
+
+
+def metadata_urls(uri_url: str) -> tuple[str, str, str]:
+    """``(name, uri_url, md5_url)`` for a ``.../metadata/<name>.uri`` URL (the ``.md5`` sits next to it)."""
+    parsed = urllib.parse.urlsplit(uri_url)
+    path = PurePosixPath(parsed.path)
+    if parsed.scheme not in ("http", "https") or path.suffix != ".uri" or not path.stem:
+        raise ValueError(f"{uri_url!r} is not the URL of an R2 dataset metadata file (http(s)://host/.../<name>.uri)")
+    md5_url = urllib.parse.urlunsplit(parsed._replace(path=str(path.with_suffix(".md5")), query="", fragment=""))
+    return path.stem, uri_url, md5_url
+
+
+def parse_uri_text(text: str, source: str) -> str:
+    """The base URL a ``.uri`` file holds (one http(s) URL; anything else, e.g. a login page, is an error)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) != 1 or urllib.parse.urlsplit(lines[0]).scheme not in ("http", "https"):
+        preview = text.strip()[:120].replace("\n", " ")
+        raise DownloadError(
+            f"{source} does not hold one download URL (got {preview!r}). If it is a login page the dataset needs "
+            "Cloudflare Access authentication, which this downloader does not do: use mlc-r2-downloader.sh from "
+            "github.com/mlcommons/r2-downloader instead. Otherwise re-run with --refresh_metadata."
+        )
+    return lines[0]
+
+
+def _safe_relative(path: str, source: str) -> str:
+    """A listed path as a clean relative POSIX path, refusing absolute paths and ``..`` (no writes outside)."""
+    path = path.strip()
+    while path.startswith("./"):
+        path = path[2:]
+    parts = PurePosixPath(path).parts
+    if not parts or path.startswith("/") or "\\" in path or any(p in ("..", ".") for p in parts):
+        raise DownloadError(f"{source}: refusing unsafe path {path!r}")
+    return str(PurePosixPath(*parts))
+
+
+def parse_md5_text(text: str, source: str) -> tuple[R2Entry, ...]:
+    """Entries of an ``md5sum``-format listing; blank lines are skipped, anything else malformed is an error."""
+    entries: list[R2Entry] = []
+    seen: set[str] = set()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        match = _MD5_LINE.match(line)
+        if match is None:
+            raise DownloadError(f"{source}:{number}: not an md5sum line: {line[:80]!r}; re-run with --refresh_metadata")
+        path = _safe_relative(match.group(2), f"{source}:{number}")
+        if path in seen:
+            raise DownloadError(f"{source}:{number}: {path} is listed twice")
+        seen.add(path)
+        entries.append(R2Entry(path=path, md5=match.group(1).lower()))
+    if not entries:
+        raise DownloadError(f"{source} lists no files; re-run with --refresh_metadata")
+    return tuple(entries)
+
+
+def fetch_r2_listing(uri_url: str, metadata_dir: Path, refresh: bool = False, **kwargs: object) -> R2Listing:
+    """Read an R2 dataset's ``.uri`` and ``.md5``, keeping both in ``metadata_dir`` for later runs.
+
+    Cached copies are reused unless ``refresh``; a copy that does not parse is deleted so the next run fetches it
+    again. Keyword arguments go to ``code.common.download.download`` (retries, timeouts, progress).
+    """
+    name, uri_url, md5_url = metadata_urls(uri_url)
+    metadata_dir = Path(metadata_dir)
+    paths = (metadata_dir / f"{name}.uri", metadata_dir / f"{name}.md5")
+    if refresh:
+        for path in paths:
+            path.unlink(missing_ok=True)
+    options = {key: value for key, value in kwargs.items() if key != "hint"}
+    options.setdefault("progress", False)
+    try:
+        download(uri_url, paths[0], hint="re-run with --refresh_metadata", **options)  # type: ignore[arg-type]
+        base_url = parse_uri_text(paths[0].read_text(encoding="utf-8", errors="replace"), uri_url)
+        download(md5_url, paths[1], hint="re-run with --refresh_metadata", **options)  # type: ignore[arg-type]
+        entries = parse_md5_text(paths[1].read_text(encoding="utf-8", errors="replace"), md5_url)
+    except DownloadError:
+        for path in paths:  # never keep metadata that did not parse, nor half of a pair
+            path.unlink(missing_ok=True)
+        raise
+    return R2Listing(name=name, base_url=base_url, entries=entries)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The checkpoint
+
+
+def checkpoint_path(entry_path: str) -> PurePosixPath:
+    """Where a listed file goes under ``GPTJ-6B/``: always inside ``checkpoint-final/``.
+
+    The bucket's folder is ``gpt-j/checkpoint-final/...`` (MLCommons' rclone instructions copied it to
+    ``model/checkpoint-final``); a listing relative to any level of that tree lands in the same place.
+    """
+    parts = PurePosixPath(entry_path).parts
+    if CHECKPOINT_SUBDIR in parts[:-1]:
+        parts = parts[parts.index(CHECKPOINT_SUBDIR) :]
+    else:
+        parts = (CHECKPOINT_SUBDIR, *parts)
+    return PurePosixPath(*parts)
+
+
+def checkpoint_dir(model_dir: Path = MODELS_DIR) -> Path:
+    """``<model_dir>/GPTJ-6B/checkpoint-final``: the folder ``from_pretrained`` reads."""
+    return Path(model_dir) / MODEL_SUBDIR / CHECKPOINT_SUBDIR
+
+
+def check_checkpoint(directory: Path) -> list[Path]:
+    """Check that ``directory`` is a complete HF checkpoint: config.json, a weight index and every shard it names.
+
+    Returns the weight files; raises ``FileNotFoundError`` naming what is missing and the command that fetches it.
+    """
+    directory = Path(directory)
+    fix = "run `make download_model BENCHMARKS=gptj`"
+    if not (directory / CHECKPOINT_CONFIG).is_file():
+        raise FileNotFoundError(f"GPT-J checkpoint {directory} has no {CHECKPOINT_CONFIG}; {fix}")
+    for index_name in CHECKPOINT_INDEXES:
+        index = directory / index_name
+        if index.is_file():
+            try:
+                shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+            except (ValueError, KeyError, AttributeError) as error:
+                raise FileNotFoundError(f"{index} is not a weight index ({error}); {fix}") from error
+            missing = [s for s in shards if not (directory / s).is_file()]
+            if missing:
+                raise FileNotFoundError(f"GPT-J checkpoint {directory} lacks {', '.join(missing)}; {fix}")
+            return [directory / s for s in shards]
+    singles = [directory / n for n in ("pytorch_model.bin", "model.safetensors") if (directory / n).is_file()]
+    if singles:
+        return singles
+    raise FileNotFoundError(f"GPT-J checkpoint {directory} has no weights ({' or '.join(CHECKPOINT_INDEXES)}); {fix}")
+
+
+def remote_files(listing: R2Listing) -> list[RemoteFile]:
+    """The listing as download-table entries whose ``name`` is the path under ``GPTJ-6B/``."""
+    return [RemoteFile(name=str(checkpoint_path(e.path)), url=listing.url_of(e), md5=e.md5) for e in listing.entries]
+
+
+def _warn_if_short_of_space(root: Path, files: list[RemoteFile]) -> None:
+    present = sum((root / f.name).stat().st_size for f in files if (root / f.name).is_file())
+    needed = CHECKPOINT_BYTES - present
+    probe = root
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if needed > free:
+        print(
+            f"WARNING: about {needed / 1e9:.0f} GB more are needed for the GPT-J checkpoint and {probe} has "
+            f"{free / 1e9:.0f} GB free; point build/models at a bigger disk (MLPERF_SCRATCH_PATH, `make link_dirs`)",
+            file=sys.stderr,
+        )
+
+
+def download_gptj_model(
+    model_dir: Path = MODELS_DIR,
+    uri_url: str = GPTJ_CHECKPOINT_URI,
+    refresh_metadata: bool = False,
+    **kwargs: object,
+) -> list[Path]:
+    """Fetch every file of the R2 listing into ``<model_dir>/GPTJ-6B/checkpoint-final/`` and check the result.
+
+    Files already present and matching their md5 are kept; ``.part`` files are resumed. Keyword arguments go to
+    ``code.common.download.download``. Returns the paths of the files.
+    """
+    root = Path(model_dir) / MODEL_SUBDIR
+    listing = fetch_r2_listing(uri_url, root, refresh=refresh_metadata, **kwargs)
+    files = remote_files(listing)
+    _warn_if_short_of_space(root, files)
+    kwargs.setdefault("hint", RETRY_HINT)
+    paths = []
+    for remote in files:
+        paths.append(fetch(remote, root, **kwargs))
+    check_checkpoint(root / CHECKPOINT_SUBDIR)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point; returns the process exit code (0 on success)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m code.gptj.download_model",
+        description=(
+            "Download the MLCommons fine-tuned GPT-J-6B checkpoint (fp32, HF format, ~24 GB) from MLCommons R2 "
+            "storage into <model_dir>/GPTJ-6B/checkpoint-final/, verifying each file against the published md5 "
+            "list. Interrupted downloads resume; verified files are kept without downloading them again."
+        ),
+    )
+    parser.add_argument(
+        "--model_dir",
+        type=Path,
+        default=MODELS_DIR,
+        help=f"root of the models (default: {MODELS_DIR}); may be a link into $MLPERF_SCRATCH_PATH",
+    )
+    parser.add_argument("--uri", default=GPTJ_CHECKPOINT_URI, help=f"R2 metadata URL (default: {GPTJ_CHECKPOINT_URI})")
+    parser.add_argument(
+        "--refresh_metadata", action="store_true", help="fetch the .uri/.md5 metadata again instead of the kept copy"
+    )
+    parser.add_argument("--list", action="store_true", help="print the files and URLs, download nothing else")
+    args = parser.parse_args(argv)
+    try:
+        if args.list:
+            root = args.model_dir / MODEL_SUBDIR
+            listing = fetch_r2_listing(args.uri, root, refresh=args.refresh_metadata)
+            for remote in remote_files(listing):
+                print(f"{remote.md5}  {root / remote.name}  <- {remote.url}")
+            return 0
+        paths = download_gptj_model(args.model_dir, args.uri, args.refresh_metadata)
+    except (DownloadError, OSError, ValueError) as e:  # OSError: folders not writable; FileNotFoundError: incomplete
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for path in paths:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

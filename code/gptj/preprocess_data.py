@@ -1,0 +1,160 @@
+"""Tokenize the CNN/DailyMail eval set into GPT-J prompts (`make preprocess_data BENCHMARKS=gptj`).
+
+    python -m code.gptj.preprocess_data [--data_dir build/data] [--preprocessed_data_dir build/preprocessed_data]
+                                        [--model_dir build/models] [--eval_json PATH]
+
+Reads ``<data_dir>/cnn-daily-mail/cnn_eval.json`` and writes ``<preprocessed_data_dir>/cnn_dailymail_tokenized_gptj/``:
+
+- ``input_ids_padded.npy``: int32 ``[N, 1919]``. Row i holds the tokens of record i's prompt (the reference's
+  Alpaca template, ``code.gptj.cnn_dailymail.build_prompt``) truncated like the reference (first 1,919 tokens kept),
+  **left-aligned and right-padded** with 50256 (``<|endoftext|>``). The reference tokenizes one sample at a time, so
+  it never pads; NVIDIA's harness stores the same right-padded layout. Whoever batches prompts re-pads them on
+  whichever side its model needs (the reference's tokenizer pads on the left).
+- ``input_lengths.npy``: int32 ``[N]``, the real tokens of each row.
+- ``manifest.json`` (written last: its presence marks a complete folder): source file and sha256, count, lengths,
+  the tokenizer files and their sha256, and ``eval_json``, the file the accuracy script reads the targets from.
+
+Tokenization is untimed in MLPerf, so it is done once here and runs only load arrays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from code.common.download import file_checksum
+from code.common.paths import DATA_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
+from code.gptj.cnn_dailymail import (
+    CNN_DAILYMAIL_VALIDATION_SAMPLES,
+    EVAL_FILE,
+    FORMAT_VERSION,
+    INPUT_IDS_FILE,
+    INPUT_LENGTHS_FILE,
+    INSTRUCTION,
+    MANIFEST_FILE,
+    MAX_INPUT_TOKENS,
+    PROMPT_TEMPLATE,
+    TOKENIZED_SUBDIR,
+    CnnDailyMailError,
+    build_prompt,
+    default_eval_json,
+    load_eval_records,
+)
+from code.gptj.tokenizer import PAD_TOKEN_ID, GptjTokenizer, load_tokenizer
+
+PADDING_SIDE = "right"
+TRUNCATION_SIDE = "right"
+
+
+def tokenize_prompts(
+    records: list[dict], tokenizer: GptjTokenizer, max_length: int = MAX_INPUT_TOKENS
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(input_ids [N, max_length] right-padded, lengths [N], number truncated)`` of the records' prompts."""
+    encoded = tokenizer.encode_batch([build_prompt(record) for record in records])
+    input_ids = np.full((len(encoded), max_length), PAD_TOKEN_ID, dtype=np.int32)
+    lengths = np.zeros(len(encoded), dtype=np.int32)
+    truncated = 0
+    for row, ids in enumerate(encoded):
+        if len(ids) > max_length:
+            ids = ids[:max_length]  # the reference's truncation=True, max_length=1919: keep the beginning
+            truncated += 1
+        input_ids[row, : len(ids)] = ids
+        lengths[row] = len(ids)
+    return input_ids, lengths, truncated
+
+
+def preprocess(eval_json: Path, out_dir: Path, tokenizer: GptjTokenizer, max_length: int = MAX_INPUT_TOKENS) -> dict:
+    """Tokenize ``eval_json`` into ``out_dir``; returns the manifest written there."""
+    eval_json = Path(eval_json)
+    records = load_eval_records(eval_json)
+    if not records:
+        raise CnnDailyMailError(f"{eval_json} holds no records; run `make download_data BENCHMARKS=gptj`")
+    input_ids, lengths, truncated = tokenize_prompts(records, tokenizer, max_length)
+    manifest = {
+        "format": FORMAT_VERSION,
+        "dataset": "CNN/DailyMail 3.0.0 validation",
+        "source_file": str(eval_json.resolve()),
+        "source_sha256": file_checksum(eval_json, "sha256"),
+        "eval_json": str(eval_json.resolve()),
+        "count": len(records),
+        "max_length": max_length,
+        "padding_side": PADDING_SIDE,
+        "truncation_side": TRUNCATION_SIDE,
+        "pad_token_id": PAD_TOKEN_ID,
+        "num_truncated": truncated,
+        "mean_length": round(float(lengths.mean()), 3),
+        "min_length": int(lengths.min()),
+        "max_real_length": int(lengths.max()),
+        "instruction": INSTRUCTION,
+        "prompt_template": PROMPT_TEMPLATE,
+        "tokenizer": {
+            "vocab_file": str(tokenizer.vocab_file),
+            "vocab_sha256": file_checksum(tokenizer.vocab_file, "sha256"),
+            "merges_file": str(tokenizer.merges_file),
+            "merges_sha256": file_checksum(tokenizer.merges_file, "sha256"),
+            "vocab_size": tokenizer.vocab_size,
+        },
+        "arrays": {
+            INPUT_IDS_FILE: {"dtype": "int32", "shape": list(input_ids.shape)},
+            INPUT_LENGTHS_FILE: {"dtype": "int32", "shape": list(lengths.shape)},
+        },
+    }
+    save_arrays(out_dir, input_ids, lengths, manifest)
+    return manifest
+
+
+def save_arrays(out_dir: Path, input_ids: np.ndarray, lengths: np.ndarray, manifest: dict) -> None:
+    """Write the two arrays, then (last, as the completeness marker) manifest.json."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    manifest_path = out_dir / MANIFEST_FILE
+    manifest_path.unlink(missing_ok=True)  # an interrupted rewrite must not look complete
+    for name, array in ((INPUT_IDS_FILE, input_ids), (INPUT_LENGTHS_FILE, lengths)):
+        tmp = out_dir / (name + ".tmp")
+        with open(tmp, "wb") as f:
+            np.save(f, np.ascontiguousarray(array, dtype=np.int32))
+        os.replace(tmp, out_dir / name)
+    tmp = manifest_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, manifest_path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data_dir", type=Path, default=DATA_DIR)
+    parser.add_argument("--preprocessed_data_dir", type=Path, default=PREPROCESSED_DATA_DIR)
+    parser.add_argument("--model_dir", type=Path, default=MODELS_DIR, help="where to look for the tokenizer files")
+    parser.add_argument("--eval_json", type=Path, default=None, help="default: <data_dir>/cnn-daily-mail/cnn_eval.json")
+    args = parser.parse_args(argv)
+
+    eval_json = args.eval_json or default_eval_json(args.data_dir)
+    out_dir = args.preprocessed_data_dir / TOKENIZED_SUBDIR
+    start = time.monotonic()
+    try:
+        manifest = preprocess(eval_json, out_dir, load_tokenizer(model_dir=args.model_dir))
+    except (FileNotFoundError, ValueError) as error:  # CnnDailyMailError is a ValueError
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"CNN/DailyMail: {manifest['count']} prompts (mean {manifest['mean_length']} tokens, max "
+        f"{manifest['max_real_length']}, {manifest['num_truncated']} truncated to {manifest['max_length']}) in "
+        f"{time.monotonic() - start:.1f} s -> {out_dir}"
+    )
+    if Path(eval_json).name == EVAL_FILE and manifest["count"] != CNN_DAILYMAIL_VALIDATION_SAMPLES:
+        print(
+            f"WARNING: expected {CNN_DAILYMAIL_VALIDATION_SAMPLES} records in {eval_json} (GPT-J's QSL size); "
+            "run `make download_data BENCHMARKS=gptj`",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,452 @@
+"""GPT-J for generation, written for inference and for reading in one sitting (in the spirit of gpt-fast's model.py).
+
+The architecture of HF ``GPTJForCausalLM`` (EleutherAI's GPT-J 6B, the MLPerf model): token embedding, N blocks,
+final LayerNorm, LM head with bias. A block normalises once and feeds that to attention *and* the MLP, whose outputs
+are added to the residual in parallel. Attention has no biases, fuses q/k/v into one matmul, applies GPT-J's
+interleaved rotary embedding to the first ``rotary_dim`` dims of q and k, and does softmax in float32 as HF does.
+
+Batches are left-padded: every row's last prompt token sits in the same column, so one decode step writes one cache
+column for all rows. ``pad[b]`` is row b's count of padding columns; its positions start at 0 on its first real token
+and its padding columns are never attended. A row's logits are thus those of its prompt run alone.
+
+Checkpoints in HF naming (folder with config.json and sharded safetensors or .bin, or one file) are mapped onto our
+parameters tensor by tensor, with no full state dict in memory; loading is strict, since a partly loaded model still
+produces fluent-looking text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+Device = torch.device | str
+
+
+@dataclass(frozen=True)
+class GptjConfig:
+    vocab_size: int = 50401  # the MLCommons checkpoint; EleutherAI's own config.json says 50400
+    n_positions: int = 2048
+    n_embd: int = 4096
+    n_layer: int = 28
+    n_head: int = 16
+    rotary_dim: int = 64
+    n_inner: int = 16384
+    layer_norm_epsilon: float = 1e-5
+    eos_token_id: int = 50256
+    pad_token_id: int = 50256
+
+    def __post_init__(self) -> None:
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd {self.n_embd} is not a multiple of n_head {self.n_head}")
+        if self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.head_dim:
+            raise ValueError(f"rotary_dim {self.rotary_dim} must be even and in (0, head_dim={self.head_dim}]")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @classmethod
+    def from_name(cls, name: str) -> GptjConfig:
+        if name not in GPTJ_CONFIGS:
+            raise ValueError(f"unknown GPT-J config {name!r}; known: {', '.join(sorted(GPTJ_CONFIGS))}")
+        return GPTJ_CONFIGS[name]
+
+    @classmethod
+    def from_hf(cls, hf: Mapping[str, Any]) -> GptjConfig:
+        """From an HF ``config.json``; refuses settings this model does not implement rather than ignoring them."""
+        unsupported = {
+            "model_type": (hf.get("model_type", "gptj"), "gptj"),
+            "activation_function": (hf.get("activation_function", "gelu_new"), "gelu_new"),
+            "tie_word_embeddings": (hf.get("tie_word_embeddings", False), False),
+        }
+        bad = [f"{k}={got!r} (need {want!r})" for k, (got, want) in unsupported.items() if got != want]
+        if hf.get("rotary_dim") is None:
+            bad.append("rotary_dim missing")
+        if bad:
+            raise ValueError(f"unsupported GPT-J config: {', '.join(bad)}")
+        copied = {k: hf[k] for k in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "rotary_dim")}
+        eos = hf.get("eos_token_id", 50256)
+        n_inner, eps = hf.get("n_inner") or 4 * hf["n_embd"], hf.get("layer_norm_epsilon", 1e-5)
+        return cls(
+            **copied,
+            n_inner=n_inner,
+            layer_norm_epsilon=eps,
+            eos_token_id=eos,
+            pad_token_id=hf.get("pad_token_id") or eos,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+GPTJ_CONFIGS: dict[str, GptjConfig] = {
+    # EleutherAI/gpt-j-6B as fine-tuned on CNN/DailyMail by MLCommons (the benchmark's checkpoint)
+    "6b": GptjConfig(),
+    # tests and CI end-to-end runs on 2 CPU cores; the full vocabulary so real tokenizer ids fit
+    "tiny": GptjConfig(n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_inner=256),
+}
+
+
+def rope_table(n_positions: int, rotary_dim: int) -> Tensor:
+    """``[n_positions, rotary_dim // 2, 2]`` (cos, sin) in float32, with HF's arithmetic so the angles match bit for
+    bit; always computed on the CPU, since GPU sin/cos can differ in the last bit."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64) / rotary_dim))
+    angles = torch.arange(n_positions, dtype=torch.int64).float()[:, None] * inv_freq
+    return torch.stack((angles.cos(), angles.sin()), dim=-1)
+
+
+def apply_rotary(x: Tensor, rope: Tensor) -> Tensor:
+    """Rotate the first ``2 * rope.shape[-2]`` dims of ``x [B, T, H, D]`` in GPT-J's "rotate every two" layout:
+    dims (2i, 2i+1) are one pair turned by angle i. ``rope [B, T, 1, R/2, 2]`` is already in x's dtype (as in HF)."""
+    rot = rope.shape[-2] * 2
+    x0, x1 = x[..., :rot].unflatten(-1, (-1, 2)).unbind(-1)
+    cos, sin = rope.unbind(-1)
+    rotated = torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), dim=-1).flatten(-2)
+    return torch.cat((rotated, x[..., rot:]), dim=-1)
+
+
+class KVCache(nn.Module):
+    """Keys and values ``[rows, heads, max_seq_len, head_dim]``; row r of a batch uses row r of the cache."""
+
+    def __init__(self, rows: int, heads: int, seq_len: int, head_dim: int, dtype: torch.dtype, device: Device) -> None:
+        super().__init__()
+        shape = (rows, heads, seq_len, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def update(self, start: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write ``k``/``v`` at columns ``start...``; return every column up to the new end for the batch's rows."""
+        rows, end = k.shape[0], start + k.shape[2]
+        self.k[:rows, :, start:end] = k
+        self.v[:rows, :, start:end] = v
+        return self.k[:rows, :, :end], self.v[:rows, :, :end]
+
+    def reorder(self, rows: Tensor, start: int, end: int) -> None:
+        """Row i of columns [start, end) becomes old row ``rows[i]`` (the right side is gathered before writing)."""
+        n = rows.numel()
+        self.k[:n, :, start:end] = self.k[rows, :, start:end]
+        self.v[:n, :, start:end] = self.v[rows, :, start:end]
+
+
+class Attention(nn.Module):
+    def __init__(self, config: GptjConfig) -> None:
+        super().__init__()
+        self.n_head, self.head_dim = config.n_head, config.head_dim
+        self.wqkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=False)
+        self.wo = nn.Linear(config.n_embd, config.n_embd, bias=False)
+        self.kv_cache: KVCache | None = None
+
+    def forward(self, x: Tensor, rope: Tensor, mask: Tensor, start: int) -> Tensor:
+        bsz, seqlen, width = x.shape
+        q, k, v = (t.view(bsz, seqlen, self.n_head, self.head_dim) for t in self.wqkv(x).split(width, dim=-1))
+        q, k, v = apply_rotary(q, rope).transpose(1, 2), apply_rotary(k, rope).transpose(1, 2), v.transpose(1, 2)
+        if self.kv_cache is not None:
+            k, v = self.kv_cache.update(start, k, v)
+        # float32 scores and softmax whatever the model dtype, with HF's operation order (q·k, then / sqrt(d))
+        scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) / math.sqrt(self.head_dim)
+        # finfo.min rather than -inf: a padding query with no visible key gets a uniform (finite) row, not NaN
+        scores = scores.masked_fill(~mask, torch.finfo(torch.float32).min)
+        y = torch.matmul(scores.softmax(dim=-1).to(v.dtype), v)
+        return self.wo(y.transpose(1, 2).reshape(bsz, seqlen, width))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: GptjConfig) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(config.n_embd, config.n_inner)
+        self.w2 = nn.Linear(config.n_inner, config.n_embd)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(F.gelu(self.w1(x), approximate="tanh"))  # HF's gelu_new is this tanh approximation
+
+
+class Block(nn.Module):
+    """Parallel attention and MLP (GPT-J, GPT-NeoX style): both read the same LayerNorm output."""
+
+    def __init__(self, config: GptjConfig) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.attention = Attention(config)
+        self.feed_forward = FeedForward(config)
+
+    def forward(self, x: Tensor, rope: Tensor, mask: Tensor, start: int) -> Tensor:
+        h = self.norm(x)
+        return self.attention(h, rope, mask, start) + self.feed_forward(h) + x  # HF's summation order
+
+
+class Gptj(nn.Module):
+    """The equivalent of HF ``GPTJForCausalLM`` (inference only: no dropout, no loss)."""
+
+    def __init__(self, config: GptjConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.n_embd)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.norm = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.output = nn.Linear(config.n_embd, config.vocab_size)
+        self._rope: Tensor | None = None  # plain attribute, not a buffer: model.to(bfloat16) must not round it
+
+    def setup_caches(
+        self, max_rows: int, max_seq_len: int, dtype: torch.dtype | None = None, device: Device | None = None
+    ) -> None:
+        """Allocate one KV cache per layer for up to ``max_rows`` rows (samples × beams) and ``max_seq_len`` columns
+        (padded prompt + new tokens - 1); dtype and device default to the model's. From then on ``forward`` reads
+        and writes the caches. Made as ordinary tensors even under inference mode, so any caller may use them."""
+        dtype = dtype or self.output.weight.dtype
+        device = device or self.output.weight.device
+        with torch.inference_mode(False):
+            for layer in self.layers:
+                layer.attention.kv_cache = KVCache(
+                    max_rows, self.config.n_head, max_seq_len, self.config.head_dim, dtype, device
+                )
+
+    def cache_shape(self) -> tuple[int, int] | None:
+        """(rows, columns) of the caches, or None before ``setup_caches``."""
+        cache = self.layers[0].attention.kv_cache
+        return None if cache is None else (cache.k.shape[0], cache.k.shape[2])
+
+    def reorder_cache(self, rows: Tensor, start: int, end: int) -> None:
+        """Beam search: cache row i, columns [start, end), takes the contents of row ``rows[i]``."""
+        if end > start:
+            for layer in self.layers:
+                layer.attention.kv_cache.reorder(rows, start, end)
+
+    def forward(self, tokens: Tensor, start: int = 0, pad: Tensor | None = None, last_only: bool = False) -> Tensor:
+        """Logits ``[B, T, vocab]`` (``[B, vocab]`` with ``last_only``) in the model's dtype.
+
+        ``tokens [B, T]`` occupy columns ``start .. start+T-1`` of the left-padded batch; ``pad [B]`` (default 0) is
+        each row's number of padding columns. Without caches only ``start == 0`` makes sense (a full forward); with
+        them, a prefill is ``start=0`` and a decode step of one token is ``start`` = its column.
+        """
+        bsz, seqlen = tokens.shape
+        end = start + seqlen
+        device = tokens.device
+        shape = self.cache_shape()
+        if shape is None and start != 0:
+            raise ValueError("forward with start > 0 needs the KV caches: call setup_caches first")
+        if shape is not None and (bsz > shape[0] or end > shape[1]):
+            raise ValueError(f"batch of {bsz} rows up to column {end} does not fit the caches {shape}")
+        pad = torch.zeros(bsz, dtype=torch.long, device=device) if pad is None else pad.to(device, torch.long)
+        if self._rope is None or self._rope.device != device:
+            self._rope = rope_table(self.config.n_positions, self.config.rotary_dim).to(device)
+
+        columns = torch.arange(start, end, device=device)
+        positions = (columns[None, :] - pad[:, None]).clamp(min=0)  # padding columns reuse position 0
+        rope = self._rope[positions].to(self.output.weight.dtype)[:, :, None]  # [B, T, 1, R/2, 2]
+        keys = torch.arange(end, device=device)
+        mask = (keys[None, :] <= columns[:, None])[None, None] & (keys >= pad[:, None])[:, None, None, :]
+
+        x = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            x = layer(x, rope, mask, start)
+        if last_only:
+            x = x[:, -1]
+        return self.output(self.norm(x))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checkpoints: HF names -> ours
+# ---------------------------------------------------------------------------------------------------------------
+
+# HF name -> (our name, part): part i of 3 is a row block of the fused wqkv (q, k, v); None is the whole tensor.
+_TOP_LEVEL: dict[str, tuple[str, int | None]] = {
+    "transformer.wte.weight": ("tok_embeddings.weight", None),
+    "transformer.ln_f.weight": ("norm.weight", None),
+    "transformer.ln_f.bias": ("norm.bias", None),
+    "lm_head.weight": ("output.weight", None),
+    "lm_head.bias": ("output.bias", None),
+}
+_IN_LAYER: dict[str, tuple[str, int | None]] = {
+    "ln_1.weight": ("norm.weight", None),
+    "ln_1.bias": ("norm.bias", None),
+    "attn.q_proj.weight": ("attention.wqkv.weight", 0),
+    "attn.k_proj.weight": ("attention.wqkv.weight", 1),
+    "attn.v_proj.weight": ("attention.wqkv.weight", 2),
+    "attn.out_proj.weight": ("attention.wo.weight", None),
+    "mlp.fc_in.weight": ("feed_forward.w1.weight", None),
+    "mlp.fc_in.bias": ("feed_forward.w1.bias", None),
+    "mlp.fc_out.weight": ("feed_forward.w2.weight", None),
+    "mlp.fc_out.bias": ("feed_forward.w2.bias", None),
+}
+_LAYER = re.compile(r"transformer\.h\.(\d+)\.(.+)")
+# Buffers, not weights, that older transformers saved with GPT-J checkpoints (the causal mask, its fill value, the
+# rotary table); we rebuild all of them.
+_IGNORED = re.compile(r"transformer\.h\.\d+\.attn\.(bias|masked_bias|embed_positions)")
+
+
+def _target(name: str) -> tuple[str, int | None] | None:
+    """Where an HF tensor goes in our model; our own names map to themselves; None if unknown."""
+    if name in _TOP_LEVEL:
+        return _TOP_LEVEL[name]
+    if (m := _LAYER.fullmatch(name)) and m[2] in _IN_LAYER:
+        ours, part = _IN_LAYER[m[2]]
+        return f"layers.{m[1]}.{ours}", part
+    return (name, None) if not name.startswith(("transformer.", "lm_head.")) else None
+
+
+def hf_name(our_name: str, part: int | None = None) -> str | None:
+    """The HF name of one of our tensors (or of part of wqkv); used to say what a checkpoint lacks."""
+    for hf, target in _TOP_LEVEL.items():
+        if target == (our_name, part):
+            return hf
+    if m := re.fullmatch(r"layers\.(\d+)\.(.+)", our_name):
+        for hf, target in _IN_LAYER.items():
+            if target == (m[2], part):
+                return f"transformer.h.{m[1]}.{hf}"
+    return None
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not fill the model exactly: missing, unexpected or wrongly shaped weights."""
+
+
+def _parts(name: str) -> int:
+    return 3 if name.endswith("wqkv.weight") else 1
+
+
+def load_state(model: Gptj, tensors: Mapping[str, Tensor] | Iterator[tuple[str, Tensor]], source: str) -> Gptj:
+    """Copy HF-named (or our-named) tensors into ``model`` (converting dtype and device), then insist every
+    parameter was filled exactly once over: raises ``CheckpointError`` listing all missing, unexpected and wrongly
+    shaped tensors. Takes an iterator so a 24 GB checkpoint streams through one tensor at a time."""
+    params = dict(model.named_parameters())
+    filled: dict[str, set[int]] = {name: set() for name in params}
+    unexpected: list[str] = []
+    wrong_shape: list[str] = []
+    items = tensors.items() if isinstance(tensors, Mapping) else tensors
+    with torch.no_grad():
+        for name, tensor in items:
+            if _IGNORED.fullmatch(name):
+                continue
+            target = _target(name)
+            if target is None or target[0] not in params:
+                unexpected.append(name)
+                continue
+            ours, part = target
+            dst = params[ours] if part is None else params[ours].chunk(3)[part]
+            if tuple(tensor.shape) != tuple(dst.shape):
+                wrong_shape.append(f"{name}: checkpoint {tuple(tensor.shape)}, model {tuple(dst.shape)}")
+                continue
+            dst.copy_(tensor)
+            filled[ours] |= set(range(_parts(ours))) if part is None else {part}
+    missing = [
+        hf_name(n, None if _parts(n) == 1 else p) or n for n in params for p in range(_parts(n)) if p not in filled[n]
+    ]
+    if missing or unexpected or wrong_shape:
+        lines = [f"checkpoint {source} does not match GPT-J config {model.config}:"]
+        lines += [f"  missing: {k}" for k in missing]
+        lines += [f"  unexpected: {k}" for k in unexpected]
+        lines += [f"  wrong shape: {s}" for s in wrong_shape]
+        raise CheckpointError("\n".join(lines))
+    return model.eval()
+
+
+_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+_SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
+_TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".pytorch")
+
+
+def checkpoint_files(path: Path) -> list[Path]:
+    """The weight files of a checkpoint: a file itself, or a folder's shards (by index) or single file, safetensors
+    preferred when a folder has both."""
+    if not path.is_dir():
+        if path.suffix != ".safetensors" and path.suffix not in _TORCH_SUFFIXES:
+            raise CheckpointError(
+                f"{path}: unknown checkpoint format {path.suffix!r} (a folder, .safetensors, or "
+                f"{'/'.join(_TORCH_SUFFIXES)})"
+            )
+        if not path.is_file():
+            raise CheckpointError(f"{path}: no such checkpoint file")
+        return [path]
+    for index in _INDEXES:
+        if (path / index).is_file():
+            weight_map = json.loads((path / index).read_text())["weight_map"]
+            files = [path / f for f in sorted(set(weight_map.values()))]
+            if absent := [str(f) for f in files if not f.is_file()]:
+                raise CheckpointError(f"{path / index} names shards that are not there: {', '.join(absent)}")
+            return files
+    for single in _SINGLE_FILES:
+        if (path / single).is_file():
+            return [path / single]
+    raise CheckpointError(
+        f"{path}: no checkpoint (looked for a file, or a folder with one of {', '.join(_INDEXES + _SINGLE_FILES)})"
+    )
+
+
+def _read(files: list[Path]) -> Iterator[tuple[str, Tensor]]:
+    for file in files:
+        if file.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(file), framework="pt", device="cpu") as f:
+                for name in f.keys():
+                    yield name, f.get_tensor(name)
+            continue
+        # weights_only: a checkpoint is data, never code. mmap: page in one tensor at a time (zip format only).
+        try:
+            state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError:
+            state = torch.load(file, map_location="cpu", weights_only=True)
+        if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
+            state = state["state_dict"]
+        if not isinstance(state, Mapping):
+            raise CheckpointError(f"{file}: expected a state dict, found {type(state).__name__}")
+        yield from state.items()
+        del state
+
+
+def empty_model(config: GptjConfig, dtype: torch.dtype = torch.float32, device: Device = "cpu") -> Gptj:
+    """A model with uninitialised storage in ``dtype`` on ``device``: built on the meta device, so no init is paid."""
+    with torch.device("meta"):
+        model = Gptj(config).to(dtype)
+    return model.to_empty(device=device)
+
+
+def load_checkpoint(
+    path_or_state_dict: str | Path | Mapping[str, Tensor],
+    config: GptjConfig | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: Device = "cpu",
+) -> Gptj:
+    """A ``Gptj`` in eval mode holding exactly the checkpoint's weights, in ``dtype`` on ``device``.
+
+    Takes an HF folder (``config.json`` + ``model.safetensors[.index.json]`` or ``pytorch_model.bin[.index.json]``),
+    a single weights file, or a state dict. ``config`` defaults to the folder's ``config.json``; a file or state dict
+    needs it given.
+    """
+    if isinstance(path_or_state_dict, Mapping):
+        if config is None:
+            raise ValueError("loading a state dict needs a config")
+        return load_state(empty_model(config, dtype, device), path_or_state_dict, "state dict")
+    path = Path(path_or_state_dict)
+    if config is None:
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{path}: no config.json; pass a GptjConfig")
+        config = GptjConfig.from_hf(json.loads((path / "config.json").read_text()))
+    files = checkpoint_files(path)
+    return load_state(empty_model(config, dtype, device), _read(files), str(path))
+
+
+def random_weights(config: GptjConfig, seed: int, dtype: torch.dtype = torch.float32, device: Device = "cpu") -> Gptj:
+    """A model whose weights depend only on (config, seed): HF's init (N(0, 0.02) matrices and embeddings, zero
+    biases, LayerNorm ones/zeros), drawn in float32 on the CPU from a private generator, one tensor at a time, then
+    cast and copied to ``device``: the same weights on every machine, the global RNG untouched."""
+    model = empty_model(config, dtype, device)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".norm." in f".{name}" and name.endswith("weight"):
+                param.fill_(1.0)
+            elif name.endswith("bias"):
+                param.zero_()
+            else:
+                param.copy_(torch.empty(param.shape).normal_(0.0, 0.02, generator=generator))
+    return model.eval()

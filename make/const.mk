@@ -9,7 +9,7 @@ else
 PY           := $(VENV)/bin/python
 endif
 SYSTEM_PY    ?= python3
-BENCHMARKS   ?= bert
+BENCHMARKS   ?= bert gptj
 RUN_ARGS     ?=
 # Where large data lives when set (see make link_dirs); empty means local folders under build/.
 MLPERF_SCRATCH_PATH ?=

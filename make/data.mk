@@ -1,4 +1,4 @@
-# Data sets and models: BENCHMARKS="bert" (later "bert gptj") picks which.
+# Data sets and models: BENCHMARKS="bert gptj" (the default) or one of them picks which.
 
 .PHONY: download_data download_model preprocess_data
 download_data: link_dirs

@@ -5,7 +5,7 @@ registered class named after it to ``configs/<bench>/<Scenario>/custom.py`` (loa
 and writes ``systems/<name>.json`` with the fields the MLPerf submission checker requires. The stubs run as they
 are; tune ``gpu_batch_size`` and the target QPS/latency with ``make run RUN_ARGS="... --test_run"``.
 
-Usage: ``python -m scripts.add_system [--system_name NAME] [--benchmarks bert] [--dry_run]``
+Usage: ``python -m scripts.add_system [--system_name NAME] [--benchmarks bert,gptj] [--dry_run]``
 """
 
 from __future__ import annotations
@@ -19,14 +19,33 @@ from code.common.paths import REPO_ROOT
 from code.common.systems import CPU_SYSTEM, DetectedSystem, detect_system
 from configs.configuration import ConfigRegistry, WorkloadSetting
 
-# Starting values per scenario for a GPU and for a CPU-only machine: meant to run, then be tuned.
+# Starting values per benchmark and scenario for a GPU and for a CPU-only machine: meant to run, then be tuned.
 STUB_VALUES = {
-    Scenario.Offline: {"gpu": {"gpu_batch_size": 64, "offline_expected_qps": 500.0},
-                       "cpu": {"gpu_batch_size": 8, "offline_expected_qps": 2.0}},
-    Scenario.Server: {"gpu": {"gpu_batch_size": 32, "server_target_qps": 200.0},
-                      "cpu": {"gpu_batch_size": 4, "server_target_qps": 0.5}},
-    Scenario.SingleStream: {"gpu": {"single_stream_expected_latency_ns": 10_000_000},
-                            "cpu": {"single_stream_expected_latency_ns": 500_000_000}},
+    Benchmark.BERT: {
+        Scenario.Offline: {"gpu": {"gpu_batch_size": 64, "offline_expected_qps": 500.0},
+                           "cpu": {"gpu_batch_size": 8, "offline_expected_qps": 2.0}},
+        Scenario.Server: {"gpu": {"gpu_batch_size": 32, "server_target_qps": 200.0},
+                          "cpu": {"gpu_batch_size": 4, "server_target_qps": 0.5}},
+        Scenario.SingleStream: {"gpu": {"single_stream_expected_latency_ns": 10_000_000},
+                                "cpu": {"single_stream_expected_latency_ns": 500_000_000}},
+    },
+    # GPT-J-6B does not run usefully on a CPU: CPU stubs use the tiny model on random weights (like the CPU class).
+    Benchmark.GPTJ: {
+        Scenario.Offline: {"gpu": {"gpu_batch_size": 16, "offline_expected_qps": 2.0},
+                           "cpu": {"model_name": "tiny", "synthetic_sample_count": 64, "gpu_batch_size": 16,
+                                   "offline_expected_qps": 2.0}},
+        Scenario.Server: {"gpu": {"gpu_batch_size": 8, "server_target_qps": 1.0},
+                          "cpu": {"model_name": "tiny", "synthetic_sample_count": 64, "gpu_batch_size": 8,
+                                  "server_target_qps": 0.5}},
+        Scenario.SingleStream: {"gpu": {"single_stream_expected_latency_ns": 5_000_000_000},
+                                "cpu": {"model_name": "tiny", "synthetic_sample_count": 64,
+                                        "single_stream_expected_latency_ns": 2_000_000_000}},
+    },
+}
+# Engine precision of the stubs: (99% class, 99.9% class) on a GPU and on a CPU.
+STUB_PRECISION = {
+    Benchmark.BERT: {"gpu": ("fp16", "fp16"), "cpu": ("bf16", "fp32")},
+    Benchmark.GPTJ: {"gpu": ("bf16", "bf16"), "cpu": ("fp32", "fp32")},
 }
 HEADER = '''"""Configs of systems added with `make add_system` (scripts/add_system.py); edit them freely.
 
@@ -40,8 +59,10 @@ from configs.{bench}.{scenario} import {base}
 '''
 
 
-def stub_classes(system: str, scenario: Scenario, on_gpu: bool) -> str:
-    values = STUB_VALUES[scenario]["gpu" if on_gpu else "cpu"]
+def stub_classes(system: str, benchmark: Benchmark, scenario: Scenario, on_gpu: bool) -> str:
+    kind = "gpu" if on_gpu else "cpu"
+    values = STUB_VALUES[benchmark][scenario][kind]
+    precision, high_accuracy_precision = STUB_PRECISION[benchmark][kind]
     lines = [
         "",
         "",
@@ -49,7 +70,7 @@ def stub_classes(system: str, scenario: Scenario, on_gpu: bool) -> str:
         f"class {system}({scenario.value}BaseConfig):",
         '    """Added by make add_system: starting values, to be tuned with --test_run runs."""',
         "",
-        f'    precision = "{"fp16" if on_gpu else "bf16"}"',
+        f'    precision = "{precision}"',
         f'    device = "{"cuda" if on_gpu else "cpu"}"',
     ]
     lines += [f"    {name} = {value!r}" for name, value in values.items()]
@@ -58,7 +79,7 @@ def stub_classes(system: str, scenario: Scenario, on_gpu: bool) -> str:
         "",
         "@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)",
         f"class {system}_HighAccuracy({system}):",
-        f'    precision = "{"fp16" if on_gpu else "fp32"}"',
+        f'    precision = "{high_accuracy_precision}"',
     ]
     return "\n".join(lines) + "\n"
 
@@ -78,7 +99,7 @@ def add_configs(system: str, benchmark: Benchmark, on_gpu: bool, dry_run: bool) 
                 path.write_text(HEADER.format(bench=benchmark.value, scenario=scenario.value,
                                               base=f"{scenario.value}BaseConfig"))
             with open(path, "a") as custom:
-                custom.write(stub_classes(system, scenario, on_gpu))
+                custom.write(stub_classes(system, benchmark, scenario, on_gpu))
         done.append(f"{path}: added {system} and {system}_HighAccuracy")
     # Make sure what we wrote imports and validates (the registry checks every field).
     if not dry_run:
@@ -132,7 +153,7 @@ def system_description(detected: DetectedSystem, system: str) -> dict[str, objec
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--system_name", help="name to use instead of the detected one")
-    parser.add_argument("--benchmarks", default="bert", help="comma list (default: bert)")
+    parser.add_argument("--benchmarks", default="bert,gptj", help="comma list (default: bert,gptj)")
     parser.add_argument("--dry_run", action="store_true", help="say what would be written, write nothing")
     args = parser.parse_args(argv)
     detected = detect_system()

@@ -17,9 +17,10 @@ def test_add_system_writes_stubs_that_resolve(tmp_path):
 
     added = run("-m", "scripts.add_system", "--system_name=MyBox_x2")
     assert added.returncode == 0, added.stderr
-    for scenario in ("Offline", "Server", "SingleStream"):
-        custom = (tmp_path / "configs" / "bert" / scenario / "custom.py").read_text()
-        assert "class MyBox_x2(" in custom and "class MyBox_x2_HighAccuracy(MyBox_x2)" in custom
+    for bench in ("bert", "gptj"):
+        for scenario in ("Offline", "Server", "SingleStream"):
+            custom = (tmp_path / "configs" / bench / scenario / "custom.py").read_text()
+            assert "class MyBox_x2(" in custom and "class MyBox_x2_HighAccuracy(MyBox_x2)" in custom
     description = json.loads((tmp_path / "systems" / "MyBox_x2.json").read_text())
     assert description["system_name"] == "MyBox_x2" and "accelerator_model_name" in description
 
@@ -31,6 +32,9 @@ def test_add_system_writes_stubs_that_resolve(tmp_path):
     assert info.returncode == 0, info.stderr
     assert "config class MyBox_x2_HighAccuracy" in info.stdout
     assert "offline_expected_qps" in info.stdout and "[MyBox_x2]" in info.stdout
+    gptj = run("-m", "code.main", "--action=info", "--system_name=MyBox_x2", "--benchmarks=gptj")
+    assert gptj.returncode == 0, gptj.stderr
+    assert "gptj-99 Offline" in gptj.stdout and "'tiny'" in gptj.stdout  # no GPU here: the CPU stub
 
     bad = run("-m", "scripts.add_system", "--system_name=my-box")
     assert bad.returncode == 2 and "valid Python class name" in bad.stderr

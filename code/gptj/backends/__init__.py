@@ -1,0 +1,52 @@
+"""GPT-J backends: what turns a batch of prompts into generated token ids, looked up by name.
+
+The benchmark depends on the ``GptjBackend`` protocol and ``create_backend`` only; each backend module is imported
+when asked for, so the oracle runs without loading a model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from code.gptj.dataset import GptjSamples
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
+    model_name: str = "6b"  # pytorch: GPT_J config of random weights (a checkpoint brings its own)
+    checkpoint: str = "random"  # pytorch: a checkpoint folder/file, or "random"
+    precision: str = "fp32"  # pytorch: fp32 | bf16 | fp16
+    seed: int = 0  # pytorch: random weights depend on it
+    num_beams: int = 4  # 4: the closed-division rule; 1: greedy
+    max_batch_size: int = 1  # pytorch: KV caches are sized for this many prompts (x num_beams rows)
+    max_prompt_length: int = 1919  # pytorch: and for prompts this long
+    samples: GptjSamples | None = None  # oracle: the data set (its references)
+    references: list[list[int]] | None = None  # oracle: reference summary tokens per sample
+    oracle_drop: int = 0  # oracle: drop this many tokens from the end of every answer (a failing oracle)
+
+
+class GptjBackend(Protocol):
+    def run_batch(self, sample_indices: np.ndarray, prompts: list[np.ndarray]) -> list[np.ndarray]:
+        """One int32 prompt per sample in; the int32 generated token ids of each sample out (prompt excluded)."""
+        ...
+
+
+# name -> (module, class); imported lazily by create_backend
+BACKENDS: dict[str, tuple[str, str]] = {
+    "pytorch": ("code.gptj.backends.pytorch", "PytorchGptjBackend"),
+    "oracle": ("code.gptj.backends.oracle", "OracleGptjBackend"),
+}
+
+
+def create_backend(name: str, options: BackendOptions) -> GptjBackend:
+    """The backend registered as ``name``, constructed with ``options``; ValueError listing names if unknown."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown GPT-J backend {name!r}; known: {', '.join(sorted(BACKENDS))}")
+    module, cls = BACKENDS[name]
+    return getattr(importlib.import_module(module), cls)(options)

@@ -1,0 +1,185 @@
+"""GPT-J as the orchestration sees it: which data and weights a run uses, and its batch runner.
+
+Same fallback rule as BERT (code/common/inputs.py): a performance run without the preprocessed CNN/DailyMail set
+or the checkpoint runs on synthetic prompts and random weights of the configured GPT-J architecture, and says so;
+an accuracy run refuses and names the make step that fetches what is missing. The responses LoadGen logs are the
+generated token ids (int32), which the accuracy scorer decodes for ROUGE.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from code.common.benchmarks import InputsUnavailableError, PreparedTest
+from code.common.constants import DATASET_SIZE, Benchmark, TestMode
+from code.common.inputs import InputChoice, InputLocations
+from code.common.inputs import choose_inputs as choose_inputs_at
+from code.common.paths import MODELS_DIR, PREPROCESSED_DATA_DIR
+from code.gptj.cnn_dailymail import MANIFEST_FILE, MAX_INPUT_TOKENS, TOKENIZED_SUBDIR
+from code.gptj.download_model import CHECKPOINT_SUBDIR, MODEL_SUBDIR
+from configs.configuration import ResolvedConfig
+
+PREPROCESSED_DIR = PREPROCESSED_DATA_DIR / TOKENIZED_SUBDIR
+CHECKPOINT = MODELS_DIR / MODEL_SUBDIR / CHECKPOINT_SUBDIR
+FETCH_STEP = 'make download_data download_model preprocess_data BENCHMARKS="gptj"'
+INPUTS = InputLocations(preprocessed_dir=PREPROCESSED_DIR, manifest_name=MANIFEST_FILE, checkpoint=CHECKPOINT,
+                        fetch_step=FETCH_STEP, data_name="CNN/DailyMail", model_name="MLCommons GPT-J checkpoint")
+CLOSED_DIVISION_BEAMS = 4
+
+
+def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
+    """The shared fallback rule with GPT-J's locations."""
+    return choose_inputs_at(config, mode, INPUTS)
+
+
+def synthetic_count(config: ResolvedConfig) -> int:
+    return config["synthetic_sample_count"] or DATASET_SIZE[Benchmark.GPTJ]
+
+
+def resolve_device(config: ResolvedConfig) -> str:
+    device = config["device"]
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
+    """What a run would use, without loading anything heavy."""
+    choice = choose_inputs(config, mode)
+    invalid_because = []
+    if choice.synthetic:
+        invalid_because.append("synthetic inputs")
+    if config["backend"] == "oracle":
+        invalid_because.append("oracle backend (reference summaries: checks the pipeline, not a model)")
+    elif choice.random_weights:
+        invalid_because.append(f"random weights (GPT-J {config['model_name']} architecture)")
+        if config["model_name"] != "6b":
+            invalid_because.append(f"model {config['model_name']} is not GPT-J 6B")
+    if config["num_beams"] != CLOSED_DIVISION_BEAMS:
+        invalid_because.append(f"num_beams={config['num_beams']} (the closed division requires beam search "
+                               f"width {CLOSED_DIVISION_BEAMS})")
+    lengths = "all 1,919 tokens" if config["synthetic_lengths"] == "max" else "CNN/DailyMail-like lengths"
+    if config["synthetic_lengths"] == "dataset" and config["synthetic_length_scale"] != 1.0:
+        lengths += f" x {config['synthetic_length_scale']}"
+    return {
+        "inputs": str(choice.data_dir) if choice.data_dir else f"synthetic ({synthetic_count(config)} prompts, "
+                                                               f"{lengths})",
+        "weights": "random (GPT-J architecture)" if choice.random_weights else choice.checkpoint,
+        "generation": "greedy" if config["num_beams"] == 1 else f"beam search, width {config['num_beams']}",
+        "invalid_because": invalid_because,
+    }
+
+
+def generate_engine(config: ResolvedConfig) -> dict[str, Any]:
+    """Nothing to build yet: the pytorch backend loads the checkpoint (or draws random weights) when a run starts."""
+    return {"engine": "none: the pytorch GPT-J backend loads the checkpoint or draws random weights at run start"}
+
+
+def load_samples(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 - GptjSamples, imported lazily
+    from code.gptj.dataset import GptjSamples
+
+    if choice.data_dir is not None:
+        return GptjSamples.load(choice.data_dir)
+    if config["synthetic_lengths"] == "max":
+        return _full_length_samples(synthetic_count(config), config["seed"])
+    return GptjSamples.synthetic(synthetic_count(config), seed=config["seed"],
+                                 length_scale=config["synthetic_length_scale"])
+
+
+def _full_length_samples(count: int, seed: int):  # noqa: ANN202 - GptjSamples
+    """Every prompt at the 1,919-token cap: the worst case for throughput."""
+    from code.gptj.dataset import GptjSamples
+
+    rng = np.random.default_rng(seed)
+    input_ids = rng.integers(0, 50256, size=(count, MAX_INPUT_TOKENS), dtype=np.int32)
+    lengths = np.full(count, MAX_INPUT_TOKENS, dtype=np.int32)
+    return GptjSamples(input_ids, lengths, True, None, {"synthetic": True, "seed": seed, "full_length": True})
+
+
+class GptjRunner:
+    """The C++ core's batch runner: gather the batch's prompts, generate, return int32 token ids per sample."""
+
+    def __init__(self, samples: Any, backend: Any) -> None:
+        self.samples = samples
+        self.backend = backend
+
+    def run_batch(self, sample_indices: np.ndarray) -> list[np.ndarray]:
+        outputs = self.backend.run_batch(sample_indices, self.samples.gather(sample_indices))
+        return [np.ascontiguousarray(tokens, dtype=np.int32) for tokens in outputs]
+
+
+def _references(samples: Any) -> list[str]:
+    from code.gptj.cnn_dailymail import load_targets
+
+    if samples.eval_json is None or not Path(samples.eval_json).exists():
+        raise InputsUnavailableError(f"the CNN/DailyMail file behind the preprocessed prompts "
+                                     f"({samples.eval_json}) is missing; run {FETCH_STEP}")
+    references = load_targets(Path(samples.eval_json))
+    if len(references) != len(samples):
+        raise InputsUnavailableError(f"{samples.eval_json} has {len(references)} records but the preprocessed set has "
+                                     f"{len(samples)} prompts; run {FETCH_STEP} again")
+    return references
+
+
+def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
+    """Load prompts, backend and scorer for one LoadGen test of GPT-J."""
+    from code.gptj.backends import BackendOptions, create_backend
+    from code.gptj.tokenizer import load_tokenizer
+
+    choice = choose_inputs(config, mode)
+    samples = load_samples(config, choice)
+    oracle = config["backend"] == "oracle"
+    references_text = None if choice.synthetic else _references(samples)
+    tokenizer = load_tokenizer() if references_text is not None else None
+    options = BackendOptions(
+        device=resolve_device(config),
+        model_name=config["model_name"],
+        checkpoint=choice.checkpoint,
+        precision=config["precision"],
+        seed=config["seed"],
+        num_beams=config["num_beams"],
+        max_batch_size=config["gpu_batch_size"],
+        max_prompt_length=samples.max_length,
+        references=[tokenizer.encode(text) for text in references_text] if oracle and tokenizer else None,
+        oracle_drop=config["oracle_shift"],
+    )
+    backend = create_backend(config["backend"], options)
+
+    def evaluate(log_dir: Path) -> dict[str, Any]:
+        from code.gptj.accuracy import GEN_LEN_TARGET, evaluate_accuracy_log
+
+        if references_text is None or tokenizer is None:
+            raise InputsUnavailableError(f"accuracy needs the real data set; run {FETCH_STEP}")
+        # The checker's gen_len bar is absolute (13,368 summaries); a subset is held to its share of it.
+        share = min(1.0, len(samples) / DATASET_SIZE[Benchmark.GPTJ])
+        result = evaluate_accuracy_log(
+            log_dir / "mlperf_log_accuracy.json", references_text,
+            lambda ids: tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True),
+            config.workload.accuracy_target.value, log_dir / "accuracy.txt", gen_len_target=GEN_LEN_TARGET * share)
+        summary = (f"rouge1 = {result.rouge1}, rouge2 = {result.rouge2}, rougeL = {result.rougeL}, "
+                   f"gen_len = {result.gen_len:,} (targets {result.targets['ROUGE1']:.3f} / "
+                   f"{result.targets['ROUGE2']:.3f} / {result.targets['ROUGEL']:.3f} / "
+                   f"{result.targets['GEN_LEN']:,.0f})")
+        if share < 1.0:
+            summary += f"; gen_len target scaled to {len(samples)} of {DATASET_SIZE[Benchmark.GPTJ]} samples"
+        return {"metric": "rouge1", "value": float(result.rouge1), "unit": "", "passed": result.passed,
+                "failures": list(result.failures), "summary": summary, "rouge1": float(result.rouge1),
+                "rouge2": float(result.rouge2), "rougeL": float(result.rougeL), "rougeLsum": float(result.rougeLsum),
+                "gen_len": result.gen_len, "gen_num": result.gen_num, "targets": result.targets,
+                "sentence_splitter": result.splitter}
+
+    provenance = describe_inputs(config, mode)
+    provenance["input_lengths"] = samples.describe_lengths()
+    provenance["device"] = options.device
+    return PreparedTest(
+        sample_lengths=np.ascontiguousarray(samples.lengths, dtype=np.int32),
+        performance_sample_count=len(samples),
+        runner=GptjRunner(samples, backend),
+        evaluate_accuracy=evaluate,
+        provenance=provenance,
+    )

@@ -1,0 +1,130 @@
+"""GPT-J through `python -m code.main`: RUN_ARGS -> config -> C++ core + LoadGen -> backend -> logs -> ROUGE.
+
+Like tests/test_end_to_end.py for BERT: each test runs the real harness in a subprocess with build outputs in a
+temporary build folder (the compiled core linked in), on the CNN/DailyMail fixture or synthetic prompts, with
+the tiny GPT-J and short runs.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from code.common.paths import LIB_DIR, REPO_ROOT
+from code.gptj.cnn_dailymail import TOKENIZED_SUBDIR
+
+pytestmark = pytest.mark.slow
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "cnn_tiny.json"
+# The regexes of the MLPerf submission checker (v4.0-v5.0) for GPT-J's accuracy.txt, as test data.
+CHECKER_PATTERNS = {"ROUGE1": r".*'rouge1':\s([\d.]+).*", "GEN_LEN": r".*'gen_len':\s([\d.]+).*"}
+# Short prompts (1/20 of CNN/DailyMail's lengths) and few samples keep the tiny model quick on 2 cores. Its cost is
+# the 50,401-token vocabulary (projection, log-softmax, top-k per step), so Server (~460 queries before LoadGen's
+# early stopping can vouch for p99) and SingleStream (~50 for p90) decode greedily; Offline keeps beam search 4.
+TINY = ["--benchmarks=gptj", "--model_name=tiny", "--device=cpu", "--precision=fp32", "--input_data=synthetic",
+        "--weights=random", "--synthetic_length_scale=0.05", "--min_duration=1000"]
+TINY_SCENARIOS = {
+    "offline": ["--synthetic_sample_count=16", "--gpu_batch_size=16", "--min_query_count=1",
+                "--offline_expected_qps=5"],
+    "server": ["--synthetic_sample_count=64", "--num_beams=1", "--gpu_batch_size=64", "--min_query_count=470",
+               "--server_target_qps=25"],
+    "singlestream": ["--synthetic_sample_count=64", "--num_beams=1", "--min_query_count=50",
+                     "--single_stream_expected_latency_ns=100000000"],
+}
+
+
+def _env(build):
+    return {**os.environ, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
+
+
+def run_main(build, *args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "code.main", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, env=_env(build), timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def build_dir(tmp_path_factory, harness_built):
+    """A private build/ with the compiled core linked in and the CNN/DailyMail fixture preprocessed."""
+    build = tmp_path_factory.mktemp("build")
+    (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
+    done = subprocess.run([sys.executable, "-m", "code.gptj.preprocess_data", "--eval_json", str(FIXTURE),
+                           "--preprocessed_data_dir", str(build / "preprocessed_data")],
+                          cwd=REPO_ROOT, capture_output=True, text=True, env=_env(build))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return build
+
+
+def _fixture_data(build):
+    return f"--input_data={build / 'preprocessed_data' / TOKENIZED_SUBDIR}"
+
+
+def test_oracle_scores_100_through_loadgen(build_dir, tmp_path):
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run", "--benchmarks=gptj", "--backend=oracle", "--test_mode=AccuracyOnly",
+                    "--gpu_batch_size=4", _fixture_data(build_dir), f"--log_dir={logs}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    test_dir = logs / "CPU" / "gptj-99" / "Offline"
+    first_line = (test_dir / "accuracy.txt").read_text().splitlines()[0]
+    for name, pattern in CHECKER_PATTERNS.items():
+        assert re.match(pattern, first_line), (name, first_line)
+    assert float(re.match(CHECKER_PATTERNS["ROUGE1"], first_line).group(1)) == 100.0
+    accuracy = json.loads((test_dir / "metadata.json").read_text())["result"]["accuracy"]
+    assert accuracy["passed"] is True and accuracy["rouge1"] == accuracy["rouge2"] == accuracy["rougeL"] == 100.0
+    records = json.loads(FIXTURE.read_text())
+    assert accuracy["gen_num"] == len(records)
+    assert "gen_len target scaled" in accuracy["summary"] and "[PASS]" in done.stdout
+
+
+def test_truncated_oracle_fails_gen_len(build_dir, tmp_path):
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run", "--benchmarks=gptj-99.9", "--backend=oracle", "--oracle_shift=40",
+                    "--test_mode=AccuracyOnly", "--gpu_batch_size=4", _fixture_data(build_dir), f"--log_dir={logs}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    accuracy = json.loads((logs / "CPU" / "gptj-99.9" / "Offline" / "metadata.json").read_text())["result"]["accuracy"]
+    assert accuracy["passed"] is False
+    assert any(failure.startswith("GEN_LEN") for failure in accuracy["failures"]), accuracy["failures"]
+    assert "[FAIL]" in done.stdout
+
+
+def test_tiny_model_accuracy_run_scores_its_output(build_dir, tmp_path):
+    """Random weights write nonsense: the run must still go through generation, decoding and ROUGE, and fail."""
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run", "--benchmarks=gptj", "--test_mode=AccuracyOnly", "--weights=random",
+                    "--gpu_batch_size=4", "--num_beams=1", _fixture_data(build_dir), f"--log_dir={logs}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    test_dir = logs / "CPU" / "gptj-99" / "Offline"
+    accuracy = json.loads((test_dir / "metadata.json").read_text())["result"]["accuracy"]
+    assert accuracy["passed"] is False and accuracy["rouge1"] < 20
+    assert accuracy["gen_num"] == len(json.loads(FIXTURE.read_text()))
+    log = json.loads((test_dir / "mlperf_log_accuracy.json").read_text())
+    lengths = {len(bytes.fromhex(entry["data"])) // 4 for entry in log}
+    assert all(30 <= n <= 128 for n in lengths), lengths  # int32 ids, between min and max new tokens
+
+
+@pytest.mark.parametrize("scenario", list(TINY_SCENARIOS))
+def test_tiny_model_valid_in_every_scenario(build_dir, tmp_path, scenario):
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run", f"--scenarios={scenario}", *TINY, *TINY_SCENARIOS[scenario],
+                    f"--log_dir={logs}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (test_dir,) = (logs / "CPU" / "gptj-99").iterdir()
+    summary = (test_dir / "mlperf_log_summary.txt").read_text()
+    assert "Result is : VALID" in summary, summary
+    metadata = json.loads((test_dir / "metadata.json").read_text())
+    assert metadata["result"]["valid"] is True and metadata["result"]["value"] > 0
+    assert "random weights (GPT-J tiny architecture)" in metadata["provenance"]["invalid_because"]
+    samples = metadata["provenance"]["input_lengths"]["count"]
+    if scenario != "singlestream":  # LoadGen infers tokens/s (69 per sample) for Offline and Server
+        assert metadata["result"]["extra"]["tokens_per_second"] > 0
+        assert "tokens/s" in done.stdout
+    user_conf = (test_dir / "user.conf").read_text()
+    assert f"gptj.{test_dir.name}.performance_sample_count_override = {samples}" in user_conf
+
+
+def test_info_shows_the_gptj_config(build_dir):
+    done = run_main(build_dir, "--action=info", "--benchmarks=gptj", "--scenarios=offline")
+    assert done.returncode == 0, done.stderr
+    assert "gptj-99 Offline" in done.stdout and "num_beams" in done.stdout
+    assert "beam search, width 4" in done.stdout

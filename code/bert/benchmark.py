@@ -7,7 +7,6 @@ names the make step that fetches what is missing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,8 @@ from code.bert.preprocess_data import default_squad_json
 from code.bert.squad import MANIFEST_FILE, MAX_SEQ_LENGTH, TOKENIZED_SUBDIR
 from code.common.benchmarks import InputsUnavailableError, PreparedTest
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
+from code.common.inputs import InputChoice, InputLocations
+from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import DATA_DIR, ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
 from configs.configuration import ResolvedConfig
 
@@ -29,57 +30,13 @@ FETCH_STEP = 'make download_data download_model preprocess_data BENCHMARKS="bert
 PAD_LOGIT = -10000.0
 
 
-@dataclass(frozen=True)
-class InputChoice:
-    """Which data set and weights a run uses, and whether its result may count as an MLPerf result."""
-
-    data_dir: Path | None  # None: synthetic inputs
-    checkpoint: str  # a path, or "random"
-
-    @property
-    def synthetic(self) -> bool:
-        return self.data_dir is None
-
-    @property
-    def random_weights(self) -> bool:
-        return self.checkpoint == "random"
+INPUTS = InputLocations(preprocessed_dir=PREPROCESSED_DIR, manifest_name=MANIFEST_FILE, checkpoint=CHECKPOINT,
+                        fetch_step=FETCH_STEP, data_name="SQuAD v1.1", model_name="MLCommons BERT checkpoint")
 
 
 def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
-    """Apply the fallback rule to the ``input_data`` and ``weights`` fields."""
-    accuracy = mode is not TestMode.PerformanceOnly
-    uses_weights = config["backend"] != "oracle"
-
-    data_field = config["input_data"]
-    if data_field == "synthetic":
-        data_dir = None
-    elif data_field == "auto":
-        data_dir = PREPROCESSED_DIR if (PREPROCESSED_DIR / MANIFEST_FILE).exists() else None
-    else:
-        data_dir = Path(data_field)
-        if not (data_dir / MANIFEST_FILE).exists():
-            raise InputsUnavailableError(f"--input_data={data_field} holds no preprocessed SQuAD set "
-                                         f"(manifest.json); run {FETCH_STEP}")
-    if accuracy and data_dir is None:
-        raise InputsUnavailableError(
-            f"an accuracy run needs the real SQuAD v1.1 data set, which is not in {PREPROCESSED_DIR}; run {FETCH_STEP}"
-        )
-
-    weights_field = config["weights"]
-    if weights_field == "random":
-        checkpoint = "random"
-    elif weights_field == "auto":
-        checkpoint = str(CHECKPOINT) if CHECKPOINT.exists() else "random"
-        if accuracy and uses_weights and checkpoint == "random":
-            raise InputsUnavailableError(
-                f"an accuracy run needs the MLCommons BERT checkpoint, which is not at {CHECKPOINT}; run {FETCH_STEP}"
-            )
-    else:
-        if not Path(weights_field).exists():
-            raise InputsUnavailableError(f"--weights={weights_field} does not exist; run {FETCH_STEP} or "
-                                         "pass --weights=random")
-        checkpoint = weights_field
-    return InputChoice(data_dir, checkpoint if uses_weights else "none (oracle backend)")
+    """The shared fallback rule (code/common/inputs.py) with BERT's locations."""
+    return choose_inputs_at(config, mode, INPUTS)
 
 
 def synthetic_count(config: ResolvedConfig) -> int:
@@ -166,9 +123,11 @@ class BertRunner:
         input_ids, segment_ids, input_mask = self.features.gather(sample_indices)
         logits = self.backend.run_batch(sample_indices, input_ids, segment_ids, input_mask)
         batch, length = logits.shape[0], logits.shape[1]
+        if length == MAX_SEQ_LENGTH and logits.dtype == np.float32:
+            return logits  # one [B, 384, 2] array: the core slices it per sample
         padded = np.full((batch, MAX_SEQ_LENGTH, 2), PAD_LOGIT, dtype=np.float32)
         padded[:, :length] = logits
-        return list(padded)
+        return padded
 
 
 def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
@@ -179,7 +138,10 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     features = load_features(config, choice)
     spec = engine_spec(config, choice) if config["backend"] == "pytorch" else None
     options = BackendOptions(device=resolve_device(config), engine_dir=spec and engine_dir(config, spec),
-                             engine_spec=spec, features=features, oracle_shift=config["oracle_shift"])
+                             engine_spec=spec, features=features, oracle_shift=config["oracle_shift"],
+                             fast_path=config["fast_path"], max_batch_size=config["gpu_batch_size"],
+                             num_workers=config["num_workers"], cuda_graphs=config["cuda_graphs"],
+                             graph_max_tokens=config["graph_max_tokens"], fp8_fast_accum=config["fp8_fast_accum"])
     backend = create_backend(config["backend"], options)
 
     def evaluate(log_dir: Path) -> dict[str, Any]:
@@ -190,8 +152,11 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
         squad_json = _squad_json_for(choice.data_dir)
         result = evaluate_accuracy_log(log_dir / "mlperf_log_accuracy.json", choice.data_dir, squad_json,
                                        config.workload.accuracy_target.value, log_dir / "accuracy.txt")
-        return {"exact_match": result.exact_match, "f1": result.f1, "target_f1": result.target_f1,
-                "passed": result.passed}
+        failures = [] if result.passed else [f"F1 {result.f1:.3f} below target {result.target_f1:.3f}"]
+        return {"metric": "f1", "value": result.f1, "unit": "%", "passed": result.passed, "failures": failures,
+                "summary": f"exact_match = {result.exact_match:.3f}, f1 = {result.f1:.3f} "
+                           f"(target {result.target_f1:.3f})",
+                "exact_match": result.exact_match, "f1": result.f1, "target_f1": result.target_f1}
 
     provenance = describe_inputs(config, mode)
     provenance["input_lengths"] = features.describe_lengths()

@@ -6,7 +6,11 @@ An engine is a folder:
   checkpoint's identity (sha256, size, mtime), torch version and creation time. Written last, so a folder without
   it is an unfinished build.
 - ``weights.safetensors``: for a real checkpoint, the weights already converted to our names and cast to the
-  engine's precision, so a run loads them without the conversion and strict checks.
+  engine's storage dtype (fp16 for fp8 engines), so a run loads them without the conversion and strict checks.
+- for ``precision="fp8"``, the manifest's ``calibration``: the max magnitude of every FP8 GEMM's input over the
+  calibration features (the MLPerf calibration list when the real data set is present, else synthetic features:
+  ``source`` says which), from which the GPU path derives its static activation scales. Weights are quantized when
+  the engine loads (per tensor, deterministic).
 
 For ``checkpoint="random"`` only the manifest is stored and the weights are re-drawn from the seed at load: they
 are deterministic, and skipping a 1.3 GB write keeps the embedded CPU default fast.
@@ -27,16 +31,25 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
+from code.bert.download_data import SQUAD_SUBDIR
 from code.bert.model import BERT_CONFIGS, BertConfig, BertQA, empty_model, load_checkpoint, random_weights
+from code.bert.squad import MANIFEST_FILE, TOKENIZED_SUBDIR
 from code.common.benchmarks import BenchmarkError
+from code.common.paths import DATA_DIR, PREPROCESSED_DATA_DIR
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: fp8 engines and their calibration
 MANIFEST = "engine.json"
 WEIGHTS = "weights.safetensors"
-PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# precision -> the dtype weights are stored and activations kept in (fp8 engines: fp16 between the FP8 GEMMs)
+PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+                                      "fp8": torch.float16}
 RANDOM = "random"
+CALIBRATION_LIST = DATA_DIR / SQUAD_SUBDIR / "bert_calibration_features.txt"
+CALIBRATION_DATA = PREPROCESSED_DATA_DIR / TOKENIZED_SUBDIR
+SYNTHETIC_CALIBRATION_COUNT = 100  # as many as the MLPerf list holds
 
 
 class EngineError(BenchmarkError):
@@ -48,7 +61,7 @@ class EngineSpec:
     """What an engine is: which model, in which precision, from which weights. Runs compare it to the manifest."""
 
     model_name: str            # a BERT_CONFIGS key
-    precision: str = "fp32"    # "fp32" | "fp16" | "bf16"
+    precision: str = "fp32"    # "fp32" | "fp16" | "bf16" | "fp8" (FP8 GEMMs, fp16 between them; GPU only)
     checkpoint: str = RANDOM   # "random" or a checkpoint path (.pytorch/.pt/.bin/.safetensors)
     seed: int = 0              # random weights (and nothing else) depend on it
 
@@ -100,11 +113,54 @@ def _checkpoint_identity(path: Path) -> dict[str, Any]:
     return {"sha256": _sha256(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def build_engine(spec: EngineSpec, engine_dir: Path) -> Path:
+@dataclass(frozen=True)
+class CalibrationSet:
+    """Features an FP8 engine is calibrated on, and where they came from (recorded in the manifest)."""
+
+    input_ids: np.ndarray
+    segment_ids: np.ndarray
+    input_mask: np.ndarray
+    source: str  # "mlperf:<list path>" or "synthetic:seed=<n>"
+
+
+def calibration_set(seed: int = 0, data_dir: Path = CALIBRATION_DATA,
+                    calibration_list: Path = CALIBRATION_LIST) -> CalibrationSet:
+    """The MLPerf calibration features (the list's indices into the preprocessed SQuAD features) when both are
+    present, else ``SYNTHETIC_CALIBRATION_COUNT`` synthetic features with SQuAD-like lengths."""
+    from code.bert.dataset import BertFeatures
+
+    if calibration_list.is_file() and (data_dir / MANIFEST_FILE).is_file():
+        features = BertFeatures.load(data_dir)
+        idx = np.array([int(line) for line in calibration_list.read_text().split()], dtype=np.int64)
+        if idx.size and idx.max() < len(features):
+            return CalibrationSet(features.input_ids[idx], features.segment_ids[idx], features.input_mask[idx],
+                                  f"mlperf:{calibration_list}")
+    features = BertFeatures.synthetic(SYNTHETIC_CALIBRATION_COUNT, seed=seed)
+    return CalibrationSet(features.input_ids, features.segment_ids, features.input_mask, f"synthetic:seed={seed}")
+
+
+def calibrate(model: BertQA, calibration: CalibrationSet, device: str | torch.device | None = None) -> dict[str, Any]:
+    """The manifest's ``calibration`` entry: GEMM-input magnitudes of ``model`` (float32, CPU) over the set.
+
+    Runs the packed 16-bit model on a GPU when there is one (fp16, as the engine will run), else in float32 on the
+    CPU; either way the same function of the weights up to rounding.
+    """
+    from code.bert.fast.packed_model import collect_amax
+
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    amax = collect_amax(model, calibration.input_ids, calibration.segment_ids, calibration.input_mask, device, dtype)
+    return {"source": calibration.source, "count": int(len(calibration.input_ids)), "device": device.type,
+            "dtype": str(dtype).removeprefix("torch."), "amax": amax}
+
+
+def build_engine(spec: EngineSpec, engine_dir: Path, *, calibration: CalibrationSet | None = None,
+                 device: str | torch.device | None = None) -> Path:
     """Build the engine for ``spec`` in ``engine_dir`` (replacing what is there) and return ``engine_dir``.
 
     A real checkpoint is loaded strictly (``load_checkpoint``), so a build fails rather than freezing a partly
-    untrained model into an engine.
+    untrained model into an engine. An fp8 engine is calibrated on ``calibration`` (default: ``calibration_set``)
+    on ``device`` (default: the GPU if there is one).
     """
     engine_dir = Path(engine_dir)
     engine_dir.mkdir(parents=True, exist_ok=True)
@@ -112,16 +168,25 @@ def build_engine(spec: EngineSpec, engine_dir: Path) -> Path:
         (engine_dir / stale).unlink(missing_ok=True)
 
     checkpoint: dict[str, Any] | None = None
+    model: BertQA | None = None
     if not spec.is_random:
         path = Path(spec.checkpoint)
         if not path.is_file():
             raise EngineError(f"checkpoint {path} not found (download it first: python -m code.bert.download_model)")
         checkpoint = _checkpoint_identity(path)
-        model = load_checkpoint(path, spec.config).to(spec.dtype)
+        model = load_checkpoint(path, spec.config)
         from safetensors.torch import save_file
 
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(engine_dir / WEIGHTS),
-                  metadata={"engine_key": engine_key(spec)})
+        save_file({k: v.to(spec.dtype).contiguous() for k, v in model.state_dict().items()},
+                  str(engine_dir / WEIGHTS), metadata={"engine_key": engine_key(spec)})
+    calibrated = None
+    if spec.precision == "fp8":
+        if model is None:
+            model = random_weights(spec.config, spec.seed)
+        # Calibrate what the engine will hold: weights rounded to the storage dtype.
+        model = model.to(spec.dtype).float()
+        calibrated = calibrate(model, calibration or calibration_set(spec.seed), device)
+    del model
 
     manifest = {
         "format_version": FORMAT_VERSION,
@@ -130,6 +195,7 @@ def build_engine(spec: EngineSpec, engine_dir: Path) -> Path:
         "config": spec.config.to_dict(),
         "checkpoint": checkpoint,
         "weights": None if spec.is_random else WEIGHTS,
+        "calibration": calibrated,
         "torch_version": torch.__version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -182,16 +248,40 @@ def check_engine(engine_dir: Path, expected: EngineSpec, run_args: str | None = 
             raise EngineError(f"checkpoint {path} changed since engine {engine_dir} was built. {hint}")
         if not (Path(engine_dir) / WEIGHTS).is_file():
             raise EngineError(f"engine {engine_dir} lacks {WEIGHTS}. {hint}")
+    if expected.precision == "fp8":
+        _check_calibration(engine_dir, manifest.get("calibration"), expected.config, hint)
     return manifest
+
+
+def _check_calibration(engine_dir: Path, calibration: Any, config: BertConfig, hint: str) -> None:
+    """An fp8 engine must hold a finite, positive input magnitude for every FP8 GEMM of the model."""
+    from code.bert.fast.packed_model import calibration_names
+
+    if not isinstance(calibration, dict) or not isinstance(calibration.get("amax"), dict):
+        raise EngineError(f"fp8 engine {engine_dir} lacks calibrated activation scales. {hint}")
+    amax = calibration["amax"]
+    names = calibration_names(config.num_layers)
+    missing = [n for n in names if n not in amax]
+    bad = [n for n in names if n in amax and not (isinstance(amax[n], int | float) and 0 < amax[n] < float("inf"))]
+    if missing or bad:
+        raise EngineError(f"fp8 engine {engine_dir} has an incomplete calibration (missing {missing[:4]}, not "
+                          f"positive and finite {bad[:4]}). {hint}")
 
 
 def load_engine(engine_dir: Path, expected: EngineSpec, device: str | torch.device = "cpu", *,
                 run_args: str | None = None) -> BertQA:
     """The engine's model, in eval mode, on ``device``, in the spec's dtype; ``EngineError`` if missing or stale.
 
-    ``run_args`` (optional) makes the error's rebuild command copy-pasteable.
+    ``run_args`` (optional) makes the error's rebuild command copy-pasteable. An fp8 engine's model is its fp16
+    weights; ``load_engine_manifest`` also returns the calibration the FP8 GEMMs need.
     """
-    check_engine(engine_dir, expected, run_args)
+    return load_engine_manifest(engine_dir, expected, device, run_args=run_args)[0]
+
+
+def load_engine_manifest(engine_dir: Path, expected: EngineSpec, device: str | torch.device = "cpu", *,
+                         run_args: str | None = None) -> tuple[BertQA, dict[str, Any]]:
+    """``load_engine`` plus the engine's (checked) manifest."""
+    manifest = check_engine(engine_dir, expected, run_args)
     if expected.is_random:
         model = random_weights(expected.config, expected.seed)
     else:
@@ -200,4 +290,4 @@ def load_engine(engine_dir: Path, expected: EngineSpec, device: str | torch.devi
         state = load_file(str(Path(engine_dir) / WEIGHTS), device="cpu")
         model = empty_model(expected.config)
         model.load_state_dict(state, strict=True, assign=True)  # our names, already checked at build time
-    return model.to(device=device, dtype=expected.dtype).eval()
+    return model.to(device=device, dtype=expected.dtype).eval(), manifest

@@ -26,6 +26,13 @@ class BackendOptions:
     engine_spec: EngineSpec | None = None  # pytorch: what the run expects the engine to be (stale check)
     features: BertFeatures | None = None   # oracle: needs the gold positions
     oracle_shift: int = 0                  # oracle: move the answer by this many tokens (a failing oracle)
+    # pytorch on CUDA: the packed fast path (code/bert/fast, documentation/bert_gpu.md)
+    fast_path: bool | None = None          # None/True: packed path for fp16/bf16/fp8 engines; False: eager padded
+    max_batch_size: int = 64               # largest batch run_batch will get (sizes pinned buffers, graph slots)
+    num_workers: int = 1                   # threads calling run_batch at once: one stream + buffers + graphs each
+    cuda_graphs: bool = True               # capture the forward per token bucket up to graph_max_tokens
+    graph_max_tokens: int = 16384          # larger batches run eagerly (launch costs are noise there)
+    fp8_fast_accum: bool = False           # FP8 GEMMs: cuBLASLt fast accumulation (faster, less exact)
 
 
 class BertBackend(Protocol):

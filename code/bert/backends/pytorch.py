@@ -1,24 +1,34 @@
-"""The PyTorch backend: our ``BertQA`` from an engine, eager mode, one forward per batch.
+"""The PyTorch backend: our ``BertQA`` from an engine; on a GPU, the packed fast path (code/bert/fast).
 
-Deliberately plain (no packing, fused kernels, FP8 or CUDA graphs yet): it is the correctness baseline that faster
-GPU paths are compared against, and the backend of the embedded CPU default.
+On CUDA (fp16/bf16/fp8 engines) each batch is packed into one token stream in a pinned host buffer, copied to the GPU
+in one transfer, run by the packed encoder (Triton kernels, varlen flash attention, FP8 GEMMs for fp8 engines; a CUDA
+graph when the batch fits a token bucket) and only its ``[T, 2]`` logits come back. Several batcher workers call
+``run_batch`` at once: each thread gets its own context (CUDA stream, pinned buffers, graphs), so one thread packs
+and unpacks while another's batch runs on the GPU.
+
+On the CPU, and for fp32 engines or with ``BackendOptions.fast_path=False``, the eager padded model runs: the
+correctness baseline and the embedded CPU default.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from code.bert.backends import BackendOptions
-from code.bert.engine import load_engine
+from code.bert.engine import load_engine_manifest
+from code.bert.fast.packing import TOKEN_ALIGN, PackedBatch, layout_words, pack_into, round_up, token_buckets, unpack
+from code.bert.squad import MAX_SEQ_LENGTH
 
 # Attention kernels allowed on the GPU. cuDNN's is left out: it builds a new plan for every new sequence length,
 # and BERT's lengths vary per batch. Measured on an H200 (2026-11-22, BERT-large fp16, batch 1): 45 ms per
 # forward while lengths were new, 4.6 ms once seen, with cuDNN attention taking ~80% of the CPU time.
 ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+FAST_PRECISIONS = ("fp16", "bf16", "fp8")
 
 
 def _cpu_threads() -> int:
@@ -29,16 +39,147 @@ def _cpu_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+class _Context:
+    """What one worker thread owns: a stream, pinned buffers in and out, a device buffer, its graphs."""
+
+    def __init__(self, fast: FastPath) -> None:
+        device = fast.model.device
+        self.lock = threading.Lock()
+        self.stream = torch.cuda.Stream(device)
+        self.host_in = torch.empty(fast.max_words, dtype=torch.int32, pin_memory=True)
+        self.host_in_np = self.host_in.numpy()
+        self.host_out = torch.empty((fast.max_tokens, 2), dtype=torch.float32, pin_memory=True)
+        self.host_out_np = self.host_out.numpy()
+        self.device_in = torch.empty(fast.max_words, dtype=torch.int32, device=device)
+        self.done = torch.cuda.Event()
+        self.graphs = None
+        if fast.graph_buckets:
+            from code.bert.fast.graphs import GraphSet
+
+            self.graphs = GraphSet(fast.model, fast.graph_buckets, fast.max_batch, self.stream)
+
+
+class FastPath:
+    """The packed GPU path over an engine's weights; ``run`` is thread-safe (one context per thread)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        manifest: dict,
+        precision: str,
+        max_batch: int,
+        contexts: int,
+        cuda_graphs: bool,
+        graph_max_tokens: int,
+        fast_accum: bool = False,
+    ) -> None:
+        from code.bert.fast.packed_model import PackedBert
+
+        amax = (manifest.get("calibration") or {}).get("amax") if precision == "fp8" else None
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        self.model = PackedBert(model, dtype, next(model.parameters()).device, fp8_amax=amax, fast_accum=fast_accum)
+        self.max_batch = max(1, max_batch)
+        self.max_tokens = round_up(self.max_batch * MAX_SEQ_LENGTH, TOKEN_ALIGN)
+        self.max_words = layout_words(self.max_tokens, self.max_batch)
+        limit = min(graph_max_tokens, self.max_tokens)
+        self.graph_buckets = token_buckets(limit) if cuda_graphs and graph_max_tokens > 0 else []
+        with torch.inference_mode():
+            self._warm_up()
+            self.contexts = [_Context(self) for _ in range(max(1, contexts))]
+        torch.cuda.synchronize()
+        self._local = threading.local()
+        self._next = 0
+        self._assign = threading.Lock()
+
+    def _warm_up(self) -> None:
+        """Compile the Triton kernels and create cuBLAS handles before any timed batch."""
+        rng = np.random.default_rng(0)
+        for batch, seq in ((1, 128), (min(self.max_batch, 8), MAX_SEQ_LENGTH)):
+            ids = rng.integers(1000, 2000, (batch, seq), dtype=np.int32)
+            self._run_eager(ids, np.zeros_like(ids), np.ones_like(ids))
+
+    def _run_eager(self, input_ids: np.ndarray, segment_ids: np.ndarray, input_mask: np.ndarray) -> np.ndarray:
+        from code.bert.fast.packed_model import run_packed
+
+        logits, packed = run_packed(self.model, input_ids, segment_ids, input_mask)
+        return unpack(logits, packed)
+
+    def _context(self) -> _Context:
+        ctx = getattr(self._local, "ctx", None)
+        if ctx is None:
+            with self._assign:
+                ctx = self.contexts[self._next % len(self.contexts)]
+                self._next += 1
+            self._local.ctx = ctx
+        return ctx
+
+    def run(self, input_ids: np.ndarray, segment_ids: np.ndarray, input_mask: np.ndarray) -> np.ndarray:
+        ctx = self._context()
+        with ctx.lock, torch.inference_mode():
+            return self._run(ctx, input_ids, segment_ids, input_mask)
+
+    def _run(self, ctx: _Context, input_ids: np.ndarray, segment_ids: np.ndarray, input_mask: np.ndarray) -> np.ndarray:
+        batch = input_mask.shape[0]
+        if batch > self.max_batch or input_mask.shape[1] > MAX_SEQ_LENGTH:
+            raise ValueError(f"batch {input_mask.shape} exceeds the backend's {self.max_batch} x {MAX_SEQ_LENGTH}")
+        tokens = int(np.count_nonzero(input_mask))
+        bucket = ctx.graphs.bucket_for(tokens, batch) if ctx.graphs is not None else None
+        if bucket is not None:
+            packed = pack_into(ctx.host_in_np, input_ids, segment_ids, input_mask, bucket, ctx.graphs.slots[bucket])
+        else:
+            packed = pack_into(ctx.host_in_np, input_ids, segment_ids, input_mask)
+        words = packed.words
+        with torch.cuda.stream(ctx.stream):
+            if bucket is not None:
+                ctx.graphs.input_buffer(bucket).copy_(ctx.host_in[:words], non_blocking=True)
+                logits = ctx.graphs.replay(bucket)
+            else:
+                logits = self._forward(ctx, packed, words)
+            ctx.host_out[: packed.total].copy_(logits[: packed.total], non_blocking=True)
+            ctx.done.record(ctx.stream)
+        ctx.done.synchronize()  # releases the GIL while the GPU works
+        return unpack(ctx.host_out_np, packed)
+
+    def _forward(self, ctx: _Context, packed: PackedBatch, words: int) -> torch.Tensor:
+        flat = ctx.device_in[:words]
+        flat.copy_(ctx.host_in[:words], non_blocking=True)
+        t = packed.padded_total
+        return self.model.forward(
+            flat[:t], flat[t : 2 * t], flat[2 * t : 3 * t], flat[3 * t : words], max_len=packed.max_len
+        )
+
+
 class PytorchBertBackend:
     def __init__(self, options: BackendOptions) -> None:
         if options.engine_dir is None or options.engine_spec is None:
             raise ValueError("the pytorch BERT backend needs BackendOptions.engine_dir and engine_spec")
         self.device = torch.device(options.device)
+        spec = options.engine_spec
         if self.device.type == "cpu":
             # torch defaults to the machine's physical cores, more than a container may be allowed; oversubscribed
             # intra-op threads are slower than fewer threads.
             torch.set_num_threads(min(torch.get_num_threads(), _cpu_threads()))
-        self.model = load_engine(options.engine_dir, options.engine_spec, self.device)
+        model, manifest = load_engine_manifest(options.engine_dir, spec, self.device)
+        self.fast: FastPath | None = None
+        use_fast = options.fast_path if options.fast_path is not None else True
+        if self.device.type == "cuda" and use_fast and spec.precision in FAST_PRECISIONS:
+            self.fast = FastPath(
+                model,
+                manifest,
+                spec.precision,
+                options.max_batch_size,
+                options.num_workers,
+                options.cuda_graphs,
+                options.graph_max_tokens,
+                options.fp8_fast_accum,
+            )
+            del model
+            self.model = None
+        else:
+            if spec.precision == "fp8":
+                # FP8 GEMMs exist only on the fast path; elsewhere an fp8 engine runs its fp16 weights (fp32 on a CPU).
+                model = model.float() if self.device.type == "cpu" else model
+            self.model = model
 
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
         tensor = torch.from_numpy(np.ascontiguousarray(array))
@@ -46,10 +187,16 @@ class PytorchBertBackend:
             return tensor.pin_memory().to(self.device, non_blocking=True)
         return tensor.to(self.device)
 
-    def run_batch(self, sample_indices: np.ndarray, input_ids: np.ndarray, segment_ids: np.ndarray,
-                  input_mask: np.ndarray) -> np.ndarray:
-        """int32 ``[B, S]`` inputs -> float32 ``[B, S, 2]`` start/end logits (``sample_indices`` unused here)."""
+    def run_batch(
+        self, sample_indices: np.ndarray, input_ids: np.ndarray, segment_ids: np.ndarray, input_mask: np.ndarray
+    ) -> np.ndarray:
+        """int32 ``[B, S]`` inputs -> float32 ``[B, S, 2]`` start/end logits (``sample_indices`` unused here).
+
+        The fast path gives positions past a sample's length ``PAD_LOGIT`` (it computes nothing there); the eager
+        path gives whatever the padded model computed there. Post-processing reads neither.
+        """
+        if self.fast is not None:
+            return self.fast.run(input_ids, segment_ids, input_mask)
         with torch.inference_mode(), sdpa_kernel(ATTENTION_BACKENDS):
-            logits = self.model(self._to_device(input_ids), self._to_device(segment_ids),
-                                self._to_device(input_mask))
+            logits = self.model(self._to_device(input_ids), self._to_device(segment_ids), self._to_device(input_mask))
             return logits.float().cpu().numpy()  # .cpu() synchronises with the GPU

@@ -1,0 +1,87 @@
+"""FP8 (e4m3) GEMMs with static scales: the math of calibration and the linear layer that uses it.
+
+FP8 halves a GEMM's operand bytes and doubles the tensor cores' rate over fp16 on Hopper: what lets BERT-large
+reach ~9,000 samples/s on one H200. Scales are per tensor and static: weights are quantized once when the engine
+loads, activations with a scale calibrated at engine build time (``amax`` of the GEMM's input over calibration
+features), so no kernel ever reduces over a tensor at run time and the whole forward can be a CUDA graph.
+
+A value ``x`` is stored as ``q = saturate(x / scale)`` in e4m3 (largest finite 448) and read back as ``q * scale``;
+``scale = amax / 448`` maps the largest calibrated magnitude to the largest e4m3 value.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+E4M3 = torch.float8_e4m3fn
+E4M3_MAX = 448.0
+# e4m3 keeps 3 mantissa bits: round-to-nearest is off by at most half a unit in the last place, 2**-4 relative,
+# for values in the normal range (>= 2**-6 of a unit scale); smaller ones are subnormal, off by at most 2**-10 scale.
+E4M3_REL_ERROR = 2.0**-4
+E4M3_SUBNORMAL_STEP = 2.0**-9
+
+
+def scale_from_amax(amax: float, margin: float = 1.0) -> float:
+    """The per-tensor scale that maps ``amax * margin`` to e4m3's largest value (a tiny floor keeps zeros finite)."""
+    if not math.isfinite(amax) or amax < 0:
+        raise ValueError(f"amax must be finite and >= 0, got {amax}")
+    return max(amax * margin, 1e-12) / E4M3_MAX
+
+
+def quantize(x: Tensor, scale: float | Tensor) -> Tensor:
+    """``x / scale`` saturated to +-448 and rounded to e4m3 (the kernels do the same in one pass)."""
+    return (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+
+
+def dequantize(q: Tensor, scale: float | Tensor) -> Tensor:
+    return q.float() * scale
+
+
+def quantize_weight(weight: Tensor) -> tuple[Tensor, Tensor]:
+    """``[N, K]`` weight -> (e4m3 ``[N, K]``, float32 scalar scale on the weight's device)."""
+    amax = float(weight.detach().abs().max().float())
+    scale = scale_from_amax(amax)
+    return quantize(weight, scale), torch.tensor(scale, dtype=torch.float32, device=weight.device)
+
+
+class Fp8Linear:
+    """``y = x @ W.T (+ b)`` with e4m3 operands and a 16-bit output.
+
+    On CUDA ``torch._scaled_mm`` (cuBLASLt FP8, float32 accumulation unless ``fast_accum``); elsewhere the same
+    arithmetic emulated in float32 from the quantized operands, so CPU tests check the scales, not the hardware.
+    """
+
+    def __init__(
+        self, weight: Tensor, bias: Tensor | None, act_amax: float, out_dtype: torch.dtype, fast_accum: bool = False
+    ) -> None:
+        self.weight_q, self.weight_scale = quantize_weight(weight)
+        self.act_scale_value = scale_from_amax(act_amax)
+        self.act_scale = torch.tensor(self.act_scale_value, dtype=torch.float32, device=weight.device)
+        self.bias = None if bias is None else bias.to(out_dtype)
+        self.out_dtype = out_dtype
+        self.fast_accum = fast_accum
+        self.out_features, self.in_features = weight.shape
+
+    def quantize_input(self, x: Tensor) -> Tensor:
+        return quantize(x, self.act_scale_value)
+
+    def __call__(self, xq: Tensor, with_bias: bool = True) -> Tensor:
+        """``xq``: e4m3 ``[M, K]`` quantized with this layer's activation scale."""
+        bias = self.bias if with_bias else None
+        if xq.is_cuda:
+            return torch._scaled_mm(
+                xq,
+                self.weight_q.t(),
+                self.act_scale,
+                self.weight_scale,
+                bias=bias,
+                out_dtype=self.out_dtype,
+                use_fast_accum=self.fast_accum,
+            )
+        y = dequantize(xq, self.act_scale) @ dequantize(self.weight_q, self.weight_scale).t()
+        if bias is not None:
+            y = y + bias.float()
+        return y.to(self.out_dtype)

@@ -7,6 +7,7 @@ include make/data.mk
 include make/build.mk
 include make/run.mk
 include make/test.mk
+include make/bench.mk
 
 .DEFAULT_GOAL := help
 

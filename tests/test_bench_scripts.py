@@ -1,0 +1,406 @@
+"""The measurement tools of the BERT GPU work: scripts/bench_bert.py, scripts/bert_agreement.py and the real-text
+inputs (code/bert/text_inputs.py). Logic with fakes; one tiny agreement run and one tiny bench through the harness."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from code.bert.accuracy import PAD_LOGIT
+from code.bert.squad import DOC_STRIDE, MAX_SEQ_LENGTH
+from code.bert.text_inputs import build_text_inputs, make_question, phrase_candidates, prose_sentences
+from code.bert.vocab import BertTokenizer, find_vocab
+from code.common.constants import Scenario
+from code.common.paths import LIB_DIR, REPO_ROOT
+from scripts import bench_bert, bert_agreement
+from scripts.bench_bert import (
+    BenchError,
+    OfflineResult,
+    RunOutcome,
+    ServerTry,
+    build_figures,
+    format_table,
+    measure_offline,
+    search_server_qps,
+    split_extra_run_args,
+    write_reports,
+)
+from scripts.bert_agreement import AgreementError, best_spans, compare, logit_errors, parse_require, position_view
+
+# ---------------------------------------------------------------------------------------------------- text inputs
+
+
+@pytest.fixture(scope="module")
+def text_inputs():
+    return build_text_inputs(300, seed=0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return BertTokenizer(find_vocab())
+
+
+def test_prose_filter_keeps_sentences_and_drops_code():
+    text = (
+        "The harbour town grew up around a shallow bay. X = np.array([1, 2]) is code.\n\n"
+        "See https://example.com for more. Short one. Fishing families settled there first, drawn by the herring."
+    )
+    assert prose_sentences(text) == [
+        "The harbour town grew up around a shallow bay.",
+        "Fishing families settled there first, drawn by the herring.",
+    ]
+
+
+def test_questions_replace_a_phrase_with_a_wh_word():
+    words = "The first stone quay was built in 1684 by a merchant named Tobias Hale.".split()
+    candidates = phrase_candidates(words)
+    assert (7, 8, "what year") in candidates
+    assert (12, 14, "who or what") in candidates  # "Tobias Hale." (edge punctuation is cut from the answer)
+    assert not any(start == 13 for start, _, _ in candidates)  # "Hale" is inside the name, not a name of its own
+
+    class FirstChoice:
+        def choice(self, items):
+            return [c for c in items if c[2] == "who or what"][0]
+
+        def randint(self, low, high):
+            return high
+
+    question, start, end, lead, trail = make_question(words, FirstChoice())
+    assert question.endswith("named who or what?") and "Tobias" not in question
+    assert (start, end, lead, trail) == (12, 14, 0, 1)
+
+
+def test_text_inputs_are_squad_like(text_inputs, tokenizer):
+    features, described = text_inputs.features, text_inputs.describe()
+    assert len(features) >= 300 and not features.synthetic
+    assert features.input_ids.shape == (len(features), MAX_SEQ_LENGTH) and features.input_ids.dtype == np.int32
+    assert (features.input_ids[:, 0] == tokenizer.vocab["[CLS]"]).all()
+    assert (features.lengths == features.input_mask.sum(axis=1)).all() and features.lengths.max() <= MAX_SEQ_LENGTH
+    assert 100 <= described["length_mean"] <= 260 and described["length_p50"] <= described["length_p90"]
+    assert described["corpus_sha256"] and described["sources"][0]["source"].startswith("fixture")
+    # real words of the real vocabulary: almost no [UNK]
+    unk = (features.input_ids == tokenizer.vocab["[UNK]"]).sum() / features.input_mask.sum()
+    assert unk < 0.01
+    # long contexts are windowed with stride 128 like the real set
+    by_example: dict[int, list] = {}
+    for feature in text_inputs.eval_features:
+        by_example.setdefault(feature.example_index, []).append(feature)
+    windowed = [fs for fs in by_example.values() if len(fs) > 1]
+    assert windowed
+    first, second = windowed[0][:2]
+    assert first.tokens[first.doc_offset + DOC_STRIDE] == second.tokens[second.doc_offset]
+    # gold spans spell the answer (after the tokenizer's improvement of the word span)
+    answered = [f for f in text_inputs.eval_features if f.start_position]
+    assert len(answered) > 0.8 * len(features)
+    spelled = sum(
+        f.tokens[f.start_position : f.end_position + 1]
+        == tokenizer.tokenize(text_inputs.examples[f.example_index].answers[0])
+        for f in answered
+    )
+    assert spelled > 0.9 * len(answered)
+
+
+def test_text_inputs_are_deterministic(text_inputs):
+    again = build_text_inputs(300, seed=0)
+    assert np.array_equal(again.features.input_ids, text_inputs.features.input_ids)
+    assert again.corpus_sha256 == text_inputs.corpus_sha256
+
+
+# ------------------------------------------------------------------------------------------------------ agreement
+
+
+def _peaked_logits(text_inputs, shift: int = 0) -> np.ndarray:
+    """Logits that put each feature's answer at its gold span (or, without one, its first context token)."""
+    features = text_inputs.features
+    logits = np.full((len(features), MAX_SEQ_LENGTH, 2), PAD_LOGIT, dtype=np.float32)
+    rng = np.random.default_rng(0)
+    for i, feature in enumerate(text_inputs.eval_features):
+        length = int(features.lengths[i])
+        logits[i, :length] = rng.normal(0, 0.1, (length, 2))
+        start = feature.start_position or feature.doc_offset
+        end = feature.end_position or feature.doc_offset
+        logits[i, min(start + shift, length - 2), 0] = 10.0
+        logits[i, min(end + shift, length - 2), 1] = 10.0
+    return logits
+
+
+def test_identical_logits_agree_fully(text_inputs):
+    reference = _peaked_logits(text_inputs)
+    result = compare(reference, reference.copy(), text_inputs.features.lengths, text_inputs.postprocess)
+    assert result.span_agreement == 1.0 and result.answer_agreement == 1.0
+    assert result.max_abs_error == 0.0 and result.mean_abs_error == 0.0 and result.spans_differ == 0
+
+
+def test_best_spans_are_the_scorers_choice(text_inputs):
+    view = position_view(text_inputs.postprocess)
+    spans = best_spans(view, _peaked_logits(text_inputs))
+    for feature, span in zip(text_inputs.eval_features, spans, strict=True):
+        if feature.start_position and feature.token_is_max_context.get(feature.start_position):
+            assert span == (feature.start_position, feature.end_position)
+
+
+def test_shifted_logits_disagree(text_inputs):
+    reference = _peaked_logits(text_inputs)
+    shifted = _peaked_logits(text_inputs, shift=1)
+    result = compare(reference, shifted, text_inputs.features.lengths, text_inputs.postprocess)
+    assert result.span_agreement < 0.5 and result.spans_differ > 0 and result.answer_agreement < 1.0
+    assert result.max_abs_error > 9.0
+    row = bert_agreement.Row("tiny", "fp16", 0.99, result, path="eager float16")
+    assert row.passed is False and bert_agreement.exit_status([row]) == bert_agreement.EXIT_MISSED
+
+
+def test_logit_errors_count_real_tokens_only():
+    reference = np.zeros((2, 4, 2), dtype=np.float32)
+    candidate = reference.copy()
+    candidate[0, 1, 0] = 0.5  # real token
+    candidate[1, 3, 1] = 100.0  # padding of a 2-token feature: ignored
+    per_feature, max_error, mean_error = logit_errors(reference, candidate, np.array([3, 2]))
+    assert per_feature.tolist() == [0.5, 0.0] and max_error == 0.5
+    assert mean_error == pytest.approx(0.5 / (2 * (3 + 2)))
+
+
+def test_require_bars():
+    assert parse_require("0.99", ["fp16", "fp8"]) == {"fp16": 0.99, "fp8": 0.99}
+    assert parse_require("fp16=0.999", ["fp16", "fp8"]) == {"fp16": 0.999, "fp8": 0.99}
+    assert parse_require("0.95,fp8=0.9", ["fp16", "fp8"]) == {"fp16": 0.95, "fp8": 0.9}
+    with pytest.raises(AgreementError, match="not in --precisions"):
+        parse_require("bf16=0.99", ["fp16"])
+    with pytest.raises(AgreementError, match="fraction"):
+        parse_require("99", ["fp16"])
+
+
+def test_agreement_cli_on_cpu(tmp_path, capsys):
+    status = bert_agreement.main(
+        [
+            "--device=cpu",
+            "--models=tiny",
+            "--precisions=bf16",
+            "--features=40",
+            "--require=0.5",
+            f"--work_dir={tmp_path}",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == 0, out
+    report = json.loads((tmp_path / "agreement.json").read_text())
+    (row,) = report["rows"]
+    assert row["precision"] == "bf16" and row["passed"] is True and row["agreement"]["features"] >= 40
+    assert "span agree" in out.splitlines()[-3] and (tmp_path / "agreement.md").is_file()
+    assert bert_agreement.main(["--device=cpu", "--precisions=fp61"]) == bert_agreement.EXIT_USAGE
+    assert "valid: fp16, bf16, fp8" in capsys.readouterr().err
+
+
+def test_unsupported_precision_is_reported_not_failed():
+    rows = [bert_agreement.Row("large", "fp8", 0.99, not_run="precision fp8 is not supported here (ValueError)")]
+    assert bert_agreement.exit_status(rows) == bert_agreement.EXIT_NOT_RUN
+    assert "NOT RUN" in bert_agreement.format_rows(rows)[1][-1]
+
+
+# --------------------------------------------------------------------------------------------------------- bench
+
+
+def test_server_search_brackets_then_bisects():
+    limit = 5000.0
+
+    def fake(qps):
+        return ServerTry(qps, qps <= limit, [] if qps <= limit else ["latency constraint not met"], p99_ms=1.0)
+
+    search = search_server_qps(fake, start_qps=4000, max_runs=10, tolerance=0.03)
+    assert search.best_qps is not None and limit * 0.97 <= search.best_qps <= limit
+    assert [t.target_qps for t in search.tries][:3] == [4000, 5000, 6250]  # up by 1.25 until INVALID
+    assert "bracketed" in search.stopped_because and search.best_try().valid
+
+    down = search_server_qps(fake, start_qps=9000, max_runs=10)
+    assert down.tries[0].valid is False and down.tries[1].target_qps == 7200 and down.best_qps <= limit
+
+    capped = search_server_qps(fake, start_qps=4000, max_runs=2)
+    assert len(capped.tries) == 2 and capped.best_qps == 5000 and "used all 2 runs" in capped.stopped_because
+
+
+def test_server_search_stops_on_a_crash_and_without_valid_runs():
+    crashed = search_server_qps(lambda qps: ServerTry(qps, None, ["the test process failed"]), 100.0)
+    assert len(crashed.tries) == 1 and crashed.best_qps is None and "failed" in crashed.stopped_because
+    never = search_server_qps(lambda qps: ServerTry(qps, False, ["early stopping not met"]), 100.0, max_runs=3)
+    assert never.best_qps is None and [t.target_qps for t in never.tries] == [100, 80, 64]
+
+
+class FakeRunner:
+    """Stands in for HarnessRunner: Offline throughput is fixed; too low an expected QPS misses min duration."""
+
+    def __init__(self, throughput: float) -> None:
+        self.throughput = throughput
+        self.calls: list[tuple[str, dict]] = []
+
+    def run(self, label, benchmark, scenario, settings):
+        self.calls.append((label, dict(settings)))
+        expected = settings.get("offline_expected_qps")
+        short = expected is not None and expected < self.throughput
+        probe = expected is None
+        return RunOutcome(
+            label,
+            benchmark,
+            scenario.value,
+            "cmd",
+            f"/logs/{label}",
+            "t.log",
+            0,
+            1.0,
+            valid=not short and not probe,
+            value=self.throughput,
+            unit="samples/s",
+            reasons=["min duration not met"] if short or probe else [],
+            mean_length=166.0,
+        )
+
+
+def test_offline_probes_then_runs_above_the_measured_throughput():
+    runner = FakeRunner(1000.0)
+    result = measure_offline(runner, "bert-99", "dataset", 20000, 5000, None, {})
+    assert [label for label, _ in runner.calls] == ["dataset-probe", "dataset"]
+    assert runner.calls[0][1]["min_duration"] == 5000 and runner.calls[1][1]["offline_expected_qps"] == 1100.0
+    assert result.run.valid and result.tokens_per_second == pytest.approx(166000.0)
+
+
+def test_offline_reruns_once_when_the_hint_was_low():
+    runner = FakeRunner(1000.0)
+    result = measure_offline(runner, "bert-99", "max", 20000, 5000, 500.0, {})
+    assert [label for label, _ in runner.calls] == ["max", "max-rerun"]
+    assert runner.calls[1][1]["offline_expected_qps"] == 1100.0 and result.run.valid
+    assert runner.calls[0][1]["synthetic_lengths"] == "max"
+
+
+def test_extra_run_args_hints_and_refusals():
+    passed, hints = split_extra_run_args("--gpu_batch_size=512 --server_target_qps=7000")
+    assert passed == ["--gpu_batch_size=512"] and hints == {"server_target_qps": "7000"}
+    with pytest.raises(BenchError, match="--min_duration_ms"):
+        split_extra_run_args("--min_duration=1000")
+
+
+def _outcome(value, valid=True, unit="samples/s", **extra):
+    return RunOutcome(
+        "x",
+        "bert-99",
+        "Offline",
+        "cmd",
+        "/logs/01-x",
+        "t.log",
+        0,
+        12.0,
+        valid=valid,
+        value=value,
+        unit=unit,
+        mean_length=166.0,
+        extra=extra,
+    )
+
+
+def test_figures_table_and_reports(tmp_path):
+    baseline = {"samples_per_second": 100.0, "p90_latency_ms": 10.0, "device": "cuda"}
+    server = search_server_qps(lambda q: ServerTry(q, q <= 8000, p99_ms=50.0), 7600, max_runs=3)
+    figures = build_figures(
+        "bert-99",
+        OfflineResult("bert-99", "dataset", _outcome(9500.0)),
+        OfflineResult("bert-99", "max", _outcome(4000.0)),
+        server,
+        _outcome(1.5, unit="ms"),
+        baseline,
+    )
+    names = [f.name for f in figures]
+    assert names[0] == "bert-99 Offline samples/s" and figures[0].ratio == pytest.approx(95.0) and figures[0].meets
+    assert figures[1].value == pytest.approx(9500.0 * 166.0)
+    assert figures[2].target is None and figures[2].meets is None  # the worst case has no target
+    server_row = next(f for f in figures if "Server" in f.name)
+    assert server_row.value == server.best_qps and server_row.meets is True
+    single = figures[-1]
+    assert single.ratio == pytest.approx(10.0 / 1.5) and single.meets is True and single.target == "<= 2 ms"
+    missing = build_figures(
+        "bert-99.9", OfflineResult("bert-99.9", "dataset", _outcome(None, valid=None)), None, None, None, None
+    )
+    assert missing[0].meets is False and missing[0].ratio is None
+
+    rows = format_table(figures + missing, baseline)
+    assert rows[0] == ["figure", "value", "VALID", "vs baseline", "target", "meets"] and "baseline" in rows[-1][0]
+    report = {
+        "date": "today",
+        "device": "GPU",
+        "versions": {"torch": "2"},
+        "durations_text": "Offline 20,000 ms",
+        "server_search": {"bert-99": {"stopped_because": "x", "tries": [vars(t) for t in server.tries]}},
+        "runs": [{**vars(_outcome(1.0)), "verdict": "VALID"}],
+        "baseline": baseline,
+    }
+    bench_dir = tmp_path / "bench"
+    bench_dir.mkdir()
+    json_path, md_path = write_reports(bench_dir, report, figures, out=tmp_path / "copy")
+    payload = json.loads(json_path.read_text())
+    assert payload["figures"][0]["value"] == 9500.0 and payload["table"] == format_table(figures, baseline)
+    text = md_path.read_text()
+    assert "| bert-99 Offline samples/s | 9,500 samples/s | yes | x95.00 | >= 9,200 samples/s | yes |" in text
+    assert "## Server search, bert-99" in text and (tmp_path / "copy" / "bench.md").is_file()
+
+
+def test_new_bench_dirs_never_collide(tmp_path):
+    first, second = bench_bert.new_bench_dir(tmp_path), bench_bert.new_bench_dir(tmp_path)
+    assert first != second and first.is_dir() and second.is_dir()
+
+
+def test_baseline_times_hf_bert_on_cpu():
+    result = bench_bert.measure_baseline("tiny", "cpu", seconds_per_repeat=0.05, repeats=2, warmup=1)
+    assert (
+        result["samples_per_second"] > 0
+        and result["p90_latency_ms"] > 0
+        and len(result["samples_per_second_repeats"]) == 2
+    )
+    assert "BertForQuestionAnswering" in result["what"] and "384" in result["what"]
+
+
+@pytest.mark.slow
+def test_quick_bench_runs_offline_through_the_harness(tmp_path, harness_built):
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
+    env = {**os.environ, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scripts.bench_bert",
+            "--quick",
+            "--benchmarks=bert-99",
+            "--scenarios=offline",
+            "--offline_lengths=dataset",
+            "--skip_baseline",
+            "--min_duration_ms=1000",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (bench_dir,) = (build / "bench").iterdir()
+    payload = json.loads((bench_dir / "bench.json").read_text())
+    offline = payload["figures"][0]
+    assert offline["name"] == "bert-99 Offline samples/s" and offline["value"] > 0
+    assert payload["figures"][1]["unit"] == "tokens/s" and payload["figures"][1]["value"] > offline["value"]
+    assert [Path(r["log_dir"]).name for r in payload["runs"]][:2] == [
+        "01-bert-99-offline-dataset-probe",
+        "02-bert-99-offline-dataset",
+    ]
+    assert all(r["verdict"] in ("VALID", "INVALID") for r in payload["runs"])
+    assert payload["durations_ms"] == {Scenario.Offline.value: 1000}
+    assert (
+        "--model_name=tiny" in payload["runs"][0]["command"]
+        and "--input_data=synthetic" in payload["runs"][0]["command"]
+    )
+    assert "BERT bench" in done.stdout and "(shortened; MLPerf: 600,000 ms)" in done.stdout
+    assert (bench_dir / "bench.md").is_file() and (
+        bench_dir / "runs" / "01-bert-99-offline-dataset-probe.log"
+    ).is_file()

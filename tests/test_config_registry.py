@@ -115,3 +115,10 @@ def test_missing_workload_lists_the_systems_configs():
     with pytest.raises(ConfigError, match=r"CPU has configs for: custom_k_99_9_MaxP, custom_k_99_MaxP"):
         resolve_config(Benchmark.BERT, Scenario.Offline, "CPU",
                        WorkloadSetting(power_setting=PowerSetting.MaxQ), {})
+
+
+def test_field_table_in_the_docs_is_current():
+    from scripts.document_fields import PAGE, rewritten
+
+    text = PAGE.read_text()
+    assert rewritten(text) == text, "documentation/configs.md is stale: run `python -m scripts.document_fields`"

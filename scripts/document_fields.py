@@ -1,0 +1,54 @@
+"""Rewrite the field table in documentation/configs.md from code/common/fields.py (the one place fields live).
+
+Usage: ``python -m scripts.document_fields`` (``--check`` exits 1 when the page is out of date; a test runs that).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from code.common.fields import FIELDS, Field
+from code.common.paths import REPO_ROOT
+
+PAGE = REPO_ROOT / "documentation" / "configs.md"
+HEADER = "| field | type | default | applies to | description |\n| --- | --- | --- | --- | --- |\n"
+
+
+def _applies(field: Field) -> str:
+    parts = []
+    if field.benchmarks:
+        parts.append(", ".join(b.value for b in field.benchmarks))
+    if field.scenarios:
+        parts.append(", ".join(s.value for s in field.scenarios))
+    where = " ".join(parts) or "all"
+    return f"{where} (required)" if field.required else where
+
+
+def table() -> str:
+    rows = []
+    for field in FIELDS.values():
+        default = "—" if field.default is None else f"`{field.default!r}`"
+        rows.append(f"| `{field.name}` | {field.type.__name__} | {default} | {_applies(field)} | {field.description} |")
+    return HEADER + "\n".join(rows) + "\n"
+
+
+def rewritten(text: str) -> str:
+    start = text.index(HEADER)
+    end = text.index("\n\n", start)
+    return text[:start] + table().rstrip("\n") + text[end:]
+
+
+def main(argv: list[str]) -> int:
+    current = PAGE.read_text()
+    wanted = rewritten(current)
+    if "--check" in argv:
+        if wanted != current:
+            print(f"{PAGE} is out of date: run `python -m scripts.document_fields`", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.write_text(wanted)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

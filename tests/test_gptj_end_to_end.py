@@ -29,7 +29,7 @@ TINY_SCENARIOS = {
     "offline": ["--synthetic_sample_count=16", "--gpu_batch_size=16", "--min_query_count=1",
                 "--offline_expected_qps=5"],
     "server": ["--synthetic_sample_count=64", "--num_beams=1", "--gpu_batch_size=64", "--min_query_count=470",
-               "--server_target_qps=25"],
+               "--server_target_qps=15"],
     "singlestream": ["--synthetic_sample_count=64", "--num_beams=1", "--min_query_count=50",
                      "--single_stream_expected_latency_ns=100000000"],
 }

@@ -16,8 +16,8 @@ from code.bert.download_model import BERT_SUBDIR, MODEL_FILES
 from code.bert.preprocess_data import default_squad_json
 from code.bert.squad import MANIFEST_FILE, MAX_SEQ_LENGTH, TOKENIZED_SUBDIR
 from code.common.benchmarks import InputsUnavailableError, PreparedTest
-from code.common.constants import DATASET_SIZE, Benchmark, TestMode
-from code.common.inputs import InputChoice, InputLocations
+from code.common.constants import TestMode
+from code.common.inputs import InputChoice, InputLocations, resolve_device, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import DATA_DIR, ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
 from configs.configuration import ResolvedConfig
@@ -37,20 +37,6 @@ INPUTS = InputLocations(preprocessed_dir=PREPROCESSED_DIR, manifest_name=MANIFES
 def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
     """The shared fallback rule (code/common/inputs.py) with BERT's locations."""
     return choose_inputs_at(config, mode, INPUTS)
-
-
-def synthetic_count(config: ResolvedConfig) -> int:
-    """Samples in a synthetic set: the field, else the real set's size."""
-    return config["synthetic_sample_count"] or DATASET_SIZE[Benchmark.BERT]
-
-
-def resolve_device(config: ResolvedConfig) -> str:
-    device = config["device"]
-    if device == "auto":
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
 def engine_spec(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 - EngineSpec, imported lazily

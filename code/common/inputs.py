@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from code.common.benchmarks import InputsUnavailableError
-from code.common.constants import TestMode
+from code.common.constants import DATASET_SIZE, TestMode
 from configs.configuration import ResolvedConfig
 
 
@@ -76,3 +76,18 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations)
                                          "pass --weights=random")
         checkpoint = weights_field
     return InputChoice(data_dir, checkpoint if uses_weights else "none (oracle backend)")
+
+
+def synthetic_count(config: ResolvedConfig) -> int:
+    """Samples in a synthetic set: the field, else the real set's size."""
+    return config["synthetic_sample_count"] or DATASET_SIZE[config.benchmark]
+
+
+def resolve_device(config: ResolvedConfig) -> str:
+    """The ``device`` field with ``auto`` made concrete: cuda when PyTorch sees a GPU, else cpu."""
+    device = config["device"]
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device

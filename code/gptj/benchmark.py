@@ -15,7 +15,7 @@ import numpy as np
 
 from code.common.benchmarks import InputsUnavailableError, PreparedTest
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
-from code.common.inputs import InputChoice, InputLocations
+from code.common.inputs import InputChoice, InputLocations, resolve_device, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import MODELS_DIR, PREPROCESSED_DATA_DIR
 from code.gptj.cnn_dailymail import MANIFEST_FILE, MAX_INPUT_TOKENS, TOKENIZED_SUBDIR
@@ -33,19 +33,6 @@ CLOSED_DIVISION_BEAMS = 4
 def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
     """The shared fallback rule with GPT-J's locations."""
     return choose_inputs_at(config, mode, INPUTS)
-
-
-def synthetic_count(config: ResolvedConfig) -> int:
-    return config["synthetic_sample_count"] or DATASET_SIZE[Benchmark.GPTJ]
-
-
-def resolve_device(config: ResolvedConfig) -> str:
-    device = config["device"]
-    if device == "auto":
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
 def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:

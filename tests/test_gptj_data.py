@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from code.common.download import DownloadError
+from code.common.r2_download import R2Entry, R2Listing, metadata_urls, parse_md5_text, parse_uri_text
 from code.gptj import download_data, download_model, preprocess_data
 from code.gptj.cnn_dailymail import (
     CNN_DAILYMAIL_VALIDATION_SAMPLES,
@@ -35,15 +36,7 @@ from code.gptj.cnn_dailymail import (
     load_targets,
 )
 from code.gptj.dataset import SYNTH_MEAN_LENGTH_BAND, SYNTH_TEMPLATE_TOKENS, GptjSamples
-from code.gptj.download_model import (
-    R2Entry,
-    R2Listing,
-    check_checkpoint,
-    checkpoint_path,
-    metadata_urls,
-    parse_md5_text,
-    parse_uri_text,
-)
+from code.gptj.download_model import check_checkpoint, checkpoint_path
 from code.gptj.tokenizer import (
     EOS_TOKEN_ID,
     EXTRA_TOKENS,

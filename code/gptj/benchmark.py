@@ -18,7 +18,7 @@ from code.common.constants import DATASET_SIZE, Benchmark, TestMode
 from code.common.inputs import InputChoice, InputLocations, resolve_device, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import MODELS_DIR, PREPROCESSED_DATA_DIR
-from code.gptj.cnn_dailymail import MANIFEST_FILE, MAX_INPUT_TOKENS, TOKENIZED_SUBDIR
+from code.gptj.cnn_dailymail import MANIFEST_FILE, TOKENIZED_SUBDIR
 from code.gptj.download_model import CHECKPOINT_SUBDIR, MODEL_SUBDIR
 from configs.configuration import ResolvedConfig
 
@@ -73,19 +73,9 @@ def load_samples(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 -
     if choice.data_dir is not None:
         return GptjSamples.load(choice.data_dir)
     if config["synthetic_lengths"] == "max":
-        return _full_length_samples(synthetic_count(config), config["seed"])
+        return GptjSamples.full_length(synthetic_count(config), seed=config["seed"])
     return GptjSamples.synthetic(synthetic_count(config), seed=config["seed"],
                                  length_scale=config["synthetic_length_scale"])
-
-
-def _full_length_samples(count: int, seed: int):  # noqa: ANN202 - GptjSamples
-    """Every prompt at the 1,919-token cap: the worst case for throughput."""
-    from code.gptj.dataset import GptjSamples
-
-    rng = np.random.default_rng(seed)
-    input_ids = rng.integers(0, 50256, size=(count, MAX_INPUT_TOKENS), dtype=np.int32)
-    lengths = np.full(count, MAX_INPUT_TOKENS, dtype=np.int32)
-    return GptjSamples(input_ids, lengths, True, None, {"synthetic": True, "seed": seed, "full_length": True})
 
 
 class GptjRunner:

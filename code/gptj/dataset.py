@@ -157,6 +157,15 @@ class GptjSamples:
         manifest = {"synthetic": True, "seed": seed, "length_scale": length_scale, "max_length": max_length}
         return cls(_read_only(input_ids), _read_only(lengths), True, None, manifest)
 
+    @classmethod
+    def full_length(cls, count: int, seed: int = 0, length: int = MAX_INPUT_TOKENS) -> GptjSamples:
+        """``count`` random-token prompts all at ``length`` (the 1,919-token cap): the worst case for throughput."""
+        rng = np.random.default_rng(seed)
+        input_ids = rng.integers(*_ORDINARY_IDS, size=(count, length), dtype=np.int32)
+        lengths = np.full(count, length, dtype=np.int32)
+        manifest = {"synthetic": True, "seed": seed, "full_length": True, "max_length": length}
+        return cls(_read_only(input_ids), _read_only(lengths), True, None, manifest)
+
     def prompt(self, index: int) -> np.ndarray:
         """Prompt tokens of sample ``index``, unpadded: a read-only int32 view."""
         return self.input_ids[index, : int(self.lengths[index])]

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from code.common.download import DownloadError, download, file_checksum
 from code.common.paths import DATA_DIR
+from code.common.r2_download import fetch_r2_listing
 from code.gptj.cnn_dailymail import (
     CNN_DAILYMAIL_VALIDATION_SAMPLES,
     DATASET_SUBDIR,
@@ -38,7 +39,6 @@ from code.gptj.cnn_dailymail import (
     check_records,
     make_record,
 )
-from code.gptj.download_model import fetch_r2_listing
 
 # mlcommons/inference language/llama3.1-8b/README.md ("Full dataset (datacenter)") and mlcommons/mlperf-automations
 # script/get-dataset-cnndm/meta.yaml (variation validation,datacenter,llama3,mlc,r2-downloader).

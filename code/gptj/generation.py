@@ -87,7 +87,8 @@ def generate(
     The model's caches must hold ``cache_shape(lengths, config)``; they are reused batch after batch, never cleared
     (stale columns are never read).
     """
-    rows = [torch.as_tensor(np.asarray(p), dtype=torch.long).reshape(-1) for p in prompts]
+    # int64 copies: the prompts may be read-only views of the data set, which torch warns about sharing
+    rows = [torch.as_tensor(np.array(p, dtype=np.int64)).reshape(-1) for p in prompts]
     if lengths is not None:
         rows = [r[:n] for r, n in zip(rows, lengths, strict=True)]
     if not rows or min(len(r) for r in rows) == 0:

@@ -8,25 +8,21 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from code.gptj.dataset import GptjSamples
 
 
 @dataclass(frozen=True)
 class BackendOptions:
     device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
-    model_name: str = "6b"  # pytorch: GPT_J config of random weights (a checkpoint brings its own)
+    model_name: str = "6b"  # pytorch: GPT-J config of random weights (a checkpoint brings its own)
     checkpoint: str = "random"  # pytorch: a checkpoint folder/file, or "random"
     precision: str = "fp32"  # pytorch: fp32 | bf16 | fp16
     seed: int = 0  # pytorch: random weights depend on it
     num_beams: int = 4  # 4: the closed-division rule; 1: greedy
     max_batch_size: int = 1  # pytorch: KV caches are sized for this many prompts (x num_beams rows)
     max_prompt_length: int = 1919  # pytorch: and for prompts this long
-    samples: GptjSamples | None = None  # oracle: the data set (its references)
     references: list[list[int]] | None = None  # oracle: reference summary tokens per sample
     oracle_drop: int = 0  # oracle: drop this many tokens from the end of every answer (a failing oracle)
 

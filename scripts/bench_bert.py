@@ -43,6 +43,7 @@ if __package__ in (None, ""):  # run as a file (python3 scripts/bench_bert.py): 
 
 from code.common.constants import Scenario  # noqa: E402 - after the sys.path line above
 from code.common.paths import BUILD_DIR, REPO_ROOT  # noqa: E402
+from code.common.run_logs import LogDirError, new_timestamped_dir  # noqa: E402
 
 BENCHMARKS = ("bert-99", "bert-99.9")
 SCENARIO_NAMES = {Scenario.Offline: "offline", Scenario.Server: "server", Scenario.SingleStream: "singlestream"}
@@ -713,17 +714,10 @@ def write_reports(
 
 def new_bench_dir(root: Path | None = None) -> Path:
     """A fresh ``build/bench/<timestamp>[-N]``: a bench never writes into an earlier one."""
-    root = root or BUILD_DIR / "bench"
-    root.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y.%m.%d-%H.%M.%S")
-    for attempt in range(1000):
-        folder = root / (stamp if attempt == 0 else f"{stamp}-{attempt}")
-        try:
-            folder.mkdir()
-            return folder
-        except FileExistsError:
-            continue
-    raise BenchError(f"could not create a new folder under {root}")
+    try:
+        return new_timestamped_dir(root or BUILD_DIR / "bench")
+    except LogDirError as error:
+        raise BenchError(str(error)) from None
 
 
 def split_extra_run_args(text: str) -> tuple[list[str], dict[str, str]]:

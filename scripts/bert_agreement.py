@@ -46,6 +46,7 @@ import numpy as np  # noqa: E402 - after the sys.path line above
 from code.bert.accuracy import NO_ANSWER_TEXT, PAD_LOGIT, predict_answers  # noqa: E402
 from code.bert.squad import MAX_SEQ_LENGTH, PostprocessData  # noqa: E402
 from code.common.paths import BUILD_DIR  # noqa: E402
+from code.common.run_logs import LogDirError, new_timestamped_dir  # noqa: E402
 
 DEFAULT_MODELS = ("large", "minilm-l6")
 DEFAULT_PRECISIONS = ("fp16", "bf16", "fp8")
@@ -488,17 +489,10 @@ def _choices(text: str, valid: list[str], what: str) -> list[str]:
 
 
 def _new_work_dir() -> Path:
-    root = BUILD_DIR / "bench"
-    root.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y.%m.%d-%H.%M.%S")
-    for attempt in range(1000):
-        folder = root / f"agreement-{stamp}{'' if attempt == 0 else f'-{attempt}'}"
-        try:
-            folder.mkdir()
-            return folder
-        except FileExistsError:
-            continue
-    raise AgreementError(f"could not create a new folder under {root}")
+    try:
+        return new_timestamped_dir(BUILD_DIR / "bench", prefix="agreement-")
+    except LogDirError as error:
+        raise AgreementError(str(error)) from None
 
 
 def _device(text: str) -> str:

@@ -33,16 +33,21 @@ def new_run_root(log_dir: str | None = None) -> Path:
             )
         root.mkdir(parents=True, exist_ok=True)
         return root
-    LOGS_DIR.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y.%m.%d-%H.%M.%S")
+    return new_timestamped_dir(LOGS_DIR)
+
+
+def new_timestamped_dir(parent: Path, prefix: str = "") -> Path:
+    """A folder ``<parent>/<prefix><timestamp>[-N]`` that did not exist before (created here, never reused)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = prefix + time.strftime("%Y.%m.%d-%H.%M.%S")
     for attempt in range(1000):
-        root = LOGS_DIR / (stamp if attempt == 0 else f"{stamp}-{attempt}")
+        folder = parent / (stamp if attempt == 0 else f"{stamp}-{attempt}")
         try:
-            root.mkdir()
-            return root
+            folder.mkdir()
+            return folder
         except FileExistsError:
             continue
-    raise LogDirError(f"could not create a new log folder under {LOGS_DIR}")
+    raise LogDirError(f"could not create a new folder under {parent}")
 
 
 def make_test_log_dir(root: Path, system: str, benchmark_name: str, scenario: Scenario, mode: TestMode,

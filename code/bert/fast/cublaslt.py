@@ -1,0 +1,247 @@
+"""FP8 GEMM with cuBLASLt's bias + GELU epilogue and an FP8 output, called through ctypes.
+
+Why: in an FP8 layer the first FFN GEMM (``w1``, 1024 -> 4096) wrote a 16-bit ``[T, 4096]`` result that a separate
+kernel read back to add the bias, apply GELU and write the FP8 input of ``w2``: ~12 KB per token per layer of extra
+memory traffic, ~11 of 85 ms per 512 samples on an H200 (documentation/bert_gpu_notes.md). cuBLASLt can do all of
+it in the GEMM's epilogue (``CUBLASLT_EPILOGUE_GELU_BIAS``, scaling the result into e4m3 with ``D_SCALE``), which
+``torch._scaled_mm`` does not expose. TensorRT fuses the same way. cuBLASLt's GELU is the tanh form.
+
+No compiled extension: the library torch already loaded is opened with ctypes; descriptors are plain host objects
+made once per (rows) and kept; the call itself goes on the current CUDA stream, so it is captured by CUDA graphs like
+any torch op. Each stream gets its own workspace (two worker streams must not share one).
+
+Layout: torch tensors are row-major; cuBLASLt is column-major. ``Y[M, N] = X[M, K] @ W[N, K].T`` is computed as the
+column-major ``Y.T[N, M] = W[N, K] @ X.T`` with ``A = W`` (transposed: "T") and ``B = X`` ("N"), the only operand
+layout FP8 GEMMs support.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+
+import torch
+from torch import Tensor
+
+# cudaDataType_t
+CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF, CUDA_R_8F_E4M3 = 0, 2, 14, 28
+CUBLAS_COMPUTE_32F = 68
+CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
+# cublasLtMatmulDescAttributes_t
+DESC_TRANSA, DESC_TRANSB, DESC_EPILOGUE, DESC_BIAS_POINTER = 3, 4, 7, 8
+DESC_A_SCALE_POINTER, DESC_B_SCALE_POINTER, DESC_D_SCALE_POINTER = 17, 18, 20
+DESC_FAST_ACCUM, DESC_BIAS_DATA_TYPE = 25, 26
+# cublasLtEpilogue_t
+EPILOGUE_GELU_BIAS = 36
+PREF_MAX_WORKSPACE_BYTES = 1
+WORKSPACE_BYTES = 32 * 1024 * 1024  # what NVIDIA's guide recommends for Hopper
+
+
+class _Heuristic(ctypes.Structure):
+    """cublasLtMatmulHeuristicResult_t: the algorithm (64 opaque bytes) and what it needs."""
+
+    _fields_ = [
+        ("algo", ctypes.c_uint64 * 8),
+        ("workspace_size", ctypes.c_size_t),
+        ("state", ctypes.c_int),
+        ("waves_count", ctypes.c_float),
+        ("reserved", ctypes.c_int * 4),
+    ]
+
+
+class CublasLtError(RuntimeError):
+    """A cuBLASLt call failed; the message names the call and its status code."""
+
+
+def _library() -> ctypes.CDLL:
+    """libcublasLt as torch loaded it (the soname resolves to the already-loaded copy), else the wheel's file."""
+    names = ["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"]
+    torch_dir = os.path.dirname(torch.__file__)
+    site = os.path.dirname(torch_dir)
+    names += sorted(glob.glob(os.path.join(site, "nvidia", "**", "libcublasLt.so*"), recursive=True))
+    errors = []
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError as error:
+            errors.append(f"{name}: {error}")
+    raise CublasLtError("libcublasLt not found (tried " + "; ".join(errors[:4]) + ")")
+
+
+class _Lt:
+    """The process's cuBLASLt handle and function table (created on first use)."""
+
+    _instance: _Lt | None = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.lib = _library()
+        self.handle = ctypes.c_void_p()
+        self.check("cublasLtCreate", self.lib.cublasLtCreate(ctypes.byref(self.handle)))
+        # Every size_t/int64 argument typed: untyped, ctypes passes a 32-bit int whose upper register half is garbage.
+        lib, vp, sz = self.lib, ctypes.c_void_p, ctypes.c_size_t
+        lib.cublasLtMatmul.argtypes = [vp] * 12 + [vp, vp, sz, vp]
+        lib.cublasLtMatmulDescCreate.argtypes = [vp, ctypes.c_int, ctypes.c_int]
+        lib.cublasLtMatmulDescSetAttribute.argtypes = [vp, ctypes.c_int, vp, sz]
+        lib.cublasLtMatrixLayoutCreate.argtypes = [vp, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int64]
+        lib.cublasLtMatmulPreferenceCreate.argtypes = [vp]
+        lib.cublasLtMatmulPreferenceSetAttribute.argtypes = [vp, ctypes.c_int, vp, sz]
+        lib.cublasLtMatmulAlgoGetHeuristic.argtypes = [vp] * 7 + [ctypes.c_int, vp, vp]
+        self.workspaces: dict[int, Tensor] = {}
+
+    @classmethod
+    def get(cls) -> _Lt:
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
+    @staticmethod
+    def check(call: str, status: int) -> None:
+        if status != 0:
+            raise CublasLtError(f"{call} returned cublasStatus {status}")
+
+    def workspace(self, stream: torch.cuda.Stream, device: torch.device) -> Tensor:
+        """One workspace per stream, allocated outside any graph capture (the warm-up runs first)."""
+        key = stream.cuda_stream
+        if key not in self.workspaces:
+            self.workspaces[key] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        return self.workspaces[key]
+
+    def set_attr(self, desc: ctypes.c_void_p, attr: int, value: ctypes._SimpleCData) -> None:
+        self.check(
+            "cublasLtMatmulDescSetAttribute",
+            self.lib.cublasLtMatmulDescSetAttribute(desc, attr, ctypes.byref(value), ctypes.sizeof(value)),
+        )
+
+    def layout(self, dtype: int, rows: int, cols: int, ld: int) -> ctypes.c_void_p:
+        out = ctypes.c_void_p()
+        self.check(
+            "cublasLtMatrixLayoutCreate",
+            self.lib.cublasLtMatrixLayoutCreate(
+                ctypes.byref(out), dtype, ctypes.c_uint64(rows), ctypes.c_uint64(cols), ctypes.c_int64(ld)
+            ),
+        )
+        return out
+
+
+class Fp8GeluGemm:
+    """``q(GELU(X @ W.T * sx * sw + b) / s_out)``: e4m3 ``X [M, K]`` and ``W [N, K]`` -> e4m3 ``[M, N]``.
+
+    ``weight_scale``/``act_scale``: float32 one-element device tensors (as ``Fp8Linear`` keeps them); ``bias``:
+    fp16 or bf16 ``[N]``; ``out_scale``: the static scale of the output's consumer (``w2``'s input scale).
+    """
+
+    def __init__(
+        self,
+        weight_q: Tensor,
+        weight_scale: Tensor,
+        act_scale: Tensor,
+        bias: Tensor,
+        out_scale: float,
+        fast_accum: bool = False,
+    ) -> None:
+        if weight_q.dtype != torch.float8_e4m3fn or not weight_q.is_cuda or not weight_q.is_contiguous():
+            raise ValueError("Fp8GeluGemm needs a contiguous e4m3 CUDA weight [N, K]")
+        if bias.dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"bias must be fp16 or bf16, got {bias.dtype}")
+        self.lt = _Lt.get()
+        self.weight_q, self.weight_scale, self.act_scale = weight_q, weight_scale, act_scale
+        self.bias = bias.contiguous()
+        self.n, self.k = weight_q.shape
+        self.d_scale = torch.tensor([1.0 / out_scale], dtype=torch.float32, device=weight_q.device)
+        self.bias_type = CUDA_R_16F if bias.dtype == torch.float16 else CUDA_R_16BF
+        self.desc = self._descriptor(fast_accum)
+        self.layout_a = self.lt.layout(CUDA_R_8F_E4M3, self.k, self.n, self.k)  # W.T viewed column-major
+        self.plans: dict[int, tuple] = {}
+        self.alpha, self.beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
+
+    def _descriptor(self, fast_accum: bool) -> ctypes.c_void_p:
+        lt, desc = self.lt, ctypes.c_void_p()
+        lt.check(
+            "cublasLtMatmulDescCreate",
+            lt.lib.cublasLtMatmulDescCreate(ctypes.byref(desc), CUBLAS_COMPUTE_32F, CUDA_R_32F),
+        )
+        lt.set_attr(desc, DESC_TRANSA, ctypes.c_int32(CUBLAS_OP_T))
+        lt.set_attr(desc, DESC_TRANSB, ctypes.c_int32(CUBLAS_OP_N))
+        lt.set_attr(desc, DESC_EPILOGUE, ctypes.c_uint32(EPILOGUE_GELU_BIAS))
+        lt.set_attr(desc, DESC_BIAS_POINTER, ctypes.c_void_p(self.bias.data_ptr()))
+        lt.set_attr(desc, DESC_BIAS_DATA_TYPE, ctypes.c_int32(self.bias_type))
+        lt.set_attr(desc, DESC_A_SCALE_POINTER, ctypes.c_void_p(self.weight_scale.data_ptr()))
+        lt.set_attr(desc, DESC_B_SCALE_POINTER, ctypes.c_void_p(self.act_scale.data_ptr()))
+        lt.set_attr(desc, DESC_D_SCALE_POINTER, ctypes.c_void_p(self.d_scale.data_ptr()))
+        lt.set_attr(desc, DESC_FAST_ACCUM, ctypes.c_int8(1 if fast_accum else 0))
+        return desc
+
+    def _plan(self, m: int) -> tuple:
+        """Layouts and the heuristic's best algorithm for ``m`` rows (kept: the buckets repeat)."""
+        plan = self.plans.get(m)
+        if plan is not None:
+            return plan
+        lt = self.lt
+        layout_b = lt.layout(CUDA_R_8F_E4M3, self.k, m, self.k)
+        layout_c = lt.layout(self.bias_type, self.n, m, self.n)  # C is not read (beta 0) but must be 16-bit
+        layout_d = lt.layout(CUDA_R_8F_E4M3, self.n, m, self.n)
+        pref = ctypes.c_void_p()
+        lt.check("cublasLtMatmulPreferenceCreate", lt.lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)))
+        size = ctypes.c_uint64(WORKSPACE_BYTES)
+        lt.check(
+            "cublasLtMatmulPreferenceSetAttribute",
+            lt.lib.cublasLtMatmulPreferenceSetAttribute(
+                pref, PREF_MAX_WORKSPACE_BYTES, ctypes.byref(size), ctypes.sizeof(size)
+            ),
+        )
+        result, count = _Heuristic(), ctypes.c_int(0)
+        lt.check(
+            "cublasLtMatmulAlgoGetHeuristic",
+            lt.lib.cublasLtMatmulAlgoGetHeuristic(
+                lt.handle,
+                self.desc,
+                self.layout_a,
+                layout_b,
+                layout_c,
+                layout_d,
+                pref,
+                1,
+                ctypes.byref(result),
+                ctypes.byref(count),
+            ),
+        )
+        if count.value < 1 or result.state != 0:
+            raise CublasLtError(f"cuBLASLt has no FP8 GELU_BIAS algorithm for M={m}, N={self.n}, K={self.k}")
+        plan = (layout_b, layout_c, layout_d, result)
+        self.plans[m] = plan
+        return plan
+
+    def __call__(self, xq: Tensor) -> Tensor:
+        if xq.dtype != torch.float8_e4m3fn or xq.shape[1] != self.k or not xq.is_contiguous():
+            raise ValueError(f"expected a contiguous e4m3 [M, {self.k}] input, got {xq.dtype} {tuple(xq.shape)}")
+        m = xq.shape[0]
+        out = torch.empty((m, self.n), dtype=torch.float8_e4m3fn, device=xq.device)
+        if m == 0:
+            return out
+        layout_b, layout_c, layout_d, result = self._plan(m)
+        stream = torch.cuda.current_stream(xq.device)
+        workspace = self.lt.workspace(stream, xq.device)
+        status = self.lt.lib.cublasLtMatmul(
+            self.lt.handle,
+            self.desc,
+            ctypes.byref(self.alpha),
+            ctypes.c_void_p(self.weight_q.data_ptr()),
+            self.layout_a,
+            ctypes.c_void_p(xq.data_ptr()),
+            layout_b,
+            ctypes.byref(self.beta),
+            None,  # C: not read (beta 0); it may not alias D, whose type differs
+            layout_c,
+            ctypes.c_void_p(out.data_ptr()),
+            layout_d,
+            ctypes.byref(result.algo),
+            ctypes.c_void_p(workspace.data_ptr()),
+            WORKSPACE_BYTES,
+            ctypes.c_void_p(stream.cuda_stream),
+        )
+        self.lt.check("cublasLtMatmul", status)
+        return out

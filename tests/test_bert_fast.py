@@ -20,7 +20,7 @@ from code.bert.engine import (
     load_engine_manifest,
 )
 from code.bert.fast.fp8 import E4M3_MAX, E4M3_REL_ERROR, E4M3_SUBNORMAL_STEP, dequantize, quantize, scale_from_amax
-from code.bert.fast.packed_model import PackedBert, calibration_names, collect_amax, run_packed
+from code.bert.fast.packed_model import PackedBert, calibration_names, collect_amax, parse_fp8_gemms, run_packed
 from code.bert.fast.packing import (
     PAD_LOGIT,
     choose_bucket,
@@ -140,6 +140,60 @@ def test_fp8_emulation_close_to_fp32():
     assert 0 < rel < 0.05
     with pytest.raises(ValueError, match="activation scale"):
         PackedBert(model, torch.float32, "cpu", fp8_amax={"0.qkv": 1.0})
+
+
+@torch.no_grad()
+def test_fp8_gemm_subset_runs_the_rest_in_16_bits():
+    model = random_weights(TINY, 4)
+    ids, seg, mask = batch([30, 17, 25], seed=2)
+    amax = collect_amax(model, ids, seg, mask, "cpu", torch.float32)
+    ref, packed = run_packed(PackedBert(model, torch.float32, "cpu"), ids, seg, mask)
+    t = packed.total
+
+    def rel_error(**kw: str) -> float:
+        got, _ = run_packed(PackedBert(model, torch.float32, "cpu", fp8_amax=amax, **kw), ids, seg, mask)
+        return float(np.linalg.norm(got[:t] - ref[:t]) / np.linalg.norm(ref[:t]))
+
+    ffn_only = PackedBert(model, torch.float32, "cpu", fp8_amax=amax, fp8_gemms="w1+w2")
+    assert all(sorted(layer.fp8) == ["w1", "w2"] and sorted(layer.w16) == ["qkv", "wo"] for layer in ffn_only.layers)
+    everything, ffn = rel_error(), rel_error(fp8_gemms="w1+w2")
+    assert 0 < ffn < everything  # fewer FP8 GEMMs, less rounding noise, but still FP8 in the FFN
+
+
+@torch.no_grad()
+def test_fp8_gelu_in_gemm_emulation():
+    """With w1 and w2 in FP8, gelu_in_gemm makes w1 one GEMM that writes w2's FP8 input (cuBLASLt on CUDA, float32
+    emulation here): as close to float32 as the unfused FP8 path (the tanh GELU differs by < 1e-3)."""
+    model = random_weights(TINY, 4)
+    ids, seg, mask = batch([30, 17, 25], seed=2)
+    amax = collect_amax(model, ids, seg, mask, "cpu", torch.float32)
+    ref, packed = run_packed(PackedBert(model, torch.float32, "cpu"), ids, seg, mask)
+    fused_model = PackedBert(model, torch.float32, "cpu", fp8_amax=amax, gelu_in_gemm=True)
+    assert all(callable(getattr(layer, "w1_gelu_fp8", None)) for layer in fused_model.layers)
+    t = packed.total
+    fused, _ = run_packed(fused_model, ids, seg, mask)
+    plain, _ = run_packed(PackedBert(model, torch.float32, "cpu", fp8_amax=amax, gelu_in_gemm=False), ids, seg, mask)
+    rel_fused, rel_plain = (float(np.linalg.norm(x[:t] - ref[:t]) / np.linalg.norm(ref[:t])) for x in (fused, plain))
+    assert 0 < rel_fused < 1.5 * rel_plain + 1e-3
+    subset = PackedBert(model, torch.float32, "cpu", fp8_amax=amax, gelu_in_gemm=True, fp8_gemms="w1")
+    assert not any(hasattr(layer, "w1_gelu_fp8") for layer in subset.layers)  # w2 16-bit: no fused FP8 output
+
+
+def test_fp8_gemms_option_is_checked():
+    assert parse_fp8_gemms("qkv+wo+w1+w2") == {"qkv", "wo", "w1", "w2"}
+    assert parse_fp8_gemms(" w2 + w1 ") == {"w1", "w2"}
+    for bad in ("", "w3", "qkv,w1"):
+        with pytest.raises(ValueError, match="fp8_gemms"):
+            parse_fp8_gemms(bad)
+
+
+def test_attention_options_on_the_cpu():
+    model = random_weights(TINY, 3)
+    assert PackedBert(model, torch.float32, "cpu").attention == "sdpa"
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        PackedBert(model, torch.float32, "cpu", attention="triton")
+    with pytest.raises(ValueError, match="attention="):
+        PackedBert(model, torch.float32, "cpu", attention="xformers")
 
 
 def _calibration() -> CalibrationSet:

@@ -127,7 +127,9 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                              engine_spec=spec, features=features, oracle_shift=config["oracle_shift"],
                              fast_path=config["fast_path"], max_batch_size=config["gpu_batch_size"],
                              num_workers=config["num_workers"], cuda_graphs=config["cuda_graphs"],
-                             graph_max_tokens=config["graph_max_tokens"], fp8_fast_accum=config["fp8_fast_accum"])
+                             graph_max_tokens=config["graph_max_tokens"], fp8_fast_accum=config["fp8_fast_accum"],
+                             fp8_gemms=config["fp8_gemms"], attention_kernel=config["attention_kernel"],
+                             gelu_in_gemm=config["gelu_in_gemm"])
     backend = create_backend(config["backend"], options)
 
     def evaluate(log_dir: Path) -> dict[str, Any]:

@@ -106,6 +106,14 @@ FIELDS: dict[str, Field] = {
               "batches run eagerly)", benchmarks=(Benchmark.BERT,)),
         Field("fp8_fast_accum", bool, False, "BERT fast path, fp8: cuBLASLt fast accumulation in the FP8 GEMMs",
               benchmarks=(Benchmark.BERT,)),
+        Field("fp8_gemms", str, "qkv+wo+w1+w2", "BERT fast path, fp8: which GEMMs of every layer run in FP8, "
+              "'+'-joined from qkv, wo, w1, w2 (the others stay 16-bit)", benchmarks=(Benchmark.BERT,)),
+        Field("attention_kernel", str, "triton", "BERT fast path: varlen attention kernel (triton: ours, "
+              "code/bert/fast/attention.py, which also adds the QKV bias; flash: torch's FlashAttention-2)",
+              benchmarks=(Benchmark.BERT,), choices=("triton", "flash")),
+        Field("gelu_in_gemm", bool, True, "BERT fast path, fp8: bias + GELU in the first FFN GEMM's cuBLASLt "
+              "epilogue (tanh form), which writes the second GEMM's FP8 input; off: a separate erf-GELU kernel",
+              benchmarks=(Benchmark.BERT,)),
         # LoadGen (written to user.conf).
         Field("offline_expected_qps", float, None, "Offline: expected samples/s; LoadGen sizes the query from it "
               "(set it at or above the real throughput)", scenarios=(Scenario.Offline,), required=True),

@@ -4,7 +4,9 @@
    per-sequence SDPA in float32; ``||out - ref|| / ||ref||`` and max error.
 2. Whole model: eager fp16 (padded), packed fp16/bf16 and packed fp8 against the eager float32 model on synthetic
    features: max/mean logit error and span agreement (argmax start and end, over each sample's tokens).
-3. Timings through the backend's fast path (host packing, one H2D, forward, one D2H, unpacking): samples/s at the
+3. Forward variants (``--variants``): GPU ms of one packed forward per switch (attention kernel, GELU in the GEMM,
+   which GEMMs in FP8) with each one's top kernels.
+4. Timings through the backend's fast path (host packing, one H2D, forward, one D2H, unpacking): samples/s at the
    synthetic mean length and at 384 tokens, with and without CUDA graphs, for several batch sizes.
 
 Run on the device: ``PYTHONPATH=$PWD python3 scripts/gpu/check_bert_fast.py --out $OUT``. Prints a short table last.
@@ -301,6 +303,106 @@ def profile_forward(details: dict[str, Any], model: BertQA, calib_amax: dict[str
         del pm
 
 
+def forward_variants(amax: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """The fast path's switches, each as PackedBert keyword arguments (``--variants`` picks by name)."""
+    fp8 = {"fp8_amax": amax, "gelu_in_gemm": False}
+    fused = {"fp8_amax": amax, "gelu_in_gemm": True}
+    return {
+        "fp16 flash": {"attention": "flash"},
+        "fp16 triton-attn": {"attention": "triton"},
+        "fp8 flash": {**fp8, "attention": "flash"},
+        "fp8 triton-attn": {**fp8, "attention": "triton"},
+        "fp8[w1+w2] triton-attn": {**fp8, "attention": "triton", "fp8_gemms": "w1+w2"},
+        "fp8 triton-attn gelu-in-gemm": {**fused, "attention": "triton"},
+        "fp8 triton-attn gelu-in-gemm fast-accum": {**fused, "attention": "triton", "fast_accum": True},
+    }
+
+
+def check_fp8_gelu_gemm(details: dict[str, Any]) -> None:
+    """cuBLASLt's FP8 GEMM with the bias+GELU epilogue against the same math in float32 (dequantized outputs)."""
+    import torch.nn.functional as F
+
+    from code.bert.fast.cublaslt import Fp8GeluGemm
+    from code.bert.fast.fp8 import Fp8Linear, dequantize, quantize
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    m, k, n = 3001, 1024, 4096
+    x = torch.randn(m, k, generator=g, device="cuda")
+    w = (torch.randn(n, k, generator=g, device="cuda") * 0.03).half()
+    b = (torch.randn(n, generator=g, device="cuda") * 0.5).half()
+    lin = Fp8Linear(w, float(x.abs().max()), torch.float16)
+    xq = lin.quantize_input(x)
+    ref_h = dequantize(xq, lin.act_scale) @ dequantize(lin.weight_q, lin.weight_scale).t() + b.float()
+    out_scale = float(F.gelu(ref_h).abs().max()) / 448
+    fused = Fp8GeluGemm(lin.weight_q, lin.weight_scale, lin.act_scale, b, out_scale)
+    got = dequantize(fused(xq), out_scale)
+    for form in ("tanh", "none"):
+        ref = dequantize(quantize(F.gelu(ref_h, approximate=form), out_scale), out_scale)
+        err = rel(got, ref)
+        details.setdefault("fp8_gelu_gemm", {})[form] = {"rel": err, "max": float((got - ref).abs().max())}
+    ROWS.append(f"cuBLASLt FP8 GELU_BIAS GEMM vs float32 (tanh GELU, both quantized): rel {err:.2e}")
+
+
+def time_forward_variants(
+    details: dict[str, Any], model: BertQA, amax: dict[str, float], out_dir: Path, names: list[str], reps: int
+) -> None:
+    """GPU time of one packed forward (512 mean-length samples, inputs already on the device) per variant, and the
+    top kernels of each from the profiler: which switch pays, before any LoadGen run."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from code.bert.fast.attention import tune
+    from code.bert.fast.packed_model import packed_tensors
+    from code.bert.fast.packing import pack_into
+
+    variants = forward_variants(amax)
+    unknown = [n for n in names if n not in variants]
+    if unknown:
+        raise ValueError(f"unknown variants {unknown}; known: {list(variants)}")
+    feats = BertFeatures.synthetic(512, seed=4)
+    ids, seg, mask = feats.gather(np.arange(512))
+    buffer = np.empty(3 * int(mask.sum()) + 3 * 16 + 513, dtype=np.int32)
+    packed = pack_into(buffer, ids, seg, mask)
+    tensors = packed_tensors(buffer, packed.padded_total, packed.slots, torch.device("cuda"))
+    try:
+        check_fp8_gelu_gemm(details)
+    except Exception as e:  # the variants that use it will fail with their own message too
+        ROWS.append(f"cuBLASLt FP8 GELU_BIAS GEMM: FAILED {type(e).__name__}: {str(e)[:200]}")
+    cfg = model.config
+    timings = tune(cfg.num_heads, cfg.head_dim, torch.float16, torch.device("cuda"))
+    details["attention_tune_ms"] = {str(config): ms for config, ms in timings.items()}
+    results, tables = {}, []
+    for name in names:
+        try:
+            pm = PackedBert(model, torch.float16, "cuda", **variants[name])
+            with torch.inference_mode():
+                for _ in range(3):
+                    pm.forward(*tensors, max_len=packed.max_len)
+                torch.cuda.synchronize()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                times = []
+                for _ in range(reps):
+                    start.record()
+                    pm.forward(*tensors, max_len=packed.max_len)
+                    end.record()
+                    end.synchronize()
+                    times.append(start.elapsed_time(end))
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    pm.forward(*tensors, max_len=packed.max_len)
+                    torch.cuda.synchronize()
+            ms = float(np.median(times))
+            results[name] = {"ms_per_512": round(ms, 2), "samples_per_s": round(512 / ms * 1e3)}
+            table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=10, max_name_column_width=70)
+            tables.append(f"== {name}: {ms:.2f} ms\n{table}")
+            ROWS.append(f"forward {name}: {ms:.2f} ms per 512 samples ({512 / ms * 1e3:,.0f}/s GPU only)")
+            del pm
+        except Exception as e:  # one broken variant must not hide the others
+            results[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            ROWS.append(f"forward {name}: FAILED {type(e).__name__}: {str(e)[:200]}")
+        torch.cuda.empty_cache()
+    details["forward_variants"] = {"tokens": int(mask.sum()), **results}
+    (out_dir / "variants_profile.txt").write_text("\n\n".join(tables))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("."))
@@ -308,7 +410,8 @@ def main() -> None:
     parser.add_argument("--batches", default="1,64,256,512,1024")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--graph_max_tokens", type=int, default=16384)
-    parser.add_argument("--skip", default="", help="comma list of: kernels,accuracy,timing,gemm,profile")
+    parser.add_argument("--skip", default="", help="comma list of: kernels,accuracy,timing,gemm,profile,variants")
+    parser.add_argument("--variants", default="", help="comma list of forward_variants() names (default: all)")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -334,6 +437,17 @@ def main() -> None:
         ("kernels", lambda: check_kernels(details)),
         ("accuracy", lambda: check_accuracy(details, model, args.count, amax)),
         ("profile", lambda: profile_forward(details, model.to("cuda", torch.float16), amax, args.out)),
+        (
+            "variants",
+            lambda: time_forward_variants(
+                details,
+                model,
+                amax,
+                args.out,
+                [v for v in args.variants.split(",") if v] or list(forward_variants(amax)),
+                max(args.reps, 10),
+            ),
+        ),
         (
             "timing",
             lambda: time_variants(

@@ -71,13 +71,31 @@ class FastPath:
         contexts: int,
         cuda_graphs: bool,
         graph_max_tokens: int,
-        fast_accum: bool = False,
+        options: BackendOptions | None = None,
     ) -> None:
+        """``options``: the fast path's switches (fp8_gemms, attention_kernel, ...); defaults if None."""
         from code.bert.fast.packed_model import PackedBert
 
+        options = options or BackendOptions()
         amax = (manifest.get("calibration") or {}).get("amax") if precision == "fp8" else None
         dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-        self.model = PackedBert(model, dtype, next(model.parameters()).device, fp8_amax=amax, fast_accum=fast_accum)
+        device = next(model.parameters()).device
+        self.model = PackedBert(
+            model,
+            dtype,
+            device,
+            fp8_amax=amax,
+            fast_accum=options.fp8_fast_accum,
+            fp8_gemms=options.fp8_gemms,
+            attention=options.attention_kernel,
+            gelu_in_gemm=options.gelu_in_gemm,
+        )
+        if options.attention_kernel == "triton":
+            from code.bert.fast.attention import tune
+
+            # Pick the attention kernel's tile shape on a realistic batch once, before any graph is captured.
+            cfg = model.config
+            self.attention_timings = tune(cfg.num_heads, cfg.head_dim, dtype, device)
         self.max_batch = max(1, max_batch)
         self.max_tokens = round_up(self.max_batch * MAX_SEQ_LENGTH, TOKEN_ALIGN)
         self.max_words = layout_words(self.max_tokens, self.max_batch)
@@ -171,7 +189,7 @@ class PytorchBertBackend:
                 options.num_workers,
                 options.cuda_graphs,
                 options.graph_max_tokens,
-                options.fp8_fast_accum,
+                options,
             )
             del model
             self.model = None

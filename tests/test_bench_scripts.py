@@ -527,3 +527,21 @@ def test_quick_bench_runs_offline_through_the_harness(tmp_path, harness_built):
     assert (bench_dir / "bench.md").is_file() and (
         bench_dir / "runs" / "01-bert-99-offline-dataset-probe.log"
     ).is_file()
+
+
+def test_gpu_check_steps_survive_a_failing_step():
+    from scripts.gpu.steps import run_steps
+
+    rows: list[str] = []
+    details: dict = {}
+    saved: list[int] = []
+    ran: list[str] = []
+
+    def fail() -> None:
+        raise RuntimeError("kernel broke")
+
+    steps = [("first", lambda: ran.append("first")), ("broken", fail), ("last", lambda: ran.append("last")),
+             ("skipped", lambda: ran.append("skipped"))]  # fmt: skip
+    run_steps(steps, {"skipped"}, details, rows, lambda: saved.append(1))
+    assert ran == ["first", "last"] and rows == ["broken: FAILED RuntimeError: kernel broke"]
+    assert sorted(details["step_s"]) == ["broken", "first", "last"] and len(saved) == 3

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from scripts.gpu.steps import run_steps
+
 ROWS: list[str] = []  # the short table printed last
 HEADS, HEAD_DIM, LAYERS = 16, 64, 24
 FP8_SCALE = 4.0 / 448  # |o| of random O(1) values stays well under 4
@@ -256,17 +258,7 @@ def main() -> None:
         ("tune", lambda: run_tune(setup, details)),
         ("timing", lambda: run_timing(setup, details)),
     ]
-    for name, step in steps:
-        if name in skip:
-            continue
-        t0 = time.perf_counter()
-        try:
-            step()
-        except Exception as e:  # keep going: the other steps' numbers still matter
-            traceback.print_exc()
-            ROWS.append(f"{name}: FAILED {type(e).__name__}: {str(e)[:300]}")
-        details.setdefault("step_s", {})[name] = round(time.perf_counter() - t0, 1)
-        args.out.write_text(json.dumps(details, indent=1, default=str))
+    run_steps(steps, skip, details, ROWS, lambda: args.out.write_text(json.dumps(details, indent=1, default=str)))
     print(
         f"\n=== check_attention {details['date']} {details['device']} torch {details['torch']} "
         f"triton {details['triton']} steps {details.get('step_s')}"

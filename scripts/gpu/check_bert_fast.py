@@ -27,6 +27,7 @@ from code.bert.dataset import BertFeatures
 from code.bert.fast.packed_model import PackedBert, TorchOps, collect_amax, flash_varlen, run_packed, sdpa_varlen
 from code.bert.fast.packing import unpack
 from code.bert.model import BERT_CONFIGS, BertQA, random_weights
+from scripts.gpu.steps import run_steps
 
 ROWS: list[str] = []  # the short table printed last
 
@@ -455,19 +456,8 @@ def main() -> None:
             ),
         ),
     ]
-    for name, step in steps:
-        if name in skip:
-            continue
-        t0 = time.perf_counter()
-        try:
-            step()
-        except Exception as e:  # keep going: the other steps' numbers still matter
-            import traceback
-
-            traceback.print_exc()
-            ROWS.append(f"{name}: FAILED {type(e).__name__}: {str(e)[:300]}")
-        details.setdefault("step_s", {})[name] = round(time.perf_counter() - t0, 1)
-        (args.out / "check_bert_fast.json").write_text(json.dumps(details, indent=1, default=str))
+    report = args.out / "check_bert_fast.json"
+    run_steps(steps, skip, details, ROWS, lambda: report.write_text(json.dumps(details, indent=1, default=str)))
     print(
         f"\n=== check_bert_fast {details['date']} {details['device']} torch {details['torch']} "
         f"varlen_attn={details['varlen_attn']} steps {details.get('step_s')}"

@@ -89,7 +89,9 @@ CANDIDATE_CONFIGS: list[AttentionConfig] = [
     AttentionConfig(128, 64, 8, 3),
 ]
 # Measured and dropped (H200, 2026-11-22, 512 features, ms per layer call): N128 with 4 warps 0.536, with 8 warps
-# 0.866, one stage 0.479, against 0.447 for M64/N64/w4/s2 with prefetch, the winner.
+# 0.866, one stage 0.479, against 0.447 for M64/N64/w4/s2 with prefetch, the winner. Also one program per
+# (sequence, head) looping over its query blocks (8k programs instead of 49k, registers capped at 128): 0.470, and a
+# persistent grid of 4 programs per SM striding over (sequence, head) pairs: 0.529, against 0.432 in the same run.
 # Tuned configs by (head_dim, dtype); ``tune`` fills it (and also sets DEFAULT_CONFIG to its winner).
 TUNED: dict[tuple[int, torch.dtype], AttentionConfig] = {}
 

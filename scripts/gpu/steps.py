@@ -1,0 +1,31 @@
+"""The step loop both GPU check scripts share: on a lent GPU every minute counts, so one failing step must not lose
+the figures of the others."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+
+def run_steps(
+    steps: list[tuple[str, Callable[[], None]]],
+    skip: set[str],
+    details: dict[str, Any],
+    rows: list[str],
+    save: Callable[[], None],
+) -> None:
+    """Run each named step not in ``skip``; time it into ``details["step_s"]``; a failure is printed with its
+    traceback and noted in ``rows`` (the short table printed last); ``save`` writes the results after every step."""
+    for name, step in steps:
+        if name in skip:
+            continue
+        started = time.perf_counter()
+        try:
+            step()
+        except Exception as error:  # keep going: the other steps' numbers still matter
+            traceback.print_exc()
+            rows.append(f"{name}: FAILED {type(error).__name__}: {str(error)[:300]}")
+        details.setdefault("step_s", {})[name] = round(time.perf_counter() - started, 1)
+        save()

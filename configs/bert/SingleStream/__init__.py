@@ -1,7 +1,7 @@
 """BERT SingleStream: one sample at a time; the 90th-percentile latency is the metric.
 
 GPU classes run the packed fast path with a CUDA graph per token bucket (documentation/bert_gpu.md). Measured on one
-H200 (2026-11-22, LoadGen, synthetic lengths): p90 1.22 ms with fp16 (first round: 1.35 ms, fp8 1.31 ms). The
+H200 (2026-11-22, LoadGen, synthetic lengths): p90 1.22-1.47 ms with fp16 (first round: 1.35 ms, fp8 1.31 ms). The
 expected latency is set near the measured one so LoadGen pre-generates enough queries to fill the minimum duration.
 """
 

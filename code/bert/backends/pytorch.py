@@ -95,7 +95,7 @@ class FastPath:
 
             # Pick the attention kernel's tile shape on a realistic batch once, before any graph is captured.
             cfg = model.config
-            self.attention_timings = tune(cfg.num_heads, cfg.head_dim, dtype, device)
+            tune(cfg.num_heads, cfg.head_dim, dtype, device)
         self.max_batch = max(1, max_batch)
         self.max_tokens = round_up(self.max_batch * MAX_SEQ_LENGTH, TOKEN_ALIGN)
         self.max_words = layout_words(self.max_tokens, self.max_batch)

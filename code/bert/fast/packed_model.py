@@ -13,7 +13,7 @@ GPU check compares the kernels against. Precision: 16-bit activations with 16-bi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -122,6 +122,7 @@ class PackedLayer:
         index: int,
         fast_accum: bool,
         fp8_gemms: frozenset[str],
+        gelu_in_gemm: bool,
     ) -> None:
         def get(name: str) -> Tensor:
             return state[prefix + name].to(device=device, dtype=dtype).contiguous()
@@ -139,23 +140,23 @@ class PackedLayer:
                 self.fp8[gemm] = Fp8Linear(get(f"{name}.weight"), amax[f"{index}.{gemm}"], dtype, fast_accum)
             else:
                 self.w16[gemm] = get(f"{name}.weight")
+        fusable = gelu_in_gemm and {"w1", "w2"} <= set(self.fp8)
+        self.w1_gelu_fp8: Callable[[Tensor], Tensor] | None = self._fp8_gelu_gemm() if fusable else None
 
-    def fuse_fp8_gelu(self) -> None:
-        """Make ``w1`` one FP8 GEMM with bias + GELU in its epilogue and an FP8 output (the input of ``w2``): on CUDA
-        cuBLASLt (``cublaslt.Fp8GeluGemm``), elsewhere the same arithmetic in float32. Needs ``w1`` and ``w2`` in
-        FP8."""
+    def _fp8_gelu_gemm(self) -> Callable[[Tensor], Tensor]:
+        """``w1`` as one FP8 GEMM with bias + GELU in its epilogue and an FP8 output (the input of ``w2``): on CUDA
+        cuBLASLt (``cublaslt.Fp8GeluGemm``), elsewhere the same arithmetic in float32."""
         w1, w2 = self.fp8["w1"], self.fp8["w2"]
         if w1.weight_q.is_cuda:
             from code.bert.fast.cublaslt import Fp8GeluGemm
 
-            self.w1_gelu_fp8 = Fp8GeluGemm(w1.weight_q, w1.weight_scale, w1.act_scale, self.b1, w2.act_scale_value)
-        else:
+            return Fp8GeluGemm(w1.weight_q, w1.weight_scale, w1.act_scale, self.b1, w2.act_scale_value)
 
-            def emulated(xq: Tensor) -> Tensor:
-                h = w1(xq).float() + self.b1.float()
-                return quantize(F.gelu(h, approximate="tanh"), w2.act_scale_value)
+        def emulated(xq: Tensor) -> Tensor:
+            h = w1(xq).float() + self.b1.float()
+            return quantize(F.gelu(h, approximate="tanh"), w2.act_scale_value)
 
-            self.w1_gelu_fp8 = emulated
+        return emulated
 
     def input_scale(self, gemm: str) -> float | None:
         """The static FP8 scale of ``gemm``'s input, None where that GEMM runs in 16 bits."""
@@ -218,6 +219,11 @@ class PackedBert:
             raise ValueError(f"attention={self.attention!r}: expected one of {', '.join(ATTENTION_KERNELS)}")
         if self.attention != "sdpa" and self.device.type != "cuda":
             raise ValueError(f"attention={self.attention} needs a CUDA device; on {self.device} use sdpa")
+        self.triton_attention: Callable[..., Tensor] | None = None
+        if self.attention == "triton":
+            from code.bert.fast.attention import varlen_attention  # imports triton: CUDA only
+
+            self.triton_attention = varlen_attention
         state = {k: v.detach() for k, v in model.state_dict().items()}
 
         def get(name: str) -> Tensor:
@@ -228,13 +234,9 @@ class PackedBert:
         )
         self.emb_ln = (get("embeddings.norm.weight"), get("embeddings.norm.bias"))
         self.layers = [
-            PackedLayer(state, f"layers.{i}.", dtype, self.device, fp8_amax, i, fast_accum, gemms)
+            PackedLayer(state, f"layers.{i}.", dtype, self.device, fp8_amax, i, fast_accum, gemms, gelu_in_gemm)
             for i in range(config.num_layers)
         ]
-        if gelu_in_gemm:
-            for layer in self.layers:
-                if {"w1", "w2"} <= set(layer.fp8):
-                    layer.fuse_fp8_gelu()
         # The QA head runs in float32: 16-bit logits of magnitude ~10 are off by up to 2**-8 in their last bit, enough
         # to reorder near-tied answer spans, and the head is ~4 kFLOP per token against the encoder's ~600 MFLOP.
         self.qa_w, self.qa_b = (
@@ -254,11 +256,9 @@ class PackedBert:
         cfg = self.config
         rows, heads = x.shape[0], cfg.num_heads
         wo_scale = layer.input_scale("wo")
-        if self.attention == "triton":
-            from code.bert.fast.attention import varlen_attention
-
+        if self.triton_attention is not None:
             qkv = layer.matmul("qkv", x, xq)  # the bias is added by the attention kernel as it loads q, k, v
-            a = varlen_attention(
+            a = self.triton_attention(
                 qkv, cu_seqlens, max_len, self.scale, heads, qkv_bias=layer.bqkv, out_fp8_scale=wo_scale
             )
             return (None, a) if wo_scale else (a, None)
@@ -271,9 +271,8 @@ class PackedBert:
     def _feed_forward(self, layer: PackedLayer, x: Tensor, xq: Tensor | None, observe: Any, index: int) -> Tensor:
         """w1 + bias + GELU + w2 (without w2's bias, which the following add+LN adds)."""
         w2_scale = layer.input_scale("w2")
-        fused = getattr(layer, "w1_gelu_fp8", None)
-        if fused is not None:
-            return layer.matmul("w2", None, fused(xq))
+        if layer.w1_gelu_fp8 is not None:
+            return layer.matmul("w2", None, layer.w1_gelu_fp8(xq))
         h = layer.matmul("w1", x, xq)
         g, gq = self.ops.bias_gelu(h, layer.b1, w2_scale, keep_out=w2_scale is None)
         if g is not None:

@@ -21,6 +21,8 @@ def test_every_shipped_system_resolves(system, scenario, target):
     assert config.benchmark_name == f"bert-{target.suffix}"
     if target is AccuracyTarget.k_99_9:
         assert config.config_class == f"{system}_HighAccuracy"
+    if system != "CPU":  # the tanh GELU epilogue keeps >= 99% span agreement, not 99.9% (performance.md)
+        assert config["gelu_in_gemm"] is (target is AccuracyTarget.k_99)
 
 
 def test_unknown_field_names_class_and_field():

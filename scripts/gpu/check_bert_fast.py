@@ -24,7 +24,15 @@ import numpy as np
 import torch
 
 from code.bert.dataset import BertFeatures
-from code.bert.fast.packed_model import PackedBert, TorchOps, collect_amax, flash_varlen, run_packed, sdpa_varlen
+from code.bert.fast.packed_model import (
+    ALL_FP8_GEMMS,
+    PackedBert,
+    TorchOps,
+    collect_amax,
+    flash_varlen,
+    run_packed,
+    sdpa_varlen,
+)
 from code.bert.fast.packing import unpack
 from code.bert.model import BERT_CONFIGS, BertQA, random_weights
 from scripts.gpu.steps import run_steps
@@ -305,17 +313,29 @@ def profile_forward(details: dict[str, Any], model: BertQA, calib_amax: dict[str
 
 
 def forward_variants(amax: dict[str, float]) -> dict[str, dict[str, Any]]:
-    """The fast path's switches, each as PackedBert keyword arguments (``--variants`` picks by name)."""
-    fp8 = {"fp8_amax": amax, "gelu_in_gemm": False}
-    fused = {"fp8_amax": amax, "gelu_in_gemm": True}
+    """The fast path's switches, each as PackedBert keyword arguments (``--variants`` picks by name). ``fp8[...]``
+    names the GEMMs in FP8 (the others 16-bit); ``gelu-in-gemm``: bias + tanh GELU in w1's GEMM epilogue."""
+    triton = {"attention": "triton"}
+    fused = {**triton, "gelu_in_gemm": True}
+
+    def fp8(gemms: str, **kw: Any) -> dict[str, Any]:
+        return {"fp8_amax": amax, "fp8_gemms": gemms, **kw}
+
     return {
         "fp16 flash": {"attention": "flash"},
-        "fp16 triton-attn": {"attention": "triton"},
-        "fp8 flash": {**fp8, "attention": "flash"},
-        "fp8 triton-attn": {**fp8, "attention": "triton"},
-        "fp8[w1+w2] triton-attn": {**fp8, "attention": "triton", "fp8_gemms": "w1+w2"},
-        "fp8 triton-attn gelu-in-gemm": {**fused, "attention": "triton"},
-        "fp8 triton-attn gelu-in-gemm fast-accum": {**fused, "attention": "triton", "fast_accum": True},
+        "fp16 triton-attn": triton,
+        "fp16 triton-attn gelu-in-gemm": fused,
+        "fp8 flash": fp8(ALL_FP8_GEMMS, attention="flash"),
+        "fp8 triton-attn": fp8(ALL_FP8_GEMMS, **triton),
+        "fp8[w1+w2] triton-attn": fp8("w1+w2", **triton),
+        "fp8 triton-attn gelu-in-gemm": fp8(ALL_FP8_GEMMS, **fused),
+        "fp8 triton-attn gelu-in-gemm fast-accum": fp8(ALL_FP8_GEMMS, **fused, fast_accum=True),
+        "fp8[qkv] gelu-in-gemm": fp8("qkv", **fused),
+        "fp8[qkv+wo] gelu-in-gemm": fp8("qkv+wo", **fused),
+        "fp8[w1] gelu-in-gemm": fp8("w1", **fused),
+        "fp8[qkv+w1] gelu-in-gemm": fp8("qkv+w1", **fused),
+        "fp8[qkv+wo+w1] gelu-in-gemm": fp8("qkv+wo+w1", **fused),
+        "fp8[qkv+wo+w1] gelu-in-gemm fast-accum": fp8("qkv+wo+w1", **fused, fast_accum=True),
     }
 
 
@@ -346,6 +366,10 @@ def check_fp8_gelu_gemm(details: dict[str, Any]) -> None:
         f"cuBLASLt FP8 GELU_BIAS GEMM vs float32, both quantized: rel {errors['tanh']:.2e} against tanh GELU, "
         f"{errors['none']:.2e} against erf GELU"
     )
+    half = Fp8GeluGemm(lin.weight_q, lin.weight_scale, lin.act_scale, b, None)(xq)  # 16-bit output (w2 16-bit)
+    rel16 = rel(half.float(), F.gelu(ref_h, approximate="tanh"))
+    details["fp8_gelu_gemm"]["fp16_out"] = {"dtype": str(half.dtype), "rel": rel16}
+    ROWS.append(f"cuBLASLt FP8 GELU_BIAS GEMM, fp16 output ({half.dtype}): rel {rel16:.2e} against tanh GELU")
 
 
 def time_forward_variants(

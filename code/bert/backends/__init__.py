@@ -35,7 +35,7 @@ class BackendOptions:
     fp8_fast_accum: bool = False           # FP8 GEMMs: cuBLASLt fast accumulation (faster, less exact)
     fp8_gemms: str = "qkv+wo+w1+w2"         # fp8 engines: the GEMMs of each layer that run in FP8
     attention_kernel: str = "triton"       # "triton" (code/bert/fast/attention.py) | "flash" (torch FA2 varlen)
-    gelu_in_gemm: bool = True              # fp8: bias+GELU in the w1 FP8 GEMM's epilogue, writing w2's FP8 input
+    gelu_in_gemm: bool = False             # bias + tanh GELU in w1's GEMM epilogue (off: erf-GELU kernel)
 
 
 class BertBackend(Protocol):

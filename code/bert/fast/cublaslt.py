@@ -1,10 +1,11 @@
-"""FP8 GEMM with cuBLASLt's bias + GELU epilogue and an FP8 output, called through ctypes.
+"""FP8 GEMM with cuBLASLt's bias + GELU epilogue and an FP8 (or 16-bit) output, called through ctypes.
 
 Why: in an FP8 layer the first FFN GEMM (``w1``, 1024 -> 4096) wrote a 16-bit ``[T, 4096]`` result that a separate
 kernel read back to add the bias, apply GELU and write the FP8 input of ``w2``: ~12 KB per token per layer of extra
 memory traffic, ~11 of 85 ms per 512 samples on an H200 (documentation/bert_gpu_notes.md). cuBLASLt can do all of
 it in the GEMM's epilogue (``CUBLASLT_EPILOGUE_GELU_BIAS``, scaling the result into e4m3 with ``D_SCALE``), which
-``torch._scaled_mm`` does not expose. TensorRT fuses the same way. cuBLASLt's GELU is the tanh form.
+``torch._scaled_mm`` does not expose. TensorRT fuses the same way. cuBLASLt's GELU is the tanh form. When ``w2``
+runs in 16 bits the same epilogue writes its 16-bit input instead (no ``D_SCALE``).
 
 No compiled extension: the library torch already loaded is opened with ctypes; descriptors are plain host objects
 made once per (rows) and kept; the call itself goes on the current CUDA stream, so it is captured by CUDA graphs like
@@ -131,7 +132,8 @@ class Fp8GeluGemm:
     """``q(GELU(X @ W.T * sx * sw + b) / s_out)``: e4m3 ``X [M, K]`` and ``W [N, K]`` -> e4m3 ``[M, N]``.
 
     ``weight_scale``/``act_scale``: float32 one-element device tensors (as ``Fp8Linear`` keeps them); ``bias``:
-    fp16 or bf16 ``[N]``; ``out_scale``: the static scale of the output's consumer (``w2``'s input scale).
+    fp16 or bf16 ``[N]``; ``out_scale``: the static scale of the output's consumer (``w2``'s input scale), or None
+    for an unscaled output in the bias's dtype (a 16-bit ``w2``).
     """
 
     def __init__(
@@ -140,7 +142,7 @@ class Fp8GeluGemm:
         weight_scale: Tensor,
         act_scale: Tensor,
         bias: Tensor,
-        out_scale: float,
+        out_scale: float | None,
         fast_accum: bool = False,
     ) -> None:
         if weight_q.dtype != torch.float8_e4m3fn or not weight_q.is_cuda or not weight_q.is_contiguous():
@@ -151,8 +153,12 @@ class Fp8GeluGemm:
         self.weight_q, self.weight_scale, self.act_scale = weight_q, weight_scale, act_scale
         self.bias = bias.contiguous()
         self.n, self.k = weight_q.shape
-        self.d_scale = torch.tensor([1.0 / out_scale], dtype=torch.float32, device=weight_q.device)
         self.bias_type = CUDA_R_16F if bias.dtype == torch.float16 else CUDA_R_16BF
+        self.d_scale = (
+            torch.tensor([1.0 / out_scale], dtype=torch.float32, device=weight_q.device) if out_scale else None
+        )
+        self.out_dtype = torch.float8_e4m3fn if out_scale else bias.dtype
+        self.out_type = CUDA_R_8F_E4M3 if out_scale else self.bias_type
         self.desc = self._descriptor(fast_accum)
         self.layout_a = self.lt.layout(CUDA_R_8F_E4M3, self.k, self.n, self.k)  # W.T viewed column-major
         self.plans: dict[int, tuple] = {}
@@ -171,7 +177,8 @@ class Fp8GeluGemm:
         lt.set_attr(desc, DESC_BIAS_DATA_TYPE, ctypes.c_int32(self.bias_type))
         lt.set_attr(desc, DESC_A_SCALE_POINTER, ctypes.c_void_p(self.weight_scale.data_ptr()))
         lt.set_attr(desc, DESC_B_SCALE_POINTER, ctypes.c_void_p(self.act_scale.data_ptr()))
-        lt.set_attr(desc, DESC_D_SCALE_POINTER, ctypes.c_void_p(self.d_scale.data_ptr()))
+        if self.d_scale is not None:
+            lt.set_attr(desc, DESC_D_SCALE_POINTER, ctypes.c_void_p(self.d_scale.data_ptr()))
         lt.set_attr(desc, DESC_FAST_ACCUM, ctypes.c_int8(1 if fast_accum else 0))
         return desc
 
@@ -183,7 +190,7 @@ class Fp8GeluGemm:
         lt = self.lt
         layout_b = lt.layout(CUDA_R_8F_E4M3, self.k, m, self.k)
         layout_c = lt.layout(self.bias_type, self.n, m, self.n)  # C is not read (beta 0) but must be 16-bit
-        layout_d = lt.layout(CUDA_R_8F_E4M3, self.n, m, self.n)
+        layout_d = lt.layout(self.out_type, self.n, m, self.n)
         pref = ctypes.c_void_p()
         lt.check("cublasLtMatmulPreferenceCreate", lt.lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)))
         size = ctypes.c_uint64(WORKSPACE_BYTES)
@@ -219,7 +226,7 @@ class Fp8GeluGemm:
         if xq.dtype != torch.float8_e4m3fn or xq.shape[1] != self.k or not xq.is_contiguous():
             raise ValueError(f"expected a contiguous e4m3 [M, {self.k}] input, got {xq.dtype} {tuple(xq.shape)}")
         m = xq.shape[0]
-        out = torch.empty((m, self.n), dtype=torch.float8_e4m3fn, device=xq.device)
+        out = torch.empty((m, self.n), dtype=self.out_dtype, device=xq.device)
         if m == 0:
             return out
         layout_b, layout_c, layout_d, result = self._plan(m)
@@ -234,7 +241,7 @@ class Fp8GeluGemm:
             ctypes.c_void_p(xq.data_ptr()),
             layout_b,
             ctypes.byref(self.beta),
-            None,  # C: not read (beta 0); it may not alias D, whose type differs
+            None,  # C: not read (beta 0); NULL, as it may not alias an FP8 D
             layout_c,
             ctypes.c_void_p(out.data_ptr()),
             layout_d,

@@ -2,7 +2,8 @@
 
 GPU classes run the packed fast path (documentation/bert_gpu.md): batches of up to 128 samples (~21k tokens) gathered
 for at most 2 ms, two workers so one batch is packed while the other runs; batches up to 16k tokens replay a CUDA
-graph. H200 numbers were measured on one H200 (2026-11-22, LoadGen Server test runs, synthetic lengths); H100 ones
+graph. H200 numbers were measured on one H200 (2026-11-22, LoadGen Server test runs, synthetic lengths): bert-99
+(fp16, bias + GELU in the w1 GEMM's epilogue) 4,738 QPS VALID, bert-99.9 (fp16, erf GELU) 4,423-4,480; H100 ones
 are estimates. On a CPU, BERT-large cannot meet 130 ms per query; the CPU class exists so the flow runs everywhere
 (its result is INVALID, and says why).
 """
@@ -36,6 +37,9 @@ class CPU_HighAccuracy(CPU):
 class H100_SXM_80GBx1(ServerBaseConfig):
     precision = "fp16"
     device = "cuda"
+    # bias + tanh GELU in the w1 GEMM's epilogue: forward -6% (H200); span agreement with float32 >= 99% on
+    # every model checked, not 99.9% (documentation/performance.md), so the _HighAccuracy classes turn it off.
+    gelu_in_gemm = True
     gpu_batch_size = 128
     num_workers = 2
     batch_timeout_us = 2000
@@ -44,7 +48,7 @@ class H100_SXM_80GBx1(ServerBaseConfig):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H100_SXM_80GBx1_HighAccuracy(H100_SXM_80GBx1):
-    pass
+    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
@@ -54,17 +58,18 @@ class H100_SXM_80GBx8(H100_SXM_80GBx1):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
-    pass
+    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GBx1(H100_SXM_80GBx1):
-    server_target_qps = 4400.0  # 4,423-4,480 VALID (fp16, 2026-11-22); fp8 6,500-6,750 VALID
+    server_target_qps = 4700.0  # 4,738 VALID (fp16 + GELU epilogue, 2026-11-22); fp8 6,500-6,750 VALID
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
-    pass
+    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
+    server_target_qps = 4400.0  # 4,423-4,480 VALID (fp16, erf GELU, 2026-11-22)
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
@@ -74,4 +79,5 @@ class H200_SXM_141GBx8(H200_SXM_141GBx1):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H200_SXM_141GBx8_HighAccuracy(H200_SXM_141GBx8):
-    pass
+    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
+    server_target_qps = 4400.0 * 8

@@ -1,7 +1,8 @@
 """BERT SingleStream: one sample at a time; the 90th-percentile latency is the metric.
 
 GPU classes run the packed fast path with a CUDA graph per token bucket (documentation/bert_gpu.md). Measured on one
-H200 (2026-11-22, LoadGen, synthetic lengths): p90 1.22-1.47 ms with fp16 (first round: 1.35 ms, fp8 1.31 ms). The
+H200 (2026-11-22, LoadGen, synthetic lengths): p90 1.22-1.47 ms with fp16 (first round: 1.35 ms, fp8 1.31 ms);
+bert-99 with the GELU epilogue 1.31 ms. The
 expected latency is set near the measured one so LoadGen pre-generates enough queries to fill the minimum duration.
 """
 
@@ -33,12 +34,15 @@ class CPU_HighAccuracy(CPU):
 class H100_SXM_80GBx1(SingleStreamBaseConfig):
     precision = "fp16"
     device = "cuda"
+    # bias + tanh GELU in the w1 GEMM's epilogue: forward -6% (H200); span agreement with float32 >= 99% on
+    # every model checked, not 99.9% (documentation/performance.md), so the _HighAccuracy classes turn it off.
+    gelu_in_gemm = True
     single_stream_expected_latency_ns = 1_400_000
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H100_SXM_80GBx1_HighAccuracy(H100_SXM_80GBx1):
-    pass
+    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
@@ -48,7 +52,7 @@ class H100_SXM_80GBx8(H100_SXM_80GBx1):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
-    pass
+    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
@@ -58,7 +62,7 @@ class H200_SXM_141GBx1(H100_SXM_80GBx1):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
-    pass
+    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
@@ -68,4 +72,4 @@ class H200_SXM_141GBx8(H200_SXM_141GBx1):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H200_SXM_141GBx8_HighAccuracy(H200_SXM_141GBx8):
-    pass
+    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar

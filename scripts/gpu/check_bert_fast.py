@@ -343,7 +343,7 @@ def check_fp8_gelu_gemm(details: dict[str, Any]) -> None:
     """cuBLASLt's FP8 GEMM with the bias+GELU epilogue against the same math in float32 (dequantized outputs)."""
     import torch.nn.functional as F
 
-    from code.bert.fast.cublaslt import Fp8GeluGemm
+    from code.bert.fast.cublaslt import fp8_gelu_gemm
     from code.bert.fast.fp8 import Fp8Linear, dequantize, quantize
 
     g = torch.Generator(device="cuda").manual_seed(1)
@@ -355,7 +355,7 @@ def check_fp8_gelu_gemm(details: dict[str, Any]) -> None:
     xq = lin.quantize_input(x)
     ref_h = dequantize(xq, lin.act_scale) @ dequantize(lin.weight_q, lin.weight_scale).t() + b.float()
     out_scale = float(F.gelu(ref_h).abs().max()) / 448
-    fused = Fp8GeluGemm(lin.weight_q, lin.weight_scale, lin.act_scale, b, out_scale)
+    fused = fp8_gelu_gemm(lin.weight_q, lin.weight_scale, lin.act_scale, b, out_scale)
     got = dequantize(fused(xq), out_scale)
     errors = {}
     for form in ("tanh", "none"):
@@ -366,7 +366,7 @@ def check_fp8_gelu_gemm(details: dict[str, Any]) -> None:
         f"cuBLASLt FP8 GELU_BIAS GEMM vs float32, both quantized: rel {errors['tanh']:.2e} against tanh GELU, "
         f"{errors['none']:.2e} against erf GELU"
     )
-    half = Fp8GeluGemm(lin.weight_q, lin.weight_scale, lin.act_scale, b, None)(xq)  # 16-bit output (w2 16-bit)
+    half = fp8_gelu_gemm(lin.weight_q, lin.weight_scale, lin.act_scale, b, None)(xq)  # 16-bit output (w2 16-bit)
     rel16 = rel(half.float(), F.gelu(ref_h, approximate="tanh"))
     details["fp8_gelu_gemm"]["fp16_out"] = {"dtype": str(half.dtype), "rel": rel16}
     ROWS.append(f"cuBLASLt FP8 GELU_BIAS GEMM, fp16 output ({half.dtype}): rel {rel16:.2e} against tanh GELU")

@@ -148,16 +148,17 @@ class PackedLayer:
         """``w1`` with bias + GELU (tanh form) in its GEMM's epilogue, as ``(x, xq) -> w2's input``; None where the
         two GEMMs' precisions allow no such GEMM (16-bit ``w1`` feeding an FP8 ``w2``: no 16-bit GEMM writes FP8).
 
-        FP8 ``w1``: one cuBLASLt call (``cublaslt.Fp8GeluGemm``) that writes ``w2``'s FP8 input, or its 16-bit input
+        FP8 ``w1``: one cuBLASLt call (``cublaslt.fp8_gelu_gemm``) that writes ``w2``'s FP8 input, or its 16-bit input
         when ``w2`` runs in 16 bits. 16-bit ``w1`` and ``w2``: torch's ``_addmm_activation``, the same epilogue
-        through cuBLASLt. Off CUDA, the same arithmetic in float32 (what the tests compare against)."""
+        through cuBLASLt (as fast in a full forward as our own call, ``cublaslt.LtGemm``, on an H200). Off CUDA, the
+        same arithmetic in float32 (what the tests compare against)."""
         w2_scale = self.input_scale("w2")
         if "w1" in self.fp8:
             w1 = self.fp8["w1"]
             if w1.weight_q.is_cuda:
-                from code.bert.fast.cublaslt import Fp8GeluGemm
+                from code.bert.fast.cublaslt import fp8_gelu_gemm
 
-                fused = Fp8GeluGemm(w1.weight_q, w1.weight_scale, w1.act_scale, self.b1, w2_scale, w1.fast_accum)
+                fused = fp8_gelu_gemm(w1.weight_q, w1.weight_scale, w1.act_scale, self.b1, w2_scale, w1.fast_accum)
                 return lambda x, xq: fused(xq)
 
             def emulated_fp8(x: Tensor | None, xq: Tensor | None) -> Tensor:

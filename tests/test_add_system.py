@@ -38,3 +38,14 @@ def test_add_system_writes_stubs_that_resolve(tmp_path):
 
     bad = run("-m", "scripts.add_system", "--system_name=my-box")
     assert bad.returncode == 2 and "valid Python class name" in bad.stderr
+
+
+def test_bert_gpu_stubs_set_the_gelu_epilogue_per_accuracy_target():
+    """On a GPU the 99% BERT class gets the tanh GELU epilogue and the 99.9% class the erf kernel (bert_gpu.md)."""
+    from code.common.constants import Benchmark, Scenario
+    from scripts.add_system import stub_classes
+
+    text = stub_classes("MyGpu_x1", Benchmark.BERT, Scenario.Offline, on_gpu=True)
+    normal, high = text.split("class MyGpu_x1_HighAccuracy")
+    assert "gelu_in_gemm = True" in normal and "gelu_in_gemm = False" in high
+    assert "gelu_in_gemm" not in stub_classes("MyCpu", Benchmark.BERT, Scenario.Offline, on_gpu=False)

@@ -179,15 +179,13 @@ class LtGemm:
             self.out_dtype = weight.dtype
         self.out_type = DTYPES[self.out_dtype]
         # C is never read (beta 0, pointer NULL) but its layout must have a 16-bit type, also for an FP8 output.
-        self.c_type = self.out_type if self.out_type != CUDA_R_8F_E4M3 else DTYPES[self.bias_dtype()]
+        bias_dtype = bias.dtype if bias is not None else torch.float16
+        self.c_type = self.out_type if self.out_type != CUDA_R_8F_E4M3 else DTYPES[bias_dtype]
         self.epilogue = EPILOGUE_GELU_BIAS if gelu else (EPILOGUE_BIAS if bias is not None else EPILOGUE_DEFAULT)
         self.desc = self._descriptor(fast_accum)
         self.layout_a = self.lt.layout(self.in_type, self.k, self.n, self.k)  # W.T viewed column-major
         self.plans: dict[int, tuple] = {}
         self.alpha, self.beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
-
-    def bias_dtype(self) -> torch.dtype:
-        return self.bias.dtype if self.bias is not None else torch.float16
 
     def _descriptor(self, fast_accum: bool) -> ctypes.c_void_p:
         lt, desc = self.lt, ctypes.c_void_p()

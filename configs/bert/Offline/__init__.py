@@ -6,8 +6,8 @@ test runs, synthetic SQuAD-like lengths): bert-99 (fp16, bias + GELU in the w1 G
 bert-99.9 (fp16, erf GELU) 4,656-4,716, fp8 7,056-7,250. fp8 is opt-in (``--precision=fp8``), not the default for
 bert-99: on a MiniLM fine-tuned for QA it keeps MLPerf's F1 rule (99.89% of fp32's) but changes the best answer span
 on ~2.7% of features, above the 1% the project allows (so does every subset of FP8 GEMMs measured)
-(documentation/performance.md); run AccuracyOnly with the real checkpoint before using it. H100 numbers are
-estimates (same tensor rate, less memory bandwidth), not measurements.
+(documentation/performance.md); run AccuracyOnly with the real checkpoint before using it. H100 SXM (one lent
+H100 80GB HBM3, same day, one run each): bert-99 4,870 samples/s, bert-99.9 4,599.
 """
 
 from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
@@ -47,22 +47,24 @@ class H100_SXM_80GBx1(OfflineBaseConfig):
     # 2% faster single-threaded, doubling memory). Two workers: one packs/unpacks while the other's batch runs.
     gpu_batch_size = 512
     num_workers = 2
-    offline_expected_qps = 4300.0
+    offline_expected_qps = 4900.0  # measured 4,870 on an H100 SXM (fp16 + GELU epilogue, 2026-11-22)
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H100_SXM_80GBx1_HighAccuracy(H100_SXM_80GBx1):
     gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
+    offline_expected_qps = 4600.0  # measured 4,599 (fp16, erf GELU, 2026-11-22)
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H100_SXM_80GBx8(H100_SXM_80GBx1):
-    offline_expected_qps = 4300.0 * 8
+    offline_expected_qps = 4900.0 * 8
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
     gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
+    offline_expected_qps = 4600.0 * 8
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)

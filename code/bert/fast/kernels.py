@@ -34,9 +34,10 @@ def _layernorm_store(
     inv_scale,
     eps,
     N: tl.constexpr,
-    WRITE_OUT: tl.constexpr,
     WRITE_FP8: tl.constexpr,
 ):
+    """LayerNorm of one float32 row; stores the 16-bit result (always: it is the next residual) and, for an FP8
+    GEMM that reads it, its e4m3 copy."""
     mean = tl.sum(x, axis=0) / N
     d = tl.where(mask, x - mean, 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / N + eps)
@@ -44,8 +45,7 @@ def _layernorm_store(
     b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     y = d * rstd * w + b
     offs = row * N + cols
-    if WRITE_OUT:
-        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
     if WRITE_FP8:
         q = tl.minimum(tl.maximum(y * inv_scale, -448.0), 448.0)
         tl.store(q_ptr + offs, q.to(tl.float8e4nv), mask=mask)
@@ -78,7 +78,7 @@ def _embed_ln_kernel(
     x = tl.load(word_ptr + tok * N + cols, mask=mask, other=0.0).to(tl.float32)
     x += tl.load(type_ptr + seg * N + cols, mask=mask, other=0.0).to(tl.float32)
     x += tl.load(posemb_ptr + pos * N + cols, mask=mask, other=0.0).to(tl.float32)
-    _layernorm_store(x, cols, mask, row, w_ptr, b_ptr, out_ptr, q_ptr, inv_scale, eps, N, True, WRITE_FP8)
+    _layernorm_store(x, cols, mask, row, w_ptr, b_ptr, out_ptr, q_ptr, inv_scale, eps, N, WRITE_FP8)
 
 
 @triton.jit
@@ -103,7 +103,7 @@ def _add_ln_kernel(
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     x += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     x += tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    _layernorm_store(x, cols, mask, row, w_ptr, b_ptr, out_ptr, q_ptr, inv_scale, eps, N, True, WRITE_FP8)
+    _layernorm_store(x, cols, mask, row, w_ptr, b_ptr, out_ptr, q_ptr, inv_scale, eps, N, WRITE_FP8)
 
 
 @triton.jit

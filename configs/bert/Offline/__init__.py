@@ -3,10 +3,11 @@
 Each system class is one machine; ``_HighAccuracy`` subclasses are the bert-99.9 variants. GPU classes run the
 packed fast path (documentation/bert_gpu.md). H200 numbers were measured on one H200 (2026-11-22, LoadGen Offline
 test runs, synthetic SQuAD-like lengths): bert-99 (fp16, bias + GELU in the w1 GEMM's epilogue) 4,988 samples/s,
-bert-99.9 (fp16, erf GELU) 4,656-4,716, fp8 7,056-7,250. fp8 is opt-in (``--precision=fp8``), not the default for
-bert-99: on a MiniLM fine-tuned for QA it keeps MLPerf's F1 rule (99.89% of fp32's) but changes the best answer span
-on ~2.7% of features, above the 1% the project allows (so does every subset of FP8 GEMMs measured)
-(documentation/performance.md); run AccuracyOnly with the real checkpoint before using it. H100 SXM (one lent
+bert-99.9 (fp16, erf GELU) 4,656-4,716, fp8 7,020-7,250 (7,574 with fp8_fast_accum). fp8 is opt-in
+(``--precision=fp8``), not the default for bert-99: on a MiniLM fine-tuned for QA it keeps MLPerf's F1 rule (99.89%
+of fp32's) but changes the best answer span on ~2.7% of features, above the 1% the project allows (so does every
+subset of FP8 GEMMs measured) (documentation/performance.md); run AccuracyOnly with the real checkpoint before
+using it. H100 SXM (one lent
 H100 80GB HBM3, same day, one run each): bert-99 4,870 samples/s, bert-99.9 4,599.
 """
 

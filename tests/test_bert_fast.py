@@ -4,6 +4,8 @@ fallback against the eager ``BertQA`` (the GPU kernels themselves are checked by
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -32,7 +34,7 @@ from code.bert.fast.packing import (
     unpack,
     unpack_samples,
 )
-from code.bert.model import BERT_CONFIGS, random_weights
+from code.bert.model import BERT_CONFIGS, BertQA, random_weights
 
 TINY = BERT_CONFIGS["tiny"]
 
@@ -127,54 +129,54 @@ def test_cpu_fallback_matches_eager():
         np.testing.assert_allclose(out[row, :n], expected[row, :n], atol=1e-5, rtol=1e-5)
 
 
-@torch.no_grad()
-def test_fp8_emulation_close_to_fp32():
+class TinyFp8Case(NamedTuple):
+    """A tiny random model, its FP8 calibration on three packed sequences, and ``rel_error(**PackedBert options)``:
+    the relative L2 distance of that packed model's logits from the float32 packed model's on the same inputs."""
+
+    model: BertQA
+    amax: dict[str, float]
+    rel_error: Callable[..., float]
+
+
+@pytest.fixture(scope="module")
+def tiny_fp8() -> TinyFp8Case:
     model = random_weights(TINY, 4)
     ids, seg, mask = batch([30, 17, 25], seed=2)
-    amax = collect_amax(model, ids, seg, mask, "cpu", torch.float32)
-    assert sorted(amax) == sorted(calibration_names(TINY.num_layers)) and all(v > 0 for v in amax.values())
-    ref, packed = run_packed(PackedBert(model, torch.float32, "cpu"), ids, seg, mask)
-    got, _ = run_packed(PackedBert(model, torch.float32, "cpu", fp8_amax=amax), ids, seg, mask)
-    t = packed.total
-    rel = np.linalg.norm(got[:t] - ref[:t]) / np.linalg.norm(ref[:t])
-    assert 0 < rel < 0.05
-    with pytest.raises(ValueError, match="activation scale"):
-        PackedBert(model, torch.float32, "cpu", fp8_amax={"0.qkv": 1.0})
-
-
-@torch.no_grad()
-def test_fp8_gemm_subset_runs_the_rest_in_16_bits():
-    model = random_weights(TINY, 4)
-    ids, seg, mask = batch([30, 17, 25], seed=2)
-    amax = collect_amax(model, ids, seg, mask, "cpu", torch.float32)
-    ref, packed = run_packed(PackedBert(model, torch.float32, "cpu"), ids, seg, mask)
+    with torch.no_grad():
+        amax = collect_amax(model, ids, seg, mask, "cpu", torch.float32)
+        ref, packed = run_packed(PackedBert(model, torch.float32, "cpu"), ids, seg, mask)
     t = packed.total
 
-    def rel_error(**kw: str) -> float:
-        got, _ = run_packed(PackedBert(model, torch.float32, "cpu", fp8_amax=amax, **kw), ids, seg, mask)
+    @torch.no_grad()
+    def rel_error(**options: object) -> float:
+        got, _ = run_packed(PackedBert(model, torch.float32, "cpu", **options), ids, seg, mask)
         return float(np.linalg.norm(got[:t] - ref[:t]) / np.linalg.norm(ref[:t]))
 
+    return TinyFp8Case(model, amax, rel_error)
+
+
+def test_fp8_emulation_close_to_fp32(tiny_fp8):
+    amax = tiny_fp8.amax
+    assert sorted(amax) == sorted(calibration_names(TINY.num_layers)) and all(v > 0 for v in amax.values())
+    rel = tiny_fp8.rel_error(fp8_amax=amax)
+    assert 0 < rel < 0.05
+    with pytest.raises(ValueError, match="activation scale"):
+        PackedBert(tiny_fp8.model, torch.float32, "cpu", fp8_amax={"0.qkv": 1.0})
+
+
+def test_fp8_gemm_subset_runs_the_rest_in_16_bits(tiny_fp8):
+    model, amax, rel_error = tiny_fp8
     ffn_only = PackedBert(model, torch.float32, "cpu", fp8_amax=amax, fp8_gemms="w1+w2")
     assert all(sorted(layer.fp8) == ["w1", "w2"] and sorted(layer.w16) == ["qkv", "wo"] for layer in ffn_only.layers)
-    everything, ffn = rel_error(), rel_error(fp8_gemms="w1+w2")
+    everything, ffn = rel_error(fp8_amax=amax), rel_error(fp8_amax=amax, fp8_gemms="w1+w2")
     assert 0 < ffn < everything  # fewer FP8 GEMMs, less rounding noise, but still FP8 in the FFN
 
 
-@torch.no_grad()
-def test_gelu_in_gemm_emulation():
+def test_gelu_in_gemm_emulation(tiny_fp8):
     """gelu_in_gemm makes w1 one GEMM with bias + tanh GELU in its epilogue (cuBLASLt on CUDA, float32 emulation
     here) for every pair of w1/w2 precisions but a 16-bit w1 feeding an FP8 w2 (no 16-bit GEMM writes FP8): each as
     close to float32 as the same engine with the separate erf-GELU kernel (the tanh form differs by < 1e-3)."""
-    model = random_weights(TINY, 4)
-    ids, seg, mask = batch([30, 17, 25], seed=2)
-    amax = collect_amax(model, ids, seg, mask, "cpu", torch.float32)
-    ref, packed = run_packed(PackedBert(model, torch.float32, "cpu"), ids, seg, mask)
-    t = packed.total
-
-    def rel_error(**kwargs: object) -> float:
-        got, _ = run_packed(PackedBert(model, torch.float32, "cpu", **kwargs), ids, seg, mask)
-        return float(np.linalg.norm(got[:t] - ref[:t]) / np.linalg.norm(ref[:t]))
-
+    model, amax, rel_error = tiny_fp8
     cases = {"fp16": {}, "fp8 all": {"fp8_amax": amax}, "fp8 w1": {"fp8_amax": amax, "fp8_gemms": "qkv+w1"}}
     for name, kwargs in cases.items():
         fused_model = PackedBert(model, torch.float32, "cpu", gelu_in_gemm=True, **kwargs)

@@ -9,8 +9,10 @@ On a realistic packed batch (512 synthetic SQuAD-like features, ~87k tokens, BER
    ``cu_seqlens[-1]`` must be untouched; a CUDA graph captured with all sequences empty must replay correctly.
 2. **Tuning.** ``tune()`` on the same batch: ms per call of each candidate config.
 3. **Timing** (median of ``triton.testing.do_bench``): FA2 alone, bias add + FA2 (what the kernel replaces in the
-   fp16 path), + quantize (the fp8 path), against ours with the best config; effective TFLOP/s over the useful
-   ``4 * sum(L^2) * H * D`` FLOPs, and per 24-layer forward.
+   fp16 path), + quantize (the fp8 path), cuDNN's fused attention over the same ragged batch (checked for
+   correctness in step 1 too; in torch 2.11 it rebuilds its plan on the host every call, ~46 ms, so this row
+   measures that), against ours with the best config; effective TFLOP/s over the useful ``4 * sum(L^2) * H * D``
+   FLOPs, and per 24-layer forward.
 
 Run on the device: ``PYTHONPATH=$PWD python3 scripts/gpu/check_attention.py --out $OUT/attention.json``. Each step
 catches its own failure, so one broken step doesn't lose the others; a short table is printed last.
@@ -52,6 +54,20 @@ def fa2(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, scale: float) -> torc
     q, k, v = qkv.view(qkv.shape[0], 3, HEADS, -1).unbind(1)
     out = torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, max_len, max_len, 0.0, False, False, scale=scale)
     return out[0].view(qkv.shape[0], -1)
+
+
+def cudnn(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, scale: float) -> torch.Tensor:
+    """cuDNN's fused attention over the same packed (ragged) batch, as torch's nested-tensor SDPA calls it."""
+    q, k, v = qkv.view(qkv.shape[0], 3, HEADS, -1).unbind(1)
+    out = torch.ops.aten._cudnn_attention_forward(q, k, v, None, cu, cu, max_len, max_len, False, 0.0, scale=scale)
+    return out[0].reshape(qkv.shape[0], -1)
+
+
+def cudnn_contiguous(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, scale: float) -> torch.Tensor:
+    """The same with q, k, v copied to contiguous [T, H, D] first (in case cuDNN needs them so)."""
+    q, k, v = (t.contiguous() for t in qkv.view(qkv.shape[0], 3, HEADS, -1).unbind(1))
+    out = torch.ops.aten._cudnn_attention_forward(q, k, v, None, cu, cu, max_len, max_len, False, 0.0, scale=scale)
+    return out[0].reshape(qkv.shape[0], -1)
 
 
 def errors(out: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
@@ -150,6 +166,17 @@ def check_correctness(s: Setup, details: dict[str, Any]) -> None:
         return {"empty_untouched": empty_ok, "vs_ref": errors(out[:n].float(), ref)}
 
     run_case("cuda graph (captured empty, replayed)", graph_replay)
+
+    def other_kernel(fn: Callable[..., torch.Tensor]) -> Callable[[], dict[str, Any]]:
+        def check() -> dict[str, Any]:
+            got = fn(qkv, s.cu, s.max_len, s.scale)[:n].float()
+            ref = A.reference_attention(qkv, s.cu, s.scale, HEADS)[:n]
+            return {"vs_ref": errors(got, ref), "vs_fa2": errors(got, fa2(qkv, s.cu, s.max_len, s.scale)[:n].float())}
+
+        return check
+
+    run_case("cuDNN varlen (strided q/k/v)", other_kernel(cudnn))
+    run_case("cuDNN varlen (contiguous q/k/v)", other_kernel(cudnn_contiguous))
     details["correctness"] = results
     ROWS.append(f"correctness on {len(s.lengths)} sequences, {n} tokens ({s.source}), max len {s.max_len}:")
     ROWS.append(f"  {'case':<48} {'max err':>9} {'rel':>9} {'vs FA2 max':>11} {'FA2 max':>9} pad")
@@ -197,6 +224,8 @@ def run_timing(s: Setup, details: dict[str, Any]) -> None:
         "bias add + FA2": bias_fa2,
         "bias add + FA2 + quantize": lambda: TritonOps.quantize(bias_fa2(), FP8_SCALE),
         "FA2 + quantize": lambda: TritonOps.quantize(fa2(qkv, cu, n, s.scale), FP8_SCALE),
+        "cuDNN": lambda: cudnn(qkv, cu, n, s.scale),
+        "cuDNN contiguous q/k/v": lambda: cudnn_contiguous(qkv, cu, n, s.scale),
         "ours": lambda: A.varlen_attention(qkv, cu, n, s.scale, HEADS, out=out16),
         "ours +bias": lambda: A.varlen_attention(qkv, cu, n, s.scale, HEADS, qkv_bias=bias, out=out16),
         "ours +bias fp8 out": lambda: A.varlen_attention(

@@ -108,6 +108,23 @@ def test_precedence_run_args_over_config_over_default():
     assert "server_target_qps" not in config.values  # not applicable to Offline
 
 
+def test_cpu_threads_leave_server_a_free_core(monkeypatch):
+    from code.common import cpu_threads
+
+    def threads(scenario, **overrides):
+        config = resolve_config(Benchmark.BERT, scenario, "CPU", WorkloadSetting(), overrides)
+        return cpu_threads.resolve_cpu_threads(config)
+
+    monkeypatch.setattr(cpu_threads, "allowed_cpus", lambda: 4)
+    assert threads(Scenario.Server) == 3
+    assert threads(Scenario.Offline) == 4 and threads(Scenario.SingleStream) == 4
+    assert threads(Scenario.Server, cpu_threads=2) == 2  # an explicit value wins, in every scenario
+    monkeypatch.setattr(cpu_threads, "allowed_cpus", lambda: 1)
+    assert threads(Scenario.Server) == 1
+    with pytest.raises(ValueError, match=r"cpu_threads must be >= 0"):
+        threads(Scenario.Offline, cpu_threads=-1)
+
+
 def test_unknown_system_names_the_fix():
     with pytest.raises(ConfigError, match=r"no config for system RTX_4090_24GBx1.*make add_system"):
         resolve_config(Benchmark.BERT, Scenario.Offline, "RTX_4090_24GBx1", WorkloadSetting(), {})

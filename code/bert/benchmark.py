@@ -17,6 +17,7 @@ from code.bert.preprocess_data import default_squad_json
 from code.bert.squad import MANIFEST_FILE, MAX_SEQ_LENGTH, TOKENIZED_SUBDIR
 from code.common.benchmarks import InputsUnavailableError, PreparedTest
 from code.common.constants import TestMode
+from code.common.cpu_threads import resolve_cpu_threads
 from code.common.inputs import InputChoice, InputLocations, resolve_device, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import DATA_DIR, ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
@@ -123,7 +124,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     choice = choose_inputs(config, mode)
     features = load_features(config, choice)
     spec = engine_spec(config, choice) if config["backend"] == "pytorch" else None
-    options = BackendOptions(device=resolve_device(config), engine_dir=spec and engine_dir(config, spec),
+    options = BackendOptions(device=resolve_device(config), cpu_threads=resolve_cpu_threads(config),
+                             engine_dir=spec and engine_dir(config, spec),
                              engine_spec=spec, features=features, oracle_shift=config["oracle_shift"],
                              fast_path=config["fast_path"], max_batch_size=config["gpu_batch_size"],
                              num_workers=config["num_workers"], cuda_graphs=config["cuda_graphs"],
@@ -149,6 +151,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     provenance = describe_inputs(config, mode)
     provenance["input_lengths"] = features.describe_lengths()
     provenance["device"] = options.device
+    if options.device == "cpu":
+        provenance["cpu_threads"] = options.cpu_threads
     return PreparedTest(
         sample_lengths=np.ascontiguousarray(features.lengths, dtype=np.int32),
         performance_sample_count=len(features.lengths),

@@ -15,6 +15,7 @@ import numpy as np
 
 from code.common.benchmarks import InputsUnavailableError, PreparedTest
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
+from code.common.cpu_threads import resolve_cpu_threads
 from code.common.inputs import InputChoice, InputLocations, resolve_device, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import MODELS_DIR, PREPROCESSED_DATA_DIR
@@ -115,6 +116,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     tokenizer = load_tokenizer() if references_text is not None else None
     options = BackendOptions(
         device=resolve_device(config),
+        cpu_threads=resolve_cpu_threads(config),
         model_name=config["model_name"],
         checkpoint=choice.checkpoint,
         precision=config["precision"],
@@ -153,6 +155,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     provenance = describe_inputs(config, mode)
     provenance["input_lengths"] = samples.describe_lengths()
     provenance["device"] = options.device
+    if options.device == "cpu":
+        provenance["cpu_threads"] = options.cpu_threads
     return PreparedTest(
         sample_lengths=np.ascontiguousarray(samples.lengths, dtype=np.int32),
         performance_sample_count=len(samples),

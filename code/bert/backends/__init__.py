@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class BackendOptions:
     device: str = "cpu"                    # "cpu" | "cuda" | "cuda:N"
+    cpu_threads: int = 0                   # on a CPU device: torch's intra-op threads (0: leave torch's default)
     engine_dir: Path | None = None         # pytorch: the engine built by generate_engines
     engine_spec: EngineSpec | None = None  # pytorch: what the run expects the engine to be (stale check)
     features: BertFeatures | None = None   # oracle: needs the gold positions

@@ -12,7 +12,6 @@ correctness baseline and the embedded CPU default.
 
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
@@ -29,14 +28,6 @@ from code.bert.squad import MAX_SEQ_LENGTH
 # forward while lengths were new, 4.6 ms once seen, with cuDNN attention taking ~80% of the CPU time.
 ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 FAST_PRECISIONS = ("fp16", "bf16", "fp8")
-
-
-def _cpu_threads() -> int:
-    """CPUs this process may use: the affinity mask, which containers and taskset narrow below os.cpu_count()."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 class _Context:
@@ -173,10 +164,8 @@ class PytorchBertBackend:
             raise ValueError("the pytorch BERT backend needs BackendOptions.engine_dir and engine_spec")
         self.device = torch.device(options.device)
         spec = options.engine_spec
-        if self.device.type == "cpu":
-            # torch defaults to the machine's physical cores, more than a container may be allowed; oversubscribed
-            # intra-op threads are slower than fewer threads.
-            torch.set_num_threads(min(torch.get_num_threads(), _cpu_threads()))
+        if self.device.type == "cpu" and options.cpu_threads:
+            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/cpu_threads.py
         model, manifest = load_engine_manifest(options.engine_dir, spec, self.device)
         self.fast: FastPath | None = None
         use_fast = options.fast_path if options.fast_path is not None else True

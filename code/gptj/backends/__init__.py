@@ -16,6 +16,7 @@ import numpy as np
 @dataclass(frozen=True)
 class BackendOptions:
     device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
+    cpu_threads: int = 0  # on a CPU device: torch's intra-op threads (0: leave torch's default)
     model_name: str = "6b"  # pytorch: GPT-J config of random weights (a checkpoint brings its own)
     checkpoint: str = "random"  # pytorch: a checkpoint folder/file, or "random"
     precision: str = "fp32"  # pytorch: fp32 | bf16 | fp16

@@ -22,6 +22,8 @@ class PytorchGptjBackend:
             raise ValueError(f"GPT-J runs in {', '.join(DTYPES)}, not {options.precision!r}")
         dtype = DTYPES[options.precision]
         self.device = torch.device(options.device)
+        if self.device.type == "cpu" and options.cpu_threads:
+            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/cpu_threads.py
         if options.checkpoint == "random":
             self.model = random_weights(GptjConfig.from_name(options.model_name), options.seed, dtype, self.device)
         else:

@@ -73,8 +73,9 @@ FIELDS: dict[str, Field] = {
         Field("precision", str, "fp32", "Numeric precision of the engine's matrix products (fp8: FP8 GEMMs with "
               "calibrated scales, GPU only)", choices=("fp32", "fp16", "bf16", "fp8")),
         Field("device", str, "auto", "Where the model runs: auto (cuda when present, else cpu), cpu, cuda, cuda:N"),
-        Field("cpu_threads", int, 0, "On a CPU device: torch's intra-op threads; 0: the CPUs the process may use, "
-              "one fewer in Server (LoadGen's threads need a free core; code/common/cpu_threads.py)"),
+        Field("cpu_threads", int, 0, "On a CPU device: torch's intra-op threads; 0: torch's default capped at "
+              "the CPUs the process may use, one fewer in Server (LoadGen's threads need a free core; "
+              "code/common/cpu_threads.py)"),
         Field("model_name", str, None, "Model architecture: the MLPerf model (bert: large, gptj: 6b; set by each "
               "benchmark's base config) or a small one for tests (tiny)"),
         Field("weights", str, "auto", "auto: the downloaded checkpoint, else random weights (performance only); "

@@ -56,16 +56,12 @@ def fa2(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, scale: float) -> torc
     return out[0].view(qkv.shape[0], -1)
 
 
-def cudnn(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, scale: float) -> torch.Tensor:
-    """cuDNN's fused attention over the same packed (ragged) batch, as torch's nested-tensor SDPA calls it."""
-    q, k, v = qkv.view(qkv.shape[0], 3, HEADS, -1).unbind(1)
-    out = torch.ops.aten._cudnn_attention_forward(q, k, v, None, cu, cu, max_len, max_len, False, 0.0, scale=scale)
-    return out[0].reshape(qkv.shape[0], -1)
-
-
-def cudnn_contiguous(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, scale: float) -> torch.Tensor:
-    """The same with q, k, v copied to contiguous [T, H, D] first (in case cuDNN needs them so)."""
-    q, k, v = (t.contiguous() for t in qkv.view(qkv.shape[0], 3, HEADS, -1).unbind(1))
+def cudnn(
+    qkv: torch.Tensor, cu: torch.Tensor, max_len: int, scale: float, contiguous: bool = False
+) -> torch.Tensor:
+    """cuDNN's fused attention over the same packed (ragged) batch, as torch's nested-tensor SDPA calls it.
+    ``contiguous``: copy q, k, v to contiguous [T, H, D] first (in case cuDNN needs them so)."""
+    q, k, v = (t.contiguous() if contiguous else t for t in qkv.view(qkv.shape[0], 3, HEADS, -1).unbind(1))
     out = torch.ops.aten._cudnn_attention_forward(q, k, v, None, cu, cu, max_len, max_len, False, 0.0, scale=scale)
     return out[0].reshape(qkv.shape[0], -1)
 
@@ -167,16 +163,16 @@ def check_correctness(s: Setup, details: dict[str, Any]) -> None:
 
     run_case("cuda graph (captured empty, replayed)", graph_replay)
 
-    def other_kernel(fn: Callable[..., torch.Tensor]) -> Callable[[], dict[str, Any]]:
+    def cudnn_case(contiguous: bool) -> Callable[[], dict[str, Any]]:
         def check() -> dict[str, Any]:
-            got = fn(qkv, s.cu, s.max_len, s.scale)[:n].float()
+            got = cudnn(qkv, s.cu, s.max_len, s.scale, contiguous)[:n].float()
             ref = A.reference_attention(qkv, s.cu, s.scale, HEADS)[:n]
             return {"vs_ref": errors(got, ref), "vs_fa2": errors(got, fa2(qkv, s.cu, s.max_len, s.scale)[:n].float())}
 
         return check
 
-    run_case("cuDNN varlen (strided q/k/v)", other_kernel(cudnn))
-    run_case("cuDNN varlen (contiguous q/k/v)", other_kernel(cudnn_contiguous))
+    run_case("cuDNN varlen (strided q/k/v)", cudnn_case(False))
+    run_case("cuDNN varlen (contiguous q/k/v)", cudnn_case(True))
     details["correctness"] = results
     ROWS.append(f"correctness on {len(s.lengths)} sequences, {n} tokens ({s.source}), max len {s.max_len}:")
     ROWS.append(f"  {'case':<48} {'max err':>9} {'rel':>9} {'vs FA2 max':>11} {'FA2 max':>9} pad")
@@ -225,7 +221,7 @@ def run_timing(s: Setup, details: dict[str, Any]) -> None:
         "bias add + FA2 + quantize": lambda: TritonOps.quantize(bias_fa2(), FP8_SCALE),
         "FA2 + quantize": lambda: TritonOps.quantize(fa2(qkv, cu, n, s.scale), FP8_SCALE),
         "cuDNN": lambda: cudnn(qkv, cu, n, s.scale),
-        "cuDNN contiguous q/k/v": lambda: cudnn_contiguous(qkv, cu, n, s.scale),
+        "cuDNN contiguous q/k/v": lambda: cudnn(qkv, cu, n, s.scale, contiguous=True),
         "ours": lambda: A.varlen_attention(qkv, cu, n, s.scale, HEADS, out=out16),
         "ours +bias": lambda: A.varlen_attention(qkv, cu, n, s.scale, HEADS, qkv_bias=bias, out=out16),
         "ours +bias fp8 out": lambda: A.varlen_attention(

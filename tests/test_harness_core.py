@@ -74,11 +74,55 @@ class FakeRunner:
         return np.stack(responses) if self.style == "stacked" else responses
 
 
+class FakeContinuousRunner:
+    """A continuous-batching engine in miniature: holds up to ``slots`` samples, each for 1-3 steps depending on its
+    index, so samples complete one by one and out of the order they were taken in."""
+
+    def __init__(self, slots: int, fail_after: int | None, return_early: bool) -> None:
+        self.slots = slots
+        self.fail_after = fail_after
+        self.return_early = return_early
+        self.batches: list[list[int]] = []  # what each take returned (non-empty ones)
+        self.thread_locals = 0
+        self.most_in_flight = 0
+
+    def run_continuous(self, session) -> None:  # noqa: ANN001 - the core's Session
+        running: dict[int, list[int]] = {}  # response id -> [QSL index, steps left]
+        completed = 0
+        while True:
+            got = session.take(self.slots - len(running), 0.0 if running else 0.01)
+            if got is None:
+                assert not running
+                return
+            ids, indices = got
+            assert ids.dtype == np.uint64 and indices.dtype == np.int64
+            if len(ids):
+                self.batches.append([int(i) for i in indices])
+            for response_id, index in zip(ids.tolist(), indices.tolist(), strict=True):
+                running[response_id] = [index, 1 + index % 3]
+            self.most_in_flight = max(self.most_in_flight, session.in_flight())
+            time.sleep(0.0005)
+            for response_id in list(running):
+                running[response_id][1] -= 1
+                if running[response_id][1]:
+                    continue
+                index = running.pop(response_id)[0]
+                session.complete(np.array([response_id], dtype=np.uint64), [expected_response(index, "list")])
+                completed += 1
+                if self.fail_after is not None and completed >= self.fail_after:
+                    raise ZeroDivisionError(f"fake engine failed after {completed} samples")
+                if self.return_early and completed >= 5:
+                    return
+
+
 def _child_main(job: dict) -> int:
     """Run one LoadGen test in this (child) process; write what happened to job['result']."""
     from code.harness.core import CoreSettings, run_test
 
-    runner = FakeRunner(job.get("style", "list"), job.get("sleep_s", 0.005), job.get("fail_at_batch"))
+    if "slots" in job:
+        runner = FakeContinuousRunner(job["slots"], job.get("fail_after"), job.get("return_early", False))
+    else:
+        runner = FakeRunner(job.get("style", "list"), job.get("sleep_s", 0.005), job.get("fail_at_batch"))
     loads: list[int] = []
     unloads: list[int] = []
     settings = CoreSettings(
@@ -105,7 +149,8 @@ def _child_main(job: dict) -> int:
             run_test(settings, lengths, runner)
         except Exception as exc:
             result["second_error"] = f"{type(exc).__name__}: {exc}"
-    result.update(batches=runner.batches, loads=loads, unloads=unloads, thread_locals=runner.thread_locals)
+    result.update(batches=runner.batches, loads=loads, unloads=unloads, thread_locals=runner.thread_locals,
+                  most_in_flight=getattr(runner, "most_in_flight", None))
     Path(job["result"]).write_text(json.dumps(result), encoding="utf-8")
     return 0
 
@@ -278,6 +323,39 @@ def test_bad_user_conf_contents_and_second_test(built_core: Path, tmp_path: Path
     assert result["error"].startswith("ValueError: LoadGen could not read user.conf ")
     assert str(tmp_path / "user.conf") in result["error"]
     assert result["second_error"].startswith("RuntimeError: run_test may run only once per process")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("scenario", "mode"), [("Offline", "AccuracyOnly"), ("Server", "PerformanceOnly"),
+                                              ("Server", "AccuracyOnly")])
+def test_continuous_runner_completes_every_sample_once(built_core: Path, tmp_path: Path, scenario: str,
+                                                       mode: str) -> None:
+    result = run_child(tmp_path, scenario=scenario, mode=mode, slots=8)
+    assert "error" not in result, result["error"]
+    assert 1 <= result["most_in_flight"] <= 8  # never more taken than the engine asked for
+    if mode == "PerformanceOnly":
+        assert "Result is : VALID" in summary(result)
+        return
+    entries = json.loads((result["log_dir"] / "mlperf_log_accuracy.json").read_text(encoding="utf-8"))
+    assert sorted(e["qsl_idx"] for e in entries) == list(range(QSL_SIZE))
+    for entry in entries:
+        assert bytes.fromhex(entry["data"]) == expected_response(entry["qsl_idx"], "list").tobytes()
+    if scenario == "Offline":  # one sorted query, taken in order as slots free up
+        lengths = [sample_length(i) for batch in result["batches"] for i in batch]
+        assert lengths == sorted(lengths, reverse=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("job", "message"), [
+    ({"fail_after": 20}, "ZeroDivisionError: fake engine failed after 20 samples"),
+    ({"return_early": True}, "run_continuous returned before session.take said the test was over"),
+])
+def test_continuous_runner_failure_reaches_run_test(built_core: Path, tmp_path: Path, job: dict,
+                                                    message: str) -> None:
+    started = time.monotonic()
+    result = run_child(tmp_path, scenario="Server", slots=8, **job)
+    assert message in result["error"]
+    assert time.monotonic() - started < 30  # LoadGen still ended: the rest were answered empty
 
 
 if __name__ == "__main__":

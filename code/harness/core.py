@@ -78,13 +78,40 @@ class CoreSettings:
 
 
 class BatchRunner(Protocol):
-    """What the core calls, on its worker threads with the GIL held, for each batch."""
+    """What the core calls, on its worker threads with the GIL held, for each batch (static batching: the
+    batcher decides the batches). A runner may instead be a ``ContinuousRunner``."""
 
     def run_batch(self, sample_indices: np.ndarray) -> Sequence[np.ndarray]:
         """sample_indices: int64 QSL indices. Returns one array per sample (or one array whose first dimension is
         the batch); the raw bytes of each are that sample's LoadGen response (BERT: float32 [384, 2]; GPT-J: int32
         generated token ids)."""
         ...
+
+
+class Session(Protocol):
+    """The C++ core's ``ContinuousSession``: the queue of issued samples and their completion."""
+
+    def take(self, max_samples: int, timeout_s: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """Up to ``max_samples`` issued samples as (response ids uint64, QSL indices int64), waiting up to
+        ``timeout_s`` for the first (possibly none); None once the test is over and nothing is left."""
+        ...
+
+    def complete(self, ids: np.ndarray, responses: Sequence[np.ndarray]) -> None:
+        """Complete samples with LoadGen, each with the raw bytes of its array."""
+        ...
+
+    def in_flight(self) -> int:
+        """Samples taken and not yet completed."""
+        ...
+
+
+class ContinuousRunner(Protocol):
+    """A continuous-batching engine: the core calls ``run_continuous`` once, on its own thread with the GIL held,
+    and the engine pulls samples (``session.take``) whenever it has room and completes each one as soon as it is
+    done (``session.complete``), until ``take`` returns None. It must not return before that, nor with samples
+    taken and not completed. ``max_batch_size``, ``num_workers`` and ``batch_timeout_us`` do not apply."""
+
+    def run_continuous(self, session: Session) -> None: ...
 
 
 def _module() -> ModuleType:
@@ -109,7 +136,7 @@ def loadgen_version() -> str:
 def run_test(
     settings: CoreSettings,
     sample_lengths: np.ndarray,
-    runner: BatchRunner,
+    runner: BatchRunner | ContinuousRunner,
     load_samples: Callable[[list[int]], None] | None = None,
     unload_samples: Callable[[list[int]], None] | None = None,
 ) -> None:
@@ -131,8 +158,9 @@ def run_test(
             f"sample_lengths has {lengths.shape[0]} entries; it needs one per QSL sample "
             f"(total_sample_count = {settings.total_sample_count})"
         )
-    if not callable(getattr(runner, "run_batch", None)):
-        raise ValueError(f"runner must have a run_batch method ({type(runner).__name__} has none)")
+    if not callable(getattr(runner, "run_batch", None)) and not callable(getattr(runner, "run_continuous", None)):
+        raise ValueError(f"runner must have a run_batch or run_continuous method ({type(runner).__name__} has "
+                         f"neither)")
     for name, callback in (("load_samples", load_samples), ("unload_samples", unload_samples)):
         if callback is not None and not callable(callback):
             raise ValueError(f"{name} must be callable or None")

@@ -64,11 +64,20 @@ void Batcher::Enqueue(const std::vector<mlperf::QuerySample>& samples) {
   }
 }
 
-void Batcher::TakeLocked(std::vector<mlperf::QuerySample>* batch) {
-  while (!queue_.empty() && batch->size() < config_.max_batch_size) {
+void Batcher::TakeLocked(std::vector<mlperf::QuerySample>* batch, std::size_t limit) {
+  while (!queue_.empty() && batch->size() < limit) {
     batch->push_back(queue_.front());
     queue_.pop_front();
   }
+}
+
+bool Batcher::Take(std::size_t max_samples, std::chrono::microseconds wait, std::vector<mlperf::QuerySample>* out) {
+  out->clear();
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait_for(lock, wait, [this] { return stopping_ || !queue_.empty(); });
+  if (queue_.empty()) return !stopping_;
+  TakeLocked(out, max_samples);
+  return true;
 }
 
 void Batcher::WorkerLoop() {
@@ -81,12 +90,12 @@ void Batcher::WorkerLoop() {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and nothing left to do
-      TakeLocked(&batch);
+      TakeLocked(&batch, config_.max_batch_size);
       if (fill_with_timeout && batch.size() < config_.max_batch_size) {
         const auto deadline = std::chrono::steady_clock::now() + config_.batch_timeout;
         while (batch.size() < config_.max_batch_size && !stopping_) {
           if (!cv_.wait_until(lock, deadline, [this] { return stopping_ || !queue_.empty(); })) break;
-          TakeLocked(&batch);
+          TakeLocked(&batch, config_.max_batch_size);
         }
       }
       const bool more_waiting = !queue_.empty();

@@ -10,6 +10,9 @@
 //   Server        dynamic batching: a worker takes whatever is waiting (up to max_batch_size); with batch_timeout
 //                 > 0, once it holds a sample it waits at most that long for more to fill the batch.
 //   SingleStream  whatever is waiting (one query of one sample at a time, so normally 1).
+//
+// With num_workers = 0 no worker thread runs: a continuous-batching engine pulls samples itself with Take (see
+// ContinuousRunner), as many as it has room for at each step.
 #pragma once
 
 #include <loadgen.h>
@@ -64,9 +67,15 @@ class Batcher {
   // Called from BatchingSut::IssueQuery (LoadGen's thread). Sorts the query if asked, then queues it.
   void Enqueue(const std::vector<mlperf::QuerySample>& samples);
 
+  // For a pulling engine: waits up to `wait` for a sample, then moves up to max_samples queued samples into out.
+  // Returns false once Stop was called and the queue is empty (the test is over), true otherwise (out may be empty
+  // when the wait ran out).
+  bool Take(std::size_t max_samples, std::chrono::microseconds wait, std::vector<mlperf::QuerySample>* out);
+
  private:
   void WorkerLoop();
-  void TakeLocked(std::vector<mlperf::QuerySample>* batch);  // moves queued samples into batch, up to the maximum
+  // moves queued samples into batch, up to limit samples in all
+  void TakeLocked(std::vector<mlperf::QuerySample>* batch, std::size_t limit);
   std::int64_t LengthOf(const mlperf::QuerySample& sample) const;
 
   const BatcherConfig config_;

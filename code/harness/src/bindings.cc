@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "continuous_runner.h"
 #include "test_runner.h"
 
 namespace py = pybind11;
@@ -39,6 +40,16 @@ PYBIND11_MODULE(_mlperf_harness, m) {
       py::arg("num_workers"), py::arg("sort_by_length"), py::arg("batch_timeout_us"), py::arg("sample_lengths"),
       py::arg("runner"), py::arg("load_samples") = py::none(), py::arg("unload_samples") = py::none(),
       "Run one LoadGen test (once per process). Raises the runner's first exception after the test ends.");
+
+  py::class_<harness::ContinuousSession>(
+      m, "ContinuousSession", "The issued-sample queue and completion path of a continuous-batching engine")
+      .def("take", &harness::ContinuousSession::Take, py::arg("max_samples"), py::arg("timeout_s"),
+           "Up to max_samples issued samples as (ids uint64, QSL indices int64), waiting up to timeout_s for the "
+           "first; possibly empty; None once the test is over.")
+      .def("complete", &harness::ContinuousSession::Complete, py::arg("ids"), py::arg("responses"),
+           "Complete samples with LoadGen: ids from take, one numpy array per sample (its raw bytes are the "
+           "response).")
+      .def("in_flight", &harness::ContinuousSession::InFlight, "Samples taken and not yet completed.");
 
   m.def(
       "loadgen_version", [] { return mlperf::LoadgenVersion(); }, "The version of the LoadGen compiled in.");

@@ -8,11 +8,13 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <system_error>
 #include <vector>
 
 #include "batcher.h"
+#include "continuous_runner.h"
 #include "error_state.h"
 #include "python_batch_runner.h"
 #include "sample_library.h"
@@ -51,13 +53,13 @@ mlperf::TestMode ParseMode(const std::string& name) {
   throw py::value_error("mode must be one of PerformanceOnly, AccuracyOnly, not '" + name + "'");
 }
 
-void Validate(const RunConfig& config, std::size_t lengths_count) {
+void Validate(const RunConfig& config, std::size_t lengths_count, bool continuous) {
   if (config.total_sample_count == 0) throw py::value_error("total_sample_count must be > 0");
   if (config.performance_sample_count == 0 || config.performance_sample_count > config.total_sample_count) {
     throw py::value_error("performance_sample_count must be in 1..total_sample_count");
   }
   if (config.max_batch_size == 0) throw py::value_error("max_batch_size must be > 0");
-  if (config.num_workers == 0) throw py::value_error("num_workers must be > 0");
+  if (config.num_workers == 0 && !continuous) throw py::value_error("num_workers must be > 0");
   if (config.batch_timeout_us < 0) throw py::value_error("batch_timeout_us must be >= 0");
   if (lengths_count != config.total_sample_count) {
     throw py::value_error("sample_lengths has " + std::to_string(lengths_count) +
@@ -104,8 +106,13 @@ void RunTest(const RunConfig& config, const py::array_t<std::int64_t, py::array:
              const py::object& runner, const py::object& load_samples, const py::object& unload_samples) {
   const ScenarioNames& scenario = ParseScenario(config.scenario);
   ParseMode(config.mode);
-  Validate(config, static_cast<std::size_t>(lengths.size()));
-  if (!py::hasattr(runner, "run_batch")) throw py::type_error("runner has no run_batch method");
+  // A runner with run_continuous pulls samples itself (continuous batching); otherwise the batcher's workers call
+  // its run_batch.
+  const bool continuous = py::hasattr(runner, "run_continuous");
+  Validate(config, static_cast<std::size_t>(lengths.size()), continuous);
+  if (!continuous && !py::hasattr(runner, "run_batch")) {
+    throw py::type_error("runner has neither run_batch nor run_continuous");
+  }
   for (const auto& callback : {load_samples, unload_samples}) {
     if (!callback.is_none() && !PyCallable_Check(callback.ptr())) {
       throw py::type_error("load_samples / unload_samples must be callables or None");
@@ -124,26 +131,31 @@ void RunTest(const RunConfig& config, const py::array_t<std::int64_t, py::array:
   ErrorState errors;
   SampleLibrary qsl(config.total_sample_count, config.performance_sample_count, load_samples, unload_samples,
                          &errors);
-  PythonBatchRunner batch_runner(runner, &errors);
+  std::optional<PythonBatchRunner> batch_runner;
+  if (!continuous) batch_runner.emplace(runner, &errors);
   BatcherConfig batcher_config;
   batcher_config.scenario = scenario.batcher;
   batcher_config.max_batch_size = config.max_batch_size;
-  batcher_config.num_workers = config.num_workers;
+  batcher_config.num_workers = continuous ? 0 : config.num_workers;
   batcher_config.sort_by_length = config.sort_by_length;
   batcher_config.batch_timeout = std::chrono::microseconds(config.batch_timeout_us);
   Batcher batcher(batcher_config, std::move(sample_lengths),
-                  [&batch_runner](const std::vector<mlperf::QuerySample>& batch) { batch_runner.RunBatch(batch); },
+                  [&batch_runner](const std::vector<mlperf::QuerySample>& batch) { batch_runner->RunBatch(batch); },
                   WorkerHooks{PythonBatchRunner::AttachWorkerThread, PythonBatchRunner::DetachWorkerThread});
   BatchingSut sut(&batcher);
+  std::optional<ContinuousRunner> engine;
+  if (continuous) engine.emplace(runner, &batcher, &errors);
 
   {
     // Without the GIL: the workers and the QSL callbacks take it when they call Python.
     py::gil_scoped_release release;
     batcher.Start();
+    if (engine) engine->Start();
     mlperf::StartTest(&sut, &qsl, settings, log_settings);
     // StartTest returns once every issued sample is complete, so the workers are idle; join them still without the
-    // GIL, in case one is about to take it.
+    // GIL, in case one is about to take it. Stopping the batcher also tells a continuous engine the test is over.
     batcher.Stop();
+    if (engine) engine->Join();
   }
   errors.RethrowIfFailed();
 }

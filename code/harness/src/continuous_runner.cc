@@ -1,0 +1,157 @@
+#include "continuous_runner.h"
+
+#include <loadgen.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "python_batch_runner.h"
+
+namespace py = pybind11;
+
+namespace harness {
+namespace {
+
+std::vector<std::uint8_t> ResponseBytes(const py::handle& item, std::size_t position) {
+  py::array array = py::array::ensure(item, py::array::c_style);
+  if (!array) {
+    throw std::runtime_error("session.complete: response " + std::to_string(position) +
+                             " is not a numpy array (type " +
+                             std::string(py::str(py::type::of(item).attr("__name__"))) + ")");
+  }
+  const auto* data = static_cast<const std::uint8_t*>(array.data());
+  return std::vector<std::uint8_t>(data, data + array.nbytes());
+}
+
+}  // namespace
+
+py::object ContinuousSession::Take(std::size_t max_samples, double timeout_s) {
+  if (!(timeout_s >= 0.0) || !std::isfinite(timeout_s)) {
+    throw py::value_error("session.take: timeout_s must be a finite number >= 0, not " + std::to_string(timeout_s));
+  }
+  std::vector<mlperf::QuerySample> taken;
+  bool open = true;
+  if (max_samples > 0 || timeout_s > 0.0) {
+    py::gil_scoped_release release;
+    const auto wait = std::chrono::microseconds(static_cast<std::int64_t>(timeout_s * 1e6));
+    open = batcher_->Take(max_samples, wait, &taken);
+  }
+  if (!open) {
+    closed_ = true;
+    return py::none();
+  }
+  py::array_t<std::uint64_t> ids(static_cast<py::ssize_t>(taken.size()));
+  py::array_t<std::int64_t> indices(static_cast<py::ssize_t>(taken.size()));
+  auto id_view = ids.mutable_unchecked<1>();
+  auto index_view = indices.mutable_unchecked<1>();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (std::size_t i = 0; i < taken.size(); ++i) {
+      id_view(static_cast<py::ssize_t>(i)) = taken[i].id;
+      index_view(static_cast<py::ssize_t>(i)) = static_cast<std::int64_t>(taken[i].index);
+      in_flight_.insert(taken[i].id);
+    }
+  }
+  return py::make_tuple(ids, indices);
+}
+
+void ContinuousSession::Complete(const py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast>& ids,
+                                 const py::sequence& responses) {
+  const auto count = static_cast<std::size_t>(ids.size());
+  if (responses.size() != count) {
+    throw py::value_error("session.complete: " + std::to_string(count) + " ids but " +
+                          std::to_string(responses.size()) + " responses");
+  }
+  std::vector<std::vector<std::uint8_t>> buffers;
+  buffers.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) buffers.push_back(ResponseBytes(responses[i], i));
+  const std::uint64_t* id_data = ids.data();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (in_flight_.count(id_data[i]) == 0) {
+        throw py::value_error("session.complete: id " + std::to_string(id_data[i]) +
+                              " was not taken, or was completed already");
+      }
+    }
+    for (std::size_t i = 0; i < count; ++i) in_flight_.erase(id_data[i]);
+  }
+  std::vector<mlperf::QuerySampleResponse> loadgen_responses;
+  loadgen_responses.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto address = buffers[i].empty() ? 0 : reinterpret_cast<std::uintptr_t>(buffers[i].data());
+    loadgen_responses.emplace_back(id_data[i], address, buffers[i].size());
+  }
+  py::gil_scoped_release release;
+  mlperf::QuerySamplesComplete(loadgen_responses.data(), loadgen_responses.size());
+}
+
+std::size_t ContinuousSession::InFlight() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return in_flight_.size();
+}
+
+void ContinuousSession::CompleteInFlightEmpty() {
+  std::vector<mlperf::QuerySampleResponse> responses;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto id : in_flight_) responses.emplace_back(id, 0, 0);
+    in_flight_.clear();
+  }
+  if (!responses.empty()) mlperf::QuerySamplesComplete(responses.data(), responses.size());
+}
+
+ContinuousRunner::ContinuousRunner(const py::object& runner, Batcher* batcher, ErrorState* errors)
+    : run_continuous_(runner.attr("run_continuous")), batcher_(batcher), errors_(errors) {
+  auto session = std::make_unique<ContinuousSession>(batcher, errors);
+  session_ = session.get();
+  session_object_ = py::cast(std::move(session));
+}
+
+ContinuousRunner::~ContinuousRunner() {
+  if (thread_.joinable()) {
+    py::gil_scoped_release release;
+    thread_.join();
+  }
+}
+
+void ContinuousRunner::Start() { thread_ = std::thread([this] { ThreadMain(); }); }
+
+void ContinuousRunner::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void ContinuousRunner::ThreadMain() {
+  PythonBatchRunner::AttachWorkerThread();
+  {
+    py::gil_scoped_acquire gil;
+    try {
+      run_continuous_(session_object_);
+      if (!session_->Closed()) {
+        errors_->RecordMessage("run_continuous returned before session.take said the test was over (None)",
+                               "run_continuous");
+      } else if (session_->InFlight() != 0) {
+        errors_->RecordMessage("run_continuous returned with " + std::to_string(session_->InFlight()) +
+                                   " samples taken and not completed",
+                               "run_continuous");
+      }
+    } catch (py::error_already_set& error) {
+      errors_->RecordPython(error, "run_continuous");
+    } catch (const std::exception& error) {
+      errors_->RecordMessage(error.what(), "run_continuous");
+    }
+  }
+  PythonBatchRunner::DetachWorkerThread();
+  // Whatever is taken and not completed, and whatever LoadGen issues until the test ends, gets an empty response.
+  session_->CompleteInFlightEmpty();
+  std::vector<mlperf::QuerySample> rest;
+  while (batcher_->Take(SIZE_MAX, std::chrono::milliseconds(50), &rest)) {
+    if (rest.empty()) continue;
+    CompleteWithEmptyResponses(rest);
+  }
+}
+
+}  // namespace harness

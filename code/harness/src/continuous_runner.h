@@ -1,0 +1,79 @@
+// Runs a continuous-batching engine: one thread calls the Python runner's run_continuous(session) once, and the
+// engine pulls samples and completes them one by one through the session for the whole test.
+//
+// The engine decides at every step how many samples it has room for (session.take), so new samples join the
+// running ones as soon as others finish, in Offline and Server alike; each sample is completed with LoadGen as
+// soon as it is done (session.complete), not when its batch is. Completion copies the response bytes with the GIL
+// held, then releases the GIL for QuerySamplesComplete, so LoadGen's bookkeeping never waits on Python.
+//
+// If the engine raises, the error is recorded, every sample it had taken and not completed, and every sample
+// issued later, is completed with an empty response so LoadGen can end its test; run_test then re-raises.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <query_sample.h>
+
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "batcher.h"
+#include "error_state.h"
+
+namespace harness {
+
+// What the engine sees: the queue of issued samples and the way to complete them.
+class ContinuousSession {
+ public:
+  ContinuousSession(Batcher* batcher, ErrorState* errors) : batcher_(batcher), errors_(errors) {}
+
+  // Up to max_samples issued samples, waiting up to timeout_s for the first: (response ids uint64, QSL indices
+  // int64), possibly empty; None once the test is over and nothing is left (the engine should return). GIL held on
+  // entry; released while waiting.
+  pybind11::object Take(std::size_t max_samples, double timeout_s);
+
+  // Completes samples: ids as returned by Take, one numpy array per sample whose raw bytes are its response.
+  void Complete(const pybind11::array_t<std::uint64_t, pybind11::array::c_style | pybind11::array::forcecast>& ids,
+                const pybind11::sequence& responses);
+
+  // Taken and not yet completed.
+  std::size_t InFlight();
+
+  // After an error: completes every sample taken and not completed with an empty response (no GIL needed).
+  void CompleteInFlightEmpty();
+
+  // Whether Take has said the test is over.
+  bool Closed() const { return closed_; }
+
+ private:
+  Batcher* batcher_;
+  ErrorState* errors_;
+  std::mutex mutex_;
+  std::unordered_set<mlperf::ResponseId> in_flight_;
+  bool closed_ = false;  // written and read with the GIL held
+};
+
+class ContinuousRunner {
+ public:
+  // Must be constructed and destroyed with the GIL held (it keeps a reference to the runner).
+  ContinuousRunner(const pybind11::object& runner, Batcher* batcher, ErrorState* errors);
+  ~ContinuousRunner();
+
+  void Start();  // call without the GIL
+  void Join();   // call without the GIL, after batcher->Stop()
+
+ private:
+  void ThreadMain();
+
+  pybind11::object run_continuous_;
+  pybind11::object session_object_;
+  ContinuousSession* session_;  // owned by session_object_
+  Batcher* batcher_;
+  ErrorState* errors_;
+  std::thread thread_;
+};
+
+}  // namespace harness

@@ -68,8 +68,9 @@ FIELDS: dict[str, Field] = {
     f.name: f
     for f in [
         # What runs.
-        Field("backend", str, "pytorch", "Backend that runs the model: pytorch (our model), oracle (gold answers; "
-              "checks the pipeline, not a model)", choices=("pytorch", "oracle")),
+        Field("backend", str, "pytorch", "Backend that runs the model: pytorch (our model), inflight (GPT-J: "
+              "continuous batching of beam search, code/gptj/inflight), oracle (gold answers; checks the pipeline, "
+              "not a model)", choices=("pytorch", "inflight", "oracle")),
         Field("precision", str, "fp32", "Numeric precision of the engine's matrix products (fp8: FP8 GEMMs with "
               "calibrated scales, GPU only)", choices=("fp32", "fp16", "bf16", "fp8")),
         Field("device", str, "auto", "Where the model runs: auto (cuda when present, else cpu), cpu, cuda, cuda:N"),
@@ -103,8 +104,8 @@ FIELDS: dict[str, Field] = {
         Field("fast_path", bool, True, "BERT on CUDA: packed fast path (fused kernels, varlen attention, FP8 "
               "GEMMs, CUDA graphs) for fp16/bf16/fp8 engines; off: the eager padded model",
               benchmarks=(Benchmark.BERT,)),
-        Field("cuda_graphs", bool, True, "BERT fast path: replay a CUDA graph per token bucket for small batches",
-              benchmarks=(Benchmark.BERT,)),
+        Field("cuda_graphs", bool, True, "CUDA graphs: BERT fast path, one per token bucket for small batches; "
+              "GPT-J inflight, one per decode step"),
         Field("graph_max_tokens", int, 16384, "BERT fast path: largest token bucket with a CUDA graph (larger "
               "batches run eagerly)", benchmarks=(Benchmark.BERT,)),
         Field("fp8_fast_accum", bool, False, "BERT fast path, fp8: cuBLASLt fast accumulation in the FP8 GEMMs",

@@ -91,6 +91,17 @@ class GptjRunner:
         return [np.ascontiguousarray(tokens, dtype=np.int32) for tokens in outputs]
 
 
+class GptjContinuousRunner:
+    """The C++ core's continuous runner: the backend's engine pulls samples from the core's session itself."""
+
+    def __init__(self, samples: Any, backend: Any) -> None:
+        self.samples = samples
+        self.backend = backend
+
+    def run_continuous(self, session: Any) -> None:
+        self.backend.serve(session, self.samples.prompt)
+
+
 def _references(samples: Any) -> list[str]:
     from code.gptj.cnn_dailymail import load_targets
 
@@ -124,6 +135,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
         num_beams=config["num_beams"],
         max_batch_size=config["gpu_batch_size"],
         max_prompt_length=samples.max_length,
+        cuda_graphs=config["cuda_graphs"],
         references=[tokenizer.encode(text) for text in references_text] if oracle and tokenizer else None,
         oracle_drop=config["oracle_shift"],
     )
@@ -160,7 +172,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     return PreparedTest(
         sample_lengths=np.ascontiguousarray(samples.lengths, dtype=np.int32),
         performance_sample_count=len(samples),
-        runner=GptjRunner(samples, backend),
+        runner=GptjContinuousRunner(samples, backend) if hasattr(backend, "serve") else GptjRunner(samples, backend),
         evaluate_accuracy=evaluate,
         provenance=provenance,
     )

@@ -22,8 +22,9 @@ class BackendOptions:
     precision: str = "fp32"  # pytorch: fp32 | bf16 | fp16
     seed: int = 0  # pytorch: random weights depend on it
     num_beams: int = 4  # 4: the closed-division rule; 1: greedy
-    max_batch_size: int = 1  # pytorch: KV caches are sized for this many prompts (x num_beams rows)
+    max_batch_size: int = 1  # pytorch: KV caches are sized for this many prompts; inflight: samples in flight
     max_prompt_length: int = 1919  # pytorch: and for prompts this long
+    cuda_graphs: bool = True  # inflight: replay each step as one CUDA graph
     references: list[list[int]] | None = None  # oracle: reference summary tokens per sample
     oracle_drop: int = 0  # oracle: drop this many tokens from the end of every answer (a failing oracle)
 
@@ -37,6 +38,7 @@ class GptjBackend(Protocol):
 # name -> (module, class); imported lazily by create_backend
 BACKENDS: dict[str, tuple[str, str]] = {
     "pytorch": ("code.gptj.backends.pytorch", "PytorchGptjBackend"),
+    "inflight": ("code.gptj.backends.inflight", "InflightGptjBackend"),
     "oracle": ("code.gptj.backends.oracle", "OracleGptjBackend"),
 }
 

@@ -1,0 +1,244 @@
+"""The in-flight batching loop: take samples, prefill them into free slots, step every slot, complete each sample
+as soon as its beam search ends.
+
+One iteration: (1) take as many new samples as there are free slots (waiting only when nothing is running);
+(2) admit what fits: assign pages, prefill prompts in passes of at most ``prefill_tokens`` tokens, which leaves
+each new slot's first logits where the step reads them; (3) one step for all slots: a beam-search step (new
+tokens, finished hypotheses) then a decode forward of every beam row, replayed as one CUDA graph on the GPU;
+(4) read which slots finished (the one host synchronisation per step) and complete them.
+
+``serve`` is driven by two callables, so the C++ core's session (``take``/``complete``) and a plain in-memory
+queue (``generate``) run the same loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from code.gptj.generation import GenerationConfig
+from code.gptj.inflight.beam_search import BeamState
+from code.gptj.inflight.kv_cache import CacheShape, KVCache
+from code.gptj.inflight.layers import InflightModel
+
+Take = Callable[[int, float], "tuple[np.ndarray, np.ndarray] | None"]
+Complete = Callable[[np.ndarray, list[np.ndarray]], None]
+
+IDLE_WAIT_S = 0.05  # how long take waits when nothing is running (keeps an idle Server loop off the CPU)
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    slots: int  # samples in flight at once (NVIDIA's gpu_batch_size for in-flight batching)
+    max_prompt_length: int
+    page_size: int = 64  # tokens per prompt page; the decode kernel reads one page per iteration
+    kv_pages: int = 0  # prompt pages in the pool; 0: what memory allows (CUDA), all slots at the longest (CPU)
+    prefill_tokens: int = 16384  # most prompt tokens in one prefill pass
+    cuda_graphs: bool = True
+    memory_reserve_gib: float = 6.0  # CUDA: left free for activations, the graph's pool and the allocator
+
+    def __post_init__(self) -> None:
+        for name in ("slots", "max_prompt_length", "page_size", "prefill_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"EngineOptions.{name} must be >= 1, not {getattr(self, name)}")
+        if self.kv_pages < 0:
+            raise ValueError(f"EngineOptions.kv_pages must be >= 0, not {self.kv_pages}")
+
+
+@dataclass
+class EngineStats:
+    steps: int = 0
+    slot_steps: int = 0  # sum over steps of the slots running in it
+    prefill_passes: int = 0
+    prefill_tokens: int = 0
+    completed: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+    kv_pages: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"steps": self.steps, "mean_running_slots": round(self.slot_steps / max(self.steps, 1), 1),
+                "prefill_passes": self.prefill_passes, "prefill_tokens": self.prefill_tokens,
+                "completed": self.completed, "generated_tokens": self.generated_tokens,
+                "seconds": round(self.seconds, 3), "kv_pages": self.kv_pages, **self.extra}
+
+
+class InflightEngine:
+    def __init__(self, model: InflightModel, generation: GenerationConfig, options: EngineOptions) -> None:
+        cfg = model.config
+        if options.max_prompt_length + generation.max_new_tokens - 1 > cfg.n_positions:
+            raise ValueError(f"prompts of {options.max_prompt_length} tokens + {generation.max_new_tokens} new "
+                             f"tokens exceed the model's {cfg.n_positions} positions")
+        self.model, self.generation, self.options = model, generation, options
+        device = model.device
+        shape = CacheShape(layers=cfg.n_layer, heads=cfg.n_head, head_dim=cfg.head_dim, slots=options.slots,
+                           beams=generation.num_beams, max_new_tokens=generation.max_new_tokens,
+                           page_size=options.page_size, pages=1, max_prompt_length=options.max_prompt_length)
+        self.beams = BeamState(options.slots, generation, device)
+        self.logits = torch.zeros((options.slots * generation.num_beams, cfg.vocab_size), dtype=torch.float32,
+                                  device=device)
+        pages = options.kv_pages or self._pages_that_fit(shape)
+        self.cache = KVCache(CacheShape(**{**shape.__dict__, "pages": pages}), model.dtype, device)
+        self.stats = EngineStats(kv_pages=pages)
+        self._graph: torch.cuda.CUDAGraph | None = None
+        if device.type == "cuda" and options.cuda_graphs:
+            self._capture()
+
+    def _pages_that_fit(self, shape: CacheShape) -> int:
+        """CPU: every slot at the longest prompt. CUDA: the free memory after the generated rows (which the cache
+        allocates too) and a reserve, capped at that same need."""
+        need = shape.slots * shape.pages_per_slot
+        if self.model.device.type != "cuda":
+            return need
+        dtype = self.model.dtype
+        free, _ = torch.cuda.mem_get_info(self.model.device)
+        per_token = shape.bytes_per_token(dtype)
+        generated = shape.slots * shape.beams * shape.max_new_tokens * per_token
+        left = free - generated - int(self.options.memory_reserve_gib * GIB)
+        pages = min(need, left // (shape.page_size * per_token))
+        if pages < shape.pages_per_slot:
+            raise ValueError(f"{free / GIB:.1f} GiB free on the GPU is too little for {shape.slots} slots "
+                             f"({generated / GIB:.1f} GiB of generated rows) and one longest prompt: lower "
+                             f"gpu_batch_size")
+        return int(pages)
+
+    # -- one step ------------------------------------------------------------------------------------------------
+    def _step_eager(self) -> None:
+        self.beams.step(self.logits)
+        logits = self.model.decode(self.beams.next_tokens.view(-1), self.cache, self.beams.ancestry,
+                                   self.beams.step_no)
+        self.logits.copy_(logits)
+
+    def _capture(self) -> None:
+        """Warm up (Triton compiles, cuBLAS picks kernels) with every slot free, then capture one step."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.inference_mode(), torch.cuda.stream(stream):
+            for _ in range(2):
+                self._step_eager()
+        torch.cuda.current_stream().wait_stream(stream)
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(self._graph):
+            self._step_eager()
+        torch.cuda.synchronize()
+
+    def _step(self) -> None:
+        if self._graph is not None:
+            self._graph.replay()
+        else:
+            with torch.inference_mode():
+                self._step_eager()
+
+    # -- admission -----------------------------------------------------------------------------------------------
+    def _prefill(self, batch: list[tuple[int, np.ndarray]]) -> None:
+        slots = [slot for slot, _ in batch]
+        device = self.model.device
+        prompts = [torch.as_tensor(np.asarray(p, dtype=np.int64)).to(device, non_blocking=True) for _, p in batch]
+        logits = self.model.prefill(prompts, slots, self.cache)
+        beams = self.generation.num_beams
+        index = torch.tensor(slots, dtype=torch.long, device=device)
+        rows = (index[:, None] * beams + torch.arange(beams, device=device)).view(-1)
+        with torch.inference_mode():
+            self.logits[rows] = logits.repeat_interleave(beams, dim=0)
+            self.cache.set_tables(slots, [len(p) for p in prompts])
+            self.beams.reset(index)
+        self.stats.prefill_passes += 1
+        self.stats.prefill_tokens += sum(len(p) for p in prompts)
+
+    def _admit(self, pending: deque, free_slots: list[int], running: dict[int, int]) -> None:
+        batch: list[tuple[int, np.ndarray]] = []
+        tokens = 0
+        while pending and free_slots:
+            response_id, prompt = pending[0]
+            if self.cache.pages_for(len(prompt)) > self.cache.free_pages:
+                break  # waits for pages freed by completions
+            if batch and tokens + len(prompt) > self.options.prefill_tokens:
+                self._prefill(batch)
+                batch, tokens = [], 0
+            pending.popleft()
+            slot = free_slots.pop()
+            self.cache.assign(slot, len(prompt))
+            running[slot] = response_id
+            batch.append((slot, prompt))
+            tokens += len(prompt)
+        if batch:
+            self._prefill(batch)
+
+    def _finish(self, running: dict[int, int], free_slots: list[int], complete: Complete) -> None:
+        finished = self.beams.finished.nonzero().view(-1)
+        if finished.numel() == 0:
+            return
+        slots = finished.tolist()
+        lengths = self.beams.done_lengths[finished, 0].tolist()
+        tokens = self.beams.done_tokens[finished, 0].to("cpu", torch.int32).numpy()
+        outputs = [np.ascontiguousarray(row[:n]) for row, n in zip(tokens, lengths, strict=True)]
+        ids = np.array([running.pop(slot) for slot in slots], dtype=np.uint64)
+        with torch.inference_mode():
+            self.beams.release(finished)
+            self.cache.clear_lengths(finished)
+        for slot in slots:
+            self.cache.release(slot)
+        free_slots.extend(slots)
+        self.stats.completed += len(slots)
+        self.stats.generated_tokens += sum(lengths)
+        complete(ids, outputs)
+
+    # -- the loop ------------------------------------------------------------------------------------------------
+    def serve(self, take: Take, complete: Complete, prompt_of: Callable[[int], np.ndarray]) -> None:
+        """Run until ``take`` returns None and every taken sample is completed."""
+        free_slots = list(range(self.options.slots - 1, -1, -1))
+        running: dict[int, int] = {}  # slot -> response id
+        pending: deque[tuple[int, np.ndarray]] = deque()  # taken, waiting for a slot or pages
+        closed = False
+        start = time.perf_counter()
+        while True:
+            room = len(free_slots) - len(pending)
+            if not closed and room > 0:
+                got = take(room, 0.0 if running or pending else IDLE_WAIT_S)
+                if got is None:
+                    closed = True
+                else:
+                    for response_id, index in zip(*(a.tolist() for a in got), strict=True):
+                        prompt = np.asarray(prompt_of(index))
+                        if len(prompt) > self.options.max_prompt_length:
+                            raise ValueError(f"sample {index} has a {len(prompt)}-token prompt; the engine was "
+                                             f"built for at most {self.options.max_prompt_length}")
+                        pending.append((response_id, prompt))
+            self._admit(pending, free_slots, running)
+            if not running:
+                if pending:
+                    raise RuntimeError("a prompt does not fit the empty KV pool")  # ruled out by KVCache's check
+                if closed:
+                    break
+                continue
+            self._step()
+            self.stats.steps += 1
+            self.stats.slot_steps += len(running)
+            self._finish(running, free_slots, complete)
+        self.stats.seconds += time.perf_counter() - start
+
+    def generate(self, prompts: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Every prompt's new tokens (int32, final EOS included), as ``code.gptj.generation.generate`` returns
+        them: the same loop over an in-memory queue."""
+        queue = deque(range(len(prompts)))
+        results: list[np.ndarray | None] = [None] * len(prompts)
+
+        def take(limit: int, _timeout: float) -> tuple[np.ndarray, np.ndarray] | None:
+            if not queue:
+                return None
+            chosen = [queue.popleft() for _ in range(min(limit, len(queue)))]
+            return np.array(chosen, dtype=np.uint64), np.array(chosen, dtype=np.int64)
+
+        def complete(ids: np.ndarray, outputs: list[np.ndarray]) -> None:
+            for response_id, output in zip(ids.tolist(), outputs, strict=True):
+                results[response_id] = output
+
+        self.serve(take, complete, lambda index: prompts[index])
+        return results  # type: ignore[return-value]

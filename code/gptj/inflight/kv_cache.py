@@ -1,0 +1,104 @@
+"""The KV cache of the in-flight engine: prompt pages shared by a sample's beams, generated rows per beam.
+
+- **Prompt**: a sample's 4 beams share its prompt, so its keys and values are stored once, in fixed-size pages of
+  a pool shared by all slots (``[layers, pages, page_size, heads, head_dim]``); ``block_table[slot]`` lists a
+  slot's pages. Pages are handed out at admission and returned when the sample completes, so the pool holds the
+  prompts actually in flight, not ``slots x longest prompt``.
+- **Generated tokens**: every beam row owns ``max_new_tokens`` columns (``[layers, slots, beams, max_new, heads,
+  head_dim]``); the decode step of row (s, b) writes column ``step`` of that row. When beam search reorders beams,
+  nothing is copied: ``ancestry[s, b, t]`` (kept by ``BeamState``) names the row whose column t holds token t of
+  beam b's history, and attention reads through it (TensorRT-LLM's beam index table).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class CacheShape:
+    layers: int
+    heads: int
+    head_dim: int
+    slots: int
+    beams: int
+    max_new_tokens: int
+    page_size: int
+    pages: int
+    max_prompt_length: int
+
+    @property
+    def pages_per_slot(self) -> int:
+        return math.ceil(self.max_prompt_length / self.page_size)
+
+    def bytes_per_token(self, dtype: torch.dtype) -> int:
+        """Keys and values of one token over all layers."""
+        return 2 * self.layers * self.heads * self.head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+class KVCache:
+    def __init__(self, shape: CacheShape, dtype: torch.dtype, device: torch.device) -> None:
+        if shape.pages < shape.pages_per_slot:
+            raise ValueError(f"a KV pool of {shape.pages} pages of {shape.page_size} tokens cannot hold one "
+                             f"{shape.max_prompt_length}-token prompt; give the engine more memory or fewer slots")
+        self.shape = shape
+        s = shape
+        # zeros, not empty: the tail of a prompt's last page is masked, never NaN garbage
+        self.prompt_k = torch.zeros((s.layers, s.pages, s.page_size, s.heads, s.head_dim), dtype=dtype, device=device)
+        self.prompt_v = torch.zeros_like(self.prompt_k)
+        gen = (s.layers, s.slots, s.beams, s.max_new_tokens, s.heads, s.head_dim)
+        self.gen_k = torch.zeros(gen, dtype=dtype, device=device)
+        self.gen_v = torch.zeros(gen, dtype=dtype, device=device)
+        self.block_table = torch.zeros((s.slots, s.pages_per_slot), dtype=torch.int32, device=device)
+        self.prompt_lengths = torch.zeros(s.slots, dtype=torch.int32, device=device)
+        self._free_pages = list(range(s.pages - 1, -1, -1))
+        self._slot_pages: dict[int, list[int]] = {}
+
+    @property
+    def free_pages(self) -> int:
+        return len(self._free_pages)
+
+    def pages_for(self, prompt_length: int) -> int:
+        return math.ceil(prompt_length / self.shape.page_size)
+
+    def assign(self, slot: int, prompt_length: int) -> list[int]:
+        """Give ``slot`` the pages of a ``prompt_length``-token prompt; the caller checked ``free_pages``."""
+        if prompt_length > self.shape.max_prompt_length:
+            raise ValueError(f"a {prompt_length}-token prompt exceeds the engine's maximum of "
+                             f"{self.shape.max_prompt_length}")
+        pages = [self._free_pages.pop() for _ in range(self.pages_for(prompt_length))]
+        self._slot_pages[slot] = pages
+        return pages
+
+    def release(self, slot: int) -> None:
+        self._free_pages.extend(reversed(self._slot_pages.pop(slot)))
+
+    def set_tables(self, slots: list[int], lengths: list[int]) -> None:
+        """Upload the block tables and prompt lengths of newly admitted slots."""
+        device = self.block_table.device
+        table = torch.zeros((len(slots), self.shape.pages_per_slot), dtype=torch.int32)
+        for row, slot in enumerate(slots):
+            pages = self._slot_pages[slot]
+            table[row, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
+        index = torch.tensor(slots, dtype=torch.long, device=device)
+        self.block_table[index] = table.to(device)
+        self.prompt_lengths[index] = torch.tensor(lengths, dtype=torch.int32).to(device)
+
+    def clear_lengths(self, slots: Tensor) -> None:
+        """Free slots attend to no prompt."""
+        self.prompt_lengths[slots] = 0
+
+    def prompt_write_index(self, slots: list[int], lengths: list[int]) -> tuple[Tensor, Tensor]:
+        """(page, offset) of every token of packed prompts, in order: where prefill writes their keys/values."""
+        page_size = self.shape.page_size
+        pages, offsets = [], []
+        for slot, length in zip(slots, lengths, strict=True):
+            positions = torch.arange(length)
+            pages.append(torch.tensor(self._slot_pages[slot], dtype=torch.long)[positions // page_size])
+            offsets.append(positions % page_size)
+        device = self.prompt_k.device
+        return torch.cat(pages).to(device), torch.cat(offsets).to(device)

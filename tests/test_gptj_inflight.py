@@ -1,0 +1,123 @@
+"""The in-flight engine (code/gptj/inflight) against the reference beam search (code/gptj/generation.py, itself
+checked against transformers in test_gptj_model.py): the same tokens for every prompt in float32, whatever the
+number of slots, the page size, the prefill pass size or a KV pool too small for all slots at once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from code.gptj.generation import GenerationConfig, cache_shape, generate
+from code.gptj.inflight.attention import decode_attention_reference
+from code.gptj.inflight.beam_search import BeamState
+from code.gptj.inflight.engine import EngineOptions, InflightEngine
+from code.gptj.inflight.kv_cache import CacheShape, KVCache
+from code.gptj.inflight.layers import InflightModel
+from code.gptj.model import GPTJ_CONFIGS, random_weights
+
+TINY = GPTJ_CONFIGS["tiny"]
+EOS = 50256
+# Lengths: a single token, a page boundary (16) and past it, more prompts than slots so slots are reused.
+LENGTHS = [7, 1, 40, 16, 17, 25, 12, 9, 70, 5, 33]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """As in test_gptj_model.py: intra-op threads only slow a 64-wide model down on 2 busy cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model():
+    """Weights of std 0.05 and EOS favoured a little, so beams end at different lengths (see test_gptj_model)."""
+    model = random_weights(TINY, 0)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.empty(p.shape).normal_(0.0, 0.05, generator=generator))
+            if "norm" in name and name.endswith("weight"):
+                p.add_(1.0)
+        model.output.bias[EOS] += 1.0
+    return model
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = np.random.default_rng(1)
+    return [rng.integers(0, EOS, size=n).astype(np.int32) for n in LENGTHS]
+
+
+@pytest.fixture(scope="module")
+def expected(model, prompts):
+    config = GenerationConfig()
+    model.setup_caches(*cache_shape(LENGTHS, config))
+    return generate(model, prompts, config)
+
+
+@pytest.mark.parametrize(("slots", "page_size", "prefill_tokens", "kv_pages"), [
+    (3, 16, 50, 0),   # slots reused, prompts over several pages, prefill split into passes
+    (16, 64, 4096, 0),  # every prompt at once
+    (4, 8, 40, 9),    # a pool of 9 pages (one 70-token prompt): admission waits for pages to free
+])
+def test_engine_matches_reference_beam_search(model, prompts, expected, slots, page_size, prefill_tokens,
+                                              kv_pages):
+    options = EngineOptions(slots=slots, max_prompt_length=72, page_size=page_size, prefill_tokens=prefill_tokens,
+                            kv_pages=kv_pages)
+    engine = InflightEngine(InflightModel.from_model(model), GenerationConfig(), options)
+    got = engine.generate(prompts)
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == np.int32
+        np.testing.assert_array_equal(g, e)
+    lengths = sorted(len(g) for g in got)
+    # beams ended at many different steps (EOS after min_new_tokens), so slots freed and refilled at many steps
+    assert lengths[0] >= 31 and len(set(lengths)) >= 8, lengths
+    stats = engine.stats.as_dict()
+    assert stats["completed"] == len(prompts) and stats["generated_tokens"] == sum(lengths)
+    assert stats["mean_running_slots"] <= slots
+
+
+def test_decode_attention_reads_prompt_pages_and_beam_ancestry():
+    """Against attention written out by hand: beam b reads the shared prompt, then token t from row ancestry[b, t]."""
+    torch.manual_seed(0)
+    shape = CacheShape(layers=1, heads=2, head_dim=8, slots=2, beams=4, max_new_tokens=5, page_size=4, pages=6,
+                       max_prompt_length=10)
+    cache = KVCache(shape, torch.float32, torch.device("cpu"))
+    for t in (cache.prompt_k, cache.prompt_v, cache.gen_k, cache.gen_v):
+        t.normal_()
+    cache.assign(1, 10)  # slot 1 takes pages 0-2 first, slot 0 the next: tables are not the identity
+    cache.assign(0, 3)
+    cache.set_tables([0, 1], [3, 10])
+    ancestry = torch.randint(0, 4, (2, 4, 5), dtype=torch.int32)
+    counts = torch.tensor([2, 5])
+    q = torch.randn(8, 2, 8)
+    out = decode_attention_reference(q, cache, 0, ancestry, counts)
+    pages = {0: [3], 1: [0, 1, 2]}
+    for slot, n in ((0, 3), (1, 10)):
+        prompt_k = cache.prompt_k[0, pages[slot]].reshape(-1, 2, 8)[:n]
+        prompt_v = cache.prompt_v[0, pages[slot]].reshape(-1, 2, 8)[:n]
+        for beam in range(4):
+            gen = [(int(ancestry[slot, beam, t]), t) for t in range(int(counts[slot]))]
+            k = torch.cat([prompt_k, torch.stack([cache.gen_k[0, slot, r, t] for r, t in gen])])
+            v = torch.cat([prompt_v, torch.stack([cache.gen_v[0, slot, r, t] for r, t in gen])])
+            for head in range(2):
+                weights = torch.softmax(k[:, head] @ q[slot * 4 + beam, head] / 8**0.5, dim=0)
+                torch.testing.assert_close(out[slot * 4 + beam, head], weights @ v[:, head])
+
+
+def test_engine_refuses_what_it_does_not_implement(model):
+    with pytest.raises(ValueError, match="early_stopping=True"):
+        BeamState(2, GenerationConfig(early_stopping=False), torch.device("cpu"))
+    with pytest.raises(ValueError, match="greedy"):
+        BeamState(2, GenerationConfig(num_beams=1), torch.device("cpu"))
+    with pytest.raises(ValueError, match="exceed the model's 2048 positions"):
+        InflightEngine(InflightModel.from_model(model), GenerationConfig(), EngineOptions(2, max_prompt_length=2000))
+    with pytest.raises(ValueError, match="cannot hold one"):
+        InflightEngine(InflightModel.from_model(model), GenerationConfig(),
+                       EngineOptions(2, max_prompt_length=72, page_size=8, kv_pages=3))
+    engine = InflightEngine(InflightModel.from_model(model), GenerationConfig(), EngineOptions(2, max_prompt_length=8))
+    with pytest.raises(ValueError, match="9-token prompt; the engine was built for at most 8"):
+        engine.generate([np.arange(9, dtype=np.int32)])

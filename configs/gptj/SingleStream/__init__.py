@@ -32,6 +32,7 @@ class CPU_HighAccuracy(CPU):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H100_SXM_80GBx1(SingleStreamBaseConfig):
+    backend = "inflight"
     precision = "bf16"
     device = "cuda"
     single_stream_expected_latency_ns = 2_000_000_000

@@ -1,6 +1,7 @@
 """GPT-J Offline: one query with every sample; LoadGen reports samples/s and inferred tokens/s.
 
-The GPU numbers are starting points for the GPT-J GPU work (not tuned or measured yet), not claims.
+H100 SXM values come from shortened runs with 128 new tokens per sample, the worst case (documentation/
+performance.md); the H200 values are estimates, not measurements.
 """
 
 from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario

@@ -14,12 +14,11 @@ import numpy as np
 import torch
 
 from code.gptj.backends import BackendOptions
+from code.gptj.backends.pytorch import DTYPES
 from code.gptj.generation import GenerationConfig
 from code.gptj.inflight.engine import EngineOptions, InflightEngine
 from code.gptj.inflight.layers import InflightModel
 from code.gptj.model import GptjConfig, load_checkpoint, random_weights
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class InflightGptjBackend:

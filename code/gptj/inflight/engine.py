@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -61,13 +61,12 @@ class EngineStats:
     generated_tokens: int = 0
     seconds: float = 0.0
     kv_pages: int = 0
-    extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"steps": self.steps, "mean_running_slots": round(self.slot_steps / max(self.steps, 1), 1),
                 "prefill_passes": self.prefill_passes, "prefill_tokens": self.prefill_tokens,
                 "completed": self.completed, "generated_tokens": self.generated_tokens,
-                "seconds": round(self.seconds, 3), "kv_pages": self.kv_pages, **self.extra}
+                "seconds": round(self.seconds, 3), "kv_pages": self.kv_pages}
 
 
 class InflightEngine:

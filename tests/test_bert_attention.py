@@ -17,7 +17,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from code.bert.fast.fp8 import E4M3, E4M3_MAX
+from code.numerics.fp8 import E4M3, E4M3_MAX
 
 CUDA = torch.cuda.is_available()
 if not CUDA and "triton" not in sys.modules:

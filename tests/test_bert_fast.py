@@ -21,7 +21,6 @@ from code.bert.engine import (
     load_engine,
     load_engine_manifest,
 )
-from code.bert.fast.fp8 import E4M3_MAX, E4M3_REL_ERROR, E4M3_SUBNORMAL_STEP, dequantize, quantize, scale_from_amax
 from code.bert.fast.packed_model import PackedBert, calibration_names, collect_amax, parse_fp8_gemms, run_packed
 from code.bert.fast.packing import (
     PAD_LOGIT,
@@ -35,6 +34,7 @@ from code.bert.fast.packing import (
     unpack_samples,
 )
 from code.bert.model import BERT_CONFIGS, BertQA, random_weights
+from code.numerics.fp8 import E4M3_MAX, E4M3_REL_ERROR, E4M3_SUBNORMAL_STEP, dequantize, quantize, scale_from_amax
 
 TINY = BERT_CONFIGS["tiny"]
 

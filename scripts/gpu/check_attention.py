@@ -92,7 +92,7 @@ class Setup:
 
 def check_correctness(s: Setup, details: dict[str, Any]) -> None:
     from code.bert.fast import attention as A
-    from code.bert.fast.fp8 import E4M3, E4M3_MAX, dequantize
+    from code.numerics.fp8 import E4M3, E4M3_MAX, dequantize
 
     results: dict[str, Any] = {}
     n, width = s.tokens, HEADS * HEAD_DIM

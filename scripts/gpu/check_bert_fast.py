@@ -46,8 +46,8 @@ def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def check_kernels(details: dict[str, Any]) -> None:
-    from code.bert.fast.fp8 import dequantize
     from code.bert.fast.kernels import TritonOps
+    from code.numerics.fp8 import dequantize
 
     g = torch.Generator(device="cuda").manual_seed(int(time.time()))
     dev, h, f = "cuda", 1024, 4096
@@ -267,7 +267,7 @@ def gemm_ceiling(details: dict[str, Any]) -> None:
     """bf16 and fp8 GEMM rates at BERT's shapes (M = 64k tokens): the ceilings the model is measured against."""
     import triton.testing
 
-    from code.bert.fast.fp8 import quantize
+    from code.numerics.fp8 import quantize
 
     m = 65536
     out = {}
@@ -344,7 +344,7 @@ def check_fp8_gelu_gemm(details: dict[str, Any]) -> None:
     import torch.nn.functional as F
 
     from code.bert.fast.cublaslt import fp8_gelu_gemm
-    from code.bert.fast.fp8 import Fp8Linear, dequantize, quantize
+    from code.numerics.fp8 import Fp8Linear, dequantize, quantize
 
     g = torch.Generator(device="cuda").manual_seed(1)
     m, k, n = 3001, 1024, 4096

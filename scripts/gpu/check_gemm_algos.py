@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from code.bert.fast.cublaslt import LtGemm
-from code.bert.fast.fp8 import Fp8Linear
+from code.numerics.fp8 import Fp8Linear
 
 ROWS: list[str] = []
 HIDDEN, FFN = 1024, 4096

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from code.bert.fast.fp8 import E4M3, E4M3_MAX
+from code.numerics.fp8 import E4M3, E4M3_MAX, quantize_cuda
 
 
 @triton.jit
@@ -143,15 +143,6 @@ def _bias_gelu_kernel(
         tl.store(q_ptr + offs, q.to(tl.float8e4nv), mask=mask)
 
 
-@triton.jit
-def _quantize_kernel(x_ptr, q_ptr, inv_scale, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    q = tl.minimum(tl.maximum(x * inv_scale, -448.0), 448.0)
-    tl.store(q_ptr + offs, q.to(tl.float8e4nv), mask=mask)
-
-
 def _warps(n: int) -> int:
     return 4 if n <= 1024 else 8
 
@@ -249,10 +240,7 @@ class TritonOps:
 
     @staticmethod
     def quantize(x: Tensor, scale: float) -> Tensor:
-        q = torch.empty(x.shape, dtype=E4M3, device=x.device)
-        n, block = x.numel(), 2048
-        _quantize_kernel[(triton.cdiv(n, block),)](x, q, 1.0 / scale, n, BLOCK=block, num_warps=4)
-        return q
+        return quantize_cuda(x, scale)
 
 
 __all__ = ["E4M3_MAX", "TritonOps"]

@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from code.bert.fast.fp8 import Fp8Linear, quantize
 from code.bert.fast.packing import layout_words, pack_into
 from code.bert.model import BertQA
+from code.numerics.fp8 import Fp8Linear, quantize
 
 GEMM_INPUTS = ("qkv", "wo", "w1", "w2")  # calibration points: the input of each FP8 GEMM of a layer
 ALL_FP8_GEMMS = "+".join(GEMM_INPUTS)

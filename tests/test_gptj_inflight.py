@@ -121,3 +121,79 @@ def test_engine_refuses_what_it_does_not_implement(model):
     engine = InflightEngine(InflightModel.from_model(model), GenerationConfig(), EngineOptions(2, max_prompt_length=8))
     with pytest.raises(ValueError, match="9-token prompt; the engine was built for at most 8"):
         engine.generate([np.arange(9, dtype=np.int32)])
+
+
+def test_forced_output_lengths_end_with_eos_where_asked(model, prompts, expected):
+    """Synthetic runs force EOS at a drawn length; samples given no length (0) still match the reference."""
+    forced = [30 if i % 2 == 0 else 0 for i in range(len(prompts))]
+    engine = InflightEngine(InflightModel.from_model(model), GenerationConfig(),
+                            EngineOptions(slots=4, max_prompt_length=72, page_size=16))
+    got = engine.generate(prompts, output_lengths=forced)
+    for g, e, n in zip(got, expected, forced, strict=True):
+        if n:
+            assert len(g) == n and g[-1] == EOS
+        else:
+            np.testing.assert_array_equal(g, e)
+
+
+def test_fp8_kv_cache_stores_scaled_e4m3_and_attention_reads_it_back():
+    """An FP8 cache holds x / scale in e4m3; attention over it equals attention over the dequantized values."""
+    torch.manual_seed(0)
+    shape = CacheShape(layers=2, heads=2, head_dim=8, slots=2, beams=4, max_new_tokens=5, page_size=4, pages=6,
+                       max_prompt_length=10)
+    fp8 = KVCache(shape, torch.float32, torch.device("cpu"), torch.float8_e4m3fn)
+    exact = KVCache(shape, torch.float32, torch.device("cpu"))
+    fp8.set_scales([3.0, 5.0], [2.0, 7.0])
+    assert fp8.k_scale == [3.0 / 448, 5.0 / 448] and fp8.prompt_k.dtype == torch.float8_e4m3fn
+    for cache in (fp8, exact):
+        cache.assign(0, 10)
+        cache.assign(1, 7)
+        cache.set_tables([0, 1], [10, 7])
+    pages, offsets = fp8.prompt_write_index([0, 1], [10, 7])
+    k, v = torch.randn(17, 2, 8), torch.randn(17, 2, 8)
+    rows, columns = torch.arange(8), torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    gk, gv = torch.randn(8, 2, 8), torch.randn(8, 2, 8)
+    for cache in (fp8, exact):
+        cache.write_prompt(1, pages, offsets, k, v)
+        cache.write_generated(1, rows, columns, gk, gv)
+    stored = fp8.read(fp8.prompt_k[1][pages, offsets], fp8.k_scale[1])
+    assert float((stored - k).abs().max()) <= 5.0 * 2.0**-4  # e4m3 keeps 3 mantissa bits
+    # attention over the FP8 cache == attention over an exact cache holding the dequantized values
+    for name, scale in (("prompt_k", fp8.k_scale[1]), ("prompt_v", fp8.v_scale[1]), ("gen_k", fp8.k_scale[1]),
+                        ("gen_v", fp8.v_scale[1])):
+        getattr(exact, name)[1] = getattr(fp8, name)[1].float() * scale
+    ancestry = torch.randint(0, 4, (2, 4, 5), dtype=torch.int32)
+    counts = torch.tensor([2, 1])
+    q = torch.randn(8, 2, 8)
+    torch.testing.assert_close(decode_attention_reference(q, fp8, 1, ancestry, counts),
+                               decode_attention_reference(q, exact, 1, ancestry, counts))
+
+
+def test_fp8_engine_on_cpu_runs_calibrated_gemms_and_cache(model, prompts):
+    """FP8 GEMMs (emulated on the CPU from the quantized operands) and an FP8 cache, calibrated on the prompts:
+    prefill logits stay close to float32's and every sample ends with a valid output."""
+    reference = InflightModel.from_model(model)
+    fp8 = InflightModel.from_model(model)
+    tensors = [torch.as_tensor(p, dtype=torch.long) for p in prompts]
+    amax = fp8.collect_amax(tensors)
+    assert len(amax.gemm_in) == TINY.n_layer and min(amax.k) > 0 and min(amax.gemm_out) > 0
+    fp8.use_fp8_gemms(amax)
+    assert fp8.uses_fp8_gemms and fp8.layers[0].w_in.numel() == 0
+    options = EngineOptions(slots=4, max_prompt_length=72, page_size=16)
+    want = InflightEngine(reference, GenerationConfig(), options)
+    engine = InflightEngine(fp8, GenerationConfig(), EngineOptions(**{**options.__dict__,
+                                                                      "kv_dtype": torch.float8_e4m3fn}), amax)
+    slots = list(range(4))
+    for e in (want, engine):
+        for slot, p in zip(slots, tensors[:4], strict=True):
+            e.cache.assign(slot, len(p))
+    logits = [e.model.prefill(tensors[:4], slots, e.cache) for e in (want, engine)]
+    error = float((logits[1] - logits[0]).norm() / logits[0].norm())
+    assert 0 < error < 0.1, error  # e4m3 rounds each operand by up to 2**-4: a plumbing check, not a gate
+    with pytest.raises(ValueError, match="kv_amax"):
+        InflightEngine(reference, GenerationConfig(), EngineOptions(**{**options.__dict__,
+                                                                       "kv_dtype": torch.float8_e4m3fn}))
+    got = InflightEngine(fp8, GenerationConfig(), EngineOptions(**{**options.__dict__,
+                                                                   "kv_dtype": torch.float8_e4m3fn}),
+                         amax).generate(prompts)
+    assert all(31 <= len(g) <= 128 and g.dtype == np.int32 for g in got)

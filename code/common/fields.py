@@ -72,7 +72,7 @@ FIELDS: dict[str, Field] = {
               "continuous batching of beam search, code/gptj/inflight), oracle (gold answers; checks the pipeline, "
               "not a model)", choices=("pytorch", "inflight", "oracle")),
         Field("precision", str, "fp32", "Numeric precision of the engine's matrix products (fp8: FP8 GEMMs with "
-              "calibrated scales, GPU only)", choices=("fp32", "fp16", "bf16", "fp8")),
+              "calibrated scales, 16-bit elsewhere, GPU only)", choices=("fp32", "fp16", "bf16", "fp8")),
         Field("device", str, "auto", "Where the model runs: auto (cuda when present, else cpu), cpu, cuda, cuda:N"),
         Field("cpu_threads", int, 0, "On a CPU device: torch's intra-op threads; 0: torch's default capped at "
               "the CPUs the process may use, one fewer in Server (LoadGen's threads need a free core; "
@@ -119,6 +119,14 @@ FIELDS: dict[str, Field] = {
               "epilogue (tanh form; FP8 w1: also writes w2's FP8 input); off: a separate erf-GELU kernel, the "
               "reference's form (the 99.9% target needs it)",
               benchmarks=(Benchmark.BERT,)),
+        # GPT-J in-flight engine (code/gptj/inflight; documentation/gptj_gpu.md).
+        Field("kv_cache_dtype", str, "auto", "GPT-J inflight: what the KV cache stores: auto (the model's 16-bit "
+              "type) or fp8 (e4m3, per-layer scales from calibration; GPU only)", benchmarks=(Benchmark.GPTJ,),
+              choices=("auto", "fp8")),
+        Field("synthetic_output_lengths", str, "model", "GPT-J inflight on synthetic inputs: model (outputs end "
+              "where the model chooses EOS; random weights never do, so every output is 128 tokens) or forced "
+              "(EOS forced at lengths drawn with mean ~70, what real weights produce; code/gptj/dataset.py)",
+              benchmarks=(Benchmark.GPTJ,), choices=("model", "forced")),
         # LoadGen (written to user.conf).
         Field("offline_expected_qps", float, None, "Offline: expected samples/s; LoadGen sizes the query from it "
               "(set it at or above the real throughput)", scenarios=(Scenario.Offline,), required=True),

@@ -54,11 +54,14 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
     lengths = "all 1,919 tokens" if config["synthetic_lengths"] == "max" else "CNN/DailyMail-like lengths"
     if config["synthetic_lengths"] == "dataset" and config["synthetic_length_scale"] != 1.0:
         lengths += f" x {config['synthetic_length_scale']}"
+    generation = "greedy" if config["num_beams"] == 1 else f"beam search, width {config['num_beams']}"
+    if config["synthetic_output_lengths"] == "forced":
+        generation += "; EOS forced at drawn output lengths (mean ~70 tokens)"
     return {
         "inputs": str(choice.data_dir) if choice.data_dir else f"synthetic ({synthetic_count(config)} prompts, "
                                                                f"{lengths})",
         "weights": "random (GPT-J architecture)" if choice.random_weights else choice.checkpoint,
-        "generation": "greedy" if config["num_beams"] == 1 else f"beam search, width {config['num_beams']}",
+        "generation": generation,
         "invalid_because": invalid_because,
     }
 
@@ -74,9 +77,13 @@ def load_samples(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 -
     if choice.data_dir is not None:
         return GptjSamples.load(choice.data_dir)
     if config["synthetic_lengths"] == "max":
-        return GptjSamples.full_length(synthetic_count(config), seed=config["seed"])
-    return GptjSamples.synthetic(synthetic_count(config), seed=config["seed"],
-                                 length_scale=config["synthetic_length_scale"])
+        samples = GptjSamples.full_length(synthetic_count(config), seed=config["seed"])
+    else:
+        samples = GptjSamples.synthetic(synthetic_count(config), seed=config["seed"],
+                                        length_scale=config["synthetic_length_scale"])
+    if config["synthetic_output_lengths"] == "forced":
+        samples = samples.with_forced_output_lengths(config["seed"])
+    return samples
 
 
 class GptjRunner:
@@ -99,7 +106,8 @@ class GptjContinuousRunner:
         self.backend = backend
 
     def run_continuous(self, session: Any) -> None:
-        self.backend.serve(session, self.samples.prompt)
+        forced = self.samples.forced_output_length if self.samples.output_lengths is not None else None
+        self.backend.serve(session, self.samples.prompt, forced)
 
 
 def _references(samples: Any) -> list[str]:
@@ -121,6 +129,9 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     from code.gptj.tokenizer import load_tokenizer
 
     choice = choose_inputs(config, mode)
+    if config["synthetic_output_lengths"] == "forced" and (config["backend"] != "inflight" or not choice.synthetic):
+        raise ValueError("--synthetic_output_lengths=forced is for the inflight backend on synthetic inputs; set "
+                         "--synthetic_output_lengths=model")
     samples = load_samples(config, choice)
     oracle = config["backend"] == "oracle"
     references_text = None if choice.synthetic else _references(samples)
@@ -131,6 +142,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
         model_name=config["model_name"],
         checkpoint=choice.checkpoint,
         precision=config["precision"],
+        kv_cache_dtype=config["kv_cache_dtype"],
         seed=config["seed"],
         num_beams=config["num_beams"],
         max_batch_size=config["gpu_batch_size"],

@@ -13,6 +13,12 @@ on average; GPT-2's BPE needs ~1.1-1.2 tokens for each), to be checked against `
 data.
 ``length_scale`` shrinks every length (and the cap) for tiny CPU runs; below the template's size prompts are all
 random tokens.
+
+Forced output lengths (``with_forced_output_lengths``) stand in for what real weights produce, since random weights
+practically never choose EOS and so always generate the full 128 tokens: each sample's output is made to end with
+EOS at a length drawn from LogNormal(median 66, sigma 0.35) tokens, rounded and clipped to [30, 128] (the
+reference's min and max new tokens): mean ≈ 70 (the real set's ``gen_len`` target, ~300 characters per summary,
+is ~70 GPT-2 tokens). Only the in-flight engine honours them, and only on synthetic inputs.
 """
 
 from __future__ import annotations
@@ -47,6 +53,9 @@ SYNTH_MEAN_LENGTH_BAND = (880.0, 980.0)
 _ORDINARY_IDS = (0, EOS_TOKEN_ID)
 """Token ids drawn for synthetic articles: GPT-2's vocabulary without ``<|endoftext|>`` and the extra tokens."""
 _RELOAD_HINT = "run `make preprocess_data BENCHMARKS=gptj` again"
+SYNTH_OUTPUT_MEDIAN = 66.0
+SYNTH_OUTPUT_SIGMA = 0.35
+SYNTH_OUTPUT_RANGE = (30, 128)  # the reference's min_new_tokens and max_new_tokens
 
 
 @lru_cache(maxsize=1)
@@ -78,6 +87,7 @@ class GptjSamples:
     eval_json: Path | None = None  # the cnn_eval.json the prompts came from (its `output`s are the ROUGE targets)
     manifest: dict = field(default_factory=dict)
     pad_token_id: int = PAD_TOKEN_ID
+    output_lengths: np.ndarray | None = None  # int32 [N]: forced output lengths of a synthetic set, or None
 
     def __len__(self) -> int:
         return int(self.lengths.shape[0])
@@ -165,6 +175,23 @@ class GptjSamples:
         lengths = np.full(count, length, dtype=np.int32)
         manifest = {"synthetic": True, "seed": seed, "full_length": True, "max_length": length}
         return cls(_read_only(input_ids), _read_only(lengths), True, None, manifest)
+
+    def with_forced_output_lengths(self, seed: int = 0) -> GptjSamples:
+        """The same samples with output lengths drawn as the module docstring says (synthetic sets only)."""
+        if not self.is_synthetic:
+            raise ValueError("forced output lengths are for synthetic inputs (real outputs end where the model "
+                             "chooses EOS): set --synthetic_output_lengths=model")
+        rng = np.random.default_rng([seed, 1])
+        drawn = np.rint(rng.lognormal(np.log(SYNTH_OUTPUT_MEDIAN), SYNTH_OUTPUT_SIGMA, size=len(self)))
+        lengths = np.clip(drawn, *SYNTH_OUTPUT_RANGE).astype(np.int32)
+        manifest = {**self.manifest, "forced_output_lengths": {"median": SYNTH_OUTPUT_MEDIAN,
+                                                               "sigma": SYNTH_OUTPUT_SIGMA,
+                                                               "range": list(SYNTH_OUTPUT_RANGE)}}
+        return GptjSamples(self.input_ids, self.lengths, True, None, manifest, self.pad_token_id,
+                           _read_only(lengths))
+
+    def forced_output_length(self, index: int) -> int:
+        return int(self.output_lengths[index]) if self.output_lengths is not None else 0
 
     def prompt(self, index: int) -> np.ndarray:
         """Prompt tokens of sample ``index``, unpadded: a read-only int32 view."""

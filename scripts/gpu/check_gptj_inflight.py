@@ -1,15 +1,19 @@
 """GPT-J in-flight engine on a GPU: the decode kernels against their reference, beam-4 tokens against the eager
-reference model, engine throughput, and the reference-style HF baseline, in one call.
+reference model, FP8 against bf16, engine throughput of several variants, and the reference-style HF baseline, in
+one call.
 
-    python3 -m scripts.gpu.check_gptj_inflight --out DIR [--slots 96] [--samples 384] [--skip hf,...]
+    python3 -m scripts.gpu.check_gptj_inflight --out DIR [--variants ...] [--samples 384] [--skip hf,...]
 
 Steps (each timed; a failing step does not stop the others):
-- ``attention``: Triton decode attention vs ``decode_attention_reference`` on a random cache (relative error), and
-  its time at full size against the bytes it must read (achieved bandwidth).
+- ``attention``: Triton decode attention vs ``decode_attention_reference`` on a random cache, bf16 and FP8
+  (relative error), and its time at full size against the bytes it must read (achieved bandwidth).
 - ``agreement``: GPT-J 6B with random bf16 weights; the engine's beam-4 tokens vs ``generation.generate`` on the
   eager model for the same prompts (16-bit ties may flip a few).
-- ``throughput``: the engine over synthetic CNN/DailyMail-like prompts with ``--slots`` samples in flight; random
-  weights never choose EOS, so every sample generates the full 128 tokens (the worst case).
+- ``variants``: the engine over synthetic CNN/DailyMail-like prompts, one row per variant
+  ``GEMMS/KV/SLOTS/OUTPUTS`` (GEMMS bf16|fp8, KV bf16|fp8, OUTPUTS full|forced): random weights never choose EOS,
+  so ``full`` generates 128 tokens per sample (the worst case) and ``forced`` ends each at a drawn length of mean
+  ~70 (``GptjSamples.with_forced_output_lengths``). bf16 variants must come before fp8 ones (the FP8 switch frees
+  the 16-bit weights). The switch also reports the FP8 prefill logits' error against bf16's.
 - ``hf``: transformers' ``GPTJForCausalLM.generate`` (bf16, beam 4, batch 1, as the MLPerf reference calls it) on
   a few of the same prompts, for the ratio.
 Writes ``DIR/gptj_inflight.json`` and prints a short table last.
@@ -18,6 +22,7 @@ Writes ``DIR/gptj_inflight.json`` and prints a short table last.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import time
@@ -26,7 +31,10 @@ from typing import Any
 
 import numpy as np
 import torch
+import triton.testing
 
+import code.gptj.inflight.attention as attention_module
+from code.gptj.backends.inflight import calibrate
 from code.gptj.dataset import GptjSamples
 from code.gptj.generation import GenerationConfig, cache_shape, generate
 from code.gptj.inflight.attention import decode_attention, decode_attention_reference
@@ -34,22 +42,30 @@ from code.gptj.inflight.engine import EngineOptions, InflightEngine
 from code.gptj.inflight.kv_cache import CacheShape, KVCache
 from code.gptj.inflight.layers import InflightModel
 from code.gptj.model import GptjConfig, random_weights
+from code.numerics.fp8 import E4M3, quantize
 from scripts.gpu.steps import run_steps
+
+DEFAULT_VARIANTS = ("bf16/bf16/96/full,bf16/bf16/96/forced,bf16/fp8/96/full,fp8/fp8/96/full,fp8/fp8/192/full,"
+                    "fp8/fp8/192/forced")
 
 
 def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.float() - want.float()).norm() / want.float().norm())
 
 
-def random_cache(slots: int, mean_prompt: int, device: torch.device, generator: torch.Generator
+def random_cache(slots: int, mean_prompt: int, device: torch.device, generator: torch.Generator, fp8: bool = False
                  ) -> tuple[KVCache, torch.Tensor, torch.Tensor]:
-    """A one-layer cache of GPT-J's head shape with random prompts, generated rows and ancestry."""
+    """A one-layer cache of GPT-J's head shape with random prompts, generated rows and ancestry (FP8: the same
+    random values quantized with a scale from their magnitude)."""
     lengths = torch.randint(mean_prompt // 2, 2 * mean_prompt, (slots,), generator=generator).clamp(max=1919)
     shape = CacheShape(layers=1, heads=16, head_dim=256, slots=slots, beams=4, max_new_tokens=128, page_size=64,
                        pages=int(sum(math.ceil(n / 64) for n in lengths.tolist())), max_prompt_length=1919)
-    cache = KVCache(shape, torch.bfloat16, device)
-    for tensor in (cache.prompt_k, cache.prompt_v, cache.gen_k, cache.gen_v):
-        tensor.normal_(generator=None)
+    cache = KVCache(shape, torch.bfloat16, device, E4M3 if fp8 else None)
+    if fp8:
+        cache.set_scales([4.5], [4.5])
+    for name in ("prompt_k", "prompt_v", "gen_k", "gen_v"):
+        values = torch.randn(getattr(cache, name).shape, device=device)
+        getattr(cache, name).copy_(quantize(values, cache.k_scale[0]) if fp8 else values)
     slot_list = list(range(slots))
     for slot, n in zip(slot_list, lengths.tolist(), strict=True):
         cache.assign(slot, n)
@@ -59,50 +75,86 @@ def random_cache(slots: int, mean_prompt: int, device: torch.device, generator: 
     return cache, ancestry, counts
 
 
+def parse_variant(text: str) -> dict[str, Any]:
+    gemms, kv, slots, outputs = text.split("/")
+    if gemms not in ("bf16", "fp8") or kv not in ("bf16", "fp8") or outputs not in ("full", "forced"):
+        raise SystemExit(f"variant {text!r}: expected GEMMS/KV/SLOTS/OUTPUTS with bf16|fp8, bf16|fp8, an int, "
+                         f"full|forced")
+    return {"name": text, "gemms": gemms, "kv": kv, "slots": int(slots), "outputs": outputs}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--slots", type=int, default=96)
-    parser.add_argument("--samples", type=int, default=384)
-    parser.add_argument("--agreement-prompts", type=int, default=8)
+    parser.add_argument("--variants", default=DEFAULT_VARIANTS)
+    parser.add_argument("--samples", type=int, default=384, help="samples per variant (at least 2 x slots)")
+    parser.add_argument("--agreement-prompts", type=int, default=4)
     parser.add_argument("--hf-prompts", type=int, default=2)
+    parser.add_argument("--profile", action="store_true", help="profile one eager step of the last variant")
     parser.add_argument("--skip", default="")
     args = parser.parse_args()
+    variants = [parse_variant(v) for v in args.variants.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda")
     details: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                               "date": time.strftime("%Y-%m-%d"), "slots": args.slots}
+                               "date": time.strftime("%Y-%m-%d"), "variants": {}}
     rows: list[str] = []
     generation = GenerationConfig()
-    samples = GptjSamples.synthetic(max(args.samples, args.agreement_prompts), seed=0)
+    count = max(args.samples, 2 * max(v["slots"] for v in variants), args.agreement_prompts)
+    samples = GptjSamples.synthetic(count, seed=0).with_forced_output_lengths(0)
     prompts = [samples.prompt(i) for i in range(len(samples))]
+    details["prompts"] = samples.describe_lengths()
+    details["forced_output_mean"] = float(samples.output_lengths.mean())
     state: dict[str, Any] = {}
 
     def save() -> None:
         (args.out / "gptj_inflight.json").write_text(json.dumps(details, indent=2))
 
     def attention() -> None:
-        gen = torch.Generator().manual_seed(0)
-        cache, ancestry, counts = random_cache(6, 300, device, gen)
-        q = torch.randn(6 * 4, 16, 256, device=device, dtype=torch.bfloat16)
-        err = rel_error(decode_attention(q, cache, 0, ancestry, counts),
-                        decode_attention_reference(q, cache, 0, ancestry, counts))
-        cache, ancestry, counts = random_cache(args.slots, 950, device, gen)
-        q = torch.randn(args.slots * 4, 16, 256, device=device, dtype=torch.bfloat16)
-        for _ in range(3):
-            decode_attention(q, cache, 0, ancestry, counts)
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        reps = 20
-        for _ in range(reps):
-            decode_attention(q, cache, 0, ancestry, counts)
-        torch.cuda.synchronize()
-        ms = (time.perf_counter() - start) / reps * 1e3
-        keys = int(cache.prompt_lengths.sum()) + 4 * int(counts.sum())
-        gbytes = keys * 2 * 16 * 256 * 2 / 1e9
-        details["attention"] = {"rel_error": err, "ms_per_layer": ms, "gb_read": gbytes, "gb_per_s": gbytes / ms * 1e3}
-        rows.append(f"decode attention: rel error {err:.2e} vs reference; {ms:.3f} ms/layer at {args.slots} slots "
-                    f"(~950-token prompts): {gbytes / ms * 1e3:.0f} GB/s")
+        for fp8 in (False, True):
+            label = "fp8" if fp8 else "bf16"
+            gen = torch.Generator().manual_seed(0)
+            cache, ancestry, counts = random_cache(6, 300, device, gen, fp8)
+            q = torch.randn(6 * 4, 16, 256, device=device, dtype=torch.bfloat16)
+            err = rel_error(decode_attention(q, cache, 0, ancestry, counts),
+                            decode_attention_reference(q, cache, 0, ancestry, counts))
+            slots = 192
+            cache, ancestry, counts = random_cache(slots, 950, device, gen, fp8)
+            q = torch.randn(slots * 4, 16, 256, device=device, dtype=torch.bfloat16)
+            for _ in range(3):
+                decode_attention(q, cache, 0, ancestry, counts)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            reps = 20
+            start.record()
+            for _ in range(reps):
+                decode_attention(q, cache, 0, ancestry, counts)
+            end.record()
+            torch.cuda.synchronize()
+            ms = start.elapsed_time(end) / reps
+            keys = int(cache.prompt_lengths.sum()) + 4 * int(counts.sum())
+            gbytes = keys * 2 * 16 * 256 * cache.prompt_k.element_size() / 1e9
+            details[f"attention_{label}"] = {"rel_error": err, "ms_per_layer": ms, "gb_read": gbytes,
+                                             "gb_per_s": gbytes / ms * 1e3}
+            rows.append(f"decode attention {label} cache: rel error {err:.2e} vs reference; {ms:.3f} ms/layer at "
+                        f"{slots} slots (~1,190-token prompts): {gbytes / ms * 1e3:.0f} GB/s")
+            bench = functools.partial(triton.testing.do_bench,
+                                      functools.partial(decode_attention, q, cache, 0, ancestry, counts),
+                                      return_mode="median")
+            launches = {}
+            for warps, stages in ((4, 2), (4, 3), (8, 2)):
+                for f16 in ((False, True) if fp8 else (False,)):
+                    attention_module.PROMPT_LAUNCH.update(num_warps=warps, num_stages=stages)
+                    attention_module.FP8_COMPUTE_F16 = f16
+                    launches[f"prompt w{warps}s{stages}{' f16' if f16 else ''}"] = bench()
+            attention_module.PROMPT_LAUNCH.update(num_warps=4, num_stages=2)
+            attention_module.FP8_COMPUTE_F16 = True
+            for tile, warps in ((16, 4), (32, 4), (32, 8), (64, 8)):
+                attention_module.GENERATED_LAUNCH.update(TILE=tile, num_warps=warps)
+                launches[f"generated t{tile}w{warps}"] = bench()
+            attention_module.GENERATED_LAUNCH.update(TILE=32, num_warps=4)
+            details[f"attention_{label}"]["launches_ms"] = launches
+            rows.append(f"  {label} launches (ms/layer): " + ", ".join(f"{k} {v:.3f}" for k, v in launches.items()))
+            del cache
 
     def load() -> None:
         started = time.perf_counter()
@@ -121,16 +173,12 @@ def main() -> None:
                                 EngineOptions(slots=len(chosen), max_prompt_length=1919))
         # Logits of each prompt's last token: the engine's prefill (fused GEMMs, FlashAttention) vs the eager model
         with torch.inference_mode():
-            slots = list(range(len(chosen)))
-            for slot, p in zip(slots, chosen, strict=True):
-                engine.cache.assign(slot, len(p))
-            fast = engine.model.prefill([torch.as_tensor(p, dtype=torch.long, device=device) for p in chosen], slots,
-                                        engine.cache)
-            for slot in slots:
-                engine.cache.release(slot)
+            fast = prefill_logits(engine, chosen)
             model.setup_caches(1, 2048)
             eager = torch.stack([model(torch.as_tensor(p, dtype=torch.long, device=device)[None], last_only=True)[0]
                                  for p in chosen]).float()
+            model.setup_caches(1, 1)
+        state["eager_logits"] = eager
         logit_error = rel_error(fast, eager)
         details["prefill_logits_rel_error"] = logit_error
         rows.append(f"prefill logits vs eager model (bf16, 6B random): rel error {logit_error:.2e}")
@@ -144,71 +192,79 @@ def main() -> None:
                     f"differences at {prefix}")
         del engine
 
-    def throughput() -> None:
+    def prefill_logits(engine: InflightEngine, chosen: list[np.ndarray]) -> torch.Tensor:
+        slots = list(range(len(chosen)))
+        for slot, p in zip(slots, chosen, strict=True):
+            engine.cache.assign(slot, len(p))
+        logits = engine.model.prefill([torch.as_tensor(p, dtype=torch.long, device=device) for p in chosen], slots,
+                                      engine.cache)
+        for slot in slots:
+            engine.cache.release(slot)
+        return logits
+
+    def to_fp8(inflight: InflightModel) -> None:
+        """Calibrate, switch the GEMMs to FP8, and compare prefill logits with the eager bf16 model's."""
+        amax = state.get("amax") or calibrate(inflight, 0, 1919)
+        inflight.use_fp8_gemms(amax)
+        torch.cuda.empty_cache()
+        if "eager_logits" in state:
+            engine = InflightEngine(inflight, generation, EngineOptions(slots=args.agreement_prompts,
+                                                                        max_prompt_length=1919, kv_dtype=E4M3),
+                                    kv_amax=amax)
+            with torch.inference_mode():
+                error = rel_error(prefill_logits(engine, prompts[: args.agreement_prompts]), state["eager_logits"])
+            details["fp8_prefill_logits_rel_error"] = error
+            rows.append(f"FP8 GEMMs prefill logits vs eager bf16 model: rel error {error:.2e}")
+            del engine
+
+    def run_variants() -> None:
         model = state.pop("model")
         inflight = InflightModel.from_model(model, consume=True)
         del model
         torch.cuda.empty_cache()
+        state["amax"] = calibrate(inflight, 0, 1919)
+        for variant in variants:
+            if variant["gemms"] == "fp8" and not inflight.uses_fp8_gemms:
+                to_fp8(inflight)
+            if variant["gemms"] == "bf16" and inflight.uses_fp8_gemms:
+                rows.append(f"{variant['name']}: skipped (bf16 variants must come before fp8 ones)")
+                continue
+            measure(inflight, variant)
+            torch.cuda.empty_cache()
+
+    def measure(inflight: InflightModel, variant: dict[str, Any]) -> None:
+        slots = variant["slots"]
         started = time.perf_counter()
-        engine = InflightEngine(inflight, generation, EngineOptions(slots=args.slots, max_prompt_length=1919))
+        engine = InflightEngine(inflight, generation,
+                                EngineOptions(slots=slots, max_prompt_length=1919,
+                                              kv_dtype=E4M3 if variant["kv"] == "fp8" else None),
+                                kv_amax=state["amax"])
         build_s = time.perf_counter() - started
-        chosen = prompts[: args.samples]
-        engine.generate(chosen[: args.slots])  # warm-up: FlashAttention and cuBLAS choices for prefill shapes
+        chosen = prompts[: max(args.samples, 2 * slots)]
+        forced = samples.output_lengths[: len(chosen)] if variant["outputs"] == "forced" else None
+        engine.generate(chosen[:slots], None if forced is None else forced[:slots])  # warm-up: prefill shapes
         engine.stats = type(engine.stats)(kv_pages=engine.stats.kv_pages)
         torch.cuda.synchronize()
         started = time.perf_counter()
-        outputs = engine.generate(chosen)
+        outputs = engine.generate(chosen, forced)
         torch.cuda.synchronize()
         seconds = time.perf_counter() - started
         tokens = sum(len(o) for o in outputs)
-        # Decode step alone: replay the captured step with every slot free (the kernels run at full shape).
-        reps = 10
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            engine._step()
-        torch.cuda.synchronize()
-        idle_step_ms = (time.perf_counter() - t0) / reps * 1e3
-        # Where a step's time goes: one eager step, every slot free (GEMMs, LM head, beam step; no attention work)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            with torch.inference_mode():
-                engine._step_eager()
-            torch.cuda.synchronize()
-        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=14)
-        (args.out / "step_profile.txt").write_text(table)
-        print(table)
-        # One prefill pass of 16 prompts
-        with torch.inference_mode():
-            batch = chosen[:16]
-            slots = list(range(16))
-            for slot, p in zip(slots, batch, strict=True):
-                engine.cache.assign(slot, len(p))
-            tensors = [torch.as_tensor(p, dtype=torch.long, device=device) for p in batch]
-            engine.model.prefill(tensors, slots, engine.cache)
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            engine.model.prefill(tensors, slots, engine.cache)
-            torch.cuda.synchronize()
-            prefill_s = time.perf_counter() - t0
-            for slot in slots:
-                engine.cache.release(slot)
-        prefill_tokens = sum(len(p) for p in batch)
-        details["prefill"] = {"tokens": prefill_tokens, "seconds": prefill_s,
-                              "tflops": 2 * 6.05e9 * prefill_tokens / prefill_s / 1e12}
-        rows.append(f"prefill: {prefill_tokens} tokens in {prefill_s * 1e3:.1f} ms "
-                    f"(~{details['prefill']['tflops']:.0f} TFLOP/s of weight GEMMs)")
-        details["throughput"] = {"samples": len(chosen), "seconds": seconds, "samples_per_s": len(chosen) / seconds,
-                                 "tokens_per_s": tokens / seconds, "engine_build_s": build_s,
-                                 "mean_prompt": float(np.mean([len(p) for p in chosen])),
-                                 "mean_output": tokens / len(chosen), "step_ms_no_attention_work": idle_step_ms,
-                                 "stats": engine.stats.as_dict(),
-                                 "gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30}
-        rows.append(f"engine: {len(chosen) / seconds:.2f} samples/s, {tokens / seconds:.0f} tokens/s "
-                    f"({len(chosen)} samples, mean prompt {details['throughput']['mean_prompt']:.0f}, mean output "
-                    f"{tokens / len(chosen):.0f}; {args.slots} slots; {engine.stats.as_dict()})")
-        rows.append(f"step with empty slots (GEMMs + LM head + beam step): {idle_step_ms:.2f} ms")
-        del engine, inflight
-        torch.cuda.empty_cache()
+        result = {"samples": len(chosen), "seconds": seconds, "samples_per_s": len(chosen) / seconds,
+                  "tokens_per_s": tokens / seconds, "mean_output": tokens / len(chosen), "engine_build_s": build_s,
+                  "stats": engine.stats.as_dict(), "gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30}
+        details["variants"][variant["name"]] = result
+        rows.append(f"{variant['name']:>22}: {result['samples_per_s']:6.2f} samples/s {result['tokens_per_s']:7.0f} "
+                    f"tok/s (mean output {result['mean_output']:.0f}, running slots "
+                    f"{result['stats']['mean_running_slots']}, {result['stats']['kv_pages']} pages)")
+        if args.profile and variant is variants[-1]:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                with torch.inference_mode():
+                    engine._step_eager()
+                torch.cuda.synchronize()
+            (args.out / "step_profile.txt").write_text(prof.key_averages().table(sort_by="cuda_time_total",
+                                                                               row_limit=16))
+        del engine
 
     def hf() -> None:
         import transformers
@@ -228,11 +284,13 @@ def main() -> None:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - started
         details["hf"] = {"prompts": len(chosen), "samples_per_s": len(chosen) / seconds}
-        ratio = details.get("throughput", {}).get("samples_per_s", float("nan")) / (len(chosen) / seconds)
-        rows.append(f"HF GPTJForCausalLM.generate bf16 beam 4 batch 1: {len(chosen) / seconds:.3f} samples/s; "
-                    f"engine x{ratio:.1f}")
+        rows.append(f"HF GPTJForCausalLM.generate bf16 beam 4 batch 1 (128 tokens): {len(chosen) / seconds:.3f} "
+                    f"samples/s")
+        for name, result in details["variants"].items():
+            if name.endswith("/full"):
+                rows.append(f"  {name}: x{result['samples_per_s'] / (len(chosen) / seconds):.1f} the HF baseline")
 
-    steps = [("attention", attention), ("load", load), ("agreement", agreement), ("throughput", throughput),
+    steps = [("attention", attention), ("load", load), ("agreement", agreement), ("variants", run_variants),
              ("hf", hf)]
     run_steps(steps, set(filter(None, args.skip.split(","))), details, rows, save)
     print("\n=== GPT-J in-flight engine on", details["device"], "===")

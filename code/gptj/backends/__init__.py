@@ -19,7 +19,8 @@ class BackendOptions:
     cpu_threads: int = 0  # on a CPU device: torch's intra-op threads (0: leave torch's default)
     model_name: str = "6b"  # pytorch: GPT-J config of random weights (a checkpoint brings its own)
     checkpoint: str = "random"  # pytorch: a checkpoint folder/file, or "random"
-    precision: str = "fp32"  # pytorch: fp32 | bf16 | fp16
+    precision: str = "fp32"  # pytorch: fp32 | bf16 | fp16; inflight also fp8 (FP8 GEMMs, bf16 elsewhere)
+    kv_cache_dtype: str = "auto"  # inflight: auto (the model's dtype) | fp8
     seed: int = 0  # pytorch: random weights depend on it
     num_beams: int = 4  # 4: the closed-division rule; 1: greedy
     max_batch_size: int = 1  # pytorch: KV caches are sized for this many prompts; inflight: samples in flight

@@ -4,6 +4,10 @@ graph per step on the GPU.
 
 ``gpu_batch_size`` is the number of samples in flight (slots). The C++ core drives ``serve`` (samples join and
 complete one by one); ``run_batch`` runs a list of prompts through the same loop.
+
+``precision=fp8`` runs both GEMMs of every layer in FP8 (bf16 elsewhere); ``kv_cache_dtype=fp8`` stores keys and
+values in FP8. Both take static scales from a calibration pass over ``CALIBRATION_PROMPTS`` synthetic prompts
+with CNN/DailyMail-like lengths, drawn with their own seed so they are never the run's samples.
 """
 
 from __future__ import annotations
@@ -16,22 +20,36 @@ import torch
 from code.gptj.backends import BackendOptions
 from code.gptj.backends.pytorch import DTYPES
 from code.gptj.generation import GenerationConfig
-from code.gptj.inflight.engine import EngineOptions, InflightEngine
-from code.gptj.inflight.layers import InflightModel
+from code.gptj.inflight.engine import EngineOptions, InflightEngine, OutputLengthOf
+from code.gptj.inflight.layers import Amax, InflightModel
 from code.gptj.model import GptjConfig, load_checkpoint, random_weights
+from code.numerics.fp8 import E4M3
+
+PRECISIONS = (*DTYPES, "fp8")
+KV_CACHE_DTYPES = ("auto", "fp8")
+CALIBRATION_PROMPTS = 32
+CALIBRATION_SEED_OFFSET = 7919  # calibration prompts use seed + this, never the run's own samples
 
 
 class InflightGptjBackend:
     def __init__(self, options: BackendOptions) -> None:
-        if options.precision not in DTYPES:
-            raise ValueError(f"the inflight GPT-J backend runs in {', '.join(DTYPES)}, not {options.precision!r}")
+        if options.precision not in PRECISIONS:
+            raise ValueError(f"the inflight GPT-J backend runs in {', '.join(PRECISIONS)}, not "
+                             f"{options.precision!r}")
+        if options.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, not "
+                             f"{options.kv_cache_dtype!r}")
         device = torch.device(options.device)
+        fp8 = options.precision == "fp8" or options.kv_cache_dtype == "fp8"
         if device.type == "cuda" and options.precision == "fp32":
-            raise ValueError("the inflight backend on CUDA runs bf16 or fp16 (FlashAttention has no float32): "
+            raise ValueError("the inflight backend on CUDA runs bf16, fp16 or fp8 (FlashAttention has no float32): "
                              "set --precision=bf16")
+        if device.type == "cpu" and fp8:
+            raise ValueError("FP8 GEMMs and the FP8 KV cache need a GPU (Hopper or newer): on the CPU set "
+                             "--precision=fp32 --kv_cache_dtype=auto")
         if device.type == "cpu" and options.cpu_threads:
             torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/cpu_threads.py
-        dtype = DTYPES[options.precision]
+        dtype = torch.bfloat16 if options.precision == "fp8" else DTYPES[options.precision]
         if options.checkpoint == "random":
             model = random_weights(GptjConfig.from_name(options.model_name), options.seed, dtype, device,
                                    draw_on_device=device.type == "cuda")
@@ -39,13 +57,35 @@ class InflightGptjBackend:
             model = load_checkpoint(options.checkpoint, dtype=dtype, device=device)
         generation = GenerationConfig(num_beams=options.num_beams)
         longest = min(options.max_prompt_length, model.config.n_positions - generation.max_new_tokens + 1)
+        inflight = InflightModel.from_model(model, consume=True)
+        del model
+        amax = calibrate(inflight, options.seed, longest) if fp8 else None
+        if options.precision == "fp8":
+            inflight.use_fp8_gemms(amax)
+            torch.cuda.empty_cache()
         engine_options = EngineOptions(slots=options.max_batch_size, max_prompt_length=longest,
-                                       cuda_graphs=options.cuda_graphs)
-        self.engine = InflightEngine(InflightModel.from_model(model, consume=True), generation, engine_options)
+                                       cuda_graphs=options.cuda_graphs,
+                                       kv_dtype=E4M3 if options.kv_cache_dtype == "fp8" else None)
+        self.engine = InflightEngine(inflight, generation, engine_options, kv_amax=amax)
 
     def run_batch(self, sample_indices: np.ndarray, prompts: list[np.ndarray]) -> list[np.ndarray]:
         return self.engine.generate(prompts)
 
-    def serve(self, session, prompt_of: Callable[[int], np.ndarray]) -> None:  # noqa: ANN001 - the core's Session
+    def serve(self, session, prompt_of: Callable[[int], np.ndarray],  # noqa: ANN001 - the core's Session
+              output_length_of: OutputLengthOf | None = None) -> None:
         """Run the whole LoadGen test: take samples from the C++ core's session, complete each when done."""
-        self.engine.serve(session.take, session.complete, prompt_of)
+        self.engine.serve(session.take, session.complete, prompt_of, output_length_of)
+
+
+def calibrate(model: InflightModel, seed: int, max_prompt_length: int) -> Amax:
+    """GEMM-input, key and value magnitudes over synthetic calibration prompts (16-bit forward)."""
+    from code.gptj.dataset import GptjSamples
+
+    samples = GptjSamples.synthetic(CALIBRATION_PROMPTS, seed=seed + CALIBRATION_SEED_OFFSET,
+                                    max_length=max_prompt_length)
+    amax = Amax()
+    for start in range(0, len(samples), 8):
+        prompts = [torch.as_tensor(np.asarray(samples.prompt(i), dtype=np.int64), device=model.device)
+                   for i in range(start, min(start + 8, len(samples)))]
+        model.collect_amax(prompts, amax)
+    return amax

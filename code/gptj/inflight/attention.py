@@ -11,6 +11,9 @@ generated keys (through the ancestry table), in float32. On CUDA two Triton kern
 2. ``_generated_kernel``, one program per (beam row, head): continues that state over the beam's generated tokens,
    reading row ``ancestry[s, b, t]`` at column t, and writes the normalised output.
 
+With an FP8 cache both kernels load e4m3 keys and values and widen them in registers; the layer's key scale is
+folded into the score scale and its value scale into the final normalisation.
+
 Elsewhere (CPU runs, tests) ``decode_attention_reference`` computes the same thing in plain PyTorch with HF's
 operation order; ``scripts/gpu/check_gptj_inflight.py`` compares the two on the GPU.
 """
@@ -31,7 +34,9 @@ except ImportError:  # CPU-only installs: the reference path runs instead
     triton = None
 
 BEAM_TILE = 16  # tl.dot needs at least 16 rows: the 4 beams of a slot, padded
-GEN_TILE = 16  # generated tokens per iteration of the second kernel
+PROMPT_LAUNCH = {"num_warps": 4, "num_stages": 2}  # the kernels' launch settings; scripts/gpu time the choices
+GENERATED_LAUNCH = {"TILE": 32, "num_warps": 4}
+FP8_COMPUTE_F16 = True  # FP8 caches widen to fp16 (one conversion instruction per pair; bf16 takes two)
 
 
 def prefill_attention(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], cu_seqlens: Tensor) -> Tensor:
@@ -78,10 +83,11 @@ def decode_attention_reference(q: Tensor, cache: KVCache, layer: int, ancestry: 
         kp = cache.prompt_k[layer, pages].reshape(-1, heads, head_dim)[:n]
         vp = cache.prompt_v[layer, pages].reshape(-1, heads, head_dim)[:n]
         columns = torch.arange(g, device=q.device)
+        k_scale, v_scale = cache.k_scale[layer], cache.v_scale[layer]
         for b in range(beams):
             rows = ancestry[s, b, :g].long()
-            k = torch.cat((kp, cache.gen_k[layer, s, rows, columns])).float()  # [keys, heads, head_dim]
-            v = torch.cat((vp, cache.gen_v[layer, s, rows, columns]))
+            k = cache.read(torch.cat((kp, cache.gen_k[layer, s, rows, columns])), k_scale).float()
+            v = cache.read(torch.cat((vp, cache.gen_v[layer, s, rows, columns])), v_scale)  # [keys, heads, dim]
             query = q[s * beams + b].float()  # [heads, head_dim]
             scores = torch.einsum("hd,khd->hk", query, k) / math.sqrt(head_dim)
             probs = scores.softmax(dim=-1).to(v.dtype)
@@ -100,18 +106,18 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
     state_sum = torch.empty_like(state_max)
     state_acc = torch.empty((rows, heads, head_dim), dtype=torch.float32, device=q.device)
     out = torch.empty_like(q)
-    scale_log2 = 1.0 / math.sqrt(head_dim) * 1.4426950408889634
+    scale_log2 = 1.0 / math.sqrt(head_dim) * 1.4426950408889634 * cache.k_scale[layer]
     _prompt_kernel[(slots, heads)](
         q, pk, pv, cache.block_table, cache.prompt_lengths, state_max, state_sum, state_acc,
         q.stride(0), q.stride(1), pk.stride(0), pk.stride(1), pk.stride(2), cache.block_table.stride(0),
         scale_log2, BEAMS=beams, BEAM_TILE=BEAM_TILE, HEAD_DIM=head_dim, PAGE=cache.shape.page_size,
-        num_warps=4, num_stages=2,
+        F16=cache.is_fp8 and FP8_COMPUTE_F16, **PROMPT_LAUNCH,
     )
     _generated_kernel[(rows, heads)](
         q, gk, gv, ancestry, gen_count, state_max, state_sum, state_acc, out,
         q.stride(0), q.stride(1), gk.stride(0), gk.stride(1), gk.stride(2), gk.stride(3), ancestry.stride(0),
         ancestry.stride(1), out.stride(0), out.stride(1),
-        scale_log2, BEAMS=beams, HEAD_DIM=head_dim, TILE=GEN_TILE, num_warps=4,
+        scale_log2, cache.v_scale[layer], BEAMS=beams, HEAD_DIM=head_dim, **GENERATED_LAUNCH,
     )
     return out
 
@@ -123,6 +129,7 @@ if triton is not None:
         q_ptr, k_ptr, v_ptr, table_ptr, length_ptr, max_ptr, sum_ptr, acc_ptr,
         stride_q_row, stride_q_head, stride_k_page, stride_k_pos, stride_k_head, stride_table,
         scale_log2, BEAMS: tl.constexpr, BEAM_TILE: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
+        F16: tl.constexpr,
     ):
         slot = tl.program_id(0)
         head = tl.program_id(1)
@@ -133,6 +140,8 @@ if triton is not None:
         live = beam < BEAMS
         q = tl.load(q_ptr + row[:, None] * stride_q_row + head * stride_q_head + dim[None, :], mask=live[:, None],
                     other=0.0)
+        if F16:
+            q = q.to(tl.float16)
         m = tl.full([BEAM_TILE], float("-inf"), tl.float32)
         s = tl.zeros([BEAM_TILE], tl.float32)
         acc = tl.zeros([BEAM_TILE, HEAD_DIM], tl.float32)
@@ -141,8 +150,8 @@ if triton is not None:
             page = tl.load(table_ptr + slot * stride_table + first // PAGE).to(tl.int64)
             offsets = page * stride_k_page + pos[:, None] * stride_k_pos + head * stride_k_head + dim[None, :]
             valid = (first + pos) < n
-            k = tl.load(k_ptr + offsets, mask=valid[:, None], other=0.0)
-            v = tl.load(v_ptr + offsets, mask=valid[:, None], other=0.0)
+            k = tl.load(k_ptr + offsets, mask=valid[:, None], other=0.0).to(q.dtype)
+            v = tl.load(v_ptr + offsets, mask=valid[:, None], other=0.0).to(q.dtype)
             scores = tl.dot(q, tl.trans(k)) * scale_log2
             scores = tl.where(valid[None, :], scores, float("-inf"))
             m_new = tl.maximum(m, tl.max(scores, axis=1))
@@ -161,7 +170,7 @@ if triton is not None:
         q_ptr, k_ptr, v_ptr, ancestry_ptr, count_ptr, max_ptr, sum_ptr, acc_ptr, out_ptr,
         stride_q_row, stride_q_head, stride_g_slot, stride_g_beam, stride_g_col, stride_g_head,
         stride_a_slot, stride_a_beam, stride_o_row, stride_o_head,
-        scale_log2, BEAMS: tl.constexpr, HEAD_DIM: tl.constexpr, TILE: tl.constexpr,
+        scale_log2, v_scale, BEAMS: tl.constexpr, HEAD_DIM: tl.constexpr, TILE: tl.constexpr,
     ):
         row = tl.program_id(0)
         head = tl.program_id(1)
@@ -192,4 +201,4 @@ if triton is not None:
             acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
             m = m_new
         tl.store(out_ptr + row * stride_o_row + head * stride_o_head + dim,
-                 (acc / s).to(out_ptr.dtype.element_ty))
+                 (acc * (v_scale / s)).to(out_ptr.dtype.element_ty))

@@ -35,6 +35,8 @@ class BeamState:
         self.active = torch.zeros(slots, dtype=torch.bool, device=device)
         self.finished = torch.zeros(slots, dtype=torch.bool, device=device)  # set by the step that ends a sample
         self.step_no = torch.zeros(slots, **long)  # tokens chosen so far
+        # Synthetic runs only: a sample's output ends with EOS at this length (0: as the model decides)
+        self.eos_at = torch.zeros(slots, **long)
         self.run_scores = torch.full((slots, beams), NEG, **flt)
         self.run_tokens = torch.full((slots, beams, max_new), config.pad_token_id, **long)
         self.done_scores = torch.full((slots, beams), NEG, **flt)
@@ -50,9 +52,11 @@ class BeamState:
         self._beam_ids = torch.arange(beams, dtype=torch.int32, device=device)
         self._top_ranks = (torch.arange(2 * beams, device=device) < beams)[None, :]
 
-    def reset(self, slots: Tensor) -> None:
-        """Start new samples in ``slots`` (int64 indices): only beam 0 live, nothing finished."""
+    def reset(self, slots: Tensor, eos_at: Tensor | None = None) -> None:
+        """Start new samples in ``slots`` (int64 indices): only beam 0 live, nothing finished. ``eos_at`` (per
+        slot, 0 for none) forces EOS as every beam's only choice when the output reaches that length."""
         self.active[slots] = True
+        self.eos_at[slots] = 0 if eos_at is None else eos_at
         self.finished[slots] = False
         self.step_no[slots] = 0
         scores = torch.full((len(slots), self.config.num_beams), NEG, device=self.run_scores.device)
@@ -90,6 +94,9 @@ class BeamState:
         early = (step < cfg.min_new_tokens)[:, None].expand(-1, beams).reshape(-1)
         eos = log_probs[:, cfg.eos_token_id]
         log_probs[:, cfg.eos_token_id] = torch.where(early, -torch.inf, eos)
+        forced = (step + 1 == self.eos_at)[:, None].expand(-1, beams).reshape(-1, 1)
+        is_eos = torch.arange(log_probs.shape[1], device=log_probs.device)[None, :] == cfg.eos_token_id
+        log_probs = torch.where(forced, torch.where(is_eos, 0.0, -torch.inf), log_probs)
         beam_best, beam_best_token = torch.topk(log_probs, k=cands)
         totals = (beam_best.view(slots, beams, cands) + self.run_scores[:, :, None]).view(slots, beams * cands)
         cand_scores, flat = torch.topk(totals, k=cands)

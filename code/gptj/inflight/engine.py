@@ -24,10 +24,11 @@ import torch
 from code.gptj.generation import GenerationConfig
 from code.gptj.inflight.beam_search import BeamState
 from code.gptj.inflight.kv_cache import CacheShape, KVCache
-from code.gptj.inflight.layers import InflightModel
+from code.gptj.inflight.layers import Amax, InflightModel
 
 Take = Callable[[int, float], "tuple[np.ndarray, np.ndarray] | None"]
 Complete = Callable[[np.ndarray, list[np.ndarray]], None]
+OutputLengthOf = Callable[[int], int]  # synthetic runs: a sample's forced output length (0: the model decides)
 
 IDLE_WAIT_S = 0.05  # how long take waits when nothing is running (keeps an idle Server loop off the CPU)
 GIB = 1 << 30
@@ -39,9 +40,10 @@ class EngineOptions:
     max_prompt_length: int
     page_size: int = 64  # tokens per prompt page; the decode kernel reads one page per iteration
     kv_pages: int = 0  # prompt pages in the pool; 0: what memory allows (CUDA), all slots at the longest (CPU)
+    kv_dtype: torch.dtype | None = None  # what the KV cache stores: None (the model's dtype) or torch.float8_e4m3fn
     prefill_tokens: int = 16384  # most prompt tokens in one prefill pass
     cuda_graphs: bool = True
-    memory_reserve_gib: float = 6.0  # CUDA: left free for activations, the graph's pool and the allocator
+    memory_reserve_gib: float = 10.0  # CUDA: left free for a prefill pass's activations, the graph pool, fragmentation
 
     def __post_init__(self) -> None:
         for name in ("slots", "max_prompt_length", "page_size", "prefill_tokens"):
@@ -70,7 +72,11 @@ class EngineStats:
 
 
 class InflightEngine:
-    def __init__(self, model: InflightModel, generation: GenerationConfig, options: EngineOptions) -> None:
+    """``kv_amax``: the calibration's key and value magnitudes, which an FP8 cache needs for its scales (fixed
+    before the step is captured: the kernels take them as constants)."""
+
+    def __init__(self, model: InflightModel, generation: GenerationConfig, options: EngineOptions,
+                 kv_amax: Amax | None = None) -> None:
         cfg = model.config
         if options.max_prompt_length + generation.max_new_tokens - 1 > cfg.n_positions:
             raise ValueError(f"prompts of {options.max_prompt_length} tokens + {generation.max_new_tokens} new "
@@ -84,7 +90,11 @@ class InflightEngine:
         self.logits = torch.zeros((options.slots * generation.num_beams, cfg.vocab_size), dtype=torch.float32,
                                   device=device)
         pages = options.kv_pages or self._pages_that_fit(shape)
-        self.cache = KVCache(CacheShape(**{**shape.__dict__, "pages": pages}), model.dtype, device)
+        self.cache = KVCache(CacheShape(**{**shape.__dict__, "pages": pages}), model.dtype, device, options.kv_dtype)
+        if self.cache.is_fp8:
+            if kv_amax is None:
+                raise ValueError("an FP8 KV cache needs the calibration's key and value magnitudes (kv_amax)")
+            self.cache.set_scales(kv_amax.k, kv_amax.v)
         self.stats = EngineStats(kv_pages=pages)
         self._graph: torch.cuda.CUDAGraph | None = None
         if device.type == "cuda" and options.cuda_graphs:
@@ -96,7 +106,7 @@ class InflightEngine:
         need = shape.slots * shape.pages_per_slot
         if self.model.device.type != "cuda":
             return need
-        dtype = self.model.dtype
+        dtype = self.options.kv_dtype or self.model.dtype
         free, _ = torch.cuda.mem_get_info(self.model.device)
         per_token = shape.bytes_per_token(dtype)
         generated = shape.slots * shape.beams * shape.max_new_tokens * per_token
@@ -136,10 +146,10 @@ class InflightEngine:
                 self._step_eager()
 
     # -- admission -----------------------------------------------------------------------------------------------
-    def _prefill(self, batch: list[tuple[int, np.ndarray]]) -> None:
-        slots = [slot for slot, _ in batch]
+    def _prefill(self, batch: list[tuple[int, np.ndarray, int]]) -> None:
+        slots = [slot for slot, _, _ in batch]
         device = self.model.device
-        prompts = [torch.as_tensor(np.asarray(p, dtype=np.int64)).to(device, non_blocking=True) for _, p in batch]
+        prompts = [torch.as_tensor(np.asarray(p, dtype=np.int64)).to(device, non_blocking=True) for _, p, _ in batch]
         logits = self.model.prefill(prompts, slots, self.cache)
         beams = self.generation.num_beams
         index = torch.tensor(slots, dtype=torch.long, device=device)
@@ -147,15 +157,15 @@ class InflightEngine:
         with torch.inference_mode():
             self.logits[rows] = logits.repeat_interleave(beams, dim=0)
             self.cache.set_tables(slots, [len(p) for p in prompts])
-            self.beams.reset(index)
+            self.beams.reset(index, torch.tensor([n for _, _, n in batch], device=device))
         self.stats.prefill_passes += 1
         self.stats.prefill_tokens += sum(len(p) for p in prompts)
 
     def _admit(self, pending: deque, free_slots: list[int], running: dict[int, int]) -> None:
-        batch: list[tuple[int, np.ndarray]] = []
+        batch: list[tuple[int, np.ndarray, int]] = []
         tokens = 0
         while pending and free_slots:
-            response_id, prompt = pending[0]
+            response_id, prompt, output_length = pending[0]
             if self.cache.pages_for(len(prompt)) > self.cache.free_pages:
                 break  # waits for pages freed by completions
             if batch and tokens + len(prompt) > self.options.prefill_tokens:
@@ -165,7 +175,7 @@ class InflightEngine:
             slot = free_slots.pop()
             self.cache.assign(slot, len(prompt))
             running[slot] = response_id
-            batch.append((slot, prompt))
+            batch.append((slot, prompt, output_length))
             tokens += len(prompt)
         if batch:
             self._prefill(batch)
@@ -190,11 +200,12 @@ class InflightEngine:
         complete(ids, outputs)
 
     # -- the loop ------------------------------------------------------------------------------------------------
-    def serve(self, take: Take, complete: Complete, prompt_of: Callable[[int], np.ndarray]) -> None:
+    def serve(self, take: Take, complete: Complete, prompt_of: Callable[[int], np.ndarray],
+              output_length_of: OutputLengthOf | None = None) -> None:
         """Run until ``take`` returns None and every taken sample is completed."""
         free_slots = list(range(self.options.slots - 1, -1, -1))
         running: dict[int, int] = {}  # slot -> response id
-        pending: deque[tuple[int, np.ndarray]] = deque()  # taken, waiting for a slot or pages
+        pending: deque[tuple[int, np.ndarray, int]] = deque()  # taken, waiting for a slot or pages
         closed = False
         start = time.perf_counter()
         while True:
@@ -209,7 +220,8 @@ class InflightEngine:
                         if len(prompt) > self.options.max_prompt_length:
                             raise ValueError(f"sample {index} has a {len(prompt)}-token prompt; the engine was "
                                              f"built for at most {self.options.max_prompt_length}")
-                        pending.append((response_id, prompt))
+                        forced = output_length_of(index) if output_length_of else 0
+                        pending.append((response_id, prompt, forced))
             self._admit(pending, free_slots, running)
             if not running:
                 if pending:
@@ -223,9 +235,10 @@ class InflightEngine:
             self._finish(running, free_slots, complete)
         self.stats.seconds += time.perf_counter() - start
 
-    def generate(self, prompts: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def generate(self, prompts: Sequence[np.ndarray], output_lengths: Sequence[int] | None = None
+                 ) -> list[np.ndarray]:
         """Every prompt's new tokens (int32, final EOS included), as ``code.gptj.generation.generate`` returns
-        them: the same loop over an in-memory queue."""
+        them: the same loop over an in-memory queue. ``output_lengths``: forced lengths (synthetic runs)."""
         queue = deque(range(len(prompts)))
         results: list[np.ndarray | None] = [None] * len(prompts)
 
@@ -239,5 +252,6 @@ class InflightEngine:
             for response_id, output in zip(ids.tolist(), outputs, strict=True):
                 results[response_id] = output
 
-        self.serve(take, complete, lambda index: prompts[index])
+        length_of = (lambda index: int(output_lengths[index])) if output_lengths is not None else None
+        self.serve(take, complete, lambda index: prompts[index], length_of)
         return results  # type: ignore[return-value]

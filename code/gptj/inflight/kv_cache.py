@@ -8,6 +8,10 @@
   head_dim]``); the decode step of row (s, b) writes column ``step`` of that row. When beam search reorders beams,
   nothing is copied: ``ancestry[s, b, t]`` (kept by ``BeamState``) names the row whose column t holds token t of
   beam b's history, and attention reads through it (TensorRT-LLM's beam index table).
+- **FP8** (``kv_dtype=fp8``): keys and values are stored as e4m3 with one static scale per layer for keys and one
+  for values (``set_scales``, from the calibration's magnitudes), which halves the bytes a decode step reads and
+  the memory of a prompt; attention multiplies the scales back in (``k_scale`` into the score scale, ``v_scale``
+  into the output), so no kernel dequantizes a whole tensor.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from code.numerics.fp8 import E4M3, quantize, scale_from_amax
 
 
 @dataclass(frozen=True)
@@ -41,22 +47,68 @@ class CacheShape:
 
 
 class KVCache:
-    def __init__(self, shape: CacheShape, dtype: torch.dtype, device: torch.device) -> None:
+    """``dtype`` is what the model computes keys and values in; ``kv_dtype`` what they are stored as (the same, or
+    ``torch.float8_e4m3fn``)."""
+
+    def __init__(self, shape: CacheShape, dtype: torch.dtype, device: torch.device,
+                 kv_dtype: torch.dtype | None = None) -> None:
         if shape.pages < shape.pages_per_slot:
             raise ValueError(f"a KV pool of {shape.pages} pages of {shape.page_size} tokens cannot hold one "
                              f"{shape.max_prompt_length}-token prompt; give the engine more memory or fewer slots")
         self.shape = shape
+        self.dtype = dtype
+        self.kv_dtype = kv_dtype or dtype
+        if self.kv_dtype not in (dtype, E4M3):
+            raise ValueError(f"the KV cache stores {dtype} or {E4M3}, not {self.kv_dtype}")
+        self.k_scale = [1.0] * shape.layers  # FP8 only: stored value x scale = the model's value
+        self.v_scale = [1.0] * shape.layers
         s = shape
         # zeros, not empty: the tail of a prompt's last page is masked, never NaN garbage
-        self.prompt_k = torch.zeros((s.layers, s.pages, s.page_size, s.heads, s.head_dim), dtype=dtype, device=device)
+        self.prompt_k = torch.zeros((s.layers, s.pages, s.page_size, s.heads, s.head_dim), dtype=self.kv_dtype,
+                                    device=device)
         self.prompt_v = torch.zeros_like(self.prompt_k)
         gen = (s.layers, s.slots, s.beams, s.max_new_tokens, s.heads, s.head_dim)
-        self.gen_k = torch.zeros(gen, dtype=dtype, device=device)
-        self.gen_v = torch.zeros(gen, dtype=dtype, device=device)
+        self.gen_k = torch.zeros(gen, dtype=self.kv_dtype, device=device)
+        self.gen_v = torch.zeros(gen, dtype=self.kv_dtype, device=device)
         self.block_table = torch.zeros((s.slots, s.pages_per_slot), dtype=torch.int32, device=device)
         self.prompt_lengths = torch.zeros(s.slots, dtype=torch.int32, device=device)
         self._free_pages = list(range(s.pages - 1, -1, -1))
         self._slot_pages: dict[int, list[int]] = {}
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.kv_dtype == E4M3
+
+    def set_scales(self, k_amax: list[float], v_amax: list[float]) -> None:
+        """FP8: per-layer scales from the largest key and value magnitudes seen in calibration."""
+        if len(k_amax) != self.shape.layers or len(v_amax) != self.shape.layers:
+            raise ValueError(f"need {self.shape.layers} key and value magnitudes, got {len(k_amax)} and {len(v_amax)}")
+        self.k_scale = [scale_from_amax(a) for a in k_amax]
+        self.v_scale = [scale_from_amax(a) for a in v_amax]
+
+    def _store(self, x: Tensor, scale: float) -> Tensor:
+        return quantize(x, scale) if self.is_fp8 else x
+
+    def write_prompt(self, layer: int, pages: Tensor, offsets: Tensor, k: Tensor, v: Tensor) -> None:
+        """Keys and values ``[tokens, heads, head_dim]`` of packed prompts at (page, offset)."""
+        self.prompt_k[layer][pages, offsets] = self._store(k, self.k_scale[layer])
+        self.prompt_v[layer][pages, offsets] = self._store(v, self.v_scale[layer])
+
+    def write_generated(self, layer: int, rows: Tensor, columns: Tensor, k: Tensor, v: Tensor) -> None:
+        """Keys and values ``[rows, heads, head_dim]`` of one new token per beam row, at column ``columns``."""
+        s = self.shape
+        flat = (s.slots * s.beams * s.max_new_tokens, s.heads, s.head_dim)
+        index = rows * s.max_new_tokens + columns  # one index_copy_ instead of a two-index scatter
+        for target, value, scale in ((self.gen_k, k, self.k_scale), (self.gen_v, v, self.v_scale)):
+            stored = self._store(value, scale[layer])
+            if self.is_fp8:  # index_copy_ has no e4m3 kernel on every device: copy the bytes
+                target[layer].view(flat).view(torch.uint8).index_copy_(0, index, stored.view(torch.uint8))
+            else:
+                target[layer].view(flat).index_copy_(0, index, stored)
+
+    def read(self, stored: Tensor, scale: float) -> Tensor:
+        """Stored keys or values as the model's values (float32 for FP8, else as stored)."""
+        return stored.float() * scale if self.is_fp8 else stored
 
     @property
     def free_pages(self) -> int:

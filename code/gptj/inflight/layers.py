@@ -8,11 +8,17 @@ results are summed. So per layer:
 
 two GEMMs a layer instead of four, each larger (better tile use, half the launches). Rotary embedding and the
 tanh GELU are those of ``code/gptj/model.py`` (``apply_rotary``, ``gelu_new``).
+
+FP8 (``use_fp8_gemms``): both GEMMs of every layer take e4m3 weights (one scale per tensor) and e4m3 inputs
+quantized with a static scale from ``collect_amax`` over calibration prompts; the embedding, the LayerNorms,
+attention and the LM head stay 16-bit. The LM head's rows are padded to a multiple of 64 so cuBLAS picks a
+Hopper kernel for it (an odd vocabulary of 50,401 rows falls back to an older one); the padded logits are sliced off.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +27,10 @@ from torch import Tensor
 from code.gptj.inflight.attention import decode_attention, prefill_attention
 from code.gptj.inflight.kv_cache import KVCache
 from code.gptj.model import Gptj, GptjConfig, apply_rotary, rope_table
+from code.numerics.fp8 import Fp8Linear
+
+HEAD_ROW_ALIGN = 64  # LM-head rows are padded to this multiple (see the module docstring)
+FP8_ROW_ALIGN = 16
 
 
 @dataclass
@@ -31,6 +41,49 @@ class LayerWeights:
     b_in: Tensor  # zeros for q, k, v; then w1's bias
     w_out: Tensor  # [n_embd, n_embd + n_inner]
     b_out: Tensor  # w2's bias
+    fp8_in: Fp8Linear | None = None  # set by use_fp8_gemms, which then frees w_in / w_out
+    fp8_out: Fp8Linear | None = None
+
+    def linear_in(self, x: Tensor) -> Tensor:
+        if self.fp8_in is not None:
+            return _fp8_linear(self.fp8_in, x, self.b_in)
+        return F.linear(x, self.w_in, self.b_in)
+
+    def linear_out(self, x: Tensor) -> Tensor:
+        if self.fp8_out is not None:
+            return _fp8_linear(self.fp8_out, x, self.b_out)
+        return F.linear(x, self.w_out, self.b_out)
+
+
+def _fp8_linear(linear: Fp8Linear, x: Tensor, bias: Tensor) -> Tensor:
+    """FP8 GEMM of any number of rows: cuBLASLt's FP8 kernels take row counts in multiples of 16, so a packed
+    prefill's rows are padded up and the padding sliced off."""
+    rows = x.shape[0]
+    pad = -rows % FP8_ROW_ALIGN if x.is_cuda else 0
+    out = linear(linear.quantize_input(F.pad(x, (0, 0, 0, pad)) if pad else x), bias)
+    return out[:rows] if pad else out
+
+
+@dataclass
+class Amax:
+    """Largest magnitudes per layer over calibration prompts: the two GEMMs' inputs, keys and values."""
+
+    gemm_in: list[float] = field(default_factory=list)
+    gemm_out: list[float] = field(default_factory=list)
+    k: list[float] = field(default_factory=list)
+    v: list[float] = field(default_factory=list)
+
+    def update(self, layer: int, **values: Tensor) -> None:
+        for name, tensor in values.items():
+            series = getattr(self, name)
+            value = float(tensor.detach().abs().max().float())
+            if layer == len(series):
+                series.append(value)
+            else:
+                series[layer] = max(series[layer], value)
+
+    def as_dict(self) -> dict[str, list[float]]:
+        return {"gemm_in": self.gemm_in, "gemm_out": self.gemm_out, "k": self.k, "v": self.v}
 
 
 class InflightModel:
@@ -42,7 +95,11 @@ class InflightModel:
         self.embedding = embedding
         self.layers = layers
         self.norm_weight, self.norm_bias = norm_weight, norm_bias
-        self.head_weight, self.head_bias = head_weight, head_bias
+        rows = -(-head_weight.shape[0] // HEAD_ROW_ALIGN) * HEAD_ROW_ALIGN
+        pad = rows - head_weight.shape[0]
+        self.head_weight = F.pad(head_weight, (0, 0, 0, pad)) if pad and head_weight.is_cuda else head_weight
+        self.head_bias = F.pad(head_bias, (0, pad)) if pad and head_weight.is_cuda else head_bias
+        self.vocab_size = head_weight.shape[0]
         self.rope = rope_table(config.n_positions, config.rotary_dim).to(embedding.device)
 
     @property
@@ -89,44 +146,77 @@ class InflightModel:
         k = apply_rotary(k[:, None], rope)[:, 0]
         return q, k, v.contiguous()
 
-    def _mlp_and_output(self, layer: LayerWeights, fused: Tensor, attended: Tensor, x: Tensor) -> Tensor:
+    def _mlp_input(self, fused: Tensor, attended: Tensor, x: Tensor) -> Tensor:
+        """``[attention output, gelu(hidden)]``: the second GEMM's input."""
         hidden = F.gelu(fused[:, 3 * self.config.n_embd :], approximate="tanh")
-        both = torch.cat((attended.reshape(x.shape), hidden), dim=1)
-        return F.linear(both, layer.w_out, layer.b_out) + x
+        return torch.cat((attended.reshape(x.shape), hidden), dim=1)
 
     def _logits(self, x: Tensor) -> Tensor:
         x = F.layer_norm(x, (self.config.n_embd,), self.norm_weight, self.norm_bias, self.config.layer_norm_epsilon)
-        return F.linear(x, self.head_weight, self.head_bias).float()
+        return F.linear(x, self.head_weight, self.head_bias)[:, : self.vocab_size].float()
+
+    @property
+    def uses_fp8_gemms(self) -> bool:
+        return self.layers[0].fp8_in is not None
+
+    @torch.no_grad()
+    def use_fp8_gemms(self, amax: Amax) -> None:
+        """Switch both GEMMs of every layer to FP8 with activation scales from ``amax``; frees the 16-bit weights."""
+        for i, layer in enumerate(self.layers):
+            layer.fp8_in = Fp8Linear(layer.w_in, amax.gemm_in[i], self.dtype)
+            layer.fp8_out = Fp8Linear(layer.w_out, amax.gemm_out[i], self.dtype)
+            layer.w_in = layer.w_out = torch.empty(0, dtype=self.dtype, device=self.device)
 
     def _norm(self, layer: LayerWeights, x: Tensor) -> Tensor:
         return F.layer_norm(x, (self.config.n_embd,), layer.norm_weight, layer.norm_bias,
                             self.config.layer_norm_epsilon)
 
-    @torch.inference_mode()
-    def prefill(self, prompts: list[Tensor], slots: list[int], cache: KVCache) -> Tensor:
-        """Run whole prompts (int64 on the device), write their keys/values to the slots' pages; float32 logits
-        ``[prompts, vocab]`` of each prompt's last token."""
+    def _prompt_forward(self, prompts: list[Tensor], on_layer: Callable[..., None]) -> Tensor:
+        """Packed causal forward of whole prompts; ``on_layer(i, normed=, k=, v=, mlp_in=)`` sees each layer's
+        GEMM inputs, keys and values. Float32 logits of each prompt's last token."""
         lengths = [len(p) for p in prompts]
         tokens = torch.cat(prompts)
         positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
         cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32,
                                   device=self.device)
-        pages, offsets = cache.prompt_write_index(slots, lengths)
         rope = self._rope(positions)
         x = F.embedding(tokens, self.embedding)
         for i, layer in enumerate(self.layers):
-            fused = F.linear(self._norm(layer, x), layer.w_in, layer.b_in)
+            normed = self._norm(layer, x)
+            fused = layer.linear_in(normed)
             q, k, v = self._qkv(fused, rope)
-            cache.prompt_k[i][pages, offsets] = k
-            cache.prompt_v[i][pages, offsets] = v
             attended = prefill_attention(q, k, v, lengths, cu_seqlens)
-            x = self._mlp_and_output(layer, fused, attended, x)
+            mlp_in = self._mlp_input(fused, attended, x)
+            on_layer(i, normed=normed, k=k, v=v, mlp_in=mlp_in)
+            x = layer.linear_out(mlp_in) + x
         return self._logits(x[cu_seqlens[1:].long() - 1])
+
+    @torch.inference_mode()
+    def prefill(self, prompts: list[Tensor], slots: list[int], cache: KVCache) -> Tensor:
+        """Run whole prompts (int64 on the device), write their keys/values to the slots' pages; float32 logits
+        ``[prompts, vocab]`` of each prompt's last token."""
+        pages, offsets = cache.prompt_write_index(slots, [len(p) for p in prompts])
+
+        def write(i: int, k: Tensor, v: Tensor, **_: Tensor) -> None:
+            cache.write_prompt(i, pages, offsets, k, v)
+
+        return self._prompt_forward(prompts, write)
+
+    @torch.inference_mode()
+    def collect_amax(self, prompts: list[Tensor], amax: Amax | None = None) -> Amax:
+        """Per-layer magnitudes of the GEMM inputs, keys and values over ``prompts`` (calibration)."""
+        amax = amax or Amax()
+
+        def record(i: int, normed: Tensor, k: Tensor, v: Tensor, mlp_in: Tensor) -> None:
+            amax.update(i, gemm_in=normed, gemm_out=mlp_in, k=k, v=v)
+
+        self._prompt_forward(prompts, record)
+        return amax
 
     def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor) -> Tensor:
         """One token per beam row (``tokens [slots * beams]``), the ``gen_count[s]``-th generated token of slot s;
         float32 logits ``[slots * beams, vocab]``. No host synchronisation: it is captured in a CUDA graph."""
-        slots, beams, max_new = ancestry.shape
+        slots, beams = ancestry.shape[:2]
         column = (gen_count - 1).clamp(min=0)
         positions = (cache.prompt_lengths.long() + column)[:, None].expand(-1, beams).reshape(-1)
         rows = torch.arange(slots * beams, device=tokens.device)
@@ -134,10 +224,9 @@ class InflightModel:
         rope = self._rope(positions)
         x = F.embedding(tokens, self.embedding)
         for i, layer in enumerate(self.layers):
-            fused = F.linear(self._norm(layer, x), layer.w_in, layer.b_in)
+            fused = layer.linear_in(self._norm(layer, x))
             q, k, v = self._qkv(fused, rope)
-            cache.gen_k[i].view(slots * beams, max_new, *k.shape[1:])[rows, columns] = k
-            cache.gen_v[i].view(slots * beams, max_new, *v.shape[1:])[rows, columns] = v
+            cache.write_generated(i, rows, columns, k, v)
             attended = decode_attention(q, cache, i, ancestry, gen_count)
-            x = self._mlp_and_output(layer, fused, attended, x)
+            x = layer.linear_out(self._mlp_input(fused, attended, x)) + x
         return self._logits(x)

@@ -11,11 +11,12 @@ import sys
 from code.common.arguments import ArgumentError, format_help, parse_run_args
 from code.common.benchmarks import BenchmarkError
 from code.common.fields import FieldError
+from code.common.rounds import RoundError
 from code.common.run_logs import LogDirError
 from code.common.systems import SystemDetectionError
 from configs.configuration import ConfigError
 
-USER_ERRORS = (ArgumentError, FieldError, ConfigError, BenchmarkError, LogDirError, SystemDetectionError)
+USER_ERRORS = (ArgumentError, FieldError, ConfigError, BenchmarkError, LogDirError, SystemDetectionError, RoundError)
 
 
 def main(argv: list[str]) -> int:

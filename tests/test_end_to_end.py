@@ -15,6 +15,7 @@ import pytest
 from code.bert.accuracy import CHECKER_F1_PATTERN
 from code.common.cpu_threads import default_cpu_threads
 from code.common.paths import LIB_DIR, REPO_ROOT
+from code.common.rounds import ROUNDS
 
 pytestmark = pytest.mark.slow
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "squad_tiny.json"
@@ -104,18 +105,51 @@ def test_tiny_model_valid_in_every_scenario(build_dir, tmp_path, scenario):
     cpus = default_cpu_threads()
     assert metadata["provenance"]["cpu_threads"] == (max(1, cpus - 1) if scenario == "server" else cpus)
     assert f"bert.{test_dir.name}.min_duration = 1000" in (test_dir / "user.conf").read_text()
+    assert (metadata["round"], metadata["loadgen_version"]) == ("v5.0", "5.0.21")
     assert "NOT valid MLPerf results" in done.stdout
 
 
 def test_submission_run_uses_submission_layout(build_dir, tmp_path):
     logs = tmp_path / "logs"
-    done = run_main(build_dir, "--action=run", "--backend=oracle", "--test_mode=SubmissionRun", "--scenarios=server",
-                    "--gpu_batch_size=4", "--server_target_qps=50", *SHORT, f"--log_dir={logs}")
+    done = run_main(build_dir, "--action=run", "--backend=oracle", "--test_mode=SubmissionRun",
+                    "--scenarios=singlestream", "--gpu_batch_size=4", *SHORT, f"--log_dir={logs}")
     assert done.returncode == 0, done.stdout + done.stderr
-    scenario_dir = logs / "CPU" / "bert-99" / "Server"
+    scenario_dir = logs / "CPU" / "bert-99" / "SingleStream"
     assert (scenario_dir / "accuracy" / "accuracy.txt").exists()
     assert (scenario_dir / "performance" / "run_1" / "mlperf_log_detail.txt").exists()
     assert "AccuracyOnly" in done.stdout and "PerformanceOnly" in done.stdout
+
+
+@pytest.mark.parametrize("round_name", ["v4.1", "v5.0"])
+def test_submission_run_the_round_lacks_is_refused_before_running(build_dir, tmp_path, round_name):
+    """The CPU system is an edge system (systems/CPU.json): neither round has BERT Server there."""
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run_harness", "--backend=oracle", "--test_mode=SubmissionRun",
+                    "--scenarios=offline,server", f"--round={round_name}", f"--log_dir={logs}")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(f"ERROR: refusing a SubmissionRun that round {round_name} would not accept: round "
+                                  f"{round_name} has no bert-99 Server for edge systems: it has bert-99 for ")
+    assert not logs.exists()
+
+
+def test_run_of_another_round_records_it_and_its_seeds(build_dir, tmp_path, harness_built):
+    """Round v4.1 runs on its own LoadGen build, whose seeds are the ones v4.1's checker expects."""
+    from code.common.run_logs import read_detail_log
+    from code.harness.build import build
+
+    build("v4.1")
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run", "--round=v4.1", *TINY_CPU, *TINY_SCENARIOS["offline"],
+                    "--input_data=synthetic", "--synthetic_sample_count=64", f"--log_dir={logs}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    test_dir = logs / "CPU" / "bert-99" / "Offline"
+    metadata = json.loads((test_dir / "metadata.json").read_text())
+    assert (metadata["round"], metadata["loadgen_version"]) == ("v4.1", "4.1.30")
+    detail = read_detail_log(test_dir)
+    seeds = ROUNDS["v4.1"].seeds
+    assert (detail["effective_qsl_rng_seed"], detail["effective_sample_index_rng_seed"],
+            detail["effective_schedule_rng_seed"]) == (seeds.qsl_rng_seed, seeds.sample_index_rng_seed,
+                                                        seeds.schedule_rng_seed)
 
 
 def test_accuracy_without_real_data_refuses_before_running(build_dir, tmp_path):

@@ -25,7 +25,7 @@ from code.common.user_conf import write_user_conf
 from configs.configuration import ResolvedConfig, WorkloadSetting, resolve_config
 
 
-def versions() -> dict[str, Any]:
+def versions(round_name: str) -> dict[str, Any]:
     """Software that shaped the result, for metadata.json."""
     found: dict[str, Any] = {"python": platform.python_version()}
     try:
@@ -38,7 +38,7 @@ def versions() -> dict[str, Any]:
     try:
         from code.harness.core import loadgen_version
 
-        found["loadgen"] = loadgen_version()
+        found["loadgen"] = loadgen_version(round_name)
     except Exception as error:  # not built: reported, not fatal for metadata
         found["loadgen"] = f"unavailable ({error})"
     try:
@@ -87,6 +87,7 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         num_workers=config["num_workers"],
         sort_by_length=config["sort_by_length"],
         batch_timeout_us=config.values.get("batch_timeout_us", 0),
+        round=config["round"],
     )
     loaded = time.time()
     print(f"[run_single_test] loaded in {loaded - started:.1f} s; starting LoadGen", flush=True)
@@ -105,13 +106,17 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         result.invalid_reasons.append("not a valid MLPerf result: " + ", ".join(invalid_because))
     result.extra["seconds"] = round(time.time() - started, 1)
 
+    software = versions(config["round"])
     write_metadata(log_dir, {
+        # What staging and audits read to match runs to a round's tools: the round and the LoadGen that ran.
+        "round": config["round"],
+        "loadgen_version": software["loadgen"],
         "result": result.to_dict(),
         "config": config.as_dict(),
         "system": detect_system().describe(),
         "system_name": config.system,
         "provenance": provenance,
-        "versions": versions(),
+        "versions": software,
         "user_conf": user_conf.read_text(),
         "command": sys.argv,
     })

@@ -73,7 +73,7 @@ class Round:
         elsewhere = [other.name for other in ROUNDS.values()
                      if other is not self and scenario in other.scenarios_for(system_type, benchmark_name)]
         hint = f" (round {', '.join(elsewhere)} has it: --round={elsewhere[0]})" if elsewhere else ""
-        return (f"round {self.name} has no {benchmark_name} {scenario.value} for a {system_type} system: "
+        return (f"round {self.name} has no {benchmark_name} {scenario.value} for {system_type} systems: "
                 f"{has}{hint}")
 
 

@@ -106,6 +106,8 @@ def test_tiny_model_valid_in_every_scenario(build_dir, tmp_path, scenario):
     assert metadata["provenance"]["cpu_threads"] == (max(1, cpus - 1) if scenario == "server" else cpus)
     assert f"bert.{test_dir.name}.min_duration = 1000" in (test_dir / "user.conf").read_text()
     assert (metadata["round"], metadata["loadgen_version"]) == ("v5.0", "5.0.21")
+    assert metadata["config"]["fields"]["log_enable_trace"] is False
+    assert (test_dir / "mlperf_log_trace.json").stat().st_size == 0  # LoadGen's trace is off by default
     assert "NOT valid MLPerf results" in done.stdout
 
 

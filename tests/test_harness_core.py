@@ -138,6 +138,7 @@ def _child_main(job: dict) -> int:
         num_workers=job.get("num_workers", 1),
         sort_by_length=job.get("sort_by_length", True),
         batch_timeout_us=job.get("batch_timeout_us", 0),
+        log_enable_trace=job.get("log_enable_trace", False),
     )
     lengths = np.array([sample_length(i) for i in range(QSL_SIZE)], dtype=np.int64)
     result: dict = {}
@@ -283,11 +284,21 @@ def test_performance_run_is_valid(built_core: Path, tmp_path: Path, scenario: st
     assert max(sizes) <= job.get("max_batch_size", 16)
     # Each worker is one Python thread for its whole life: its threading.local data survives between batches.
     assert result["thread_locals"] == job.get("num_workers", 1)
+    # The trace is off unless asked for: LoadGen leaves its file empty.
+    assert (result["log_dir"] / "mlperf_log_trace.json").stat().st_size == 0
     if scenario == "SingleStream":
         assert set(sizes) == {1}
     if scenario == "Server":
         # 600 queries/s against 2 workers busy 5 ms a batch: samples wait, and dynamic batching groups them.
         assert max(sizes) > 1
+
+
+@pytest.mark.slow
+def test_trace_when_asked_for(built_core: Path, tmp_path: Path) -> None:
+    result = run_child(tmp_path, scenario="Offline", log_enable_trace=True)
+    assert "error" not in result, result["error"]
+    trace = (result["log_dir"] / "mlperf_log_trace.json").read_text(encoding="utf-8")
+    assert trace.startswith('{"traceEvents":[') and '{"name":"IssueQuery"' in trace, trace[:500]
 
 
 @pytest.mark.slow

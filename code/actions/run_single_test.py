@@ -88,6 +88,7 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         sort_by_length=config["sort_by_length"],
         batch_timeout_us=config.values.get("batch_timeout_us", 0),
         round=config["round"],
+        log_enable_trace=config["log_enable_trace"],
     )
     loaded = time.time()
     print(f"[run_single_test] loaded in {loaded - started:.1f} s; starting LoadGen", flush=True)

@@ -141,6 +141,8 @@ FIELDS: dict[str, Field] = {
         Field("test_run", bool, False, "Short run: min_duration 60 s, min_query_count 1 (alias --fast); "
               "not a valid submission"),
         # Where results go.
+        Field("log_enable_trace", bool, False, "LoadGen's trace (mlperf_log_trace.json, for debugging): GBs at GPU "
+              "rates, written during the timed run; the submission checker rejects files over 50 MB"),
         Field("log_dir", str, None, "Log folder (default build/logs/<timestamp>); must not hold an earlier run"),
     ]
 }

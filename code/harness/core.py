@@ -47,6 +47,7 @@ class CoreSettings:
     sort_by_length: bool = True
     batch_timeout_us: int = 0  # Server: how long a worker waits to fill a batch once it holds one sample
     round: str = DEFAULT_ROUND  # which round's build of the core (and so which LoadGen and seeds) runs the test
+    log_enable_trace: bool = False  # LoadGen's mlperf_log_trace.json; GBs at GPU rates, written during the timed run
 
     def __post_init__(self) -> None:
         get_round(self.round)
@@ -76,9 +77,11 @@ class CoreSettings:
                 f"CoreSettings.performance_sample_count ({self.performance_sample_count}) must not exceed "
                 f"total_sample_count ({self.total_sample_count})"
             )
-        if not isinstance(self.sort_by_length, bool | np.bool_):
-            raise ValueError(f"CoreSettings.sort_by_length must be a bool, not {self.sort_by_length!r}")
-        object.__setattr__(self, "sort_by_length", bool(self.sort_by_length))
+        for name in ("sort_by_length", "log_enable_trace"):
+            value = getattr(self, name)
+            if not isinstance(value, bool | np.bool_):
+                raise ValueError(f"CoreSettings.{name} must be a bool, not {value!r}")
+            object.__setattr__(self, name, bool(value))
 
 
 class BatchRunner(Protocol):
@@ -195,6 +198,7 @@ def run_test(
         num_workers=settings.num_workers,
         sort_by_length=settings.sort_by_length,
         batch_timeout_us=settings.batch_timeout_us,
+        log_enable_trace=settings.log_enable_trace,
         sample_lengths=lengths.astype(np.int64, copy=False),
         runner=runner,
         load_samples=load_samples,

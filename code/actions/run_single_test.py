@@ -19,9 +19,10 @@ from typing import Any
 from code.common.benchmarks import BenchmarkError, load_benchmark
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
 from code.common.paths import REPO_ROOT
-from code.common.run_logs import TestResult, performance_result, write_metadata
+from code.common.run_logs import TestResult, performance_result, read_detail_log, write_metadata
 from code.common.systems import detect_system
 from code.common.user_conf import write_user_conf
+from code.common.verdicts import not_submittable_reasons
 from configs.configuration import ResolvedConfig, WorkloadSetting, resolve_config
 
 
@@ -70,8 +71,9 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
     invalid_because = provenance.get("invalid_because", [])
     if invalid_because:
         print("*" * 100)
-        print(f"* NOT a valid MLPerf result: {'; '.join(invalid_because)}.")
-        print(f"* inputs: {provenance.get('inputs')}; weights: {provenance.get('weights')}")
+        print(f"* NOT a submittable MLPerf result: {'; '.join(invalid_because)}.")
+        print(f"* model: {provenance.get('model')}; inputs: {provenance.get('inputs')}; "
+              f"weights: {provenance.get('weights')}")
         print("*" * 100, flush=True)
     user_conf = write_user_conf(config, prepared.total_sample_count)
     shutil.copy(user_conf, log_dir / "user.conf")
@@ -103,8 +105,8 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         result.invalid_reasons.extend(accuracy["failures"])
     else:
         result = performance_result(log_dir, config.scenario)
-    if invalid_because:
-        result.invalid_reasons.append("not a valid MLPerf result: " + ", ".join(invalid_because))
+    result.not_submittable = not_submittable_reasons(config, mode, provenance, read_detail_log(log_dir),
+                                                     prepared.total_sample_count)
     result.extra["seconds"] = round(time.time() - started, 1)
 
     software = versions(config["round"])

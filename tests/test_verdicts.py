@@ -47,6 +47,22 @@ def test_a_scenario_the_round_lacks_is_a_wrong_round():
                        "Offline, SingleStream; datacenter,edge: Offline, SingleStream"]
 
 
+def test_a_system_without_a_description_cannot_say_its_round(tmp_path, monkeypatch, harness_built):
+    from code.actions.run_harness import check_round
+    from code.common.systems import SystemDetectionError
+
+    monkeypatch.setattr("code.common.systems.SYSTEMS_DIR", tmp_path)
+    reasons = not_submittable_reasons(resolved(Scenario.Offline), TestMode.PerformanceOnly, {}, FULL_RUN, 10833)
+    assert reasons == [f"system type unknown: {tmp_path}/CPU.json is missing; it says whether CPU is a datacenter or "
+                       "edge system: run `make add_system` to write it"]
+    with pytest.raises(SystemDetectionError, match="CPU.json is missing"):  # a SubmissionRun is refused
+        check_round(resolved(Scenario.Offline, test_mode="SubmissionRun"))
+    (tmp_path / "CPU.json").write_text('{"system_type": "FILL_ME"}')
+    reasons = not_submittable_reasons(resolved(Scenario.Offline), TestMode.PerformanceOnly, {}, FULL_RUN, 10833)
+    assert reasons == ["system type unknown: unknown system_type 'FILL_ME'; valid: datacenter, edge, "
+                       "datacenter,edge (set it in systems/<system>.json)"]
+
+
 def test_accuracy_on_a_subset_is_not_submittable():
     reasons = not_submittable_reasons(resolved(Scenario.Offline), TestMode.AccuracyOnly, {}, V50_SEEDS, 12)
     assert reasons == ["accuracy over 12 of the 10833 samples"]

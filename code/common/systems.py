@@ -165,10 +165,10 @@ def detect_system(nvml: Any = None) -> DetectedSystem:
     )
 
 
-def system_type(system: str, systems_dir: Path = SYSTEMS_DIR) -> str:
+def system_type(system: str, systems_dir: Path | None = None) -> str:
     """The ``system_type`` (datacenter, edge, datacenter,edge) of systems/<system>.json: with the round, it decides
     which scenarios a submission must and may have."""
-    path = systems_dir / f"{system}.json"
+    path = (systems_dir or SYSTEMS_DIR) / f"{system}.json"
     if not path.is_file():
         raise SystemDetectionError(f"{path} is missing; it says whether {system} is a datacenter or edge system: "
                                    "run `make add_system` to write it")

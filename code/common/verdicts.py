@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from code.common.constants import DATASET_SIZE, Scenario, TestMode
-from code.common.rounds import get_round
+from code.common.rounds import RoundError, get_round
 from code.common.systems import SystemDetectionError, system_type
 from configs.configuration import ResolvedConfig
 
@@ -21,11 +21,9 @@ SEED_KEYS = ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed")
 
 
 def round_refusal(config: ResolvedConfig) -> str | None:
-    """Why the config's round does not take this benchmark and scenario on this system's type; None if it does."""
-    try:
-        kind = system_type(config.system)
-    except SystemDetectionError as error:
-        return str(error)
+    """Why the config's round does not take this benchmark and scenario on this system's type; None if it does.
+    Raises SystemDetectionError or RoundError when systems/<system>.json does not say the system's type."""
+    kind = system_type(config.system)
     return get_round(config["round"]).refusal(config.benchmark_name, config.scenario, kind)
 
 
@@ -49,9 +47,13 @@ def not_submittable_reasons(config: ResolvedConfig, mode: TestMode, provenance: 
     seeds = {key: detail.get(f"effective_{key}") for key in SEED_KEYS}
     if None not in seeds.values() and seeds != vars(round_.seeds):
         reasons.append(f"LoadGen's RNG seeds are not round {round_.name}'s (rebuild: make build ROUND={round_.name})")
-    refusal = round_refusal(config)
-    if refusal:
-        reasons.append(f"wrong round: {refusal}")
+    try:
+        refusal = round_refusal(config)
+    except (SystemDetectionError, RoundError) as error:
+        reasons.append(f"system type unknown: {error}")
+    else:
+        if refusal:
+            reasons.append(f"wrong round: {refusal}")
     return reasons
 
 

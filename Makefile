@@ -20,7 +20,7 @@ help:
 	@echo "  make download_data   BENCHMARKS=\"bert\""
 	@echo "  make download_model  BENCHMARKS=\"bert\""
 	@echo "  make preprocess_data BENCHMARKS=\"bert\""
-	@echo "  make build                 compile the C++/pybind11 LoadGen harness"
+	@echo "  make build [ROUND=v4.1]    compile the C++/pybind11 LoadGen harness for a round (default v5.0)"
 	@echo "  make generate_engines RUN_ARGS=\"...\""
 	@echo "  make run_harness      RUN_ARGS=\"...\""
 	@echo "  make run              RUN_ARGS=\"--benchmarks=bert --scenarios=offline --test_run\"   (= both)"
@@ -28,6 +28,7 @@ help:
 	@echo "  make add_system            stub config classes for this machine"
 	@echo "  make test                  lint + tests (what CI runs)"
 	@echo "  make clean | clean_all     remove build outputs (clean_all: also venv, data, models)"
+	@echo "ROUND=v4.1|v5.0 picks the MLPerf round of build and run targets (documentation/rounds.md)"
 	@echo "RUN_ARGS help: make run RUN_ARGS=--help"
 
 .PHONY: clean clean_all

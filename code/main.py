@@ -1,7 +1,8 @@
 """Entry point: ``python -m code.main --action=<generate_engines|run_harness|run|info> [RUN_ARGS...]``.
 
-Errors a user can fix (a bad flag, a missing config, absent data) end with one clear message and exit 2,
-never a traceback.
+Errors a user can fix (a bad flag, a missing config, a round without the test, absent data) end with one clear
+message and exit 2, never a traceback. A run exits 3 when a test is INVALID or FAILs its accuracy target, and 1 when
+a test did not finish (``ExitCode``; documentation/commands.md).
 """
 
 from __future__ import annotations
@@ -10,26 +11,28 @@ import sys
 
 from code.common.arguments import ArgumentError, format_help, parse_run_args
 from code.common.benchmarks import BenchmarkError
+from code.common.constants import ExitCode
 from code.common.fields import FieldError
+from code.common.rounds import RoundError
 from code.common.run_logs import LogDirError
 from code.common.systems import SystemDetectionError
 from configs.configuration import ConfigError
 
-USER_ERRORS = (ArgumentError, FieldError, ConfigError, BenchmarkError, LogDirError, SystemDetectionError)
+USER_ERRORS = (ArgumentError, FieldError, ConfigError, BenchmarkError, LogDirError, SystemDetectionError, RoundError)
 
 
 def main(argv: list[str]) -> int:
     if any(arg in ("-h", "--help", "help") for arg in argv):
         print(__doc__)
         print(format_help())
-        return 0
+        return ExitCode.OK
     try:
         request = parse_run_args(argv)
         if request.action == "info":
             from code.actions.info import info
 
             info(request)
-            return 0
+            return ExitCode.OK
         if request.action in ("generate_engines", "run"):
             from code.actions.generate_engines import generate_engines
 
@@ -38,10 +41,10 @@ def main(argv: list[str]) -> int:
             from code.actions.run_harness import run_harness
 
             return run_harness(request)
-        return 0
+        return ExitCode.OK
     except USER_ERRORS as error:
         print(f"ERROR: {error}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_INPUT
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-# The C++/pybind11 harness; LoadGen's sources come from the pinned mlcommons-loadgen sdist at build time.
+# The C++/pybind11 harness of one round (ROUND, else --round in RUN_ARGS, else v5.0); LoadGen's sources come from
+# the round's pinned mlcommons-loadgen sdist at build time. Rounds build side by side under build/harness/<round>/.
 
 .PHONY: build
 build: setup
-	$(PY) -m code.harness.build
+	$(PY) -m code.harness.build $(if $(BUILD_ROUND),--round=$(BUILD_ROUND))

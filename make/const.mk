@@ -11,6 +11,11 @@ endif
 SYSTEM_PY    ?= python3
 BENCHMARKS   ?= bert gptj
 RUN_ARGS     ?=
+# The MLPerf round (v4.1, v5.0; empty: the default, v5.0): which LoadGen `make build` compiles and which round a run
+# is for. RUN_ARGS may say --round=... instead; giving both with different values is an error.
+ROUND        ?=
+ROUND_ARG    := $(if $(ROUND),--round=$(ROUND))
+BUILD_ROUND  := $(or $(ROUND),$(patsubst --round=%,%,$(lastword $(filter --round=%,$(RUN_ARGS)))))
 # Where large data lives when set (see make link_dirs); empty means local folders under build/.
 MLPERF_SCRATCH_PATH ?=
 SHELL        := /bin/bash

@@ -2,17 +2,17 @@
 
 .PHONY: generate_engines run_harness run info add_system
 generate_engines: setup
-	$(PY) -m code.main --action=generate_engines $(RUN_ARGS)
+	$(PY) -m code.main --action=generate_engines $(ROUND_ARG) $(RUN_ARGS)
 
 run_harness: build
-	$(PY) -m code.main --action=run_harness $(RUN_ARGS)
+	$(PY) -m code.main --action=run_harness $(ROUND_ARG) $(RUN_ARGS)
 
 # generate_engines then run_harness, in one process.
 run: build
-	$(PY) -m code.main --action=run $(RUN_ARGS)
+	$(PY) -m code.main --action=run $(ROUND_ARG) $(RUN_ARGS)
 
 info: setup
-	$(PY) -m code.main --action=info $(RUN_ARGS)
+	$(PY) -m code.main --action=info $(ROUND_ARG) $(RUN_ARGS)
 
 add_system: setup
 	$(PY) -m scripts.add_system $(ADD_SYSTEM_ARGS)

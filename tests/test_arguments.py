@@ -35,6 +35,13 @@ def test_accuracy_target_spellings(args, target):
     assert parse_run_args(args).benchmarks[0].accuracy_target is target
 
 
+def test_trace_is_off_unless_asked_for():
+    from code.common.fields import FIELDS
+
+    assert FIELDS["log_enable_trace"].default is False
+    assert parse_run_args(["--log_enable_trace"]).overrides == {"log_enable_trace": True}
+
+
 def test_fast_is_an_alias_of_test_run():
     assert parse_run_args(["--fast"]).overrides == {"test_run": True}
     assert parse_run_args(["--test_run=false"]).overrides == {"test_run": False}

@@ -13,8 +13,10 @@ import sys
 import pytest
 
 from code.bert.accuracy import CHECKER_F1_PATTERN
+from code.common.constants import ExitCode
 from code.common.cpu_threads import default_cpu_threads
 from code.common.paths import LIB_DIR, REPO_ROOT
+from code.common.rounds import ROUNDS
 
 pytestmark = pytest.mark.slow
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "squad_tiny.json"
@@ -59,21 +61,22 @@ def test_oracle_scores_100_through_loadgen(build_dir, tmp_path):
     assert "oracle backend" in " ".join(metadata["provenance"]["invalid_because"])
     assert {"mlperf_log_accuracy.json", "mlperf_log_detail.txt", "user.conf", "predictions.json",
             "stdout.txt"} <= {p.name for p in test_dir.iterdir()}
-    assert "[PASS]" in done.stdout and "Result summaries" in done.stdout
+    assert "[PASS but not submittable] (oracle backend" in done.stdout and "Result summaries" in done.stdout
     summary = json.loads((logs / "summary.json").read_text())
-    assert summary[0]["accuracy"]["f1"] == 100.0
+    assert summary[0]["accuracy"]["f1"] == 100.0 and summary[0]["verdict"] == "PASS but not submittable"
+    assert summary[0]["not_submittable"][-1] == "accuracy over 53 of the 10833 samples"  # the fixture
 
 
 def test_shifted_oracle_fails(build_dir, tmp_path):
     logs = tmp_path / "logs"
     done = run_main(build_dir, "--action=run", "--backend=oracle", "--oracle_shift=1", "--test_mode=AccuracyOnly",
                     "--gpu_batch_size=4", "--benchmarks=bert-99.9", f"--log_dir={logs}")
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == ExitCode.INVALID == 3, done.stdout + done.stderr
     metadata = json.loads((logs / "CPU" / "bert-99.9" / "Offline" / "metadata.json").read_text())
     accuracy = metadata["result"]["accuracy"]
     assert accuracy["f1"] < 90 and accuracy["passed"] is False and accuracy["target_f1"] == pytest.approx(90.783, 1e-3)
     assert "FAIL" in (logs / "CPU" / "bert-99.9" / "Offline" / "accuracy.txt").read_text()
-    assert "[FAIL]" in done.stdout
+    assert "[FAIL] (F1 " in done.stdout and "Exit status 3: a test is INVALID or FAIL." in done.stdout
 
 
 # Per scenario, settings that reach VALID quickly with the tiny model on 2 cores: Offline's one query must outlast
@@ -104,18 +107,61 @@ def test_tiny_model_valid_in_every_scenario(build_dir, tmp_path, scenario):
     cpus = default_cpu_threads()
     assert metadata["provenance"]["cpu_threads"] == (max(1, cpus - 1) if scenario == "server" else cpus)
     assert f"bert.{test_dir.name}.min_duration = 1000" in (test_dir / "user.conf").read_text()
-    assert "NOT valid MLPerf results" in done.stdout
+    assert (metadata["round"], metadata["loadgen_version"]) == ("v5.0", "5.0.21")
+    assert metadata["config"]["fields"]["log_enable_trace"] is False
+    assert (test_dir / "mlperf_log_trace.json").stat().st_size == 0  # LoadGen's trace is off by default
+    assert metadata["result"]["verdict"] == "VALID but not submittable"
+    reasons = metadata["result"]["not_submittable"]
+    assert reasons[:3] == ["synthetic inputs", "small test model BERT-tiny, not BERT-large",
+                           "random weights (BERT-tiny architecture)"]
+    assert "shortened: min_duration 1000 ms (a submission needs 600000)" in reasons
+    assert any(r.startswith("wrong round: round v5.0 has no bert-99 Server") for r in reasons) == (scenario == "server")
+    assert metadata["provenance"]["model"] == "BERT-tiny (a small test model, not BERT-large)"
+    assert "[VALID but not submittable] (synthetic inputs; small test model BERT-tiny" in done.stdout
 
 
 def test_submission_run_uses_submission_layout(build_dir, tmp_path):
     logs = tmp_path / "logs"
-    done = run_main(build_dir, "--action=run", "--backend=oracle", "--test_mode=SubmissionRun", "--scenarios=server",
-                    "--gpu_batch_size=4", "--server_target_qps=50", *SHORT, f"--log_dir={logs}")
+    done = run_main(build_dir, "--action=run", "--backend=oracle", "--test_mode=SubmissionRun",
+                    "--scenarios=singlestream", "--gpu_batch_size=4", "--single_stream_expected_latency_ns=20000",
+                    *SHORT, f"--log_dir={logs}")
     assert done.returncode == 0, done.stdout + done.stderr
-    scenario_dir = logs / "CPU" / "bert-99" / "Server"
+    scenario_dir = logs / "CPU" / "bert-99" / "SingleStream"
     assert (scenario_dir / "accuracy" / "accuracy.txt").exists()
     assert (scenario_dir / "performance" / "run_1" / "mlperf_log_detail.txt").exists()
     assert "AccuracyOnly" in done.stdout and "PerformanceOnly" in done.stdout
+
+
+@pytest.mark.parametrize("round_name", ["v4.1", "v5.0"])
+def test_submission_run_the_round_lacks_is_refused_before_running(build_dir, tmp_path, round_name):
+    """The CPU system is an edge system (systems/CPU.json): neither round has BERT Server there."""
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run_harness", "--backend=oracle", "--test_mode=SubmissionRun",
+                    "--scenarios=offline,server", f"--round={round_name}", f"--log_dir={logs}")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(f"ERROR: refusing a SubmissionRun that round {round_name} would not accept: round "
+                                  f"{round_name} has no bert-99 Server for edge systems: it has bert-99 for ")
+    assert not logs.exists()
+
+
+def test_run_of_another_round_records_it_and_its_seeds(build_dir, tmp_path, harness_built):
+    """Round v4.1 runs on its own LoadGen build, whose seeds are the ones v4.1's checker expects."""
+    from code.common.run_logs import read_detail_log
+    from code.harness.build import build
+
+    build("v4.1")
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run", "--round=v4.1", *TINY_CPU, *TINY_SCENARIOS["offline"],
+                    "--input_data=synthetic", "--synthetic_sample_count=64", f"--log_dir={logs}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    test_dir = logs / "CPU" / "bert-99" / "Offline"
+    metadata = json.loads((test_dir / "metadata.json").read_text())
+    assert (metadata["round"], metadata["loadgen_version"]) == ("v4.1", "4.1.30")
+    detail = read_detail_log(test_dir)
+    seeds = ROUNDS["v4.1"].seeds
+    assert (detail["effective_qsl_rng_seed"], detail["effective_sample_index_rng_seed"],
+            detail["effective_schedule_rng_seed"]) == (seeds.qsl_rng_seed, seeds.sample_index_rng_seed,
+                                                        seeds.schedule_rng_seed)
 
 
 def test_accuracy_without_real_data_refuses_before_running(build_dir, tmp_path):

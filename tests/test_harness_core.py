@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from code.common.paths import LIB_DIR, REPO_ROOT
+from code.common.paths import REPO_ROOT
+from code.common.rounds import DEFAULT_ROUND, ROUNDS
 
 QSL_SIZE = 256
 CHILD_TIMEOUT_S = 90
@@ -137,6 +138,7 @@ def _child_main(job: dict) -> int:
         num_workers=job.get("num_workers", 1),
         sort_by_length=job.get("sort_by_length", True),
         batch_timeout_us=job.get("batch_timeout_us", 0),
+        log_enable_trace=job.get("log_enable_trace", False),
     )
     lengths = np.array([sample_length(i) for i in range(QSL_SIZE)], dtype=np.int64)
     result: dict = {}
@@ -236,11 +238,18 @@ def test_bad_sample_lengths(tmp_path: Path) -> None:
 def test_missing_module_says_how_to_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import code.harness.core as core
 
-    monkeypatch.setattr(core, "LIB_DIR", tmp_path)
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(LIB_DIR)])
+    monkeypatch.setattr(core, "harness_lib_dir", lambda round_name: tmp_path / round_name)
     monkeypatch.delitem(sys.modules, "_mlperf_harness", raising=False)
-    with pytest.raises(core.HarnessNotBuiltError, match=r"the C\+\+ harness is not built: run `make build`"):
-        core.loadgen_version()
+    with pytest.raises(core.HarnessNotBuiltError,
+                       match=r"the C\+\+ harness of round v4.1 is not built: run `make build ROUND=v4.1`"):
+        core.loadgen_version("v4.1")
+
+
+def test_settings_reject_an_unknown_round(tmp_path: Path) -> None:
+    from code.harness.core import CoreSettings
+
+    with pytest.raises(ValueError, match=r"unknown round 'v6.1'; valid rounds: v4.1, v5.0"):
+        CoreSettings("bert", "Offline", "PerformanceOnly", tmp_path / "u.conf", tmp_path, 4, 4, 2, round="v6.1")
 
 
 # --- LoadGen tests (each in a child process) ---
@@ -250,7 +259,7 @@ def test_missing_module_says_how_to_build(tmp_path: Path, monkeypatch: pytest.Mo
 def test_loadgen_version(built_core: Path) -> None:
     code = "from code.harness.core import loadgen_version; print(loadgen_version())"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "6.0.17"
+    assert out.stdout.strip() == ROUNDS[DEFAULT_ROUND].loadgen.version == "5.0.21"
 
 
 @pytest.mark.slow
@@ -275,11 +284,21 @@ def test_performance_run_is_valid(built_core: Path, tmp_path: Path, scenario: st
     assert max(sizes) <= job.get("max_batch_size", 16)
     # Each worker is one Python thread for its whole life: its threading.local data survives between batches.
     assert result["thread_locals"] == job.get("num_workers", 1)
+    # The trace is off unless asked for: LoadGen leaves its file empty.
+    assert (result["log_dir"] / "mlperf_log_trace.json").stat().st_size == 0
     if scenario == "SingleStream":
         assert set(sizes) == {1}
     if scenario == "Server":
         # 600 queries/s against 2 workers busy 5 ms a batch: samples wait, and dynamic batching groups them.
         assert max(sizes) > 1
+
+
+@pytest.mark.slow
+def test_trace_when_asked_for(built_core: Path, tmp_path: Path) -> None:
+    result = run_child(tmp_path, scenario="Offline", log_enable_trace=True)
+    assert "error" not in result, result["error"]
+    trace = (result["log_dir"] / "mlperf_log_trace.json").read_text(encoding="utf-8")
+    assert trace.startswith('{"traceEvents":[') and '{"name":"IssueQuery"' in trace, trace[:500]
 
 
 @pytest.mark.slow

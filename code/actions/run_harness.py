@@ -14,24 +14,29 @@ from pathlib import Path
 
 from code.actions.common import resolved_configs, system_name
 from code.common.arguments import RunRequest
-from code.common.benchmarks import load_benchmark
+from code.common.benchmarks import BenchmarkError, load_benchmark
 from code.common.constants import TestMode
-from code.common.paths import REPO_ROOT
+from code.common.paths import REPO_ROOT, harness_lib_dir
+from code.common.rounds import RoundError
 from code.common.run_logs import TestResult, make_test_log_dir, new_run_root
-from code.common.summary import format_summary, write_summary
+from code.common.summary import exit_code, format_summary, write_summary
+from code.common.verdicts import round_refusal
+from code.harness.build import module_path
+from configs.configuration import ResolvedConfig
 
 
 def run_harness(request: RunRequest) -> int:
-    """Run the tests; returns the exit status (non-zero when a test crashed)."""
+    """Run the tests; returns the exit status (``ExitCode``: non-zero when a test did not finish, is INVALID or
+    FAILs its accuracy target)."""
     system = system_name(request)
     configs = list(resolved_configs(request, system))  # resolve all first: a config error stops before any run
-    for config in configs:  # and refuse an accuracy run without real data before anything starts
+    for config in configs:  # and refuse what cannot run or cannot count before anything starts
+        check_round(config)
         for loadgen_mode in TestMode.parse(config["test_mode"]).loadgen_modes:
             load_benchmark(config.benchmark).describe_inputs(config, loadgen_mode)
     root = new_run_root(request.overrides.get("log_dir"))
     print(f"[run_harness] logs: {root}", flush=True)
     results: list[tuple[str, TestResult, dict]] = []
-    failed = False
     for config in configs:
         mode = TestMode.parse(config["test_mode"])
         for loadgen_mode in mode.loadgen_modes:
@@ -51,12 +56,22 @@ def run_harness(request: RunRequest) -> int:
             print(f"\n[run_harness] {system} {config.benchmark_name} {config.scenario.value} {loadgen_mode.value}",
                   flush=True)
             result, metadata = _run_child(spec, log_dir)
-            failed |= result.valid is None
             results.append((config.benchmark_name, result, metadata))
     summary = format_summary(system, root, results)
     write_summary(root, summary, results)
     print(summary, flush=True)
-    return 1 if failed else 0
+    return int(exit_code([result for _, result, _ in results]))
+
+
+def check_round(config: ResolvedConfig) -> None:
+    """The round's core is built, and a SubmissionRun is for a benchmark and scenario its round accepts."""
+    round_name = config["round"]
+    if not module_path(harness_lib_dir(round_name)).is_file():
+        raise BenchmarkError(f"the C++ core of round {round_name} is not built: run `make build ROUND={round_name}`")
+    if TestMode.parse(config["test_mode"]) is TestMode.SubmissionRun:
+        refusal = round_refusal(config)
+        if refusal:
+            raise RoundError(f"refusing a SubmissionRun that round {round_name} would not accept: {refusal}")
 
 
 def _run_child(spec: dict, log_dir: Path) -> tuple[TestResult, dict]:
@@ -77,7 +92,7 @@ def _run_child(spec: dict, log_dir: Path) -> tuple[TestResult, dict]:
     metadata_file = log_dir / "metadata.json"
     if status == 0 and metadata_file.exists():
         metadata = json.loads(metadata_file.read_text())
-        result = TestResult(**metadata["result"])
+        result = TestResult.from_dict(metadata["result"])
         return result, metadata
     reasons = [error_line] if error_line else []
     reasons.append(f"the test process failed (exit {status}); see {log_dir / 'stdout.txt'}")

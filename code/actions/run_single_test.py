@@ -19,13 +19,14 @@ from typing import Any
 from code.common.benchmarks import BenchmarkError, load_benchmark
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
 from code.common.paths import REPO_ROOT
-from code.common.run_logs import TestResult, performance_result, write_metadata
+from code.common.run_logs import TestResult, performance_result, read_detail_log, write_metadata
 from code.common.systems import detect_system
 from code.common.user_conf import write_user_conf
+from code.common.verdicts import not_submittable_reasons
 from configs.configuration import ResolvedConfig, WorkloadSetting, resolve_config
 
 
-def versions() -> dict[str, Any]:
+def versions(round_name: str) -> dict[str, Any]:
     """Software that shaped the result, for metadata.json."""
     found: dict[str, Any] = {"python": platform.python_version()}
     try:
@@ -38,7 +39,7 @@ def versions() -> dict[str, Any]:
     try:
         from code.harness.core import loadgen_version
 
-        found["loadgen"] = loadgen_version()
+        found["loadgen"] = loadgen_version(round_name)
     except Exception as error:  # not built: reported, not fatal for metadata
         found["loadgen"] = f"unavailable ({error})"
     try:
@@ -70,8 +71,9 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
     invalid_because = provenance.get("invalid_because", [])
     if invalid_because:
         print("*" * 100)
-        print(f"* NOT a valid MLPerf result: {'; '.join(invalid_because)}.")
-        print(f"* inputs: {provenance.get('inputs')}; weights: {provenance.get('weights')}")
+        print(f"* NOT a submittable MLPerf result: {'; '.join(invalid_because)}.")
+        print(f"* model: {provenance.get('model')}; inputs: {provenance.get('inputs')}; "
+              f"weights: {provenance.get('weights')}")
         print("*" * 100, flush=True)
     user_conf = write_user_conf(config, prepared.total_sample_count)
     shutil.copy(user_conf, log_dir / "user.conf")
@@ -87,6 +89,8 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         num_workers=config["num_workers"],
         sort_by_length=config["sort_by_length"],
         batch_timeout_us=config.values.get("batch_timeout_us", 0),
+        round=config["round"],
+        log_enable_trace=config["log_enable_trace"],
     )
     loaded = time.time()
     print(f"[run_single_test] loaded in {loaded - started:.1f} s; starting LoadGen", flush=True)
@@ -101,17 +105,21 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         result.invalid_reasons.extend(accuracy["failures"])
     else:
         result = performance_result(log_dir, config.scenario)
-    if invalid_because:
-        result.invalid_reasons.append("not a valid MLPerf result: " + ", ".join(invalid_because))
+    result.not_submittable = not_submittable_reasons(config, mode, provenance, read_detail_log(log_dir),
+                                                     prepared.total_sample_count)
     result.extra["seconds"] = round(time.time() - started, 1)
 
+    software = versions(config["round"])
     write_metadata(log_dir, {
+        # What staging and audits read to match runs to a round's tools: the round and the LoadGen that ran.
+        "round": config["round"],
+        "loadgen_version": software["loadgen"],
         "result": result.to_dict(),
         "config": config.as_dict(),
         "system": detect_system().describe(),
         "system_name": config.system,
         "provenance": provenance,
-        "versions": versions(),
+        "versions": software,
         "user_conf": user_conf.read_text(),
         "command": sys.argv,
     })

@@ -27,6 +27,8 @@ from configs.configuration import ResolvedConfig
 PREPROCESSED_DIR = PREPROCESSED_DATA_DIR / TOKENIZED_SUBDIR
 CHECKPOINT = MODELS_DIR / BERT_SUBDIR / MODEL_FILES["pytorch"].name
 FETCH_STEP = 'make download_data download_model preprocess_data BENCHMARKS="bert"'
+# The model_name of the MLPerf model; any other is a small model for tests.
+MLPERF_MODEL = "large"
 # Logit given to positions past a sample's last token; post-processing never picks them.
 PAD_LOGIT = -10000.0
 
@@ -56,20 +58,26 @@ def engine_dir(config: ResolvedConfig, spec: Any) -> Path:
 def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
     """What a run would use, without loading anything heavy."""
     choice = choose_inputs(config, mode)
+    model = f"BERT-{config['model_name']}"
+    if config["model_name"] != MLPERF_MODEL:
+        model += " (a small test model, not BERT-large)"
     invalid_because = []
     if choice.synthetic:
         invalid_because.append("synthetic inputs")
     if config["backend"] == "oracle":
+        model = "none (oracle backend)"
         invalid_because.append("oracle backend (gold answers: checks the pipeline, not a model)")
-    elif choice.random_weights:
-        invalid_because.append(f"random weights ({config['model_name']} architecture)")
-    if config["model_name"] != "large":
-        invalid_because.append(f"model {config['model_name']} is not BERT-large")
+    else:
+        if config["model_name"] != MLPERF_MODEL:
+            invalid_because.append(f"small test model BERT-{config['model_name']}, not BERT-large")
+        if choice.random_weights:
+            invalid_because.append(f"random weights (BERT-{config['model_name']} architecture)")
     described = {
+        "model": model,
         "inputs": str(choice.data_dir) if choice.data_dir else
         f"synthetic ({synthetic_count(config)} samples, "
         f"{'all 384 tokens' if config['synthetic_lengths'] == 'max' else 'SQuAD-like lengths'})",
-        "weights": "random (real architecture)" if choice.random_weights else choice.checkpoint,
+        "weights": f"random (BERT-{config['model_name']} architecture)" if choice.random_weights else choice.checkpoint,
         "invalid_because": invalid_because,
     }
     if config["backend"] == "pytorch":

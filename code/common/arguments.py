@@ -77,9 +77,14 @@ def parse_run_args(argv: list[str]) -> RunRequest:
     """Parse ``--name=value`` tokens (a bare ``--flag`` means true for boolean fields)."""
     main: dict[str, str] = {}
     overrides: dict[str, Any] = {}
+    given: dict[str, str | None] = {}
     for token in argv:
         name, value = _split_flag(token)
         name = ALIASES.get(name, name)
+        if name in given and given[name] != value:
+            # make passes ROUND as --round before RUN_ARGS: two different values must not silently pick one.
+            raise ArgumentError(f"--{name} is given twice ({given[name]} and {value}); give it once")
+        given[name] = value
         if name in MAIN_ARGUMENTS:
             if value is None or value == "":
                 raise ArgumentError(f"--{name} needs a value: {MAIN_ARGUMENTS[name]}")

@@ -6,7 +6,7 @@ enums in a single place, so the rest of the code compares enums, never strings.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, IntEnum
 
 
 class ChoiceError(ValueError):
@@ -129,6 +129,15 @@ class TestMode(Enum):
     @classmethod
     def parse(cls, text: str) -> TestMode:
         return _parse_by_value(cls, "test mode", text)
+
+
+class ExitCode(IntEnum):
+    """What ``python -m code.main`` exits with, so a script can gate on a run (documentation/commands.md)."""
+
+    OK = 0  # every test ran and is VALID or PASS (possibly not submittable: the summary says why)
+    TEST_FAILED = 1  # a test process did not finish (a crash, a missing engine)
+    BAD_INPUT = 2  # bad RUN_ARGS, config, round or missing data: refused before anything ran
+    INVALID = 3  # a test ended INVALID (LoadGen) or its accuracy FAILed the target
 
 
 # Legacy NVIDIA spelling of the workload: --config_ver=default|high_accuracy.

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from code.common.constants import Benchmark, ChoiceError, Scenario
+from code.common.rounds import DEFAULT_ROUND, ROUNDS
 
 
 class FieldError(ValueError):
@@ -67,6 +68,9 @@ class Field:
 FIELDS: dict[str, Field] = {
     f.name: f
     for f in [
+        # Which round the result is for.
+        Field("round", str, DEFAULT_ROUND, "MLPerf round the run is for: its LoadGen build (and so its RNG seeds) "
+              "and what a SubmissionRun may run (documentation/rounds.md)", choices=tuple(ROUNDS)),
         # What runs.
         Field("backend", str, "pytorch", "Backend that runs the model: pytorch (our model), inflight (GPT-J: "
               "continuous batching of beam search, code/gptj/inflight), oracle (gold answers; checks the pipeline, "
@@ -145,6 +149,8 @@ FIELDS: dict[str, Field] = {
         Field("test_run", bool, False, "Short run: min_duration 60 s, min_query_count 1 (alias --fast); "
               "not a valid submission"),
         # Where results go.
+        Field("log_enable_trace", bool, False, "LoadGen's trace (mlperf_log_trace.json, for debugging): GBs at GPU "
+              "rates, written during the timed run; the submission checker rejects files over 50 MB"),
         Field("log_dir", str, None, "Log folder (default build/logs/<timestamp>); must not hold an earlier run"),
     ]
 }

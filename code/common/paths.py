@@ -16,3 +16,13 @@ LOADGEN_CONFIGS_DIR = BUILD_DIR / "loadgen-configs"
 LOGS_DIR = BUILD_DIR / "logs"
 HARNESS_BUILD_DIR = BUILD_DIR / "harness"
 LIB_DIR = BUILD_DIR / "lib"
+
+
+def harness_build_dir(round_name: str) -> Path:
+    """Where one round's LoadGen sources and CMake build live: rounds build side by side, never over each other."""
+    return HARNESS_BUILD_DIR / round_name
+
+
+def harness_lib_dir(round_name: str) -> Path:
+    """Where one round's compiled core (``_mlperf_harness``) lands."""
+    return LIB_DIR / round_name

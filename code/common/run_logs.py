@@ -104,20 +104,38 @@ TOKEN_METRICS = {
 class TestResult:
     """What one LoadGen test produced, as the summary and metadata.json report it."""
 
+    __test__ = False  # not a pytest test class despite its name
+
     scenario: str
     mode: str
     log_dir: str
     metric: str | None = None
     value: float | None = None
     unit: str | None = None
-    valid: bool | None = None
-    invalid_reasons: list[str] = field(default_factory=list)
+    valid: bool | None = None  # performance: LoadGen's VALID; accuracy: PASS; None: the test did not finish
+    invalid_reasons: list[str] = field(default_factory=list)  # why INVALID, FAIL or not finished
+    not_submittable: list[str] = field(default_factory=list)  # why a VALID or PASS figure could not be submitted
     loadgen_errors: list[str] = field(default_factory=list)
     accuracy: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def verdict(self) -> str:
+        """FAILED, INVALID, FAIL, VALID or PASS, with "but not submittable" when a good figure cannot count."""
+        if self.valid is None:
+            return "FAILED"
+        if not self.valid:
+            return "FAIL" if self.accuracy is not None else "INVALID"
+        word = "PASS" if self.accuracy is not None else "VALID"
+        return f"{word} but not submittable" if self.not_submittable else word
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "verdict": self.verdict}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> TestResult:
+        """The inverse of ``to_dict`` (the verdict is derived, not stored)."""
+        return cls(**{key: value for key, value in record.items() if key != "verdict"})
 
 
 def performance_result(directory: Path, scenario: Scenario) -> TestResult:

@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from code.common.constants import ExitCode
 from code.common.run_logs import TestResult
 
 
 def _describe(result: TestResult) -> str:
+    """One test's figure, its verdict and the verdict's reasons."""
     if result.valid is None:
         return "FAILED: " + "; ".join(result.invalid_reasons)
     figure = "no figure" if result.value is None else f"{result.metric} = {result.value:,.3f} {result.unit}"
@@ -18,11 +20,20 @@ def _describe(result: TestResult) -> str:
         figure += f", {tokens:,.1f} tokens/s"
     if result.accuracy is not None:
         figure = result.accuracy["summary"]
-        verdict = "PASS" if result.accuracy["passed"] else "FAIL"
-    else:
-        verdict = "VALID" if result.valid else "INVALID"
-    reasons = f" ({'; '.join(result.invalid_reasons)})" if result.invalid_reasons else ""
-    return f"{figure}  [{verdict}]{reasons}"
+    reasons = result.not_submittable if result.valid else result.invalid_reasons
+    line = f"{figure}  [{result.verdict}]" + (f" ({'; '.join(reasons)})" if reasons else "")
+    if not result.valid and result.not_submittable:
+        line += f"; not submittable either: {'; '.join(result.not_submittable)}"
+    return line
+
+
+def exit_code(results: list[TestResult]) -> ExitCode:
+    """A test that did not finish outranks one that is INVALID or FAIL; VALID and PASS runs exit 0."""
+    if any(result.valid is None for result in results):
+        return ExitCode.TEST_FAILED
+    if any(result.valid is False for result in results):
+        return ExitCode.INVALID
+    return ExitCode.OK
 
 
 def format_summary(system: str, root: Path, results: list[tuple[str, TestResult, dict[str, Any]]]) -> str:
@@ -35,14 +46,22 @@ def format_summary(system: str, root: Path, results: list[tuple[str, TestResult,
             current = benchmark_name
         lines.append(f"    {result.scenario:<13} {result.mode:<16} {_describe(result)}")
         provenance = metadata.get("provenance", {})
-        if provenance.get("invalid_because"):
+        if result.not_submittable and provenance:
             lengths = provenance.get("input_lengths", {})
             mean = f", mean {lengths['mean']:.0f} tokens" if "mean" in lengths else ""
-            notes.add(f"inputs: {provenance.get('inputs')}{mean}; weights: {provenance.get('weights')}")
+            notes.add(f"model: {provenance.get('model')}; inputs: {provenance.get('inputs')}{mean}; "
+                      f"weights: {provenance.get('weights')}")
+        if metadata.get("round"):
+            notes.add(f"round {metadata['round']}, LoadGen {metadata.get('loadgen_version')}")
     for note in sorted(notes):
         lines.append(f"  NOTE {note}")
-    if notes:
-        lines.append("  These figures are NOT valid MLPerf results (reasons in brackets above and in metadata.json).")
+    if any(result.not_submittable for _, result, _ in results):
+        lines.append("  'not submittable': as it stands, the figure is NOT an MLPerf result (reasons above and in "
+                     "metadata.json).")
+    code = exit_code([result for _, result, _ in results])
+    if code is not ExitCode.OK:
+        why = "a test did not finish" if code is ExitCode.TEST_FAILED else "a test is INVALID or FAIL"
+        lines.append(f"  Exit status {code.value}: {why}.")
     lines += [f"  Logs: {root}", "=" * 78]
     return "\n".join(lines)
 

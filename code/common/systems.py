@@ -7,12 +7,16 @@ complaint of its users. No GPU, or no NVML, is the ``CPU`` system.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from code.common.paths import REPO_ROOT
 
 # NVML's marketing names of GPUs we have configs for -> the short name used in system names.
 KNOWN_GPUS = {
@@ -25,6 +29,8 @@ KNOWN_GPUS = {
     "NVIDIA GH200 480GB": "GH200_96GB",
 }
 CPU_SYSTEM = "CPU"
+# MLPerf system descriptions (systems/<system>.json), the files a submission ships.
+SYSTEMS_DIR = REPO_ROOT / "systems"
 
 
 class SystemDetectionError(RuntimeError):
@@ -157,3 +163,20 @@ def detect_system(nvml: Any = None) -> DetectedSystem:
         memory_bytes=_memory_bytes(),
         nvml_error=why,
     )
+
+
+def system_type(system: str, systems_dir: Path | None = None) -> str:
+    """The ``system_type`` (datacenter, edge, datacenter,edge) of systems/<system>.json: with the round, it decides
+    which scenarios a submission must and may have."""
+    path = (systems_dir or SYSTEMS_DIR) / f"{system}.json"
+    if not path.is_file():
+        raise SystemDetectionError(f"{path} is missing; it says whether {system} is a datacenter or edge system: "
+                                   "run `make add_system` to write it")
+    try:
+        value = json.loads(path.read_text()).get("system_type", "")
+    except (json.JSONDecodeError, AttributeError) as error:
+        raise SystemDetectionError(f"{path} is not a JSON object ({error}); fix it or rewrite it with "
+                                   "`make add_system`") from None
+    if not value:
+        raise SystemDetectionError(f"{path} has no system_type: set it to datacenter, edge or datacenter,edge")
+    return str(value)

@@ -29,6 +29,8 @@ FETCH_STEP = 'make download_data download_model preprocess_data BENCHMARKS="gptj
 INPUTS = InputLocations(preprocessed_dir=PREPROCESSED_DIR, manifest_name=MANIFEST_FILE, checkpoint=CHECKPOINT,
                         fetch_step=FETCH_STEP, data_name="CNN/DailyMail", model_name="MLCommons GPT-J checkpoint")
 CLOSED_DIVISION_BEAMS = 4
+# The model_name of the MLPerf model; any other is a small model for tests.
+MLPERF_MODEL = "6b"
 
 
 def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
@@ -39,15 +41,20 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
 def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
     """What a run would use, without loading anything heavy."""
     choice = choose_inputs(config, mode)
+    model = f"GPT-J {config['model_name']}"
+    if config["model_name"] != MLPERF_MODEL:
+        model += " (a small test model, not GPT-J 6B)"
     invalid_because = []
     if choice.synthetic:
         invalid_because.append("synthetic inputs")
     if config["backend"] == "oracle":
+        model = "none (oracle backend)"
         invalid_because.append("oracle backend (reference summaries: checks the pipeline, not a model)")
-    elif choice.random_weights:
-        invalid_because.append(f"random weights (GPT-J {config['model_name']} architecture)")
-        if config["model_name"] != "6b":
-            invalid_because.append(f"model {config['model_name']} is not GPT-J 6B")
+    else:
+        if config["model_name"] != MLPERF_MODEL:
+            invalid_because.append(f"small test model GPT-J {config['model_name']}, not GPT-J 6B")
+        if choice.random_weights:
+            invalid_because.append(f"random weights (GPT-J {config['model_name']} architecture)")
     if config["num_beams"] != CLOSED_DIVISION_BEAMS:
         invalid_because.append(f"num_beams={config['num_beams']} (the closed division requires beam search "
                                f"width {CLOSED_DIVISION_BEAMS})")
@@ -58,9 +65,11 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
     if config["synthetic_output_lengths"] == "forced":
         generation += "; EOS forced at drawn output lengths (mean ~70 tokens)"
     return {
+        "model": model,
         "inputs": str(choice.data_dir) if choice.data_dir else f"synthetic ({synthetic_count(config)} prompts, "
                                                                f"{lengths})",
-        "weights": "random (GPT-J architecture)" if choice.random_weights else choice.checkpoint,
+        "weights": f"random (GPT-J {config['model_name']} architecture)" if choice.random_weights else
+        choice.checkpoint,
         "generation": generation,
         "invalid_because": invalid_because,
     }

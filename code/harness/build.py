@@ -1,8 +1,10 @@
-"""Build the C++ harness core: LoadGen (static, PIC) + the pybind11 module ``_mlperf_harness`` into build/lib.
+"""Build the C++ harness core of one round: its LoadGen (static, PIC) + the pybind11 module ``_mlperf_harness``.
 
-``python -m code.harness.build [--jobs N] [--clean]``. CMake is configured once (Release; Ninja when installed,
-else Make) and reconfigured from scratch only when the generator, the Python interpreter, pybind11 or the LoadGen
-tree change; otherwise the build tool's own up-to-date check makes a no-op build take about a second.
+``python -m code.harness.build [--round=v5.0] [--jobs N] [--clean]``. Each round has its own LoadGen sources and
+CMake folder under build/harness/<round>/ and its module in build/lib/<round>/, so building one round never
+rebuilds another. CMake is configured once (Release; Ninja when installed, else Make) and reconfigured from
+scratch only when the generator, the Python interpreter, pybind11 or the LoadGen tree change; otherwise the build
+tool's own up-to-date check makes a no-op build take about a second.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from code.common.paths import HARNESS_BUILD_DIR, LIB_DIR
+from code.common.paths import harness_build_dir, harness_lib_dir
+from code.common.rounds import DEFAULT_ROUND, ROUNDS, Round, RoundError, get_round
 from code.harness.fetch_loadgen import FetchError, fetch_loadgen
 
 SOURCE_DIR = Path(__file__).resolve().parent
-CMAKE_BUILD_DIR = HARNESS_BUILD_DIR / "cmake-build"
 MODULE_NAME = "_mlperf_harness"
 _CONFIGURE_KEY_FILE = "harness-configure.json"
 
@@ -29,8 +31,8 @@ class BuildError(RuntimeError):
     """A tool is missing or a build step failed."""
 
 
-def module_path(lib_dir: Path = LIB_DIR) -> Path:
-    """Where the built extension lands (its suffix names this interpreter's ABI)."""
+def module_path(lib_dir: Path) -> Path:
+    """Where the built extension lands in lib_dir (its suffix names this interpreter's ABI)."""
     return lib_dir / (MODULE_NAME + sysconfig.get_config_var("EXT_SUFFIX"))
 
 
@@ -67,13 +69,14 @@ def _run(command: list[str], what: str) -> None:
         raise BuildError(f"{what} failed (exit {exc.returncode}): {' '.join(command)}") from exc
 
 
-def build(jobs: int = 2, clean: bool = False, lib_dir: Path = LIB_DIR, build_dir: Path = CMAKE_BUILD_DIR) -> Path:
-    """Fetch LoadGen if needed, configure if needed, build; return the path of the built module.
+def build(round_name: str = DEFAULT_ROUND, jobs: int = 2, clean: bool = False) -> Path:
+    """Fetch the round's LoadGen if needed, configure if needed, build; return the path of the built module.
 
     A compiler that links libstdc++ statically (CXX may name one) is replaced by the system compiler.
     """
+    round_ = get_round(round_name)
     compiler = _find_compiler()
-    built = _build_with(compiler, jobs, clean, lib_dir, build_dir)
+    built = _build_with(round_, compiler, jobs, clean)
     if _has_shared_cxx_runtime(built):
         return built
     others = [c for c in SYSTEM_COMPILERS if shutil.which(c) and os.path.realpath(c) != os.path.realpath(compiler)]
@@ -84,18 +87,20 @@ def build(jobs: int = 2, clean: bool = False, lib_dir: Path = LIB_DIR, build_dir
             "Build with a compiler that links libstdc++ dynamically: CXX=/usr/bin/g++ make build"
         )
     print(f"note: {compiler} links a static C++ runtime, which crashes beside PyTorch; rebuilding with {fallback}")
-    built = _build_with(fallback, jobs, True, lib_dir, build_dir)
+    built = _build_with(round_, fallback, jobs, True)
     if not _has_shared_cxx_runtime(built):
         raise BuildError(f"{built.name} still has a static C++ runtime after rebuilding with {fallback}")
     return built
 
 
-def _build_with(compiler: str, jobs: int, clean: bool, lib_dir: Path, build_dir: Path) -> Path:
+def _build_with(round_: Round, compiler: str, jobs: int, clean: bool) -> Path:
     cmake = shutil.which("cmake")
     if cmake is None:
         raise BuildError("cmake not found: install it (`apt-get install cmake` or `pip install cmake`)")
+    lib_dir = harness_lib_dir(round_.name)
+    build_dir = harness_build_dir(round_.name) / "cmake-build"
     try:
-        loadgen_dir = fetch_loadgen()
+        loadgen_dir = fetch_loadgen(round_)
     except FetchError as exc:
         raise BuildError(f"cannot get the LoadGen sources: {exc}") from exc
 
@@ -159,12 +164,13 @@ def _has_shared_cxx_runtime(module: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--round", default="", help=f"one of {', '.join(ROUNDS)} (empty: {DEFAULT_ROUND})")
     parser.add_argument("--jobs", "-j", type=int, default=2, help="parallel compile jobs (default 2)")
     parser.add_argument("--clean", action="store_true", help="configure and build from scratch")
     args = parser.parse_args(argv)
     try:
-        print(f"built {build(jobs=args.jobs, clean=args.clean)}")
-    except BuildError as exc:
+        print(f"built {build(args.round or DEFAULT_ROUND, jobs=args.jobs, clean=args.clean)}")
+    except (BuildError, RoundError) as exc:
         print(f"code.harness.build: error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -2,13 +2,13 @@
 
 The core knows sample indices, lengths and byte buffers, never models: a benchmark passes a ``BatchRunner`` whose
 ``run_batch`` turns QSL indices into response arrays. Arguments are checked here so mistakes fail with a message
-naming the field before LoadGen starts. One ``run_test`` per process (LoadGen's ``FromConfig`` rule); see
-documentation/harness.md.
+naming the field before LoadGen starts. One ``run_test`` per process (LoadGen's ``FromConfig`` rule), and one
+round's build of the core per process (each round compiles in its own LoadGen); see documentation/harness.md.
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +18,9 @@ from typing import Protocol
 
 import numpy as np
 
-from code.common.paths import LIB_DIR
+from code.common.paths import harness_lib_dir
+from code.common.rounds import DEFAULT_ROUND, get_round
+from code.harness.build import MODULE_NAME, module_path
 
 MODELS = ("bert", "gptj")
 SCENARIOS = ("Offline", "Server", "SingleStream")
@@ -44,8 +46,11 @@ class CoreSettings:
     num_workers: int = 1  # batcher threads, each calls the runner
     sort_by_length: bool = True
     batch_timeout_us: int = 0  # Server: how long a worker waits to fill a batch once it holds one sample
+    round: str = DEFAULT_ROUND  # which round's build of the core (and so which LoadGen and seeds) runs the test
+    log_enable_trace: bool = False  # LoadGen's mlperf_log_trace.json; GBs at GPU rates, written during the timed run
 
     def __post_init__(self) -> None:
+        get_round(self.round)
         for name, choices in (("model", MODELS), ("scenario", SCENARIOS), ("mode", MODES)):
             value = getattr(self, name)
             if value not in choices:
@@ -72,9 +77,11 @@ class CoreSettings:
                 f"CoreSettings.performance_sample_count ({self.performance_sample_count}) must not exceed "
                 f"total_sample_count ({self.total_sample_count})"
             )
-        if not isinstance(self.sort_by_length, bool | np.bool_):
-            raise ValueError(f"CoreSettings.sort_by_length must be a bool, not {self.sort_by_length!r}")
-        object.__setattr__(self, "sort_by_length", bool(self.sort_by_length))
+        for name in ("sort_by_length", "log_enable_trace"):
+            value = getattr(self, name)
+            if not isinstance(value, bool | np.bool_):
+                raise ValueError(f"CoreSettings.{name} must be a bool, not {value!r}")
+            object.__setattr__(self, name, bool(value))
 
 
 class BatchRunner(Protocol):
@@ -114,23 +121,35 @@ class ContinuousRunner(Protocol):
     def run_continuous(self, session: Session) -> None: ...
 
 
-def _module() -> ModuleType:
-    """Import the extension from build/lib, with a message that says how to fix a missing or stale build."""
-    lib = str(LIB_DIR)
-    if lib not in sys.path:
-        sys.path.insert(0, lib)
-    try:
-        return importlib.import_module("_mlperf_harness")
-    except ImportError as exc:
-        raise HarnessNotBuiltError(
-            f"the C++ harness is not built: run `make build` (or `python -m code.harness.build`); "
-            f"looked in {lib}: {exc}"
-        ) from exc
+def _module(round_name: str) -> ModuleType:
+    """Import the round's extension from build/lib/<round>/, with a message that says how to fix a missing or stale
+    build. A process holds one round's core: the modules of two rounds share a name and LoadGen's globals."""
+    path = module_path(harness_lib_dir(round_name))
+    how = f"run `make build ROUND={round_name}` (or `python -m code.harness.build --round={round_name}`)"
+    loaded = sys.modules.get(MODULE_NAME)
+    if loaded is None:
+        spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+        if not path.is_file() or spec is None or spec.loader is None:
+            raise HarnessNotBuiltError(f"the C++ harness of round {round_name} is not built: {how}; looked for {path}")
+        loaded = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(loaded)
+        except ImportError as exc:
+            raise HarnessNotBuiltError(f"the C++ harness at {path} does not load ({exc}): {how}") from exc
+        sys.modules[MODULE_NAME] = loaded
+    elif Path(str(loaded.__file__)).resolve() != path.resolve():
+        raise RuntimeError(f"this process already runs the core at {loaded.__file__}; round {round_name}'s core "
+                           "needs a process of its own")
+    expected = get_round(round_name).loadgen.version
+    if loaded.loadgen_version() != expected:
+        raise HarnessNotBuiltError(f"{path} has LoadGen {loaded.loadgen_version()}, round {round_name} needs "
+                                   f"{expected}: {how}")
+    return loaded
 
 
-def loadgen_version() -> str:
-    """The version of the LoadGen compiled into the core (e.g. "6.0.17")."""
-    return str(_module().loadgen_version())
+def loadgen_version(round_name: str = DEFAULT_ROUND) -> str:
+    """The version of the LoadGen compiled into the round's core (e.g. "5.0.21")."""
+    return str(_module(round_name).loadgen_version())
 
 
 def run_test(
@@ -167,7 +186,7 @@ def run_test(
     if not settings.user_conf.is_file():
         raise FileNotFoundError(f"user.conf not found: {settings.user_conf}")
 
-    _module().run_test(
+    _module(settings.round).run_test(
         model=settings.model,
         scenario=settings.scenario,
         mode=settings.mode,
@@ -179,6 +198,7 @@ def run_test(
         num_workers=settings.num_workers,
         sort_by_length=settings.sort_by_length,
         batch_timeout_us=settings.batch_timeout_us,
+        log_enable_trace=settings.log_enable_trace,
         sample_lengths=lengths.astype(np.int64, copy=False),
         runner=runner,
         load_samples=load_samples,

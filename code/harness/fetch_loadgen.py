@@ -1,21 +1,25 @@
-"""Fetch the LoadGen C++ sources (the mlcommons-loadgen sdist from PyPI) into build/harness/.
+"""Fetch a round's LoadGen C++ sources (the mlcommons-loadgen sdist from PyPI) into build/harness/<round>/.
 
 LoadGen's sources are never committed: MLPerf rules require an unmodified LoadGen of a released revision, and the
-PyPI sdist of a pinned version, checked against a pinned sha256, is exactly that. The sdist carries every .cc/.h,
+PyPI sdist of a pinned version, checked against a pinned sha256, is exactly that. Each round pins its release
+(code/common/rounds.py), and the seeds in the extracted ``mlperf.conf`` are checked against the ones the round's
+checker expects, so a wrong pin fails here rather than in the checker. The sdist carries every .cc/.h,
 ``generated/version_generated.cc`` and ``mlperf.conf``; ``mlperf_conf.h`` (mlperf.conf as a C string, which LoadGen
 compiles in) is regenerated from ``mlperf.conf`` if it is missing or stale, the way the sdist's setup.py does it.
 
 Idempotent: once the tree is extracted and its marker records the pinned hash, nothing is downloaded or re-hashed.
-Machines without network (the GPU machines) can point ``MLPERF_LOADGEN_SDIST`` at a copy of the tarball.
+Machines without network (the GPU machines) can point ``MLPERF_LOADGEN_SDIST`` at a copy of the round's tarball.
 
-Usage: ``python -m code.harness.fetch_loadgen`` prints the source directory.
+Usage: ``python -m code.harness.fetch_loadgen [--round=v5.0]`` prints the source directory.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -23,16 +27,9 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from code.common.paths import HARNESS_BUILD_DIR
+from code.common.paths import harness_build_dir
+from code.common.rounds import DEFAULT_ROUND, ROUNDS, RngSeeds, Round, RoundError, get_round
 
-LOADGEN_VERSION = "6.0.17"
-SDIST_NAME = f"mlcommons_loadgen-{LOADGEN_VERSION}.tar.gz"
-# Looked up once on PyPI (simple index, 2026-11-22) and pinned: a changed file must never build silently.
-SDIST_SHA256 = "a2e85d09e3cc0c606f89bfe1fbf97537c8b5b238ae0afbd923ad9c710fcf2ca8"
-SDIST_URL = (
-    "https://files.pythonhosted.org/packages/a5/bf/f48063c9cada7fab76044acfa7b424a9cec2a13878c64c8c4532bca4572b/"
-    + SDIST_NAME
-)
 # Fallback when the pinned URL moves: the PEP 691 JSON simple index lists every file of the project.
 SIMPLE_INDEX_URL = "https://pypi.org/simple/mlcommons-loadgen/"
 SDIST_ENV_VAR = "MLPERF_LOADGEN_SDIST"
@@ -58,9 +55,9 @@ class FetchError(RuntimeError):
     """The LoadGen sdist could not be obtained or did not match the pinned hash."""
 
 
-def source_dir(build_dir: Path = HARNESS_BUILD_DIR) -> Path:
-    """Where the extracted LoadGen sources live."""
-    return build_dir / f"mlcommons_loadgen-{LOADGEN_VERSION}"
+def source_dir(round_: Round, build_dir: Path | None = None) -> Path:
+    """Where the round's extracted LoadGen sources live."""
+    return (build_dir or harness_build_dir(round_.name)) / f"mlcommons_loadgen-{round_.loadgen.version}"
 
 
 def _sha256(path: Path) -> str:
@@ -77,34 +74,36 @@ def _download(url: str, dest: Path, accept: str | None = None) -> None:
         shutil.copyfileobj(response, f)
 
 
-def _url_from_simple_index() -> str:
+def _url_from_simple_index(sdist_name: str) -> str:
     """Ask PyPI's JSON simple index (PEP 691) for the sdist's URL, in case the pinned one stopped working."""
     request = urllib.request.Request(SIMPLE_INDEX_URL, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     with urllib.request.urlopen(request, timeout=60) as response:
         index = json.load(response)
     for entry in index.get("files", []):
-        if entry.get("filename") == SDIST_NAME:
+        if entry.get("filename") == sdist_name:
             return str(entry["url"])
-    raise FetchError(f"{SDIST_NAME} is not listed on {SIMPLE_INDEX_URL}")
+    raise FetchError(f"{sdist_name} is not listed on {SIMPLE_INDEX_URL}")
 
 
-def _obtain_tarball(build_dir: Path) -> Path:
+def _obtain_tarball(round_: Round, build_dir: Path) -> Path:
     """Return a verified tarball: a local copy (env var or cache) if it matches, else a fresh download."""
-    cached = build_dir / SDIST_NAME
+    release = round_.loadgen
+    cached = build_dir / release.sdist_name
     local = os.environ.get(SDIST_ENV_VAR)
     if local:
         path = Path(local)
         if not path.is_file():
             raise FetchError(f"{SDIST_ENV_VAR}={local} is not a file")
-        if _sha256(path) != SDIST_SHA256:
-            raise FetchError(f"{SDIST_ENV_VAR}={local} does not match the pinned sha256 {SDIST_SHA256}")
+        if _sha256(path) != release.sha256:
+            raise FetchError(f"{SDIST_ENV_VAR}={local} is not the {release.sdist_name} round {round_.name} needs "
+                             f"(sha256 {release.sha256}); point it at that file or unset it")
         return path
-    if cached.is_file() and _sha256(cached) == SDIST_SHA256:
+    if cached.is_file() and _sha256(cached) == release.sha256:
         return cached
 
     build_dir.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
-    for get_url in (lambda: SDIST_URL, _url_from_simple_index):
+    for get_url in (lambda: release.url, lambda: _url_from_simple_index(release.sdist_name)):
         with tempfile.NamedTemporaryFile(dir=build_dir, suffix=".part", delete=False) as tmp:
             tmp_path = Path(tmp.name)
         try:
@@ -112,8 +111,8 @@ def _obtain_tarball(build_dir: Path) -> Path:
             print(f"fetch_loadgen: downloading {url}", file=sys.stderr)
             _download(url, tmp_path)
             actual = _sha256(tmp_path)
-            if actual != SDIST_SHA256:
-                raise FetchError(f"sha256 mismatch for {url}: got {actual}, pinned {SDIST_SHA256}")
+            if actual != release.sha256:
+                raise FetchError(f"sha256 mismatch for {url}: got {actual}, pinned {release.sha256}")
             tmp_path.replace(cached)
             return cached
         except (OSError, ValueError, KeyError, FetchError) as exc:  # network errors are OSErrors
@@ -121,8 +120,8 @@ def _obtain_tarball(build_dir: Path) -> Path:
         finally:
             tmp_path.unlink(missing_ok=True)
     raise FetchError(
-        f"could not download {SDIST_NAME}: {'; '.join(errors)}. Without network, copy the file here and set "
-        f"{SDIST_ENV_VAR}=/path/to/{SDIST_NAME}"
+        f"could not download {release.sdist_name}: {'; '.join(errors)}. Without network, copy the file here and "
+        f"set {SDIST_ENV_VAR}=/path/to/{release.sdist_name}"
     )
 
 
@@ -142,8 +141,26 @@ def _ensure_mlperf_conf_header(src: Path) -> None:
         header.write_text(wanted, encoding="utf-8")
 
 
-def _extract(tarball: Path, build_dir: Path) -> Path:
-    dest = source_dir(build_dir)
+def mlperf_conf_seeds(conf_text: str) -> RngSeeds:
+    """The ``*.*.<name>_rng_seed`` values of an mlperf.conf: what LoadGen logs as ``effective_*_rng_seed``."""
+    found = {}
+    for name in ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed"):
+        match = re.search(rf"^\*\.\*\.{name}\s*=\s*(\d+)", conf_text, re.MULTILINE)
+        if match is None:
+            raise FetchError(f"mlperf.conf sets no *.*.{name}")
+        found[name] = int(match.group(1))
+    return RngSeeds(**found)
+
+
+def _check_seeds(round_: Round, src: Path) -> None:
+    seeds = mlperf_conf_seeds((src / "mlperf.conf").read_text(encoding="utf-8"))
+    if seeds != round_.seeds:
+        raise FetchError(f"LoadGen {round_.loadgen.version} compiles in the seeds {seeds}, but round {round_.name}'s "
+                         f"checker expects {round_.seeds}: the pin in code/common/rounds.py is wrong")
+
+
+def _extract(round_: Round, tarball: Path, build_dir: Path) -> Path:
+    dest = source_dir(round_, build_dir)
     if dest.exists():
         shutil.rmtree(dest)
     with tempfile.TemporaryDirectory(dir=build_dir) as tmp, tarfile.open(tarball, "r:gz") as tar:
@@ -155,29 +172,34 @@ def _extract(tarball: Path, build_dir: Path) -> Path:
     missing = [name for name in LOADGEN_SOURCES + LOADGEN_HEADERS if not (dest / name).is_file()]
     if missing:
         raise FetchError(f"the sdist lacks {', '.join(missing)}")
+    _check_seeds(round_, dest)
     _ensure_mlperf_conf_header(dest)
-    (dest / MARKER_NAME).write_text(SDIST_SHA256 + "\n", encoding="utf-8")
+    (dest / MARKER_NAME).write_text(round_.loadgen.sha256 + "\n", encoding="utf-8")
     return dest
 
 
-def is_fetched(build_dir: Path = HARNESS_BUILD_DIR) -> bool:
-    """True when the sources are extracted from the pinned sdist (the marker is written last)."""
-    marker = source_dir(build_dir) / MARKER_NAME
-    return marker.is_file() and marker.read_text(encoding="utf-8").strip() == SDIST_SHA256
+def is_fetched(round_: Round, build_dir: Path | None = None) -> bool:
+    """True when the round's sources are extracted from its pinned sdist (the marker is written last)."""
+    marker = source_dir(round_, build_dir) / MARKER_NAME
+    return marker.is_file() and marker.read_text(encoding="utf-8").strip() == round_.loadgen.sha256
 
 
-def fetch_loadgen(build_dir: Path = HARNESS_BUILD_DIR) -> Path:
-    """Make sure the pinned LoadGen sources are extracted under build_dir; return their directory."""
-    if is_fetched(build_dir):
-        return source_dir(build_dir)
+def fetch_loadgen(round_: Round, build_dir: Path | None = None) -> Path:
+    """Make sure the round's LoadGen sources are extracted (default: build/harness/<round>/); return their folder."""
+    build_dir = build_dir or harness_build_dir(round_.name)
+    if is_fetched(round_, build_dir):
+        return source_dir(round_, build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
-    return _extract(_obtain_tarball(build_dir), build_dir)
+    return _extract(round_, _obtain_tarball(round_, build_dir), build_dir)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--round", default=DEFAULT_ROUND, help=f"one of {', '.join(ROUNDS)} (default {DEFAULT_ROUND})")
+    args = parser.parse_args(argv)
     try:
-        print(fetch_loadgen())
-    except FetchError as exc:
+        print(fetch_loadgen(get_round(args.round)))
+    except (FetchError, RoundError) as exc:
         print(f"fetch_loadgen: error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -19,6 +19,7 @@ PYBIND11_MODULE(_mlperf_harness, m) {
       [](const std::string& model, const std::string& scenario, const std::string& mode, const std::string& user_conf,
          const std::string& log_dir, std::size_t total_sample_count, std::size_t performance_sample_count,
          std::size_t max_batch_size, std::size_t num_workers, bool sort_by_length, std::int64_t batch_timeout_us,
+         bool log_enable_trace,
          const py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>& sample_lengths,
          const py::object& runner, const py::object& load_samples, const py::object& unload_samples) {
         harness::RunConfig config;
@@ -33,11 +34,13 @@ PYBIND11_MODULE(_mlperf_harness, m) {
         config.num_workers = num_workers;
         config.sort_by_length = sort_by_length;
         config.batch_timeout_us = batch_timeout_us;
+        config.enable_trace = log_enable_trace;
         harness::RunTest(config, sample_lengths, runner, load_samples, unload_samples);
       },
       py::kw_only(), py::arg("model"), py::arg("scenario"), py::arg("mode"), py::arg("user_conf"), py::arg("log_dir"),
       py::arg("total_sample_count"), py::arg("performance_sample_count"), py::arg("max_batch_size"),
-      py::arg("num_workers"), py::arg("sort_by_length"), py::arg("batch_timeout_us"), py::arg("sample_lengths"),
+      py::arg("num_workers"), py::arg("sort_by_length"), py::arg("batch_timeout_us"), py::arg("log_enable_trace"),
+      py::arg("sample_lengths"),
       py::arg("runner"), py::arg("load_samples") = py::none(), py::arg("unload_samples") = py::none(),
       "Run one LoadGen test (once per process). Raises the runner's first exception after the test ends.");
 

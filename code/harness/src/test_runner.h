@@ -22,6 +22,7 @@ struct RunConfig {
   std::size_t num_workers = 1;
   bool sort_by_length = true;
   std::int64_t batch_timeout_us = 0;
+  bool enable_trace = false;  // LoadGen's mlperf_log_trace.json: off unless asked for (it grows by GBs at GPU rates)
 };
 
 // Called with the GIL held; releases it for the duration of LoadGen's StartTest. Raises the first error of the

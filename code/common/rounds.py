@@ -1,0 +1,133 @@
+"""MLPerf Inference rounds: which LoadGen each needs and which benchmarks and scenarios each accepts.
+
+A round's submission checker compares the RNG seeds in every performance log with its own, and LoadGen compiles
+its seeds in (from the ``mlperf.conf`` of its release), so a round pins the one LoadGen release whose seeds that
+checker expects. The scenario tables are those of each round's official checker (``MODEL_CONFIG``, its required
+scenarios per system type), for the benchmarks this harness runs; tests/test_rounds.py compares them with the
+checker itself. Adding a round is one entry in ``ROUNDS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from code.common.constants import Scenario
+
+DEFAULT_ROUND = "v5.0"
+# The system types a systems/<system>.json may declare, as the checker spells them.
+SYSTEM_TYPES = ("datacenter", "edge", "datacenter,edge")
+
+
+class RoundError(ValueError):
+    """A round that does not exist, or that does not accept what a run asks for; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class LoadgenRelease:
+    """The mlcommons-loadgen sdist on PyPI a round builds from (its sha256 pinned: a changed file never builds)."""
+
+    version: str
+    sha256: str
+    url: str
+
+    @property
+    def sdist_name(self) -> str:
+        return f"mlcommons_loadgen-{self.version}.tar.gz"
+
+
+@dataclass(frozen=True)
+class RngSeeds:
+    """The seeds the round's checker expects in ``effective_*_rng_seed`` (mlperf.conf's ``*.*.*_rng_seed``)."""
+
+    qsl_rng_seed: int
+    sample_index_rng_seed: int
+    schedule_rng_seed: int
+
+
+ScenarioTable = dict[str, dict[str, tuple[Scenario, ...]]]  # system type -> benchmark name -> required scenarios
+
+
+@dataclass(frozen=True)
+class Round:
+    """One submission round: its LoadGen, its seeds, and what its checker accepts from our benchmarks."""
+
+    name: str
+    loadgen: LoadgenRelease
+    seeds: RngSeeds
+    scenarios: ScenarioTable
+
+    def scenarios_for(self, system_type: str, benchmark_name: str) -> tuple[Scenario, ...]:
+        """The scenarios the round requires of ``benchmark_name`` (bert-99, ...) on a system type; () if none."""
+        if system_type not in SYSTEM_TYPES:
+            raise RoundError(f"unknown system_type '{system_type}'; valid: {', '.join(SYSTEM_TYPES)} (set it in "
+                             "systems/<system>.json)")
+        return self.scenarios[system_type].get(benchmark_name, ())
+
+    def refusal(self, benchmark_name: str, scenario: Scenario, system_type: str) -> str | None:
+        """Why this round does not accept the test, naming what it does accept; None when it does."""
+        if scenario in self.scenarios_for(system_type, benchmark_name):
+            return None
+        offered = [f"{kind}: {', '.join(s.value for s in by_bench[benchmark_name])}"
+                   for kind, by_bench in self.scenarios.items() if benchmark_name in by_bench]
+        has = f"it has {benchmark_name} for " + "; ".join(offered) if offered else f"it has no {benchmark_name}"
+        elsewhere = [other.name for other in ROUNDS.values()
+                     if other is not self and scenario in other.scenarios_for(system_type, benchmark_name)]
+        hint = f" (round {', '.join(elsewhere)} has it: --round={elsewhere[0]})" if elsewhere else ""
+        return (f"round {self.name} has no {benchmark_name} {scenario.value} for {system_type} systems: "
+                f"{has}{hint}")
+
+
+def _same_for(benchmarks: tuple[str, ...], scenarios: tuple[Scenario, ...]) -> dict[str, tuple[Scenario, ...]]:
+    return {name: scenarios for name in benchmarks}
+
+
+BERT = ("bert-99", "bert-99.9")
+GPTJ = ("gptj-99", "gptj-99.9")
+OFFLINE_SERVER = (Scenario.Offline, Scenario.Server)
+OFFLINE_SINGLESTREAM = (Scenario.Offline, Scenario.SingleStream)
+ALL_THREE = (Scenario.Offline, Scenario.Server, Scenario.SingleStream)
+
+ROUNDS: dict[str, Round] = {
+    "v4.1": Round(
+        name="v4.1",
+        # The newest 4.1.x (looked up on PyPI's simple index, 2026-11-24); its mlperf.conf has v4.1's seeds.
+        loadgen=LoadgenRelease(
+            version="4.1.30",
+            sha256="98cd16fd242af729a761b57b01a832338a9b39101230de7056b2b273b6a2ff6b",
+            url="https://files.pythonhosted.org/packages/de/9a/"
+                "c0ce2c8a715867756f6a2e88e15cfc516ea1467b21db7808b40a589250f6/mlcommons_loadgen-4.1.30.tar.gz",
+        ),
+        seeds=RngSeeds(3066443479025735752, 10688027786191513374, 14962580496156340209),
+        scenarios={
+            "datacenter": {**_same_for(BERT, OFFLINE_SERVER), **_same_for(GPTJ, OFFLINE_SERVER)},
+            "edge": {"bert-99": OFFLINE_SINGLESTREAM, **_same_for(GPTJ, OFFLINE_SINGLESTREAM)},
+            "datacenter,edge": {"bert-99": ALL_THREE, "bert-99.9": OFFLINE_SERVER, **_same_for(GPTJ, ALL_THREE)},
+        },
+    ),
+    "v5.0": Round(
+        name="v5.0",
+        # The newest 5.0.x whose mlperf.conf has v5.0's seeds: 5.0.22 and later carry the next round's.
+        loadgen=LoadgenRelease(
+            version="5.0.21",
+            sha256="216bd94c377f6cdbb449b2521fc7b93eed8aceadbee9f22e696ada46561c4458",
+            url="https://files.pythonhosted.org/packages/b8/b0/"
+                "d5bc327e5bafcca399d5899437df6854818c49ba5a7d8270c18293f53885/mlcommons_loadgen-5.0.21.tar.gz",
+        ),
+        seeds=RngSeeds(6023615788873153749, 15036839855038426416, 9933818062894767841),
+        # BERT is edge-only from v5.0.
+        scenarios={
+            "datacenter": _same_for(GPTJ, OFFLINE_SERVER),
+            "edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), **_same_for(GPTJ, OFFLINE_SINGLESTREAM)},
+            "datacenter,edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), **_same_for(GPTJ, ALL_THREE)},
+        },
+    ),
+}
+
+
+def get_round(name: str) -> Round:
+    """The round called ``name`` (v4.1, v5.0); an unknown name gets the list."""
+    try:
+        return ROUNDS[name]
+    except KeyError:
+        raise RoundError(f"unknown round '{name}'; valid rounds: {', '.join(ROUNDS)} (--round=... or ROUND=...)"
+                         ) from None

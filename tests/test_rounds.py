@@ -1,0 +1,159 @@
+"""Rounds: the table agrees with each round's official checker, the pinned LoadGen has the round's seeds, and a
+round is chosen by flag, config field or Make variable, with bad input refused by name."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from code.common.arguments import ArgumentError, parse_run_args
+from code.common.constants import Scenario
+from code.common.paths import REPO_ROOT
+from code.common.rounds import DEFAULT_ROUND, ROUNDS, RoundError, get_round
+from code.harness.fetch_loadgen import FetchError, fetch_loadgen, mlperf_conf_seeds
+
+# The official tools of each round, unmodified (../shared/mlcommons-inference/<round>/ beside the checkout).
+OFFICIAL_TOOLS = Path(os.environ.get("MLPERF_INFERENCE_TOOLS", REPO_ROOT.parent / "shared" / "mlcommons-inference"))
+OUR_BENCHMARKS = ("bert-99", "bert-99.9", "gptj-99", "gptj-99.9")
+
+
+def official_checker(round_name: str):  # noqa: ANN201 - the checker module
+    """Import the round's submission_checker.py as it is (it imports log_parser from its own folder)."""
+    folder = OFFICIAL_TOOLS / round_name / "tools" / "submission"
+    if not (folder / "submission_checker.py").is_file():
+        pytest.skip(f"no official tools at {folder} (set MLPERF_INFERENCE_TOOLS)")
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location(f"checker_{round_name.replace('.', '_')}",
+                                                      folder / "submission_checker.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(folder))
+    return module
+
+
+@pytest.mark.parametrize("round_name", list(ROUNDS))
+def test_table_matches_the_official_checker(round_name):
+    checker = official_checker(round_name).MODEL_CONFIG[round_name]
+    ours = ROUNDS[round_name]
+    for system_type in ("datacenter", "edge", "datacenter,edge"):
+        theirs = checker[f"required-scenarios-{system_type.replace(',', '-')}"]
+        for benchmark in OUR_BENCHMARKS:
+            expected = sorted(theirs.get(benchmark, []))
+            assert sorted(s.value for s in ours.scenarios_for(system_type, benchmark)) == expected, (
+                system_type, benchmark)
+    assert vars(ours.seeds) == checker["seeds"]
+
+
+def test_v5_0_has_bert_only_on_edge():
+    v5 = get_round("v5.0")
+    assert v5.scenarios_for("datacenter", "bert-99") == ()
+    refusal = v5.refusal("bert-99", Scenario.Server, "datacenter")
+    assert refusal == ("round v5.0 has no bert-99 Server for datacenter systems: it has bert-99 for edge: Offline, "
+                       "SingleStream; datacenter,edge: Offline, SingleStream (round v4.1 has it: --round=v4.1)")
+    assert v5.refusal("gptj-99", Scenario.Server, "datacenter") is None
+
+
+def test_unknown_round_and_system_type_name_the_choices():
+    with pytest.raises(RoundError, match=r"unknown round 'v6.1'; valid rounds: v4.1, v5.0"):
+        get_round("v6.1")
+    with pytest.raises(RoundError, match=r"unknown system_type 'cloud'; valid: datacenter, edge, datacenter,edge"):
+        get_round("v5.0").scenarios_for("cloud", "bert-99")
+
+
+def test_round_flag_field_and_errors():
+    assert parse_run_args([]).overrides == {}
+    assert parse_run_args(["--round=v4.1"]).overrides == {"round": "v4.1"}
+    assert parse_run_args(["--round=v4.1", "--round=v4.1"]).overrides == {"round": "v4.1"}
+    with pytest.raises(ArgumentError, match=r"valid choices: v4.1, v5.0"):
+        parse_run_args(["--round=v6.0"])
+    with pytest.raises(ArgumentError, match=r"--round is given twice \(v5.0 and v4.1\); give it once"):
+        parse_run_args(["--round=v5.0", "--round=v4.1"])
+
+
+def test_make_passes_round_once():
+    """ROUND=... reaches both the build and the run; a different --round in RUN_ARGS is an error, not a choice."""
+    done = subprocess.run(["make", "-n", "run", "ROUND=v4.1", "RUN_ARGS=--test_run"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, check=True)
+    assert "code.harness.build --round=v4.1" in done.stdout
+    assert "--action=run --round=v4.1 --test_run" in done.stdout
+    done = subprocess.run(["make", "-n", "build", "RUN_ARGS=--round=v4.1 --test_run"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, check=True)
+    assert "code.harness.build --round=v4.1" in done.stdout
+
+
+def _fake_sdist(folder: Path, version: str, seed_lines: str) -> Path:
+    """A tarball shaped like the mlcommons-loadgen sdist, with the given seeds in its mlperf.conf."""
+    root = folder / f"mlcommons_loadgen-{version}"
+    (root / "generated").mkdir(parents=True)
+    for name in ("early_stopping.cc", "issue_query_controller.cc", "loadgen.cc", "logging.cc",
+                 "test_settings_internal.cc", "utils.cc", "version.cc", "results.cc", "generated/version_generated.cc",
+                 "loadgen.h", "query_sample.h", "query_sample_library.h", "system_under_test.h", "test_settings.h"):
+        (root / name).write_text("// stand-in\n")
+    (root / "mlperf.conf").write_text("# seeds\n" + seed_lines)
+    tarball = folder / f"mlcommons_loadgen-{version}.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(root, arcname=root.name)
+    return tarball
+
+
+def test_fetch_refuses_a_loadgen_with_another_rounds_seeds(tmp_path, monkeypatch):
+    """The pin is checked where it matters: a LoadGen whose compiled-in seeds are not the round's never builds."""
+    import hashlib
+    from dataclasses import replace
+
+    v41 = get_round("v4.1")
+    wrong = "".join(f"*.*.{k} = {v}\n" for k, v in vars(get_round("v5.0").seeds).items())
+    tarball = _fake_sdist(tmp_path / "wrong", v41.loadgen.version, wrong)
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    pinned = replace(v41, loadgen=replace(v41.loadgen, sha256=digest))
+    monkeypatch.setenv("MLPERF_LOADGEN_SDIST", str(tarball))
+    with pytest.raises(FetchError, match=r"round v4.1's checker expects .*the pin in code/common/rounds.py is wrong"):
+        fetch_loadgen(pinned, tmp_path / "build")
+
+    right = "".join(f"*.*.{k} = {v}\n" for k, v in vars(v41.seeds).items())
+    tarball = _fake_sdist(tmp_path / "right", v41.loadgen.version, right)
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    pinned = replace(v41, loadgen=replace(v41.loadgen, sha256=digest))
+    monkeypatch.setenv("MLPERF_LOADGEN_SDIST", str(tarball))
+    source = fetch_loadgen(pinned, tmp_path / "build")
+    assert source == tmp_path / "build" / "mlcommons_loadgen-4.1.30" and (source / "mlperf_conf.h").is_file()
+
+
+def test_fetch_names_the_rounds_sdist_for_a_wrong_local_copy(tmp_path, monkeypatch):
+    other = tmp_path / "other.tar.gz"
+    other.write_bytes(b"not loadgen")
+    monkeypatch.setenv("MLPERF_LOADGEN_SDIST", str(other))
+    with pytest.raises(FetchError, match=r"is not the mlcommons_loadgen-5.0.21.tar.gz round v5.0 needs"):
+        fetch_loadgen(get_round("v5.0"), tmp_path / "build")
+
+
+def test_seed_parser_reads_the_rounds_own_lines():
+    conf = ("*.*.qsl_rng_seed = 1\n*.*.sample_index_rng_seed = 2\n*.*.schedule_rng_seed = 3\n"
+            "*.*.test05_qsl_rng_seed = 9\n")
+    assert vars(mlperf_conf_seeds(conf)) == {"qsl_rng_seed": 1, "sample_index_rng_seed": 2, "schedule_rng_seed": 3}
+    assert DEFAULT_ROUND == "v5.0"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("round_name", list(ROUNDS))
+def test_each_rounds_build_has_its_loadgen_and_seeds(round_name, harness_built):
+    """Builds live side by side: building one round leaves the other's module untouched; each compiles in the
+    pinned LoadGen, whose mlperf.conf carries the seeds the round's checker expects."""
+    from code.harness.build import build
+
+    others = {name: build(name) for name in ROUNDS if name != round_name}
+    before = {name: path.stat().st_mtime_ns for name, path in others.items()}
+    built = build(round_name)
+    assert {name: path.stat().st_mtime_ns for name, path in others.items()} == before
+    assert built.parent.name == round_name
+    code = f"from code.harness.core import loadgen_version; print(loadgen_version('{round_name}'))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ROUNDS[round_name].loadgen.version
+    conf = fetch_loadgen(ROUNDS[round_name]) / "mlperf.conf"
+    assert mlperf_conf_seeds(conf.read_text()) == ROUNDS[round_name].seeds

@@ -1,0 +1,114 @@
+"""Verdicts: VALID / INVALID / FAIL / PASS, 'but not submittable' with its reasons, and the exit code of a run."""
+
+import pytest
+
+from code.common.constants import Benchmark, ExitCode, Scenario, TestMode
+from code.common.rounds import ROUNDS
+from code.common.run_logs import TestResult
+from code.common.summary import exit_code, format_summary
+from code.common.verdicts import not_submittable_reasons
+from configs.configuration import WorkloadSetting, resolve_config
+
+V50_SEEDS = {f"effective_{key}": value for key, value in vars(ROUNDS["v5.0"].seeds).items()}
+FULL_RUN = {"effective_min_duration_ms": 600_000, "effective_samples_per_query": 10833 * 11 // 10,
+            "effective_performance_sample_count": 10833, **V50_SEEDS}
+
+
+def resolved(scenario, benchmark=Benchmark.BERT, **overrides):
+    return resolve_config(benchmark, scenario, "CPU", WorkloadSetting(), overrides)
+
+
+def test_a_full_run_of_the_real_model_is_submittable():
+    # CPU is an edge system (systems/CPU.json); v5.0 takes BERT Offline from edge systems.
+    reasons = not_submittable_reasons(resolved(Scenario.Offline), TestMode.PerformanceOnly, {}, FULL_RUN, 10833)
+    assert reasons == []
+
+
+def test_every_reason_is_named():
+    provenance = {"invalid_because": ["synthetic inputs", "random weights (BERT-tiny architecture)"]}
+    detail = {**FULL_RUN, "effective_min_duration_ms": 60_000, "effective_samples_per_query": 64,
+              "effective_performance_sample_count": 64, "effective_qsl_rng_seed": 1}
+    reasons = not_submittable_reasons(resolved(Scenario.Offline, test_run=True, round="v5.0"),
+                                      TestMode.PerformanceOnly, provenance, detail, 64)
+    assert reasons == [
+        "synthetic inputs",
+        "random weights (BERT-tiny architecture)",
+        "test run (--test_run)",
+        "shortened: min_duration 60000 ms (a submission needs 600000)",
+        "shortened: 64 samples in the Offline query (a submission needs 10833)",
+        "performance_sample_count 64 (a submission needs 10833)",
+        "LoadGen's RNG seeds are not round v5.0's (rebuild: make build ROUND=v5.0)",
+    ]
+
+
+def test_a_scenario_the_round_lacks_is_a_wrong_round():
+    reasons = not_submittable_reasons(resolved(Scenario.Server), TestMode.PerformanceOnly, {}, FULL_RUN, 10833)
+    assert reasons == ["wrong round: round v5.0 has no bert-99 Server for edge systems: it has bert-99 for edge: "
+                       "Offline, SingleStream; datacenter,edge: Offline, SingleStream"]
+
+
+def test_a_system_without_a_description_cannot_say_its_round(tmp_path, monkeypatch, harness_built):
+    from code.actions.run_harness import check_round
+    from code.common.systems import SystemDetectionError
+
+    monkeypatch.setattr("code.common.systems.SYSTEMS_DIR", tmp_path)
+    reasons = not_submittable_reasons(resolved(Scenario.Offline), TestMode.PerformanceOnly, {}, FULL_RUN, 10833)
+    assert reasons == [f"system type unknown: {tmp_path}/CPU.json is missing; it says whether CPU is a datacenter or "
+                       "edge system: run `make add_system` to write it"]
+    with pytest.raises(SystemDetectionError, match="CPU.json is missing"):  # a SubmissionRun is refused
+        check_round(resolved(Scenario.Offline, test_mode="SubmissionRun"))
+    (tmp_path / "CPU.json").write_text('{"system_type": "FILL_ME"}')
+    reasons = not_submittable_reasons(resolved(Scenario.Offline), TestMode.PerformanceOnly, {}, FULL_RUN, 10833)
+    assert reasons == ["system type unknown: unknown system_type 'FILL_ME'; valid: datacenter, edge, "
+                       "datacenter,edge (set it in systems/<system>.json)"]
+
+
+def test_accuracy_on_a_subset_is_not_submittable():
+    reasons = not_submittable_reasons(resolved(Scenario.Offline), TestMode.AccuracyOnly, {}, V50_SEEDS, 12)
+    assert reasons == ["accuracy over 12 of the 10833 samples"]
+
+
+@pytest.mark.parametrize(("result", "verdict"), [
+    (TestResult("Offline", "PerformanceOnly", "x", valid=True), "VALID"),
+    (TestResult("Offline", "PerformanceOnly", "x", valid=True, not_submittable=["synthetic inputs"]),
+     "VALID but not submittable"),
+    (TestResult("Server", "PerformanceOnly", "x", valid=False, invalid_reasons=["latency constraint not met"]),
+     "INVALID"),
+    (TestResult("Offline", "AccuracyOnly", "x", valid=True, accuracy={"summary": "f1 = 91"}), "PASS"),
+    (TestResult("Offline", "AccuracyOnly", "x", valid=False, accuracy={"summary": "f1 = 3"}), "FAIL"),
+    (TestResult("Offline", "AccuracyOnly", "x", valid=True, accuracy={"summary": "f1 = 100"},
+                not_submittable=["oracle backend"]), "PASS but not submittable"),
+    (TestResult("Offline", "PerformanceOnly", "x", valid=None), "FAILED"),
+])
+def test_verdict_words(result, verdict):
+    assert result.verdict == verdict
+    assert TestResult.from_dict(result.to_dict()) == result
+
+
+def test_exit_code_gates_on_invalid_and_fail():
+    valid = TestResult("Offline", "PerformanceOnly", "x", valid=True, not_submittable=["test run (--test_run)"])
+    invalid = TestResult("Server", "PerformanceOnly", "x", valid=False)
+    failed = TestResult("Offline", "AccuracyOnly", "x", valid=False, accuracy={"summary": "f1 = 3"})
+    crashed = TestResult("Offline", "PerformanceOnly", "x", valid=None)
+    assert exit_code([valid]) is ExitCode.OK
+    assert exit_code([valid, invalid]) is exit_code([failed]) is ExitCode.INVALID == 3
+    assert exit_code([invalid, crashed]) is ExitCode.TEST_FAILED == 1
+
+
+def test_summary_lines_name_verdict_and_reasons(tmp_path):
+    valid = TestResult("Offline", "PerformanceOnly", "x", metric="samples_per_second", value=12.0, unit="samples/s",
+                       valid=True, not_submittable=["synthetic inputs", "test run (--test_run)"])
+    invalid = TestResult("Server", "PerformanceOnly", "x", metric="scheduled_samples_per_second", value=3.0,
+                         unit="samples/s", valid=False, invalid_reasons=["latency constraint not met"],
+                         not_submittable=["synthetic inputs"])
+    metadata = {"round": "v5.0", "loadgen_version": "5.0.21",
+                "provenance": {"model": "BERT-tiny (a small test model, not BERT-large)", "inputs": "synthetic",
+                               "weights": "random (BERT-tiny architecture)"}}
+    text = format_summary("CPU", tmp_path, [("bert-99", valid, metadata), ("bert-99", invalid, metadata)])
+    assert ("samples_per_second = 12.000 samples/s  [VALID but not submittable] (synthetic inputs; test run "
+            "(--test_run))") in text
+    assert ("scheduled_samples_per_second = 3.000 samples/s  [INVALID] (latency constraint not met); not "
+            "submittable either: synthetic inputs") in text
+    assert "NOTE model: BERT-tiny (a small test model, not BERT-large); inputs: synthetic; weights: random" in text
+    assert "NOTE round v5.0, LoadGen 5.0.21" in text
+    assert "Exit status 3: a test is INVALID or FAIL." in text

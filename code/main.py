@@ -6,6 +6,7 @@ never a traceback.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from code.common.arguments import ArgumentError, format_help, parse_run_args
@@ -42,6 +43,9 @@ def main(argv: list[str]) -> int:
     except USER_ERRORS as error:
         print(f"ERROR: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # run_harness handles Ctrl-C during tests; before them no test process exists
+        print("[main] interrupted by SIGINT; no test was running", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from code.common.benchmarks import BenchmarkError, load_benchmark
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
 from code.common.paths import REPO_ROOT
 from code.common.run_logs import TestResult, performance_result, write_metadata
+from code.common.supervision import die_with_parent
 from code.common.systems import detect_system
 from code.common.user_conf import write_user_conf
 from configs.configuration import ResolvedConfig, WorkloadSetting, resolve_config
@@ -122,6 +123,7 @@ def main() -> int:
     if len(sys.argv) != 2:
         print("usage: python -m code.actions.run_single_test <test_spec.json>", file=sys.stderr)
         return 2
+    die_with_parent()  # a test never runs on after the harness that started it is gone
     spec = json.loads(Path(sys.argv[1]).read_text())
     try:
         run_single_test(spec)

@@ -3,7 +3,9 @@
 Layout: ``build/logs/<timestamp>/<system>/<bench-99|bench-99.9>/<Scenario>/`` holds one test's LoadGen logs,
 ``metadata.json`` and, for accuracy runs, ``accuracy.txt``. A SubmissionRun puts its two tests in
 ``<Scenario>/accuracy/`` and ``<Scenario>/performance/run_1/``, the layout of an MLPerf submission. Folders are
-created exclusively: a run never writes into an earlier run's folder.
+created exclusively: a run never writes into an earlier run's folder. A test's metadata.json is written before
+the test starts, marked incomplete, and replaced when it ends; a folder whose test was stopped or whose harness
+was killed says so.
 """
 
 from __future__ import annotations
@@ -110,7 +112,8 @@ class TestResult:
     metric: str | None = None
     value: float | None = None
     unit: str | None = None
-    valid: bool | None = None
+    valid: bool | None = None  # None: the test failed or did not finish, so there is no verdict
+    complete: bool = True  # False: the test was stopped (or is still running); its LoadGen logs are partial
     invalid_reasons: list[str] = field(default_factory=list)
     loadgen_errors: list[str] = field(default_factory=list)
     accuracy: dict[str, Any] | None = None
@@ -156,6 +159,13 @@ def performance_result(directory: Path, scenario: Scenario) -> TestResult:
     tokens_key = TOKEN_METRICS.get(scenario)
     if tokens_key in detail:  # LLMs: LoadGen's (inferred) token throughput, the v4.1+ GPT-J metric
         result.extra["tokens_per_second"] = float(detail[tokens_key])
+    return result
+
+
+def mark_incomplete(directory: Path, scenario: str, mode: str, reason: str, details: dict[str, Any]) -> TestResult:
+    """Write metadata.json for a test that has not finished (``complete: false``) and return its result."""
+    result = TestResult(scenario, mode, str(directory), complete=False, invalid_reasons=[reason])
+    write_metadata(directory, {"result": result.to_dict(), **details})
     return result
 
 

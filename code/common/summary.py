@@ -10,6 +10,8 @@ from code.common.run_logs import TestResult
 
 
 def _describe(result: TestResult) -> str:
+    if not result.complete:
+        return "INCOMPLETE: " + "; ".join(result.invalid_reasons)
     if result.valid is None:
         return "FAILED: " + "; ".join(result.invalid_reasons)
     figure = "no figure" if result.value is None else f"{result.metric} = {result.value:,.3f} {result.unit}"

@@ -27,7 +27,7 @@ help:
 	@echo "  make info             RUN_ARGS=\"...\"   detected system and resolved config"
 	@echo "  make add_system            stub config classes for this machine"
 	@echo "  make test                  lint + tests (what CI runs)"
-	@echo "  make clean                 remove build outputs (harness, lib, engines, loadgen-configs)"
+	@echo "  make clean                 remove build outputs (harness, lib, engines)"
 	@echo "  make clean_all             also the venv, data and models"
 	@echo "                             both keep results: build/logs, build/bench, build/submission"
 	@echo "  make clean_logs            delete every run's logs in build/logs (only this target does)"
@@ -41,7 +41,7 @@ KEPT_NOTE := kept build/logs, build/bench, build/submission (results); \`make cl
 
 # clean keeps what is slow to get again too: the venv and downloaded or preprocessed data and models.
 clean:
-	rm -rf $(BUILD_DIR)/harness $(BUILD_DIR)/lib $(BUILD_DIR)/engines $(BUILD_DIR)/loadgen-configs
+	rm -rf $(BUILD_DIR)/harness $(BUILD_DIR)/lib $(BUILD_DIR)/engines
 	@echo "[clean] $(KEPT_NOTE)"
 
 clean_all:

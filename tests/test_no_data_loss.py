@@ -13,7 +13,7 @@ from code.common.paths import REPO_ROOT
 from scripts import link_dirs
 
 RESULTS = ("logs/2026.11.24-10.00.00/CPU", "logs/2026.11.24-11.00.00", "bench/2026.11.24", "submission/closed")
-OUTPUTS = ("harness", "lib", "engines/CPU", "loadgen-configs/CPU")
+OUTPUTS = ("harness", "lib", "engines/CPU")
 SLOW_TO_GET = ("venv/bin", "data/squad", "models/bert", "preprocessed_data/squad_tokenized")
 
 

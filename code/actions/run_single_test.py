@@ -1,15 +1,14 @@
 """One LoadGen test in this process: ``python -m code.actions.run_single_test <test_spec.json>``.
 
 Started by run_harness, one per (benchmark, scenario, mode), because LoadGen may read its config only once
-per process. Writes user.conf, runs the C++ core, scores accuracy runs, and leaves metadata.json in the log
-folder for the parent's summary.
+per process. Writes user.conf, runs the C++ core, scores accuracy runs, and leaves metadata.json for the parent's
+summary, all in the test's log folder: it writes nothing anywhere else.
 """
 
 from __future__ import annotations
 
 import json
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -74,8 +73,7 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         print(f"* NOT a valid MLPerf result: {'; '.join(invalid_because)}.")
         print(f"* inputs: {provenance.get('inputs')}; weights: {provenance.get('weights')}")
         print("*" * 100, flush=True)
-    user_conf = write_user_conf(config, prepared.total_sample_count)
-    shutil.copy(user_conf, log_dir / "user.conf")
+    user_conf = write_user_conf(config, prepared.total_sample_count, log_dir)
     settings = CoreSettings(
         model=config.benchmark.loadgen_model,
         scenario=config.scenario.value,

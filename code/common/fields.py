@@ -18,7 +18,8 @@ from typing import Any
 from code.common.constants import DATASET_SIZE, Benchmark, ChoiceError, Scenario
 
 # Integer limits of what the values reach: LoadGen reads counts and durations as uint64 and keeps durations as
-# int64 nanoseconds; numpy's and torch's random generators both take a seed of 32 bits.
+# int64 nanoseconds; a seed feeds numpy's generators (no negative seeds) and torch's (at most 64 bits), and 32 bits
+# suit both.
 INT64_MAX = 2**63 - 1
 LOADGEN_MAX_MS = INT64_MAX // 1_000_000
 SEED_MAX = 2**32 - 1

@@ -27,14 +27,28 @@ help:
 	@echo "  make info             RUN_ARGS=\"...\"   detected system and resolved config"
 	@echo "  make add_system            stub config classes for this machine"
 	@echo "  make test                  lint + tests (what CI runs)"
-	@echo "  make clean | clean_all     remove build outputs (clean_all: also venv, data, models)"
+	@echo "  make clean                 remove build outputs (harness, lib, engines)"
+	@echo "  make clean_all             also the venv, data and models"
+	@echo "                             both keep results: build/logs, build/bench, build/submission"
+	@echo "  make clean_logs            delete every run's logs in build/logs (only this target does)"
 	@echo "ROUND=v4.1|v5.0 picks the MLPerf round of build and run targets (documentation/rounds.md)"
 	@echo "RUN_ARGS help: make run RUN_ARGS=--help"
 
-.PHONY: clean clean_all
-# clean keeps what is slow to get again: the venv and downloaded or preprocessed data and models.
+.PHONY: clean clean_all clean_logs
+# Results cannot be built again, so no clean target removes them: the run logs, the bench measurements and
+# anything staged for a submission. Only clean_logs deletes logs, and only build/logs.
+RESULTS := logs bench submission
+KEPT_NOTE := kept build/logs, build/bench, build/submission (results); \`make clean_logs\` deletes build/logs
+
+# clean keeps what is slow to get again too: the venv and downloaded or preprocessed data and models.
 clean:
-	rm -rf $(BUILD_DIR)/harness $(BUILD_DIR)/lib $(BUILD_DIR)/engines $(BUILD_DIR)/loadgen-configs $(BUILD_DIR)/logs
+	rm -rf $(BUILD_DIR)/harness $(BUILD_DIR)/lib $(BUILD_DIR)/engines
+	@echo "[clean] $(KEPT_NOTE)"
 
 clean_all:
-	find $(BUILD_DIR) -mindepth 1 -maxdepth 1 ! -name .gitkeep -exec rm -rf {} +
+	find $(BUILD_DIR) -mindepth 1 -maxdepth 1 ! -name .gitkeep $(foreach d,$(RESULTS),! -name $(d)) -exec rm -rf {} +
+	@echo "[clean_all] $(KEPT_NOTE)"
+
+clean_logs:
+	@runs=$$(find $(BUILD_DIR)/logs -mindepth 1 -maxdepth 1 2>/dev/null | wc -l); \
+	  rm -rf $(BUILD_DIR)/logs && echo "[clean_logs] deleted $(BUILD_DIR)/logs ($$runs run folders)"

@@ -7,6 +7,7 @@ a test did not finish (``ExitCode``; documentation/commands.md).
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from code.common.arguments import ArgumentError, format_help, parse_run_args
@@ -45,6 +46,9 @@ def main(argv: list[str]) -> int:
     except USER_ERRORS as error:
         print(f"ERROR: {error}", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    except KeyboardInterrupt:  # run_harness handles Ctrl-C during tests; before them no test process exists
+        print("[main] interrupted by SIGINT; no test was running", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

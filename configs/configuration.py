@@ -3,7 +3,8 @@
 A config is a class whose attributes are settings (fields from ``code/common/fields.py``); a variant is a
 subclass. ``@ConfigRegistry.register(HarnessType, AccuracyTarget, PowerSetting)`` validates the class when its
 module is imported, so a misspelt field or a missing required one fails at once, naming the class and field.
-``resolve_config`` applies the one precedence rule: RUN_ARGS > config class > field default.
+``resolve_config`` applies the one precedence rule: RUN_ARGS > config class > field default, then the rules
+between fields (``check_combination``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from code.common.fields import FIELDS, Field, FieldError
+from code.common.fields import FIELDS, Field, FieldError, check_combination
 from code.common.paths import REPO_ROOT
 
 # Class attributes that identify a config rather than set a field.
@@ -239,4 +240,5 @@ def resolve_config(
             resolved.values[fld.name], resolved.sources[fld.name] = from_config[fld.name]
         else:
             resolved.values[fld.name], resolved.sources[fld.name] = fld.default, "default"
+    check_combination(benchmark, resolved.values, resolved.sources)
     return resolved

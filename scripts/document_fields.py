@@ -11,7 +11,7 @@ from code.common.fields import FIELDS, Field
 from code.common.paths import REPO_ROOT
 
 PAGE = REPO_ROOT / "documentation" / "configs.md"
-HEADER = "| field | type | default | applies to | description |\n| --- | --- | --- | --- | --- |\n"
+HEADER = "| field | accepts | default | applies to | description |\n| --- | --- | --- | --- | --- |\n"
 
 
 def _applies(field: Field) -> str:
@@ -28,7 +28,7 @@ def table() -> str:
     rows = []
     for field in FIELDS.values():
         default = "—" if field.default is None else f"`{field.default!r}`"
-        rows.append(f"| `{field.name}` | {field.type.__name__} | {default} | {_applies(field)} | {field.description} |")
+        rows.append(f"| `{field.name}` | {field.accepted()} | {default} | {_applies(field)} | {field.description} |")
     return HEADER + "\n".join(rows) + "\n"
 
 

@@ -89,5 +89,5 @@ def test_link_dirs_local_and_scratch(tmp_path, monkeypatch):
     dirs[0].unlink()
     dirs[0].mkdir()
     (dirs[0] / "dev-v1.1.json").write_text("{}")
-    with pytest.raises(SystemExit, match="move them to"):
+    with pytest.raises(link_dirs.LinkDirsError, match="move them to"):
         link_dirs.link_dirs(str(scratch))

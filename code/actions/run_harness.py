@@ -2,7 +2,9 @@
 
 LoadGen reads its configuration once per process (a second ``FromConfig`` logs ``error_invalid_config``, which
 the submission checker rejects) and keeps global state, so each (benchmark, scenario, mode) runs in a fresh
-``python -m code.actions.run_single_test``. Its output is shown and kept in the test's ``stdout.txt``.
+``python -m code.actions.run_single_test``. Its output is shown and kept in the test's ``stdout.txt``. The child
+never outlives this process (code/common/supervision.py): a stop signal ends the running test, marks its folder
+incomplete, skips the rest and still writes the summary.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from code.actions.common import resolved_configs, system_name
@@ -18,8 +21,15 @@ from code.common.benchmarks import BenchmarkError, load_benchmark
 from code.common.constants import TestMode
 from code.common.paths import REPO_ROOT, harness_lib_dir
 from code.common.rounds import RoundError
-from code.common.run_logs import TestResult, make_test_log_dir, new_run_root
+from code.common.run_logs import TestResult, make_test_log_dir, mark_incomplete, new_run_root, write_metadata
 from code.common.summary import exit_code, format_summary, write_summary
+from code.common.supervision import (
+    Interrupted,
+    start_in_own_group,
+    stop_group,
+    stop_signals_ignored,
+    stop_signals_raise,
+)
 from code.common.verdicts import round_refusal
 from code.harness.build import module_path
 from configs.configuration import ResolvedConfig
@@ -27,39 +37,49 @@ from configs.configuration import ResolvedConfig
 
 def run_harness(request: RunRequest) -> int:
     """Run the tests; returns the exit status (``ExitCode``: non-zero when a test did not finish, is INVALID or
-    FAILs its accuracy target)."""
+    FAILs its accuracy target; 128 + the signal when the run was interrupted)."""
     system = system_name(request)
-    configs = list(resolved_configs(request, system))  # resolve all first: a config error stops before any run
-    for config in configs:  # and refuse what cannot run or cannot count before anything starts
+    # Resolve every test first, so a config error stops the run before any test starts, and refuse then what
+    # cannot run or cannot count (an unbuilt round, a SubmissionRun the round lacks, accuracy without real data).
+    tests = [(config, loadgen_mode) for config in resolved_configs(request, system)
+             for loadgen_mode in TestMode.parse(config["test_mode"]).loadgen_modes]
+    for config, loadgen_mode in tests:
         check_round(config)
-        for loadgen_mode in TestMode.parse(config["test_mode"]).loadgen_modes:
-            load_benchmark(config.benchmark).describe_inputs(config, loadgen_mode)
+        load_benchmark(config.benchmark).describe_inputs(config, loadgen_mode)
     root = new_run_root(request.overrides.get("log_dir"))
     print(f"[run_harness] logs: {root}", flush=True)
     results: list[tuple[str, TestResult, dict]] = []
-    for config in configs:
-        mode = TestMode.parse(config["test_mode"])
-        for loadgen_mode in mode.loadgen_modes:
-            log_dir = make_test_log_dir(root, system, config.benchmark_name, config.scenario, loadgen_mode,
-                                        submission_layout=mode is TestMode.SubmissionRun)
-            spec = {
-                "system": system,
-                "benchmark": config.benchmark.value,
-                "accuracy_target": config.workload.accuracy_target.value,
-                "harness_type": config.workload.harness_type.value,
-                "power_setting": config.workload.power_setting.value,
-                "scenario": config.scenario.value,
-                "mode": loadgen_mode.value,
-                "overrides": request.overrides,
-                "log_dir": str(log_dir),
-            }
-            print(f"\n[run_harness] {system} {config.benchmark_name} {config.scenario.value} {loadgen_mode.value}",
-                  flush=True)
-            result, metadata = _run_child(spec, log_dir)
-            results.append((config.benchmark_name, result, metadata))
-    summary = format_summary(system, root, results)
-    write_summary(root, summary, results)
-    print(summary, flush=True)
+    running: dict | None = None  # the spec of the test in progress
+    try:
+        with stop_signals_raise():
+            for config, loadgen_mode in tests:
+                mode = TestMode.parse(config["test_mode"])
+                log_dir = make_test_log_dir(root, system, config.benchmark_name, config.scenario, loadgen_mode,
+                                            submission_layout=mode is TestMode.SubmissionRun)
+                running = {
+                    "system": system,
+                    "benchmark": config.benchmark.value,
+                    "benchmark_name": config.benchmark_name,
+                    "accuracy_target": config.workload.accuracy_target.value,
+                    "harness_type": config.workload.harness_type.value,
+                    "power_setting": config.workload.power_setting.value,
+                    "scenario": config.scenario.value,
+                    "mode": loadgen_mode.value,
+                    "overrides": request.overrides,
+                    "log_dir": str(log_dir),
+                    "started": time.time(),
+                }
+                print(f"\n[run_harness] {system} {config.benchmark_name} {config.scenario.value} "
+                      f"{loadgen_mode.value}", flush=True)
+                result, metadata = _run_child(running, log_dir)
+                running = None
+                results.append((config.benchmark_name, result, metadata))
+    except Interrupted as stop:
+        with stop_signals_ignored():
+            print(_record_interruption(stop, running, results, len(tests)), flush=True)
+            _finish(system, root, results)
+        return stop.exit_status
+    _finish(system, root, results)
     return int(exit_code([result for _, result, _ in results]))
 
 
@@ -74,27 +94,67 @@ def check_round(config: ResolvedConfig) -> None:
             raise RoundError(f"refusing a SubmissionRun that round {round_name} would not accept: {refusal}")
 
 
+def _finish(system: str, root: Path, results: list[tuple[str, TestResult, dict]]) -> None:
+    summary = format_summary(system, root, results)
+    write_summary(root, summary, results)
+    print(summary, flush=True)
+
+
+def _record_interruption(stop: Interrupted, running: dict | None, results: list[tuple[str, TestResult, dict]],
+                         planned: int) -> str:
+    """Mark the stopped test's folder incomplete, add it to the results, and say in one line what was stopped."""
+    line = f"[run_harness] {stop}: "
+    if running is None:
+        line += "no test was running"
+    else:
+        seconds = time.time() - running["started"]
+        reason = f"interrupted by {stop.signal_name} after {seconds:.1f} s; its LoadGen logs are partial"
+        result = mark_incomplete(Path(running["log_dir"]), running["scenario"], running["mode"], reason,
+                                 {"test_spec": running})
+        results.append((running["benchmark_name"], result, {}))
+        line += (f"stopped {running['benchmark_name']} {running['scenario']} {running['mode']} and its processes; "
+                 f"{running['log_dir']} is marked incomplete")
+    not_started = planned - len(results)
+    if not_started:
+        line += f"; {not_started} test(s) not started"
+    return line
+
+
 def _run_child(spec: dict, log_dir: Path) -> tuple[TestResult, dict]:
+    """Run one test in its own process group; the group is stopped whenever this returns or raises."""
     spec_file = log_dir / "test_spec.json"
     spec_file.write_text(json.dumps(spec, indent=2) + "\n")
+    mark_incomplete(log_dir, spec["scenario"], spec["mode"], "the test has not finished: it is running, or it was "
+                    "stopped before it could write its result", {"test_spec": spec})
     command = [sys.executable, "-m", "code.actions.run_single_test", str(spec_file)]
     with open(log_dir / "stdout.txt", "w") as transcript:
-        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, bufsize=1)
-        assert process.stdout is not None
-        error_line = None
-        for line in process.stdout:
-            sys.stdout.write(line)
-            transcript.write(line)
-            if line.startswith("ERROR:"):
-                error_line = line.strip()
-        status = process.wait()
-    metadata_file = log_dir / "metadata.json"
-    if status == 0 and metadata_file.exists():
-        metadata = json.loads(metadata_file.read_text())
-        result = TestResult.from_dict(metadata["result"])
-        return result, metadata
+        process = start_in_own_group(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, bufsize=1)
+        try:
+            assert process.stdout is not None
+            error_line = None
+            for line in process.stdout:
+                sys.stdout.write(line)
+                transcript.write(line)
+                if line.startswith("ERROR:"):
+                    error_line = line.strip()
+            status = process.wait()
+        finally:
+            with stop_signals_ignored():
+                stop_group(process)
+    metadata = _read_metadata(log_dir)
+    if status == 0 and metadata.get("result", {}).get("complete"):
+        return TestResult.from_dict(metadata["result"]), metadata
     reasons = [error_line] if error_line else []
     reasons.append(f"the test process failed (exit {status}); see {log_dir / 'stdout.txt'}")
     result = TestResult(spec["scenario"], spec["mode"], str(log_dir), valid=None, invalid_reasons=reasons)
+    write_metadata(log_dir, {"result": result.to_dict(), "test_spec": spec})
     return result, {}
+
+
+def _read_metadata(log_dir: Path) -> dict:
+    """The test's metadata.json, or {} when it is unreadable (the test then counts as failed)."""
+    try:
+        return json.loads((log_dir / "metadata.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}

@@ -1,15 +1,14 @@
 """One LoadGen test in this process: ``python -m code.actions.run_single_test <test_spec.json>``.
 
 Started by run_harness, one per (benchmark, scenario, mode), because LoadGen may read its config only once
-per process. Writes user.conf, runs the C++ core, scores accuracy runs, and leaves metadata.json in the log
-folder for the parent's summary.
+per process. Writes user.conf, runs the C++ core, scores accuracy runs, and leaves metadata.json for the parent's
+summary, all in the test's log folder: it writes nothing anywhere else.
 """
 
 from __future__ import annotations
 
 import json
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from code.common.benchmarks import BenchmarkError, load_benchmark
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
 from code.common.paths import REPO_ROOT
 from code.common.run_logs import TestResult, performance_result, read_detail_log, write_metadata
+from code.common.supervision import die_with_parent
 from code.common.systems import detect_system
 from code.common.user_conf import write_user_conf
 from code.common.verdicts import not_submittable_reasons
@@ -75,8 +75,7 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         print(f"* model: {provenance.get('model')}; inputs: {provenance.get('inputs')}; "
               f"weights: {provenance.get('weights')}")
         print("*" * 100, flush=True)
-    user_conf = write_user_conf(config, prepared.total_sample_count)
-    shutil.copy(user_conf, log_dir / "user.conf")
+    user_conf = write_user_conf(config, prepared.total_sample_count, log_dir)
     settings = CoreSettings(
         model=config.benchmark.loadgen_model,
         scenario=config.scenario.value,
@@ -130,6 +129,7 @@ def main() -> int:
     if len(sys.argv) != 2:
         print("usage: python -m code.actions.run_single_test <test_spec.json>", file=sys.stderr)
         return 2
+    die_with_parent()  # a test never runs on after the harness that started it is gone
     spec = json.loads(Path(sys.argv[1]).read_text())
     try:
         run_single_test(spec)

@@ -162,5 +162,8 @@ def format_help() -> str:
     lines += ["  --test_run (alias --fast)            short run: min_duration 60 s, min_query_count 1", "",
               "Config fields (override the config):"]
     for fld in FIELDS.values():
-        lines.append(f"  --{fld.name:<34} {fld.type.__name__}: {fld.description}")
+        lines.append(f"  --{fld.name:<34} {fld.accepted()}: {fld.description}")
+    lines += ["", "A value outside what a field accepts, or a combination the benchmark cannot run (a sample count "
+              "below the benchmark's, a backend it lacks), stops the run before anything starts or is written "
+              "(exit status 2)."]
     return "\n".join(lines)

@@ -3,6 +3,11 @@
 A config class (configs/) may set only the fields listed here, RUN_ARGS may override any of them, and each has
 one default. Keeping name, type, default, description and where a field applies in one table is what lets the
 registry reject a misspelt field at import time and lets ``make info`` explain every resolved value.
+
+This is also the one validation layer: every value, from a config class or RUN_ARGS, is checked here before
+anything runs. Every numeric field has a range (NaN and infinity are outside every range), because LoadGen
+and the C++ core take what they are given: a rate of 0, a negative duration (read as a huge unsigned one) or a
+sample count below the benchmark's hang a run, exhaust memory or make a result that cannot count.
 """
 
 from __future__ import annotations
@@ -10,12 +15,45 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from code.common.constants import Benchmark, ChoiceError, Scenario
+from code.common.constants import DATASET_SIZE, Benchmark, ChoiceError, Scenario
 from code.common.rounds import DEFAULT_ROUND, ROUNDS
+
+# Integer limits of what the values reach: LoadGen reads counts and durations as uint64 and keeps durations as
+# int64 nanoseconds; a seed feeds numpy's generators (no negative seeds) and torch's (at most 64 bits), and 32 bits
+# suit both.
+INT64_MAX = 2**63 - 1
+LOADGEN_MAX_MS = INT64_MAX // 1_000_000
+SEED_MAX = 2**32 - 1
+# LoadGen plans every query of a performance run before it starts: about rate x min_duration of them. A rate
+# (or an expected latency) far from the system's real one costs memory and time in proportion, hence the bounds.
+MAX_RATE = 1_000_000.0  # samples/s; 1 us per sample
+MIN_LATENCY_NS = 1_000
 
 
 class FieldError(ValueError):
     """A field name or value that is not valid; the message says which and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric field accepts: ``low`` to ``high``, ``low`` itself excluded when ``above_low``."""
+
+    low: float
+    high: float
+    above_low: bool = False  # a rate must be > 0, not >= 0
+
+    def __contains__(self, value: float) -> bool:  # NaN compares false, so it is never inside
+        return (value > self.low if self.above_low else value >= self.low) and value <= self.high
+
+    def __str__(self) -> str:
+        if self.above_low:
+            return f"greater than {_number(self.low)} and at most {_number(self.high)}"
+        return f"{_number(self.low)} to {_number(self.high)}"
+
+
+def _number(value: float) -> str:
+    """1000000.0 -> 1,000,000; 0.5 -> 0.5."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
 
 
 @dataclass(frozen=True)
@@ -30,6 +68,15 @@ class Field:
     scenarios: tuple[Scenario, ...] | None = None  # None: every scenario
     required: bool = False  # a registered config class must set it (where it applies)
     choices: tuple[str, ...] | None = None
+    range: Range | None = None  # every int and float field has one
+
+    def accepted(self) -> str:
+        """What values the field takes, as ``--help`` and the docs say it."""
+        if self.choices is not None:
+            return "one of " + ", ".join(self.choices)
+        if self.range is not None:
+            return f"{self.type.__name__}, {self.range}"
+        return self.type.__name__
 
     def applies_to(self, benchmark: Benchmark, scenario: Scenario) -> bool:
         return (self.benchmarks is None or benchmark in self.benchmarks) and (
@@ -37,7 +84,7 @@ class Field:
         )
 
     def check(self, value: Any, where: str) -> Any:
-        """Type-check a value from a config class; ints are accepted for float fields."""
+        """Check a value's type, choice and range; ints are accepted for float fields."""
         ok = isinstance(value, self.type) and not (self.type is int and isinstance(value, bool))
         if self.type is float and isinstance(value, int) and not isinstance(value, bool):
             value, ok = float(value), True
@@ -47,7 +94,15 @@ class Field:
             raise FieldError(f"{where}: field '{self.name}' must be {self.type.__name__}, got {value!r}")
         if self.choices is not None and value is not None and value not in self.choices:
             raise FieldError(f"{where}: field '{self.name}' = {value!r}; valid choices: {', '.join(self.choices)}")
+        problem = self._range_problem(value)
+        if problem:
+            raise FieldError(f"{where}: field '{self.name}' = {value!r} {problem}; set a value in that range")
         return value
+
+    def _range_problem(self, value: Any) -> str | None:
+        if self.range is None or value is None or value in self.range:
+            return None
+        return f"is out of range: allowed {self.range} ({self.description})"
 
     def parse(self, text: str) -> Any:
         """Turn a RUN_ARGS string into a typed value, with an error that names the field."""
@@ -61,7 +116,11 @@ class Field:
                 raise ValueError
             value = self.type(text)
         except ValueError:
-            raise FieldError(f"--{self.name}={text}: expected {self.type.__name__}") from None
+            raise FieldError(f"--{self.name}={text}: expected {self.accepted()}") from None
+        problem = self._range_problem(value)
+        if problem:
+            raise FieldError(f"--{self.name}={text} {problem}; give a value in that range, or leave --{self.name} "
+                             "out to use the config's")
         return self.check(value, f"--{self.name}")
 
 
@@ -80,7 +139,7 @@ FIELDS: dict[str, Field] = {
         Field("device", str, "auto", "Where the model runs: auto (cuda when present, else cpu), cpu, cuda, cuda:N"),
         Field("cpu_threads", int, 0, "On a CPU device: torch's intra-op threads; 0: torch's default capped at "
               "the CPUs the process may use, one fewer in Server (LoadGen's threads need a free core; "
-              "code/common/cpu_threads.py)"),
+              "code/common/cpu_threads.py)", range=Range(0, 4096)),
         Field("model_name", str, None, "Model architecture: the MLPerf model (bert: large, gptj: 6b; set by each "
               "benchmark's base config) or a small one for tests (tiny)"),
         Field("weights", str, "auto", "auto: the downloaded checkpoint, else random weights (performance only); "
@@ -88,22 +147,25 @@ FIELDS: dict[str, Field] = {
         Field("input_data", str, "auto", "auto: the preprocessed data set, else synthetic inputs (performance "
               "only); synthetic; or a preprocessed-data folder"),
         Field("synthetic_sample_count", int, None, "Samples in the synthetic data set (default: the real set's "
-              "size)"),
+              "size)", range=Range(1, 1_000_000)),
         Field("synthetic_lengths", str, "dataset", "Lengths of synthetic samples: dataset (like the real set's) or "
               "max (every sample at the longest input: the worst case)", choices=("dataset", "max")),
-        Field("seed", int, 0, "Seed for random weights and synthetic inputs"),
-        Field("synthetic_length_scale", float, 1.0, "GPT-J: multiplies synthetic prompt lengths (0 < s <= 1; "
-              "e.g. 0.05 for quick CPU tests)", benchmarks=(Benchmark.GPTJ,)),
+        Field("seed", int, 0, "Seed for random weights and synthetic inputs", range=Range(0, SEED_MAX)),
+        Field("synthetic_length_scale", float, 1.0, "GPT-J: multiplies synthetic prompt lengths (e.g. 0.05 "
+              "for quick CPU tests)", benchmarks=(Benchmark.GPTJ,), range=Range(0, 1, above_low=True)),
         Field("num_beams", int, 4, "GPT-J beam width: 4 is the closed-division rule; 1 is greedy search (open "
-              "division, debugging)", benchmarks=(Benchmark.GPTJ,)),
+              "division, debugging)", benchmarks=(Benchmark.GPTJ,), range=Range(1, 64)),
         Field("oracle_shift", int, 0, "oracle backend, a deliberately failing oracle: bert: move the gold answer by "
-              "this many tokens; gptj: drop this many tokens from the end of every reference summary"),
+              "this many tokens; gptj: drop this many tokens from the end of every reference summary",
+              range=Range(0, 1024)),
         # How the C++ core batches.
-        Field("gpu_batch_size", int, None, "Largest batch the batcher hands to the backend", required=True),
-        Field("num_workers", int, 1, "Batcher threads, each driving the backend (NVIDIA: inference streams)"),
+        Field("gpu_batch_size", int, None, "Largest batch the batcher hands to the backend", required=True,
+              range=Range(1, 65_536)),
+        Field("num_workers", int, 1, "Batcher threads, each driving the backend (NVIDIA: inference streams)",
+              range=Range(1, 256)),
         Field("sort_by_length", bool, True, "Sort each query's samples longest first before batching"),
         Field("batch_timeout_us", int, 0, "Server: how long a worker waits to fill a batch once it holds a sample",
-              scenarios=(Scenario.Server,)),
+              scenarios=(Scenario.Server,), range=Range(0, 60_000_000)),
         # BERT GPU path (code/bert/fast; documentation/bert_gpu.md). Only the pytorch backend on CUDA reads these.
         Field("fast_path", bool, True, "BERT on CUDA: packed fast path (fused kernels, varlen attention, FP8 "
               "GEMMs, CUDA graphs) for fp16/bf16/fp8 engines; off: the eager padded model",
@@ -111,7 +173,7 @@ FIELDS: dict[str, Field] = {
         Field("cuda_graphs", bool, True, "CUDA graphs: BERT fast path, one per token bucket for small batches; "
               "GPT-J inflight, one per decode step"),
         Field("graph_max_tokens", int, 16384, "BERT fast path: largest token bucket with a CUDA graph (larger "
-              "batches run eagerly)", benchmarks=(Benchmark.BERT,)),
+              "batches run eagerly; 0: none)", benchmarks=(Benchmark.BERT,), range=Range(0, 1_048_576)),
         Field("fp8_fast_accum", bool, False, "BERT fast path, fp8: cuBLASLt fast accumulation in the FP8 GEMMs",
               benchmarks=(Benchmark.BERT,)),
         Field("fp8_gemms", str, "qkv+wo+w1+w2", "BERT fast path, fp8: which GEMMs of every layer run in FP8, "
@@ -133,17 +195,21 @@ FIELDS: dict[str, Field] = {
               benchmarks=(Benchmark.GPTJ,), choices=("model", "forced")),
         # LoadGen (written to user.conf).
         Field("offline_expected_qps", float, None, "Offline: expected samples/s; LoadGen sizes the query from it "
-              "(set it at or above the real throughput)", scenarios=(Scenario.Offline,), required=True),
-        Field("server_target_qps", float, None, "Server: the Poisson arrival rate LoadGen issues at",
-              scenarios=(Scenario.Server,), required=True),
-        Field("single_stream_expected_latency_ns", int, None, "SingleStream: expected latency, a hint to LoadGen",
-              scenarios=(Scenario.SingleStream,), required=True),
-        Field("min_duration", int, None, "LoadGen minimum duration in ms (mlperf.conf: 600000)"),
-        Field("max_duration", int, None, "LoadGen maximum duration in ms (0 = none)"),
-        Field("min_query_count", int, None, "LoadGen minimum query count"),
-        Field("max_query_count", int, None, "LoadGen maximum query count (0 = none)"),
-        Field("performance_sample_count_override", int, None, "Samples LoadGen loads for performance runs "
-              "(may only go up from the benchmark's)"),
+              "(set it at or above the real throughput)", scenarios=(Scenario.Offline,), required=True,
+              range=Range(0, MAX_RATE, above_low=True)),
+        Field("server_target_qps", float, None, "Server: the Poisson arrival rate LoadGen issues at, in "
+              "queries/s", scenarios=(Scenario.Server,), required=True, range=Range(0, MAX_RATE, above_low=True)),
+        Field("single_stream_expected_latency_ns", int, None, "SingleStream: expected latency in ns, a hint to "
+              "LoadGen", scenarios=(Scenario.SingleStream,), required=True,
+              range=Range(MIN_LATENCY_NS, 1_000_000_000_000)),
+        Field("min_duration", int, None, "LoadGen minimum duration in ms (mlperf.conf: 600000)",
+              range=Range(0, LOADGEN_MAX_MS)),
+        Field("max_duration", int, None, "LoadGen maximum duration in ms (0 = none)", range=Range(0, LOADGEN_MAX_MS)),
+        Field("min_query_count", int, None, "LoadGen minimum query count", range=Range(0, INT64_MAX)),
+        Field("max_query_count", int, None, "LoadGen maximum query count (0 = none)", range=Range(0, INT64_MAX)),
+        Field("performance_sample_count_override", int, None, "Samples LoadGen loads for performance runs; "
+              "may only go up from the benchmark's (mlperf.conf: bert 10,833, gptj 13,368); a smaller data set "
+              "gets its own size without it", range=Range(1, INT64_MAX)),
         Field("test_mode", str, "PerformanceOnly", "PerformanceOnly, AccuracyOnly, or SubmissionRun (accuracy "
               "then performance)", choices=("PerformanceOnly", "AccuracyOnly", "SubmissionRun")),
         Field("test_run", bool, False, "Short run: min_duration 60 s, min_query_count 1 (alias --fast); "
@@ -168,4 +234,33 @@ def applicable_fields(benchmark: Benchmark, scenario: Scenario) -> list[Field]:
     return [f for f in FIELDS.values() if f.applies_to(benchmark, scenario)]
 
 
-__all__ = ["FIELDS", "ChoiceError", "Field", "FieldError", "applicable_fields", "get_field"]
+# The backends each benchmark has (code/<bench>/backends/); inflight runs beam search only.
+BENCHMARK_BACKENDS = {Benchmark.BERT: ("pytorch", "oracle"), Benchmark.GPTJ: ("pytorch", "inflight", "oracle")}
+
+
+def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dict[str, str]) -> None:
+    """The rules between fields and the benchmark, for a resolved config (each value already in its range)."""
+
+    def origin(name: str) -> str:
+        source = sources.get(name, "default")
+        return f"--{name}" if source == "RUN_ARGS" else f"{name} (set by {source})"
+
+    override = values.get("performance_sample_count_override")
+    minimum = DATASET_SIZE[benchmark]
+    if override is not None and override < minimum:
+        raise FieldError(
+            f"{origin('performance_sample_count_override')} = {override} is below {benchmark.value}'s performance "
+            f"sample count, {minimum:,} (mlperf.conf), and may only go up from it; leave it out (a smaller data "
+            f"set gets its own size) or set it to at least {minimum:,}"
+        )
+    backend = values.get("backend")
+    if backend not in BENCHMARK_BACKENDS[benchmark]:
+        raise FieldError(f"{origin('backend')} = {backend!r} is not a {benchmark.value} backend; "
+                         f"{benchmark.value} has: {', '.join(BENCHMARK_BACKENDS[benchmark])}")
+    if backend == "inflight" and values.get("num_beams", 2) < 2:
+        raise FieldError(f"{origin('num_beams')} = {values['num_beams']}: the inflight backend runs beam search "
+                         "(num_beams >= 2); for greedy search (num_beams=1) use --backend=pytorch")
+
+
+__all__ = ["FIELDS", "ChoiceError", "Field", "FieldError", "Range", "applicable_fields", "check_combination",
+           "get_field"]

@@ -3,7 +3,9 @@
 Layout: ``build/logs/<timestamp>/<system>/<bench-99|bench-99.9>/<Scenario>/`` holds one test's LoadGen logs,
 ``metadata.json`` and, for accuracy runs, ``accuracy.txt``. A SubmissionRun puts its two tests in
 ``<Scenario>/accuracy/`` and ``<Scenario>/performance/run_1/``, the layout of an MLPerf submission. Folders are
-created exclusively: a run never writes into an earlier run's folder.
+created exclusively: a run never writes into an earlier run's folder. A test's metadata.json is written before
+the test starts, marked incomplete, and replaced when it ends; a folder whose test was stopped or whose harness
+was killed says so.
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ class TestResult:
     value: float | None = None
     unit: str | None = None
     valid: bool | None = None  # performance: LoadGen's VALID; accuracy: PASS; None: the test did not finish
+    complete: bool = True  # False: the test was stopped (or is still running); its LoadGen logs are partial
     invalid_reasons: list[str] = field(default_factory=list)  # why INVALID, FAIL or not finished
     not_submittable: list[str] = field(default_factory=list)  # why a VALID or PASS figure could not be submitted
     loadgen_errors: list[str] = field(default_factory=list)
@@ -121,7 +124,10 @@ class TestResult:
 
     @property
     def verdict(self) -> str:
-        """FAILED, INVALID, FAIL, VALID or PASS, with "but not submittable" when a good figure cannot count."""
+        """INCOMPLETE, FAILED, INVALID, FAIL, VALID or PASS, with "but not submittable" when a good figure cannot
+        count."""
+        if not self.complete:
+            return "INCOMPLETE"
         if self.valid is None:
             return "FAILED"
         if not self.valid:
@@ -174,6 +180,13 @@ def performance_result(directory: Path, scenario: Scenario) -> TestResult:
     tokens_key = TOKEN_METRICS.get(scenario)
     if tokens_key in detail:  # LLMs: LoadGen's (inferred) token throughput, the v4.1+ GPT-J metric
         result.extra["tokens_per_second"] = float(detail[tokens_key])
+    return result
+
+
+def mark_incomplete(directory: Path, scenario: str, mode: str, reason: str, details: dict[str, Any]) -> TestResult:
+    """Write metadata.json for a test that has not finished (``complete: false``) and return its result."""
+    result = TestResult(scenario, mode, str(directory), complete=False, invalid_reasons=[reason])
+    write_metadata(directory, {"result": result.to_dict(), **details})
     return result
 
 

@@ -12,6 +12,8 @@ from code.common.run_logs import TestResult
 
 def _describe(result: TestResult) -> str:
     """One test's figure, its verdict and the verdict's reasons."""
+    if not result.complete:
+        return "INCOMPLETE: " + "; ".join(result.invalid_reasons)
     if result.valid is None:
         return "FAILED: " + "; ".join(result.invalid_reasons)
     figure = "no figure" if result.value is None else f"{result.metric} = {result.value:,.3f} {result.unit}"

@@ -1,0 +1,112 @@
+"""Test processes that never outlive the run that started them.
+
+run_harness starts one process per LoadGen test. Two rules keep such a process from running on alone:
+
+- It runs in its own process group. Ctrl-C at a terminal then reaches only the parent, which stops the whole
+  group (the test and anything it started) and records what it stopped; a signal the parent gets (SIGINT,
+  SIGTERM from a timeout or a job scheduler, SIGHUP) becomes an ``Interrupted`` exception so it can do that.
+- It asks the kernel for SIGKILL when its parent dies (Linux ``PR_SET_PDEATHSIG``). That covers a parent killed
+  outright (SIGKILL, the out-of-memory killer), which can run no cleanup of its own.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+# The parent's pid, given to the child so it can tell whether the parent died before PR_SET_PDEATHSIG took hold.
+PARENT_PID_ENV = "MLPERF_HARNESS_PARENT_PID"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# How long a stopped test may take to exit after SIGTERM before it gets SIGKILL.
+STOP_GRACE_S = 5.0
+
+
+class Interrupted(Exception):
+    """The parent got a stop signal (Ctrl-C, a timeout's SIGTERM, a closed terminal's SIGHUP)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signal_name = signal.Signals(signum).name
+        self.exit_status = 128 + signum  # the shell's convention for "ended by a signal"
+        super().__init__(f"interrupted by {self.signal_name}")
+
+
+@contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """Within the block, SIGINT, SIGTERM and SIGHUP raise ``Interrupted`` (a killed parent could clean nothing)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, action in previous.items():
+            signal.signal(signum, action)
+
+
+@contextmanager
+def stop_signals_ignored() -> Iterator[None]:
+    """Within the block, a second Ctrl-C cannot cut short the cleanup that the first one started."""
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, action in previous.items():
+            signal.signal(signum, action)
+
+
+def start_in_own_group(command: list[str], **popen_args: Any) -> subprocess.Popen:
+    """Start a child in a new process group, told our pid (see ``die_with_parent``); stdin is closed."""
+    env = {**popen_args.pop("env", os.environ), PARENT_PID_ENV: str(os.getpid())}
+    return subprocess.Popen(command, process_group=0, stdin=subprocess.DEVNULL, env=env, **popen_args)
+
+
+def stop_group(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> bool:
+    """Stop a child started by ``start_in_own_group`` and everything in its group; True if it was still running.
+
+    SIGTERM first (the test process has no handler for it, so it ends at once), SIGKILL for whatever is left after
+    ``grace_s``. The group is signalled even when its leader is gone, for children the leader left behind; Linux
+    keeps a process group's id from being reused while any member lives.
+    """
+    was_running = process.poll() is None
+    _signal_group(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(process.pid, signal.SIGKILL)
+        process.wait()
+    _signal_group(process.pid, signal.SIGKILL)
+    return was_running
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:  # the group is empty: nothing left to stop
+        pass
+
+
+def die_with_parent() -> None:
+    """In a child of ``start_in_own_group``: have the kernel SIGKILL us when the parent dies.
+
+    If the parent died before the request took hold, we were re-parented already and exit at once. Only Linux has
+    PR_SET_PDEATHSIG; elsewhere only the parent's own cleanup stops a test.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(error)}")
+    expected = os.environ.get(PARENT_PID_ENV)
+    if expected and os.getppid() != int(expected):
+        print(f"ERROR: the harness process {expected} that started this test has exited; not running it",
+              file=sys.stderr, flush=True)
+        os._exit(1)

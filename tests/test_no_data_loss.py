@@ -1,0 +1,87 @@
+"""No routine command deletes results: the make clean targets, and link_dirs with a relative scratch path.
+
+The make targets run for real on a scratch build folder (``BUILD_DIR=...`` on make's command line).
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from code.common.paths import REPO_ROOT
+from scripts import link_dirs
+
+RESULTS = ("logs/2026.11.24-10.00.00/CPU", "logs/2026.11.24-11.00.00", "bench/2026.11.24", "submission/closed")
+OUTPUTS = ("harness", "lib", "engines/CPU")
+SLOW_TO_GET = ("venv/bin", "data/squad", "models/bert", "preprocessed_data/squad_tokenized")
+
+
+def make(target: str, build) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), target, f"BUILD_DIR={build}"],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def build(tmp_path):
+    root = tmp_path / "build"
+    for folder in RESULTS + OUTPUTS + SLOW_TO_GET:
+        (root / folder).mkdir(parents=True)
+        (root / folder / "file").write_text("x")
+    return root
+
+
+def test_clean_keeps_results_and_what_is_slow_to_get(build):
+    done = make("clean", build)
+    assert done.returncode == 0, done.stderr
+    assert all((build / f / "file").exists() for f in RESULTS + SLOW_TO_GET)
+    assert not any((build / f.split("/")[0]).exists() for f in OUTPUTS)
+    assert "[clean] kept build/logs, build/bench, build/submission (results); `make clean_logs` deletes" in done.stdout
+
+
+def test_clean_all_keeps_results(build):
+    done = make("clean_all", build)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in build.iterdir()) == ["bench", "logs", "submission"]
+    assert all((build / f / "file").exists() for f in RESULTS)
+
+
+def test_only_clean_logs_deletes_logs_and_says_how_many(build):
+    done = make("clean_logs", build)
+    assert done.returncode == 0, done.stderr
+    assert not (build / "logs").exists()
+    assert all((build / f / "file").exists() for f in RESULTS[2:] + OUTPUTS + SLOW_TO_GET)
+    assert f"[clean_logs] deleted {build / 'logs'} (2 run folders)" in done.stdout
+
+
+def test_make_help_says_what_clean_keeps():
+    done = make("help", REPO_ROOT / "build")
+    assert "both keep results: build/logs, build/bench, build/submission" in done.stdout
+    assert "make clean_logs            delete every run's logs in build/logs" in done.stdout
+
+
+def test_link_dirs_refuses_a_relative_scratch_path(tmp_path, monkeypatch):
+    dirs = tuple(tmp_path / "build" / name for name in ("data", "models", "preprocessed_data"))
+    monkeypatch.setattr(link_dirs, "LINKED", dirs)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(link_dirs.LinkDirsError, match=f"export MLPERF_SCRATCH_PATH={tmp_path / 'scratch'}"):
+        link_dirs.link_dirs("scratch")
+    assert not (tmp_path / "build").exists() and not (tmp_path / "scratch").exists()
+
+
+def test_link_dirs_main_exits_2_naming_the_absolute_path(tmp_path):
+    env = {**os.environ, "MLPERF_SCRATCH_PATH": "scratch", "MLPERF_BUILD_DIR": str(tmp_path / "build")}
+    done = subprocess.run([sys.executable, "-m", "scripts.link_dirs"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr == (f"ERROR: MLPERF_SCRATCH_PATH=scratch is a relative path; links need an absolute one. "
+                           f"If you meant it from {REPO_ROOT}: export MLPERF_SCRATCH_PATH={REPO_ROOT / 'scratch'}\n")
+    assert not (tmp_path / "build").exists()
+
+
+def test_link_dirs_expands_home(tmp_path, monkeypatch):
+    dirs = tuple(tmp_path / "build" / name for name in ("data", "models", "preprocessed_data"))
+    monkeypatch.setattr(link_dirs, "LINKED", dirs)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    link_dirs.link_dirs("~/scratch")
+    assert all(d.is_symlink() and d.resolve() == tmp_path / "home" / "scratch" / d.name for d in dirs)

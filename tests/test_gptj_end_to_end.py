@@ -28,9 +28,10 @@ TINY = ["--benchmarks=gptj", "--model_name=tiny", "--device=cpu", "--precision=f
 TINY_SCENARIOS = {
     "offline": ["--synthetic_sample_count=16", "--gpu_batch_size=16", "--min_query_count=1",
                 "--offline_expected_qps=5"],
-    # the continuous-batching backend, driven by the core's session: 4 samples in flight, pages of 64 tokens
+    # the continuous-batching backend, driven by the core's session: 4 samples in flight, pages of 64 tokens,
+    # outputs forced to drawn lengths
     "offline-inflight": ["--synthetic_sample_count=16", "--backend=inflight", "--gpu_batch_size=4",
-                         "--min_query_count=1", "--offline_expected_qps=5"],
+                         "--min_query_count=1", "--offline_expected_qps=5", "--synthetic_output_lengths=forced"],
     "server": ["--synthetic_sample_count=64", "--num_beams=1", "--gpu_batch_size=64", "--min_query_count=470",
                "--server_target_qps=15"],
     "singlestream": ["--synthetic_sample_count=64", "--num_beams=1", "--min_query_count=50",
@@ -120,12 +121,28 @@ def test_tiny_model_valid_in_every_scenario(build_dir, tmp_path, scenario):
     assert metadata["result"]["valid"] is True and metadata["result"]["value"] > 0
     assert "random weights (GPT-J tiny architecture)" in metadata["provenance"]["invalid_because"]
     assert "small test model GPT-J tiny, not GPT-J 6B" in metadata["result"]["not_submittable"]
+    forced = "output lengths forced at drawn values (synthetic runs only)"
+    assert (forced in metadata["result"]["not_submittable"]) == (scenario == "offline-inflight")
     samples = metadata["provenance"]["input_lengths"]["count"]
     if scenario != "singlestream":  # LoadGen infers tokens/s (69 per sample) for Offline and Server
         assert metadata["result"]["extra"]["tokens_per_second"] > 0
         assert "tokens/s" in done.stdout
     user_conf = (test_dir / "user.conf").read_text()
     assert f"gptj.{test_dir.name}.performance_sample_count_override = {samples}" in user_conf
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--synthetic_output_lengths=forced"], "--synthetic_output_lengths=forced is an option of the inflight backend"),
+    (["--kv_cache_dtype=fp8"], "--kv_cache_dtype=fp8 is an option of the inflight backend"),
+    (["--backend=inflight", "--synthetic_output_lengths=forced", "--input_data=FIXTURE"], "for synthetic inputs"),
+])
+def test_inflight_only_options_are_refused_before_running(build_dir, tmp_path, args, message):
+    tiny = [a for a in TINY if not (a.startswith("--input_data") and "--input_data=FIXTURE" in args)]
+    args = [_fixture_data(build_dir) if a == "--input_data=FIXTURE" else a for a in args]
+    done = run_main(build_dir, "--action=run_harness", "--scenarios=offline", *tiny, *args,
+                    f"--log_dir={tmp_path / 'logs'}")
+    assert done.returncode == 2 and message in done.stderr, done.stdout + done.stderr
+    assert not (tmp_path / "logs").exists()
 
 
 def test_info_shows_the_gptj_config(build_dir):

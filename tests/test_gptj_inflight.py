@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from code.gptj.dataset import GptjSamples
 from code.gptj.generation import GenerationConfig, cache_shape, generate
 from code.gptj.inflight.attention import decode_attention_reference
 from code.gptj.inflight.beam_search import BeamState
@@ -123,17 +124,31 @@ def test_engine_refuses_what_it_does_not_implement(model):
         engine.generate([np.arange(9, dtype=np.int32)])
 
 
-def test_forced_output_lengths_end_with_eos_where_asked(model, prompts, expected):
-    """Synthetic runs force EOS at a drawn length; samples given no length (0) still match the reference."""
-    forced = [30 if i % 2 == 0 else 0 for i in range(len(prompts))]
+def test_forced_lengths_end_with_eos_exactly_where_asked(model, prompts, expected):
+    """Synthetic runs force each output's length, EOS included, shorter or longer than the model would stop (EOS
+    is no choice before it); samples given no length (0) still match the reference, in slots that forced samples
+    used before and after them."""
+    natural = [len(e) for e in expected]
+    forced = [31, 0, 128, 0, natural[4] + 7, 60, 0, 31, 100, 0, 45]
     engine = InflightEngine(InflightModel.from_model(model), GenerationConfig(),
-                            EngineOptions(slots=4, max_prompt_length=72, page_size=16))
-    got = engine.generate(prompts, output_lengths=forced)
+                            EngineOptions(slots=3, max_prompt_length=72, page_size=16))
+    got = engine.generate(prompts, forced_lengths=forced)
     for g, e, n in zip(got, expected, forced, strict=True):
         if n:
-            assert len(g) == n and g[-1] == EOS
+            assert len(g) == n and g[-1] == EOS and EOS not in g[:-1].tolist()
         else:
             np.testing.assert_array_equal(g, e)
+
+
+def test_forced_lengths_are_drawn_reproducibly_within_the_reference_bounds():
+    samples = GptjSamples.synthetic(4000, seed=3, length_scale=0.05)
+    a, b = samples.with_forced_lengths(5).forced_lengths, samples.with_forced_lengths(5).forced_lengths
+    np.testing.assert_array_equal(a, b)
+    assert a.min() >= 31 and a.max() <= 128 and 66 < a.mean() < 74  # clipped LogNormal(66, 0.35): mean ~70
+    assert samples.forced_length(0) == 0 and samples.with_forced_lengths(5).forced_length(7) == a[7]
+    real = GptjSamples(samples.input_ids, samples.lengths, False)
+    with pytest.raises(ValueError, match="--synthetic_output_lengths=model"):
+        real.with_forced_lengths()
 
 
 def test_fp8_kv_cache_stores_scaled_e4m3_and_attention_reads_it_back():
@@ -156,8 +171,17 @@ def test_fp8_kv_cache_stores_scaled_e4m3_and_attention_reads_it_back():
     for cache in (fp8, exact):
         cache.write_prompt(1, pages, offsets, k, v)
         cache.write_generated(1, rows, columns, gk, gv)
-    stored = fp8.read(fp8.prompt_k[1][pages, offsets], fp8.k_scale[1])
-    assert float((stored - k).abs().max()) <= 5.0 * 2.0**-4  # e4m3 keeps 3 mantissa bits
+    # Layer 1's magnitudes are 5 (keys) and 7 (values): stored values saturate there and are off by at most half a
+    # unit in e4m3's last place (3 mantissa bits: 2**-4 of the magnitude) above it.
+    e4m3 = 2.0**-4
+    flat = fp8.gen_k[1].view(-1, 2, 8), fp8.gen_v[1].view(-1, 2, 8)
+    where = rows * shape.max_new_tokens + columns  # where write_generated put each row's token
+    for stored, scale, want, amax in ((fp8.prompt_k[1][pages, offsets], fp8.k_scale[1], k, 5.0),
+                                      (fp8.prompt_v[1][pages, offsets], fp8.v_scale[1], v, 7.0),
+                                      (flat[0][where], fp8.k_scale[1], gk, 5.0),
+                                      (flat[1][where], fp8.v_scale[1], gv, 7.0)):
+        error = (fp8.read(stored, scale) - want.clamp(-amax, amax)).abs()
+        assert bool((error <= want.abs().clamp(max=amax) * e4m3 + scale * 2.0**-9).all())
     # attention over the FP8 cache == attention over an exact cache holding the dequantized values
     for name, scale in (("prompt_k", fp8.k_scale[1]), ("prompt_v", fp8.v_scale[1]), ("gen_k", fp8.k_scale[1]),
                         ("gen_v", fp8.v_scale[1])):

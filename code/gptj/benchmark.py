@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from code.common.benchmarks import InputsUnavailableError, PreparedTest
+from code.common.benchmarks import BenchmarkError, InputsUnavailableError, PreparedTest
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
 from code.common.cpu_threads import resolve_cpu_threads
 from code.common.inputs import InputChoice, InputLocations, resolve_device, synthetic_count
@@ -58,6 +58,18 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
     if config["num_beams"] != CLOSED_DIVISION_BEAMS:
         invalid_because.append(f"num_beams={config['num_beams']} (the closed division requires beam search "
                                f"width {CLOSED_DIVISION_BEAMS})")
+    if config["backend"] != "inflight":
+        for field, value in (("synthetic_output_lengths", "forced"), ("kv_cache_dtype", "fp8")):
+            if config[field] == value:
+                raise BenchmarkError(f"--{field}={value} is an option of the inflight backend, not of "
+                                     f"{config['backend']}: set --backend=inflight or leave --{field} out")
+    if config["synthetic_output_lengths"] == "forced":
+        if not choice.synthetic:
+            raise BenchmarkError("--synthetic_output_lengths=forced is for synthetic inputs (real outputs end where "
+                                 "the model chooses EOS): set --synthetic_output_lengths=model")
+        invalid_because.append("output lengths forced at drawn values (synthetic runs only)")
+    if config["backend"] == "inflight" and "fp8" in (config["precision"], config["kv_cache_dtype"]):
+        invalid_because.append("FP8 scales calibrated on synthetic prompts, not the MLPerf calibration list")
     lengths = "all 1,919 tokens" if config["synthetic_lengths"] == "max" else "CNN/DailyMail-like lengths"
     if config["synthetic_lengths"] == "dataset" and config["synthetic_length_scale"] != 1.0:
         lengths += f" x {config['synthetic_length_scale']}"
@@ -91,7 +103,7 @@ def load_samples(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 -
         samples = GptjSamples.synthetic(synthetic_count(config), seed=config["seed"],
                                         length_scale=config["synthetic_length_scale"])
     if config["synthetic_output_lengths"] == "forced":
-        samples = samples.with_forced_output_lengths(config["seed"])
+        samples = samples.with_forced_lengths(config["seed"])
     return samples
 
 
@@ -115,8 +127,7 @@ class GptjContinuousRunner:
         self.backend = backend
 
     def run_continuous(self, session: Any) -> None:
-        forced = self.samples.forced_output_length if self.samples.output_lengths is not None else None
-        self.backend.serve(session, self.samples.prompt, forced)
+        self.backend.serve(session, self.samples.prompt, self.samples.forced_length)
 
 
 def _references(samples: Any) -> list[str]:
@@ -138,9 +149,6 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     from code.gptj.tokenizer import load_tokenizer
 
     choice = choose_inputs(config, mode)
-    if config["synthetic_output_lengths"] == "forced" and (config["backend"] != "inflight" or not choice.synthetic):
-        raise ValueError("--synthetic_output_lengths=forced is for the inflight backend on synthetic inputs; set "
-                         "--synthetic_output_lengths=model")
     samples = load_samples(config, choice)
     oracle = config["backend"] == "oracle"
     references_text = None if choice.synthetic else _references(samples)

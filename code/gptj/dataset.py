@@ -14,11 +14,12 @@ data.
 ``length_scale`` shrinks every length (and the cap) for tiny CPU runs; below the template's size prompts are all
 random tokens.
 
-Forced output lengths (``with_forced_output_lengths``) stand in for what real weights produce, since random weights
+Forced output lengths (``with_forced_lengths``) stand in for what real weights produce, since random weights
 practically never choose EOS and so always generate the full 128 tokens: each sample's output is made to end with
-EOS at a length drawn from LogNormal(median 66, sigma 0.35) tokens, rounded and clipped to [30, 128] (the
-reference's min and max new tokens): mean ≈ 70 (the real set's ``gen_len`` target, ~300 characters per summary,
-is ~70 GPT-2 tokens). Only the in-flight engine honours them, and only on synthetic inputs.
+EOS at a length drawn from LogNormal(median 66, sigma 0.35) tokens, rounded and clipped to [31, 128] (the final
+EOS included: the reference generates at least 30 tokens before it and at most 128 in all): mean ≈ 70, as the real
+set's ``gen_len`` target implies (~300 characters per summary, ~70 GPT-2 tokens). Only the in-flight engine
+honours them, and only on synthetic inputs.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ _ORDINARY_IDS = (0, EOS_TOKEN_ID)
 _RELOAD_HINT = "run `make preprocess_data BENCHMARKS=gptj` again"
 SYNTH_OUTPUT_MEDIAN = 66.0
 SYNTH_OUTPUT_SIGMA = 0.35
-SYNTH_OUTPUT_RANGE = (30, 128)  # the reference's min_new_tokens and max_new_tokens
+SYNTH_OUTPUT_RANGE = (31, 128)  # min_new_tokens + 1 (EOS comes after at least 30 tokens) and max_new_tokens
 
 
 @lru_cache(maxsize=1)
@@ -87,7 +88,7 @@ class GptjSamples:
     eval_json: Path | None = None  # the cnn_eval.json the prompts came from (its `output`s are the ROUGE targets)
     manifest: dict = field(default_factory=dict)
     pad_token_id: int = PAD_TOKEN_ID
-    output_lengths: np.ndarray | None = None  # int32 [N]: forced output lengths of a synthetic set, or None
+    forced_lengths: np.ndarray | None = None  # int32 [N]: forced output lengths of a synthetic set, or None
 
     def __len__(self) -> int:
         return int(self.lengths.shape[0])
@@ -176,7 +177,7 @@ class GptjSamples:
         manifest = {"synthetic": True, "seed": seed, "full_length": True, "max_length": length}
         return cls(_read_only(input_ids), _read_only(lengths), True, None, manifest)
 
-    def with_forced_output_lengths(self, seed: int = 0) -> GptjSamples:
+    def with_forced_lengths(self, seed: int = 0) -> GptjSamples:
         """The same samples with output lengths drawn as the module docstring says (synthetic sets only)."""
         if not self.is_synthetic:
             raise ValueError("forced output lengths are for synthetic inputs (real outputs end where the model "
@@ -188,10 +189,11 @@ class GptjSamples:
                                                                "sigma": SYNTH_OUTPUT_SIGMA,
                                                                "range": list(SYNTH_OUTPUT_RANGE)}}
         return GptjSamples(self.input_ids, self.lengths, True, None, manifest, self.pad_token_id,
-                           _read_only(lengths))
+                           forced_lengths=_read_only(lengths))
 
-    def forced_output_length(self, index: int) -> int:
-        return int(self.output_lengths[index]) if self.output_lengths is not None else 0
+    def forced_length(self, index: int) -> int:
+        """Sample ``index``'s forced output length, EOS included; 0 when outputs end where the model decides."""
+        return int(self.forced_lengths[index]) if self.forced_lengths is not None else 0
 
     def prompt(self, index: int) -> np.ndarray:
         """Prompt tokens of sample ``index``, unpadded: a read-only int32 view."""

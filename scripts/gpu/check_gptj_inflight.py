@@ -12,7 +12,7 @@ Steps (each timed; a failing step does not stop the others):
 - ``variants``: the engine over synthetic CNN/DailyMail-like prompts, one row per variant
   ``GEMMS/KV/SLOTS/OUTPUTS`` (GEMMS bf16|fp8, KV bf16|fp8, OUTPUTS full|forced): random weights never choose EOS,
   so ``full`` generates 128 tokens per sample (the worst case) and ``forced`` ends each at a drawn length of mean
-  ~70 (``GptjSamples.with_forced_output_lengths``). bf16 variants must come before fp8 ones (the FP8 switch frees
+  ~70 (``GptjSamples.with_forced_lengths``). bf16 variants must come before fp8 ones (the FP8 switch frees
   the 16-bit weights). The switch also reports the FP8 prefill logits' error against bf16's.
 - ``hf``: transformers' ``GPTJForCausalLM.generate`` (bf16, beam 4, batch 1, as the MLPerf reference calls it) on
   a few of the same prompts, for the ratio.
@@ -61,11 +61,12 @@ def random_cache(slots: int, mean_prompt: int, device: torch.device, generator: 
     shape = CacheShape(layers=1, heads=16, head_dim=256, slots=slots, beams=4, max_new_tokens=128, page_size=64,
                        pages=int(sum(math.ceil(n / 64) for n in lengths.tolist())), max_prompt_length=1919)
     cache = KVCache(shape, torch.bfloat16, device, E4M3 if fp8 else None)
-    if fp8:
-        cache.set_scales([4.5], [4.5])
+    if fp8:  # different key and value scales, so a swapped scale in the kernels shows as an error
+        cache.set_scales([4.5], [7.5])
     for name in ("prompt_k", "prompt_v", "gen_k", "gen_v"):
-        values = torch.randn(getattr(cache, name).shape, device=device)
-        getattr(cache, name).copy_(quantize(values, cache.k_scale[0]) if fp8 else values)
+        values = torch.randn(getattr(cache, name).shape, device=device) * (3.0 if name.endswith("v") else 1.0)
+        scale = cache.v_scale[0] if name.endswith("v") else cache.k_scale[0]
+        getattr(cache, name).copy_(quantize(values, scale) if fp8 else values)
     slot_list = list(range(slots))
     for slot, n in zip(slot_list, lengths.tolist(), strict=True):
         cache.assign(slot, n)
@@ -101,10 +102,10 @@ def main() -> None:
     rows: list[str] = []
     generation = GenerationConfig()
     count = max(args.samples, 2 * max(v["slots"] for v in variants), args.agreement_prompts)
-    samples = GptjSamples.synthetic(count, seed=0).with_forced_output_lengths(0)
+    samples = GptjSamples.synthetic(count, seed=0).with_forced_lengths(0)
     prompts = [samples.prompt(i) for i in range(len(samples))]
     details["prompts"] = samples.describe_lengths()
-    details["forced_output_mean"] = float(samples.output_lengths.mean())
+    details["forced_output_mean"] = float(samples.forced_lengths.mean())
     state: dict[str, Any] = {}
 
     def save() -> None:
@@ -141,17 +142,15 @@ def main() -> None:
                                       functools.partial(decode_attention, q, cache, 0, ancestry, counts),
                                       return_mode="median")
             launches = {}
+            defaults = dict(attention_module.PROMPT_LAUNCH), dict(attention_module.GENERATED_LAUNCH)
             for warps, stages in ((4, 2), (4, 3), (8, 2)):
-                for f16 in ((False, True) if fp8 else (False,)):
-                    attention_module.PROMPT_LAUNCH.update(num_warps=warps, num_stages=stages)
-                    attention_module.FP8_COMPUTE_F16 = f16
-                    launches[f"prompt w{warps}s{stages}{' f16' if f16 else ''}"] = bench()
-            attention_module.PROMPT_LAUNCH.update(num_warps=4, num_stages=2)
-            attention_module.FP8_COMPUTE_F16 = True
+                attention_module.PROMPT_LAUNCH.update(num_warps=warps, num_stages=stages)
+                launches[f"prompt w{warps}s{stages}"] = bench()
+            attention_module.PROMPT_LAUNCH.update(defaults[0])
             for tile, warps in ((16, 4), (32, 4), (32, 8), (64, 8)):
                 attention_module.GENERATED_LAUNCH.update(TILE=tile, num_warps=warps)
                 launches[f"generated t{tile}w{warps}"] = bench()
-            attention_module.GENERATED_LAUNCH.update(TILE=32, num_warps=4)
+            attention_module.GENERATED_LAUNCH.update(defaults[1])
             details[f"attention_{label}"]["launches_ms"] = launches
             rows.append(f"  {label} launches (ms/layer): " + ", ".join(f"{k} {v:.3f}" for k, v in launches.items()))
             del cache
@@ -241,7 +240,7 @@ def main() -> None:
                                 kv_amax=state["amax"])
         build_s = time.perf_counter() - started
         chosen = prompts[: max(args.samples, 2 * slots)]
-        forced = samples.output_lengths[: len(chosen)] if variant["outputs"] == "forced" else None
+        forced = samples.forced_lengths[: len(chosen)] if variant["outputs"] == "forced" else None
         engine.generate(chosen[:slots], None if forced is None else forced[:slots])  # warm-up: prefill shapes
         engine.stats = type(engine.stats)(kv_pages=engine.stats.kv_pages)
         torch.cuda.synchronize()

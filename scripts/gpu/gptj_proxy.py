@@ -3,9 +3,9 @@ distributions are peaked (random weights give near-flat ones, where any rounding
 
 Three steps, two machines:
 
-    python -m scripts.gpu.gptj_proxy corpus --out build/proxy               # here: English text -> GPT-2 token ids
+    python3 -m scripts.gpu.gptj_proxy corpus --out build/proxy              # here: English text -> GPT-2 token ids
     python3 -m scripts.gpu.gptj_proxy train-eval --corpus build/proxy --out DIR   # GPU: train, then generate
-    python -m scripts.gpu.gptj_proxy score --outputs DIR/proxy_outputs.json     # here: ROUGE as MLPerf scores it
+    python3 -m scripts.gpu.gptj_proxy score --outputs DIR/proxy_outputs.json    # here: ROUGE as MLPerf scores it
 
 - ``corpus``: the docstrings of Python's standard library and numpy and Python's ``pydoc`` topics (real English
   prose, with some code, shipped with every Python), one document each, tokenized with GPT-J's tokenizer and
@@ -175,6 +175,7 @@ def train_eval(corpus_dir: Path, out: Path, steps: int, prompts: int, device_nam
         seconds[name] = round(time.perf_counter() - t0, 2)
         print(f"{name}: {seconds[name]} s, mean output {np.mean([len(o) for o in outputs[name]]):.1f}", flush=True)
 
+    torch.backends.cuda.matmul.allow_tf32 = False  # the reference generates in true float32
     model.setup_caches(*cache_shape([len(p) for p in chosen[:16]], generation))
     timed("fp32_eager", lambda: [o for i in range(0, len(chosen), 16)
                                  for o in generate(model, chosen[i: i + 16], generation)])

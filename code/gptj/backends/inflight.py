@@ -20,13 +20,14 @@ import torch
 from code.gptj.backends import BackendOptions
 from code.gptj.backends.pytorch import DTYPES
 from code.gptj.generation import GenerationConfig
-from code.gptj.inflight.engine import EngineOptions, InflightEngine, OutputLengthOf
+from code.gptj.inflight.engine import EngineOptions, ForcedLengthOf, InflightEngine
 from code.gptj.inflight.layers import Amax, InflightModel
 from code.gptj.model import GptjConfig, load_checkpoint, random_weights
 from code.numerics.fp8 import E4M3
 
 PRECISIONS = (*DTYPES, "fp8")
 KV_CACHE_DTYPES = ("auto", "fp8")
+FP8_CAPABILITY = (8, 9)  # e4m3 tensor-core GEMMs
 CALIBRATION_PROMPTS = 32
 CALIBRATION_SEED_OFFSET = 7919  # calibration prompts use seed + this, never the run's own samples
 
@@ -44,9 +45,9 @@ class InflightGptjBackend:
         if device.type == "cuda" and options.precision == "fp32":
             raise ValueError("the inflight backend on CUDA runs bf16, fp16 or fp8 (FlashAttention has no float32): "
                              "set --precision=bf16")
-        if device.type == "cpu" and fp8:
-            raise ValueError("FP8 GEMMs and the FP8 KV cache need a GPU (Hopper or newer): on the CPU set "
-                             "--precision=fp32 --kv_cache_dtype=auto")
+        if fp8 and (device.type != "cuda" or torch.cuda.get_device_capability(device) < FP8_CAPABILITY):
+            raise ValueError("FP8 GEMMs and the FP8 KV cache need an NVIDIA GPU of compute capability 8.9 or newer "
+                             "(Ada, Hopper): set --precision=bf16 (fp32 on a CPU) --kv_cache_dtype=auto")
         if device.type == "cpu" and options.cpu_threads:
             torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/cpu_threads.py
         dtype = torch.bfloat16 if options.precision == "fp8" else DTYPES[options.precision]
@@ -62,7 +63,8 @@ class InflightGptjBackend:
         amax = calibrate(inflight, options.seed, longest) if fp8 else None
         if options.precision == "fp8":
             inflight.use_fp8_gemms(amax)
-            torch.cuda.empty_cache()
+        if fp8:
+            torch.cuda.empty_cache()  # the KV pool is sized from free memory: return the calibration's blocks
         engine_options = EngineOptions(slots=options.max_batch_size, max_prompt_length=longest,
                                        cuda_graphs=options.cuda_graphs,
                                        kv_dtype=E4M3 if options.kv_cache_dtype == "fp8" else None)
@@ -72,9 +74,9 @@ class InflightGptjBackend:
         return self.engine.generate(prompts)
 
     def serve(self, session, prompt_of: Callable[[int], np.ndarray],  # noqa: ANN001 - the core's Session
-              output_length_of: OutputLengthOf | None = None) -> None:
+              forced_length_of: ForcedLengthOf | None = None) -> None:
         """Run the whole LoadGen test: take samples from the C++ core's session, complete each when done."""
-        self.engine.serve(session.take, session.complete, prompt_of, output_length_of)
+        self.engine.serve(session.take, session.complete, prompt_of, forced_length_of)
 
 
 def calibrate(model: InflightModel, seed: int, max_prompt_length: int) -> Amax:

@@ -11,8 +11,10 @@ generated keys (through the ancestry table), in float32. On CUDA two Triton kern
 2. ``_generated_kernel``, one program per (beam row, head): continues that state over the beam's generated tokens,
    reading row ``ancestry[s, b, t]`` at column t, and writes the normalised output.
 
-With an FP8 cache both kernels load e4m3 keys and values and widen them in registers; the layer's key scale is
-folded into the score scale and its value scale into the final normalisation.
+With an FP8 cache both kernels load e4m3 keys and values and widen them in registers (the prompt kernel to fp16,
+one conversion instruction per pair where bf16 takes two, so its queries go to fp16 too: GPT-J's stay far inside
+fp16's range; the generated-token kernel to float32); the layer's key scale is folded into the score scale and its
+value scale into the final normalisation.
 
 Elsewhere (CPU runs, tests) ``decode_attention_reference`` computes the same thing in plain PyTorch with HF's
 operation order; ``scripts/gpu/check_gptj_inflight.py`` compares the two on the GPU.
@@ -36,7 +38,6 @@ except ImportError:  # CPU-only installs: the reference path runs instead
 BEAM_TILE = 16  # tl.dot needs at least 16 rows: the 4 beams of a slot, padded
 PROMPT_LAUNCH = {"num_warps": 4, "num_stages": 2}  # the kernels' launch settings; scripts/gpu time the choices
 GENERATED_LAUNCH = {"TILE": 32, "num_warps": 4}
-FP8_COMPUTE_F16 = True  # FP8 caches widen to fp16 (one conversion instruction per pair; bf16 takes two)
 
 
 def prefill_attention(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], cu_seqlens: Tensor) -> Tensor:
@@ -111,7 +112,7 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
         q, pk, pv, cache.block_table, cache.prompt_lengths, state_max, state_sum, state_acc,
         q.stride(0), q.stride(1), pk.stride(0), pk.stride(1), pk.stride(2), cache.block_table.stride(0),
         scale_log2, BEAMS=beams, BEAM_TILE=BEAM_TILE, HEAD_DIM=head_dim, PAGE=cache.shape.page_size,
-        F16=cache.is_fp8 and FP8_COMPUTE_F16, **PROMPT_LAUNCH,
+        F16=cache.is_fp8, **PROMPT_LAUNCH,
     )
     _generated_kernel[(rows, heads)](
         q, gk, gv, ancestry, gen_count, state_max, state_sum, state_acc, out,

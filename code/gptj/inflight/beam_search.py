@@ -35,8 +35,8 @@ class BeamState:
         self.active = torch.zeros(slots, dtype=torch.bool, device=device)
         self.finished = torch.zeros(slots, dtype=torch.bool, device=device)  # set by the step that ends a sample
         self.step_no = torch.zeros(slots, **long)  # tokens chosen so far
-        # Synthetic runs only: a sample's output ends with EOS at this length (0: as the model decides)
-        self.eos_at = torch.zeros(slots, **long)
+        # Synthetic runs only: a sample's output is exactly this long, its final EOS included (0: the model decides)
+        self.forced_length = torch.zeros(slots, **long)
         self.run_scores = torch.full((slots, beams), NEG, **flt)
         self.run_tokens = torch.full((slots, beams, max_new), config.pad_token_id, **long)
         self.done_scores = torch.full((slots, beams), NEG, **flt)
@@ -52,11 +52,11 @@ class BeamState:
         self._beam_ids = torch.arange(beams, dtype=torch.int32, device=device)
         self._top_ranks = (torch.arange(2 * beams, device=device) < beams)[None, :]
 
-    def reset(self, slots: Tensor, eos_at: Tensor | None = None) -> None:
-        """Start new samples in ``slots`` (int64 indices): only beam 0 live, nothing finished. ``eos_at`` (per
-        slot, 0 for none) forces EOS as every beam's only choice when the output reaches that length."""
+    def reset(self, slots: Tensor, forced_length: Tensor | None = None) -> None:
+        """Start new samples in ``slots`` (int64 indices): only beam 0 live, nothing finished. ``forced_length``
+        (per slot, 0 for none): EOS is every beam's only choice at that length and no choice before it."""
         self.active[slots] = True
-        self.eos_at[slots] = 0 if eos_at is None else eos_at
+        self.forced_length[slots] = 0 if forced_length is None else forced_length
         self.finished[slots] = False
         self.step_no[slots] = 0
         scores = torch.full((len(slots), self.config.num_beams), NEG, device=self.run_scores.device)
@@ -91,12 +91,15 @@ class BeamState:
 
         log_probs = F.log_softmax(logits, dim=-1)
         # Before min_new_tokens the EOS log-prob is -inf (after the log-softmax, as HF's processor runs).
-        early = (step < cfg.min_new_tokens)[:, None].expand(-1, beams).reshape(-1)
+        # A forced slot never chooses EOS before its length and nothing else at it.
+        forced = self.forced_length > 0
+        at_length = forced & (step + 1 == self.forced_length)
+        no_eos = (step < cfg.min_new_tokens) | (forced & ~at_length)
         eos = log_probs[:, cfg.eos_token_id]
-        log_probs[:, cfg.eos_token_id] = torch.where(early, -torch.inf, eos)
-        forced = (step + 1 == self.eos_at)[:, None].expand(-1, beams).reshape(-1, 1)
-        is_eos = torch.arange(log_probs.shape[1], device=log_probs.device)[None, :] == cfg.eos_token_id
-        log_probs = torch.where(forced, torch.where(is_eos, 0.0, -torch.inf), log_probs)
+        log_probs[:, cfg.eos_token_id] = torch.where(_per_row(no_eos, beams), -torch.inf, eos)
+        eos_only = _per_row(at_length, beams)
+        log_probs.masked_fill_(eos_only[:, None], -torch.inf)
+        log_probs[:, cfg.eos_token_id] = torch.where(eos_only, 0.0, log_probs[:, cfg.eos_token_id])
         beam_best, beam_best_token = torch.topk(log_probs, k=cands)
         totals = (beam_best.view(slots, beams, cands) + self.run_scores[:, :, None]).view(slots, beams * cands)
         cand_scores, flat = torch.topk(totals, k=cands)
@@ -151,6 +154,11 @@ class BeamState:
         self.next_tokens.copy_(torch.where(a1, next_token, self.next_tokens))
         self.finished.copy_(a3 & finished)
         self.step_no.add_(a3.long())
+
+
+def _per_row(per_slot: Tensor, beams: int) -> Tensor:
+    """A per-slot value repeated for each of the slot's beam rows (``[slots]`` -> ``[slots * beams]``)."""
+    return per_slot[:, None].expand(-1, beams).reshape(-1)
 
 
 def _take(tokens: Tensor, index: Tensor) -> Tensor:

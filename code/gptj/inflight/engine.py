@@ -28,8 +28,9 @@ from code.gptj.inflight.layers import Amax, InflightModel
 
 Take = Callable[[int, float], "tuple[np.ndarray, np.ndarray] | None"]
 Complete = Callable[[np.ndarray, list[np.ndarray]], None]
-OutputLengthOf = Callable[[int], int]  # synthetic runs: a sample's forced output length (0: the model decides)
+ForcedLengthOf = Callable[[int], int]  # synthetic runs: a sample's forced output length (0: the model decides)
 
+MIN_RESERVE_GIB = 6.0
 IDLE_WAIT_S = 0.05  # how long take waits when nothing is running (keeps an idle Server loop off the CPU)
 GIB = 1 << 30
 
@@ -43,7 +44,9 @@ class EngineOptions:
     kv_dtype: torch.dtype | None = None  # what the KV cache stores: None (the model's dtype) or torch.float8_e4m3fn
     prefill_tokens: int = 16384  # most prompt tokens in one prefill pass
     cuda_graphs: bool = True
-    memory_reserve_gib: float = 10.0  # CUDA: left free for a prefill pass's activations, the graph pool, fragmentation
+    # CUDA: memory left beside the KV pool for a prefill pass's activations, the graph pool and fragmentation, as a
+    # share of the card (fragmentation grows with the pool), at least MIN_RESERVE_GIB
+    memory_reserve_share: float = 0.07
 
     def __post_init__(self) -> None:
         for name in ("slots", "max_prompt_length", "page_size", "prefill_tokens"):
@@ -107,10 +110,11 @@ class InflightEngine:
         if self.model.device.type != "cuda":
             return need
         dtype = self.options.kv_dtype or self.model.dtype
-        free, _ = torch.cuda.mem_get_info(self.model.device)
+        free, total = torch.cuda.mem_get_info(self.model.device)
+        reserve = max(MIN_RESERVE_GIB * GIB, self.options.memory_reserve_share * total)
         per_token = shape.bytes_per_token(dtype)
         generated = shape.slots * shape.beams * shape.max_new_tokens * per_token
-        left = free - generated - int(self.options.memory_reserve_gib * GIB)
+        left = free - generated - int(reserve)
         pages = min(need, left // (shape.page_size * per_token))
         if pages < shape.pages_per_slot:
             raise ValueError(f"{free / GIB:.1f} GiB free on the GPU is too little for {shape.slots} slots "
@@ -165,7 +169,7 @@ class InflightEngine:
         batch: list[tuple[int, np.ndarray, int]] = []
         tokens = 0
         while pending and free_slots:
-            response_id, prompt, output_length = pending[0]
+            response_id, prompt, forced_length = pending[0]
             if self.cache.pages_for(len(prompt)) > self.cache.free_pages:
                 break  # waits for pages freed by completions
             if batch and tokens + len(prompt) > self.options.prefill_tokens:
@@ -175,7 +179,7 @@ class InflightEngine:
             slot = free_slots.pop()
             self.cache.assign(slot, len(prompt))
             running[slot] = response_id
-            batch.append((slot, prompt, output_length))
+            batch.append((slot, prompt, forced_length))
             tokens += len(prompt)
         if batch:
             self._prefill(batch)
@@ -201,7 +205,7 @@ class InflightEngine:
 
     # -- the loop ------------------------------------------------------------------------------------------------
     def serve(self, take: Take, complete: Complete, prompt_of: Callable[[int], np.ndarray],
-              output_length_of: OutputLengthOf | None = None) -> None:
+              forced_length_of: ForcedLengthOf | None = None) -> None:
         """Run until ``take`` returns None and every taken sample is completed."""
         free_slots = list(range(self.options.slots - 1, -1, -1))
         running: dict[int, int] = {}  # slot -> response id
@@ -220,7 +224,7 @@ class InflightEngine:
                         if len(prompt) > self.options.max_prompt_length:
                             raise ValueError(f"sample {index} has a {len(prompt)}-token prompt; the engine was "
                                              f"built for at most {self.options.max_prompt_length}")
-                        forced = output_length_of(index) if output_length_of else 0
+                        forced = forced_length_of(index) if forced_length_of else 0
                         pending.append((response_id, prompt, forced))
             self._admit(pending, free_slots, running)
             if not running:
@@ -235,10 +239,10 @@ class InflightEngine:
             self._finish(running, free_slots, complete)
         self.stats.seconds += time.perf_counter() - start
 
-    def generate(self, prompts: Sequence[np.ndarray], output_lengths: Sequence[int] | None = None
+    def generate(self, prompts: Sequence[np.ndarray], forced_lengths: Sequence[int] | None = None
                  ) -> list[np.ndarray]:
         """Every prompt's new tokens (int32, final EOS included), as ``code.gptj.generation.generate`` returns
-        them: the same loop over an in-memory queue. ``output_lengths``: forced lengths (synthetic runs)."""
+        them: the same loop over an in-memory queue. ``forced_lengths``: per prompt, 0 or a forced length."""
         queue = deque(range(len(prompts)))
         results: list[np.ndarray | None] = [None] * len(prompts)
 
@@ -252,6 +256,6 @@ class InflightEngine:
             for response_id, output in zip(ids.tolist(), outputs, strict=True):
                 results[response_id] = output
 
-        length_of = (lambda index: int(output_lengths[index])) if output_lengths is not None else None
+        length_of = (lambda index: int(forced_lengths[index])) if forced_lengths is not None else None
         self.serve(take, complete, lambda index: prompts[index], length_of)
         return results  # type: ignore[return-value]

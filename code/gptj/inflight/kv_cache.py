@@ -101,7 +101,7 @@ class KVCache:
         index = rows * s.max_new_tokens + columns  # one index_copy_ instead of a two-index scatter
         for target, value, scale in ((self.gen_k, k, self.k_scale), (self.gen_v, v, self.v_scale)):
             stored = self._store(value, scale[layer])
-            if self.is_fp8:  # index_copy_ has no e4m3 kernel on every device: copy the bytes
+            if self.is_fp8:  # torch's CPU index_copy_ has no e4m3 kernel: copy the bytes (the same on any device)
                 target[layer].view(flat).view(torch.uint8).index_copy_(0, index, stored.view(torch.uint8))
             else:
                 target[layer].view(flat).index_copy_(0, index, stored)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from code.common.constants import ExitCode
 from code.common.rounds import RoundError
-from code.submission.checker import AlreadyTruncated, CheckResult, check, truncate
-from code.submission.stage import SYSTEMS_DIR, Staged, StageError, stage, staged_round
+from code.submission.checker import AlreadyTruncated, CheckResult, check, truncate, truncated
+from code.submission.stage import DIVISION, SUBMISSION_DIR, SYSTEMS_DIR, Staged, StageError, stage, staged_round
 from code.submission.tools import ToolsError
 
 # The CSV columns that say what a result is; the checker writes 28.
@@ -41,6 +41,12 @@ def main(argv: list[str] | None = None) -> int:
             print(truncate(args.submitter, round_name).rstrip())
             print(f"[truncate_results] truncated with round {round_name}'s truncate_accuracy_log.py")
             return ExitCode.OK
+        if not truncated(SUBMISSION_DIR / DIVISION / args.submitter):
+            print("[check_submission] note: the tree is not truncated yet, so the checker will say 'not hash value' "
+                  "and 'is not truncated': make truncate_results first")
+        if args.skip_compliance:
+            print("[check_submission] note: --skip_compliance: the checker does not look at compliance/ (a dry check; "
+                  "a submission needs the audits)")
         result = check(args.submitter, round_name, skip_compliance=args.skip_compliance)
         _print_check(result, round_name)
         return ExitCode.OK if result.passed else 1

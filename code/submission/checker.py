@@ -51,6 +51,12 @@ class CheckResult:
         return lines[-1].split("SUMMARY:", 1)[1].strip() if lines else f"no verdict (exit status {self.returncode})"
 
 
+def truncated(tree: Path) -> bool:
+    """Whether every staged accuracy.txt carries the hash the truncation tool appends (a tree truncated before)."""
+    accuracy_txts = sorted(tree.glob("results/*/*/*/accuracy/accuracy.txt"))
+    return bool(accuracy_txts) and all(HASH_LINE.search(path.read_text()) for path in accuracy_txts)
+
+
 def truncate(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR) -> str:
     """Run the round's truncate_accuracy_log.py in place, the originals kept under ``<work_dir>/<submitter>/originals``.
 
@@ -59,10 +65,9 @@ def truncate(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_
     """
     tree = submission_dir / DIVISION / submitter
     originals = work_dir / submitter / "originals"
-    accuracy_txts = sorted(tree.glob("results/*/*/*/accuracy/accuracy.txt"))
-    if not accuracy_txts:
+    if not any(tree.glob("results/*/*/*/accuracy/accuracy.txt")):
         raise FileNotFoundError(f"nothing staged in {tree}: make stage_results SUBMITTER={submitter} first")
-    if all(HASH_LINE.search(path.read_text()) for path in accuracy_txts):
+    if truncated(tree):
         raise AlreadyTruncated(f"{tree} is already truncated (its accuracy.txt files carry the hash; the originals "
                                f"are in {originals / DIVISION / submitter}); nothing done. To truncate again, "
                                "stage again: make stage_results")

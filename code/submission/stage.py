@@ -186,6 +186,9 @@ def _system_description(systems_dir: Path, system: str, submitter: str, staged: 
     elif description["submitter"].lower() != submitter.lower():
         raise StageError(f"{path} says submitter '{description['submitter']}', but SUBMITTER={submitter}: the "
                          "checker requires them to match; fix one of them")
+    if description.get("system_type") is None:
+        raise StageError(f"{path} has no system_type: set it to datacenter, edge or datacenter,edge (the round's "
+                         "required scenarios depend on it)")
     if description.get("division") != DIVISION:
         raise StageError(f"{path} says division '{description.get('division')}'; this harness stages the "
                          f"{DIVISION} division: set \"division\": \"{DIVISION}\"")

@@ -220,3 +220,33 @@ def test_bad_inputs_are_named_with_their_fix(pipeline, tmp_path, monkeypatch):
                                          + TOOLS_VARIABLE):
         check(SUBMITTER, "v5.0", out["out_dir"], out["work_dir"])
     assert _tree_digest(logs) == before
+
+
+def test_audit_logs_are_copied_as_they_are(pipeline, tmp_path):
+    """An audit folder in build/compliance_logs' layout lands in compliance/ unchanged, for staged scenarios only."""
+    audits = tmp_path / "compliance_logs" / "2026.11.24-10.00.00" / SYSTEM
+    for benchmark, scenario in (("bert-99", "Offline"), ("bert-99", "Server")):
+        test01 = audits / benchmark / scenario / "TEST01"
+        (test01 / "accuracy").mkdir(parents=True)
+        (test01 / "verify_accuracy.txt").write_text("TEST PASS\n")
+        (test01 / "accuracy" / "mlperf_log_accuracy.json").write_text("[]\n")
+    staged = stage(SUBMITTER, logs=sorted(pipeline["logs"].iterdir()), compliance=[audits.parent],
+                   allow_incomplete=True, out_dir=tmp_path / "submission", work_dir=tmp_path / "work",
+                   systems_dir=pipeline["systems"])
+    compliance = staged.tree / "compliance" / SYSTEM / "bert-99"
+    assert sorted(p.name for p in compliance.iterdir()) == ["Offline"]  # no Server run was staged
+    assert _tree_digest(compliance / "Offline") == _tree_digest(audits / "bert-99" / "Offline")
+
+
+def test_model_info_names_what_ran():
+    from code.submission.model_info import model_info
+
+    real = {"config": {"fields": {"backend": "pytorch", "precision": "fp16"}},
+            "provenance": {"weights": "/data/models/bert/model.pytorch"}}
+    assert model_info(real) == {"input_data_types": "int32", "retraining": "no",
+                                "starting_weights_filename": "model.pytorch", "weight_data_types": "fp16",
+                                "weight_transformations": "cast from fp32 to fp16"}
+    random = {"config": {"fields": {"backend": "pytorch", "precision": "fp32"}},
+              "provenance": {"weights": "random (BERT-tiny architecture)"}}
+    assert model_info(random)["starting_weights_filename"] == "random (BERT-tiny architecture)"
+    assert model_info(random)["weight_transformations"] == "none"

@@ -27,7 +27,8 @@ truncate_results: setup require_submitter
 check_submission: setup require_submitter
 	$(PY) -m code.submission check $(SUBMISSION_ARGS) $(if $(SKIP_COMPLIANCE),--skip_compliance)
 
-# Every step a submitter runs, on CPU with tiny inputs, judged by the official checker (shortened; FULL=1: full
-# length, most of an hour on 2 cores).
+# Every step a submitter runs, on CPU with tiny inputs, judged by the official checker of ROUND (default v5.0);
+# shortened (about a minute on 2 cores), or FULL=1: full length (most of an hour).
 test_submission: build
-	cd $(REPO_ROOT) && $(if $(FULL),SUBMISSION_PIPELINE_FULL=1) $(PY) -m pytest -q -s tests/test_submission_pipeline.py
+	cd $(REPO_ROOT) && SUBMISSION_PIPELINE_ROUND=$(ROUND) $(if $(FULL),SUBMISSION_PIPELINE_FULL=1) \
+	  $(PY) -m pytest -q -s tests/test_submission_pipeline.py

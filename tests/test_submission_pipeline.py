@@ -28,7 +28,7 @@ import pytest
 
 from code.common.constants import DATASET_SIZE, Benchmark
 from code.common.paths import LIB_DIR, REPO_ROOT
-from code.common.rounds import DEFAULT_ROUND, get_round
+from code.common.rounds import DEFAULT_ROUND, ROUNDS, get_round
 from code.gptj.cnn_dailymail import TOKENIZED_SUBDIR
 from code.submission.checker import AlreadyTruncated, check, truncate
 from code.submission.stage import StageError, stage
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.slow
 FULL = os.environ.get("SUBMISSION_PIPELINE_FULL") == "1"
 SUBMITTER = "PipelineTest"
 SYSTEM = "CPU"
-ROUND = DEFAULT_ROUND
+ROUND = os.environ.get("SUBMISSION_PIPELINE_ROUND") or DEFAULT_ROUND  # make test_submission ROUND=v4.1
 BENCHMARKS = ("bert-99", "gptj-99")
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 
@@ -52,7 +52,7 @@ SHORT = {
 FULL_PERFORMANCE = {
     "bert-99": {"Offline": ["--offline_expected_qps=600"],
                 "SingleStream": ["--single_stream_expected_latency_ns=2000000"]},
-    "gptj-99": {"Offline": ["--offline_expected_qps=25", "--synthetic_length_scale=0.05"],
+    "gptj-99": {"Offline": ["--offline_expected_qps=25"],
                 "SingleStream": ["--num_beams=1", "--single_stream_expected_latency_ns=100000000"]},
 }
 # What the checker may say of a shortened run, by its own words.
@@ -199,19 +199,20 @@ def test_bad_inputs_are_named_with_their_fix(pipeline, tmp_path, monkeypatch):
     with pytest.raises(StageError, match="no runs of system H100_SXM_80GBx1: the runs are of CPU"):
         stage(SUBMITTER, logs=sorted(logs.iterdir()), system="H100_SXM_80GBx1", **out)
 
-    # A copy of one bert run, relabelled as round v4.1: two rounds mixed.
+    # A copy of one bert run, relabelled as another round: two rounds mixed.
+    other_round = next(name for name in ROUNDS if name != ROUND)
     (bert_run,) = [run for run in logs.iterdir() if run.name.startswith("bert-99-Offline")][:1]
     other = shutil.copytree(bert_run, tmp_path / "logs" / "other-round")
     for path in other.rglob("metadata.json"):
-        path.write_text(json.dumps({**json.loads(path.read_text()), "round": "v4.1"}))
+        path.write_text(json.dumps({**json.loads(path.read_text()), "round": other_round}))
     with pytest.raises(StageError, match=r"the runs mix rounds \(v4.1: .*v5.0: .*give ROUND=<round>"):
         stage(SUBMITTER, logs=[*sorted(logs.iterdir()), other], **out)
 
     # Only the bert Offline run: SingleStream and gptj are missing, and a missing accuracy run is named.
     shutil.rmtree(other / "CPU" / "bert-99" / "Offline" / "accuracy")
-    staged = stage(SUBMITTER, logs=[other], round_name="v4.1", **out)
+    staged = stage(SUBMITTER, logs=[other], round_name=other_round, **out)
     assert not staged.tree.exists()  # refused: nothing written without allow_incomplete
-    assert any(p.startswith("bert-99 Offline: no finished accuracy run (run it: make run ROUND=v4.1")
+    assert any(p.startswith(f"bert-99 Offline: no finished accuracy run (run it: make run ROUND={other_round}")
                for p in staged.problems), staged.problems
     assert any("shortened: min_duration 1000 ms" in p for p in staged.problems)
 

@@ -99,8 +99,9 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
         if (benchmark, scenario, PERFORMANCE) in chosen or (benchmark, scenario, ACCURACY) in chosen:
             shutil.copytree(folder, staged.tree / "compliance" / system / benchmark / scenario)
     if not audits:
-        staged.notes.append(f"no compliance audit logs for {system} in {compliance or COMPLIANCE_LOGS_DIR}: "
-                            "the checker will ask for compliance/ (make run_audit_harness)")
+        where = COMPLIANCE_LOGS_DIR if compliance is None else ", ".join(map(str, compliance)) or "no folder"
+        staged.notes.append(f"no compliance audit logs for {system} in {where}: the checker will ask for "
+                            "compliance/ (make run_audit_harness)")
     _write_tree_readme(staged, chosen)
     _write_json(work_dir / submitter / STAGE_RECORD, {"round": round_name, "system": system, "tree": str(staged.tree),
                                                       "problems": staged.problems, "notes": staged.notes})

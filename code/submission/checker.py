@@ -15,8 +15,9 @@ from pathlib import Path
 from code.submission.stage import DIVISION, SUBMISSION_DIR, WORK_DIR
 from code.submission.tools import submission_tools
 
-# The checker logs "[<date> <time> submission_checker.py:<line> ERROR] <message>" per complaint.
-ERROR_LINE = re.compile(r"^\[[^\]]* ERROR\] (.*)$", re.MULTILINE)
+# The checker logs one line per complaint: "[<date> <time> submission_checker.py:<line> ERROR] <message>" (the
+# format its log_parser import sets), or logging's default "ERROR:main:<message>" should that import change.
+ERROR_LINE = re.compile(r"^(?:\[[^\]]* ERROR\] |ERROR:main:)(.*)$", re.MULTILINE)
 # Errors that only repeat an earlier complaint about the same folder: the complaints are the others.
 FOLLOW_ON_ERRORS = ("has issues", "NoResults ", "does not have all required scenarios", "SUMMARY: ",
                     "is OK but accuracy has issues")

@@ -18,6 +18,7 @@ from typing import Any
 
 from code.common.paths import BUILD_DIR, LOGS_DIR, REPO_ROOT
 from code.common.rounds import get_round
+from code.harness.fetch_loadgen import source_dir
 from code.submission.model_info import implementation, model_info
 from code.submission.runs import ACCURACY, PERFORMANCE, TestRun, find_tests, newest, run_folders
 
@@ -232,9 +233,19 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
     path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
+def _mlperf_conf(round_name: str) -> Path:
+    """The mlperf.conf of the round's LoadGen sources (v4.1's checker requires it in every measurements folder)."""
+    path = source_dir(get_round(round_name)) / "mlperf.conf"
+    if not path.is_file():
+        raise StageError(f"no {path}: the measurements need the mlperf.conf of round {round_name}'s LoadGen; "
+                         f"make build ROUND={round_name}")
+    return path
+
+
 def _write_measurements(folder: Path, test: TestRun) -> None:
-    """user.conf as LoadGen read it, a README saying how the run was made, and the model-info JSON."""
+    """mlperf.conf and user.conf as LoadGen read them, a README saying how the run was made, the model-info JSON."""
     folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(_mlperf_conf(test.round), folder / "mlperf.conf")
     shutil.copy2(test.directory / "user.conf", folder / "user.conf")
     _write_json(folder / f"{test.system}_{implementation(test.metadata)}_{test.scenario}.json",
                 model_info(test.metadata))

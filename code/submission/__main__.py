@@ -76,8 +76,8 @@ def _print_problems(staged: Staged, allowed: bool) -> None:
         return
     stream = sys.stdout if allowed else sys.stderr
     head = ("staged anyway (--allow_incomplete; the tree's README lists these)" if allowed else
-            "nothing staged: these runs are not a complete, submittable set (fix them, or stage with "
-            "ALLOW_INCOMPLETE=1 and a README that says so)")
+            f"nothing staged ({staged.tree} is as the last staging left it): these runs are not a complete, "
+            "submittable set (fix them, or stage with ALLOW_INCOMPLETE=1 and a README that says so)")
     print(f"[stage_results] {head}:", file=stream)
     for problem in staged.problems:
         print(f"  - {problem}", file=stream)

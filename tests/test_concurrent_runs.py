@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from code.common.constants import ExitCode
 from code.common.paths import LIB_DIR, REPO_ROOT
 from code.common.run_logs import read_detail_log
 
@@ -47,8 +48,10 @@ def test_two_runs_at_once_keep_their_own_settings(tmp_path, harness_built):
         texts = [path.read_text() for path in outputs.values()]
         overlapped |= all("starting LoadGen" in t and "LoadGen finished" not in t for t in texts)
         time.sleep(0.1)
+    # Six seconds at 20-35 QPS are too few queries for LoadGen's early stopping at p99, so each run may end INVALID
+    # (exit status 3); what this test checks is that each ran with its own settings, not the verdict.
     for name, run in runs.items():
-        assert run.wait(timeout=5) == 0, outputs[name].read_text()
+        assert run.wait(timeout=5) in (ExitCode.OK, ExitCode.INVALID), outputs[name].read_text()
     assert overlapped, "the two runs never ran LoadGen at the same time"
 
     for name, qps in rates.items():

@@ -251,3 +251,18 @@ def test_model_info_names_what_ran():
               "provenance": {"weights": "random (BERT-tiny architecture)"}}
     assert model_info(random)["starting_weights_filename"] == "random (BERT-tiny architecture)"
     assert model_info(random)["weight_transformations"] == "none"
+
+
+def test_make_targets_refuse_with_the_fix(tmp_path):
+    env = {**os.environ, "MLPERF_BUILD_DIR": str(tmp_path)}
+    done = subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "stage_results"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode != 0 and "give SUBMITTER=<your organization>" in done.stderr
+    empty = tmp_path / "logs" / "2026.11.24-10.00.00"
+    empty.mkdir(parents=True)
+    for action, extra, message in (("stage", ["--logs", str(empty)], f"ERROR: no finished runs in {empty}: run"),
+                                   ("truncate", [], "ERROR: nothing staged for SUBMITTER=MyOrg: make stage_results"),
+                                   ("check", [], "ERROR: nothing staged for SUBMITTER=MyOrg: make stage_results")):
+        done = subprocess.run([sys.executable, "-m", "code.submission", action, "--submitter=MyOrg", *extra],
+                              cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 2 and done.stderr.startswith(message), (action, done.stderr)

@@ -57,6 +57,8 @@ FULL_PERFORMANCE = {
     "gptj-99": {"Offline": ["--offline_expected_qps=25"],
                 "SingleStream": ["--num_beams=1", "--single_stream_expected_latency_ns=100000000"]},
 }
+# The audits the round's checker requires of BERT (check_compliance_dir); GPT-J has none in these rounds.
+AUDITS = {"v4.1": ("TEST01", "TEST05"), "v5.0": ("TEST01",)}
 # What the checker may say of a shortened run, by its own words.
 SHORTENED_COMPLAINTS = ("Test duration less than 600s in user config", "Required minimum Query Count not met",
                         "Required minimum samples per query not met")
@@ -97,10 +99,13 @@ def _scenarios(benchmark: str) -> list[str]:
     return [s.value for s in get_round(ROUND).scenarios_for(system_type, benchmark)]
 
 
+def _common_args(build: Path, benchmark: str, scenario: str) -> list[str]:
+    return [f"--benchmarks={benchmark}", f"--scenarios={scenario.lower()}", f"--round={ROUND}", "--gpu_batch_size=4",
+            *_data_args(build, benchmark), f"--performance_sample_count_override={_sample_count(benchmark)}"]
+
+
 def _run(build: Path, logs: Path, benchmark: str, scenario: str) -> None:
-    common = [f"--benchmarks={benchmark}", f"--scenarios={scenario.lower()}", f"--round={ROUND}",
-              "--gpu_batch_size=4", *_data_args(build, benchmark),
-              f"--performance_sample_count_override={_sample_count(benchmark)}"]
+    common = _common_args(build, benchmark, scenario)
     if not FULL:
         runs = [["--backend=oracle", "--test_mode=SubmissionRun", *SHORT[scenario]]]
     else:  # one SubmissionRun cannot take two backends: accuracy with the oracle, performance with the model
@@ -116,6 +121,19 @@ def _run(build: Path, logs: Path, benchmark: str, scenario: str) -> None:
 def _audits_available() -> bool:
     """Whether this tree has the compliance audits (make run_audit_harness); staging copies their logs if so."""
     return any("run_audit_harness:" in f.read_text() for f in (REPO_ROOT / "make").glob("*.mk"))
+
+
+def _run_audits(build: Path) -> None:
+    """The audits the round's checker asks of bert-99 (GPT-J has none), through make run_audit_harness, as a
+    submitter runs them; their logs land in the private build's compliance_logs/."""
+    for scenario in _scenarios("bert-99"):
+        for audit in AUDITS[ROUND]:
+            run_args = [*_common_args(build, "bert-99", scenario), "--backend=oracle", *SHORT[scenario],
+                        f"--audit_test={audit}"]
+            done = subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "run_audit_harness",
+                                   f"ROUND={ROUND}", f"RUN_ARGS={' '.join(run_args)}"], capture_output=True,
+                                  text=True, env=_env(build), timeout=1800)
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 def _tree_digest(folder: Path) -> str:
@@ -146,6 +164,8 @@ def pipeline(tmp_path_factory, harness_built) -> dict[str, Path]:
     for benchmark in BENCHMARKS:
         for scenario in _scenarios(benchmark):
             _run(build, logs, benchmark, scenario)
+    if _audits_available():
+        _run_audits(build)
     return {"build": build, "logs": logs, "systems": _system_description(build / "systems")}
 
 

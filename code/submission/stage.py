@@ -77,6 +77,7 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     round_name = _one_round(tests, round_name)
     tests = [t for t in tests if t.round == round_name]
     chosen = newest(tests)
+    mlperf_conf = _mlperf_conf(round_name)
 
     staged = Staged(out_dir / DIVISION / submitter, round_name, system)
     staged.notes += [f"a test that did not finish is left out: {path}" for path in unfinished]
@@ -94,7 +95,7 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
             _copy_files(test.directory, results / "accuracy", ACCURACY_FILES)
         else:
             _copy_files(test.directory, results / "performance" / "run_1", PERFORMANCE_FILES)
-            _write_measurements(staged.tree / "measurements" / system / benchmark / scenario, test)
+            _write_measurements(staged.tree / "measurements" / system / benchmark / scenario, test, mlperf_conf)
             _write_code_readme(staged.tree / "code" / benchmark, benchmark, test)
     for (benchmark, scenario), folder in sorted(audits.items()):
         if (benchmark, scenario, PERFORMANCE) in chosen or (benchmark, scenario, ACCURACY) in chosen:
@@ -242,26 +243,32 @@ def _mlperf_conf(round_name: str) -> Path:
     return path
 
 
-def _write_measurements(folder: Path, test: TestRun) -> None:
+def _write_measurements(folder: Path, test: TestRun, mlperf_conf: Path) -> None:
     """mlperf.conf and user.conf as LoadGen read them, a README saying how the run was made, the model-info JSON."""
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(_mlperf_conf(test.round), folder / "mlperf.conf")
+    shutil.copy2(mlperf_conf, folder / "mlperf.conf")
     shutil.copy2(test.directory / "user.conf", folder / "user.conf")
     _write_json(folder / f"{test.system}_{implementation(test.metadata)}_{test.scenario}.json",
                 model_info(test.metadata))
     fields = test.metadata["config"]["fields"]
     provenance = test.metadata.get("provenance", {})
-    command = " ".join(test.metadata.get("command", [])[1:])
     (folder / "README.md").write_text(
         f"# {test.benchmark} {test.scenario} on {test.system}\n\n"
         f"Round {test.round}, LoadGen {test.metadata.get('loadgen_version')}; backend `{fields['backend']}`, "
         f"precision `{fields['precision']}`.\n\n"
         f"- model: {provenance.get('model')}\n- inputs: {provenance.get('inputs')}\n"
         f"- weights: {provenance.get('weights')}\n\n"
-        "Reproduce (see `code/" + test.benchmark + "/README.md` for the setup):\n\n"
+        "Reproduce (see `code/" + test.benchmark + "/README.md` for the setup), with the settings this run was "
+        "given on its command line:\n\n"
         f"```bash\nmake run ROUND={test.round} RUN_ARGS=\"--benchmarks={test.benchmark} "
-        f"--scenarios={test.scenario.lower()} --test_mode=SubmissionRun --system_name={test.system}\"\n```\n\n"
-        f"The harness ran: `python -m code.main {command}`\n")
+        f"--scenarios={test.scenario.lower()} --system_name={test.system}{_given_flags(test)}\"\n```\n")
+
+
+def _given_flags(test: TestRun) -> str:
+    """The fields the run took from RUN_ARGS (its config class gave the rest), as flags; never the log folder."""
+    config = test.metadata["config"]
+    given = sorted(name for name, source in config["sources"].items() if source == "RUN_ARGS" and name != "log_dir")
+    return "".join(f" --{name}={config['fields'][name]}" for name in given)
 
 
 def _write_code_readme(folder: Path, benchmark: str, test: TestRun) -> None:
@@ -277,7 +284,8 @@ def _write_code_readme(folder: Path, benchmark: str, test: TestRun) -> None:
         f"make build ROUND={test.round}\n"
         f"make run ROUND={test.round} RUN_ARGS=\"--benchmarks={benchmark} --scenarios=<scenario> "
         "--test_mode=SubmissionRun\"\n"
-        f"make stage_results SUBMITTER=<org> && make truncate_results && make check_submission\n```\n\n"
+        "make stage_results SUBMITTER=<org> && make truncate_results SUBMITTER=<org> && "
+        "make check_submission SUBMITTER=<org>\n```\n\n"
         "Each scenario's `measurements/<system>/" + benchmark + "/<Scenario>/README.md` gives the exact command.\n")
 
 

@@ -8,6 +8,7 @@ include make/build.mk
 include make/run.mk
 include make/test.mk
 include make/bench.mk
+include make/submission.mk
 
 .DEFAULT_GOAL := help
 
@@ -26,7 +27,10 @@ help:
 	@echo "  make run              RUN_ARGS=\"--benchmarks=bert --scenarios=offline --test_run\"   (= both)"
 	@echo "  make info             RUN_ARGS=\"...\"   detected system and resolved config"
 	@echo "  make add_system            stub config classes for this machine"
+	@echo "  make stage_results SUBMITTER=<org>   build/submission/closed/<org> from the newest runs"
+	@echo "  make truncate_results SUBMITTER=<org>, make check_submission SUBMITTER=<org>   the round's tools"
 	@echo "  make test                  lint + tests (what CI runs)"
+	@echo "  make test_submission [FULL=1]   the whole submission flow on CPU, judged by the official checker"
 	@echo "  make clean                 remove build outputs (harness, lib, engines)"
 	@echo "  make clean_all             also the venv, data and models"
 	@echo "                             both keep results: build/logs, build/bench, build/submission"
@@ -37,7 +41,7 @@ help:
 .PHONY: clean clean_all clean_logs
 # Results cannot be built again, so no clean target removes them: the run logs, the bench measurements and
 # anything staged for a submission. Only clean_logs deletes logs, and only build/logs.
-RESULTS := logs bench submission
+RESULTS := logs bench submission submission_work
 KEPT_NOTE := kept build/logs, build/bench, build/submission (results); \`make clean_logs\` deletes build/logs
 
 # clean keeps what is slow to get again too: the venv and downloaded or preprocessed data and models.

@@ -12,7 +12,8 @@ import pytest
 from code.common.paths import REPO_ROOT
 from scripts import link_dirs
 
-RESULTS = ("logs/2026.11.24-10.00.00/CPU", "logs/2026.11.24-11.00.00", "bench/2026.11.24", "submission/closed")
+RESULTS = ("logs/2026.11.24-10.00.00/CPU", "logs/2026.11.24-11.00.00", "bench/2026.11.24", "submission/closed",
+           "submission_work/MyOrg")
 OUTPUTS = ("harness", "lib", "engines/CPU")
 SLOW_TO_GET = ("venv/bin", "data/squad", "models/bert", "preprocessed_data/squad_tokenized")
 
@@ -42,7 +43,7 @@ def test_clean_keeps_results_and_what_is_slow_to_get(build):
 def test_clean_all_keeps_results(build):
     done = make("clean_all", build)
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in build.iterdir()) == ["bench", "logs", "submission"]
+    assert sorted(p.name for p in build.iterdir()) == ["bench", "logs", "submission", "submission_work"]
     assert all((build / f / "file").exists() for f in RESULTS)
 
 

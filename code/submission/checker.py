@@ -1,0 +1,102 @@
+"""Running the round's official tools on a staged tree: accuracy-log truncation and the submission checker.
+
+Both run unmodified, as subprocesses from their own folder (they import their siblings and log through the root
+logger); we only pass arguments and read what they print. Their round is the staged tree's (stage.json).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from code.submission.stage import DIVISION, SUBMISSION_DIR, WORK_DIR
+from code.submission.tools import submission_tools
+
+# The checker logs one line per complaint: "[<date> <time> submission_checker.py:<line> ERROR] <message>" (the
+# format its log_parser import sets), or logging's default "ERROR:main:<message>" should that import change.
+ERROR_LINE = re.compile(r"^(?:\[[^\]]* ERROR\] |ERROR:main:)(.*)$", re.MULTILINE)
+# Errors that only repeat an earlier complaint about the same folder: the complaints are the others.
+FOLLOW_ON_ERRORS = ("has issues", "NoResults ", "does not have all required scenarios", "SUMMARY: ",
+                    "is OK but accuracy has issues")
+HASH_LINE = re.compile(r"^hash=\w+$", re.MULTILINE)
+
+
+class AlreadyTruncated(RuntimeError):
+    """A second truncation: the tool would find nothing to do, and the originals are already kept."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The checker's verdict: its exit status, each ERROR line, its whole output and its CSV summary."""
+
+    returncode: int
+    errors: list[str]
+    output: str
+    csv: Path
+
+    @property
+    def passed(self) -> bool:
+        return self.returncode == 0 and not self.errors
+
+    @property
+    def complaints(self) -> list[str]:
+        """The errors that say what is wrong, without the ones that repeat them for the enclosing folder."""
+        return [error for error in self.errors if not any(mark in error for mark in FOLLOW_ON_ERRORS)]
+
+    @property
+    def verdict(self) -> str:
+        lines = [line for line in self.output.splitlines() if "SUMMARY:" in line]
+        return lines[-1].split("SUMMARY:", 1)[1].strip() if lines else f"no verdict (exit status {self.returncode})"
+
+
+def truncated(tree: Path) -> bool:
+    """Whether every staged accuracy.txt carries the hash the truncation tool appends (a tree truncated before)."""
+    accuracy_txts = sorted(tree.glob("results/*/*/*/accuracy/accuracy.txt"))
+    return bool(accuracy_txts) and all(HASH_LINE.search(path.read_text()) for path in accuracy_txts)
+
+
+def truncate(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR) -> str:
+    """Run the round's truncate_accuracy_log.py in place, the originals kept under ``<work_dir>/<submitter>/originals``.
+
+    The tool appends ``hash=...`` to each accuracy.txt and cuts mlperf_log_accuracy.json to its first and last 4 kB;
+    a tree where every accuracy.txt already has a hash was truncated before, and is refused.
+    """
+    tree = submission_dir / DIVISION / submitter
+    originals = work_dir / submitter / "originals"
+    if not any(tree.glob("results/*/*/*/accuracy/accuracy.txt")):
+        raise FileNotFoundError(f"nothing staged in {tree}: make stage_results SUBMITTER={submitter} first")
+    if truncated(tree):
+        raise AlreadyTruncated(f"{tree} is already truncated (its accuracy.txt files carry the hash; the originals "
+                               f"are in {originals / DIVISION / submitter}); nothing done. To truncate again, "
+                               "stage again: make stage_results")
+    tools = submission_tools(round_name)
+    done = subprocess.run([sys.executable, "truncate_accuracy_log.py", "--input", str(submission_dir.resolve()),
+                           "--submitter", submitter, "--backup", str(originals.resolve())],
+                          cwd=tools, capture_output=True, text=True)
+    output = done.stdout + done.stderr
+    # The tool walks compliance/ too, and says so as an error when a tree has no audits yet.
+    errors = [line for line in output.splitlines() if line.startswith("ERROR:")
+              and not (line.endswith(f"{DIVISION}/{submitter}/compliance") and not (tree / "compliance").exists())]
+    if done.returncode != 0 or errors:
+        raise RuntimeError(f"truncate_accuracy_log.py (round {round_name}) failed:\n{output}")
+    return output
+
+
+def check(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR,
+          skip_compliance: bool = False) -> CheckResult:
+    """Run the round's submission_checker.py on the tree; its log and CSV summary go beside it, never inside."""
+    tools = submission_tools(round_name)
+    check_dir = work_dir / submitter / "check"
+    check_dir.mkdir(parents=True, exist_ok=True)
+    csv = check_dir / "summary.csv"
+    command = [sys.executable, "submission_checker.py", "--input", str(submission_dir.resolve()),
+               "--version", round_name, "--submitter", submitter, "--csv", str(csv.resolve())]
+    if skip_compliance:
+        command.append("--skip_compliance")
+    done = subprocess.run(command, cwd=tools, capture_output=True, text=True)
+    output = done.stdout + done.stderr
+    (check_dir / "checker.log").write_text(output)
+    return CheckResult(done.returncode, ERROR_LINE.findall(output), output, csv)

@@ -1,0 +1,67 @@
+"""The measurements model-info JSON (``<system>_<impl>_<Scenario>.json``), from what a run's metadata.json knows.
+
+The checker requires five fields, each non-empty (``SYSTEM_IMP_REQUIRED_FILES``): input_data_types, retraining,
+starting_weights_filename, weight_data_types, weight_transformations. Everything here is read from the run, never
+assumed: random weights or the oracle backend are named as such, so a staged pipeline test cannot pass for a
+real result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+# Every input this harness feeds a model is token ids (BERT: input_ids, segment_ids, input_mask; GPT-J: prompts).
+INPUT_DATA_TYPES = "int32"
+# The checkpoints are the MLCommons reference ones, stored in fp32.
+CHECKPOINT_DTYPE = "fp32"
+
+
+def implementation(metadata: dict[str, Any]) -> str:
+    """The implementation name in file names and ``code/<bench>/<impl>``: the backend that ran the model."""
+    return str(metadata["config"]["fields"]["backend"])
+
+
+def weight_data_types(metadata: dict[str, Any]) -> str:
+    """The precision the weights were used in; fp8 runs keep 16-bit weights outside the FP8 matrix products."""
+    fields = metadata["config"]["fields"]
+    if fields["backend"] == "oracle":
+        return "none (oracle backend: no model)"
+    precision = str(fields["precision"])
+    return "fp8, fp16" if precision == "fp8" else precision
+
+
+def starting_weights(metadata: dict[str, Any]) -> str:
+    """The checkpoint's file name; random weights and the oracle say so instead."""
+    fields = metadata["config"]["fields"]
+    if fields["backend"] == "oracle":
+        return "none (oracle backend: gold answers, a pipeline test)"
+    weights = metadata.get("provenance", {}).get("weights")
+    if not weights or str(weights).startswith("random"):
+        return str(weights or "unknown")
+    return Path(str(weights)).name
+
+
+def weight_transformations(metadata: dict[str, Any]) -> str:
+    """How the checkpoint's fp32 weights became the run's: a cast, FP8 quantization, or nothing."""
+    fields = metadata["config"]["fields"]
+    if fields["backend"] == "oracle":
+        return "none (no model)"
+    precision = str(fields["precision"])
+    if precision == CHECKPOINT_DTYPE:
+        return "none"
+    if precision == "fp8":
+        return ("FP8 (e4m3) quantization of the matrix-product weights with calibrated per-tensor scales; "
+                "other weights cast to fp16")
+    return f"cast from {CHECKPOINT_DTYPE} to {precision}"
+
+
+def model_info(metadata: dict[str, Any]) -> dict[str, str]:
+    """The model-info JSON of one staged scenario, from its performance run's metadata.json."""
+    return {
+        "input_data_types": INPUT_DATA_TYPES,
+        "retraining": "no",
+        "starting_weights_filename": starting_weights(metadata),
+        "weight_data_types": weight_data_types(metadata),
+        "weight_transformations": weight_transformations(metadata),
+    }

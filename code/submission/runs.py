@@ -1,0 +1,87 @@
+"""Finding the tests a submission is staged from: every complete test under the run folders, read from metadata.json.
+
+A test folder is ``<run>/<system>/<bench-99|bench-99.9>/<Scenario>/`` (or its ``accuracy/`` and
+``performance/run_1/`` for a SubmissionRun); its metadata.json says the round, the mode, whether it finished and
+its verdict. Nothing here writes: run logs are results and are only read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ACCURACY = "AccuracyOnly"
+PERFORMANCE = "PerformanceOnly"
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """One finished LoadGen test of a run folder."""
+
+    __test__ = False  # not a pytest test class despite its name
+
+    directory: Path
+    system: str
+    benchmark: str  # bert-99, bert-99.9, gptj-99, gptj-99.9
+    scenario: str
+    mode: str  # AccuracyOnly | PerformanceOnly
+    metadata: dict[str, Any]
+
+    @property
+    def round(self) -> str:
+        return str(self.metadata.get("round", "unknown (run before rounds were recorded)"))
+
+    @property
+    def verdict(self) -> str:
+        return str(self.metadata["result"].get("verdict", "unknown"))
+
+    def problems(self) -> list[str]:
+        """Why this test is not a submittable result (INVALID, FAIL, shortened, synthetic...); [] when it is."""
+        result = self.metadata["result"]
+        return [*result.get("invalid_reasons", []), *result.get("not_submittable", [])]
+
+    def describe(self) -> str:
+        return f"{self.benchmark} {self.scenario} {'accuracy' if self.mode == ACCURACY else 'performance'}"
+
+
+def find_tests(run_folders: list[Path]) -> tuple[list[TestRun], list[Path]]:
+    """Every finished test under the folders, and the folders of tests that did not finish (stopped, killed,
+    FAILED): those have partial logs or none."""
+    tests: list[TestRun] = []
+    unfinished: list[Path] = []
+    for folder in run_folders:
+        for path in sorted(folder.rglob("metadata.json")):
+            metadata = json.loads(path.read_text())
+            result = metadata.get("result", {})
+            if not result.get("complete", True) or result.get("valid") is None or "config" not in metadata:
+                unfinished.append(path.parent)
+                continue
+            tests.append(_test_run(path.parent, folder, metadata))
+    return tests, unfinished
+
+
+def _test_run(directory: Path, run_folder: Path, metadata: dict[str, Any]) -> TestRun:
+    parts = directory.relative_to(run_folder).parts
+    if parts[-1] == "accuracy":
+        parts = parts[:-1]
+    elif parts[-2:] == ("performance", "run_1"):
+        parts = parts[:-2]
+    system, benchmark, scenario = parts[-3:]
+    return TestRun(directory, system, benchmark, scenario, str(metadata["result"]["mode"]), metadata)
+
+
+def run_folders(logs_dir: Path) -> list[Path]:
+    """The run folders under ``build/logs`` (or another logs folder), oldest first: their names are timestamps."""
+    if not logs_dir.is_dir():
+        return []
+    return sorted(p for p in logs_dir.iterdir() if p.is_dir())
+
+
+def newest(tests: list[TestRun]) -> dict[tuple[str, str, str], TestRun]:
+    """Per (benchmark, scenario, mode), the test written last."""
+    chosen: dict[tuple[str, str, str], TestRun] = {}
+    for test in sorted(tests, key=lambda t: (t.directory / "metadata.json").stat().st_mtime):
+        chosen[(test.benchmark, test.scenario, test.mode)] = test
+    return chosen

@@ -1,0 +1,304 @@
+"""Stage a closed-division submission tree from run logs: ``build/submission/closed/<submitter>/``.
+
+For one system and one round, the newest finished accuracy and performance test of each benchmark and scenario
+becomes ``results/<system>/<bench>/<Scenario>/{accuracy, performance/run_1}`` with only the files the round's
+checker accepts, plus the ``measurements/``, ``code/`` and ``systems/`` entries it requires, and ``compliance/``
+copied as is from the newest audit logs. Nothing is staged silently: a missing scenario or test, and every test that
+is not a submittable result (its metadata.json verdict), is named; with any of them the tree is written only when
+``allow_incomplete`` is given, and its README says so. Run logs are only read.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from code.common.paths import BUILD_DIR, LOGS_DIR, REPO_ROOT
+from code.common.rounds import get_round
+from code.harness.fetch_loadgen import source_dir
+from code.submission.model_info import implementation, model_info
+from code.submission.runs import ACCURACY, PERFORMANCE, TestRun, find_tests, newest, run_folders
+
+SUBMISSION_DIR = BUILD_DIR / "submission"
+# What staging, truncation and the checker keep beside a tree, per submitter: stage.json (round, system, problems),
+# originals/ (the truncation tool's --backup) and check/ (the checker's log and CSV). Outside the tree, whose root
+# the checker wants to hold division folders only.
+WORK_DIR = BUILD_DIR / "submission_work"
+COMPLIANCE_LOGS_DIR = BUILD_DIR / "compliance_logs"
+SYSTEMS_DIR = REPO_ROOT / "systems"
+DIVISION = "closed"
+
+# What the checker accepts in each results folder (REQUIRED_ACC_FILES; REQUIRED_PERF_FILES + OPTIONAL_PERF_FILES).
+# Everything else a run writes (metadata.json, stdout.txt, user.conf, predictions.json, test_spec.json, the trace)
+# is a "file list mismatch" there.
+ACCURACY_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt", "accuracy.txt", "mlperf_log_accuracy.json")
+PERFORMANCE_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
+PLACEHOLDERS = ("", "FILL_ME")
+STAGE_RECORD = "stage.json"
+
+
+class StageError(RuntimeError):
+    """Input that cannot be staged at all; the message names the fix."""
+
+
+@dataclass
+class Staged:
+    """What stage() wrote and what stops it from being a complete, submittable tree."""
+
+    tree: Path
+    round: str
+    system: str
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Path] | None = None,
+          system: str | None = None, round_name: str | None = None, allow_incomplete: bool = False,
+          out_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR, systems_dir: Path = SYSTEMS_DIR) -> Staged:
+    """Build ``<out_dir>/closed/<submitter>/`` from the newest finished tests of ``logs`` (default: every run
+    folder in build/logs) and the newest audits of ``compliance`` (default: build/compliance_logs)."""
+    if not submitter or "/" in submitter or " " in submitter:
+        raise StageError(f"SUBMITTER='{submitter}' is not a folder name: give your organization, "
+                         "e.g. make stage_results SUBMITTER=MyOrg")
+    folders = logs if logs is not None else run_folders(LOGS_DIR)
+    for folder in folders:
+        if not folder.is_dir():
+            raise StageError(f"{folder} is not a run folder (give folders under build/logs)")
+    tests, unfinished = find_tests(folders)
+    if not tests:
+        where = ", ".join(str(f) for f in folders) or str(LOGS_DIR)
+        raise StageError(f"no finished runs in {where}: run the tests first, e.g. make run RUN_ARGS=\""
+                         "--benchmarks=bert-99 --scenarios=offline,singlestream --test_mode=SubmissionRun\"")
+    system = _one_system(tests, system)
+    tests = [t for t in tests if t.system == system]
+    round_name = _one_round(tests, round_name)
+    tests = [t for t in tests if t.round == round_name]
+    chosen = newest(tests)
+    mlperf_conf = _mlperf_conf(round_name)
+
+    staged = Staged(out_dir / DIVISION / submitter, round_name, system)
+    staged.notes += [f"a test that did not finish is left out: {path}" for path in unfinished]
+    description = _system_description(systems_dir, system, submitter, staged)
+    staged.problems += _check(chosen, description["system_type"], round_name)
+    audits = _newest_audits(compliance, system)
+    if staged.problems and not allow_incomplete:
+        return staged  # reported by the caller; nothing written
+
+    _reset(staged.tree, work_dir / submitter)
+    _write_json(staged.tree / "systems" / f"{system}.json", description)
+    for (benchmark, scenario, mode), test in sorted(chosen.items()):
+        results = staged.tree / "results" / system / benchmark / scenario
+        if mode == ACCURACY:
+            _copy_files(test.directory, results / "accuracy", ACCURACY_FILES)
+        else:
+            _copy_files(test.directory, results / "performance" / "run_1", PERFORMANCE_FILES)
+            _write_measurements(staged.tree / "measurements" / system / benchmark / scenario, test, mlperf_conf)
+            _write_code_readme(staged.tree / "code" / benchmark, benchmark, test)
+    for (benchmark, scenario), folder in sorted(audits.items()):
+        if (benchmark, scenario, PERFORMANCE) in chosen or (benchmark, scenario, ACCURACY) in chosen:
+            shutil.copytree(folder, staged.tree / "compliance" / system / benchmark / scenario)
+    if not audits:
+        where = COMPLIANCE_LOGS_DIR if compliance is None else ", ".join(map(str, compliance)) or "no folder"
+        staged.notes.append(f"no compliance audit logs for {system} in {where}: the checker will ask for "
+                            "compliance/ (make run_audit_harness)")
+    _write_tree_readme(staged, chosen)
+    _write_json(work_dir / submitter / STAGE_RECORD, {"round": round_name, "system": system, "tree": str(staged.tree),
+                                                      "problems": staged.problems, "notes": staged.notes})
+    return staged
+
+
+def staged_round(submitter: str, work_dir: Path = WORK_DIR) -> str:
+    """The round of the tree staged last for this submitter (its tools truncate and check it)."""
+    record = work_dir / submitter / STAGE_RECORD
+    if not record.is_file():
+        raise StageError(f"nothing staged for SUBMITTER={submitter}: make stage_results SUBMITTER={submitter} first")
+    return str(json.loads(record.read_text())["round"])
+
+
+def _one_system(tests: list[TestRun], system: str | None) -> str:
+    systems = sorted({t.system for t in tests})
+    if system is None:
+        if len(systems) > 1:
+            raise StageError(f"the runs are of {len(systems)} systems ({', '.join(systems)}): a submission tree is "
+                             "staged per system; give SYSTEM=<one of them>")
+        return systems[0]
+    if system not in systems:
+        raise StageError(f"no runs of system {system}: the runs are of {', '.join(systems)} (give SYSTEM=<one of "
+                         "them>, or the run folders of this system)")
+    return system
+
+
+def _one_round(tests: list[TestRun], round_name: str | None) -> str:
+    rounds: dict[str, list[TestRun]] = {}
+    for test in tests:
+        rounds.setdefault(test.round, []).append(test)
+    if round_name is not None:
+        get_round(round_name)
+        if round_name not in rounds:
+            raise StageError(f"no runs of round {round_name}: the runs are of {', '.join(sorted(rounds))} "
+                             f"(run with ROUND={round_name}, or stage ROUND=<one of them>)")
+        return round_name
+    if len(rounds) > 1:
+        listed = "; ".join(f"{name}: {len(found)} tests, e.g. {found[-1].directory}"
+                           for name, found in sorted(rounds.items()))
+        raise StageError(f"the runs mix rounds ({listed}); a submission is for one round, judged by its checker: "
+                         "give ROUND=<round>, or the run folders of one round")
+    (only,) = rounds
+    get_round(only)  # a run from before rounds were recorded: no round's checker would accept it
+    return only
+
+
+def _check(chosen: dict[tuple[str, str, str], TestRun], system_type: str, round_name: str) -> list[str]:
+    """Every reason the chosen tests are not a complete, submittable set for the round, by name."""
+    the_round = get_round(round_name)
+    problems: list[str] = []
+    benchmarks = sorted({benchmark for benchmark, _, _ in chosen})
+    for benchmark in benchmarks:
+        required = [s.value for s in the_round.scenarios_for(system_type, benchmark)]
+        present = sorted({scenario for b, scenario, _ in chosen if b == benchmark})
+        for scenario in sorted(set(required) | set(present)):
+            if scenario not in required:
+                problems.append(f"{benchmark} {scenario}: round {round_name} does not take it from a {system_type} "
+                                "system (its folder would be ignored or rejected)")
+                continue
+            for mode, what in ((ACCURACY, "accuracy"), (PERFORMANCE, "performance")):
+                if (benchmark, scenario, mode) not in chosen:
+                    problems.append(
+                        f"{benchmark} {scenario}: no finished {what} run (run it: make run ROUND={round_name} "
+                        f"RUN_ARGS=\"--benchmarks={benchmark} --scenarios={scenario.lower()} "
+                        "--test_mode=SubmissionRun\")")
+    for test in chosen.values():
+        reasons = test.problems()
+        if reasons:
+            problems.append(f"{test.describe()} is {test.verdict}: {'; '.join(reasons)} ({test.directory})")
+    return problems
+
+
+def _system_description(systems_dir: Path, system: str, submitter: str, staged: Staged) -> dict[str, Any]:
+    path = systems_dir / f"{system}.json"
+    if not path.is_file():
+        raise StageError(f"no system description {path}: make add_system writes one (documentation/"
+                         "adding_a_system.md)")
+    description = json.loads(path.read_text())
+    if description.get("submitter", "") in PLACEHOLDERS:
+        description["submitter"] = submitter  # the checker requires it to name the submitter folder
+        staged.notes.append(f"systems/{system}.json: submitter set to {submitter} (it was a placeholder)")
+    elif description["submitter"].lower() != submitter.lower():
+        raise StageError(f"{path} says submitter '{description['submitter']}', but SUBMITTER={submitter}: the "
+                         "checker requires them to match; fix one of them")
+    if description.get("system_type") is None:
+        raise StageError(f"{path} has no system_type: set it to datacenter, edge or datacenter,edge (the round's "
+                         "required scenarios depend on it)")
+    if description.get("division") != DIVISION:
+        raise StageError(f"{path} says division '{description.get('division')}'; this harness stages the "
+                         f"{DIVISION} division: set \"division\": \"{DIVISION}\"")
+    placeholders = sorted(key for key, value in description.items() if value == "FILL_ME")
+    if placeholders:
+        staged.problems.append(f"systems/{system}.json has placeholders: {', '.join(placeholders)} (fill them; "
+                               "make check_system_json)")
+    return description
+
+
+def _newest_audits(compliance: list[Path] | None, system: str) -> dict[tuple[str, str], Path]:
+    """Per (benchmark, scenario), the newest audit folder ``<ts>/<system>/<bench>/<Scenario>/`` holding TESTs."""
+    folders = compliance if compliance is not None else run_folders(COMPLIANCE_LOGS_DIR)
+    found: dict[tuple[str, str], Path] = {}
+    for folder in folders:  # oldest first: a later folder replaces an earlier one
+        for scenario_dir in sorted((folder / system).glob("*/*")) if (folder / system).is_dir() else []:
+            if scenario_dir.is_dir() and any(p.name.startswith("TEST") for p in scenario_dir.iterdir()):
+                found[(scenario_dir.parent.name, scenario_dir.name)] = scenario_dir
+    return found
+
+
+def _reset(tree: Path, work: Path) -> None:
+    """A fresh tree: the staged copy and what truncation kept of the last one are outputs of staging, not results
+    (the run logs they came from are)."""
+    for folder in (tree, work):
+        if folder.exists():
+            shutil.rmtree(folder)
+    tree.mkdir(parents=True)
+
+
+def _copy_files(source: Path, target: Path, names: tuple[str, ...]) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        if (source / name).is_file():
+            shutil.copy2(source / name, target / name)
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def _mlperf_conf(round_name: str) -> Path:
+    """The mlperf.conf of the round's LoadGen sources (v4.1's checker requires it in every measurements folder)."""
+    path = source_dir(get_round(round_name)) / "mlperf.conf"
+    if not path.is_file():
+        raise StageError(f"no {path}: the measurements need the mlperf.conf of round {round_name}'s LoadGen; "
+                         f"make build ROUND={round_name}")
+    return path
+
+
+def _write_measurements(folder: Path, test: TestRun, mlperf_conf: Path) -> None:
+    """mlperf.conf and user.conf as LoadGen read them, a README saying how the run was made, the model-info JSON."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(mlperf_conf, folder / "mlperf.conf")
+    shutil.copy2(test.directory / "user.conf", folder / "user.conf")
+    _write_json(folder / f"{test.system}_{implementation(test.metadata)}_{test.scenario}.json",
+                model_info(test.metadata))
+    fields = test.metadata["config"]["fields"]
+    provenance = test.metadata.get("provenance", {})
+    (folder / "README.md").write_text(
+        f"# {test.benchmark} {test.scenario} on {test.system}\n\n"
+        f"Round {test.round}, LoadGen {test.metadata.get('loadgen_version')}; backend `{fields['backend']}`, "
+        f"precision `{fields['precision']}`.\n\n"
+        f"- model: {provenance.get('model')}\n- inputs: {provenance.get('inputs')}\n"
+        f"- weights: {provenance.get('weights')}\n\n"
+        "Reproduce (see `code/" + test.benchmark + "/README.md` for the setup), with the settings this run was "
+        "given on its command line:\n\n"
+        f"```bash\nmake run ROUND={test.round} RUN_ARGS=\"--benchmarks={test.benchmark} "
+        f"--scenarios={test.scenario.lower()} --system_name={test.system}{_given_flags(test)}\"\n```\n")
+
+
+def _given_flags(test: TestRun) -> str:
+    """The fields the run took from RUN_ARGS (its config class gave the rest), as flags; never the log folder."""
+    config = test.metadata["config"]
+    given = sorted(name for name, source in config["sources"].items() if source == "RUN_ARGS" and name != "log_dir")
+    return "".join(f" --{name}={config['fields'][name]}" for name in given)
+
+
+def _write_code_readme(folder: Path, benchmark: str, test: TestRun) -> None:
+    if (folder / "README.md").exists():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    family = benchmark.split("-")[0]
+    (folder / "README.md").write_text(
+        f"# {benchmark}: how to reproduce with this harness\n\n"
+        "The harness (Python orchestration, a C++/pybind11 core over the official LoadGen, PyTorch backends) is "
+        f"the repository this tree was staged from; `documentation/{family}.md` there describes the benchmark.\n\n"
+        f"```bash\nmake setup\nmake download_data download_model preprocess_data BENCHMARKS=\"{family}\"\n"
+        f"make build ROUND={test.round}\n"
+        f"make run ROUND={test.round} RUN_ARGS=\"--benchmarks={benchmark} --scenarios=<scenario> "
+        "--test_mode=SubmissionRun\"\n"
+        "make stage_results SUBMITTER=<org> && make truncate_results SUBMITTER=<org> && "
+        "make check_submission SUBMITTER=<org>\n```\n\n"
+        "Each scenario's `measurements/<system>/" + benchmark + "/<Scenario>/README.md` gives the exact command.\n")
+
+
+def _write_tree_readme(staged: Staged, chosen: dict[tuple[str, str, str], TestRun]) -> None:
+    lines = [f"# {staged.tree.name}: closed division, round {staged.round}, system {staged.system}", "",
+             "Staged by `make stage_results` from these tests:", ""]
+    lines += [f"- {test.describe()}: {test.verdict} ({test.directory})" for test in
+              sorted(chosen.values(), key=lambda t: (t.benchmark, t.scenario, t.mode))]
+    pipeline = any(t.metadata["config"]["fields"]["backend"] == "oracle" for t in chosen.values())
+    if pipeline:
+        lines += ["", "**This is a pipeline test, not a result**: the oracle backend (gold answers, no model) ran "
+                  "some tests; it checks that staging, truncation and the checker work."]
+    if staged.problems:
+        lines += ["", "**Staged with --allow_incomplete: this tree is NOT a complete, submittable set.** Reasons:",
+                  ""] + [f"- {problem}" for problem in staged.problems]
+    staged.tree.joinpath("README.md").write_text("\n".join(lines) + "\n")

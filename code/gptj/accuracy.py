@@ -5,7 +5,8 @@
 
 Scoring follows the reference's `language/gpt-j/evaluation.py`: the first log entry of each qsl_idx is kept (log
 order), its `data` hex is read as int32 or int64 token ids and decoded with the GPT-J tokenizer (special tokens
-skipped); predictions and reference highlights are stripped and put one sentence per line (`sentence_split`); HF
+skipped); predictions and reference highlights are stripped and put one sentence per line with nltk.sent_tokenize
+(`sentence_split`, punkt data from a pinned package; missing data is an error, never another splitter); HF
 evaluate's ROUGE with `use_aggregator=False` is rouge_score's `RougeScorer(rouge1, rouge2, rougeL, rougeLsum,
 use_stemmer=True).score(reference, prediction)` per sample, of which the F-measures are averaged, x100 and rounded
 to 4 places. gen_len is the number of characters of all post-processed predictions, gen_num their count.

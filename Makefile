@@ -8,6 +8,7 @@ include make/build.mk
 include make/run.mk
 include make/test.mk
 include make/bench.mk
+include make/systems.mk
 
 .DEFAULT_GOAL := help
 
@@ -25,7 +26,8 @@ help:
 	@echo "  make run_harness      RUN_ARGS=\"...\""
 	@echo "  make run              RUN_ARGS=\"--benchmarks=bert --scenarios=offline --test_run\"   (= both)"
 	@echo "  make info             RUN_ARGS=\"...\"   detected system and resolved config"
-	@echo "  make add_system            stub config classes for this machine"
+	@echo "  make add_system [SUBMITTER=org]   stub configs and the system description for this machine"
+	@echo "  make check_system_json [SYSTEM=name] [SUBMITTER=org]   check it as the submission checker will"
 	@echo "  make test                  lint + tests (what CI runs)"
 	@echo "  make clean                 remove build outputs (harness, lib, engines)"
 	@echo "  make clean_all             also the venv, data and models"

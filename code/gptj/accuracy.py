@@ -35,7 +35,7 @@ import numpy as np
 from nltk.stem import porter
 from rouge_score import rouge_scorer, tokenize, tokenizers
 
-from code.gptj.sentence_split import newline_sentences, splitter_name
+from code.gptj.sentence_split import PunktDataMissingError, newline_sentences, splitter_name
 
 REFERENCE_ROUGE = {"ROUGE1": 42.9865, "ROUGE2": 20.1235, "ROUGEL": 29.9881}
 """ROUGE of the fp32 reference GPT-J (beam 4) on the 13,368 CNN/DailyMail validation samples; targets are fractions."""
@@ -329,7 +329,11 @@ def main(argv: list[str] | None = None) -> int:
 
     references = load_targets(args.dataset_file or default_eval_json())
     out_file = args.out_file or args.log_file.parent / "accuracy.txt"
-    result = evaluate_accuracy_log(args.log_file, references, decode, args.accuracy_target, out_file, args.dtype)
+    try:
+        result = evaluate_accuracy_log(args.log_file, references, decode, args.accuracy_target, out_file, args.dtype)
+    except PunktDataMissingError as error:
+        print(f"ERROR: {error}", file=sys.stderr)
+        return 2
     print(out_file.read_text(), end="")
     return 0 if result.passed else 1
 

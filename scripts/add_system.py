@@ -165,6 +165,7 @@ def user_values(description: dict[str, Any], detected: dict[str, str], user: dic
 def write_description(detected: DetectedSystem, system: str, submitter: str | None, dry_run: bool) -> list[str]:
     """Write systems/<system>.json if missing and update systems/<system>.user.json; returns what was done."""
     files = DescriptionFiles.of(system)
+    wrote = "would write" if dry_run else "wrote"
     done = []
     if files.base.exists():
         done.append(f"{files.base} exists, left as is")
@@ -177,12 +178,12 @@ def write_description(detected: DetectedSystem, system: str, submitter: str | No
         base = system_description(detected, system)
         if not dry_run:
             files.base.write_text(json.dumps(base, indent=2) + "\n")
-        done.append(f"wrote {files.base}")
+        done.append(f"{wrote} {files.base}")
     user = read_json_object(files.user) if files.user.exists() else {}
     values = user_values(base, detected_fields(detected), user, submitter)
     if not dry_run:
         files.user.write_text(json.dumps(values, indent=2) + "\n")
-    done.append(f"wrote {files.user} ({sum(v is None for v in values.values())} values to fill in)")
+    done.append(f"{wrote} {files.user} ({sum(v is None for v in values.values())} values to fill in)")
     return done
 
 

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from code.common.constants import ExitCode
 from code.common.paths import LIB_DIR, REPO_ROOT
 from code.common.run_logs import read_detail_log
 
@@ -48,7 +49,9 @@ def test_two_runs_at_once_keep_their_own_settings(tmp_path, harness_built):
         overlapped |= all("starting LoadGen" in t and "LoadGen finished" not in t for t in texts)
         time.sleep(0.1)
     for name, run in runs.items():
-        assert run.wait(timeout=5) == 0, outputs[name].read_text()
+        # Each run must finish; a 6 s Server run on a loaded 2-core machine may end INVALID (early stopping), a
+        # verdict on the figure, not on which settings it ran with.
+        assert run.wait(timeout=5) in (ExitCode.OK, ExitCode.INVALID), outputs[name].read_text()
     assert overlapped, "the two runs never ran LoadGen at the same time"
 
     for name, qps in rates.items():

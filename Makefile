@@ -9,6 +9,7 @@ include make/run.mk
 include make/test.mk
 include make/bench.mk
 include make/submission.mk
+include make/systems.mk
 
 .DEFAULT_GOAL := help
 
@@ -26,7 +27,8 @@ help:
 	@echo "  make run_harness      RUN_ARGS=\"...\""
 	@echo "  make run              RUN_ARGS=\"--benchmarks=bert --scenarios=offline --test_run\"   (= both)"
 	@echo "  make info             RUN_ARGS=\"...\"   detected system and resolved config"
-	@echo "  make add_system            stub config classes for this machine"
+	@echo "  make add_system [SUBMITTER=org]   stub configs and the system description for this machine"
+	@echo "  make check_system_json [SYSTEM=name] [SUBMITTER=org]   check it as the submission checker will"
 	@echo "  make stage_results SUBMITTER=<org>   build/submission/closed/<org> from the newest runs"
 	@echo "  make truncate_results SUBMITTER=<org>, make check_submission SUBMITTER=<org>   the round's tools"
 	@echo "  make test                  lint + tests (what CI runs)"

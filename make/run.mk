@@ -1,6 +1,6 @@
 # Engines and LoadGen runs; RUN_ARGS are parsed by `python -m code.main` (make run RUN_ARGS=--help).
 
-.PHONY: generate_engines run_harness run info add_system
+.PHONY: generate_engines run_harness run info
 generate_engines: setup
 	$(PY) -m code.main --action=generate_engines $(ROUND_ARG) $(RUN_ARGS)
 
@@ -13,6 +13,3 @@ run: build
 
 info: setup
 	$(PY) -m code.main --action=info $(ROUND_ARG) $(RUN_ARGS)
-
-add_system: setup
-	$(PY) -m scripts.add_system $(ADD_SYSTEM_ARGS)

@@ -1,21 +1,37 @@
 """``make add_system``: stub config classes and a system description for this machine.
 
 Detects the system (GPU model and count through NVML, or CPU), then for each benchmark and scenario appends a
-registered class named after it to ``configs/<bench>/<Scenario>/custom.py`` (loaded automatically when present),
-and writes ``systems/<name>.json`` with the fields the MLPerf submission checker requires. The stubs run as they
-are; tune ``gpu_batch_size`` and the target QPS/latency with ``make run RUN_ARGS="... --test_run"``.
+registered class named after it to ``configs/<bench>/<Scenario>/custom.py`` (loaded automatically when present).
+It writes the system description the MLPerf submission checker requires (``code/common/system_description.py``):
+``systems/<name>.json`` with what detection knows, when the system has none yet, and ``systems/<name>.user.json``
+with the fields still unanswered: detected values where this machine answers them, ``null`` where a person must
+(status, cooling, networking ...). Values already in the user file are kept. The stubs run as they are; tune
+``gpu_batch_size`` and the target QPS/latency with ``make run RUN_ARGS="... --test_run"``.
 
-Usage: ``python -m scripts.add_system [--system_name NAME] [--benchmarks bert,gptj] [--dry_run]``
+Usage: ``python -m scripts.add_system [--system_name NAME] [--benchmarks bert,gptj] [--submitter ORG] [--dry_run]``
+(SUBMITTER in the environment works as --submitter)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from typing import Any
 
 from code.common.constants import Benchmark, Scenario
 from code.common.paths import REPO_ROOT
+from code.common.system_description import (
+    MEANINGFUL_FIELDS,
+    REQUIRED_FIELDS,
+    SUBMITTER_ENV,
+    DescriptionFiles,
+    description_problems,
+    detected_fields,
+    load_description,
+    read_json_object,
+)
 from code.common.systems import CPU_SYSTEM, DetectedSystem, detect_system
 from configs.configuration import ConfigRegistry, WorkloadSetting
 
@@ -114,51 +130,69 @@ def add_configs(system: str, benchmark: Benchmark, on_gpu: bool, dry_run: bool) 
 
 
 def system_description(detected: DetectedSystem, system: str) -> dict[str, object]:
-    """The submission checker's required fields, filled with what detection knows; the rest left to fill in."""
-    gpu = detected.gpus[0] if detected.gpus else None
-    return {
+    """A new system's JSON: what detection knows, the facts every system of this harness shares, and "" for the
+    fields the checker wants present but not answered. Nothing a person must answer is guessed."""
+    known: dict[str, object] = {
         "division": "closed",
-        "submitter": "FILL_ME",
-        "status": "available",
         "system_name": system,
-        "system_type": "datacenter",
-        "system_type_detail": "",
         "number_of_nodes": "1",
-        "host_processor_model_name": detected.cpu_model,
-        "host_processors_per_node": "FILL_ME",
-        "host_processor_core_count": str(detected.cpu_cores),
-        "host_processor_frequency": "",
-        "host_processor_caches": "",
-        "host_processor_interconnect": "",
-        "host_memory_capacity": f"{round(detected.memory_bytes / 2**30)} GB",
-        "host_memory_configuration": "",
-        "host_storage_capacity": "FILL_ME",
-        "host_storage_type": "FILL_ME",
-        "host_networking": "",
-        "host_networking_topology": "",
-        "host_network_card_count": "",
-        "accelerators_per_node": str(len(detected.gpus)),
-        "accelerator_model_name": gpu.name if gpu else "N/A",
-        "accelerator_memory_capacity": f"{round(gpu.memory_bytes / 2**30)} GB" if gpu else "N/A",
-        "accelerator_memory_configuration": "",
-        "accelerator_frequency": "",
-        "accelerator_host_interconnect": "",
-        "accelerator_interconnect": "",
-        "accelerator_interconnect_topology": "",
-        "accelerator_on-chip_memories": "",
-        "cooling": "",
-        "framework": "PyTorch, our C++ LoadGen harness",
-        "operating_system": "FILL_ME",
-        "other_software_stack": "",
-        "hw_notes": "",
-        "sw_notes": "",
+        # The one type both rounds accept for BERT and GPT-J on a GPU (documentation/adding_a_system.md).
+        "system_type": "datacenter,edge" if detected.gpus else "edge",
+        "system_type_detail": "N/A",
+        **detected_fields(detected),
     }
+    blank = {name: "" for name in REQUIRED_FIELDS if name not in MEANINGFUL_FIELDS}
+    return {name: known.get(name, blank.get(name)) for name in REQUIRED_FIELDS
+            if name in known or name in blank}
+
+
+def user_values(description: dict[str, Any], detected: dict[str, str], user: dict[str, Any],
+                submitter: str | None) -> dict[str, Any]:
+    """The user file: its non-null values kept; every other field the description lacks or leaves empty, filled
+    from detection where it answers, else null (asked of a person)."""
+    values = {name: value for name, value in user.items() if value is not None}
+    for name in REQUIRED_FIELDS:
+        if name in values:
+            continue
+        present = description.get(name)
+        if present is None or (name in MEANINGFUL_FIELDS and not str(present).strip()):
+            values[name] = detected.get(name)
+    if submitter:
+        values["submitter"] = submitter
+    return {name: values[name] for name in REQUIRED_FIELDS if name in values}
+
+
+def write_description(detected: DetectedSystem, system: str, submitter: str | None, dry_run: bool) -> list[str]:
+    """Write systems/<system>.json if missing and update systems/<system>.user.json; returns what was done."""
+    files = DescriptionFiles.of(system)
+    wrote = "would write" if dry_run else "wrote"
+    done = []
+    if files.base.exists():
+        done.append(f"{files.base} exists, left as is")
+        base = read_json_object(files.base)
+        said = base.get("host_processor_model_name")
+        if system == detected.name and said and detected.cpu_model and said != detected.cpu_model:
+            done.append(f"warning: this machine's CPU is {detected.cpu_model!r}, {files.base.name} says {said!r}: "
+                        f"if you submit from this machine, set the host_* fields in {files.user}")
+    else:
+        base = system_description(detected, system)
+        if not dry_run:
+            files.base.write_text(json.dumps(base, indent=2) + "\n")
+        done.append(f"{wrote} {files.base}")
+    user = read_json_object(files.user) if files.user.exists() else {}
+    values = user_values(base, detected_fields(detected), user, submitter)
+    if not dry_run:
+        files.user.write_text(json.dumps(values, indent=2) + "\n")
+    done.append(f"{wrote} {files.user} ({sum(v is None for v in values.values())} values to fill in)")
+    return done
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--system_name", help="name to use instead of the detected one")
     parser.add_argument("--benchmarks", default="bert,gptj", help="comma list (default: bert,gptj)")
+    parser.add_argument("--submitter", default=os.environ.get(SUBMITTER_ENV),
+                        help="your organization, as the submission names it (default: $SUBMITTER)")
     parser.add_argument("--dry_run", action="store_true", help="say what would be written, write nothing")
     args = parser.parse_args(argv)
     detected = detect_system()
@@ -171,12 +205,13 @@ def main(argv: list[str]) -> int:
         benchmark, _ = Benchmark.parse(name)
         for line in add_configs(system, benchmark, on_gpu, args.dry_run):
             print(f"[add_system] {line}")
-    description = REPO_ROOT / "systems" / f"{system}.json"
-    if description.exists():
-        print(f"[add_system] {description} exists, left as is")
-    elif not args.dry_run:
-        description.write_text(json.dumps(system_description(detected, system), indent=2) + "\n")
-        print(f"[add_system] wrote {description}: fill in the FILL_ME fields before submitting")
+    for line in write_description(detected, system, args.submitter, args.dry_run):
+        print(f"[add_system] {line}")
+    if not args.dry_run:
+        problems = description_problems(load_description(system, submitter=args.submitter), DescriptionFiles.of(system))
+        for problem in problems:
+            print(f"[add_system] to fill in before submitting: {problem}")
+        print("[add_system] `make check_system_json` checks the description as the submission checker will")
     return 0
 
 

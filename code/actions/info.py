@@ -8,7 +8,28 @@ from code.actions.common import resolved_configs, system_name
 from code.common.arguments import RunRequest
 from code.common.benchmarks import InputsUnavailableError, load_benchmark
 from code.common.constants import TestMode
+from code.common.system_description import (
+    DescriptionFiles,
+    SystemDescriptionError,
+    description_problems,
+    load_description,
+    shown,
+)
 from code.common.systems import detect_system
+
+
+def describe_description(system: str) -> list[str]:
+    """Whether systems/<system>.json (with its user file and SUBMITTER) would pass the submission checker."""
+    files = DescriptionFiles.of(system)
+    try:
+        problems = description_problems(load_description(system), files)
+    except SystemDescriptionError as error:
+        return [f"System description: {error}"]
+    if not problems:
+        return [f"System description {shown(files.base)}: complete (make check_system_json)"]
+    missing = ", ".join(problem.split(":", 1)[0] for problem in problems)
+    return [f"System description {shown(files.base)}: {len(problems)} field(s) to fill before submitting: {missing} "
+            "(make check_system_json says where)"]
 
 
 def info(request: RunRequest) -> None:
@@ -18,6 +39,8 @@ def info(request: RunRequest) -> None:
     system = system_name(request)
     if request.system_name:
         print(f"Using configs of --system_name={system}")
+    for line in describe_description(system):
+        print(line)
     for config in resolved_configs(request, system):
         print(f"\n== {system} {config.benchmark_name} {config.scenario.value} "
               f"({config.workload.shortname()}, config class {config.config_class})")

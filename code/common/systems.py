@@ -1,13 +1,15 @@
-"""Which machine this is: GPUs from NVML, CPU and memory from the OS.
+"""Which machine this is: GPUs, driver and CUDA from NVML; CPU, memory, storage, OS and software from the OS.
 
 A system's name comes from its GPU model and count alone (``H100_SXM_80GBx8``), never from the CPU: NVIDIA's
 harness pins each known system to one CPU model and refuses every other host, which is the most common
-complaint of its users. No GPU, or no NVML, is the ``CPU`` system.
+complaint of its users. No GPU, or no NVML, is the ``CPU`` system. The rest of what is detected fills the MLPerf
+system description (``code/common/system_description.py``) and every run's metadata.json, so neither states
+anything about the machine that the machine does not say itself.
 """
 
 from __future__ import annotations
 
-import json
+import importlib.metadata
 import os
 import platform
 import re
@@ -42,6 +44,7 @@ class GpuInfo:
     name: str
     memory_bytes: int
     compute_capability: tuple[int, int]
+    pcie: str = ""  # "PCIe Gen5 x16": the host link NVML reports at its maximum; "" when NVML does not say
 
     @property
     def short_name(self) -> str:
@@ -55,13 +58,28 @@ class GpuInfo:
 
 
 @dataclass(frozen=True)
+class Storage:
+    """One block device: its size and kind (NVMe SSD, SSD, HDD)."""
+
+    name: str
+    size_bytes: int
+    kind: str
+
+
+@dataclass(frozen=True)
 class DetectedSystem:
     gpus: tuple[GpuInfo, ...] = ()
     cpu_model: str = ""
-    cpu_cores: int = 0
+    cpu_cores: int = 0  # logical CPUs the OS offers
     memory_bytes: int = 0
     nvml_error: str | None = None  # why NVML gave nothing, for `make info`
-    extra: dict[str, Any] = field(default_factory=dict)
+    cpu_sockets: int = 0
+    cores_per_socket: int = 0  # physical cores of one processor, as the system description counts them
+    storage: tuple[Storage, ...] = ()
+    operating_system: str = ""
+    driver_version: str = ""  # NVIDIA driver, from NVML
+    cuda_version: str = ""  # the CUDA version the driver supports, from NVML
+    software: dict[str, str] = field(default_factory=dict)  # Python and the packages a run uses -> version
 
     @property
     def name(self) -> str:
@@ -92,7 +110,14 @@ class DetectedSystem:
             ],
             "cpu_model": self.cpu_model,
             "cpu_cores": self.cpu_cores,
+            "cpu_sockets": self.cpu_sockets,
+            "cores_per_socket": self.cores_per_socket,
             "memory_gib": round(self.memory_bytes / 2**30, 1),
+            "storage": [f"{d.name}: {d.size_bytes / 1e12:.2f} TB {d.kind}" for d in self.storage],
+            "operating_system": self.operating_system,
+            "driver_version": self.driver_version,
+            "cuda_version": self.cuda_version,
+            "software": self.software,
             "nvml": self.nvml_error or "ok",
         }
 
@@ -129,8 +154,38 @@ def detect_gpus(nvml: Any = None) -> tuple[tuple[GpuInfo, ...], str | None]:
             name = name.decode() if isinstance(name, bytes) else name
             memory = nvml.nvmlDeviceGetMemoryInfo(handle).total
             major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-            gpus.append(GpuInfo(name, int(memory), (int(major), int(minor))))
+            gpus.append(GpuInfo(name, int(memory), (int(major), int(minor)), _pcie_link(nvml, handle)))
         return tuple(gpus), None
+    finally:
+        nvml.nvmlShutdown()
+
+
+def _pcie_link(nvml: Any, handle: Any) -> str:
+    try:
+        generation = nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)
+        return f"PCIe Gen{generation} x{nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)}"
+    except Exception:  # not supported by this GPU or stand-in
+        return ""
+
+
+def detect_driver(nvml: Any = None) -> tuple[str, str]:
+    """(NVIDIA driver version, CUDA version the driver supports) from NVML; ("", "") without NVML."""
+    if nvml is None:
+        try:
+            import pynvml as nvml  # nvidia-ml-py
+        except ImportError:
+            return "", ""
+    try:
+        nvml.nvmlInit()
+    except Exception:
+        return "", ""
+    try:
+        driver = nvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else str(driver)
+        cuda = int(nvml.nvmlSystemGetCudaDriverVersion())  # 12040 -> 12.4
+        return driver, f"{cuda // 1000}.{cuda % 1000 // 10}"
+    except Exception:
+        return "", ""
     finally:
         nvml.nvmlShutdown()
 
@@ -146,6 +201,20 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _cpu_topology(cpuinfo: str) -> tuple[int, int]:
+    """(sockets, physical cores per socket) from /proc/cpuinfo text; (0, 0) when it does not say (VMs, ARM)."""
+    sockets = {line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("physical id")}
+    cores = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("cpu cores")]
+    return len(sockets), int(cores[0]) if cores and cores[0].isdigit() else 0
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
 def _memory_bytes() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -153,30 +222,61 @@ def _memory_bytes() -> int:
         return 0
 
 
+def detect_storage(sys_block: Path = Path("/sys/block")) -> tuple[Storage, ...]:
+    """Physical block devices: NVMe, SATA/SAS disks and virtio disks; loop, RAM and device-mapper devices are not
+    storage of their own."""
+    devices = []
+    for device in sorted(sys_block.glob("*")) if sys_block.is_dir() else []:
+        if re.match(r"(loop|ram|zram|dm-|md|sr|fd)", device.name):
+            continue
+        sectors = _read(device / "size").strip()
+        if not sectors.isdigit() or int(sectors) == 0:
+            continue
+        rotational = _read(device / "queue" / "rotational").strip() == "1"
+        kind = "HDD" if rotational else ("NVMe SSD" if device.name.startswith("nvme") else "SSD")
+        devices.append(Storage(device.name, int(sectors) * 512, kind))
+    return tuple(devices)
+
+
+def _operating_system() -> str:
+    """PRETTY_NAME of /etc/os-release and the kernel: "Ubuntu 22.04.4 LTS (Linux 5.15.0-105-generic)"."""
+    release = dict(re.findall(r'^(\w+)="?([^"\n]*)"?$', _read(Path("/etc/os-release")), flags=re.M))
+    name = release.get("PRETTY_NAME") or platform.system()
+    return f"{name} ({platform.system()} {platform.release()})"
+
+
+SOFTWARE_PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "nltk", "rouge_score", "pybind11")
+"""Python packages a run's results depend on, recorded by version."""
+
+
+def detect_software() -> dict[str, str]:
+    """Python's version and the installed version of each of SOFTWARE_PACKAGES (missing ones left out)."""
+    found = {"python": platform.python_version()}
+    for name in SOFTWARE_PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
 def detect_system(nvml: Any = None) -> DetectedSystem:
     """Detect this machine. Pass a stand-in for ``pynvml`` to test detection without a GPU."""
     gpus, why = detect_gpus(nvml)
+    driver, cuda = detect_driver(nvml) if not why else ("", "")
+    sockets, cores_per_socket = _cpu_topology(_read(Path("/proc/cpuinfo")))
+    logical = os.cpu_count() or 0
     return DetectedSystem(
         gpus=gpus,
         cpu_model=_cpu_model(),
-        cpu_cores=os.cpu_count() or 0,
+        cpu_cores=logical,
         memory_bytes=_memory_bytes(),
         nvml_error=why,
+        cpu_sockets=sockets or 1,
+        cores_per_socket=cores_per_socket or logical,
+        storage=detect_storage(),
+        operating_system=_operating_system(),
+        driver_version=driver,
+        cuda_version=cuda,
+        software=detect_software(),
     )
-
-
-def system_type(system: str, systems_dir: Path | None = None) -> str:
-    """The ``system_type`` (datacenter, edge, datacenter,edge) of systems/<system>.json: with the round, it decides
-    which scenarios a submission must and may have."""
-    path = (systems_dir or SYSTEMS_DIR) / f"{system}.json"
-    if not path.is_file():
-        raise SystemDetectionError(f"{path} is missing; it says whether {system} is a datacenter or edge system: "
-                                   "run `make add_system` to write it")
-    try:
-        value = json.loads(path.read_text()).get("system_type", "")
-    except (json.JSONDecodeError, AttributeError) as error:
-        raise SystemDetectionError(f"{path} is not a JSON object ({error}); fix it or rewrite it with "
-                                   "`make add_system`") from None
-    if not value:
-        raise SystemDetectionError(f"{path} has no system_type: set it to datacenter, edge or datacenter,edge")
-    return str(value)

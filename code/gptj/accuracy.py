@@ -5,7 +5,8 @@
 
 Scoring follows the reference's `language/gpt-j/evaluation.py`: the first log entry of each qsl_idx is kept (log
 order), its `data` hex is read as int32 or int64 token ids and decoded with the GPT-J tokenizer (special tokens
-skipped); predictions and reference highlights are stripped and put one sentence per line (`sentence_split`); HF
+skipped); predictions and reference highlights are stripped and put one sentence per line with nltk.sent_tokenize
+(`sentence_split`, punkt data from a pinned package; missing data is an error, never another splitter); HF
 evaluate's ROUGE with `use_aggregator=False` is rouge_score's `RougeScorer(rouge1, rouge2, rougeL, rougeLsum,
 use_stemmer=True).score(reference, prediction)` per sample, of which the F-measures are averaged, x100 and rounded
 to 4 places. gen_len is the number of characters of all post-processed predictions, gen_num their count.
@@ -34,7 +35,7 @@ import numpy as np
 from nltk.stem import porter
 from rouge_score import rouge_scorer, tokenize, tokenizers
 
-from code.gptj.sentence_split import newline_sentences, splitter_name
+from code.gptj.sentence_split import PunktDataMissingError, newline_sentences, splitter_name
 
 REFERENCE_ROUGE = {"ROUGE1": 42.9865, "ROUGE2": 20.1235, "ROUGEL": 29.9881}
 """ROUGE of the fp32 reference GPT-J (beam 4) on the 13,368 CNN/DailyMail validation samples; targets are fractions."""
@@ -328,7 +329,11 @@ def main(argv: list[str] | None = None) -> int:
 
     references = load_targets(args.dataset_file or default_eval_json())
     out_file = args.out_file or args.log_file.parent / "accuracy.txt"
-    result = evaluate_accuracy_log(args.log_file, references, decode, args.accuracy_target, out_file, args.dtype)
+    try:
+        result = evaluate_accuracy_log(args.log_file, references, decode, args.accuracy_target, out_file, args.dtype)
+    except PunktDataMissingError as error:
+        print(f"ERROR: {error}", file=sys.stderr)
+        return 2
     print(out_file.read_text(), end="")
     return 0 if result.passed else 1
 

@@ -153,6 +153,10 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     oracle = config["backend"] == "oracle"
     references_text = None if choice.synthetic else _references(samples)
     tokenizer = load_tokenizer() if references_text is not None else None
+    if references_text is not None and mode is TestMode.AccuracyOnly:
+        from code.gptj.sentence_split import splitter_name
+
+        splitter_name()  # scoring needs nltk's punkt data: stop before the run, not after it
     options = BackendOptions(
         device=resolve_device(config),
         cpu_threads=resolve_cpu_threads(config),

@@ -29,6 +29,7 @@ import pytest
 from code.common.constants import DATASET_SIZE, Benchmark
 from code.common.paths import LIB_DIR, REPO_ROOT
 from code.common.rounds import DEFAULT_ROUND, ROUNDS, get_round
+from code.common.system_description import REQUIRED_FIELDS, DescriptionFiles, description_problems
 from code.gptj.cnn_dailymail import TOKENIZED_SUBDIR
 from code.submission.checker import AlreadyTruncated, check, truncate
 from code.submission.stage import StageError, stage
@@ -83,14 +84,16 @@ def _sample_count(benchmark: str) -> int:
 
 
 def _system_description(folder: Path) -> Path:
-    """systems/CPU.json with its placeholders filled, as a submitter's would be (make check_system_json)."""
+    """systems/CPU.json with every field the checker requires answered, as a submitter's would be once
+    `make check_system_json` passes."""
     description = json.loads((REPO_ROOT / "systems" / f"{SYSTEM}.json").read_text())
-    for key, value in description.items():
-        if value in ("", "FILL_ME"):
-            description[key] = "pipeline test"
-    description["submitter"] = SUBMITTER
+    for name in REQUIRED_FIELDS:
+        if description.get(name) in (None, "", "FILL_ME"):
+            description[name] = "pipeline test"
+    description.update(submitter=SUBMITTER, status="available")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{SYSTEM}.json").write_text(json.dumps(description, indent=2))
+    assert not description_problems(description, DescriptionFiles.of(SYSTEM, folder))
     return folder
 
 

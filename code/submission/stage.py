@@ -18,6 +18,12 @@ from typing import Any
 
 from code.common.paths import BUILD_DIR, LOGS_DIR, REPO_ROOT
 from code.common.rounds import get_round
+from code.common.system_description import (
+    DescriptionFiles,
+    SystemDescriptionError,
+    description_problems,
+    load_description,
+)
 from code.harness.fetch_loadgen import source_dir
 from code.submission.model_info import implementation, model_info
 from code.submission.runs import ACCURACY, PERFORMANCE, TestRun, find_tests, newest, run_folders
@@ -36,7 +42,6 @@ DIVISION = "closed"
 # is a "file list mismatch" there.
 ACCURACY_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt", "accuracy.txt", "mlperf_log_accuracy.json")
 PERFORMANCE_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
-PLACEHOLDERS = ("", "FILL_ME")
 STAGE_RECORD = "stage.json"
 
 
@@ -178,27 +183,22 @@ def _check(chosen: dict[tuple[str, str, str], TestRun], system_type: str, round_
 
 
 def _system_description(systems_dir: Path, system: str, submitter: str, staged: Staged) -> dict[str, Any]:
-    path = systems_dir / f"{system}.json"
-    if not path.is_file():
-        raise StageError(f"no system description {path}: make add_system writes one (documentation/"
-                         "adding_a_system.md)")
-    description = json.loads(path.read_text())
-    if description.get("submitter", "") in PLACEHOLDERS:
-        description["submitter"] = submitter  # the checker requires it to name the submitter folder
-        staged.notes.append(f"systems/{system}.json: submitter set to {submitter} (it was a placeholder)")
-    elif description["submitter"].lower() != submitter.lower():
-        raise StageError(f"{path} says submitter '{description['submitter']}', but SUBMITTER={submitter}: the "
-                         "checker requires them to match; fix one of them")
+    """The description the tree ships: the system's JSON, its user file and SUBMITTER merged
+    (``load_description``), with what the checker would reject reported as a problem by field."""
+    try:
+        description = load_description(system, systems_dir, submitter)
+    except SystemDescriptionError as error:
+        raise StageError(str(error)) from None
     if description.get("system_type") is None:
-        raise StageError(f"{path} has no system_type: set it to datacenter, edge or datacenter,edge (the round's "
-                         "required scenarios depend on it)")
+        raise StageError(f"systems/{system}.json has no system_type: set it to datacenter, edge or datacenter,edge "
+                         "(the round's required scenarios depend on it)")
     if description.get("division") != DIVISION:
-        raise StageError(f"{path} says division '{description.get('division')}'; this harness stages the "
-                         f"{DIVISION} division: set \"division\": \"{DIVISION}\"")
-    placeholders = sorted(key for key, value in description.items() if value == "FILL_ME")
-    if placeholders:
-        staged.problems.append(f"systems/{system}.json has placeholders: {', '.join(placeholders)} (fill them; "
-                               "make check_system_json)")
+        raise StageError(f"systems/{system}.json says division '{description.get('division')}'; this harness "
+                         f"stages the {DIVISION} division: set \"division\": \"{DIVISION}\"")
+    problems = description_problems(description, DescriptionFiles.of(system, systems_dir))
+    if problems:
+        staged.problems.append(f"the description of {system} would fail the checker (make check_system_json): "
+                               + "; ".join(problems))
     return description
 
 

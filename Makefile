@@ -1,5 +1,5 @@
 # MLPerf Inference harness for BERT and GPT-J. `make help` lists the targets; documentation/commands.md explains
-# the flow. Fragments in make/ hold the details: paths and tools, setup, data, build, run, test.
+# the flow. Fragments in make/ hold the details: paths and tools, setup, data, build, run, test, audits.
 
 include make/const.mk
 include make/setup.mk
@@ -8,6 +8,7 @@ include make/build.mk
 include make/run.mk
 include make/test.mk
 include make/bench.mk
+include make/audit.mk
 
 .DEFAULT_GOAL := help
 
@@ -25,6 +26,7 @@ help:
 	@echo "  make run_harness      RUN_ARGS=\"...\""
 	@echo "  make run              RUN_ARGS=\"--benchmarks=bert --scenarios=offline --test_run\"   (= both)"
 	@echo "  make info             RUN_ARGS=\"...\"   detected system and resolved config"
+	@echo "  make run_audit_harness RUN_ARGS=\"... [--audit_test=TEST01]\"   compliance audits of a SubmissionRun"
 	@echo "  make add_system            stub config classes for this machine"
 	@echo "  make test                  lint + tests (what CI runs)"
 	@echo "  make clean                 remove build outputs (harness, lib, engines)"

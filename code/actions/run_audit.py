@@ -146,6 +146,10 @@ def _run_one(audit: Audit, system: str, root: Path, overrides: dict) -> TestResu
         return run
     output_dir = root / where
     verdict = _verify(audit, work_dir, output_dir)
+    if not run.valid:  # the checker rejects an audit whose LoadGen run is INVALID or logged an error
+        verdict.checks["LoadGen run"] = False
+        verdict.reasons += [f"the audit's LoadGen run is INVALID: {reason}" for reason in run.invalid_reasons]
+        verdict.reasons += run.loadgen_errors
     accuracy_dir = output_dir / test / "accuracy"
     if test == "TEST01":
         ship_test01_accuracy(verdict, work_dir, accuracy_dir, metadata.get("audit_accuracy", {}),
@@ -189,6 +193,10 @@ def ship_test01_accuracy(verdict: AuditVerdict, work_dir: Path, accuracy_dir: Pa
         return
     shutil.copy2(work_dir / "baseline" / "accuracy.txt", accuracy_dir / "baseline_accuracy.txt")
     shutil.copy2(work_dir / "accuracy.txt", accuracy_dir / "compliance_accuracy.txt")
+    if verdict.compared == 0:
+        verdict.reasons.insert(0, "the audit logged no response to compare (LoadGen applied no accuracy log "
+                                  "sampling: see audit.config's entries in its mlperf_log_detail.txt)")
+        return
     audited, baseline = scores.get("audit", {}).get("value"), scores.get("baseline", {}).get("value")
     limit = accuracy_delta_limit(benchmark_name)
     if audited and baseline:

@@ -141,6 +141,7 @@ class AuditVerdict:
     checks: dict[str, bool] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)  # what was compared, for the summary
+    compared: int | None = None  # TEST01: audited responses found in the accuracy run's log
 
     @property
     def passed(self) -> bool:
@@ -158,6 +159,8 @@ def read_verification(test: str, output_dir: Path, transcript: str) -> AuditVerd
         verdict.checks[name] = any(PASS_LINE in line for line in text.splitlines())
         if name == "accuracy":
             counts = dict(re.findall(r"^(num_\w+) = (\d+)", text, flags=re.M))
+            if "num_perf_log_qsl_idx_match" in counts:
+                verdict.compared = int(counts["num_perf_log_qsl_idx_match"])
             if counts:
                 verdict.figures.append(f"{counts.get('num_perf_log_qsl_idx_match', '?')} audited responses "
                                        f"compared, {counts.get('num_perf_log_data_mismatch', '?')} differ")

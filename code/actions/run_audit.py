@@ -77,8 +77,8 @@ def run_audit(request: RunRequest) -> int:
     try:
         with stop_signals_raise():
             for audit in audits:
-                result = _run_one(audit, system, root, request.overrides)
-                results.append((audit.config.benchmark_name, result, {}))
+                result, metadata = _run_one(audit, system, root, request.overrides)
+                results.append((audit.config.benchmark_name, result, metadata))
     except Interrupted as stop:
         with stop_signals_ignored():
             print(f"[run_audit] {stop}: stopped; {len(audits) - len(results)} audit(s) not finished", flush=True)
@@ -99,10 +99,10 @@ def _required(config: ResolvedConfig) -> tuple[str, ...]:
 def plan_audit(config: ResolvedConfig, test: str, results_dir: str | None) -> Audit:
     """Check that the audit can run and count, refusing it by name otherwise; find its tools and reference run."""
     round_name = config["round"]
-    check_round(config)
     refusal = round_refusal(config) or audit_refusal(round_name, config.benchmark_name, test)
-    if refusal:
+    if refusal:  # before the built-core check: what the round refuses needs no build to say so
         raise RoundError(f"refusing a {test} audit that round {round_name} would not accept: {refusal}")
+    check_round(config)
     tools = audit_tools(round_name, test, config.benchmark)
     if test == "TEST01":  # its logged responses are scored, so it runs on the real data set
         load_benchmark(config.benchmark).describe_inputs(config, TestMode.AccuracyOnly)
@@ -117,9 +117,9 @@ def plan_audit(config: ResolvedConfig, test: str, results_dir: str | None) -> Au
     return Audit(config, test, tools, reference)
 
 
-def _run_one(audit: Audit, system: str, root: Path, overrides: dict) -> TestResult:
+def _run_one(audit: Audit, system: str, root: Path, overrides: dict) -> tuple[TestResult, dict]:
     """The audit's LoadGen test in its working directory, then the official verification into the checker's
-    layout; the result's verdict is the verification's."""
+    layout; the result's verdict is the verification's. Also returns the LoadGen run's metadata.json."""
     config, test = audit.config, audit.test
     where = Path(system) / config.benchmark_name / config.scenario.value
     work_dir = root / RUNS_SUBDIR / where / test
@@ -143,7 +143,7 @@ def _run_one(audit: Audit, system: str, root: Path, overrides: dict) -> TestResu
     }
     run, metadata = run_child(spec, work_dir, cwd=work_dir)
     if run.valid is None or not run.complete:
-        return run
+        return run, metadata
     output_dir = root / where
     verdict = _verify(audit, work_dir, output_dir)
     if not run.valid:  # the checker rejects an audit whose LoadGen run is INVALID or logged an error
@@ -156,9 +156,10 @@ def _run_one(audit: Audit, system: str, root: Path, overrides: dict) -> TestResu
                               config.benchmark_name)
     figures = "; ".join(verdict.figures) or "no figures"
     summary = f"{test}: " + ", ".join(f"{name} {'PASS' if ok else 'FAIL'}" for name, ok in verdict.checks.items())
-    return TestResult(config.scenario.value, test, str(output_dir / test), valid=verdict.passed,
-                      invalid_reasons=verdict.reasons, not_submittable=run.not_submittable,
-                      accuracy={"summary": f"{summary} ({figures})", "checks": verdict.checks})
+    result = TestResult(config.scenario.value, test, str(output_dir / test), valid=verdict.passed,
+                        invalid_reasons=verdict.reasons, not_submittable=run.not_submittable,
+                        accuracy={"summary": f"{summary} ({figures})", "checks": verdict.checks})
+    return result, metadata
 
 
 def _verify(audit: Audit, work_dir: Path, output_dir: Path) -> AuditVerdict:

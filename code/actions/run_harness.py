@@ -85,14 +85,14 @@ def run_harness(request: RunRequest) -> int:
 
 
 def check_round(config: ResolvedConfig) -> None:
-    """The round's core is built, and a SubmissionRun is for a benchmark and scenario its round accepts."""
+    """A SubmissionRun is for a benchmark and scenario its round accepts, and the round's core is built."""
     round_name = config["round"]
-    if not module_path(harness_lib_dir(round_name)).is_file():
-        raise BenchmarkError(f"the C++ core of round {round_name} is not built: run `make build ROUND={round_name}`")
     if TestMode.parse(config["test_mode"]) is TestMode.SubmissionRun:
         refusal = round_refusal(config)
         if refusal:
             raise RoundError(f"refusing a SubmissionRun that round {round_name} would not accept: {refusal}")
+    if not module_path(harness_lib_dir(round_name)).is_file():
+        raise BenchmarkError(f"the C++ core of round {round_name} is not built: run `make build ROUND={round_name}`")
 
 
 def _finish(system: str, root: Path, results: list[tuple[str, TestResult, dict]]) -> None:

@@ -83,9 +83,14 @@ def calibrate(model: InflightModel, seed: int, max_prompt_length: int) -> Amax:
 
     samples = GptjSamples.synthetic(CALIBRATION_PROMPTS, seed=seed + CALIBRATION_SEED_OFFSET,
                                     max_length=max_prompt_length)
+    return calibrate_on(model, [samples.prompt(i) for i in range(len(samples))])
+
+
+def calibrate_on(model: InflightModel, prompts: list[np.ndarray], batch: int = 8) -> Amax:
+    """GEMM-input, key and value magnitudes over ``prompts`` (16-bit forward, ``batch`` prompts per pass)."""
     amax = Amax()
-    for start in range(0, len(samples), 8):
-        prompts = [torch.as_tensor(np.asarray(samples.prompt(i), dtype=np.int64), device=model.device)
-                   for i in range(start, min(start + 8, len(samples)))]
-        model.collect_amax(prompts, amax)
+    for start in range(0, len(prompts), batch):
+        tensors = [torch.as_tensor(np.asarray(p, dtype=np.int64), device=model.device)
+                   for p in prompts[start: start + batch]]
+        model.collect_amax(tensors, amax)
     return amax

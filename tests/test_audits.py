@@ -18,6 +18,7 @@ from code.common.audits import (
     audit_tools,
     find_reference_run,
     parse_audit_tests,
+    reference_problem,
 )
 from code.common.constants import Benchmark, ExitCode, Scenario
 from code.common.paths import LIB_DIR, OFFICIAL_TOOLS_DIR, REPO_ROOT
@@ -82,6 +83,17 @@ def test_no_reference_run_names_the_submission_run_to_make(tmp_path):
     with pytest.raises(AuditError, match=r"no complete SubmissionRun of bert-99 Offline on CPU for round v5.0 .*"
                                          r"--test_mode=SubmissionRun .*--audit_results_dir"):
         find_reference_run("CPU", "bert-99", Scenario.Offline, "v5.0", logs_dir=tmp_path)
+
+
+def test_a_reference_run_must_be_a_finished_submission_run_of_the_round(tmp_path):
+    assert reference_problem(tmp_path, "v5.0") == (f"{tmp_path} has no accuracy/mlperf_log_accuracy.json (a "
+                                                   "SubmissionRun folder has accuracy/ and performance/run_1/)")
+    for sub, name in (("accuracy", "mlperf_log_accuracy.json"), ("performance/run_1", "mlperf_log_summary.txt")):
+        (tmp_path / sub).mkdir(parents=True)
+        (tmp_path / sub / name).write_text("[]")
+        (tmp_path / sub / "metadata.json").write_text(json.dumps({"round": "v4.1", "result": {"complete": True}}))
+    assert reference_problem(tmp_path, "v5.0") == f"{tmp_path / 'accuracy'} is a run of round v4.1, not v5.0"
+    assert reference_problem(tmp_path, "v4.1") is None
 
 
 # The oracle (gold answers) makes the responses the same in every run, so TEST01's comparison with the accuracy

@@ -1,5 +1,5 @@
 # MLPerf Inference harness for BERT and GPT-J. `make help` lists the targets; documentation/commands.md explains
-# the flow. Fragments in make/ hold the details: paths and tools, setup, data, build, run, test.
+# the flow. Fragments in make/ hold the details: paths and tools, setup, data, build, run, test, audits.
 
 include make/const.mk
 include make/setup.mk
@@ -10,6 +10,7 @@ include make/test.mk
 include make/bench.mk
 include make/submission.mk
 include make/systems.mk
+include make/audit.mk
 
 .DEFAULT_GOAL := help
 
@@ -27,6 +28,7 @@ help:
 	@echo "  make run_harness      RUN_ARGS=\"...\""
 	@echo "  make run              RUN_ARGS=\"--benchmarks=bert --scenarios=offline --test_run\"   (= both)"
 	@echo "  make info             RUN_ARGS=\"...\"   detected system and resolved config"
+	@echo "  make run_audit_harness RUN_ARGS=\"... [--audit_test=TEST01]\"   compliance audits of a SubmissionRun"
 	@echo "  make add_system [SUBMITTER=org]   stub configs and the system description for this machine"
 	@echo "  make check_system_json [SYSTEM=name] [SUBMITTER=org]   check it as the submission checker will"
 	@echo "  make stage_results SUBMITTER=<org>   build/submission/closed/<org> from the newest runs"

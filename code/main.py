@@ -1,4 +1,4 @@
-"""Entry point: ``python -m code.main --action=<generate_engines|run_harness|run|info> [RUN_ARGS...]``.
+"""Entry point: ``python -m code.main --action=<generate_engines|run_harness|run|info|run_audit> [RUN_ARGS...]``.
 
 Errors a user can fix (a bad flag, a missing config, a round without the test, absent data) end with one clear
 message and exit 2, never a traceback. A run exits 3 when a test is INVALID or FAILs its accuracy target, and 1 when
@@ -11,6 +11,7 @@ import signal
 import sys
 
 from code.common.arguments import ArgumentError, format_help, parse_run_args
+from code.common.audits import AuditError
 from code.common.benchmarks import BenchmarkError
 from code.common.constants import ExitCode
 from code.common.fields import FieldError
@@ -19,7 +20,8 @@ from code.common.run_logs import LogDirError
 from code.common.systems import SystemDetectionError
 from configs.configuration import ConfigError
 
-USER_ERRORS = (ArgumentError, FieldError, ConfigError, BenchmarkError, LogDirError, SystemDetectionError, RoundError)
+USER_ERRORS = (ArgumentError, FieldError, ConfigError, BenchmarkError, LogDirError, SystemDetectionError, RoundError,
+               AuditError)
 
 
 def main(argv: list[str]) -> int:
@@ -29,6 +31,10 @@ def main(argv: list[str]) -> int:
         return ExitCode.OK
     try:
         request = parse_run_args(argv)
+        if request.action == "run_audit":
+            from code.actions.run_audit import run_audit
+
+            return run_audit(request)
         if request.action == "info":
             from code.actions.info import info
 

@@ -13,6 +13,7 @@ import pytest
 from code.bert.accuracy import (
     CHECKER_F1_PATTERN,
     NO_ANSWER_TEXT,
+    PAD_LOGIT,
     REFERENCE_F1,
     decode_accuracy_log,
     evaluate_accuracy_log,
@@ -232,19 +233,22 @@ def _run_oracle(features: BertFeatures, shift: int, batch_size: int = 8) -> list
     return responses
 
 
+def _hex(logits: np.ndarray) -> str:
+    return np.ascontiguousarray(logits, dtype=np.float32).tobytes().hex().upper()
+
+
 def _write_loadgen_log(path: Path, responses: list[np.ndarray], duplicate: int | None = None) -> Path:
-    """LoadGen's mlperf_log_accuracy.json: one entry per response, raw bytes as upper-case hex."""
+    """LoadGen's mlperf_log_accuracy.json: one entry per response, raw bytes as upper-case hex. ``duplicate``: that
+    sample is logged twice, first with a wrong answer, as a repeated sample of a performance run can be."""
     entries = []
+    if duplicate is not None:
+        entries.append({"seq_id": 0, "qsl_idx": duplicate, "data": _hex(np.zeros((4, 2)))})
     for qsl_idx, logits in enumerate(responses):
         if qsl_idx % 2 == 0:  # half padded to [384, 2] as the benchmark sends them, half left trimmed
             padded = np.full((MAX_SEQ_LENGTH, 2), -10.0, dtype=np.float32)
             padded[: logits.shape[0]] = logits
             logits = padded
-        data = np.ascontiguousarray(logits, dtype=np.float32).tobytes().hex().upper()
-        entries.append({"seq_id": len(entries), "qsl_idx": qsl_idx, "data": data})
-    if duplicate is not None:  # a later, different copy of a sample must be ignored
-        garbage = np.zeros((4, 2), dtype=np.float32).tobytes().hex().upper()
-        entries.append({"seq_id": len(entries), "qsl_idx": duplicate, "data": garbage})
+        entries.append({"seq_id": len(entries), "qsl_idx": qsl_idx, "data": _hex(logits)})
     path.write_text(json.dumps(entries))
     return path
 
@@ -266,6 +270,33 @@ def test_oracle_scores_100_and_passes(tmp_path, preprocessed):
     predictions = json.loads((tmp_path / "predictions.json").read_text())
     assert predictions["cl-01"] == "Zürich" and predictions["oc-01"] == "world-class touring bicycles"
     assert predictions["cl-03"] == "8.50 francs"
+
+
+def test_a_sample_logged_twice_is_scored_from_its_last_response(tmp_path, preprocessed):
+    """As the reference (accuracy-squad.py keys results by feature, a later entry overwrites an earlier one)."""
+    features = BertFeatures.load(preprocessed)
+    responses = _run_oracle(features, 0)
+    gold = next(i for i in range(FIXTURE_FEATURES) if features.gold_positions[i, 0] > 0)  # a feature with an answer
+    entries = json.loads(_write_loadgen_log(tmp_path / "log.json", responses).read_text())
+    wrong = {"seq_id": len(entries), "qsl_idx": gold, "data": _hex(np.zeros((4, 2)))}
+
+    # Right first, wrong last: the wrong one counts.
+    (tmp_path / "wrong_last.json").write_text(json.dumps([*entries, wrong]))
+    logits = decode_accuracy_log(tmp_path / "wrong_last.json")
+    assert len(logits) == FIXTURE_FEATURES and (logits[gold][4:] == PAD_LOGIT).all()
+    wrong_last = evaluate_accuracy_log(tmp_path / "wrong_last.json", preprocessed, FIXTURE, 0.99, tmp_path / "a.txt")
+    assert wrong_last.f1 < 100.0 and wrong_last.num_features_scored == FIXTURE_FEATURES
+
+    # Wrong first, right last (and three copies of every sample): the right one counts.
+    (tmp_path / "right_last.json").write_text(json.dumps([wrong, *entries, *entries, *entries]))
+    right_last = evaluate_accuracy_log(tmp_path / "right_last.json", preprocessed, FIXTURE, 0.99, tmp_path / "b.txt")
+    assert (right_last.exact_match, right_last.f1) == (100.0, 100.0)
+
+    # Every entry must decode, a replaced one too, as the reference decodes them all.
+    odd = {"seq_id": 0, "qsl_idx": gold, "data": _hex(np.zeros(3))}
+    (tmp_path / "odd_first.json").write_text(json.dumps([odd, *entries]))
+    with pytest.raises(ValueError, match=f"qsl_idx {gold} has 3 floats"):
+        decode_accuracy_log(tmp_path / "odd_first.json")
 
 
 def test_shifted_oracle_fails(tmp_path, preprocessed):

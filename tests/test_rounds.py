@@ -2,7 +2,6 @@
 round is chosen by flag, config field or Make variable, with bad input refused by name."""
 
 import importlib.util
-import os
 import subprocess
 import sys
 import tarfile
@@ -12,12 +11,11 @@ import pytest
 
 from code.common.arguments import ArgumentError, parse_run_args
 from code.common.constants import Scenario
+from code.common.paths import OFFICIAL_TOOLS_DIR as OFFICIAL_TOOLS
 from code.common.paths import REPO_ROOT
 from code.common.rounds import DEFAULT_ROUND, ROUNDS, RoundError, get_round
 from code.harness.fetch_loadgen import FetchError, fetch_loadgen, mlperf_conf_seeds
 
-# The official tools of each round, unmodified (../shared/mlcommons-inference/<round>/ beside the checkout).
-OFFICIAL_TOOLS = Path(os.environ.get("MLPERF_INFERENCE_TOOLS", REPO_ROOT.parent / "shared" / "mlcommons-inference"))
 OUR_BENCHMARKS = ("bert-99", "bert-99.9", "gptj-99", "gptj-99.9")
 
 

@@ -10,6 +10,7 @@ incomplete, skips the rest and still writes the summary.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -71,7 +72,7 @@ def run_harness(request: RunRequest) -> int:
                 }
                 print(f"\n[run_harness] {system} {config.benchmark_name} {config.scenario.value} "
                       f"{loadgen_mode.value}", flush=True)
-                result, metadata = _run_child(running, log_dir)
+                result, metadata = run_child(running, log_dir)
                 running = None
                 results.append((config.benchmark_name, result, metadata))
     except Interrupted as stop:
@@ -120,15 +121,18 @@ def _record_interruption(stop: Interrupted, running: dict | None, results: list[
     return line
 
 
-def _run_child(spec: dict, log_dir: Path) -> tuple[TestResult, dict]:
-    """Run one test in its own process group; the group is stopped whenever this returns or raises."""
+def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestResult, dict]:
+    """Run one test in its own process group, in ``cwd`` (LoadGen reads an audit's audit.config from there); the
+    group is stopped whenever this returns or raises."""
     spec_file = log_dir / "test_spec.json"
     spec_file.write_text(json.dumps(spec, indent=2) + "\n")
     mark_incomplete(log_dir, spec["scenario"], spec["mode"], "the test has not finished: it is running, or it was "
                     "stopped before it could write its result", {"test_spec": spec})
     command = [sys.executable, "-m", "code.actions.run_single_test", str(spec_file)]
+    # The repository first on the path, also outside it: our `code` package, not the standard library's module.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     with open(log_dir / "stdout.txt", "w") as transcript:
-        process = start_in_own_group(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        process = start_in_own_group(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, bufsize=1)
         try:
             assert process.stdout is not None

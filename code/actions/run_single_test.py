@@ -12,9 +12,11 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from code.common.audits import write_baseline_log
 from code.common.benchmarks import BenchmarkError, load_benchmark
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
 from code.common.paths import REPO_ROOT
@@ -96,6 +98,10 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
     run_test(settings, prepared.sample_lengths, prepared.runner)
     print(f"[run_single_test] LoadGen finished in {time.time() - loaded:.1f} s", flush=True)
 
+    audit = spec.get("audit")  # {"test": "TEST01", "reference_accuracy_log": path} for a compliance audit
+    audit_accuracy = None
+    if audit and audit["test"] == "TEST01":
+        audit_accuracy = score_test01(prepared.evaluate_accuracy, log_dir, Path(audit["reference_accuracy_log"]))
     if mode is TestMode.AccuracyOnly:
         accuracy = prepared.evaluate_accuracy(log_dir)
         result = TestResult(config.scenario.value, mode.value, str(log_dir), metric=accuracy["metric"],
@@ -105,7 +111,8 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
     else:
         result = performance_result(log_dir, config.scenario)
     result.not_submittable = not_submittable_reasons(config, mode, provenance, read_detail_log(log_dir),
-                                                     prepared.total_sample_count)
+                                                     prepared.total_sample_count,
+                                                     audit_test=audit["test"] if audit else None)
     result.extra["seconds"] = round(time.time() - started, 1)
 
     software = versions(config["round"])
@@ -121,8 +128,21 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         "versions": software,
         "user_conf": user_conf.read_text(),
         "command": sys.argv,
+        **({"audit_accuracy": audit_accuracy} if audit_accuracy else {}),
     })
     return result
+
+
+def score_test01(evaluate_accuracy: Callable[[Path], dict[str, Any]], log_dir: Path,
+                 reference_accuracy_log: Path) -> dict[str, Any]:
+    """Score TEST01's logged responses (accuracy.txt beside them) and the accuracy run's responses to the same
+    samples (baseline/accuracy.txt): the submission ships both when the responses differ, and the checker compares
+    the two scores."""
+    baseline_dir = log_dir / "baseline"
+    baseline_dir.mkdir()
+    write_baseline_log(reference_accuracy_log, log_dir / "mlperf_log_accuracy.json",
+                       baseline_dir / "mlperf_log_accuracy.json")
+    return {"audit": evaluate_accuracy(log_dir), "baseline": evaluate_accuracy(baseline_dir)}
 
 
 def main() -> int:

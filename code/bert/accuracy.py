@@ -63,17 +63,18 @@ class AccuracyResult:
 
 
 def decode_accuracy_log(log_file: Path, seq_length: int = MAX_SEQ_LENGTH) -> dict[int, np.ndarray]:
-    """qsl_idx -> float64 `[seq_length, 2]` start/end logits, padded with PAD_LOGIT; first entry of a qsl_idx wins.
+    """qsl_idx -> float64 `[seq_length, 2]` start/end logits, padded with PAD_LOGIT; the LAST entry of a qsl_idx wins.
 
-    LoadGen may log a sample more than once (e.g. repeated samples in compliance runs); a feature is scored once.
+    LoadGen logs a sample more than once when it issues it more than once (a TEST01 audit logs a sample of a
+    performance run, which repeats the loaded samples). A feature is scored once, from its last response, because
+    the reference keys its results by feature and each later entry overwrites the earlier one; every entry must
+    still decode, as the reference decodes them all.
     """
     with open(log_file) as f:
         entries = json.load(f)
     results: dict[int, np.ndarray] = {}
     for entry in entries:
         qsl_idx = int(entry["qsl_idx"])
-        if qsl_idx in results:
-            continue
         raw = np.frombuffer(bytes.fromhex(entry["data"]), dtype=np.float32)
         if raw.size % 2:
             raise ValueError(f"{log_file}: qsl_idx {qsl_idx} has {raw.size} floats, not [L, 2] logits")

@@ -135,6 +135,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     options = BackendOptions(device=resolve_device(config), cpu_threads=resolve_cpu_threads(config),
                              engine_dir=spec and engine_dir(config, spec),
                              engine_spec=spec, features=features, oracle_shift=config["oracle_shift"],
+                             oracle_batch_ms=config["oracle_batch_ms"],
                              fast_path=config["fast_path"], max_batch_size=config["gpu_batch_size"],
                              num_workers=config["num_workers"], cuda_graphs=config["cuda_graphs"],
                              graph_max_tokens=config["graph_max_tokens"], fp8_fast_accum=config["fp8_fast_accum"],

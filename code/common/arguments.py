@@ -11,6 +11,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
+from code.common.audits import AUDIT_TESTS, AuditError, parse_audit_tests
 from code.common.constants import (
     CONFIG_VER_TO_ACCURACY,
     AccuracyTarget,
@@ -22,7 +23,7 @@ from code.common.constants import (
 )
 from code.common.fields import FIELDS, FieldError
 
-ACTIONS = ("generate_engines", "run_harness", "run", "info")
+ACTIONS = ("generate_engines", "run_harness", "run", "info", "run_audit")
 MAIN_ARGUMENTS = {
     "action": "what to do: " + ", ".join(ACTIONS),
     "benchmarks": "comma list: bert, bert-99, bert-99.9",
@@ -32,6 +33,9 @@ MAIN_ARGUMENTS = {
     "harness_type": "custom (our C++ core)",
     "power_setting": "MaxP or MaxQ",
     "system_name": "use this system's configs instead of the detected one",
+    "audit_test": f"run_audit: comma list of {', '.join(AUDIT_TESTS)} (default: every test the round requires)",
+    "audit_results_dir": "run_audit: the SubmissionRun <Scenario> folder to verify against (default: the newest in "
+                         "build/logs)",
 }
 ALIASES = {"fast": "test_run"}
 
@@ -57,6 +61,8 @@ class RunRequest:
     power_setting: PowerSetting = PowerSetting.MaxP
     system_name: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
+    audit_tests: list[str] = field(default_factory=list)  # empty: every test the round requires
+    audit_results_dir: str | None = None
 
 
 def _split_flag(token: str) -> tuple[str, str | None]:
@@ -104,6 +110,9 @@ def parse_run_args(argv: list[str]) -> RunRequest:
         action = main.get("action", "run")
         if action not in ACTIONS:
             raise ChoiceError(f"unknown action '{action}'; valid choices: {', '.join(ACTIONS)}")
+        for name in ("audit_test", "audit_results_dir"):
+            if name in main and action != "run_audit":
+                raise ArgumentError(f"--{name} applies to audits only: make run_audit_harness (--action=run_audit)")
         target = _accuracy_target(main)
         benchmarks = []
         for text in _comma_list(main.get("benchmarks", "bert")):
@@ -129,8 +138,10 @@ def parse_run_args(argv: list[str]) -> RunRequest:
             power_setting=PowerSetting.parse(main.get("power_setting", "MaxP")),
             system_name=main.get("system_name"),
             overrides=overrides,
+            audit_tests=parse_audit_tests(main["audit_test"]) if "audit_test" in main else [],
+            audit_results_dir=main.get("audit_results_dir"),
         )
-    except ChoiceError as error:
+    except (ChoiceError, AuditError) as error:
         raise ArgumentError(str(error)) from None
 
 

@@ -13,6 +13,7 @@ MODELS_DIR = BUILD_DIR / "models"
 PREPROCESSED_DATA_DIR = BUILD_DIR / "preprocessed_data"
 ENGINES_DIR = BUILD_DIR / "engines"
 LOGS_DIR = BUILD_DIR / "logs"
+COMPLIANCE_LOGS_DIR = BUILD_DIR / "compliance_logs"
 HARNESS_BUILD_DIR = BUILD_DIR / "harness"
 LIB_DIR = BUILD_DIR / "lib"
 
@@ -25,3 +26,8 @@ def harness_build_dir(round_name: str) -> Path:
 def harness_lib_dir(round_name: str) -> Path:
     """Where one round's compiled core (``_mlperf_harness``) lands."""
     return LIB_DIR / round_name
+
+
+# The official MLCommons tools (submission checker, compliance audits), one folder per round holding that round's
+# clone of mlcommons/inference (or its tools/ and compliance/ folders). Beside the checkout on our machines and CI.
+OFFICIAL_TOOLS_DIR = Path(os.environ.get("MLPERF_INFERENCE_TOOLS", REPO_ROOT.parent / "shared" / "mlcommons-inference"))

@@ -3,7 +3,8 @@
 A round's submission checker compares the RNG seeds in every performance log with its own, and LoadGen compiles
 its seeds in (from the ``mlperf.conf`` of its release), so a round pins the one LoadGen release whose seeds that
 checker expects. The scenario tables are those of each round's official checker (``MODEL_CONFIG``, its required
-scenarios per system type), for the benchmarks this harness runs; tests/test_rounds.py compares them with the
+scenarios per system type), for the benchmarks this harness runs, and so are the compliance audits it requires of
+each benchmark (its ``check_compliance_dir``); tests/test_rounds.py and tests/test_audits.py compare them with the
 checker itself. Adding a round is one entry in ``ROUNDS``.
 """
 
@@ -45,6 +46,7 @@ class RngSeeds:
 
 
 ScenarioTable = dict[str, dict[str, tuple[Scenario, ...]]]  # system type -> benchmark name -> required scenarios
+AuditTable = dict[str, tuple[str, ...]]  # benchmark name -> the compliance tests (TEST01, ...) a closed result needs
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Round:
     loadgen: LoadgenRelease
     seeds: RngSeeds
     scenarios: ScenarioTable
+    audits: AuditTable
 
     def scenarios_for(self, system_type: str, benchmark_name: str) -> tuple[Scenario, ...]:
         """The scenarios the round requires of ``benchmark_name`` (bert-99, ...) on a system type; () if none."""
@@ -62,6 +65,10 @@ class Round:
             raise RoundError(f"unknown system_type '{system_type}'; valid: {', '.join(SYSTEM_TYPES)} (set it in "
                              "systems/<system>.json)")
         return self.scenarios[system_type].get(benchmark_name, ())
+
+    def audits_for(self, benchmark_name: str) -> tuple[str, ...]:
+        """The compliance tests the round's checker requires of ``benchmark_name`` in every scenario; () if none."""
+        return self.audits.get(benchmark_name, ())
 
     def refusal(self, benchmark_name: str, scenario: Scenario, system_type: str) -> str | None:
         """Why this round does not accept the test, naming what it does accept; None when it does."""
@@ -103,6 +110,8 @@ ROUNDS: dict[str, Round] = {
             "edge": {"bert-99": OFFLINE_SINGLESTREAM, **_same_for(GPTJ, OFFLINE_SINGLESTREAM)},
             "datacenter,edge": {"bert-99": ALL_THREE, "bert-99.9": OFFLINE_SERVER, **_same_for(GPTJ, ALL_THREE)},
         },
+        # GPT-J needs no audit; TEST04 is not required of BERT.
+        audits={name: ("TEST01", "TEST05") for name in BERT},
     ),
     "v5.0": Round(
         name="v5.0",
@@ -120,6 +129,8 @@ ROUNDS: dict[str, Round] = {
             "edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), **_same_for(GPTJ, OFFLINE_SINGLESTREAM)},
             "datacenter,edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), **_same_for(GPTJ, ALL_THREE)},
         },
+        # TEST05 ended with v4.1.
+        audits={name: ("TEST01",) for name in BERT},
     ),
 }
 

@@ -27,6 +27,7 @@ class BackendOptions:
     engine_spec: EngineSpec | None = None  # pytorch: what the run expects the engine to be (stale check)
     features: BertFeatures | None = None   # oracle: needs the gold positions
     oracle_shift: int = 0                  # oracle: move the answer by this many tokens (a failing oracle)
+    oracle_batch_ms: float = 0.0           # oracle: each batch takes at least this long (a load-independent pace)
     # pytorch on CUDA: the packed fast path (code/bert/fast, documentation/bert_gpu.md)
     fast_path: bool | None = None          # None/True: packed path for fp16/bf16/fp8 engines; False: eager padded
     max_batch_size: int = 64               # largest batch run_batch will get (sizes pinned buffers, graph slots)

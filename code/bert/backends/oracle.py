@@ -8,6 +8,8 @@ many tokens, which must make the accuracy check FAIL: proof that the check can f
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 LOW_LOGIT = -10.0
@@ -31,11 +33,14 @@ class OracleBertBackend:
         self.gold_positions = np.asarray(features.gold_positions, dtype=np.int64)
         self.lengths = np.asarray(features.lengths, dtype=np.int64)
         self.shift = int(getattr(options, "oracle_shift", 0) or 0)
+        self.batch_s = float(getattr(options, "oracle_batch_ms", 0.0) or 0.0) / 1000
 
     def run_batch(
         self, sample_indices: np.ndarray, input_ids: np.ndarray, segment_ids: np.ndarray, input_mask: np.ndarray
     ) -> np.ndarray:
-        """Float32 `[B, S, 2]` start/end logits for the batch (S = the inputs' trimmed length)."""
+        """Float32 `[B, S, 2]` start/end logits for the batch (S = the inputs' trimmed length), returned no sooner
+        than `oracle_batch_ms` after the call (sleeping releases the GIL, as a device's wait would)."""
+        started = time.perf_counter()
         batch, seq = input_ids.shape
         idx = np.asarray(sample_indices, dtype=np.int64)
         logits = np.full((batch, seq, 2), LOW_LOGIT, dtype=np.float32)
@@ -47,4 +52,7 @@ class OracleBertBackend:
         rows = np.arange(batch)
         logits[rows, start, 0] = HIGH_LOGIT
         logits[rows, end, 1] = HIGH_LOGIT
+        remaining = self.batch_s - (time.perf_counter() - started)
+        if remaining > 0:
+            time.sleep(remaining)
         return logits

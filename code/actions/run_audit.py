@@ -1,0 +1,218 @@
+"""``--action=run_audit``: the compliance audits a round's checker requires (TEST01; TEST05 in v4.1), verified by
+the round's official ``run_verification.py``, with their logs kept in the layout a submission ships.
+
+Each audit is one LoadGen performance test, run like any other (a child process, ``run_single_test``) but in its
+own working directory holding the round's ``audit.config``, which LoadGen reads from its working directory. Its
+verification compares it with the newest complete SubmissionRun of the same test in build/logs (or
+``--audit_results_dir``), which it only reads. Everything goes to a new ``build/compliance_logs/<timestamp>/``:
+
+- ``<system>/<bench>/<Scenario>/<TEST>/``: what the submission checker reads under ``compliance/`` (verify files,
+  ``accuracy/``, ``performance/run_1/``), nothing else; ``make stage_results`` copies it as it is.
+- ``audit_runs/<system>/<bench>/<Scenario>/<TEST>/``: the audit's working directory (audit.config, user.conf, all
+  of LoadGen's logs, stdout, metadata.json) and ``verification.txt``, the verification's transcript.
+- ``summary.txt``, ``summary.json``: PASS or FAIL per audit with the verification's reasons.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from code.actions.common import resolved_configs, system_name
+from code.actions.run_harness import check_round, run_child
+from code.common.arguments import RunRequest
+from code.common.audits import (
+    REFERENCE_ACCURACY_LOG,
+    RESPONSE_DTYPES,
+    AuditError,
+    AuditTools,
+    AuditVerdict,
+    accuracy_delta_limit,
+    audit_refusal,
+    audit_tools,
+    find_reference_run,
+    read_verification,
+    reference_problem,
+)
+from code.common.benchmarks import load_benchmark
+from code.common.constants import TestMode
+from code.common.paths import COMPLIANCE_LOGS_DIR
+from code.common.rounds import RoundError, get_round
+from code.common.run_logs import TestResult, new_timestamped_dir
+from code.common.summary import exit_code, format_summary, write_summary
+from code.common.supervision import Interrupted, stop_signals_ignored, stop_signals_raise
+from code.common.verdicts import round_refusal
+from configs.configuration import ResolvedConfig
+
+RUNS_SUBDIR = "audit_runs"
+
+
+@dataclass(frozen=True)
+class Audit:
+    """One audit test of one (benchmark, scenario), with everything it needs found before anything runs."""
+
+    config: ResolvedConfig
+    test: str
+    tools: AuditTools
+    reference: Path  # the SubmissionRun's <Scenario> folder
+
+
+def run_audit(request: RunRequest) -> int:
+    """Run the audits; returns the exit status (``ExitCode``: 3 when an audit FAILs, 1 when one did not finish)."""
+    system = system_name(request)
+    configs = list(resolved_configs(request, system))
+    if request.audit_results_dir and len(configs) > 1:
+        raise AuditError("--audit_results_dir names the SubmissionRun of one test: give one benchmark and one "
+                         "scenario with it")
+    audits = [plan_audit(config, test, request.audit_results_dir)
+              for config in configs for test in request.audit_tests or _required(config)]
+    root = new_timestamped_dir(COMPLIANCE_LOGS_DIR)
+    print(f"[run_audit] compliance logs: {root}", flush=True)
+    results: list[tuple[str, TestResult, dict]] = []
+    try:
+        with stop_signals_raise():
+            for audit in audits:
+                result, metadata = _run_one(audit, system, root, request.overrides)
+                results.append((audit.config.benchmark_name, result, metadata))
+    except Interrupted as stop:
+        with stop_signals_ignored():
+            print(f"[run_audit] {stop}: stopped; {len(audits) - len(results)} audit(s) not finished", flush=True)
+            _finish(system, root, results)
+        return stop.exit_status
+    _finish(system, root, results)
+    return int(exit_code([result for _, result, _ in results]))
+
+
+def _required(config: ResolvedConfig) -> tuple[str, ...]:
+    tests = get_round(config["round"]).audits_for(config.benchmark_name)
+    if not tests:
+        raise RoundError(f"round {config['round']}'s checker requires no audit of {config.benchmark_name}: "
+                         "nothing to run")
+    return tests
+
+
+def plan_audit(config: ResolvedConfig, test: str, results_dir: str | None) -> Audit:
+    """Check that the audit can run and count, refusing it by name otherwise; find its tools and reference run."""
+    round_name = config["round"]
+    refusal = round_refusal(config) or audit_refusal(round_name, config.benchmark_name, test)
+    if refusal:  # before the built-core check: what the round refuses needs no build to say so
+        raise RoundError(f"refusing a {test} audit that round {round_name} would not accept: {refusal}")
+    check_round(config)
+    tools = audit_tools(round_name, test, config.benchmark)
+    if test == "TEST01":  # its logged responses are scored, so it runs on the real data set
+        load_benchmark(config.benchmark).describe_inputs(config, TestMode.AccuracyOnly)
+    load_benchmark(config.benchmark).describe_inputs(config, TestMode.PerformanceOnly)
+    if results_dir:
+        reference = Path(results_dir).resolve()
+        problem = reference_problem(reference, round_name)
+        if problem:
+            raise AuditError(f"--audit_results_dir: {problem}")
+    else:
+        reference = find_reference_run(config.system, config.benchmark_name, config.scenario, round_name)
+    return Audit(config, test, tools, reference)
+
+
+def _run_one(audit: Audit, system: str, root: Path, overrides: dict) -> tuple[TestResult, dict]:
+    """The audit's LoadGen test in its working directory, then the official verification into the checker's
+    layout; the result's verdict is the verification's. Also returns the LoadGen run's metadata.json."""
+    config, test = audit.config, audit.test
+    where = Path(system) / config.benchmark_name / config.scenario.value
+    work_dir = root / RUNS_SUBDIR / where / test
+    work_dir.mkdir(parents=True)
+    shutil.copy2(audit.tools.audit_config, work_dir / "audit.config")
+    print(f"\n[run_audit] {system} {config.benchmark_name} {config.scenario.value} {test} (verified against "
+          f"{audit.reference})", flush=True)
+    spec = {
+        "system": system,
+        "benchmark": config.benchmark.value,
+        "benchmark_name": config.benchmark_name,
+        "accuracy_target": config.workload.accuracy_target.value,
+        "harness_type": config.workload.harness_type.value,
+        "power_setting": config.workload.power_setting.value,
+        "scenario": config.scenario.value,
+        "mode": TestMode.PerformanceOnly.value,  # audit.config sets performance mode too
+        "overrides": {**overrides, "test_mode": TestMode.PerformanceOnly.value},
+        "log_dir": str(work_dir),
+        "started": time.time(),
+        "audit": {"test": test, "reference_accuracy_log": str(audit.reference / REFERENCE_ACCURACY_LOG)},
+    }
+    run, metadata = run_child(spec, work_dir, cwd=work_dir)
+    if run.valid is None or not run.complete:
+        return run, metadata
+    output_dir = root / where
+    verdict = _verify(audit, work_dir, output_dir)
+    if not run.valid:  # the checker rejects an audit whose LoadGen run is INVALID or logged an error
+        verdict.checks["LoadGen run"] = False
+        verdict.reasons += [f"the audit's LoadGen run is INVALID: {reason}" for reason in run.invalid_reasons]
+        verdict.reasons += run.loadgen_errors
+    accuracy_dir = output_dir / test / "accuracy"
+    if test == "TEST01":
+        ship_test01_accuracy(verdict, work_dir, accuracy_dir, metadata.get("audit_accuracy", {}),
+                              config.benchmark_name)
+    figures = "; ".join(verdict.figures) or "no figures"
+    summary = f"{test}: " + ", ".join(f"{name} {'PASS' if ok else 'FAIL'}" for name, ok in verdict.checks.items())
+    result = TestResult(config.scenario.value, test, str(output_dir / test), valid=verdict.passed,
+                        invalid_reasons=verdict.reasons, not_submittable=run.not_submittable,
+                        accuracy={"summary": f"{summary} ({figures})", "checks": verdict.checks})
+    return result, metadata
+
+
+def _verify(audit: Audit, work_dir: Path, output_dir: Path) -> AuditVerdict:
+    """The round's run_verification.py, unmodified, in the audit's working directory (it writes its verify files
+    there before copying them to ``output_dir/<TEST>/``). Its sub-scripts run as ``python3``: ours comes first on
+    PATH, so they get this environment's numpy."""
+    command = [sys.executable, str(audit.tools.verification), "-r", str(audit.reference), "-c", str(work_dir),
+               "-o", str(output_dir)]
+    if audit.test == "TEST01":
+        command += ["--dtype", RESPONSE_DTYPES[audit.config.benchmark]]
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    done = subprocess.run(command, cwd=work_dir, env=env, capture_output=True, text=True, check=False)
+    transcript = done.stdout + done.stderr
+    (work_dir / "verification.txt").write_text(f"$ {' '.join(command)}\n{transcript}")
+    print(transcript, end="", flush=True)
+    verdict = read_verification(audit.test, output_dir / audit.test, transcript)
+    if done.returncode != 0:
+        verdict.checks["verification"] = False
+        verdict.reasons.append(f"{audit.tools.verification.name} exited {done.returncode}; see "
+                               f"{work_dir / 'verification.txt'}")
+    return verdict
+
+
+def ship_test01_accuracy(verdict: AuditVerdict, work_dir: Path, accuracy_dir: Path, scores: dict,
+                          benchmark_name: str) -> None:
+    """TEST01/accuracy/ holds the score of the audit's logged responses (accuracy.txt); when they differ from the
+    accuracy run's, also the two scores the checker compares (baseline_accuracy.txt, compliance_accuracy.txt), and
+    the accuracy check passes if they are within the checker's delta."""
+    accuracy_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(work_dir / "accuracy.txt", accuracy_dir / "accuracy.txt")
+    if verdict.checks.get("accuracy", True):
+        return
+    shutil.copy2(work_dir / "baseline" / "accuracy.txt", accuracy_dir / "baseline_accuracy.txt")
+    shutil.copy2(work_dir / "accuracy.txt", accuracy_dir / "compliance_accuracy.txt")
+    if verdict.compared == 0:
+        verdict.reasons.insert(0, "the audit logged no response to compare (LoadGen applied no accuracy log "
+                                  "sampling: see audit.config's entries in its mlperf_log_detail.txt)")
+        return
+    audited, baseline = scores.get("audit", {}).get("value"), scores.get("baseline", {}).get("value")
+    limit = accuracy_delta_limit(benchmark_name)
+    if audited and baseline:
+        delta = abs(1 - baseline / audited) * 100
+        verdict.figures.append(f"{scores['audit']['metric']} {audited:.3f} vs baseline {baseline:.3f} "
+                               f"(delta {delta:.3f} %, limit {limit} %)")
+        if delta <= limit:
+            verdict.checks["accuracy"] = True
+            return
+    verdict.reasons.insert(0, f"the audit's responses differ from the accuracy run's, and its accuracy is not "
+                              f"within {limit} % of the accuracy run's on the same samples")
+
+
+def _finish(system: str, root: Path, results: list[tuple[str, TestResult, dict]]) -> None:
+    summary = format_summary(system, root, results)
+    write_summary(root, summary, results)
+    print(summary, flush=True)
+

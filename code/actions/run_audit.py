@@ -19,12 +19,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from code.actions.common import resolved_configs, system_name
-from code.actions.run_harness import check_round, run_child
+from code.actions.run_harness import check_round, run_child, test_spec
 from code.common.arguments import RunRequest
 from code.common.audits import (
     REFERENCE_ACCURACY_LOG,
@@ -127,20 +126,9 @@ def _run_one(audit: Audit, system: str, root: Path, overrides: dict) -> tuple[Te
     shutil.copy2(audit.tools.audit_config, work_dir / "audit.config")
     print(f"\n[run_audit] {system} {config.benchmark_name} {config.scenario.value} {test} (verified against "
           f"{audit.reference})", flush=True)
-    spec = {
-        "system": system,
-        "benchmark": config.benchmark.value,
-        "benchmark_name": config.benchmark_name,
-        "accuracy_target": config.workload.accuracy_target.value,
-        "harness_type": config.workload.harness_type.value,
-        "power_setting": config.workload.power_setting.value,
-        "scenario": config.scenario.value,
-        "mode": TestMode.PerformanceOnly.value,  # audit.config sets performance mode too
-        "overrides": {**overrides, "test_mode": TestMode.PerformanceOnly.value},
-        "log_dir": str(work_dir),
-        "started": time.time(),
-        "audit": {"test": test, "reference_accuracy_log": str(audit.reference / REFERENCE_ACCURACY_LOG)},
-    }
+    performance = TestMode.PerformanceOnly  # audit.config sets performance mode too
+    spec = test_spec(system, config, performance, {**overrides, "test_mode": performance.value}, work_dir)
+    spec["audit"] = {"test": test, "reference_accuracy_log": str(audit.reference / REFERENCE_ACCURACY_LOG)}
     run, metadata = run_child(spec, work_dir, cwd=work_dir)
     if run.valid is None or not run.complete:
         return run, metadata

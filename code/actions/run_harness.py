@@ -57,19 +57,7 @@ def run_harness(request: RunRequest) -> int:
                 mode = TestMode.parse(config["test_mode"])
                 log_dir = make_test_log_dir(root, system, config.benchmark_name, config.scenario, loadgen_mode,
                                             submission_layout=mode is TestMode.SubmissionRun)
-                running = {
-                    "system": system,
-                    "benchmark": config.benchmark.value,
-                    "benchmark_name": config.benchmark_name,
-                    "accuracy_target": config.workload.accuracy_target.value,
-                    "harness_type": config.workload.harness_type.value,
-                    "power_setting": config.workload.power_setting.value,
-                    "scenario": config.scenario.value,
-                    "mode": loadgen_mode.value,
-                    "overrides": request.overrides,
-                    "log_dir": str(log_dir),
-                    "started": time.time(),
-                }
+                running = test_spec(system, config, loadgen_mode, request.overrides, log_dir)
                 print(f"\n[run_harness] {system} {config.benchmark_name} {config.scenario.value} "
                       f"{loadgen_mode.value}", flush=True)
                 result, metadata = run_child(running, log_dir)
@@ -82,6 +70,23 @@ def run_harness(request: RunRequest) -> int:
         return stop.exit_status
     _finish(system, root, results)
     return int(exit_code([result for _, result, _ in results]))
+
+
+def test_spec(system: str, config: ResolvedConfig, mode: TestMode, overrides: dict, log_dir: Path) -> dict:
+    """What the child process of one LoadGen test needs to rebuild its config (its test_spec.json)."""
+    return {
+        "system": system,
+        "benchmark": config.benchmark.value,
+        "benchmark_name": config.benchmark_name,
+        "accuracy_target": config.workload.accuracy_target.value,
+        "harness_type": config.workload.harness_type.value,
+        "power_setting": config.workload.power_setting.value,
+        "scenario": config.scenario.value,
+        "mode": mode.value,
+        "overrides": overrides,
+        "log_dir": str(log_dir),
+        "started": time.time(),
+    }
 
 
 def check_round(config: ResolvedConfig) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from code.common.benchmarks import InputsUnavailableError
 from code.common.constants import DATASET_SIZE, TestMode
+from code.common.fields import check_device
 from configs.configuration import ResolvedConfig
 
 
@@ -84,10 +85,22 @@ def synthetic_count(config: ResolvedConfig) -> int:
 
 
 def resolve_device(config: ResolvedConfig) -> str:
-    """The ``device`` field with ``auto`` made concrete: cuda when PyTorch sees a GPU, else cpu."""
+    """The ``device`` field made concrete (``auto``: cuda when PyTorch sees a GPU, else cpu) and checked: a GPU
+    that is not there, or a precision the device cannot run, stops the run here rather than running something
+    other than what the config, the engine name and metadata.json say."""
     device = config["device"]
-    if device == "auto":
-        import torch
+    if device == "cpu":
+        check_device(config.benchmark, config.values, config.sources, device)
+        return device
+    import torch
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device == "auto":
+        device = "cuda" if gpus else "cpu"
+    elif gpus == 0:
+        raise InputsUnavailableError(f"--device={device}: PyTorch sees no GPU here (torch {torch.__version__}, "
+                                     f"CUDA {torch.version.cuda}); use --device=cpu or --device=auto")
+    elif ":" in device and int(device.split(":")[1]) >= gpus:
+        raise InputsUnavailableError(f"--device={device}: PyTorch sees {gpus} GPU(s), cuda:0 to cuda:{gpus - 1}")
+    check_device(config.benchmark, config.values, config.sources, device)
     return device

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from code.common.benchmarks import InputsUnavailableError, PreparedTest
+from code.common.benchmarks import BenchmarkError, InputsUnavailableError, PreparedTest
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
 from code.common.cpu_threads import resolve_cpu_threads
 from code.common.inputs import InputChoice, InputLocations, resolve_device, synthetic_count
@@ -39,8 +39,14 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
 
 
 def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
-    """What a run would use, without loading anything heavy."""
+    """What a run would use, without loading anything heavy; what it cannot run stops here."""
     choice = choose_inputs(config, mode)
+    device = resolve_device(config)
+    if config["backend"] != "oracle" and choice.random_weights:
+        check_model_name(config)  # a checkpoint brings its own architecture
+    if config["synthetic_output_lengths"] == "forced" and (config["backend"] != "inflight" or not choice.synthetic):
+        raise BenchmarkError("--synthetic_output_lengths=forced is for the inflight backend on synthetic inputs; "
+                             "set --synthetic_output_lengths=model")
     model = f"GPT-J {config['model_name']}"
     if config["model_name"] != MLPERF_MODEL:
         model += " (a small test model, not GPT-J 6B)"
@@ -71,12 +77,24 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
         "weights": f"random (GPT-J {config['model_name']} architecture)" if choice.random_weights else
         choice.checkpoint,
         "generation": generation,
+        "device": device,
         "invalid_because": invalid_because,
     }
 
 
+def check_model_name(config: ResolvedConfig) -> None:
+    """An unknown ``model_name`` stops the run with the known names (the table lives with the model)."""
+    from code.gptj.model import GptjConfig
+
+    try:
+        GptjConfig.from_name(config["model_name"])
+    except ValueError as error:
+        raise BenchmarkError(f"model_name = {config['model_name']!r}: {error}") from None
+
+
 def generate_engine(config: ResolvedConfig) -> dict[str, Any]:
     """Nothing to build yet: the pytorch backend loads the checkpoint (or draws random weights) when a run starts."""
+    describe_inputs(config, TestMode.PerformanceOnly)  # refuses here what the run would refuse
     return {"engine": "none: the pytorch GPT-J backend loads the checkpoint or draws random weights at run start"}
 
 
@@ -137,16 +155,14 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     from code.gptj.backends import BackendOptions, create_backend
     from code.gptj.tokenizer import load_tokenizer
 
+    provenance = describe_inputs(config, mode)
     choice = choose_inputs(config, mode)
-    if config["synthetic_output_lengths"] == "forced" and (config["backend"] != "inflight" or not choice.synthetic):
-        raise ValueError("--synthetic_output_lengths=forced is for the inflight backend on synthetic inputs; set "
-                         "--synthetic_output_lengths=model")
     samples = load_samples(config, choice)
     oracle = config["backend"] == "oracle"
     references_text = None if choice.synthetic else _references(samples)
     tokenizer = load_tokenizer() if references_text is not None else None
     options = BackendOptions(
-        device=resolve_device(config),
+        device=provenance["device"],
         cpu_threads=resolve_cpu_threads(config),
         model_name=config["model_name"],
         checkpoint=choice.checkpoint,
@@ -185,9 +201,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                 "gen_len": result.gen_len, "gen_num": result.gen_num, "targets": result.targets,
                 "sentence_splitter": result.splitter}
 
-    provenance = describe_inputs(config, mode)
     provenance["input_lengths"] = samples.describe_lengths()
-    provenance["device"] = options.device
     if options.device == "cpu":
         provenance["cpu_threads"] = options.cpu_threads
     return PreparedTest(

@@ -51,6 +51,19 @@ def test_what_cannot_run_as_labelled_is_refused(tmp_path, args, message):
     assert not (tmp_path / "build").exists() and not (tmp_path / "logs").exists()
 
 
+def test_a_synthetic_setting_with_the_real_data_set_is_refused(tmp_path):
+    from code.bert.squad import MANIFEST_FILE
+
+    data = tmp_path / "squad"
+    data.mkdir()
+    (data / MANIFEST_FILE).write_text("{}")
+    done = run_main(tmp_path, ["--device=cpu", f"--input_data={data}", "--synthetic_sample_count=16"])
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr == (f"ERROR: --synthetic_sample_count shapes synthetic inputs, and this run uses the SQuAD "
+                           f"v1.1 set in {data}; add --input_data=synthetic, or leave --synthetic_sample_count out\n")
+    assert not (tmp_path / "logs").exists()
+
+
 def config(benchmark: Benchmark, **overrides):
     workload = WorkloadSetting(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
     return resolve_config(benchmark, Scenario.Offline, "CPU", workload, {k: v for k, v in overrides.items()})

@@ -12,8 +12,11 @@ from pathlib import Path
 
 from code.common.benchmarks import InputsUnavailableError
 from code.common.constants import DATASET_SIZE, TestMode
-from code.common.fields import check_device
+from code.common.fields import FieldError, check_device
 from configs.configuration import ResolvedConfig
+
+# Fields that only shape synthetic inputs: given for a run on the real data set, they would be recorded but not used.
+SYNTHETIC_FIELDS = ("synthetic_sample_count", "synthetic_lengths", "synthetic_length_scale", "synthetic_output_lengths")
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,11 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations)
     if accuracy and data_dir is None:
         raise InputsUnavailableError(f"an accuracy run needs the real {where.data_name} data set, which is not in "
                                      f"{where.preprocessed_dir}; run {where.fetch_step}")
+    if data_dir is not None:
+        ignored = [name for name in SYNTHETIC_FIELDS if config.sources.get(name) == "RUN_ARGS"]
+        if ignored:
+            raise FieldError(f"--{ignored[0]} shapes synthetic inputs, and this run uses the {where.data_name} set in "
+                             f"{data_dir}; add --input_data=synthetic, or leave --{ignored[0]} out")
 
     weights_field = config["weights"]
     if weights_field == "random":

@@ -96,6 +96,8 @@ class Field:
             ok = True
         if not ok:
             raise FieldError(f"{where}: field '{self.name}' must be {self.type.__name__}, got {value!r}")
+        if isinstance(value, str) and not value.strip():  # "" would pass for a path: Path("") is the current folder
+            raise FieldError(f"{where}: field '{self.name}' is empty; give {self.accepted()}, or leave it out")
         if self.choices is not None and value is not None and value not in self.choices:
             raise FieldError(f"{where}: field '{self.name}' = {value!r}; valid choices: {', '.join(self.choices)}")
         if self.pattern is not None and value is not None and not re.fullmatch(self.pattern, value):

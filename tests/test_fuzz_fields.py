@@ -32,7 +32,7 @@ def bad_values(field: Field, rng: random.Random) -> list[str]:
     if field.type in (int, float):
         low, high = field.range.low, field.range.high
         values += ["nan", "inf", "-inf", "1e400", "0x" + "f" * rng.randrange(1, 40), "[1]", "1,000"]
-        below = low - rng.choice([1, 0.5, 10 ** rng.randrange(1, 20)])
+        below = low - rng.choice([1, 10 ** rng.randrange(1, 20)] + ([] if field.type is int else [0.5]))
         values.append(str(int(below) if field.type is int else below))
         values.append(str(int(high) + 1 + 10 ** rng.randrange(0, 30)))
         if field.range.above_low:

@@ -1,8 +1,9 @@
 """Entry point: ``python -m code.main --action=<generate_engines|run_harness|run|info|run_audit> [RUN_ARGS...]``.
 
-Errors a user can fix (a bad flag, a missing config, a round without the test, absent data) end with one clear
-message and exit 2, never a traceback. A run exits 3 when a test is INVALID or FAILs its accuracy target, and 1 when
-a test did not finish (``ExitCode``; documentation/commands.md).
+Errors a user can fix (a bad flag, a missing config, a round without the test, absent or corrupt data) end with
+one clear message and exit 2, never a traceback; a full disk or a read-only folder ends with one too, and exit 1.
+A run exits 3 when a test is INVALID or FAILs its accuracy target, and 1 when a test did not finish (``ExitCode``;
+documentation/commands.md).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from code.common.arguments import ArgumentError, format_help, parse_run_args
 from code.common.audits import AuditError
 from code.common.benchmarks import BenchmarkError
 from code.common.constants import ExitCode
+from code.common.faults import describe
 from code.common.fields import FieldError
 from code.common.rounds import RoundError
 from code.common.run_logs import LogDirError
@@ -52,6 +54,12 @@ def main(argv: list[str]) -> int:
     except USER_ERRORS as error:
         print(f"ERROR: {error}", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    except OSError as error:  # a full disk or a read-only folder, met by this process itself
+        message = describe(error)
+        if message is None:
+            raise
+        print(f"ERROR: {message}", file=sys.stderr)
+        return ExitCode.TEST_FAILED
     except KeyboardInterrupt:  # run_harness handles Ctrl-C during tests; before them no test process exists
         print("[main] interrupted by SIGINT; no test was running", file=sys.stderr)
         return 128 + signal.SIGINT

@@ -38,6 +38,7 @@ from code.bert.squad import (
     read_squad_examples,
 )
 from code.bert.vocab import VOCAB_SIZE, BertTokenizer, find_vocab
+from code.common.faults import DataFileError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "squad_tiny.json"
 FIXTURE_QUESTIONS = 20
@@ -322,7 +323,7 @@ def test_preprocess_cli_and_missing_data(tmp_path, capsys):
     loaded = BertFeatures.load(tmp_path)
     assert loaded.input_ids.dtype == np.int32 and loaded.input_ids.shape == (FIXTURE_FEATURES, MAX_SEQ_LENGTH)
     assert not loaded.synthetic
-    with pytest.raises(FileNotFoundError, match="make preprocess_data BENCHMARKS=bert"):
+    with pytest.raises(DataFileError, match="make preprocess_data BENCHMARKS=bert"):
         BertFeatures.load(tmp_path / "nowhere")
 
 

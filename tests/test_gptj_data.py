@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from code.common.download import DownloadError
+from code.common.faults import DataFileError
 from code.common.r2_download import R2Entry, R2Listing, metadata_urls, parse_md5_text, parse_uri_text
 from code.gptj import download_data, download_model, preprocess_data
 from code.gptj.cnn_dailymail import (
@@ -323,7 +324,7 @@ def test_loader_round_trip(preprocessed: tuple[Path, dict], records: list[dict],
 
 
 def test_loader_rejects_missing_or_damaged_data(preprocessed: tuple[Path, dict], tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="make preprocess_data BENCHMARKS=gptj"):
+    with pytest.raises(DataFileError, match="make preprocess_data BENCHMARKS=gptj"):
         GptjSamples.load(tmp_path)
     out, manifest = preprocessed
     broken = tmp_path / TOKENIZED_SUBDIR

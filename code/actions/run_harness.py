@@ -14,12 +14,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from code.actions.common import resolved_configs, system_name
 from code.common.arguments import RunRequest
 from code.common.benchmarks import BenchmarkError, load_benchmark
 from code.common.constants import TestMode
+from code.common.faults import describe
 from code.common.paths import REPO_ROOT, harness_lib_dir
 from code.common.rounds import RoundError
 from code.common.run_logs import TestResult, make_test_log_dir, mark_incomplete, new_run_root, write_metadata
@@ -102,7 +104,7 @@ def check_round(config: ResolvedConfig) -> None:
 
 def _finish(system: str, root: Path, results: list[tuple[str, TestResult, dict]]) -> None:
     summary = format_summary(system, root, results)
-    write_summary(root, summary, results)
+    _save(lambda: write_summary(root, summary, results), "the summary")
     print(summary, flush=True)
 
 
@@ -154,11 +156,23 @@ def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestRes
     metadata = _read_metadata(log_dir)
     if status == 0 and metadata.get("result", {}).get("complete"):
         return TestResult.from_dict(metadata["result"]), metadata
-    reasons = [error_line] if error_line else []
+    reasons = [error_line.removeprefix("ERROR: ")] if error_line else []
     reasons.append(f"the test process failed (exit {status}); see {log_dir / 'stdout.txt'}")
     result = TestResult(spec["scenario"], spec["mode"], str(log_dir), valid=None, invalid_reasons=reasons)
-    write_metadata(log_dir, {"result": result.to_dict(), "test_spec": spec})
+    _save(lambda: write_metadata(log_dir, {"result": result.to_dict(), "test_spec": spec}), "metadata.json")
     return result, {}
+
+
+def _save(write: Callable[[], None], what: str) -> None:
+    """Write a record of the run; on a full disk or a read-only folder say so in one line and go on, so the
+    summary still reaches the terminal."""
+    try:
+        write()
+    except OSError as error:
+        message = describe(error)
+        if message is None:
+            raise
+        print(f"[run_harness] {what} not saved: {message}", flush=True)
 
 
 def _read_metadata(log_dir: Path) -> dict:

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from code.common.audits import write_baseline_log
-from code.common.benchmarks import BenchmarkError, load_benchmark
-from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
+from code.common.benchmarks import load_benchmark
+from code.common.constants import AccuracyTarget, Benchmark, ExitCode, HarnessType, PowerSetting, Scenario, TestMode
+from code.common.faults import describe
 from code.common.paths import REPO_ROOT
 from code.common.run_logs import TestResult, performance_result, read_detail_log, write_metadata
 from code.common.supervision import die_with_parent
@@ -153,10 +154,13 @@ def main() -> int:
     spec = json.loads(Path(sys.argv[1]).read_text())
     try:
         run_single_test(spec)
-    except BenchmarkError as error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return 1
-    return 0
+    except Exception as error:
+        message = describe(error, writing_in=Path(spec["log_dir"]))
+        if message is None:
+            raise  # a bug: its traceback is the report
+        print(f"ERROR: {message}", file=sys.stderr, flush=True)  # the parent's summary quotes this line
+        return ExitCode.TEST_FAILED
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import numpy as np
 from code.bert.download_model import BERT_SUBDIR, MODEL_FILES
 from code.bert.preprocess_data import default_squad_json
 from code.bert.squad import MANIFEST_FILE, MAX_SEQ_LENGTH, TOKENIZED_SUBDIR
-from code.common.benchmarks import InputsUnavailableError, PreparedTest
+from code.common.benchmarks import BenchmarkError, InputsUnavailableError, PreparedTest
 from code.common.constants import TestMode
 from code.common.cpu_threads import resolve_cpu_threads
 from code.common.inputs import InputChoice, InputLocations, resolve_device, synthetic_count
@@ -49,6 +49,16 @@ def engine_spec(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 - 
                       checkpoint=choice.checkpoint, seed=config["seed"])
 
 
+def check_model_name(config: ResolvedConfig) -> None:
+    """An unknown ``model_name`` stops the run with the known names (the table lives with the model)."""
+    from code.bert.model import BertConfig
+
+    try:
+        BertConfig.from_name(config["model_name"])
+    except ValueError as error:
+        raise BenchmarkError(f"model_name = {config['model_name']!r}: {error}") from None
+
+
 def engine_dir(config: ResolvedConfig, spec: Any) -> Path:
     from code.bert.engine import engine_key
 
@@ -56,8 +66,11 @@ def engine_dir(config: ResolvedConfig, spec: Any) -> Path:
 
 
 def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
-    """What a run would use, without loading anything heavy."""
+    """What a run would use, without loading anything heavy; what it cannot run stops here."""
     choice = choose_inputs(config, mode)
+    device = resolve_device(config)
+    if config["backend"] != "oracle":
+        check_model_name(config)
     model = f"BERT-{config['model_name']}"
     if config["model_name"] != MLPERF_MODEL:
         model += " (a small test model, not BERT-large)"
@@ -78,6 +91,7 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
         f"synthetic ({synthetic_count(config)} samples, "
         f"{'all 384 tokens' if config['synthetic_lengths'] == 'max' else 'SQuAD-like lengths'})",
         "weights": f"random (BERT-{config['model_name']} architecture)" if choice.random_weights else choice.checkpoint,
+        "device": device,
         "invalid_because": invalid_because,
     }
     if config["backend"] == "pytorch":
@@ -93,6 +107,8 @@ def generate_engine(config: ResolvedConfig) -> dict[str, Any]:
     from code.bert.engine import build_engine
 
     choice = choose_inputs(config, TestMode.PerformanceOnly)
+    resolve_device(config)  # an engine the device cannot run is refused before it is built
+    check_model_name(config)
     spec = engine_spec(config, choice)
     path = build_engine(spec, engine_dir(config, spec))
     return {"engine": str(path), "weights": choice.checkpoint, "precision": spec.precision}
@@ -132,7 +148,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     choice = choose_inputs(config, mode)
     features = load_features(config, choice)
     spec = engine_spec(config, choice) if config["backend"] == "pytorch" else None
-    options = BackendOptions(device=resolve_device(config), cpu_threads=resolve_cpu_threads(config),
+    provenance = describe_inputs(config, mode)
+    options = BackendOptions(device=provenance["device"], cpu_threads=resolve_cpu_threads(config),
                              engine_dir=spec and engine_dir(config, spec),
                              engine_spec=spec, features=features, oracle_shift=config["oracle_shift"],
                              oracle_batch_ms=config["oracle_batch_ms"],
@@ -157,9 +174,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                            f"(target {result.target_f1:.3f})",
                 "exact_match": result.exact_match, "f1": result.f1, "target_f1": result.target_f1}
 
-    provenance = describe_inputs(config, mode)
     provenance["input_lengths"] = features.describe_lengths()
-    provenance["device"] = options.device
     if options.device == "cpu":
         provenance["cpu_threads"] = options.cpu_threads
     return PreparedTest(

@@ -14,13 +14,15 @@ from pathlib import Path
 import numpy as np
 
 from code.bert.squad import ARRAY_FILES, GOLD_FILE, MANIFEST_FILE, MAX_SEQ_LENGTH, TOKENIZED_SUBDIR
-from code.bert.vocab import CLS_TOKEN, SEP_TOKEN, find_vocab, load_vocab
+from code.bert.vocab import CLS_TOKEN, SEP_TOKEN, VOCAB_SIZE, find_vocab, load_vocab
+from code.common.faults import DataFileError, reading
 
 # Synthetic length model (documented in documentation/bert.md). Question word pieces ~ Normal(14, 4) clipped to
 # [4, 40]; context word pieces ~ LogNormal(median 130, sigma 0.5) clipped to [16, 1000]; a context longer than the
 # window is split with stride 128 exactly like real preprocessing, which yields the tail of full 384-token windows.
 SYNTH_QUESTION_MEAN, SYNTH_QUESTION_STD, SYNTH_QUESTION_RANGE = 14.0, 4.0, (4, 40)
 SYNTH_CONTEXT_MEDIAN, SYNTH_CONTEXT_SIGMA, SYNTH_CONTEXT_RANGE = 130.0, 0.5, (16, 1000)
+RELOAD_HINT = "preprocess it again: make preprocess_data BENCHMARKS=bert"
 SYNTH_DOC_STRIDE = 128
 SYNTH_MEAN_LENGTH_BAND = (150.0, 185.0)
 """Where the mean real length of synthetic features must fall (SQuAD v1.1 dev features average ~150-180)."""
@@ -69,24 +71,24 @@ class BertFeatures:
         directory = root if root.name == TOKENIZED_SUBDIR else root / TOKENIZED_SUBDIR
         missing = [name for name in (*ARRAY_FILES, MANIFEST_FILE) if not (directory / name).is_file()]
         if missing:
-            raise FileNotFoundError(
-                f"BERT preprocessed data in {directory} is missing or incomplete ({', '.join(missing)}); "
-                "run `make preprocess_data BENCHMARKS=bert`"
-            )
-        manifest = json.loads((directory / MANIFEST_FILE).read_text())
-        input_ids, segment_ids, input_mask = (
-            np.ascontiguousarray(np.load(directory / name), dtype=np.int32) for name in ARRAY_FILES
-        )
+            raise DataFileError(f"BERT preprocessed data in {directory} is missing or incomplete "
+                                f"({', '.join(missing)}); {RELOAD_HINT}")
+        with reading(directory / MANIFEST_FILE, RELOAD_HINT):
+            manifest = json.loads((directory / MANIFEST_FILE).read_text())
+        input_ids, segment_ids, input_mask = (_load_array(directory / name) for name in ARRAY_FILES)
         expected = (int(manifest["num_features"]), MAX_SEQ_LENGTH)
         for name, array in zip(ARRAY_FILES, (input_ids, segment_ids, input_mask), strict=True):
             if array.shape != expected:
-                raise ValueError(
-                    f"{directory / name} has shape {array.shape}, manifest says {expected}; "
-                    "run `make preprocess_data BENCHMARKS=bert` again"
-                )
+                raise DataFileError(f"{directory / name} has shape {array.shape}, manifest says {expected}; "
+                                    f"{RELOAD_HINT}")
+        for name, array, limit in zip(ARRAY_FILES, (input_ids, segment_ids, input_mask), (VOCAB_SIZE, 2, 2),
+                                      strict=True):
+            if array.size and (int(array.min()) < 0 or int(array.max()) >= limit):
+                raise DataFileError(f"{directory / name} holds values outside [0, {limit}) (token ids: BERT's "
+                                    f"vocabulary; segment ids and mask: 0 or 1); {RELOAD_HINT}")
         gold = None
         if (directory / GOLD_FILE).is_file():
-            gold = np.ascontiguousarray(np.load(directory / GOLD_FILE), dtype=np.int32)
+            gold = _load_array(directory / GOLD_FILE)
         lengths = input_mask.sum(axis=1, dtype=np.int64).astype(np.int32)
         return cls(input_ids, segment_ids, input_mask, lengths, synthetic=False, gold_positions=gold)
 
@@ -156,3 +158,9 @@ class BertFeatures:
             np.ascontiguousarray(self.segment_ids[idx, :seq]),
             np.ascontiguousarray(self.input_mask[idx, :seq]),
         )
+
+
+def _load_array(path: Path) -> np.ndarray:
+    """An int32 array from a preprocessed .npy file; a short or damaged file is a DataFileError naming it."""
+    with reading(path, RELOAD_HINT, also=(ValueError,)):
+        return np.ascontiguousarray(np.load(path), dtype=np.int32)

@@ -38,11 +38,13 @@ from code.bert.download_data import SQUAD_SUBDIR
 from code.bert.model import BERT_CONFIGS, BertConfig, BertQA, empty_model, load_checkpoint, random_weights
 from code.bert.squad import MANIFEST_FILE, TOKENIZED_SUBDIR
 from code.common.benchmarks import BenchmarkError
+from code.common.faults import reading
 from code.common.paths import DATA_DIR, PREPROCESSED_DATA_DIR
 
 FORMAT_VERSION = 2  # 2: fp8 engines and their calibration
 MANIFEST = "engine.json"
 WEIGHTS = "weights.safetensors"
+REDOWNLOAD = 'make download_model BENCHMARKS="bert"'
 # precision -> the dtype weights are stored and activations kept in (fp8 engines: fp16 between the FP8 GEMMs)
 PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
                                       "fp8": torch.float16}
@@ -172,9 +174,10 @@ def build_engine(spec: EngineSpec, engine_dir: Path, *, calibration: Calibration
     if not spec.is_random:
         path = Path(spec.checkpoint)
         if not path.is_file():
-            raise EngineError(f"checkpoint {path} not found (download it first: python -m code.bert.download_model)")
+            raise EngineError(f"checkpoint {path} not found; download it first: {REDOWNLOAD}")
         checkpoint = _checkpoint_identity(path)
-        model = load_checkpoint(path, spec.config)
+        with reading(path, f"re-download it: {REDOWNLOAD}"):
+            model = load_checkpoint(path, spec.config)
         from safetensors.torch import save_file
 
         save_file({k: v.to(spec.dtype).contiguous() for k, v in model.state_dict().items()},
@@ -287,7 +290,8 @@ def load_engine_manifest(engine_dir: Path, expected: EngineSpec, device: str | t
     else:
         from safetensors.torch import load_file
 
-        state = load_file(str(Path(engine_dir) / WEIGHTS), device="cpu")
+        with reading(Path(engine_dir) / WEIGHTS, _rebuild_hint(run_args)):
+            state = load_file(str(Path(engine_dir) / WEIGHTS), device="cpu")
         model = empty_model(expected.config)
         model.load_state_dict(state, strict=True, assign=True)  # our names, already checked at build time
     return model.to(device=device, dtype=expected.dtype).eval(), manifest

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from code.bert.vocab import CLS_TOKEN, SEP_TOKEN, BertTokenizer
+from code.common.faults import DataFileError, reading
 
 MAX_SEQ_LENGTH = 384
 DOC_STRIDE = 128
@@ -333,12 +334,14 @@ class PostprocessData:
 def load_postprocess_data(tokenized_dir: Path) -> PostprocessData:
     """Read `squad_eval.json.gz` back into `EvalFeature`s (model inputs left empty: they live in the .npy files)."""
     path = Path(tokenized_dir) / EVAL_FILE
+    fix = "preprocess it again: make preprocess_data BENCHMARKS=bert"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; run `make preprocess_data BENCHMARKS=bert`")
-    with gzip.open(path, "rt", encoding="utf-8") as f:
+        raise DataFileError(f"{path} is missing; {fix}")
+    with reading(path, fix), gzip.open(path, "rt", encoding="utf-8") as f:
         payload = json.load(f)
-    if payload.get("format") != FORMAT_VERSION:
-        raise ValueError(f"{path} has format {payload.get('format')}, expected {FORMAT_VERSION}; preprocess again")
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
+        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise DataFileError(f"{path} has format {found}, expected {FORMAT_VERSION}; {fix}")
     paragraphs = payload["paragraphs"]
     features = []
     for record in payload["features"]:

@@ -12,6 +12,7 @@ sample count below the benchmark's hang a run, exhaust memory or make a result t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,11 +70,14 @@ class Field:
     required: bool = False  # a registered config class must set it (where it applies)
     choices: tuple[str, ...] | None = None
     range: Range | None = None  # every int and float field has one
+    pattern: str | None = None  # a str field with open-ended values: the regular expression they match in full
 
     def accepted(self) -> str:
         """What values the field takes, as ``--help`` and the docs say it."""
         if self.choices is not None:
             return "one of " + ", ".join(self.choices)
+        if self.pattern is not None:
+            return f"str matching {self.pattern}"
         if self.range is not None:
             return f"{self.type.__name__}, {self.range}"
         return self.type.__name__
@@ -92,8 +96,13 @@ class Field:
             ok = True
         if not ok:
             raise FieldError(f"{where}: field '{self.name}' must be {self.type.__name__}, got {value!r}")
+        if isinstance(value, str) and not value.strip():  # "" would pass for a path: Path("") is the current folder
+            raise FieldError(f"{where}: field '{self.name}' is empty; give {self.accepted()}, or leave it out")
         if self.choices is not None and value is not None and value not in self.choices:
             raise FieldError(f"{where}: field '{self.name}' = {value!r}; valid choices: {', '.join(self.choices)}")
+        if self.pattern is not None and value is not None and not re.fullmatch(self.pattern, value):
+            raise FieldError(f"{where}: field '{self.name}' = {value!r} is not {self.accepted()} "
+                             f"({self.description})")
         problem = self._range_problem(value)
         if problem:
             raise FieldError(f"{where}: field '{self.name}' = {value!r} {problem}; set a value in that range")
@@ -136,7 +145,8 @@ FIELDS: dict[str, Field] = {
               "not a model)", choices=("pytorch", "inflight", "oracle")),
         Field("precision", str, "fp32", "Numeric precision of the engine's matrix products (fp8: FP8 GEMMs with "
               "calibrated scales, 16-bit elsewhere, GPU only)", choices=("fp32", "fp16", "bf16", "fp8")),
-        Field("device", str, "auto", "Where the model runs: auto (cuda when present, else cpu), cpu, cuda, cuda:N"),
+        Field("device", str, "auto", "Where the model runs: auto (cuda when present, else cpu), cpu, cuda, cuda:N",
+              pattern=r"auto|cpu|cuda(:[0-9]{1,3})?"),
         Field("cpu_threads", int, 0, "On a CPU device: torch's intra-op threads; 0: torch's default capped at "
               "the CPUs the process may use, one fewer in Server (LoadGen's threads need a free core; "
               "code/common/cpu_threads.py)", range=Range(0, 4096)),
@@ -181,7 +191,8 @@ FIELDS: dict[str, Field] = {
         Field("fp8_fast_accum", bool, False, "BERT fast path, fp8: cuBLASLt fast accumulation in the FP8 GEMMs",
               benchmarks=(Benchmark.BERT,)),
         Field("fp8_gemms", str, "qkv+wo+w1+w2", "BERT fast path, fp8: which GEMMs of every layer run in FP8, "
-              "'+'-joined from qkv, wo, w1, w2 (the others stay 16-bit)", benchmarks=(Benchmark.BERT,)),
+              "'+'-joined from qkv, wo, w1, w2 (the others stay 16-bit)", benchmarks=(Benchmark.BERT,),
+              pattern=r"(qkv|wo|w1|w2)(\+(qkv|wo|w1|w2))*"),
         Field("attention_kernel", str, "triton", "BERT fast path: varlen attention kernel (triton: ours, "
               "code/bert/fast/attention.py, which also adds the QKV bias; flash: torch's FlashAttention-2)",
               benchmarks=(Benchmark.BERT,), choices=("triton", "flash")),
@@ -264,7 +275,33 @@ def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dic
     if backend == "inflight" and values.get("num_beams", 2) < 2:
         raise FieldError(f"{origin('num_beams')} = {values['num_beams']}: the inflight backend runs beam search "
                          "(num_beams >= 2); for greedy search (num_beams=1) use --backend=pytorch")
+    # What would otherwise run in another precision than the one recorded: FP8 GEMMs exist only on BERT's fast
+    # path and in GPT-J's inflight engine.
+    fp8 = values.get("precision") == "fp8"
+    if benchmark is Benchmark.BERT and backend == "pytorch" and fp8 and not values.get("fast_path", True):
+        raise FieldError(f"{origin('precision')} = 'fp8' runs FP8 GEMMs on the fast path only, and "
+                         f"{origin('fast_path')} is off; turn the fast path on or set --precision=fp16")
+    if benchmark is Benchmark.GPTJ and backend == "pytorch" and fp8:  # kv_cache_dtype: code/gptj/benchmark.py
+        raise FieldError(f"{origin('precision')} = 'fp8' needs --backend=inflight (the pytorch backend has no FP8); "
+                         "set --backend=inflight, or --precision=fp32")
+
+
+def check_device(benchmark: Benchmark, values: dict[str, Any], sources: dict[str, str], device: str) -> None:
+    """The rules between a resolved config and the device it runs on (``auto`` already made concrete)."""
+    if values.get("backend") == "oracle":
+        return  # runs no model: precision and device mean nothing to it
+    on = "--device=cpu" if device == "cpu" else f"device {device}"
+    for name in ("precision", "kv_cache_dtype"):
+        if values.get(name) == "fp8" and device == "cpu":
+            source = sources.get(name, "default")
+            given = f"--{name}=fp8" if source == "RUN_ARGS" else f"{name}=fp8 (set by {source})"
+            raise FieldError(f"{given} needs a GPU (FP8 runs on Hopper or newer) and this run is on {on}; set "
+                             f"--{name}={FIELDS[name].default}, or run on a GPU")
+    if (benchmark is Benchmark.GPTJ and values.get("backend") == "inflight" and device != "cpu"
+            and values.get("precision") == "fp32"):
+        raise FieldError(f"the inflight backend on {on} runs bf16, fp16 or fp8 (FlashAttention has no float32); "
+                         "set --precision=bf16")
 
 
 __all__ = ["FIELDS", "ChoiceError", "Field", "FieldError", "Range", "applicable_fields", "check_combination",
-           "get_field"]
+           "check_device", "get_field"]

@@ -12,7 +12,11 @@ from pathlib import Path
 
 from code.common.benchmarks import InputsUnavailableError
 from code.common.constants import DATASET_SIZE, TestMode
+from code.common.fields import FieldError, check_device
 from configs.configuration import ResolvedConfig
+
+# Fields that only shape synthetic inputs: given for a run on the real data set, they would be recorded but not used.
+SYNTHETIC_FIELDS = ("synthetic_sample_count", "synthetic_lengths", "synthetic_length_scale")  # output lengths: gptj
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,11 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations)
     if accuracy and data_dir is None:
         raise InputsUnavailableError(f"an accuracy run needs the real {where.data_name} data set, which is not in "
                                      f"{where.preprocessed_dir}; run {where.fetch_step}")
+    if data_dir is not None:
+        ignored = [name for name in SYNTHETIC_FIELDS if config.sources.get(name) == "RUN_ARGS"]
+        if ignored:
+            raise FieldError(f"--{ignored[0]} shapes synthetic inputs, and this run uses the {where.data_name} set in "
+                             f"{data_dir}; add --input_data=synthetic, or leave --{ignored[0]} out")
 
     weights_field = config["weights"]
     if weights_field == "random":
@@ -84,10 +93,22 @@ def synthetic_count(config: ResolvedConfig) -> int:
 
 
 def resolve_device(config: ResolvedConfig) -> str:
-    """The ``device`` field with ``auto`` made concrete: cuda when PyTorch sees a GPU, else cpu."""
+    """The ``device`` field made concrete (``auto``: cuda when PyTorch sees a GPU, else cpu) and checked: a GPU
+    that is not there, or a precision the device cannot run, stops the run here rather than running something
+    other than what the config, the engine name and metadata.json say."""
     device = config["device"]
-    if device == "auto":
-        import torch
+    if device == "cpu":
+        check_device(config.benchmark, config.values, config.sources, device)
+        return device
+    import torch
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device == "auto":
+        device = "cuda" if gpus else "cpu"
+    elif gpus == 0:
+        raise InputsUnavailableError(f"--device={device}: PyTorch sees no GPU here (torch {torch.__version__}, "
+                                     f"CUDA {torch.version.cuda}); use --device=cpu or --device=auto")
+    elif ":" in device and int(device.split(":")[1]) >= gpus:
+        raise InputsUnavailableError(f"--device={device}: PyTorch sees {gpus} GPU(s), cuda:0 to cuda:{gpus - 1}")
+    check_device(config.benchmark, config.values, config.sources, device)
     return device

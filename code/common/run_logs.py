@@ -28,6 +28,9 @@ def new_run_root(log_dir: str | None = None) -> Path:
     """A fresh folder for this invocation: build/logs/<timestamp>[-N], or --log_dir if it is new or empty."""
     if log_dir:
         root = Path(log_dir)
+        if root.exists() and not root.is_dir():
+            raise LogDirError(f"--log_dir={log_dir} is a file, not a folder; choose a new folder or leave --log_dir "
+                              "out to get build/logs/<timestamp>")
         if root.exists() and any(root.iterdir()):
             raise LogDirError(
                 f"--log_dir={log_dir} already holds files from an earlier run; choose a new folder or leave "

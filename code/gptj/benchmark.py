@@ -39,8 +39,10 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
 
 
 def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
-    """What a run would use, without loading anything heavy."""
+    """What a run would use, without loading anything heavy; what it cannot run stops here."""
     choice = choose_inputs(config, mode)
+    if config["backend"] != "oracle" and choice.random_weights:
+        check_model_name(config)  # a checkpoint brings its own architecture
     model = f"GPT-J {config['model_name']}"
     if config["model_name"] != MLPERF_MODEL:
         model += " (a small test model, not GPT-J 6B)"
@@ -68,6 +70,7 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
             raise BenchmarkError("--synthetic_output_lengths=forced is for synthetic inputs (real outputs end where "
                                  "the model chooses EOS): set --synthetic_output_lengths=model")
         invalid_because.append("output lengths forced at drawn values (synthetic runs only)")
+    device = resolve_device(config)  # after the backend's own options: their errors name the better fix
     if config["backend"] == "inflight" and "fp8" in (config["precision"], config["kv_cache_dtype"]):
         invalid_because.append("FP8 scales calibrated on synthetic prompts, not the MLPerf calibration list")
     lengths = "all 1,919 tokens" if config["synthetic_lengths"] == "max" else "CNN/DailyMail-like lengths"
@@ -83,12 +86,24 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
         "weights": f"random (GPT-J {config['model_name']} architecture)" if choice.random_weights else
         choice.checkpoint,
         "generation": generation,
+        "device": device,
         "invalid_because": invalid_because,
     }
 
 
+def check_model_name(config: ResolvedConfig) -> None:
+    """An unknown ``model_name`` stops the run with the known names (the table lives with the model)."""
+    from code.gptj.model import GptjConfig
+
+    try:
+        GptjConfig.from_name(config["model_name"])
+    except ValueError as error:
+        raise BenchmarkError(f"model_name = {config['model_name']!r}: {error}") from None
+
+
 def generate_engine(config: ResolvedConfig) -> dict[str, Any]:
     """Nothing to build yet: the pytorch backend loads the checkpoint (or draws random weights) when a run starts."""
+    describe_inputs(config, TestMode.PerformanceOnly)  # refuses here what the run would refuse
     return {"engine": "none: the pytorch GPT-J backend loads the checkpoint or draws random weights at run start"}
 
 
@@ -148,6 +163,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     from code.gptj.backends import BackendOptions, create_backend
     from code.gptj.tokenizer import load_tokenizer
 
+    provenance = describe_inputs(config, mode)
     choice = choose_inputs(config, mode)
     samples = load_samples(config, choice)
     oracle = config["backend"] == "oracle"
@@ -158,7 +174,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
 
         splitter_name()  # scoring needs nltk's punkt data: stop before the run, not after it
     options = BackendOptions(
-        device=resolve_device(config),
+        device=provenance["device"],
         cpu_threads=resolve_cpu_threads(config),
         model_name=config["model_name"],
         checkpoint=choice.checkpoint,
@@ -197,9 +213,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                 "gen_len": result.gen_len, "gen_num": result.gen_num, "targets": result.targets,
                 "sentence_splitter": result.splitter}
 
-    provenance = describe_inputs(config, mode)
     provenance["input_lengths"] = samples.describe_lengths()
-    provenance["device"] = options.device
     if options.device == "cpu":
         provenance["cpu_threads"] = options.cpu_threads
     return PreparedTest(

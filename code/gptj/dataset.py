@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from code.common.faults import DataFileError, reading
 from code.gptj.cnn_dailymail import (
     FORMAT_VERSION,
     INPUT_IDS_FILE,
@@ -53,7 +54,7 @@ SYNTH_MEAN_LENGTH_BAND = (880.0, 980.0)
 """Where the mean length of synthetic prompts (full scale) must fall: the estimate above, ± ~5 %."""
 _ORDINARY_IDS = (0, EOS_TOKEN_ID)
 """Token ids drawn for synthetic articles: GPT-2's vocabulary without ``<|endoftext|>`` and the extra tokens."""
-_RELOAD_HINT = "run `make preprocess_data BENCHMARKS=gptj` again"
+_RELOAD_HINT = "preprocess it again: make preprocess_data BENCHMARKS=gptj"
 SYNTH_OUTPUT_MEDIAN = 66.0
 SYNTH_OUTPUT_SIGMA = 0.35
 SYNTH_OUTPUT_RANGE = (31, 128)  # min_new_tokens + 1 (EOS comes after at least 30 tokens) and max_new_tokens
@@ -110,23 +111,26 @@ class GptjSamples:
         names = (INPUT_IDS_FILE, INPUT_LENGTHS_FILE, MANIFEST_FILE)
         missing = [name for name in names if not (directory / name).is_file()]
         if missing:
-            raise FileNotFoundError(
+            raise DataFileError(
                 f"GPT-J preprocessed data in {directory} is missing or incomplete ({', '.join(missing)}); "
                 "run `make preprocess_data BENCHMARKS=gptj`"
             )
-        manifest = json.loads((directory / MANIFEST_FILE).read_text(encoding="utf-8"))
+        with reading(directory / MANIFEST_FILE, _RELOAD_HINT):
+            manifest = json.loads((directory / MANIFEST_FILE).read_text(encoding="utf-8"))
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
-            raise ValueError(f"{directory / MANIFEST_FILE} is not format {FORMAT_VERSION}; {_RELOAD_HINT}")
-        input_ids = np.load(directory / INPUT_IDS_FILE)
-        lengths = np.load(directory / INPUT_LENGTHS_FILE)
+            raise DataFileError(f"{directory / MANIFEST_FILE} is not format {FORMAT_VERSION}; {_RELOAD_HINT}")
+        with reading(directory / INPUT_IDS_FILE, _RELOAD_HINT, also=(ValueError,)):
+            input_ids = np.load(directory / INPUT_IDS_FILE)
+        with reading(directory / INPUT_LENGTHS_FILE, _RELOAD_HINT, also=(ValueError,)):
+            lengths = np.load(directory / INPUT_LENGTHS_FILE)
         expected = (int(manifest["count"]), int(manifest["max_length"]))
         if input_ids.dtype != np.int32 or input_ids.shape != expected:
-            raise ValueError(
+            raise DataFileError(
                 f"{directory / INPUT_IDS_FILE} is {input_ids.dtype} {input_ids.shape}, manifest says int32 "
                 f"{expected}; {_RELOAD_HINT}"
             )
         if lengths.dtype != np.int32 or lengths.shape != expected[:1]:
-            raise ValueError(f"{directory / INPUT_LENGTHS_FILE} is {lengths.dtype} {lengths.shape}; {_RELOAD_HINT}")
+            raise DataFileError(f"{directory / INPUT_LENGTHS_FILE} is {lengths.dtype} {lengths.shape}; {_RELOAD_HINT}")
         pad = int(manifest.get("pad_token_id", PAD_TOKEN_ID))
         _check_layout(input_ids, lengths, pad, directory)
         eval_json = Path(manifest["eval_json"]) if manifest.get("eval_json") else None
@@ -242,9 +246,9 @@ def _check_layout(input_ids: np.ndarray, lengths: np.ndarray, pad: int, director
     """Lengths in [1, W], ids in the vocabulary, and every position past a row's length holding ``pad``."""
     width = input_ids.shape[1]
     if lengths.size and (int(lengths.min()) < 1 or int(lengths.max()) > width):
-        raise ValueError(f"{directory / INPUT_LENGTHS_FILE} has lengths outside [1, {width}]; {_RELOAD_HINT}")
+        raise DataFileError(f"{directory / INPUT_LENGTHS_FILE} has lengths outside [1, {width}]; {_RELOAD_HINT}")
     if input_ids.size and (int(input_ids.min()) < 0 or int(input_ids.max()) >= VOCAB_SIZE):
-        raise ValueError(f"{directory / INPUT_IDS_FILE} has ids outside [0, {VOCAB_SIZE}); {_RELOAD_HINT}")
+        raise DataFileError(f"{directory / INPUT_IDS_FILE} has ids outside [0, {VOCAB_SIZE}); {_RELOAD_HINT}")
     padding = np.arange(width, dtype=np.int32)[None, :] >= lengths[:, None]
     if not np.all(input_ids[padding] == pad):
-        raise ValueError(f"{directory / INPUT_IDS_FILE} is not right-padded with {pad}; {_RELOAD_HINT}")
+        raise DataFileError(f"{directory / INPUT_IDS_FILE} is not right-padded with {pad}; {_RELOAD_HINT}")

@@ -17,8 +17,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from code.common.faults import reading
 from code.gptj.backends import BackendOptions
-from code.gptj.backends.pytorch import DTYPES
+from code.gptj.backends.pytorch import DTYPES, REDOWNLOAD
 from code.gptj.generation import GenerationConfig
 from code.gptj.inflight.engine import EngineOptions, ForcedLengthOf, InflightEngine
 from code.gptj.inflight.layers import Amax, InflightModel
@@ -55,7 +56,8 @@ class InflightGptjBackend:
             model = random_weights(GptjConfig.from_name(options.model_name), options.seed, dtype, device,
                                    draw_on_device=device.type == "cuda")
         else:
-            model = load_checkpoint(options.checkpoint, dtype=dtype, device=device)
+            with reading(options.checkpoint, REDOWNLOAD):
+                model = load_checkpoint(options.checkpoint, dtype=dtype, device=device)
         generation = GenerationConfig(num_beams=options.num_beams)
         longest = min(options.max_prompt_length, model.config.n_positions - generation.max_new_tokens + 1)
         inflight = InflightModel.from_model(model, consume=True)

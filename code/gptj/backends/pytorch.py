@@ -9,11 +9,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from code.common.faults import reading
 from code.gptj.backends import BackendOptions
 from code.gptj.generation import GenerationConfig, cache_shape, generate
 from code.gptj.model import GptjConfig, load_checkpoint, random_weights
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+REDOWNLOAD = 're-download it: make download_model BENCHMARKS="gptj"'
 
 
 class PytorchGptjBackend:
@@ -27,7 +29,8 @@ class PytorchGptjBackend:
         if options.checkpoint == "random":
             self.model = random_weights(GptjConfig.from_name(options.model_name), options.seed, dtype, self.device)
         else:
-            self.model = load_checkpoint(options.checkpoint, dtype=dtype, device=self.device).eval()
+            with reading(options.checkpoint, REDOWNLOAD):
+                self.model = load_checkpoint(options.checkpoint, dtype=dtype, device=self.device).eval()
         self.generation = GenerationConfig(num_beams=options.num_beams)
         longest = min(options.max_prompt_length, self.model.config.n_positions - self.generation.max_new_tokens + 1)
         rows, columns = cache_shape([longest] * options.max_batch_size, self.generation)

@@ -1,0 +1,85 @@
+"""Faults a user fixes outside the harness, each as one line that names the file and the fix.
+
+A truncated download, an engine cut short by a full disk, a read-only log folder: none of them is a bug, so none
+of them should end in a traceback. This is the one place that turns such exceptions into messages:
+
+- ``reading(path, fix)`` wraps the read of one file; what its decoder raises on bad bytes becomes a
+  ``DataFileError`` naming the file and the fix (re-download, rebuild the engine, preprocess again).
+- ``describe(error)`` gives the line for any error a user can fix (a ``BenchmarkError``, a full disk, a folder
+  that cannot be written), and None for anything else: an unknown error is a bug, and its traceback is the report.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import pickle
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from code.common.benchmarks import BenchmarkError
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+FREE_SPACE = "free space there (make clean_logs deletes old runs; MLPERF_SCRATCH_PATH moves data to a bigger disk)"
+
+
+class DataFileError(BenchmarkError, ValueError):
+    """A file the run reads is missing, truncated or corrupt; the message names it and the step that makes a good
+    one. (A ValueError too, so callers of a loader that catch ValueError keep working.)"""
+
+
+def _decode_errors() -> tuple[type[BaseException], ...]:
+    """What decoders raise on bad bytes (torch's zip reader raises a plain RuntimeError: see _is_decode_error)."""
+    found: list[type[BaseException]] = [EOFError, pickle.UnpicklingError, zlib.error, gzip.BadGzipFile,
+                                        json.JSONDecodeError, UnicodeDecodeError]
+    try:
+        from safetensors import SafetensorError
+
+        found.append(SafetensorError)
+    except ImportError:  # without safetensors no .safetensors file is ever read
+        pass
+    return tuple(found)
+
+
+def _is_decode_error(error: BaseException, also: tuple[type[BaseException], ...]) -> bool:
+    if isinstance(error, _decode_errors() + also):
+        return True
+    return isinstance(error, RuntimeError) and "PytorchStreamReader" in str(error)
+
+
+@contextmanager
+def reading(path: Path | str, fix: str, also: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Around the read of ``path``: bad bytes become one ``DataFileError`` saying which file and ``fix``.
+
+    ``also``: further exceptions that mean bad bytes for this reader only (numpy's ``np.load`` raises ValueError
+    on a short file); keep the wrapped block to the read itself, so a bug around it is not blamed on the file.
+    """
+    try:
+        yield
+    except Exception as error:
+        if not _is_decode_error(error, also):
+            raise
+        cause = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise DataFileError(f"{path} is truncated or corrupt ({cause}); {fix}") from error
+
+
+def describe(error: BaseException, writing_in: Path | None = None) -> str | None:
+    """The one line for an error a user can fix, or None for a bug.
+
+    ``writing_in``: the folder being written, named when the operating system's error names no file (a failed
+    ``write`` on an open file does not).
+    """
+    if isinstance(error, BenchmarkError):
+        return str(error)
+    if not isinstance(error, OSError) or error.errno not in NO_SPACE + NOT_WRITABLE:
+        return None
+    where = error.filename or writing_in or "a file"
+    reason = error.strerror or str(error)
+    if error.errno in NO_SPACE:
+        return f"no space left writing {where} ({reason}); {FREE_SPACE}, then run again"
+    return (f"cannot write {where} ({reason}): the folder is read-only or not yours; make it writable, or write "
+            "elsewhere (--log_dir, MLPERF_SCRATCH_PATH), then run again")

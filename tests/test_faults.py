@@ -1,0 +1,175 @@
+"""Faults end cleanly: a damaged file, a full disk or a read-only folder gives one line naming the file and the fix.
+
+Each case of issue 18 once ended in a traceback; here each is made for real (a truncated checkpoint, engine, data
+file) or, where the machine cannot make it (a full disk, a read-only folder when tests run as root), injected as
+the OSError the operating system raises. One run goes end to end, to see the summary quote the test's error line.
+"""
+
+import errno
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from code.bert.dataset import BertFeatures
+from code.bert.engine import EngineSpec, build_engine, load_engine
+from code.bert.model import BERT_CONFIGS, random_weights
+from code.bert.squad import ARRAY_FILES, EVAL_FILE, MANIFEST_FILE, MAX_SEQ_LENGTH, load_postprocess_data
+from code.common.faults import DataFileError, describe, reading
+from code.common.paths import LIB_DIR, REPO_ROOT
+
+
+def truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("checkpoint") / "model.pytorch"
+    torch.save(random_weights(BERT_CONFIGS["tiny"], seed=3).state_dict(), path)
+    return path
+
+
+def test_a_truncated_checkpoint_names_the_file_and_the_download(tmp_path, tiny_checkpoint):
+    broken = tmp_path / "model.pytorch"
+    broken.write_bytes(tiny_checkpoint.read_bytes())
+    truncate(broken)
+    with pytest.raises(DataFileError) as caught:
+        build_engine(EngineSpec("tiny", "fp32", str(broken)), tmp_path / "engine")
+    assert str(caught.value).startswith(f"{broken} is truncated or corrupt (PytorchStreamReader failed")
+    assert str(caught.value).endswith('re-download it: make download_model BENCHMARKS="bert"')
+
+
+def test_a_truncated_engine_names_the_file_and_the_rebuild(tmp_path, tiny_checkpoint):
+    spec = EngineSpec("tiny", "fp32", str(tiny_checkpoint))
+    engine = build_engine(spec, tmp_path / "engine")
+    truncate(engine / "weights.safetensors")
+    with pytest.raises(DataFileError) as caught:
+        load_engine(engine, spec, run_args="--model_name=tiny")
+    message = str(caught.value)
+    assert message.startswith(f"{engine / 'weights.safetensors'} is truncated or corrupt (Error while deserializing")
+    assert message.endswith('Rebuild it: make generate_engines RUN_ARGS="--model_name=tiny"')
+
+
+def test_a_truncated_gptj_checkpoint_names_it_and_the_download(tmp_path):
+    from code.gptj.backends import BackendOptions
+    from code.gptj.backends.pytorch import PytorchGptjBackend
+
+    folder = tmp_path / "gptj"
+    folder.mkdir()
+    hf = {"vocab_size": 50401, "n_positions": 2048, "n_embd": 64, "n_layer": 2, "n_head": 4, "rotary_dim": 8}
+    (folder / "config.json").write_text(json.dumps(hf))
+    (folder / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")
+    with pytest.raises(DataFileError, match=f"^{folder} is truncated or corrupt .*make download_model "
+                                            'BENCHMARKS="gptj"$'):
+        PytorchGptjBackend(BackendOptions(checkpoint=str(folder), precision="fp32"))
+
+
+@pytest.mark.parametrize("content", [b"not gzip at all", gzip.compress(b'{"format": 1, "para')[:-8]],
+                         ids=["garbage", "truncated"])
+def test_a_corrupt_squad_eval_file_names_it_and_the_preprocess_step(tmp_path, content):
+    (tmp_path / EVAL_FILE).write_bytes(content)
+    with pytest.raises(DataFileError) as caught:
+        load_postprocess_data(tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / EVAL_FILE} is truncated or corrupt (")
+    assert message.endswith("preprocess it again: make preprocess_data BENCHMARKS=bert") and "\n" not in message
+
+
+def write_features(folder: Path, count: int = 4, token: int = 2000) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = np.full((count, MAX_SEQ_LENGTH), token, dtype=np.int32)
+    for name, array in zip(ARRAY_FILES, (ids, np.zeros_like(ids), np.ones_like(ids)), strict=True):
+        np.save(folder / name, array)
+    (folder / MANIFEST_FILE).write_text(json.dumps({"num_features": count}))
+    return folder
+
+
+def test_token_ids_outside_the_vocabulary_are_refused_at_load(tmp_path):
+    folder = write_features(tmp_path / "squad_tokenized", token=40000)
+    with pytest.raises(DataFileError, match=r"input_ids.npy holds values outside \[0, 30522\).*make preprocess_data"):
+        BertFeatures.load(folder)
+
+
+def test_a_truncated_data_array_names_it(tmp_path):
+    folder = write_features(tmp_path / "squad_tokenized")
+    truncate(folder / ARRAY_FILES[0])
+    with pytest.raises(DataFileError, match=f"^{folder / ARRAY_FILES[0]} is truncated or corrupt"):
+        BertFeatures.load(folder)
+
+
+def test_reading_leaves_other_errors_alone(tmp_path):
+    with pytest.raises(KeyError), reading(tmp_path, "fix"):
+        raise KeyError("a bug, not a file")
+    with pytest.raises(RuntimeError, match="size mismatch"), reading(tmp_path, "fix"):
+        raise RuntimeError("size mismatch for a weight")
+
+
+def test_a_full_disk_and_a_read_only_folder_are_one_line(tmp_path):
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "metadata.json"))
+    assert describe(full) == (f"no space left writing {tmp_path / 'metadata.json'} (No space left on device); free "
+                              "space there (make clean_logs deletes old runs; MLPERF_SCRATCH_PATH moves data to a "
+                              "bigger disk), then run again")
+    unnamed = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # a failed write() on an open file names none
+    assert describe(unnamed, writing_in=tmp_path).startswith(f"no space left writing {tmp_path} (")
+    read_only = OSError(errno.EROFS, os.strerror(errno.EROFS), str(tmp_path))
+    assert describe(read_only).startswith(f"cannot write {tmp_path} (Read-only file system): the folder is read-only")
+    assert describe(ValueError("a bug")) is None and describe(OSError(errno.EIO, "I/O error")) is None
+
+
+def test_the_test_process_prints_one_line_on_a_full_disk(tmp_path, monkeypatch, capsys):
+    from code.actions import run_single_test
+
+    def full_disk(spec):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    spec = tmp_path / "test_spec.json"
+    spec.write_text(json.dumps({"log_dir": str(tmp_path)}))
+    monkeypatch.setattr(run_single_test, "die_with_parent", lambda: None)
+    monkeypatch.setattr(run_single_test, "run_single_test", full_disk)
+    monkeypatch.setattr(sys, "argv", ["run_single_test", str(spec)])
+    assert run_single_test.main() == 1
+    err = capsys.readouterr().err
+    assert err == f"ERROR: no space left writing {tmp_path} (No space left on device); " + err.split("; ", 1)[1]
+    assert err.count("\n") == 1
+
+
+def test_the_harness_prints_its_summary_when_the_disk_is_full(tmp_path, monkeypatch, capsys):
+    from code.actions import run_harness
+
+    def full_disk(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "summary.txt"))
+
+    monkeypatch.setattr(run_harness, "write_summary", full_disk)
+    run_harness._finish("CPU", tmp_path, [])
+    out = capsys.readouterr().out
+    assert f"[run_harness] the summary not saved: no space left writing {tmp_path / 'summary.txt'}" in out
+    assert "Result summaries" in out
+
+
+def test_the_summary_quotes_the_test_process_error_line(tmp_path, harness_built):
+    """End to end: the test process meets a damaged data file; one ERROR line, quoted by the summary, exit 1."""
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
+    data = write_features(tmp_path / "squad_tokenized")
+    truncate(data / "input_ids.npy")
+    env = {**os.environ, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, "-m", "code.main", "--action=run_harness", "--backend=oracle",
+                           "--gpu_batch_size=8", f"--input_data={data}", f"--log_dir={tmp_path / 'logs'}"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    output = done.stdout + done.stderr
+    assert "Traceback" not in output
+    error = f"{data / 'input_ids.npy'} is truncated or corrupt ("
+    assert output.count(f"ERROR: {error}") == 1
+    assert f"FAILED: {error}" in done.stdout
+    summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
+    assert summary[0]["invalid_reasons"][0].startswith(error)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from code.actions.common import resolved_configs, system_name
-from code.actions.run_harness import check_round, run_child, test_spec
+from code.actions.run_harness import check_round, require_built_core, run_child, test_spec
 from code.common.arguments import RunRequest
 from code.common.audits import (
     REFERENCE_ACCURACY_LOG,
@@ -102,6 +102,7 @@ def plan_audit(config: ResolvedConfig, test: str, results_dir: str | None) -> Au
     if refusal:  # before the built-core check: what the round refuses needs no build to say so
         raise RoundError(f"refusing a {test} audit that round {round_name} would not accept: {refusal}")
     check_round(config)
+    require_built_core(round_name)
     tools = audit_tools(round_name, test, config.benchmark)
     if test == "TEST01":  # its logged responses are scored, so it runs on the real data set
         load_benchmark(config.benchmark).describe_inputs(config, TestMode.AccuracyOnly)

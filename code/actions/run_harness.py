@@ -46,8 +46,10 @@ def run_harness(request: RunRequest) -> int:
     # cannot run or cannot count (an unbuilt round, a SubmissionRun the round lacks, accuracy without real data).
     tests = [(config, loadgen_mode) for config in resolved_configs(request, system)
              for loadgen_mode in TestMode.parse(config["test_mode"]).loadgen_modes]
-    for config, loadgen_mode in tests:
+    for config, _ in tests:  # every refusal before any unbuilt core: what a round refuses needs no build to say so
         check_round(config)
+    for config, loadgen_mode in tests:
+        require_built_core(config["round"])
         load_benchmark(config.benchmark).describe_inputs(config, loadgen_mode)
     root = new_run_root(request.overrides.get("log_dir"))
     print(f"[run_harness] logs: {root}", flush=True)
@@ -92,12 +94,14 @@ def test_spec(system: str, config: ResolvedConfig, mode: TestMode, overrides: di
 
 
 def check_round(config: ResolvedConfig) -> None:
-    """A SubmissionRun is for a benchmark and scenario its round accepts, and the round's core is built."""
-    round_name = config["round"]
+    """A SubmissionRun is for a benchmark and scenario its round accepts."""
     if TestMode.parse(config["test_mode"]) is TestMode.SubmissionRun:
         refusal = round_refusal(config)
         if refusal:
-            raise RoundError(f"refusing a SubmissionRun that round {round_name} would not accept: {refusal}")
+            raise RoundError(f"refusing a SubmissionRun that round {config['round']} would not accept: {refusal}")
+
+
+def require_built_core(round_name: str) -> None:
     if not module_path(harness_lib_dir(round_name)).is_file():
         raise BenchmarkError(f"the C++ core of round {round_name} is not built: run `make build ROUND={round_name}`")
 

@@ -95,10 +95,9 @@ class InflightModel:
         self.embedding = embedding
         self.layers = layers
         self.norm_weight, self.norm_bias = norm_weight, norm_bias
-        rows = -(-head_weight.shape[0] // HEAD_ROW_ALIGN) * HEAD_ROW_ALIGN
-        pad = rows - head_weight.shape[0]
-        self.head_weight = F.pad(head_weight, (0, 0, 0, pad)) if pad and head_weight.is_cuda else head_weight
-        self.head_bias = F.pad(head_bias, (0, pad)) if pad and head_weight.is_cuda else head_bias
+        pad = -head_weight.shape[0] % HEAD_ROW_ALIGN if head_weight.is_cuda else 0
+        self.head_weight = F.pad(head_weight, (0, 0, 0, pad)) if pad else head_weight
+        self.head_bias = F.pad(head_bias, (0, pad)) if pad else head_bias
         self.vocab_size = head_weight.shape[0]
         self.rope = rope_table(config.n_positions, config.rotary_dim).to(embedding.device)
 

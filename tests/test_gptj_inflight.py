@@ -221,3 +221,40 @@ def test_fp8_engine_on_cpu_runs_calibrated_gemms_and_cache(model, prompts):
                                                                    "kv_dtype": torch.float8_e4m3fn}),
                          amax).generate(prompts)
     assert all(31 <= len(g) <= 128 and g.dtype == np.int32 for g in got)
+
+
+def test_compiled_decode_elementwise_matches_the_plain_functions():
+    """What the GPU's decode step runs (``torch.compile`` of the four functions, static shapes) computes what the
+    plain functions define, in float32 and through the FP8 quantization with padded rows; fullgraph compilation
+    also proves the functions trace without graph breaks."""
+    from code.gptj.inflight.elementwise import Elementwise
+    from code.gptj.model import rope_table
+    from code.numerics.fp8 import E4M3_REL_ERROR
+
+    gen = torch.Generator().manual_seed(0)
+    rows, heads, head_dim, inner = 24, 2, 32, 256
+    width = heads * head_dim
+    plain, compiled = Elementwise(compiled=False).decode, Elementwise(compiled=True).decode
+    x, out = torch.randn(rows, width, generator=gen), torch.randn(32, width, generator=gen)
+    weight, bias = torch.rand(width, generator=gen) + 0.5, torch.randn(width, generator=gen)
+    fused = torch.randn(32, 3 * width + inner, generator=gen)
+    attended = torch.randn(rows, heads, head_dim, generator=gen)
+    rope = rope_table(64, 16)[torch.arange(rows)][:, None, None]
+    for scale, align in ((None, 1), (torch.tensor(0.02), 16)):
+        def same(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor | None = scale) -> None:
+            assert a.shape == b.shape and a.dtype == b.dtype
+            if scale is None:
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+            else:  # e4m3 may round the last float32 bit either way: one e4m3 step at most
+                torch.testing.assert_close(a.float(), b.float(), rtol=2 * E4M3_REL_ERROR, atol=2.0**-9)
+
+        same(compiled.norm_in(x, weight, bias, 1e-5, scale, align), plain.norm_in(x, weight, bias, 1e-5, scale, align))
+        for got, want in zip(compiled.residual_norm_in(out, x, weight, bias, 1e-5, scale, align),
+                             plain.residual_norm_in(out, x, weight, bias, 1e-5, scale, align), strict=True):
+            same(got, want)
+        for got, want in zip(compiled.rotary_qkv(fused, rope, rows, heads, head_dim),
+                             plain.rotary_qkv(fused, rope, rows, heads, head_dim), strict=True):
+            same(got, want, None)
+        mlp = compiled.mlp_in(fused, attended, scale, align)
+        same(mlp, plain.mlp_in(fused, attended, scale, align))
+        assert mlp.shape == (rows + (-rows % align), width + inner)

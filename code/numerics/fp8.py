@@ -42,11 +42,15 @@ def quantize(x: Tensor, scale: float | Tensor) -> Tensor:
     return (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
 
 
-def quantize_cuda(x: Tensor, scale: float) -> Tensor:
-    """``quantize`` in one pass over memory (one Triton kernel instead of four elementwise ones)."""
+def quantize_cuda(x: Tensor, scale: float | Tensor) -> Tensor:
+    """``quantize`` in one pass over memory (one Triton kernel instead of four elementwise ones). ``scale``: a
+    float, or a 0-d float32 tensor on the GPU that the kernel reads (no host synchronisation)."""
     q = torch.empty(x.shape, dtype=E4M3, device=x.device)
     n, block = x.numel(), 2048
-    _quantize_kernel[(triton.cdiv(n, block),)](x, q, 1.0 / scale, n, BLOCK=block, num_warps=4)
+    in_memory = isinstance(scale, Tensor)
+    _quantize_kernel[(triton.cdiv(n, block),)](x, q, 1.0 if in_memory else 1.0 / scale,
+                                               scale if in_memory else x, n, BLOCK=block,
+                                               SCALE_IN_MEMORY=in_memory, num_warps=4)
     return q
 
 
@@ -103,7 +107,10 @@ class Fp8Linear:
 if triton is not None:
 
     @triton.jit
-    def _quantize_kernel(x_ptr, q_ptr, inv_scale, n, BLOCK: tl.constexpr):  # noqa: ANN001 - typed by the JIT
+    def _quantize_kernel(x_ptr, q_ptr, inv_scale, scale_ptr, n, BLOCK: tl.constexpr,  # noqa: ANN001 - typed by the JIT
+                         SCALE_IN_MEMORY: tl.constexpr):
+        if SCALE_IN_MEMORY:
+            inv_scale = 1.0 / tl.load(scale_ptr)
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)

@@ -13,6 +13,9 @@ FP8 (``use_fp8_gemms``): both GEMMs of every layer take e4m3 weights (one scale 
 quantized with a static scale from ``collect_amax`` over calibration prompts; the embedding, the LayerNorms,
 attention and the LM head stay 16-bit. The LM head's rows are padded to a multiple of 64 so cuBLAS picks a
 Hopper kernel for it (an odd vocabulary of 50,401 rows falls back to an older one); the padded logits are sliced off.
+
+The elementwise work between the GEMMs (LayerNorm, rotary, GELU, concatenation, residual, quantization) lives in
+``code/gptj/inflight/elementwise.py``, compiled into a few fused kernels on CUDA.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from code.gptj.inflight.attention import decode_attention, prefill_attention
+from code.gptj.inflight.elementwise import Elementwise, ElementwiseFunctions
 from code.gptj.inflight.kv_cache import KVCache
-from code.gptj.model import Gptj, GptjConfig, apply_rotary, rope_table
+from code.gptj.model import Gptj, GptjConfig, rope_table
 from code.numerics.fp8 import Fp8Linear
 
 HEAD_ROW_ALIGN = 64  # LM-head rows are padded to this multiple (see the module docstring)
@@ -44,24 +48,25 @@ class LayerWeights:
     fp8_in: Fp8Linear | None = None  # set by use_fp8_gemms, which then frees w_in / w_out
     fp8_out: Fp8Linear | None = None
 
+    @property
+    def in_scale(self) -> Tensor | None:
+        """The first GEMM's input scale (FP8), or None: what ``Elementwise`` quantizes that input with."""
+        return None if self.fp8_in is None else self.fp8_in.act_scale
+
+    @property
+    def out_scale(self) -> Tensor | None:
+        return None if self.fp8_out is None else self.fp8_out.act_scale
+
     def linear_in(self, x: Tensor) -> Tensor:
+        """``x``: what ``Elementwise`` made for this GEMM (16-bit, or e4m3 with padded rows)."""
         if self.fp8_in is not None:
-            return _fp8_linear(self.fp8_in, x, self.b_in)
+            return self.fp8_in(x, self.b_in)
         return F.linear(x, self.w_in, self.b_in)
 
     def linear_out(self, x: Tensor) -> Tensor:
         if self.fp8_out is not None:
-            return _fp8_linear(self.fp8_out, x, self.b_out)
+            return self.fp8_out(x, self.b_out)
         return F.linear(x, self.w_out, self.b_out)
-
-
-def _fp8_linear(linear: Fp8Linear, x: Tensor, bias: Tensor) -> Tensor:
-    """FP8 GEMM of any number of rows: cuBLASLt's FP8 kernels take row counts in multiples of 16, so a packed
-    prefill's rows are padded up and the padding sliced off."""
-    rows = x.shape[0]
-    pad = -rows % FP8_ROW_ALIGN if x.is_cuda else 0
-    out = linear(linear.quantize_input(F.pad(x, (0, 0, 0, pad)) if pad else x), bias)
-    return out[:rows] if pad else out
 
 
 @dataclass
@@ -100,6 +105,8 @@ class InflightModel:
         self.head_bias = F.pad(head_bias, (0, pad)) if pad else head_bias
         self.vocab_size = head_weight.shape[0]
         self.rope = rope_table(config.n_positions, config.rotary_dim).to(embedding.device)
+        self.elementwise = Elementwise(compiled=embedding.is_cuda)
+        self.align = FP8_ROW_ALIGN if embedding.is_cuda else 1  # FP8 GEMM rows (see elementwise.py)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -136,20 +143,6 @@ class InflightModel:
     def _rope(self, positions: Tensor) -> Tensor:
         return self.rope[positions].to(self.dtype)[:, None, None]  # [tokens, 1, 1, rotary/2, 2]
 
-    def _qkv(self, fused: Tensor, rope: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """q, k (rotated) and v ``[tokens, heads, head_dim]`` from the first GEMM's output."""
-        cfg = self.config
-        tokens = fused.shape[0]
-        q, k, v = fused[:, : 3 * cfg.n_embd].view(tokens, 3, cfg.n_head, cfg.head_dim).unbind(1)
-        q = apply_rotary(q[:, None], rope)[:, 0]
-        k = apply_rotary(k[:, None], rope)[:, 0]
-        return q, k, v.contiguous()
-
-    def _mlp_input(self, fused: Tensor, attended: Tensor, x: Tensor) -> Tensor:
-        """``[attention output, gelu(hidden)]``: the second GEMM's input."""
-        hidden = F.gelu(fused[:, 3 * self.config.n_embd :], approximate="tanh")
-        return torch.cat((attended.reshape(x.shape), hidden), dim=1)
-
     def _logits(self, x: Tensor) -> Tensor:
         x = F.layer_norm(x, (self.config.n_embd,), self.norm_weight, self.norm_bias, self.config.layer_norm_epsilon)
         return F.linear(x, self.head_weight, self.head_bias)[:, : self.vocab_size].float()
@@ -166,28 +159,48 @@ class InflightModel:
             layer.fp8_out = Fp8Linear(layer.w_out, amax.gemm_out[i], self.dtype)
             layer.w_in = layer.w_out = torch.empty(0, dtype=self.dtype, device=self.device)
 
-    def _norm(self, layer: LayerWeights, x: Tensor) -> Tensor:
-        return F.layer_norm(x, (self.config.n_embd,), layer.norm_weight, layer.norm_bias,
-                            self.config.layer_norm_epsilon)
+    def _layers(self, x: Tensor, rope: Tensor, attend: Callable[[int, Tensor, Tensor, Tensor], Tensor],
+                ew: ElementwiseFunctions, on_layer: Callable[..., None] | None = None) -> Tensor:
+        """Every layer over ``x [tokens, n_embd]``; ``attend(i, q, k, v)`` is layer i's attention (it also stores
+        the keys and values); ``on_layer(i, normed=, k=, v=, mlp_in=)`` sees each layer's GEMM inputs, keys and
+        values. Returns the last layer's residual stream."""
+        cfg = self.config
+        tokens = x.shape[0]
+        first = self.layers[0]
+        normed = ew.norm_in(x, first.norm_weight, first.norm_bias, cfg.layer_norm_epsilon, first.in_scale, self.align)
+        for i, layer in enumerate(self.layers):
+            fused = layer.linear_in(normed)
+            q, k, v = ew.rotary_qkv(fused, rope, tokens, cfg.n_head, cfg.head_dim)
+            attended = attend(i, q, k, v)
+            mlp_in = ew.mlp_in(fused, attended, layer.out_scale, self.align)
+            if on_layer is not None:
+                on_layer(i, normed=normed, k=k, v=v, mlp_in=mlp_in)
+            out = layer.linear_out(mlp_in)
+            if i + 1 < len(self.layers):
+                after = self.layers[i + 1]
+                x, normed = ew.residual_norm_in(out, x, after.norm_weight, after.norm_bias, cfg.layer_norm_epsilon,
+                                                after.in_scale, self.align)
+            else:
+                x = out[:tokens] + x
+        return x
 
-    def _prompt_forward(self, prompts: list[Tensor], on_layer: Callable[..., None]) -> Tensor:
-        """Packed causal forward of whole prompts; ``on_layer(i, normed=, k=, v=, mlp_in=)`` sees each layer's
-        GEMM inputs, keys and values. Float32 logits of each prompt's last token."""
+    def _prompt_forward(self, prompts: list[Tensor], on_layer: Callable[..., None] | None = None,
+                        write: Callable[[int, Tensor, Tensor], None] | None = None) -> Tensor:
+        """Packed causal forward of whole prompts; ``write(i, k, v)`` stores layer i's keys and values. Float32
+        logits of each prompt's last token."""
         lengths = [len(p) for p in prompts]
         tokens = torch.cat(prompts)
         positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
         cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32,
                                   device=self.device)
-        rope = self._rope(positions)
-        x = F.embedding(tokens, self.embedding)
-        for i, layer in enumerate(self.layers):
-            normed = self._norm(layer, x)
-            fused = layer.linear_in(normed)
-            q, k, v = self._qkv(fused, rope)
-            attended = prefill_attention(q, k, v, lengths, cu_seqlens)
-            mlp_in = self._mlp_input(fused, attended, x)
-            on_layer(i, normed=normed, k=k, v=v, mlp_in=mlp_in)
-            x = layer.linear_out(mlp_in) + x
+
+        def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            if write is not None:
+                write(i, k, v)
+            return prefill_attention(q, k, v, lengths, cu_seqlens)
+
+        x = self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend,
+                         self.elementwise.prefill, on_layer)
         return self._logits(x[cu_seqlens[1:].long() - 1])
 
     @torch.inference_mode()
@@ -196,10 +209,10 @@ class InflightModel:
         ``[prompts, vocab]`` of each prompt's last token."""
         pages, offsets = cache.prompt_write_index(slots, [len(p) for p in prompts])
 
-        def write(i: int, k: Tensor, v: Tensor, **_: Tensor) -> None:
+        def write(i: int, k: Tensor, v: Tensor) -> None:
             cache.write_prompt(i, pages, offsets, k, v)
 
-        return self._prompt_forward(prompts, write)
+        return self._prompt_forward(prompts, write=write)
 
     @torch.inference_mode()
     def collect_amax(self, prompts: list[Tensor], amax: Amax | None = None) -> Amax:
@@ -209,7 +222,7 @@ class InflightModel:
         def record(i: int, normed: Tensor, k: Tensor, v: Tensor, mlp_in: Tensor) -> None:
             amax.update(i, gemm_in=normed, gemm_out=mlp_in, k=k, v=v)
 
-        self._prompt_forward(prompts, record)
+        self._prompt_forward(prompts, on_layer=record)
         return amax
 
     def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor) -> Tensor:
@@ -220,12 +233,10 @@ class InflightModel:
         positions = (cache.prompt_lengths.long() + column)[:, None].expand(-1, beams).reshape(-1)
         rows = torch.arange(slots * beams, device=tokens.device)
         columns = column[:, None].expand(-1, beams).reshape(-1)
-        rope = self._rope(positions)
-        x = F.embedding(tokens, self.embedding)
-        for i, layer in enumerate(self.layers):
-            fused = layer.linear_in(self._norm(layer, x))
-            q, k, v = self._qkv(fused, rope)
+
+        def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             cache.write_generated(i, rows, columns, k, v)
-            attended = decode_attention(q, cache, i, ancestry, gen_count)
-            x = layer.linear_out(self._mlp_input(fused, attended, x)) + x
-        return self._logits(x)
+            return decode_attention(q, cache, i, ancestry, gen_count)
+
+        return self._logits(self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend,
+                                         self.elementwise.decode))

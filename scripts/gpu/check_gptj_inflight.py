@@ -12,7 +12,8 @@ Steps (each timed; a failing step does not stop the others):
 - ``variants``: the engine over synthetic CNN/DailyMail-like prompts, one row per variant
   ``GEMMS/KV/SLOTS/OUTPUTS`` (GEMMS bf16|fp8, KV bf16|fp8, OUTPUTS full|forced): random weights never choose EOS,
   so ``full`` generates 128 tokens per sample (the worst case) and ``forced`` ends each at a drawn length of mean
-  ~70 (``GptjSamples.with_forced_lengths``). bf16 variants must come before fp8 ones (the FP8 switch frees
+  ~70 (``GptjSamples.with_forced_lengths``); an optional ``/plain`` runs the elementwise work uncompiled (the
+  baseline of ``code/gptj/inflight/elementwise.py``). bf16 variants must come before fp8 ones (the FP8 switch frees
   the 16-bit weights). The switch also reports the FP8 prefill logits' error against bf16's.
 - ``hf``: transformers' ``GPTJForCausalLM.generate`` (bf16, beam 4, batch 1, as the MLPerf reference calls it) on
   a few of the same prompts, for the ratio.
@@ -38,6 +39,7 @@ from code.gptj.backends.inflight import calibrate
 from code.gptj.dataset import GptjSamples
 from code.gptj.generation import GenerationConfig, cache_shape, generate
 from code.gptj.inflight.attention import decode_attention, decode_attention_reference
+from code.gptj.inflight.elementwise import Elementwise
 from code.gptj.inflight.engine import EngineOptions, InflightEngine
 from code.gptj.inflight.kv_cache import CacheShape, KVCache
 from code.gptj.inflight.layers import InflightModel
@@ -77,11 +79,15 @@ def random_cache(slots: int, mean_prompt: int, device: torch.device, generator: 
 
 
 def parse_variant(text: str) -> dict[str, Any]:
-    gemms, kv, slots, outputs = text.split("/")
-    if gemms not in ("bf16", "fp8") or kv not in ("bf16", "fp8") or outputs not in ("full", "forced"):
-        raise SystemExit(f"variant {text!r}: expected GEMMS/KV/SLOTS/OUTPUTS with bf16|fp8, bf16|fp8, an int, "
-                         f"full|forced")
-    return {"name": text, "gemms": gemms, "kv": kv, "slots": int(slots), "outputs": outputs}
+    parts = text.split("/")
+    gemms, kv, slots, outputs = parts[:4]
+    elementwise = parts[4] if len(parts) == 5 else "fused"
+    if (len(parts) not in (4, 5) or gemms not in ("bf16", "fp8") or kv not in ("bf16", "fp8")
+            or outputs not in ("full", "forced") or elementwise not in ("fused", "plain")):
+        raise SystemExit(f"variant {text!r}: expected GEMMS/KV/SLOTS/OUTPUTS[/ELEMENTWISE] with bf16|fp8, bf16|fp8, "
+                         f"an int, full|forced, fused|plain")
+    return {"name": text, "gemms": gemms, "kv": kv, "slots": int(slots), "outputs": outputs,
+            "elementwise": elementwise}
 
 
 def main() -> None:
@@ -141,18 +147,27 @@ def main() -> None:
             bench = functools.partial(triton.testing.do_bench,
                                       functools.partial(decode_attention, q, cache, 0, ancestry, counts),
                                       return_mode="median")
-            launches = {}
+            launches: dict[str, float | str] = {}
             defaults = dict(attention_module.PROMPT_LAUNCH), dict(attention_module.GENERATED_LAUNCH)
-            for warps, stages in ((4, 2), (4, 3), (8, 2)):
-                attention_module.PROMPT_LAUNCH.update(num_warps=warps, num_stages=stages)
-                launches[f"prompt w{warps}s{stages}"] = bench()
-            attention_module.PROMPT_LAUNCH.update(defaults[0])
-            for tile, warps in ((16, 4), (32, 4), (32, 8), (64, 8)):
-                attention_module.GENERATED_LAUNCH.update(TILE=tile, num_warps=warps)
-                launches[f"generated t{tile}w{warps}"] = bench()
-            attention_module.GENERATED_LAUNCH.update(defaults[1])
+            choices = [(f"prompt k{keys}w{warps}s{stages}", attention_module.PROMPT_LAUNCH,
+                        {"KEYS": keys, "num_warps": warps, "num_stages": stages})
+                       for keys, warps, stages in ((32, 4, 2), (64, 4, 2), (128, 4, 2), (128, 4, 3), (128, 8, 2))]
+            choices += [(f"generated t{tile}w{warps}", attention_module.GENERATED_LAUNCH,
+                         {"TILE": tile, "num_warps": warps}) for tile, warps in ((32, 4), (64, 4))]
+            for name, launch, choice in choices:
+                launch.update(choice)
+                try:
+                    launches[name] = bench()
+                except Exception as error:  # e.g. OutOfResources: too much shared memory for this tile
+                    launches[name] = f"failed: {type(error).__name__}"
+                finally:  # the defaults come back even when a choice fails to compile
+                    for module_launch, default in zip((attention_module.PROMPT_LAUNCH,
+                                                       attention_module.GENERATED_LAUNCH), defaults, strict=True):
+                        module_launch.clear()
+                        module_launch.update(default)
             details[f"attention_{label}"]["launches_ms"] = launches
-            rows.append(f"  {label} launches (ms/layer): " + ", ".join(f"{k} {v:.3f}" for k, v in launches.items()))
+            rows.append(f"  {label} launches (ms/layer): " + ", ".join(
+                f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in launches.items()))
             del cache
 
     def load() -> None:
@@ -233,6 +248,7 @@ def main() -> None:
 
     def measure(inflight: InflightModel, variant: dict[str, Any]) -> None:
         slots = variant["slots"]
+        inflight.elementwise = Elementwise(compiled=variant["elementwise"] == "fused")
         started = time.perf_counter()
         engine = InflightEngine(inflight, generation,
                                 EngineOptions(slots=slots, max_prompt_length=1919,
@@ -256,13 +272,13 @@ def main() -> None:
         rows.append(f"{variant['name']:>22}: {result['samples_per_s']:6.2f} samples/s {result['tokens_per_s']:7.0f} "
                     f"tok/s (mean output {result['mean_output']:.0f}, running slots "
                     f"{result['stats']['mean_running_slots']}, {result['stats']['kv_pages']} pages)")
-        if args.profile and variant is variants[-1]:
+        if args.profile and variant is variants[-1]:  # a whole generate: prefill passes and graphed steps
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                with torch.inference_mode():
-                    engine._step_eager()
+                engine.generate(chosen[:slots], None if forced is None else forced[:slots])
                 torch.cuda.synchronize()
-            (args.out / "step_profile.txt").write_text(prof.key_averages().table(sort_by="cuda_time_total",
-                                                                               row_limit=16))
+            table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=70)
+            (args.out / "generate_profile.txt").write_text(table)
+            print(table)
         del engine
 
     def hf() -> None:

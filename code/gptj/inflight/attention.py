@@ -36,8 +36,12 @@ except ImportError:  # CPU-only installs: the reference path runs instead
     triton = None
 
 BEAM_TILE = 16  # tl.dot needs at least 16 rows: the 4 beams of a slot, padded
-PROMPT_LAUNCH = {"num_warps": 4, "num_stages": 2}  # the kernels' launch settings; scripts/gpu time the choices
-GENERATED_LAUNCH = {"TILE": 32, "num_warps": 4}
+# The kernels' launch settings; scripts/gpu time the choices. The prompt kernel loads PROMPT_TILE_BYTES of keys
+# (and as many of values) per iteration: 64 keys of a 16-bit cache, 128 of an FP8 one; a "KEYS" entry in
+# PROMPT_LAUNCH (a power of two) overrides that.
+PROMPT_TILE_BYTES = 32768
+PROMPT_LAUNCH: dict[str, int] = {"num_warps": 4, "num_stages": 2}
+GENERATED_LAUNCH = {"TILE": 64, "num_warps": 4}
 
 
 def prefill_attention(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], cu_seqlens: Tensor) -> Tensor:
@@ -112,7 +116,7 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
         q, pk, pv, cache.block_table, cache.prompt_lengths, state_max, state_sum, state_acc,
         q.stride(0), q.stride(1), pk.stride(0), pk.stride(1), pk.stride(2), cache.block_table.stride(0),
         scale_log2, BEAMS=beams, BEAM_TILE=BEAM_TILE, HEAD_DIM=head_dim, PAGE=cache.shape.page_size,
-        F16=cache.is_fp8, **PROMPT_LAUNCH,
+        F16=cache.is_fp8, **{"KEYS": PROMPT_TILE_BYTES // (head_dim * pk.element_size()), **PROMPT_LAUNCH},
     )
     _generated_kernel[(rows, heads)](
         q, gk, gv, ancestry, gen_count, state_max, state_sum, state_acc, out,
@@ -130,13 +134,13 @@ if triton is not None:
         q_ptr, k_ptr, v_ptr, table_ptr, length_ptr, max_ptr, sum_ptr, acc_ptr,
         stride_q_row, stride_q_head, stride_k_page, stride_k_pos, stride_k_head, stride_table,
         scale_log2, BEAMS: tl.constexpr, BEAM_TILE: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
-        F16: tl.constexpr,
+        F16: tl.constexpr, KEYS: tl.constexpr,
     ):
         slot = tl.program_id(0)
         head = tl.program_id(1)
         beam = tl.arange(0, BEAM_TILE)
         dim = tl.arange(0, HEAD_DIM)
-        pos = tl.arange(0, PAGE)
+        key = tl.arange(0, KEYS)
         row = slot * BEAMS + beam
         live = beam < BEAMS
         q = tl.load(q_ptr + row[:, None] * stride_q_row + head * stride_q_head + dim[None, :], mask=live[:, None],
@@ -147,10 +151,12 @@ if triton is not None:
         s = tl.zeros([BEAM_TILE], tl.float32)
         acc = tl.zeros([BEAM_TILE, HEAD_DIM], tl.float32)
         n = tl.load(length_ptr + slot)
-        for first in range(0, n, PAGE):
-            page = tl.load(table_ptr + slot * stride_table + first // PAGE).to(tl.int64)
-            offsets = page * stride_k_page + pos[:, None] * stride_k_pos + head * stride_k_head + dim[None, :]
-            valid = (first + pos) < n
+        for first in range(0, n, KEYS):
+            position = first + key  # each key finds its page: a tile may span pages or be part of one
+            valid = position < n
+            page = tl.load(table_ptr + slot * stride_table + position // PAGE, mask=valid, other=0).to(tl.int64)
+            offsets = (page[:, None] * stride_k_page + (position % PAGE)[:, None] * stride_k_pos
+                       + head * stride_k_head + dim[None, :])
             k = tl.load(k_ptr + offsets, mask=valid[:, None], other=0.0).to(q.dtype)
             v = tl.load(v_ptr + offsets, mask=valid[:, None], other=0.0).to(q.dtype)
             scores = tl.dot(q, tl.trans(k)) * scale_log2

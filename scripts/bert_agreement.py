@@ -38,7 +38,8 @@ Each ``--precisions`` item is a precision, or a variant of one with backend opti
         [--require configs | none | fp8=bert-99,fp16=bert-99.9 | fp8:fp8_fast_accum=true=0.998 | ...]
 
 Exit status: 0 every required bar met; 1 a required bar missed; 3 none missed but a row could not run (e.g. fp8
-before its engine exists), or bars are required and no trained proxy ran to measure them; 2 a bad option.
+before its engine exists) or ran without its precision's arithmetic (fp8 on a CPU), or bars are required and no
+trained proxy ran to measure them; 2 a bad option.
 Results: ``build/bench/agreement-<timestamp>/agreement.{json,md}``.
 """
 
@@ -508,27 +509,41 @@ class Row:
     def f1_ratio(self) -> float | None:
         return None if self.agreement is None else self.agreement.f1_ratio
 
+    @property
+    def ran_as_named(self) -> bool:
+        """False for an fp8 row off the fast path (a CPU): its backend ran the fp16-rounded weights without FP8
+        GEMMs, so its F1 says nothing about FP8 and the gate neither passes nor fails it."""
+        return not (self.precision == "fp8" and not self.path.startswith("fast"))
+
     def qualifies(self, target: str) -> bool | None:
         """Whether this engine meets ``target``'s bar (TARGET_BARS); None where the row has no meaningful F1."""
         ratio = self.f1_ratio
-        if not self.gated or ratio is None:
+        if not self.gated or ratio is None or not self.ran_as_named:
             return None
         return ratio >= TARGET_BARS[target]
 
     @property
     def passed(self) -> bool | None:
-        """The required bar's verdict; None where nothing is required of the row or it is a random-head model.
-        A trained proxy's row without an F1 ratio (float32 scored 0) does not pass: the gate could not measure."""
-        if not self.gated or self.bar is None or self.agreement is None:
+        """The required bar's verdict; None where nothing is required of the row, it is a random-head model, or it
+        did not run its precision. A trained proxy's row without an F1 ratio (float32 scored 0) does not pass: the
+        gate could not measure."""
+        if not self.gated or self.bar is None or self.agreement is None or not self.ran_as_named:
             return None
         ratio = self.f1_ratio
         return ratio is not None and ratio >= self.bar.ratio
+
+    @property
+    def unmeasured(self) -> bool:
+        """A required row of the trained proxy that ran, but not in its precision: the gate is owed a measurement."""
+        return self.gated and self.bar is not None and self.agreement is not None and not self.ran_as_named
 
 
 def qualification_text(row: Row) -> str:
     """The table's cell: which targets the engine qualifies for, or why the row is not gated."""
     if not row.gated:
         return "not gated (random head)"
+    if not row.ran_as_named:
+        return f"not measured ({row.path}, no FP8 GEMMs)"
     if row.f1_ratio is None:
         return "no F1 ratio"
     return ", ".join(f"{target} {'yes' if row.qualifies(target) else 'no'}" for target in TARGET_BARS)
@@ -558,7 +573,7 @@ def format_rows(rows: list[Row]) -> list[list[str]]:
         if a is None:
             table.append([row.model, row.name, *["-"] * 9, required, f"NOT RUN: {row.not_run}"])
             continue
-        verdict = {True: "PASS", False: "FAIL", None: "-"}[row.passed]
+        verdict = "NOT MEASURED" if row.unmeasured else {True: "PASS", False: "FAIL", None: "-"}[row.passed]
         table.append(
             [
                 row.model,
@@ -585,7 +600,7 @@ def qualification_lines(rows: list[Row]) -> list[str]:
     lines = []
     for row in rows:
         a = row.agreement
-        if not row.gated or a is None or row.f1_ratio is None or a.reference_f1 is None:
+        if not row.gated or a is None or row.f1_ratio is None or a.reference_f1 is None or not row.ran_as_named:
             continue
         step = 100.0 / max(a.questions, 1) / a.reference_f1
         verdicts = "; ".join(
@@ -620,11 +635,12 @@ def path_notes(rows: list[Row]) -> list[str]:
 
 
 def exit_status(rows: list[Row]) -> int:
-    """1 when a required bar is missed; 3 when none is but a row could not run, or bars are required and no
-    trained proxy ran to measure them (a gate that measured nothing does not pass); else 0."""
+    """1 when a required bar is missed; 3 when none is but a row could not run, a required row did not run its
+    precision (fp8 on a CPU), or bars are required and no trained proxy ran to measure them (a gate that measured
+    nothing does not pass); else 0."""
     if any(row.passed is False for row in rows):
         return EXIT_MISSED
-    if any(row.agreement is None for row in rows):
+    if any(row.agreement is None or row.unmeasured for row in rows):
         return EXIT_NOT_RUN
     if any(row.bar is not None for row in rows) and not any(row.gated for row in rows):
         return EXIT_NOT_RUN
@@ -633,10 +649,18 @@ def exit_status(rows: list[Row]) -> int:
 
 def gate_notes(rows: list[Row]) -> list[str]:
     """Why the gate decided nothing, where it did not."""
+    notes = [
+        f"{row.model} {row.name} is required ({row.bar.describe()}) but ran on the {row.path} path: not measured; "
+        "the gate needs a GPU run for it"
+        for row in rows
+        if row.unmeasured and row.bar is not None
+    ]
     if any(row.bar is not None for row in rows) and not any(row.gated for row in rows):
         trained = ", ".join(sorted(FINETUNED_MODELS))
-        return [f"bars are required but no trained QA proxy ran ({trained}): add it to --models, or --require=none"]
-    return []
+        notes.append(
+            f"bars are required but no trained QA proxy ran ({trained}): add it to --models, or --require=none"
+        )
+    return notes
 
 
 def _f1_text(a: Agreement) -> str:

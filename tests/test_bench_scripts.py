@@ -266,6 +266,17 @@ def test_the_gate_is_the_f1_ratio_on_the_trained_proxy():
     (line,) = bert_agreement.qualification_lines([row, random_head])
     assert "99.625% of float32's" in line and "bert-99 (>= 99.50%): yes" in line and "bert-99.9 (>= 99.95%): no" in line
     assert "moves the ratio by up to 0.125%" in line  # 100 / 1000 questions / F1 80
+    on_cpu = _gated_row(80.0, bert_99)
+    on_cpu.path = "eager float32"  # fp8 off the GPU: fp16-rounded weights, no FP8 GEMMs, so no verdict either way
+    assert on_cpu.passed is None and on_cpu.qualifies("bert-99") is None and on_cpu.unmeasured
+    assert bert_agreement.exit_status([row, on_cpu]) == bert_agreement.EXIT_NOT_RUN
+    assert bert_agreement.format_rows([on_cpu])[1][-3:] == [
+        "not measured (eager float32, no FP8 GEMMs)",
+        "bert-99 (>= 99.50%)",
+        "NOT MEASURED",
+    ]
+    assert "not measured; the gate needs a GPU run" in bert_agreement.gate_notes([on_cpu])[0]
+    assert bert_agreement.qualification_lines([on_cpu]) == []
     no_f1 = _gated_row(0.0, bert_99)
     no_f1.agreement.reference_f1 = 0.0  # float32 scored nothing: the gate cannot measure, so it does not pass
     assert no_f1.passed is False and bert_agreement.exit_status([no_f1]) == bert_agreement.EXIT_MISSED

@@ -112,3 +112,24 @@ def test_summary_lines_name_verdict_and_reasons(tmp_path):
     assert "NOTE model: BERT-tiny (a small test model, not BERT-large); inputs: synthetic; weights: random" in text
     assert "NOTE round v5.0, LoadGen 5.0.21" in text
     assert "Exit status 3: a test is INVALID or FAIL." in text
+
+
+def test_summary_names_the_accuracy_gate_of_a_real_submission(tmp_path):
+    performance = TestResult("Offline", "PerformanceOnly", "x", metric="samples_per_second", value=12.0,
+                             unit="samples/s", valid=True, not_submittable=["synthetic inputs"])
+    server = TestResult("Server", "PerformanceOnly", "x", metric="scheduled_samples_per_second", value=9.0,
+                        unit="samples/s", valid=True, not_submittable=["synthetic inputs"])
+    text = format_summary("H200_SXM_141GBx1", tmp_path, [("bert-99", performance, {}), ("bert-99", server, {})])
+    assert ("GATE bert-99: the accuracy gate of a real submission is the AccuracyOnly run on the real checkpoint "
+            "and data set, not this run nor make agreement: make run RUN_ARGS=\"--benchmarks=bert-99 "
+            "--scenarios=offline,server --test_mode=AccuracyOnly\"") in text
+    real = TestResult("Offline", "AccuracyOnly", "x", valid=True, accuracy={"summary": "f1 = 90.5"})
+    text = format_summary("H200_SXM_141GBx1", tmp_path, [("bert-99.9", real, {})])
+    assert "GATE bert-99.9: this AccuracyOnly run on the real checkpoint is the accuracy gate" in text
+    assert "(Offline PASS)" in text and "make run" not in text
+    subset = TestResult("Offline", "AccuracyOnly", "x", valid=True, accuracy={"summary": "f1 = 100"},
+                        not_submittable=["accuracy over 53 of the 10833 samples"])
+    text = format_summary("CPU", tmp_path, [("bert-99", subset, {})])
+    assert "is the AccuracyOnly run on the real checkpoint" in text  # a subset of the samples is not the gate
+    gptj = TestResult("Offline", "PerformanceOnly", "x", valid=True)
+    assert "GATE" not in format_summary("CPU", tmp_path, [("gptj-99", gptj, {})])

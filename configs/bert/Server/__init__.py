@@ -10,7 +10,7 @@ exists so the flow runs everywhere (its result is INVALID, and says why).
 """
 
 from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
-from configs.bert import BertBaseConfig
+from configs.bert import GPU_BERT_99_PRECISION, BertBaseConfig, bert_99_rate
 from configs.configuration import ConfigRegistry
 
 
@@ -36,7 +36,8 @@ class CPU_HighAccuracy(CPU):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H100_SXM_80GBx1(ServerBaseConfig):
-    precision = "fp16"
+    precision = GPU_BERT_99_PRECISION  # the bert-99 engine: one line in configs/bert/__init__.py switches it
+    fp8_fast_accum = GPU_BERT_99_PRECISION == "fp8"  # part of any FP8 choice (no effect on a 16-bit engine)
     device = "cuda"
     # bias + tanh GELU in the w1 GEMM's epilogue: forward -6% (H200); span agreement with float32 >= 99% on
     # every model checked, not 99.9% (documentation/performance.md), so the _HighAccuracy classes turn it off.
@@ -44,43 +45,54 @@ class H100_SXM_80GBx1(ServerBaseConfig):
     gpu_batch_size = 128
     num_workers = 2
     batch_timeout_us = 2000
-    server_target_qps = 4400.0  # H100 SXM: 4,383 VALID at p99 87 ms, 4,626 at 128 ms (2026-11-22)
+    # H100 SXM: 4,383 VALID at p99 87 ms, 4,626 at 128 ms (2026-11-22); fp8 not measured on an H100: the H200's
+    # 7,000 VALID (fp8, fast accumulation) scaled by the two GPUs' fp16 ratio (0.925), less a margin
+    server_target_qps = bert_99_rate(4400.0, 6400.0)
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H100_SXM_80GBx1_HighAccuracy(H100_SXM_80GBx1):
+    precision = "fp16"  # whatever bert-99 runs: FP8 measured 99.88-99.92% of fp32's F1 on the proxy, bar 99.95%
+    fp8_fast_accum = False
     gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
     server_target_qps = 4000.0  # H100 SXM: 4,139 VALID at p99 90 ms (fp16, erf GELU, 2026-11-22)
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H100_SXM_80GBx8(H100_SXM_80GBx1):
-    server_target_qps = 4400.0 * 8
+    server_target_qps = bert_99_rate(4400.0, 6400.0) * 8
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
+    precision = "fp16"  # whatever bert-99 runs: FP8 measured 99.88-99.92% of fp32's F1 on the proxy, bar 99.95%
+    fp8_fast_accum = False
     gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
     server_target_qps = 4000.0 * 8
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GBx1(H100_SXM_80GBx1):
-    server_target_qps = 4700.0  # 4,738 VALID (fp16 + GELU epilogue, 2026-11-22); fp8 6,500-6,750 VALID
+    # 4,738 VALID (fp16 + GELU epilogue, 2026-11-22); fp8 6,500-6,750 VALID, 7,000 with fast accumulation
+    server_target_qps = bert_99_rate(4700.0, 6900.0)
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
+    precision = "fp16"  # whatever bert-99 runs: FP8 measured 99.88-99.92% of fp32's F1 on the proxy, bar 99.95%
+    fp8_fast_accum = False
     gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
     server_target_qps = 4400.0  # 4,423-4,480 VALID (fp16, erf GELU, 2026-11-22)
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GBx8(H200_SXM_141GBx1):
-    server_target_qps = 4400.0 * 8
+    server_target_qps = bert_99_rate(4400.0, 6400.0) * 8
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H200_SXM_141GBx8_HighAccuracy(H200_SXM_141GBx8):
+    precision = "fp16"  # whatever bert-99 runs: FP8 measured 99.88-99.92% of fp32's F1 on the proxy, bar 99.95%
+    fp8_fast_accum = False
     gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
     server_target_qps = 4400.0 * 8

@@ -7,7 +7,7 @@ expected latency is set near the measured one so LoadGen pre-generates enough qu
 """
 
 from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
-from configs.bert import BertBaseConfig
+from configs.bert import GPU_BERT_99_PRECISION, BertBaseConfig
 from configs.configuration import ConfigRegistry
 
 
@@ -32,7 +32,8 @@ class CPU_HighAccuracy(CPU):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H100_SXM_80GBx1(SingleStreamBaseConfig):
-    precision = "fp16"
+    precision = GPU_BERT_99_PRECISION  # the bert-99 engine: one line in configs/bert/__init__.py switches it
+    fp8_fast_accum = GPU_BERT_99_PRECISION == "fp8"  # part of any FP8 choice (no effect on a 16-bit engine)
     device = "cuda"
     # bias + tanh GELU in the w1 GEMM's epilogue: forward -6% (H200); span agreement with float32 >= 99% on
     # every model checked, not 99.9% (documentation/performance.md), so the _HighAccuracy classes turn it off.
@@ -42,6 +43,8 @@ class H100_SXM_80GBx1(SingleStreamBaseConfig):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H100_SXM_80GBx1_HighAccuracy(H100_SXM_80GBx1):
+    precision = "fp16"  # whatever bert-99 runs: FP8 measured 99.88-99.92% of fp32's F1 on the proxy, bar 99.95%
+    fp8_fast_accum = False
     gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
 
 
@@ -52,6 +55,8 @@ class H100_SXM_80GBx8(H100_SXM_80GBx1):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
+    precision = "fp16"  # whatever bert-99 runs: FP8 measured 99.88-99.92% of fp32's F1 on the proxy, bar 99.95%
+    fp8_fast_accum = False
     gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
 
 
@@ -62,6 +67,8 @@ class H200_SXM_141GBx1(H100_SXM_80GBx1):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
+    precision = "fp16"  # whatever bert-99 runs: FP8 measured 99.88-99.92% of fp32's F1 on the proxy, bar 99.95%
+    fp8_fast_accum = False
     gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
 
 
@@ -72,4 +79,6 @@ class H200_SXM_141GBx8(H200_SXM_141GBx1):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H200_SXM_141GBx8_HighAccuracy(H200_SXM_141GBx8):
+    precision = "fp16"  # whatever bert-99 runs: FP8 measured 99.88-99.92% of fp32's F1 on the proxy, bar 99.95%
+    fp8_fast_accum = False
     gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar

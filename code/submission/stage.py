@@ -11,6 +11,7 @@ is not a submittable result (its metadata.json verdict), is named; with any of t
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,8 @@ DIVISION = "closed"
 ACCURACY_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt", "accuracy.txt", "mlperf_log_accuracy.json")
 PERFORMANCE_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
 STAGE_RECORD = "stage.json"
+# A submitter names a folder that staging deletes and rebuilds: one plain name, never ".", ".." or a path.
+SUBMITTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 class StageError(RuntimeError):
@@ -65,9 +68,7 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
           out_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR, systems_dir: Path = SYSTEMS_DIR) -> Staged:
     """Build ``<out_dir>/closed/<submitter>/`` from the newest finished tests of ``logs`` (default: every run
     folder in build/logs) and the newest audits of ``compliance`` (default: build/compliance_logs)."""
-    if not submitter or "/" in submitter or " " in submitter:
-        raise StageError(f"SUBMITTER='{submitter}' is not a folder name: give your organization, "
-                         "e.g. make stage_results SUBMITTER=MyOrg")
+    check_submitter(submitter)
     folders = logs if logs is not None else run_folders(LOGS_DIR)
     for folder in folders:
         if not folder.is_dir():
@@ -115,8 +116,17 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     return staged
 
 
+def check_submitter(submitter: str) -> None:
+    """Refuse a SUBMITTER that is not one plain folder name: staging deletes ``<out_dir>/closed/<submitter>`` and
+    ``<work_dir>/<submitter>`` before writing them, so ``..`` would delete the folders that hold the run logs."""
+    if not SUBMITTER_NAME.fullmatch(submitter or ""):
+        raise StageError(f"SUBMITTER='{submitter}' is not a folder name (letters, digits, '_', '-' and '.', starting "
+                         "with a letter or digit): give your organization, e.g. make stage_results SUBMITTER=MyOrg")
+
+
 def staged_round(submitter: str, work_dir: Path = WORK_DIR) -> str:
     """The round of the tree staged last for this submitter (its tools truncate and check it)."""
+    check_submitter(submitter)
     record = work_dir / submitter / STAGE_RECORD
     if not record.is_file():
         raise StageError(f"nothing staged for SUBMITTER={submitter}: make stage_results SUBMITTER={submitter} first")

@@ -5,6 +5,7 @@ Fast cases, without runs: each builds the few files the command reads in a priva
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -41,3 +42,24 @@ def test_truncate_and_check_refuse_dot_dot_too(tmp_path):
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith("ERROR: SUBMITTER='..' is not a folder name") and "Traceback" not in done.stderr
 
+
+def test_a_failing_truncation_tool_is_one_line_and_exit_1(tmp_path):
+    """The official tool fails (here: a stand-in that exits 1): its last error line and its log, no traceback."""
+    tools = tmp_path / "tools"
+    folder = tools / "v5.0" / "tools" / "submission"
+    folder.mkdir(parents=True)
+    (folder / "submission_checker.py").write_text("")
+    (folder / "truncate_accuracy_log.py").write_text(
+        "import sys\nprint('starting')\nprint('ERROR: cannot read results/x/accuracy.txt')\nsys.exit(1)\n")
+    build = tmp_path / "build"
+    accuracy = build / "submission" / "closed" / "MyOrg" / "results" / "CPU" / "bert-99" / "Offline" / "accuracy"
+    accuracy.mkdir(parents=True)
+    (accuracy / "accuracy.txt").write_text('{"exact_match": 80.0, "f1": 88.0}\n')
+    (build / "submission_work" / "MyOrg").mkdir(parents=True)
+    (build / "submission_work" / "MyOrg" / "stage.json").write_text(json.dumps({"round": "v5.0"}))
+    done = _submission(build, "truncate", "--submitter=MyOrg", env={"MLPERF_INFERENCE_TOOLS": str(tools)})
+    assert done.returncode == 1, done.stdout + done.stderr
+    log = build / "submission_work" / "MyOrg" / "truncate.log"
+    assert done.stderr == ("ERROR: truncate_accuracy_log.py (round v5.0) failed (exit 1): ERROR: cannot read "
+                           f"results/x/accuracy.txt; whole log: {log}\n")
+    assert "starting" in log.read_text()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from code.common.constants import ExitCode
 from code.common.rounds import RoundError
-from code.submission.checker import AlreadyTruncated, CheckResult, check, truncate, truncated
+from code.submission.checker import AlreadyTruncated, CheckResult, ToolFailed, check, truncate, truncated
 from code.submission.stage import DIVISION, SUBMISSION_DIR, SYSTEMS_DIR, Staged, StageError, stage, staged_round
 from code.submission.tools import ToolsError
 
@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     except (StageError, ToolsError, RoundError, FileNotFoundError) as error:
         print(f"ERROR: {error}", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    except ToolFailed as error:  # the tool's own failure, not the user's input: exit 1, as the docstring says
+        print(f"ERROR: {error}", file=sys.stderr)
+        return 1
 
 
 def _stage(args: argparse.Namespace) -> int:

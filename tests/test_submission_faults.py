@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from code.common.paths import REPO_ROOT
+from code.submission.runs import find_tests
 from code.submission.stage import StageError, stage, staged_round
 
 
@@ -63,3 +64,16 @@ def test_a_failing_truncation_tool_is_one_line_and_exit_1(tmp_path):
     assert done.stderr == ("ERROR: truncate_accuracy_log.py (round v5.0) failed (exit 1): ERROR: cannot read "
                            f"results/x/accuracy.txt; whole log: {log}\n")
     assert "starting" in log.read_text()
+
+
+def test_an_unreadable_metadata_json_is_an_unfinished_test_not_a_crash(tmp_path):
+    """A full disk leaves metadata.json cut short; staging lists that test as unfinished and goes on."""
+    run = tmp_path / "2026.11.24-10.00.00"
+    cut = run / "CPU" / "bert-99" / "Offline"
+    cut.mkdir(parents=True)
+    (cut / "metadata.json").write_text('{"result": {"complete": tr')
+    other = run / "CPU" / "bert-99" / "SingleStream"
+    other.mkdir(parents=True)
+    (other / "metadata.json").write_text("[]")
+    tests, unfinished = find_tests([run])
+    assert tests == [] and unfinished == [cut, other]

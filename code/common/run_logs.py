@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from code.common import atomic
 from code.common.constants import Scenario, TestMode
 from code.common.paths import LOGS_DIR
 
@@ -194,7 +195,9 @@ def mark_incomplete(directory: Path, scenario: str, mode: str, reason: str, deta
 
 
 def write_metadata(directory: Path, payload: dict[str, Any]) -> Path:
-    """metadata.json: metric, validity and reasons, resolved config, system, versions, input/weight provenance."""
-    path = directory / "metadata.json"
-    path.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
-    return path
+    """metadata.json: metric, validity and reasons, resolved config, system, versions, input/weight provenance.
+
+    Replaced whole (``atomic``): a write that fails (a full disk) or is interrupted leaves the earlier record, the
+    test's "not finished" marker, rather than a cut-short file that reads as nothing."""
+    return atomic.write_text(directory / "metadata.json",
+                             json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")

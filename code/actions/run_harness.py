@@ -70,9 +70,9 @@ def run_harness(request: RunRequest) -> int:
     except Interrupted as stop:
         with stop_signals_ignored():
             print(_record_interruption(stop, running, results, len(tests)), flush=True)
-            _finish(system, root, results)
+            finish_run(system, root, results)
         return stop.exit_status
-    _finish(system, root, results)
+    finish_run(system, root, results)
     return int(exit_code([result for _, result, _ in results]))
 
 
@@ -106,9 +106,11 @@ def require_built_core(round_name: str) -> None:
         raise BenchmarkError(f"the C++ core of round {round_name} is not built: run `make build ROUND={round_name}`")
 
 
-def _finish(system: str, root: Path, results: list[tuple[str, TestResult, dict]]) -> None:
+def finish_run(system: str, root: Path, results: list[tuple[str, TestResult, dict]], who: str = "run_harness") -> None:
+    """Write the summary files in ``root`` and print the summary; it reaches the terminal even when the disk is
+    full or the folder read-only (``who`` prefixes the line that says it was not saved)."""
     summary = format_summary(system, root, results)
-    _save(lambda: write_summary(root, summary, results), "the summary")
+    _save(lambda: write_summary(root, summary, results), "the summary", who)
     print(summary, flush=True)
 
 
@@ -167,7 +169,7 @@ def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestRes
     return result, {}
 
 
-def _save(write: Callable[[], None], what: str) -> None:
+def _save(write: Callable[[], object], what: str, who: str = "run_harness") -> None:
     """Write a record of the run; on a full disk or a read-only folder say so in one line and go on, so the
     summary still reaches the terminal."""
     try:
@@ -176,7 +178,7 @@ def _save(write: Callable[[], None], what: str) -> None:
         message = describe(error)
         if message is None:
             raise
-        print(f"[run_harness] {what} not saved: {message}", flush=True)
+        print(f"[{who}] {what} not saved: {message}", flush=True)
 
 
 def _read_metadata(log_dir: Path) -> dict:

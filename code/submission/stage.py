@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from code.common.paths import BUILD_DIR, LOGS_DIR, REPO_ROOT
+from code.common.paths import BUILD_DIR, COMPLIANCE_LOGS_DIR, LOGS_DIR, REPO_ROOT
 from code.common.rounds import get_round
 from code.common.system_description import (
     DescriptionFiles,
@@ -34,7 +34,6 @@ SUBMISSION_DIR = BUILD_DIR / "submission"
 # originals/ (the truncation tool's --backup) and check/ (the checker's log and CSV). Outside the tree, whose root
 # the checker wants to hold division folders only.
 WORK_DIR = BUILD_DIR / "submission_work"
-COMPLIANCE_LOGS_DIR = BUILD_DIR / "compliance_logs"
 SYSTEMS_DIR = REPO_ROOT / "systems"
 DIVISION = "closed"
 

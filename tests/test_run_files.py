@@ -111,3 +111,14 @@ def test_metadata_json_is_whole_or_the_earlier_one_when_the_disk_fills(tmp_path,
     monkeypatch.undo()
     assert json.loads((tmp_path / "metadata.json").read_text()) == {"result": {"complete": False}}
     assert [p.name for p in tmp_path.iterdir()] == ["metadata.json"]
+
+
+def test_metadata_json_has_the_usual_permissions(tmp_path):
+    """Replaced whole, yet readable by the group and others as any file the run writes (the umask decides)."""
+    umask = os.umask(0o022)
+    try:
+        write_metadata(tmp_path, {"result": {}})
+        (tmp_path / "plain.txt").write_text("")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "metadata.json").stat().st_mode & 0o777 == (tmp_path / "plain.txt").stat().st_mode & 0o777

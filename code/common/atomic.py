@@ -8,7 +8,7 @@ leaves the earlier file as it was and no temporary behind.
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,9 +19,9 @@ def replacing(path: Path) -> Iterator[Path]:
     """A fresh temporary path beside ``path`` for the block to write; renamed over ``path`` when the block ends
     without error, removed otherwise (whatever the exception, KeyboardInterrupt included)."""
     path = Path(path)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(name)
+    # Unique per process and call, and created by the block's writer, so the file gets the usual permissions
+    # (the umask's), not mkstemp's owner-only ones.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         yield tmp
         os.replace(tmp, path)

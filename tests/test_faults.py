@@ -9,6 +9,7 @@ import errno
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,10 @@ from code.bert.dataset import BertFeatures
 from code.bert.engine import EngineSpec, build_engine, load_engine
 from code.bert.model import BERT_CONFIGS, random_weights
 from code.bert.squad import ARRAY_FILES, EVAL_FILE, MANIFEST_FILE, MAX_SEQ_LENGTH, load_postprocess_data
+from code.common.constants import ExitCode
 from code.common.faults import DataFileError, describe, reading
 from code.common.paths import LIB_DIR, REPO_ROOT
+from tests.test_end_to_end import build_dir, run_main  # noqa: F401 - build_dir is a fixture
 
 
 def truncate(path: Path) -> None:
@@ -312,3 +315,51 @@ def test_a_gptj_run_with_a_checkpoint_that_does_not_fit_ends_in_its_error_line(t
     assert output.count(f"ERROR: {error}") == 1 and f"FAILED: {error}" in done.stdout
     summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
     assert summary[0]["verdict"] == "FAILED" and summary[0]["invalid_reasons"][0].startswith(error)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB file system of its own (tmpfs) to fill for real; the test is skipped where one cannot be mounted."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs to fill needs root; the full-disk cases above inject the OSError instead")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (a container without CAP_SYS_ADMIN?): {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def _fill(disk: Path, leave: int) -> None:
+    """Fill ``disk`` up to ``leave`` bytes, so the run's first small files fit and LoadGen's logs do not."""
+    free = os.statvfs(disk)
+    (disk / "ballast").write_bytes(b"\0" * max(0, free.f_bavail * free.f_frsize - leave))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "leave"), [("AccuracyOnly", 128 << 10), ("PerformanceOnly", 24 << 10)])
+def test_a_disk_that_fills_under_loadgen_fails_the_test_in_one_line(small_disk, build_dir, mode,  # noqa: F811
+                                                                     leave):
+    """LoadGen drops what it cannot write without a word: the test must not be read from its cut-short logs.
+    One ERROR line naming the log, the test FAILED in the printed summary, exit 1, no traceback, nothing VALID."""
+    _fill(small_disk, leave)
+    logs = small_disk / "logs"
+    done = run_main(build_dir, "--action=run_harness", "--backend=oracle", f"--test_mode={mode}",
+                    "--gpu_batch_size=4", "--min_duration=500", "--min_query_count=1", f"--log_dir={logs}")
+    output = done.stdout + done.stderr
+    assert done.returncode == ExitCode.TEST_FAILED, output
+    assert "Traceback" not in output
+    test_dir = logs / "CPU" / "bert-99" / "Offline"
+    errors = [line for line in output.splitlines() if line.startswith("ERROR: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"ERROR: no space left writing {test_dir}/mlperf_log_"), output
+    assert "free space there" in errors[0]
+    assert "FAILED: no space left writing" in done.stdout and "Exit status 1: a test did not finish." in done.stdout
+    assert re.search(r"(?<!IN)VALID|PASS", done.stdout) is None, done.stdout
+    metadata = json.loads((test_dir / "metadata.json").read_text())  # whole: the earlier record, if no newer one
+    assert metadata["result"]["verdict"] in ("INCOMPLETE", "FAILED")
+    for name in ("summary.txt", "summary.json"):  # whole or absent, never an empty file
+        assert not (logs / name).exists() or (logs / name).stat().st_size > 0

@@ -122,3 +122,20 @@ def test_metadata_json_has_the_usual_permissions(tmp_path):
     finally:
         os.umask(umask)
     assert (tmp_path / "metadata.json").stat().st_mode & 0o777 == (tmp_path / "plain.txt").stat().st_mode & 0o777
+
+
+def test_cut_short_loadgen_logs_are_refused_before_they_are_read(tmp_path):
+    """Whole logs pass; one cut mid-line (with room on the disk) is an IncompleteLogError naming it."""
+    from code.common.run_logs import IncompleteLogError, check_loadgen_logs
+
+    (tmp_path / "mlperf_log_summary.txt").write_text("Result is : VALID\n")
+    (tmp_path / "mlperf_log_detail.txt").write_text(':::MLLOG {"key": "result_validity", "value": "VALID"}\n')
+    (tmp_path / "mlperf_log_accuracy.json").write_text("[\n]\n")
+    check_loadgen_logs(tmp_path)
+    (tmp_path / "mlperf_log_accuracy.json").write_text('[\n{"seq_id": 0, "qsl_idx": 0, "data": "0A')
+    with pytest.raises(IncompleteLogError, match=f"^{tmp_path / 'mlperf_log_accuracy.json'} is missing or cut"):
+        check_loadgen_logs(tmp_path)
+    (tmp_path / "mlperf_log_accuracy.json").write_text("[\n]\n")
+    (tmp_path / "mlperf_log_summary.txt").write_text("")
+    with pytest.raises(IncompleteLogError, match="mlperf_log_summary.txt is missing or cut short"):
+        check_loadgen_logs(tmp_path)

@@ -77,3 +77,38 @@ def test_an_unreadable_metadata_json_is_an_unfinished_test_not_a_crash(tmp_path)
     (other / "metadata.json").write_text("[]")
     tests, unfinished = find_tests([run])
     assert tests == [] and unfinished == [cut, other]
+
+
+def _audit(root: Path, round_name: str, verdict: str, scenario: str = "Offline") -> Path:
+    """One compliance run as run_audit leaves it: the checker's TEST01 folder, the audit's own run, summary.json."""
+    test01 = root / "CPU" / "bert-99" / scenario / "TEST01"
+    (test01 / "accuracy").mkdir(parents=True)
+    (test01 / "verify_performance.txt").write_text("TEST PASS\n" if verdict == "PASS" else "TEST FAIL\n")
+    run = root / "audit_runs" / "CPU" / "bert-99" / scenario / "TEST01"
+    run.mkdir(parents=True)
+    (run / "metadata.json").write_text(json.dumps({"round": round_name, "result": {"complete": True}}))
+    reasons = [] if verdict == "PASS" else ["TEST FAIL: performance differs"]
+    (root / "summary.json").write_text(json.dumps([{"benchmark": "bert-99", "log_dir": str(test01),
+                                                     "verdict": verdict, "invalid_reasons": reasons}]))
+    return test01.parent
+
+
+def test_staging_takes_audits_of_its_round_only_and_names_a_failed_one(tmp_path):
+    """The newest audit of another round is left out with a note; a staged audit that FAILed is a problem."""
+    from code.submission.stage import Staged, _failed_audits, _newest_audits
+
+    passed = _audit(tmp_path / "2026.11.24-09.00.00", "v5.0", "PASS")
+    other_round = _audit(tmp_path / "2026.11.24-10.00.00", "v4.1", "PASS")
+    staged = Staged(tmp_path / "tree", "v5.0", "CPU")
+    audits = _newest_audits([passed.parents[2], other_round.parents[2]], "CPU", "v5.0", staged)
+    assert audits == {("bert-99", "Offline"): passed}
+    assert staged.notes == [f"audits of round v4.1 left out (staging round v5.0): {other_round}"]
+    assert _failed_audits(audits, {("bert-99", "Offline")}) == []
+
+    failed = _audit(tmp_path / "2026.11.24-11.00.00", "v5.0", "FAIL")
+    audits = _newest_audits([passed.parents[2], failed.parents[2]], "CPU", "v5.0", staged)
+    assert audits == {("bert-99", "Offline"): failed}
+    assert _failed_audits(audits, {("bert-99", "Offline")}) == [
+        f"bert-99 Offline TEST01 audit is FAIL: TEST FAIL: performance differs ({failed / 'TEST01'}; run it again: "
+        "make run_audit_harness)"]
+    assert _failed_audits(audits, {("bert-99", "SingleStream")}) == []  # not staged: not a problem of the tree

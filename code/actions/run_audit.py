@@ -28,6 +28,7 @@ from code.common.arguments import RunRequest
 from code.common.audits import (
     REFERENCE_ACCURACY_LOG,
     RESPONSE_DTYPES,
+    RUNS_SUBDIR,
     AuditError,
     AuditTools,
     AuditVerdict,
@@ -47,8 +48,6 @@ from code.common.summary import exit_code
 from code.common.supervision import Interrupted, stop_signals_ignored, stop_signals_raise
 from code.common.verdicts import round_refusal
 from configs.configuration import ResolvedConfig
-
-RUNS_SUBDIR = "audit_runs"
 
 
 @dataclass(frozen=True)

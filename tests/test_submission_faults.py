@@ -112,3 +112,18 @@ def test_staging_takes_audits_of_its_round_only_and_names_a_failed_one(tmp_path)
         f"bert-99 Offline TEST01 audit is FAIL: TEST FAIL: performance differs ({failed / 'TEST01'}; run it again: "
         "make run_audit_harness)"]
     assert _failed_audits(audits, {("bert-99", "SingleStream")}) == []  # not staged: not a problem of the tree
+
+
+def test_a_full_disk_while_staging_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from code.submission import __main__ as submission
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "results" / "mlperf_log_detail.txt"))
+
+    monkeypatch.setattr(submission, "stage", full_disk)
+    assert submission.main(["stage", "--submitter=MyOrg"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"ERROR: no space left writing {tmp_path / 'results' / 'mlperf_log_detail.txt'} (No space")
+    assert err.count("\n") == 1

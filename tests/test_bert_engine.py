@@ -166,3 +166,67 @@ def test_unknown_backend_lists_names():
         create_backend("tensorrt", BackendOptions())
     with pytest.raises(ValueError, match="engine_dir and engine_spec"):
         create_backend("pytorch", BackendOptions())
+
+
+# A build that is killed while it writes the weights: save_file writes half a file, says so, and waits to be killed.
+KILLED_BUILD = """
+import sys, time
+from pathlib import Path
+import safetensors.torch
+from code.bert.engine import EngineSpec, build_engine
+
+real_save_file = safetensors.torch.save_file
+
+def save_half_then_hang(tensors, filename, metadata=None):
+    real_save_file(tensors, filename, metadata=metadata)
+    data = Path(filename).read_bytes()
+    Path(filename).write_bytes(data[: len(data) // 2])
+    print("half written", flush=True)
+    time.sleep(600)
+
+safetensors.torch.save_file = save_half_then_hang
+build_engine(EngineSpec("tiny", "fp32", sys.argv[1]), Path(sys.argv[2]))
+"""
+
+
+def test_a_killed_rebuild_leaves_no_engine_a_run_would_load(tmp_path, checkpoint):
+    """``make generate_engines`` killed mid-write: the engine's files are whole or absent, never half written;
+    the run refuses the engine as missing, and the next build cleans up and succeeds."""
+    import signal
+    import subprocess
+    import sys
+
+    from code.common.paths import REPO_ROOT
+
+    spec = EngineSpec("tiny", "fp32", checkpoint)
+    engine = build_engine(spec, tmp_path / "e")  # an earlier, complete engine that the rebuild replaces
+    build = subprocess.Popen([sys.executable, "-c", KILLED_BUILD, checkpoint, str(engine)], cwd=REPO_ROOT,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert build.stdout is not None and build.stdout.readline() == "half written\n"
+    finally:
+        build.send_signal(signal.SIGKILL)
+        build.wait()
+    assert not (engine / WEIGHTS).exists() and not (engine / MANIFEST).exists()
+    assert [p.name for p in engine.iterdir() if p.name.startswith(f".{WEIGHTS}.")]  # the half, under another name
+    with pytest.raises(EngineError, match=f"no BERT engine at {engine} .*make generate_engines"):
+        load_engine(engine, spec)
+    build_engine(spec, engine)
+    assert sorted(p.name for p in engine.iterdir()) == [MANIFEST, WEIGHTS]
+    load_engine(engine, spec)
+
+
+def test_an_interrupted_manifest_write_leaves_no_manifest(tmp_path, monkeypatch):
+    """Ctrl-C while the manifest is written: no engine.json (whole or none) and no temporary file."""
+    from code.common import atomic
+
+    spec = EngineSpec("tiny", "fp32", "random")
+
+    def interrupted(self, text, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic.Path, "write_text", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build_engine(spec, tmp_path / "e")
+    monkeypatch.undo()
+    assert list((tmp_path / "e").iterdir()) == []

@@ -9,6 +9,7 @@ import errno
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,10 @@ from code.bert.dataset import BertFeatures
 from code.bert.engine import EngineSpec, build_engine, load_engine
 from code.bert.model import BERT_CONFIGS, random_weights
 from code.bert.squad import ARRAY_FILES, EVAL_FILE, MANIFEST_FILE, MAX_SEQ_LENGTH, load_postprocess_data
+from code.common.constants import ExitCode
 from code.common.faults import DataFileError, describe, reading
 from code.common.paths import LIB_DIR, REPO_ROOT
+from tests.test_end_to_end import build_dir, run_main  # noqa: F401 - build_dir is a fixture
 
 
 def truncate(path: Path) -> None:
@@ -148,7 +151,7 @@ def test_the_harness_prints_its_summary_when_the_disk_is_full(tmp_path, monkeypa
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "summary.txt"))
 
     monkeypatch.setattr(run_harness, "write_summary", full_disk)
-    run_harness._finish("CPU", tmp_path, [])
+    run_harness.finish_run("CPU", tmp_path, [])
     out = capsys.readouterr().out
     assert f"[run_harness] the summary not saved: no space left writing {tmp_path / 'summary.txt'}" in out
     assert "Result summaries" in out
@@ -173,3 +176,190 @@ def test_the_summary_quotes_the_test_process_error_line(tmp_path, harness_built)
     assert f"FAILED: {error}" in done.stdout
     summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
     assert summary[0]["invalid_reasons"][0].startswith(error)
+
+
+def test_the_audits_print_their_summary_when_the_disk_is_full(tmp_path, monkeypatch, capsys):
+    """run_audit ends as run_harness does: a summary that cannot be saved is still printed, with one line why."""
+    from code.actions import run_audit, run_harness
+    from code.common.arguments import parse_run_args
+    from code.common.run_logs import TestResult
+
+    def full_disk(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "summary.txt"))
+
+    passed = TestResult("Offline", "TEST01", str(tmp_path), valid=True, accuracy={"summary": "TEST01: all PASS"})
+    monkeypatch.setattr(run_harness, "write_summary", full_disk)
+    monkeypatch.setattr(run_audit, "plan_audit",
+                        lambda config, test, results_dir: run_audit.Audit(config, test, None, tmp_path))
+    monkeypatch.setattr(run_audit, "new_timestamped_dir", lambda parent: tmp_path)
+    monkeypatch.setattr(run_audit, "_run_one", lambda audit, system, root, overrides: (passed, {}))
+    status = run_audit.run_audit(parse_run_args(["--action=run_audit", "--audit_test=TEST01", "--system_name=CPU"]))
+    out = capsys.readouterr().out
+    assert status == 0
+    assert f"[run_audit] the summary not saved: no space left writing {tmp_path / 'summary.txt'}" in out
+    assert "Result summaries" in out and "TEST01: all PASS" in out
+
+
+# The label of each kind of mismatch in a loader's CheckpointError, as its message quotes it.
+MISMATCH_LABELS = {"wrong shapes": "wrong shape", "wrong dtype": "wrong dtype", "missing weights": "missing"}
+
+
+def _bert_state(model_name: str = "tiny") -> dict[str, torch.Tensor]:
+    return random_weights(BERT_CONFIGS[model_name], seed=3).state_dict()
+
+
+def _damaged_bert(kind: str) -> dict[str, torch.Tensor]:
+    """A BERT-tiny state dict damaged one way: what a user gives when they point --weights at the wrong file."""
+    state = _bert_state()
+    if kind == "wrong shapes":  # a head for three outputs, not start and end
+        state["qa_outputs.weight"] = torch.zeros(3, state["qa_outputs.weight"].shape[1])
+    if kind == "wrong dtype":  # integer weights: a quantized export, not the fp32 reference
+        state["qa_outputs.weight"] = state["qa_outputs.weight"].to(torch.int8)
+    if kind == "missing weights":
+        del state["qa_outputs.weight"], state["qa_outputs.bias"]
+    return state
+
+
+@pytest.mark.parametrize("kind", ["wrong shapes", "wrong dtype", "missing weights"])
+def test_a_bert_checkpoint_that_does_not_fit_is_one_paragraph(tmp_path, kind):
+    path = tmp_path / "model.pytorch"
+    torch.save(_damaged_bert(kind), path)
+    with pytest.raises(DataFileError) as caught:
+        build_engine(EngineSpec("tiny", "fp32", str(path)), tmp_path / "engine")
+    message = str(caught.value)
+    assert message.startswith(f"checkpoint {path} does not match BERT config") and "\n" not in message
+    assert f"{MISMATCH_LABELS[kind]}: " in message.split("BertConfig(", 1)[1], message
+    assert message.endswith('re-download it: make download_model BENCHMARKS="bert"')
+    assert not (tmp_path / "engine" / "engine.json").exists()
+
+
+def test_generate_engines_with_a_bad_bert_checkpoint_is_one_line_and_exit_2(tmp_path):
+    """What a user sees: ``make generate_engines RUN_ARGS="--weights=..."`` with another model's checkpoint."""
+    path = tmp_path / "model.pytorch"
+    torch.save(_bert_state("minilm-l6"), path)  # another BERT's checkpoint
+    env = {**os.environ, "MLPERF_BUILD_DIR": str(tmp_path / "build")}
+    done = subprocess.run([sys.executable, "-m", "code.main", "--action=generate_engines", "--benchmarks=bert",
+                           "--model_name=tiny", "--device=cpu", "--precision=fp32", f"--weights={path}"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"ERROR: checkpoint {path} does not match BERT config")
+    assert "; and " in done.stderr  # dozens of mismatches, quoted as three and a count
+    assert done.stderr.rstrip().endswith('re-download it: make download_model BENCHMARKS="bert"')
+
+
+GPTJ_TINY_HF = {"vocab_size": 50401, "n_positions": 2048, "n_embd": 64, "n_layer": 2, "n_head": 4, "rotary_dim": 8}
+
+
+def _gptj_folder(folder: Path, kind: str) -> Path:
+    """A GPT-J checkpoint folder (config.json + model.safetensors) damaged one way."""
+    from safetensors.torch import save_file
+
+    from code.gptj.model import GptjConfig
+    from code.gptj.model import random_weights as gptj_random_weights
+
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(GPTJ_TINY_HF))
+    state = {name: tensor.contiguous() for name, tensor in
+             gptj_random_weights(GptjConfig.from_hf(GPTJ_TINY_HF), seed=1).state_dict().items()}
+    name = next(n for n in state if n.endswith("weight") and state[n].dim() == 2)
+    if kind == "wrong shapes":
+        state[name] = state[name][:, :8].contiguous()
+    elif kind == "wrong dtype":
+        state[name] = state[name].to(torch.int32)
+    elif kind == "missing weights":
+        del state[name]
+    elif kind == "missing file":
+        return folder
+    save_file(state, str(folder / "model.safetensors"))
+    return folder
+
+
+@pytest.mark.parametrize("backend", ["pytorch", "inflight"])
+@pytest.mark.parametrize("kind", ["wrong shapes", "wrong dtype", "missing weights", "missing file"])
+def test_a_gptj_checkpoint_that_does_not_fit_is_one_paragraph(tmp_path, kind, backend):
+    from code.gptj.backends import BackendOptions
+    from code.gptj.backends.inflight import InflightGptjBackend
+    from code.gptj.backends.pytorch import PytorchGptjBackend
+
+    folder = _gptj_folder(tmp_path / "gptj", kind)
+    make = PytorchGptjBackend if backend == "pytorch" else InflightGptjBackend
+    with pytest.raises(DataFileError) as caught:
+        make(BackendOptions(checkpoint=str(folder), precision="fp32"))
+    message = str(caught.value)
+    assert str(folder) in message and "\n" not in message, message
+    assert message.endswith('make download_model BENCHMARKS="gptj"'), message
+    if kind == "missing file":
+        assert message.startswith(f"{folder}: no checkpoint (looked for"), message
+    else:
+        assert message.startswith(f"checkpoint {folder} does not match GPT-J config"), message
+        assert message.split("): ", 1)[1].startswith(f"{MISMATCH_LABELS[kind]}: "), message
+
+
+def test_a_gptj_run_with_a_checkpoint_that_does_not_fit_ends_in_its_error_line(tmp_path, harness_built):
+    """End to end: the test process loads the checkpoint, refuses it in one line, and the summary quotes it."""
+    folder = _gptj_folder(tmp_path / "gptj", "wrong shapes")
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
+    env = {**os.environ, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, "-m", "code.main", "--action=run_harness", "--benchmarks=gptj",
+                           "--device=cpu", "--precision=fp32", "--input_data=synthetic", f"--weights={folder}",
+                           "--synthetic_sample_count=4", "--gpu_batch_size=4", "--min_query_count=1",
+                           f"--log_dir={tmp_path / 'logs'}"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "Traceback" not in output
+    error = f"checkpoint {folder} does not match GPT-J config"
+    assert output.count(f"ERROR: {error}") == 1 and f"FAILED: {error}" in done.stdout
+    summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
+    assert summary[0]["verdict"] == "FAILED" and summary[0]["invalid_reasons"][0].startswith(error)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB file system of its own (tmpfs) to fill for real; the test is skipped where one cannot be mounted."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs to fill needs root; the full-disk cases above inject the OSError instead")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (a container without CAP_SYS_ADMIN?): {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def _fill(disk: Path, leave: int) -> None:
+    """Fill ``disk`` up to ``leave`` bytes, so the run's first small files fit and LoadGen's logs do not."""
+    free = os.statvfs(disk)
+    (disk / "ballast").write_bytes(b"\0" * max(0, free.f_bavail * free.f_frsize - leave))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "leave"), [("AccuracyOnly", 128 << 10), ("PerformanceOnly", 24 << 10)])
+def test_a_disk_that_fills_under_loadgen_fails_the_test_in_one_line(small_disk, build_dir, mode,  # noqa: F811
+                                                                     leave):
+    """LoadGen drops what it cannot write without a word: the test must not be read from its cut-short logs.
+    One ERROR line naming the log, the test FAILED in the printed summary, exit 1, no traceback, nothing VALID."""
+    _fill(small_disk, leave)
+    logs = small_disk / "logs"
+    done = run_main(build_dir, "--action=run_harness", "--backend=oracle", f"--test_mode={mode}",
+                    "--gpu_batch_size=4", "--min_duration=500", "--min_query_count=1", f"--log_dir={logs}")
+    output = done.stdout + done.stderr
+    assert done.returncode == ExitCode.TEST_FAILED, output
+    assert "Traceback" not in output
+    test_dir = logs / "CPU" / "bert-99" / "Offline"
+    errors = [line for line in output.splitlines() if line.startswith("ERROR: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"ERROR: no space left writing {test_dir}/mlperf_log_"), output
+    assert "free space there" in errors[0]
+    assert "FAILED: no space left writing" in done.stdout and "Exit status 1: a test did not finish." in done.stdout
+    assert re.search(r"(?<!IN)VALID|PASS", done.stdout) is None, done.stdout
+    metadata = json.loads((test_dir / "metadata.json").read_text())  # whole: the earlier record, if no newer one
+    assert metadata["result"]["verdict"] in ("INCOMPLETE", "FAILED")
+    for name in ("summary.txt", "summary.json"):  # whole or absent, never an empty file
+        assert not (logs / name).exists() or (logs / name).stat().st_size > 0

@@ -379,3 +379,28 @@ def test_continuous_runner_failure_reaches_run_test(built_core: Path, tmp_path: 
 
 if __name__ == "__main__":
     sys.exit(_child_main(json.loads(sys.argv[1])))
+
+
+def test_builds_of_one_round_take_turns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two builds at once (two test sessions of one checkout) never compile into the same folder together."""
+    from code.harness import build as builder
+
+    spans: list[tuple[float, float]] = []
+
+    def slow_build(round_, compiler, jobs, clean):  # noqa: ANN001, ANN202 - stands in for CMake
+        start = time.monotonic()
+        time.sleep(0.3)
+        spans.append((start, time.monotonic()))
+        return tmp_path / "module.so"
+
+    monkeypatch.setattr(builder, "harness_build_dir", lambda round_name: tmp_path / "harness" / round_name)
+    monkeypatch.setattr(builder, "_build_with", slow_build)
+    monkeypatch.setattr(builder, "_has_shared_cxx_runtime", lambda module: True)
+    threads = [threading.Thread(target=builder.build, args=(DEFAULT_ROUND,)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    (first, second) = sorted(spans)
+    assert first[1] <= second[0], spans  # the second began after the first had ended
+    assert (tmp_path / "harness" / DEFAULT_ROUND / builder.BUILD_LOCK).is_file()

@@ -1,11 +1,14 @@
 """user.conf generation, log folders that never overwrite, LoadGen detail-log parsing, link_dirs."""
 
+import errno
 import json
+import os
+from pathlib import Path
 
 import pytest
 
 from code.common.constants import Benchmark, Scenario, TestMode
-from code.common.run_logs import LogDirError, make_test_log_dir, new_run_root, performance_result
+from code.common.run_logs import LogDirError, make_test_log_dir, new_run_root, performance_result, write_metadata
 from code.common.user_conf import user_conf_entries, write_user_conf
 from configs.configuration import WorkloadSetting, resolve_config
 
@@ -91,3 +94,48 @@ def test_link_dirs_local_and_scratch(tmp_path, monkeypatch):
     (dirs[0] / "dev-v1.1.json").write_text("{}")
     with pytest.raises(link_dirs.LinkDirsError, match="move them to"):
         link_dirs.link_dirs(str(scratch))
+
+
+def test_metadata_json_is_whole_or_the_earlier_one_when_the_disk_fills(tmp_path, monkeypatch):
+    """A full disk mid-write leaves the test's "not finished" record and no temporary file, never half a JSON."""
+    write_metadata(tmp_path, {"result": {"complete": False}})
+    real_write = Path.write_text
+
+    def disk_fills_halfway(self, text, *args, **kwargs):
+        real_write(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Path, "write_text", disk_fills_halfway)
+    with pytest.raises(OSError, match="No space left"):
+        write_metadata(tmp_path, {"result": {"complete": True, "valid": True}, "config": {"big": "x" * 10000}})
+    monkeypatch.undo()
+    assert json.loads((tmp_path / "metadata.json").read_text()) == {"result": {"complete": False}}
+    assert [p.name for p in tmp_path.iterdir()] == ["metadata.json"]
+
+
+def test_metadata_json_has_the_usual_permissions(tmp_path):
+    """Replaced whole, yet readable by the group and others as any file the run writes (the umask decides)."""
+    umask = os.umask(0o022)
+    try:
+        write_metadata(tmp_path, {"result": {}})
+        (tmp_path / "plain.txt").write_text("")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "metadata.json").stat().st_mode & 0o777 == (tmp_path / "plain.txt").stat().st_mode & 0o777
+
+
+def test_cut_short_loadgen_logs_are_refused_before_they_are_read(tmp_path):
+    """Whole logs pass; one cut mid-line (with room on the disk) is an IncompleteLogError naming it."""
+    from code.common.run_logs import IncompleteLogError, check_loadgen_logs
+
+    (tmp_path / "mlperf_log_summary.txt").write_text("Result is : VALID\n")
+    (tmp_path / "mlperf_log_detail.txt").write_text(':::MLLOG {"key": "result_validity", "value": "VALID"}\n')
+    (tmp_path / "mlperf_log_accuracy.json").write_text("[\n]\n")
+    check_loadgen_logs(tmp_path)
+    (tmp_path / "mlperf_log_accuracy.json").write_text('[\n{"seq_id": 0, "qsl_idx": 0, "data": "0A')
+    with pytest.raises(IncompleteLogError, match=f"^{tmp_path / 'mlperf_log_accuracy.json'} is missing or cut"):
+        check_loadgen_logs(tmp_path)
+    (tmp_path / "mlperf_log_accuracy.json").write_text("[\n]\n")
+    (tmp_path / "mlperf_log_summary.txt").write_text("")
+    with pytest.raises(IncompleteLogError, match="mlperf_log_summary.txt is missing or cut short"):
+        check_loadgen_logs(tmp_path)

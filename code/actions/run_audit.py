@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from code.actions.common import resolved_configs, system_name
-from code.actions.run_harness import check_round, require_built_core, run_child, test_spec
+from code.actions.run_harness import check_round, finish_run, require_built_core, run_child, test_spec
 from code.common.arguments import RunRequest
 from code.common.audits import (
     REFERENCE_ACCURACY_LOG,
     RESPONSE_DTYPES,
+    RUNS_SUBDIR,
     AuditError,
     AuditTools,
     AuditVerdict,
@@ -43,12 +44,10 @@ from code.common.constants import TestMode
 from code.common.paths import COMPLIANCE_LOGS_DIR
 from code.common.rounds import RoundError, get_round
 from code.common.run_logs import TestResult, new_timestamped_dir
-from code.common.summary import exit_code, format_summary, write_summary
+from code.common.summary import exit_code
 from code.common.supervision import Interrupted, stop_signals_ignored, stop_signals_raise
 from code.common.verdicts import round_refusal
 from configs.configuration import ResolvedConfig
-
-RUNS_SUBDIR = "audit_runs"
 
 
 @dataclass(frozen=True)
@@ -81,9 +80,9 @@ def run_audit(request: RunRequest) -> int:
     except Interrupted as stop:
         with stop_signals_ignored():
             print(f"[run_audit] {stop}: stopped; {len(audits) - len(results)} audit(s) not finished", flush=True)
-            _finish(system, root, results)
+            finish_run(system, root, results, "run_audit")
         return stop.exit_status
-    _finish(system, root, results)
+    finish_run(system, root, results, "run_audit")
     return int(exit_code([result for _, result, _ in results]))
 
 
@@ -198,10 +197,3 @@ def ship_test01_accuracy(verdict: AuditVerdict, work_dir: Path, accuracy_dir: Pa
             return
     verdict.reasons.insert(0, f"the audit's responses differ from the accuracy run's, and its accuracy is not "
                               f"within {limit} % of the accuracy run's on the same samples")
-
-
-def _finish(system: str, root: Path, results: list[tuple[str, TestResult, dict]]) -> None:
-    summary = format_summary(system, root, results)
-    write_summary(root, summary, results)
-    print(summary, flush=True)
-

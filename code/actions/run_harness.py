@@ -70,9 +70,9 @@ def run_harness(request: RunRequest) -> int:
     except Interrupted as stop:
         with stop_signals_ignored():
             print(_record_interruption(stop, running, results, len(tests)), flush=True)
-            _finish(system, root, results)
+            finish_run(system, root, results)
         return stop.exit_status
-    _finish(system, root, results)
+    finish_run(system, root, results)
     return int(exit_code([result for _, result, _ in results]))
 
 
@@ -106,9 +106,11 @@ def require_built_core(round_name: str) -> None:
         raise BenchmarkError(f"the C++ core of round {round_name} is not built: run `make build ROUND={round_name}`")
 
 
-def _finish(system: str, root: Path, results: list[tuple[str, TestResult, dict]]) -> None:
+def finish_run(system: str, root: Path, results: list[tuple[str, TestResult, dict]], who: str = "run_harness") -> None:
+    """Write the summary files in ``root`` and print the summary; it reaches the terminal even when the disk is
+    full or the folder read-only (``who`` prefixes the line that says it was not saved)."""
     summary = format_summary(system, root, results)
-    _save(lambda: write_summary(root, summary, results), "the summary")
+    _save(lambda: write_summary(root, summary, results), "the summary", root, who)
     print(summary, flush=True)
 
 
@@ -142,41 +144,86 @@ def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestRes
     command = [sys.executable, "-m", "code.actions.run_single_test", str(spec_file)]
     # The repository first on the path, also outside it: our `code` package, not the standard library's module.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    with open(log_dir / "stdout.txt", "w") as transcript:
-        process = start_in_own_group(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, bufsize=1)
-        try:
-            assert process.stdout is not None
-            error_line = None
-            for line in process.stdout:
-                sys.stdout.write(line)
-                transcript.write(line)
-                if line.startswith("ERROR:"):
-                    error_line = line.strip()
-            status = process.wait()
-        finally:
-            with stop_signals_ignored():
-                stop_group(process)
+    transcript = Transcript(log_dir / "stdout.txt")
+    process = start_in_own_group(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, bufsize=1)
+    try:
+        assert process.stdout is not None
+        error_line = None
+        for line in process.stdout:
+            sys.stdout.write(line)
+            transcript.write(line)
+            if line.startswith("ERROR:"):
+                error_line = line.strip()
+        status = process.wait()
+    finally:
+        with stop_signals_ignored():
+            stop_group(process)
+            transcript.close()
+    if transcript.error is not None:
+        print(f"[run_harness] {transcript.path.name} not saved whole: {transcript.error}", flush=True)
     metadata = _read_metadata(log_dir)
     if status == 0 and metadata.get("result", {}).get("complete"):
         return TestResult.from_dict(metadata["result"]), metadata
     reasons = [error_line.removeprefix("ERROR: ")] if error_line else []
     reasons.append(f"the test process failed (exit {status}); see {log_dir / 'stdout.txt'}")
     result = TestResult(spec["scenario"], spec["mode"], str(log_dir), valid=None, invalid_reasons=reasons)
-    _save(lambda: write_metadata(log_dir, {"result": result.to_dict(), "test_spec": spec}), "metadata.json")
+    _save(lambda: write_metadata(log_dir, {"result": result.to_dict(), "test_spec": spec}), "metadata.json",
+          log_dir / "metadata.json")
     return result, {}
 
 
-def _save(write: Callable[[], None], what: str) -> None:
-    """Write a record of the run; on a full disk or a read-only folder say so in one line and go on, so the
-    summary still reaches the terminal."""
+class Transcript:
+    """The test's stdout.txt. A full disk or a read-only folder stops the copy, not the run: the output still
+    reaches the terminal, and ``error`` says in one line why the file is incomplete."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.error: str | None = None
+        self._file = None
+        try:
+            self._file = open(path, "w", buffering=1)  # line-buffered: a failed write fails at once, here
+        except OSError as error:
+            self._failed(error)
+
+    def write(self, line: str) -> None:
+        if self._file is not None:
+            try:
+                self._file.write(line)
+            except OSError as error:
+                self._failed(error)
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError as error:
+                self._failed(error)
+            self._file = None
+
+    def _failed(self, error: OSError) -> None:
+        message = describe(error, writing_in=self.path)
+        if message is None:
+            raise error
+        self.error = self.error or message
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:  # the buffered rest cannot be written either: the error above says why
+                pass
+            self._file = None
+
+
+def _save(write: Callable[[], object], what: str, where: Path, who: str = "run_harness") -> None:
+    """Write a record of the run to ``where``; on a full disk or a read-only folder say so in one line and go on,
+    so the summary still reaches the terminal."""
     try:
         write()
     except OSError as error:
-        message = describe(error)
+        message = describe(error, writing_in=where)
         if message is None:
             raise
-        print(f"[run_harness] {what} not saved: {message}", flush=True)
+        print(f"[{who}] {what} not saved: {message}", flush=True)
 
 
 def _read_metadata(log_dir: Path) -> dict:

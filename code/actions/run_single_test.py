@@ -21,7 +21,13 @@ from code.common.benchmarks import load_benchmark
 from code.common.constants import AccuracyTarget, Benchmark, ExitCode, HarnessType, PowerSetting, Scenario, TestMode
 from code.common.faults import describe
 from code.common.paths import REPO_ROOT
-from code.common.run_logs import TestResult, performance_result, read_detail_log, write_metadata
+from code.common.run_logs import (
+    TestResult,
+    check_loadgen_logs,
+    performance_result,
+    read_detail_log,
+    write_metadata,
+)
 from code.common.supervision import die_with_parent
 from code.common.systems import detect_system
 from code.common.user_conf import write_user_conf
@@ -98,6 +104,7 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
     print(f"[run_single_test] loaded in {loaded - started:.1f} s; starting LoadGen", flush=True)
     run_test(settings, prepared.sample_lengths, prepared.runner)
     print(f"[run_single_test] LoadGen finished in {time.time() - loaded:.1f} s", flush=True)
+    check_loadgen_logs(log_dir)  # before any figure is read from them: a full disk leaves them cut short
 
     audit = spec.get("audit")  # {"test": "TEST01", "reference_accuracy_log": path} for a compliance audit
     audit_accuracy = None

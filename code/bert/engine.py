@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -37,6 +35,7 @@ import torch
 from code.bert.download_data import SQUAD_SUBDIR
 from code.bert.model import BERT_CONFIGS, BertConfig, BertQA, empty_model, load_checkpoint, random_weights
 from code.bert.squad import MANIFEST_FILE, TOKENIZED_SUBDIR
+from code.common import atomic
 from code.common.benchmarks import BenchmarkError
 from code.common.faults import reading
 from code.common.paths import DATA_DIR, PREPROCESSED_DATA_DIR
@@ -160,6 +159,10 @@ def build_engine(spec: EngineSpec, engine_dir: Path, *, calibration: Calibration
                  device: str | torch.device | None = None) -> Path:
     """Build the engine for ``spec`` in ``engine_dir`` (replacing what is there) and return ``engine_dir``.
 
+    An interrupted build (Ctrl-C, a full disk, a killed ``make generate_engines``) never leaves an engine a run
+    would load: the old manifest goes first, every file is written under a temporary name and renamed into place
+    (``atomic``), and the manifest, which a run requires, comes last.
+
     A real checkpoint is loaded strictly (``load_checkpoint``), so a build fails rather than freezing a partly
     untrained model into an engine. An fp8 engine is calibrated on ``calibration`` (default: ``calibration_set``)
     on ``device`` (default: the GPU if there is one).
@@ -168,6 +171,8 @@ def build_engine(spec: EngineSpec, engine_dir: Path, *, calibration: Calibration
     engine_dir.mkdir(parents=True, exist_ok=True)
     for stale in (MANIFEST, WEIGHTS):  # manifest first: a crash below leaves "missing", never "stale but valid"
         (engine_dir / stale).unlink(missing_ok=True)
+    for partial in engine_dir.glob(".*.tmp"):  # what a killed build left under a temporary name
+        partial.unlink()
 
     checkpoint: dict[str, Any] | None = None
     model: BertQA | None = None
@@ -180,8 +185,9 @@ def build_engine(spec: EngineSpec, engine_dir: Path, *, calibration: Calibration
             model = load_checkpoint(path, spec.config)
         from safetensors.torch import save_file
 
-        save_file({k: v.to(spec.dtype).contiguous() for k, v in model.state_dict().items()},
-                  str(engine_dir / WEIGHTS), metadata={"engine_key": engine_key(spec)})
+        with atomic.replacing(engine_dir / WEIGHTS) as partial:
+            save_file({k: v.to(spec.dtype).contiguous() for k, v in model.state_dict().items()},
+                      str(partial), metadata={"engine_key": engine_key(spec)})
     calibrated = None
     if spec.precision == "fp8":
         if model is None:
@@ -202,11 +208,7 @@ def build_engine(spec: EngineSpec, engine_dir: Path, *, calibration: Calibration
         "torch_version": torch.__version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    fd, tmp = tempfile.mkstemp(dir=engine_dir, prefix=".engine.", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(manifest, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, engine_dir / MANIFEST)
+    atomic.write_text(engine_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return engine_dir
 
 

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from code.common.faults import CheckpointError
+
 
 @dataclass(frozen=True)
 class BertConfig:
@@ -230,10 +232,6 @@ def hf_names(our_name: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that does not fill the model exactly: missing, unexpected or wrongly shaped weights."""
-
-
 def _init_(module: nn.Module, generator: torch.Generator) -> None:
     """BERT's initialisation: N(0, 0.02) weights and embeddings, zero biases, LayerNorm ones/zeros."""
     for m in module.modules():
@@ -309,11 +307,15 @@ def load_checkpoint(path_or_state_dict: str | Path | Mapping[str, Tensor], confi
     unexpected = [k for k in state if k not in expected]
     wrong_shape = [f"{_describe(k)}: checkpoint {tuple(state[k].shape)}, model {tuple(v.shape)}"
                    for k, v in expected.items() if k in state and state[k].shape != v.shape]
-    if missing or unexpected or wrong_shape:
+    # Integer or boolean weights would be cast to float silently: a quantized or foreign file, never BERT's own.
+    wrong_dtype = [f"{_describe(k)}: checkpoint {state[k].dtype}, model {v.dtype}" for k, v in expected.items()
+                   if k in state and v.is_floating_point() and not state[k].is_floating_point()]
+    if missing or unexpected or wrong_shape or wrong_dtype:
         lines = [f"checkpoint {source} does not match BERT config {config}:"]
         lines += [f"  missing: {_describe(k)}" for k in missing]
         lines += [f"  unexpected: {k}" for k in unexpected]
         lines += [f"  wrong shape: {s}" for s in wrong_shape]
+        lines += [f"  wrong dtype: {s}" for s in wrong_dtype]
         raise CheckpointError("\n".join(lines))
 
     with torch.no_grad():

@@ -27,6 +27,9 @@ TEST01_CONFIG_DIRS = {Benchmark.BERT: "bert", Benchmark.GPTJ: "gpt-j"}
 # verify_accuracy.py --dtype: the element type of a LoadGen response (it compares the first element of each).
 RESPONSE_DTYPES = {Benchmark.BERT: "float32", Benchmark.GPTJ: "int32"}
 PASS_LINE = "TEST PASS"
+# Where a compliance run keeps each audit's own LoadGen run (its metadata.json names the round), beside the
+# checker's layout: build/compliance_logs/<timestamp>/audit_runs/<system>/<bench>/<Scenario>/<TEST>/.
+RUNS_SUBDIR = "audit_runs"
 
 
 class AuditError(ValueError):

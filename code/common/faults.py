@@ -3,8 +3,9 @@
 A truncated download, an engine cut short by a full disk, a read-only log folder: none of them is a bug, so none
 of them should end in a traceback. This is the one place that turns such exceptions into messages:
 
-- ``reading(path, fix)`` wraps the read of one file; what its decoder raises on bad bytes becomes a
-  ``DataFileError`` naming the file and the fix (re-download, rebuild the engine, preprocess again).
+- ``reading(path, fix)`` wraps the read of one file; what its decoder raises on bad bytes, and a
+  ``CheckpointError`` from a model loader, becomes a ``DataFileError`` naming the file and the fix (re-download,
+  rebuild the engine, preprocess again) in one paragraph.
 - ``describe(error)`` gives the line for any error a user can fix (a ``BenchmarkError``, a full disk, a folder
   that cannot be written), and None for anything else: an unknown error is a bug, and its traceback is the report.
 """
@@ -30,6 +31,16 @@ FREE_SPACE = "free space there (make clean_logs deletes old runs; MLPERF_SCRATCH
 class DataFileError(BenchmarkError, ValueError):
     """A file the run reads is missing, truncated or corrupt; the message names it and the step that makes a good
     one. (A ValueError too, so callers of a loader that catch ValueError keep working.)"""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is not there, or reads but does not fill the model exactly (missing, unexpected, wrongly
+    shaped or non-floating-point weights). Raised by the model loaders, which name the file and list every
+    mismatch but do not know how the file was made; ``reading`` adds that fix."""
+
+
+# How many of a CheckpointError's listed mismatches the one-paragraph message quotes.
+QUOTED_MISMATCHES = 3
 
 
 def _decode_errors() -> tuple[type[BaseException], ...]:
@@ -60,11 +71,24 @@ def reading(path: Path | str, fix: str, also: tuple[type[BaseException], ...] = 
     """
     try:
         yield
+    except CheckpointError as error:
+        raise DataFileError(f"{_paragraph(str(error))}; {fix}") from error
     except Exception as error:
         if not _is_decode_error(error, also):
             raise
         cause = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise DataFileError(f"{path} is truncated or corrupt ({cause}); {fix}") from error
+
+
+def _paragraph(text: str) -> str:
+    """A loader's message (a head line, then one indented line per mismatch) as one paragraph quoting the first
+    few mismatches and counting the rest."""
+    head, *items = [line.strip() for line in text.splitlines() if line.strip()]
+    if not items:
+        return head
+    quoted = "; ".join(items[:QUOTED_MISMATCHES])
+    more = f"; and {len(items) - QUOTED_MISMATCHES} more" if len(items) > QUOTED_MISMATCHES else ""
+    return f"{head.rstrip(':')}: {quoted}{more}"
 
 
 def describe(error: BaseException, writing_in: Path | None = None) -> str | None:

@@ -10,12 +10,16 @@ was killed says so.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from code.common import atomic
+from code.common.benchmarks import BenchmarkError
 from code.common.constants import Scenario, TestMode
 from code.common.paths import LOGS_DIR
 
@@ -66,6 +70,47 @@ def make_test_log_dir(root: Path, system: str, benchmark_name: str, scenario: Sc
     except FileExistsError:
         raise LogDirError(f"{directory} exists already; refusing to overwrite an earlier run") from None
     return directory
+
+
+class IncompleteLogError(BenchmarkError):
+    """A LoadGen log is cut short though the disk has room (a quota, a file system error)."""
+
+
+# How LoadGen ends each log it finished writing: summary and detail end their last line, the accuracy log closes
+# its JSON array (``[]`` in a performance run), whitespace after it aside.
+LOADGEN_LOGS_END_WITH = {"mlperf_log_summary.txt": (b"\n", False), "mlperf_log_detail.txt": (b"\n", False),
+                         "mlperf_log_accuracy.json": (b"]", True)}
+# Below this much free space, a cut-short log is put down to a full disk.
+NEARLY_FULL_BYTES = 1 << 20
+
+
+def check_loadgen_logs(directory: Path) -> None:
+    """Raise unless LoadGen's logs in ``directory`` are whole.
+
+    LoadGen's logger drops what it cannot write without telling its caller, so a full disk leaves empty or cut-short
+    logs behind a test that looks finished; read as they are, such logs give a traceback or a wrong verdict. A
+    full disk is an ``OSError`` (ENOSPC) naming the first bad log, as the operating system would raise it; anything
+    else an ``IncompleteLogError``."""
+    for name, (ending, strip) in LOADGEN_LOGS_END_WITH.items():
+        path = directory / name
+        try:
+            tail = _last_bytes(path)
+        except OSError:
+            tail = b""
+        whole = (tail.rstrip() if strip else tail).endswith(ending)
+        if whole:
+            continue
+        free = os.statvfs(directory)
+        if free.f_bavail * free.f_frsize < NEARLY_FULL_BYTES:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        raise IncompleteLogError(f"{path} is missing or cut short: LoadGen could not write all of it (a disk quota "
+                                 "or a file system error); free space or fix the folder, then run again")
+
+
+def _last_bytes(path: Path, count: int = 64) -> bytes:
+    with path.open("rb") as file:
+        file.seek(max(0, path.stat().st_size - count))
+        return file.read()
 
 
 def read_detail_log(directory: Path) -> dict[str, Any]:
@@ -194,7 +239,9 @@ def mark_incomplete(directory: Path, scenario: str, mode: str, reason: str, deta
 
 
 def write_metadata(directory: Path, payload: dict[str, Any]) -> Path:
-    """metadata.json: metric, validity and reasons, resolved config, system, versions, input/weight provenance."""
-    path = directory / "metadata.json"
-    path.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
-    return path
+    """metadata.json: metric, validity and reasons, resolved config, system, versions, input/weight provenance.
+
+    Replaced whole (``atomic``): a write that fails (a full disk) or is interrupted leaves the earlier record, the
+    test's "not finished" marker, rather than a cut-short file that reads as nothing."""
+    return atomic.write_text(directory / "metadata.json",
+                             json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")

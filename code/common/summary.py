@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from code.common import atomic
 from code.common.constants import ExitCode
 from code.common.run_logs import TestResult
 
@@ -104,6 +105,7 @@ def format_summary(system: str, root: Path, results: list[tuple[str, TestResult,
 
 
 def write_summary(root: Path, text: str, results: list[tuple[str, TestResult, dict[str, Any]]]) -> None:
-    (root / "summary.txt").write_text(text.strip() + "\n")
+    """summary.txt and summary.json, each whole or not written (a full disk leaves no empty summary behind)."""
+    atomic.write_text(root / "summary.txt", text.strip() + "\n")
     records = [{"benchmark": name, **result.to_dict()} for name, result, _ in results]
-    (root / "summary.json").write_text(json.dumps(records, indent=2) + "\n")
+    atomic.write_text(root / "summary.json", json.dumps(records, indent=2) + "\n")

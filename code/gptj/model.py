@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from code.common.faults import CheckpointError
+
 Device = torch.device | str
 
 
@@ -305,10 +307,6 @@ def hf_name(our_name: str, part: int | None = None) -> str | None:
     return None
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that does not fill the model exactly: missing, unexpected or wrongly shaped weights."""
-
-
 def _parts(name: str) -> int:
     return 3 if name.endswith("wqkv.weight") else 1
 
@@ -321,6 +319,7 @@ def load_state(model: Gptj, tensors: Mapping[str, Tensor] | Iterator[tuple[str, 
     filled: dict[str, set[int]] = {name: set() for name in params}
     unexpected: list[str] = []
     wrong_shape: list[str] = []
+    wrong_dtype: list[str] = []
     items = tensors.items() if isinstance(tensors, Mapping) else tensors
     with torch.no_grad():
         for name, tensor in items:
@@ -332,19 +331,23 @@ def load_state(model: Gptj, tensors: Mapping[str, Tensor] | Iterator[tuple[str, 
                 continue
             ours, part = target
             dst = params[ours] if part is None else params[ours].chunk(3)[part]
+            # A refused tensor is listed once, by why it was refused, not also as missing.
+            filled[ours] |= set(range(_parts(ours))) if part is None else {part}
             if tuple(tensor.shape) != tuple(dst.shape):
                 wrong_shape.append(f"{name}: checkpoint {tuple(tensor.shape)}, model {tuple(dst.shape)}")
-                continue
-            dst.copy_(tensor)
-            filled[ours] |= set(range(_parts(ours))) if part is None else {part}
+            elif not tensor.is_floating_point():  # copy_ would cast it silently: a quantized or foreign file
+                wrong_dtype.append(f"{name}: checkpoint {tensor.dtype}, model {dst.dtype}")
+            else:
+                dst.copy_(tensor)
     missing = [
         hf_name(n, None if _parts(n) == 1 else p) or n for n in params for p in range(_parts(n)) if p not in filled[n]
     ]
-    if missing or unexpected or wrong_shape:
+    if missing or unexpected or wrong_shape or wrong_dtype:
         lines = [f"checkpoint {source} does not match GPT-J config {model.config}:"]
         lines += [f"  missing: {k}" for k in missing]
         lines += [f"  unexpected: {k}" for k in unexpected]
         lines += [f"  wrong shape: {s}" for s in wrong_shape]
+        lines += [f"  wrong dtype: {s}" for s in wrong_dtype]
         raise CheckpointError("\n".join(lines))
     return model.eval()
 
@@ -368,7 +371,9 @@ def checkpoint_files(path: Path) -> list[Path]:
         return [path]
     for index in _INDEXES:
         if (path / index).is_file():
-            weight_map = json.loads((path / index).read_text())["weight_map"]
+            weight_map = json.loads((path / index).read_text()).get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise CheckpointError(f"{path / index} has no weight_map: not a checkpoint index")
             files = [path / f for f in sorted(set(weight_map.values()))]
             if absent := [str(f) for f in files if not f.is_file()]:
                 raise CheckpointError(f"{path / index} names shards that are not there: {', '.join(absent)}")
@@ -429,7 +434,7 @@ def load_checkpoint(
     path = Path(path_or_state_dict)
     if config is None:
         if not (path / "config.json").is_file():
-            raise ValueError(f"{path}: no config.json; pass a GptjConfig")
+            raise CheckpointError(f"{path}: no config.json beside the weights (a checkpoint folder holds one)")
         config = GptjConfig.from_hf(json.loads((path / "config.json").read_text()))
     files = checkpoint_files(path)
     return load_state(empty_model(config, dtype, device), _read(files), str(path))

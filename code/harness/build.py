@@ -10,12 +10,15 @@ tool's own up-to-date check makes a no-op build take about a second.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from code.common.paths import harness_build_dir, harness_lib_dir
@@ -25,6 +28,7 @@ from code.harness.fetch_loadgen import FetchError, fetch_loadgen
 SOURCE_DIR = Path(__file__).resolve().parent
 MODULE_NAME = "_mlperf_harness"
 _CONFIGURE_KEY_FILE = "harness-configure.json"
+BUILD_LOCK = ".build.lock"
 
 
 class BuildError(RuntimeError):
@@ -76,6 +80,23 @@ def build(round_name: str = DEFAULT_ROUND, jobs: int = 2, clean: bool = False) -
     """
     round_ = get_round(round_name)
     compiler = _find_compiler()
+    with _build_lock(round_.name):
+        return _build_or_rebuild(round_, compiler, jobs, clean)
+
+
+@contextmanager
+def _build_lock(round_name: str) -> Iterator[None]:
+    """Hold the round's build folder alone while it builds: two ``make build`` or test sessions of one checkout
+    at once would otherwise compile into the same CMake folder and link the same module, and a run could load a
+    half-written one. The other waits for this build to end, then finds it up to date."""
+    folder = harness_build_dir(round_name)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / BUILD_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, also if this process dies
+        yield
+
+
+def _build_or_rebuild(round_: Round, compiler: str, jobs: int, clean: bool) -> Path:
     built = _build_with(round_, compiler, jobs, clean)
     if _has_shared_cxx_runtime(built):
         return built

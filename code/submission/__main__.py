@@ -1,6 +1,6 @@
 """``python -m code.submission stage|truncate|check``: what make stage_results, truncate_results and
-check_submission run. Exit status: 0 done (check: the checker found no error), 1 the checker found errors or a
-tool failed, 2 bad input (named, with its fix)."""
+check_submission run. Exit status: 0 done (check: the checker found no error), 1 the checker found errors, a
+tool failed or the disk is full (one line each), 2 bad input (named, with its fix)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 from code.common.constants import ExitCode
+from code.common.faults import describe
 from code.common.rounds import RoundError
-from code.submission.checker import AlreadyTruncated, CheckResult, check, truncate, truncated
+from code.submission.checker import AlreadyTruncated, CheckResult, ToolFailed, check, truncate, truncated
 from code.submission.stage import DIVISION, SUBMISSION_DIR, SYSTEMS_DIR, Staged, StageError, stage, staged_round
 from code.submission.tools import ToolsError
 
@@ -56,6 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     except (StageError, ToolsError, RoundError, FileNotFoundError) as error:
         print(f"ERROR: {error}", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    except ToolFailed as error:  # the tool's own failure, not the user's input: exit 1, as the docstring says
+        print(f"ERROR: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:  # a full disk or a read-only folder while the tree or a log is written
+        message = describe(error, writing_in=SUBMISSION_DIR)
+        if message is None:
+            raise
+        print(f"ERROR: {message}", file=sys.stderr)
+        return 1
 
 
 def _stage(args: argparse.Namespace) -> int:

@@ -28,6 +28,10 @@ class AlreadyTruncated(RuntimeError):
     """A second truncation: the tool would find nothing to do, and the originals are already kept."""
 
 
+class ToolFailed(RuntimeError):
+    """An official tool ended in an error; the message quotes its last error line and names its whole log."""
+
+
 @dataclass(frozen=True)
 class CheckResult:
     """The checker's verdict: its exit status, each ERROR line, its whole output and its CSV summary."""
@@ -80,8 +84,13 @@ def truncate(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_
     # The tool walks compliance/ too, and says so as an error when a tree has no audits yet.
     errors = [line for line in output.splitlines() if line.startswith("ERROR:")
               and not (line.endswith(f"{DIVISION}/{submitter}/compliance") and not (tree / "compliance").exists())]
+    log = work_dir / submitter / "truncate.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(output)
     if done.returncode != 0 or errors:
-        raise RuntimeError(f"truncate_accuracy_log.py (round {round_name}) failed:\n{output}")
+        lines = errors or [line for line in output.splitlines() if line.strip()] or ["no output"]
+        raise ToolFailed(f"truncate_accuracy_log.py (round {round_name}) failed (exit {done.returncode}): "
+                         f"{lines[-1].strip()}; whole log: {log}")
     return output
 
 

@@ -48,18 +48,29 @@ class TestRun:
 
 def find_tests(run_folders: list[Path]) -> tuple[list[TestRun], list[Path]]:
     """Every finished test under the folders, and the folders of tests that did not finish (stopped, killed,
-    FAILED): those have partial logs or none."""
+    FAILED, or whose metadata.json cannot be read, as a full disk leaves it): those have partial logs or none."""
     tests: list[TestRun] = []
     unfinished: list[Path] = []
     for folder in run_folders:
         for path in sorted(folder.rglob("metadata.json")):
-            metadata = json.loads(path.read_text())
+            metadata = _read_metadata(path)
             result = metadata.get("result", {})
             if not result.get("complete", True) or result.get("valid") is None or "config" not in metadata:
                 unfinished.append(path.parent)
                 continue
             tests.append(_test_run(path.parent, folder, metadata))
     return tests, unfinished
+
+
+def _read_metadata(path: Path) -> dict[str, Any]:
+    """A metadata.json, or {} (an unfinished test) when it cannot be read or is not a run's record."""
+    try:
+        metadata = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("result", {}), dict):
+        return {}
+    return metadata
 
 
 def _test_run(directory: Path, run_folder: Path, metadata: dict[str, Any]) -> TestRun:

@@ -11,12 +11,14 @@ is not a submittable result (its metadata.json verdict), is named; with any of t
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from code.common.paths import BUILD_DIR, LOGS_DIR, REPO_ROOT
+from code.common.audits import RUNS_SUBDIR
+from code.common.paths import BUILD_DIR, COMPLIANCE_LOGS_DIR, LOGS_DIR, REPO_ROOT
 from code.common.rounds import get_round
 from code.common.system_description import (
     DescriptionFiles,
@@ -33,7 +35,6 @@ SUBMISSION_DIR = BUILD_DIR / "submission"
 # originals/ (the truncation tool's --backup) and check/ (the checker's log and CSV). Outside the tree, whose root
 # the checker wants to hold division folders only.
 WORK_DIR = BUILD_DIR / "submission_work"
-COMPLIANCE_LOGS_DIR = BUILD_DIR / "compliance_logs"
 SYSTEMS_DIR = REPO_ROOT / "systems"
 DIVISION = "closed"
 
@@ -43,6 +44,8 @@ DIVISION = "closed"
 ACCURACY_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt", "accuracy.txt", "mlperf_log_accuracy.json")
 PERFORMANCE_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
 STAGE_RECORD = "stage.json"
+# A submitter names a folder that staging deletes and rebuilds: one plain name, never ".", ".." or a path.
+SUBMITTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 class StageError(RuntimeError):
@@ -65,9 +68,7 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
           out_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR, systems_dir: Path = SYSTEMS_DIR) -> Staged:
     """Build ``<out_dir>/closed/<submitter>/`` from the newest finished tests of ``logs`` (default: every run
     folder in build/logs) and the newest audits of ``compliance`` (default: build/compliance_logs)."""
-    if not submitter or "/" in submitter or " " in submitter:
-        raise StageError(f"SUBMITTER='{submitter}' is not a folder name: give your organization, "
-                         "e.g. make stage_results SUBMITTER=MyOrg")
+    check_submitter(submitter)
     folders = logs if logs is not None else run_folders(LOGS_DIR)
     for folder in folders:
         if not folder.is_dir():
@@ -88,7 +89,8 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     staged.notes += [f"a test that did not finish is left out: {path}" for path in unfinished]
     description = _system_description(systems_dir, system, submitter, staged)
     staged.problems += _check(chosen, description["system_type"], round_name)
-    audits = _newest_audits(compliance, system)
+    audits = _newest_audits(compliance, system, round_name, staged)
+    staged.problems += _failed_audits(audits, {(benchmark, scenario) for benchmark, scenario, _ in chosen})
     if staged.problems and not allow_incomplete:
         return staged  # reported by the caller; nothing written
 
@@ -115,8 +117,17 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     return staged
 
 
+def check_submitter(submitter: str) -> None:
+    """Refuse a SUBMITTER that is not one plain folder name: staging deletes ``<out_dir>/closed/<submitter>`` and
+    ``<work_dir>/<submitter>`` before writing them, so ``..`` would delete the folders that hold the run logs."""
+    if not SUBMITTER_NAME.fullmatch(submitter or ""):
+        raise StageError(f"SUBMITTER='{submitter}' is not a folder name (letters, digits, '_', '-' and '.', starting "
+                         "with a letter or digit): give your organization, e.g. make stage_results SUBMITTER=MyOrg")
+
+
 def staged_round(submitter: str, work_dir: Path = WORK_DIR) -> str:
     """The round of the tree staged last for this submitter (its tools truncate and check it)."""
+    check_submitter(submitter)
     record = work_dir / submitter / STAGE_RECORD
     if not record.is_file():
         raise StageError(f"nothing staged for SUBMITTER={submitter}: make stage_results SUBMITTER={submitter} first")
@@ -202,15 +213,59 @@ def _system_description(systems_dir: Path, system: str, submitter: str, staged: 
     return description
 
 
-def _newest_audits(compliance: list[Path] | None, system: str) -> dict[tuple[str, str], Path]:
-    """Per (benchmark, scenario), the newest audit folder ``<ts>/<system>/<bench>/<Scenario>/`` holding TESTs."""
+def _newest_audits(compliance: list[Path] | None, system: str, round_name: str,
+                   staged: Staged) -> dict[tuple[str, str], Path]:
+    """Per (benchmark, scenario), the newest audit folder ``<ts>/<system>/<bench>/<Scenario>/`` holding TESTs of
+    the staged round; an audit that its run recorded as another round's is left out with a note (the round's
+    checker judges the tree, and another round's audit is not what it asks for)."""
     folders = compliance if compliance is not None else run_folders(COMPLIANCE_LOGS_DIR)
     found: dict[tuple[str, str], Path] = {}
     for folder in folders:  # oldest first: a later folder replaces an earlier one
         for scenario_dir in sorted((folder / system).glob("*/*")) if (folder / system).is_dir() else []:
-            if scenario_dir.is_dir() and any(p.name.startswith("TEST") for p in scenario_dir.iterdir()):
-                found[(scenario_dir.parent.name, scenario_dir.name)] = scenario_dir
+            tests = [p for p in scenario_dir.iterdir() if p.name.startswith("TEST")] if scenario_dir.is_dir() else []
+            if not tests:
+                continue
+            where = scenario_dir.relative_to(folder)
+            rounds = {_recorded_round(folder / RUNS_SUBDIR / where / test.name) for test in tests} - {None}
+            if rounds and rounds != {round_name}:
+                staged.notes.append(f"audits of round {', '.join(sorted(rounds))} left out (staging round "
+                                    f"{round_name}): {scenario_dir}")
+                continue
+            found[(scenario_dir.parent.name, scenario_dir.name)] = scenario_dir
     return found
+
+
+def _recorded_round(audit_run: Path) -> str | None:
+    """The round an audit's LoadGen run recorded in its metadata.json; None when there is no readable record."""
+    try:
+        return str(json.loads((audit_run / "metadata.json").read_text())["round"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _failed_audits(audits: dict[tuple[str, str], Path], staged_scenarios: set[tuple[str, str]]) -> list[str]:
+    """Each staged audit that its compliance run's summary.json records as not PASSed, by name and reason."""
+    problems: list[str] = []
+    for (benchmark, scenario), scenario_dir in sorted(audits.items()):
+        if (benchmark, scenario) not in staged_scenarios:
+            continue
+        records = _audit_records(scenario_dir.parents[2])
+        for test in sorted(p for p in scenario_dir.iterdir() if p.name.startswith("TEST")):
+            record = records.get(test.resolve())
+            if record is not None and not str(record.get("verdict", "")).startswith("PASS"):
+                reasons = "; ".join(record.get("invalid_reasons") or []) or "no reason recorded"
+                problems.append(f"{benchmark} {scenario} {test.name} audit is {record.get('verdict')}: {reasons} "
+                                f"({test}; run it again: make run_audit_harness)")
+    return problems
+
+
+def _audit_records(compliance_root: Path) -> dict[Path, dict[str, Any]]:
+    """The records of a compliance run's summary.json by their TEST folder; {} when it has none readable."""
+    try:
+        records = json.loads((compliance_root / "summary.json").read_text())
+        return {Path(record["log_dir"]).resolve(): record for record in records}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def _reset(tree: Path, work: Path) -> None:

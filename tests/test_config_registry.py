@@ -109,17 +109,17 @@ def test_precedence_run_args_over_config_over_default():
 
 
 def test_cpu_threads_leave_server_a_free_core(monkeypatch):
-    from code.common import cpu_threads
+    from code.common import devices
 
     def threads(scenario, **overrides):
         config = resolve_config(Benchmark.BERT, scenario, "CPU", WorkloadSetting(), overrides)
-        return cpu_threads.resolve_cpu_threads(config)
+        return devices.resolve_cpu_threads(config)
 
-    monkeypatch.setattr(cpu_threads, "default_cpu_threads", lambda: 4)
+    monkeypatch.setattr(devices, "default_cpu_threads", lambda: 4)
     assert threads(Scenario.Server) == 3
     assert threads(Scenario.Offline) == 4 and threads(Scenario.SingleStream) == 4
     assert threads(Scenario.Server, cpu_threads=2) == 2  # an explicit value wins, in every scenario
-    monkeypatch.setattr(cpu_threads, "default_cpu_threads", lambda: 1)
+    monkeypatch.setattr(devices, "default_cpu_threads", lambda: 1)
     assert threads(Scenario.Server) == 1
     with pytest.raises(ValueError, match=r"cpu_threads must be >= 0"):
         threads(Scenario.Offline, cpu_threads=-1)

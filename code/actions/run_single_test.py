@@ -18,6 +18,7 @@ from typing import Any
 
 from code.common.audits import write_baseline_log
 from code.common.benchmarks import load_benchmark
+from code.common.config import ResolvedConfig, WorkloadSetting
 from code.common.constants import AccuracyTarget, Benchmark, ExitCode, HarnessType, PowerSetting, Scenario, TestMode
 from code.common.faults import describe
 from code.common.paths import REPO_ROOT
@@ -26,7 +27,7 @@ from code.common.supervision import die_with_parent
 from code.common.systems import detect_system
 from code.common.user_conf import write_user_conf
 from code.common.verdicts import not_submittable_reasons
-from configs.configuration import ResolvedConfig, WorkloadSetting, resolve_config
+from configs.configuration import resolve_config
 
 
 def versions(round_name: str) -> dict[str, Any]:

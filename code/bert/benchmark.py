@@ -16,12 +16,12 @@ from code.bert.download_model import BERT_SUBDIR, MODEL_FILES
 from code.bert.preprocess_data import default_squad_json
 from code.bert.squad import MANIFEST_FILE, MAX_SEQ_LENGTH, TOKENIZED_SUBDIR
 from code.common.benchmarks import BenchmarkError, InputsUnavailableError, PreparedTest
+from code.common.config import ResolvedConfig
 from code.common.constants import TestMode
-from code.common.cpu_threads import resolve_cpu_threads
-from code.common.inputs import InputChoice, InputLocations, resolve_device, synthetic_count
+from code.common.devices import resolve_cpu_threads, resolve_device
+from code.common.inputs import InputChoice, InputLocations, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import DATA_DIR, ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
-from configs.configuration import ResolvedConfig
 
 # Where the make steps put things (each module that writes a file owns its name).
 PREPROCESSED_DIR = PREPROCESSED_DATA_DIR / TOKENIZED_SUBDIR

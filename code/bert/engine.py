@@ -38,6 +38,7 @@ from code.bert.download_data import SQUAD_SUBDIR
 from code.bert.model import BERT_CONFIGS, BertConfig, BertQA, empty_model, load_checkpoint, random_weights
 from code.bert.squad import MANIFEST_FILE, TOKENIZED_SUBDIR
 from code.common.benchmarks import BenchmarkError
+from code.common.devices import auto_device
 from code.common.faults import reading
 from code.common.paths import DATA_DIR, PREPROCESSED_DATA_DIR
 
@@ -149,7 +150,7 @@ def calibrate(model: BertQA, calibration: CalibrationSet, device: str | torch.de
     """
     from code.bert.fast.packed_model import collect_amax
 
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = torch.device(device or auto_device())
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     amax = collect_amax(model, calibration.input_ids, calibration.segment_ids, calibration.input_mask, device, dtype)
     return {"source": calibration.source, "count": int(len(calibration.input_ids)), "device": device.type,

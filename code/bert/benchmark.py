@@ -14,7 +14,7 @@ import numpy as np
 
 from code.bert.download_model import BERT_SUBDIR, MODEL_FILES
 from code.bert.preprocess_data import default_squad_json
-from code.bert.squad import MANIFEST_FILE, MAX_SEQ_LENGTH, TOKENIZED_SUBDIR
+from code.bert.squad import MANIFEST_FILE, MAX_SEQ_LENGTH, PAD_LOGIT, TOKENIZED_SUBDIR
 from code.common.benchmarks import BenchmarkError, InputsUnavailableError, PreparedTest
 from code.common.config import ResolvedConfig
 from code.common.constants import TestMode
@@ -29,8 +29,6 @@ CHECKPOINT = MODELS_DIR / BERT_SUBDIR / MODEL_FILES["pytorch"].name
 FETCH_STEP = 'make download_data download_model preprocess_data BENCHMARKS="bert"'
 # The model_name of the MLPerf model; any other is a small model for tests.
 MLPERF_MODEL = "large"
-# Logit given to positions past a sample's last token; post-processing never picks them.
-PAD_LOGIT = -10000.0
 
 
 INPUTS = InputLocations(preprocessed_dir=PREPROCESSED_DIR, manifest_name=MANIFEST_FILE, checkpoint=CHECKPOINT,

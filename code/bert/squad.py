@@ -32,6 +32,9 @@ from code.bert.vocab import CLS_TOKEN, SEP_TOKEN, BertTokenizer
 from code.common.faults import DataFileError, reading
 
 MAX_SEQ_LENGTH = 384
+PAD_LOGIT = -10000.0
+"""Start/end logit of positions past a sample's last token in a response, as the reference pads: finite, so every
+reader parses it, and never among the n-best spans post-processing picks from."""
 DOC_STRIDE = 128
 MAX_QUERY_LENGTH = 64
 

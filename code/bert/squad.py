@@ -20,7 +20,6 @@ On disk (`<preprocessed_data_dir>/squad_tokenized/`, see `save_features`):
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -259,14 +258,6 @@ def convert_examples_to_features(
                 )
             )
     return features
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def save_features(

@@ -141,3 +141,14 @@ def test_field_table_in_the_docs_is_current():
 
     text = PAGE.read_text()
     assert rewritten(text) == text, "documentation/configs.md is stale: run `python -m scripts.document_fields`"
+
+
+def test_backend_field_choices_are_the_registered_backends():
+    """fields.py (code/common) may not import a benchmark, so it names each benchmark's backends itself; they must
+    be the ones the benchmark's lazy registry can create."""
+    from code.bert.backends import BACKENDS as BERT_BACKENDS
+    from code.common.fields import BENCHMARK_BACKENDS
+    from code.gptj.backends import BACKENDS as GPTJ_BACKENDS
+
+    assert set(BENCHMARK_BACKENDS[Benchmark.BERT]) == set(BERT_BACKENDS)
+    assert set(BENCHMARK_BACKENDS[Benchmark.GPTJ]) == set(GPTJ_BACKENDS)

@@ -9,7 +9,6 @@ A benchmark module (``code/<bench>/benchmark.py``) provides three functions; not
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +18,11 @@ from typing import Any
 import numpy as np
 
 from code.common.constants import Benchmark
+from code.common.registry import LazyRegistry
 
-BENCHMARK_MODULES = {Benchmark.BERT: "code.bert.benchmark", Benchmark.GPTJ: "code.gptj.benchmark"}
+# Benchmark -> its module, imported when a run asks for that benchmark (code/common imports no benchmark itself).
+BENCHMARK_MODULES: LazyRegistry[Benchmark] = LazyRegistry(
+    "benchmark", {Benchmark.BERT: "code.bert.benchmark", Benchmark.GPTJ: "code.gptj.benchmark"})
 
 
 class BenchmarkError(RuntimeError):
@@ -49,4 +51,5 @@ class PreparedTest:
 
 
 def load_benchmark(benchmark: Benchmark) -> ModuleType:
-    return importlib.import_module(BENCHMARK_MODULES[benchmark])
+    """The benchmark's module (``code/<bench>/benchmark.py``), imported on first use."""
+    return BENCHMARK_MODULES.load(benchmark)

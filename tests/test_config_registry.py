@@ -152,3 +152,25 @@ def test_backend_field_choices_are_the_registered_backends():
 
     assert set(BENCHMARK_BACKENDS[Benchmark.BERT]) == set(BERT_BACKENDS)
     assert set(BENCHMARK_BACKENDS[Benchmark.GPTJ]) == set(GPTJ_BACKENDS)
+
+
+@pytest.mark.parametrize("benchmark", list(Benchmark))
+@pytest.mark.parametrize("scenario", [Scenario.Offline, Scenario.Server])
+def test_multi_gpu_rates_are_n_times_their_one_gpu_variant(benchmark, scenario):
+    """An xN class expects N times the rate of the x1 class of the same GPU and variant (bert-99 vs bert-99.9 differ:
+    H200_SXM_141GBx8 once multiplied the bert-99.9 value under bert-99)."""
+    import re
+
+    field = "offline_expected_qps" if scenario is Scenario.Offline else "server_target_qps"
+    ConfigRegistry.load(benchmark, scenario)
+    classes = {key[2:]: config for key, config in ConfigRegistry.registered().items() if key[:2] == (benchmark,
+                                                                                                       scenario)}
+    checked = 0
+    for (system, workload), config in classes.items():
+        match = re.fullmatch(r"(.+)x(\d+)", system)
+        if not match or match.group(2) == "1" or (f"{match.group(1)}x1", workload) not in classes:
+            continue
+        single = classes[(f"{match.group(1)}x1", workload)].fields()[field]
+        assert config.fields()[field] == pytest.approx(single * int(match.group(2))), (system, workload.shortname())
+        checked += 1
+    assert checked > 0

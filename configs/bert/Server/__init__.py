@@ -77,7 +77,7 @@ class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GBx8(H200_SXM_141GBx1):
-    server_target_qps = 4400.0 * 8
+    server_target_qps = 4700.0 * 8
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)

@@ -50,6 +50,31 @@ class PreparedTest:
         return len(self.sample_lengths)
 
 
+def prepared_test(
+    lengths: np.ndarray,
+    runner: Any,
+    evaluate_accuracy: Callable[[Path], dict[str, Any]],
+    provenance: dict[str, Any],
+    *,
+    input_lengths: dict[str, Any],
+    device: str,
+    cpu_threads: int,
+) -> PreparedTest:
+    """The end of every benchmark's ``prepare_test``: record the inputs' lengths (and, on a CPU, torch's threads,
+    which change the figure) in the provenance, and hand the core int32 lengths of every sample (all of them fit
+    in memory, so the performance sample count is the whole set)."""
+    provenance["input_lengths"] = input_lengths
+    if device == "cpu":
+        provenance["cpu_threads"] = cpu_threads
+    return PreparedTest(
+        sample_lengths=np.ascontiguousarray(lengths, dtype=np.int32),
+        performance_sample_count=len(lengths),
+        runner=runner,
+        evaluate_accuracy=evaluate_accuracy,
+        provenance=provenance,
+    )
+
+
 def load_benchmark(benchmark: Benchmark) -> ModuleType:
     """The benchmark's module (``code/<bench>/benchmark.py``), imported on first use."""
     return BENCHMARK_MODULES.load(benchmark)

@@ -87,6 +87,47 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations)
     return InputChoice(data_dir, checkpoint if uses_weights else "none (oracle backend)")
 
 
+@dataclass(frozen=True)
+class ModelNaming:
+    """How a benchmark names its models in provenance, so every benchmark words the same facts alike."""
+
+    prefix: str  # what precedes a model_name in a label: "BERT-", "GPT-J "
+    mlperf_model: str  # the model_name of the MLPerf model: "large", "6b"
+    mlperf_label: str  # its label: "BERT-large", "GPT-J 6B"
+    oracle_gives: str  # what the oracle backend answers with: "gold answers", "reference summaries"
+
+
+@dataclass(frozen=True)
+class ModelProvenance:
+    """The model, weights and reasons a result cannot count that every benchmark's ``describe_inputs`` reports."""
+
+    model: str
+    weights: str
+    invalid_because: list[str]
+
+
+def model_provenance(config: ResolvedConfig, choice: InputChoice, naming: ModelNaming) -> ModelProvenance:
+    """Which model and weights a run uses, and why its figure is not an MLPerf result where it is not: synthetic
+    inputs, the oracle backend, a small test model, random weights (in that order). A benchmark appends its own
+    reasons after these."""
+    label = f"{naming.prefix}{config['model_name']}"
+    small = config["model_name"] != naming.mlperf_model
+    model = f"{label} (a small test model, not {naming.mlperf_label})" if small else label
+    invalid_because = []
+    if choice.synthetic:
+        invalid_because.append("synthetic inputs")
+    if config["backend"] == "oracle":
+        model = "none (oracle backend)"
+        invalid_because.append(f"oracle backend ({naming.oracle_gives}: checks the pipeline, not a model)")
+    else:
+        if small:
+            invalid_because.append(f"small test model {label}, not {naming.mlperf_label}")
+        if choice.random_weights:
+            invalid_because.append(f"random weights ({label} architecture)")
+    weights = f"random ({label} architecture)" if choice.random_weights else choice.checkpoint
+    return ModelProvenance(model, weights, invalid_because)
+
+
 def synthetic_count(config: ResolvedConfig) -> int:
     """Samples in a synthetic set: the field, else the real set's size."""
     return config["synthetic_sample_count"] or DATASET_SIZE[config.benchmark]

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from code.common.benchmarks import BenchmarkError, InputsUnavailableError, PreparedTest
+from code.common.benchmarks import BenchmarkError, InputsUnavailableError, PreparedTest, prepared_test
 from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
 from code.common.devices import resolve_cpu_threads, resolve_device
-from code.common.inputs import InputChoice, InputLocations, synthetic_count
+from code.common.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import MODELS_DIR, PREPROCESSED_DATA_DIR
 from code.gptj.cnn_dailymail import MANIFEST_FILE, TOKENIZED_SUBDIR
@@ -31,6 +31,8 @@ INPUTS = InputLocations(preprocessed_dir=PREPROCESSED_DIR, manifest_name=MANIFES
 CLOSED_DIVISION_BEAMS = 4
 # The model_name of the MLPerf model; any other is a small model for tests.
 MLPERF_MODEL = "6b"
+NAMING = ModelNaming(prefix="GPT-J ", mlperf_model=MLPERF_MODEL, mlperf_label="GPT-J 6B",
+                     oracle_gives="reference summaries")
 
 
 def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
@@ -43,20 +45,8 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
     choice = choose_inputs(config, mode)
     if config["backend"] != "oracle" and choice.random_weights:
         check_model_name(config)  # a checkpoint brings its own architecture
-    model = f"GPT-J {config['model_name']}"
-    if config["model_name"] != MLPERF_MODEL:
-        model += " (a small test model, not GPT-J 6B)"
-    invalid_because = []
-    if choice.synthetic:
-        invalid_because.append("synthetic inputs")
-    if config["backend"] == "oracle":
-        model = "none (oracle backend)"
-        invalid_because.append("oracle backend (reference summaries: checks the pipeline, not a model)")
-    else:
-        if config["model_name"] != MLPERF_MODEL:
-            invalid_because.append(f"small test model GPT-J {config['model_name']}, not GPT-J 6B")
-        if choice.random_weights:
-            invalid_because.append(f"random weights (GPT-J {config['model_name']} architecture)")
+    named = model_provenance(config, choice, NAMING)
+    invalid_because = named.invalid_because
     if config["num_beams"] != CLOSED_DIVISION_BEAMS:
         invalid_because.append(f"num_beams={config['num_beams']} (the closed division requires beam search "
                                f"width {CLOSED_DIVISION_BEAMS})")
@@ -80,11 +70,10 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
     if config["synthetic_output_lengths"] == "forced":
         generation += "; EOS forced at drawn output lengths (mean ~70 tokens)"
     return {
-        "model": model,
+        "model": named.model,
         "inputs": str(choice.data_dir) if choice.data_dir else f"synthetic ({synthetic_count(config)} prompts, "
                                                                f"{lengths})",
-        "weights": f"random (GPT-J {config['model_name']} architecture)" if choice.random_weights else
-        choice.checkpoint,
+        "weights": named.weights,
         "generation": generation,
         "device": device,
         "invalid_because": invalid_because,
@@ -213,13 +202,6 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                 "gen_len": result.gen_len, "gen_num": result.gen_num, "targets": result.targets,
                 "sentence_splitter": result.splitter}
 
-    provenance["input_lengths"] = samples.describe_lengths()
-    if options.device == "cpu":
-        provenance["cpu_threads"] = options.cpu_threads
-    return PreparedTest(
-        sample_lengths=np.ascontiguousarray(samples.lengths, dtype=np.int32),
-        performance_sample_count=len(samples),
-        runner=GptjContinuousRunner(samples, backend) if hasattr(backend, "serve") else GptjRunner(samples, backend),
-        evaluate_accuracy=evaluate,
-        provenance=provenance,
-    )
+    runner = GptjContinuousRunner(samples, backend) if hasattr(backend, "serve") else GptjRunner(samples, backend)
+    return prepared_test(samples.lengths, runner, evaluate, provenance, input_lengths=samples.describe_lengths(),
+                         device=options.device, cpu_threads=options.cpu_threads)

@@ -15,7 +15,15 @@ import numpy as np
 from code.bert.download_model import BERT_SUBDIR, MODEL_FILES
 from code.bert.preprocess_data import default_squad_json
 from code.bert.squad import MANIFEST_FILE, MAX_SEQ_LENGTH, PAD_LOGIT, TOKENIZED_SUBDIR
-from code.common.benchmarks import BenchmarkError, InputsUnavailableError, PreparedTest, prepared_test
+from code.common.benchmarks import (
+    AccuracyReport,
+    BenchmarkError,
+    EngineReport,
+    InputsDescription,
+    InputsUnavailableError,
+    PreparedTest,
+    prepared_test,
+)
 from code.common.config import ResolvedConfig
 from code.common.constants import TestMode
 from code.common.devices import resolve_cpu_threads, resolve_device
@@ -64,14 +72,14 @@ def engine_dir(config: ResolvedConfig, spec: Any) -> Path:
     return ENGINES_DIR / config.system / "bert" / config.scenario.value / engine_key(spec)
 
 
-def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
+def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription:
     """What a run would use, without loading anything heavy; what it cannot run stops here."""
     choice = choose_inputs(config, mode)
     device = resolve_device(config)
     if config["backend"] != "oracle":
         check_model_name(config)
     named = model_provenance(config, choice, NAMING)
-    described = {
+    described: InputsDescription = {
         "model": named.model,
         "inputs": str(choice.data_dir) if choice.data_dir else
         f"synthetic ({synthetic_count(config)} samples, "
@@ -86,7 +94,7 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
     return described
 
 
-def generate_engine(config: ResolvedConfig) -> dict[str, Any]:
+def generate_engine(config: ResolvedConfig) -> EngineReport:
     """Build the engine a performance run of this config loads (accuracy runs use the same engine)."""
     if config["backend"] == "oracle":
         return {"engine": "none: the oracle backend runs no model"}
@@ -146,7 +154,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                              gelu_in_gemm=config["gelu_in_gemm"])
     backend = create_backend(config["backend"], options)
 
-    def evaluate(log_dir: Path) -> dict[str, Any]:
+    def evaluate(log_dir: Path) -> AccuracyReport:
         from code.bert.accuracy import evaluate_accuracy_log
 
         if choice.data_dir is None:
@@ -155,10 +163,11 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
         result = evaluate_accuracy_log(log_dir / "mlperf_log_accuracy.json", choice.data_dir, squad_json,
                                        config.workload.accuracy_target.value, log_dir / "accuracy.txt")
         failures = [] if result.passed else [f"F1 {result.f1:.3f} below target {result.target_f1:.3f}"]
-        return {"metric": "f1", "value": result.f1, "unit": "%", "passed": result.passed, "failures": failures,
-                "summary": f"exact_match = {result.exact_match:.3f}, f1 = {result.f1:.3f} "
-                           f"(target {result.target_f1:.3f})",
-                "exact_match": result.exact_match, "f1": result.f1, "target_f1": result.target_f1}
+        return AccuracyReport(metric="f1", value=result.f1, unit="%", passed=result.passed, failures=failures,
+                              summary=f"exact_match = {result.exact_match:.3f}, f1 = {result.f1:.3f} "
+                                      f"(target {result.target_f1:.3f})",
+                              figures={"exact_match": result.exact_match, "f1": result.f1,
+                                       "target_f1": result.target_f1})
 
     return prepared_test(features.lengths, BertRunner(features, backend), evaluate, provenance,
                          input_lengths=features.describe_lengths(), device=options.device,

@@ -13,7 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from code.common.benchmarks import BenchmarkError, InputsUnavailableError, PreparedTest, prepared_test
+from code.common.benchmarks import (
+    AccuracyReport,
+    BenchmarkError,
+    EngineReport,
+    InputsDescription,
+    InputsUnavailableError,
+    PreparedTest,
+    prepared_test,
+)
 from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
 from code.common.devices import resolve_cpu_threads, resolve_device
@@ -40,7 +48,7 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
     return choose_inputs_at(config, mode, INPUTS)
 
 
-def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
+def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription:
     """What a run would use, without loading anything heavy; what it cannot run stops here."""
     choice = choose_inputs(config, mode)
     if config["backend"] != "oracle" and choice.random_weights:
@@ -90,7 +98,7 @@ def check_model_name(config: ResolvedConfig) -> None:
         raise BenchmarkError(f"model_name = {config['model_name']!r}: {error}") from None
 
 
-def generate_engine(config: ResolvedConfig) -> dict[str, Any]:
+def generate_engine(config: ResolvedConfig) -> EngineReport:
     """Nothing to build yet: the pytorch backend loads the checkpoint (or draws random weights) when a run starts."""
     describe_inputs(config, TestMode.PerformanceOnly)  # refuses here what the run would refuse
     return {"engine": "none: the pytorch GPT-J backend loads the checkpoint or draws random weights at run start"}
@@ -179,7 +187,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     )
     backend = create_backend(config["backend"], options)
 
-    def evaluate(log_dir: Path) -> dict[str, Any]:
+    def evaluate(log_dir: Path) -> AccuracyReport:
         from code.gptj.accuracy import GEN_LEN_TARGET, evaluate_accuracy_log
 
         if references_text is None or tokenizer is None:
@@ -196,11 +204,12 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                    f"{result.targets['GEN_LEN']:,.0f})")
         if share < 1.0:
             summary += f"; gen_len target scaled to {len(samples)} of {DATASET_SIZE[Benchmark.GPTJ]} samples"
-        return {"metric": "rouge1", "value": float(result.rouge1), "unit": "", "passed": result.passed,
-                "failures": list(result.failures), "summary": summary, "rouge1": float(result.rouge1),
-                "rouge2": float(result.rouge2), "rougeL": float(result.rougeL), "rougeLsum": float(result.rougeLsum),
-                "gen_len": result.gen_len, "gen_num": result.gen_num, "targets": result.targets,
-                "sentence_splitter": result.splitter}
+        return AccuracyReport(
+            metric="rouge1", value=float(result.rouge1), unit="", passed=result.passed,
+            failures=list(result.failures), summary=summary,
+            figures={"rouge1": float(result.rouge1), "rouge2": float(result.rouge2), "rougeL": float(result.rougeL),
+                     "rougeLsum": float(result.rougeLsum), "gen_len": result.gen_len, "gen_num": result.gen_num,
+                     "targets": result.targets, "sentence_splitter": result.splitter})
 
     runner = GptjContinuousRunner(samples, backend) if hasattr(backend, "serve") else GptjRunner(samples, backend)
     return prepared_test(samples.lengths, runner, evaluate, provenance, input_lengths=samples.describe_lengths(),

@@ -14,13 +14,13 @@ import sys
 from code.common.arguments import ArgumentError, format_help, parse_run_args
 from code.common.audits import AuditError
 from code.common.benchmarks import BenchmarkError
+from code.common.config import ConfigError
 from code.common.constants import ExitCode
 from code.common.faults import describe
 from code.common.fields import FieldError
 from code.common.rounds import RoundError
 from code.common.run_logs import LogDirError
 from code.common.systems import SystemDetectionError
-from configs.configuration import ConfigError
 
 USER_ERRORS = (ArgumentError, FieldError, ConfigError, BenchmarkError, LogDirError, SystemDetectionError, RoundError,
                AuditError)

@@ -3,42 +3,31 @@
 A config is a class whose attributes are settings (fields from ``code/common/fields.py``); a variant is a
 subclass. ``@ConfigRegistry.register(HarnessType, AccuracyTarget, PowerSetting)`` validates the class when its
 module is imported, so a misspelt field or a missing required one fails at once, naming the class and field.
-``resolve_config`` applies the one precedence rule: RUN_ARGS > config class > field default, then the rules
-between fields (``check_combination``).
+``resolve_config`` looks a class up and hands its fields to ``code.common.config.resolve_fields``, which holds
+the one precedence rule (RUN_ARGS > config class > field default) and the resolved config it makes. This module
+imports from ``code/common`` and never the reverse: code/common knows fields, not the classes that set them.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from code.common.config import ConfigError, ResolvedConfig, WorkloadSetting, resolve_fields
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from code.common.fields import FIELDS, Field, FieldError, check_combination
+from code.common.fields import FIELDS, FieldError
 from code.common.paths import REPO_ROOT
+
+# ConfigError, ResolvedConfig and WorkloadSetting live in code/common/config.py; they are named here too because
+# config files and NVIDIA-style readers look for them beside the registry.
+__all__ = ["BenchmarkConfiguration", "ConfigError", "ConfigRegistry", "ResolvedConfig", "WorkloadSetting",
+           "resolve_config", "validate_config_class"]
 
 # Class attributes that identify a config rather than set a field.
 IDENTITY_ATTRIBUTES = ("benchmark", "scenario", "system")
 # Suffixes of variant classes: H100_SXM_80GBx1_HighAccuracy configures system H100_SXM_80GBx1.
 VARIANT_SUFFIX = re.compile(r"(_HighAccuracy|_MaxQ|_MaxP)+$")
-
-
-class ConfigError(ValueError):
-    """A config class that breaks the rules, or a lookup that finds no config; the message names the fix."""
-
-
-@dataclass(frozen=True)
-class WorkloadSetting:
-    """Which variant of a benchmark's config: harness, accuracy target, power setting."""
-
-    harness_type: HarnessType = HarnessType.Custom
-    accuracy_target: AccuracyTarget = AccuracyTarget.k_99
-    power_setting: PowerSetting = PowerSetting.MaxP
-
-    def shortname(self) -> str:
-        """e.g. ``custom_k_99_MaxP``: used in engine folders and logs, like NVIDIA's config_ver."""
-        return f"{self.harness_type.value}_{self.accuracy_target.name}_{self.power_setting.value}"
 
 
 class _NoReassignNamespace(dict):
@@ -189,38 +178,6 @@ def validate_config_class(config: type) -> None:
             raise ConfigError(f"config class {name}: required field '{fld.name}' is missing ({fld.description})")
 
 
-@dataclass
-class ResolvedConfig:
-    """Every applicable field's final value and where it came from (RUN_ARGS, the config class, the default)."""
-
-    benchmark: Benchmark
-    scenario: Scenario
-    system: str
-    workload: WorkloadSetting
-    config_class: str
-    values: dict[str, Any] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)
-
-    def __getitem__(self, name: str) -> Any:
-        return self.values[name]
-
-    @property
-    def benchmark_name(self) -> str:
-        """bert-99 or bert-99.9: the name a submission uses."""
-        return f"{self.benchmark.value}-{self.workload.accuracy_target.suffix}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "benchmark": self.benchmark_name,
-            "scenario": self.scenario.value,
-            "system": self.system,
-            "workload": self.workload.shortname(),
-            "config_class": self.config_class,
-            "fields": dict(sorted(self.values.items())),
-            "sources": dict(sorted(self.sources.items())),
-        }
-
-
 def resolve_config(
     benchmark: Benchmark,
     scenario: Scenario,
@@ -228,17 +185,6 @@ def resolve_config(
     workload: WorkloadSetting,
     overrides: dict[str, Any],
 ) -> ResolvedConfig:
-    """RUN_ARGS > config class > field default, for the fields that apply to this benchmark and scenario."""
+    """Look the config class up, then apply RUN_ARGS > config class > field default (``resolve_fields``)."""
     config = ConfigRegistry.get(benchmark, scenario, system, workload)
-    from_config = config.field_origins()
-    resolved = ResolvedConfig(benchmark, scenario, system, workload, config.__name__)
-    applicable: list[Field] = [f for f in FIELDS.values() if f.applies_to(benchmark, scenario)]
-    for fld in applicable:
-        if fld.name in overrides:
-            resolved.values[fld.name], resolved.sources[fld.name] = overrides[fld.name], "RUN_ARGS"
-        elif fld.name in from_config:
-            resolved.values[fld.name], resolved.sources[fld.name] = from_config[fld.name]
-        else:
-            resolved.values[fld.name], resolved.sources[fld.name] = fld.default, "default"
-    check_combination(benchmark, resolved.values, resolved.sources)
-    return resolved
+    return resolve_fields(benchmark, scenario, system, workload, config.__name__, config.field_origins(), overrides)

@@ -362,3 +362,48 @@ def test_gather_trims_to_longest():
     for array in (input_ids, segment_ids, input_mask):
         assert array.shape == (3, longest) and array.dtype == np.int32 and array.flags.c_contiguous
     assert np.array_equal(input_ids, features.input_ids[indices, :longest])
+
+
+def test_one_padding_logit():
+    # code/bert/fast/packing.py keeps its own copy of the value (its module is edited elsewhere); they must agree.
+    from code.bert import accuracy, benchmark, squad
+    from code.bert.fast import packing
+
+    assert accuracy.PAD_LOGIT is squad.PAD_LOGIT and benchmark.PAD_LOGIT is squad.PAD_LOGIT
+    assert packing.PAD_LOGIT == squad.PAD_LOGIT
+
+
+def _reference_loop_span(feature, logits, n_best_size=20, max_answer_length=30):
+    """The reference's nested loop over the n-best starts and ends, as accuracy.py ran it before ``best_span``."""
+    start_logits, end_logits = logits[:, 0], logits[:, 1]
+    best = None
+    for start in np.argsort(-start_logits, kind="stable")[:n_best_size].tolist():
+        if start >= len(feature.tokens) or start not in feature.token_to_orig_map:
+            continue
+        if not feature.token_is_max_context.get(start, False):
+            continue
+        for end in np.argsort(-end_logits, kind="stable")[:n_best_size].tolist():
+            if end >= len(feature.tokens) or end not in feature.token_to_orig_map:
+                continue
+            if end < start or end - start + 1 > max_answer_length:
+                continue
+            score = float(start_logits[start] + end_logits[end])
+            if best is None or score > best[0]:
+                best = (score, start, end)
+    return best
+
+
+def test_best_span_is_the_reference_loop():
+    from code.bert.accuracy import best_span
+    from code.bert.squad import EvalFeature
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        length = int(rng.integers(5, 120))
+        context = [p for p in range(3, length - 1) if rng.random() < 0.9]
+        feature = EvalFeature(0, 0, ["t"] * length, {p: p for p in context},
+                              {p: bool(rng.random() < 0.8) for p in context}, [], [], [])
+        # Small integers make ties common, so the tie rule is tested too.
+        logits = (rng.integers(-3, 4, size=(MAX_SEQ_LENGTH, 2)) if trial % 2 else
+                  rng.normal(size=(MAX_SEQ_LENGTH, 2))).astype(np.float32)
+        assert best_span(feature, logits) == _reference_loop_span(feature, logits), trial

@@ -109,17 +109,17 @@ def test_precedence_run_args_over_config_over_default():
 
 
 def test_cpu_threads_leave_server_a_free_core(monkeypatch):
-    from code.common import cpu_threads
+    from code.common import devices
 
     def threads(scenario, **overrides):
         config = resolve_config(Benchmark.BERT, scenario, "CPU", WorkloadSetting(), overrides)
-        return cpu_threads.resolve_cpu_threads(config)
+        return devices.resolve_cpu_threads(config)
 
-    monkeypatch.setattr(cpu_threads, "default_cpu_threads", lambda: 4)
+    monkeypatch.setattr(devices, "default_cpu_threads", lambda: 4)
     assert threads(Scenario.Server) == 3
     assert threads(Scenario.Offline) == 4 and threads(Scenario.SingleStream) == 4
     assert threads(Scenario.Server, cpu_threads=2) == 2  # an explicit value wins, in every scenario
-    monkeypatch.setattr(cpu_threads, "default_cpu_threads", lambda: 1)
+    monkeypatch.setattr(devices, "default_cpu_threads", lambda: 1)
     assert threads(Scenario.Server) == 1
     with pytest.raises(ValueError, match=r"cpu_threads must be >= 0"):
         threads(Scenario.Offline, cpu_threads=-1)
@@ -158,3 +158,36 @@ def test_gpu_bert_99_engine_is_one_switch(system, scenario):
     assert bert_999["precision"] == "fp16" and bert_999["fp8_fast_accum"] is False
     assert bert_999["gelu_in_gemm"] is False
     assert bert_99_rate(1.0, 2.0) == (2.0 if GPU_BERT_99_PRECISION == "fp8" else 1.0)
+
+
+def test_backend_field_choices_are_the_registered_backends():
+    """fields.py (code/common) may not import a benchmark, so it names each benchmark's backends itself; they must
+    be the ones the benchmark's lazy registry can create."""
+    from code.bert.backends import BACKENDS as BERT_BACKENDS
+    from code.common.fields import BENCHMARK_BACKENDS
+    from code.gptj.backends import BACKENDS as GPTJ_BACKENDS
+
+    assert set(BENCHMARK_BACKENDS[Benchmark.BERT]) == set(BERT_BACKENDS)
+    assert set(BENCHMARK_BACKENDS[Benchmark.GPTJ]) == set(GPTJ_BACKENDS)
+
+
+@pytest.mark.parametrize("benchmark", list(Benchmark))
+@pytest.mark.parametrize("scenario", [Scenario.Offline, Scenario.Server])
+def test_multi_gpu_rates_are_n_times_their_one_gpu_variant(benchmark, scenario):
+    """An xN class expects N times the rate of the x1 class of the same GPU and variant (bert-99 vs bert-99.9 differ:
+    H200_SXM_141GBx8 once multiplied the bert-99.9 value under bert-99)."""
+    import re
+
+    field = "offline_expected_qps" if scenario is Scenario.Offline else "server_target_qps"
+    ConfigRegistry.load(benchmark, scenario)
+    classes = {key[2:]: config for key, config in ConfigRegistry.registered().items() if key[:2] == (benchmark,
+                                                                                                       scenario)}
+    checked = 0
+    for (system, workload), config in classes.items():
+        match = re.fullmatch(r"(.+)x(\d+)", system)
+        if not match or match.group(2) == "1" or (f"{match.group(1)}x1", workload) not in classes:
+            continue
+        single = classes[(f"{match.group(1)}x1", workload)].fields()[field]
+        assert config.fields()[field] == pytest.approx(single * int(match.group(2))), (system, workload.shortname())
+        checked += 1
+    assert checked > 0

@@ -324,3 +324,25 @@ def test_bert_download_model_rejects_unknown_format(tmp_path: Path, capsys) -> N
     err = capsys.readouterr().err
     assert "tensorrt" in err and "pytorch" in err and "onnx" in err
     assert not (tmp_path / "bert").exists()
+
+
+def test_download_command_prints_paths_or_one_error_line(tmp_path, capsys):
+    from code.common.download import DownloadError, download_command
+
+    assert download_command(lambda: [tmp_path / "a", tmp_path / "b"]) == 0
+    assert capsys.readouterr().out.split() == [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert download_command(lambda: tmp_path / "one") == 0
+    assert capsys.readouterr().out.split() == [str(tmp_path / "one")]
+
+    def broken() -> list:
+        raise DownloadError("zenodo said no; re-run make download_data")
+
+    assert download_command(broken) == 1
+    assert capsys.readouterr().err == "error: zenodo said no; re-run make download_data\n"
+
+    def bad_value() -> list:
+        raise ValueError("not caught unless asked")
+
+    with pytest.raises(ValueError):
+        download_command(bad_value)
+    assert download_command(bad_value, (ValueError,)) == 1

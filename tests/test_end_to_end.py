@@ -14,7 +14,7 @@ import pytest
 
 from code.bert.accuracy import CHECKER_F1_PATTERN
 from code.common.constants import ExitCode
-from code.common.cpu_threads import default_cpu_threads
+from code.common.devices import default_cpu_threads
 from code.common.paths import LIB_DIR, REPO_ROOT
 from code.common.rounds import ROUNDS
 
@@ -103,7 +103,7 @@ def test_tiny_model_valid_in_every_scenario(build_dir, tmp_path, scenario):
     metadata = json.loads((test_dir / "metadata.json").read_text())
     assert metadata["result"]["valid"] is True and metadata["result"]["value"] > 0
     assert "synthetic inputs" in metadata["provenance"]["invalid_because"]
-    # Server leaves LoadGen's threads a free core (code/common/cpu_threads.py); without it p99 here reached 204 ms
+    # Server leaves LoadGen's threads a free core (code/common/devices.py); without it p99 here reached 204 ms
     cpus = default_cpu_threads()
     assert metadata["provenance"]["cpu_threads"] == (max(1, cpus - 1) if scenario == "server" else cpus)
     assert f"bert.{test_dir.name}.min_duration = 1000" in (test_dir / "user.conf").read_text()

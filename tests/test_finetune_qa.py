@@ -10,9 +10,9 @@ import torch
 from code.bert import finetune_qa
 from code.bert.finetune_qa import (
     FinetuneSettings,
-    best_span,
     build_splits,
     example_documents,
+    feature_span,
     qa_loss,
     read_metadata,
     save_finetuned,
@@ -77,15 +77,15 @@ def test_loss_ignores_padding_and_rewards_the_gold_span():
     assert qa_loss(logits, mask, gold).item() < 1e-6
 
 
-def test_best_span_follows_the_scorers_rules():
+def test_feature_span_follows_the_scorers_rules():
     feature = EvalFeature(0, 0, ["[CLS]", "q", "[SEP]", "a", "b", "c", "[SEP]"], {3: 0, 4: 1, 5: 2}, {}, [], [], [])
     logits = np.zeros((7, 2), dtype=np.float32)
     logits[0] = 9.0  # [CLS] is never a span
     logits[5, 0], logits[3, 1] = 5.0, 4.0  # end before start: not allowed
     logits[4, 1] = 3.0
-    assert best_span(logits, feature) == (5, 5)
+    assert feature_span(logits, feature) == (5, 5)
     logits[4, 0] = 6.0
-    assert best_span(logits, feature) == (4, 4)
+    assert feature_span(logits, feature) == (4, 4)
 
 
 def test_settings_are_checked_and_keyed():
@@ -125,3 +125,23 @@ def test_tiny_finetune_lowers_the_loss_and_saves_a_strict_checkpoint(tmp_path, m
 def test_splits_hold_about_the_features_asked_for():
     train, heldout, _ = build_splits(FinetuneSettings(config="tiny", features=100, holdout_fraction=0.0))
     assert len(train) >= 100 and len(heldout) == 0
+
+
+def test_feature_span_is_the_all_positions_argmax():
+    """feature_span (the scorer's best_span without n-best and max-context) picks what the position-order argmax over
+    every valid (start, end) picks, ties included."""
+    rng = np.random.default_rng(1)
+    for trial in range(200):
+        length = int(rng.integers(5, 120))
+        context = [p for p in range(3, length - 1) if rng.random() < 0.9]
+        feature = EvalFeature(0, 0, ["t"] * length, {p: p for p in context}, {}, [], [], [])
+        logits = (rng.integers(-3, 4, size=(384, 2)) if trial % 2 else rng.normal(size=(384, 2))).astype(np.float32)
+        positions = np.array(sorted(context), dtype=np.int64)
+        if positions.size == 0:
+            assert feature_span(logits, feature) == (0, 0)
+            continue
+        score = logits[positions, 0][:, None] + logits[positions, 1][None, :]
+        width = positions[None, :] - positions[:, None]
+        score = np.where((width >= 0) & (width < 30), score, -np.inf)
+        start, end = np.unravel_index(int(np.argmax(score)), score.shape)
+        assert feature_span(logits, feature) == (int(positions[start]), int(positions[end])), trial

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from code.common.arguments import RunRequest
+from code.common.config import ResolvedConfig, WorkloadSetting
 from code.common.systems import detect_system
-from configs.configuration import ResolvedConfig, WorkloadSetting, resolve_config
+from configs.configuration import resolve_config
 
 
 def system_name(request: RunRequest) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from code.actions.common import resolved_configs, system_name
 from code.common.arguments import RunRequest
 from code.common.benchmarks import BenchmarkError, load_benchmark
+from code.common.config import ResolvedConfig
 from code.common.constants import TestMode
 from code.common.faults import describe
 from code.common.paths import REPO_ROOT, harness_lib_dir
@@ -35,7 +36,6 @@ from code.common.supervision import (
 )
 from code.common.verdicts import round_refusal
 from code.harness.build import module_path
-from configs.configuration import ResolvedConfig
 
 
 def run_harness(request: RunRequest) -> int:

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from code.common.audits import write_baseline_log
-from code.common.benchmarks import load_benchmark
+from code.common.benchmarks import AccuracyReport, load_benchmark
+from code.common.config import ResolvedConfig, WorkloadSetting
 from code.common.constants import AccuracyTarget, Benchmark, ExitCode, HarnessType, PowerSetting, Scenario, TestMode
 from code.common.faults import describe
 from code.common.paths import REPO_ROOT
@@ -32,7 +33,7 @@ from code.common.supervision import die_with_parent
 from code.common.systems import detect_system
 from code.common.user_conf import write_user_conf
 from code.common.verdicts import not_submittable_reasons
-from configs.configuration import ResolvedConfig, WorkloadSetting, resolve_config
+from configs.configuration import resolve_config
 
 
 def versions(round_name: str) -> dict[str, Any]:
@@ -112,10 +113,10 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         audit_accuracy = score_test01(prepared.evaluate_accuracy, log_dir, Path(audit["reference_accuracy_log"]))
     if mode is TestMode.AccuracyOnly:
         accuracy = prepared.evaluate_accuracy(log_dir)
-        result = TestResult(config.scenario.value, mode.value, str(log_dir), metric=accuracy["metric"],
-                            value=accuracy["value"], unit=accuracy["unit"], valid=bool(accuracy["passed"]),
-                            accuracy=accuracy)
-        result.invalid_reasons.extend(accuracy["failures"])
+        result = TestResult(config.scenario.value, mode.value, str(log_dir), metric=accuracy.metric,
+                            value=accuracy.value, unit=accuracy.unit, valid=bool(accuracy.passed),
+                            accuracy=accuracy.as_dict())
+        result.invalid_reasons.extend(accuracy.failures)
     else:
         result = performance_result(log_dir, config.scenario)
     result.not_submittable = not_submittable_reasons(config, mode, provenance, read_detail_log(log_dir),
@@ -141,7 +142,7 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
     return result
 
 
-def score_test01(evaluate_accuracy: Callable[[Path], dict[str, Any]], log_dir: Path,
+def score_test01(evaluate_accuracy: Callable[[Path], AccuracyReport], log_dir: Path,
                  reference_accuracy_log: Path) -> dict[str, Any]:
     """Score TEST01's logged responses (accuracy.txt beside them) and the accuracy run's responses to the same
     samples (baseline/accuracy.txt): the submission ships both when the responses differ, and the checker compares
@@ -150,7 +151,7 @@ def score_test01(evaluate_accuracy: Callable[[Path], dict[str, Any]], log_dir: P
     baseline_dir.mkdir()
     write_baseline_log(reference_accuracy_log, log_dir / "mlperf_log_accuracy.json",
                        baseline_dir / "mlperf_log_accuracy.json")
-    return {"audit": evaluate_accuracy(log_dir), "baseline": evaluate_accuracy(baseline_dir)}
+    return {"audit": evaluate_accuracy(log_dir).as_dict(), "baseline": evaluate_accuracy(baseline_dir).as_dict()}
 
 
 def main() -> int:

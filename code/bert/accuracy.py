@@ -28,7 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from code.bert.squad import MAX_SEQ_LENGTH, TOKENIZED_SUBDIR, EvalFeature, PostprocessData, load_postprocess_data
+from code.bert.squad import (
+    MAX_SEQ_LENGTH,
+    PAD_LOGIT,
+    TOKENIZED_SUBDIR,
+    EvalFeature,
+    PostprocessData,
+    load_postprocess_data,
+)
 from code.bert.vocab import basic_tokenize
 
 REFERENCE_F1 = 90.874
@@ -36,8 +43,6 @@ REFERENCE_F1 = 90.874
 ACCURACY_TARGETS = {"bert-99": 0.99, "bert-99.9": 0.999}
 N_BEST_SIZE = 20
 MAX_ANSWER_LENGTH = 30
-PAD_LOGIT = -10000.0
-"""Logit given to positions past a trimmed response, as the reference pads: never among the n-best."""
 NO_ANSWER_TEXT = "empty"
 """The reference's prediction for a question none of whose features produced a valid span."""
 CHECKER_F1_PATTERN = r"^{[\"\']exact_match[\"\']\:\s*[\d\.]+,\s*[\"\']f1[\"\']\:\s*([\d\.]+)}"
@@ -90,11 +95,6 @@ def decode_accuracy_log(log_file: Path, seq_length: int = MAX_SEQ_LENGTH) -> dic
 # ------------------------------------------------------------------------------------------------ post-processing
 
 
-def _best_indexes(logits: np.ndarray, n_best: int) -> list[int]:
-    # Stable sort: among equal logits the lower position comes first, as in the reference's sorted().
-    return np.argsort(-logits, kind="stable")[:n_best].tolist()
-
-
 def get_final_text(pred_text: str, orig_text: str) -> str:
     """Project the normalized predicted text back onto the original words (e.g. "steve smith" in "Steve Smith's").
 
@@ -137,6 +137,44 @@ def _span_text(feature: EvalFeature, doc_tokens: list[str], start: int, end: int
     return get_final_text(tok_text, orig_text)
 
 
+def best_span(
+    feature: EvalFeature,
+    logits: np.ndarray,
+    n_best_size: int | None = N_BEST_SIZE,
+    max_answer_length: int = MAX_ANSWER_LENGTH,
+    max_context: bool = True,
+) -> tuple[float, int, int] | None:
+    """The feature's best answer span: (score, start, end), or None when no span is valid.
+
+    The scorer's rules, as the reference applies them: start among the ``n_best_size`` highest start logits and end
+    among the highest end logits (``None``: every position, in position order), both on context tokens, the start
+    in its max-context window (``max_context``), start <= end, at most ``max_answer_length`` tokens; the score is
+    the sum of the two logits. Ties go to the first candidate in (start, end) order, as the reference's stable sort
+    and strict comparison do. One function, so the accuracy scorer and the tools that compare spans choose alike.
+    """
+    start_logits, end_logits = logits[:, 0], logits[:, 1]
+    num_tokens = len(feature.tokens)
+
+    def candidates(values: np.ndarray) -> np.ndarray:
+        order = np.arange(len(values)) if n_best_size is None else np.argsort(-values, kind="stable")[:n_best_size]
+        return np.array([p for p in order.tolist() if p < num_tokens and p in feature.token_to_orig_map],
+                        dtype=np.int64)
+
+    starts = candidates(start_logits)
+    if max_context:
+        starts = starts[[bool(feature.token_is_max_context.get(int(p), False)) for p in starts]]
+    ends = candidates(end_logits)
+    width = ends[None, :] - starts[:, None] + 1
+    valid = (width >= 1) & (width <= max_answer_length)
+    if not valid.any():
+        return None
+    rows, cols = np.nonzero(valid)  # row-major: the reference's loop order
+    scores = start_logits[starts[rows]] + end_logits[ends[cols]]
+    # The loop keeps its first candidate until one scores strictly higher: a NaN first stays, a later NaN never wins.
+    best = 0 if np.isnan(scores[0]) else int(np.argmax(np.where(np.isnan(scores), -np.inf, scores)))
+    return float(scores[best]), int(starts[rows[best]]), int(ends[cols[best]])
+
+
 def predict_answers(
     data: PostprocessData,
     logits_by_feature: dict[int, np.ndarray],
@@ -145,8 +183,8 @@ def predict_answers(
 ) -> dict[str, str]:
     """qas_id -> predicted answer text for every example (NO_ANSWER_TEXT when no feature gives a valid span).
 
-    The best of the n-best list is the best-scoring valid span (n-best deduplicates by text, which never drops its
-    first entry), so only that span is turned into text.
+    The best of the n-best list is the best-scoring valid span over the example's features (``best_span`` each;
+    n-best deduplicates by text, which never drops its first entry), so only that span is turned into text.
     """
     features_of: dict[int, list[int]] = {}
     for feature_index, feature in enumerate(data.features):
@@ -159,24 +197,10 @@ def predict_answers(
             logits = logits_by_feature.get(feature_index)
             if logits is None:
                 continue
-            feature = data.features[feature_index]
-            start_logits, end_logits = logits[:, 0], logits[:, 1]
-            num_tokens = len(feature.tokens)
-            for start in _best_indexes(start_logits, n_best_size):
-                if start >= num_tokens or start not in feature.token_to_orig_map:
-                    continue
-                if not feature.token_is_max_context.get(start, False):
-                    continue
-                for end in _best_indexes(end_logits, n_best_size):
-                    if end >= num_tokens or end not in feature.token_to_orig_map:
-                        continue
-                    if end < start or end - start + 1 > max_answer_length:
-                        continue
-                    score = float(start_logits[start] + end_logits[end])
-                    # Strictly greater: the first candidate in the reference's order wins ties, as its stable
-                    # sort keeps it first.
-                    if best is None or score > best[0]:
-                        best = (score, feature_index, start, end)
+            found = best_span(data.features[feature_index], logits, n_best_size, max_answer_length)
+            # Strictly greater: the first feature's span wins ties, as the reference's stable sort keeps it first.
+            if found is not None and (best is None or found[0] > best[0]):
+                best = (found[0], feature_index, found[1], found[2])
         if best is None:
             predictions[qas_id] = NO_ANSWER_TEXT
         else:

@@ -14,14 +14,22 @@ import numpy as np
 
 from code.bert.download_model import BERT_SUBDIR, MODEL_FILES
 from code.bert.preprocess_data import default_squad_json
-from code.bert.squad import MANIFEST_FILE, MAX_SEQ_LENGTH, TOKENIZED_SUBDIR
-from code.common.benchmarks import BenchmarkError, InputsUnavailableError, PreparedTest
+from code.bert.squad import MANIFEST_FILE, MAX_SEQ_LENGTH, PAD_LOGIT, TOKENIZED_SUBDIR
+from code.common.benchmarks import (
+    AccuracyReport,
+    BenchmarkError,
+    EngineReport,
+    InputsDescription,
+    InputsUnavailableError,
+    PreparedTest,
+    prepared_test,
+)
+from code.common.config import ResolvedConfig
 from code.common.constants import TestMode
-from code.common.cpu_threads import resolve_cpu_threads
-from code.common.inputs import InputChoice, InputLocations, resolve_device, synthetic_count
+from code.common.devices import resolve_cpu_threads, resolve_device
+from code.common.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import DATA_DIR, ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
-from configs.configuration import ResolvedConfig
 
 # Where the make steps put things (each module that writes a file owns its name).
 PREPROCESSED_DIR = PREPROCESSED_DATA_DIR / TOKENIZED_SUBDIR
@@ -29,8 +37,7 @@ CHECKPOINT = MODELS_DIR / BERT_SUBDIR / MODEL_FILES["pytorch"].name
 FETCH_STEP = 'make download_data download_model preprocess_data BENCHMARKS="bert"'
 # The model_name of the MLPerf model; any other is a small model for tests.
 MLPERF_MODEL = "large"
-# Logit given to positions past a sample's last token; post-processing never picks them.
-PAD_LOGIT = -10000.0
+NAMING = ModelNaming(prefix="BERT-", mlperf_model=MLPERF_MODEL, mlperf_label="BERT-large", oracle_gives="gold answers")
 
 
 INPUTS = InputLocations(preprocessed_dir=PREPROCESSED_DIR, manifest_name=MANIFEST_FILE, checkpoint=CHECKPOINT,
@@ -65,34 +72,21 @@ def engine_dir(config: ResolvedConfig, spec: Any) -> Path:
     return ENGINES_DIR / config.system / "bert" / config.scenario.value / engine_key(spec)
 
 
-def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
+def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription:
     """What a run would use, without loading anything heavy; what it cannot run stops here."""
     choice = choose_inputs(config, mode)
     device = resolve_device(config)
     if config["backend"] != "oracle":
         check_model_name(config)
-    model = f"BERT-{config['model_name']}"
-    if config["model_name"] != MLPERF_MODEL:
-        model += " (a small test model, not BERT-large)"
-    invalid_because = []
-    if choice.synthetic:
-        invalid_because.append("synthetic inputs")
-    if config["backend"] == "oracle":
-        model = "none (oracle backend)"
-        invalid_because.append("oracle backend (gold answers: checks the pipeline, not a model)")
-    else:
-        if config["model_name"] != MLPERF_MODEL:
-            invalid_because.append(f"small test model BERT-{config['model_name']}, not BERT-large")
-        if choice.random_weights:
-            invalid_because.append(f"random weights (BERT-{config['model_name']} architecture)")
-    described = {
-        "model": model,
+    named = model_provenance(config, choice, NAMING)
+    described: InputsDescription = {
+        "model": named.model,
         "inputs": str(choice.data_dir) if choice.data_dir else
         f"synthetic ({synthetic_count(config)} samples, "
         f"{'all 384 tokens' if config['synthetic_lengths'] == 'max' else 'SQuAD-like lengths'})",
-        "weights": f"random (BERT-{config['model_name']} architecture)" if choice.random_weights else choice.checkpoint,
+        "weights": named.weights,
         "device": device,
-        "invalid_because": invalid_because,
+        "invalid_because": named.invalid_because,
     }
     if config["backend"] == "pytorch":
         spec = engine_spec(config, choice)
@@ -100,7 +94,7 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
     return described
 
 
-def generate_engine(config: ResolvedConfig) -> dict[str, Any]:
+def generate_engine(config: ResolvedConfig) -> EngineReport:
     """Build the engine a performance run of this config loads (accuracy runs use the same engine)."""
     if config["backend"] == "oracle":
         return {"engine": "none: the oracle backend runs no model"}
@@ -160,7 +154,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                              gelu_in_gemm=config["gelu_in_gemm"])
     backend = create_backend(config["backend"], options)
 
-    def evaluate(log_dir: Path) -> dict[str, Any]:
+    def evaluate(log_dir: Path) -> AccuracyReport:
         from code.bert.accuracy import evaluate_accuracy_log
 
         if choice.data_dir is None:
@@ -169,21 +163,15 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
         result = evaluate_accuracy_log(log_dir / "mlperf_log_accuracy.json", choice.data_dir, squad_json,
                                        config.workload.accuracy_target.value, log_dir / "accuracy.txt")
         failures = [] if result.passed else [f"F1 {result.f1:.3f} below target {result.target_f1:.3f}"]
-        return {"metric": "f1", "value": result.f1, "unit": "%", "passed": result.passed, "failures": failures,
-                "summary": f"exact_match = {result.exact_match:.3f}, f1 = {result.f1:.3f} "
-                           f"(target {result.target_f1:.3f})",
-                "exact_match": result.exact_match, "f1": result.f1, "target_f1": result.target_f1}
+        return AccuracyReport(metric="f1", value=result.f1, unit="%", passed=result.passed, failures=failures,
+                              summary=f"exact_match = {result.exact_match:.3f}, f1 = {result.f1:.3f} "
+                                      f"(target {result.target_f1:.3f})",
+                              figures={"exact_match": result.exact_match, "f1": result.f1,
+                                       "target_f1": result.target_f1})
 
-    provenance["input_lengths"] = features.describe_lengths()
-    if options.device == "cpu":
-        provenance["cpu_threads"] = options.cpu_threads
-    return PreparedTest(
-        sample_lengths=np.ascontiguousarray(features.lengths, dtype=np.int32),
-        performance_sample_count=len(features.lengths),
-        runner=BertRunner(features, backend),
-        evaluate_accuracy=evaluate,
-        provenance=provenance,
-    )
+    return prepared_test(features.lengths, BertRunner(features, backend), evaluate, provenance,
+                         input_lengths=features.describe_lengths(), device=options.device,
+                         cpu_threads=options.cpu_threads)
 
 
 def _squad_json_for(data_dir: Path) -> Path:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from code.common.download import DownloadError, RemoteFile, fetch
+from code.common.download import RemoteFile, download_command, fetch
 from code.common.paths import DATA_DIR
 
 # Where each file comes from, and how to recognise it.
@@ -70,14 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"root of the raw data (default: {DATA_DIR}); may be a link into $MLPERF_SCRATCH_PATH",
     )
     args = parser.parse_args(argv)
-    try:
-        paths = download_squad(args.data_dir)
-    except (DownloadError, OSError) as e:  # OSError: the target folder cannot be created or written
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    for path in paths:
-        print(path)
-    return 0
+    return download_command(lambda: download_squad(args.data_dir))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from code.common.download import DownloadError, RemoteFile, fetch
+from code.common.download import RemoteFile, download_command, fetch
 from code.common.paths import MODELS_DIR
 
 # Where each file comes from, and how to recognise it. URLs are those of the MLCommons reference
@@ -129,14 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         formats = parse_formats(args.formats)
     except ValueError as e:
         parser.error(str(e))  # exits with status 2 and the usage line
-    try:
-        paths = download_bert_model(args.model_dir, formats)
-    except (DownloadError, OSError) as e:  # OSError: the target folder cannot be created or written
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    for path in paths:
-        print(path)
-    return 0
+    return download_command(lambda: download_bert_model(args.model_dir, formats))
 
 
 if __name__ == "__main__":

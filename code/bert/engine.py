@@ -37,6 +37,8 @@ from code.bert.model import BERT_CONFIGS, BertConfig, BertQA, empty_model, load_
 from code.bert.squad import MANIFEST_FILE, TOKENIZED_SUBDIR
 from code.common import atomic
 from code.common.benchmarks import BenchmarkError
+from code.common.devices import auto_device
+from code.common.download import file_checksum
 from code.common.faults import reading
 from code.common.paths import DATA_DIR, PREPROCESSED_DATA_DIR
 
@@ -101,17 +103,9 @@ def _rebuild_hint(run_args: str | None) -> str:
     return f'Rebuild it: make generate_engines RUN_ARGS="{args}"'
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 24):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _checkpoint_identity(path: Path) -> dict[str, Any]:
     st = path.stat()
-    return {"sha256": _sha256(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"sha256": file_checksum(path, "sha256"), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 @dataclass(frozen=True)
@@ -148,7 +142,7 @@ def calibrate(model: BertQA, calibration: CalibrationSet, device: str | torch.de
     """
     from code.bert.fast.packed_model import collect_amax
 
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = torch.device(device or auto_device())
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     amax = collect_amax(model, calibration.input_ids, calibration.segment_ids, calibration.input_mask, device, dtype)
     return {"source": calibration.source, "count": int(len(calibration.input_ids)), "device": device.type,
@@ -249,7 +243,7 @@ def check_engine(engine_dir: Path, expected: EngineSpec, run_args: str | None = 
                               f"current. {hint}")
         st = path.stat()
         unchanged = (st.st_size, st.st_mtime_ns) == (recorded.get("size"), recorded.get("mtime_ns"))
-        if not unchanged and _sha256(path) != recorded.get("sha256"):
+        if not unchanged and file_checksum(path, "sha256") != recorded.get("sha256"):
             raise EngineError(f"checkpoint {path} changed since engine {engine_dir} was built. {hint}")
         if not (Path(engine_dir) / WEIGHTS).is_file():
             raise EngineError(f"engine {engine_dir} lacks {WEIGHTS}. {hint}")

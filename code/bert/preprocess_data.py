@@ -23,9 +23,9 @@ from code.bert.squad import (
     convert_examples_to_features,
     read_squad_examples,
     save_features,
-    sha256_of,
 )
 from code.bert.vocab import BertTokenizer, find_vocab
+from code.common.download import file_checksum
 from code.common.paths import DATA_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
 
 SQUAD_DEV_FILE = "dev-v1.1.json"
@@ -59,9 +59,9 @@ def preprocess(
     manifest = {
         "dataset": "SQuAD v1.1",
         "source_file": str(squad_json.resolve()),
-        "source_sha256": sha256_of(squad_json),
+        "source_sha256": file_checksum(squad_json, "sha256"),
         "vocab_file": str(Path(vocab_path).resolve()),
-        "vocab_sha256": sha256_of(vocab_path),
+        "vocab_sha256": file_checksum(vocab_path, "sha256"),
         "num_paragraphs": len(paragraphs),
         "num_examples": len(examples),
         "num_features": len(features),

@@ -20,7 +20,6 @@ On disk (`<preprocessed_data_dir>/squad_tokenized/`, see `save_features`):
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -32,6 +31,9 @@ from code.bert.vocab import CLS_TOKEN, SEP_TOKEN, BertTokenizer
 from code.common.faults import DataFileError, reading
 
 MAX_SEQ_LENGTH = 384
+PAD_LOGIT = -10000.0
+"""Start/end logit of positions past a sample's last token in a response, as the reference pads: finite, so every
+reader parses it, and never among the n-best spans post-processing picks from."""
 DOC_STRIDE = 128
 MAX_QUERY_LENGTH = 64
 
@@ -256,14 +258,6 @@ def convert_examples_to_features(
                 )
             )
     return features
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def save_features(

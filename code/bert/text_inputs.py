@@ -62,9 +62,9 @@ from code.bert.squad import (
     doc_spans_for,
     read_squad_examples,
     save_features,
-    sha256_of,
 )
 from code.bert.vocab import BertTokenizer, find_vocab
+from code.common.download import file_checksum
 from code.common.paths import REPO_ROOT
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "squad_tiny.json"
@@ -558,9 +558,9 @@ def save_text_inputs(inputs: TextInputs, out_dir: Path, vocab_path: Path | None 
     manifest = {
         "dataset": "SQuAD-like text inputs (code/bert/text_inputs.py), NOT SQuAD v1.1",
         "source_file": str(squad_path.resolve()),
-        "source_sha256": sha256_of(squad_path),
+        "source_sha256": file_checksum(squad_path, "sha256"),
         "vocab_file": str(vocab.resolve()),
-        "vocab_sha256": sha256_of(vocab),
+        "vocab_sha256": file_checksum(vocab, "sha256"),
         "num_paragraphs": len(inputs.paragraphs),
         "num_examples": len(inputs.examples),
         "num_features": len(inputs.eval_features),

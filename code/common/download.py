@@ -19,6 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ __all__ = [
     "DownloadError",
     "RemoteFile",
     "download",
+    "download_command",
     "fetch",
     "file_checksum",
     "file_matches",
@@ -299,3 +301,21 @@ def fetch(remote: RemoteFile, directory: Path, **kwargs: object) -> Path:
         size=remote.size,
         **kwargs,  # type: ignore[arg-type]
     )
+
+
+def download_command(
+    fetch_all: Callable[[], Path | Iterable[Path]],
+    errors: tuple[type[Exception], ...] = (),
+) -> int:
+    """The end of every ``python -m code.<bench>.download_*`` command: run ``fetch_all``, print each path it returns
+    and exit 0, or print the error in one line and exit 1. ``DownloadError`` and ``OSError`` (a target folder that
+    cannot be created or written) are always caught, ``errors`` adds a command's own; a traceback would bury the
+    message that says what to run next."""
+    try:
+        fetched = fetch_all()
+    except (DownloadError, OSError, *errors) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for path in [fetched] if isinstance(fetched, Path) else fetched:
+        print(path)
+    return 0

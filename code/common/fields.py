@@ -149,7 +149,7 @@ FIELDS: dict[str, Field] = {
               pattern=r"auto|cpu|cuda(:[0-9]{1,3})?"),
         Field("cpu_threads", int, 0, "On a CPU device: torch's intra-op threads; 0: torch's default capped at "
               "the CPUs the process may use, one fewer in Server (LoadGen's threads need a free core; "
-              "code/common/cpu_threads.py)", range=Range(0, 4096)),
+              "code/common/devices.py)", range=Range(0, 4096)),
         Field("model_name", str, None, "Model architecture: the MLPerf model (bert: large, gptj: 6b; set by each "
               "benchmark's base config) or a small one for tests (tiny)"),
         Field("weights", str, "auto", "auto: the downloaded checkpoint, else random weights (performance only); "

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from code.common.benchmarks import InputsUnavailableError
+from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, TestMode
-from code.common.fields import FieldError, check_device
-from configs.configuration import ResolvedConfig
+from code.common.fields import FieldError
 
 # Fields that only shape synthetic inputs: given for a run on the real data set, they would be recorded but not used.
 SYNTHETIC_FIELDS = ("synthetic_sample_count", "synthetic_lengths", "synthetic_length_scale")  # output lengths: gptj
@@ -87,28 +87,47 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations)
     return InputChoice(data_dir, checkpoint if uses_weights else "none (oracle backend)")
 
 
+@dataclass(frozen=True)
+class ModelNaming:
+    """How a benchmark names its models in provenance, so every benchmark words the same facts alike."""
+
+    prefix: str  # what precedes a model_name in a label: "BERT-", "GPT-J "
+    mlperf_model: str  # the model_name of the MLPerf model: "large", "6b"
+    mlperf_label: str  # its label: "BERT-large", "GPT-J 6B"
+    oracle_gives: str  # what the oracle backend answers with: "gold answers", "reference summaries"
+
+
+@dataclass(frozen=True)
+class ModelProvenance:
+    """The model, weights and reasons a result cannot count that every benchmark's ``describe_inputs`` reports."""
+
+    model: str
+    weights: str
+    invalid_because: list[str]
+
+
+def model_provenance(config: ResolvedConfig, choice: InputChoice, naming: ModelNaming) -> ModelProvenance:
+    """Which model and weights a run uses, and why its figure is not an MLPerf result where it is not: synthetic
+    inputs, the oracle backend, a small test model, random weights (in that order). A benchmark appends its own
+    reasons after these."""
+    label = f"{naming.prefix}{config['model_name']}"
+    small = config["model_name"] != naming.mlperf_model
+    model = f"{label} (a small test model, not {naming.mlperf_label})" if small else label
+    invalid_because = []
+    if choice.synthetic:
+        invalid_because.append("synthetic inputs")
+    if config["backend"] == "oracle":
+        model = "none (oracle backend)"
+        invalid_because.append(f"oracle backend ({naming.oracle_gives}: checks the pipeline, not a model)")
+    else:
+        if small:
+            invalid_because.append(f"small test model {label}, not {naming.mlperf_label}")
+        if choice.random_weights:
+            invalid_because.append(f"random weights ({label} architecture)")
+    weights = f"random ({label} architecture)" if choice.random_weights else choice.checkpoint
+    return ModelProvenance(model, weights, invalid_because)
+
+
 def synthetic_count(config: ResolvedConfig) -> int:
     """Samples in a synthetic set: the field, else the real set's size."""
     return config["synthetic_sample_count"] or DATASET_SIZE[config.benchmark]
-
-
-def resolve_device(config: ResolvedConfig) -> str:
-    """The ``device`` field made concrete (``auto``: cuda when PyTorch sees a GPU, else cpu) and checked: a GPU
-    that is not there, or a precision the device cannot run, stops the run here rather than running something
-    other than what the config, the engine name and metadata.json say."""
-    device = config["device"]
-    if device == "cpu":
-        check_device(config.benchmark, config.values, config.sources, device)
-        return device
-    import torch
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if device == "auto":
-        device = "cuda" if gpus else "cpu"
-    elif gpus == 0:
-        raise InputsUnavailableError(f"--device={device}: PyTorch sees no GPU here (torch {torch.__version__}, "
-                                     f"CUDA {torch.version.cuda}); use --device=cpu or --device=auto")
-    elif ":" in device and int(device.split(":")[1]) >= gpus:
-        raise InputsUnavailableError(f"--device={device}: PyTorch sees {gpus} GPU(s), cuda:0 to cuda:{gpus - 1}")
-    check_device(config.benchmark, config.values, config.sources, device)
-    return device

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, Scenario
-from configs.configuration import ResolvedConfig
 
 # --test_run / --fast: LoadGen runs at least this long and this many queries (NVIDIA's values).
 TEST_RUN_MIN_DURATION_MS = 60_000

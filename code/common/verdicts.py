@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, Scenario, TestMode
 from code.common.rounds import RoundError, get_round
 from code.common.system_description import system_type
 from code.common.systems import SystemDetectionError
-from configs.configuration import ResolvedConfig
 
 # mlperf.conf's min_duration: the submission checker rejects a performance run with a shorter one.
 SUBMISSION_MIN_DURATION_MS = 600_000

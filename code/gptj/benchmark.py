@@ -13,15 +13,23 @@ from typing import Any
 
 import numpy as np
 
-from code.common.benchmarks import BenchmarkError, InputsUnavailableError, PreparedTest
+from code.common.benchmarks import (
+    AccuracyReport,
+    BenchmarkError,
+    EngineReport,
+    InputsDescription,
+    InputsUnavailableError,
+    PreparedTest,
+    prepared_test,
+)
+from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
-from code.common.cpu_threads import resolve_cpu_threads
-from code.common.inputs import InputChoice, InputLocations, resolve_device, synthetic_count
+from code.common.devices import resolve_cpu_threads, resolve_device
+from code.common.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import MODELS_DIR, PREPROCESSED_DATA_DIR
 from code.gptj.cnn_dailymail import MANIFEST_FILE, TOKENIZED_SUBDIR
 from code.gptj.download_model import CHECKPOINT_SUBDIR, MODEL_SUBDIR
-from configs.configuration import ResolvedConfig
 
 PREPROCESSED_DIR = PREPROCESSED_DATA_DIR / TOKENIZED_SUBDIR
 CHECKPOINT = MODELS_DIR / MODEL_SUBDIR / CHECKPOINT_SUBDIR
@@ -31,6 +39,8 @@ INPUTS = InputLocations(preprocessed_dir=PREPROCESSED_DIR, manifest_name=MANIFES
 CLOSED_DIVISION_BEAMS = 4
 # The model_name of the MLPerf model; any other is a small model for tests.
 MLPERF_MODEL = "6b"
+NAMING = ModelNaming(prefix="GPT-J ", mlperf_model=MLPERF_MODEL, mlperf_label="GPT-J 6B",
+                     oracle_gives="reference summaries")
 
 
 def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
@@ -38,25 +48,13 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
     return choose_inputs_at(config, mode, INPUTS)
 
 
-def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
+def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription:
     """What a run would use, without loading anything heavy; what it cannot run stops here."""
     choice = choose_inputs(config, mode)
     if config["backend"] != "oracle" and choice.random_weights:
         check_model_name(config)  # a checkpoint brings its own architecture
-    model = f"GPT-J {config['model_name']}"
-    if config["model_name"] != MLPERF_MODEL:
-        model += " (a small test model, not GPT-J 6B)"
-    invalid_because = []
-    if choice.synthetic:
-        invalid_because.append("synthetic inputs")
-    if config["backend"] == "oracle":
-        model = "none (oracle backend)"
-        invalid_because.append("oracle backend (reference summaries: checks the pipeline, not a model)")
-    else:
-        if config["model_name"] != MLPERF_MODEL:
-            invalid_because.append(f"small test model GPT-J {config['model_name']}, not GPT-J 6B")
-        if choice.random_weights:
-            invalid_because.append(f"random weights (GPT-J {config['model_name']} architecture)")
+    named = model_provenance(config, choice, NAMING)
+    invalid_because = named.invalid_because
     if config["num_beams"] != CLOSED_DIVISION_BEAMS:
         invalid_because.append(f"num_beams={config['num_beams']} (the closed division requires beam search "
                                f"width {CLOSED_DIVISION_BEAMS})")
@@ -80,11 +78,10 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> dict[str, Any]:
     if config["synthetic_output_lengths"] == "forced":
         generation += "; EOS forced at drawn output lengths (mean ~70 tokens)"
     return {
-        "model": model,
+        "model": named.model,
         "inputs": str(choice.data_dir) if choice.data_dir else f"synthetic ({synthetic_count(config)} prompts, "
                                                                f"{lengths})",
-        "weights": f"random (GPT-J {config['model_name']} architecture)" if choice.random_weights else
-        choice.checkpoint,
+        "weights": named.weights,
         "generation": generation,
         "device": device,
         "invalid_because": invalid_because,
@@ -101,7 +98,7 @@ def check_model_name(config: ResolvedConfig) -> None:
         raise BenchmarkError(f"model_name = {config['model_name']!r}: {error}") from None
 
 
-def generate_engine(config: ResolvedConfig) -> dict[str, Any]:
+def generate_engine(config: ResolvedConfig) -> EngineReport:
     """Nothing to build yet: the pytorch backend loads the checkpoint (or draws random weights) when a run starts."""
     describe_inputs(config, TestMode.PerformanceOnly)  # refuses here what the run would refuse
     return {"engine": "none: the pytorch GPT-J backend loads the checkpoint or draws random weights at run start"}
@@ -190,7 +187,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     )
     backend = create_backend(config["backend"], options)
 
-    def evaluate(log_dir: Path) -> dict[str, Any]:
+    def evaluate(log_dir: Path) -> AccuracyReport:
         from code.gptj.accuracy import GEN_LEN_TARGET, evaluate_accuracy_log
 
         if references_text is None or tokenizer is None:
@@ -207,19 +204,13 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                    f"{result.targets['GEN_LEN']:,.0f})")
         if share < 1.0:
             summary += f"; gen_len target scaled to {len(samples)} of {DATASET_SIZE[Benchmark.GPTJ]} samples"
-        return {"metric": "rouge1", "value": float(result.rouge1), "unit": "", "passed": result.passed,
-                "failures": list(result.failures), "summary": summary, "rouge1": float(result.rouge1),
-                "rouge2": float(result.rouge2), "rougeL": float(result.rougeL), "rougeLsum": float(result.rougeLsum),
-                "gen_len": result.gen_len, "gen_num": result.gen_num, "targets": result.targets,
-                "sentence_splitter": result.splitter}
+        return AccuracyReport(
+            metric="rouge1", value=float(result.rouge1), unit="", passed=result.passed,
+            failures=list(result.failures), summary=summary,
+            figures={"rouge1": float(result.rouge1), "rouge2": float(result.rouge2), "rougeL": float(result.rougeL),
+                     "rougeLsum": float(result.rougeLsum), "gen_len": result.gen_len, "gen_num": result.gen_num,
+                     "targets": result.targets, "sentence_splitter": result.splitter})
 
-    provenance["input_lengths"] = samples.describe_lengths()
-    if options.device == "cpu":
-        provenance["cpu_threads"] = options.cpu_threads
-    return PreparedTest(
-        sample_lengths=np.ascontiguousarray(samples.lengths, dtype=np.int32),
-        performance_sample_count=len(samples),
-        runner=GptjContinuousRunner(samples, backend) if hasattr(backend, "serve") else GptjRunner(samples, backend),
-        evaluate_accuracy=evaluate,
-        provenance=provenance,
-    )
+    runner = GptjContinuousRunner(samples, backend) if hasattr(backend, "serve") else GptjRunner(samples, backend)
+    return prepared_test(samples.lengths, runner, evaluate, provenance, input_lengths=samples.describe_lengths(),
+                         device=options.device, cpu_threads=options.cpu_threads)

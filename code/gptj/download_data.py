@@ -28,7 +28,7 @@ import os
 import sys
 from pathlib import Path
 
-from code.common.download import DownloadError, download, file_checksum
+from code.common.download import download, download_command, file_checksum
 from code.common.paths import DATA_DIR
 from code.common.r2_download import fetch_r2_listing
 from code.gptj.cnn_dailymail import (
@@ -213,13 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         "--refresh_metadata", action="store_true", help="fetch the R2 .uri/.md5 metadata again instead of the kept copy"
     )
     args = parser.parse_args(argv)
-    try:
-        path = download_cnn_dailymail(args.data_dir, args.uri, args.source_json, args.refresh_metadata)
-    except (DownloadError, CnnDailyMailError, OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(path)
-    return 0
+    return download_command(
+        lambda: download_cnn_dailymail(args.data_dir, args.uri, args.source_json, args.refresh_metadata),
+        (CnnDailyMailError, ValueError),
+    )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import shutil
 import sys
 from pathlib import Path, PurePosixPath
 
-from code.common.download import DownloadError, RemoteFile, fetch
+from code.common.download import RemoteFile, download_command, fetch
 from code.common.paths import MODELS_DIR
 from code.common.r2_download import R2Listing, fetch_r2_listing
 
@@ -154,20 +154,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--list", action="store_true", help="print the files and URLs, download nothing else")
     args = parser.parse_args(argv)
-    try:
-        if args.list:
-            root = args.model_dir / MODEL_SUBDIR
-            listing = fetch_r2_listing(args.uri, root, refresh=args.refresh_metadata)
-            for remote in remote_files(listing):
-                print(f"{remote.md5}  {root / remote.name}  <- {remote.url}")
-            return 0
-        paths = download_gptj_model(args.model_dir, args.uri, args.refresh_metadata)
-    except (DownloadError, OSError, ValueError) as e:  # OSError: folders not writable; FileNotFoundError: incomplete
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    for path in paths:
-        print(path)
-    return 0
+    if args.list:
+        return download_command(lambda: _list_files(args.model_dir / MODEL_SUBDIR, args.uri, args.refresh_metadata),
+                                (ValueError,))
+    # FileNotFoundError (an OSError): the checkpoint is incomplete after the download
+    return download_command(lambda: download_gptj_model(args.model_dir, args.uri, args.refresh_metadata), (ValueError,))
+
+
+def _list_files(root: Path, uri: str, refresh: bool) -> list[Path]:
+    """``--list``: print each file's md5, destination and URL; download only the metadata."""
+    listing = fetch_r2_listing(uri, root, refresh=refresh)
+    for remote in remote_files(listing):
+        print(f"{remote.md5}  {root / remote.name}  <- {remote.url}")
+    return []
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ Usage: ``python -m code.harness.fetch_loadgen [--round=v5.0]`` prints the source
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -27,6 +26,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+from code.common.download import DownloadError, download, file_checksum
 from code.common.paths import harness_build_dir
 from code.common.rounds import DEFAULT_ROUND, ROUNDS, RngSeeds, Round, RoundError, get_round
 
@@ -60,20 +60,6 @@ def source_dir(round_: Round, build_dir: Path | None = None) -> Path:
     return (build_dir or harness_build_dir(round_.name)) / f"mlcommons_loadgen-{round_.loadgen.version}"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _download(url: str, dest: Path, accept: str | None = None) -> None:
-    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
-    with urllib.request.urlopen(request, timeout=60) as response, dest.open("wb") as f:
-        shutil.copyfileobj(response, f)
-
-
 def _url_from_simple_index(sdist_name: str) -> str:
     """Ask PyPI's JSON simple index (PEP 691) for the sdist's URL, in case the pinned one stopped working."""
     request = urllib.request.Request(SIMPLE_INDEX_URL, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
@@ -94,31 +80,23 @@ def _obtain_tarball(round_: Round, build_dir: Path) -> Path:
         path = Path(local)
         if not path.is_file():
             raise FetchError(f"{SDIST_ENV_VAR}={local} is not a file")
-        if _sha256(path) != release.sha256:
+        if file_checksum(path, "sha256") != release.sha256:
             raise FetchError(f"{SDIST_ENV_VAR}={local} is not the {release.sdist_name} round {round_.name} needs "
                              f"(sha256 {release.sha256}); point it at that file or unset it")
         return path
-    if cached.is_file() and _sha256(cached) == release.sha256:
+    if cached.is_file() and file_checksum(cached, "sha256") == release.sha256:
         return cached
 
     build_dir.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     for get_url in (lambda: release.url, lambda: _url_from_simple_index(release.sdist_name)):
-        with tempfile.NamedTemporaryFile(dir=build_dir, suffix=".part", delete=False) as tmp:
-            tmp_path = Path(tmp.name)
         try:
             url = get_url()
             print(f"fetch_loadgen: downloading {url}", file=sys.stderr)
-            _download(url, tmp_path)
-            actual = _sha256(tmp_path)
-            if actual != release.sha256:
-                raise FetchError(f"sha256 mismatch for {url}: got {actual}, pinned {release.sha256}")
-            tmp_path.replace(cached)
-            return cached
-        except (OSError, ValueError, KeyError, FetchError) as exc:  # network errors are OSErrors
+            # The one downloader: resumable, and ``cached`` only ever holds bytes that match the pinned sha256.
+            return download(url, cached, sha256=release.sha256, hint="check the pin in code/common/rounds.py")
+        except (OSError, ValueError, KeyError, DownloadError) as exc:  # network errors are OSErrors
             errors.append(str(exc))
-        finally:
-            tmp_path.unlink(missing_ok=True)
     raise FetchError(
         f"could not download {release.sdist_name}: {'; '.join(errors)}. Without network, copy the file here and "
         f"set {SDIST_ENV_VAR}=/path/to/{release.sdist_name}"

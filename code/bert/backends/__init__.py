@@ -7,12 +7,13 @@ cost nothing to runs that do not use it.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+from code.common.registry import LazyRegistry
 
 if TYPE_CHECKING:
     from code.bert.dataset import BertFeatures
@@ -47,16 +48,13 @@ class BertBackend(Protocol):
         ...
 
 
-# name -> (module, class); imported lazily by create_backend
-BACKENDS: dict[str, tuple[str, str]] = {
-    "pytorch": ("code.bert.backends.pytorch", "PytorchBertBackend"),
-    "oracle": ("code.bert.backends.oracle", "OracleBertBackend"),
-}
+# name -> "module:class", imported only when create_backend asks for it
+BACKENDS: LazyRegistry[str] = LazyRegistry("BERT backend", {
+    "pytorch": "code.bert.backends.pytorch:PytorchBertBackend",
+    "oracle": "code.bert.backends.oracle:OracleBertBackend",
+})
 
 
 def create_backend(name: str, options: BackendOptions) -> BertBackend:
     """The backend registered as ``name``, constructed with ``options``; ValueError listing names if unknown."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown BERT backend {name!r}; known: {', '.join(sorted(BACKENDS))}")
-    module, cls = BACKENDS[name]
-    return getattr(importlib.import_module(module), cls)(options)
+    return BACKENDS.load(name)(options)

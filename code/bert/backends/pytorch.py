@@ -24,8 +24,7 @@ from code.bert.fast.packing import TOKEN_ALIGN, PackedBatch, layout_words, pack_
 from code.bert.squad import MAX_SEQ_LENGTH
 
 # Attention kernels allowed on the GPU. cuDNN's is left out: it builds a new plan for every new sequence length,
-# and BERT's lengths vary per batch. Measured on an H200 (2026-11-22, BERT-large fp16, batch 1): 45 ms per
-# forward while lengths were new, 4.6 ms once seen, with cuDNN attention taking ~80% of the CPU time.
+# and BERT's lengths vary per batch, so a forward costs ten times more while lengths are new (performance.md).
 ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 FAST_PRECISIONS = ("fp16", "bf16", "fp8")
 
@@ -165,7 +164,7 @@ class PytorchBertBackend:
         self.device = torch.device(options.device)
         spec = options.engine_spec
         if self.device.type == "cpu" and options.cpu_threads:
-            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/cpu_threads.py
+            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/devices.py
         model, manifest = load_engine_manifest(options.engine_dir, spec, self.device)
         self.fast: FastPath | None = None
         use_fast = options.fast_path if options.fast_path is not None else True

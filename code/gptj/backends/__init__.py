@@ -6,11 +6,12 @@ when asked for, so the oracle runs without loading a model.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+
+from code.common.registry import LazyRegistry
 
 
 @dataclass(frozen=True)
@@ -36,17 +37,14 @@ class GptjBackend(Protocol):
         ...
 
 
-# name -> (module, class); imported lazily by create_backend
-BACKENDS: dict[str, tuple[str, str]] = {
-    "pytorch": ("code.gptj.backends.pytorch", "PytorchGptjBackend"),
-    "inflight": ("code.gptj.backends.inflight", "InflightGptjBackend"),
-    "oracle": ("code.gptj.backends.oracle", "OracleGptjBackend"),
-}
+# name -> "module:class", imported only when create_backend asks for it
+BACKENDS: LazyRegistry[str] = LazyRegistry("GPT-J backend", {
+    "pytorch": "code.gptj.backends.pytorch:PytorchGptjBackend",
+    "inflight": "code.gptj.backends.inflight:InflightGptjBackend",
+    "oracle": "code.gptj.backends.oracle:OracleGptjBackend",
+})
 
 
 def create_backend(name: str, options: BackendOptions) -> GptjBackend:
     """The backend registered as ``name``, constructed with ``options``; ValueError listing names if unknown."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown GPT-J backend {name!r}; known: {', '.join(sorted(BACKENDS))}")
-    module, cls = BACKENDS[name]
-    return getattr(importlib.import_module(module), cls)(options)
+    return BACKENDS.load(name)(options)

@@ -50,7 +50,7 @@ class InflightGptjBackend:
             raise ValueError("FP8 GEMMs and the FP8 KV cache need an NVIDIA GPU of compute capability 8.9 or newer "
                              "(Ada, Hopper): set --precision=bf16 (fp32 on a CPU) --kv_cache_dtype=auto")
         if device.type == "cpu" and options.cpu_threads:
-            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/cpu_threads.py
+            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/devices.py
         dtype = torch.bfloat16 if options.precision == "fp8" else DTYPES[options.precision]
         if options.checkpoint == "random":
             model = random_weights(GptjConfig.from_name(options.model_name), options.seed, dtype, device,

@@ -25,7 +25,7 @@ class PytorchGptjBackend:
         dtype = DTYPES[options.precision]
         self.device = torch.device(options.device)
         if self.device.type == "cpu" and options.cpu_threads:
-            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/cpu_threads.py
+            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/devices.py
         if options.checkpoint == "random":
             self.model = random_weights(GptjConfig.from_name(options.model_name), options.seed, dtype, self.device)
         else:

@@ -1,0 +1,95 @@
+"""The config mechanism: workload settings, the resolved config, and the one precedence rule.
+
+A run's settings come from three places, and one rule orders them: RUN_ARGS > config class > field default.
+This module holds that rule and what it produces, so everything in ``code/`` that reads a resolved config depends
+on ``code/common`` alone. The config classes themselves and their registry stay in ``configs/configuration.py``
+(where NVIDIA's readers look for them); it looks a class up and hands its field values to ``resolve_fields`` here.
+Keeping the arrow one way (configs/ -> code/common, never back) is what lets code/common be imported, tested and
+reused without the registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
+from code.common.fields import FIELDS, Field, check_combination
+
+
+class ConfigError(ValueError):
+    """A config class that breaks the rules, or a lookup that finds no config; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class WorkloadSetting:
+    """Which variant of a benchmark's config: harness, accuracy target, power setting."""
+
+    harness_type: HarnessType = HarnessType.Custom
+    accuracy_target: AccuracyTarget = AccuracyTarget.k_99
+    power_setting: PowerSetting = PowerSetting.MaxP
+
+    def shortname(self) -> str:
+        """e.g. ``custom_k_99_MaxP``: used in engine folders and logs, like NVIDIA's config_ver."""
+        return f"{self.harness_type.value}_{self.accuracy_target.name}_{self.power_setting.value}"
+
+
+@dataclass
+class ResolvedConfig:
+    """Every applicable field's final value and where it came from (RUN_ARGS, the config class, the default)."""
+
+    benchmark: Benchmark
+    scenario: Scenario
+    system: str
+    workload: WorkloadSetting
+    config_class: str
+    values: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    @property
+    def benchmark_name(self) -> str:
+        """bert-99 or bert-99.9: the name a submission uses."""
+        return f"{self.benchmark.value}-{self.workload.accuracy_target.suffix}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The config as metadata.json and ``make info`` record it: values and, beside them, their sources."""
+        return {
+            "benchmark": self.benchmark_name,
+            "scenario": self.scenario.value,
+            "system": self.system,
+            "workload": self.workload.shortname(),
+            "config_class": self.config_class,
+            "fields": dict(sorted(self.values.items())),
+            "sources": dict(sorted(self.sources.items())),
+        }
+
+
+def resolve_fields(
+    benchmark: Benchmark,
+    scenario: Scenario,
+    system: str,
+    workload: WorkloadSetting,
+    config_class: str,
+    from_config: dict[str, tuple[Any, str]],
+    overrides: dict[str, Any],
+) -> ResolvedConfig:
+    """RUN_ARGS > config class > field default, for the fields that apply to this benchmark and scenario.
+
+    ``from_config`` maps each field the config class sets (itself or by inheritance) to its value and the name of
+    the class that set it, so a resolved value can say where it came from. The rules between fields
+    (``check_combination``) run last, on the final values.
+    """
+    resolved = ResolvedConfig(benchmark, scenario, system, workload, config_class)
+    applicable: list[Field] = [f for f in FIELDS.values() if f.applies_to(benchmark, scenario)]
+    for fld in applicable:
+        if fld.name in overrides:
+            resolved.values[fld.name], resolved.sources[fld.name] = overrides[fld.name], "RUN_ARGS"
+        elif fld.name in from_config:
+            resolved.values[fld.name], resolved.sources[fld.name] = from_config[fld.name]
+        else:
+            resolved.values[fld.name], resolved.sources[fld.name] = fld.default, "default"
+    check_combination(benchmark, resolved.values, resolved.sources)
+    return resolved

@@ -1,0 +1,88 @@
+"""Where a model runs: the ``device`` and ``cpu_threads`` fields made concrete, in one place.
+
+``auto`` means the same everywhere (a run, engine calibration, the fine-tuning tool): cuda when PyTorch sees a
+GPU, else cpu. A run resolves its device once, here, and checks it, so that a GPU that is not there or a
+precision the device cannot run stops the run before it runs something other than what the config, the engine
+name and metadata.json say.
+
+CPU threads: torch's default is the machine's physical cores (or ``OMP_NUM_THREADS``). Two things make that wrong
+for a run:
+
+- A container or ``taskset`` may allow fewer CPUs than the machine has; oversubscribed threads are slower, so the
+  default is capped at the allowed CPUs.
+- In Server, LoadGen's issue thread and the C++ batchers must be scheduled the moment a query arrives. With every
+  allowed core busy in torch (whose OpenMP threads also spin-wait between ops), they are not, and p99 latency
+  swings by several times (``documentation/performance.md``, "CPU threads in Server"). So Server leaves one core
+  free; Offline and SingleStream use them all.
+
+torch is imported inside the functions: only runs that resolve a device or a thread count pay for the import.
+"""
+
+from __future__ import annotations
+
+import os
+
+from code.common.benchmarks import InputsUnavailableError
+from code.common.config import ResolvedConfig
+from code.common.constants import Scenario
+from code.common.fields import check_device
+
+
+def visible_gpus() -> int:
+    """GPUs PyTorch can use here (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def auto_device() -> str:
+    """What ``auto`` means: cuda when PyTorch sees a GPU, else cpu."""
+    return "cuda" if visible_gpus() else "cpu"
+
+
+def resolve_device(config: ResolvedConfig) -> str:
+    """The ``device`` field made concrete (``auto_device`` for ``auto``) and checked against the GPUs present and
+    against the rules between device and precision (``check_device``)."""
+    device = config["device"]
+    if device == "cpu":
+        check_device(config.benchmark, config.values, config.sources, device)
+        return device
+    gpus = visible_gpus()
+    if device == "auto":
+        device = "cuda" if gpus else "cpu"
+    elif gpus == 0:
+        import torch
+
+        raise InputsUnavailableError(f"--device={device}: PyTorch sees no GPU here (torch {torch.__version__}, "
+                                     f"CUDA {torch.version.cuda}); use --device=cpu or --device=auto")
+    elif ":" in device and int(device.split(":")[1]) >= gpus:
+        raise InputsUnavailableError(f"--device={device}: PyTorch sees {gpus} GPU(s), cuda:0 to cuda:{gpus - 1}")
+    check_device(config.benchmark, config.values, config.sources, device)
+    return device
+
+
+def allowed_cpus() -> int:
+    """CPUs this process may run on: the affinity mask, which containers and taskset narrow below os.cpu_count()."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_cpu_threads() -> int:
+    """torch's own default intra-op threads, capped at the CPUs this process may run on."""
+    import torch
+
+    return max(1, min(torch.get_num_threads(), allowed_cpus()))
+
+
+def resolve_cpu_threads(config: ResolvedConfig) -> int:
+    """The ``cpu_threads`` field made concrete: itself when set, else ``default_cpu_threads`` (one fewer in
+    Server)."""
+    threads = config["cpu_threads"]
+    if threads < 0:
+        raise ValueError(f"cpu_threads must be >= 0 (0: choose from the allowed CPUs), got {threads}")
+    if threads:
+        return threads
+    default = default_cpu_threads()
+    return max(1, default - 1) if config.scenario is Scenario.Server else default

@@ -8,7 +8,7 @@ and the gate that decides it, are in documentation/bert_gpu.md; the measurements
 """
 
 from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
-from configs.bert import GPU_BERT_99_PRECISION, BertBaseConfig, bert_99_rate
+from configs.bert import GPU_BERT_99_PRECISION, BertBaseConfig, bert_99_setting
 from configs.configuration import ConfigRegistry
 
 
@@ -47,7 +47,7 @@ class H100_SXM_80GBx1(OfflineBaseConfig):
     num_workers = 2
     # fp16: the measured throughput, rounded (performance.md, H100 SXM, bert-99); fp8 is not measured on an H100:
     # the H200's scaled by the two GPUs' fp16 ratio, less a margin
-    offline_expected_qps = bert_99_rate(4900.0, 7200.0)
+    offline_expected_qps = bert_99_setting(4900.0, 7200.0)
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
@@ -60,7 +60,7 @@ class H100_SXM_80GBx1_HighAccuracy(H100_SXM_80GBx1):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H100_SXM_80GBx8(H100_SXM_80GBx1):
-    offline_expected_qps = bert_99_rate(4900.0, 7200.0) * 8
+    offline_expected_qps = bert_99_setting(4900.0, 7200.0) * 8
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
@@ -74,7 +74,7 @@ class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GBx1(H100_SXM_80GBx1):
     gpu_batch_size = 512
-    offline_expected_qps = bert_99_rate(5000.0, 7500.0)  # the measured throughputs, rounded (performance.md, H200)
+    offline_expected_qps = bert_99_setting(5000.0, 7500.0)  # the measured throughputs, rounded (performance.md, H200)
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
@@ -87,7 +87,7 @@ class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GBx8(H200_SXM_141GBx1):
-    offline_expected_qps = bert_99_rate(5000.0, 7500.0) * 8
+    offline_expected_qps = bert_99_setting(5000.0, 7500.0) * 8
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)

@@ -8,14 +8,16 @@ pipeline test and its README says so.
 Shortened by default (about a minute on 2 cores): the checker's complaints must then be the duration ones only,
 plus GPT-J's GEN_LEN, which sums the generated text over the 13,368 samples and cannot be reached by the 6 of the
 fixture. With SUBMISSION_PIPELINE_FULL=1 (`make test_submission FULL=1`) the performance runs are full length (the
-tiny model with random weights: the oracle is too fast for a 600 s Offline query of sane size) and only GEN_LEN may
-remain.
+tiny model with random weights on the fixtures: the oracle is too fast for a 600 s Offline query of sane size) and
+GPT-J's accuracy runs read a made-up CNN/DailyMail set of the real size (tests/made_up_cnn_dailymail.py), written
+into the private build folder: the oracle answers with its references, whose lengths are those of real summaries,
+so GEN_LEN is reached because the answers are as long as the reference model's, not because anything is scaled.
 
 The bad-input tests reuse the same logs: each names its fix, and nothing under the logs is ever changed.
 """
-
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -30,10 +32,15 @@ from code.common.constants import DATASET_SIZE, Benchmark
 from code.common.paths import LIB_DIR, REPO_ROOT
 from code.common.rounds import DEFAULT_ROUND, ROUNDS, get_round
 from code.common.system_description import REQUIRED_FIELDS, DescriptionFiles, description_problems
-from code.gptj.cnn_dailymail import TOKENIZED_SUBDIR
+from code.gptj.accuracy import GEN_LEN_TARGET, REFERENCE_GEN_LEN
+from code.gptj.cnn_dailymail import CNN_DAILYMAIL_VALIDATION_SAMPLES, EVAL_FILE, TOKENIZED_SUBDIR, build_prompt
+from code.gptj.dataset import SYNTH_MEAN_LENGTH_BAND
+from code.gptj.sentence_split import newline_sentences
+from code.gptj.tokenizer import load_tokenizer
 from code.submission.checker import AlreadyTruncated, check, truncate
 from code.submission.stage import StageError, stage
 from code.submission.tools import TOOLS_VARIABLE, ToolsError, submission_tools
+from tests.made_up_cnn_dailymail import made_up_records, write_made_up_eval_json
 
 pytestmark = pytest.mark.slow
 FULL = os.environ.get("SUBMISSION_PIPELINE_FULL") == "1"
@@ -77,8 +84,14 @@ def _python(build: Path, *args: str, timeout: int = 3600) -> subprocess.Complete
                           timeout=timeout)
 
 
-def _data_args(build: Path, benchmark: str) -> list[str]:
-    folder = build / "preprocessed_data" / (TOKENIZED_SUBDIR if benchmark.startswith("gptj") else "squad_tokenized")
+# Where FULL's made-up CNN/DailyMail set is written and tokenized, inside the private build folder.
+MADE_UP_DATA = "made_up_data"
+
+
+def _data_args(build: Path, benchmark: str, made_up: bool = False) -> list[str]:
+    """The fixture's tokenized folder, or (``made_up``, GPT-J only) the made-up full-size set's."""
+    root = build / (MADE_UP_DATA if made_up else "preprocessed_data")
+    folder = root / (TOKENIZED_SUBDIR if benchmark.startswith("gptj") else "squad_tokenized")
     return [f"--input_data={folder}"]
 
 
@@ -105,20 +118,23 @@ def _scenarios(benchmark: str) -> list[str]:
     return [s.value for s in get_round(ROUND).scenarios_for(system_type, benchmark)]
 
 
-def _common_args(build: Path, benchmark: str, scenario: str) -> list[str]:
+def _common_args(build: Path, benchmark: str, scenario: str, made_up: bool = False) -> list[str]:
     return [f"--benchmarks={benchmark}", f"--scenarios={scenario.lower()}", f"--round={ROUND}", "--gpu_batch_size=4",
-            *_data_args(build, benchmark), f"--performance_sample_count_override={_sample_count(benchmark)}"]
+            *_data_args(build, benchmark, made_up), f"--performance_sample_count_override={_sample_count(benchmark)}"]
 
 
 def _run(build: Path, logs: Path, benchmark: str, scenario: str) -> None:
-    common = _common_args(build, benchmark, scenario)
     if not FULL:
-        runs = [["--backend=oracle", "--test_mode=SubmissionRun", *SHORT[scenario]]]
+        runs = [(_common_args(build, benchmark, scenario), ["--backend=oracle", "--test_mode=SubmissionRun",
+                                                            *SHORT[scenario]])]
     else:  # one SubmissionRun cannot take two backends: accuracy with the oracle, performance with the model
-        runs = [["--backend=oracle", "--test_mode=AccuracyOnly"],
-                ["--model_name=tiny", "--precision=fp32", "--device=cpu", "--weights=random",
-                 "--test_mode=PerformanceOnly", *FULL_PERFORMANCE[benchmark][scenario]]]
-    for index, extra in enumerate(runs):
+        gptj = benchmark.startswith("gptj")
+        runs = [(_common_args(build, benchmark, scenario, made_up=gptj), ["--backend=oracle",
+                                                                          "--test_mode=AccuracyOnly"]),
+                (_common_args(build, benchmark, scenario), ["--model_name=tiny", "--precision=fp32", "--device=cpu",
+                                                            "--weights=random", "--test_mode=PerformanceOnly",
+                                                            *FULL_PERFORMANCE[benchmark][scenario]])]
+    for index, (common, extra) in enumerate(runs):
         log_dir = logs / f"{benchmark}-{scenario}-{index}"
         done = _python(build, "-m", "code.main", "--action=run", *common, *extra, f"--log_dir={log_dir}")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -163,6 +179,11 @@ def pipeline(tmp_path_factory, harness_built) -> dict[str, Path]:
         done = _python(build, "-m", module, flag, str(FIXTURES / fixture), "--preprocessed_data_dir",
                        str(build / "preprocessed_data"))
         assert done.returncode == 0, done.stdout + done.stderr
+    if FULL:  # the made-up full-size CNN/DailyMail set, for GPT-J's accuracy runs
+        eval_json = write_made_up_eval_json(build / MADE_UP_DATA / "cnn-daily-mail" / EVAL_FILE)
+        done = _python(build, "-m", "code.gptj.preprocess_data", "--eval_json", str(eval_json),
+                       "--preprocessed_data_dir", str(build / MADE_UP_DATA))
+        assert done.returncode == 0, done.stdout + done.stderr
     logs = build / "logs"
     logs.mkdir()
     for benchmark in BENCHMARKS:
@@ -202,9 +223,17 @@ def test_pipeline_passes_the_official_checker(pipeline, monkeypatch):
     result = check(SUBMITTER, ROUND, submission, work)
     complaints = result.complaints
     print("\n".join([*complaints, *result.output.splitlines()[-3:]]))
-    # GEN_LEN is a sum over the data set: the 6 fixture prompts cannot reach 3,615,190 characters.
+    # GEN_LEN is a sum over the data set: the 6 fixture prompts cannot reach 3,615,190 characters; FULL's made-up
+    # full-size set does, with the oracle's answers as long as its references.
     gen_len = [c for c in complaints if c.endswith("accuracy not valid") and "/gptj-99/" in c]
-    assert len(gen_len) == len(_scenarios("gptj-99"))
+    assert len(gen_len) == (0 if FULL else len(_scenarios("gptj-99"))), complaints
+    for scenario in _scenarios("gptj-99"):
+        accuracy_txt = tree / "results" / SYSTEM / "gptj-99" / scenario / "accuracy" / "accuracy.txt"
+        scores = ast.literal_eval(accuracy_txt.read_text().splitlines()[0])
+        assert scores["rouge1"] == scores["rouge2"] == scores["rougeL"] == 100.0  # the oracle answers the reference
+        if FULL:
+            assert scores["gen_num"] == CNN_DAILYMAIL_VALIDATION_SAMPLES
+            assert GEN_LEN_TARGET <= scores["gen_len"] <= REFERENCE_GEN_LEN, scores
     # The one audit the round's own verification cannot pass (OFFICIAL_VERIFICATION_CANNOT_PASS), by name.
     audit_fails = [f"Compliance test performance check in closed/{SUBMITTER}/compliance/{SYSTEM}/bert-99/"
                    f"{scenario}/{audit} failed" for round_name, scenario, audit in OFFICIAL_VERIFICATION_CANNOT_PASS
@@ -296,3 +325,24 @@ def test_make_targets_refuse_with_the_fix(tmp_path):
         done = subprocess.run([sys.executable, "-m", "code.submission", action, "--submitter=MyOrg", *extra],
                               cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 2 and done.stderr.startswith(message), (action, done.stderr)
+
+
+def test_the_made_up_cnn_dailymail_set_has_the_real_shape():
+    """FULL's made-up set passes GEN_LEN because its summaries are as long as real ones: checked on a prefix (the
+    first n records do not depend on the count) tokenized as the harness tokenizes, against the reference's own
+    gen_len, the prompt lengths code.gptj.dataset estimates for the real set, and the 30-128 tokens generated."""
+    sample = 600
+    records = made_up_records(sample)
+    assert records == made_up_records(2 * sample)[:sample]
+    assert {tuple(r) for r in records} == {("instruction", "input", "output")}
+    tokenizer = load_tokenizer()
+    prompts = [len(ids) for ids in tokenizer.encode_batch([build_prompt(r) for r in records])]
+    assert SYNTH_MEAN_LENGTH_BAND[0] <= sum(prompts) / sample <= SYNTH_MEAN_LENGTH_BAND[1]
+    assert 0 < sum(n > 1919 for n in prompts) < sample * 0.06  # a few are cut at the 1,919-token cap, as real ones
+    answers = [tokenizer.encode(r["output"]) for r in records]
+    assert all(30 <= len(ids) <= 128 for ids in answers)
+    generated = [newline_sentences(tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True))
+                 for ids in answers]
+    per_sample = sum(map(len, generated)) / sample  # what the oracle's accuracy run counts as gen_len
+    expected = per_sample * CNN_DAILYMAIL_VALIDATION_SAMPLES
+    assert GEN_LEN_TARGET * 1.05 <= expected <= REFERENCE_GEN_LEN * 1.05, expected

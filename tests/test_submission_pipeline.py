@@ -140,13 +140,28 @@ def _run(build: Path, logs: Path, benchmark: str, scenario: str) -> None:
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
+def _audit_reference(build: Path, scenario: str) -> list[str]:
+    """FULL's audits are verified against a shortened oracle SubmissionRun of their own (outside logs/, so never
+    staged): an audit runs one backend, and TEST01 compares its answers with the accuracy run's and its throughput
+    with the performance run's, which FULL splits between the oracle and the tiny model. The shortened runs are
+    SubmissionRuns already, so they are the reference there."""
+    if not FULL:
+        return []
+    log_dir = build / "audit_references" / f"bert-99-{scenario}"
+    done = _python(build, "-m", "code.main", "--action=run", *_common_args(build, "bert-99", scenario),
+                   "--backend=oracle", "--test_mode=SubmissionRun", *SHORT[scenario], f"--log_dir={log_dir}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return [f"--audit_results_dir={log_dir / SYSTEM / 'bert-99' / scenario}"]
+
+
 def _run_audits(build: Path) -> None:
     """The audits the round's checker asks of bert-99 (GPT-J has none), through make run_audit_harness, as a
     submitter runs them; their logs land in the private build's compliance_logs/."""
     for scenario in _scenarios("bert-99"):
+        reference = _audit_reference(build, scenario)
         for audit in AUDITS[ROUND]:
             run_args = [*_common_args(build, "bert-99", scenario), "--backend=oracle", *SHORT[scenario],
-                        f"--audit_test={audit}"]
+                        *reference, f"--audit_test={audit}"]
             done = subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "run_audit_harness",
                                    f"ROUND={ROUND}", f"RUN_ARGS={' '.join(run_args)}"], capture_output=True,
                                   text=True, env=_env(build), timeout=1800)
@@ -186,10 +201,13 @@ def pipeline(tmp_path_factory, harness_built) -> dict[str, Path]:
         assert done.returncode == 0, done.stdout + done.stderr
     logs = build / "logs"
     logs.mkdir()
+    if FULL:  # the audits verify against references of their own: first, so a broken one shows before the hour
+        _run_audits(build)
     for benchmark in BENCHMARKS:
         for scenario in _scenarios(benchmark):
             _run(build, logs, benchmark, scenario)
-    _run_audits(build)
+    if not FULL:  # verified against the SubmissionRuns just made
+        _run_audits(build)
     return {"build": build, "logs": logs, "systems": _system_description(build / "systems")}
 
 

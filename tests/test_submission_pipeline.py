@@ -13,6 +13,9 @@ GPT-J's accuracy runs read a made-up CNN/DailyMail set of the real size (tests/m
 into the private build folder: the oracle answers with its references, whose lengths are those of real summaries,
 so GEN_LEN is reached because the answers are as long as the reference model's, not because anything is scaled.
 
+With ROUND=v4.1 every audit FAILs (no LoadGen 4.1.x reads audit.config as an audit file: documentation/rounds.md);
+the test asserts the checker's complaints that show why and accepts the rest of what it says of those audits.
+
 The bad-input tests reuse the same logs: each names its fix, and nothing under the logs is ever changed.
 """
 from __future__ import annotations
@@ -76,6 +79,9 @@ AUDITS = {"v4.1": ("TEST01", "TEST05"), "v5.0": ("TEST01",)}
 # v5.0's verify_performance.py reads a SingleStream score from "Early stopping 90th percentile estimate", which
 # LoadGen writes as "90.0th": the score parses as 0 and the official verification FAILs (submission_guide.md).
 OFFICIAL_VERIFICATION_CANNOT_PASS = {("v5.0", "SingleStream", "TEST01")}
+# Every v4.1 audit FAILs: every LoadGen 4.1.x on PyPI reads audit.config as a second user configuration and logs
+# this error, and its TEST01 logs no response (documentation/rounds.md).
+LOADGEN_REJECTS_AUDIT_CONFIG = {"v4.1": "error_invalid_config: Multiple conf files are used"}
 # What the checker may say of a shortened run, by its own words.
 SHORTENED_COMPLAINTS = ("Test duration less than 600s in user config", "Required minimum Query Count not met",
                         "Required minimum samples per query not met")
@@ -177,7 +183,9 @@ def _run_audits(build: Path) -> None:
             done = subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "run_audit_harness",
                                    f"ROUND={ROUND}", f"RUN_ARGS={' '.join(run_args)}"], capture_output=True,
                                   text=True, env=_env(build), timeout=1800)
-            if (ROUND, scenario, audit) in OFFICIAL_VERIFICATION_CANNOT_PASS:
+            if ROUND in LOADGEN_REJECTS_AUDIT_CONFIG:
+                assert done.returncode != 0 and LOADGEN_REJECTS_AUDIT_CONFIG[ROUND] in done.stdout, done.stdout[-3000:]
+            elif (ROUND, scenario, audit) in OFFICIAL_VERIFICATION_CANNOT_PASS:
                 assert done.returncode != 0 and "TEST FAIL: Test score invalid" in done.stdout, done.stdout[-3000:]
             else:
                 assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -269,13 +277,32 @@ def test_pipeline_passes_the_official_checker(pipeline, monkeypatch):
                    f"{scenario}/{audit} failed" for round_name, scenario, audit in OFFICIAL_VERIFICATION_CANNOT_PASS
                    if round_name == ROUND and scenario in _scenarios("bert-99")]
     assert all(c in complaints for c in audit_fails), complaints
-    rest = [c for c in complaints if c not in gen_len and c not in audit_fails]
+    rejected = _audit_config_complaints(complaints)
+    rest = [c for c in complaints if c not in gen_len and c not in audit_fails and c not in rejected]
     if FULL:
         assert rest == []
     else:
         assert rest and all(any(name in c for name in SHORTENED_COMPLAINTS) for c in rest), "\n".join(rest)
         assert any("Test duration less than 600s" in c for c in rest)
     assert _tree_digest(logs) == before  # staging and truncation never touch the run logs
+
+
+def _audit_config_complaints(complaints: list[str]) -> list[str]:
+    """The checker's complaints about audits of a round whose LoadGen rejects audit.config
+    (LOADGEN_REJECTS_AUDIT_CONFIG), after asserting the ones that show why, per bert-99 scenario: TEST01 shipped no
+    verify_accuracy.txt (it logged no response), and TEST05 logged the error and kept the normal seeds. Whether
+    their throughput comparisons pass depends on the machine's load, so those complaints are accepted unasserted."""
+    if ROUND not in LOADGEN_REJECTS_AUDIT_CONFIG:
+        return []
+    seeds, test05 = get_round(ROUND).seeds, "16799458546791641818"  # mlperf.conf's test05_qsl_rng_seed
+    for scenario in _scenarios("bert-99"):
+        folder = f"closed/{SUBMITTER}/compliance/{SYSTEM}/bert-99/{scenario}"
+        assert f"Missing TEST01 in compliance dir {folder}" in complaints, complaints
+        assert f"{folder}/TEST05/performance/run_1/mlperf_log_detail.txt contains errors:" in complaints, complaints
+        assert (f"{folder}/TEST05/performance/run_1/mlperf_log_detail.txt qsl_rng_seed is wrong, "
+                f"expected={test05}, found={seeds.qsl_rng_seed}") in complaints, complaints
+    assert "Multiple conf files are used. This is not valid for official submission." in complaints
+    return [c for c in complaints if f"/compliance/{SYSTEM}/bert-99/" in c or c.startswith("Multiple conf files")]
 
 
 def test_bad_inputs_are_named_with_their_fix(pipeline, tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ the test asserts the checker's complaints that show why and accepts the rest of 
 
 The bad-input tests reuse the same logs: each names its fix, and nothing under the logs is ever changed.
 """
+
 from __future__ import annotations
 
 import ast

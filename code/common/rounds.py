@@ -97,7 +97,8 @@ ALL_THREE = (Scenario.Offline, Scenario.Server, Scenario.SingleStream)
 ROUNDS: dict[str, Round] = {
     "v4.1": Round(
         name="v4.1",
-        # The newest 4.1.x (looked up on PyPI's simple index, 2026-11-24); its mlperf.conf has v4.1's seeds.
+        # The newest 4.1.x sdist; its mlperf.conf has v4.1's seeds. Every 4.1.x sdist reads audit.config as a second
+        # user configuration, so v4.1 audits FAIL with any of them (documentation/rounds.md).
         loadgen=LoadgenRelease(
             version="4.1.30",
             sha256="98cd16fd242af729a761b57b01a832338a9b39101230de7056b2b273b6a2ff6b",

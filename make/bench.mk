@@ -16,4 +16,4 @@ bench: build
 # each engine the H100/H200 configs run must meet the target they use it for; exits non-zero when a bar is missed.
 # GPU run: make agreement AGREEMENT_ARGS="--device=cuda --precisions=fp16,bf16,fp8,fp8:fp8_fast_accum=true"
 agreement: setup
-	$(PY) -m scripts.bert_agreement $(AGREEMENT_ARGS)
+	$(PY) -m scripts.agreement $(AGREEMENT_ARGS)

@@ -1,37 +1,18 @@
-"""The measurement tools of the BERT GPU work: scripts/bench_bert.py, scripts/bert_agreement.py and the real-text
-inputs (code/bert/text_inputs.py). Logic with fakes; one tiny agreement run and one tiny bench through the harness."""
+"""The agreement tool (scripts/agreement/, ``make agreement``) and its real-text inputs
+(scripts/agreement/text_inputs.py). Logic with fakes; tiny agreement runs on the CPU."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from code.bert.accuracy import PAD_LOGIT
 from code.bert.squad import DOC_STRIDE, MAX_SEQ_LENGTH
-from code.bert.text_inputs import build_text_inputs, make_question, phrase_candidates, prose_sentences
 from code.bert.vocab import BertTokenizer, find_vocab
-from code.common.constants import Scenario
-from code.common.paths import LIB_DIR, REPO_ROOT
-from scripts import bench_bert, bert_agreement
-from scripts.bench_bert import (
-    BenchError,
-    OfflineResult,
-    RunOutcome,
-    ServerTry,
-    build_figures,
-    format_table,
-    measure_offline,
-    search_server_qps,
-    split_extra_run_args,
-    write_reports,
-)
-from scripts.bert_agreement import (
+from scripts.agreement import gate
+from scripts.agreement.gate import (
     TARGET_BARS,
     AgreementError,
     Bar,
@@ -42,6 +23,7 @@ from scripts.bert_agreement import (
     parse_require,
     position_view,
 )
+from scripts.agreement.text_inputs import build_text_inputs, make_question, phrase_candidates, prose_sentences
 
 # ---------------------------------------------------------------------------------------------------- text inputs
 
@@ -162,7 +144,7 @@ def test_shifted_logits_disagree(text_inputs):
     assert result.span_agreement < 0.5 and result.spans_differ > 0 and result.answer_agreement < 1.0
     assert result.max_abs_error > 9.0
     # span disagreement alone is information: a random-head model is never gated, whatever its bar
-    row = bert_agreement.Row("tiny", "fp16", Bar(0.995, "bert-99"), result, path="eager float16")
+    row = gate.Row("tiny", "fp16", Bar(0.995, "bert-99"), result, path="eager float16")
     assert row.passed is None and row.qualifies("bert-99") is None
 
 
@@ -199,10 +181,10 @@ def test_require_configs_adds_the_configs_engines():
     bars = parse_require("configs,fp16=0.99", ["fp16", "bf16"], configs=lambda: configs)
     # the configs' engine not in --precisions is required too; an item's own bar given here beats the configs'
     assert bars == {"fp16": Bar(0.99, "0.99"), "fp8:fp8_fast_accum=true": configs["fp8:fp8_fast_accum=true"]}
-    args = bert_agreement.parse_args(["--device=cpu", "--models=tiny", "--precisions=bf16"])
-    plan = bert_agreement.make_plan(args)  # the default: --require configs, from the shipped classes
+    args = gate.parse_args(["--device=cpu", "--models=tiny", "--precisions=bf16"])
+    plan = gate.make_plan(args)  # the default: --require configs, from the shipped classes
     assert args.require == "configs" and [c.label for c in plan.candidates][0] == "bf16"
-    assert set(plan.bars) == set(bert_agreement.config_requirements()) and "bf16" not in plan.bars
+    assert set(plan.bars) == set(gate.config_requirements()) and "bf16" not in plan.bars
     assert {c.label for c in plan.candidates} == {"bf16", *plan.bars}
 
 
@@ -210,12 +192,12 @@ def test_config_requirements_follow_the_h100_h200_classes():
     from code.common.constants import AccuracyTarget, Benchmark, Scenario
     from configs.configuration import WorkloadSetting, resolve_config
 
-    bars = bert_agreement.config_requirements()
+    bars = gate.config_requirements()
     for system in ("H100_SXM_80GBx1", "H200_SXM_141GBx1", "H200_SXM_141GBx8"):
         for scenario in Scenario:
             for target in AccuracyTarget:
                 config = resolve_config(Benchmark.BERT, scenario, system, WorkloadSetting(accuracy_target=target), {})
-                item = bert_agreement.engine_item(config)
+                item = gate.engine_item(config)
                 assert item.partition(":")[0] == config["precision"]
                 assert ("gelu_in_gemm=true" in item) is config["gelu_in_gemm"]
                 # each engine is held to the strictest target any config uses it for
@@ -223,13 +205,13 @@ def test_config_requirements_follow_the_h100_h200_classes():
     assert set(TARGET_BARS) == {"bert-99", "bert-99.9"}
     assert TARGET_BARS["bert-99"] == 0.995 and TARGET_BARS["bert-99.9"] == 0.9995
     values = {"precision": "fp16", "fp8_fast_accum": True, "fp8_gemms": "w1", "attention_kernel": "flash"}
-    assert bert_agreement.engine_item(values | {"gelu_in_gemm": False}) == "fp16:attention_kernel=flash"
+    assert gate.engine_item(values | {"gelu_in_gemm": False}) == "fp16:attention_kernel=flash"
     fp8 = {"precision": "fp8", "fp8_fast_accum": True, "fp8_gemms": "qkv+wo+w1+w2", "attention_kernel": "triton"}
-    assert bert_agreement.engine_item(fp8 | {"gelu_in_gemm": True}) == "fp8:fp8_fast_accum=true:gelu_in_gemm=true"
+    assert gate.engine_item(fp8 | {"gelu_in_gemm": True}) == "fp8:fp8_fast_accum=true:gelu_in_gemm=true"
 
 
-def _gated_row(candidate_f1: float, bar: Bar | None, gated: bool = True) -> bert_agreement.Row:
-    agreement = bert_agreement.Agreement(
+def _gated_row(candidate_f1: float, bar: Bar | None, gated: bool = True) -> gate.Row:
+    agreement = gate.Agreement(
         features=100,
         max_abs_error=0.1,
         mean_abs_error=0.01,
@@ -242,7 +224,7 @@ def _gated_row(candidate_f1: float, bar: Bar | None, gated: bool = True) -> bert
         reference_f1=80.0,
         candidate_f1=candidate_f1,
     )
-    return bert_agreement.Row("minilm-l6-qa", "fp8", bar, agreement, path="fast (PackedBert)", gated=gated)
+    return gate.Row("minilm-l6-qa", "fp8", bar, agreement, path="fast (PackedBert)", gated=gated)
 
 
 def test_the_gate_is_the_f1_ratio_on_the_trained_proxy():
@@ -250,40 +232,40 @@ def test_the_gate_is_the_f1_ratio_on_the_trained_proxy():
     row = _gated_row(79.7, bert_99)  # 99.625% of float32's F1
     assert row.f1_ratio == pytest.approx(0.99625)
     assert row.passed is True and row.qualifies("bert-99") is True and row.qualifies("bert-99.9") is False
-    assert bert_agreement.exit_status([row]) == 0
-    assert bert_agreement.exit_status([_gated_row(79.7, bert_999)]) == bert_agreement.EXIT_MISSED
-    assert bert_agreement.exit_status([_gated_row(79.99, bert_999)]) == 0  # 99.9875%
-    assert bert_agreement.exit_status([_gated_row(79.5, bert_99)]) == bert_agreement.EXIT_MISSED  # 99.375%
-    assert bert_agreement.exit_status([_gated_row(50.0, None)]) == 0  # reported, not required
+    assert gate.exit_status([row]) == 0
+    assert gate.exit_status([_gated_row(79.7, bert_999)]) == gate.EXIT_MISSED
+    assert gate.exit_status([_gated_row(79.99, bert_999)]) == 0  # 99.9875%
+    assert gate.exit_status([_gated_row(79.5, bert_99)]) == gate.EXIT_MISSED  # 99.375%
+    assert gate.exit_status([_gated_row(50.0, None)]) == 0  # reported, not required
     # a random-head model is not gated: its F1 means nothing, so neither its verdict nor the exit status use it
     random_head = _gated_row(10.0, bert_99, gated=False)
     assert random_head.passed is None and random_head.qualifies("bert-99") is None
-    assert bert_agreement.exit_status([random_head]) == bert_agreement.EXIT_NOT_RUN  # a bar, and nothing measured it
-    assert "no trained QA proxy" in bert_agreement.gate_notes([random_head])[0]
-    table = bert_agreement.format_rows([row, random_head])
+    assert gate.exit_status([random_head]) == gate.EXIT_NOT_RUN  # a bar, and nothing measured it
+    assert "no trained QA proxy" in gate.gate_notes([random_head])[0]
+    table = gate.format_rows([row, random_head])
     assert table[1][-3:] == ["bert-99 yes, bert-99.9 no", "bert-99 (>= 99.50%)", "PASS"]
     assert table[2][-3:] == ["not gated (random head)", "bert-99 (>= 99.50%)", "-"]
-    (line,) = bert_agreement.qualification_lines([row, random_head])
+    (line,) = gate.qualification_lines([row, random_head])
     assert "99.625% of float32's" in line and "bert-99 (>= 99.50%): yes" in line and "bert-99.9 (>= 99.95%): no" in line
     assert "moves the ratio by up to 0.125%" in line  # 100 / 1000 questions / F1 80
     on_cpu = _gated_row(80.0, bert_99)
     on_cpu.path = "eager float32"  # fp8 off the GPU: fp16-rounded weights, no FP8 GEMMs, so no verdict either way
     assert on_cpu.passed is None and on_cpu.qualifies("bert-99") is None and on_cpu.unmeasured
-    assert bert_agreement.exit_status([row, on_cpu]) == bert_agreement.EXIT_NOT_RUN
-    assert bert_agreement.format_rows([on_cpu])[1][-3:] == [
+    assert gate.exit_status([row, on_cpu]) == gate.EXIT_NOT_RUN
+    assert gate.format_rows([on_cpu])[1][-3:] == [
         "not measured (eager float32, no FP8 GEMMs)",
         "bert-99 (>= 99.50%)",
         "NOT MEASURED",
     ]
-    assert "not measured; the gate needs a GPU run" in bert_agreement.gate_notes([on_cpu])[0]
-    assert bert_agreement.qualification_lines([on_cpu]) == []
+    assert "not measured; the gate needs a GPU run" in gate.gate_notes([on_cpu])[0]
+    assert gate.qualification_lines([on_cpu]) == []
     no_f1 = _gated_row(0.0, bert_99)
     no_f1.agreement.reference_f1 = 0.0  # float32 scored nothing: the gate cannot measure, so it does not pass
-    assert no_f1.passed is False and bert_agreement.exit_status([no_f1]) == bert_agreement.EXIT_MISSED
+    assert no_f1.passed is False and gate.exit_status([no_f1]) == gate.EXIT_MISSED
 
 
 def test_agreement_cli_on_cpu(tmp_path, capsys):
-    status = bert_agreement.main(
+    status = gate.main(
         [
             "--device=cpu",
             "--models=tiny",
@@ -300,7 +282,7 @@ def test_agreement_cli_on_cpu(tmp_path, capsys):
     assert row["precision"] == "bf16" and row["agreement"]["features"] >= 40
     assert row["passed"] is None and row["gated"] is False and row["qualifies"] == {"bert-99": None, "bert-99.9": None}
     assert "span agree" in out.splitlines()[-3] and (tmp_path / "agreement.md").is_file()
-    assert bert_agreement.main(["--device=cpu", "--precisions=fp61"]) == bert_agreement.EXIT_USAGE
+    assert gate.main(["--device=cpu", "--precisions=fp61"]) == gate.EXIT_USAGE
     assert "valid: fp16, bf16, fp8" in capsys.readouterr().err
 
 
@@ -339,12 +321,12 @@ def test_precision_variants_and_their_bars():
     with pytest.raises(AgreementError, match="precisions item"):
         parse_require("fp8:fp8_fast_accum=true", labels)  # a variant without its bar
     # option names are checked before any work, against BackendOptions, for each variant
-    args = bert_agreement.parse_args(["--device=cpu", "--models=minilm-l6-qa", "--precisions=fp16:no_such=1"])
+    args = gate.parse_args(["--device=cpu", "--models=minilm-l6-qa", "--precisions=fp16:no_such=1"])
     with pytest.raises(AgreementError, match="no_such: not a settable BackendOptions field; valid: .*cuda_graphs"):
-        bert_agreement.make_plan(args)
-    args = bert_agreement.parse_args(["--device=cpu", "--models=minilm-l6-qa", "--precisions=fp16:cuda_graphs=false"])
-    plan = bert_agreement.make_plan(args)
-    assert plan.models == ["minilm-l6-qa"] and bert_agreement.engine_model("minilm-l6-qa") == "minilm-l6"
+        gate.make_plan(args)
+    args = gate.parse_args(["--device=cpu", "--models=minilm-l6-qa", "--precisions=fp16:cuda_graphs=false"])
+    plan = gate.make_plan(args)
+    assert plan.models == ["minilm-l6-qa"] and gate.engine_model("minilm-l6-qa") == "minilm-l6"
     assert plan.candidate_options["fp16:cuda_graphs=false"]["cuda_graphs"] is False
     assert "cuda_graphs" not in plan.options  # the fp32 reference keeps the global options
 
@@ -357,7 +339,7 @@ def test_agreement_variants_share_one_engine(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(
         engine, "build_engine", lambda spec, path, **kw: built.append(spec.precision) or build(spec, path, **kw)
     )
-    status = bert_agreement.main(
+    status = gate.main(
         [
             "--device=cpu",
             "--models=tiny",
@@ -367,7 +349,7 @@ def test_agreement_variants_share_one_engine(tmp_path, monkeypatch, capsys):
             f"--work_dir={tmp_path}",
         ]
     )
-    assert status == bert_agreement.EXIT_NOT_RUN, capsys.readouterr().out  # bars, but no trained proxy ran
+    assert status == gate.EXIT_NOT_RUN, capsys.readouterr().out  # bars, but no trained proxy ran
     assert built == ["fp32", "fp16"]  # not one fp16 build per variant
     report = json.loads((tmp_path / "agreement.json").read_text())
     assert [(r["name"], r["options"], r["bar"]["ratio"]) for r in report["rows"]] == [
@@ -379,7 +361,7 @@ def test_agreement_variants_share_one_engine(tmp_path, monkeypatch, capsys):
 
 
 def test_fp8_engines_are_calibrated_on_real_text(tmp_path, capsys):
-    status = bert_agreement.main(
+    status = gate.main(
         [
             "--device=cpu",
             "--models=tiny",
@@ -400,8 +382,8 @@ def test_fp8_engines_are_calibrated_on_real_text(tmp_path, capsys):
 
 
 def test_agreement_finetunes_a_qa_model_once(tmp_path, monkeypatch, capsys):
-    tiny_qa = bert_agreement.FinetunedModel("tiny", lambda: None, "random tiny encoder")
-    monkeypatch.setitem(bert_agreement.FINETUNED_MODELS, "tiny-qa", tiny_qa)
+    tiny_qa = gate.FinetunedModel("tiny", lambda: None, "random tiny encoder")
+    monkeypatch.setitem(gate.FINETUNED_MODELS, "tiny-qa", tiny_qa)
     argv = [
         "--device=cpu",
         "--models=tiny-qa",
@@ -412,246 +394,24 @@ def test_agreement_finetunes_a_qa_model_once(tmp_path, monkeypatch, capsys):
         "--finetune_epochs=1",
         f"--work_dir={tmp_path}",
     ]
-    status = bert_agreement.main(argv)
+    status = gate.main(argv)
     report = json.loads((tmp_path / "agreement.json").read_text())
     (row,) = report["rows"]
     assert row["model"] == "tiny-qa" and row["agreement"]["features"] >= 40 and row["gated"] is True
     # a trained proxy is gated on its F1 ratio; one epoch of a tiny model may score F1 0 (no ratio: the gate fails)
     if row["f1_ratio"] is None:
-        assert status == bert_agreement.EXIT_MISSED and row["passed"] is False
+        assert status == gate.EXIT_MISSED and row["passed"] is False
     else:
-        assert status == (0 if row["f1_ratio"] >= 0.01 else bert_agreement.EXIT_MISSED)
+        assert status == (0 if row["f1_ratio"] >= 0.01 else gate.EXIT_MISSED)
         assert row["passed"] is (row["f1_ratio"] >= 0.01)
         assert report["qualification"] and report["qualification"][0].startswith("tiny-qa fp16: F1")
     assert "fine-tuned together" in report["weights"]["tiny-qa"] and "NOT SQuAD" in report["weights"]["tiny-qa"]
     assert all(p.name.startswith("tiny-") for p in (tmp_path / "engines").iterdir())  # tiny engines, strict load
-    assert bert_agreement.main(argv) == status  # same settings, same folder: the checkpoint is reused
+    assert gate.main(argv) == status  # same settings, same folder: the checkpoint is reused
     assert "reusing" in capsys.readouterr().out
 
 
 def test_unsupported_precision_is_reported_not_failed():
-    rows = [bert_agreement.Row("large", "fp8", Bar(0.995, "bert-99"), not_run="fp8 is not supported here (ValueError)")]
-    assert bert_agreement.exit_status(rows) == bert_agreement.EXIT_NOT_RUN
-    assert "NOT RUN" in bert_agreement.format_rows(rows)[1][-1]
-
-
-# --------------------------------------------------------------------------------------------------------- bench
-
-
-def test_server_search_brackets_then_bisects():
-    limit = 5000.0
-
-    def fake(qps):
-        return ServerTry(qps, qps <= limit, [] if qps <= limit else ["latency constraint not met"], p99_ms=1.0)
-
-    search = search_server_qps(fake, start_qps=4000, max_runs=10, tolerance=0.03)
-    assert search.best_qps is not None and limit * 0.97 <= search.best_qps <= limit
-    assert [t.target_qps for t in search.tries][:3] == [4000, 5000, 6250]  # up by 1.25 until INVALID
-    assert "bracketed" in search.stopped_because and search.best_try().valid
-
-    down = search_server_qps(fake, start_qps=9000, max_runs=10)
-    assert down.tries[0].valid is False and down.tries[1].target_qps == 7200 and down.best_qps <= limit
-
-    capped = search_server_qps(fake, start_qps=4000, max_runs=2)
-    assert len(capped.tries) == 2 and capped.best_qps == 5000 and "used all 2 runs" in capped.stopped_because
-
-
-def test_server_search_stops_on_a_crash_and_without_valid_runs():
-    crashed = search_server_qps(lambda qps: ServerTry(qps, None, ["the test process failed"]), 100.0)
-    assert len(crashed.tries) == 1 and crashed.best_qps is None and "failed" in crashed.stopped_because
-    never = search_server_qps(lambda qps: ServerTry(qps, False, ["early stopping not met"]), 100.0, max_runs=3)
-    assert never.best_qps is None and [t.target_qps for t in never.tries] == [100, 80, 64]
-
-
-class FakeRunner:
-    """Stands in for HarnessRunner: Offline throughput is fixed; too low an expected QPS misses min duration."""
-
-    def __init__(self, throughput: float) -> None:
-        self.throughput = throughput
-        self.calls: list[tuple[str, dict]] = []
-
-    def run(self, label, benchmark, scenario, settings):
-        self.calls.append((label, dict(settings)))
-        expected = settings.get("offline_expected_qps")
-        short = expected is not None and expected < self.throughput
-        probe = expected is None
-        return RunOutcome(
-            label,
-            benchmark,
-            scenario.value,
-            "cmd",
-            f"/logs/{label}",
-            "t.log",
-            0,
-            1.0,
-            valid=not short and not probe,
-            value=self.throughput,
-            unit="samples/s",
-            reasons=["min duration not met"] if short or probe else [],
-            mean_length=166.0,
-        )
-
-
-def test_offline_probes_then_runs_above_the_measured_throughput():
-    runner = FakeRunner(1000.0)
-    result = measure_offline(runner, "bert-99", "dataset", 20000, 5000, None, {})
-    assert [label for label, _ in runner.calls] == ["dataset-probe", "dataset"]
-    assert runner.calls[0][1]["min_duration"] == 5000 and runner.calls[1][1]["offline_expected_qps"] == 1100.0
-    assert result.run.valid and result.tokens_per_second == pytest.approx(166000.0)
-
-
-def test_offline_reruns_once_when_the_hint_was_low():
-    runner = FakeRunner(1000.0)
-    result = measure_offline(runner, "bert-99", "max", 20000, 5000, 500.0, {})
-    assert [label for label, _ in runner.calls] == ["max", "max-rerun"]
-    assert runner.calls[1][1]["offline_expected_qps"] == 1100.0 and result.run.valid
-    assert runner.calls[0][1]["synthetic_lengths"] == "max"
-
-
-def test_extra_run_args_hints_and_refusals():
-    passed, hints = split_extra_run_args("--gpu_batch_size=512 --server_target_qps=7000")
-    assert passed == ["--gpu_batch_size=512"] and hints == {"server_target_qps": "7000"}
-    with pytest.raises(BenchError, match="--min_duration_ms"):
-        split_extra_run_args("--min_duration=1000")
-
-
-def _outcome(value, valid=True, unit="samples/s", **extra):
-    return RunOutcome(
-        "x",
-        "bert-99",
-        "Offline",
-        "cmd",
-        "/logs/01-x",
-        "t.log",
-        0,
-        12.0,
-        valid=valid,
-        value=value,
-        unit=unit,
-        mean_length=166.0,
-        extra=extra,
-    )
-
-
-def test_figures_table_and_reports(tmp_path):
-    baseline = {"samples_per_second": 100.0, "p90_latency_ms": 10.0, "device": "cuda"}
-    server = search_server_qps(lambda q: ServerTry(q, q <= 8000, p99_ms=50.0), 7600, max_runs=3)
-    figures = build_figures(
-        "bert-99",
-        OfflineResult("bert-99", "dataset", _outcome(9500.0)),
-        OfflineResult("bert-99", "max", _outcome(4000.0)),
-        server,
-        _outcome(1.5, unit="ms"),
-        baseline,
-    )
-    names = [f.name for f in figures]
-    assert names[0] == "bert-99 Offline samples/s" and figures[0].ratio == pytest.approx(95.0) and figures[0].meets
-    assert figures[1].value == pytest.approx(9500.0 * 166.0)
-    assert figures[2].target is None and figures[2].meets is None  # the worst case has no target
-    server_row = next(f for f in figures if "Server" in f.name)
-    assert server_row.value == server.best_qps and server_row.meets is True
-    single = figures[-1]
-    assert single.ratio == pytest.approx(10.0 / 1.5) and single.meets is True and single.target == "<= 1.5 ms"
-    missing = build_figures(
-        "bert-99.9", OfflineResult("bert-99.9", "dataset", _outcome(None, valid=None)), None, None, None, None
-    )
-    assert missing[0].meets is False and missing[0].ratio is None
-
-    rows = format_table(figures + missing, baseline)
-    assert rows[0] == ["figure", "value", "VALID", "vs baseline", "target", "meets"] and "baseline" in rows[-1][0]
-    report = {
-        "date": "today",
-        "device": "GPU",
-        "versions": {"torch": "2"},
-        "durations_text": "Offline 20,000 ms",
-        "server_search": {"bert-99": {"stopped_because": "x", "tries": [vars(t) for t in server.tries]}},
-        "runs": [{**vars(_outcome(1.0)), "verdict": "VALID"}],
-        "baseline": baseline,
-    }
-    bench_dir = tmp_path / "bench"
-    bench_dir.mkdir()
-    json_path, md_path = write_reports(bench_dir, report, figures, out=tmp_path / "copy")
-    payload = json.loads(json_path.read_text())
-    assert payload["figures"][0]["value"] == 9500.0 and payload["table"] == format_table(figures, baseline)
-    text = md_path.read_text()
-    assert "| bert-99 Offline samples/s | 9,500 samples/s | yes | x95.00 | >= 9,300 samples/s | yes |" in text
-    assert "## Server search, bert-99" in text and (tmp_path / "copy" / "bench.md").is_file()
-
-
-def test_new_bench_dirs_never_collide(tmp_path):
-    first, second = bench_bert.new_bench_dir(tmp_path), bench_bert.new_bench_dir(tmp_path)
-    assert first != second and first.is_dir() and second.is_dir()
-
-
-def test_baseline_times_hf_bert_on_cpu():
-    result = bench_bert.measure_baseline("tiny", "cpu", seconds_per_repeat=0.05, repeats=2, warmup=1)
-    assert (
-        result["samples_per_second"] > 0
-        and result["p90_latency_ms"] > 0
-        and len(result["samples_per_second_repeats"]) == 2
-    )
-    assert "BertForQuestionAnswering" in result["what"] and "384" in result["what"]
-
-
-@pytest.mark.slow
-def test_quick_bench_runs_offline_through_the_harness(tmp_path, harness_built):
-    build = tmp_path / "build"
-    build.mkdir()
-    (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
-    env = {**os.environ, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "scripts.bench_bert",
-            "--quick",
-            "--benchmarks=bert-99",
-            "--scenarios=offline",
-            "--offline_lengths=dataset",
-            "--skip_baseline",
-            "--min_duration_ms=1000",
-        ],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    (bench_dir,) = (build / "bench").iterdir()
-    payload = json.loads((bench_dir / "bench.json").read_text())
-    offline = payload["figures"][0]
-    assert offline["name"] == "bert-99 Offline samples/s" and offline["value"] > 0
-    assert payload["figures"][1]["unit"] == "tokens/s" and payload["figures"][1]["value"] > offline["value"]
-    assert [Path(r["log_dir"]).name for r in payload["runs"]][:2] == [
-        "01-bert-99-offline-dataset-probe",
-        "02-bert-99-offline-dataset",
-    ]
-    assert all(r["verdict"] in ("VALID", "INVALID") for r in payload["runs"])
-    assert payload["durations_ms"] == {Scenario.Offline.value: 1000}
-    assert (
-        "--model_name=tiny" in payload["runs"][0]["command"]
-        and "--input_data=synthetic" in payload["runs"][0]["command"]
-    )
-    assert "BERT bench" in done.stdout and "(shortened; MLPerf: 600,000 ms)" in done.stdout
-    assert (bench_dir / "bench.md").is_file() and (
-        bench_dir / "runs" / "01-bert-99-offline-dataset-probe.log"
-    ).is_file()
-
-
-def test_gpu_check_steps_survive_a_failing_step():
-    from scripts.gpu.steps import run_steps
-
-    rows: list[str] = []
-    details: dict = {}
-    saved: list[int] = []
-    ran: list[str] = []
-
-    def fail() -> None:
-        raise RuntimeError("kernel broke")
-
-    steps = [("first", lambda: ran.append("first")), ("broken", fail), ("last", lambda: ran.append("last")),
-             ("skipped", lambda: ran.append("skipped"))]  # fmt: skip
-    run_steps(steps, {"skipped"}, details, rows, lambda: saved.append(1))
-    assert ran == ["first", "last"] and rows == ["broken: FAILED RuntimeError: kernel broke"]
-    assert sorted(details["step_s"]) == ["broken", "first", "last"] and len(saved) == 3
+    rows = [gate.Row("large", "fp8", Bar(0.995, "bert-99"), not_run="fp8 is not supported here (ValueError)")]
+    assert gate.exit_status(rows) == gate.EXIT_NOT_RUN
+    assert "NOT RUN" in gate.format_rows(rows)[1][-1]

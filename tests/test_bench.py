@@ -1,4 +1,4 @@
-"""The bench (scripts/bench_bert.py, ``make bench``): the Server search, the Offline probe, figures and reports
+"""The bench (scripts/bench/, ``make bench``): the Server search, the Offline probe, figures and reports
 with fakes; the HF baseline on the CPU; one tiny bench through the harness. Also the GPU checks' step runner."""
 
 from __future__ import annotations
@@ -13,19 +13,12 @@ import pytest
 
 from code.common.constants import Scenario
 from code.common.paths import LIB_DIR, REPO_ROOT
-from scripts import bench_bert
-from scripts.bench_bert import (
-    BenchError,
-    OfflineResult,
-    RunOutcome,
-    ServerTry,
-    build_figures,
-    format_table,
-    measure_offline,
-    search_server_qps,
-    split_extra_run_args,
-    write_reports,
-)
+from scripts.bench.baseline import measure_baseline
+from scripts.bench.cli import new_bench_dir, split_extra_run_args
+from scripts.bench.report import build_figures, format_table, write_reports
+from scripts.bench.runs import OfflineResult, RunOutcome, measure_offline
+from scripts.bench.server_search import ServerTry, search_server_qps
+from scripts.bench.settings import BenchError
 
 
 def test_server_search_brackets_then_bisects():
@@ -169,12 +162,12 @@ def test_figures_table_and_reports(tmp_path):
 
 
 def test_new_bench_dirs_never_collide(tmp_path):
-    first, second = bench_bert.new_bench_dir(tmp_path), bench_bert.new_bench_dir(tmp_path)
+    first, second = new_bench_dir(tmp_path), new_bench_dir(tmp_path)
     assert first != second and first.is_dir() and second.is_dir()
 
 
 def test_baseline_times_hf_bert_on_cpu():
-    result = bench_bert.measure_baseline("tiny", "cpu", seconds_per_repeat=0.05, repeats=2, warmup=1)
+    result = measure_baseline("tiny", "cpu", seconds_per_repeat=0.05, repeats=2, warmup=1)
     assert (
         result["samples_per_second"] > 0
         and result["p90_latency_ms"] > 0
@@ -193,7 +186,7 @@ def test_quick_bench_runs_offline_through_the_harness(tmp_path, harness_built):
         [
             sys.executable,
             "-m",
-            "scripts.bench_bert",
+            "scripts.bench",
             "--quick",
             "--benchmarks=bert-99",
             "--scenarios=offline",

@@ -8,7 +8,7 @@ AGREEMENT_ARGS ?=
 # shortened, on synthetic inputs and random weights, plus the HF baseline: build/bench/<timestamp>/bench.md.
 # A CPU check of the bench itself: make bench BENCH_ARGS="--quick --benchmarks=bert-99 --scenarios=offline"
 bench: build
-	$(PY) -m scripts.bench_bert $(BENCH_ARGS)
+	$(PY) -m scripts.bench $(BENCH_ARGS)
 
 # The accuracy gate of the fast precisions: SQuAD F1 of each engine on the trained MiniLM QA proxy relative to
 # float32's (bert-99 >= 99.5%, bert-99.9 >= 99.95%), with logit error and span agreement (also on random BERT-large
@@ -16,4 +16,4 @@ bench: build
 # each engine the H100/H200 configs run must meet the target they use it for; exits non-zero when a bar is missed.
 # GPU run: make agreement AGREEMENT_ARGS="--device=cuda --precisions=fp16,bf16,fp8,fp8:fp8_fast_accum=true"
 agreement: setup
-	$(PY) -m scripts.bert_agreement $(AGREEMENT_ARGS)
+	$(PY) -m scripts.agreement $(AGREEMENT_ARGS)

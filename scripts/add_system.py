@@ -5,8 +5,9 @@ registered class named after it to ``configs/<bench>/<Scenario>/custom.py`` (loa
 It writes the system description the MLPerf submission checker requires (``code/common/system_description.py``):
 ``systems/<name>.json`` with what detection knows, when the system has none yet, and ``systems/<name>.user.json``
 with the fields still unanswered: detected values where this machine answers them, ``null`` where a person must
-(status, cooling, networking ...). Values already in the user file are kept. The stubs run as they are; tune
-``gpu_batch_size`` and the target QPS/latency with ``make run RUN_ARGS="... --test_run"``.
+(status, cooling, networking ...). Values already in the user file are kept. The stubs' starting values come from
+each benchmark's ``configs/<bench>/new_system.py``; they run as they are; tune ``gpu_batch_size`` and the target
+QPS/latency with ``make run RUN_ARGS="... --test_run"``.
 
 Usage: ``python -m scripts.add_system [--system_name NAME] [--benchmarks bert,gptj] [--submitter ORG] [--dry_run]``
 (SUBMITTER in the environment works as --submitter)
@@ -15,6 +16,7 @@ Usage: ``python -m scripts.add_system [--system_name NAME] [--benchmarks bert,gp
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -35,37 +37,6 @@ from code.common.system_description import (
 from code.common.systems import CPU_SYSTEM, DetectedSystem, detect_system
 from configs.configuration import ConfigRegistry, WorkloadSetting
 
-# Starting values per benchmark and scenario for a GPU and for a CPU-only machine: meant to run, then be tuned.
-STUB_VALUES = {
-    Benchmark.BERT: {
-        Scenario.Offline: {"gpu": {"gpu_batch_size": 64, "offline_expected_qps": 500.0},
-                           "cpu": {"gpu_batch_size": 8, "offline_expected_qps": 2.0}},
-        Scenario.Server: {"gpu": {"gpu_batch_size": 32, "server_target_qps": 200.0},
-                          "cpu": {"gpu_batch_size": 4, "server_target_qps": 0.5}},
-        Scenario.SingleStream: {"gpu": {"single_stream_expected_latency_ns": 10_000_000},
-                                "cpu": {"single_stream_expected_latency_ns": 500_000_000}},
-    },
-    # GPT-J-6B does not run usefully on a CPU: CPU stubs use the tiny model on random weights (like the CPU class).
-    Benchmark.GPTJ: {
-        Scenario.Offline: {"gpu": {"gpu_batch_size": 16, "offline_expected_qps": 2.0},
-                           "cpu": {"model_name": "tiny", "synthetic_sample_count": 64, "gpu_batch_size": 16,
-                                   "offline_expected_qps": 2.0}},
-        Scenario.Server: {"gpu": {"gpu_batch_size": 8, "server_target_qps": 1.0},
-                          "cpu": {"model_name": "tiny", "synthetic_sample_count": 64, "gpu_batch_size": 8,
-                                  "server_target_qps": 0.5}},
-        Scenario.SingleStream: {"gpu": {"single_stream_expected_latency_ns": 5_000_000_000},
-                                "cpu": {"model_name": "tiny", "synthetic_sample_count": 64,
-                                        "single_stream_expected_latency_ns": 2_000_000_000}},
-    },
-}
-# Engine precision of the stubs: (99% class, 99.9% class) on a GPU and on a CPU.
-STUB_PRECISION = {
-    Benchmark.BERT: {"gpu": ("fp16", "fp16"), "cpu": ("bf16", "fp32")},
-    Benchmark.GPTJ: {"gpu": ("bf16", "bf16"), "cpu": ("fp32", "fp32")},
-}
-# Fields that differ between the 99% and the 99.9% class: BERT's GELU epilogue (tanh form) keeps the 99% bar only
-# (documentation/bert_gpu.md).
-STUB_BY_TARGET = {Benchmark.BERT: {"gpu": ({"gelu_in_gemm": True}, {"gelu_in_gemm": False})}}
 HEADER = '''"""Configs of systems added with `make add_system` (scripts/add_system.py); edit them freely.
 
 This file is imported after the scenario's own configs. Each class is one machine, named after its GPU model
@@ -79,9 +50,14 @@ from configs.{bench}.{scenario} import {base}
 
 
 def stub_classes(system: str, benchmark: Benchmark, scenario: Scenario, on_gpu: bool) -> str:
+    """The two classes (99% and 99.9%) of a new system, from the benchmark's ``configs/<bench>/new_system.py``.
+
+    The values live with the benchmark's configs so that this script knows no benchmark by name.
+    """
+    start = importlib.import_module(f"configs.{benchmark.value}.new_system")
     kind = "gpu" if on_gpu else "cpu"
-    values = STUB_VALUES[benchmark][scenario][kind]
-    precision, high_accuracy_precision = STUB_PRECISION[benchmark][kind]
+    values = start.STARTING_VALUES[scenario][kind]
+    precision, high_accuracy_precision = start.PRECISION[kind]
     lines = [
         "",
         "",
@@ -92,7 +68,7 @@ def stub_classes(system: str, benchmark: Benchmark, scenario: Scenario, on_gpu: 
         f'    precision = "{precision}"',
         f'    device = "{"cuda" if on_gpu else "cpu"}"',
     ]
-    by_target, high_accuracy_by_target = STUB_BY_TARGET.get(benchmark, {}).get(kind, ({}, {}))
+    by_target, high_accuracy_by_target = start.BY_TARGET.get(kind, ({}, {}))
     lines += [f"    {name} = {value!r}" for name, value in {**values, **by_target}.items()]
     lines += [
         "",

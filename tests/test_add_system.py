@@ -49,3 +49,18 @@ def test_bert_gpu_stubs_set_the_gelu_epilogue_per_accuracy_target():
     normal, high = text.split("class MyGpu_x1_HighAccuracy")
     assert "gelu_in_gemm = True" in normal and "gelu_in_gemm = False" in high
     assert "gelu_in_gemm" not in stub_classes("MyCpu", Benchmark.BERT, Scenario.Offline, on_gpu=False)
+
+
+def test_every_benchmark_brings_its_starting_values():
+    """add_system knows no benchmark by name: each one's configs/<bench>/new_system.py covers every scenario, for a
+    GPU and for a CPU-only machine, and both accuracy classes' precisions."""
+    import importlib
+
+    from code.common.constants import Benchmark, Scenario
+
+    for benchmark in Benchmark:
+        start = importlib.import_module(f"configs.{benchmark.value}.new_system")
+        assert set(start.STARTING_VALUES) == set(Scenario), benchmark
+        for scenario in Scenario:
+            assert set(start.STARTING_VALUES[scenario]) == {"gpu", "cpu"}, (benchmark, scenario)
+        assert set(start.PRECISION) == {"gpu", "cpu"} and set(start.BY_TARGET) <= {"gpu", "cpu"}

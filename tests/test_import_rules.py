@@ -1,9 +1,11 @@
-"""code/common depends on nothing above it: not on configs/, not on a benchmark package.
+"""Dependencies point one way: code/common depends on nothing above it, and the product (code/) on no tool or test.
 
-Dependencies point one way (configs -> code/common, benchmarks -> code/common); an import against that arrow makes a
-package cycle, so code/common could no longer be imported or reused without the registry or a benchmark. Reading
-the source (every ``import``, at module level or inside a function) rather than importing it also catches the
-lazy imports that a run would only reach on some paths.
+configs -> code/common and benchmarks -> code/common; an import against that arrow makes a package cycle, so
+code/common could no longer be imported or reused without the registry or a benchmark. The tools under scripts/
+(the bench, the agreement check, add_system) use the product, never the reverse, and the product reads no test
+data: a harness installed without scripts/ and tests/ runs the same. Reading the source (every ``import``, at module
+level or inside a function) rather than importing it also catches the lazy imports that a run would only reach on
+some paths.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ COMMON = REPO_ROOT / "code" / "common"
 BENCHMARK_PACKAGES = sorted(f"code.{p.parent.name}" for p in (REPO_ROOT / "code").glob("*/benchmark.py"))
 FORBIDDEN = ("configs", "code.actions", "code.submission", "code.harness", *BENCHMARK_PACKAGES)
 COMMON_MODULES = sorted(COMMON.glob("*.py"))
+PRODUCT_MODULES = sorted((REPO_ROOT / "code").rglob("*.py"))
+# Packages the product must not import: the tools and the tests.
+TOOLS = ("scripts", "tests")
 
 
 def imported_modules(path: Path) -> list[str]:
@@ -50,3 +55,54 @@ def test_common_imports_nothing_above_it(path):
 @pytest.mark.parametrize("path", COMMON_MODULES, ids=lambda p: p.name)
 def test_common_module_imports(path):
     importlib.import_module(f"code.common.{path.stem}")
+
+
+def _test_data_paths(path: Path) -> list[str]:
+    """String constants, docstrings aside, that name the tests folder or its fixtures as a path."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and (node.value in ("tests", "fixtures") or node.value.startswith(("tests/", "fixtures/")))
+    ]
+
+
+def test_product_modules_are_found():
+    assert len(PRODUCT_MODULES) > 20 and COMMON / "paths.py" in PRODUCT_MODULES
+
+
+@pytest.mark.parametrize("path", PRODUCT_MODULES, ids=lambda p: str(p.relative_to(REPO_ROOT / "code")))
+def test_product_imports_no_tool(path):
+    bad = [name for name in imported_modules(path)
+           if any(name == root or name.startswith(root + ".") for root in TOOLS)]
+    assert not bad, f"{path.relative_to(REPO_ROOT)} imports {bad}: code/ must not depend on scripts/ or tests/"
+
+
+@pytest.mark.parametrize("path", PRODUCT_MODULES, ids=lambda p: str(p.relative_to(REPO_ROOT / "code")))
+def test_product_reads_no_test_data(path):
+    named = _test_data_paths(path)
+    assert not named, f"{path.relative_to(REPO_ROOT)} names {named}: test data is no input of the product"
+
+
+def test_the_rules_see_imports_and_paths(tmp_path):
+    """The checks would catch what they forbid: a nested tool import and a fixture path built from parts."""
+    module = tmp_path / "m.py"
+    module.write_text(
+        '"""Reads tests/fixtures in its docstring only."""\n'
+        "def f():\n"
+        "    from scripts.bench import cli\n"
+        '    return ROOT / "tests" / "fixtures" / "squad_tiny.json"\n'
+    )
+    assert "scripts.bench" in imported_modules(module)
+    assert sorted(_test_data_paths(module)) == ["fixtures", "tests"]

@@ -1,4 +1,4 @@
-"""Fine-tuning BertQA on echo questions (code/bert/finetune_qa.py): the gold positions, the document split, the
+"""Fine-tuning BertQA on echo questions (scripts/agreement/finetune_qa.py): the gold positions, the document split, the
 loss, the span rule, and a tiny CPU run whose checkpoint loads strictly. The GPU run on MiniLM is not tested here."""
 
 from __future__ import annotations
@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from code.bert import finetune_qa
-from code.bert.finetune_qa import (
+from code.bert.model import BERT_CONFIGS, load_checkpoint
+from code.bert.squad import EvalFeature
+from code.bert.vocab import BertTokenizer, find_vocab
+from scripts.agreement import finetune_qa
+from scripts.agreement.finetune_qa import (
     FinetuneSettings,
     build_splits,
     example_documents,
@@ -18,10 +21,7 @@ from code.bert.finetune_qa import (
     save_finetuned,
     split_by_document,
 )
-from code.bert.model import BERT_CONFIGS, load_checkpoint
-from code.bert.squad import EvalFeature
-from code.bert.text_inputs import build_text_inputs
-from code.bert.vocab import BertTokenizer, find_vocab
+from scripts.agreement.text_inputs import build_text_inputs
 
 
 @pytest.fixture(scope="module")

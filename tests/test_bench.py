@@ -1,0 +1,240 @@
+"""The bench (scripts/bench/, ``make bench``): the Server search, the Offline probe, figures and reports
+with fakes; the HF baseline on the CPU; one tiny bench through the harness. Also the GPU checks' step runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from code.common.constants import Scenario
+from code.common.paths import LIB_DIR, REPO_ROOT
+from scripts.bench.baseline import measure_baseline
+from scripts.bench.cli import new_bench_dir, split_extra_run_args
+from scripts.bench.report import build_figures, format_table, write_reports
+from scripts.bench.runs import OfflineResult, RunOutcome, measure_offline
+from scripts.bench.server_search import ServerTry, search_server_qps
+from scripts.bench.settings import BenchError
+
+
+def test_server_search_brackets_then_bisects():
+    limit = 5000.0
+
+    def fake(qps):
+        return ServerTry(qps, qps <= limit, [] if qps <= limit else ["latency constraint not met"], p99_ms=1.0)
+
+    search = search_server_qps(fake, start_qps=4000, max_runs=10, tolerance=0.03)
+    assert search.best_qps is not None and limit * 0.97 <= search.best_qps <= limit
+    assert [t.target_qps for t in search.tries][:3] == [4000, 5000, 6250]  # up by 1.25 until INVALID
+    assert "bracketed" in search.stopped_because and search.best_try().valid
+
+    down = search_server_qps(fake, start_qps=9000, max_runs=10)
+    assert down.tries[0].valid is False and down.tries[1].target_qps == 7200 and down.best_qps <= limit
+
+    capped = search_server_qps(fake, start_qps=4000, max_runs=2)
+    assert len(capped.tries) == 2 and capped.best_qps == 5000 and "used all 2 runs" in capped.stopped_because
+
+
+def test_server_search_stops_on_a_crash_and_without_valid_runs():
+    crashed = search_server_qps(lambda qps: ServerTry(qps, None, ["the test process failed"]), 100.0)
+    assert len(crashed.tries) == 1 and crashed.best_qps is None and "failed" in crashed.stopped_because
+    never = search_server_qps(lambda qps: ServerTry(qps, False, ["early stopping not met"]), 100.0, max_runs=3)
+    assert never.best_qps is None and [t.target_qps for t in never.tries] == [100, 80, 64]
+
+
+class FakeRunner:
+    """Stands in for HarnessRunner: Offline throughput is fixed; too low an expected QPS misses min duration."""
+
+    def __init__(self, throughput: float) -> None:
+        self.throughput = throughput
+        self.calls: list[tuple[str, dict]] = []
+
+    def run(self, label, benchmark, scenario, settings):
+        self.calls.append((label, dict(settings)))
+        expected = settings.get("offline_expected_qps")
+        short = expected is not None and expected < self.throughput
+        probe = expected is None
+        return RunOutcome(
+            label,
+            benchmark,
+            scenario.value,
+            "cmd",
+            f"/logs/{label}",
+            "t.log",
+            0,
+            1.0,
+            valid=not short and not probe,
+            value=self.throughput,
+            unit="samples/s",
+            reasons=["min duration not met"] if short or probe else [],
+            mean_length=166.0,
+        )
+
+
+def test_offline_probes_then_runs_above_the_measured_throughput():
+    runner = FakeRunner(1000.0)
+    result = measure_offline(runner, "bert-99", "dataset", 20000, 5000, None, {})
+    assert [label for label, _ in runner.calls] == ["dataset-probe", "dataset"]
+    assert runner.calls[0][1]["min_duration"] == 5000 and runner.calls[1][1]["offline_expected_qps"] == 1100.0
+    assert result.run.valid and result.tokens_per_second == pytest.approx(166000.0)
+
+
+def test_offline_reruns_once_when_the_hint_was_low():
+    runner = FakeRunner(1000.0)
+    result = measure_offline(runner, "bert-99", "max", 20000, 5000, 500.0, {})
+    assert [label for label, _ in runner.calls] == ["max", "max-rerun"]
+    assert runner.calls[1][1]["offline_expected_qps"] == 1100.0 and result.run.valid
+    assert runner.calls[0][1]["synthetic_lengths"] == "max"
+
+
+def test_extra_run_args_hints_and_refusals():
+    passed, hints = split_extra_run_args("--gpu_batch_size=512 --server_target_qps=7000")
+    assert passed == ["--gpu_batch_size=512"] and hints == {"server_target_qps": "7000"}
+    with pytest.raises(BenchError, match="--min_duration_ms"):
+        split_extra_run_args("--min_duration=1000")
+
+
+def _outcome(value, valid=True, unit="samples/s", **extra):
+    return RunOutcome(
+        "x",
+        "bert-99",
+        "Offline",
+        "cmd",
+        "/logs/01-x",
+        "t.log",
+        0,
+        12.0,
+        valid=valid,
+        value=value,
+        unit=unit,
+        mean_length=166.0,
+        extra=extra,
+    )
+
+
+def test_figures_table_and_reports(tmp_path):
+    baseline = {"samples_per_second": 100.0, "p90_latency_ms": 10.0, "device": "cuda"}
+    server = search_server_qps(lambda q: ServerTry(q, q <= 8000, p99_ms=50.0), 7600, max_runs=3)
+    figures = build_figures(
+        "bert-99",
+        OfflineResult("bert-99", "dataset", _outcome(9500.0)),
+        OfflineResult("bert-99", "max", _outcome(4000.0)),
+        server,
+        _outcome(1.5, unit="ms"),
+        baseline,
+    )
+    names = [f.name for f in figures]
+    assert names[0] == "bert-99 Offline samples/s" and figures[0].ratio == pytest.approx(95.0) and figures[0].meets
+    assert figures[1].value == pytest.approx(9500.0 * 166.0)
+    assert figures[2].target is None and figures[2].meets is None  # the worst case has no target
+    server_row = next(f for f in figures if "Server" in f.name)
+    assert server_row.value == server.best_qps and server_row.meets is True
+    single = figures[-1]
+    assert single.ratio == pytest.approx(10.0 / 1.5) and single.meets is True and single.target == "<= 1.5 ms"
+    missing = build_figures(
+        "bert-99.9", OfflineResult("bert-99.9", "dataset", _outcome(None, valid=None)), None, None, None, None
+    )
+    assert missing[0].meets is False and missing[0].ratio is None
+
+    rows = format_table(figures + missing, baseline)
+    assert rows[0] == ["figure", "value", "VALID", "vs baseline", "target", "meets"] and "baseline" in rows[-1][0]
+    report = {
+        "date": "today",
+        "device": "GPU",
+        "versions": {"torch": "2"},
+        "durations_text": "Offline 20,000 ms",
+        "server_search": {"bert-99": {"stopped_because": "x", "tries": [vars(t) for t in server.tries]}},
+        "runs": [{**vars(_outcome(1.0)), "verdict": "VALID"}],
+        "baseline": baseline,
+    }
+    bench_dir = tmp_path / "bench"
+    bench_dir.mkdir()
+    json_path, md_path = write_reports(bench_dir, report, figures, out=tmp_path / "copy")
+    payload = json.loads(json_path.read_text())
+    assert payload["figures"][0]["value"] == 9500.0 and payload["table"] == format_table(figures, baseline)
+    text = md_path.read_text()
+    assert "| bert-99 Offline samples/s | 9,500 samples/s | yes | x95.00 | >= 9,300 samples/s | yes |" in text
+    assert "## Server search, bert-99" in text and (tmp_path / "copy" / "bench.md").is_file()
+
+
+def test_new_bench_dirs_never_collide(tmp_path):
+    first, second = new_bench_dir(tmp_path), new_bench_dir(tmp_path)
+    assert first != second and first.is_dir() and second.is_dir()
+
+
+def test_baseline_times_hf_bert_on_cpu():
+    result = measure_baseline("tiny", "cpu", seconds_per_repeat=0.05, repeats=2, warmup=1)
+    assert (
+        result["samples_per_second"] > 0
+        and result["p90_latency_ms"] > 0
+        and len(result["samples_per_second_repeats"]) == 2
+    )
+    assert "BertForQuestionAnswering" in result["what"] and "384" in result["what"]
+
+
+@pytest.mark.slow
+def test_quick_bench_runs_offline_through_the_harness(tmp_path, harness_built):
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
+    env = {**os.environ, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scripts.bench",
+            "--quick",
+            "--benchmarks=bert-99",
+            "--scenarios=offline",
+            "--offline_lengths=dataset",
+            "--skip_baseline",
+            "--min_duration_ms=1000",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (bench_dir,) = (build / "bench").iterdir()
+    payload = json.loads((bench_dir / "bench.json").read_text())
+    offline = payload["figures"][0]
+    assert offline["name"] == "bert-99 Offline samples/s" and offline["value"] > 0
+    assert payload["figures"][1]["unit"] == "tokens/s" and payload["figures"][1]["value"] > offline["value"]
+    assert [Path(r["log_dir"]).name for r in payload["runs"]][:2] == [
+        "01-bert-99-offline-dataset-probe",
+        "02-bert-99-offline-dataset",
+    ]
+    assert all(r["verdict"] in ("VALID", "INVALID") for r in payload["runs"])
+    assert payload["durations_ms"] == {Scenario.Offline.value: 1000}
+    assert (
+        "--model_name=tiny" in payload["runs"][0]["command"]
+        and "--input_data=synthetic" in payload["runs"][0]["command"]
+    )
+    assert "BERT bench" in done.stdout and "(shortened; MLPerf: 600,000 ms)" in done.stdout
+    assert (bench_dir / "bench.md").is_file() and (
+        bench_dir / "runs" / "01-bert-99-offline-dataset-probe.log"
+    ).is_file()
+
+
+def test_gpu_check_steps_survive_a_failing_step():
+    from scripts.gpu.steps import run_steps
+
+    rows: list[str] = []
+    details: dict = {}
+    saved: list[int] = []
+    ran: list[str] = []
+
+    def fail() -> None:
+        raise RuntimeError("kernel broke")
+
+    steps = [("first", lambda: ran.append("first")), ("broken", fail), ("last", lambda: ran.append("last")),
+             ("skipped", lambda: ran.append("skipped"))]  # fmt: skip
+    run_steps(steps, {"skipped"}, details, rows, lambda: saved.append(1))
+    assert ran == ["first", "last"] and rows == ["broken: FAILED RuntimeError: kernel broke"]
+    assert sorted(details["step_s"]) == ["broken", "first", "last"] and len(saved) == 3

@@ -151,3 +151,39 @@ def test_a_changed_checkpoint_makes_the_engine_stale_and_a_failed_build_leaves_n
     assert not (engine_dir / MANIFEST).exists() and not list(engine_dir.glob(".*.tmp"))
     with pytest.raises(ValueError, match="nothing to calibrate"):
         build_engine(EngineSpec("tiny"), tmp_path / "bf16")
+
+
+def test_generate_engines_builds_what_the_run_expects_and_labels_the_calibration(tmp_path, monkeypatch):
+    """The orchestration seam: ``generate_engine`` writes ``<engines>/<system>/gptj/<Scenario>/<key>/``, the run's
+    description points at that folder, and the not-submittable reason tracks the calibration set. FP8 needs a GPU,
+    so the device check is stood in for (the engine itself builds on the CPU)."""
+    from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
+    from code.gptj import benchmark, engine
+    from configs.configuration import WorkloadSetting, resolve_config
+
+    monkeypatch.setattr(benchmark, "resolve_device", lambda config: "cpu")
+    monkeypatch.setattr(benchmark, "ENGINES_DIR", tmp_path / "engines")
+    monkeypatch.setattr(engine, "CALIBRATION_DIR", tmp_path / "absent")
+    workload = WorkloadSetting(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+    config = resolve_config(Benchmark.GPTJ, Scenario.Offline, "CPU", workload,
+                            {"backend": "inflight", "precision": "fp32", "kv_cache_dtype": "fp8", "model_name": "tiny",
+                             "input_data": "synthetic", "weights": "random", "seed": 3})
+    synthetic = "FP8 scales calibrated on synthetic prompts, not the MLPerf calibration list"
+    described = benchmark.describe_inputs(config, TestMode.PerformanceOnly)
+    assert synthetic in described["invalid_because"]
+    expected_dir = tmp_path / "engines" / config.system / "gptj" / "Offline" / "tiny-fp32-kvfp8-random-s3"
+    assert described["engine"] == str(expected_dir)
+    report = benchmark.generate_engine(config)
+    assert report["engine"] == str(expected_dir) and (expected_dir / MANIFEST).is_file()
+    spec = EngineSpec("tiny", "fp32", "fp8", seed=3)
+    assert json.loads((expected_dir / MANIFEST).read_text())["calibration"]["dtype"] == "float32"
+    load_calibration(expected_dir, spec)
+
+    monkeypatch.setattr(engine, "CALIBRATION_DIR", fake_calibration_set(tmp_path / "calibration"))
+    assert synthetic not in benchmark.describe_inputs(config, TestMode.PerformanceOnly)["invalid_because"]
+    with pytest.raises(EngineError, match="calibrated on"):
+        load_calibration(expected_dir, spec)  # built before the set arrived: rebuild
+    bf16 = resolve_config(Benchmark.GPTJ, Scenario.Offline, "CPU", workload,
+                          {"backend": "inflight", "precision": "fp32", "model_name": "tiny", "input_data": "synthetic",
+                           "weights": "random"})
+    assert benchmark.generate_engine(bf16)["engine"].startswith("none")

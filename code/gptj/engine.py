@@ -118,8 +118,9 @@ class CalibrationPrompts:
         return self.source.startswith("mlperf:")
 
 
-def calibration_source(seed: int, calibration_dir: Path = CALIBRATION_DIR, max_length: int = MAX_INPUT_TOKENS) -> str:
+def calibration_source(seed: int, calibration_dir: Path | None = None, max_length: int = MAX_INPUT_TOKENS) -> str:
     """The source a build would calibrate on now, without loading prompts: what a run compares to the manifest."""
+    calibration_dir = CALIBRATION_DIR if calibration_dir is None else calibration_dir
     manifest = Path(calibration_dir) / MANIFEST_FILE
     if manifest.is_file():
         # The manifest and the tokens themselves (~8 MB for 1,000 prompts): any other prompt set differs here.
@@ -132,7 +133,7 @@ def calibration_source(seed: int, calibration_dir: Path = CALIBRATION_DIR, max_l
             f"max_length={max_length}")
 
 
-def calibration_prompts(seed: int, calibration_dir: Path = CALIBRATION_DIR,
+def calibration_prompts(seed: int, calibration_dir: Path | None = None,
                         max_length: int = MAX_INPUT_TOKENS) -> CalibrationPrompts:
     """The MLPerf calibration prompts (``make download_data preprocess_data BENCHMARKS=gptj``) when preprocessed,
     else synthetic prompts with CNN/DailyMail-like lengths drawn with their own seed."""
@@ -140,7 +141,7 @@ def calibration_prompts(seed: int, calibration_dir: Path = CALIBRATION_DIR,
 
     source = calibration_source(seed, calibration_dir, max_length)
     if source.startswith("mlperf:"):
-        samples = GptjSamples.load(calibration_dir)
+        samples = GptjSamples.load(CALIBRATION_DIR if calibration_dir is None else calibration_dir)
     else:
         samples = GptjSamples.synthetic(SYNTHETIC_CALIBRATION_PROMPTS, seed=seed + SYNTHETIC_SEED_OFFSET,
                                         max_length=max_length)
@@ -180,7 +181,7 @@ def load_model(spec: EngineSpec, device: torch.device, dtype: torch.dtype) -> In
 
 
 def build_engine(spec: EngineSpec, engine_dir: Path, *, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.bfloat16, calibration_dir: Path = CALIBRATION_DIR,
+                 dtype: torch.dtype = torch.bfloat16, calibration_dir: Path | None = None,
                  model: InflightModel | None = None) -> Path:
     """Calibrate ``spec``'s model and write the engine to ``engine_dir`` (replacing what is there).
 
@@ -238,7 +239,7 @@ def read_manifest(engine_dir: Path, run_args: str | None = None) -> dict[str, An
     return manifest
 
 
-def load_calibration(engine_dir: Path, expected: EngineSpec, *, calibration_dir: Path = CALIBRATION_DIR,
+def load_calibration(engine_dir: Path, expected: EngineSpec, *, calibration_dir: Path | None = None,
                      n_positions: int | None = None, run_args: str | None = None) -> Amax:
     """The engine's ``Amax`` if the engine is current for ``expected``; otherwise ``EngineError`` saying what
     differs and naming ``make generate_engines``. ``n_positions`` (the model's context) fixes the synthetic

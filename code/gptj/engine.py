@@ -8,7 +8,7 @@ once, by ``make generate_engines``, and stored; a run loads the numbers instead 
 An engine is a folder ``build/engines/<system>/gptj/<Scenario>/<key>/`` holding one file, ``engine.json``:
 format version, the ``EngineSpec``, what the key depends on, the checkpoint's identity, the calibration's source
 and count, and the ``Amax`` series. It holds no weights, by decision (documentation/gptj_gpu.md, "Engines"):
-per-tensor e4m3 quantization of a weight is a deterministic function of it that takes well under a second on the
+per-tensor e4m3 quantization of a weight is a deterministic function of it, estimated well under a second on the
 GPU for all 28 layers; the embedding, LayerNorms and LM head stay 16-bit, so a run reads the checkpoint anyway;
 and a 6 GB FP8 copy in every scenario's engine folder would cost more disk and load time than it saves.
 

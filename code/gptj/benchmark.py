@@ -220,7 +220,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
         max_prompt_length=samples.max_length,
         cuda_graphs=config["cuda_graphs"],
         engine_dir=Path(provenance["engine"]) if "engine" in provenance else None,
-        engine_spec=engine_spec(config, choice),
+        engine_spec=engine_spec(config, choice) if "engine" in provenance else None,  # FP8 inflight runs only
         references=[tokenizer.encode(text) for text in references_text] if oracle and tokenizer else None,
         oracle_drop=config["oracle_shift"],
     )

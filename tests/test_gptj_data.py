@@ -22,8 +22,10 @@ import pytest
 from code.common.download import DownloadError
 from code.common.faults import DataFileError
 from code.common.r2_download import R2Entry, R2Listing, metadata_urls, parse_md5_text, parse_uri_text
-from code.gptj import download_data, download_model, preprocess_data
+from code.gptj import calibration_data, download_data, download_model, preprocess_data
 from code.gptj.cnn_dailymail import (
+    CALIBRATION_FILE,
+    CALIBRATION_TOKENIZED_SUBDIR,
     CNN_DAILYMAIL_VALIDATION_SAMPLES,
     INPUT_IDS_FILE,
     INPUT_LENGTHS_FILE,
@@ -641,3 +643,72 @@ def test_data_download_accepts_a_file_in_place(tmp_path: Path, records: list[dic
     assert target.read_bytes() == FIXTURE.read_bytes()
     lock = json.loads((target.parent / download_data.LOCK_FILE).read_text())
     assert lock["sha256"] == hashlib.sha256(FIXTURE.read_bytes()).hexdigest()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The MLPerf calibration set (made-up list and articles of the real formats; nothing leaves 127.0.0.1)
+
+
+def _calibration_list(count: int) -> tuple[list[str], bytes]:
+    ids = [hashlib.sha1(f"article {i}".encode()).hexdigest() for i in range(count)]
+    return ids, ("\n".join(ids) + "\n").encode()
+
+
+def test_calibration_download_checks_the_list_and_converts_the_articles(
+    r2: FakeR2, tmp_path: Path, records: list[dict]
+) -> None:
+    ids, listing = _calibration_list(len(records))
+    r2.state.files["/calibration-list.txt"] = listing
+    list_url, list_sha = f"{r2.base}/calibration-list.txt", hashlib.sha256(listing).hexdigest()
+    uri = r2.publish("llama3-1-8b-cnn-dailymail-calibration",
+                     {"cnn_dailymail_calibration.json": _llama_format(records)})
+    kwargs = {"list_url": list_url, "list_sha256": list_sha, "expected_count": len(records), **FAST}
+    path = calibration_data.download_calibration(tmp_path, uri, **kwargs)
+    assert path == tmp_path / "cnn-daily-mail" / CALIBRATION_FILE
+    assert load_eval_records(path) == records  # GPT-J instruction, article, highlights, in the source's order
+    provenance = json.loads((path.parent / calibration_data.PROVENANCE_FILE).read_text())
+    assert provenance["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert provenance["calibration_list_sha256"] == list_sha and provenance["ids_checked"] is False
+    r2.state.requests.clear()
+    assert calibration_data.download_calibration(tmp_path, uri, **kwargs) == path
+    assert r2.state.requests == []  # verified against its provenance: no network
+    # A list other than the pinned one is refused by its checksum, before any article is read.
+    with pytest.raises(DownloadError, match="sha256"):
+        calibration_data.download_calibration(tmp_path / "other", uri, **{**kwargs, "list_sha256": "0" * 64})
+    # A local file whose records carry ids: they must be the list's, in order.
+    source = tmp_path / "with_ids.json"
+    source.write_text(json.dumps([{**r, "id": i} for r, i in zip(records, ids, strict=True)]))
+    local = tmp_path / "local"
+    calibration_data.download_calibration(local, source_json=source, **kwargs)
+    assert json.loads((local / "cnn-daily-mail" / calibration_data.PROVENANCE_FILE).read_text())["ids_checked"]
+    source.write_text(json.dumps([{**r, "id": i} for r, i in zip(records, reversed(ids), strict=True)]))
+    with pytest.raises(CnnDailyMailError, match="differ from the MLPerf calibration list"):
+        calibration_data.download_calibration(local, source_json=source, **kwargs)
+    with pytest.raises(CnnDailyMailError, match="expected 7 distinct"):
+        calibration_data.download_calibration(tmp_path / "n", source_json=source, **{**kwargs, "expected_count": 7})
+
+
+def test_calibration_list_is_pinned_to_the_mlcommons_file() -> None:
+    assert calibration_data.CALIBRATION_LIST_URL.startswith(
+        f"https://raw.githubusercontent.com/mlcommons/inference/{calibration_data.CALIBRATION_LIST_COMMIT}/")
+    assert calibration_data.CALIBRATION_LIST_URL.endswith("/calibration/CNNDailyMail/calibration-list.txt")
+    assert re.fullmatch(r"[0-9a-f]{64}", calibration_data.CALIBRATION_LIST_SHA256)
+
+
+def test_preprocess_tokenizes_the_calibration_set_and_engines_calibrate_on_it(tmp_path: Path) -> None:
+    from code.gptj.engine import calibration_prompts, calibration_source
+
+    data = tmp_path / "data" / "cnn-daily-mail"
+    data.mkdir(parents=True)
+    (data / CALIBRATION_FILE).write_bytes(FIXTURE.read_bytes())  # 6 made-up articles stand in for the 1,000
+    pre = tmp_path / "pre"
+    args = ["--eval_json", str(FIXTURE), "--data_dir", str(tmp_path / "data"), "--preprocessed_data_dir", str(pre)]
+    assert preprocess_data.main(args) == 0
+    calibration_dir = pre / CALIBRATION_TOKENIZED_SUBDIR
+    samples = GptjSamples.load(calibration_dir)
+    assert samples.count == 6 and samples.manifest["dataset"].endswith("the MLPerf GPT-J calibration list")
+    validation = GptjSamples.load(pre)
+    assert [samples.prompt(i).tolist() for i in range(6)] == [validation.prompt(i).tolist() for i in range(6)]
+    assert calibration_source(0, calibration_dir).startswith("mlperf:")
+    assert calibration_source(0, tmp_path / "absent").startswith("synthetic:")
+    assert len(calibration_prompts(0, calibration_dir).prompts) == 6

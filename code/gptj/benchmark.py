@@ -27,7 +27,7 @@ from code.common.constants import DATASET_SIZE, Benchmark, TestMode
 from code.common.devices import resolve_cpu_threads, resolve_device
 from code.common.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
-from code.common.paths import MODELS_DIR, PREPROCESSED_DATA_DIR
+from code.common.paths import ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
 from code.gptj.cnn_dailymail import MANIFEST_FILE, TOKENIZED_SUBDIR
 from code.gptj.download_model import CHECKPOINT_SUBDIR, MODEL_SUBDIR
 
@@ -69,15 +69,20 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription
                                  "the model chooses EOS): set --synthetic_output_lengths=model")
         invalid_because.append("output lengths forced at drawn values (synthetic runs only)")
     device = resolve_device(config)  # after the backend's own options: their errors name the better fix
+    engine = None
     if config["backend"] == "inflight" and "fp8" in (config["precision"], config["kv_cache_dtype"]):
-        invalid_because.append("FP8 scales calibrated on synthetic prompts, not the MLPerf calibration list")
+        from code.gptj.engine import CALIBRATION_DIR
+
+        if not (CALIBRATION_DIR / MANIFEST_FILE).is_file():
+            invalid_because.append("FP8 scales calibrated on synthetic prompts, not the MLPerf calibration list")
+        engine = str(engine_dir(config, engine_spec(config, choice)))
     lengths = "all 1,919 tokens" if config["synthetic_lengths"] == "max" else "CNN/DailyMail-like lengths"
     if config["synthetic_lengths"] == "dataset" and config["synthetic_length_scale"] != 1.0:
         lengths += f" x {config['synthetic_length_scale']}"
     generation = "greedy" if config["num_beams"] == 1 else f"beam search, width {config['num_beams']}"
     if config["synthetic_output_lengths"] == "forced":
         generation += "; EOS forced at drawn output lengths (mean ~70 tokens)"
-    return {
+    described: InputsDescription = {
         "model": named.model,
         "inputs": str(choice.data_dir) if choice.data_dir else f"synthetic ({synthetic_count(config)} prompts, "
                                                                f"{lengths})",
@@ -86,6 +91,23 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription
         "device": device,
         "invalid_because": invalid_because,
     }
+    if engine is not None:
+        described["engine"] = engine
+    return described
+
+
+def engine_spec(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 - EngineSpec, imported lazily
+    from code.gptj.engine import EngineSpec
+
+    return EngineSpec(model_name=config["model_name"], precision=config["precision"],
+                      kv_cache_dtype=config["kv_cache_dtype"], checkpoint=choice.checkpoint, seed=config["seed"])
+
+
+def engine_dir(config: ResolvedConfig, spec: Any) -> Path:
+    """``build/engines/<system>/gptj/<Scenario>/<key>/``, as BERT's."""
+    from code.gptj.engine import engine_key
+
+    return ENGINES_DIR / config.system / "gptj" / config.scenario.value / engine_key(spec)
 
 
 def check_model_name(config: ResolvedConfig) -> None:
@@ -99,9 +121,24 @@ def check_model_name(config: ResolvedConfig) -> None:
 
 
 def generate_engine(config: ResolvedConfig) -> EngineReport:
-    """Nothing to build yet: the pytorch backend loads the checkpoint (or draws random weights) when a run starts."""
+    """Build the engine an FP8 inflight run loads: the calibration's magnitudes (code/gptj/engine.py). Other
+    configs have nothing to build: their backend loads the checkpoint or draws random weights when a run starts."""
     describe_inputs(config, TestMode.PerformanceOnly)  # refuses here what the run would refuse
-    return {"engine": "none: the pytorch GPT-J backend loads the checkpoint or draws random weights at run start"}
+    choice = choose_inputs(config, TestMode.PerformanceOnly)
+    spec = engine_spec(config, choice)
+    if config["backend"] != "inflight" or not spec.needs_engine:
+        return {"engine": f"none: the {config['backend']} GPT-J backend in {config['precision']} loads the "
+                          "checkpoint or draws random weights at run start"}
+    import torch
+
+    from code.gptj.backends.pytorch import DTYPES
+    from code.gptj.engine import build_engine
+
+    device = torch.device(resolve_device(config))
+    dtype = torch.bfloat16 if spec.precision == "fp8" else DTYPES[spec.precision]
+    path = build_engine(spec, engine_dir(config, spec), device=device, dtype=dtype)
+    return {"engine": str(path), "weights": choice.checkpoint, "precision": spec.precision,
+            "kv_cache_dtype": spec.kv_cache_dtype}
 
 
 def load_samples(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 - GptjSamples, imported lazily
@@ -182,6 +219,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
         max_batch_size=config["gpu_batch_size"],
         max_prompt_length=samples.max_length,
         cuda_graphs=config["cuda_graphs"],
+        engine_dir=Path(provenance["engine"]) if "engine" in provenance else None,
+        engine_spec=engine_spec(config, choice) if "engine" in provenance else None,  # FP8 inflight runs only
         references=[tokenizer.encode(text) for text in references_text] if oracle and tokenizer else None,
         oracle_drop=config["oracle_shift"],
     )

@@ -23,6 +23,12 @@ DATASET_SUBDIR = "cnn-daily-mail"
 EVAL_FILE = "cnn_eval.json"
 TOKENIZED_SUBDIR = "cnn_dailymail_tokenized_gptj"
 """Folder under ``PREPROCESSED_DATA_DIR`` written by ``code.gptj.preprocess_data``."""
+CALIBRATION_FILE = "cnn_dailymail_calibration.json"
+"""The MLPerf calibration set in ``cnn_eval.json``'s format (``code/gptj/calibration_data.py``)."""
+CALIBRATION_TOKENIZED_SUBDIR = "cnn_dailymail_calibration_tokenized_gptj"
+"""Folder under ``PREPROCESSED_DATA_DIR`` holding the calibration prompts, laid out as ``TOKENIZED_SUBDIR``."""
+CNN_DAILYMAIL_CALIBRATION_SAMPLES = 1000
+"""Articles of the MLPerf GPT-J calibration list (CNN/DailyMail 3.0.0 train)."""
 
 INPUT_IDS_FILE = "input_ids_padded.npy"
 """int32 ``[N, MAX_INPUT_TOKENS]``: prompt tokens left-aligned, right-padded with ``PAD_TOKEN_ID``."""

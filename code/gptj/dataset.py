@@ -105,9 +105,11 @@ class GptjSamples:
 
     @classmethod
     def load(cls, preprocessed_dir: Path) -> GptjSamples:
-        """Load ``cnn_dailymail_tokenized_gptj/`` from ``preprocessed_dir`` (or that folder itself), checked."""
+        """Load ``cnn_dailymail_tokenized_gptj/`` from ``preprocessed_dir`` (or that folder itself, or any folder
+        of that layout such as the calibration set's), checked."""
         root = Path(preprocessed_dir)
-        directory = root if root.name == TOKENIZED_SUBDIR else root / TOKENIZED_SUBDIR
+        own_layout = root.name == TOKENIZED_SUBDIR or (root / MANIFEST_FILE).is_file()
+        directory = root if own_layout else root / TOKENIZED_SUBDIR
         names = (INPUT_IDS_FILE, INPUT_LENGTHS_FILE, MANIFEST_FILE)
         missing = [name for name in names if not (directory / name).is_file()]
         if missing:

@@ -212,11 +212,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--refresh_metadata", action="store_true", help="fetch the R2 .uri/.md5 metadata again instead of the kept copy"
     )
-    args = parser.parse_args(argv)
-    return download_command(
-        lambda: download_cnn_dailymail(args.data_dir, args.uri, args.source_json, args.refresh_metadata),
-        (CnnDailyMailError, ValueError),
+    parser.add_argument(
+        "--calibration",
+        action="store_true",
+        help="also write the MLPerf calibration set (1,000 train articles of MLCommons' calibration list) as "
+        "<data_dir>/cnn-daily-mail/cnn_dailymail_calibration.json (code/gptj/calibration_data.py)",
     )
+    parser.add_argument(
+        "--calibration_source_json",
+        type=Path,
+        default=None,
+        help="with --calibration: use this local cnn_dailymail_calibration.json (e.g. the reference's "
+        "prepare-calibration.py output) instead of MLCommons' R2 copy; implies --calibration",
+    )
+    args = parser.parse_args(argv)
+
+    def fetch_all() -> list[Path]:
+        from code.gptj.calibration_data import download_calibration
+
+        paths = [download_cnn_dailymail(args.data_dir, args.uri, args.source_json, args.refresh_metadata)]
+        if args.calibration or args.calibration_source_json is not None:
+            paths.append(download_calibration(args.data_dir, source_json=args.calibration_source_json,
+                                              refresh_metadata=args.refresh_metadata))
+        return paths
+
+    return download_command(fetch_all, (CnnDailyMailError, ValueError))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,10 @@ import numpy as np
 from code.common.download import file_checksum
 from code.common.paths import DATA_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
 from code.gptj.cnn_dailymail import (
+    CALIBRATION_FILE,
+    CALIBRATION_TOKENIZED_SUBDIR,
     CNN_DAILYMAIL_VALIDATION_SAMPLES,
+    DATASET_SUBDIR,
     EVAL_FILE,
     FORMAT_VERSION,
     INPUT_IDS_FILE,
@@ -69,8 +72,10 @@ def tokenize_prompts(
     return input_ids, lengths, truncated
 
 
-def preprocess(eval_json: Path, out_dir: Path, tokenizer: GptjTokenizer, max_length: int = MAX_INPUT_TOKENS) -> dict:
-    """Tokenize ``eval_json`` into ``out_dir``; returns the manifest written there."""
+def preprocess(eval_json: Path, out_dir: Path, tokenizer: GptjTokenizer, max_length: int = MAX_INPUT_TOKENS,
+               dataset: str = "CNN/DailyMail 3.0.0 validation") -> dict:
+    """Tokenize ``eval_json`` into ``out_dir``; returns the manifest written there. The calibration set goes
+    through the same function (``dataset`` names which), so its prompts are built exactly like the QSL's."""
     eval_json = Path(eval_json)
     records = load_eval_records(eval_json)
     if not records:
@@ -78,7 +83,7 @@ def preprocess(eval_json: Path, out_dir: Path, tokenizer: GptjTokenizer, max_len
     input_ids, lengths, truncated = tokenize_prompts(records, tokenizer, max_length)
     manifest = {
         "format": FORMAT_VERSION,
-        "dataset": "CNN/DailyMail 3.0.0 validation",
+        "dataset": dataset,
         "source_file": str(eval_json.resolve()),
         "source_sha256": file_checksum(eval_json, "sha256"),
         "eval_json": str(eval_json.resolve()),
@@ -131,13 +136,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preprocessed_data_dir", type=Path, default=PREPROCESSED_DATA_DIR)
     parser.add_argument("--model_dir", type=Path, default=MODELS_DIR, help="where to look for the tokenizer files")
     parser.add_argument("--eval_json", type=Path, default=None, help="default: <data_dir>/cnn-daily-mail/cnn_eval.json")
+    parser.add_argument("--calibration_json", type=Path, default=None,
+                        help=f"default: <data_dir>/cnn-daily-mail/{CALIBRATION_FILE}, tokenized when present")
     args = parser.parse_args(argv)
 
     eval_json = args.eval_json or default_eval_json(args.data_dir)
     out_dir = args.preprocessed_data_dir / TOKENIZED_SUBDIR
+    calibration_json = args.calibration_json or Path(args.data_dir) / DATASET_SUBDIR / CALIBRATION_FILE
     start = time.monotonic()
     try:
-        manifest = preprocess(eval_json, out_dir, load_tokenizer(model_dir=args.model_dir))
+        tokenizer = load_tokenizer(model_dir=args.model_dir)
+        manifest = preprocess(eval_json, out_dir, tokenizer)
+        if calibration_json.is_file():  # the MLPerf calibration set (make download_data ... CALIBRATION=1)
+            calibration_dir = args.preprocessed_data_dir / CALIBRATION_TOKENIZED_SUBDIR
+            calibrated = preprocess(calibration_json, calibration_dir, tokenizer,
+                                    dataset="CNN/DailyMail 3.0.0 train: the MLPerf GPT-J calibration list")
+            print(f"CNN/DailyMail calibration: {calibrated['count']} prompts (mean {calibrated['mean_length']} "
+                  f"tokens) -> {calibration_dir}")
     except (FileNotFoundError, ValueError) as error:  # CnnDailyMailError is a ValueError
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -7,7 +7,8 @@ when asked for, so the oracle runs without loading a model.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -27,6 +28,9 @@ class BackendOptions:
     max_batch_size: int = 1  # pytorch: KV caches are sized for this many prompts; inflight: samples in flight
     max_prompt_length: int = 1919  # pytorch: and for prompts this long
     cuda_graphs: bool = True  # inflight: replay each step as one CUDA graph
+    engine_dir: Path | None = None  # inflight FP8: the engine holding the calibration (code/gptj/engine.py)
+    engine_spec: Any = None  # inflight FP8: the EngineSpec the run expects of it
+    run_args: str | None = None  # makes an engine error's rebuild command copy-pasteable
     references: list[list[int]] | None = None  # oracle: reference summary tokens per sample
     oracle_drop: int = 0  # oracle: drop this many tokens from the end of every answer (a failing oracle)
 

@@ -6,8 +6,9 @@ graph per step on the GPU.
 complete one by one); ``run_batch`` runs a list of prompts through the same loop.
 
 ``precision=fp8`` runs both GEMMs of every layer in FP8 (bf16 elsewhere); ``kv_cache_dtype=fp8`` stores keys and
-values in FP8. Both take static scales from a calibration pass over ``CALIBRATION_PROMPTS`` synthetic prompts
-with CNN/DailyMail-like lengths, drawn with their own seed so they are never the run's samples.
+values in FP8. Both take static scales from the engine ``make generate_engines`` built (``code/gptj/engine.py``):
+the calibration's magnitudes over the MLPerf calibration prompts, or synthetic ones when that set is absent. A run
+never recalibrates: a missing or stale engine stops it with the command that rebuilds it.
 """
 
 from __future__ import annotations
@@ -17,19 +18,18 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from code.common.faults import reading
 from code.gptj.backends import BackendOptions
-from code.gptj.backends.pytorch import DTYPES, REDOWNLOAD
+from code.gptj.backends.pytorch import DTYPES
+from code.gptj.engine import EngineSpec, calibrate_on, load_calibration, load_model
 from code.gptj.generation import GenerationConfig
 from code.gptj.inflight.engine import EngineOptions, ForcedLengthOf, InflightEngine
 from code.gptj.inflight.layers import Amax, InflightModel
-from code.gptj.model import GptjConfig, load_checkpoint, random_weights
 from code.numerics.fp8 import E4M3
 
 PRECISIONS = (*DTYPES, "fp8")
 KV_CACHE_DTYPES = ("auto", "fp8")
 FP8_CAPABILITY = (8, 9)  # e4m3 tensor-core GEMMs
-CALIBRATION_PROMPTS = 32
+CALIBRATION_PROMPTS = 32  # calibrate(): the GPU check scripts' synthetic calibration
 CALIBRATION_SEED_OFFSET = 7919  # calibration prompts use seed + this, never the run's own samples
 
 
@@ -52,17 +52,17 @@ class InflightGptjBackend:
         if device.type == "cpu" and options.cpu_threads:
             torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/devices.py
         dtype = torch.bfloat16 if options.precision == "fp8" else DTYPES[options.precision]
-        if options.checkpoint == "random":
-            model = random_weights(GptjConfig.from_name(options.model_name), options.seed, dtype, device,
-                                   draw_on_device=device.type == "cuda")
-        else:
-            with reading(options.checkpoint, REDOWNLOAD):
-                model = load_checkpoint(options.checkpoint, dtype=dtype, device=device)
         generation = GenerationConfig(num_beams=options.num_beams)
-        longest = min(options.max_prompt_length, model.config.n_positions - generation.max_new_tokens + 1)
-        inflight = InflightModel.from_model(model, consume=True)
-        del model
-        amax = calibrate(inflight, options.seed, longest) if fp8 else None
+        inflight = load_model(EngineSpec(options.model_name, options.precision, options.kv_cache_dtype,
+                                         options.checkpoint, options.seed), device, dtype)
+        longest = min(options.max_prompt_length, inflight.config.n_positions - generation.max_new_tokens + 1)
+        amax = None
+        if fp8:
+            if options.engine_dir is None or options.engine_spec is None:
+                raise ValueError("an FP8 inflight run needs BackendOptions.engine_dir and engine_spec (the engine "
+                                 "holds the calibration): build it with make generate_engines")
+            amax = load_calibration(options.engine_dir, options.engine_spec,
+                                    n_positions=inflight.config.n_positions, run_args=options.run_args)
         if options.precision == "fp8":
             inflight.use_fp8_gemms(amax)
         if fp8:
@@ -82,7 +82,8 @@ class InflightGptjBackend:
 
 
 def calibrate(model: InflightModel, seed: int, max_prompt_length: int) -> Amax:
-    """GEMM-input, key and value magnitudes over synthetic calibration prompts (16-bit forward)."""
+    """GEMM-input, key and value magnitudes over synthetic calibration prompts (16-bit forward); the GPU check
+    scripts' calibration, which needs no engine. Runs load theirs from the engine."""
     from code.gptj.dataset import GptjSamples
 
     samples = GptjSamples.synthetic(CALIBRATION_PROMPTS, seed=seed + CALIBRATION_SEED_OFFSET,
@@ -90,11 +91,4 @@ def calibrate(model: InflightModel, seed: int, max_prompt_length: int) -> Amax:
     return calibrate_on(model, [samples.prompt(i) for i in range(len(samples))])
 
 
-def calibrate_on(model: InflightModel, prompts: list[np.ndarray], batch: int = 8) -> Amax:
-    """GEMM-input, key and value magnitudes over ``prompts`` (16-bit forward, ``batch`` prompts per pass)."""
-    amax = Amax()
-    for start in range(0, len(prompts), batch):
-        tensors = [torch.as_tensor(np.asarray(p, dtype=np.int64), device=model.device)
-                   for p in prompts[start: start + batch]]
-        model.collect_amax(tensors, amax)
-    return amax
+__all__ = ["InflightGptjBackend", "calibrate", "calibrate_on"]

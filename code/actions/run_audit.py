@@ -83,7 +83,7 @@ def run_audit(request: RunRequest) -> int:
     except Interrupted as stop:
         with stop_signals_ignored():
             log.warning("%s: stopped; %d audit(s) not finished", stop, len(audits) - len(results))
-            finish_run(system, root, results, "run_audit")
+            finish_run(system, root, results, "run_audit", interrupted_by=(stop.signal_name, stop.exit_status))
         return stop.exit_status
     finish_run(system, root, results, "run_audit")
     return int(exit_code([result for _, result, _ in results]))

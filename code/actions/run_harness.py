@@ -74,7 +74,7 @@ def run_harness(request: RunRequest) -> int:
     except Interrupted as stop:
         with stop_signals_ignored():
             log.warning(_record_interruption(stop, running, results, len(tests)))
-            finish_run(system, root, results)
+            finish_run(system, root, results, interrupted_by=(stop.signal_name, stop.exit_status))
         return stop.exit_status
     finish_run(system, root, results)
     return int(exit_code([result for _, result, _ in results]))
@@ -110,10 +110,11 @@ def require_built_core(round_name: str) -> None:
         raise BenchmarkError(f"the C++ core of round {round_name} is not built: run `make build ROUND={round_name}`")
 
 
-def finish_run(system: str, root: Path, results: list[tuple[str, TestResult, dict]], who: str = "run_harness") -> None:
+def finish_run(system: str, root: Path, results: list[tuple[str, TestResult, dict]], who: str = "run_harness",
+               interrupted_by: tuple[str, int] | None = None) -> None:
     """Write the summary files in ``root`` and print the summary; it reaches the terminal even when the disk is
     full or the folder read-only (``who`` prefixes the line that says it was not saved)."""
-    summary = format_summary(system, root, results)
+    summary = format_summary(system, root, results, interrupted_by)
     _save(lambda: write_summary(root, summary, results), "the summary", root, who)
     print(summary, flush=True)
 

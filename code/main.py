@@ -18,6 +18,7 @@ from code.common.config import ConfigError
 from code.common.constants import ExitCode
 from code.common.faults import describe
 from code.common.fields import FieldError
+from code.common.log import configure, get_logger
 from code.common.rounds import RoundError
 from code.common.run_logs import LogDirError
 from code.common.systems import SystemDetectionError
@@ -31,24 +32,33 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         print(format_help())
         return ExitCode.OK
+    # What a Ctrl-C would stop, for the one line that says so (run_harness and run_audit say it themselves once
+    # their tests run: they stop the test, mark its logs incomplete and write the summary).
+    step = "reading RUN_ARGS"
     try:
         request = parse_run_args(argv)
+        configure(request.verbose)
+        get_logger("main").debug("RUN_ARGS: %s", " ".join(argv))
         if request.action == "run_audit":
             from code.actions.run_audit import run_audit
 
+            step = "run_audit before its first audit"
             return run_audit(request)
         if request.action == "info":
             from code.actions.info import info
 
+            step = "info"
             info(request)
             return ExitCode.OK
         if request.action in ("generate_engines", "run"):
             from code.actions.generate_engines import generate_engines
 
+            step = "generate_engines (an engine is renamed into place only when whole: none is left half-written)"
             generate_engines(request)
         if request.action in ("run_harness", "run"):
             from code.actions.run_harness import run_harness
 
+            step = "run_harness before its first test"
             return run_harness(request)
         return ExitCode.OK
     except USER_ERRORS as error:
@@ -61,7 +71,8 @@ def main(argv: list[str]) -> int:
         print(f"ERROR: {message}", file=sys.stderr)
         return ExitCode.TEST_FAILED
     except KeyboardInterrupt:  # run_harness handles Ctrl-C during tests; before them no test process exists
-        print("[main] interrupted by SIGINT; no test was running", file=sys.stderr)
+        get_logger("main").info("interrupted by SIGINT during %s; no test had started, so there are no run logs",
+                                step)
         return 128 + signal.SIGINT
 
 

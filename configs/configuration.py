@@ -116,8 +116,15 @@ class ConfigRegistry:
         """Import a scenario's configs and, when present, the user's ``custom.py`` beside them."""
         package = f"configs.{benchmark.value}.{scenario.value}"
         importlib.import_module(package)
-        if (REPO_ROOT / "configs" / benchmark.value / scenario.value / "custom.py").exists():
-            importlib.import_module(f"{package}.custom")
+        custom = REPO_ROOT / "configs" / benchmark.value / scenario.value / "custom.py"
+        if custom.exists():
+            try:
+                importlib.import_module(f"{package}.custom")
+            except SyntaxError as error:  # a hand edit gone wrong: every run would fail, so say which line
+                raise ConfigError(
+                    f"{custom} is not valid Python (line {error.lineno}: {error.msg}); fix that line, or delete the "
+                    "file and run `make add_system` again"
+                ) from None
 
     @classmethod
     def get(

@@ -6,7 +6,7 @@
 .PHONY: run_audit_harness run_audit_test01 run_audit_test05
 # Every audit the round's checker requires of the benchmarks (bert: TEST01, and TEST05 in v4.1; gptj: none), or
 # only those named by --audit_test=TEST01[,TEST05] in RUN_ARGS.
-run_audit_harness: build
+run_audit_harness: $(RUN_DEPS)
 	$(PY) -m code.main --action=run_audit $(ROUND_ARG) $(RUN_ARGS)
 
 # One test, NVIDIA's target names.

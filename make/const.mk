@@ -15,7 +15,13 @@ RUN_ARGS     ?=
 # is for. RUN_ARGS may say --round=... instead; giving both with different values is an error.
 ROUND        ?=
 ROUND_ARG    := $(if $(ROUND),--round=$(ROUND))
-BUILD_ROUND  := $(or $(ROUND),$(patsubst --round=%,%,$(lastword $(filter --round=%,$(RUN_ARGS)))))
+# The word after the first bare `--round` in a list (RUN_ARGS may use the space form, `--round v4.1`).
+_word_after_round = $(if $(filter --round,$(firstword $1)),$(word 2,$1),$(if $(word 2,$1),$(call _word_after_round,$(wordlist 2,$(words $1),$1))))
+BUILD_ROUND  := $(or $(ROUND),$(patsubst --round=%,%,$(lastword $(filter --round=%,$(RUN_ARGS)))),$(call _word_after_round,$(RUN_ARGS)))
+# A target that runs the harness needs only the venv, not the C++ core, when RUN_ARGS asks for help: the help text
+# comes from Python alone, so it answers at once on a fresh clone.
+HELP_ASKED   := $(filter --help -h help,$(RUN_ARGS))
+RUN_DEPS     := $(if $(HELP_ASKED),setup,build)
 # Where large data lives when set (see make link_dirs); empty means local folders under build/.
 MLPERF_SCRATCH_PATH ?=
 SHELL        := /bin/bash

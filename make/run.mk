@@ -4,11 +4,11 @@
 generate_engines: setup
 	$(PY) -m code.main --action=generate_engines $(ROUND_ARG) $(RUN_ARGS)
 
-run_harness: build
+run_harness: $(RUN_DEPS)
 	$(PY) -m code.main --action=run_harness $(ROUND_ARG) $(RUN_ARGS)
 
 # generate_engines then run_harness, in one process.
-run: build
+run: $(RUN_DEPS)
 	$(PY) -m code.main --action=run $(ROUND_ARG) $(RUN_ARGS)
 
 info: setup

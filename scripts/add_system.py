@@ -18,10 +18,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import keyword
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
+from code.common import atomic
+from code.common.config import ConfigError
 from code.common.constants import Benchmark, Scenario
 from code.common.paths import REPO_ROOT
 from code.common.system_description import (
@@ -81,9 +85,34 @@ def stub_classes(system: str, benchmark: Benchmark, scenario: Scenario, on_gpu: 
     return "\n".join(lines) + "\n"
 
 
+# Names custom.py binds besides the classes it defines: a system named like one would shadow it and break the file.
+RESERVED_NAMES = {"AccuracyTarget", "HarnessType", "PowerSetting", "ConfigRegistry",
+                  *(f"{scenario.value}BaseConfig" for scenario in Scenario)}
+
+
+def system_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a config class in custom.py, with the fix; None when it can. Checked before
+    anything is written: a bad name would leave a custom.py that breaks every later run."""
+    if not name.isidentifier():
+        fixed = "".join(c if c.isalnum() or c == "_" else "_" for c in name).lstrip("0123456789") or "MySystem"
+        return (f"--system_name={name} must be a valid Python class name (letters, digits, _; not starting with a "
+                f"digit): try --system_name={fixed}")
+    if keyword.iskeyword(name):
+        return (f"--system_name={name} is a Python keyword, which cannot name a config class: try "
+                f"--system_name={name}_system")
+    if name in RESERVED_NAMES or name.endswith("_HighAccuracy"):
+        return (f"--system_name={name} is a name configs/*/custom.py already uses for something else: pick "
+                f"another, such as --system_name=My{name}")
+    return None
+
+
 def add_configs(system: str, benchmark: Benchmark, on_gpu: bool, dry_run: bool) -> list[str]:
-    """Append stubs where the system has no config yet; returns what was done per scenario."""
+    """Append stubs where the system has no config yet; returns what was done per scenario.
+
+    Each custom.py is written whole or not at all (a temporary file, checked to compile, then renamed), and when
+    the registry rejects what was written, every file is put back as it was: no broken config is left behind."""
     done = []
+    previous: dict[Path, str | None] = {}  # the files written, with their earlier text (None: they were new)
     for scenario in Scenario:
         ConfigRegistry.load(benchmark, scenario)
         registered = {key[2] for key in ConfigRegistry.registered() if key[:2] == (benchmark, scenario)}
@@ -92,16 +121,26 @@ def add_configs(system: str, benchmark: Benchmark, on_gpu: bool, dry_run: bool) 
             done.append(f"{path}: {system} already configured, left as is")
             continue
         if not dry_run:
-            if not path.exists():
-                path.write_text(HEADER.format(bench=benchmark.value, scenario=scenario.value,
-                                              base=f"{scenario.value}BaseConfig"))
-            with open(path, "a") as custom:
-                custom.write(stub_classes(system, benchmark, scenario, on_gpu))
+            before = path.read_text() if path.exists() else None
+            text = (before if before is not None else HEADER.format(bench=benchmark.value, scenario=scenario.value,
+                                                                    base=f"{scenario.value}BaseConfig"))
+            text += stub_classes(system, benchmark, scenario, on_gpu)
+            compile(text, str(path), "exec")  # a SyntaxError here is a bug in the stubs: nothing is written
+            atomic.write_text(path, text)
+            previous[path] = before
         done.append(f"{path}: added {system} and {system}_HighAccuracy")
     # Make sure what we wrote imports and validates (the registry checks every field).
     if not dry_run:
-        for scenario in Scenario:
-            ConfigRegistry.get(benchmark, scenario, system, WorkloadSetting())
+        try:
+            for scenario in Scenario:
+                ConfigRegistry.get(benchmark, scenario, system, WorkloadSetting())
+        except Exception:
+            for path, before in previous.items():
+                if before is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    atomic.write_text(path, before)
+            raise
     return done
 
 
@@ -171,16 +210,22 @@ def main(argv: list[str]) -> int:
                         help="your organization, as the submission names it (default: $SUBMITTER)")
     parser.add_argument("--dry_run", action="store_true", help="say what would be written, write nothing")
     args = parser.parse_args(argv)
+    if args.system_name is not None and (problem := system_name_problem(args.system_name)):
+        parser.error(problem)  # before detection and before anything is written
     detected = detect_system()
     system = args.system_name or detected.name
-    if not system.isidentifier():
-        parser.error(f"--system_name={system} must be a valid Python class name (letters, digits, _)")
+    if problem := system_name_problem(system):
+        parser.error(f"{problem} (the detected name; give one with --system_name)")
     on_gpu = bool(detected.gpus) and system != CPU_SYSTEM
     print(f"[add_system] system: {system} ({json.dumps(detected.describe())})")
-    for name in args.benchmarks.split(","):
-        benchmark, _ = Benchmark.parse(name)
-        for line in add_configs(system, benchmark, on_gpu, args.dry_run):
-            print(f"[add_system] {line}")
+    try:
+        for name in args.benchmarks.split(","):
+            benchmark, _ = Benchmark.parse(name)
+            for line in add_configs(system, benchmark, on_gpu, args.dry_run):
+                print(f"[add_system] {line}")
+    except ConfigError as error:  # a custom.py broken before this run (a hand edit): say which and the fix
+        print(f"ERROR: {error}", file=sys.stderr)
+        return 2
     for line in write_description(detected, system, args.submitter, args.dry_run):
         print(f"[add_system] {line}")
     if not args.dry_run:

@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from code.common.faults import NOT_WRITABLE, describe
 from code.common.paths import DATA_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
 
 LINKED = (DATA_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR)
@@ -35,32 +36,62 @@ def scratch_root(value: str) -> Path:
 
 
 def link_dirs(scratch: str | None) -> list[str]:
-    """Create or re-point the three folders; returns a line per folder describing what it now is."""
+    """Create or re-point the three folders; returns a line per folder describing what it now is. A folder that
+    cannot be created or replaced is a ``LinkDirsError`` naming it and the fix; each folder is linked only once
+    its target exists, so a refusal leaves every folder a working one (linked or local) and a rerun finishes."""
     root = scratch_root(scratch) if scratch else None
     report = []
     for local in LINKED:
-        local.parent.mkdir(parents=True, exist_ok=True)
-        if root is None:
-            if local.is_symlink():
-                report.append(f"{local} -> {os.readlink(local)} (kept; MLPERF_SCRATCH_PATH is unset)")
-            else:
-                local.mkdir(exist_ok=True)
-                report.append(f"{local} (local folder)")
-            continue
-        target = root / local.name
-        target.mkdir(parents=True, exist_ok=True)
-        if local.is_symlink():
-            local.unlink()
-        elif local.exists():
-            if any(local.iterdir()):
-                raise LinkDirsError(
-                    f"{local} is a local folder with files; move them to {target} (or unset MLPERF_SCRATCH_PATH) "
-                    "and run `make link_dirs` again"
-                )
-            local.rmdir()
-        local.symlink_to(target, target_is_directory=True)
-        report.append(f"{local} -> {target}")
+        try:
+            report.append(_link_one(local, root))
+        except OSError as error:
+            raise _cannot_write(error, local, root) from None
     return report
+
+
+def _cannot_write(error: OSError, local: Path, root: Path | None) -> LinkDirsError | OSError:
+    """The one line for a folder link_dirs may not create: in the scratch folder or in build/."""
+    where = Path(error.filename) if error.filename else local
+    in_scratch = root is not None and (where == root or root in where.parents)
+    if error.errno in NOT_WRITABLE:
+        if in_scratch:
+            return LinkDirsError(
+                f"cannot create {where} ({error.strerror}): MLPERF_SCRATCH_PATH={root} is read-only or not yours; "
+                f"make it writable (chmod u+w {root}, or ask its owner), or export MLPERF_SCRATCH_PATH=<a writable "
+                "folder>, then run `make link_dirs` again"
+            )
+        return LinkDirsError(
+            f"cannot create {where} ({error.strerror}): {local.parent} is read-only or not yours; make it writable "
+            "(chmod u+w), then run `make link_dirs` again"
+        )
+    if isinstance(error, (FileExistsError, NotADirectoryError)):
+        return LinkDirsError(f"{where} is a file where link_dirs needs a folder; move it away, then run "
+                             "`make link_dirs` again")
+    message = describe(error)
+    return LinkDirsError(message) if message else error
+
+
+def _link_one(local: Path, root: Path | None) -> str:
+    """Make ``local`` a folder (no scratch root) or a link to ``root/<its name>``; returns what it now is."""
+    local.parent.mkdir(parents=True, exist_ok=True)
+    if root is None:
+        if local.is_symlink():
+            return f"{local} -> {os.readlink(local)} (kept; MLPERF_SCRATCH_PATH is unset)"
+        local.mkdir(exist_ok=True)
+        return f"{local} (local folder)"
+    target = root / local.name
+    target.mkdir(parents=True, exist_ok=True)
+    if local.is_symlink():
+        local.unlink()
+    elif local.exists():
+        if any(local.iterdir()):
+            raise LinkDirsError(
+                f"{local} is a local folder with files; move them to {target} (or unset MLPERF_SCRATCH_PATH) "
+                "and run `make link_dirs` again"
+            )
+        local.rmdir()
+    local.symlink_to(target, target_is_directory=True)
+    return f"{local} -> {target}"
 
 
 def main() -> int:

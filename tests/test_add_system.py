@@ -64,3 +64,67 @@ def test_every_benchmark_brings_its_starting_values():
         for scenario in Scenario:
             assert set(start.STARTING_VALUES[scenario]) == {"gpu", "cpu"}, (benchmark, scenario)
         assert set(start.PRECISION) == {"gpu", "cpu"} and set(start.BY_TARGET) <= {"gpu", "cpu"}
+
+
+def _repo_copy(tmp_path):
+    for folder in ("code", "configs", "scripts", "systems"):
+        shutil.copytree(REPO_ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def _tree_state(root):
+    """Every file under configs/ and systems/ with its bytes: what a refused add_system must leave unchanged."""
+    return {path: path.read_bytes() for folder in ("configs", "systems") for path in (root / folder).rglob("*")
+            if path.is_file() and "__pycache__" not in path.parts}
+
+
+def test_keyword_or_invalid_system_name_is_refused_before_anything_is_written(tmp_path):
+    root = _repo_copy(tmp_path)
+    before = _tree_state(root)
+    for name, fix in [("class", "try --system_name=class_system"), ("None", "try --system_name=None_system"),
+                      ("2box", "try --system_name=box"), ("ConfigRegistry", "pick another"),
+                      ("Box_HighAccuracy", "pick another")]:
+        refused = subprocess.run([sys.executable, "-m", "scripts.add_system", f"--system_name={name}"], cwd=root,
+                                 capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2, refused.stdout
+        assert fix in refused.stderr and "Traceback" not in refused.stderr
+        assert _tree_state(root) == before
+
+
+def test_a_broken_custom_py_is_named_with_its_line_not_a_traceback(tmp_path):
+    root = _repo_copy(tmp_path)
+    custom = root / "configs" / "bert" / "Offline" / "custom.py"
+    custom.write_text("class class(OfflineBaseConfig):\n    pass\n")  # what an older add_system could leave
+    for args in (["-m", "scripts.add_system", "--system_name=Box"],
+                 ["-m", "code.main", "--action=info", "--system_name=CPU"]):
+        result = subprocess.run([sys.executable, *args], cwd=root, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2
+        assert f"ERROR: {custom} is not valid Python (line 1: invalid syntax); fix that line" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_stubs_are_written_atomically_and_rolled_back_when_rejected(tmp_path, monkeypatch):
+    """A stub the registry rejects puts every custom.py back as it was; no temporary file is left."""
+    from scripts import add_system
+
+    monkeypatch.setattr(add_system, "REPO_ROOT", tmp_path)
+    folder = tmp_path / "configs" / "bert" / "Offline"
+    folder.mkdir(parents=True)
+    earlier = "# the user's own classes\n"
+    (folder / "custom.py").write_text(earlier)
+    for scenario in ("Server", "SingleStream"):
+        (tmp_path / "configs" / "bert" / scenario).mkdir(parents=True)
+
+    def rejected(*args, **kwargs):
+        raise add_system.ConfigError("field 'gpu_batch_size' = 0 is out of range")
+
+    monkeypatch.setattr(add_system.ConfigRegistry, "get", rejected)
+    try:
+        add_system.add_configs("RollbackBox", add_system.Benchmark.BERT, on_gpu=False, dry_run=False)
+    except add_system.ConfigError as error:
+        assert "out of range" in str(error)
+    else:
+        raise AssertionError("the rejected stubs were kept")
+    assert (folder / "custom.py").read_text() == earlier
+    assert not (tmp_path / "configs" / "bert" / "Server" / "custom.py").exists()
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["custom.py"]

@@ -74,3 +74,68 @@ def test_main_exits_nonzero_with_one_line_error():
     assert result.stderr.strip() == ("ERROR: unknown benchmark 'bret'; valid choices: bert, gptj, bert-99, bert-99.9, "
                                      "gptj-99, gptj-99.9")
     assert "Traceback" not in result.stderr
+
+
+def test_help_lists_every_benchmark_and_loads_no_model_code():
+    """--help is answered by the argument table alone: no torch, no C++ core, no build."""
+    probe = ("import sys; from code.main import main; status = main(['--help']); "
+             "print('LOADED', status, sorted(m for m in ('torch', 'code.harness.build', 'code.actions.run_harness') "
+             "if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "comma list: bert, gptj, bert-99, bert-99.9, gptj-99, gptj-99.9" in result.stdout
+    assert result.stdout.strip().endswith("LOADED 0 []")
+
+
+@pytest.mark.parametrize("target", ["run", "run_harness", "run_audit_harness"])
+def test_make_help_does_not_build_the_core(target):
+    """`make run RUN_ARGS=--help` depends on setup only; without --help the target still builds first."""
+    def dry_run(run_args: str) -> list[str]:
+        # --no-print-directory: under `make test` this is a nested make, which would add "Entering directory" lines.
+        return subprocess.run(["make", "-n", "--no-print-directory", target, f"RUN_ARGS={run_args}"], cwd=REPO_ROOT,
+                              capture_output=True, text=True, check=True).stdout.splitlines()
+
+    helped = dry_run("--help")
+    assert not any("code.harness.build" in line for line in helped)
+    assert [line for line in helped if "-m code.main" in line][-1].endswith("--help")
+    assert any("code.harness.build" in line for line in dry_run("--benchmarks=bert"))
+
+
+@pytest.mark.parametrize("spaced,joined", [
+    (["--benchmarks", "gptj", "--scenarios", "server"], ["--benchmarks=gptj", "--scenarios=server"]),
+    (["--gpu_batch_size", "16", "--test_run", "--precision", "fp16"],
+     ["--gpu_batch_size=16", "--test_run", "--precision=fp16"]),
+    (["--test_run", "false", "--config_ver", "high_accuracy"], ["--test_run=false", "--config_ver=high_accuracy"]),
+    (["--fast", "--verbose", "--round", "v4.1"], ["--fast", "--verbose", "--round=v4.1"]),
+])
+def test_space_form_means_the_same_as_equals(spaced, joined):
+    assert parse_run_args(spaced) == parse_run_args(joined)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--test_run", "bert"], "got 'bert'"),
+    (["--benchmarks"], "--benchmarks needs a value"),
+    (["--verbose=loud"], "--verbose=loud: expected true or false"),
+    (["--config_ver", "default,turbo"], "unknown config_ver 'turbo'"),
+    (["--config_ver=default,high_accuracy", "--accuracy_target=0.99"], "contradicts --accuracy_target=0.99"),
+    (["--benchmarks=bert-99.9", "--config_ver=default"], "asks for 0.999 but"),
+])
+def test_space_form_and_config_ver_errors(args, message):
+    with pytest.raises(ArgumentError) as error:
+        parse_run_args(args)
+    assert message in str(error.value)
+
+
+def test_config_ver_comma_list_runs_each_benchmark_at_each_target():
+    request = parse_run_args(["--benchmarks", "bert,gptj-99", "--config_ver", "default,high_accuracy"])
+    assert [(b.benchmark, b.accuracy_target) for b in request.benchmarks] == [
+        (Benchmark.BERT, AccuracyTarget.k_99), (Benchmark.BERT, AccuracyTarget.k_99_9),
+        (Benchmark.GPTJ, AccuracyTarget.k_99),  # a suffix fixes the target: gptj-99 is not doubled
+    ]
+
+
+def test_verbose_is_a_switch_off_by_default():
+    assert parse_run_args([]).verbose is False
+    assert parse_run_args(["--verbose"]).verbose is True
+    assert parse_run_args(["--verbose=false"]).verbose is False
+    assert parse_run_args(["--verbose"]).overrides == {}

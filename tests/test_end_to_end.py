@@ -67,6 +67,31 @@ def test_oracle_scores_100_through_loadgen(build_dir, tmp_path):
     assert summary[0]["not_submittable"][-1] == "accuracy over 53 of the 10833 samples"  # the fixture
 
 
+def test_num_samples_scores_the_first_n_and_says_it_is_not_valid(build_dir, tmp_path):
+    """--num_samples=N: LoadGen's QSL holds N samples, F1 is over the questions they answer (the oracle's 100,
+    not 100 x N/53), and the result says it is a quick check, never a valid one."""
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run", "--backend=oracle", "--test_mode", "AccuracyOnly",
+                    "--num_samples", "6", "--gpu_batch_size=4", f"--log_dir={logs}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    test_dir = logs / "CPU" / "bert-99" / "Offline"
+    accuracy = (test_dir / "accuracy.txt").read_text()
+    assert accuracy.splitlines()[0] == '{"exact_match": 100.0, "f1": 100.0}'
+    assert "features scored: 6 of 53" in accuracy
+    summary = json.loads((logs / "summary.json").read_text())[0]
+    assert summary["verdict"] == "PASS but not submittable"
+    assert "--num_samples=6: a quick check on the first 6 samples" in summary["not_submittable"]
+    assert summary["not_submittable"][-1] == "accuracy over 6 of the 10833 samples"
+    assert "NOT a submittable MLPerf result" in done.stdout and "--num_samples=6" in done.stdout
+
+
+def test_num_samples_is_for_accuracy_runs_only(build_dir):
+    done = run_main(build_dir, "--action=info", "--num_samples=6")
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("ERROR: --num_samples = 6 is for a quick accuracy check: add "
+                                   "--test_mode=AccuracyOnly (it is PerformanceOnly), or leave --num_samples out")
+
+
 def test_shifted_oracle_fails(build_dir, tmp_path):
     logs = tmp_path / "logs"
     done = run_main(build_dir, "--action=run", "--backend=oracle", "--oracle_shift=1", "--test_mode=AccuracyOnly",

@@ -88,6 +88,19 @@ def test_oracle_scores_100_through_loadgen(build_dir, tmp_path):
     assert "gen_len target scaled" in accuracy["summary"] and "[PASS but not submittable]" in done.stdout
 
 
+def test_num_samples_scores_the_first_n_prompts(build_dir, tmp_path):
+    """--num_samples=2: two prompts through LoadGen, GEN_LEN held to their share, labelled a quick check."""
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run", "--benchmarks", "gptj", "--backend=oracle", "--test_mode=AccuracyOnly",
+                    "--num_samples=2", "--gpu_batch_size=4", _fixture_data(build_dir), f"--log_dir={logs}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((logs / "CPU" / "gptj-99" / "Offline" / "metadata.json").read_text())["result"]
+    assert result["accuracy"]["gen_num"] == 2 and result["accuracy"]["rouge1"] == 100.0
+    assert "gen_len target scaled to 2 of 13368 samples" in result["accuracy"]["summary"]
+    assert "--num_samples=2: a quick check on the first 2 samples" in result["not_submittable"]
+    assert result["not_submittable"][-1] == "accuracy over 2 of the 13368 samples"
+
+
 def test_truncated_oracle_fails_gen_len(build_dir, tmp_path):
     logs = tmp_path / "logs"
     done = run_main(build_dir, "--action=run", "--benchmarks=gptj-99.9", "--backend=oracle", "--oracle_shift=40",

@@ -86,3 +86,37 @@ def test_link_dirs_expands_home(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     link_dirs.link_dirs("~/scratch")
     assert all(d.is_symlink() and d.resolve() == tmp_path / "home" / "scratch" / d.name for d in dirs)
+
+
+def test_link_dirs_read_only_scratch_is_one_line_naming_the_fix(tmp_path):
+    """/sys refuses new folders even to root (EPERM or EROFS): a real read-only scratch path."""
+    env = {**os.environ, "MLPERF_SCRATCH_PATH": "/sys/mlperf_scratch", "MLPERF_BUILD_DIR": str(tmp_path / "build")}
+    done = subprocess.run([sys.executable, "-m", "scripts.link_dirs"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr
+    assert lines[0].startswith("ERROR: cannot create /sys/mlperf_scratch")
+    assert ("MLPERF_SCRATCH_PATH=/sys/mlperf_scratch is read-only or not yours; make it writable (chmod u+w "
+            "/sys/mlperf_scratch, or ask its owner), or export MLPERF_SCRATCH_PATH=<a writable folder>, then run "
+            "`make link_dirs` again") in lines[0]
+    assert not (tmp_path / "build" / "data").is_symlink()  # nothing pointed at a folder that does not exist
+
+
+def test_link_dirs_read_only_build_folder_names_it(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    dirs = tuple(tmp_path / "build" / name for name in ("data", "models", "preprocessed_data"))
+    monkeypatch.setattr(link_dirs, "LINKED", dirs)
+    (tmp_path / "build").mkdir()
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "symlink_to", refuse)
+    with pytest.raises(link_dirs.LinkDirsError) as error:
+        link_dirs.link_dirs(str(tmp_path / "scratch"))
+    assert str(error.value) == (f"cannot create {dirs[0]} (Permission denied): {tmp_path / 'build'} is read-only "
+                                "or not yours; make it writable (chmod u+w), then run `make link_dirs` again")
+    assert (tmp_path / "scratch" / "data").is_dir()  # the scratch side is kept for the rerun

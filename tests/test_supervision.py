@@ -88,6 +88,7 @@ def test_ctrl_c_stops_the_test_and_marks_it_incomplete(build_dir, tmp_path):
     assert result["invalid_reasons"][0].startswith("interrupted by SIGINT after")
     summary = (test_dir.parents[2] / "summary.txt").read_text()
     assert "Server        PerformanceOnly  INCOMPLETE: interrupted by SIGINT" in summary
+    assert "Exit status 130: interrupted by SIGINT" in summary
     assert json.loads((test_dir.parents[2] / "summary.json").read_text())[0]["complete"] is False
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from code.actions.common import resolved_configs, system_name
 from code.common.arguments import RunRequest
 from code.common.benchmarks import load_benchmark
+from code.common.log import get_logger
+
+log = get_logger("generate_engines")
 
 
 def generate_engines(request: RunRequest) -> None:
@@ -12,4 +15,4 @@ def generate_engines(request: RunRequest) -> None:
     for config in resolved_configs(request, system):
         report = load_benchmark(config.benchmark).generate_engine(config)
         details = ", ".join(f"{key}: {value}" for key, value in report.items())
-        print(f"[generate_engines] {system} {config.benchmark_name} {config.scenario.value}: {details}", flush=True)
+        log.info("%s %s %s: %s", system, config.benchmark_name, config.scenario.value, details)

@@ -41,6 +41,7 @@ from code.common.audits import (
 )
 from code.common.benchmarks import load_benchmark
 from code.common.constants import TestMode
+from code.common.log import get_logger
 from code.common.paths import COMPLIANCE_LOGS_DIR
 from code.common.rounds import RoundError, get_round
 from code.common.run_logs import TestResult, new_timestamped_dir
@@ -48,6 +49,8 @@ from code.common.summary import exit_code
 from code.common.supervision import Interrupted, stop_signals_ignored, stop_signals_raise
 from code.common.verdicts import round_refusal
 from configs.configuration import ResolvedConfig
+
+log = get_logger("run_audit")
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ def run_audit(request: RunRequest) -> int:
     audits = [plan_audit(config, test, request.audit_results_dir)
               for config in configs for test in request.audit_tests or _required(config)]
     root = new_timestamped_dir(COMPLIANCE_LOGS_DIR)
-    print(f"[run_audit] compliance logs: {root}", flush=True)
+    log.info("compliance logs: %s", root)
     results: list[tuple[str, TestResult, dict]] = []
     try:
         with stop_signals_raise():
@@ -79,8 +82,8 @@ def run_audit(request: RunRequest) -> int:
                 results.append((audit.config.benchmark_name, result, metadata))
     except Interrupted as stop:
         with stop_signals_ignored():
-            print(f"[run_audit] {stop}: stopped; {len(audits) - len(results)} audit(s) not finished", flush=True)
-            finish_run(system, root, results, "run_audit")
+            log.warning("%s: stopped; %d audit(s) not finished", stop, len(audits) - len(results))
+            finish_run(system, root, results, "run_audit", interrupted_by=(stop.signal_name, stop.exit_status))
         return stop.exit_status
     finish_run(system, root, results, "run_audit")
     return int(exit_code([result for _, result, _ in results]))
@@ -124,8 +127,9 @@ def _run_one(audit: Audit, system: str, root: Path, overrides: dict) -> tuple[Te
     work_dir = root / RUNS_SUBDIR / where / test
     work_dir.mkdir(parents=True)
     shutil.copy2(audit.tools.audit_config, work_dir / "audit.config")
-    print(f"\n[run_audit] {system} {config.benchmark_name} {config.scenario.value} {test} (verified against "
-          f"{audit.reference})", flush=True)
+    print(flush=True)  # a blank line before each audit's output, as a separator
+    log.info("%s %s %s %s (verified against %s)", system, config.benchmark_name, config.scenario.value, test,
+             audit.reference)
     performance = TestMode.PerformanceOnly  # audit.config sets performance mode too
     spec = test_spec(system, config, performance, {**overrides, "test_mode": performance.value}, work_dir)
     spec["audit"] = {"test": test, "reference_accuracy_log": str(audit.reference / REFERENCE_ACCURACY_LOG)}

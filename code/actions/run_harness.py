@@ -23,6 +23,7 @@ from code.common.benchmarks import BenchmarkError, load_benchmark
 from code.common.config import ResolvedConfig
 from code.common.constants import TestMode
 from code.common.faults import describe
+from code.common.log import get_logger
 from code.common.paths import REPO_ROOT, harness_lib_dir
 from code.common.rounds import RoundError
 from code.common.run_logs import TestResult, make_test_log_dir, mark_incomplete, new_run_root, write_metadata
@@ -36,6 +37,8 @@ from code.common.supervision import (
 )
 from code.common.verdicts import round_refusal
 from code.harness.build import module_path
+
+log = get_logger("run_harness")
 
 
 def run_harness(request: RunRequest) -> int:
@@ -52,7 +55,7 @@ def run_harness(request: RunRequest) -> int:
         require_built_core(config["round"])
         load_benchmark(config.benchmark).describe_inputs(config, loadgen_mode)
     root = new_run_root(request.overrides.get("log_dir"))
-    print(f"[run_harness] logs: {root}", flush=True)
+    log.info("logs: %s", root)
     results: list[tuple[str, TestResult, dict]] = []
     running: dict | None = None  # the spec of the test in progress
     try:
@@ -62,15 +65,16 @@ def run_harness(request: RunRequest) -> int:
                 log_dir = make_test_log_dir(root, system, config.benchmark_name, config.scenario, loadgen_mode,
                                             submission_layout=mode is TestMode.SubmissionRun)
                 running = test_spec(system, config, loadgen_mode, request.overrides, log_dir)
-                print(f"\n[run_harness] {system} {config.benchmark_name} {config.scenario.value} "
-                      f"{loadgen_mode.value}", flush=True)
+                print(flush=True)  # a blank line before each test's output, as a separator
+                log.info("%s %s %s %s", system, config.benchmark_name, config.scenario.value, loadgen_mode.value)
+                log.debug("config: %s", json.dumps(config.as_dict(), default=str))
                 result, metadata = run_child(running, log_dir)
                 running = None
                 results.append((config.benchmark_name, result, metadata))
     except Interrupted as stop:
         with stop_signals_ignored():
-            print(_record_interruption(stop, running, results, len(tests)), flush=True)
-            finish_run(system, root, results)
+            log.warning(_record_interruption(stop, running, results, len(tests)))
+            finish_run(system, root, results, interrupted_by=(stop.signal_name, stop.exit_status))
         return stop.exit_status
     finish_run(system, root, results)
     return int(exit_code([result for _, result, _ in results]))
@@ -106,10 +110,11 @@ def require_built_core(round_name: str) -> None:
         raise BenchmarkError(f"the C++ core of round {round_name} is not built: run `make build ROUND={round_name}`")
 
 
-def finish_run(system: str, root: Path, results: list[tuple[str, TestResult, dict]], who: str = "run_harness") -> None:
+def finish_run(system: str, root: Path, results: list[tuple[str, TestResult, dict]], who: str = "run_harness",
+               interrupted_by: tuple[str, int] | None = None) -> None:
     """Write the summary files in ``root`` and print the summary; it reaches the terminal even when the disk is
     full or the folder read-only (``who`` prefixes the line that says it was not saved)."""
-    summary = format_summary(system, root, results)
+    summary = format_summary(system, root, results, interrupted_by)
     _save(lambda: write_summary(root, summary, results), "the summary", root, who)
     print(summary, flush=True)
 
@@ -117,7 +122,7 @@ def finish_run(system: str, root: Path, results: list[tuple[str, TestResult, dic
 def _record_interruption(stop: Interrupted, running: dict | None, results: list[tuple[str, TestResult, dict]],
                          planned: int) -> str:
     """Mark the stopped test's folder incomplete, add it to the results, and say in one line what was stopped."""
-    line = f"[run_harness] {stop}: "
+    line = f"{stop}: "
     if running is None:
         line += "no test was running"
     else:
@@ -144,6 +149,7 @@ def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestRes
     command = [sys.executable, "-m", "code.actions.run_single_test", str(spec_file)]
     # The repository first on the path, also outside it: our `code` package, not the standard library's module.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    log.debug("test process: %s (cwd %s)", " ".join(command), cwd)
     transcript = Transcript(log_dir / "stdout.txt")
     process = start_in_own_group(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True, bufsize=1)
@@ -161,7 +167,7 @@ def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestRes
             stop_group(process)
             transcript.close()
     if transcript.error is not None:
-        print(f"[run_harness] {transcript.path.name} not saved whole: {transcript.error}", flush=True)
+        log.warning("%s not saved whole: %s", transcript.path.name, transcript.error)
     metadata = _read_metadata(log_dir)
     if status == 0 and metadata.get("result", {}).get("complete"):
         return TestResult.from_dict(metadata["result"]), metadata
@@ -223,7 +229,7 @@ def _save(write: Callable[[], object], what: str, where: Path, who: str = "run_h
         message = describe(error, writing_in=where)
         if message is None:
             raise
-        print(f"[{who}] {what} not saved: {message}", flush=True)
+        get_logger(who).warning("%s not saved: %s", what, message)
 
 
 def _read_metadata(log_dir: Path) -> dict:

@@ -21,6 +21,7 @@ from code.common.benchmarks import AccuracyReport, load_benchmark
 from code.common.config import ResolvedConfig, WorkloadSetting
 from code.common.constants import AccuracyTarget, Benchmark, ExitCode, HarnessType, PowerSetting, Scenario, TestMode
 from code.common.faults import describe
+from code.common.log import configure, get_logger
 from code.common.paths import REPO_ROOT
 from code.common.run_logs import (
     TestResult,
@@ -34,6 +35,8 @@ from code.common.systems import detect_system
 from code.common.user_conf import write_user_conf
 from code.common.verdicts import not_submittable_reasons
 from configs.configuration import resolve_config
+
+log = get_logger("run_single_test")
 
 
 def versions(round_name: str) -> dict[str, Any]:
@@ -102,9 +105,10 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         log_enable_trace=config["log_enable_trace"],
     )
     loaded = time.time()
-    print(f"[run_single_test] loaded in {loaded - started:.1f} s; starting LoadGen", flush=True)
+    log.info("loaded in %.1f s; starting LoadGen", loaded - started)
+    log.debug("LoadGen settings: %s; user.conf: %s", settings, user_conf)
     run_test(settings, prepared.sample_lengths, prepared.runner)
-    print(f"[run_single_test] LoadGen finished in {time.time() - loaded:.1f} s", flush=True)
+    log.info("LoadGen finished in %.1f s", time.time() - loaded)
     check_loadgen_logs(log_dir)  # before any figure is read from them: a full disk leaves them cut short
 
     audit = spec.get("audit")  # {"test": "TEST01", "reference_accuracy_log": path} for a compliance audit
@@ -159,6 +163,7 @@ def main() -> int:
         print("usage: python -m code.actions.run_single_test <test_spec.json>", file=sys.stderr)
         return 2
     die_with_parent()  # a test never runs on after the harness that started it is gone
+    configure()  # the level the harness was started with (--verbose), through the environment
     spec = json.loads(Path(sys.argv[1]).read_text())
     try:
         run_single_test(spec)

@@ -25,7 +25,7 @@ from code.common.benchmarks import (
     prepared_test,
 )
 from code.common.config import ResolvedConfig
-from code.common.constants import TestMode
+from code.common.constants import DATASET_SIZE, Benchmark, TestMode
 from code.common.devices import resolve_cpu_threads, resolve_device
 from code.common.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
@@ -140,9 +140,14 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     from code.bert.backends import BackendOptions, create_backend
 
     choice = choose_inputs(config, mode)
-    features = load_features(config, choice)
+    features = first_samples(load_features(config, choice), config["num_samples"])
     spec = engine_spec(config, choice) if config["backend"] == "pytorch" else None
     provenance = describe_inputs(config, mode)
+    subset = config["num_samples"] is not None and len(features) < DATASET_SIZE[Benchmark.BERT]
+    if config["num_samples"] is not None:
+        provenance["invalid_because"] = [*provenance.get("invalid_because", []),
+                                         f"--num_samples={config['num_samples']}: a quick check on the first "
+                                         f"{len(features)} samples"]
     options = BackendOptions(device=provenance["device"], cpu_threads=resolve_cpu_threads(config),
                              engine_dir=spec and engine_dir(config, spec),
                              engine_spec=spec, features=features, oracle_shift=config["oracle_shift"],
@@ -161,7 +166,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
             raise InputsUnavailableError(f"accuracy needs the real data set; run {FETCH_STEP}")
         squad_json = _squad_json_for(choice.data_dir)
         result = evaluate_accuracy_log(log_dir / "mlperf_log_accuracy.json", choice.data_dir, squad_json,
-                                       config.workload.accuracy_target.value, log_dir / "accuracy.txt")
+                                       config.workload.accuracy_target.value, log_dir / "accuracy.txt",
+                                       scored_questions_only=subset)
         failures = [] if result.passed else [f"F1 {result.f1:.3f} below target {result.target_f1:.3f}"]
         return AccuracyReport(metric="f1", value=result.f1, unit="%", passed=result.passed, failures=failures,
                               summary=f"exact_match = {result.exact_match:.3f}, f1 = {result.f1:.3f} "
@@ -172,6 +178,18 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     return prepared_test(features.lengths, BertRunner(features, backend), evaluate, provenance,
                          input_lengths=features.describe_lengths(), device=options.device,
                          cpu_threads=options.cpu_threads)
+
+
+def first_samples(features: Any, count: int | None) -> Any:
+    """The first ``count`` features (all of them when None or more than there are): ``--num_samples``."""
+    if count is None or count >= len(features):
+        return features
+    import dataclasses
+
+    gold = features.gold_positions
+    return dataclasses.replace(features, input_ids=features.input_ids[:count],
+                               segment_ids=features.segment_ids[:count], input_mask=features.input_mask[:count],
+                               lengths=features.lengths[:count], gold_positions=None if gold is None else gold[:count])
 
 
 def _squad_json_for(data_dir: Path) -> Path:

@@ -24,18 +24,24 @@ from code.common.constants import (
 from code.common.fields import FIELDS, FieldError
 
 ACTIONS = ("generate_engines", "run_harness", "run", "info", "run_audit")
+# Every spelling Benchmark.parse accepts, so help and errors never fall behind a new benchmark.
+BENCHMARK_NAMES = [b.value for b in Benchmark] + [f"{b.value}-{t.suffix}" for b in Benchmark for t in AccuracyTarget]
 MAIN_ARGUMENTS = {
     "action": "what to do: " + ", ".join(ACTIONS),
-    "benchmarks": "comma list: bert, bert-99, bert-99.9",
+    "benchmarks": "comma list: " + ", ".join(BENCHMARK_NAMES),
     "scenarios": "comma list: offline, server, singlestream (case-insensitive)",
     "accuracy_target": "0.99 or 0.999 (bert-99.9 in --benchmarks sets 0.999 too)",
-    "config_ver": "legacy: default (= 0.99) or high_accuracy (= 0.999)",
+    "config_ver": "legacy, comma list: default (= 0.99), high_accuracy (= 0.999); both: each benchmark at both",
     "harness_type": "custom (our C++ core)",
     "power_setting": "MaxP or MaxQ",
     "system_name": "use this system's configs instead of the detected one",
     "audit_test": f"run_audit: comma list of {', '.join(AUDIT_TESTS)} (default: every test the round requires)",
     "audit_results_dir": "run_audit: the SubmissionRun <Scenario> folder to verify against (default: the newest in "
                          "build/logs)",
+}
+# Main arguments that are switches: a bare --name means true, as for boolean config fields.
+MAIN_SWITCHES = {
+    "verbose": "the harness's debug messages too (Python logging at DEBUG; default: INFO and above)",
 }
 ALIASES = {"fast": "test_run"}
 
@@ -63,28 +69,62 @@ class RunRequest:
     overrides: dict[str, Any] = field(default_factory=dict)
     audit_tests: list[str] = field(default_factory=list)  # empty: every test the round requires
     audit_results_dir: str | None = None
+    verbose: bool = False
 
 
 def _split_flag(token: str) -> tuple[str, str | None]:
     if not token.startswith("--"):
-        raise ArgumentError(f"expected --name=value, got '{token}'")
+        raise ArgumentError(f"expected --name=value (or --name value), got '{token}'")
     name, sep, value = token[2:].partition("=")
     return name.replace("-", "_"), (value if sep else None)
 
 
+def _takes_value(name: str) -> bool:
+    """Whether ``--name`` without ``=`` reads the next token as its value: every flag but a switch does."""
+    name = ALIASES.get(name, name)
+    if name in MAIN_ARGUMENTS:
+        return True
+    return name in FIELDS and FIELDS[name].type is not bool
+
+
+def _is_bool_word(token: str) -> bool:
+    return token.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off")
+
+
+def _join_space_form(argv: list[str]) -> list[str]:
+    """``--benchmarks bert`` -> ``--benchmarks=bert``: the space form means what the ``=`` form means. A switch
+    (``--test_run``, ``--verbose``) takes the next token only when it is a boolean word (``--test_run false``)."""
+    tokens: list[str] = []
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        if token.startswith("--") and "=" not in token and following is not None and not following.startswith("--"):
+            name = token[2:].replace("-", "_")
+            if _takes_value(name) or _is_bool_word(following):
+                tokens.append(f"{token}={following}")
+                index += 2
+                continue
+        tokens.append(token)
+        index += 1
+    return tokens
+
+
 def _unknown_flag(name: str) -> ArgumentError:
-    valid = sorted(list(MAIN_ARGUMENTS) + list(FIELDS) + list(ALIASES))
+    valid = sorted(list(MAIN_ARGUMENTS) + list(MAIN_SWITCHES) + list(FIELDS) + list(ALIASES))
     close = difflib.get_close_matches(name, valid, n=1)
     hint = f" (did you mean --{close[0]}?)" if close else ""
     return ArgumentError(f"unknown flag --{name}{hint}; valid flags: {', '.join('--' + v for v in valid)}")
 
 
 def parse_run_args(argv: list[str]) -> RunRequest:
-    """Parse ``--name=value`` tokens (a bare ``--flag`` means true for boolean fields)."""
+    """Parse ``--name=value`` or ``--name value`` tokens (a bare ``--flag`` means true for switches and boolean
+    fields)."""
     main: dict[str, str] = {}
+    switches: dict[str, bool] = {}
     overrides: dict[str, Any] = {}
     given: dict[str, str | None] = {}
-    for token in argv:
+    for token in _join_space_form(argv):
         name, value = _split_flag(token)
         name = ALIASES.get(name, name)
         if name in given and given[name] != value:
@@ -95,6 +135,10 @@ def parse_run_args(argv: list[str]) -> RunRequest:
             if value is None or value == "":
                 raise ArgumentError(f"--{name} needs a value: {MAIN_ARGUMENTS[name]}")
             main[name] = value
+        elif name in MAIN_SWITCHES:
+            if value not in (None, "") and not _is_bool_word(value):
+                raise ArgumentError(f"--{name}={value}: expected true or false ({MAIN_SWITCHES[name]})")
+            switches[name] = value in (None, "") or value.strip().lower() in ("1", "true", "yes", "on")
         elif name in FIELDS:
             fld = FIELDS[name]
             if value is None and fld.type is not bool:
@@ -113,18 +157,19 @@ def parse_run_args(argv: list[str]) -> RunRequest:
         for name in ("audit_test", "audit_results_dir"):
             if name in main and action != "run_audit":
                 raise ArgumentError(f"--{name} applies to audits only: make run_audit_harness (--action=run_audit)")
-        target = _accuracy_target(main)
+        targets = _accuracy_targets(main)
         benchmarks = []
         for text in _comma_list(main.get("benchmarks", "bert")):
             benchmark, suffix_target = Benchmark.parse(text)
-            if suffix_target and target and suffix_target is not target:
+            if suffix_target and targets and suffix_target not in targets:
                 raise ArgumentError(
                     f"--benchmarks={text} asks for {suffix_target.value} but --accuracy_target/--config_ver "
-                    f"asks for {target.value}"
+                    f"asks for {', '.join(str(t.value) for t in targets)}"
                 )
-            request = BenchmarkRequest(benchmark, suffix_target or target or AccuracyTarget.k_99)
-            if request not in benchmarks:
-                benchmarks.append(request)
+            for target in [suffix_target] if suffix_target else targets or [AccuracyTarget.k_99]:
+                request = BenchmarkRequest(benchmark, target)
+                if request not in benchmarks:
+                    benchmarks.append(request)
         scenarios = []
         for text in _comma_list(main.get("scenarios", "offline")):
             scenario = Scenario.parse(text)
@@ -140,6 +185,7 @@ def parse_run_args(argv: list[str]) -> RunRequest:
             overrides=overrides,
             audit_tests=parse_audit_tests(main["audit_test"]) if "audit_test" in main else [],
             audit_results_dir=main.get("audit_results_dir"),
+            verbose=switches.get("verbose", False),
         )
     except (ChoiceError, AuditError) as error:
         raise ArgumentError(str(error)) from None
@@ -152,10 +198,13 @@ def _comma_list(text: str) -> list[str]:
     return items
 
 
-def _accuracy_target(main: dict[str, str]) -> AccuracyTarget | None:
+def _accuracy_targets(main: dict[str, str]) -> list[AccuracyTarget]:
+    """The targets asked for, in order (empty: none said); ``--config_ver`` may list several, NVIDIA-style."""
     target = AccuracyTarget.parse(main["accuracy_target"]) if "accuracy_target" in main else None
-    if "config_ver" in main:
-        config_ver = main["config_ver"]
+    if "config_ver" not in main:
+        return [target] if target else []
+    targets: list[AccuracyTarget] = []
+    for config_ver in _comma_list(main["config_ver"]):
         if config_ver not in CONFIG_VER_TO_ACCURACY:
             raise ChoiceError(
                 f"unknown config_ver '{config_ver}'; valid choices: {', '.join(CONFIG_VER_TO_ACCURACY)}"
@@ -163,13 +212,15 @@ def _accuracy_target(main: dict[str, str]) -> AccuracyTarget | None:
         legacy = CONFIG_VER_TO_ACCURACY[config_ver]
         if target and legacy is not target:
             raise ArgumentError(f"--config_ver={config_ver} contradicts --accuracy_target={target.value}")
-        target = legacy
-    return target
+        if legacy not in targets:
+            targets.append(legacy)
+    return targets
 
 
 def format_help() -> str:
-    lines = ["RUN_ARGS (each --name=value):", "", "Main arguments:"]
+    lines = ["RUN_ARGS (each --name=value or --name value):", "", "Main arguments:"]
     lines += [f"  --{name:<34} {text}" for name, text in MAIN_ARGUMENTS.items()]
+    lines += [f"  --{name:<34} {text}" for name, text in MAIN_SWITCHES.items()]
     lines += ["  --test_run (alias --fast)            short run: min_duration 60 s, min_query_count 1", "",
               "Config fields (override the config):"]
     for fld in FIELDS.values():

@@ -229,6 +229,8 @@ FIELDS: dict[str, Field] = {
               "then performance)", choices=("PerformanceOnly", "AccuracyOnly", "SubmissionRun")),
         Field("test_run", bool, False, "Short run: min_duration 60 s, min_query_count 1 (alias --fast); "
               "not a valid submission"),
+        Field("num_samples", int, None, "AccuracyOnly: run and score only the first N real samples, a quick "
+              "accuracy check; never a valid result (default: the whole data set)", range=Range(1, 1_000_000)),
         # Where results go.
         Field("log_enable_trace", bool, False, "LoadGen's trace (mlperf_log_trace.json, for debugging): GBs at GPU "
               "rates, written during the timed run; the submission checker rejects files over 50 MB"),
@@ -268,6 +270,9 @@ def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dic
             f"sample count, {minimum:,} (mlperf.conf), and may only go up from it; leave it out (a smaller data "
             f"set gets its own size) or set it to at least {minimum:,}"
         )
+    if values.get("num_samples") is not None and values.get("test_mode") != "AccuracyOnly":
+        raise FieldError(f"{origin('num_samples')} = {values['num_samples']} is for a quick accuracy check: add "
+                         f"--test_mode=AccuracyOnly (it is {values.get('test_mode')}), or leave --num_samples out")
     backend = values.get("backend")
     if backend not in BENCHMARK_BACKENDS[benchmark]:
         raise FieldError(f"{origin('backend')} = {backend!r} is not a {benchmark.value} backend; "

@@ -73,7 +73,10 @@ def accuracy_gate_lines(results: list[tuple[str, TestResult, dict[str, Any]]]) -
     return lines
 
 
-def format_summary(system: str, root: Path, results: list[tuple[str, TestResult, dict[str, Any]]]) -> str:
+def format_summary(system: str, root: Path, results: list[tuple[str, TestResult, dict[str, Any]]],
+                   interrupted_by: tuple[str, int] | None = None) -> str:
+    """The summary table; ``interrupted_by`` (signal name, exit status) when a stop signal ended the run, whose
+    exit status then is the signal's, not the tests'."""
     lines = ["", "=" * 30 + " Result summaries " + "=" * 30, f"{system}:"]
     current = None
     notes: set[str] = set()
@@ -97,7 +100,10 @@ def format_summary(system: str, root: Path, results: list[tuple[str, TestResult,
         lines.append("  'not submittable': as it stands, the figure is NOT an MLPerf result (reasons above and in "
                      "metadata.json).")
     code = exit_code([result for _, result, _ in results])
-    if code is not ExitCode.OK:
+    if interrupted_by is not None:
+        lines.append(f"  Exit status {interrupted_by[1]}: interrupted by {interrupted_by[0]}; a stopped test is "
+                     "INCOMPLETE (metadata.json says \"complete\": false) and its LoadGen logs are partial.")
+    elif code is not ExitCode.OK:
         why = "a test did not finish" if code is ExitCode.TEST_FAILED else "a test is INVALID or FAIL"
         lines.append(f"  Exit status {code.value}: {why}.")
     lines += [f"  Logs: {root}", "=" * 78]

@@ -179,6 +179,17 @@ class GptjContinuousRunner:
         self.backend.serve(session, self.samples.prompt, self.samples.forced_length)
 
 
+def first_samples(samples: Any, count: int) -> Any:
+    """The first ``count`` prompts (all of them when there are fewer): ``--num_samples``."""
+    if count >= len(samples):
+        return samples
+    import dataclasses
+
+    forced = samples.forced_lengths
+    return dataclasses.replace(samples, input_ids=samples.input_ids[:count], lengths=samples.lengths[:count],
+                               forced_lengths=None if forced is None else forced[:count])
+
+
 def _references(samples: Any) -> list[str]:
     from code.gptj.cnn_dailymail import load_targets
 
@@ -202,6 +213,12 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     samples = load_samples(config, choice)
     oracle = config["backend"] == "oracle"
     references_text = None if choice.synthetic else _references(samples)
+    if config["num_samples"] is not None:  # after _references, which checks the whole set against its file
+        samples = first_samples(samples, config["num_samples"])
+        references_text = None if references_text is None else references_text[:len(samples)]
+        provenance["invalid_because"] = [*provenance.get("invalid_because", []),
+                                         f"--num_samples={config['num_samples']}: a quick check on the first "
+                                         f"{len(samples)} samples"]
     tokenizer = load_tokenizer() if references_text is not None else None
     if references_text is not None and mode is TestMode.AccuracyOnly:
         from code.gptj.sentence_split import splitter_name

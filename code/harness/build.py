@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -194,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     except (BuildError, RoundError) as exc:
         print(f"code.harness.build: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C during `make build` (or `make run`'s build step): one line, no traceback
+        print(f"code.harness.build: interrupted by SIGINT; the build of round {args.round or DEFAULT_ROUND} is "
+              "unfinished: `make build` resumes it", file=sys.stderr)
+        return 128 + signal.SIGINT
     return 0
 
 

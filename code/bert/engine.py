@@ -22,7 +22,6 @@ names the fix, instead of benchmarking something other than what the run asked f
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import time
 from dataclasses import asdict, dataclass, fields
@@ -35,15 +34,14 @@ import torch
 from code.bert.download_data import SQUAD_SUBDIR
 from code.bert.model import BERT_CONFIGS, BertConfig, BertQA, empty_model, load_checkpoint, random_weights
 from code.bert.squad import MANIFEST_FILE, TOKENIZED_SUBDIR
-from code.common import atomic
-from code.common.benchmarks import BenchmarkError
+from code.common import atomic, engine_manifest
 from code.common.devices import auto_device
 from code.common.download import file_checksum
+from code.common.engine_manifest import MANIFEST, EngineError, rebuild_hint
 from code.common.faults import reading
 from code.common.paths import DATA_DIR, PREPROCESSED_DATA_DIR
 
 FORMAT_VERSION = 2  # 2: fp8 engines and their calibration
-MANIFEST = "engine.json"
 WEIGHTS = "weights.safetensors"
 REDOWNLOAD = 'make download_model BENCHMARKS="bert"'
 # precision -> the dtype weights are stored and activations kept in (fp8 engines: fp16 between the FP8 GEMMs)
@@ -53,10 +51,6 @@ RANDOM = "random"
 CALIBRATION_LIST = DATA_DIR / SQUAD_SUBDIR / "bert_calibration_features.txt"
 CALIBRATION_DATA = PREPROCESSED_DATA_DIR / TOKENIZED_SUBDIR
 SYNTHETIC_CALIBRATION_COUNT = 100  # as many as the MLPerf list holds
-
-
-class EngineError(BenchmarkError):
-    """The engine a run needs is missing or does not match the run; the message says how to rebuild it."""
 
 
 @dataclass(frozen=True)
@@ -96,11 +90,6 @@ def engine_key(spec: EngineSpec) -> str:
     stem = re.sub(r"[^A-Za-z0-9_.]+", "_", Path(spec.checkpoint).stem)[:32]
     digest = hashlib.sha256(spec.checkpoint.encode()).hexdigest()[:8]
     return f"{spec.model_name}-{spec.precision}-{stem}-{digest}"
-
-
-def _rebuild_hint(run_args: str | None) -> str:
-    args = run_args if run_args is not None else "<the RUN_ARGS of this run>"
-    return f'Rebuild it: make generate_engines RUN_ARGS="{args}"'
 
 
 def _checkpoint_identity(path: Path) -> dict[str, Any]:
@@ -202,18 +191,12 @@ def build_engine(spec: EngineSpec, engine_dir: Path, *, calibration: Calibration
         "torch_version": torch.__version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    atomic.write_text(engine_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    engine_manifest.write_manifest(engine_dir, manifest)
     return engine_dir
 
 
 def read_manifest(engine_dir: Path, run_args: str | None = None) -> dict[str, Any]:
-    path = Path(engine_dir) / MANIFEST
-    if not path.is_file():
-        raise EngineError(f"no BERT engine at {engine_dir} ({MANIFEST} missing). {_rebuild_hint(run_args)}")
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise EngineError(f"unreadable engine manifest {path}: {e}. {_rebuild_hint(run_args)}") from e
+    return engine_manifest.read_manifest(engine_dir, "BERT", run_args)
 
 
 def check_engine(engine_dir: Path, expected: EngineSpec, run_args: str | None = None) -> dict[str, Any]:
@@ -224,7 +207,7 @@ def check_engine(engine_dir: Path, expected: EngineSpec, run_args: str | None = 
     every run.
     """
     manifest = read_manifest(engine_dir, run_args)
-    hint = _rebuild_hint(run_args)
+    hint = rebuild_hint(run_args)
     if manifest.get("format_version") != FORMAT_VERSION:
         raise EngineError(f"engine {engine_dir} has format version {manifest.get('format_version')}, this harness "
                           f"reads {FORMAT_VERSION}. {hint}")
@@ -286,7 +269,7 @@ def load_engine_manifest(engine_dir: Path, expected: EngineSpec, device: str | t
     else:
         from safetensors.torch import load_file
 
-        with reading(Path(engine_dir) / WEIGHTS, _rebuild_hint(run_args)):
+        with reading(Path(engine_dir) / WEIGHTS, rebuild_hint(run_args)):
             state = load_file(str(Path(engine_dir) / WEIGHTS), device="cpu")
         model = empty_model(expected.config)
         model.load_state_dict(state, strict=True, assign=True)  # our names, already checked at build time

@@ -21,7 +21,6 @@ atomically (``code/common/atomic.py``): a folder holds a whole engine or none.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import time
 from dataclasses import asdict, dataclass, fields
@@ -31,9 +30,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from code.common import atomic
-from code.common.benchmarks import BenchmarkError
+from code.common import engine_manifest
 from code.common.download import file_checksum
+from code.common.engine_manifest import MANIFEST, EngineError, rebuild_hint
 from code.common.paths import PREPROCESSED_DATA_DIR
 from code.gptj.cnn_dailymail import (
     CALIBRATION_TOKENIZED_SUBDIR,
@@ -45,7 +44,6 @@ from code.gptj.cnn_dailymail import (
 from code.gptj.inflight.layers import Amax, InflightModel
 
 FORMAT_VERSION = 1
-MANIFEST = "engine.json"
 RANDOM = "random"
 FP8 = "fp8"
 CALIBRATION_DIR = PREPROCESSED_DATA_DIR / CALIBRATION_TOKENIZED_SUBDIR
@@ -53,10 +51,6 @@ SYNTHETIC_CALIBRATION_PROMPTS = 32
 SYNTHETIC_SEED_OFFSET = 7919  # synthetic calibration prompts use seed + this, never a run's own samples
 KEY_DEPENDS_ON = ("model_name", "precision", "kv_cache_dtype", "checkpoint (its path)", "seed")
 AMAX_SERIES = ("gemm_in", "gemm_out", "k", "v")
-
-
-class EngineError(BenchmarkError):
-    """The engine a run needs is missing or does not match the run; the message says how to rebuild it."""
 
 
 @dataclass(frozen=True)
@@ -87,11 +81,6 @@ def engine_key(spec: EngineSpec) -> str:
         return f"{head}-random-s{spec.seed}"
     stem = re.sub(r"[^A-Za-z0-9_.]+", "_", Path(spec.checkpoint).name)[:32]
     return f"{head}-{stem}-{hashlib.sha256(spec.checkpoint.encode()).hexdigest()[:8]}-s{spec.seed}"
-
-
-def rebuild_hint(run_args: str | None = None) -> str:
-    args = run_args if run_args is not None else "<the RUN_ARGS of this run>"
-    return f'Rebuild it: make generate_engines RUN_ARGS="{args}"'
 
 
 def checkpoint_identity(path: Path) -> list[dict[str, Any]]:
@@ -222,21 +211,12 @@ def build_engine(spec: EngineSpec, engine_dir: Path, *, device: str | torch.devi
         "torch_version": torch.__version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    atomic.write_text(engine_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    engine_manifest.write_manifest(engine_dir, manifest)
     return engine_dir
 
 
 def read_manifest(engine_dir: Path, run_args: str | None = None) -> dict[str, Any]:
-    path = Path(engine_dir) / MANIFEST
-    if not path.is_file():
-        raise EngineError(f"no GPT-J engine at {engine_dir} ({MANIFEST} missing). {rebuild_hint(run_args)}")
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise EngineError(f"unreadable engine manifest {path}: {e}. {rebuild_hint(run_args)}") from e
-    if not isinstance(manifest, dict):
-        raise EngineError(f"engine manifest {path} is not a JSON object. {rebuild_hint(run_args)}")
-    return manifest
+    return engine_manifest.read_manifest(engine_dir, "GPT-J", run_args)
 
 
 def load_calibration(engine_dir: Path, expected: EngineSpec, *, calibration_dir: Path | None = None,

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from code.gptj.model import apply_rotary
-from code.numerics.fp8 import E4M3, E4M3_MAX, quantize_cuda
+from code.numerics.fp8 import quantize, quantize_fast
 
 
 def gemm_input(y: Tensor, scale: Tensor | None, align: int) -> Tensor:
@@ -39,9 +39,8 @@ def gemm_input(y: Tensor, scale: Tensor | None, align: int) -> Tensor:
     pad = -y.shape[0] % align
     if pad:
         y = F.pad(y, (0, 0, 0, pad))
-    if y.is_cuda and not torch.compiler.is_compiling():  # uncompiled on the GPU: one pass, not four kernels
-        return quantize_cuda(y.contiguous(), scale)
-    return (y.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    # traced by torch.compile: torch's operations, which Inductor fuses with the rest; uncompiled: one pass
+    return quantize(y, scale) if torch.compiler.is_compiling() else quantize_fast(y, scale)
 
 
 def norm_in(x: Tensor, weight: Tensor, bias: Tensor, eps: float, scale: Tensor | None, align: int) -> Tensor:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from code.numerics.fp8 import E4M3, quantize, quantize_cuda, scale_from_amax
+from code.numerics.fp8 import E4M3, quantize_fast, scale_from_amax
 
 
 @dataclass(frozen=True)
@@ -87,9 +87,7 @@ class KVCache:
         self.v_scale = [scale_from_amax(a) for a in v_amax]
 
     def _store(self, x: Tensor, scale: float) -> Tensor:
-        if not self.is_fp8:
-            return x
-        return quantize_cuda(x.contiguous(), scale) if x.is_cuda else quantize(x, scale)
+        return quantize_fast(x, scale) if self.is_fp8 else x
 
     def write_prompt(self, layer: int, pages: Tensor, offsets: Tensor, k: Tensor, v: Tensor) -> None:
         """Keys and values ``[tokens, heads, head_dim]`` of packed prompts at (page, offset)."""

@@ -23,13 +23,7 @@ EOS = 50256
 LENGTHS = [7, 1, 40, 16, 17, 25, 12, 9, 70, 5, 33]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """As in test_gptj_model.py: intra-op threads only slow a 64-wide model down on 2 busy cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

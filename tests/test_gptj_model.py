@@ -20,14 +20,7 @@ LENGTHS = [7, 1, 40, 18, 3, 25, 12, 9]
 MLPERF = dict(num_beams=4, min_new_tokens=30, max_new_tokens=128, early_stopping=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """A 64-wide model gains nothing from intra-op threads, and on a busy 2-core machine their spin-waits make both
-    generators ~10x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def hf_config(config: GptjConfig) -> transformers.GPTJConfig:

@@ -148,23 +148,17 @@ def main() -> None:
                                       functools.partial(decode_attention, q, cache, 0, ancestry, counts),
                                       return_mode="median")
             launches: dict[str, float | str] = {}
-            defaults = dict(attention_module.PROMPT_LAUNCH), dict(attention_module.GENERATED_LAUNCH)
-            choices = [(f"prompt k{keys}w{warps}s{stages}", attention_module.PROMPT_LAUNCH,
-                        {"KEYS": keys, "num_warps": warps, "num_stages": stages})
-                       for keys, warps, stages in ((32, 4, 2), (64, 4, 2), (128, 4, 2), (128, 4, 3), (128, 8, 2))]
-            choices += [(f"generated t{tile}w{warps}", attention_module.GENERATED_LAUNCH,
-                         {"TILE": tile, "num_warps": warps}) for tile, warps in ((32, 4), (64, 4))]
-            for name, launch, choice in choices:
-                launch.update(choice)
+            default = dict(attention_module.DECODE_LAUNCH)
+            for keys, warps, stages in ((32, 4, 4), (64, 4, 2), (64, 4, 3), (64, 4, 4), (128, 4, 2), (128, 8, 2)):
+                name = f"k{keys}w{warps}s{stages}"
+                attention_module.DECODE_LAUNCH.update({"KEYS": keys, "num_warps": warps, "num_stages": stages})
                 try:
                     launches[name] = bench()
                 except Exception as error:  # e.g. OutOfResources: too much shared memory for this tile
                     launches[name] = f"failed: {type(error).__name__}"
-                finally:  # the defaults come back even when a choice fails to compile
-                    for module_launch, default in zip((attention_module.PROMPT_LAUNCH,
-                                                       attention_module.GENERATED_LAUNCH), defaults, strict=True):
-                        module_launch.clear()
-                        module_launch.update(default)
+                finally:  # the default comes back even when a choice fails to compile
+                    attention_module.DECODE_LAUNCH.clear()
+                    attention_module.DECODE_LAUNCH.update(default)
             details[f"attention_{label}"]["launches_ms"] = launches
             rows.append(f"  {label} launches (ms/layer): " + ", ".join(
                 f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in launches.items()))

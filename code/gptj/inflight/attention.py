@@ -2,19 +2,20 @@
 """Attention for the in-flight engine: prefill over packed prompts, decode over the shared-prompt KV cache.
 
 Decode, for every beam row (s, b) and head: softmax over the prompt's keys (slot s's pages) and the beam's own
-generated keys (through the ancestry table), in float32. On CUDA two Triton kernels do it:
+generated keys (through the ancestry table), in float32. On CUDA one Triton kernel, ``_decode_kernel``, does it
+with one program per (slot, head):
 
-1. ``_prompt_kernel``, one program per (slot, head): the slot's 4 beam queries go through the prompt pages
-   together as one ``[16, head_dim]`` tile (rows 4-15 zero), so each prompt key and value is read **once for all
-   beams**, the point of sharing the prompt (the prompt is ~90% of the keys a decode step reads). It leaves each
-   beam's online-softmax state (max, sum, weighted values) in float32.
-2. ``_generated_kernel``, one program per (beam row, head): continues that state over the beam's generated tokens,
-   reading row ``ancestry[s, b, t]`` at column t, and writes the normalised output.
+1. The slot's 4 beam queries go through the prompt pages together as one ``[16, head_dim]`` tile (rows 4-15
+   zero), so each prompt key and value is read **once for all beams**, the point of sharing the prompt (the prompt
+   is ~90% of the keys a decode step reads).
+2. The same online softmax continues over the generated tokens: a tile holds a few columns of each beam (column t
+   of beam b is row ``ancestry[s, b, t]``'s), and each beam's query row masks the other beams' columns, so both
+   loops run one tile shape and the state never leaves registers.
 
-With an FP8 cache both kernels load e4m3 keys and values and widen them in registers (the prompt kernel to fp16,
-one conversion instruction per pair where bf16 takes two, so its queries go to fp16 too: GPT-J's stay far inside
-fp16's range; the generated-token kernel to float32); the layer's key scale is folded into the score scale and its
-value scale into the final normalisation.
+Head dimensions go in two halves (two dots per product), which halves the registers a widened tile takes. With an
+FP8 cache the kernel loads e4m3 keys and values and widens them to fp16 in registers (one conversion instruction
+per pair where bf16 takes two, so the queries go to fp16 too: GPT-J's stay far inside fp16's range); the layer's
+key scale is folded into the score scale and its value scale into the final normalisation.
 
 Elsewhere (CPU runs, tests) ``decode_attention_reference`` computes the same thing in plain PyTorch with HF's
 operation order; ``scripts/gpu/check_gptj_inflight.py`` compares the two on the GPU.
@@ -36,12 +37,10 @@ except ImportError:  # CPU-only installs: the reference path runs instead
     triton = None
 
 BEAM_TILE = 16  # tl.dot needs at least 16 rows: the 4 beams of a slot, padded
-# The kernels' launch settings; scripts/gpu time the choices. The prompt kernel loads PROMPT_TILE_BYTES of keys
-# (and as many of values) per iteration: 64 keys of a 16-bit cache, 128 of an FP8 one; a "KEYS" entry in
-# PROMPT_LAUNCH (a power of two) overrides that.
-PROMPT_TILE_BYTES = 32768
-PROMPT_LAUNCH: dict[str, int] = {"num_warps": 4, "num_stages": 2}
-GENERATED_LAUNCH = {"TILE": 64, "num_warps": 4}
+# The kernel's launch settings; scripts/gpu/check_gptj_inflight.py times the choices. KEYS keys of the prompt per
+# iteration; the generated part takes KEYS // 4 columns of each of the 4 beams per iteration, so both loops run the
+# same tile shape.
+DECODE_LAUNCH: dict[str, int] = {"KEYS": 64, "num_warps": 4, "num_stages": 3}
 
 
 def prefill_attention(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], cu_seqlens: Tensor) -> Tensor:
@@ -101,28 +100,25 @@ def decode_attention_reference(q: Tensor, cache: KVCache, layer: int, ancestry: 
 
 
 def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, gen_count: Tensor) -> Tensor:
-    rows, heads, head_dim = q.shape
     slots, beams = ancestry.shape[:2]
+    heads, head_dim = q.shape[1:]
     if beams > BEAM_TILE:
         raise ValueError(f"the decode kernel takes at most {BEAM_TILE} beams, not {beams}")
+    if head_dim % 2:
+        raise ValueError(f"the decode kernel splits head_dim in halves; {head_dim} is odd")
     pk, pv = cache.prompt_k[layer], cache.prompt_v[layer]
     gk, gv = cache.gen_k[layer], cache.gen_v[layer]
-    state_max = torch.empty((rows, heads), dtype=torch.float32, device=q.device)
-    state_sum = torch.empty_like(state_max)
-    state_acc = torch.empty((rows, heads, head_dim), dtype=torch.float32, device=q.device)
     out = torch.empty_like(q)
     scale_log2 = 1.0 / math.sqrt(head_dim) * 1.4426950408889634 * cache.k_scale[layer]
-    _prompt_kernel[(slots, heads)](
-        q, pk, pv, cache.block_table, cache.prompt_lengths, state_max, state_sum, state_acc,
+    launch = dict(DECODE_LAUNCH)
+    keys = launch.pop("KEYS")
+    _decode_kernel[(slots, heads)](
+        q, pk, pv, cache.block_table, cache.prompt_lengths, gk, gv, ancestry, gen_count, out,
         q.stride(0), q.stride(1), pk.stride(0), pk.stride(1), pk.stride(2), cache.block_table.stride(0),
-        scale_log2, BEAMS=beams, BEAM_TILE=BEAM_TILE, HEAD_DIM=head_dim, PAGE=cache.shape.page_size,
-        F16=cache.is_fp8, **{"KEYS": PROMPT_TILE_BYTES // (head_dim * pk.element_size()), **PROMPT_LAUNCH},
-    )
-    _generated_kernel[(rows, heads)](
-        q, gk, gv, ancestry, gen_count, state_max, state_sum, state_acc, out,
-        q.stride(0), q.stride(1), gk.stride(0), gk.stride(1), gk.stride(2), gk.stride(3), ancestry.stride(0),
-        ancestry.stride(1), out.stride(0), out.stride(1),
-        scale_log2, cache.v_scale[layer], BEAMS=beams, HEAD_DIM=head_dim, **GENERATED_LAUNCH,
+        gk.stride(0), gk.stride(1), gk.stride(2), gk.stride(3), ancestry.stride(0), ancestry.stride(1),
+        out.stride(0), out.stride(1), scale_log2, cache.v_scale[layer],
+        BEAMS=beams, BEAM_TILE=BEAM_TILE, HALF=head_dim // 2, PAGE=cache.shape.page_size, F16=cache.is_fp8,
+        KEYS=keys, COLUMNS=keys // triton.next_power_of_2(beams), **launch,
     )
     return out
 
@@ -130,82 +126,79 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
 if triton is not None:
 
     @triton.jit
-    def _prompt_kernel(
-        q_ptr, k_ptr, v_ptr, table_ptr, length_ptr, max_ptr, sum_ptr, acc_ptr,
+    def _decode_kernel(
+        q_ptr, pk_ptr, pv_ptr, table_ptr, length_ptr, gk_ptr, gv_ptr, ancestry_ptr, count_ptr, out_ptr,
         stride_q_row, stride_q_head, stride_k_page, stride_k_pos, stride_k_head, stride_table,
-        scale_log2, BEAMS: tl.constexpr, BEAM_TILE: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
-        F16: tl.constexpr, KEYS: tl.constexpr,
+        stride_g_slot, stride_g_beam, stride_g_col, stride_g_head, stride_a_slot, stride_a_beam,
+        stride_o_row, stride_o_head, scale_log2, v_scale,
+        BEAMS: tl.constexpr, BEAM_TILE: tl.constexpr, HALF: tl.constexpr, PAGE: tl.constexpr, F16: tl.constexpr,
+        KEYS: tl.constexpr, COLUMNS: tl.constexpr,
     ):
+        """One program per (slot, head): the prompt's keys once for all beams, then each beam's generated keys
+        (key j of a generated tile belongs to beam j // COLUMNS; the other beams' rows mask it)."""
         slot = tl.program_id(0)
         head = tl.program_id(1)
         beam = tl.arange(0, BEAM_TILE)
-        dim = tl.arange(0, HEAD_DIM)
+        half = tl.arange(0, HALF)
         key = tl.arange(0, KEYS)
         row = slot * BEAMS + beam
         live = beam < BEAMS
-        q = tl.load(q_ptr + row[:, None] * stride_q_row + head * stride_q_head + dim[None, :], mask=live[:, None],
-                    other=0.0)
+        q_rows = q_ptr + row[:, None] * stride_q_row + head * stride_q_head + half[None, :]
+        qa = tl.load(q_rows, mask=live[:, None], other=0.0)
+        qb = tl.load(q_rows + HALF, mask=live[:, None], other=0.0)
         if F16:
-            q = q.to(tl.float16)
+            qa = qa.to(tl.float16)
+            qb = qb.to(tl.float16)
         m = tl.full([BEAM_TILE], float("-inf"), tl.float32)
         s = tl.zeros([BEAM_TILE], tl.float32)
-        acc = tl.zeros([BEAM_TILE, HEAD_DIM], tl.float32)
+        acc_a = tl.zeros([BEAM_TILE, HALF], tl.float32)
+        acc_b = tl.zeros([BEAM_TILE, HALF], tl.float32)
         n = tl.load(length_ptr + slot)
         for first in range(0, n, KEYS):
-            position = first + key  # each key finds its page: a tile may span pages or be part of one
+            position = first + key
             valid = position < n
             page = tl.load(table_ptr + slot * stride_table + position // PAGE, mask=valid, other=0).to(tl.int64)
-            offsets = (page[:, None] * stride_k_page + (position % PAGE)[:, None] * stride_k_pos
-                       + head * stride_k_head + dim[None, :])
-            k = tl.load(k_ptr + offsets, mask=valid[:, None], other=0.0).to(q.dtype)
-            v = tl.load(v_ptr + offsets, mask=valid[:, None], other=0.0).to(q.dtype)
-            scores = tl.dot(q, tl.trans(k)) * scale_log2
+            base = page * stride_k_page + (position % PAGE) * stride_k_pos + head * stride_k_head
+            offsets = base[:, None] + half[None, :]
+            ka = tl.load(pk_ptr + offsets, mask=valid[:, None], other=0.0).to(qa.dtype)
+            kb = tl.load(pk_ptr + offsets + HALF, mask=valid[:, None], other=0.0).to(qa.dtype)
+            scores = tl.dot(qb, tl.trans(kb), acc=tl.dot(qa, tl.trans(ka))) * scale_log2
             scores = tl.where(valid[None, :], scores, float("-inf"))
             m_new = tl.maximum(m, tl.max(scores, axis=1))
             alpha = tl.exp2(m - m_new)
             p = tl.exp2(scores - m_new[:, None])
             s = s * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            va = tl.load(pv_ptr + offsets, mask=valid[:, None], other=0.0).to(qa.dtype)
+            vb = tl.load(pv_ptr + offsets + HALF, mask=valid[:, None], other=0.0).to(qa.dtype)
+            p = p.to(qa.dtype)
+            acc_a = acc_a * alpha[:, None] + tl.dot(p, va)
+            acc_b = acc_b * alpha[:, None] + tl.dot(p, vb)
             m = m_new
-        heads = tl.num_programs(1)
-        tl.store(max_ptr + row * heads + head, m, mask=live)
-        tl.store(sum_ptr + row * heads + head, s, mask=live)
-        tl.store(acc_ptr + (row[:, None] * heads + head) * HEAD_DIM + dim[None, :], acc, mask=live[:, None])
-
-    @triton.jit
-    def _generated_kernel(
-        q_ptr, k_ptr, v_ptr, ancestry_ptr, count_ptr, max_ptr, sum_ptr, acc_ptr, out_ptr,
-        stride_q_row, stride_q_head, stride_g_slot, stride_g_beam, stride_g_col, stride_g_head,
-        stride_a_slot, stride_a_beam, stride_o_row, stride_o_head,
-        scale_log2, v_scale, BEAMS: tl.constexpr, HEAD_DIM: tl.constexpr, TILE: tl.constexpr,
-    ):
-        row = tl.program_id(0)
-        head = tl.program_id(1)
-        heads = tl.num_programs(1)
-        slot = row // BEAMS
-        beam = row % BEAMS
-        dim = tl.arange(0, HEAD_DIM)
-        col = tl.arange(0, TILE)
-        q = tl.load(q_ptr + row * stride_q_row + head * stride_q_head + dim).to(tl.float32)
-        m = tl.load(max_ptr + row * heads + head)
-        s = tl.load(sum_ptr + row * heads + head)
-        acc = tl.load(acc_ptr + (row * heads + head) * HEAD_DIM + dim)
+        owner = key // COLUMNS  # the beam a generated key belongs to
         g = tl.maximum(tl.load(count_ptr + slot), 1)
-        for first in range(0, g, TILE):
-            cols = first + col
-            ok = cols < g
-            src = tl.load(ancestry_ptr + slot * stride_a_slot + beam * stride_a_beam + cols, mask=ok, other=0)
-            offsets = (slot.to(tl.int64) * stride_g_slot + src[:, None] * stride_g_beam + cols[:, None] * stride_g_col
-                       + head * stride_g_head + dim[None, :])
-            k = tl.load(k_ptr + offsets, mask=ok[:, None], other=0.0).to(tl.float32)
-            v = tl.load(v_ptr + offsets, mask=ok[:, None], other=0.0).to(tl.float32)
-            scores = tl.sum(q[None, :] * k, axis=1) * scale_log2
-            scores = tl.where(ok, scores, float("-inf"))
-            m_new = tl.maximum(m, tl.max(scores, axis=0))
+        own = (beam[:, None] == owner[None, :]) | (beam[:, None] >= BEAMS)  # padding rows see every key
+        for first in range(0, g, COLUMNS):
+            col = first + key % COLUMNS
+            ok = (col < g) & (owner < BEAMS)
+            src = tl.load(ancestry_ptr + slot * stride_a_slot + owner * stride_a_beam + col, mask=ok, other=0)
+            base = (slot.to(tl.int64) * stride_g_slot + src.to(tl.int64) * stride_g_beam + col * stride_g_col
+                    + head * stride_g_head)
+            offsets = base[:, None] + half[None, :]
+            ka = tl.load(gk_ptr + offsets, mask=ok[:, None], other=0.0).to(qa.dtype)
+            kb = tl.load(gk_ptr + offsets + HALF, mask=ok[:, None], other=0.0).to(qa.dtype)
+            scores = tl.dot(qb, tl.trans(kb), acc=tl.dot(qa, tl.trans(ka))) * scale_log2
+            scores = tl.where(own & ok[None, :], scores, float("-inf"))
+            m_new = tl.maximum(m, tl.max(scores, axis=1))
             alpha = tl.exp2(m - m_new)
-            p = tl.exp2(scores - m_new)
-            s = s * alpha + tl.sum(p, axis=0)
-            acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
+            p = tl.exp2(scores - m_new[:, None])
+            s = s * alpha + tl.sum(p, axis=1)
+            va = tl.load(gv_ptr + offsets, mask=ok[:, None], other=0.0).to(qa.dtype)
+            vb = tl.load(gv_ptr + offsets + HALF, mask=ok[:, None], other=0.0).to(qa.dtype)
+            p = p.to(qa.dtype)
+            acc_a = acc_a * alpha[:, None] + tl.dot(p, va)
+            acc_b = acc_b * alpha[:, None] + tl.dot(p, vb)
             m = m_new
-        tl.store(out_ptr + row * stride_o_row + head * stride_o_head + dim,
-                 (acc * (v_scale / s)).to(out_ptr.dtype.element_ty))
+        norm = v_scale / s
+        out_rows = out_ptr + row[:, None] * stride_o_row + head * stride_o_head + half[None, :]
+        tl.store(out_rows, (acc_a * norm[:, None]).to(out_ptr.dtype.element_ty), mask=live[:, None])
+        tl.store(out_rows + HALF, (acc_b * norm[:, None]).to(out_ptr.dtype.element_ty), mask=live[:, None])

@@ -59,7 +59,7 @@ class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GBx1(H100_SXM_80GBx1):
     gpu_batch_size = 128
-    offline_expected_qps = 18.0
+    offline_expected_qps = 20.0
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
@@ -69,7 +69,7 @@ class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GBx8(H200_SXM_141GBx1):
-    offline_expected_qps = 18.0 * 8
+    offline_expected_qps = 20.0 * 8
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)

@@ -60,7 +60,7 @@ class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GBx1(H100_SXM_80GBx1):
     gpu_batch_size = 128
-    server_target_qps = 14.0
+    server_target_qps = 15.5
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
@@ -70,7 +70,7 @@ class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GBx8(H200_SXM_141GBx1):
-    server_target_qps = 14.0 * 8
+    server_target_qps = 15.5 * 8
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)

@@ -118,7 +118,7 @@ class FakeContinuousRunner:
 
 def _child_main(job: dict) -> int:
     """Run one LoadGen test in this (child) process; write what happened to job['result']."""
-    from code.harness.core import CoreSettings, run_test
+    from code.harness.core import CoreSettings, progress, run_test, timeline
 
     if "slots" in job:
         runner = FakeContinuousRunner(job["slots"], job.get("fail_after"), job.get("return_early", False))
@@ -146,6 +146,9 @@ def _child_main(job: dict) -> int:
         run_test(settings, lengths, runner, loads.extend, unloads.extend)
     except Exception as exc:  # reported to the parent, which checks type and message
         result["error"] = f"{type(exc).__name__}: {exc}"
+    times = timeline()
+    result.update(progress=progress(), timeline_index=times.index.tolist(),
+                  latencies=(times.completed_s - times.issued_s).tolist())
     if job.get("run_twice"):
         try:
             run_test(settings, lengths, runner)
@@ -286,6 +289,15 @@ def test_performance_run_is_valid(built_core: Path, tmp_path: Path, scenario: st
     assert result["thread_locals"] == job.get("num_workers", 1)
     # The trace is off unless asked for: LoadGen leaves its file empty.
     assert (result["log_dir"] / "mlperf_log_trace.json").stat().st_size == 0
+    # The core's own record: every issued sample completed once, the counters agree with the record, and Server's
+    # late count is the samples past its 130 ms bound.
+    counters, latencies = result["progress"], np.array(result["latencies"])
+    answered = sum(sizes)
+    assert counters["issued"] == counters["completed"] == answered == len(result["timeline_index"])
+    assert sorted(result["timeline_index"]) == sorted(i for batch in result["batches"] for i in batch)
+    assert (latencies >= 0).all() and counters["elapsed_s"] > 0
+    bound_s = 0.13 if scenario == "Server" else None
+    assert counters["late"] == (int((latencies > bound_s).sum()) if bound_s else 0)
     if scenario == "SingleStream":
         assert set(sizes) == {1}
     if scenario == "Server":

@@ -37,6 +37,8 @@ from code.common.supervision import (
 )
 from code.common.verdicts import round_refusal
 from code.harness.build import module_path
+from code.harness.progress import PREFIX as PROGRESS_PREFIX
+from code.harness.progress import PROGRESS_TTY_ENV, ProgressScreen
 
 log = get_logger("run_harness")
 
@@ -149,6 +151,9 @@ def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestRes
     command = [sys.executable, "-m", "code.actions.run_single_test", str(spec_file)]
     # The repository first on the path, also outside it: our `code` package, not the standard library's module.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    screen = ProgressScreen(sys.stdout)
+    if screen.redraws:
+        env[PROGRESS_TTY_ENV] = "1"
     log.debug("test process: %s (cwd %s)", " ".join(command), cwd)
     transcript = Transcript(log_dir / "stdout.txt")
     process = start_in_own_group(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -156,11 +161,19 @@ def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestRes
     try:
         assert process.stdout is not None
         error_line = None
+        last_progress = None
         for line in process.stdout:
-            sys.stdout.write(line)
+            screen.write(line)
+            if screen.redraws and line.startswith(PROGRESS_PREFIX):
+                last_progress = line  # redrawn in place each second: the transcript keeps the last of a run
+                continue
+            if last_progress:
+                transcript.write(last_progress)
+                last_progress = None
             transcript.write(line)
             if line.startswith("ERROR:"):
                 error_line = line.strip()
+        screen.done()
         status = process.wait()
     finally:
         with stop_signals_ignored():

@@ -8,6 +8,7 @@ summary, all in the test's log folder: it writes nothing anywhere else.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -19,7 +20,16 @@ from typing import Any
 from code.common.audits import write_baseline_log
 from code.common.benchmarks import AccuracyReport, load_benchmark
 from code.common.config import ResolvedConfig, WorkloadSetting
-from code.common.constants import AccuracyTarget, Benchmark, ExitCode, HarnessType, PowerSetting, Scenario, TestMode
+from code.common.constants import (
+    SERVER_LATENCY_BOUND_NS,
+    AccuracyTarget,
+    Benchmark,
+    ExitCode,
+    HarnessType,
+    PowerSetting,
+    Scenario,
+    TestMode,
+)
 from code.common.faults import describe
 from code.common.log import configure, get_logger
 from code.common.paths import REPO_ROOT
@@ -34,6 +44,15 @@ from code.common.supervision import die_with_parent
 from code.common.systems import detect_system
 from code.common.user_conf import write_user_conf
 from code.common.verdicts import not_submittable_reasons
+from code.harness.core import SAMPLE_TIMES_FILE, SampleTimes
+from code.harness.progress import (
+    PERIOD_S,
+    PROGRESS_TTY_ENV,
+    TTY_PERIOD_S,
+    ProgressReporter,
+    ProgressShape,
+    min_duration_s,
+)
 from configs.configuration import resolve_config
 
 log = get_logger("run_single_test")
@@ -71,7 +90,7 @@ def resolve_from_spec(spec: dict[str, Any]) -> ResolvedConfig:
 
 
 def run_single_test(spec: dict[str, Any]) -> TestResult:
-    from code.harness.core import CoreSettings, run_test
+    from code.harness.core import CoreSettings, progress, run_test, timeline
 
     config = resolve_from_spec(spec)
     mode = TestMode(spec["mode"])
@@ -107,8 +126,10 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
     loaded = time.time()
     log.info("loaded in %.1f s; starting LoadGen", loaded - started)
     log.debug("LoadGen settings: %s; user.conf: %s", settings, user_conf)
-    run_test(settings, prepared.sample_lengths, prepared.runner)
+    with ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf), progress_period_s()):
+        run_test(settings, prepared.sample_lengths, prepared.runner)
     log.info("LoadGen finished in %.1f s", time.time() - loaded)
+    save_sample_times(timeline(settings.round), log_dir)
     check_loadgen_logs(log_dir)  # before any figure is read from them: a full disk leaves them cut short
 
     audit = spec.get("audit")  # {"test": "TEST01", "reference_accuracy_log": path} for a compliance audit
@@ -144,6 +165,26 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         **({"audit_accuracy": audit_accuracy} if audit_accuracy else {}),
     })
     return result
+
+
+def progress_shape(config: ResolvedConfig, user_conf: Path) -> ProgressShape:
+    scenario = config.scenario
+    bound = SERVER_LATENCY_BOUND_NS[config.benchmark] / 1e9 if scenario is Scenario.Server else None
+    return ProgressShape(scenario.value, min_duration_s(user_conf, scenario.value), bound)
+
+
+def progress_period_s() -> float:
+    """Lines every 15 s; every second when the parent redraws them in place on a terminal."""
+    return TTY_PERIOD_S if os.environ.get(PROGRESS_TTY_ENV) else PERIOD_S
+
+
+def save_sample_times(times: SampleTimes, log_dir: Path) -> None:
+    """The core's per-sample times beside LoadGen's logs, for the run report; a full disk costs the file, not the
+    run's result."""
+    try:
+        times.save(log_dir / SAMPLE_TIMES_FILE)
+    except OSError as error:
+        log.warning("%s not saved: %s", SAMPLE_TIMES_FILE, error)
 
 
 def score_test01(evaluate_accuracy: Callable[[Path], AccuracyReport], log_dir: Path,

@@ -152,6 +152,38 @@ def loadgen_version(round_name: str = DEFAULT_ROUND) -> str:
     return str(_module(round_name).loadgen_version())
 
 
+def progress(round_name: str = DEFAULT_ROUND) -> dict[str, float]:
+    """Counters of the test running in this process (safe from another thread while ``run_test`` blocks): issued,
+    completed, late (Server: past the latency bound), elapsed_s."""
+    return dict(_module(round_name).progress())
+
+
+def timeline(round_name: str = DEFAULT_ROUND) -> SampleTimes:
+    """Every completed sample of the last test: QSL index, issue and completion time (s since the test started)."""
+    index, issued, completed = _module(round_name).timeline()
+    return SampleTimes(index=index, issued_s=issued, completed_s=completed)
+
+
+SAMPLE_TIMES_FILE = "sample_times.npz"  # beside LoadGen's logs; staging never copies it
+
+
+@dataclass(frozen=True)
+class SampleTimes:
+    """The core's own record of a test's samples, in completion order (LoadGen's trace is off by default)."""
+
+    index: np.ndarray  # int64 QSL index
+    issued_s: np.ndarray  # float64 s since the test started
+    completed_s: np.ndarray
+
+    def save(self, path: Path) -> None:
+        np.savez_compressed(path, index=self.index, issued_s=self.issued_s, completed_s=self.completed_s)
+
+    @classmethod
+    def load(cls, path: Path) -> SampleTimes:
+        with np.load(path) as data:
+            return cls(index=data["index"], issued_s=data["issued_s"], completed_s=data["completed_s"])
+
+
 def run_test(
     settings: CoreSettings,
     sample_lengths: np.ndarray,

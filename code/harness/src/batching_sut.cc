@@ -1,7 +1,12 @@
 #include "batching_sut.h"
 
+#include "timeline.h"
+
 namespace harness {
 
-void BatchingSut::IssueQuery(const std::vector<mlperf::QuerySample>& samples) { batcher_->Enqueue(samples); }
+void BatchingSut::IssueQuery(const std::vector<mlperf::QuerySample>& samples) {
+  ProcessTimeline().Issued(samples);
+  batcher_->Enqueue(samples);
+}
 
 }  // namespace harness

@@ -8,6 +8,7 @@
 
 #include "continuous_runner.h"
 #include "test_runner.h"
+#include "timeline.h"
 
 namespace py = pybind11;
 
@@ -53,6 +54,41 @@ PYBIND11_MODULE(_mlperf_harness, m) {
            "Complete samples with LoadGen: ids from take, one numpy array per sample (its raw bytes are the "
            "response).")
       .def("in_flight", &harness::ContinuousSession::InFlight, "Samples taken and not yet completed.");
+
+  m.def(
+      "progress",
+      [] {
+        const harness::ProgressCounters counters = harness::ProcessTimeline().Read();
+        py::dict out;
+        out["issued"] = counters.issued;
+        out["completed"] = counters.completed;
+        out["late"] = counters.late;
+        out["elapsed_s"] = counters.elapsed_s;
+        return out;
+      },
+      "Counters of the running test (callable from another thread while run_test runs): issued, completed, late "
+      "(Server: past the latency bound), elapsed_s.");
+
+  m.def(
+      "timeline",
+      [] {
+        const std::vector<harness::SampleRecord> records = harness::ProcessTimeline().Records();
+        const auto count = static_cast<py::ssize_t>(records.size());
+        py::array_t<std::int64_t> index(count);
+        py::array_t<double> issued(count);
+        py::array_t<double> completed(count);
+        auto i_view = index.mutable_unchecked<1>();
+        auto s_view = issued.mutable_unchecked<1>();
+        auto c_view = completed.mutable_unchecked<1>();
+        for (py::ssize_t i = 0; i < count; ++i) {
+          i_view(i) = static_cast<std::int64_t>(records[i].index);
+          s_view(i) = static_cast<double>(records[i].issued_ns) * 1e-9;
+          c_view(i) = static_cast<double>(records[i].completed_ns) * 1e-9;
+        }
+        return py::make_tuple(index, issued, completed);
+      },
+      "The completed samples of the last test, in completion order: (QSL index, issue time s, completion time s), "
+      "times since the test started.");
 
   m.def(
       "loadgen_version", [] { return mlperf::LoadgenVersion(); }, "The version of the LoadGen compiled in.");

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "python_batch_runner.h"
+#include "timeline.h"
 
 namespace py = pybind11;
 
@@ -86,7 +87,7 @@ void ContinuousSession::Complete(const py::array_t<std::uint64_t, py::array::c_s
     loadgen_responses.emplace_back(id_data[i], address, buffers[i].size());
   }
   py::gil_scoped_release release;
-  mlperf::QuerySamplesComplete(loadgen_responses.data(), loadgen_responses.size());
+  CompleteSamples(loadgen_responses.data(), loadgen_responses.size());
 }
 
 std::size_t ContinuousSession::InFlight() {
@@ -101,7 +102,7 @@ void ContinuousSession::CompleteInFlightEmpty() {
     for (const auto id : in_flight_) responses.emplace_back(id, 0, 0);
     in_flight_.clear();
   }
-  if (!responses.empty()) mlperf::QuerySamplesComplete(responses.data(), responses.size());
+  if (!responses.empty()) CompleteSamples(responses.data(), responses.size());
 }
 
 ContinuousRunner::ContinuousRunner(const py::object& runner, Batcher* batcher, ErrorState* errors)

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include "timeline.h"
+
 namespace py = pybind11;
 
 namespace harness {
@@ -76,7 +78,7 @@ void CompleteWithEmptyResponses(const std::vector<mlperf::QuerySample>& batch) {
   std::vector<mlperf::QuerySampleResponse> responses;
   responses.reserve(batch.size());
   for (const auto& sample : batch) responses.emplace_back(sample.id, 0, 0);
-  mlperf::QuerySamplesComplete(responses.data(), responses.size());
+  CompleteSamples(responses.data(), responses.size());
 }
 
 namespace {
@@ -134,7 +136,7 @@ void PythonBatchRunner::RunBatch(const std::vector<mlperf::QuerySample>& batch) 
     const auto address = buffers[i].empty() ? 0 : reinterpret_cast<std::uintptr_t>(buffers[i].data());
     responses.emplace_back(batch[i].id, address, buffers[i].size());
   }
-  mlperf::QuerySamplesComplete(responses.data(), responses.size());
+  CompleteSamples(responses.data(), responses.size());
 }
 
 }  // namespace harness

@@ -19,6 +19,7 @@
 #include "python_batch_runner.h"
 #include "sample_library.h"
 #include "batching_sut.h"
+#include "timeline.h"
 
 namespace py = pybind11;
 
@@ -152,6 +153,9 @@ void RunTest(const RunConfig& config, const py::array_t<std::int64_t, py::array:
     py::gil_scoped_release release;
     batcher.Start();
     if (engine) engine->Start();
+    // Server counts a sample late past its latency bound, as LoadGen judges the test; the others have none.
+    const bool server = scenario.loadgen == mlperf::TestScenario::Server;
+    ProcessTimeline().Start(server ? static_cast<std::int64_t>(settings.server_target_latency_ns) : 0);
     mlperf::StartTest(&sut, &qsl, settings, log_settings);
     // StartTest returns once every issued sample is complete, so the workers are idle; join them still without the
     // GIL, in case one is about to take it. Stopping the batcher also tells a continuous engine the test is over.

@@ -1,0 +1,63 @@
+#include "timeline.h"
+
+#include <loadgen.h>
+
+namespace harness {
+
+void Timeline::Start(std::int64_t late_bound_ns) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  start_ = std::chrono::steady_clock::now();
+  late_bound_ns_ = late_bound_ns;
+  pending_.clear();
+  done_.clear();
+  issued_ = 0;
+  late_ = 0;
+}
+
+std::int64_t Timeline::Now() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void Timeline::Issued(const std::vector<mlperf::QuerySample>& samples) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::int64_t now = Now();
+  pending_.reserve(pending_.size() + samples.size());
+  for (const auto& sample : samples) pending_[sample.id] = SampleRecord{sample.index, now, 0};
+  issued_ += samples.size();
+}
+
+void Timeline::Completed(const mlperf::QuerySampleResponse* responses, std::size_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::int64_t now = Now();
+  for (std::size_t i = 0; i < count; ++i) {
+    auto found = pending_.find(responses[i].id);
+    if (found == pending_.end()) continue;  // issued before Start: not this test's
+    SampleRecord record = found->second;
+    pending_.erase(found);
+    record.completed_ns = now;
+    if (late_bound_ns_ > 0 && now - record.issued_ns > late_bound_ns_) ++late_;
+    done_.push_back(record);
+  }
+}
+
+ProgressCounters Timeline::Read() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ProgressCounters{issued_, done_.size(), late_, static_cast<double>(Now()) * 1e-9};
+}
+
+std::vector<SampleRecord> Timeline::Records() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+Timeline& ProcessTimeline() {
+  static Timeline timeline;
+  return timeline;
+}
+
+void CompleteSamples(mlperf::QuerySampleResponse* responses, std::size_t count) {
+  ProcessTimeline().Completed(responses, count);
+  mlperf::QuerySamplesComplete(responses, count);
+}
+
+}  // namespace harness

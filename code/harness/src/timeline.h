@@ -1,0 +1,60 @@
+// Per-sample issue and completion times, kept by the harness itself: LoadGen's trace is off by default (it grows by
+// GBs at GPU rates), and live progress needs counters Python can read while LoadGen runs.
+//
+// Issued runs on LoadGen's issue thread, Completed on whichever thread completes samples; both take one mutex for a
+// few map operations, which costs far less than LoadGen's own bookkeeping of the same samples. One test per process
+// (LoadGen's FromConfig rule), so one timeline per process.
+#pragma once
+
+#include <query_sample.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace harness {
+
+struct ProgressCounters {
+  std::uint64_t issued = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t late = 0;  // completed after the latency bound (0: no bound given)
+  double elapsed_s = 0.0;  // since the test started
+};
+
+struct SampleRecord {
+  std::uint64_t index;      // QSL index
+  std::int64_t issued_ns;   // since the test started
+  std::int64_t completed_ns;
+};
+
+class Timeline {
+ public:
+  // Forgets everything; the clock starts now. late_bound_ns <= 0: no sample counts as late.
+  void Start(std::int64_t late_bound_ns);
+  void Issued(const std::vector<mlperf::QuerySample>& samples);
+  void Completed(const mlperf::QuerySampleResponse* responses, std::size_t count);
+  ProgressCounters Read();
+  std::vector<SampleRecord> Records();
+
+ private:
+  std::int64_t Now() const;
+
+  std::mutex mutex_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::int64_t late_bound_ns_ = 0;
+  std::unordered_map<mlperf::ResponseId, SampleRecord> pending_;  // issued, not completed
+  std::vector<SampleRecord> done_;
+  std::uint64_t issued_ = 0;
+  std::uint64_t late_ = 0;
+};
+
+Timeline& ProcessTimeline();
+
+// Records the completions in the process timeline, then hands them to LoadGen (QuerySamplesComplete). Every
+// completion in the core goes through here.
+void CompleteSamples(mlperf::QuerySampleResponse* responses, std::size_t count);
+
+}  // namespace harness

@@ -14,9 +14,9 @@ import pytest
 from code.common.constants import Scenario
 from code.common.paths import LIB_DIR, REPO_ROOT
 from scripts.bench.baseline import measure_baseline, measure_gptj_baseline
-from scripts.bench.cli import merge_flags, new_bench_dir, split_extra_run_args
+from scripts.bench.cli import new_bench_dir, split_extra_run_args
 from scripts.bench.report import build_figures, format_table, write_reports
-from scripts.bench.runs import OfflineResult, RunOutcome, measure_offline
+from scripts.bench.runs import OfflineResult, RunOutcome, measure_offline, merge_flags
 from scripts.bench.server_search import ServerTry, search_server_qps
 from scripts.bench.settings import BenchError
 

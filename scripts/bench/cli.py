@@ -11,7 +11,6 @@ import platform
 import shlex
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from code.common.paths import BUILD_DIR
 from code.common.run_logs import LogDirError, new_timestamped_dir
 from scripts.bench.baseline import measure_baseline, measure_gptj_baseline
 from scripts.bench.report import Figure, build_figures, format_table, render_text, write_reports
-from scripts.bench.runs import HarnessRunner, OfflineResult, measure_offline, measure_singlestream
+from scripts.bench.runs import HarnessRunner, OfflineResult, measure_offline, measure_singlestream, merge_flags
 from scripts.bench.server_search import search_server_qps, server_try
 from scripts.bench.settings import (
     BENCHMARK_NAMES,
@@ -65,15 +64,6 @@ def split_extra_run_args(text: str) -> tuple[list[str], dict[str, str]]:
         else:
             passed.append(token)
     return passed, hints
-
-
-def merge_flags(*groups: Sequence[str]) -> list[str]:
-    """One ``--name=value`` per name, the last group's winning: the harness refuses a flag given twice, and a
-    family's flags come from its defaults, then --quick's, then --extra_run_args."""
-    merged: dict[str, str] = {}
-    for token in (t for group in groups for t in group):
-        merged[token.split("=", 1)[0].replace("-", "_")] = token
-    return list(merged.values())
 
 
 def parse_list(text: str, valid: dict[str, Any], what: str) -> list[Any]:
@@ -200,10 +190,9 @@ def _later_case_hint(benchmark: str, first: OfflineResult | None) -> float | Non
     return first.samples_per_second * first.run.mean_length / 384 * 1.25
 
 
-def _min_queries(profile: Profile, scenario: Scenario, quick: bool) -> dict[str, int]:
-    """The profile's LoadGen min_query_count for a scenario as a run field, or nothing (mlperf.conf's)."""
-    count = (profile.quick_min_queries if quick else profile.min_queries).get(scenario)
-    return {} if count is None else {"min_query_count": count}
+def _scenario_fields(profile: Profile, scenario: Scenario, quick: bool) -> dict[str, int]:
+    """The profile's run fields for every test of a scenario."""
+    return dict((profile.quick_scenario_fields if quick else profile.scenario_fields).get(scenario, {}))
 
 
 def _cases(profile: Profile, chosen: list[str]) -> list[str]:
@@ -345,12 +334,12 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
                         durations[Scenario.Offline],
                         probe_ms,
                         hint,
-                        _min_queries(profile, Scenario.Offline, args.quick),
+                        _scenario_fields(profile, Scenario.Offline, args.quick),
                     )
                 )
                 save()
         if Scenario.Server in scenarios:
-            server_base = {**realistic.fields, **_min_queries(profile, Scenario.Server, args.quick)}
+            server_base = {**realistic.fields, **_scenario_fields(profile, Scenario.Server, args.quick)}
             known = next((r for r in part["offline"] if r.case == realistic.name), None)
             start = _server_start(benchmark, known, hints, flags)
             search = search_server_qps(
@@ -374,7 +363,7 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
                 benchmark,
                 durations[Scenario.SingleStream],
                 hint_ns,
-                {**realistic.fields, **_min_queries(profile, Scenario.SingleStream, args.quick)},
+                {**realistic.fields, **_scenario_fields(profile, Scenario.SingleStream, args.quick)},
             )
             save()
 

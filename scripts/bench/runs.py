@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,15 @@ def read_outcome(outcome: RunOutcome) -> RunOutcome:
     return outcome
 
 
+def merge_flags(*groups: Sequence[str]) -> list[str]:
+    """One ``--name=value`` per name, the last group's winning: the harness refuses a flag given twice, and a
+    run's flags come from its family's defaults, then --quick's, then --extra_run_args, then the bench's own."""
+    merged: dict[str, str] = {}
+    for token in (t for group in groups for t in group):
+        merged[token.split("=", 1)[0].replace("-", "_")] = token
+    return list(merged.values())
+
+
 class HarnessRunner:
     """Runs one LoadGen test per call through ``python -m code.main``, each into a new folder under ``runs/``.
 
@@ -143,8 +153,7 @@ class HarnessRunner:
             f"--scenarios={SCENARIO_NAMES[scenario]}",
             "--input_data=synthetic",
             "--weights=random",
-            *self.run_args[profile_of(benchmark).family],
-            *flags,
+            *merge_flags(self.run_args[profile_of(benchmark).family], flags),
             f"--log_dir={log_dir}",
         ]
 

@@ -62,8 +62,9 @@ class Profile:
     run_args: tuple[str, ...]  # before --extra_run_args, which may override them
     quick_run_args: tuple[str, ...]  # --quick: before run_args
     single_stream_hint_ns: int  # SingleStream expected latency (below)
-    min_queries: dict[Scenario, int] = field(default_factory=dict)  # LoadGen min_query_count; absent: mlperf.conf's
-    quick_min_queries: dict[Scenario, int] = field(default_factory=dict)
+    # Run fields of every test of a scenario (no min_query_count: mlperf.conf's), without and with --quick.
+    scenario_fields: dict[Scenario, dict[str, int]] = field(default_factory=dict)
+    quick_scenario_fields: dict[Scenario, dict[str, int]] = field(default_factory=dict)
 
     @property
     def server_latency_bound_ms(self) -> float:
@@ -93,9 +94,12 @@ PROFILES: dict[str, Profile] = {
         run_args=(),
         single_stream_hint_ns=1_000_000,
         quick_run_args=("--model_name=tiny", "--device=cpu", "--precision=fp32", "--synthetic_sample_count=256"),
-        min_queries={Scenario.Server: SERVER_MIN_QUERIES},
+        scenario_fields={Scenario.Server: {"min_query_count": SERVER_MIN_QUERIES}},
         # --quick: Offline's mlperf.conf minimum of 10,833 samples would dominate a one-second CPU run.
-        quick_min_queries={Scenario.Offline: 64, Scenario.Server: SERVER_MIN_QUERIES},
+        quick_scenario_fields={
+            Scenario.Offline: {"min_query_count": 64},
+            Scenario.Server: {"min_query_count": SERVER_MIN_QUERIES},
+        },
     ),
     "gptj": Profile(
         family="gptj",
@@ -119,11 +123,22 @@ PROFILES: dict[str, Profile] = {
             "--synthetic_length_scale=0.05",
             "--gpu_batch_size=16",
         ),
-        # Offline: the query follows offline_expected_qps x duration, not mlperf.conf's 13,368 samples.
-        min_queries={Scenario.Offline: 1, Scenario.Server: SERVER_MIN_QUERIES},
-        # --quick on a CPU: 8 samples per test (the set's size: LoadGen runs whole permutations of it); Server and
-        # SingleStream are then INVALID (too few queries for early stopping) but run the whole path.
-        quick_min_queries={Scenario.Offline: 1, Scenario.Server: 8, Scenario.SingleStream: 8},
+        # The same rule pads Server and SingleStream's min_query_count to a multiple of the set. Offline: the query
+        # follows offline_expected_qps x duration, not mlperf.conf's 13,368 samples. Server: 1,024 queries (~25 s at
+        # 42 QPS). SingleStream, whose queries take seconds each: 64 prompts and queries (LoadGen's default of 100
+        # would be padded to 1,024 queries, ~25 minutes), enough for its p90 early-stopping estimate.
+        scenario_fields={
+            Scenario.Offline: {"min_query_count": 1},
+            Scenario.Server: {"min_query_count": SERVER_MIN_QUERIES},
+            Scenario.SingleStream: {"min_query_count": 64, "synthetic_sample_count": 64},
+        },
+        # --quick on a CPU: 8 samples per test (the set's size); Server and SingleStream are then INVALID (too few
+        # queries for early stopping) but run the whole path.
+        quick_scenario_fields={
+            Scenario.Offline: {"min_query_count": 1},
+            Scenario.Server: {"min_query_count": 8},
+            Scenario.SingleStream: {"min_query_count": 8},
+        },
     ),
 }
 

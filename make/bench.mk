@@ -1,4 +1,4 @@
-# Measurement tools of the BERT GPU work (documentation/benchmarking.md): performance through the real harness,
+# Measurement tools of the BERT and GPT-J GPU work (documentation/benchmarking.md): performance through the harness,
 # and the agreement of the fast precisions with float32. Results go to new folders under build/bench/.
 BENCH_ARGS     ?=
 AGREEMENT_ARGS ?=
@@ -6,6 +6,7 @@ AGREEMENT_ARGS ?=
 .PHONY: bench agreement
 # LoadGen Offline (+ worst case at 384 tokens), a Server QPS search and SingleStream for bert-99 and bert-99.9,
 # shortened, on synthetic inputs and random weights, plus the HF baseline: build/bench/<timestamp>/bench.md.
+# GPT-J (EOS forced and 128 new tokens, tokens/s): make bench BENCH_ARGS="--benchmarks=gptj-99 --extra_run_args=..."
 # A CPU check of the bench itself: make bench BENCH_ARGS="--quick --benchmarks=bert-99 --scenarios=offline"
 bench: build
 	$(PY) -m scripts.bench $(BENCH_ARGS)

@@ -13,10 +13,10 @@ import pytest
 
 from code.common.constants import Scenario
 from code.common.paths import LIB_DIR, REPO_ROOT
-from scripts.bench.baseline import measure_baseline
+from scripts.bench.baseline import measure_baseline, measure_gptj_baseline
 from scripts.bench.cli import new_bench_dir, split_extra_run_args
 from scripts.bench.report import build_figures, format_table, write_reports
-from scripts.bench.runs import OfflineResult, RunOutcome, measure_offline
+from scripts.bench.runs import OfflineResult, RunOutcome, measure_offline, merge_flags
 from scripts.bench.server_search import ServerTry, search_server_qps
 from scripts.bench.settings import BenchError
 
@@ -117,18 +117,18 @@ def _outcome(value, valid=True, unit="samples/s", **extra):
 
 
 def test_figures_table_and_reports(tmp_path):
-    baseline = {"samples_per_second": 100.0, "p90_latency_ms": 10.0, "device": "cuda"}
+    baseline = {"samples_per_second": 100.0, "p90_latency_ms": 10.0, "device": "cuda", "label": "HF BERT", "what": "x"}
     server = search_server_qps(lambda q: ServerTry(q, q <= 8000, p99_ms=50.0), 7600, max_runs=3)
     figures = build_figures(
         "bert-99",
-        OfflineResult("bert-99", "dataset", _outcome(9500.0)),
-        OfflineResult("bert-99", "max", _outcome(4000.0)),
+        [OfflineResult("bert-99", "dataset", _outcome(9500.0)), OfflineResult("bert-99", "max", _outcome(4000.0))],
         server,
         _outcome(1.5, unit="ms"),
         baseline,
     )
     names = [f.name for f in figures]
     assert names[0] == "bert-99 Offline samples/s" and figures[0].ratio == pytest.approx(95.0) and figures[0].meets
+    assert names[2] == "bert-99 Offline @384 tokens (worst case) samples/s"
     assert figures[1].value == pytest.approx(9500.0 * 166.0)
     assert figures[2].target is None and figures[2].meets is None  # the worst case has no target
     server_row = next(f for f in figures if "Server" in f.name)
@@ -136,11 +136,11 @@ def test_figures_table_and_reports(tmp_path):
     single = figures[-1]
     assert single.ratio == pytest.approx(10.0 / 1.5) and single.meets is True and single.target == "<= 1.5 ms"
     missing = build_figures(
-        "bert-99.9", OfflineResult("bert-99.9", "dataset", _outcome(None, valid=None)), None, None, None, None
+        "bert-99.9", [OfflineResult("bert-99.9", "dataset", _outcome(None, valid=None))], None, None, None
     )
     assert missing[0].meets is False and missing[0].ratio is None
 
-    rows = format_table(figures + missing, baseline)
+    rows = format_table(figures + missing, {"bert": baseline})
     assert rows[0] == ["figure", "value", "VALID", "vs baseline", "target", "meets"] and "baseline" in rows[-1][0]
     report = {
         "date": "today",
@@ -149,16 +149,66 @@ def test_figures_table_and_reports(tmp_path):
         "durations_text": "Offline 20,000 ms",
         "server_search": {"bert-99": {"stopped_because": "x", "tries": [vars(t) for t in server.tries]}},
         "runs": [{**vars(_outcome(1.0)), "verdict": "VALID"}],
-        "baseline": baseline,
+        "baselines": {"bert": baseline},
     }
     bench_dir = tmp_path / "bench"
     bench_dir.mkdir()
     json_path, md_path = write_reports(bench_dir, report, figures, out=tmp_path / "copy")
     payload = json.loads(json_path.read_text())
-    assert payload["figures"][0]["value"] == 9500.0 and payload["table"] == format_table(figures, baseline)
+    assert payload["figures"][0]["value"] == 9500.0 and payload["table"] == format_table(figures, {"bert": baseline})
     text = md_path.read_text()
     assert "| bert-99 Offline samples/s | 9,500 samples/s | yes | x95.00 | >= 9,300 samples/s | yes |" in text
     assert "## Server search, bert-99" in text and (tmp_path / "copy" / "bench.md").is_file()
+
+
+def _gptj_outcome(value, generated, unit="samples/s", **extra):
+    return RunOutcome(
+        "x", "gptj-99", "Offline", "cmd", "/logs/01-x", "t.log", 0, 60.0, valid=True, value=value, unit=unit,
+        mean_length=920.0, generated_per_sample=generated, extra=extra,
+    )  # fmt: skip
+
+
+def test_gptj_figures_count_generated_tokens_and_compare_each_case_with_its_baseline():
+    baseline = {
+        "label": "HF GPT-J",
+        "device": "cuda",
+        "what": "x",
+        "samples_per_second": 0.5,
+        "p90_latency_ms": 2500.0,
+        "by_case": {
+            "forced": {"samples_per_second": 0.5, "p90_latency_ms": 2500.0},
+            "full": {"samples_per_second": 0.25, "p90_latency_ms": 4000.0},
+        },
+    }
+    server = search_server_qps(lambda q: ServerTry(q, q <= 44, p99_ms=9000.0, tokens_per_sample=70.0), 40.0, max_runs=3)
+    figures = build_figures(
+        "gptj-99",
+        [
+            OfflineResult("gptj-99", "forced", _gptj_outcome(45.0, 70.0)),
+            OfflineResult("gptj-99", "full", _gptj_outcome(30.0, 128.0)),
+        ],
+        server,
+        _gptj_outcome(1800.0, 70.0, unit="ms"),
+        baseline,
+    )
+    by_name = {f.name: f for f in figures}
+    forced = by_name["gptj-99 Offline, EOS forced (mean ~70 new tokens) samples/s"]
+    assert forced.ratio == pytest.approx(90.0) and forced.target == ">= 42 samples/s" and forced.meets
+    full = by_name["gptj-99 Offline, 128 new tokens (worst case) samples/s"]
+    assert full.ratio == pytest.approx(120.0) and full.target is None
+    assert by_name["gptj-99 Offline, 128 new tokens (worst case) tokens/s"].value == pytest.approx(30.0 * 128)
+    assert by_name["gptj-99 Offline, EOS forced (mean ~70 new tokens) tokens/s"].value == pytest.approx(45.0 * 70)
+    server_row = by_name["gptj-99 Server QPS (p99 <= 20000 ms)"]
+    assert server_row.value == server.best_qps and server_row.meets == (server.best_qps >= 42)
+    assert by_name["gptj-99 Server tokens/s"].value == pytest.approx(server.best_qps * 70.0)
+    single = by_name["gptj-99 SingleStream p90 latency"]
+    assert single.target is None and single.ratio == pytest.approx(2500.0 / 1800.0)
+    rows = format_table(figures, {"gptj": baseline})
+    assert [row[0] for row in rows[-2:]] == ["baseline: HF GPT-J [forced] (cuda)", "baseline: HF GPT-J [full] (cuda)"]
+
+
+def test_merged_flags_keep_the_last_of_each_name():
+    assert merge_flags(["--a=1", "--b=2"], ["--a=3"], ["--c-d=4", "--c_d=5"]) == ["--a=3", "--b=2", "--c_d=5"]
 
 
 def test_new_bench_dirs_never_collide(tmp_path):
@@ -174,6 +224,13 @@ def test_baseline_times_hf_bert_on_cpu():
         and len(result["samples_per_second_repeats"]) == 2
     )
     assert "BertForQuestionAnswering" in result["what"] and "384" in result["what"]
+
+
+def test_gptj_baseline_times_hf_generate_on_the_harness_weights_on_cpu():
+    result = measure_gptj_baseline("tiny", "cpu", prompts=1, length_scale=0.02, cases=("forced",))
+    forced = result["by_case"]["forced"]
+    assert forced["samples_per_second"] > 0 and forced["p90_latency_ms"] > 0 and 31 <= forced["mean_new_tokens"] <= 128
+    assert "GPTJForCausalLM" in result["what"] and "random weights" in result["what"] and "fp32" in result["label"]
 
 
 @pytest.mark.slow
@@ -220,6 +277,42 @@ def test_quick_bench_runs_offline_through_the_harness(tmp_path, harness_built):
     assert (bench_dir / "bench.md").is_file() and (
         bench_dir / "runs" / "01-bert-99-offline-dataset-probe.log"
     ).is_file()
+
+
+@pytest.mark.slow
+def test_quick_gptj_bench_runs_both_output_lengths_and_the_baseline(tmp_path, harness_built):
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
+    env = {**os.environ, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "scripts.bench", "--quick", "--benchmarks=gptj-99", "--scenarios=offline"]
+    done = subprocess.run(
+        [*command, "--extra_run_args=--offline_expected_qps=1 --synthetic_length_scale=0.02"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (bench_dir,) = (build / "bench").iterdir()
+    payload = json.loads((bench_dir / "bench.json").read_text())
+    figures = {f["name"]: f for f in payload["figures"]}
+    forced, full = "gptj-99 Offline, EOS forced (mean ~70 new tokens)", "gptj-99 Offline, 128 new tokens (worst case)"
+    for case in (forced, full):
+        samples, tokens = figures[f"{case} samples/s"], figures[f"{case} tokens/s"]
+        assert samples["value"] > 0 and samples["ratio"] > 0 and tokens["value"] > samples["value"]
+    per_sample = {case: figures[f"{case} tokens/s"]["value"] / figures[f"{case} samples/s"]["value"] for case in
+                  (forced, full)}  # fmt: skip
+    assert 31 <= per_sample[forced] < per_sample[full] <= 128  # generated tokens, from the engine's counters
+    assert figures[f"{forced} samples/s"]["target"] == ">= 42 samples/s"
+    assert set(payload["baselines"]["gptj"]["by_case"]) == {"forced", "full"}
+    assert [Path(r["log_dir"]).name for r in payload["runs"]] == [
+        "01-gptj-99-offline-forced",
+        "02-gptj-99-offline-full",
+    ]
+    assert "--synthetic_output_lengths=model" in payload["runs"][1]["command"]
+    assert "GPT-J bench" in done.stdout and "baseline: HF GPTJForCausalLM.generate fp32 beam 4 b1 [full]" in done.stdout
 
 
 def test_gpu_check_steps_survive_a_failing_step():

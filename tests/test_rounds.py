@@ -160,15 +160,15 @@ def test_each_rounds_build_has_its_loadgen_and_seeds(round_name, harness_built):
 @pytest.mark.parametrize("round_name", sorted(ROUNDS))
 def test_server_latency_bounds_are_the_rounds(round_name):
     """code.common.constants.SERVER_LATENCY_BOUND_NS is the one statement of the Server bound in our code: it must be
-    what each round's mlperf.conf sets (when that round's LoadGen is fetched), and scripts/bench/settings.py's copy
-    (a standalone tool, edited separately) must agree with it."""
+    what each round's mlperf.conf sets (when that round's LoadGen is fetched), and the bench's profiles read it."""
     import re
 
     from code.common.constants import SERVER_LATENCY_BOUND_NS, Benchmark
     from code.harness.fetch_loadgen import source_dir
     from scripts.bench import settings
 
-    assert settings.SERVER_LATENCY_BOUND_MS * 1_000_000 == SERVER_LATENCY_BOUND_NS[Benchmark.BERT]
+    for family, profile in settings.PROFILES.items():
+        assert profile.server_latency_bound_ms * 1_000_000 == SERVER_LATENCY_BOUND_NS[Benchmark(family)]
     conf = source_dir(get_round(round_name)) / "mlperf.conf"
     if not conf.is_file():
         pytest.skip(f"round {round_name}'s LoadGen is not fetched")

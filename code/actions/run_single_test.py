@@ -162,6 +162,7 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         "versions": software,
         "user_conf": user_conf.read_text(),
         "command": sys.argv,
+        **({"engine_stats": prepared.engine_stats()} if prepared.engine_stats else {}),
         **({"audit_accuracy": audit_accuracy} if audit_accuracy else {}),
     })
     return result

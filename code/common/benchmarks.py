@@ -88,6 +88,9 @@ class PreparedTest:
     runner: Any  # code.harness.core.BatchRunner
     evaluate_accuracy: Callable[[Path], AccuracyReport]  # log folder -> score (writes accuracy.txt there)
     provenance: InputsDescription  # inputs/weights used, and whether a result is valid
+    # The backend's own counters after the test (GPT-J inflight: generated tokens), for metadata.json: LoadGen
+    # infers GPT-J's tokens from a fixed factor, so only the engine knows how many it generated.
+    engine_stats: Callable[[], dict[str, Any]] | None = None
 
     @property
     def total_sample_count(self) -> int:
@@ -115,6 +118,7 @@ def prepared_test(
     input_lengths: dict[str, Any],
     device: str,
     cpu_threads: int,
+    engine_stats: Callable[[], dict[str, Any]] | None = None,
 ) -> PreparedTest:
     """The end of every benchmark's ``prepare_test``: record the inputs' lengths (and, on a CPU, torch's threads,
     which change the figure) in the provenance, and hand the core int32 lengths of every sample (all of them fit
@@ -128,6 +132,7 @@ def prepared_test(
         runner=runner,
         evaluate_accuracy=evaluate_accuracy,
         provenance=provenance,
+        engine_stats=engine_stats,
     )
 
 

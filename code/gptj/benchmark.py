@@ -269,4 +269,5 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
 
     runner = GptjContinuousRunner(samples, backend) if hasattr(backend, "serve") else GptjRunner(samples, backend)
     return prepared_test(samples.lengths, runner, evaluate, provenance, input_lengths=samples.describe_lengths(),
-                         device=options.device, cpu_threads=options.cpu_threads)
+                         device=options.device, cpu_threads=options.cpu_threads,
+                         engine_stats=getattr(backend, "stats", None))

@@ -307,6 +307,18 @@ def hf_name(our_name: str, part: int | None = None) -> str | None:
     return None
 
 
+def hf_state(model: Gptj) -> dict[str, Tensor]:
+    """Our tensors under HF ``GPTJForCausalLM``'s names (views; wqkv split in three), the inverse of
+    ``load_state``: the bench's HF baseline runs the very weights our random-weight runs draw."""
+    params = dict(model.named_parameters())
+    names = dict(_TOP_LEVEL)
+    for layer in range(model.config.n_layer):
+        names |= {f"transformer.h.{layer}.{hf}": (f"layers.{layer}.{ours}", part) for hf, (ours, part) in
+                  _IN_LAYER.items()}
+    return {hf: params[ours] if part is None else params[ours].chunk(3)[part]
+            for hf, (ours, part) in names.items() if ours in params}
+
+
 def _parts(name: str) -> int:
     return 3 if name.endswith("wqkv.weight") else 1
 

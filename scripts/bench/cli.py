@@ -1,5 +1,5 @@
-"""``python -m scripts.bench``: the options, and the order of the measurements (Offline, Server, SingleStream,
-baseline).
+"""``python -m scripts.bench``: the options, and the order of the measurements (per benchmark: its Offline cases,
+Server, SingleStream; then each benchmark family's baseline).
 
 Why here: the measuring modules take plain arguments, so tests drive them without parsing options.
 """
@@ -18,23 +18,24 @@ from typing import Any
 from code.common.constants import Scenario
 from code.common.paths import BUILD_DIR
 from code.common.run_logs import LogDirError, new_timestamped_dir
-from scripts.bench.baseline import measure_baseline
+from scripts.bench.baseline import measure_baseline, measure_gptj_baseline
 from scripts.bench.report import Figure, build_figures, format_table, render_text, write_reports
-from scripts.bench.runs import HarnessRunner, OfflineResult, measure_offline, measure_singlestream
+from scripts.bench.runs import HarnessRunner, OfflineResult, measure_offline, measure_singlestream, merge_flags
 from scripts.bench.server_search import search_server_qps, server_try
 from scripts.bench.settings import (
+    BENCHMARK_NAMES,
+    DEFAULT_BENCHMARKS,
     DEFAULT_DURATION_MS,
     HINT_FIELDS,
     MLPERF_DURATION_MS,
+    PROFILES,
     QUICK_DURATION_MS,
-    QUICK_OFFLINE_MIN_QUERIES,
-    QUICK_RUN_ARGS,
     REFUSED_FIELDS,
     SCENARIO_NAMES,
-    SERVER_MIN_QUERIES,
     SERVER_START_FRACTION,
-    SINGLE_STREAM_HINT_NS,
     BenchError,
+    Profile,
+    profile_of,
 )
 
 # ---------------------------------------------------------------------------------------------------- options
@@ -80,10 +81,14 @@ def parse_list(text: str, valid: dict[str, Any], what: str) -> list[Any]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.bench",
-        description="BERT Offline/Server/SingleStream through the harness, vs an "
-        "HF baseline (documentation/benchmarking.md)."
+        description="BERT and GPT-J Offline/Server/SingleStream through the harness, vs an "
+        "HF baseline (documentation/benchmarking.md).",
     )
-    parser.add_argument("--benchmarks", default="bert-99,bert-99.9", help="comma list: bert-99, bert-99.9")
+    parser.add_argument(
+        "--benchmarks",
+        default=DEFAULT_BENCHMARKS,
+        help=f"comma list: bert-99, bert-99.9, gptj-99, gptj-99.9 (default {DEFAULT_BENCHMARKS})",
+    )
     parser.add_argument(
         "--scenarios", default="offline,server,singlestream", help="comma list: offline, server, singlestream"
     )
@@ -101,8 +106,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--offline_lengths",
-        default="dataset,max",
-        help="Offline input lengths: dataset (SQuAD-like), max (all 384 tokens), or both",
+        default="all",
+        help="Offline cases: all (default), or a comma list of bert's dataset (SQuAD-like input lengths), max (all "
+        "384 tokens) and gptj's forced (EOS forced, mean ~70 new tokens), full (128 new tokens); a benchmark runs "
+        "those of its own",
     )
     parser.add_argument("--server_max_runs", type=int, default=6, help="Server tries at most")
     parser.add_argument(
@@ -113,39 +120,47 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--skip_baseline", action="store_true", help="do not time the HF baseline")
     parser.add_argument(
+        "--baseline_prompts", type=int, default=8, help="GPT-J baseline: prompts timed per case (--quick: 1)"
+    )
+    parser.add_argument(
         "--baseline_attention",
         default="sdpa",
         choices=("sdpa", "eager"),
-        help="HF attention implementation of the baseline (transformers' default: sdpa)",
+        help="HF attention implementation of the BERT baseline (transformers' default: sdpa)",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="tiny model on CPU, 1 s tests: checks the bench itself, not the GPU"
+        "--quick", action="store_true", help="tiny models on CPU, 1 s tests: checks the bench itself, not the GPU"
     )
     parser.add_argument(
         "--extra_run_args",
         default="",
         help="RUN_ARGS added to every run, e.g. "
-        '"--gpu_batch_size=512 --num_workers=2"; --offline_expected_qps / --server_target_qps / '
-        "--single_stream_expected_latency_ns here are starting hints",
+        '"--gpu_batch_size=512 --num_workers=2" (GPT-J FP8: "--precision=fp8 --kv_cache_dtype=fp8"); '
+        "--offline_expected_qps / --server_target_qps / --single_stream_expected_latency_ns here are starting hints",
     )
     parser.add_argument("--out", type=Path, default=None, help="also copy bench.json and bench.md here")
     parser.add_argument("--verbose", action="store_true", help="stream each run's output (always in runs/*.log)")
     args = parser.parse_args(argv)
     if args.min_duration_ms is not None and args.min_duration_ms <= 0:
         raise BenchError("--min_duration_ms must be positive")
+    if args.baseline_prompts <= 0:
+        raise BenchError("--baseline_prompts must be positive")
     return args
 
 
 # -------------------------------------------------------------------------------------------------------- main
 
 
+def _flag(run_args: list[str], name: str, default: str) -> str:
+    """The value the runs get for ``--name`` (the last one wins, as in the harness), else ``default``."""
+    return next((t.split("=", 1)[1] for t in reversed(run_args) if t.startswith(f"--{name}=")), default)
+
+
 def _device(run_args: list[str]) -> str:
     """Where the runs (and so the baseline) execute: --device from the run args, else cuda when present."""
-    for token in reversed(run_args):
-        if token.startswith("--device="):
-            value = token.split("=", 1)[1]
-            if value != "auto":
-                return value
+    value = _flag(run_args, "device", "auto")
+    if value != "auto":
+        return value
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -160,6 +175,56 @@ def _device_name(device: str) -> str:
     from code.common.systems import detect_system
 
     return detect_system().cpu_model or platform.processor() or "cpu"
+
+
+def _later_case_hint(benchmark: str, first: OfflineResult | None) -> float | None:
+    """Where a later (worst) Offline case starts, from the first case's throughput: BERT's cost grows at least
+    linearly with input length, so a little above the linear estimate at 384 tokens; GPT-J's 128 new tokens cost
+    at least what fewer do, so the first case's throughput is an upper bound."""
+    if first is None or not first.samples_per_second:
+        return None
+    if profile_of(benchmark).counts_generated:
+        return first.samples_per_second
+    if not first.run or not first.run.mean_length:
+        return None
+    return first.samples_per_second * first.run.mean_length / 384 * 1.25
+
+
+def _scenario_fields(profile: Profile, scenario: Scenario, quick: bool) -> dict[str, int]:
+    """The profile's run fields for every test of a scenario."""
+    return dict((profile.quick_scenario_fields if quick else profile.scenario_fields).get(scenario, {}))
+
+
+def _cases(profile: Profile, chosen: list[str]) -> list[str]:
+    """The benchmark's Offline cases named in --offline_lengths, in the profile's order."""
+    return [case.name for case in profile.cases if "all" in chosen or case.name in chosen]
+
+
+def _measure_baseline(profile: Profile, run_args: list[str], cases: list[str], args: argparse.Namespace) -> dict:
+    """One family's baseline on its runs' device and model (GPT-J: also their seed, prompt lengths and cases)."""
+    device = _device(run_args)
+    if profile.family == "bert":
+        model_name = _flag(run_args, "model_name", "large")
+        print(f"[bench] baseline: HF BertForQuestionAnswering ({model_name}), fp32, batch 1, 384 tokens, on {device}")
+        return measure_baseline(
+            model_name, device, args.baseline_attention, seconds_per_repeat=0.5 if args.quick else 2.0
+        )
+    model_name = _flag(run_args, "model_name", "6b")
+    prompts = 1 if args.quick else args.baseline_prompts
+    print(
+        f"[bench] baseline: HF GPTJForCausalLM.generate ({model_name}), beam 4, batch 1, {prompts} prompts per "
+        f"case ({', '.join(cases)}), on {device}",
+        flush=True,
+    )
+    realistic = profile.cases[0].name
+    return measure_gptj_baseline(
+        model_name,
+        device,
+        prompts,
+        seed=int(_flag(run_args, "seed", "0")),
+        length_scale=float(_flag(run_args, "synthetic_length_scale", "1.0")),
+        cases=(realistic, *(case for case in cases if case != realistic)),
+    )
 
 
 def _server_start(benchmark: str, offline: OfflineResult | None, hints: dict[str, str], run_args: list[str]) -> float:
@@ -177,46 +242,54 @@ def _server_start(benchmark: str, offline: OfflineResult | None, hints: dict[str
 
 
 def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
-    benchmarks = parse_list(
-        args.benchmarks, {"bert": "bert-99", "bert-99": "bert-99", "bert-99.9": "bert-99.9"}, "benchmark"
-    )
+    benchmarks = parse_list(args.benchmarks, BENCHMARK_NAMES, "benchmark")
+    profiles = {profile_of(b).family: profile_of(b) for b in benchmarks}
     scenarios = parse_list(args.scenarios, {name: s for s, name in SCENARIO_NAMES.items()}, "scenario")
-    lengths = parse_list(args.offline_lengths, {"dataset": "dataset", "max": "max"}, "offline_length")
-    run_args, hints = split_extra_run_args(args.extra_run_args)
-    if args.quick:
-        run_args = QUICK_RUN_ARGS + run_args
+    case_names = {"all": "all"} | {c.name: c.name for p in profiles.values() for c in p.cases}
+    chosen_cases = parse_list(args.offline_lengths, case_names, "offline_length")
+    extra_args, hints = split_extra_run_args(args.extra_run_args)
+    run_args = {
+        family: merge_flags(p.run_args, p.quick_run_args if args.quick else (), extra_args)
+        for family, p in profiles.items()
+    }
     durations = {
         s: args.min_duration_ms or (QUICK_DURATION_MS if args.quick else DEFAULT_DURATION_MS[s])
         for s in DEFAULT_DURATION_MS
     }
     probe_ms = args.probe_ms or max(500, durations[Scenario.Offline] // 4)
-    device = _device(run_args)
+    devices = {family: _device(flags) for family, flags in run_args.items()}
+    title = " + ".join(p.title for p in profiles.values())
 
     bench_dir = new_bench_dir()
     runner = HarnessRunner(bench_dir, run_args, args.verbose)
     durations_text = ", ".join(f"{s.value} {durations[s]:,} ms" for s in scenarios)
     if Scenario.Offline in scenarios:
         durations_text += f" (Offline probe {probe_ms:,} ms)"
+    device_text = ", ".join(f"{PROFILES[f].title} {d}" for f, d in devices.items())
     print(
         f"[bench] folder: {bench_dir}\n[bench] durations: {durations_text} (shortened; MLPerf: "
-        f"{MLPERF_DURATION_MS:,} ms)\n[bench] device: {device}",
+        f"{MLPERF_DURATION_MS:,} ms)\n[bench] device: {device_text}",
         flush=True,
     )
+    first_device = next(iter(devices.values()))
     report: dict[str, Any] = {
+        "title": title,
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "bench_dir": str(bench_dir),
-        "device": _device_name(device),
-        "device_kind": device,
+        "device": _device_name(first_device),
+        "device_kind": first_device,
         "quick": args.quick,
         "benchmarks": benchmarks,
         "scenarios": [s.value for s in scenarios],
         "durations_ms": {s.value: durations[s] for s in scenarios},
         "probe_ms": probe_ms,
         "durations_text": durations_text,
+        "inputs": {p.title: p.inputs for p in profiles.values()},
         "run_args": run_args,
         "hints": hints,
         "bench_command": shlex.join([sys.executable, "-m", "scripts.bench", *argv]),
         "server_search": {},
+        "baselines": {},
         "runs": [],
     }
     parts: dict[str, dict[str, Any]] = {}
@@ -226,11 +299,10 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
         for benchmark, part in parts.items():
             rows += build_figures(
                 benchmark,
-                part.get("offline"),
-                part.get("worst"),
+                part.get("offline", []),
                 part.get("server"),
                 part.get("single"),
-                report.get("baseline"),
+                report["baselines"].get(profile_of(benchmark).family),
             )
         return rows
 
@@ -243,29 +315,33 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
         write_reports(bench_dir, report, figures(), args.out)
 
     for benchmark in benchmarks:
-        part: dict[str, Any] = parts.setdefault(benchmark, {})
-        base: dict[str, Any] = {}
+        profile = profile_of(benchmark)
+        flags = run_args[profile.family]
+        realistic = profile.cases[0]
+        part: dict[str, Any] = parts.setdefault(benchmark, {"offline": []})
         if Scenario.Offline in scenarios:
-            offline_base = {**base, "min_query_count": QUICK_OFFLINE_MIN_QUERIES} if args.quick else base
-            hint = float(hints["offline_expected_qps"]) if "offline_expected_qps" in hints else None
-            if "dataset" in lengths:
-                part["offline"] = measure_offline(
-                    runner, benchmark, "dataset", durations[Scenario.Offline], probe_ms, hint, offline_base
-                )
-                save()
-            if "max" in lengths:
-                known = part.get("offline")
-                worst_hint = None
-                if known and known.samples_per_second and known.run.mean_length:
-                    # Cost grows at least linearly with length: start a little above the linear estimate.
-                    worst_hint = known.samples_per_second * known.run.mean_length / 384 * 1.25
-                part["worst"] = measure_offline(
-                    runner, benchmark, "max", durations[Scenario.Offline], probe_ms, worst_hint, offline_base
+            for case in _cases(profile, chosen_cases):
+                if case == realistic.name:
+                    hint = float(hints["offline_expected_qps"]) if "offline_expected_qps" in hints else None
+                else:
+                    first = next((r for r in part["offline"] if r.case == realistic.name), None)
+                    hint = _later_case_hint(benchmark, first)
+                part["offline"].append(
+                    measure_offline(
+                        runner,
+                        benchmark,
+                        case,
+                        durations[Scenario.Offline],
+                        probe_ms,
+                        hint,
+                        _scenario_fields(profile, Scenario.Offline, args.quick),
+                    )
                 )
                 save()
         if Scenario.Server in scenarios:
-            server_base = {**base, "min_query_count": SERVER_MIN_QUERIES}
-            start = _server_start(benchmark, part.get("offline"), hints, run_args)
+            server_base = {**realistic.fields, **_scenario_fields(profile, Scenario.Server, args.quick)}
+            known = next((r for r in part["offline"] if r.case == realistic.name), None)
+            start = _server_start(benchmark, known, hints, flags)
             search = search_server_qps(
                 lambda qps, b=benchmark, sb=server_base: server_try(runner, b, durations[Scenario.Server], sb, qps),
                 start,
@@ -281,31 +357,33 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
             }
             save()
         if Scenario.SingleStream in scenarios:
-            hint_ns = int(hints.get("single_stream_expected_latency_ns", SINGLE_STREAM_HINT_NS))
-            part["single"] = measure_singlestream(runner, benchmark, durations[Scenario.SingleStream], hint_ns, base)
+            hint_ns = int(hints.get("single_stream_expected_latency_ns", profile.single_stream_hint_ns))
+            part["single"] = measure_singlestream(
+                runner,
+                benchmark,
+                durations[Scenario.SingleStream],
+                hint_ns,
+                {**realistic.fields, **_scenario_fields(profile, Scenario.SingleStream, args.quick)},
+            )
             save()
 
-    baseline = None
     if not args.skip_baseline:
-        model_name = next((t.split("=", 1)[1] for t in reversed(run_args) if t.startswith("--model_name=")), "large")
-        print(
-            f"[bench] baseline: HF BertForQuestionAnswering ({model_name}), fp32, batch 1, 384 tokens, on {device}",
-            flush=True,
-        )
-        baseline = measure_baseline(
-            model_name, device, args.baseline_attention, seconds_per_repeat=0.5 if args.quick else 2.0
-        )
-        report["baseline"] = baseline
+        for family, profile in profiles.items():
+            report["baselines"][family] = _measure_baseline(
+                profile, run_args[family], _cases(profile, chosen_cases), args
+            )
+            save()
     save()
 
-    rows = format_table(figures(), baseline)
-    print("\n" + "=" * 32 + " BERT bench " + "=" * 32)
+    rows = format_table(figures(), report["baselines"])
+    print("\n" + "=" * 32 + f" {title} bench " + "=" * 32)
     print(
         f"device: {report['device']} (system {report.get('system', '?')}); torch "
         f"{report.get('versions', {}).get('torch', '?')}; {report['date']}"
     )
     print(f"durations: {durations_text} (shortened; MLPerf: {MLPERF_DURATION_MS:,} ms)")
-    print("inputs: synthetic SQuAD-like lengths, random weights: NOT MLPerf results")
+    for profile in profiles.values():
+        print(f"{profile.title} inputs: {profile.inputs}: NOT MLPerf results")
     print(render_text(rows))
     print(f"reports: {bench_dir / 'bench.md'}, {bench_dir / 'bench.json'}")
     return 1 if any(o.valid is None for o in runner.outcomes) else 0

@@ -14,7 +14,7 @@ from typing import Any
 from code.common.constants import Scenario
 from scripts.bench.runs import OfflineResult, RunOutcome
 from scripts.bench.server_search import ServerSearch
-from scripts.bench.settings import MLPERF_DURATION_MS, SERVER_LATENCY_BOUND_MS, TARGETS
+from scripts.bench.settings import MLPERF_DURATION_MS, TARGETS, profile_of
 
 
 @dataclass
@@ -44,27 +44,37 @@ def _target_text(target: tuple[str, float] | None, unit: str) -> str | None:
     return None if target is None else f"{target[0]} {target[1]:,g} {unit}"
 
 
+def _baseline_for(baseline: dict[str, Any] | None, case: str) -> dict[str, Any] | None:
+    """The baseline figures to compare a case with: its own when the baseline timed each case (GPT-J's output
+    lengths), else the baseline's one figure (BERT's, at 384 tokens)."""
+    if not baseline:
+        return None
+    return baseline.get("by_case", {}).get(case, baseline)
+
+
 def build_figures(
     benchmark: str,
-    offline: OfflineResult | None,
-    worst: OfflineResult | None,
+    offline: list[OfflineResult],
     server: ServerSearch | None,
     single: RunOutcome | None,
     baseline: dict[str, Any] | None,
 ) -> list[Figure]:
-    """The rows for one benchmark: throughput ratios are ours / baseline, latency's is baseline / ours."""
-    base_qps = baseline["samples_per_second"] if baseline else None
-    base_p90 = baseline["p90_latency_ms"] if baseline else None
+    """The rows for one benchmark: throughput ratios are ours / baseline, latency's is baseline / ours.
 
-    def speedup(value: float | None) -> float | None:
-        return value / base_qps if value and base_qps else None
+    The targets, Server and SingleStream belong to the benchmark's first (realistic) Offline case.
+    """
+    profile = profile_of(benchmark)
+    realistic = profile.cases[0].name
+
+    def speedup(value: float | None, case: str) -> float | None:
+        base = _baseline_for(baseline, case)
+        return value / base["samples_per_second"] if value and base and base["samples_per_second"] else None
 
     figures: list[Figure] = []
-    for result, label in ((offline, "Offline"), (worst, "Offline @384 tokens (worst case)")):
-        if result is None:
-            continue
+    for result in offline:
         run = result.run
-        target = TARGETS.get((benchmark, Scenario.Offline)) if result.lengths == "dataset" else None
+        label = profile.case(result.case).label
+        target = TARGETS.get((benchmark, Scenario.Offline)) if result.case == realistic else None
         valid = run.valid if run else None
         figures.append(
             Figure(
@@ -72,20 +82,19 @@ def build_figures(
                 result.samples_per_second,
                 "samples/s",
                 valid,
-                speedup(result.samples_per_second),
+                speedup(result.samples_per_second, result.case),
                 _target_text(target, "samples/s"),
                 _meets(result.samples_per_second, valid, target),
                 "" if run and run.value is not None else "; ".join(run.reasons if run else []),
             )
         )
-        mean = run.mean_length if run else None
         figures.append(
             Figure(
                 f"{benchmark} {label} tokens/s",
                 result.tokens_per_second,
                 "tokens/s",
                 valid,
-                note=f"x mean {mean:.1f} real tokens" if mean else "",
+                note=_tokens_note(profile.counts_generated, run.tokens_per_sample if run else None),
             )
         )
     if server is not None:
@@ -93,19 +102,30 @@ def build_figures(
         target = TARGETS.get((benchmark, Scenario.Server))
         figures.append(
             Figure(
-                f"{benchmark} Server QPS (p99 <= {SERVER_LATENCY_BOUND_MS:g} ms)",
+                f"{benchmark} Server QPS (p99 <= {profile.server_latency_bound_ms:g} ms)",
                 server.best_qps,
                 "QPS",
                 best is not None,
-                speedup(server.best_qps),
+                speedup(server.best_qps, realistic),
                 _target_text(target, "QPS"),
                 _meets(server.best_qps, best is not None, target),
                 f"{len(server.tries)} tries; {server.stopped_because}",
             )
         )
+        per_sample = best.tokens_per_sample if best else None
+        figures.append(
+            Figure(
+                f"{benchmark} Server tokens/s",
+                server.best_qps * per_sample if server.best_qps and per_sample else None,
+                "tokens/s",
+                best is not None,
+                note=_tokens_note(profile.counts_generated, per_sample),
+            )
+        )
     if single is not None:
         target = TARGETS.get((benchmark, Scenario.SingleStream))
-        ratio = base_p90 / single.value if base_p90 and single.value else None
+        base = _baseline_for(baseline, realistic)
+        ratio = base["p90_latency_ms"] / single.value if base and base["p90_latency_ms"] and single.value else None
         figures.append(
             Figure(
                 f"{benchmark} SingleStream p90 latency",
@@ -121,14 +141,20 @@ def build_figures(
     return figures
 
 
+def _tokens_note(counts_generated: bool, per_sample: float | None) -> str:
+    if per_sample is None:
+        return ""
+    return f"x mean {per_sample:.1f} {'generated' if counts_generated else 'real input'} tokens"
+
+
 def _fmt_value(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:,.3g}" if abs(value) < 10 else f"{value:,.1f}"
 
 
-def format_table(figures: list[Figure], baseline: dict[str, Any] | None) -> list[list[str]]:
-    """Rows of strings: header first, then one per figure, then the baseline's own row."""
+def format_table(figures: list[Figure], baselines: dict[str, dict[str, Any]] | None) -> list[list[str]]:
+    """Rows of strings: header first, then one per figure, then each baseline's own rows (one per timed case)."""
     rows = [["figure", "value", "VALID", "vs baseline", "target", "meets"]]
     for f in figures:
         valid = "-" if f.valid is None else ("yes" if f.valid else "NO")
@@ -143,17 +169,19 @@ def format_table(figures: list[Figure], baseline: dict[str, Any] | None) -> list
                 meets,
             ]
         )
-    if baseline:
-        rows.append(
-            [
-                f"baseline: HF BertForQuestionAnswering fp32 b1 @384 ({baseline['device']})",
-                f"{_fmt_value(baseline['samples_per_second'])} samples/s",
-                "-",
-                "x1",
-                "-",
-                f"p90 {baseline['p90_latency_ms']:.2f} ms",
-            ]
-        )
+    for baseline in (baselines or {}).values():
+        cases = baseline.get("by_case") or {"": baseline}
+        for case, timed in cases.items():
+            rows.append(
+                [
+                    f"baseline: {baseline['label']}{f' [{case}]' if case else ''} ({baseline['device']})",
+                    f"{_fmt_value(timed['samples_per_second'])} samples/s",
+                    "-",
+                    "x1",
+                    "-",
+                    f"p90 {timed['p90_latency_ms']:.2f} ms",
+                ]
+            )
     return rows
 
 
@@ -174,19 +202,20 @@ def write_reports(
     bench_dir: Path, report: dict[str, Any], figures: list[Figure], out: Path | None = None
 ) -> tuple[Path, Path]:
     """bench.json (everything) and bench.md (the table and how it was made); copies into ``out`` if given."""
-    rows = format_table(figures, report.get("baseline"))
+    rows = format_table(figures, report.get("baselines"))
     payload = {**report, "figures": [asdict(f) for f in figures], "table": rows}
     json_path = bench_dir / "bench.json"
     json_path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     md = [
-        f"# BERT bench {report.get('date', '')}",
+        f"# {report.get('title', 'BERT')} bench {report.get('date', '')}",
         "",
         f"- device: {report.get('device', '?')} (system {report.get('system', '?')})",
         f"- torch {report.get('versions', {}).get('torch', '?')}, "
         f"LoadGen {report.get('versions', {}).get('loadgen', '?')}, "
         f"commit {report.get('versions', {}).get('harness_commit', '?')}",
         f"- durations (shortened; MLPerf: {MLPERF_DURATION_MS:,} ms): {report.get('durations_text', '?')}",
-        "- inputs: synthetic SQuAD-like lengths and random weights: NOT MLPerf results",
+        *(f"- {title} inputs: {inputs}: NOT MLPerf results" for title, inputs in report.get("inputs", {}).items()),
+        *(f"- baseline: {b['what']}" for b in report.get("baselines", {}).values()),
         "",
         render_markdown(rows),
         "",

@@ -13,13 +13,14 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from code.common.constants import Scenario
 from code.common.paths import REPO_ROOT
-from scripts.bench.settings import QPS_MARGIN, SCENARIO_NAMES
+from scripts.bench.settings import QPS_MARGIN, SCENARIO_NAMES, profile_of
 
 
 @dataclass
@@ -39,10 +40,17 @@ class RunOutcome:
     unit: str | None = None
     reasons: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
-    mean_length: float | None = None
+    mean_length: float | None = None  # prompt (input) tokens per sample
+    generated_per_sample: float | None = None  # GPT-J: new tokens per completed sample, from the engine's counters
     system: str | None = None
     versions: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens_per_sample(self) -> float | None:
+        """The tokens a sample's figure counts: generated ones for GPT-J (LoadGen only infers them, at a fixed 69
+        per sample), input ones for BERT (it reads each token once and generates none)."""
+        return self.generated_per_sample if profile_of(self.benchmark).counts_generated else self.mean_length
 
     @property
     def min_duration_missed(self) -> bool:
@@ -69,6 +77,9 @@ def read_outcome(outcome: RunOutcome) -> RunOutcome:
         outcome.reasons = [str(r).strip() for r in result.get("invalid_reasons", [])]
         outcome.extra = dict(result.get("extra", {}))
         outcome.mean_length = metadata.get("provenance", {}).get("input_lengths", {}).get("mean")
+        stats = metadata.get("engine_stats") or {}
+        if stats.get("completed"):
+            outcome.generated_per_sample = stats["generated_tokens"] / stats["completed"]
         outcome.system = metadata.get("system_name")
         outcome.versions = metadata.get("versions", {})
         fields = metadata.get("config", {}).get("fields", {})
@@ -87,6 +98,10 @@ def read_outcome(outcome: RunOutcome) -> RunOutcome:
                 "min_duration",
                 "min_query_count",
                 "synthetic_lengths",
+                "synthetic_output_lengths",
+                "synthetic_sample_count",
+                "kv_cache_dtype",
+                "backend",
             )
             if k in fields
         }
@@ -101,14 +116,24 @@ def read_outcome(outcome: RunOutcome) -> RunOutcome:
     return outcome
 
 
+def merge_flags(*groups: Sequence[str]) -> list[str]:
+    """One ``--name=value`` per name, the last group's winning: the harness refuses a flag given twice, and a
+    run's flags come from its family's defaults, then --quick's, then --extra_run_args, then the bench's own."""
+    merged: dict[str, str] = {}
+    for token in (t for group in groups for t in group):
+        merged[token.split("=", 1)[0].replace("-", "_")] = token
+    return list(merged.values())
+
+
 class HarnessRunner:
     """Runs one LoadGen test per call through ``python -m code.main``, each into a new folder under ``runs/``.
 
     The first test of a (benchmark, scenario) uses ``--action=run`` (generate_engines, then the test); later ones
-    ``--action=run_harness``, which reuses that engine.
+    ``--action=run_harness``, which reuses that engine (GPT-J FP8: the calibrated engine; others build nothing).
+    ``run_args``: the flags of every run of a benchmark family ("bert", "gptj").
     """
 
-    def __init__(self, bench_dir: Path, run_args: list[str], verbose: bool = False) -> None:
+    def __init__(self, bench_dir: Path, run_args: dict[str, list[str]], verbose: bool = False) -> None:
         self.runs_dir = bench_dir / "runs"
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self.run_args = run_args
@@ -128,8 +153,7 @@ class HarnessRunner:
             f"--scenarios={SCENARIO_NAMES[scenario]}",
             "--input_data=synthetic",
             "--weights=random",
-            *self.run_args,
-            *flags,
+            *merge_flags(self.run_args[profile_of(benchmark).family], flags),
             f"--log_dir={log_dir}",
         ]
 
@@ -187,7 +211,7 @@ class HarnessRunner:
 @dataclass
 class OfflineResult:
     benchmark: str
-    lengths: str  # "dataset" | "max"
+    case: str  # an OfflineCase name: "dataset" | "max" (BERT), "forced" | "full" (GPT-J)
     run: RunOutcome | None
     probe_qps: float | None = None
 
@@ -197,40 +221,43 @@ class OfflineResult:
 
     @property
     def tokens_per_second(self) -> float | None:
-        if self.run is None or self.run.value is None or self.run.mean_length is None:
+        if self.run is None or self.run.value is None or self.run.tokens_per_sample is None:
             return None
-        return self.run.value * self.run.mean_length
+        return self.run.value * self.run.tokens_per_sample
 
 
 def measure_offline(
     runner: HarnessRunner,
     benchmark: str,
-    lengths: str,
+    case: str,
     duration_ms: int,
     probe_ms: int,
     hint_qps: float | None,
     base: dict[str, Any],
 ) -> OfflineResult:
-    """Probe (unless a hint is known), run with expected QPS above the measured one, re-run once if still short."""
-    settings = {**base, "synthetic_lengths": lengths}
+    """Probe (unless a hint is known), run with expected QPS above the measured one, re-run once if still short.
+
+    ``case``: one of the benchmark's Offline cases (settings.PROFILES), whose run fields every run here gets.
+    """
+    settings = {**base, **profile_of(benchmark).case(case).fields}
     probe_qps = None
     if hint_qps is None:
-        probe = runner.run(f"{lengths}-probe", benchmark, Scenario.Offline, {**settings, "min_duration": probe_ms})
+        probe = runner.run(f"{case}-probe", benchmark, Scenario.Offline, {**settings, "min_duration": probe_ms})
         if probe.value is None:
-            return OfflineResult(benchmark, lengths, probe)
+            return OfflineResult(benchmark, case, probe)
         hint_qps = probe_qps = probe.value
     settings["min_duration"] = duration_ms
     run = runner.run(
-        lengths, benchmark, Scenario.Offline, {**settings, "offline_expected_qps": round_qps(hint_qps * QPS_MARGIN)}
+        case, benchmark, Scenario.Offline, {**settings, "offline_expected_qps": round_qps(hint_qps * QPS_MARGIN)}
     )
     if run.valid is False and run.min_duration_missed and run.value:
         run = runner.run(
-            f"{lengths}-rerun",
+            f"{case}-rerun",
             benchmark,
             Scenario.Offline,
             {**settings, "offline_expected_qps": round_qps(run.value * QPS_MARGIN)},
         )
-    return OfflineResult(benchmark, lengths, run, probe_qps)
+    return OfflineResult(benchmark, case, run, probe_qps)
 
 
 def round_qps(qps: float) -> float:

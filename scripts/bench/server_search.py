@@ -22,6 +22,7 @@ class ServerTry:
     p99_ms: float | None = None
     scheduled_qps: float | None = None
     log_dir: str | None = None
+    tokens_per_sample: float | None = None  # what its tokens/s counts (RunOutcome.tokens_per_sample)
 
 
 @dataclass
@@ -84,5 +85,11 @@ def server_try(runner: HarnessRunner, benchmark: str, duration_ms: int, base: di
     )
     p99 = run.extra.get("result_99.00_percentile_latency_ns")
     return ServerTry(
-        qps, run.valid, run.loadgen_reasons(), None if p99 is None else float(p99) / 1e6, run.value, run.log_dir
+        qps,
+        run.valid,
+        run.loadgen_reasons(),
+        None if p99 is None else float(p99) / 1e6,
+        run.value,
+        run.log_dir,
+        run.tokens_per_sample,
     )

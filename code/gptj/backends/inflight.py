@@ -75,6 +75,10 @@ class InflightGptjBackend:
     def run_batch(self, sample_indices: np.ndarray, prompts: list[np.ndarray]) -> list[np.ndarray]:
         return self.engine.generate(prompts)
 
+    def stats(self) -> dict:
+        """The engine's counters (samples completed, tokens generated, ...) for the run's metadata.json."""
+        return self.engine.stats.as_dict()
+
     def serve(self, session, prompt_of: Callable[[int], np.ndarray],  # noqa: ANN001 - the core's Session
               forced_length_of: ForcedLengthOf | None = None) -> None:
         """Run the whole LoadGen test: take samples from the C++ core's session, complete each when done."""

@@ -207,14 +207,17 @@ def interrupted(how: str) -> Callable[[Workspace], Outcome]:
             if not started or harness.poll() is not None:
                 return Outcome(harness.poll(), "LoadGen never started", False, out_path.read_text()[-300:])
             children = processes_mentioning(str(test_dir / "test_spec.json"))
+            signalled = time.monotonic()
             {"SIGINT": lambda: os.killpg(harness.pid, signal.SIGINT), "SIGTERM": harness.terminate,
              "SIGKILL": harness.kill}[how]()
             status = harness.wait(timeout=30)
+            gone = wait_until(lambda: not processes_mentioning(str(test_dir)), 5)
+            stop_s = time.monotonic() - signalled
         finally:
             if harness.poll() is None:
                 harness.kill()
         problems = [] if len(children) == 1 else [f"{len(children)} test processes before the signal"]
-        if not wait_until(lambda: not processes_mentioning(str(test_dir)), 5):
+        if not gone:
             problems.append("the test process still runs 5 s later")
         want = -signal.SIGKILL if how == "SIGKILL" else 128 + getattr(signal, how)
         if status != want:
@@ -227,6 +230,7 @@ def interrupted(how: str) -> Callable[[Workspace], Outcome]:
             problems.append("metadata.json does not say incomplete")
         stopped = [line for line in output.splitlines() if "interrupted by" in line]
         message = stopped[0] if stopped else f"(no output: killed) metadata.json: {result['invalid_reasons'][0]}"
+        message += f" [all processes gone {stop_s:.1f} s after the signal]"
         if how != "SIGKILL" and not stopped:
             problems.append("no line saying what was stopped")
         return Outcome(status, ws.shown(message), not problems, "; ".join(problems))
@@ -263,6 +267,7 @@ def concurrent_pair(ws: Workspace) -> Outcome:
         recorded.append(f"{name}: user.conf and metadata.json say {own}")
         if own != qps or not conf:
             problems.append(f"run {name} recorded {own}, asked {qps}")
+    # Exit 3 is a 3 s Server test missing early stopping on a busy machine: INVALID, not what this case is about.
     message = "; ".join(recorded) + f" (exit {statuses['a']} and {statuses['b']})"
     return Outcome(None, message, not problems, "; ".join(problems))
 
@@ -463,7 +468,8 @@ CASES = [
     refused_case("--gpu_batch_size=99999999999999999999", "test_fuzz_fields.py"),
     refused_case("--performance_sample_count_override=5", "test_validation.py"),
     Case("two runs at once", "two `code.main --action=run_harness $BASE --scenarios=server` with "
-         "--server_target_qps=20 and =35 side by side", "each records and runs its own settings",
+         "--server_target_qps=20 and =35 side by side",
+         "each records and runs its own settings (exit 0, or 3 when a 3 s Server test misses early stopping)",
          "test_concurrent_runs.py", concurrent_pair),
     refused_case("--precision=fp8", "test_honest_labels.py", "precision=fp8"),
     refused_case("--gpu_batch_size=0", "test_fuzz_fields.py"),
@@ -508,13 +514,18 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def code_span(text: str) -> str:
+    """Text that holds a backtick needs a double-backtick span."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
 def table(rows: list[tuple[Case, Outcome]]) -> str:
     lines = ["| case | command | exit | what it prints (first line) | expected | matches | test |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for case, result in rows:
         verdict = "yes" if result.ok else f"**NO**: {result.why}"
         status = "-" if result.status is None else str(result.status)
-        lines.append("| " + " | ".join(cell(c) for c in (case.name, case.command, status, f"`{result.message}`",
+        lines.append("| " + " | ".join(cell(c) for c in (case.name, case.command, status, code_span(result.message),
                                                           case.expected, verdict, case.test)) + " |")
     return "\n".join(lines)
 

@@ -91,7 +91,7 @@ class Workspace:
         return self._squad
 
     def shown(self, text: str) -> str:
-        return text.replace(str(self.root), "$TMP")
+        return text.replace(str(self.root), "$TMP").replace(str(REPO_ROOT), "$REPO")
 
 
 def env_for(build: Path, **extra: str) -> dict[str, str]:
@@ -558,8 +558,8 @@ def main() -> int:
     print(f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} ({os.cpu_count()} CPUs, "
           f"{'a GPU' if HAS_CUDA else 'no GPU'}): `{Path(sys.executable).name} -m scripts.reliability_cases`\n")
     print(f"`$BASE` = `{' '.join(harness_args(BASE))}`; `$LONG_SERVER` = `{' '.join(harness_args(LONG_SERVER))}`; "
-          f"`$GPTJ` = `{' '.join(harness_args(GPTJ))}`; `$TMP` is the script's temporary folder; each "
-          "command runs with `MLPERF_BUILD_DIR=$TMP/<case>/build`.\n")
+          f"`$GPTJ` = `{' '.join(harness_args(GPTJ))}`; `$TMP` is the script's temporary folder, `$REPO` the "
+          "checkout; each command runs with `MLPERF_BUILD_DIR=$TMP/<case>/build`.\n")
     print(table(rows))
     failed = [case.name for case, result in rows if not result.ok]
     print(f"\n{len(rows) - len(failed)} of {len(rows)} cases behave as issue 18 asks"

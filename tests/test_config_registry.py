@@ -191,3 +191,16 @@ def test_multi_gpu_rates_are_n_times_their_one_gpu_variant(benchmark, scenario):
         assert config.fields()[field] == pytest.approx(single * int(match.group(2))), (system, workload.shortname())
         checked += 1
     assert checked > 0
+
+
+def test_run_args_resolve_the_same_config_again():
+    """An engine error's rebuild command quotes ``run_args()``: pasted back, it must parse to the same fields."""
+    from code.common.arguments import parse_run_args
+
+    workload = WorkloadSetting(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+    given = {"model_name": "tiny", "fast_path": False, "gpu_batch_size": 8}
+    config = resolve_config(Benchmark.BERT, Scenario.SingleStream, "CPU", workload, given)
+    assert config.run_args() == ("--benchmarks=bert-99 --scenarios=singlestream --fast_path=false "
+                                 "--gpu_batch_size=8 --model_name=tiny")
+    again = parse_run_args(["--action=generate_engines", *config.run_args().split()])
+    assert again.scenarios == [Scenario.SingleStream] and again.overrides == given

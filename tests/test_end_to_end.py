@@ -7,6 +7,7 @@ Each test runs the real harness in a subprocess with build outputs redirected to
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -65,6 +66,19 @@ def test_oracle_scores_100_through_loadgen(build_dir, tmp_path):
     summary = json.loads((logs / "summary.json").read_text())
     assert summary[0]["accuracy"]["f1"] == 100.0 and summary[0]["verdict"] == "PASS but not submittable"
     assert summary[0]["not_submittable"][-1] == "accuracy over 53 of the 10833 samples"  # the fixture
+
+
+def test_input_data_may_name_the_tokenized_folder_under_any_name(build_dir, tmp_path):
+    """The parent accepts the folder that holds manifest.json; the test process reads that folder too, not a
+    ``squad_tokenized`` subfolder of it (issue 18: it once passed the parent's check and failed in the child)."""
+    data = tmp_path / "my_squad_copy"
+    shutil.copytree(build_dir / "preprocessed_data" / "squad_tokenized", data)
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run_harness", "--backend=oracle", "--test_mode=AccuracyOnly",
+                    "--gpu_batch_size=4", f"--input_data={data}", f"--log_dir={logs}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    accuracy = (logs / "CPU" / "bert-99" / "Offline" / "accuracy.txt").read_text()
+    assert accuracy.splitlines()[0] == '{"exact_match": 100.0, "f1": 100.0}'
 
 
 def test_num_samples_scores_the_first_n_and_says_it_is_not_valid(build_dir, tmp_path):

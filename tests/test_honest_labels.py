@@ -13,7 +13,7 @@ import torch
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
 from code.common.fields import FieldError, check_device
-from code.common.paths import REPO_ROOT
+from code.common.paths import LIB_DIR, REPO_ROOT
 from configs.configuration import WorkloadSetting, resolve_config
 
 CASES = [
@@ -61,6 +61,28 @@ def test_a_synthetic_setting_with_the_real_data_set_is_refused(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr == (f"ERROR: --synthetic_sample_count shapes synthetic inputs, and this run uses the SQuAD "
                            f"v1.1 set in {data}; add --input_data=synthetic, or leave --synthetic_sample_count out\n")
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("present", [True, False], ids=["real set present", "real set absent"])
+def test_a_synthetic_accuracy_run_says_synthetic_is_the_reason(tmp_path, present, harness_built):
+    """--input_data=synthetic with --test_mode=AccuracyOnly: the message names the flag, and never calls a data set
+    that is present missing (issue 18)."""
+    from code.bert.squad import MANIFEST_FILE
+
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "lib").symlink_to(LIB_DIR, target_is_directory=True)  # the core is checked first
+    real_set = tmp_path / "build" / "preprocessed_data" / "squad_tokenized"
+    if present:
+        real_set.mkdir(parents=True)
+        (real_set / MANIFEST_FILE).write_text("{}")
+    done = run_main(tmp_path, ["--device=cpu", "--model_name=tiny", "--input_data=synthetic",
+                               "--test_mode=AccuracyOnly"])
+    assert done.returncode == 2, done.stdout + done.stderr
+    fix = (f"leave --input_data out to use the set in {real_set}" if present else
+           'run make download_data download_model preprocess_data BENCHMARKS="bert", then leave --input_data out')
+    assert done.stderr == ("ERROR: an accuracy run needs the real SQuAD v1.1 data set, and --input_data=synthetic "
+                           f"gives made-up inputs with no answers; {fix}\n")
     assert not (tmp_path / "logs").exists()
 
 

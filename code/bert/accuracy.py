@@ -31,10 +31,10 @@ import numpy as np
 from code.bert.squad import (
     MAX_SEQ_LENGTH,
     PAD_LOGIT,
-    TOKENIZED_SUBDIR,
     EvalFeature,
     PostprocessData,
     load_postprocess_data,
+    tokenized_dir,
 )
 from code.bert.vocab import basic_tokenize
 
@@ -265,11 +265,6 @@ def squad_evaluate(dataset: list[dict], predictions: dict[str, str]) -> dict[str
 # ----------------------------------------------------------------------------------------------------- top level
 
 
-def _tokenized_dir(preprocessed_dir: Path) -> Path:
-    preprocessed_dir = Path(preprocessed_dir)
-    return preprocessed_dir if preprocessed_dir.name == TOKENIZED_SUBDIR else preprocessed_dir / TOKENIZED_SUBDIR
-
-
 def evaluate_accuracy_log(
     accuracy_log: Path,
     preprocessed_dir: Path,
@@ -286,7 +281,7 @@ def evaluate_accuracy_log(
     `scored_questions_only` (``--num_samples``): EM and F1 over the questions the log answers, not the whole file,
     so a quick check on the first N samples reads like the full figure instead of N/10,833 of it.
     """
-    data = load_postprocess_data(_tokenized_dir(preprocessed_dir))
+    data = load_postprocess_data(tokenized_dir(preprocessed_dir))
     logits = decode_accuracy_log(Path(accuracy_log))
     unknown = [i for i in logits if not 0 <= i < len(data.features)]
     if unknown:

@@ -150,7 +150,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                                          f"{len(features)} samples"]
     options = BackendOptions(device=provenance["device"], cpu_threads=resolve_cpu_threads(config),
                              engine_dir=spec and engine_dir(config, spec),
-                             engine_spec=spec, features=features, oracle_shift=config["oracle_shift"],
+                             engine_spec=spec, run_args=config.run_args(), features=features,
+                             oracle_shift=config["oracle_shift"],
                              oracle_batch_ms=config["oracle_batch_ms"],
                              fast_path=config["fast_path"], max_batch_size=config["gpu_batch_size"],
                              num_workers=config["num_workers"], cuda_graphs=config["cuda_graphs"],

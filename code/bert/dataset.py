@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from code.bert.squad import ARRAY_FILES, GOLD_FILE, MANIFEST_FILE, MAX_SEQ_LENGTH, TOKENIZED_SUBDIR
+from code.bert.squad import ARRAY_FILES, GOLD_FILE, MANIFEST_FILE, MAX_SEQ_LENGTH, tokenized_dir
 from code.bert.vocab import CLS_TOKEN, SEP_TOKEN, VOCAB_SIZE, find_vocab, load_vocab
 from code.common.faults import DataFileError, reading
 
@@ -66,9 +66,8 @@ class BertFeatures:
 
     @classmethod
     def load(cls, preprocessed_dir: Path) -> BertFeatures:
-        """Load `squad_tokenized/` from `preprocessed_dir` (or that folder itself)."""
-        root = Path(preprocessed_dir)
-        directory = root if root.name == TOKENIZED_SUBDIR else root / TOKENIZED_SUBDIR
+        """Load `squad_tokenized/` from `preprocessed_dir` (or that folder itself, under any name)."""
+        directory = tokenized_dir(preprocessed_dir)
         missing = [name for name in (*ARRAY_FILES, MANIFEST_FILE) if not (directory / name).is_file()]
         if missing:
             raise DataFileError(f"BERT preprocessed data in {directory} is missing or incomplete "

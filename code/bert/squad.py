@@ -45,6 +45,14 @@ MANIFEST_FILE = "manifest.json"
 FORMAT_VERSION = 1
 
 
+def tokenized_dir(root: Path) -> Path:
+    """The folder of the preprocessed arrays: ``root`` itself when it holds them (the ``squad_tokenized`` folder
+    under any name, as ``--input_data`` accepts it), else its ``squad_tokenized`` subfolder."""
+    root = Path(root)
+    own_layout = root.name == TOKENIZED_SUBDIR or (root / MANIFEST_FILE).is_file()
+    return root if own_layout else root / TOKENIZED_SUBDIR
+
+
 @dataclass
 class SquadExample:
     """One question over one paragraph, the context split on whitespace as the reference splits it."""

@@ -54,6 +54,13 @@ class ResolvedConfig:
         """bert-99 or bert-99.9: the name a submission uses."""
         return f"{self.benchmark.value}-{self.workload.accuracy_target.suffix}"
 
+    def run_args(self) -> str:
+        """RUN_ARGS that resolve this config again: benchmark, scenario and each field given on the command line,
+        so a message's command (rebuild an engine) can be pasted as it is."""
+        given = [f"--{name}={str(value).lower() if isinstance(value, bool) else value}"
+                 for name, value in sorted(self.values.items()) if self.sources.get(name) == "RUN_ARGS"]
+        return " ".join([f"--benchmarks={self.benchmark_name}", f"--scenarios={self.scenario.value.lower()}", *given])
+
     def as_dict(self) -> dict[str, Any]:
         """The config as metadata.json and ``make info`` record it: values and, beside them, their sources."""
         return {

@@ -63,6 +63,12 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations)
             raise InputsUnavailableError(f"--input_data={data_field} holds no preprocessed {where.data_name} set "
                                          f"({where.manifest_name}); run {where.fetch_step}")
     if accuracy and data_dir is None:
+        present = (where.preprocessed_dir / where.manifest_name).exists()
+        if data_field == "synthetic":  # asked for: say so, and say where the real set is when it is there
+            fix = (f"leave --input_data out to use the set in {where.preprocessed_dir}" if present else
+                   f"run {where.fetch_step}, then leave --input_data out")
+            raise InputsUnavailableError(f"an accuracy run needs the real {where.data_name} data set, and "
+                                         f"--input_data=synthetic gives made-up inputs with no answers; {fix}")
         raise InputsUnavailableError(f"an accuracy run needs the real {where.data_name} data set, which is not in "
                                      f"{where.preprocessed_dir}; run {where.fetch_step}")
     if data_dir is not None:

@@ -238,6 +238,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
         cuda_graphs=config["cuda_graphs"],
         engine_dir=Path(provenance["engine"]) if "engine" in provenance else None,
         engine_spec=engine_spec(config, choice) if "engine" in provenance else None,  # FP8 inflight runs only
+        run_args=config.run_args(),
         references=[tokenizer.encode(text) for text in references_text] if oracle and tokenizer else None,
         oracle_drop=config["oracle_shift"],
     )

@@ -26,6 +26,7 @@ class BackendOptions:
     cpu_threads: int = 0                   # on a CPU device: torch's intra-op threads (0: leave torch's default)
     engine_dir: Path | None = None         # pytorch: the engine built by generate_engines
     engine_spec: EngineSpec | None = None  # pytorch: what the run expects the engine to be (stale check)
+    run_args: str | None = None            # pytorch: makes an engine error's rebuild command copy-pasteable
     features: BertFeatures | None = None   # oracle: needs the gold positions
     oracle_shift: int = 0                  # oracle: move the answer by this many tokens (a failing oracle)
     oracle_batch_ms: float = 0.0           # oracle: each batch takes at least this long (a load-independent pace)

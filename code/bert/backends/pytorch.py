@@ -165,7 +165,7 @@ class PytorchBertBackend:
         spec = options.engine_spec
         if self.device.type == "cpu" and options.cpu_threads:
             torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/devices.py
-        model, manifest = load_engine_manifest(options.engine_dir, spec, self.device)
+        model, manifest = load_engine_manifest(options.engine_dir, spec, self.device, run_args=options.run_args)
         self.fast: FastPath | None = None
         use_fast = options.fast_path if options.fast_path is not None else True
         if self.device.type == "cuda" and use_fast and spec.precision in FAST_PRECISIONS:

@@ -17,7 +17,7 @@ from scripts.bench.baseline import measure_baseline, measure_gptj_baseline
 from scripts.bench.cli import new_bench_dir, split_extra_run_args
 from scripts.bench.report import build_figures, format_table, write_reports
 from scripts.bench.runs import OfflineResult, RunOutcome, measure_offline, merge_flags
-from scripts.bench.server_search import ServerTry, search_server_qps
+from scripts.bench.server_search import ServerTry, search_server_qps, unsustained_reason
 from scripts.bench.settings import BenchError
 
 
@@ -37,6 +37,14 @@ def test_server_search_brackets_then_bisects():
 
     capped = search_server_qps(fake, start_qps=4000, max_runs=2)
     assert len(capped.tries) == 2 and capped.best_qps == 5000 and "used all 2 runs" in capped.stopped_because
+
+
+def test_a_server_try_whose_queue_grew_does_not_count_as_valid():
+    # An H200 GPT-J try of 30 s: LoadGen said VALID at 39.75 QPS scheduled while 34.1 samples/s completed.
+    reason = unsustained_reason(39.75, 34.1)
+    assert reason is not None and reason.startswith("not sustained: completed 34.1 samples/s of 39.75 scheduled")
+    assert unsustained_reason(33.94, 33.77) is None  # the 360 s run that held
+    assert unsustained_reason(None, 10.0) is None and unsustained_reason(10.0, None) is None
 
 
 def test_server_search_stops_on_a_crash_and_without_valid_runs():

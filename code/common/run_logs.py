@@ -222,7 +222,8 @@ def performance_result(directory: Path, scenario: Scenario) -> TestResult:
     if detail["result_validity"] != "VALID" and not result.invalid_reasons:
         result.invalid_reasons.append(f"LoadGen: {detail['result_validity']}")
     for extra_key in ("result_99.00_percentile_latency_ns", "result_90.00_percentile_latency_ns",
-                      "result_mean_latency_ns", "result_qps_with_loadgen_overhead", *TOKEN_METRICS.values()):
+                      "result_mean_latency_ns", "result_qps_with_loadgen_overhead",
+                      "result_completed_samples_per_sec", *TOKEN_METRICS.values()):
         if extra_key in detail:
             result.extra[extra_key] = detail[extra_key]
     tokens_key = TOKEN_METRICS.get(scenario)

@@ -11,7 +11,7 @@ from typing import Any
 
 from code.common.constants import Scenario
 from scripts.bench.runs import HarnessRunner, round_qps
-from scripts.bench.settings import SERVER_STEP
+from scripts.bench.settings import SERVER_STEP, SUSTAINED_SHARE
 
 
 @dataclass
@@ -79,15 +79,31 @@ def search_server_qps(
     return ServerSearch(tries, low, f"used all {max_runs} runs{bracket}")
 
 
+def unsustained_reason(scheduled_qps: float | None, completed_qps: float | None) -> str | None:
+    """Why a VALID try would not hold for 600 s: the system completed clearly fewer samples per second than were
+    scheduled, so its queue grew during the try and would reach the latency bound in a longer run. A short try
+    ends before that happens, so LoadGen alone calls it VALID."""
+    if not scheduled_qps or completed_qps is None or completed_qps >= SUSTAINED_SHARE * scheduled_qps:
+        return None
+    return (f"not sustained: completed {completed_qps:.4g} samples/s of {scheduled_qps:.4g} scheduled (below "
+            f"{SUSTAINED_SHARE:.0%}); the queue grew, so a 600 s run would break the latency bound")
+
+
 def server_try(runner: HarnessRunner, benchmark: str, duration_ms: int, base: dict[str, Any], qps: float) -> ServerTry:
     run = runner.run(
         f"qps{qps:g}", benchmark, Scenario.Server, {**base, "min_duration": duration_ms, "server_target_qps": qps}
     )
     p99 = run.extra.get("result_99.00_percentile_latency_ns")
+    reasons = run.loadgen_reasons()
+    valid = run.valid
+    unsustained = unsustained_reason(run.value, run.extra.get("result_completed_samples_per_sec"))
+    if valid and unsustained:
+        valid = False
+        reasons.append(unsustained)
     return ServerTry(
         qps,
-        run.valid,
-        run.loadgen_reasons(),
+        valid,
+        reasons,
         None if p99 is None else float(p99) / 1e6,
         run.value,
         run.log_dir,

@@ -79,6 +79,9 @@ class Profile:
 # duration is met, so a low hint only generates unused queries while a high one can end the run early (the bench then
 # re-runs at half the measured mean). GPT-J's queries take seconds: a 1 ms hint would have LoadGen generate (and, with
 # its sample_concatenate_permutation, run) far more queries than the duration needs.
+SUSTAINED_SHARE = 0.97
+"""A Server try counts as VALID for the search only if it completed at least this share of the samples per second
+it scheduled (server_search.unsustained_reason)."""
 SERVER_MIN_QUERIES = 1_000
 """Server min_query_count: LoadGen's early stopping at p99 needs ~500 queries even when none is late."""
 PROFILES: dict[str, Profile] = {

@@ -297,7 +297,10 @@ def add_user(image: str, uid: int, gid: int, name: str) -> str:
     cmd = ["docker", "build", "-q", "-f", str(REPO_ROOT / "docker" / "Dockerfile.user"), "-t", target,
            "--build-arg", f"BASE_IMAGE={image}", "--build-arg", f"USER_NAME={name}",
            "--build-arg", f"USER_UID={uid}", "--build-arg", f"USER_GID={gid}", str(REPO_ROOT / "docker")]
-    if subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL).returncode != 0:
+    # Quiet unless it fails: the legacy builder's deprecation notice on every shell is noise.
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(done.stdout + done.stderr, file=sys.stderr)
         raise DockerSetupError(f"adding user {name} ({uid}:{gid}) to {image} failed (above)")
     print(f"[docker_add_user] {target}: user {name} ({uid}:{gid})")
     return target

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,6 @@ class Host:
     docker_args: str = ""
     nvidia_visible_devices: str = ""
     ca_bundle: Path | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 def requirements_id(repo: Path = REPO_ROOT) -> str:
@@ -148,7 +147,7 @@ def run_args(host: Host, image: str, command: str | None) -> tuple[list[str], li
     argv += shlex.split(host.docker_args)
     argv.append(image)
     argv += ["bash", "-c", command] if command is not None else ["bash"]
-    return argv, host.notes + notes
+    return argv, notes
 
 
 def host_ca_bundle(environ: dict[str, str]) -> Path | None:
@@ -256,8 +255,9 @@ def fill_wheelhouse(wheelhouse: Path, python: str, base_has_torch: bool, host_py
                "-d", str(wheelhouse), "-r", str(wheelhouse / lock)]
         if subprocess.run(cmd, check=False).returncode != 0:
             raise DockerSetupError(
-                f"the host's pip could not fetch the locked packages for Python {python} (above): check the host's "
-                "pip settings (pip config list: index, certificates), or regenerate the locks: scripts/docker/lock.sh"
+                f"the host's pip could not fetch the locked packages for Python {python} (above): `{host_python} -m "
+                "pip` must work (apt-get install python3-pip) with the host's settings (pip config list: index, "
+                "certificates); the locks are for Python 3.11 (regenerate them with scripts/docker/lock.sh)"
             )
 
 

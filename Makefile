@@ -18,9 +18,9 @@ include make/audit.mk
 .PHONY: help
 help:
 	@echo "MLPerf Inference harness (BERT, GPT-J). Typical flow:"
-	@echo "  make setup                 native environment in build/venv (pinned requirements)"
 	@echo "  make prebuild [BASE_IMAGE=...]   Docker: build the image, add you, open a shell (documentation/docker.md)"
 	@echo "  make launch_docker DOCKER_COMMAND=\"make ...\"   the same, headless"
+	@echo "  make setup                 the native fallback: build/venv from the lock files"
 	@echo "  make link_dirs             build/{data,models,preprocessed_data} -> \$$MLPERF_SCRATCH_PATH when set"
 	@echo "  make download_data   BENCHMARKS=\"bert\""
 	@echo "  make download_model  BENCHMARKS=\"bert\""

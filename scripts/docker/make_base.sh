@@ -35,6 +35,7 @@ if [ ! -f "$tarball" ]; then
     --aptopt='Acquire::Check-Valid-Until "false"' \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
     "$suite" "$part"
+  chmod 644 "$part"  # mktemp made it private; the rootfs has nothing secret
   mv "$part" "$tarball"
   echo "[make_base] rootfs made in $(( $(date +%s) - start )) s ($(du -h "$tarball" | cut -f1 | tail -1))"
 fi

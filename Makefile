@@ -3,6 +3,7 @@
 
 include make/const.mk
 include make/setup.mk
+include make/docker.mk
 include make/data.mk
 include make/build.mk
 include make/run.mk
@@ -17,8 +18,9 @@ include make/audit.mk
 .PHONY: help
 help:
 	@echo "MLPerf Inference harness (BERT, GPT-J). Typical flow:"
-	@echo "  make setup                 native environment in build/venv (pinned requirements)"
-	@echo "  make prebuild              Docker entry point (needs a Docker engine)"
+	@echo "  make prebuild [BASE_IMAGE=...]   Docker: build the image, add you, open a shell (documentation/docker.md)"
+	@echo "  make launch_docker DOCKER_COMMAND=\"make ...\"   the same, headless"
+	@echo "  make setup                 the native fallback: build/venv from the lock files"
 	@echo "  make link_dirs             build/{data,models,preprocessed_data} -> \$$MLPERF_SCRATCH_PATH when set"
 	@echo "  make download_data   BENCHMARKS=\"bert\""
 	@echo "  make download_model  BENCHMARKS=\"bert\""
@@ -33,7 +35,8 @@ help:
 	@echo "  make check_system_json [SYSTEM=name] [SUBMITTER=org]   check it as the submission checker will"
 	@echo "  make stage_results SUBMITTER=<org>   build/submission/closed/<org> from the newest runs"
 	@echo "  make truncate_results SUBMITTER=<org>, make check_submission SUBMITTER=<org>   the round's tools"
-	@echo "  make test                  lint + tests (what CI runs)"
+	@echo "  make test                  lint (ruff, hadolint, shellcheck) + tests (what CI runs)"
+	@echo "  make test_docker           the Docker path end to end (SKIPPED without a Docker engine)"
 	@echo "  make test_submission [FULL=1]   the whole submission flow on CPU, judged by the official checker"
 	@echo "  make clean                 remove build outputs (harness, lib, engines)"
 	@echo "  make clean_all             also the venv, data and models"

@@ -1,8 +1,11 @@
-# The native environment (build/venv) and the Docker entry point.
+# The native environment (build/venv); the Docker entry point is in make/docker.mk.
 
-VENV_STAMP := $(VENV)/.installed-$(shell cat $(REPO_ROOT)/requirements.txt $(REPO_ROOT)/requirements-assets.txt | cksum | cut -d' ' -f1)
+# The lock files pin every transitive dependency with hashes (scripts/docker/lock.sh makes them from the
+# hand-pinned requirements*.txt); the image installs the same runtime locks (docker/Dockerfile).
+LOCKS      := $(addprefix $(REPO_ROOT)/,requirements.lock requirements-dev.lock requirements-assets.lock)
+VENV_STAMP := $(VENV)/.installed-$(shell cat $(LOCKS) | cksum | cut -d' ' -f1)
 
-.PHONY: setup prebuild link_dirs
+.PHONY: setup link_dirs
 ifdef IN_CONTAINER
 setup:
 	@echo "[setup] in the container: the image's Python is the environment"
@@ -10,25 +13,17 @@ else
 setup: $(VENV_STAMP)
 endif
 
-# Re-installs only when a requirements file changes (the stamp's name carries their checksum).
-$(VENV_STAMP): $(REPO_ROOT)/requirements.txt $(REPO_ROOT)/requirements-assets.txt
+# Re-installs only when a lock file changes (the stamp's name carries their checksum). The dev lock (pytest, ruff,
+# hadolint, shellcheck) is the native environment's only: `make test` runs here, not in the image.
+$(VENV_STAMP): $(LOCKS)
 	@test -x $(VENV)/bin/python || $(SYSTEM_PY) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r $(REPO_ROOT)/requirements.txt
-	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -r $(REPO_ROOT)/requirements-assets.txt
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes \
+	  -r $(REPO_ROOT)/requirements.lock -r $(REPO_ROOT)/requirements-dev.lock
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps \
+	  -r $(REPO_ROOT)/requirements-assets.lock
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 	@echo "[setup] build/venv is ready"
-
-DOCKER_IMAGE ?= mlperf-harness:latest
-prebuild:
-	@if ! docker info >/dev/null 2>&1; then \
-	  echo "ERROR: no Docker engine is reachable (\`docker info\` failed). Use the native path instead:" >&2; \
-	  echo "       make setup && make run RUN_ARGS=\"--benchmarks=bert --scenarios=offline --test_run\"" >&2; \
-	  exit 1; fi
-	docker build -t $(DOCKER_IMAGE) -f $(REPO_ROOT)/docker/Dockerfile $(REPO_ROOT)
-	docker run --rm -it --gpus=all --shm-size=32g -v $(REPO_ROOT):/work \
-	  $(if $(MLPERF_SCRATCH_PATH),-v $(MLPERF_SCRATCH_PATH):$(MLPERF_SCRATCH_PATH) -e MLPERF_SCRATCH_PATH=$(MLPERF_SCRATCH_PATH)) \
-	  -w /work $(DOCKER_IMAGE)
 
 link_dirs: setup
 	$(PY) -m scripts.link_dirs

@@ -1,8 +1,14 @@
-# What CI runs (.ci/run calls `make test`): lint, then the test suite with tiny models.
+# What CI runs (.ci/run calls `make test`, then `make test_docker`): lint, then the test suite with tiny models.
+
+# The linters come from requirements-dev.lock (make setup); each takes about a second.
+DOCKERFILES   := $(wildcard $(REPO_ROOT)/docker/Dockerfile*)
+SHELL_SCRIPTS := $(wildcard $(REPO_ROOT)/scripts/docker/*.sh) $(REPO_ROOT)/.ci/run
 
 .PHONY: test lint
 lint: setup
 	$(PY) -m ruff check $(REPO_ROOT)
+	$(VENV)/bin/hadolint $(DOCKERFILES)
+	$(VENV)/bin/shellcheck $(SHELL_SCRIPTS)
 
 test: lint build
 	cd $(REPO_ROOT) && $(PY) -m pytest -q $(PYTEST_ARGS)

@@ -137,12 +137,28 @@ def _check_seeds(round_: Round, src: Path) -> None:
                          f"checker expects {round_.seeds}: the pin in code/common/rounds.py is wrong")
 
 
+def checked_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """The members, refusing what the "data" filter refuses, for a Python without extraction filters.
+
+    Filters came with Python 3.11.4; Debian 12's python3 (3.11.2, the base of `make test_docker`'s image) lacks
+    them, so the same refusals are made here: absolute paths, paths or links that leave the tree, devices.
+    """
+    for member in tar.getmembers():
+        names = [member.name] + ([member.linkname] if member.issym() or member.islnk() else [])
+        if any(name.startswith("/") or ".." in Path(name).parts for name in names) or member.isdev():
+            raise FetchError(f"the sdist holds an unsafe member {member.name!r}: refusing to extract it")
+    return tar.getmembers()
+
+
 def _extract(round_: Round, tarball: Path, build_dir: Path) -> Path:
     dest = source_dir(round_, build_dir)
     if dest.exists():
         shutil.rmtree(dest)
     with tempfile.TemporaryDirectory(dir=build_dir) as tmp, tarfile.open(tarball, "r:gz") as tar:
-        tar.extractall(tmp, filter="data")  # "data" refuses absolute paths, links out of the tree, devices
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(tmp, filter="data")  # "data" refuses absolute paths, links out of the tree, devices
+        else:
+            tar.extractall(tmp, members=checked_members(tar))
         extracted = Path(tmp) / dest.name
         if not extracted.is_dir():
             raise FetchError(f"{tarball} does not contain {dest.name}/")

@@ -121,8 +121,9 @@ def test_shifted_oracle_fails(build_dir, tmp_path):
 # Per scenario, settings that reach VALID quickly with the tiny model on 2 cores: Offline's one query must outlast
 # min_duration, so expected QPS is set well above the real throughput; Server's early stopping needs about 460
 # queries at p99, issued at 60 QPS: a tenth of what the tiny model does, so the 130 ms bound holds on a 2-core
-# machine that runs another test suite beside this one (a core left free for LoadGen's threads); SingleStream's early stopping needs at least 64 queries, which
-# a 1 s run on a busy 2-core machine may not reach (51 seen), so min_query_count asks for 100.
+# machine that runs another test suite beside this one (a core left free for LoadGen's threads); SingleStream's
+# early stopping needs at least 64 queries, which a 1 s run on a busy 2-core machine may not reach (51 seen), so
+# min_query_count asks for 100.
 TINY_SCENARIOS = {
     "offline": ["--min_duration=1000", "--min_query_count=1", "--offline_expected_qps=4000"],
     "server": ["--min_duration=1000", "--min_query_count=500", "--server_target_qps=60"],

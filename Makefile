@@ -30,6 +30,7 @@ help:
 	@echo "  make run_harness      RUN_ARGS=\"...\""
 	@echo "  make run              RUN_ARGS=\"--benchmarks=bert --scenarios=offline --test_run\"   (= both)"
 	@echo "  make info             RUN_ARGS=\"...\"   detected system and resolved config"
+	@echo "  make report [LOG_DIR=build/logs/<ts>]   report.md + plots of a run (default: the newest)"
 	@echo "  make run_audit_harness RUN_ARGS=\"... [--audit_test=TEST01]\"   compliance audits of a SubmissionRun"
 	@echo "  make add_system [SUBMITTER=org]   stub configs and the system description for this machine"
 	@echo "  make check_system_json [SYSTEM=name] [SUBMITTER=org]   check it as the submission checker will"

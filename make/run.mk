@@ -1,6 +1,6 @@
 # Engines and LoadGen runs; RUN_ARGS are parsed by `python -m code.main` (make run RUN_ARGS=--help).
 
-.PHONY: generate_engines run_harness run info
+.PHONY: generate_engines run_harness run info report
 generate_engines: setup
 	$(PY) -m code.main --action=generate_engines $(ROUND_ARG) $(RUN_ARGS)
 
@@ -13,3 +13,8 @@ run: $(RUN_DEPS)
 
 info: setup
 	$(PY) -m code.main --action=info $(ROUND_ARG) $(RUN_ARGS)
+
+# report.md and plots for every test of a run, and one page for the run (each run writes them itself; this draws
+# an earlier run again). LOG_DIR defaults to the newest run.
+report: setup
+	$(PY) -m code.report $(or $(LOG_DIR),$(lastword $(sort $(wildcard $(BUILD_DIR)/logs/*/))))

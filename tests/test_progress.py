@@ -1,5 +1,5 @@
 """Live progress: the line per scenario, the reporter thread, the parent's redraw on a terminal, and a real run
-whose transcript holds the lines and whose folder holds the core's per-sample times."""
+whose transcript holds the lines and whose folder holds the core's per-sample times and the run report."""
 
 from __future__ import annotations
 
@@ -135,3 +135,7 @@ def test_a_run_prints_progress_and_keeps_sample_times(tmp_path: Path, harness_bu
     query = int(re.search(r'"key": "generated_samples_per_query", "value": (\d+)', detail).group(1))
     assert len(times.index) == query
     assert (times.completed_s >= times.issued_s).all() and np.isin(times.index, np.arange(64)).all()
+    # Each test draws its report beside its logs, and the run gets one page.
+    assert all((folder / name).is_file() for name in ("report.md", "latency.png", "timeline.png"))
+    run_root = folder.parents[2]
+    assert (run_root / "report.md").is_file() and f"report: {run_root / 'report.md'}" in done.stdout

@@ -119,6 +119,19 @@ def finish_run(system: str, root: Path, results: list[tuple[str, TestResult, dic
     summary = format_summary(system, root, results, interrupted_by)
     _save(lambda: write_summary(root, summary, results), "the summary", root, who)
     print(summary, flush=True)
+    write_run_page(root, who)
+
+
+def write_run_page(root: Path, who: str) -> None:
+    """The run's report.md beside its summary (each test drew its own plots); without it the run still stands."""
+    from code.report.pages import ReportError, write_run_report
+
+    try:
+        print(f"[{who}] report: {write_run_report(root, redraw=False)}", flush=True)
+    except ReportError:
+        return  # no test left a folder to report on (all refused or stopped before LoadGen)
+    except Exception as error:  # noqa: BLE001 - the results are recorded; the report is a convenience
+        print(f"[{who}] report.md not written: {type(error).__name__}: {error}", flush=True)
 
 
 def _record_interruption(stop: Interrupted, running: dict | None, results: list[tuple[str, TestResult, dict]],

@@ -129,7 +129,7 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
     with ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf), progress_period_s()):
         run_test(settings, prepared.sample_lengths, prepared.runner)
     log.info("LoadGen finished in %.1f s", time.time() - loaded)
-    save_sample_times(timeline(settings.round), log_dir)
+    save_sample_times(timeline(settings.round).with_lengths(prepared.sample_lengths), log_dir)
     check_loadgen_logs(log_dir)  # before any figure is read from them: a full disk leaves them cut short
 
     audit = spec.get("audit")  # {"test": "TEST01", "reference_accuracy_log": path} for a compliance audit
@@ -165,7 +165,19 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         **({"engine_stats": prepared.engine_stats()} if prepared.engine_stats else {}),
         **({"audit_accuracy": audit_accuracy} if audit_accuracy else {}),
     })
+    write_report(log_dir)
     return result
+
+
+def write_report(log_dir: Path) -> None:
+    """The test's report.md and plots (code/report); a report that cannot be drawn costs the report, never the
+    run's result, and says why in one line."""
+    from code.report.pages import write_test_report
+
+    try:
+        write_test_report(log_dir)
+    except Exception as error:  # noqa: BLE001 - the result is already recorded; the report is a convenience
+        log.warning("report.md not written: %s: %s", type(error).__name__, error)
 
 
 def progress_shape(config: ResolvedConfig, user_conf: Path) -> ProgressShape:

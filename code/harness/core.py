@@ -174,14 +174,21 @@ class SampleTimes:
     index: np.ndarray  # int64 QSL index
     issued_s: np.ndarray  # float64 s since the test started
     completed_s: np.ndarray
+    length: np.ndarray | None = None  # int64 input length of each sample (tokens), when the caller adds it
+
+    def with_lengths(self, sample_lengths: np.ndarray) -> SampleTimes:
+        """The same record with each sample's input length, from the QSL's lengths."""
+        return SampleTimes(self.index, self.issued_s, self.completed_s, np.asarray(sample_lengths)[self.index])
 
     def save(self, path: Path) -> None:
-        np.savez_compressed(path, index=self.index, issued_s=self.issued_s, completed_s=self.completed_s)
+        arrays = {"index": self.index, "issued_s": self.issued_s, "completed_s": self.completed_s}
+        np.savez_compressed(path, **arrays, **({"length": self.length} if self.length is not None else {}))
 
     @classmethod
     def load(cls, path: Path) -> SampleTimes:
         with np.load(path) as data:
-            return cls(index=data["index"], issued_s=data["issued_s"], completed_s=data["completed_s"])
+            return cls(index=data["index"], issued_s=data["issued_s"], completed_s=data["completed_s"],
+                       length=data["length"] if "length" in data else None)
 
 
 def run_test(

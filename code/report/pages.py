@@ -1,0 +1,146 @@
+"""``report.md`` for one test (beside its logs) and for a whole invocation (at its log root)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from code.common.atomic import write_text
+from code.common.constants import SERVER_LATENCY_BOUND_NS, Benchmark
+from code.common.run_logs import read_detail_log
+from code.harness.core import SAMPLE_TIMES_FILE, SampleTimes
+from code.report.figures import PERCENTILES, SampleStats, draw_latency, draw_timeline, sample_stats
+
+REPORT_FILE = "report.md"
+LATENCY_PNG = "latency.png"
+TIMELINE_PNG = "timeline.png"
+
+
+class ReportError(RuntimeError):
+    """A folder that holds no test to report on; the message names what is missing."""
+
+
+@dataclass(frozen=True)
+class TestReport:
+    folder: Path
+    title: str
+    verdict: str
+    figure: str  # the test's metric as the summary states it
+    stats: SampleStats | None  # None: no sample_times.npz (a run from before the core kept it)
+
+
+def latency_bound_ms(benchmark: str, scenario: str) -> float | None:
+    """Server's bound; the other scenarios have none (SingleStream's figure is its p90, not a bound)."""
+    if scenario != "Server":
+        return None
+    return SERVER_LATENCY_BOUND_NS[Benchmark.parse(benchmark)[0]] / 1e6
+
+
+def _metadata(folder: Path) -> dict[str, Any]:
+    path = folder / "metadata.json"
+    if not path.is_file():
+        raise ReportError(f"{folder} holds no metadata.json: not a test folder of a run (build/logs/<ts>/...)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ReportError(f"{path} is not valid JSON ({error}); the run did not finish writing it") from None
+
+
+def _figure(result: dict[str, Any]) -> str:
+    value = result.get("value")
+    if value is None:
+        return "no figure"
+    return f"{result.get('metric', 'value')} = {value:,.4g} {result.get('unit', '')}".rstrip()
+
+
+def write_test_report(folder: Path, draw: bool = True) -> TestReport:
+    """Write ``report.md`` in a test's folder (and draw its plots unless ``draw`` is False and they exist);
+    returns what the invocation page shows."""
+    metadata = _metadata(folder)
+    result = metadata.get("result", {})
+    benchmark = metadata.get("config", {}).get("benchmark", "?")
+    scenario, mode = result.get("scenario", "?"), result.get("mode", "?")
+    title = f"{metadata.get('system_name', '?')} {benchmark} {scenario} {mode}"
+    verdict = result.get("verdict") or ("VALID" if result.get("valid") else "INVALID")
+    reasons = result.get("invalid_reasons", [])
+    lines = [f"# {title}", "", f"- verdict: **{verdict}**" + (f" ({'; '.join(reasons)})" if reasons else ""),
+             f"- {_figure(result)}"]
+    not_submittable = result.get("not_submittable") or []
+    if not_submittable:
+        lines.append(f"- not submittable: {'; '.join(not_submittable)}")
+    provenance = metadata.get("provenance", {})
+    lines += [f"- model: {provenance.get('model', '?')}; inputs: {provenance.get('inputs', '?')}",
+              f"- round {metadata.get('round', '?')}, LoadGen {metadata.get('loadgen_version', '?')}", ""]
+    stats = None
+    times_path = folder / SAMPLE_TIMES_FILE
+    if times_path.is_file():
+        times = SampleTimes.load(times_path)
+        stats = sample_stats(times)
+        bound = latency_bound_ms(benchmark, scenario)
+        drawn = (folder / LATENCY_PNG).is_file() and (folder / TIMELINE_PNG).is_file()
+        if stats.samples and (draw or not drawn):
+            draw_latency(times, stats, bound, title, folder / LATENCY_PNG)
+            draw_timeline(times, scenario, bound, title, folder / TIMELINE_PNG)
+        lines += _stats_table(stats, read_detail_log(folder), bound)
+        if stats.samples:
+            lines += ["", f"![latency]({LATENCY_PNG})", "", f"![timeline]({TIMELINE_PNG})"]
+    else:
+        lines.append(f"No {SAMPLE_TIMES_FILE} in this folder (the run predates it): LoadGen's figures only.")
+    write_text(folder / REPORT_FILE, "\n".join(lines) + "\n")
+    return TestReport(folder, title, verdict, _figure(result), stats)
+
+
+def _stats_table(stats: SampleStats, detail: dict[str, Any], bound_ms: float | None) -> list[str]:
+    """The core's figures beside LoadGen's own (they should agree: both time the same samples)."""
+    rows = ["| | harness record | LoadGen |", "| --- | --- | --- |",
+            f"| samples | {stats.samples:,} | {detail.get('result_query_count', '-')} queries |",
+            f"| duration | {stats.duration_s:,.1f} s | |",
+            f"| samples/s | {stats.samples_per_s:,.2f} | |",
+            f"| mean latency | {stats.mean_ms:,.2f} ms | {_ms(detail.get('result_mean_latency_ns'))} |"]
+    for p in PERCENTILES:
+        rows.append(f"| p{p:g} latency | {stats.percentiles_ms[p]:,.2f} ms | "
+                    f"{_ms(detail.get(f'result_{p:.2f}_percentile_latency_ns'))} |")
+    rows.append(f"| batches (completion calls) | {stats.batches:,}, mean {stats.mean_batch:,.1f} samples | |")
+    if bound_ms is not None:
+        rows.append(f"| latency bound | {bound_ms:,.0f} ms | |")
+    return rows
+
+
+def _ms(nanoseconds: Any) -> str:
+    return "-" if nanoseconds is None else f"{float(nanoseconds) / 1e6:,.2f} ms"
+
+
+def test_folders(root: Path) -> list[Path]:
+    """Every test folder under a run root (a folder with metadata.json and LoadGen's detail log), sorted."""
+    return sorted(p.parent for p in root.rglob("metadata.json") if (p.parent / "mlperf_log_detail.txt").is_file())
+
+
+def write_run_report(root: Path, redraw: bool = True) -> Path:
+    """Each test's report, then ``root/report.md``: one row per test and their plots side by side. ``redraw``
+    False keeps plots a test already drew (the end of a run: each test drew its own)."""
+    if not root.is_dir():
+        raise ReportError(f"{root} is not a folder; give a run's log folder, e.g. LOG_DIR=build/logs/<timestamp>")
+    folders = test_folders(root)
+    if not folders:
+        raise ReportError(f"no test folder under {root} (none holds metadata.json and mlperf_log_detail.txt)")
+    reports = [write_test_report(folder, draw=redraw) for folder in folders]
+    lines = [f"# Run report: {root.name}", "", "| test | verdict | figure | samples | p50 / p90 / p99 (ms) |",
+             "| --- | --- | --- | --- | --- |"]
+    for report in reports:
+        link = report.folder.relative_to(root) / REPORT_FILE
+        percentiles = (" / ".join(f"{report.stats.percentiles_ms[p]:,.1f}" for p in PERCENTILES)
+                       if report.stats and report.stats.samples else "-")
+        samples = f"{report.stats.samples:,}" if report.stats else "-"
+        lines.append(f"| [{report.title}]({link}) | {report.verdict} | {report.figure} | {samples} | "
+                     f"{percentiles} |")
+    drawn = [r for r in reports if r.stats and r.stats.samples]
+    if drawn:
+        lines += ["", "| " + " | ".join(r.title for r in drawn) + " |", "|" + " --- |" * len(drawn)]
+        for image in (LATENCY_PNG, TIMELINE_PNG):
+            cells = [f"![{image}]({r.folder.relative_to(root) / image})" for r in drawn]
+            lines.append("| " + " | ".join(cells) + " |")
+    path = root / REPORT_FILE
+    write_text(path, "\n".join(lines) + "\n")
+    return path

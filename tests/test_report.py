@@ -1,0 +1,93 @@
+"""Run reports: the figures from a made-up per-sample record, report.md beside a test, the run page, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from code.harness.core import SAMPLE_TIMES_FILE, SampleTimes
+from code.report.__main__ import main
+from code.report.figures import batch_sizes, sample_stats
+from code.report.pages import LATENCY_PNG, REPORT_FILE, TIMELINE_PNG, ReportError, write_run_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def made_up_times(batches: list[int], step_s: float = 0.01) -> SampleTimes:
+    """Offline-like: every sample issued at 0, batch k completing at (k + 1) x step_s."""
+    completed = np.concatenate([np.full(size, (k + 1) * step_s) for k, size in enumerate(batches)])
+    count = len(completed)
+    return SampleTimes(index=np.arange(count), issued_s=np.zeros(count), completed_s=completed,
+                       length=np.arange(count)[::-1] + 10)
+
+
+def made_up_test(folder: Path, scenario: str, times: SampleTimes, valid: bool = True) -> Path:
+    folder.mkdir(parents=True)
+    result = {"scenario": scenario, "mode": "PerformanceOnly", "metric": "samples_per_second", "value": 123.4,
+              "unit": "samples/s", "valid": valid, "verdict": "VALID" if valid else "INVALID",
+              "invalid_reasons": [] if valid else ["latency constraint not met"], "not_submittable": ["synthetic"]}
+    (folder / "metadata.json").write_text(json.dumps({
+        "result": result, "config": {"benchmark": "bert-99"}, "system_name": "CPU", "round": "v5.0",
+        "loadgen_version": "5.0.21", "provenance": {"model": "BERT-tiny", "inputs": "synthetic"}}))
+    (folder / "mlperf_log_detail.txt").write_text(
+        ':::MLLOG {"key": "result_99.00_percentile_latency_ns", "value": 1000000}\n'
+        ':::MLLOG {"key": "result_query_count", "value": 1}\n')
+    times.save(folder / SAMPLE_TIMES_FILE)
+    return folder
+
+
+def test_batches_and_stats_come_from_shared_completion_times() -> None:
+    times = made_up_times([8, 8, 3])
+    assert batch_sizes(times).tolist() == [8, 8, 3]
+    stats = sample_stats(times)
+    assert (stats.samples, stats.batches) == (19, 3)
+    assert stats.mean_batch == pytest.approx(19 / 3)
+    assert stats.duration_s == pytest.approx(0.03) and stats.samples_per_s == pytest.approx(19 / 0.03)
+    assert stats.percentiles_ms[50.0] == pytest.approx(20.0)  # the middle sample finished with the second batch
+    assert stats.mean_ms == pytest.approx((8 * 10 + 8 * 20 + 3 * 30) / 19)
+
+
+def test_sample_times_round_trip_keeps_lengths(tmp_path: Path) -> None:
+    times = made_up_times([2, 2])
+    times.save(tmp_path / "t.npz")
+    loaded = SampleTimes.load(tmp_path / "t.npz")
+    assert loaded.length is not None and loaded.length.tolist() == times.length.tolist()
+    with_lengths = SampleTimes(np.array([2, 0]), np.zeros(2), np.ones(2)).with_lengths(np.array([5, 6, 7]))
+    assert with_lengths.length.tolist() == [7, 5]
+
+
+def test_test_report_and_run_page(tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    offline = made_up_test(root / "CPU" / "bert-99" / "Offline", "Offline", made_up_times([8, 8, 3]))
+    server = made_up_test(root / "CPU" / "bert-99" / "Server", "Server", made_up_times([1] * 20), valid=False)
+    page = write_run_report(root)
+    for folder in (offline, server):
+        for image in (LATENCY_PNG, TIMELINE_PNG):
+            assert (folder / image).read_bytes()[:8] == PNG_MAGIC
+    text = (offline / REPORT_FILE).read_text()
+    assert "- verdict: **VALID**" in text and "samples_per_second = 123.4 samples/s" in text
+    assert "| samples | 19 | 1 queries |" in text and "| p99 latency | 30.00 ms | 1.00 ms |" in text
+    assert "| batches (completion calls) | 3, mean 6.3 samples | |" in text
+    server_text = (server / REPORT_FILE).read_text()
+    assert "**INVALID** (latency constraint not met)" in server_text and "| latency bound | 130 ms | |" in server_text
+    run = page.read_text()
+    assert "[CPU bert-99 Offline PerformanceOnly](CPU/bert-99/Offline/report.md) | VALID" in run
+    assert "![latency.png](CPU/bert-99/Server/latency.png)" in run
+
+
+def test_a_run_from_before_the_record_still_gets_a_report(tmp_path: Path) -> None:
+    folder = made_up_test(tmp_path / "run" / "CPU" / "bert-99" / "Offline", "Offline", made_up_times([1]))
+    (folder / SAMPLE_TIMES_FILE).unlink()
+    write_run_report(tmp_path / "run")
+    assert f"No {SAMPLE_TIMES_FILE} in this folder" in (folder / REPORT_FILE).read_text()
+    assert not (folder / LATENCY_PNG).exists()
+
+
+def test_bad_folders_name_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ReportError, match="not a folder; give a run's log folder"):
+        write_run_report(tmp_path / "missing")
+    assert main([str(tmp_path)]) == 2
+    assert "no test folder under" in capsys.readouterr().err

@@ -255,7 +255,7 @@ def test_precision_variants_and_their_bars():
 
 
 def test_agreement_variants_share_one_engine(tmp_path, monkeypatch, capsys):
-    from code.bert import engine
+    from code.bert.backends import pytorch_engine as engine
 
     built: list[str] = []
     build = engine.build_engine

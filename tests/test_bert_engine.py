@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from code.bert.backends import BACKENDS, BackendOptions, create_backend
-from code.bert.engine import (
+from code.bert.backends.pytorch_engine import (
     FORMAT_VERSION,
     MANIFEST,
     WEIGHTS,
@@ -173,7 +173,7 @@ KILLED_BUILD = """
 import sys, time
 from pathlib import Path
 import safetensors.torch
-from code.bert.engine import EngineSpec, build_engine
+from code.bert.backends.pytorch_engine import EngineSpec, build_engine
 
 real_save_file = safetensors.torch.save_file
 

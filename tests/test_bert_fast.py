@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from code.bert.engine import (
+from code.bert.backends.pytorch_engine import (
     MANIFEST,
     CalibrationSet,
     EngineError,

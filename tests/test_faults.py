@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
+from code.bert.backends.pytorch_engine import EngineSpec, build_engine, load_engine
 from code.bert.dataset import BertFeatures
-from code.bert.engine import EngineSpec, build_engine, load_engine
 from code.bert.model import BERT_CONFIGS, random_weights
 from code.bert.squad import ARRAY_FILES, EVAL_FILE, MANIFEST_FILE, MAX_SEQ_LENGTH, load_postprocess_data
 from code.common.constants import ExitCode

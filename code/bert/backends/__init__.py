@@ -16,8 +16,8 @@ import numpy as np
 from code.common.registry import LazyRegistry
 
 if TYPE_CHECKING:
+    from code.bert.backends.pytorch_engine import EngineSpec
     from code.bert.dataset import BertFeatures
-    from code.bert.engine import EngineSpec
 
 
 @dataclass(frozen=True)

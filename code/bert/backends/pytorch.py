@@ -19,7 +19,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from code.bert.backends import BackendOptions
-from code.bert.engine import load_engine_manifest
+from code.bert.backends.pytorch_engine import load_engine_manifest
 from code.bert.fast.packing import TOKEN_ALIGN, PackedBatch, layout_words, pack_into, round_up, token_buckets, unpack
 from code.bert.squad import MAX_SEQ_LENGTH
 

@@ -6,13 +6,14 @@ when asked for, so the oracle runs without loading a model.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from code.common.registry import LazyRegistry
+from code.common.backends import BackendDeclaration, Origin, backend_registry
 
 
 @dataclass(frozen=True)
@@ -41,12 +42,30 @@ class GptjBackend(Protocol):
         ...
 
 
+def _inflight_runs_beam_search(values: Mapping[str, Any], origin: Origin) -> str | None:
+    if values.get("num_beams", 2) < 2:
+        return (f"{origin('num_beams')} = {values['num_beams']}: the inflight backend runs beam search "
+                "(num_beams >= 2); for greedy search (num_beams=1) use --backend=pytorch")
+    return None
+
+
+def _inflight_on_gpu(values: Mapping[str, Any], device: str, on: str) -> str | None:
+    if device != "cpu" and values.get("precision") == "fp32":
+        return (f"the inflight backend on {on} runs bf16, fp16 or fp8 (FlashAttention has no float32); "
+                "set --precision=bf16")
+    return None
+
+
+# What the configuration checks a GPT-J config against (code/common/fields.py); the order is the error's.
+DECLARATIONS = (
+    BackendDeclaration("pytorch", "code.gptj.backends.pytorch:PytorchGptjBackend", precisions=("fp32", "bf16", "fp16")),
+    BackendDeclaration("inflight", "code.gptj.backends.inflight:InflightGptjBackend",
+                       precisions=("fp32", "bf16", "fp16", "fp8"), check=_inflight_runs_beam_search,
+                       check_device=_inflight_on_gpu),
+    BackendDeclaration("oracle", "code.gptj.backends.oracle:OracleGptjBackend", precisions=None),
+)
 # name -> "module:class", imported only when create_backend asks for it
-BACKENDS: LazyRegistry[str] = LazyRegistry("GPT-J backend", {
-    "pytorch": "code.gptj.backends.pytorch:PytorchGptjBackend",
-    "inflight": "code.gptj.backends.inflight:InflightGptjBackend",
-    "oracle": "code.gptj.backends.oracle:OracleGptjBackend",
-})
+BACKENDS = backend_registry("GPT-J backend", DECLARATIONS)
 
 
 def create_backend(name: str, options: BackendOptions) -> GptjBackend:

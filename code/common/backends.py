@@ -57,3 +57,9 @@ def declarations(benchmark: Benchmark) -> tuple[BackendDeclaration, ...]:
 def declaration(benchmark: Benchmark, name: str) -> BackendDeclaration | None:
     """The benchmark's backend called ``name``; None if it has none of that name."""
     return next((declared for declared in declarations(benchmark) if declared.name == name), None)
+
+
+def runs_model(benchmark: Benchmark, name: str) -> bool:
+    """Whether the benchmark's backend ``name`` runs a model (and so reads weights, precision and device)."""
+    declared = declaration(benchmark, name)
+    return declared is None or declared.runs_model

@@ -237,3 +237,17 @@ def test_an_interrupted_manifest_write_leaves_no_manifest(tmp_path, monkeypatch)
         build_engine(spec, tmp_path / "e")
     monkeypatch.undo()
     assert list((tmp_path / "e").iterdir()) == []
+
+
+def test_pytorch_option_defaults_are_the_fields():
+    """A switch has one default, its field's: the options' own defaults (for tests and tools) must agree."""
+    import dataclasses
+
+    from code.bert.backends.pytorch import PackedKernels
+    from code.common.fields import FIELDS
+
+    options = [*dataclasses.fields(PytorchOptions), *dataclasses.fields(PackedKernels)]
+    shared = [option for option in options if option.name in FIELDS and option.name != "device"]
+    assert {option.name for option in shared} >= {"fast_path", "cuda_graphs", "fp8_gemms", "gelu_in_gemm"}
+    for option in shared:
+        assert option.default == FIELDS[option.name].default, option.name

@@ -192,3 +192,12 @@ def test_multi_gpu_rates_are_n_times_their_one_gpu_variant(benchmark, scenario):
         assert config.fields()[field] == pytest.approx(single * int(match.group(2))), (system, workload.shortname())
         checked += 1
     assert checked > 0
+
+
+def test_gptj_declared_precisions_are_what_the_backends_run():
+    from code.gptj.backends import DECLARATIONS
+    from code.gptj.backends.inflight import PRECISIONS as INFLIGHT_PRECISIONS
+    from code.gptj.backends.pytorch import DTYPES
+
+    declared = {backend.name: backend.precisions for backend in DECLARATIONS}
+    assert set(declared["pytorch"]) == set(DTYPES) and set(declared["inflight"]) == set(INFLIGHT_PRECISIONS)

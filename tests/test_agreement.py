@@ -243,9 +243,9 @@ def test_precision_variants_and_their_bars():
         parse_require("fp8:fp8_fast_accum=false=0.9", labels)
     with pytest.raises(AgreementError, match="precisions item"):
         parse_require("fp8:fp8_fast_accum=true", labels)  # a variant without its bar
-    # option names are checked before any work, against BackendOptions, for each variant
+    # option names are checked before any work, against the pytorch backend's options, for each variant
     args = gate.parse_args(["--device=cpu", "--models=minilm-l6-qa", "--precisions=fp16:no_such=1"])
-    with pytest.raises(AgreementError, match="no_such: not a settable BackendOptions field; valid: .*cuda_graphs"):
+    with pytest.raises(AgreementError, match="no_such: not a settable option of the pytorch backend; valid: .*graphs"):
         gate.make_plan(args)
     args = gate.parse_args(["--device=cpu", "--models=minilm-l6-qa", "--precisions=fp16:cuda_graphs=false"])
     plan = gate.make_plan(args)
@@ -255,7 +255,7 @@ def test_precision_variants_and_their_bars():
 
 
 def test_agreement_variants_share_one_engine(tmp_path, monkeypatch, capsys):
-    from code.bert import engine
+    from code.bert.backends import pytorch_engine as engine
 
     built: list[str] = []
     build = engine.build_engine

@@ -10,8 +10,9 @@ import pytest
 import torch
 import transformers
 
-from code.bert.backends import BACKENDS, BackendOptions, create_backend
-from code.bert.engine import (
+from code.bert.backends import BACKENDS, DECLARATIONS, create_backend
+from code.bert.backends.pytorch import PytorchOptions
+from code.bert.backends.pytorch_engine import (
     FORMAT_VERSION,
     MANIFEST,
     WEIGHTS,
@@ -144,7 +145,7 @@ def test_spec_validation():
 def test_pytorch_backend_run_batch(tmp_path, checkpoint):
     spec = EngineSpec("tiny", "fp32", checkpoint)
     build_engine(spec, tmp_path / "e")
-    backend = create_backend("pytorch", BackendOptions(device="cpu", engine_dir=tmp_path / "e", engine_spec=spec))
+    backend = create_backend("pytorch", PytorchOptions(device="cpu", engine_dir=tmp_path / "e", engine_spec=spec))
     ids, seg, mask = inputs([24, 13, 24], 24)
     out = backend.run_batch(np.arange(3, dtype=np.int64), ids, seg, mask)
     assert out.dtype == np.float32 and out.shape == (3, 24, 2)
@@ -155,7 +156,7 @@ def test_pytorch_backend_run_batch(tmp_path, checkpoint):
 def test_pytorch_backend_bf16_returns_float32(tmp_path):
     spec = EngineSpec("tiny", "bf16")
     build_engine(spec, tmp_path / "e")
-    backend = create_backend("pytorch", BackendOptions(engine_dir=tmp_path / "e", engine_spec=spec))
+    backend = create_backend("pytorch", PytorchOptions(engine_dir=tmp_path / "e", engine_spec=spec))
     out = backend.run_batch(np.arange(2), *inputs([8, 3], 8))
     assert out.dtype == np.float32 and out.shape == (2, 8, 2) and np.isfinite(out).all()
 
@@ -163,9 +164,15 @@ def test_pytorch_backend_bf16_returns_float32(tmp_path):
 def test_unknown_backend_lists_names():
     assert set(BACKENDS) >= {"pytorch", "oracle"}
     with pytest.raises(ValueError, match="oracle, pytorch"):
-        create_backend("tensorrt", BackendOptions())
-    with pytest.raises(ValueError, match="engine_dir and engine_spec"):
-        create_backend("pytorch", BackendOptions())
+        create_backend("tensorrt", None)
+
+
+def test_pytorch_declaration_names_the_engine_precisions():
+    """The configuration accepts the precisions the declaration lists; the engine must know each of them."""
+    from code.bert.backends.pytorch_engine import PRECISIONS
+
+    (pytorch,) = [declared for declared in DECLARATIONS if declared.name == "pytorch"]
+    assert set(pytorch.precisions) == set(PRECISIONS)
 
 
 # A build that is killed while it writes the weights: save_file writes half a file, says so, and waits to be killed.
@@ -173,7 +180,7 @@ KILLED_BUILD = """
 import sys, time
 from pathlib import Path
 import safetensors.torch
-from code.bert.engine import EngineSpec, build_engine
+from code.bert.backends.pytorch_engine import EngineSpec, build_engine
 
 real_save_file = safetensors.torch.save_file
 
@@ -230,3 +237,17 @@ def test_an_interrupted_manifest_write_leaves_no_manifest(tmp_path, monkeypatch)
         build_engine(spec, tmp_path / "e")
     monkeypatch.undo()
     assert list((tmp_path / "e").iterdir()) == []
+
+
+def test_pytorch_option_defaults_are_the_fields():
+    """A switch has one default, its field's: the options' own defaults (for tests and tools) must agree."""
+    import dataclasses
+
+    from code.bert.backends.pytorch import PackedKernels
+    from code.common.fields import FIELDS
+
+    options = [*dataclasses.fields(PytorchOptions), *dataclasses.fields(PackedKernels)]
+    shared = [option for option in options if option.name in FIELDS and option.name != "device"]
+    assert {option.name for option in shared} >= {"fast_path", "cuda_graphs", "fp8_gemms", "gelu_in_gemm"}
+    for option in shared:
+        assert option.default == FIELDS[option.name].default, option.name

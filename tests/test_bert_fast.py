@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from code.bert.engine import (
+from code.bert.backends.pytorch_engine import (
     MANIFEST,
     CalibrationSet,
     EngineError,
@@ -249,10 +249,11 @@ def test_fp16_engine_has_no_calibration(tmp_path):
 
 
 def test_cpu_backend_runs_fp8_engine_eagerly(tmp_path):
-    from code.bert.backends import BackendOptions, create_backend
+    from code.bert.backends import create_backend
+    from code.bert.backends.pytorch import PytorchOptions
 
     spec = EngineSpec("tiny", "fp8", "random")
     build_engine(spec, tmp_path / "e", calibration=_calibration(), device="cpu")
-    backend = create_backend("pytorch", BackendOptions(device="cpu", engine_dir=tmp_path / "e", engine_spec=spec))
+    backend = create_backend("pytorch", PytorchOptions(device="cpu", engine_dir=tmp_path / "e", engine_spec=spec))
     out = backend.run_batch(np.arange(2), *batch([8, 3]))
     assert out.dtype == np.float32 and out.shape == (2, 8, 2) and np.isfinite(out).all()

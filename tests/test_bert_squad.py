@@ -24,8 +24,7 @@ from code.bert.accuracy import (
     normalize_answer,
     squad_evaluate,
 )
-from code.bert.backends import BackendOptions
-from code.bert.backends.oracle import OracleBertBackend
+from code.bert.backends.oracle import OracleBertBackend, OracleOptions
 from code.bert.dataset import SYNTH_MEAN_LENGTH_BAND, BertFeatures
 from code.bert.preprocess_data import main as preprocess_main
 from code.bert.preprocess_data import preprocess
@@ -223,7 +222,7 @@ def test_get_final_text():
 
 
 def _run_oracle(features: BertFeatures, shift: int, batch_size: int = 8) -> list[np.ndarray]:
-    backend = OracleBertBackend(BackendOptions(features=features, oracle_shift=shift))
+    backend = OracleBertBackend(OracleOptions(features=features, oracle_shift=shift))
     responses: list[np.ndarray] = []
     for start in range(0, len(features), batch_size):
         indices = np.arange(start, min(start + batch_size, len(features)), dtype=np.int64)

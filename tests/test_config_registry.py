@@ -160,15 +160,16 @@ def test_gpu_bert_99_engine_is_one_switch(system, scenario):
     assert bert_99_setting(1.0, 2.0) == (2.0 if GPU_BERT_99_PRECISION == "fp8" else 1.0)
 
 
-def test_backend_field_choices_are_the_registered_backends():
-    """fields.py (code/common) may not import a benchmark, so it names each benchmark's backends itself; they must
-    be the ones the benchmark's lazy registry can create."""
-    from code.bert.backends import BACKENDS as BERT_BACKENDS
-    from code.common.fields import BENCHMARK_BACKENDS
-    from code.gptj.backends import BACKENDS as GPTJ_BACKENDS
+def test_backend_field_choices_are_the_declared_backends():
+    """The ``backend`` and ``precision`` fields are one table for every benchmark: their choices must cover what
+    the benchmarks' backends declare, and name no backend that none declares."""
+    from code.common.backends import declarations
+    from code.common.fields import FIELDS
 
-    assert set(BENCHMARK_BACKENDS[Benchmark.BERT]) == set(BERT_BACKENDS)
-    assert set(BENCHMARK_BACKENDS[Benchmark.GPTJ]) == set(GPTJ_BACKENDS)
+    declared = [backend for benchmark in Benchmark for backend in declarations(benchmark)]
+    assert set(FIELDS["backend"].choices) == {backend.name for backend in declared}
+    for backend in declared:
+        assert set(backend.precisions or ()) <= set(FIELDS["precision"].choices), backend.name
 
 
 @pytest.mark.parametrize("benchmark", list(Benchmark))
@@ -204,3 +205,12 @@ def test_run_args_resolve_the_same_config_again():
                                  "--gpu_batch_size=8 --model_name=tiny")
     again = parse_run_args(["--action=generate_engines", *config.run_args().split()])
     assert again.scenarios == [Scenario.SingleStream] and again.overrides == given
+
+
+def test_gptj_declared_precisions_are_what_the_backends_run():
+    from code.gptj.backends import DECLARATIONS
+    from code.gptj.backends.inflight import PRECISIONS as INFLIGHT_PRECISIONS
+    from code.gptj.backends.pytorch import DTYPES
+
+    declared = {backend.name: backend.precisions for backend in DECLARATIONS}
+    assert set(declared["pytorch"]) == set(DTYPES) and set(declared["inflight"]) == set(INFLIGHT_PRECISIONS)

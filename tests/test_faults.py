@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
+from code.bert.backends.pytorch_engine import EngineSpec, build_engine, load_engine
 from code.bert.dataset import BertFeatures
-from code.bert.engine import EngineSpec, build_engine, load_engine
 from code.bert.model import BERT_CONFIGS, random_weights
 from code.bert.squad import ARRAY_FILES, EVAL_FILE, MANIFEST_FILE, MAX_SEQ_LENGTH, load_postprocess_data
 from code.common.constants import ExitCode
@@ -62,8 +62,7 @@ def test_a_truncated_engine_names_the_file_and_the_rebuild(tmp_path, tiny_checkp
 
 
 def test_a_truncated_gptj_checkpoint_names_it_and_the_download(tmp_path):
-    from code.gptj.backends import BackendOptions
-    from code.gptj.backends.pytorch import PytorchGptjBackend
+    from code.gptj.backends.pytorch import PytorchGptjBackend, PytorchOptions
 
     folder = tmp_path / "gptj"
     folder.mkdir()
@@ -72,7 +71,7 @@ def test_a_truncated_gptj_checkpoint_names_it_and_the_download(tmp_path):
     (folder / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")
     with pytest.raises(DataFileError, match=f"^{folder} is truncated or corrupt .*make download_model "
                                             'BENCHMARKS="gptj"$'):
-        PytorchGptjBackend(BackendOptions(checkpoint=str(folder), precision="fp32"))
+        PytorchGptjBackend(PytorchOptions(checkpoint=str(folder), precision="fp32"))
 
 
 @pytest.mark.parametrize("content", [b"not gzip at all", gzip.compress(b'{"format": 1, "para')[:-8]],
@@ -278,14 +277,14 @@ def _gptj_folder(folder: Path, kind: str) -> Path:
 @pytest.mark.parametrize("backend", ["pytorch", "inflight"])
 @pytest.mark.parametrize("kind", ["wrong shapes", "wrong dtype", "missing weights", "missing file"])
 def test_a_gptj_checkpoint_that_does_not_fit_is_one_paragraph(tmp_path, kind, backend):
-    from code.gptj.backends import BackendOptions
-    from code.gptj.backends.inflight import InflightGptjBackend
-    from code.gptj.backends.pytorch import PytorchGptjBackend
+    from code.gptj.backends.inflight import InflightGptjBackend, InflightOptions
+    from code.gptj.backends.pytorch import PytorchGptjBackend, PytorchOptions
 
     folder = _gptj_folder(tmp_path / "gptj", kind)
-    make = PytorchGptjBackend if backend == "pytorch" else InflightGptjBackend
+    make, options = (PytorchGptjBackend, PytorchOptions) if backend == "pytorch" else (InflightGptjBackend,
+                                                                                       InflightOptions)
     with pytest.raises(DataFileError) as caught:
-        make(BackendOptions(checkpoint=str(folder), precision="fp32"))
+        make(options(checkpoint=str(folder), precision="fp32"))
     message = str(caught.value)
     assert str(folder) in message and "\n" not in message, message
     assert message.endswith('make download_model BENCHMARKS="gptj"'), message

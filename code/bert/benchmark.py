@@ -1,4 +1,7 @@
-"""BERT as the orchestration sees it: which data and weights a run uses, its engine, and its batch runner.
+"""BERT as the orchestration sees it: which data and weights a run uses, its backend, and its batch runner.
+
+The backend (``code/bert/backends``) is chosen by the ``backend`` field and owns its options and engine; this
+module gives it a ``BackendContext`` and asks, never naming a backend.
 
 Fallback rule (the embedded default): a performance run without the real data set or checkpoint runs on
 synthetic inputs and random weights of the real architecture, and says so loudly; an accuracy run refuses and
@@ -8,7 +11,7 @@ names the make step that fetches what is missing.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,7 +20,6 @@ from code.bert.preprocess_data import default_squad_json
 from code.bert.squad import MANIFEST_FILE, MAX_SEQ_LENGTH, PAD_LOGIT, TOKENIZED_SUBDIR
 from code.common.benchmarks import (
     AccuracyReport,
-    BenchmarkError,
     EngineReport,
     InputsDescription,
     InputsUnavailableError,
@@ -30,6 +32,9 @@ from code.common.devices import resolve_cpu_threads, resolve_device
 from code.common.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import DATA_DIR, ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
+
+if TYPE_CHECKING:
+    from code.bert.backends import BackendContext
 
 # Where the make steps put things (each module that writes a file owns its name).
 PREPROCESSED_DIR = PREPROCESSED_DATA_DIR / TOKENIZED_SUBDIR
@@ -49,35 +54,23 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
     return choose_inputs_at(config, mode, INPUTS)
 
 
-def engine_spec(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 - EngineSpec, imported lazily
-    from code.bert.engine import EngineSpec
+def backend_context(config: ResolvedConfig, choice: InputChoice, features: Any = None) -> BackendContext:
+    """What the chosen backend draws on: the device, the weights, where this config's engines live, the features.
+    Resolving the device first refuses an engine the device cannot run before it is built."""
+    from code.bert.backends import BackendContext
 
-    return EngineSpec(model_name=config["model_name"], precision=config["precision"],
-                      checkpoint=choice.checkpoint, seed=config["seed"])
-
-
-def check_model_name(config: ResolvedConfig) -> None:
-    """An unknown ``model_name`` stops the run with the known names (the table lives with the model)."""
-    from code.bert.model import BertConfig
-
-    try:
-        BertConfig.from_name(config["model_name"])
-    except ValueError as error:
-        raise BenchmarkError(f"model_name = {config['model_name']!r}: {error}") from None
-
-
-def engine_dir(config: ResolvedConfig, spec: Any) -> Path:
-    from code.bert.engine import engine_key
-
-    return ENGINES_DIR / config.system / "bert" / config.scenario.value / engine_key(spec)
+    return BackendContext(device=resolve_device(config), cpu_threads=resolve_cpu_threads(config),
+                          checkpoint=choice.checkpoint,
+                          engines_dir=ENGINES_DIR / config.system / "bert" / config.scenario.value, features=features)
 
 
 def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription:
     """What a run would use, without loading anything heavy; what it cannot run stops here."""
+    from code.bert.backends import backend_class
+
     choice = choose_inputs(config, mode)
-    device = resolve_device(config)
-    if config["backend"] != "oracle":
-        check_model_name(config)
+    context = backend_context(config, choice)
+    engine = backend_class(config["backend"]).engine_dir(config, context)
     named = model_provenance(config, choice, NAMING)
     described: InputsDescription = {
         "model": named.model,
@@ -85,27 +78,20 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription
         f"synthetic ({synthetic_count(config)} samples, "
         f"{'all 384 tokens' if config['synthetic_lengths'] == 'max' else 'SQuAD-like lengths'})",
         "weights": named.weights,
-        "device": device,
+        "device": context.device,
         "invalid_because": named.invalid_because,
     }
-    if config["backend"] == "pytorch":
-        spec = engine_spec(config, choice)
-        described["engine"] = str(engine_dir(config, spec))
+    if engine is not None:
+        described["engine"] = str(engine)
     return described
 
 
 def generate_engine(config: ResolvedConfig) -> EngineReport:
     """Build the engine a performance run of this config loads (accuracy runs use the same engine)."""
-    if config["backend"] == "oracle":
-        return {"engine": "none: the oracle backend runs no model"}
-    from code.bert.engine import build_engine
+    from code.bert.backends import backend_class
 
-    choice = choose_inputs(config, TestMode.PerformanceOnly)
-    resolve_device(config)  # an engine the device cannot run is refused before it is built
-    check_model_name(config)
-    spec = engine_spec(config, choice)
-    path = build_engine(spec, engine_dir(config, spec))
-    return {"engine": str(path), "weights": choice.checkpoint, "precision": spec.precision}
+    context = backend_context(config, choose_inputs(config, TestMode.PerformanceOnly))
+    return backend_class(config["backend"]).generate_engine(config, context)
 
 
 def load_features(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 - BertFeatures
@@ -137,28 +123,19 @@ class BertRunner:
 
 def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     """Load data, backend and scorer for one LoadGen test of BERT."""
-    from code.bert.backends import BackendOptions, create_backend
+    from code.bert.backends import backend_class
 
     choice = choose_inputs(config, mode)
     features = first_samples(load_features(config, choice), config["num_samples"])
-    spec = engine_spec(config, choice) if config["backend"] == "pytorch" else None
     provenance = describe_inputs(config, mode)
     subset = config["num_samples"] is not None and len(features) < DATASET_SIZE[Benchmark.BERT]
     if config["num_samples"] is not None:
         provenance["invalid_because"] = [*provenance.get("invalid_because", []),
                                          f"--num_samples={config['num_samples']}: a quick check on the first "
                                          f"{len(features)} samples"]
-    options = BackendOptions(device=provenance["device"], cpu_threads=resolve_cpu_threads(config),
-                             engine_dir=spec and engine_dir(config, spec),
-                             engine_spec=spec, run_args=config.run_args(), features=features,
-                             oracle_shift=config["oracle_shift"],
-                             oracle_batch_ms=config["oracle_batch_ms"],
-                             fast_path=config["fast_path"], max_batch_size=config["gpu_batch_size"],
-                             num_workers=config["num_workers"], cuda_graphs=config["cuda_graphs"],
-                             graph_max_tokens=config["graph_max_tokens"], fp8_fast_accum=config["fp8_fast_accum"],
-                             fp8_gemms=config["fp8_gemms"], attention_kernel=config["attention_kernel"],
-                             gelu_in_gemm=config["gelu_in_gemm"])
-    backend = create_backend(config["backend"], options)
+    context = backend_context(config, choice, features)
+    chosen = backend_class(config["backend"])
+    backend = chosen(chosen.options_from(config, context))
 
     def evaluate(log_dir: Path) -> AccuracyReport:
         from code.bert.accuracy import evaluate_accuracy_log
@@ -177,8 +154,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                                        "target_f1": result.target_f1})
 
     return prepared_test(features.lengths, BertRunner(features, backend), evaluate, provenance,
-                         input_lengths=features.describe_lengths(), device=options.device,
-                         cpu_threads=options.cpu_threads)
+                         input_lengths=features.describe_lengths(), device=context.device,
+                         cpu_threads=context.cpu_threads)
 
 
 def first_samples(features: Any, count: int | None) -> Any:

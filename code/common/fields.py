@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from code.common.backends import Origin, declaration, declarations
 from code.common.constants import DATASET_SIZE, Benchmark, ChoiceError, Scenario
 from code.common.rounds import DEFAULT_ROUND, ROUNDS
 
@@ -251,12 +252,9 @@ def applicable_fields(benchmark: Benchmark, scenario: Scenario) -> list[Field]:
     return [f for f in FIELDS.values() if f.applies_to(benchmark, scenario)]
 
 
-# The backends each benchmark has (code/<bench>/backends/); inflight runs beam search only.
-BENCHMARK_BACKENDS = {Benchmark.BERT: ("pytorch", "oracle"), Benchmark.GPTJ: ("pytorch", "inflight", "oracle")}
-
-
 def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dict[str, str]) -> None:
-    """The rules between fields and the benchmark, for a resolved config (each value already in its range)."""
+    """The rules between fields and the benchmark, for a resolved config (each value already in its range); the
+    rules of a backend are those its declaration states (``code/<bench>/backends/__init__.py``)."""
 
     def origin(name: str) -> str:
         source = sources.get(name, "default")
@@ -274,26 +272,33 @@ def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dic
         raise FieldError(f"{origin('num_samples')} = {values['num_samples']} is for a quick accuracy check: add "
                          f"--test_mode=AccuracyOnly (it is {values.get('test_mode')}), or leave --num_samples out")
     backend = values.get("backend")
-    if backend not in BENCHMARK_BACKENDS[benchmark]:
+    declared = declaration(benchmark, backend)
+    if declared is None:
+        names = ", ".join(other.name for other in declarations(benchmark))
         raise FieldError(f"{origin('backend')} = {backend!r} is not a {benchmark.value} backend; "
-                         f"{benchmark.value} has: {', '.join(BENCHMARK_BACKENDS[benchmark])}")
-    if backend == "inflight" and values.get("num_beams", 2) < 2:
-        raise FieldError(f"{origin('num_beams')} = {values['num_beams']}: the inflight backend runs beam search "
-                         "(num_beams >= 2); for greedy search (num_beams=1) use --backend=pytorch")
-    # What would otherwise run in another precision than the one recorded: FP8 GEMMs exist only on BERT's fast
-    # path and in GPT-J's inflight engine.
-    fp8 = values.get("precision") == "fp8"
-    if benchmark is Benchmark.BERT and backend == "pytorch" and fp8 and not values.get("fast_path", True):
-        raise FieldError(f"{origin('precision')} = 'fp8' runs FP8 GEMMs on the fast path only, and "
-                         f"{origin('fast_path')} is off; turn the fast path on or set --precision=fp16")
-    if benchmark is Benchmark.GPTJ and backend == "pytorch" and fp8:  # kv_cache_dtype: code/gptj/benchmark.py
-        raise FieldError(f"{origin('precision')} = 'fp8' needs --backend=inflight (the pytorch backend has no FP8); "
-                         "set --backend=inflight, or --precision=fp32")
+                         f"{benchmark.value} has: {names}")
+    precision = values.get("precision")
+    if declared.precisions is not None and precision not in declared.precisions:
+        raise FieldError(_precision_elsewhere(benchmark, backend, precision, origin))
+    problem = declared.check(values, origin) if declared.check else None
+    if problem:
+        raise FieldError(problem)
+
+
+def _precision_elsewhere(benchmark: Benchmark, backend: str, precision: str, origin: Origin) -> str:
+    """The error for a precision the chosen backend does not run: which of the benchmark's backends do."""
+    default = FIELDS["precision"].default
+    others = [other.name for other in declarations(benchmark) if precision in (other.precisions or ())]
+    if not others:
+        return f"{origin('precision')} = {precision!r}: no {benchmark.value} backend runs it; set --precision={default}"
+    return (f"{origin('precision')} = {precision!r} needs --backend={' or --backend='.join(others)} (the {backend} "
+            f"backend has no {precision.upper()}); set --backend={others[0]}, or --precision={default}")
 
 
 def check_device(benchmark: Benchmark, values: dict[str, Any], sources: dict[str, str], device: str) -> None:
     """The rules between a resolved config and the device it runs on (``auto`` already made concrete)."""
-    if values.get("backend") == "oracle":
+    declared = declaration(benchmark, values.get("backend"))
+    if declared is None or not declared.runs_model:
         return  # runs no model: precision and device mean nothing to it
     on = "--device=cpu" if device == "cpu" else f"device {device}"
     for name in ("precision", "kv_cache_dtype"):
@@ -302,10 +307,9 @@ def check_device(benchmark: Benchmark, values: dict[str, Any], sources: dict[str
             given = f"--{name}=fp8" if source == "RUN_ARGS" else f"{name}=fp8 (set by {source})"
             raise FieldError(f"{given} needs a GPU (FP8 runs on Hopper or newer) and this run is on {on}; set "
                              f"--{name}={FIELDS[name].default}, or run on a GPU")
-    if (benchmark is Benchmark.GPTJ and values.get("backend") == "inflight" and device != "cpu"
-            and values.get("precision") == "fp32"):
-        raise FieldError(f"the inflight backend on {on} runs bf16, fp16 or fp8 (FlashAttention has no float32); "
-                         "set --precision=bf16")
+    problem = declared.check_device(values, device, on) if declared.check_device else None
+    if problem:
+        raise FieldError(problem)
 
 
 __all__ = ["FIELDS", "ChoiceError", "Field", "FieldError", "Range", "applicable_fields", "check_combination",

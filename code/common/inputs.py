@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from code.common.backends import runs_model
 from code.common.benchmarks import InputsUnavailableError
 from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, TestMode
@@ -50,7 +51,7 @@ class InputChoice:
 def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations) -> InputChoice:
     """Apply the fallback rule to the ``input_data`` and ``weights`` fields."""
     accuracy = mode is not TestMode.PerformanceOnly
-    uses_weights = config["backend"] != "oracle"
+    uses_weights = runs_model(config.benchmark, config["backend"])
 
     data_field = config["input_data"]
     if data_field == "synthetic":
@@ -90,7 +91,7 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations)
             raise InputsUnavailableError(f"--weights={weights_field} does not exist; run {where.fetch_step} or "
                                          "pass --weights=random")
         checkpoint = weights_field
-    return InputChoice(data_dir, checkpoint if uses_weights else "none (oracle backend)")
+    return InputChoice(data_dir, checkpoint if uses_weights else f"none ({config['backend']} backend)")
 
 
 @dataclass(frozen=True)
@@ -122,9 +123,9 @@ def model_provenance(config: ResolvedConfig, choice: InputChoice, naming: ModelN
     invalid_because = []
     if choice.synthetic:
         invalid_because.append("synthetic inputs")
-    if config["backend"] == "oracle":
-        model = "none (oracle backend)"
-        invalid_because.append(f"oracle backend ({naming.oracle_gives}: checks the pipeline, not a model)")
+    if not runs_model(config.benchmark, config["backend"]):
+        model = f"none ({config['backend']} backend)"
+        invalid_because.append(f"{config['backend']} backend ({naming.oracle_gives}: checks the pipeline, not a model)")
     else:
         if small:
             invalid_because.append(f"small test model {label}, not {naming.mlperf_label}")

@@ -205,13 +205,12 @@ def _references(samples: Any) -> list[str]:
 
 def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     """Load prompts, backend and scorer for one LoadGen test of GPT-J."""
-    from code.gptj.backends import BackendOptions, create_backend
+    from code.gptj.backends import BackendContext, backend_class
     from code.gptj.tokenizer import load_tokenizer
 
     provenance = describe_inputs(config, mode)
     choice = choose_inputs(config, mode)
     samples = load_samples(config, choice)
-    oracle = config["backend"] == "oracle"
     references_text = None if choice.synthetic else _references(samples)
     if config["num_samples"] is not None:  # after _references, which checks the whole set against its file
         samples = first_samples(samples, config["num_samples"])
@@ -224,25 +223,18 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
         from code.gptj.sentence_split import splitter_name
 
         splitter_name()  # scoring needs nltk's punkt data: stop before the run, not after it
-    options = BackendOptions(
+    context = BackendContext(
         device=provenance["device"],
         cpu_threads=resolve_cpu_threads(config),
-        model_name=config["model_name"],
         checkpoint=choice.checkpoint,
-        precision=config["precision"],
-        kv_cache_dtype=config["kv_cache_dtype"],
-        seed=config["seed"],
-        num_beams=config["num_beams"],
-        max_batch_size=config["gpu_batch_size"],
         max_prompt_length=samples.max_length,
-        cuda_graphs=config["cuda_graphs"],
         engine_dir=Path(provenance["engine"]) if "engine" in provenance else None,
         engine_spec=engine_spec(config, choice) if "engine" in provenance else None,  # FP8 inflight runs only
-        run_args=config.run_args(),
-        references=[tokenizer.encode(text) for text in references_text] if oracle and tokenizer else None,
-        oracle_drop=config["oracle_shift"],
+        references_text=references_text if tokenizer else None,
+        tokenizer=tokenizer,
     )
-    backend = create_backend(config["backend"], options)
+    chosen = backend_class(config["backend"])
+    backend = chosen(chosen.options_from(config, context))
 
     def evaluate(log_dir: Path) -> AccuracyReport:
         from code.gptj.accuracy import GEN_LEN_TARGET, evaluate_accuracy_log
@@ -270,5 +262,5 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
 
     runner = GptjContinuousRunner(samples, backend) if hasattr(backend, "serve") else GptjRunner(samples, backend)
     return prepared_test(samples.lengths, runner, evaluate, provenance, input_lengths=samples.describe_lengths(),
-                         device=options.device, cpu_threads=options.cpu_threads,
+                         device=context.device, cpu_threads=context.cpu_threads,
                          engine_stats=getattr(backend, "stats", None))

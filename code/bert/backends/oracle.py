@@ -9,11 +9,27 @@ many tokens, which must make the accuracy check FAIL: proof that the check can f
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from code.bert.backends import BackendContext
+    from code.bert.dataset import BertFeatures
+    from code.common.benchmarks import EngineReport
+    from code.common.config import ResolvedConfig
+
 LOW_LOGIT = -10.0
 HIGH_LOGIT = 10.0
+
+
+@dataclass(frozen=True)
+class OracleOptions:
+    features: BertFeatures | None  # needs the gold positions
+    oracle_shift: int = 0  # move the answer by this many tokens (a failing oracle)
+    oracle_batch_ms: float = 0.0  # each batch takes at least this long (a load-independent pace)
 
 
 class OracleBertBackend:
@@ -23,17 +39,30 @@ class OracleBertBackend:
     post-processing never accepts as an answer, so that window proposes only low-scoring spans.
     """
 
-    def __init__(self, options: object) -> None:
-        features = getattr(options, "features", None)
-        if features is None or getattr(features, "gold_positions", None) is None:
+    @staticmethod
+    def options_from(config: ResolvedConfig, context: BackendContext) -> OracleOptions:
+        return OracleOptions(features=context.features, oracle_shift=config["oracle_shift"],
+                             oracle_batch_ms=config["oracle_batch_ms"])
+
+    @staticmethod
+    def engine_dir(config: ResolvedConfig, context: BackendContext) -> Path | None:
+        return None
+
+    @staticmethod
+    def generate_engine(config: ResolvedConfig, context: BackendContext) -> EngineReport:
+        return {"engine": "none: the oracle backend runs no model"}
+
+    def __init__(self, options: OracleOptions) -> None:
+        features = options.features
+        if features is None or features.gold_positions is None:
             raise ValueError(
                 "the oracle backend needs features with gold positions (real preprocessed SQuAD: "
                 "`make preprocess_data BENCHMARKS=bert`); synthetic features have none"
             )
         self.gold_positions = np.asarray(features.gold_positions, dtype=np.int64)
         self.lengths = np.asarray(features.lengths, dtype=np.int64)
-        self.shift = int(getattr(options, "oracle_shift", 0) or 0)
-        self.batch_s = float(getattr(options, "oracle_batch_ms", 0.0) or 0.0) / 1000
+        self.shift = options.oracle_shift
+        self.batch_s = options.oracle_batch_ms / 1000
 
     def run_batch(
         self, sample_indices: np.ndarray, input_ids: np.ndarray, segment_ids: np.ndarray, input_mask: np.ndarray

@@ -6,27 +6,64 @@ graph when the batch fits a token bucket) and only its ``[T, 2]`` logits come ba
 ``run_batch`` at once: each thread gets its own context (CUDA stream, pinned buffers, graphs), so one thread packs
 and unpacks while another's batch runs on the GPU.
 
-On the CPU, and for fp32 engines or with ``BackendOptions.fast_path=False``, the eager padded model runs: the
-correctness baseline and the embedded CPU default.
+On the CPU, and for fp32 engines or with ``fast_path=False``, the eager padded model runs: the correctness
+baseline and the embedded CPU default.
+
+The backend owns its engine (``code/bert/backends/pytorch_engine.py``): where a config's engine lives, its build for
+``make generate_engines`` (FP8 engines calibrated there) and the stale check when a run loads it.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from code.bert.backends import BackendOptions
-from code.bert.engine import load_engine_manifest
+from code.bert.backends.pytorch_engine import EngineSpec, build_engine, engine_key, load_engine_manifest
+from code.bert.fast.packed_model import ALL_FP8_GEMMS
 from code.bert.fast.packing import TOKEN_ALIGN, PackedBatch, layout_words, pack_into, round_up, token_buckets, unpack
 from code.bert.squad import MAX_SEQ_LENGTH
+from code.common.benchmarks import BenchmarkError
+
+if TYPE_CHECKING:
+    from code.bert.backends import BackendContext
+    from code.common.benchmarks import EngineReport
+    from code.common.config import ResolvedConfig
 
 # Attention kernels allowed on the GPU. cuDNN's is left out: it builds a new plan for every new sequence length,
 # and BERT's lengths vary per batch, so a forward costs ten times more while lengths are new (performance.md).
 ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 FAST_PRECISIONS = ("fp16", "bf16", "fp8")
+
+
+@dataclass(frozen=True)
+class PackedKernels:
+    """Which kernels the packed path runs (code/bert/fast, documentation/bert_gpu.md)."""
+
+    fp8_fast_accum: bool = False  # FP8 GEMMs: cuBLASLt fast accumulation (faster, less exact)
+    fp8_gemms: str = ALL_FP8_GEMMS  # fp8 engines: the GEMMs of each layer that run in FP8
+    attention_kernel: str = "triton"  # "triton" (code/bert/fast/attention.py) | "flash" (torch FA2 varlen)
+    gelu_in_gemm: bool = False  # bias + tanh GELU in w1's GEMM epilogue (off: erf-GELU kernel)
+
+
+@dataclass(frozen=True)
+class PytorchOptions:
+    engine_dir: Path  # the engine built by generate_engines
+    engine_spec: EngineSpec  # what the run expects the engine to be (stale check)
+    device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
+    cpu_threads: int = 0  # on a CPU device: torch's intra-op threads (0: leave torch's default)
+    fast_path: bool = True  # on CUDA: the packed path for fp16/bf16/fp8 engines; False: eager padded
+    max_batch_size: int = 64  # largest batch run_batch gets (sizes pinned buffers, graph slots)
+    num_workers: int = 1  # threads calling run_batch at once: one stream + buffers + graphs each
+    cuda_graphs: bool = True  # capture the forward per token bucket up to graph_max_tokens
+    graph_max_tokens: int = 16384  # larger batches run eagerly (launch costs are noise there)
+    kernels: PackedKernels = field(default_factory=PackedKernels)
+    run_args: str | None = None  # makes an engine error's rebuild command copy-pasteable
 
 
 class _Context:
@@ -61,12 +98,12 @@ class FastPath:
         contexts: int,
         cuda_graphs: bool,
         graph_max_tokens: int,
-        options: BackendOptions | None = None,
+        kernels: PackedKernels | None = None,
     ) -> None:
-        """``options``: the fast path's switches (fp8_gemms, attention_kernel, ...); defaults if None."""
+        """``kernels``: which kernels run (defaults if None)."""
         from code.bert.fast.packed_model import PackedBert
 
-        options = options or BackendOptions()
+        kernels = kernels or PackedKernels()
         amax = (manifest.get("calibration") or {}).get("amax") if precision == "fp8" else None
         dtype = torch.bfloat16 if precision == "bf16" else torch.float16
         device = next(model.parameters()).device
@@ -75,12 +112,12 @@ class FastPath:
             dtype,
             device,
             fp8_amax=amax,
-            fast_accum=options.fp8_fast_accum,
-            fp8_gemms=options.fp8_gemms,
-            attention=options.attention_kernel,
-            gelu_in_gemm=options.gelu_in_gemm,
+            fast_accum=kernels.fp8_fast_accum,
+            fp8_gemms=kernels.fp8_gemms,
+            attention=kernels.attention_kernel,
+            gelu_in_gemm=kernels.gelu_in_gemm,
         )
-        if options.attention_kernel == "triton":
+        if kernels.attention_kernel == "triton":
             from code.bert.fast.attention import tune
 
             # Pick the attention kernel's tile shape on a realistic batch once, before any graph is captured.
@@ -158,17 +195,44 @@ class FastPath:
 
 
 class PytorchBertBackend:
-    def __init__(self, options: BackendOptions) -> None:
-        if options.engine_dir is None or options.engine_spec is None:
-            raise ValueError("the pytorch BERT backend needs BackendOptions.engine_dir and engine_spec")
+    @staticmethod
+    def engine_spec(config: ResolvedConfig, context: BackendContext) -> EngineSpec:
+        """What this config's engine is; an unknown ``model_name`` stops here with the known names."""
+        try:
+            return EngineSpec(model_name=config["model_name"], precision=config["precision"],
+                              checkpoint=context.checkpoint, seed=config["seed"])
+        except ValueError as error:
+            raise BenchmarkError(f"model_name = {config['model_name']!r}: {error}") from None
+
+    @classmethod
+    def engine_dir(cls, config: ResolvedConfig, context: BackendContext) -> Path:
+        return context.engines_dir / engine_key(cls.engine_spec(config, context))
+
+    @classmethod
+    def generate_engine(cls, config: ResolvedConfig, context: BackendContext) -> EngineReport:
+        spec = cls.engine_spec(config, context)
+        path = build_engine(spec, context.engines_dir / engine_key(spec))
+        return {"engine": str(path), "weights": spec.checkpoint, "precision": spec.precision}
+
+    @classmethod
+    def options_from(cls, config: ResolvedConfig, context: BackendContext) -> PytorchOptions:
+        spec = cls.engine_spec(config, context)
+        kernels = PackedKernels(fp8_fast_accum=config["fp8_fast_accum"], fp8_gemms=config["fp8_gemms"],
+                                attention_kernel=config["attention_kernel"], gelu_in_gemm=config["gelu_in_gemm"])
+        return PytorchOptions(engine_dir=context.engines_dir / engine_key(spec), engine_spec=spec,
+                              device=context.device, cpu_threads=context.cpu_threads, fast_path=config["fast_path"],
+                              max_batch_size=config["gpu_batch_size"], num_workers=config["num_workers"],
+                              cuda_graphs=config["cuda_graphs"], graph_max_tokens=config["graph_max_tokens"],
+                              kernels=kernels, run_args=config.run_args())
+
+    def __init__(self, options: PytorchOptions) -> None:
         self.device = torch.device(options.device)
         spec = options.engine_spec
         if self.device.type == "cpu" and options.cpu_threads:
             torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/devices.py
         model, manifest = load_engine_manifest(options.engine_dir, spec, self.device, run_args=options.run_args)
         self.fast: FastPath | None = None
-        use_fast = options.fast_path if options.fast_path is not None else True
-        if self.device.type == "cuda" and use_fast and spec.precision in FAST_PRECISIONS:
+        if self.device.type == "cuda" and options.fast_path and spec.precision in FAST_PRECISIONS:
             self.fast = FastPath(
                 model,
                 manifest,
@@ -177,14 +241,14 @@ class PytorchBertBackend:
                 options.num_workers,
                 options.cuda_graphs,
                 options.graph_max_tokens,
-                options,
+                options.kernels,
             )
             del model
             self.model = None
         else:
             if spec.precision == "fp8":
                 # FP8 GEMMs exist only on the fast path; elsewhere an fp8 engine runs its fp16 weights (fp32 on a
-                # CPU). Tests use that; the harness refuses such runs (code/common/fields.py, check_device).
+                # CPU). Tests use that; the harness refuses such runs (code/bert/backends/__init__.py).
                 model = model.float() if self.device.type == "cpu" else model
             self.model = model
 

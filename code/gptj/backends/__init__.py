@@ -1,38 +1,38 @@
 """GPT-J backends: what turns a batch of prompts into generated token ids, looked up by name.
 
-The benchmark depends on the ``GptjBackend`` protocol and ``create_backend`` only; each backend module is imported
-when asked for, so the oracle runs without loading a model.
+The benchmark depends on this module only: the protocols, the declarations and ``backend_class``. A backend builds
+its own frozen options from the resolved config (``options_from``); its declaration here tells the configuration
+which precisions it runs and the rules its switches follow. Each backend module is imported when asked for, so
+the oracle runs without loading a model.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from code.common.registry import LazyRegistry
+from code.common.backends import BackendDeclaration, Origin, backend_registry
+
+if TYPE_CHECKING:
+    from code.common.config import ResolvedConfig
 
 
 @dataclass(frozen=True)
-class BackendOptions:
-    device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
-    cpu_threads: int = 0  # on a CPU device: torch's intra-op threads (0: leave torch's default)
-    model_name: str = "6b"  # pytorch: GPT-J config of random weights (a checkpoint brings its own)
-    checkpoint: str = "random"  # pytorch: a checkpoint folder/file, or "random"
-    precision: str = "fp32"  # pytorch: fp32 | bf16 | fp16; inflight also fp8 (FP8 GEMMs, bf16 elsewhere)
-    kv_cache_dtype: str = "auto"  # inflight: auto (the model's dtype) | fp8
-    seed: int = 0  # pytorch: random weights depend on it
-    num_beams: int = 4  # 4: the closed-division rule; 1: greedy
-    max_batch_size: int = 1  # pytorch: KV caches are sized for this many prompts; inflight: samples in flight
-    max_prompt_length: int = 1919  # pytorch: and for prompts this long
-    cuda_graphs: bool = True  # inflight: replay each step as one CUDA graph
+class BackendContext:
+    """What the benchmark prepared that a backend's options draw on."""
+
+    device: str  # "cpu" | "cuda" | "cuda:N": ``auto`` made concrete
+    cpu_threads: int  # on a CPU device: torch's intra-op threads
+    checkpoint: str  # a checkpoint folder/file, "random", or "none (...)"
+    max_prompt_length: int  # the longest prompt of the run's samples
     engine_dir: Path | None = None  # inflight FP8: the engine holding the calibration (code/gptj/engine.py)
     engine_spec: Any = None  # inflight FP8: the EngineSpec the run expects of it
-    run_args: str | None = None  # makes an engine error's rebuild command copy-pasteable
-    references: list[list[int]] | None = None  # oracle: reference summary tokens per sample
-    oracle_drop: int = 0  # oracle: drop this many tokens from the end of every answer (a failing oracle)
+    references_text: list[str] | None = None  # the reference summary of each sample, where the run has them
+    tokenizer: Any = None  # GPT-J's tokenizer, where the run has references
 
 
 class GptjBackend(Protocol):
@@ -41,14 +41,44 @@ class GptjBackend(Protocol):
         ...
 
 
-# name -> "module:class", imported only when create_backend asks for it
-BACKENDS: LazyRegistry[str] = LazyRegistry("GPT-J backend", {
-    "pytorch": "code.gptj.backends.pytorch:PytorchGptjBackend",
-    "inflight": "code.gptj.backends.inflight:InflightGptjBackend",
-    "oracle": "code.gptj.backends.oracle:OracleGptjBackend",
-})
+class GptjBackendClass(Protocol):
+    """What the benchmark asks of a backend before one exists: its options, then an instance."""
+
+    def options_from(self, config: ResolvedConfig, context: BackendContext) -> Any:
+        """The backend's own frozen options, read from the resolved config and the context."""
+        ...
+
+    def __call__(self, options: Any) -> GptjBackend: ...
 
 
-def create_backend(name: str, options: BackendOptions) -> GptjBackend:
-    """The backend registered as ``name``, constructed with ``options``; ValueError listing names if unknown."""
-    return BACKENDS.load(name)(options)
+def _inflight_runs_beam_search(values: Mapping[str, Any], origin: Origin) -> str | None:
+    if values.get("num_beams", 2) < 2:
+        return (f"{origin('num_beams')} = {values['num_beams']}: the inflight backend runs beam search "
+                "(num_beams >= 2); for greedy search (num_beams=1) use --backend=pytorch")
+    return None
+
+
+def _inflight_on_gpu(values: Mapping[str, Any], device: str, on: str) -> str | None:
+    if device != "cpu" and values.get("precision") == "fp32":
+        return (f"the inflight backend on {on} runs bf16, fp16 or fp8 (FlashAttention has no float32); "
+                "set --precision=bf16")
+    return None
+
+
+# What the configuration checks a GPT-J config against (code/common/fields.py); the order is the error's.
+DECLARATIONS = (
+    BackendDeclaration("pytorch", "code.gptj.backends.pytorch:PytorchGptjBackend", precisions=("fp32", "bf16", "fp16")),
+    BackendDeclaration("inflight", "code.gptj.backends.inflight:InflightGptjBackend",
+                       precisions=("fp32", "bf16", "fp16", "fp8"), check=_inflight_runs_beam_search,
+                       check_device=_inflight_on_gpu),
+    BackendDeclaration("oracle", "code.gptj.backends.oracle:OracleGptjBackend", precisions=None),
+)
+# name -> "module:class", imported only when backend_class asks for it
+BACKENDS = backend_registry("GPT-J backend", DECLARATIONS)
+
+
+def backend_class(name: str) -> GptjBackendClass:
+    """The backend class registered as ``name``, imported now; ValueError listing the names if unknown."""
+    loaded: GptjBackendClass = BACKENDS.load(name)
+    return loaded
+

@@ -14,17 +14,23 @@ never recalibrates: a missing or stale engine stops it with the command that reb
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from code.gptj.backends import BackendOptions
-from code.gptj.backends.pytorch import DTYPES
+from code.gptj.backends.pytorch import DTYPES, PytorchOptions
 from code.gptj.engine import EngineSpec, calibrate_on, load_calibration, load_model
 from code.gptj.generation import GenerationConfig
 from code.gptj.inflight.engine import EngineOptions, ForcedLengthOf, InflightEngine
 from code.gptj.inflight.layers import Amax, InflightModel
 from code.numerics.fp8 import E4M3
+
+if TYPE_CHECKING:
+    from code.common.config import ResolvedConfig
+    from code.gptj.backends import BackendContext
 
 PRECISIONS = (*DTYPES, "fp8")
 KV_CACHE_DTYPES = ("auto", "fp8")
@@ -33,8 +39,25 @@ CALIBRATION_PROMPTS = 32  # calibrate(): the GPU check scripts' synthetic calibr
 CALIBRATION_SEED_OFFSET = 7919  # calibration prompts use seed + this, never the run's own samples
 
 
+@dataclass(frozen=True)
+class InflightOptions(PytorchOptions):
+    """The model's options (``max_batch_size``: samples in flight; precision also fp8) and the engine's."""
+
+    kv_cache_dtype: str = "auto"  # auto (the model's dtype) | fp8
+    cuda_graphs: bool = True  # replay each step as one CUDA graph
+    engine_dir: Path | None = None  # FP8: the engine holding the calibration (code/gptj/engine.py)
+    engine_spec: Any = None  # FP8: the EngineSpec the run expects of it
+    run_args: str | None = None  # makes an engine error's rebuild command copy-pasteable
+
+
 class InflightGptjBackend:
-    def __init__(self, options: BackendOptions) -> None:
+    @staticmethod
+    def options_from(config: ResolvedConfig, context: BackendContext) -> InflightOptions:
+        return InflightOptions(**PytorchOptions.model_fields(config, context), kv_cache_dtype=config["kv_cache_dtype"],
+                               cuda_graphs=config["cuda_graphs"], engine_dir=context.engine_dir,
+                               engine_spec=context.engine_spec, run_args=config.run_args())
+
+    def __init__(self, options: InflightOptions) -> None:
         if options.precision not in PRECISIONS:
             raise ValueError(f"the inflight GPT-J backend runs in {', '.join(PRECISIONS)}, not "
                              f"{options.precision!r}")
@@ -59,7 +82,7 @@ class InflightGptjBackend:
         amax = None
         if fp8:
             if options.engine_dir is None or options.engine_spec is None:
-                raise ValueError("an FP8 inflight run needs BackendOptions.engine_dir and engine_spec (the engine "
+                raise ValueError("an FP8 inflight run needs InflightOptions.engine_dir and engine_spec (the engine "
                                  "holds the calibration): build it with make generate_engines")
             amax = load_calibration(options.engine_dir, options.engine_spec,
                                     n_positions=inflight.config.n_positions, run_args=options.run_args)

@@ -8,15 +8,32 @@ per GPT-J sample), which keeps performance-path tests meaningful.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from code.gptj.backends import BackendOptions
+if TYPE_CHECKING:
+    from code.common.config import ResolvedConfig
+    from code.gptj.backends import BackendContext
 
 SYNTHETIC_ANSWER_TOKENS = 69
 
 
+@dataclass(frozen=True)
+class OracleOptions:
+    references: list[list[int]] | None = None  # reference summary tokens per sample; None: synthetic prompts
+    oracle_drop: int = 0  # drop this many tokens from the end of every answer (a failing oracle)
+
+
 class OracleGptjBackend:
-    def __init__(self, options: BackendOptions) -> None:
+    @staticmethod
+    def options_from(config: ResolvedConfig, context: BackendContext) -> OracleOptions:
+        texts, tokenizer = context.references_text, context.tokenizer
+        references = [tokenizer.encode(text) for text in texts] if texts is not None and tokenizer else None
+        return OracleOptions(references=references, oracle_drop=config["oracle_shift"])
+
+    def __init__(self, options: OracleOptions) -> None:
         self.references = options.references
         self.drop = options.oracle_drop
         if self.drop < 0:

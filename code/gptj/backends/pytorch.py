@@ -6,20 +6,51 @@ and longest prompt. The correctness baseline and the embedded CPU default; GPU s
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 
 from code.common.faults import reading
-from code.gptj.backends import BackendOptions
 from code.gptj.generation import GenerationConfig, cache_shape, generate
 from code.gptj.model import GptjConfig, load_checkpoint, random_weights
+
+if TYPE_CHECKING:
+    from code.common.config import ResolvedConfig
+    from code.gptj.backends import BackendContext
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 REDOWNLOAD = 're-download it: make download_model BENCHMARKS="gptj"'
 
 
+@dataclass(frozen=True)
+class PytorchOptions:
+    device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
+    cpu_threads: int = 0  # on a CPU device: torch's intra-op threads (0: leave torch's default)
+    model_name: str = "6b"  # GPT-J config of random weights (a checkpoint brings its own)
+    checkpoint: str = "random"  # a checkpoint folder/file, or "random"
+    precision: str = "fp32"  # fp32 | bf16 | fp16
+    seed: int = 0  # random weights depend on it
+    num_beams: int = 4  # 4: the closed-division rule; 1: greedy
+    max_batch_size: int = 1  # KV caches are sized for this many prompts
+    max_prompt_length: int = 1919  # and for prompts this long
+
+    @classmethod
+    def model_fields(cls, config: ResolvedConfig, context: BackendContext) -> dict[str, object]:
+        """The fields every GPT-J model backend reads, from the config and the context."""
+        return {"device": context.device, "cpu_threads": context.cpu_threads, "model_name": config["model_name"],
+                "checkpoint": context.checkpoint, "precision": config["precision"], "seed": config["seed"],
+                "num_beams": config["num_beams"], "max_batch_size": config["gpu_batch_size"],
+                "max_prompt_length": context.max_prompt_length}
+
+
 class PytorchGptjBackend:
-    def __init__(self, options: BackendOptions) -> None:
+    @staticmethod
+    def options_from(config: ResolvedConfig, context: BackendContext) -> PytorchOptions:
+        return PytorchOptions(**PytorchOptions.model_fields(config, context))
+
+    def __init__(self, options: PytorchOptions) -> None:
         if options.precision not in DTYPES:
             raise ValueError(f"GPT-J runs in {', '.join(DTYPES)}, not {options.precision!r}")
         dtype = DTYPES[options.precision]

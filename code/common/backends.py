@@ -1,0 +1,65 @@
+"""What a backend declares to the configuration: its name, where its code is, the precisions it runs, and the
+rules its own switches follow.
+
+Each benchmark lists its backends' declarations in ``code/<bench>/backends/__init__.py``, a module that imports no
+backend, so the configuration validates a resolved config against them (``code/common/fields.py``) without loading
+torch or naming a backend itself. A backend's code (its options, engine and batches) stays in its own module,
+imported only when a run uses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from code.common.constants import Benchmark
+from code.common.registry import LazyRegistry
+
+# field name -> how an error names where its value came from ("--precision", "precision (set by <config>)")
+Origin = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class BackendDeclaration:
+    """One backend as the configuration sees it. A rule returns the error's text, or None when the values pass."""
+
+    name: str  # the ``backend`` field's value that selects it
+    target: str  # "package.module:Class", imported only when a run uses the backend
+    precisions: tuple[str, ...] | None  # the precisions it runs; None: it runs no model, so precision and device
+    # mean nothing to it
+    check: Callable[[Mapping[str, Any], Origin], str | None] | None = None  # rules between its own switches
+    check_device: Callable[[Mapping[str, Any], str, str], str | None] | None = None  # (values, device, "on ...")
+
+    @property
+    def runs_model(self) -> bool:
+        return self.precisions is not None
+
+
+def backend_registry(kind: str, declarations: tuple[BackendDeclaration, ...]) -> LazyRegistry[str]:
+    """The lazy ``{name: target}`` registry a benchmark creates its backends from, in declaration order."""
+    return LazyRegistry(kind, {declared.name: declared.target for declared in declarations})
+
+
+# Benchmark -> its backends' declarations, imported when a config of that benchmark is validated.
+DECLARATIONS: LazyRegistry[Benchmark] = LazyRegistry("benchmark", {
+    Benchmark.BERT: "code.bert.backends:DECLARATIONS",
+    Benchmark.GPTJ: "code.gptj.backends:DECLARATIONS",
+})
+
+
+def declarations(benchmark: Benchmark) -> tuple[BackendDeclaration, ...]:
+    """The benchmark's backends, in the order its registry lists them."""
+    declared: tuple[BackendDeclaration, ...] = DECLARATIONS.load(benchmark)
+    return declared
+
+
+def declaration(benchmark: Benchmark, name: str) -> BackendDeclaration | None:
+    """The benchmark's backend called ``name``; None if it has none of that name."""
+    return next((declared for declared in declarations(benchmark) if declared.name == name), None)
+
+
+def runs_model(benchmark: Benchmark, name: str) -> bool:
+    """Whether the benchmark's backend ``name`` runs a model (and so reads weights, precision and device)."""
+    declared = declaration(benchmark, name)
+    return declared is None or declared.runs_model

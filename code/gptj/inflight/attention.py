@@ -126,6 +126,24 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
 if triton is not None:
 
     @triton.jit
+    def _attend_tile(qa, qb, k_ptrs, v_ptrs, loaded, attended, m, s, acc_a, acc_b, scale_log2, HALF: tl.constexpr):
+        """One tile of the online softmax: the keys and values at ``k_ptrs``/``v_ptrs`` (the first half of head_dim;
+        the second is HALF further), rows ``loaded``; each query row attends to the keys ``attended`` allows it.
+        Returns the updated (max, sum, accumulator halves)."""
+        ka = tl.load(k_ptrs, mask=loaded[:, None], other=0.0).to(qa.dtype)
+        kb = tl.load(k_ptrs + HALF, mask=loaded[:, None], other=0.0).to(qa.dtype)
+        scores = tl.dot(qb, tl.trans(kb), acc=tl.dot(qa, tl.trans(ka))) * scale_log2
+        scores = tl.where(attended, scores, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, axis=1))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(scores - m_new[:, None])
+        s = s * alpha + tl.sum(p, axis=1)
+        va = tl.load(v_ptrs, mask=loaded[:, None], other=0.0).to(qa.dtype)
+        vb = tl.load(v_ptrs + HALF, mask=loaded[:, None], other=0.0).to(qa.dtype)
+        p = p.to(qa.dtype)
+        return m_new, s, acc_a * alpha[:, None] + tl.dot(p, va), acc_b * alpha[:, None] + tl.dot(p, vb)
+
+    @triton.jit
     def _decode_kernel(
         q_ptr, pk_ptr, pv_ptr, table_ptr, length_ptr, gk_ptr, gv_ptr, ancestry_ptr, count_ptr, out_ptr,
         stride_q_row, stride_q_head, stride_k_page, stride_k_pos, stride_k_head, stride_table,
@@ -160,20 +178,8 @@ if triton is not None:
             page = tl.load(table_ptr + slot * stride_table + position // PAGE, mask=valid, other=0).to(tl.int64)
             base = page * stride_k_page + (position % PAGE) * stride_k_pos + head * stride_k_head
             offsets = base[:, None] + half[None, :]
-            ka = tl.load(pk_ptr + offsets, mask=valid[:, None], other=0.0).to(qa.dtype)
-            kb = tl.load(pk_ptr + offsets + HALF, mask=valid[:, None], other=0.0).to(qa.dtype)
-            scores = tl.dot(qb, tl.trans(kb), acc=tl.dot(qa, tl.trans(ka))) * scale_log2
-            scores = tl.where(valid[None, :], scores, float("-inf"))
-            m_new = tl.maximum(m, tl.max(scores, axis=1))
-            alpha = tl.exp2(m - m_new)
-            p = tl.exp2(scores - m_new[:, None])
-            s = s * alpha + tl.sum(p, axis=1)
-            va = tl.load(pv_ptr + offsets, mask=valid[:, None], other=0.0).to(qa.dtype)
-            vb = tl.load(pv_ptr + offsets + HALF, mask=valid[:, None], other=0.0).to(qa.dtype)
-            p = p.to(qa.dtype)
-            acc_a = acc_a * alpha[:, None] + tl.dot(p, va)
-            acc_b = acc_b * alpha[:, None] + tl.dot(p, vb)
-            m = m_new
+            m, s, acc_a, acc_b = _attend_tile(qa, qb, pk_ptr + offsets, pv_ptr + offsets, valid, valid[None, :],
+                                              m, s, acc_a, acc_b, scale_log2, HALF)
         owner = key // COLUMNS  # the beam a generated key belongs to
         g = tl.maximum(tl.load(count_ptr + slot), 1)
         own = (beam[:, None] == owner[None, :]) | (beam[:, None] >= BEAMS)  # padding rows see every key
@@ -184,20 +190,8 @@ if triton is not None:
             base = (slot.to(tl.int64) * stride_g_slot + src.to(tl.int64) * stride_g_beam + col * stride_g_col
                     + head * stride_g_head)
             offsets = base[:, None] + half[None, :]
-            ka = tl.load(gk_ptr + offsets, mask=ok[:, None], other=0.0).to(qa.dtype)
-            kb = tl.load(gk_ptr + offsets + HALF, mask=ok[:, None], other=0.0).to(qa.dtype)
-            scores = tl.dot(qb, tl.trans(kb), acc=tl.dot(qa, tl.trans(ka))) * scale_log2
-            scores = tl.where(own & ok[None, :], scores, float("-inf"))
-            m_new = tl.maximum(m, tl.max(scores, axis=1))
-            alpha = tl.exp2(m - m_new)
-            p = tl.exp2(scores - m_new[:, None])
-            s = s * alpha + tl.sum(p, axis=1)
-            va = tl.load(gv_ptr + offsets, mask=ok[:, None], other=0.0).to(qa.dtype)
-            vb = tl.load(gv_ptr + offsets + HALF, mask=ok[:, None], other=0.0).to(qa.dtype)
-            p = p.to(qa.dtype)
-            acc_a = acc_a * alpha[:, None] + tl.dot(p, va)
-            acc_b = acc_b * alpha[:, None] + tl.dot(p, vb)
-            m = m_new
+            m, s, acc_a, acc_b = _attend_tile(qa, qb, gk_ptr + offsets, gv_ptr + offsets, ok, own & ok[None, :],
+                                              m, s, acc_a, acc_b, scale_log2, HALF)
         norm = v_scale / s
         out_rows = out_ptr + row[:, None] * stride_o_row + head * stride_o_head + half[None, :]
         tl.store(out_rows, (acc_a * norm[:, None]).to(out_ptr.dtype.element_ty), mask=live[:, None])

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from code.common.paths import LIB_DIR, REPO_ROOT
+from code.common.supervision import processes_mentioning
 
 # Every harness command starts from the cheapest run that passes every check: no GPU, no data, no engine to load.
 BASE = {"device": "cpu", "model_name": "tiny", "precision": "fp32", "input_data": "synthetic", "weights": "random"}
@@ -167,17 +168,6 @@ def refused_case(flag: str, test: str, names: str | None = None, base: dict[str,
 
 
 # --- Interrupts: the test process never outlives the harness ---------------------------------------------------
-
-def processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from code.common.paths import LIB_DIR, REPO_ROOT
+from code.common.supervision import processes_mentioning
 
 pytestmark = pytest.mark.slow
 LONG_SERVER_TEST = ["--action=run", "--scenarios=server", "--model_name=tiny", "--precision=fp32", "--device=cpu",
@@ -36,19 +37,6 @@ def start_run(build: Path, logs: Path) -> subprocess.Popen:
     with open(logs.parent / "harness.out", "w") as out:
         return subprocess.Popen([sys.executable, "-m", "code.main", *LONG_SERVER_TEST, f"--log_dir={logs}"],
                                 cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0)
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line contains ``text`` (zombies have an empty one)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def wait_for(condition, timeout_s: float, what: str) -> float:

@@ -696,7 +696,7 @@ def test_calibration_list_is_pinned_to_the_mlcommons_file() -> None:
 
 
 def test_preprocess_tokenizes_the_calibration_set_and_engines_calibrate_on_it(tmp_path: Path) -> None:
-    from code.gptj.engine import calibration_prompts, calibration_source
+    from code.gptj.backends.inflight_engine import calibration_prompts, calibration_source
 
     data = tmp_path / "data" / "cnn-daily-mail"
     data.mkdir(parents=True)

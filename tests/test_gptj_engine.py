@@ -1,6 +1,7 @@
-"""GPT-J FP8 engines (code/gptj/engine.py) on the CPU with the tiny model: a built engine holds exactly the
-calibration a fresh pass computes, a run with it generates the same tokens, and whatever makes it stale (spec,
-format, checkpoint, calibration set, a damaged calibration) is refused with the command that rebuilds it."""
+"""GPT-J FP8 engines (code/gptj/backends/inflight_engine.py) on the CPU with the tiny model: a built engine holds
+exactly the calibration a fresh pass computes, a run with it generates the same tokens, and whatever makes it
+stale (spec, format, checkpoint, calibration set, a damaged calibration) is refused with the command that rebuilds
+it."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from code.gptj.cnn_dailymail import FORMAT_VERSION as DATA_FORMAT
-from code.gptj.engine import (
+from code.gptj.backends.inflight_engine import (
     MANIFEST,
     EngineError,
     EngineSpec,
@@ -24,6 +24,7 @@ from code.gptj.engine import (
     load_calibration,
     load_model,
 )
+from code.gptj.cnn_dailymail import FORMAT_VERSION as DATA_FORMAT
 from code.gptj.generation import GenerationConfig
 from code.gptj.inflight.engine import EngineOptions, InflightEngine
 from code.gptj.preprocess_data import save_arrays
@@ -153,7 +154,8 @@ def test_generate_engines_builds_what_the_run_expects_and_labels_the_calibration
     description points at that folder, and the not-submittable reason tracks the calibration set. FP8 needs a GPU,
     so the device check is stood in for (the engine itself builds on the CPU)."""
     from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
-    from code.gptj import benchmark, engine
+    from code.gptj import benchmark
+    from code.gptj.backends import inflight_engine as engine
     from configs.configuration import WorkloadSetting, resolve_config
 
     monkeypatch.setattr(benchmark, "resolve_device", lambda config: "cpu")

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from code.common.backends import runs_model
 from code.common.benchmarks import (
     AccuracyReport,
     BenchmarkError,
@@ -48,34 +49,40 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
     return choose_inputs_at(config, mode, INPUTS)
 
 
+def backend_context(config: ResolvedConfig, choice: InputChoice, **more: Any) -> Any:  # BackendContext
+    """What the chosen backend draws on: the device, the weights, where this config's engines live (``more``: the
+    run's samples and references)."""
+    from code.gptj.backends import BackendContext
+
+    return BackendContext(device=resolve_device(config), cpu_threads=resolve_cpu_threads(config),
+                          checkpoint=choice.checkpoint,
+                          engines_dir=ENGINES_DIR / config.system / "gptj" / config.scenario.value, **more)
+
+
 def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription:
     """What a run would use, without loading anything heavy; what it cannot run stops here."""
+    from code.gptj.backends import backend_class
+
     choice = choose_inputs(config, mode)
-    if config["backend"] != "oracle" and choice.random_weights:
+    if runs_model(Benchmark.GPTJ, config["backend"]) and choice.random_weights:
         check_model_name(config)  # a checkpoint brings its own architecture
     named = model_provenance(config, choice, NAMING)
     invalid_because = named.invalid_because
     if config["num_beams"] != CLOSED_DIVISION_BEAMS:
         invalid_because.append(f"num_beams={config['num_beams']} (the closed division requires beam search "
                                f"width {CLOSED_DIVISION_BEAMS})")
-    if config["backend"] != "inflight":
-        for field, value in (("synthetic_output_lengths", "forced"), ("kv_cache_dtype", "fp8")):
-            if config[field] == value:
-                raise BenchmarkError(f"--{field}={value} is an option of the inflight backend, not of "
-                                     f"{config['backend']}: set --backend=inflight or leave --{field} out")
     if config["synthetic_output_lengths"] == "forced":
         if not choice.synthetic:
             raise BenchmarkError("--synthetic_output_lengths=forced is for synthetic inputs (real outputs end where "
                                  "the model chooses EOS): set --synthetic_output_lengths=model")
         invalid_because.append("output lengths forced at drawn values (synthetic runs only)")
-    device = resolve_device(config)  # after the backend's own options: their errors name the better fix
-    engine = None
-    if config["backend"] == "inflight" and "fp8" in (config["precision"], config["kv_cache_dtype"]):
-        from code.gptj.engine import CALIBRATION_DIR
+    context = backend_context(config, choice)  # resolves the device after the backend's own rules
+    engine = backend_class(config["backend"]).engine_dir(config, context)
+    if engine is not None:
+        from code.gptj.backends.inflight_engine import CALIBRATION_DIR
 
         if not (CALIBRATION_DIR / MANIFEST_FILE).is_file():
             invalid_because.append("FP8 scales calibrated on synthetic prompts, not the MLPerf calibration list")
-        engine = str(engine_dir(config, engine_spec(config, choice)))
     lengths = "all 1,919 tokens" if config["synthetic_lengths"] == "max" else "CNN/DailyMail-like lengths"
     if config["synthetic_lengths"] == "dataset" and config["synthetic_length_scale"] != 1.0:
         lengths += f" x {config['synthetic_length_scale']}"
@@ -88,26 +95,12 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription
                                                                f"{lengths})",
         "weights": named.weights,
         "generation": generation,
-        "device": device,
+        "device": context.device,
         "invalid_because": invalid_because,
     }
     if engine is not None:
-        described["engine"] = engine
+        described["engine"] = str(engine)
     return described
-
-
-def engine_spec(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 - EngineSpec, imported lazily
-    from code.gptj.engine import EngineSpec
-
-    return EngineSpec(model_name=config["model_name"], precision=config["precision"],
-                      kv_cache_dtype=config["kv_cache_dtype"], checkpoint=choice.checkpoint, seed=config["seed"])
-
-
-def engine_dir(config: ResolvedConfig, spec: Any) -> Path:
-    """``build/engines/<system>/gptj/<Scenario>/<key>/``, as BERT's."""
-    from code.gptj.engine import engine_key
-
-    return ENGINES_DIR / config.system / "gptj" / config.scenario.value / engine_key(spec)
 
 
 def check_model_name(config: ResolvedConfig) -> None:
@@ -121,24 +114,13 @@ def check_model_name(config: ResolvedConfig) -> None:
 
 
 def generate_engine(config: ResolvedConfig) -> EngineReport:
-    """Build the engine an FP8 inflight run loads: the calibration's magnitudes (code/gptj/engine.py). Other
-    configs have nothing to build: their backend loads the checkpoint or draws random weights when a run starts."""
+    """Build the engine a run of this config loads (the inflight backend's FP8 calibration); the other configs have
+    nothing to build: their backend loads the checkpoint or draws random weights when a run starts."""
+    from code.gptj.backends import backend_class
+
     describe_inputs(config, TestMode.PerformanceOnly)  # refuses here what the run would refuse
     choice = choose_inputs(config, TestMode.PerformanceOnly)
-    spec = engine_spec(config, choice)
-    if config["backend"] != "inflight" or not spec.needs_engine:
-        return {"engine": f"none: the {config['backend']} GPT-J backend in {config['precision']} loads the "
-                          "checkpoint or draws random weights at run start"}
-    import torch
-
-    from code.gptj.backends.pytorch import DTYPES
-    from code.gptj.engine import build_engine
-
-    device = torch.device(resolve_device(config))
-    dtype = torch.bfloat16 if spec.precision == "fp8" else DTYPES[spec.precision]
-    path = build_engine(spec, engine_dir(config, spec), device=device, dtype=dtype)
-    return {"engine": str(path), "weights": choice.checkpoint, "precision": spec.precision,
-            "kv_cache_dtype": spec.kv_cache_dtype}
+    return backend_class(config["backend"]).generate_engine(config, backend_context(config, choice))
 
 
 def load_samples(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 - GptjSamples, imported lazily
@@ -205,7 +187,7 @@ def _references(samples: Any) -> list[str]:
 
 def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     """Load prompts, backend and scorer for one LoadGen test of GPT-J."""
-    from code.gptj.backends import BackendContext, backend_class
+    from code.gptj.backends import backend_class
     from code.gptj.tokenizer import load_tokenizer
 
     provenance = describe_inputs(config, mode)
@@ -223,16 +205,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
         from code.gptj.sentence_split import splitter_name
 
         splitter_name()  # scoring needs nltk's punkt data: stop before the run, not after it
-    context = BackendContext(
-        device=provenance["device"],
-        cpu_threads=resolve_cpu_threads(config),
-        checkpoint=choice.checkpoint,
-        max_prompt_length=samples.max_length,
-        engine_dir=Path(provenance["engine"]) if "engine" in provenance else None,
-        engine_spec=engine_spec(config, choice) if "engine" in provenance else None,  # FP8 inflight runs only
-        references_text=references_text if tokenizer else None,
-        tokenizer=tokenizer,
-    )
+    context = backend_context(config, choice, max_prompt_length=samples.max_length,
+                              references_text=references_text if tokenizer else None, tokenizer=tokenizer)
     chosen = backend_class(config["backend"])
     backend = chosen(chosen.options_from(config, context))
 

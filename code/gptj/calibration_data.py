@@ -22,7 +22,7 @@ the articles come from one of:
 Either way the result is checked (1,000 records of string ``input``/``output``) and written atomically, with
 ``cnn_dailymail_calibration.provenance.json`` beside it (the list's URL and sha256, the source, its checksums).
 ``make preprocess_data BENCHMARKS=gptj`` then tokenizes it like the validation set, and ``make generate_engines``
-calibrates FP8 engines on it (``code/gptj/engine.py``).
+calibrates FP8 engines on it (``code/gptj/backends/inflight_engine.py``).
 """
 
 from __future__ import annotations

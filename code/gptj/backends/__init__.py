@@ -1,9 +1,10 @@
 """GPT-J backends: what turns a batch of prompts into generated token ids, looked up by name.
 
 The benchmark depends on this module only: the protocols, the declarations and ``backend_class``. A backend builds
-its own frozen options from the resolved config (``options_from``); its declaration here tells the configuration
-which precisions it runs and the rules its switches follow. Each backend module is imported when asked for, so
-the oracle runs without loading a model.
+its own frozen options from the resolved config (``options_from``) and says which engine a config loads
+(``engine_dir``, ``generate_engine``: the inflight backend's FP8 calibration); its declaration here tells the
+configuration which precisions it runs and the rules its switches follow. Each backend module is imported when
+asked for, so the oracle runs without loading a model.
 """
 
 from __future__ import annotations
@@ -18,19 +19,19 @@ import numpy as np
 from code.common.backends import BackendDeclaration, Origin, backend_registry
 
 if TYPE_CHECKING:
+    from code.common.benchmarks import EngineReport
     from code.common.config import ResolvedConfig
 
 
 @dataclass(frozen=True)
 class BackendContext:
-    """What the benchmark prepared that a backend's options draw on."""
+    """What the benchmark prepared that a backend's options and engine draw on."""
 
     device: str  # "cpu" | "cuda" | "cuda:N": ``auto`` made concrete
     cpu_threads: int  # on a CPU device: torch's intra-op threads
     checkpoint: str  # a checkpoint folder/file, "random", or "none (...)"
-    max_prompt_length: int  # the longest prompt of the run's samples
-    engine_dir: Path | None = None  # inflight FP8: the engine holding the calibration (code/gptj/engine.py)
-    engine_spec: Any = None  # inflight FP8: the EngineSpec the run expects of it
+    engines_dir: Path  # this config's engines (ENGINES_DIR/<system>/gptj/<scenario>); a backend's go under it
+    max_prompt_length: int = 0  # the longest prompt of the run's samples; 0 where nothing runs (make info, engines)
     references_text: list[str] | None = None  # the reference summary of each sample, where the run has them
     tokenizer: Any = None  # GPT-J's tokenizer, where the run has references
 
@@ -42,13 +43,36 @@ class GptjBackend(Protocol):
 
 
 class GptjBackendClass(Protocol):
-    """What the benchmark asks of a backend before one exists: its options, then an instance."""
+    """What the benchmark asks of a backend before one exists: its options, its engine, then an instance."""
 
     def options_from(self, config: ResolvedConfig, context: BackendContext) -> Any:
         """The backend's own frozen options, read from the resolved config and the context."""
         ...
 
+    def engine_dir(self, config: ResolvedConfig, context: BackendContext) -> Path | None:
+        """The engine folder a run of this config loads; None when it loads none."""
+        ...
+
+    def generate_engine(self, config: ResolvedConfig, context: BackendContext) -> EngineReport:
+        """Build the engine a run of this config loads (or say why there is none)."""
+        ...
+
     def __call__(self, options: Any) -> GptjBackend: ...
+
+
+def _inflight_options_refused(values: Mapping[str, Any], origin: Origin) -> str | None:
+    """The inflight engine's own switches mean nothing to the other backends: refused, not ignored."""
+    for field, value in (("synthetic_output_lengths", "forced"), ("kv_cache_dtype", "fp8")):
+        if values.get(field) == value:
+            return (f"--{field}={value} is an option of the inflight backend, not of {values.get('backend')}: "
+                    f"set --backend=inflight or leave --{field} out")
+    return None
+
+
+def no_engine(config: ResolvedConfig) -> EngineReport:
+    """What ``make generate_engines`` says of a config whose backend loads no engine."""
+    return {"engine": f"none: the {config['backend']} GPT-J backend in {config['precision']} loads the checkpoint "
+                      "or draws random weights at run start"}
 
 
 def _inflight_runs_beam_search(values: Mapping[str, Any], origin: Origin) -> str | None:
@@ -67,11 +91,13 @@ def _inflight_on_gpu(values: Mapping[str, Any], device: str, on: str) -> str | N
 
 # What the configuration checks a GPT-J config against (code/common/fields.py); the order is the error's.
 DECLARATIONS = (
-    BackendDeclaration("pytorch", "code.gptj.backends.pytorch:PytorchGptjBackend", precisions=("fp32", "bf16", "fp16")),
+    BackendDeclaration("pytorch", "code.gptj.backends.pytorch:PytorchGptjBackend", precisions=("fp32", "bf16", "fp16"),
+                       check=_inflight_options_refused),
     BackendDeclaration("inflight", "code.gptj.backends.inflight:InflightGptjBackend",
                        precisions=("fp32", "bf16", "fp16", "fp8"), check=_inflight_runs_beam_search,
                        check_device=_inflight_on_gpu),
-    BackendDeclaration("oracle", "code.gptj.backends.oracle:OracleGptjBackend", precisions=None),
+    BackendDeclaration("oracle", "code.gptj.backends.oracle:OracleGptjBackend", precisions=None,
+                       check=_inflight_options_refused),
 )
 # name -> "module:class", imported only when backend_class asks for it
 BACKENDS = backend_registry("GPT-J backend", DECLARATIONS)

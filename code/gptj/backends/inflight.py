@@ -6,9 +6,9 @@ graph per step on the GPU.
 complete one by one); ``run_batch`` runs a list of prompts through the same loop.
 
 ``precision=fp8`` runs both GEMMs of every layer in FP8 (bf16 elsewhere); ``kv_cache_dtype=fp8`` stores keys and
-values in FP8. Both take static scales from the engine ``make generate_engines`` built (``code/gptj/engine.py``):
-the calibration's magnitudes over the MLPerf calibration prompts, or synthetic ones when that set is absent. A run
-never recalibrates: a missing or stale engine stops it with the command that rebuilds it.
+values in FP8. Both take static scales from the engine ``make generate_engines`` built (``inflight_engine.py``): the
+calibration's magnitudes over the MLPerf calibration prompts, or synthetic ones when that set is absent. A run never
+recalibrates: a missing or stale engine stops it with the command that rebuilds it.
 """
 
 from __future__ import annotations
@@ -21,14 +21,23 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from code.gptj.backends import no_engine
+from code.gptj.backends.inflight_engine import (
+    EngineSpec,
+    build_engine,
+    calibrate_on,
+    engine_key,
+    load_calibration,
+    load_model,
+)
 from code.gptj.backends.pytorch import DTYPES, PytorchOptions
-from code.gptj.engine import EngineSpec, calibrate_on, load_calibration, load_model
 from code.gptj.generation import GenerationConfig
 from code.gptj.inflight.engine import EngineOptions, ForcedLengthOf, InflightEngine
 from code.gptj.inflight.layers import Amax, InflightModel
 from code.numerics.fp8 import E4M3
 
 if TYPE_CHECKING:
+    from code.common.benchmarks import EngineReport
     from code.common.config import ResolvedConfig
     from code.gptj.backends import BackendContext
 
@@ -45,17 +54,41 @@ class InflightOptions(PytorchOptions):
 
     kv_cache_dtype: str = "auto"  # auto (the model's dtype) | fp8
     cuda_graphs: bool = True  # replay each step as one CUDA graph
-    engine_dir: Path | None = None  # FP8: the engine holding the calibration (code/gptj/engine.py)
+    engine_dir: Path | None = None  # FP8: the engine holding the calibration (code/gptj/backends/inflight_engine.py)
     engine_spec: Any = None  # FP8: the EngineSpec the run expects of it
     run_args: str | None = None  # makes an engine error's rebuild command copy-pasteable
 
 
 class InflightGptjBackend:
     @staticmethod
-    def options_from(config: ResolvedConfig, context: BackendContext) -> InflightOptions:
+    def engine_spec(config: ResolvedConfig, context: BackendContext) -> EngineSpec:
+        return EngineSpec(model_name=config["model_name"], precision=config["precision"],
+                          kv_cache_dtype=config["kv_cache_dtype"], checkpoint=context.checkpoint, seed=config["seed"])
+
+    @classmethod
+    def engine_dir(cls, config: ResolvedConfig, context: BackendContext) -> Path | None:
+        """``<engines_dir>/<key>/`` when the config needs an engine (FP8 GEMMs or cache), else None."""
+        spec = cls.engine_spec(config, context)
+        return context.engines_dir / engine_key(spec) if spec.needs_engine else None
+
+    @classmethod
+    def generate_engine(cls, config: ResolvedConfig, context: BackendContext) -> EngineReport:
+        spec = cls.engine_spec(config, context)
+        path = cls.engine_dir(config, context)
+        if path is None:
+            return no_engine(config)
+        dtype = torch.bfloat16 if spec.precision == "fp8" else DTYPES[spec.precision]
+        built = build_engine(spec, path, device=torch.device(context.device), dtype=dtype)
+        return {"engine": str(built), "weights": context.checkpoint, "precision": spec.precision,
+                "kv_cache_dtype": spec.kv_cache_dtype}
+
+    @classmethod
+    def options_from(cls, config: ResolvedConfig, context: BackendContext) -> InflightOptions:
+        path = cls.engine_dir(config, context)
         return InflightOptions(**PytorchOptions.model_fields(config, context), kv_cache_dtype=config["kv_cache_dtype"],
-                               cuda_graphs=config["cuda_graphs"], engine_dir=context.engine_dir,
-                               engine_spec=context.engine_spec, run_args=config.run_args())
+                               cuda_graphs=config["cuda_graphs"], engine_dir=path,
+                               engine_spec=cls.engine_spec(config, context) if path else None,
+                               run_args=config.run_args())
 
     def __init__(self, options: InflightOptions) -> None:
         if options.precision not in PRECISIONS:

@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from code.gptj.backends import no_engine
+
 if TYPE_CHECKING:
+    from code.common.benchmarks import EngineReport
     from code.common.config import ResolvedConfig
     from code.gptj.backends import BackendContext
 
@@ -27,6 +30,15 @@ class OracleOptions:
 
 
 class OracleGptjBackend:
+    @staticmethod
+    def engine_dir(config: ResolvedConfig, context: BackendContext) -> None:
+        """No engine: the model is loaded or drawn when a run starts."""
+        return None
+
+    @staticmethod
+    def generate_engine(config: ResolvedConfig, context: BackendContext) -> EngineReport:
+        return no_engine(config)
+
     @staticmethod
     def options_from(config: ResolvedConfig, context: BackendContext) -> OracleOptions:
         texts, tokenizer = context.references_text, context.tokenizer

@@ -75,6 +75,18 @@ def no_engine(config: ResolvedConfig) -> EngineReport:
                       "or draws random weights at run start"}
 
 
+class WithoutEngine:
+    """The engine side of a backend that loads no engine: its model is loaded or drawn when a run starts."""
+
+    @staticmethod
+    def engine_dir(config: ResolvedConfig, context: BackendContext) -> None:
+        return None
+
+    @staticmethod
+    def generate_engine(config: ResolvedConfig, context: BackendContext) -> EngineReport:
+        return no_engine(config)
+
+
 def _inflight_runs_beam_search(values: Mapping[str, Any], origin: Origin) -> str | None:
     if values.get("num_beams", 2) < 2:
         return (f"{origin('num_beams')} = {values['num_beams']}: the inflight backend runs beam search "

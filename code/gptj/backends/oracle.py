@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from code.gptj.backends import no_engine
+from code.gptj.backends import WithoutEngine
 
 if TYPE_CHECKING:
-    from code.common.benchmarks import EngineReport
     from code.common.config import ResolvedConfig
     from code.gptj.backends import BackendContext
 
@@ -29,16 +28,7 @@ class OracleOptions:
     oracle_drop: int = 0  # drop this many tokens from the end of every answer (a failing oracle)
 
 
-class OracleGptjBackend:
-    @staticmethod
-    def engine_dir(config: ResolvedConfig, context: BackendContext) -> None:
-        """No engine: the model is loaded or drawn when a run starts."""
-        return None
-
-    @staticmethod
-    def generate_engine(config: ResolvedConfig, context: BackendContext) -> EngineReport:
-        return no_engine(config)
-
+class OracleGptjBackend(WithoutEngine):
     @staticmethod
     def options_from(config: ResolvedConfig, context: BackendContext) -> OracleOptions:
         texts, tokenizer = context.references_text, context.tokenizer

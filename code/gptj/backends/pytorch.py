@@ -13,12 +13,11 @@ import numpy as np
 import torch
 
 from code.common.faults import reading
-from code.gptj.backends import no_engine
+from code.gptj.backends import WithoutEngine
 from code.gptj.generation import GenerationConfig, cache_shape, generate
 from code.gptj.model import GptjConfig, load_checkpoint, random_weights
 
 if TYPE_CHECKING:
-    from code.common.benchmarks import EngineReport
     from code.common.config import ResolvedConfig
     from code.gptj.backends import BackendContext
 
@@ -47,16 +46,7 @@ class PytorchOptions:
                 "max_prompt_length": context.max_prompt_length}
 
 
-class PytorchGptjBackend:
-    @staticmethod
-    def engine_dir(config: ResolvedConfig, context: BackendContext) -> None:
-        """No engine: the model is loaded or drawn when a run starts."""
-        return None
-
-    @staticmethod
-    def generate_engine(config: ResolvedConfig, context: BackendContext) -> EngineReport:
-        return no_engine(config)
-
+class PytorchGptjBackend(WithoutEngine):
     @staticmethod
     def options_from(config: ResolvedConfig, context: BackendContext) -> PytorchOptions:
         return PytorchOptions(**PytorchOptions.model_fields(config, context))

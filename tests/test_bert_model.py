@@ -10,24 +10,24 @@ import pytest
 import torch
 import transformers
 
-from code.bert.model import BERT_CONFIGS, BertConfig, BertQA, CheckpointError, load_checkpoint, random_weights
+from code.bert.model import (
+    BERT_CONFIGS,
+    BertConfig,
+    BertQA,
+    CheckpointError,
+    hf_config,
+    load_checkpoint,
+    random_weights,
+)
 
 TINY = BERT_CONFIGS["tiny"]
-
-
-def hf_config(config: BertConfig) -> transformers.BertConfig:
-    return transformers.BertConfig(
-        vocab_size=config.vocab_size, hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_heads, intermediate_size=config.intermediate_size,
-        max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
-        layer_norm_eps=config.layer_norm_eps, hidden_act="gelu", attn_implementation="eager")
 
 
 @pytest.fixture(scope="module")
 def hf_model() -> transformers.BertForQuestionAnswering:
     """HF QA model with every weight random (biases and LayerNorms too, so parity covers them)."""
     torch.manual_seed(0)
-    model = transformers.BertForQuestionAnswering(hf_config(TINY)).eval()
+    model = transformers.BertForQuestionAnswering(hf_config(TINY, attn_implementation="eager")).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.normal_(0.0, 0.05)

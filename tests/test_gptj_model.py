@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from code.gptj.generation import GenerationConfig, cache_shape, generate, left_pad
-from code.gptj.model import GPTJ_CONFIGS, CheckpointError, GptjConfig, load_checkpoint, random_weights
+from code.gptj.model import GPTJ_CONFIGS, CheckpointError, GptjConfig, hf_config, load_checkpoint, random_weights
 
 TINY = GPTJ_CONFIGS["tiny"]
 EOS = 50256
@@ -23,19 +23,6 @@ MLPERF = dict(num_beams=4, min_new_tokens=30, max_new_tokens=128, early_stopping
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def hf_config(config: GptjConfig) -> transformers.GPTJConfig:
-    return transformers.GPTJConfig(
-        vocab_size=config.vocab_size,
-        n_positions=config.n_positions,
-        n_embd=config.n_embd,
-        n_layer=config.n_layer,
-        n_head=config.n_head,
-        rotary_dim=config.rotary_dim,
-        n_inner=config.n_inner,
-        layer_norm_epsilon=config.layer_norm_epsilon,
-        activation_function="gelu_new",
-        attn_implementation="eager",
-    )
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +30,7 @@ def hf_model() -> transformers.GPTJForCausalLM:
     """Every weight random (biases and LayerNorms too, so parity covers them), and EOS favoured a little by the LM
     head's bias so that beams end at different lengths: at min_new_tokens, later, and not at all."""
     torch.manual_seed(0)
-    model = transformers.GPTJForCausalLM(hf_config(TINY)).eval()
+    model = transformers.GPTJForCausalLM(hf_config(TINY, attn_implementation="eager")).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.normal_(0.0, 0.05)

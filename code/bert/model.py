@@ -251,6 +251,18 @@ def empty_model(config: BertConfig) -> BertQA:
     return model.to_empty(device="cpu")
 
 
+def hf_config(config: BertConfig, **extra: Any) -> Any:  # transformers.BertConfig, imported only when asked for
+    """Hugging Face's ``BertConfig`` of one of our architectures (``extra``: HF-only settings such as
+    ``attn_implementation``): the parity tests and the bench's baseline build HF models from it."""
+    import transformers
+
+    return transformers.BertConfig(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads, intermediate_size=config.intermediate_size,
+        max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
+        layer_norm_eps=config.layer_norm_eps, hidden_act="gelu", **extra)
+
+
 def random_weights(config: BertConfig, seed: int) -> BertQA:
     """A float32 CPU model whose weights depend only on (config, seed): the same on every machine and run.
 

@@ -307,6 +307,17 @@ def hf_name(our_name: str, part: int | None = None) -> str | None:
     return None
 
 
+def hf_config(config: GptjConfig, **extra: Any) -> Any:  # transformers.GPTJConfig, imported only when asked for
+    """Hugging Face's ``GPTJConfig`` of one of our architectures (``extra``: HF-only settings such as
+    ``attn_implementation`` or token ids): the parity tests and the bench's baseline build HF models from it."""
+    import transformers
+
+    return transformers.GPTJConfig(
+        vocab_size=config.vocab_size, n_positions=config.n_positions, n_embd=config.n_embd, n_layer=config.n_layer,
+        n_head=config.n_head, rotary_dim=config.rotary_dim, n_inner=config.n_inner,
+        layer_norm_epsilon=config.layer_norm_epsilon, activation_function="gelu_new", **extra)
+
+
 def hf_state(model: Gptj) -> dict[str, Tensor]:
     """Our tensors under HF ``GPTJForCausalLM``'s names (views; wqkv split in three), the inverse of
     ``load_state``: the bench's HF baseline runs the very weights our random-weight runs draw."""

@@ -36,20 +36,9 @@ def measure_baseline(
     import transformers
 
     from code.bert.dataset import BertFeatures
-    from code.bert.model import BERT_CONFIGS
+    from code.bert.model import BERT_CONFIGS, hf_config
 
-    ours = BERT_CONFIGS[model_name]
-    config = transformers.BertConfig(
-        vocab_size=ours.vocab_size,
-        hidden_size=ours.hidden_size,
-        num_hidden_layers=ours.num_layers,
-        num_attention_heads=ours.num_heads,
-        intermediate_size=ours.intermediate_size,
-        max_position_embeddings=ours.max_position_embeddings,
-        type_vocab_size=ours.type_vocab_size,
-        layer_norm_eps=ours.layer_norm_eps,
-        attn_implementation=attention,
-    )
+    config = hf_config(BERT_CONFIGS[model_name], attn_implementation=attention)
     torch.manual_seed(seed)
     with torch.device(device):
         model = transformers.BertForQuestionAnswering(config)
@@ -128,23 +117,11 @@ def measure_gptj_baseline(
     import transformers
 
     from code.gptj.dataset import GptjSamples
-    from code.gptj.model import GptjConfig, hf_state, random_weights
+    from code.gptj.model import GptjConfig, hf_config, hf_state, random_weights
 
     ours = GptjConfig.from_name(model_name)
-    config = transformers.GPTJConfig(
-        vocab_size=ours.vocab_size,
-        n_positions=ours.n_positions,
-        n_embd=ours.n_embd,
-        n_layer=ours.n_layer,
-        n_head=ours.n_head,
-        rotary_dim=ours.rotary_dim,
-        n_inner=ours.n_inner,
-        layer_norm_epsilon=ours.layer_norm_epsilon,
-        activation_function="gelu_new",
-        bos_token_id=ours.eos_token_id,
-        eos_token_id=ours.eos_token_id,
-        pad_token_id=ours.pad_token_id,
-    )
+    config = hf_config(ours, bos_token_id=ours.eos_token_id, eos_token_id=ours.eos_token_id,
+                       pad_token_id=ours.pad_token_id)
     cuda = torch.device(device).type == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
     weights = random_weights(ours, seed, dtype, device, draw_on_device=cuda)

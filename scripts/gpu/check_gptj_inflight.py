@@ -43,7 +43,7 @@ from code.gptj.inflight.elementwise import Elementwise
 from code.gptj.inflight.engine import EngineOptions, InflightEngine
 from code.gptj.inflight.kv_cache import CacheShape, KVCache
 from code.gptj.inflight.layers import InflightModel
-from code.gptj.model import GptjConfig, random_weights
+from code.gptj.model import GptjConfig, hf_config, random_weights
 from code.numerics.fp8 import E4M3, quantize
 from scripts.gpu.steps import run_steps
 
@@ -278,8 +278,7 @@ def main() -> None:
     def hf() -> None:
         import transformers
 
-        config = transformers.GPTJConfig(vocab_size=50401, n_positions=2048, n_embd=4096, n_layer=28, n_head=16,
-                                         rotary_dim=64, n_inner=16384, activation_function="gelu_new")
+        config = hf_config(GptjConfig.from_name("6b"))
         with torch.device(device):
             model = transformers.GPTJForCausalLM(config).to(torch.bfloat16).eval()
         chosen = prompts[: args.hf_prompts]

@@ -80,7 +80,7 @@ def progress_line(counters: Counters, shape: ProgressShape) -> str:
         parts.append(f"min duration left {format_duration(left)}" if left > 0 else "min duration met")
     if shape.latency_bound_s is not None:
         parts.append(f"{int(counters['late']):,} late (> {shape.latency_bound_s:g} s)")
-    return ", ".join(parts[:2]) + ", " + ", ".join(parts[2:])
+    return ", ".join(parts)
 
 
 class ProgressReporter:

@@ -1,9 +1,10 @@
 """The Python face of the C++ core (``_mlperf_harness``): settings, the runner protocol, ``run_test``.
 
 The core knows sample indices, lengths and byte buffers, never models: a benchmark passes a ``BatchRunner`` whose
-``run_batch`` turns QSL indices into response arrays. Arguments are checked here so mistakes fail with a message
-naming the field before LoadGen starts. One ``run_test`` per process (LoadGen's ``FromConfig`` rule), and one
-round's build of the core per process (each round compiles in its own LoadGen); see documentation/harness.md.
+``run_batch`` turns QSL indices into response arrays, one runner per device (documentation/multi_gpu.md).
+Arguments are checked here so mistakes fail with a message naming the field before LoadGen starts. One
+``run_test`` per process (LoadGen's ``FromConfig`` rule), and one round's build of the core per process (each round
+compiles in its own LoadGen); see documentation/harness.md.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class CoreSettings:
     total_sample_count: int
     performance_sample_count: int
     max_batch_size: int
-    num_workers: int = 1  # batcher threads, each calls the runner
+    num_workers: int = 1  # batcher threads per device, each calls its device's runner
     sort_by_length: bool = True
     batch_timeout_us: int = 0  # Server: how long a worker waits to fill a batch once it holds one sample
     round: str = DEFAULT_ROUND  # which round's build of the core (and so which LoadGen and seeds) runs the test
@@ -152,16 +153,17 @@ def loadgen_version(round_name: str = DEFAULT_ROUND) -> str:
     return str(_module(round_name).loadgen_version())
 
 
-def progress(round_name: str = DEFAULT_ROUND) -> dict[str, float]:
+def progress(round_name: str = DEFAULT_ROUND) -> dict[str, Any]:
     """Counters of the test running in this process (safe from another thread while ``run_test`` blocks): issued,
-    completed, late (Server: past the latency bound), elapsed_s."""
+    completed, late (Server: past the latency bound), elapsed_s, completed_by_device (one count per device)."""
     return dict(_module(round_name).progress())
 
 
 def timeline(round_name: str = DEFAULT_ROUND) -> SampleTimes:
-    """Every completed sample of the last test: QSL index, issue and completion time (s since the test started)."""
-    index, issued, completed = _module(round_name).timeline()
-    return SampleTimes(index=index, issued_s=issued, completed_s=completed)
+    """Every completed sample of the last test: QSL index, issue and completion time (s since the test started),
+    and the index of the device that completed it."""
+    index, issued, completed, device = _module(round_name).timeline()
+    return SampleTimes(index=index, issued_s=issued, completed_s=completed, device=device)
 
 
 SAMPLE_TIMES_FILE = "sample_times.npz"  # beside LoadGen's logs; staging never copies it
@@ -175,36 +177,79 @@ class SampleTimes:
     issued_s: np.ndarray  # float64 s since the test started
     completed_s: np.ndarray
     length: np.ndarray | None = None  # int64 input length of each sample (tokens), when the caller adds it
+    device: np.ndarray | None = None  # int32 index of the device that completed each sample (None: one device)
+    device_names: tuple[str, ...] = ()  # the name of each device index ("cuda:0", ...), when the caller adds them
 
     def with_lengths(self, sample_lengths: np.ndarray) -> SampleTimes:
         """The same record with each sample's input length, from the QSL's lengths."""
-        return SampleTimes(self.index, self.issued_s, self.completed_s, np.asarray(sample_lengths)[self.index])
+        return replace(self, length=np.asarray(sample_lengths)[self.index])
+
+    def with_device_names(self, names: Sequence[str]) -> SampleTimes:
+        """The same record with the name of each device index (the run's devices, in order)."""
+        return replace(self, device_names=tuple(names))
+
+    def per_device(self) -> list[dict[str, Any]]:
+        """Each device's share of the test: samples (and input tokens, when lengths are known) it completed, its
+        rate over the whole test's duration and its share of the samples, so an imbalance shows. Empty when the
+        record has no device column."""
+        if self.device is None or len(self.index) == 0:
+            return []
+        duration = float(self.completed_s.max() - self.issued_s.min())
+        count = max(int(self.device.max()) + 1, len(self.device_names))
+        rows = []
+        for d in range(count):
+            mine = self.device == d
+            samples = int(mine.sum())
+            row: dict[str, Any] = {
+                "device": self.device_names[d] if d < len(self.device_names) else f"device {d}",
+                "samples": samples,
+                "samples_per_s": samples / duration if duration > 0 else 0.0,
+                "share": samples / len(self.index),
+            }
+            if self.length is not None:
+                row["input_tokens"] = int(self.length[mine].sum())
+            rows.append(row)
+        return rows
 
     def save(self, path: Path) -> None:
-        arrays = {"index": self.index, "issued_s": self.issued_s, "completed_s": self.completed_s}
-        np.savez_compressed(path, **arrays, **({"length": self.length} if self.length is not None else {}))
+        arrays: dict[str, Any] = {"index": self.index, "issued_s": self.issued_s, "completed_s": self.completed_s}
+        if self.length is not None:
+            arrays["length"] = self.length
+        if self.device is not None:
+            arrays["device"] = self.device
+            arrays["device_names"] = np.array(self.device_names or (), dtype=str)
+        np.savez_compressed(path, **arrays)
 
     @classmethod
     def load(cls, path: Path) -> SampleTimes:
         with np.load(path) as data:
             return cls(index=data["index"], issued_s=data["issued_s"], completed_s=data["completed_s"],
-                       length=data["length"] if "length" in data else None)
+                       length=data["length"] if "length" in data else None,
+                       device=data["device"] if "device" in data else None,
+                       device_names=tuple(str(n) for n in data["device_names"]) if "device_names" in data else ())
+
+
+Runner = BatchRunner | ContinuousRunner
 
 
 def run_test(
     settings: CoreSettings,
     sample_lengths: np.ndarray,
-    runner: BatchRunner | ContinuousRunner,
+    runner: Runner | Sequence[Runner],
     load_samples: Callable[[list[int]], None] | None = None,
     unload_samples: Callable[[list[int]], None] | None = None,
+    device_names: Sequence[str] | None = None,
 ) -> None:
     """Run one LoadGen test and block until it ends; LoadGen's logs land in settings.log_dir.
 
+    runner: one runner, or one per device (all of one kind); the core's batcher feeds them from one queue (the
+    least loaded device takes the next batch; each continuous engine takes what it has room for). device_names:
+    one per runner, for errors and per-device figures (default "device 0", ...).
     sample_lengths: one length per QSL sample (the order Offline batches are cut in, longest first, when
     settings.sort_by_length). load_samples / unload_samples get the QSL indices LoadGen loads or unloads.
-    An exception raised by runner.run_batch or a callback is re-raised here after LoadGen ends the test (the
-    remaining samples are answered with empty responses meanwhile, so the run's logs are not valid).
-    May be called once per process.
+    An exception raised by a runner or a callback is re-raised here after LoadGen ends the test (the remaining
+    samples are answered with empty responses meanwhile, so the run's logs are not valid); with several devices,
+    a note on it names the device. May be called once per process.
     """
     if not isinstance(settings, CoreSettings):
         raise ValueError(f"settings must be a CoreSettings, not {type(settings).__name__}")
@@ -216,9 +261,18 @@ def run_test(
             f"sample_lengths has {lengths.shape[0]} entries; it needs one per QSL sample "
             f"(total_sample_count = {settings.total_sample_count})"
         )
-    if not callable(getattr(runner, "run_batch", None)) and not callable(getattr(runner, "run_continuous", None)):
-        raise ValueError(f"runner must have a run_batch or run_continuous method ({type(runner).__name__} has "
-                         f"neither)")
+    runners = list(runner) if isinstance(runner, list | tuple) else [runner]
+    if not runners:
+        raise ValueError("runner: give one runner per device, at least one")
+    for each in runners:
+        if not callable(getattr(each, "run_batch", None)) and not callable(getattr(each, "run_continuous", None)):
+            raise ValueError(f"runner must have a run_batch or run_continuous method ({type(each).__name__} has "
+                             f"neither)")
+    if len({callable(getattr(each, "run_continuous", None)) for each in runners}) > 1:
+        raise ValueError("the runners mix run_batch and run_continuous; one test runs one kind on every device")
+    names = [f"device {i}" for i in range(len(runners))] if device_names is None else [str(n) for n in device_names]
+    if len(names) != len(runners):
+        raise ValueError(f"device_names has {len(names)} names for {len(runners)} runners; give one per runner")
     for name, callback in (("load_samples", load_samples), ("unload_samples", unload_samples)):
         if callback is not None and not callable(callback):
             raise ValueError(f"{name} must be callable or None")
@@ -239,7 +293,8 @@ def run_test(
         batch_timeout_us=settings.batch_timeout_us,
         log_enable_trace=settings.log_enable_trace,
         sample_lengths=lengths.astype(np.int64, copy=False),
-        runner=runner,
+        runners=runners,
+        device_names=names,
         load_samples=load_samples,
         unload_samples=unload_samples,
     )

@@ -11,8 +11,13 @@
 //                 > 0, once it holds a sample it waits at most that long for more to fill the batch.
 //   SingleStream  whatever is waiting (one query of one sample at a time, so normally 1).
 //
-// With num_workers = 0 no worker thread runs: a continuous-batching engine pulls samples itself with Take (see
-// ContinuousRunner), as many as it has room for at each step.
+// Several devices (one runner each): num_workers threads per device all take from the one queue, so a device takes
+// work only when one of its workers is free (work stealing: a faster device takes more, and Offline balances by the
+// time batches take, not by their count). A waiting worker takes a batch only if no other device with a waiting
+// worker has fewer batches in flight, so each batch goes to the least loaded device that can start it now.
+//
+// With num_workers = 0 no worker thread runs: continuous-batching engines (one per device) pull samples themselves
+// with Take (see ContinuousRunner), as many as each has room for at each step.
 #pragma once
 
 #include <loadgen.h>
@@ -36,13 +41,15 @@ enum class Scenario { kSingleStream, kServer, kOffline };
 struct BatcherConfig {
   Scenario scenario = Scenario::kOffline;
   std::size_t max_batch_size = 1;
-  std::size_t num_workers = 1;
+  std::size_t num_workers = 1;  // per device
+  std::size_t num_devices = 1;
   bool sort_by_length = true;
   std::chrono::microseconds batch_timeout{0};  // Server only
 };
 
-// Called on a worker thread, without the GIL, with 1..max_batch_size samples; must complete every one of them.
-using BatchHandler = std::function<void(const std::vector<mlperf::QuerySample>&)>;
+// Called on a worker thread of `device` (0..num_devices-1), without the GIL, with 1..max_batch_size samples; must
+// complete every one of them.
+using BatchHandler = std::function<void(std::size_t device, const std::vector<mlperf::QuerySample>&)>;
 
 // Optional, called on each worker thread when it starts and just before it exits (e.g. to give the thread one
 // Python thread state for its whole life).
@@ -73,7 +80,13 @@ class Batcher {
   bool Take(std::size_t max_samples, std::chrono::microseconds wait, std::vector<mlperf::QuerySample>* out);
 
  private:
-  void WorkerLoop();
+  void WorkerLoop(std::size_t device);
+  // Whether a waiting worker of `device` may take work now: work is queued and no device with a waiting worker has
+  // fewer batches in flight.
+  bool MayTakeLocked(std::size_t device) const;
+  // Wakes the workers that may take what is queued: one when there is one device, else all (each checks
+  // MayTakeLocked, so the least loaded device's worker takes it).
+  void WakeWorkers(bool many);
   // moves queued samples into batch, up to limit samples in all
   void TakeLocked(std::vector<mlperf::QuerySample>* batch, std::size_t limit);
   std::int64_t LengthOf(const mlperf::QuerySample& sample) const;
@@ -88,6 +101,8 @@ class Batcher {
   std::deque<mlperf::QuerySample> queue_;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
+  std::vector<std::size_t> in_flight_;  // per device: batches its workers are running
+  std::vector<std::size_t> waiting_;    // per device: workers waiting for work
 };
 
 }  // namespace harness

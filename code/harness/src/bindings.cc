@@ -1,10 +1,12 @@
 // The Python module _mlperf_harness. Its Python face, with argument checks and docs, is code/harness/core.py.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 #include <version.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "continuous_runner.h"
 #include "test_runner.h"
@@ -22,7 +24,8 @@ PYBIND11_MODULE(_mlperf_harness, m) {
          std::size_t max_batch_size, std::size_t num_workers, bool sort_by_length, std::int64_t batch_timeout_us,
          bool log_enable_trace,
          const py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>& sample_lengths,
-         const py::object& runner, const py::object& load_samples, const py::object& unload_samples) {
+         const std::vector<py::object>& runners, const std::vector<std::string>& device_names,
+         const py::object& load_samples, const py::object& unload_samples) {
         harness::RunConfig config;
         config.model = model;
         config.scenario = scenario;
@@ -36,14 +39,16 @@ PYBIND11_MODULE(_mlperf_harness, m) {
         config.sort_by_length = sort_by_length;
         config.batch_timeout_us = batch_timeout_us;
         config.enable_trace = log_enable_trace;
-        harness::RunTest(config, sample_lengths, runner, load_samples, unload_samples);
+        harness::RunTest(config, sample_lengths, runners, device_names, load_samples, unload_samples);
       },
       py::kw_only(), py::arg("model"), py::arg("scenario"), py::arg("mode"), py::arg("user_conf"), py::arg("log_dir"),
       py::arg("total_sample_count"), py::arg("performance_sample_count"), py::arg("max_batch_size"),
       py::arg("num_workers"), py::arg("sort_by_length"), py::arg("batch_timeout_us"), py::arg("log_enable_trace"),
       py::arg("sample_lengths"),
-      py::arg("runner"), py::arg("load_samples") = py::none(), py::arg("unload_samples") = py::none(),
-      "Run one LoadGen test (once per process). Raises the runner's first exception after the test ends.");
+      py::arg("runners"), py::arg("device_names"), py::arg("load_samples") = py::none(),
+      py::arg("unload_samples") = py::none(),
+      "Run one LoadGen test (once per process) with one runner per device. Raises a runner's first exception after "
+      "the test ends.");
 
   py::class_<harness::ContinuousSession>(
       m, "ContinuousSession", "The issued-sample queue and completion path of a continuous-batching engine")
@@ -64,10 +69,11 @@ PYBIND11_MODULE(_mlperf_harness, m) {
         out["completed"] = counters.completed;
         out["late"] = counters.late;
         out["elapsed_s"] = counters.elapsed_s;
+        out["completed_by_device"] = counters.completed_by_device;
         return out;
       },
       "Counters of the running test (callable from another thread while run_test runs): issued, completed, late "
-      "(Server: past the latency bound), elapsed_s.");
+      "(Server: past the latency bound), elapsed_s, completed_by_device (a list, one count per device).");
 
   m.def(
       "timeline",
@@ -77,6 +83,8 @@ PYBIND11_MODULE(_mlperf_harness, m) {
         py::array_t<std::int64_t> index(count);
         py::array_t<double> issued(count);
         py::array_t<double> completed(count);
+        py::array_t<std::int32_t> device(count);
+        auto d_view = device.mutable_unchecked<1>();
         auto i_view = index.mutable_unchecked<1>();
         auto s_view = issued.mutable_unchecked<1>();
         auto c_view = completed.mutable_unchecked<1>();
@@ -84,11 +92,12 @@ PYBIND11_MODULE(_mlperf_harness, m) {
           i_view(i) = static_cast<std::int64_t>(records[i].index);
           s_view(i) = static_cast<double>(records[i].issued_ns) * 1e-9;
           c_view(i) = static_cast<double>(records[i].completed_ns) * 1e-9;
+          d_view(i) = static_cast<std::int32_t>(records[i].device);
         }
-        return py::make_tuple(index, issued, completed);
+        return py::make_tuple(index, issued, completed, device);
       },
-      "The completed samples of the last test, in completion order: (QSL index, issue time s, completion time s), "
-      "times since the test started.");
+      "The completed samples of the last test, in completion order: (QSL index, issue time s, completion time s, "
+      "device index), times since the test started.");
 
   m.def(
       "loadgen_version", [] { return mlperf::LoadgenVersion(); }, "The version of the LoadGen compiled in.");

@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "python_batch_runner.h"
 #include "timeline.h"
@@ -34,8 +35,8 @@ py::object ContinuousSession::Take(std::size_t max_samples, double timeout_s) {
     throw py::value_error("session.take: timeout_s must be a finite number >= 0, not " + std::to_string(timeout_s));
   }
   std::vector<mlperf::QuerySample> taken;
-  bool open = true;
-  if (max_samples > 0 || timeout_s > 0.0) {
+  bool open = !errors_->Failed();  // another device's engine failed: this one finishes what it holds and returns
+  if (open && (max_samples > 0 || timeout_s > 0.0)) {
     py::gil_scoped_release release;
     const auto wait = std::chrono::microseconds(static_cast<std::int64_t>(timeout_s * 1e6));
     open = batcher_->Take(max_samples, wait, &taken);
@@ -87,7 +88,7 @@ void ContinuousSession::Complete(const py::array_t<std::uint64_t, py::array::c_s
     loadgen_responses.emplace_back(id_data[i], address, buffers[i].size());
   }
   py::gil_scoped_release release;
-  CompleteSamples(loadgen_responses.data(), loadgen_responses.size());
+  CompleteSamples(loadgen_responses.data(), loadgen_responses.size(), device_);
 }
 
 std::size_t ContinuousSession::InFlight() {
@@ -102,12 +103,17 @@ void ContinuousSession::CompleteInFlightEmpty() {
     for (const auto id : in_flight_) responses.emplace_back(id, 0, 0);
     in_flight_.clear();
   }
-  if (!responses.empty()) CompleteSamples(responses.data(), responses.size());
+  if (!responses.empty()) CompleteSamples(responses.data(), responses.size(), device_);
 }
 
-ContinuousRunner::ContinuousRunner(const py::object& runner, Batcher* batcher, ErrorState* errors)
-    : run_continuous_(runner.attr("run_continuous")), batcher_(batcher), errors_(errors) {
-  auto session = std::make_unique<ContinuousSession>(batcher, errors);
+ContinuousRunner::ContinuousRunner(const py::object& runner, Batcher* batcher, ErrorState* errors, std::size_t device,
+                                   std::string where)
+    : run_continuous_(runner.attr("run_continuous")),
+      batcher_(batcher),
+      errors_(errors),
+      device_(device),
+      where_(std::move(where)) {
+  auto session = std::make_unique<ContinuousSession>(batcher, errors, device);
   session_ = session.get();
   session_object_ = py::cast(std::move(session));
 }
@@ -132,17 +138,16 @@ void ContinuousRunner::ThreadMain() {
     try {
       run_continuous_(session_object_);
       if (!session_->Closed()) {
-        errors_->RecordMessage("run_continuous returned before session.take said the test was over (None)",
-                               "run_continuous");
+        errors_->RecordMessage("run_continuous returned before session.take said the test was over (None)", where_);
       } else if (session_->InFlight() != 0) {
         errors_->RecordMessage("run_continuous returned with " + std::to_string(session_->InFlight()) +
                                    " samples taken and not completed",
-                               "run_continuous");
+                               where_);
       }
     } catch (py::error_already_set& error) {
-      errors_->RecordPython(error, "run_continuous");
+      errors_->RecordPython(error, where_);
     } catch (const std::exception& error) {
-      errors_->RecordMessage(error.what(), "run_continuous");
+      errors_->RecordMessage(error.what(), where_);
     }
   }
   PythonBatchRunner::DetachWorkerThread();
@@ -151,7 +156,7 @@ void ContinuousRunner::ThreadMain() {
   std::vector<mlperf::QuerySample> rest;
   while (batcher_->Take(SIZE_MAX, std::chrono::milliseconds(50), &rest)) {
     if (rest.empty()) continue;
-    CompleteWithEmptyResponses(rest);
+    CompleteWithEmptyResponses(rest, device_);
   }
 }
 

@@ -8,6 +8,9 @@
 //
 // If the engine raises, the error is recorded, every sample it had taken and not completed, and every sample
 // issued later, is completed with an empty response so LoadGen can end its test; run_test then re-raises.
+//
+// Several devices: one engine (and session) per device, all taking from the one queue, so each takes as much as it
+// has room for. After one engine's error the others' take returns None: they finish what they hold and return.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -16,6 +19,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -28,7 +32,8 @@ namespace harness {
 // What the engine sees: the queue of issued samples and the way to complete them.
 class ContinuousSession {
  public:
-  ContinuousSession(Batcher* batcher, ErrorState* errors) : batcher_(batcher), errors_(errors) {}
+  ContinuousSession(Batcher* batcher, ErrorState* errors, std::size_t device)
+      : batcher_(batcher), errors_(errors), device_(device) {}
 
   // Up to max_samples issued samples, waiting up to timeout_s for the first: (response ids uint64, QSL indices
   // int64), possibly empty; None once the test is over and nothing is left (the engine should return). GIL held on
@@ -51,6 +56,7 @@ class ContinuousSession {
  private:
   Batcher* batcher_;
   ErrorState* errors_;
+  std::size_t device_;
   std::mutex mutex_;
   std::unordered_set<mlperf::ResponseId> in_flight_;
   bool closed_ = false;  // written and read with the GIL held
@@ -59,7 +65,9 @@ class ContinuousSession {
 class ContinuousRunner {
  public:
   // Must be constructed and destroyed with the GIL held (it keeps a reference to the runner).
-  ContinuousRunner(const pybind11::object& runner, Batcher* batcher, ErrorState* errors);
+  // `device`: the engine's index (its completions are counted for it); `where` names it in errors.
+  ContinuousRunner(const pybind11::object& runner, Batcher* batcher, ErrorState* errors, std::size_t device,
+                   std::string where);
   ~ContinuousRunner();
 
   void Start();  // call without the GIL
@@ -73,6 +81,8 @@ class ContinuousRunner {
   ContinuousSession* session_;  // owned by session_object_
   Batcher* batcher_;
   ErrorState* errors_;
+  std::size_t device_;
+  std::string where_;
   std::thread thread_;
 };
 

@@ -5,8 +5,9 @@
 
 namespace harness {
 
-bool ErrorState::ClaimFirst(const std::string& description, const char* where) {
+bool ErrorState::ClaimFirst(const std::string& description, const std::string& where) {
   if (failed_.exchange(true, std::memory_order_acq_rel)) return false;
+  where_ = where;
   // Said at once, not only when run_test returns: in Server/SingleStream LoadGen keeps issuing until its minimum
   // duration, and whoever watches the run should know why it now answers with empty responses.
   std::cerr << "mlperf_harness: error in " << where << ": " << description
@@ -16,16 +17,16 @@ bool ErrorState::ClaimFirst(const std::string& description, const char* where) {
   return true;
 }
 
-void ErrorState::RecordPython(const pybind11::error_already_set& error, const char* where) {
+void ErrorState::RecordPython(const pybind11::error_already_set& error, const std::string& where) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (ClaimFirst(error.what(), where)) python_error_.emplace(error);
 }
 
-void ErrorState::RecordMessage(const std::string& message, const char* where) {
+void ErrorState::RecordMessage(const std::string& message, const std::string& where) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!ClaimFirst(message, where)) return;
   // Messages about a bad answer already name run_batch; others get the callback's name in front.
-  message_ = message.rfind(where, 0) == 0 ? message : std::string(where) + ": " + message;
+  message_ = message.rfind(where, 0) == 0 ? message : where + ": " + message;
 }
 
 void ErrorState::RethrowIfFailed() {
@@ -34,6 +35,8 @@ void ErrorState::RethrowIfFailed() {
   if (python_error_) {
     pybind11::error_already_set error = *python_error_;
     python_error_.reset();
+    pybind11::object value = error.value();
+    if (pybind11::hasattr(value, "add_note")) value.attr("add_note")("raised in " + where_ + " (mlperf_harness)");
     throw error;  // pybind11 restores the original Python exception (type, message, traceback)
   }
   throw std::runtime_error(message_);

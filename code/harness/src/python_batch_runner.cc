@@ -7,6 +7,7 @@
 #include <exception>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "timeline.h"
 
@@ -74,11 +75,11 @@ std::vector<std::vector<std::uint8_t>> ResponsesFrom(const py::object& result, s
 
 }  // namespace
 
-void CompleteWithEmptyResponses(const std::vector<mlperf::QuerySample>& batch) {
+void CompleteWithEmptyResponses(const std::vector<mlperf::QuerySample>& batch, std::size_t device) {
   std::vector<mlperf::QuerySampleResponse> responses;
   responses.reserve(batch.size());
   for (const auto& sample : batch) responses.emplace_back(sample.id, 0, 0);
-  CompleteSamples(responses.data(), responses.size());
+  CompleteSamples(responses.data(), responses.size(), device);
 }
 
 namespace {
@@ -101,8 +102,9 @@ void PythonBatchRunner::DetachWorkerThread() {
   t_worker.thread_state = nullptr;
 }
 
-PythonBatchRunner::PythonBatchRunner(const py::object& runner, ErrorState* errors)
-    : run_batch_(runner.attr("run_batch")), errors_(errors) {}
+PythonBatchRunner::PythonBatchRunner(const py::object& runner, ErrorState* errors, std::size_t device,
+                                     std::string where)
+    : run_batch_(runner.attr("run_batch")), errors_(errors), device_(device), where_(std::move(where)) {}
 
 bool PythonBatchRunner::CallRunner(const std::vector<mlperf::QuerySample>& batch,
                                    std::vector<std::vector<std::uint8_t>>* responses) {
@@ -116,9 +118,9 @@ bool PythonBatchRunner::CallRunner(const std::vector<mlperf::QuerySample>& batch
     *responses = ResponsesFrom(result, batch.size());
     return true;
   } catch (py::error_already_set& error) {
-    errors_->RecordPython(error, "run_batch");
+    errors_->RecordPython(error, where_);
   } catch (const std::exception& error) {
-    errors_->RecordMessage(error.what(), "run_batch");
+    errors_->RecordMessage(error.what(), where_);
   }
   return false;
 }
@@ -126,7 +128,7 @@ bool PythonBatchRunner::CallRunner(const std::vector<mlperf::QuerySample>& batch
 void PythonBatchRunner::RunBatch(const std::vector<mlperf::QuerySample>& batch) {
   std::vector<std::vector<std::uint8_t>> buffers;
   if (errors_->Failed() || !CallRunner(batch, &buffers)) {
-    CompleteWithEmptyResponses(batch);
+    CompleteWithEmptyResponses(batch, device_);
     return;
   }
   // The GIL is released here; the buffers outlive QuerySamplesComplete, which copies what it logs.
@@ -136,7 +138,7 @@ void PythonBatchRunner::RunBatch(const std::vector<mlperf::QuerySample>& batch) 
     const auto address = buffers[i].empty() ? 0 : reinterpret_cast<std::uintptr_t>(buffers[i].data());
     responses.emplace_back(batch[i].id, address, buffers[i].size());
   }
-  CompleteSamples(responses.data(), responses.size());
+  CompleteSamples(responses.data(), responses.size(), device_);
 }
 
 }  // namespace harness

@@ -8,7 +8,9 @@
 #include <pybind11/pybind11.h>
 #include <query_sample.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "error_state.h"
@@ -17,8 +19,9 @@ namespace harness {
 
 class PythonBatchRunner {
  public:
-  // Must be constructed and destroyed with the GIL held (it keeps a reference to runner.run_batch).
-  PythonBatchRunner(const pybind11::object& runner, ErrorState* errors);
+  // Must be constructed and destroyed with the GIL held (it keeps a reference to runner.run_batch). `device` is the
+  // runner's index (its completions are counted for it); `where` names it in errors ("run_batch on cuda:1").
+  PythonBatchRunner(const pybind11::object& runner, ErrorState* errors, std::size_t device, std::string where);
 
   void RunBatch(const std::vector<mlperf::QuerySample>& batch);
 
@@ -34,9 +37,11 @@ class PythonBatchRunner {
 
   pybind11::object run_batch_;
   ErrorState* errors_;
+  std::size_t device_;
+  std::string where_;
 };
 
 // After an error no more Python is called; LoadGen still needs every issued sample completed to end its test.
-void CompleteWithEmptyResponses(const std::vector<mlperf::QuerySample>& batch);
+void CompleteWithEmptyResponses(const std::vector<mlperf::QuerySample>& batch, std::size_t device);
 
 }  // namespace harness

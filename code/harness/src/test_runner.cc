@@ -8,7 +8,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <optional>
+#include <memory>
+#include <string>
 #include <stdexcept>
 #include <system_error>
 #include <vector>
@@ -102,18 +103,35 @@ mlperf::LogSettings MakeLogSettings(const RunConfig& config) {
   return log_settings;
 }
 
+std::string WhereOf(const char* callback, const std::vector<std::string>& device_names, std::size_t device) {
+  if (device_names.size() <= 1) return callback;
+  return std::string(callback) + " on " + device_names[device] + " (device " + std::to_string(device + 1) + " of " +
+         std::to_string(device_names.size()) + ")";
+}
+
 }  // namespace
 
 void RunTest(const RunConfig& config, const py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>& lengths,
-             const py::object& runner, const py::object& load_samples, const py::object& unload_samples) {
+             const std::vector<py::object>& runners, const std::vector<std::string>& device_names,
+             const py::object& load_samples, const py::object& unload_samples) {
   const ScenarioNames& scenario = ParseScenario(config.scenario);
   ParseMode(config.mode);
+  if (runners.empty()) throw py::value_error("runners must hold one runner per device, at least one");
+  if (device_names.size() != runners.size()) {
+    throw py::value_error("device_names must name each runner's device: " + std::to_string(runners.size()) +
+                          " runners, " + std::to_string(device_names.size()) + " names");
+  }
   // A runner with run_continuous pulls samples itself (continuous batching); otherwise the batcher's workers call
-  // its run_batch.
-  const bool continuous = py::hasattr(runner, "run_continuous");
+  // its run_batch. All runners of a test are of one kind.
+  const bool continuous = py::hasattr(runners[0], "run_continuous");
   Validate(config, static_cast<std::size_t>(lengths.size()), continuous);
-  if (!continuous && !py::hasattr(runner, "run_batch")) {
-    throw py::type_error("runner has neither run_batch nor run_continuous");
+  for (const auto& runner : runners) {
+    if (py::hasattr(runner, "run_continuous") != continuous) {
+      throw py::type_error("runners mix run_batch and run_continuous; one test runs one kind on every device");
+    }
+    if (!continuous && !py::hasattr(runner, "run_batch")) {
+      throw py::type_error("runner has neither run_batch nor run_continuous");
+    }
   }
   for (const auto& callback : {load_samples, unload_samples}) {
     if (!callback.is_none() && !PyCallable_Check(callback.ptr())) {
@@ -133,34 +151,49 @@ void RunTest(const RunConfig& config, const py::array_t<std::int64_t, py::array:
   ErrorState errors;
   SampleLibrary qsl(config.total_sample_count, config.performance_sample_count, load_samples, unload_samples,
                          &errors);
-  std::optional<PythonBatchRunner> batch_runner;
-  if (!continuous) batch_runner.emplace(runner, &errors);
+  const std::size_t devices = runners.size();
+  std::vector<std::unique_ptr<PythonBatchRunner>> batch_runners;
+  if (!continuous) {
+    for (std::size_t d = 0; d < devices; ++d) {
+      batch_runners.push_back(
+          std::make_unique<PythonBatchRunner>(runners[d], &errors, d, WhereOf("run_batch", device_names, d)));
+    }
+  }
   BatcherConfig batcher_config;
   batcher_config.scenario = scenario.batcher;
   batcher_config.max_batch_size = config.max_batch_size;
   batcher_config.num_workers = continuous ? 0 : config.num_workers;
+  batcher_config.num_devices = devices;
   batcher_config.sort_by_length = config.sort_by_length;
   batcher_config.batch_timeout = std::chrono::microseconds(config.batch_timeout_us);
-  Batcher batcher(batcher_config, std::move(sample_lengths),
-                  [&batch_runner](const std::vector<mlperf::QuerySample>& batch) { batch_runner->RunBatch(batch); },
-                  WorkerHooks{PythonBatchRunner::AttachWorkerThread, PythonBatchRunner::DetachWorkerThread});
+  Batcher batcher(
+      batcher_config, std::move(sample_lengths),
+      [&batch_runners](std::size_t device, const std::vector<mlperf::QuerySample>& batch) {
+        batch_runners[device]->RunBatch(batch);
+      },
+      WorkerHooks{PythonBatchRunner::AttachWorkerThread, PythonBatchRunner::DetachWorkerThread});
   BatchingSut sut(&batcher);
-  std::optional<ContinuousRunner> engine;
-  if (continuous) engine.emplace(runner, &batcher, &errors);
+  std::vector<std::unique_ptr<ContinuousRunner>> engines;
+  if (continuous) {
+    for (std::size_t d = 0; d < devices; ++d) {
+      engines.push_back(std::make_unique<ContinuousRunner>(runners[d], &batcher, &errors, d,
+                                                           WhereOf("run_continuous", device_names, d)));
+    }
+  }
 
   {
     // Without the GIL: the workers and the QSL callbacks take it when they call Python.
     py::gil_scoped_release release;
-    batcher.Start();
-    if (engine) engine->Start();
     // Server counts a sample late past its latency bound, as LoadGen judges the test; the others have none.
     const bool server = scenario.loadgen == mlperf::TestScenario::Server;
-    ProcessTimeline().Start(server ? static_cast<std::int64_t>(settings.server_target_latency_ns) : 0);
+    ProcessTimeline().Start(server ? static_cast<std::int64_t>(settings.server_target_latency_ns) : 0, devices);
+    batcher.Start();
+    for (auto& engine : engines) engine->Start();
     mlperf::StartTest(&sut, &qsl, settings, log_settings);
     // StartTest returns once every issued sample is complete, so the workers are idle; join them still without the
     // GIL, in case one is about to take it. Stopping the batcher also tells a continuous engine the test is over.
     batcher.Stop();
-    if (engine) engine->Join();
+    for (auto& engine : engines) engine->Join();
   }
   errors.RethrowIfFailed();
 }

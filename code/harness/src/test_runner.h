@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace harness {
 
@@ -19,17 +20,18 @@ struct RunConfig {
   std::size_t total_sample_count = 0;
   std::size_t performance_sample_count = 0;
   std::size_t max_batch_size = 1;
-  std::size_t num_workers = 1;
+  std::size_t num_workers = 1;  // batcher threads per device
   bool sort_by_length = true;
   std::int64_t batch_timeout_us = 0;
   bool enable_trace = false;  // LoadGen's mlperf_log_trace.json: off unless asked for (it grows by GBs at GPU rates)
 };
 
-// Called with the GIL held; releases it for the duration of LoadGen's StartTest. Raises the first error of the
+// Called with the GIL held; releases it for the duration of LoadGen's StartTest. Raises the first error of a
 // runner or the QSL callbacks after the test ended. Allowed once per process (LoadGen's FromConfig is).
+// runners: one per device, all of one kind (run_batch or run_continuous); device_names: one per runner, for errors.
 void RunTest(const RunConfig& config,
              const pybind11::array_t<std::int64_t, pybind11::array::c_style | pybind11::array::forcecast>& lengths,
-             const pybind11::object& runner, const pybind11::object& load_samples,
-             const pybind11::object& unload_samples);
+             const std::vector<pybind11::object>& runners, const std::vector<std::string>& device_names,
+             const pybind11::object& load_samples, const pybind11::object& unload_samples);
 
 }  // namespace harness

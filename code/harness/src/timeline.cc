@@ -2,9 +2,11 @@
 
 #include <loadgen.h>
 
+#include <algorithm>
+
 namespace harness {
 
-void Timeline::Start(std::int64_t late_bound_ns) {
+void Timeline::Start(std::int64_t late_bound_ns, std::size_t devices) {
   std::lock_guard<std::mutex> lock(mutex_);
   start_ = std::chrono::steady_clock::now();
   late_bound_ns_ = late_bound_ns;
@@ -12,6 +14,7 @@ void Timeline::Start(std::int64_t late_bound_ns) {
   done_.clear();
   issued_ = 0;
   late_ = 0;
+  completed_by_device_.assign(std::max<std::size_t>(1, devices), 0);
 }
 
 std::int64_t Timeline::Now() const {
@@ -22,19 +25,22 @@ void Timeline::Issued(const std::vector<mlperf::QuerySample>& samples) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::int64_t now = Now();
   pending_.reserve(pending_.size() + samples.size());
-  for (const auto& sample : samples) pending_[sample.id] = SampleRecord{sample.index, now, 0};
+  for (const auto& sample : samples) pending_[sample.id] = SampleRecord{sample.index, now, 0, 0};
   issued_ += samples.size();
 }
 
-void Timeline::Completed(const mlperf::QuerySampleResponse* responses, std::size_t count) {
+void Timeline::Completed(const mlperf::QuerySampleResponse* responses, std::size_t count, std::size_t device) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::int64_t now = Now();
+  if (device >= completed_by_device_.size()) completed_by_device_.resize(device + 1, 0);
   for (std::size_t i = 0; i < count; ++i) {
     auto found = pending_.find(responses[i].id);
     if (found == pending_.end()) continue;  // issued before Start: not this test's
     SampleRecord record = found->second;
     pending_.erase(found);
     record.completed_ns = now;
+    record.device = static_cast<std::uint32_t>(device);
+    ++completed_by_device_[device];
     if (late_bound_ns_ > 0 && now - record.issued_ns > late_bound_ns_) ++late_;
     done_.push_back(record);
   }
@@ -42,7 +48,7 @@ void Timeline::Completed(const mlperf::QuerySampleResponse* responses, std::size
 
 ProgressCounters Timeline::Read() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return ProgressCounters{issued_, done_.size(), late_, static_cast<double>(Now()) * 1e-9};
+  return ProgressCounters{issued_, done_.size(), late_, static_cast<double>(Now()) * 1e-9, completed_by_device_};
 }
 
 std::vector<SampleRecord> Timeline::Records() {
@@ -55,8 +61,8 @@ Timeline& ProcessTimeline() {
   return timeline;
 }
 
-void CompleteSamples(mlperf::QuerySampleResponse* responses, std::size_t count) {
-  ProcessTimeline().Completed(responses, count);
+void CompleteSamples(mlperf::QuerySampleResponse* responses, std::size_t count, std::size_t device) {
+  ProcessTimeline().Completed(responses, count, device);
   mlperf::QuerySamplesComplete(responses, count);
 }
 

@@ -22,20 +22,22 @@ struct ProgressCounters {
   std::uint64_t completed = 0;
   std::uint64_t late = 0;  // completed after the latency bound (0: no bound given)
   double elapsed_s = 0.0;  // since the test started
+  std::vector<std::uint64_t> completed_by_device;  // one count per device
 };
 
 struct SampleRecord {
   std::uint64_t index;      // QSL index
   std::int64_t issued_ns;   // since the test started
   std::int64_t completed_ns;
+  std::uint32_t device;  // which device's runner completed it (0..devices-1)
 };
 
 class Timeline {
  public:
   // Forgets everything; the clock starts now. late_bound_ns <= 0: no sample counts as late.
-  void Start(std::int64_t late_bound_ns);
+  void Start(std::int64_t late_bound_ns, std::size_t devices);
   void Issued(const std::vector<mlperf::QuerySample>& samples);
-  void Completed(const mlperf::QuerySampleResponse* responses, std::size_t count);
+  void Completed(const mlperf::QuerySampleResponse* responses, std::size_t count, std::size_t device);
   ProgressCounters Read();
   std::vector<SampleRecord> Records();
 
@@ -49,12 +51,13 @@ class Timeline {
   std::vector<SampleRecord> done_;
   std::uint64_t issued_ = 0;
   std::uint64_t late_ = 0;
+  std::vector<std::uint64_t> completed_by_device_;
 };
 
 Timeline& ProcessTimeline();
 
-// Records the completions in the process timeline, then hands them to LoadGen (QuerySamplesComplete). Every
-// completion in the core goes through here.
-void CompleteSamples(mlperf::QuerySampleResponse* responses, std::size_t count);
+// Records the completions (by `device`'s runner) in the process timeline, then hands them to LoadGen
+// (QuerySamplesComplete). Every completion in the core goes through here.
+void CompleteSamples(mlperf::QuerySampleResponse* responses, std::size_t count, std::size_t device);
 
 }  // namespace harness

@@ -1,0 +1,343 @@
+"""Several devices on the CPU: one fake runner per "device", fed by the C++ core's batcher against the real LoadGen.
+
+What the dispatch must do, whatever the devices are: complete every sample exactly once, give a faster device more
+work (work stealing), send each Server batch to the least loaded device, and end cleanly when one device fails
+(the run's error names the device, LoadGen's logs stay). Each LoadGen test runs in a child process (one test per
+process): this file, run as a script with a JSON job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from code.common.paths import REPO_ROOT
+
+QSL_SIZE = 240
+CHILD_TIMEOUT_S = 90
+USER_CONF = """\
+bert.*.performance_sample_count_override = 0
+*.Offline.min_duration = 300
+*.Offline.min_query_count = 100
+*.Offline.target_qps = 10000
+*.Server.min_duration = 1500
+*.Server.min_query_count = 300
+*.Server.target_qps = 300
+"""
+
+
+def response_of(index: int) -> np.ndarray:
+    return np.array([index, index * 3 + 1], dtype=np.int64)
+
+
+class SleepyRunner:
+    """A device whose batches take ``per_batch_s`` (plus ``per_sample_s`` a sample); fails once it has been given
+    more than ``fail_after`` samples."""
+
+    def __init__(self, per_batch_s: float, per_sample_s: float, fail_after: int | None) -> None:
+        self.per_batch_s, self.per_sample_s, self.fail_after = per_batch_s, per_sample_s, fail_after
+        self.samples: list[int] = []
+        self.busy = 0
+        self.most_busy = 0
+        self.lock = threading.Lock()
+
+    def run_batch(self, sample_indices: np.ndarray) -> list[np.ndarray]:
+        with self.lock:
+            self.busy += 1
+            self.most_busy = max(self.most_busy, self.busy)
+            self.samples.extend(int(i) for i in sample_indices)
+            given = len(self.samples)
+        try:
+            if self.fail_after is not None and given > self.fail_after:
+                raise MemoryError("fake device ran out of memory")
+            time.sleep(self.per_batch_s + self.per_sample_s * len(sample_indices))
+            return [response_of(int(i)) for i in sample_indices]
+        finally:
+            with self.lock:
+                self.busy -= 1
+
+
+class SleepyEngine:
+    """A continuous-batching device: up to ``slots`` samples, each done after ``steps`` steps of ``step_s``."""
+
+    def __init__(self, slots: int, step_s: float, fail_after: int | None) -> None:
+        self.slots, self.step_s, self.fail_after = slots, step_s, fail_after
+        self.samples: list[int] = []
+        self.returned_cleanly = False
+
+    def run_continuous(self, session) -> None:  # noqa: ANN001 - the core's Session
+        running: dict[int, list[int]] = {}
+        while True:
+            got = session.take(self.slots - len(running), 0.0 if running else 0.01)
+            if got is None and not running:
+                self.returned_cleanly = True
+                return
+            if got is not None:
+                for response_id, index in zip(got[0].tolist(), got[1].tolist(), strict=True):
+                    running[response_id] = [index, 1 + index % 3]
+                    self.samples.append(index)
+            time.sleep(self.step_s)
+            for response_id in list(running):
+                running[response_id][1] -= 1
+                if running[response_id][1] == 0:
+                    index = running.pop(response_id)[0]
+                    session.complete(np.array([response_id], dtype=np.uint64), [response_of(index)])
+            if self.fail_after is not None and len(self.samples) >= self.fail_after:
+                raise MemoryError("fake engine ran out of memory")
+
+
+def _child_main(job: dict) -> int:
+    from code.harness.core import CoreSettings, progress, run_test, timeline
+
+    if job.get("continuous"):
+        runners = [SleepyEngine(4, step, fail) for step, fail in zip(job["step_s"], job["fail"], strict=True)]
+    else:
+        runners = [SleepyRunner(batch, sample, fail)
+                   for batch, sample, fail in zip(job["per_batch_s"], job["per_sample_s"], job["fail"], strict=True)]
+    settings = CoreSettings(model="bert", scenario=job["scenario"], mode=job.get("mode", "PerformanceOnly"),
+                            user_conf=Path(job["user_conf"]), log_dir=Path(job["log_dir"]),
+                            total_sample_count=QSL_SIZE, performance_sample_count=QSL_SIZE,
+                            max_batch_size=job.get("max_batch_size", 8), num_workers=job.get("num_workers", 1))
+    lengths = np.array([(i * 7919) % 383 + 1 for i in range(QSL_SIZE)], dtype=np.int64)
+    names = [f"fake:{d}" for d in range(len(runners))]
+    result: dict = {}
+    try:
+        run_test(settings, lengths, runners, device_names=names)
+    except Exception as exc:  # the parent checks type, message and the note naming the device
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["notes"] = list(getattr(exc, "__notes__", []))
+    times = timeline().with_device_names(names)
+    result.update(progress=progress(), per_device=times.per_device(), timeline_device=times.device.tolist(),
+                  samples=[runner.samples for runner in runners],
+                  most_busy=[getattr(runner, "most_busy", None) for runner in runners],
+                  returned_cleanly=[getattr(runner, "returned_cleanly", None) for runner in runners])
+    Path(job["result"]).write_text(json.dumps(result), encoding="utf-8")
+    return 0
+
+
+def run_child(tmp_path: Path, **job: object) -> dict:
+    conf = tmp_path / "user.conf"
+    conf.write_text(USER_CONF, encoding="utf-8")
+    job.update(user_conf=str(conf), log_dir=str(tmp_path / "logs"), result=str(tmp_path / "result.json"))
+    proc = subprocess.run([sys.executable, __file__, json.dumps(job)], cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)), capture_output=True, text=True,
+                          timeout=CHILD_TIMEOUT_S)
+    assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    result = json.loads((tmp_path / "result.json").read_text(encoding="utf-8"))
+    result["log_dir"] = tmp_path / "logs"
+    result["stderr"] = proc.stderr
+    return result
+
+
+def accuracy_log(log_dir: Path) -> dict[int, bytes]:
+    """QSL index -> response bytes, every entry of LoadGen's accuracy log (an index twice fails the test)."""
+    seen: dict[int, bytes] = {}
+    for entry in json.loads((log_dir / "mlperf_log_accuracy.json").read_text(encoding="utf-8")):
+        assert entry["qsl_idx"] not in seen, f"sample {entry['qsl_idx']} completed twice"
+        seen[entry["qsl_idx"]] = bytes.fromhex(entry["data"])
+    return seen
+
+
+@pytest.fixture(scope="module")
+def built_core() -> Path:
+    from code.harness.build import build
+
+    return build()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("continuous", [False, True], ids=["batches", "continuous"])
+def test_every_sample_once_across_devices(built_core: Path, tmp_path: Path, continuous: bool) -> None:
+    job = ({"continuous": True, "step_s": [0.001, 0.001, 0.001], "fail": [None] * 3} if continuous else
+           {"per_batch_s": [0.002] * 3, "per_sample_s": [0.0] * 3, "fail": [None] * 3})
+    result = run_child(tmp_path, scenario="Offline", mode="AccuracyOnly", **job)
+    assert "error" not in result, result["error"]
+    logged = accuracy_log(result["log_dir"])
+    assert sorted(logged) == list(range(QSL_SIZE))
+    assert all(data == response_of(i).tobytes() for i, data in logged.items())
+    taken = [i for device in result["samples"] for i in device]
+    assert sorted(taken) == list(range(QSL_SIZE)), "each sample goes to exactly one device"
+    assert all(result["samples"]), "every device got work"
+    assert result["progress"]["completed_by_device"] == [len(device) for device in result["samples"]]
+    assert sum(row["samples"] for row in result["per_device"]) == QSL_SIZE
+
+
+@pytest.mark.slow
+def test_offline_work_follows_each_devices_speed(built_core: Path, tmp_path: Path) -> None:
+    # Device 0 is three times faster per sample: it takes about three times the samples, and both finish together.
+    result = run_child(tmp_path, scenario="Offline", per_batch_s=[0.0, 0.0], per_sample_s=[0.0005, 0.0015],
+                       fail=[None, None], max_batch_size=4)
+    assert "error" not in result, result["error"]
+    assert "Result is : VALID" in (result["log_dir"] / "mlperf_log_summary.txt").read_text(encoding="utf-8")
+    fast, slow = (row["samples"] for row in result["per_device"])
+    assert fast + slow == result["progress"]["completed"]
+    assert 2.0 <= fast / slow <= 4.5, f"work should follow speed (3:1), got {fast}:{slow}"
+
+
+@pytest.mark.slow
+def test_server_sends_each_batch_to_the_least_loaded_device(built_core: Path, tmp_path: Path) -> None:
+    # Two workers per device: a device with a batch in flight still has a free worker, yet the idle device must
+    # take the next batch first, so no device ever runs two batches while another runs none.
+    result = run_child(tmp_path, scenario="Server", per_batch_s=[0.004] * 2, per_sample_s=[0.0] * 2,
+                       fail=[None, None], num_workers=2, max_batch_size=2)
+    assert "error" not in result, result["error"]
+    shares = [row["share"] for row in result["per_device"]]
+    assert min(shares) >= 0.35, f"equal devices should share the load, got {shares}"
+    assert sum(result["progress"]["completed_by_device"]) == result["progress"]["completed"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("continuous", [False, True], ids=["batches", "continuous"])
+def test_one_failing_device_ends_the_run_with_its_name(built_core: Path, tmp_path: Path, continuous: bool) -> None:
+    job = ({"continuous": True, "step_s": [0.001, 0.001], "fail": [None, 20]} if continuous else
+           {"per_batch_s": [0.002, 0.002], "per_sample_s": [0.0, 0.0], "fail": [None, 16]})
+    result = run_child(tmp_path, scenario="Offline", **job)
+    assert result["error"].startswith("MemoryError: fake")
+    where = "run_continuous" if continuous else "run_batch"
+    assert any(f"raised in {where} on fake:1 (device 2 of 2)" in note for note in result["notes"]), result["notes"]
+    assert f"error in {where} on fake:1" in result["stderr"]
+    assert (result["log_dir"] / "mlperf_log_detail.txt").is_file(), "LoadGen's logs of the run are kept"
+    assert result["progress"]["completed"] == result["progress"]["issued"], "every issued sample is answered"
+    if continuous:
+        assert result["returned_cleanly"][0], "the healthy engine finishes what it holds and returns"
+
+
+def test_runner_lists_are_checked(tmp_path: Path) -> None:
+    from code.harness.core import CoreSettings, run_test
+
+    conf = tmp_path / "user.conf"
+    conf.write_text(USER_CONF, encoding="utf-8")
+    settings = CoreSettings(model="bert", scenario="Offline", mode="PerformanceOnly", user_conf=conf,
+                            log_dir=tmp_path / "logs", total_sample_count=4, performance_sample_count=4,
+                            max_batch_size=2)
+    lengths = np.ones(4, dtype=np.int64)
+    with pytest.raises(ValueError, match="at least one"):
+        run_test(settings, lengths, [])
+    with pytest.raises(ValueError, match="mix run_batch and run_continuous"):
+        run_test(settings, lengths, [SleepyRunner(0, 0, None), SleepyEngine(1, 0, None)])
+    with pytest.raises(ValueError, match="2 names for 1 runners"):
+        run_test(settings, lengths, [SleepyRunner(0, 0, None)], device_names=["a", "b"])
+
+
+# --- the Python side: which devices, one backend instance each, and the figures per device ---
+
+
+def gptj_config(**overrides: object):  # noqa: ANN201 - ResolvedConfig
+    from code.common.constants import Benchmark, Scenario
+    from configs.configuration import WorkloadSetting, resolve_config
+
+    tiny = {"model_name": "tiny", "precision": "fp32", "input_data": "synthetic", "weights": "random",
+            "synthetic_length_scale": 0.05, "synthetic_sample_count": 6}
+    return resolve_config(Benchmark.GPTJ, Scenario.Offline, "CPU", WorkloadSetting(), {**tiny, **overrides})
+
+
+def test_devices_on_a_cpu_run() -> None:
+    from code.common.benchmarks import InputsUnavailableError
+    from code.common.devices import resolve_devices
+
+    assert resolve_devices(gptj_config(device="cpu")) == ["cpu"]
+    with pytest.raises(InputsUnavailableError, match="--devices=0,1 names GPUs.*leave --devices out"):
+        resolve_devices(gptj_config(device="cpu", devices="0,1"))
+
+
+def test_devices_name_visible_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    from code.common import devices as module
+    from code.common.benchmarks import InputsUnavailableError
+
+    monkeypatch.setattr(module, "visible_gpus", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    bf16 = {"device": "cuda", "precision": "bf16"}
+    assert module.resolve_devices(gptj_config(**bf16)) == ["cuda:0", "cuda:1"]
+    assert module.resolve_devices(gptj_config(**bf16, devices="1")) == ["cuda:1"]
+    assert module.resolve_devices(gptj_config(device="cuda:1", precision="bf16")) == ["cuda:1"]
+    with pytest.raises(InputsUnavailableError, match=r"GPU 2 is not there.*CUDA_VISIBLE_DEVICES=4,5 shows 2"):
+        module.resolve_devices(gptj_config(**bf16, devices="0,2"))
+    with pytest.raises(InputsUnavailableError, match="names GPU 1 more than once"):
+        module.resolve_devices(gptj_config(**bf16, devices="1,0,1"))
+    with pytest.raises(InputsUnavailableError, match="--device=cuda:1 and --devices=0 disagree"):
+        module.resolve_devices(gptj_config(device="cuda:1", precision="bf16", devices="0"))
+
+
+def test_a_bad_device_list_is_refused_as_a_field() -> None:
+    from code.common.fields import FIELDS, FieldError
+
+    assert FIELDS["devices"].parse("0,1,7") == "0,1,7"
+    for bad in ("gpu0", "0,", "cuda:0", "0;1"):
+        with pytest.raises(FieldError, match=f"field 'devices' = '{bad}'"):
+            FIELDS["devices"].parse(bad)
+
+
+def test_out_of_memory_on_one_device_names_it() -> None:
+    from code.common.benchmarks import BenchmarkError
+    from code.common.devices import one_per_device
+
+    class OutOfMemoryError(RuntimeError):  # what torch.cuda raises, by name
+        pass
+
+    def make(device: str) -> str:
+        if device == "cuda:1":
+            raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return device
+
+    assert one_per_device(["cuda:0", "cuda:2"], make) == ["cuda:0", "cuda:2"]
+    with pytest.raises(BenchmarkError, match="cuda:1 ran out of memory.*leave it out with --devices"):
+        one_per_device(["cuda:0", "cuda:1"], make)
+
+
+def test_one_backend_instance_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    from code.common.constants import TestMode
+    from code.gptj import benchmark
+
+    monkeypatch.setattr(benchmark, "resolve_devices", lambda config: ["cpu", "cpu"])
+    prepared = benchmark.prepare_test(gptj_config(device="cpu"), TestMode.PerformanceOnly)
+    assert prepared.devices == ["cpu", "cpu"] and prepared.provenance["devices"] == ["cpu", "cpu"]
+    first, second = prepared.runners
+    assert first.backend is not second.backend, "each device has its own backend instance"
+    indices = np.array([0, 3], dtype=np.int64)
+    for a, b in zip(first.run_batch(indices), second.run_batch(indices), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_expected_qps_follows_the_share_of_gpus_used() -> None:
+    from code.actions.run_single_test import device_share
+    from code.common.constants import Benchmark, Scenario
+    from code.common.user_conf import user_conf_entries
+    from configs.configuration import WorkloadSetting, resolve_config
+
+    assert device_share(["cuda:0"], 8) == 0.125
+    assert device_share(["cuda:0", "cuda:1"], 2) == 1.0
+    assert device_share(["cpu"], 0) == 1.0
+    config = resolve_config(Benchmark.BERT, Scenario.Server, "CPU", WorkloadSetting(), {"server_target_qps": 80.0})
+    assert user_conf_entries(config, 10833, device_share=0.125)["target_qps"] == "10.0"
+
+
+def test_summary_and_report_show_each_device(tmp_path: Path) -> None:
+    from code.common.summary import _device_lines
+    from code.harness.core import SampleTimes
+    from code.report.pages import _device_table
+
+    times = SampleTimes(index=np.arange(4), issued_s=np.zeros(4), completed_s=np.array([1.0, 1.0, 2.0, 2.0]),
+                        length=np.array([10, 20, 30, 40]), device=np.array([0, 1, 0, 0], dtype=np.int32),
+                        device_names=("cuda:0", "cuda:1"))
+    rows = times.per_device()
+    assert [(r["device"], r["samples"], r["input_tokens"]) for r in rows] == [("cuda:0", 3, 80), ("cuda:1", 1, 20)]
+    assert rows[0]["samples_per_s"] == 1.5 and rows[1]["share"] == 0.25
+    times.save(tmp_path / "times.npz")
+    assert SampleTimes.load(tmp_path / "times.npz").per_device() == rows
+    lines = _device_lines({"used": ["cuda:0", "cuda:1"], "expected_qps_share": 0.25, "completed": rows})
+    assert "cuda:0 1.5/s (75.0%), cuda:1 0.5/s (25.0%)" in lines[0]
+    assert "x 0.25 (2 of the system's GPUs)" in lines[1]
+    assert _device_table(rows)[-1] == "| cuda:1 | 1 | 0.50 | 25.0% | 20 |"
+    assert _device_table(rows[:1]) == []
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(json.loads(sys.argv[1])))

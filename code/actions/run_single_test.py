@@ -107,7 +107,12 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         print(f"* model: {provenance.get('model')}; inputs: {provenance.get('inputs')}; "
               f"weights: {provenance.get('weights')}")
         print("*" * 100, flush=True)
-    user_conf = write_user_conf(config, prepared.total_sample_count, log_dir)
+    system_gpus = len(detect_system().gpus)
+    share = device_share(prepared.devices, system_gpus)
+    if share < 1.0:
+        log.info("%d of the system's %d GPUs run: the config's expected QPS is scaled by %.3g", len(prepared.devices),
+                 system_gpus, share)
+    user_conf = write_user_conf(config, prepared.total_sample_count, log_dir, device_share=share)
     settings = CoreSettings(
         model=config.benchmark.loadgen_model,
         scenario=config.scenario.value,
@@ -127,9 +132,10 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
     log.info("loaded in %.1f s; starting LoadGen", loaded - started)
     log.debug("LoadGen settings: %s; user.conf: %s", settings, user_conf)
     with ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf), progress_period_s()):
-        run_test(settings, prepared.sample_lengths, prepared.runner)
+        run_test(settings, prepared.sample_lengths, prepared.runners, device_names=prepared.devices)
     log.info("LoadGen finished in %.1f s", time.time() - loaded)
-    save_sample_times(timeline(settings.round).with_lengths(prepared.sample_lengths), log_dir)
+    times = timeline(settings.round).with_lengths(prepared.sample_lengths).with_device_names(prepared.devices)
+    save_sample_times(times, log_dir)
     check_loadgen_logs(log_dir)  # before any figure is read from them: a full disk leaves them cut short
 
     audit = spec.get("audit")  # {"test": "TEST01", "reference_accuracy_log": path} for a compliance audit
@@ -162,11 +168,21 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         "versions": software,
         "user_conf": user_conf.read_text(),
         "command": sys.argv,
+        "devices": {"used": prepared.devices, "expected_qps_share": share, "completed": times.per_device()},
         **({"engine_stats": prepared.engine_stats()} if prepared.engine_stats else {}),
         **({"audit_accuracy": audit_accuracy} if audit_accuracy else {}),
     })
     write_report(log_dir)
     return result
+
+
+def device_share(devices: list[str], system_gpus: int) -> float:
+    """The share of the system's GPUs a run uses: a config's QPS is for the whole system (an x8 class says 8x the
+    one-GPU figure), so a run on fewer GPUs expects that share of it."""
+    gpus = [device for device in devices if device.startswith("cuda")]
+    if not gpus or system_gpus <= len(gpus):
+        return 1.0
+    return len(gpus) / system_gpus
 
 
 def write_report(log_dir: Path) -> None:

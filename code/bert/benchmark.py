@@ -10,6 +10,7 @@ names the make step that fetches what is missing.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ from code.common.benchmarks import (
 )
 from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
-from code.common.devices import resolve_cpu_threads, resolve_device
+from code.common.devices import one_per_device, resolve_cpu_threads, resolve_devices
 from code.common.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import DATA_DIR, ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
@@ -55,11 +56,11 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
 
 
 def backend_context(config: ResolvedConfig, choice: InputChoice, features: Any = None) -> BackendContext:
-    """What the chosen backend draws on: the device, the weights, where this config's engines live, the features.
-    Resolving the device first refuses an engine the device cannot run before it is built."""
+    """What the chosen backend draws on: the (first) device, the weights, where this config's engines live, the
+    features. Resolving the devices first refuses an engine the device cannot run before it is built."""
     from code.bert.backends import BackendContext
 
-    return BackendContext(device=resolve_device(config), cpu_threads=resolve_cpu_threads(config),
+    return BackendContext(device=resolve_devices(config)[0], cpu_threads=resolve_cpu_threads(config),
                           checkpoint=choice.checkpoint,
                           engines_dir=ENGINES_DIR / config.system / "bert" / config.scenario.value, features=features)
 
@@ -135,7 +136,9 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                                          f"{len(features)} samples"]
     context = backend_context(config, choice, features)
     chosen = backend_class(config["backend"])
-    backend = chosen(chosen.options_from(config, context))
+    devices = resolve_devices(config)
+    backends = one_per_device(devices, lambda device: chosen(chosen.options_from(config,
+                                                                                 replace(context, device=device))))
 
     def evaluate(log_dir: Path) -> AccuracyReport:
         from code.bert.accuracy import evaluate_accuracy_log
@@ -153,8 +156,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                               figures={"exact_match": result.exact_match, "f1": result.f1,
                                        "target_f1": result.target_f1})
 
-    return prepared_test(features.lengths, BertRunner(features, backend), evaluate, provenance,
-                         input_lengths=features.describe_lengths(), device=context.device,
+    return prepared_test(features.lengths, [BertRunner(features, backend) for backend in backends], evaluate,
+                         provenance, input_lengths=features.describe_lengths(), devices=devices,
                          cpu_threads=context.cpu_threads)
 
 

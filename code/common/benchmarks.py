@@ -44,11 +44,12 @@ class InputsDescription(TypedDict, total=False):
     model: Required[str]  # "BERT-large", "none (oracle backend)", ...
     inputs: Required[str]  # the preprocessed folder, or "synthetic (...)"
     weights: Required[str]  # a checkpoint path, "random (... architecture)", or "none (...)"
-    device: Required[str]  # "cpu", "cuda", "cuda:N": ``auto`` made concrete
+    device: Required[str]  # "cpu", "cuda:N": ``auto`` made concrete (the first device, with several)
     invalid_because: Required[list[str]]  # why the figure is not an MLPerf result; empty: it may be one
     engine: str  # BERT pytorch: the engine folder the run loads
     generation: str  # GPT-J: greedy or beam search, and forced output lengths
     input_lengths: dict[str, Any]  # added by ``prepared_test``: the inputs' length statistics
+    devices: list[str]  # added by ``prepared_test``: every device the run puts a backend instance on
     cpu_threads: int  # added by ``prepared_test`` on a CPU device: torch's intra-op threads
 
 
@@ -85,7 +86,8 @@ class PreparedTest:
 
     sample_lengths: np.ndarray  # int32, one per QSL sample: the batcher sorts by it
     performance_sample_count: int
-    runner: Any  # code.harness.core.BatchRunner
+    runners: list[Any]  # code.harness.core.BatchRunner or ContinuousRunner, one per device
+    devices: list[str]  # the device of each runner ("cpu", "cuda:0", ...)
     evaluate_accuracy: Callable[[Path], AccuracyReport]  # log folder -> score (writes accuracy.txt there)
     provenance: InputsDescription  # inputs/weights used, and whether a result is valid
     # The backend's own counters after the test (GPT-J inflight: generated tokens), for metadata.json: LoadGen
@@ -111,25 +113,29 @@ class BenchmarkModule(Protocol):
 
 def prepared_test(
     lengths: np.ndarray,
-    runner: Any,
+    runners: list[Any],
     evaluate_accuracy: Callable[[Path], AccuracyReport],
     provenance: InputsDescription,
     *,
     input_lengths: dict[str, Any],
-    device: str,
+    devices: list[str],
     cpu_threads: int,
     engine_stats: Callable[[], dict[str, Any]] | None = None,
 ) -> PreparedTest:
-    """The end of every benchmark's ``prepare_test``: record the inputs' lengths (and, on a CPU, torch's threads,
-    which change the figure) in the provenance, and hand the core int32 lengths of every sample (all of them fit
-    in memory, so the performance sample count is the whole set)."""
+    """The end of every benchmark's ``prepare_test``: record the inputs' lengths, the devices (and, on a CPU,
+    torch's threads, which change the figure) in the provenance, and hand the core int32 lengths of every sample
+    (all of them fit in memory, so the performance sample count is the whole set) and one runner per device."""
+    if len(runners) != len(devices) or not runners:
+        raise ValueError(f"one runner per device: {len(runners)} runners for devices {devices}")
     provenance["input_lengths"] = input_lengths
-    if device == "cpu":
+    provenance["devices"] = list(devices)
+    if devices == ["cpu"]:
         provenance["cpu_threads"] = cpu_threads
     return PreparedTest(
         sample_lengths=np.ascontiguousarray(lengths, dtype=np.int32),
         performance_sample_count=len(lengths),
-        runner=runner,
+        runners=list(runners),
+        devices=list(devices),
         evaluate_accuracy=evaluate_accuracy,
         provenance=provenance,
         engine_stats=engine_stats,

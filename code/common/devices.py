@@ -1,9 +1,13 @@
-"""Where a model runs: the ``device`` and ``cpu_threads`` fields made concrete, in one place.
+"""Where a model runs: the ``device``, ``devices`` and ``cpu_threads`` fields made concrete, in one place.
 
 ``auto`` means the same everywhere (a run, engine calibration, the fine-tuning tool): cuda when PyTorch sees a
 GPU, else cpu. A run resolves its device once, here, and checks it, so that a GPU that is not there or a
 precision the device cannot run stops the run before it runs something other than what the config, the engine
 name and metadata.json say.
+
+Devices: a GPU run uses every GPU PyTorch sees (``devices=all``; CUDA_VISIBLE_DEVICES narrows what it sees) or the
+indices ``devices`` lists, one backend instance each; ``device=cuda:N`` is the one-GPU spelling of ``devices=N``.
+A CPU run has one device.
 
 CPU threads: torch's default is the machine's physical cores (or ``OMP_NUM_THREADS``). Two things make that wrong
 for a run:
@@ -21,8 +25,10 @@ torch is imported inside the functions: only runs that resolve a device or a thr
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TypeVar
 
-from code.common.benchmarks import InputsUnavailableError
+from code.common.benchmarks import BenchmarkError, InputsUnavailableError
 from code.common.config import ResolvedConfig
 from code.common.constants import Scenario
 from code.common.fields import check_device
@@ -59,6 +65,60 @@ def resolve_device(config: ResolvedConfig) -> str:
         raise InputsUnavailableError(f"--device={device}: PyTorch sees {gpus} GPU(s), cuda:0 to cuda:{gpus - 1}")
     check_device(config.benchmark, config.values, config.sources, device)
     return device
+
+
+def resolve_devices(config: ResolvedConfig) -> list[str]:
+    """The devices a run puts one backend instance on: ``["cpu"]``, or ``cuda:N`` for each GPU the ``devices``
+    field names (every visible one for ``all``). Checked like ``resolve_device``; a GPU that is not there or not
+    visible, a repeated index, or a device list on a CPU run stops the run with the fix."""
+    device = resolve_device(config)
+    devices = config["devices"]
+    if device == "cpu":
+        if devices != "all":
+            raise InputsUnavailableError(f"--devices={devices} names GPUs, and this run is on the CPU "
+                                         f"({'--device=cpu' if config['device'] == 'cpu' else 'PyTorch sees no GPU'})"
+                                         "; leave --devices out, or run on a GPU")
+        return ["cpu"]
+    if ":" in device:
+        index = device.split(":")[1]
+        if devices not in ("all", index):
+            raise InputsUnavailableError(f"--device={device} and --devices={devices} disagree; give one of them "
+                                         f"(--devices={devices} alone, or --device={device} alone)")
+        return [device]
+    gpus = visible_gpus()
+    if devices == "all":
+        return [f"cuda:{i}" for i in range(gpus)]
+    indices = [int(item) for item in devices.split(",")]
+    repeated = sorted({i for i in indices if indices.count(i) > 1})
+    if repeated:
+        raise InputsUnavailableError(f"--devices={devices} names GPU {repeated[0]} more than once; list each GPU once")
+    hidden = [i for i in indices if i >= gpus]
+    if hidden:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        why = f" (CUDA_VISIBLE_DEVICES={visible} shows {gpus})" if visible is not None else ""
+        raise InputsUnavailableError(f"--devices={devices}: GPU {hidden[0]} is not there; PyTorch sees {gpus} GPU(s)"
+                                     f"{why}, numbered 0 to {gpus - 1}; give indices in that range, or widen "
+                                     "CUDA_VISIBLE_DEVICES")
+    return [f"cuda:{i}" for i in indices]
+
+
+Made = TypeVar("Made")
+
+
+def one_per_device(devices: list[str], make: Callable[[str], Made]) -> list[Made]:
+    """``make(device)`` for each device in order (a backend instance each). A device that runs out of memory while
+    its instance loads stops the run with the device named and the fix; other errors pass unchanged."""
+    made = []
+    for device in devices:
+        try:
+            made.append(make(device))
+        except Exception as error:
+            if type(error).__name__ != "OutOfMemoryError":  # torch.cuda.OutOfMemoryError, without importing torch
+                raise
+            raise BenchmarkError(f"{device} ran out of memory while its backend instance loaded ({error}); free that "
+                                 "GPU (nvidia-smi shows what holds it), leave it out with --devices, or lower "
+                                 "--gpu_batch_size") from error
+    return made
 
 
 def allowed_cpus() -> int:

@@ -148,6 +148,9 @@ FIELDS: dict[str, Field] = {
               "calibrated scales, 16-bit elsewhere, GPU only)", choices=("fp32", "fp16", "bf16", "fp8")),
         Field("device", str, "auto", "Where the model runs: auto (cuda when present, else cpu), cpu, cuda, cuda:N",
               pattern=r"auto|cpu|cuda(:[0-9]{1,3})?"),
+        Field("devices", str, "all", "GPUs a run uses, one backend instance each (NVIDIA's --devices): all (every "
+              "GPU PyTorch sees, after CUDA_VISIBLE_DEVICES) or a comma list of their indices, e.g. 0,1 "
+              "(documentation/multi_gpu.md)", pattern=r"all|[0-9]{1,3}(,[0-9]{1,3})*"),
         Field("cpu_threads", int, 0, "On a CPU device: torch's intra-op threads; 0: torch's default capped at "
               "the CPUs the process may use, one fewer in Server (LoadGen's threads need a free core; "
               "code/common/devices.py)", range=Range(0, 4096)),

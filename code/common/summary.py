@@ -30,6 +30,21 @@ def _describe(result: TestResult) -> str:
     return line
 
 
+def _device_lines(devices: dict[str, Any]) -> list[str]:
+    """With several devices, each one's rate and share of the samples (an imbalance shows here); with a share of
+    the system's GPUs, how the expected QPS was scaled."""
+    lines = []
+    completed = devices.get("completed") or []
+    if len(completed) > 1:
+        lines.append("      per device: " + ", ".join(f"{row['device']} {row['samples_per_s']:,.1f}/s "
+                                                      f"({row['share']:.1%})" for row in completed))
+    share = devices.get("expected_qps_share", 1.0)
+    if share < 1.0:
+        lines.append(f"      expected QPS: the config's whole-system value x {share:.4g} ({len(devices['used'])} of "
+                     "the system's GPUs)")
+    return lines
+
+
 def exit_code(results: list[TestResult]) -> ExitCode:
     """A test that did not finish outranks one that is INVALID or FAIL; VALID and PASS runs exit 0."""
     if any(result.valid is None for result in results):
@@ -85,6 +100,7 @@ def format_summary(system: str, root: Path, results: list[tuple[str, TestResult,
             lines.append(f"  {benchmark_name}:")
             current = benchmark_name
         lines.append(f"    {result.scenario:<13} {result.mode:<16} {_describe(result)}")
+        lines += _device_lines(metadata.get("devices") or {})
         provenance = metadata.get("provenance", {})
         if result.not_submittable and provenance:
             lengths = provenance.get("input_lengths", {})

@@ -18,14 +18,15 @@ TEST_RUN_MIN_DURATION_MS = 60_000
 TEST_RUN_MIN_QUERY_COUNT = 1
 
 
-def user_conf_entries(config: ResolvedConfig, sample_count: int) -> dict[str, str]:
-    """The ``key = value`` pairs (without the ``model.scenario.`` prefix) this run needs."""
+def user_conf_entries(config: ResolvedConfig, sample_count: int, device_share: float = 1.0) -> dict[str, str]:
+    """The ``key = value`` pairs (without the ``model.scenario.`` prefix) this run needs. ``device_share``: the
+    share of the system's GPUs the run uses, which scales the config's whole-system QPS."""
     entries: dict[str, str] = {}
     scenario = config.scenario
     if scenario is Scenario.Offline:
-        entries["target_qps"] = repr(float(config["offline_expected_qps"]))
+        entries["target_qps"] = repr(float(config["offline_expected_qps"]) * device_share)
     elif scenario is Scenario.Server:
-        entries["target_qps"] = repr(float(config["server_target_qps"]))
+        entries["target_qps"] = repr(float(config["server_target_qps"]) * device_share)
     elif scenario is Scenario.SingleStream:
         entries["target_latency"] = repr(config["single_stream_expected_latency_ns"] / 1e6)  # ms
     if config["test_run"]:
@@ -43,7 +44,7 @@ def user_conf_entries(config: ResolvedConfig, sample_count: int) -> dict[str, st
     return entries
 
 
-def write_user_conf(config: ResolvedConfig, sample_count: int, directory: Path) -> Path:
+def write_user_conf(config: ResolvedConfig, sample_count: int, directory: Path, device_share: float = 1.0) -> Path:
     """Write ``directory/user.conf`` for one test (its log folder) and return its path."""
     prefix = f"{config.benchmark.loadgen_model}.{config.scenario.value}"
     lines = [
@@ -53,7 +54,10 @@ def write_user_conf(config: ResolvedConfig, sample_count: int, directory: Path) 
     ]
     if config["test_run"]:
         lines.append("# --test_run: shortened durations; not a valid submission.")
-    lines += [f"{prefix}.{key} = {value}" for key, value in user_conf_entries(config, sample_count).items()]
+    if device_share < 1.0:
+        lines.append(f"# target_qps: the config's whole-system value x {device_share:.4g} (the share of GPUs used).")
+    lines += [f"{prefix}.{key} = {value}"
+              for key, value in user_conf_entries(config, sample_count, device_share).items()]
     path = directory / "user.conf"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -8,6 +8,8 @@ generated token ids (int32), which the accuracy scorer decodes for ROUGE.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from code.common.benchmarks import (
 )
 from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
-from code.common.devices import resolve_cpu_threads, resolve_device
+from code.common.devices import one_per_device, resolve_cpu_threads, resolve_devices
 from code.common.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
@@ -54,7 +56,7 @@ def backend_context(config: ResolvedConfig, choice: InputChoice, **more: Any) ->
     run's samples and references)."""
     from code.gptj.backends import BackendContext
 
-    return BackendContext(device=resolve_device(config), cpu_threads=resolve_cpu_threads(config),
+    return BackendContext(device=resolve_devices(config)[0], cpu_threads=resolve_cpu_threads(config),
                           checkpoint=choice.checkpoint,
                           engines_dir=ENGINES_DIR / config.system / "gptj" / config.scenario.value, **more)
 
@@ -208,7 +210,9 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     context = backend_context(config, choice, max_prompt_length=samples.max_length,
                               references_text=references_text if tokenizer else None, tokenizer=tokenizer)
     chosen = backend_class(config["backend"])
-    backend = chosen(chosen.options_from(config, context))
+    devices = resolve_devices(config)
+    backends = one_per_device(devices, lambda device: chosen(chosen.options_from(config,
+                                                                                 replace(context, device=device))))
 
     def evaluate(log_dir: Path) -> AccuracyReport:
         from code.gptj.accuracy import GEN_LEN_TARGET, evaluate_accuracy_log
@@ -234,7 +238,23 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                      "rougeLsum": float(result.rougeLsum), "gen_len": result.gen_len, "gen_num": result.gen_num,
                      "targets": result.targets, "sentence_splitter": result.splitter})
 
-    runner = GptjContinuousRunner(samples, backend) if hasattr(backend, "serve") else GptjRunner(samples, backend)
-    return prepared_test(samples.lengths, runner, evaluate, provenance, input_lengths=samples.describe_lengths(),
-                         device=context.device, cpu_threads=context.cpu_threads,
-                         engine_stats=getattr(backend, "stats", None))
+    runner_class = GptjContinuousRunner if hasattr(backends[0], "serve") else GptjRunner
+    return prepared_test(samples.lengths, [runner_class(samples, backend) for backend in backends], evaluate,
+                         provenance, input_lengths=samples.describe_lengths(), devices=devices,
+                         cpu_threads=context.cpu_threads, engine_stats=combined_stats(backends))
+
+
+def combined_stats(backends: list[Any]) -> Callable[[], dict[str, Any]] | None:
+    """The engines' counters for metadata.json: one engine's as they are; several engines' counts summed, each
+    engine's beside them (``per_device``)."""
+    if not hasattr(backends[0], "stats"):
+        return None
+    if len(backends) == 1:
+        return backends[0].stats
+
+    def stats() -> dict[str, Any]:
+        each = [backend.stats() for backend in backends]
+        counts = {key: sum(one[key] for one in each) for key, value in each[0].items() if isinstance(value, int)}
+        return {**counts, "per_device": each}
+
+    return stats

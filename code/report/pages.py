@@ -84,6 +84,7 @@ def write_test_report(folder: Path, draw: bool = True) -> TestReport:
             draw_latency(times, stats, bound, title, folder / LATENCY_PNG)
             draw_timeline(times, scenario, bound, title, folder / TIMELINE_PNG)
         lines += _stats_table(stats, read_detail_log(folder), bound)
+        lines += _device_table(times.per_device())
         if stats.samples:
             lines += ["", f"![latency]({LATENCY_PNG})", "", f"![timeline]({TIMELINE_PNG})"]
     else:
@@ -106,6 +107,20 @@ def _stats_table(stats: SampleStats, detail: dict[str, Any], bound_ms: float | N
     if bound_ms is not None:
         rows.append(f"| latency bound | {bound_ms:,.0f} ms | |")
     return rows
+
+
+def _device_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Each device's samples and rate, with several devices: the work stealing should give them even shares of
+    the time, so a device far below the others is slower or was starved."""
+    if len(rows) < 2:
+        return []
+    tokens = all("input_tokens" in row for row in rows)
+    table = ["", "| device | samples | samples/s | share |" + (" input tokens |" if tokens else ""),
+             "| --- | --- | --- | --- |" + (" --- |" if tokens else "")]
+    for row in rows:
+        table.append(f"| {row['device']} | {row['samples']:,} | {row['samples_per_s']:,.2f} | {row['share']:.1%} |"
+                     + (f" {row['input_tokens']:,} |" if tokens else ""))
+    return table
 
 
 def _ms(nanoseconds: Any) -> str:

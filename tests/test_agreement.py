@@ -147,7 +147,7 @@ def _gated_row(candidate_f1: float, bar: Bar | None, gated: bool = True) -> gate
         reference_f1=80.0,
         candidate_f1=candidate_f1,
     )
-    return gate.Row("minilm-l6-qa", "fp8", bar, agreement, path="fast (PackedBert)", gated=gated)
+    return gate.Row("minilm-l6-qa", "fp8", bar, agreement, path="packed (PackedRunner)", gated=gated)
 
 
 def test_the_gate_is_the_f1_ratio_on_the_trained_proxy():

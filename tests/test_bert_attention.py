@@ -1,4 +1,4 @@
-"""The Triton varlen attention kernel (code/bert/fast/attention.py) against its float32 definition.
+"""The Triton varlen attention kernel (code/bert/packed/attention.py) against its float32 definition.
 
 Without a GPU the kernel runs in Triton's CPU interpreter: this module sets ``TRITON_INTERPRET=1`` when it is
 imported, because triton reads it as each ``@triton.jit`` function is decorated, its own library functions
@@ -23,7 +23,7 @@ CUDA = torch.cuda.is_available()
 if not CUDA and "triton" not in sys.modules:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 DEVICE = "cuda" if CUDA else "cpu"
-MODULE = "code.bert.fast.attention"
+MODULE = "code.bert.packed.attention"
 SENTINEL = 7.0
 LENGTHS = [70, 0, 1, 64, 100, 17]  # not multiples of the blocks, an empty sequence, one of one token
 PAD_ROWS = 5  # rows past cu_seqlens[-1]: must stay untouched
@@ -152,8 +152,10 @@ def test_bf16(attention):
 
 @NEEDS_GPU
 def test_tune(attention):
+    from code.bert.packed.tuning import tune
+
     configs = [attention.AttentionConfig(64, 64, 4, 2), attention.AttentionConfig(64, 32, 4, 2)]
-    times = attention.tune(2, 64, torch.float16, DEVICE, lengths=[100, 200, 384, 30], iterations=2, candidates=configs)
+    times = tune(2, 64, torch.float16, DEVICE, lengths=[100, 200, 384, 30], iterations=2, candidates=configs)
     assert set(times) == set(configs) and all(t > 0 for t in times.values())
     assert attention.TUNED[(64, torch.float16)] == min(times, key=times.__getitem__)
 

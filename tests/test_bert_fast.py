@@ -1,5 +1,5 @@
 """The packed GPU path's host logic on the CPU: packing, buckets, FP8 math, fp8 engines, and the packed model's CPU
-fallback against the eager ``BertQA`` (the GPU kernels themselves are checked by scripts/gpu/check_bert_fast.py)."""
+fallback against the eager ``BertQA`` (the GPU kernels themselves are checked by scripts/gpu/check_bert_packed.py)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ from code.bert.backends.pytorch_engine import (
     load_engine,
     load_engine_manifest,
 )
-from code.bert.fast.packed_model import PackedBert, calibration_names, collect_amax, parse_fp8_gemms, run_packed
-from code.bert.fast.packing import (
+from code.bert.model import BERT_CONFIGS, BertQA, random_weights
+from code.bert.packed.packed_model import PackedBert, calibration_names, collect_amax, parse_fp8_gemms, run_packed
+from code.bert.packed.packing import (
     PAD_LOGIT,
     choose_bucket,
     graph_slots,
@@ -33,7 +34,6 @@ from code.bert.fast.packing import (
     unpack,
     unpack_samples,
 )
-from code.bert.model import BERT_CONFIGS, BertQA, random_weights
 from code.numerics.fp8 import E4M3_MAX, E4M3_REL_ERROR, E4M3_SUBNORMAL_STEP, dequantize, quantize, scale_from_amax
 
 TINY = BERT_CONFIGS["tiny"]

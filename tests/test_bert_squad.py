@@ -364,9 +364,9 @@ def test_gather_trims_to_longest():
 
 
 def test_one_padding_logit():
-    # code/bert/fast/packing.py keeps its own copy of the value (its module is edited elsewhere); they must agree.
+    # code/bert/packed/packing.py keeps its own copy of the value (its module is edited elsewhere); they must agree.
     from code.bert import accuracy, benchmark, squad
-    from code.bert.fast import packing
+    from code.bert.packed import packing
 
     assert accuracy.PAD_LOGIT is squad.PAD_LOGIT and benchmark.PAD_LOGIT is squad.PAD_LOGIT
     assert packing.PAD_LOGIT == squad.PAD_LOGIT

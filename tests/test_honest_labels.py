@@ -19,7 +19,7 @@ from configs.configuration import WorkloadSetting, resolve_config
 CASES = [
     (["--precision=fp8", "--device=cpu"], "--precision=fp8 needs a GPU (FP8 runs on Hopper or newer) and this run "
      "is on --device=cpu; set --precision=fp32, or run on a GPU"),
-    (["--precision=fp8", "--fast_path=false", "--device=cuda"], "runs FP8 GEMMs on the fast path only"),
+    (["--precision=fp8", "--fast_path=false", "--device=cuda"], "runs FP8 GEMMs on the packed path only"),
     (["--benchmarks=gptj", "--precision=fp8", "--device=cpu"], "--precision = 'fp8' needs --backend=inflight"),
     (["--benchmarks=gptj", "--kv_cache_dtype=fp8", "--device=cpu", "--input_data=synthetic", "--weights=random"],
      "--kv_cache_dtype=fp8 is an option of the inflight backend"),

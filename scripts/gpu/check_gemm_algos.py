@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from code.bert.fast.cublaslt import LtGemm
+from code.bert.packed.cublaslt import LtGemm
 from code.numerics.fp8 import Fp8Linear
 
 ROWS: list[str] = []

@@ -1,7 +1,7 @@
 """BERT Offline: one query with every sample; throughput is the metric.
 
 Each system class is one machine; ``_HighAccuracy`` subclasses are the bert-99.9 variants. GPU classes run the
-packed fast path (documentation/bert_gpu.md). Each GPU class's expected QPS is the throughput measured on that GPU
+packed path (documentation/bert_gpu.md). Each GPU class's expected QPS is the throughput measured on that GPU
 for its variant, rounded; an xN class is N times its one-GPU parent. The bert-99 engine is ``GPU_BERT_99_PRECISION``
 (configs/bert/__init__.py: one line switches it between fp8 and fp16, with its rates); which engine each target runs,
 and the gate that decides it, are in documentation/bert_gpu.md; the measurements in documentation/performance.md.

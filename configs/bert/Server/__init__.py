@@ -1,6 +1,6 @@
 """BERT Server: Poisson arrivals at server_target_qps; p99 latency must stay under 130 ms.
 
-GPU classes run the packed fast path (documentation/bert_gpu.md): batches of up to 128 samples (~21k tokens) gathered
+GPU classes run the packed path (documentation/bert_gpu.md): batches of up to 128 samples (~21k tokens) gathered
 for at most 2 ms, two workers so one batch is packed while the other runs; batches up to 16k tokens replay a CUDA
 graph. Each GPU class's target sits a little under the highest VALID rate measured on that GPU for its variant
 (bert-99: fp16 with bias + GELU in the w1 GEMM's epilogue; bert-99.9: fp16, erf GELU); an xN class is N times its

@@ -1,6 +1,6 @@
 """BERT SingleStream: one sample at a time; the 90th-percentile latency is the metric.
 
-GPU classes run the packed fast path with a CUDA graph per token bucket (documentation/bert_gpu.md). The expected
+GPU classes run the packed path with a CUDA graph per token bucket (documentation/bert_gpu.md). The expected
 latency is set near the p90 measured on H100 and H200 (documentation/performance.md) so LoadGen pre-generates enough
 queries to fill the minimum duration.
 """

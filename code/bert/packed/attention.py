@@ -34,16 +34,15 @@ sm90 it issues mma.sync, not wgmma. This kernel reads the fused QKV GEMM output 
   read as queries nor written, as with FA2.
 
 The best tile shape cannot be chosen on paper (occupancy vs. masked waste vs. pipelining): ``DEFAULT_CONFIG`` is the
-guess, ``tune`` times ``CANDIDATE_CONFIGS`` on a realistic packed batch and keeps the fastest. The backend calls it
-once at engine load, before any CUDA graph is captured (no ``@triton.autotune``: it would time inside graph capture
-or on empty warm-up batches). ``reference_attention`` is the float32 torch definition the kernel is tested against
-(tests/test_bert_attention.py in Triton's CPU interpreter, scripts/gpu/check_attention.py on a GPU).
+guess; ``tune`` (``code/bert/packed/tuning.py``) times ``CANDIDATE_CONFIGS`` on a realistic packed batch and keeps the
+fastest. The packed runner calls it once at engine load, before any CUDA graph is captured (no ``@triton.autotune``:
+it would time inside graph capture or on empty warm-up batches). ``reference_attention`` is the float32 torch
+definition the kernel is tested against (tests/test_bert_attention.py in Triton's CPU interpreter,
+scripts/gpu/check_attention.py on a GPU).
 """
 
 from __future__ import annotations
 
-import math
-import warnings
 from typing import NamedTuple
 
 import torch
@@ -311,13 +310,6 @@ def reference_attention(
     return out.view(rows, num_heads * head_dim)
 
 
-def squad_like_lengths(count: int = 512, seed: int = 0) -> list[int]:
-    """Lengths shaped like SQuAD features at 384 tokens: lognormal, median 150, clipped to 24..384 (mean ~170)."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.empty(count, dtype=torch.float64).log_normal_(math.log(150.0), 0.55, generator=g)
-    return x.round().clamp(24, 384).long().tolist()
-
-
 def packed_batch(
     lengths: list[int],
     num_heads: int,
@@ -338,80 +330,11 @@ def packed_batch(
     return qkv, cu, bias
 
 
-def tune(
-    num_heads: int,
-    head_dim: int,
-    dtype: torch.dtype,
-    device: torch.device | str,
-    lengths: list[int] | None = None,
-    iterations: int = 20,
-    with_bias: bool = True,
-    out_fp8_scale: float | None = None,
-    candidates: list[AttentionConfig] | None = None,
-) -> dict[AttentionConfig, float]:
-    """Time each candidate config on a realistic packed batch; keep the fastest for ``(head_dim, dtype)`` (in
-    ``TUNED``) and as ``DEFAULT_CONFIG``. Returns ``{config: ms per call}`` (``inf`` for a config that failed, e.g.
-    out of shared memory at a large head_dim).
-
-    ``lengths`` default: 512 SQuAD-like sequences (~87k tokens, what one Offline batch of BERT-large holds). Each
-    config is launched once (compiles it), then timed with CUDA events over ``iterations`` calls, three times; the
-    median of the three counts. The batch (~0.5 GB of qkv at BERT-large) is larger than L2, as in the model.
-    Call before capturing CUDA graphs: it compiles and synchronizes.
-    """
-    global DEFAULT_CONFIG
-    if torch.device(device).type != "cuda":
-        raise ValueError(f"tune times CUDA kernels; got device {device}")
-    lengths = lengths if lengths is not None else squad_like_lengths()
-    qkv, cu, bias = packed_batch(lengths, num_heads, head_dim, dtype, device)
-    max_len = max(lengths, default=1)
-    out = torch.empty((qkv.shape[0], num_heads * head_dim), dtype=E4M3 if out_fp8_scale else dtype, device=qkv.device)
-    scale = 1.0 / math.sqrt(head_dim)
-    results: dict[AttentionConfig, float] = {}
-    for cfg in candidates or CANDIDATE_CONFIGS:
-
-        def call(cfg: AttentionConfig = cfg) -> None:
-            varlen_attention(
-                qkv,
-                cu,
-                max_len,
-                scale,
-                num_heads,
-                qkv_bias=bias if with_bias else None,
-                out=out,
-                out_fp8_scale=out_fp8_scale,
-                config=cfg,
-            )
-
-        try:
-            call()
-            torch.cuda.synchronize(qkv.device)
-            times = []
-            for _ in range(3):
-                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                begin.record()
-                for _ in range(iterations):
-                    call()
-                end.record()
-                end.synchronize()
-                times.append(begin.elapsed_time(end) / iterations)
-            results[cfg] = sorted(times)[1]
-        except Exception as e:  # e.g. triton's OutOfResources for a large tile at head_dim 128: not a candidate here
-            warnings.warn(f"attention.tune: {cfg} failed: {type(e).__name__}: {e}", stacklevel=2)
-            results[cfg] = float("inf")
-    best = min(results, key=results.__getitem__)
-    if math.isfinite(results[best]):
-        TUNED[(head_dim, dtype)] = best
-        DEFAULT_CONFIG = best
-    return results
-
-
 __all__ = [
     "CANDIDATE_CONFIGS",
     "DEFAULT_CONFIG",
     "AttentionConfig",
     "packed_batch",
     "reference_attention",
-    "squad_like_lengths",
-    "tune",
     "varlen_attention",
 ]

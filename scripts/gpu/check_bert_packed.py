@@ -9,7 +9,7 @@
 4. Timings through the backend's fast path (host packing, one H2D, forward, one D2H, unpacking): samples/s at the
    synthetic mean length and at 384 tokens, with and without CUDA graphs, for several batch sizes.
 
-Run on the device: ``PYTHONPATH=$PWD python3 scripts/gpu/check_bert_fast.py --out $OUT``. Prints a short table last.
+Run on the device: ``PYTHONPATH=$PWD python3 scripts/gpu/check_bert_packed.py --out $OUT``. Prints a short table last.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from code.bert.dataset import BertFeatures
-from code.bert.fast.packed_model import (
+from code.bert.model import BERT_CONFIGS, BertQA, random_weights
+from code.bert.packed.packed_model import (
     ALL_FP8_GEMMS,
     PackedBert,
     TorchOps,
@@ -33,8 +34,7 @@ from code.bert.fast.packed_model import (
     run_packed,
     sdpa_varlen,
 )
-from code.bert.fast.packing import unpack
-from code.bert.model import BERT_CONFIGS, BertQA, random_weights
+from code.bert.packed.packing import unpack
 from scripts.gpu.steps import run_steps
 
 ROWS: list[str] = []  # the short table printed last
@@ -46,7 +46,7 @@ def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def check_kernels(details: dict[str, Any]) -> None:
-    from code.bert.fast.kernels import TritonOps
+    from code.bert.packed.kernels import TritonOps
     from code.numerics.fp8 import dequantize
 
     g = torch.Generator(device="cuda").manual_seed(int(time.time()))
@@ -207,7 +207,8 @@ def time_variants(
 ) -> None:
     from torch.nn.attention import sdpa_kernel
 
-    from code.bert.backends.pytorch import ATTENTION_BACKENDS, FastPath
+    from code.bert.backends.pytorch import ATTENTION_BACKENDS
+    from code.bert.packed.runner import PackedRunner
 
     mean_set = BertFeatures.synthetic(4096, seed=2)
     full_set = BertFeatures.synthetic(1024, seed=3, full_length=True)
@@ -225,7 +226,7 @@ def time_variants(
     for prec in ("fp16", "fp8"):
         for graphs in (False, True):
             t0 = time.perf_counter()
-            fp = FastPath(m16, manifest, prec, max_batch, 1, graphs, graph_max_tokens)
+            fp = PackedRunner(m16, manifest, prec, max_batch, 1, graphs, graph_max_tokens)
             details.setdefault("setup_s", {})[f"{prec} graphs={graphs}"] = time.perf_counter() - t0
             paths[f"packed {prec}{' +graphs' if graphs else ''}"] = fp.run
     timing: dict[str, dict[str, float]] = {}
@@ -345,7 +346,7 @@ def check_fp8_gelu_gemm(details: dict[str, Any]) -> None:
     """cuBLASLt's FP8 GEMM with the bias+GELU epilogue against the same math in float32 (dequantized outputs)."""
     import torch.nn.functional as F
 
-    from code.bert.fast.cublaslt import fp8_gelu_gemm
+    from code.bert.packed.cublaslt import fp8_gelu_gemm
     from code.numerics.fp8 import Fp8Linear, dequantize, quantize
 
     g = torch.Generator(device="cuda").manual_seed(1)
@@ -381,9 +382,9 @@ def time_forward_variants(
     top kernels of each from the profiler: which switch pays, before any LoadGen run."""
     from torch.profiler import ProfilerActivity, profile
 
-    from code.bert.fast.attention import tune
-    from code.bert.fast.packed_model import packed_tensors
-    from code.bert.fast.packing import pack_into
+    from code.bert.packed.packed_model import packed_tensors
+    from code.bert.packed.packing import pack_into
+    from code.bert.packed.tuning import tune
 
     variants = forward_variants(amax)
     unknown = [n for n in names if n not in variants]
@@ -486,10 +487,10 @@ def main() -> None:
             ),
         ),
     ]
-    report = args.out / "check_bert_fast.json"
+    report = args.out / "check_bert_packed.json"
     run_steps(steps, skip, details, ROWS, lambda: report.write_text(json.dumps(details, indent=1, default=str)))
     print(
-        f"\n=== check_bert_fast {details['date']} {details['device']} torch {details['torch']} "
+        f"\n=== check_bert_packed {details['date']} {details['device']} torch {details['torch']} "
         f"varlen_attn={details['varlen_attn']} steps {details.get('step_s')}"
     )
     print("\n".join(ROWS))

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from code.bert.fast.packing import layout_words, pack_into
 from code.bert.model import BertQA
+from code.bert.packed.packing import layout_words, pack_into
 from code.numerics.fp8 import Fp8Linear, quantize
 
 GEMM_INPUTS = ("qkv", "wo", "w1", "w2")  # calibration points: the input of each FP8 GEMM of a layer
@@ -156,7 +156,7 @@ class PackedLayer:
         if "w1" in self.fp8:
             w1 = self.fp8["w1"]
             if w1.weight_q.is_cuda:
-                from code.bert.fast.cublaslt import fp8_gelu_gemm
+                from code.bert.packed.cublaslt import fp8_gelu_gemm
 
                 fused = fp8_gelu_gemm(w1.weight_q, w1.weight_scale, w1.act_scale, self.b1, w2_scale, w1.fast_accum)
                 return lambda x, xq: fused(xq)
@@ -229,7 +229,7 @@ class PackedBert:
         gemms = parse_fp8_gemms(fp8_gemms)
         if ops is None:
             if self.device.type == "cuda":
-                from code.bert.fast.kernels import TritonOps
+                from code.bert.packed.kernels import TritonOps
 
                 ops = TritonOps
             else:
@@ -242,7 +242,7 @@ class PackedBert:
             raise ValueError(f"attention={self.attention} needs a CUDA device; on {self.device} use sdpa")
         self.triton_attention: Callable[..., Tensor] | None = None
         if self.attention == "triton":
-            from code.bert.fast.attention import varlen_attention  # imports triton: CUDA only
+            from code.bert.packed.attention import varlen_attention  # imports triton: CUDA only
 
             self.triton_attention = varlen_attention
         state = {k: v.detach() for k, v in model.state_dict().items()}
@@ -367,7 +367,7 @@ def run_packed(
 ) -> tuple[np.ndarray, Any]:
     """Pack one ``[B, S]`` batch, run it and return (float32 ``[T, 2]`` logits on the host, the packing): the plain
     way, without the backend's pinned buffers, streams or graphs (tests, calibration, checks)."""
-    from code.bert.fast.packing import PackedBatch
+    from code.bert.packed.packing import PackedBatch
 
     batch = input_mask.shape[0]
     buffer = np.empty(3 * int(np.count_nonzero(input_mask)) + 3 * 16 + batch + 1, dtype=np.int32)

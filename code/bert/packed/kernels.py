@@ -8,7 +8,7 @@ scale, so FP8 GEMMs need no separate quantize pass (and, where only the FP8 copy
 
 Statistics are computed in float32. GELU is the exact erf form BERT was trained with. Imports triton: only the GPU
 path imports this module (``packed_model.TorchOps`` is the CPU equivalent and the reference these are checked
-against by scripts/gpu/check_bert_fast.py).
+against by scripts/gpu/check_bert_packed.py).
 """
 
 from __future__ import annotations

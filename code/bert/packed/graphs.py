@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from code.bert.fast.packed_model import PackedBert
-from code.bert.fast.packing import graph_slots, layout_words
+from code.bert.packed.packed_model import PackedBert
+from code.bert.packed.packing import graph_slots, layout_words
 
 
 class GraphSet:

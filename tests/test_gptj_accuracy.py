@@ -13,15 +13,9 @@ import numpy as np
 import pytest
 from rouge_score import rouge_scorer
 
-from code.gptj.accuracy import (
-    GEN_LEN_TARGET,
-    GptjAccuracyResult,
-    accuracy_targets,
-    compute_rouge,
-    evaluate_accuracy_log,
-    read_accuracy_log,
-)
-from code.gptj.sentence_split import PunktDataMissingError, newline_sentences, splitter_name
+from code.gptj.accuracy import GEN_LEN_TARGET, GptjAccuracyResult, accuracy_targets, evaluate_accuracy_log
+from code.llm.rouge import compute_rouge, read_accuracy_log
+from code.llm.sentence_split import PunktDataMissingError, newline_sentences, splitter_name
 
 # The submission checker's GPT-J patterns (ACC_PATTERN), copied as test data.
 # mlcommons/inference tools/submission/submission_checker.py at tags v4.0 (e39003a9), v4.1 (379ee534),
@@ -192,7 +186,7 @@ def test_matches_rouge_score_mean_of_per_sample_f():
 def test_memoized_stemming_tokenizer_is_rouge_scores_own():
     from rouge_score.tokenizers import DefaultTokenizer
 
-    from code.gptj.accuracy import _StemmingTokenizer
+    from code.llm.rouge import _StemmingTokenizer
 
     text = "Running policies: the companies' generously arrested U.S. officials' 3.5% cuts, easily (again) ..."
     ours, theirs = _StemmingTokenizer(), DefaultTokenizer(use_stemmer=True)
@@ -372,7 +366,7 @@ def test_sentences_are_nltk_punkts():
 def test_missing_punkt_data_names_the_fix(monkeypatch, tmp_path):
     import nltk
 
-    from code.gptj import sentence_split
+    from code.llm import sentence_split
 
     monkeypatch.setattr(sentence_split, "package_nltk_data", lambda: None)
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])

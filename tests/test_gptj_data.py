@@ -23,23 +23,18 @@ from code.common.download import DownloadError
 from code.common.faults import DataFileError
 from code.common.r2_download import R2Entry, R2Listing, metadata_urls, parse_md5_text, parse_uri_text
 from code.gptj import calibration_data, download_data, download_model, preprocess_data
-from code.gptj.cnn_dailymail import (
+from code.gptj.dataset import SYNTH_MEAN_LENGTH_BAND, SYNTH_TEMPLATE_TOKENS, GptjSamples
+from code.gptj.download_model import check_checkpoint, checkpoint_path
+from code.gptj.prompt import (
     CALIBRATION_FILE,
     CALIBRATION_TOKENIZED_SUBDIR,
-    CNN_DAILYMAIL_VALIDATION_SAMPLES,
     INPUT_IDS_FILE,
     INPUT_LENGTHS_FILE,
-    INSTRUCTION,
     MANIFEST_FILE,
     MAX_INPUT_TOKENS,
     TOKENIZED_SUBDIR,
-    CnnDailyMailError,
     build_prompt,
-    load_eval_records,
-    load_targets,
 )
-from code.gptj.dataset import SYNTH_MEAN_LENGTH_BAND, SYNTH_TEMPLATE_TOKENS, GptjSamples
-from code.gptj.download_model import check_checkpoint, checkpoint_path
 from code.gptj.tokenizer import (
     EOS_TOKEN_ID,
     EXTRA_TOKENS,
@@ -48,6 +43,13 @@ from code.gptj.tokenizer import (
     clean_up_tokenization,
     find_tokenizer_files,
     load_tokenizer,
+)
+from code.llm.cnn_dailymail import (
+    CNN_DAILYMAIL_VALIDATION_SAMPLES,
+    INSTRUCTION,
+    CnnDailyMailError,
+    load_eval_records,
+    load_targets,
 )
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cnn_tiny.json"

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from code.common.paths import LIB_DIR, REPO_ROOT
-from code.gptj.cnn_dailymail import TOKENIZED_SUBDIR
+from code.gptj.prompt import TOKENIZED_SUBDIR
 
 pytestmark = pytest.mark.slow
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "cnn_tiny.json"

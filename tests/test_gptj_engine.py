@@ -24,10 +24,10 @@ from code.gptj.backends.inflight_engine import (
     load_calibration,
     load_model,
 )
-from code.gptj.cnn_dailymail import FORMAT_VERSION as DATA_FORMAT
-from code.gptj.generation import GenerationConfig
 from code.gptj.inflight.engine import EngineOptions, InflightEngine
 from code.gptj.preprocess_data import save_arrays
+from code.gptj.prompt import FORMAT_VERSION as DATA_FORMAT
+from code.llm.generation import GenerationConfig
 
 SPEC = EngineSpec(model_name="tiny", precision="fp8", kv_cache_dtype="fp8", seed=3)
 CPU = torch.device("cpu")

@@ -1,4 +1,4 @@
-"""The in-flight engine (code/gptj/inflight) against the reference beam search (code/gptj/generation.py, itself
+"""The in-flight engine (code/gptj/inflight) against the reference beam search (code/llm/generation.py, itself
 checked against transformers in test_gptj_model.py): the same tokens for every prompt in float32, whatever the
 number of slots, the page size, the prefill pass size or a KV pool too small for all slots at once."""
 
@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from code.gptj.dataset import GptjSamples
-from code.gptj.generation import GenerationConfig, cache_shape, generate
 from code.gptj.inflight.attention import decode_attention_reference
-from code.gptj.inflight.beam_search import BeamState
 from code.gptj.inflight.engine import EngineOptions, InflightEngine
-from code.gptj.inflight.kv_cache import CacheShape, KVCache
 from code.gptj.inflight.layers import InflightModel
 from code.gptj.model import GPTJ_CONFIGS, random_weights
+from code.llm.beam_search import BeamState
+from code.llm.generation import GenerationConfig, cache_shape, generate
+from code.llm.kv_cache import CacheShape, KVCache
 
 TINY = GPTJ_CONFIGS["tiny"]
 EOS = 50256

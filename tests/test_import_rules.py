@@ -1,6 +1,7 @@
 """Dependencies point one way: code/common depends on nothing above it, and the product (code/) on no tool or test.
 
-configs -> code/common and benchmarks -> code/common; an import against that arrow makes a package cycle, so
+configs -> code/common and benchmarks -> code/llm -> code/common; code/llm is a library that benchmarks share (no
+benchmark.py), so it imports no benchmark either; an import against that arrow makes a package cycle, so
 code/common could no longer be imported or reused without the registry or a benchmark. The tools under scripts/
 (the bench, the agreement check, add_system) use the product, never the reverse, and the product reads no test
 data: a harness installed without scripts/ and tests/ runs the same. Reading the source (every ``import``, at module
@@ -22,8 +23,11 @@ COMMON = REPO_ROOT / "code" / "common"
 # Packages code/common must not import: the config classes and every benchmark (a folder under code/ with a
 # benchmark.py), plus the orchestration that sits above it.
 BENCHMARK_PACKAGES = sorted(f"code.{p.parent.name}" for p in (REPO_ROOT / "code").glob("*/benchmark.py"))
-FORBIDDEN = ("configs", "code.actions", "code.submission", "code.harness", *BENCHMARK_PACKAGES)
+# Libraries for benchmarks: above code/common, below every benchmark.
+BENCHMARK_LIBRARIES = ("code.llm",)
+FORBIDDEN = ("configs", "code.actions", "code.submission", "code.harness", *BENCHMARK_LIBRARIES, *BENCHMARK_PACKAGES)
 COMMON_MODULES = sorted(COMMON.glob("*.py"))
+LIBRARY_MODULES = sorted(p for lib in BENCHMARK_LIBRARIES for p in (REPO_ROOT / lib.replace(".", "/")).rglob("*.py"))
 PRODUCT_MODULES = sorted((REPO_ROOT / "code").rglob("*.py"))
 # Packages the product must not import: the tools and the tests.
 TOOLS = ("scripts", "tests")
@@ -43,6 +47,16 @@ def imported_modules(path: Path) -> list[str]:
 
 def test_benchmark_packages_are_found():
     assert {"code.bert", "code.gptj"} <= set(BENCHMARK_PACKAGES)
+    assert not set(BENCHMARK_LIBRARIES) & set(BENCHMARK_PACKAGES), "a library for benchmarks has no benchmark.py"
+    assert LIBRARY_MODULES
+
+
+@pytest.mark.parametrize("path", LIBRARY_MODULES, ids=lambda p: str(p.relative_to(REPO_ROOT / "code")))
+def test_libraries_import_no_benchmark(path):
+    above = ("configs", "code.actions", "code.submission", "code.harness", *BENCHMARK_PACKAGES)
+    bad = [name for name in imported_modules(path)
+           if any(name == root or name.startswith(root + ".") for root in above)]
+    assert not bad, f"{path.relative_to(REPO_ROOT)} imports {bad}: a library for benchmarks depends on none of them"
 
 
 @pytest.mark.parametrize("path", COMMON_MODULES, ids=lambda p: p.name)

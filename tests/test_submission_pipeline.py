@@ -37,10 +37,11 @@ from code.common.paths import LIB_DIR, REPO_ROOT
 from code.common.rounds import DEFAULT_ROUND, ROUNDS, get_round
 from code.common.system_description import REQUIRED_FIELDS, DescriptionFiles, description_problems
 from code.gptj.accuracy import GEN_LEN_TARGET, REFERENCE_GEN_LEN
-from code.gptj.cnn_dailymail import CNN_DAILYMAIL_VALIDATION_SAMPLES, EVAL_FILE, TOKENIZED_SUBDIR, build_prompt
 from code.gptj.dataset import SYNTH_MEAN_LENGTH_BAND
-from code.gptj.sentence_split import newline_sentences
+from code.gptj.prompt import TOKENIZED_SUBDIR, build_prompt
 from code.gptj.tokenizer import load_tokenizer
+from code.llm.cnn_dailymail import CNN_DAILYMAIL_VALIDATION_SAMPLES, EVAL_FILE
+from code.llm.sentence_split import newline_sentences
 from code.submission.checker import AlreadyTruncated, check, truncate
 from code.submission.stage import StageError, stage
 from code.submission.tools import TOOLS_VARIABLE, ToolsError, submission_tools

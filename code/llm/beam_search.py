@@ -1,6 +1,6 @@
 """One beam-search step for every slot at once, each slot at its own step.
 
-The arithmetic is that of ``code/gptj/generation.py::_beam_search`` (HF 5.x ``_beam_search`` with
+The arithmetic is that of ``code/llm/generation.py::_beam_search`` (HF 5.x ``_beam_search`` with
 ``early_stopping=True``), with the step number a per-slot tensor instead of one Python int, so samples that joined
 at different times advance together in one set of kernels (and one CUDA graph). Every update is masked by
 ``active``: a free slot's state stays as it is until ``reset`` fills it for a new sample.
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from code.gptj.generation import GenerationConfig
+from code.llm.generation import GenerationConfig
 
 NEG = -1.0e9  # HF's stand-in for "impossible": the same constant so ties and rankings come out the same
 

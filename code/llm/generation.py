@@ -1,4 +1,7 @@
-"""Beam search (and greedy decoding) for our GPT-J, returning for every prompt the tokens HF ``generate`` would.
+"""Beam search (and greedy decoding) for our causal LMs, returning for every prompt the tokens HF ``generate`` would.
+
+Any model with ``CausalLM``'s interface (GPT-J's ``code/gptj/model.py``) runs here; ``GenerationConfig``'s defaults
+are MLPerf GPT-J's (token 50256 is GPT-J's EOS and pad): another model passes its own ids.
 
 The MLPerf reference calls ``GPTJForCausalLM.generate(num_beams=4, min_new_tokens=30, max_new_tokens=128,
 early_stopping=True, pad_token_id=eos)`` one sample at a time. We run many samples at once (``samples × beams`` rows
@@ -29,13 +32,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from code.gptj.model import Gptj
+
+class CausalLM(Protocol):
+    """What generation needs of a model: a forward over a KV cache it owns, that cache's shape and beam reordering."""
+
+    config: Any  # ``n_positions``: the longest prompt + generated tokens the model takes
+    output: torch.nn.Linear  # the LM head: its weight's device is where inputs go
+
+    def __call__(self, tokens: Tensor, start: int, pad: Tensor, last_only: bool = ...) -> Tensor: ...
+
+    def cache_shape(self) -> tuple[int, int] | None: ...
+
+    def reorder_cache(self, rows: Tensor, start: int, end: int) -> None: ...
 
 # HF's stand-in for "impossible" in beam scores; arithmetic with it must match HF's to rank the same way
 _NEG = -1.0e9
@@ -76,7 +91,7 @@ def left_pad(prompts: Sequence[Tensor], pad_token_id: int) -> tuple[Tensor, Tens
 
 @torch.inference_mode()
 def generate(
-    model: Gptj,
+    model: CausalLM,
     prompts: Sequence[Sequence[int] | np.ndarray | Tensor] | np.ndarray,
     config: GenerationConfig = GenerationConfig(),
     lengths: Sequence[int] | None = None,
@@ -111,7 +126,7 @@ def generate(
     return [out.astype(np.int32) for out in search(model, tokens, pad, config)]
 
 
-def _greedy(model: Gptj, tokens: Tensor, pad: Tensor, cfg: GenerationConfig) -> list[np.ndarray]:
+def _greedy(model: CausalLM, tokens: Tensor, pad: Tensor, cfg: GenerationConfig) -> list[np.ndarray]:
     """HF's greedy ``_sample``: argmax of the logits (EOS barred before ``min_new_tokens``); a row stops at EOS."""
     batch, width = tokens.shape
     out = torch.full((batch, cfg.max_new_tokens), cfg.pad_token_id, dtype=torch.long, device=tokens.device)
@@ -132,7 +147,7 @@ def _greedy(model: Gptj, tokens: Tensor, pad: Tensor, cfg: GenerationConfig) -> 
     return [row[:n].cpu().numpy() for row, n in zip(out, lengths.tolist(), strict=True)]
 
 
-def _beam_search(model: Gptj, tokens: Tensor, pad: Tensor, cfg: GenerationConfig) -> list[np.ndarray]:
+def _beam_search(model: CausalLM, tokens: Tensor, pad: Tensor, cfg: GenerationConfig) -> list[np.ndarray]:
     """HF 5.x ``_beam_search`` on a batch; every tensor below is [samples, beams or candidates, ...]."""
     batch, width = tokens.shape
     beams, cands, max_new = cfg.num_beams, 2 * cfg.num_beams, cfg.max_new_tokens

@@ -53,7 +53,7 @@ def test_questions_replace_a_phrase_with_a_wh_word():
 
 def test_text_inputs_are_squad_like(text_inputs, tokenizer):
     features, described = text_inputs.features, text_inputs.describe()
-    assert len(features) >= 300 and not features.synthetic
+    assert len(features) >= 300 and not features.is_synthetic
     assert features.input_ids.shape == (len(features), MAX_SEQ_LENGTH) and features.input_ids.dtype == np.int32
     assert (features.input_ids[:, 0] == tokenizer.vocab["[CLS]"]).all()
     assert (features.lengths == features.input_mask.sum(axis=1)).all() and features.lengths.max() <= MAX_SEQ_LENGTH

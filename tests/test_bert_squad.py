@@ -321,7 +321,7 @@ def test_preprocess_cli_and_missing_data(tmp_path, capsys):
     assert f"{FIXTURE_FEATURES} features" in capsys.readouterr().out
     loaded = BertFeatures.load(tmp_path)
     assert loaded.input_ids.dtype == np.int32 and loaded.input_ids.shape == (FIXTURE_FEATURES, MAX_SEQ_LENGTH)
-    assert not loaded.synthetic
+    assert not loaded.is_synthetic
     with pytest.raises(DataFileError, match="make preprocess_data BENCHMARKS=bert"):
         BertFeatures.load(tmp_path / "nowhere")
 
@@ -331,7 +331,7 @@ def test_preprocess_cli_and_missing_data(tmp_path, capsys):
 
 def test_synthetic_features(vocab):
     features = BertFeatures.synthetic(2000, seed=0)
-    assert features.synthetic and features.gold_positions is None
+    assert features.is_synthetic and features.gold_positions is None
     for array in (features.input_ids, features.segment_ids, features.input_mask):
         assert array.dtype == np.int32 and array.shape == (2000, MAX_SEQ_LENGTH)
     assert features.lengths.dtype == np.int32

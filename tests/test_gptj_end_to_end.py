@@ -103,7 +103,7 @@ def test_num_samples_scores_the_first_n_prompts(build_dir, tmp_path):
 
 def test_truncated_oracle_fails_gen_len(build_dir, tmp_path):
     logs = tmp_path / "logs"
-    done = run_main(build_dir, "--action=run", "--benchmarks=gptj-99.9", "--backend=oracle", "--oracle_shift=40",
+    done = run_main(build_dir, "--action=run", "--benchmarks=gptj-99.9", "--backend=oracle", "--oracle_drop=40",
                     "--test_mode=AccuracyOnly", "--gpu_batch_size=4", _fixture_data(build_dir), f"--log_dir={logs}")
     assert done.returncode == 3, done.stdout + done.stderr  # accuracy FAIL
     accuracy = json.loads((logs / "CPU" / "gptj-99.9" / "Offline" / "metadata.json").read_text())["result"]["accuracy"]

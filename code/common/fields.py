@@ -166,9 +166,10 @@ FIELDS: dict[str, Field] = {
               "for quick CPU tests)", benchmarks=(Benchmark.GPTJ,), range=Range(0, 1, above_low=True)),
         Field("num_beams", int, 4, "GPT-J beam width: 4 is the closed-division rule; 1 is greedy search (open "
               "division, debugging)", benchmarks=(Benchmark.GPTJ,), range=Range(1, 64)),
-        Field("oracle_shift", int, 0, "oracle backend, a deliberately failing oracle: bert: move the gold answer by "
-              "this many tokens; gptj: drop this many tokens from the end of every reference summary",
-              range=Range(0, 1024)),
+        Field("oracle_shift", int, 0, "oracle backend, a deliberately failing oracle: move the gold answer by "
+              "this many tokens", benchmarks=(Benchmark.BERT,), range=Range(0, 1024)),
+        Field("oracle_drop", int, 0, "oracle backend, a deliberately failing oracle: drop this many tokens from the "
+              "end of every reference summary", benchmarks=(Benchmark.GPTJ,), range=Range(0, 1024)),
         Field("oracle_batch_ms", float, 0.0, "oracle backend: each batch takes at least this long, a throughput "
               "set by the batch size rather than by the machine's load, for pipeline checks that compare two runs' "
               "performance (a TEST01 audit with its reference run)", benchmarks=(Benchmark.BERT,),

@@ -1,5 +1,5 @@
-"""Issue 18's cases, each run for real on the CPU: the command, its exit status, the first line it prints, and
-whether that is what the issue asks for, as one markdown table (documentation/reliability_cases.md holds the last).
+"""The reliability cases, each run for real on the CPU: the command, its exit status, the first line it prints, and
+whether that is what the case expects, as one markdown table (documentation/reliability_cases.md holds the last).
 
 The tests prove each case in CI (the "test" column names where); this script shows a person what a user sees now.
 Every command runs with a private ``MLPERF_BUILD_DIR`` and log folder in one temporary folder, with the built C++
@@ -552,7 +552,7 @@ def main() -> int:
           "checkout; each command runs with `MLPERF_BUILD_DIR=$TMP/<case>/build`.\n")
     print(table(rows))
     failed = [case.name for case, result in rows if not result.ok]
-    print(f"\n{len(rows) - len(failed)} of {len(rows)} cases behave as issue 18 asks"
+    print(f"\n{len(rows) - len(failed)} of {len(rows)} cases behave as expected"
           + (f"; not yet: {', '.join(failed)}" if failed else "."))
     return 1 if failed else 0
 

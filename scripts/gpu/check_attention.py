@@ -38,7 +38,7 @@ FP8_SCALE = 4.0 / 448  # |o| of random O(1) values stays well under 4
 
 
 def batch_lengths(count: int) -> tuple[list[int], str]:
-    """The profile's batch (synthetic features, seed 4: the lengths the 19.6 ms FA2 figure was measured on)."""
+    """The profile's batch: synthetic features, seed 4, the lengths the FA2 figure of bert_gpu_notes.md is for."""
     from code.bert.packed.tuning import tuning_lengths
 
     return tuning_lengths(count, seed=4), "BertFeatures.synthetic(seed=4)"

@@ -2,9 +2,10 @@
 """Variable-length (packed) attention forward for BERT on Hopper: one Triton kernel, tiles sized for short sequences.
 
 Why not FA2 (``aten._flash_attention_forward``): at BERT-large's shapes (head_dim 64, sequences of 30-384 tokens,
-mean ~170) it runs at ~90 TFLOP/s effective. Its 128-row query tiles spend most of their work on rows past the end
-of a ~170-token sequence (2 x 2 tiles of 128 x 128 cover 44% useful scores, 3 x 3 tiles of 64 x 64 cover 78%), and on
-sm90 it issues mma.sync, not wgmma. This kernel reads the fused QKV GEMM output in place and:
+mean ~170) it runs far below the GPU's tensor rate (documentation/performance.md). Its 128-row query tiles spend
+most of their work on rows past the end of a ~170-token sequence (2 x 2 tiles of 128 x 128 cover 44% useful scores,
+3 x 3 tiles of 64 x 64 cover 78%), and on sm90 it issues mma.sync, not wgmma. This kernel reads the fused QKV GEMM
+output in place and:
 
 - **Grid** ``(cdiv(max_len, BLOCK_M), B, H)``: one program per (query block, sequence, head). It reads its sequence's
   bounds from ``cu_seqlens`` on the device and returns at once when its block starts past the sequence's end, so the
@@ -87,10 +88,9 @@ CANDIDATE_CONFIGS: list[AttentionConfig] = [
     AttentionConfig(128, 64, 8, 2, prefetch_kv=True),  # FA-style: 2 warpgroups share K/V tiles; more masked rows
     AttentionConfig(128, 64, 8, 3),
 ]
-# Measured and dropped (H200, 2026-11-22, 512 features, ms per layer call): N128 with 4 warps 0.536, with 8 warps
-# 0.866, one stage 0.479, against 0.447 for M64/N64/w4/s2 with prefetch, the winner. Also one program per
-# (sequence, head) looping over its query blocks (8k programs instead of 49k, registers capped at 128): 0.470, and a
-# persistent grid of 4 programs per SM striding over (sequence, head) pairs: 0.529, against 0.432 in the same run.
+# Not candidates, because each is slower than M64/N64/w4/s2 with prefetch at BERT's lengths: 128-key tiles (4 or 8
+# warps), one stage, one program per (sequence, head) looping over its query blocks, and a persistent grid striding
+# over (sequence, head) pairs (timings: documentation/performance.md, "Figures behind code and config comments").
 # Tuned configs by (head_dim, dtype); ``tune`` fills it (and also sets DEFAULT_CONFIG to its winner).
 TUNED: dict[tuple[int, torch.dtype], AttentionConfig] = {}
 

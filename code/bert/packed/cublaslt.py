@@ -239,9 +239,9 @@ class LtGemm:
         return [results[i] for i in range(found.value) if results[i].state == 0]
 
     def _plan(self, m: int) -> tuple:
-        """Layouts and the heuristic's best algorithm for ``m`` rows (kept: the buckets repeat). Choosing among the
-        heuristic's candidates by timing was measured and dropped: in a full forward on an H200 the first guess was
-        as fast as the best (scripts/gpu/check_gemm_algos.py, documentation/bert_gpu_notes.md)."""
+        """Layouts and the heuristic's best algorithm for ``m`` rows (kept: the buckets repeat). The heuristic's first
+        guess is used, not the fastest candidate by timing: in a full forward the first guess is as fast as the best
+        (scripts/gpu/check_gemm_algos.py; figures in documentation/performance.md)."""
         plan = self.plans.get(m)
         if plan is None:
             found = self.heuristics(m)

@@ -202,8 +202,8 @@ class PackedBert:
     (triton: ours, which also adds the QKV bias and can write the FP8 input of the output projection; flash: torch's
     FA2 varlen; sdpa: per-sequence SDPA, the CPU fallback), ``gelu_in_gemm`` (bias + GELU in ``w1``'s GEMM epilogue,
     cuBLASLt's tanh form, instead of a separate erf-GELU kernel; see ``PackedLayer._gelu_gemm``). Off by default:
-    the tanh form moved 0.1-0.4% of the best answer spans away from float32's (fine-tuned / random-head MiniLM, H200,
-    2026-11-22), within the 99% target's 1% but not the 99.9% target's 0.1%.
+    the tanh form moves more best answer spans away from float32's than the 99.9% target's 0.1% allows, though
+    fewer than the 99% target's 1% (figures: documentation/performance.md).
     """
 
     def __init__(

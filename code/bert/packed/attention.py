@@ -38,7 +38,7 @@ The best tile shape cannot be chosen on paper (occupancy vs. masked waste vs. pi
 guess; ``tune`` (``code/bert/packed/tuning.py``) times ``CANDIDATE_CONFIGS`` on a realistic packed batch and keeps the
 fastest. The packed runner calls it once at engine load, before any CUDA graph is captured (no ``@triton.autotune``:
 it would time inside graph capture or on empty warm-up batches). ``reference_attention`` is the float32 torch
-definition the kernel is tested against (tests/test_bert_attention.py in Triton's CPU interpreter,
+definition the kernel is tested against (tests/bert/test_attention.py in Triton's CPU interpreter,
 scripts/gpu/check_attention.py on a GPU).
 """
 

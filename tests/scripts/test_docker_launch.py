@@ -12,7 +12,7 @@ import pytest
 from scripts.docker import launch, local_hashes
 from scripts.docker.launch import DockerSetupError, Host
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def host(**changes) -> Host:

@@ -1,5 +1,5 @@
 """The in-flight engine (code/gptj/inflight) against the reference beam search (code/llm/generation.py, itself
-checked against transformers in test_gptj_model.py): the same tokens for every prompt in float32, whatever the
+checked against transformers in tests/gptj/test_model.py): the same tokens for every prompt in float32, whatever the
 number of slots, the page size, the prefill pass size or a KV pool too small for all slots at once."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """GPT-J through `python -m code.main`: RUN_ARGS -> config -> C++ core + LoadGen -> backend -> logs -> ROUGE.
 
-Like tests/test_end_to_end.py for BERT: each test runs the real harness in a subprocess with build outputs in a
+Like tests/actions/test_end_to_end.py for BERT: each test runs the real harness in a subprocess with build outputs in a
 temporary build folder (the compiled core linked in), on the CNN/DailyMail fixture or synthetic prompts, with
 the tiny GPT-J and short runs.
 """

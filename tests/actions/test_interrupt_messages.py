@@ -1,6 +1,6 @@
 """Ctrl-C outside the tests (engine building, the C++ build): one line saying what was stopped, exit 130.
 
-Ctrl-C during a test is tests/test_supervision.py's (it needs the built core and a running LoadGen test).
+Ctrl-C during a test is tests/harness/test_supervision.py's (it needs the built core and a running LoadGen test).
 """
 
 from __future__ import annotations

@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from test_rounds import official_checker  # the round's submission_checker.py, imported as it is
-from test_systems import H100, FakeNvml
 
 from code.common import systems
 from code.common.rounds import ROUNDS, SYSTEM_TYPES
@@ -26,6 +24,8 @@ from code.common.system_description import (
 )
 from code.common.systems import DetectedSystem, GpuInfo, Storage, _cpu_topology, detect_driver, detect_storage
 from scripts import add_system, check_system_json
+from tests.common.test_rounds import official_checker  # the round's submission_checker.py, imported as it is
+from tests.common.test_systems import H100, FakeNvml
 
 SHIPPED = sorted(path.stem for path in systems.SYSTEMS_DIR.glob("*.json") if not path.stem.endswith(".user"))
 GPU_SYSTEMS = [name for name in SHIPPED if name != systems.CPU_SYSTEM]

@@ -25,7 +25,7 @@ from code.bert.squad import ARRAY_FILES, EVAL_FILE, MANIFEST_FILE, MAX_SEQ_LENGT
 from code.common.constants import ExitCode
 from code.common.faults import DataFileError, describe, reading
 from code.common.paths import LIB_DIR, REPO_ROOT
-from tests.test_end_to_end import build_dir, run_main  # noqa: F401 - build_dir is a fixture
+from tests.actions.test_end_to_end import build_dir, run_main  # noqa: F401 - build_dir is a fixture
 
 
 def truncate(path: Path) -> None:

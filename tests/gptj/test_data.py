@@ -52,7 +52,7 @@ from code.llm.cnn_dailymail import (
     load_targets,
 )
 
-FIXTURE = Path(__file__).parent / "fixtures" / "cnn_tiny.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "cnn_tiny.json"
 
 # The reference's template, typed out again from mlcommons/inference language/gpt-j/dataset.py (PROMPT_DICT).
 REFERENCE_PROMPT = (

@@ -23,8 +23,8 @@ from code.common.audits import (
 from code.common.constants import Benchmark, ExitCode, Scenario
 from code.common.paths import LIB_DIR, OFFICIAL_TOOLS_DIR, REPO_ROOT
 from code.common.rounds import ROUNDS
-from tests.test_end_to_end import _env, build_dir, run_main  # noqa: F401 - build_dir is a fixture
-from tests.test_rounds import OUR_BENCHMARKS, official_checker
+from tests.actions.test_end_to_end import _env, build_dir, run_main  # noqa: F401 - build_dir is a fixture
+from tests.common.test_rounds import OUR_BENCHMARKS, official_checker
 
 
 @pytest.mark.parametrize("round_name", list(ROUNDS))

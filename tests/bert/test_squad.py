@@ -39,7 +39,7 @@ from code.bert.squad import (
 from code.bert.vocab import VOCAB_SIZE, BertTokenizer, find_vocab
 from code.common.faults import DataFileError
 
-FIXTURE = Path(__file__).parent / "fixtures" / "squad_tiny.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "squad_tiny.json"
 FIXTURE_QUESTIONS = 20
 FIXTURE_FEATURES = 53  # 11 questions x 4 windows on the long context + 9 single-window questions
 

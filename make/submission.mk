@@ -31,4 +31,4 @@ check_submission: setup require_submitter
 # shortened (about a minute on 2 cores), or FULL=1: full length (most of an hour).
 test_submission: build
 	cd $(REPO_ROOT) && SUBMISSION_PIPELINE_ROUND=$(ROUND) $(if $(FULL),SUBMISSION_PIPELINE_FULL=1) \
-	  $(PY) -m pytest -q -s tests/test_submission_pipeline.py
+	  $(PY) -m pytest -q -s tests/submission/test_pipeline.py

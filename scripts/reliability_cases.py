@@ -1,5 +1,5 @@
-"""Issue 18's cases, each run for real on the CPU: the command, its exit status, the first line it prints, and
-whether that is what the issue asks for, as one markdown table (documentation/reliability_cases.md holds the last).
+"""The reliability cases, each run for real on the CPU: the command, its exit status, the first line it prints, and
+whether that is what the case expects, as one markdown table (documentation/reliability_cases.md holds the last).
 
 The tests prove each case in CI (the "test" column names where); this script shows a person what a user sees now.
 Every command runs with a private ``MLPERF_BUILD_DIR`` and log folder in one temporary folder, with the built C++
@@ -342,7 +342,7 @@ def full_disk(ws: Workspace) -> Outcome:
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], capture_output=True,
                              text=True)
     if mounted.returncode != 0:
-        return Outcome(None, "not run: cannot mount a tmpfs here; tests/test_faults.py injects ENOSPC", True)
+        return Outcome(None, "not run: cannot mount a tmpfs here; tests/common/test_faults.py injects ENOSPC", True)
     try:
         free = os.statvfs(disk)
         (disk / "ballast").write_bytes(b"\0" * max(0, free.f_bavail * free.f_frsize - (24 << 10)))
@@ -439,64 +439,64 @@ HAS_CUDA = shutil.which("nvidia-smi") is not None
 CASES = [
     Case("Ctrl-C during a test", "`code.main --action=run $BASE $LONG_SERVER`, then SIGINT to its process group",
          "exit 130, one line saying what stopped, no test process left, test marked incomplete",
-         "test_supervision.py", interrupted("SIGINT")),
+         "harness/test_supervision.py", interrupted("SIGINT")),
     Case("parent killed (SIGTERM)", "same, then SIGTERM to the parent alone (`timeout`, a scheduler)",
-         "exit 143, test process gone, test marked incomplete", "test_supervision.py", interrupted("SIGTERM")),
+         "exit 143, test process gone, test marked incomplete", "harness/test_supervision.py", interrupted("SIGTERM")),
     Case("parent killed (SIGKILL)", "same, then SIGKILL to the parent alone",
-         "test process gone within 5 s (parent-death signal), test marked incomplete", "test_supervision.py",
+         "test process gone within 5 s (parent-death signal), test marked incomplete", "harness/test_supervision.py",
          interrupted("SIGKILL")),
-    refused_case("--scenarios=server --server_target_qps=0", "test_validation.py, test_fuzz_fields.py",
+    refused_case("--scenarios=server --server_target_qps=0", "common/test_validation.py, common/test_fuzz_fields.py",
                  "server_target_qps"),
-    refused_case("--scenarios=server --server_target_qps=nan", "test_validation.py, test_fuzz_fields.py",
+    refused_case("--scenarios=server --server_target_qps=nan", "common/test_validation.py, common/test_fuzz_fields.py",
                  "server_target_qps"),
-    refused_case("--scenarios=server --server_target_qps=-5", "test_validation.py, test_fuzz_fields.py",
+    refused_case("--scenarios=server --server_target_qps=-5", "common/test_validation.py, common/test_fuzz_fields.py",
                  "server_target_qps"),
-    refused_case("--min_duration=-5", "test_validation.py, test_fuzz_fields.py"),
-    refused_case("--scenarios=singlestream --single_stream_expected_latency_ns=0", "test_fuzz_fields.py",
+    refused_case("--min_duration=-5", "common/test_validation.py, common/test_fuzz_fields.py"),
+    refused_case("--scenarios=singlestream --single_stream_expected_latency_ns=0", "common/test_fuzz_fields.py",
                  "single_stream_expected_latency_ns"),
-    refused_case("--offline_expected_qps=0", "test_fuzz_fields.py"),
-    refused_case("--gpu_batch_size=99999999999999999999", "test_fuzz_fields.py"),
-    refused_case("--performance_sample_count_override=5", "test_validation.py"),
+    refused_case("--offline_expected_qps=0", "common/test_fuzz_fields.py"),
+    refused_case("--gpu_batch_size=99999999999999999999", "common/test_fuzz_fields.py"),
+    refused_case("--performance_sample_count_override=5", "common/test_validation.py"),
     Case("two runs at once", "two `code.main --action=run_harness $BASE --scenarios=server` with "
          "--server_target_qps=20 and =35 side by side",
          "each records and runs its own settings (exit 0, or 3 when a 3 s Server test misses early stopping)",
-         "test_concurrent_runs.py", concurrent_pair),
-    refused_case("--precision=fp8", "test_honest_labels.py", "precision=fp8"),
-    refused_case("--gpu_batch_size=0", "test_fuzz_fields.py"),
-    *([] if HAS_CUDA else [refused_case("--device=cuda", "test_honest_labels.py", "device=cuda")]),
-    refused_case("--seed=-1", "test_fuzz_fields.py"),
-    refused_case("--num_beams=0", "test_fuzz_fields.py", base=GPTJ, shown_base="$GPTJ"),
+         "common/test_concurrent_runs.py", concurrent_pair),
+    refused_case("--precision=fp8", "actions/test_honest_labels.py", "precision=fp8"),
+    refused_case("--gpu_batch_size=0", "common/test_fuzz_fields.py"),
+    *([] if HAS_CUDA else [refused_case("--device=cuda", "actions/test_honest_labels.py", "device=cuda")]),
+    refused_case("--seed=-1", "common/test_fuzz_fields.py"),
+    refused_case("--num_beams=0", "common/test_fuzz_fields.py", base=GPTJ, shown_base="$GPTJ"),
     Case("truncated checkpoint", "`code.main --action=generate_engines $BASE --weights=$TMP/model.pytorch` "
-         "(cut in half)", "exit 2, one line naming the file and the download", "test_faults.py",
+         "(cut in half)", "exit 2, one line naming the file and the download", "common/test_faults.py",
          truncated_checkpoint),
     Case("truncated engine", "`code.main --action=run_harness $BASE --weights=$TMP/model.pytorch --test_run` "
          "after cutting the engine's "
          "weights.safetensors in half", "one ERROR line naming the file and the rebuild, no traceback, exit 1",
-         "test_faults.py", truncated_engine),
+         "common/test_faults.py", truncated_engine),
     Case("corrupt squad_eval.json.gz", "`code.main --action=run_harness --backend=oracle --test_mode=AccuracyOnly "
          "--input_data=$TMP/squad_tokenized` (eval file truncated)",
-         "one ERROR line naming the file and the preprocess step, no traceback", "test_faults.py",
+         "one ERROR line naming the file and the preprocess step, no traceback", "common/test_faults.py",
          damaged_data("eval")),
     Case("token ids out of range", "`code.main --action=run_harness $BASE --test_mode=AccuracyOnly "
          "--input_data=$TMP/squad_tokenized` (input_ids all 40000)",
-         "one ERROR line naming the file and the preprocess step, no traceback", "test_faults.py",
+         "one ERROR line naming the file and the preprocess step, no traceback", "common/test_faults.py",
          damaged_data("tokens")),
     Case("full disk", "`code.main --action=run_harness --backend=oracle --log_dir=<a full 256 KiB tmpfs>`",
          "exit 1, one ERROR line naming the log and 'free space', never VALID",
-         "test_faults.py (real tmpfs as root, injected ENOSPC otherwise)", full_disk),
+         "common/test_faults.py (real tmpfs as root, injected ENOSPC otherwise)", full_disk),
     Case("make clean", "`make clean BUILD_DIR=$TMP/build` with a run folder in build/logs",
-         "build/logs kept, and said so", "test_no_data_loss.py", make_clean),
+         "build/logs kept, and said so", "common/test_no_data_loss.py", make_clean),
     Case("make help", "`make help` (its clean lines)", "says what clean keeps and which target deletes logs",
-         "test_no_data_loss.py", make_help),
+         "common/test_no_data_loss.py", make_help),
     Case("relative MLPERF_SCRATCH_PATH", "`MLPERF_SCRATCH_PATH=scratch make link_dirs`",
-         "refused with the absolute path it would mean, no links", "test_no_data_loss.py", relative_scratch),
+         "refused with the absolute path it would mean, no links", "common/test_no_data_loss.py", relative_scratch),
     Case("--input_data=<renamed copy>", "`code.main --action=run $BASE --test_mode=AccuracyOnly "
-         "--input_data=$TMP/my_squad_copy`", "runs: the accuracy is scored", "test_end_to_end.py",
+         "--input_data=$TMP/my_squad_copy`", "runs: the accuracy is scored", "actions/test_end_to_end.py",
          renamed_input_data),
     Case("synthetic accuracy, real data present", "`code.main --action=run_harness $BASE --test_mode=AccuracyOnly` "
          "with build/preprocessed_data/squad_tokenized present",
          "exit 2, one line saying synthetic inputs have no ground truth (not 'data missing')",
-         "test_honest_labels.py", synthetic_accuracy_with_real_data),
+         "actions/test_honest_labels.py", synthetic_accuracy_with_real_data),
 ]
 
 
@@ -552,7 +552,7 @@ def main() -> int:
           "checkout; each command runs with `MLPERF_BUILD_DIR=$TMP/<case>/build`.\n")
     print(table(rows))
     failed = [case.name for case, result in rows if not result.ok]
-    print(f"\n{len(rows) - len(failed)} of {len(rows)} cases behave as issue 18 asks"
+    print(f"\n{len(rows) - len(failed)} of {len(rows)} cases behave as expected"
           + (f"; not yet: {', '.join(failed)}" if failed else "."))
     return 1 if failed else 0
 

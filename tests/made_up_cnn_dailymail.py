@@ -5,7 +5,7 @@ reference model generated over the 13,368 samples), so no subset can pass it. Wi
 text is the reference summary, so a pipeline test reaches GEN_LEN only when its references are as long as real
 summaries. These records are random English words with the real set's shape:
 
-- 13,368 records ``{instruction, input, output}`` (``code.gptj.cnn_dailymail.make_record``);
+- 13,368 records ``{instruction, input, output}`` (``code.llm.cnn_dailymail.make_record``);
 - articles whose GPT-J prompts have the lengths ``code.gptj.dataset`` estimates for the real set: article tokens
   drawn from LogNormal(median 800, sigma 0.45), so prompts average ~900 tokens and ~3 % reach the 1,919-token cap;
 - highlights in the data set's style (3-5 sentences, each ending `` .``, one per line) of 35-110 GPT-J tokens:
@@ -23,7 +23,7 @@ import math
 import random
 from pathlib import Path
 
-from code.gptj.cnn_dailymail import CNN_DAILYMAIL_VALIDATION_SAMPLES, make_record
+from code.llm.cnn_dailymail import CNN_DAILYMAIL_VALIDATION_SAMPLES, make_record
 
 _WORDS = """the a of to and in that is was for on with as by at from his her their its it he she they we said says
 police officials government minister president city country year years week month day people family children school

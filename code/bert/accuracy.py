@@ -50,7 +50,7 @@ CHECKER_F1_PATTERN = r"^{[\"\']exact_match[\"\']\:\s*[\d\.]+,\s*[\"\']f1[\"\']\:
 
 
 @dataclass
-class AccuracyResult:
+class BertAccuracyResult:
     exact_match: float
     f1: float
     target_f1: float
@@ -273,7 +273,7 @@ def evaluate_accuracy_log(
     out_file: Path,
     synthetic: bool = False,
     scored_questions_only: bool = False,
-) -> AccuracyResult:
+) -> BertAccuracyResult:
     """Score a LoadGen accuracy log; write `out_file` (accuracy.txt) and predictions.json beside it.
 
     `accuracy_target` is the fraction of REFERENCE_F1 to reach (0.99 for bert-99, 0.999 for bert-99.9).
@@ -300,7 +300,7 @@ def evaluate_accuracy_log(
     scores = squad_evaluate(dataset, predictions)
     target_f1 = accuracy_target * REFERENCE_F1
     examples_scored = len({data.features[i].example_index for i in logits})
-    result = AccuracyResult(
+    result = BertAccuracyResult(
         exact_match=scores["exact_match"],
         f1=scores["f1"],
         target_f1=target_f1,

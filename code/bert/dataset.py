@@ -54,7 +54,7 @@ class BertFeatures:
     segment_ids: np.ndarray  # int32 [N, 384]
     input_mask: np.ndarray  # int32 [N, 384]
     lengths: np.ndarray  # int32 [N], real tokens (mask sum)
-    synthetic: bool
+    is_synthetic: bool
     gold_positions: np.ndarray | None = None  # int32 [N, 2] gold start/end in the window, 0/0 if absent (oracle)
 
     def __len__(self) -> int:
@@ -89,7 +89,7 @@ class BertFeatures:
         if (directory / GOLD_FILE).is_file():
             gold = _load_array(directory / GOLD_FILE)
         lengths = input_mask.sum(axis=1, dtype=np.int64).astype(np.int32)
-        return cls(input_ids, segment_ids, input_mask, lengths, synthetic=False, gold_positions=gold)
+        return cls(input_ids, segment_ids, input_mask, lengths, is_synthetic=False, gold_positions=gold)
 
     @classmethod
     def synthetic(cls, count: int, seed: int = 0, vocab_path: Path | None = None,
@@ -133,7 +133,7 @@ class BertFeatures:
                 if start + length == d:
                     break
                 start += min(length, SYNTH_DOC_STRIDE)
-        return cls(input_ids, segment_ids, input_mask, lengths, synthetic=True)
+        return cls(input_ids, segment_ids, input_mask, lengths, is_synthetic=True)
 
     def describe_lengths(self) -> dict[str, float]:
         """Mean/p50/p90/max real length, for logs (what performance depends on)."""

@@ -4,7 +4,7 @@ The MLCommons reference tokenizes SQuAD with an uncased BERT tokenizer (basic to
 characters, lower-case, strip accents, split punctuation; then greedy longest-match WordPiece), and maps
 predictions back to the original text with the basic tokenizer alone. Both are small and fully specified, so we
 implement them here instead of depending on one library's version of them: the features (and hence the QSL) must
-not change when a tokenizer library changes its defaults. `tests/test_bert_squad.py` checks this tokenizer
+not change when a tokenizer library changes its defaults. `tests/bert/test_squad.py` checks this tokenizer
 against the `transformers` one on the same vocabulary.
 """
 

@@ -146,6 +146,6 @@ CONFIG_VER_TO_ACCURACY = {"default": AccuracyTarget.k_99, "high_accuracy": Accur
 # Samples in each benchmark's data set: the QSL size, LoadGen's performance sample count and Offline's minimum.
 DATASET_SIZE = {Benchmark.BERT: 10833, Benchmark.GPTJ: 13368}
 
-# MLPerf's latency bounds for the Server scenario, as mlperf.conf sets them (tests/test_rounds.py checks them
+# MLPerf's latency bounds for the Server scenario, as mlperf.conf sets them (tests/common/test_rounds.py checks them
 # against each fetched round's mlperf.conf and against scripts/bench/settings.py's copy).
 SERVER_LATENCY_BOUND_NS = {Benchmark.BERT: 130_000_000, Benchmark.GPTJ: 20_000_000_000}

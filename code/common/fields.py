@@ -169,9 +169,10 @@ FIELDS: dict[str, Field] = {
               "for quick CPU tests)", benchmarks=(Benchmark.GPTJ,), range=Range(0, 1, above_low=True)),
         Field("num_beams", int, 4, "GPT-J beam width: 4 is the closed-division rule; 1 is greedy search (open "
               "division, debugging)", benchmarks=(Benchmark.GPTJ,), range=Range(1, 64)),
-        Field("oracle_shift", int, 0, "oracle backend, a deliberately failing oracle: bert: move the gold answer by "
-              "this many tokens; gptj: drop this many tokens from the end of every reference summary",
-              range=Range(0, 1024)),
+        Field("oracle_shift", int, 0, "oracle backend, a deliberately failing oracle: move the gold answer by "
+              "this many tokens", benchmarks=(Benchmark.BERT,), range=Range(0, 1024)),
+        Field("oracle_drop", int, 0, "oracle backend, a deliberately failing oracle: drop this many tokens from the "
+              "end of every reference summary", benchmarks=(Benchmark.GPTJ,), range=Range(0, 1024)),
         Field("oracle_batch_ms", float, 0.0, "oracle backend: each batch takes at least this long, a throughput "
               "set by the batch size rather than by the machine's load, for pipeline checks that compare two runs' "
               "performance (a TEST01 audit with its reference run)", benchmarks=(Benchmark.BERT,),
@@ -184,23 +185,23 @@ FIELDS: dict[str, Field] = {
         Field("sort_by_length", bool, True, "Sort each query's samples longest first before batching"),
         Field("batch_timeout_us", int, 0, "Server: how long a worker waits to fill a batch once it holds a sample",
               scenarios=(Scenario.Server,), range=Range(0, 60_000_000)),
-        # BERT GPU path (code/bert/fast; documentation/bert_gpu.md). Only the pytorch backend on CUDA reads these.
-        Field("fast_path", bool, True, "BERT on CUDA: packed fast path (fused kernels, varlen attention, FP8 "
+        # BERT GPU path (code/bert/packed; documentation/bert_gpu.md). Only the pytorch backend on CUDA reads these.
+        Field("fast_path", bool, True, "BERT on CUDA: the packed path (fused kernels, varlen attention, FP8 "
               "GEMMs, CUDA graphs) for fp16/bf16/fp8 engines; off: the eager padded model",
               benchmarks=(Benchmark.BERT,)),
-        Field("cuda_graphs", bool, True, "CUDA graphs: BERT fast path, one per token bucket for small batches; "
+        Field("cuda_graphs", bool, True, "CUDA graphs: BERT packed path, one per token bucket for small batches; "
               "GPT-J inflight, one per decode step"),
-        Field("graph_max_tokens", int, 16384, "BERT fast path: largest token bucket with a CUDA graph (larger "
+        Field("graph_max_tokens", int, 16384, "BERT packed path: largest token bucket with a CUDA graph (larger "
               "batches run eagerly; 0: none)", benchmarks=(Benchmark.BERT,), range=Range(0, 1_048_576)),
-        Field("fp8_fast_accum", bool, False, "BERT fast path, fp8: cuBLASLt fast accumulation in the FP8 GEMMs",
+        Field("fp8_fast_accum", bool, False, "BERT packed path, fp8: cuBLASLt fast accumulation in the FP8 GEMMs",
               benchmarks=(Benchmark.BERT,)),
-        Field("fp8_gemms", str, "qkv+wo+w1+w2", "BERT fast path, fp8: which GEMMs of every layer run in FP8, "
+        Field("fp8_gemms", str, "qkv+wo+w1+w2", "BERT packed path, fp8: which GEMMs of every layer run in FP8, "
               "'+'-joined from qkv, wo, w1, w2 (the others stay 16-bit)", benchmarks=(Benchmark.BERT,),
               pattern=r"(qkv|wo|w1|w2)(\+(qkv|wo|w1|w2))*"),
-        Field("attention_kernel", str, "triton", "BERT fast path: varlen attention kernel (triton: ours, "
-              "code/bert/fast/attention.py, which also adds the QKV bias; flash: torch's FlashAttention-2)",
+        Field("attention_kernel", str, "triton", "BERT packed path: varlen attention kernel (triton: ours, "
+              "code/bert/packed/attention.py, which also adds the QKV bias; flash: torch's FlashAttention-2)",
               benchmarks=(Benchmark.BERT,), choices=("triton", "flash")),
-        Field("gelu_in_gemm", bool, False, "BERT fast path: bias + GELU in the first FFN GEMM's cuBLASLt "
+        Field("gelu_in_gemm", bool, False, "BERT packed path: bias + GELU in the first FFN GEMM's cuBLASLt "
               "epilogue (tanh form; FP8 w1: also writes w2's FP8 input); off: a separate erf-GELU kernel, the "
               "reference's form (the 99.9% target needs it)",
               benchmarks=(Benchmark.BERT,)),

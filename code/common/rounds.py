@@ -4,8 +4,8 @@ A round's submission checker compares the RNG seeds in every performance log wit
 its seeds in (from the ``mlperf.conf`` of its release), so a round pins the one LoadGen release whose seeds that
 checker expects. The scenario tables are those of each round's official checker (``MODEL_CONFIG``, its required
 scenarios per system type), for the benchmarks this harness runs, and so are the compliance audits it requires of
-each benchmark (its ``check_compliance_dir``); tests/test_rounds.py and tests/test_audits.py compare them with the
-checker itself. Adding a round is one entry in ``ROUNDS``.
+each benchmark (its ``check_compliance_dir``); tests/common/test_rounds.py and tests/common/test_audits.py compare
+them with the checker itself. Adding a round is one entry in ``ROUNDS``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A submission ships one JSON per system. The official submission checker (rounds 
 field of REQUIRED_FIELDS present and those of MEANINGFUL_FIELDS non-empty, ``status`` one of STATUSES, a
 ``system_type`` it knows, and ``submitter`` and ``division`` equal to the folders they are staged in. An empty string
 passes "present" but fails "meaningful"; a placeholder such as ``FILL_ME`` passes both and is wrong, so it is refused
-here too. tests/test_system_description.py compares these lists with each round's checker.
+here too. tests/common/test_system_description.py compares these lists with each round's checker.
 
 Where the values come from, a later source winning:
 1. ``systems/<system>.json``: facts of the hardware (the shipped H100/H200 files) and what ``make add_system``

@@ -31,8 +31,8 @@ from code.common.devices import one_per_device, resolve_cpu_threads, resolve_dev
 from code.common.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
-from code.gptj.cnn_dailymail import MANIFEST_FILE, TOKENIZED_SUBDIR
 from code.gptj.download_model import CHECKPOINT_SUBDIR, MODEL_SUBDIR
+from code.gptj.prompt import MANIFEST_FILE, TOKENIZED_SUBDIR
 
 PREPROCESSED_DIR = PREPROCESSED_DATA_DIR / TOKENIZED_SUBDIR
 CHECKPOINT = MODELS_DIR / MODEL_SUBDIR / CHECKPOINT_SUBDIR
@@ -175,7 +175,7 @@ def first_samples(samples: Any, count: int) -> Any:
 
 
 def _references(samples: Any) -> list[str]:
-    from code.gptj.cnn_dailymail import load_targets
+    from code.llm.cnn_dailymail import load_targets
 
     if samples.eval_json is None or not Path(samples.eval_json).exists():
         raise InputsUnavailableError(f"the CNN/DailyMail file behind the preprocessed prompts "
@@ -204,7 +204,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                                          f"{len(samples)} samples"]
     tokenizer = load_tokenizer() if references_text is not None else None
     if references_text is not None and mode is TestMode.AccuracyOnly:
-        from code.gptj.sentence_split import splitter_name
+        from code.llm.sentence_split import splitter_name
 
         splitter_name()  # scoring needs nltk's punkt data: stop before the run, not after it
     context = backend_context(config, choice, max_prompt_length=samples.max_length,

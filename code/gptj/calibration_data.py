@@ -36,13 +36,8 @@ from code.common import atomic
 from code.common.download import download, file_checksum
 from code.common.paths import DATA_DIR
 from code.common.r2_download import fetch_r2_listing
-from code.gptj.cnn_dailymail import (
-    CALIBRATION_FILE,
-    CNN_DAILYMAIL_CALIBRATION_SAMPLES,
-    DATASET_SUBDIR,
-    CnnDailyMailError,
-    check_records,
-)
+from code.gptj.prompt import CALIBRATION_FILE, CNN_DAILYMAIL_CALIBRATION_SAMPLES
+from code.llm.cnn_dailymail import DATASET_SUBDIR, CnnDailyMailError, check_records
 
 CALIBRATION_LIST_COMMIT = "bcaa08a3d4ca7c923c2adcb10ae76ba23e77985c"  # the list's last change (June 2023)
 CALIBRATION_LIST_URL = ("https://raw.githubusercontent.com/mlcommons/inference/"

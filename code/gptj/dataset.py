@@ -33,17 +33,17 @@ from pathlib import Path
 import numpy as np
 
 from code.common.faults import DataFileError, reading
-from code.gptj.cnn_dailymail import (
+from code.gptj.prompt import (
     FORMAT_VERSION,
     INPUT_IDS_FILE,
     INPUT_LENGTHS_FILE,
-    INSTRUCTION,
     MANIFEST_FILE,
     MAX_INPUT_TOKENS,
     PROMPT_TEMPLATE,
     TOKENIZED_SUBDIR,
 )
 from code.gptj.tokenizer import EOS_TOKEN_ID, PAD_TOKEN_ID, VOCAB_SIZE, GptjTokenizer, load_tokenizer
+from code.llm.cnn_dailymail import INSTRUCTION
 
 SYNTH_TEMPLATE_TOKENS = 52
 """Tokens of the prompt template around the article (47 before, 5 after), checked by the tests."""

@@ -31,7 +31,7 @@ from pathlib import Path
 from code.common.download import download, download_command, file_checksum
 from code.common.paths import DATA_DIR
 from code.common.r2_download import fetch_r2_listing
-from code.gptj.cnn_dailymail import (
+from code.llm.cnn_dailymail import (
     CNN_DAILYMAIL_VALIDATION_SAMPLES,
     DATASET_SUBDIR,
     EVAL_FILE,

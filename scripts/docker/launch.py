@@ -3,7 +3,7 @@
 ``python3 -m scripts.docker.launch build|add_user|run``, called by make/docker.mk with the host's system Python:
 it needs only the standard library, because it runs before any environment of ours exists.
 
-Why each rule (issue 14):
+Why each rule:
 - ``-it`` only with a terminal: without one Docker refuses ("the input device is not a TTY"), so a headless
   ``DOCKER_COMMAND`` runs without it, and an interactive shell without a terminal is refused with the fix.
 - GPUs only where the NVIDIA container runtime is: elsewhere ``--gpus`` fails ("could not select device driver"),

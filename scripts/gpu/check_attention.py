@@ -1,4 +1,4 @@
-"""Check and time the Triton varlen attention kernel (code/bert/fast/attention.py) against FA2 on one GPU.
+"""Check and time the Triton varlen attention kernel (code/bert/packed/attention.py) against FA2 on one GPU.
 
 On a realistic packed batch (512 synthetic SQuAD-like features, ~87k tokens, BERT-large: 16 heads, head_dim 64):
 
@@ -38,16 +38,10 @@ FP8_SCALE = 4.0 / 448  # |o| of random O(1) values stays well under 4
 
 
 def batch_lengths(count: int) -> tuple[list[int], str]:
-    """The profile's batch (synthetic features, seed 4: the lengths the 19.6 ms FA2 figure was measured on)."""
-    try:
-        from code.bert.dataset import BertFeatures
+    """The profile's batch: synthetic features, seed 4, the lengths the FA2 figure of bert_gpu_notes.md is for."""
+    from code.bert.packed.tuning import tuning_lengths
 
-        return [int(x) for x in BertFeatures.synthetic(count, seed=4).lengths], "BertFeatures.synthetic(seed=4)"
-    except Exception as e:  # the dataset module needs nothing external, but don't let that stop the check
-        from code.bert.fast.attention import squad_like_lengths
-
-        print(f"BertFeatures.synthetic failed ({e!r}); using squad_like_lengths")
-        return squad_like_lengths(count), "squad_like_lengths(seed=0)"
+    return tuning_lengths(count, seed=4), "BertFeatures.synthetic(seed=4)"
 
 
 def fa2(qkv: torch.Tensor, cu: torch.Tensor, max_len: int, scale: float) -> torch.Tensor:
@@ -79,7 +73,7 @@ def errors(out: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
 
 class Setup:
     def __init__(self, count: int, pad_rows: int) -> None:
-        from code.bert.fast.attention import packed_batch
+        from code.bert.packed.attention import packed_batch
 
         self.lengths, self.source = batch_lengths(count)
         self.max_len = max(self.lengths)
@@ -91,7 +85,7 @@ class Setup:
 
 
 def check_correctness(s: Setup, details: dict[str, Any]) -> None:
-    from code.bert.fast import attention as A
+    from code.bert.packed import attention as A
     from code.numerics.fp8 import E4M3, E4M3_MAX, dequantize
 
     results: dict[str, Any] = {}
@@ -190,10 +184,11 @@ def check_correctness(s: Setup, details: dict[str, Any]) -> None:
 
 
 def run_tune(s: Setup, details: dict[str, Any]) -> None:
-    from code.bert.fast import attention as A
+    from code.bert.packed import attention as A
+    from code.bert.packed.tuning import tune
 
     t0 = time.perf_counter()
-    times = A.tune(HEADS, HEAD_DIM, torch.float16, "cuda", lengths=s.lengths, iterations=20)
+    times = tune(HEADS, HEAD_DIM, torch.float16, "cuda", lengths=s.lengths, iterations=20)
     details["tune_s"] = time.perf_counter() - t0
     details["tune_ms"] = {str(k): v for k, v in times.items()}
     details["best_config"] = str(A.DEFAULT_CONFIG)
@@ -205,8 +200,8 @@ def run_tune(s: Setup, details: dict[str, Any]) -> None:
 def run_timing(s: Setup, details: dict[str, Any]) -> None:
     import triton.testing
 
-    from code.bert.fast import attention as A
-    from code.bert.fast.kernels import TritonOps
+    from code.bert.packed import attention as A
+    from code.bert.packed.kernels import TritonOps
 
     qkv, cu, bias, n = s.qkv, s.cu, s.bias, s.max_len
     out16 = torch.empty(qkv.shape[0], HEADS * HEAD_DIM, device="cuda", dtype=qkv.dtype)

@@ -1,13 +1,12 @@
 """Time cuBLASLt's candidate algorithms for BERT-large's GEMMs against the kernels torch picks (run on a GPU).
 
-Why: the profile of the packed forward (512 mean-length samples on an H200) shows the 16-bit ``w1`` GEMM with the
-bias + GELU epilogue at ~580 TFLOP/s against ~700 for the plain GEMMs, and the FP8 one at ~840 against ~1,200. Both
-are cuBLASLt's first heuristic guess (torch's ``_addmm_activation``, our ``cublaslt.LtGemm``). This script lists up
-to ``--candidates`` algorithms per GEMM, checks each one's output against torch's (so a fast wrong algorithm cannot
-win), times them with CUDA events, and prints each GEMM's torch time, heuristic-first time and best time. It changes
-nothing in the engine. Result (H200, 2026-11-22): alone, the 16-bit GELU GEMM's best candidate ran 10% faster than
-torch's choice, but inside a full forward a tuned choice was no faster than the first guess (99.8 vs 99.3 ms per 512
-samples), so the engine keeps cuBLASLt's first guess (documentation/bert_gpu_notes.md).
+Why: in the profile of the packed forward the ``w1`` GEMMs with the bias + GELU epilogue (16-bit and FP8) run
+below the plain GEMMs' rate (figures: documentation/performance.md). Both are cuBLASLt's first heuristic guess
+(torch's ``_addmm_activation``, our ``cublaslt.LtGemm``). This script lists up to ``--candidates`` algorithms per
+GEMM, checks each one's output against torch's (so a fast wrong algorithm cannot win), times them with CUDA events,
+and prints each GEMM's torch time, heuristic-first time and best time. It changes nothing in the engine. The engine
+keeps cuBLASLt's first guess because inside a full forward a tuned choice is no faster (documentation/performance.md,
+documentation/bert_gpu_notes.md).
 
     python3 scripts/gpu/check_gemm_algos.py --out build/bench/gemm_algos.json [--tokens 85296] [--candidates 16]
 """
@@ -24,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from code.bert.fast.cublaslt import LtGemm
+from code.bert.packed.cublaslt import LtGemm
 from code.numerics.fp8 import Fp8Linear
 
 ROWS: list[str] = []

@@ -18,7 +18,7 @@ Three steps, two machines:
   evaluates on held-out documents: a summarisation-like task (mostly copying, as CNN/DailyMail's highlights are)
   that a small model learns well, so its ROUGE is high and its noise small enough for the FP8 gate's 0.5%.
 - ``score``: ROUGE-1/2/L of every variant's outputs against the references (the text that followed each prompt,
-  or the lead), computed by ``code.gptj.accuracy.compute_rouge`` (the MLPerf way), each as a ratio to bf16's,
+  or the lead), computed by ``code.llm.rouge.compute_rouge`` (the MLPerf way), each as a ratio to bf16's,
   plus ROUGE of FP8 outputs against bf16's and token agreement.
 """
 
@@ -195,10 +195,10 @@ def train_eval(corpus_dir: Path, out: Path, steps: int, prompts: int, device_nam
     import torch.nn.functional as F
 
     from code.gptj.backends.inflight import calibrate_on
-    from code.gptj.generation import GenerationConfig, cache_shape, generate
     from code.gptj.inflight.engine import EngineOptions, InflightEngine
     from code.gptj.inflight.layers import InflightModel
     from code.gptj.model import Gptj, GptjConfig
+    from code.llm.generation import GenerationConfig, cache_shape, generate
 
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device(device_name)
@@ -305,8 +305,8 @@ def train_eval(corpus_dir: Path, out: Path, steps: int, prompts: int, device_nam
 
 
 def score(outputs_file: Path) -> dict[str, Any]:
-    from code.gptj.accuracy import compute_rouge
     from code.gptj.tokenizer import load_tokenizer
+    from code.llm.rouge import compute_rouge
 
     tokenizer = load_tokenizer()
     data = json.loads(outputs_file.read_text())

@@ -1,5 +1,5 @@
-"""The step loop both GPU check scripts share: on a lent GPU every minute counts, so one failing step must not lose
-the figures of the others."""
+"""The step loop both GPU check scripts share: GPU time is scarce, so one failing step must not lose the figures of
+the others."""
 
 from __future__ import annotations
 

@@ -64,10 +64,10 @@ class BertBackendClass(Protocol):
 
 
 def _fp8_needs_fast_path(values: Mapping[str, Any], origin: Origin) -> str | None:
-    """FP8 GEMMs exist only on the fast path; without it an fp8 engine runs 16-bit, not the precision recorded."""
+    """FP8 GEMMs exist only on the packed path; without it an fp8 engine runs 16-bit, not the precision recorded."""
     if values.get("precision") == "fp8" and not values.get("fast_path", True):
-        return (f"{origin('precision')} = 'fp8' runs FP8 GEMMs on the fast path only, and {origin('fast_path')} "
-                "is off; turn the fast path on or set --precision=fp16")
+        return (f"{origin('precision')} = 'fp8' runs FP8 GEMMs on the packed path only, and "
+                f"{origin('fast_path')} is off; turn the packed path on or set --precision=fp16")
     return None
 
 

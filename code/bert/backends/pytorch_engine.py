@@ -129,7 +129,7 @@ def calibrate(model: BertQA, calibration: CalibrationSet, device: str | torch.de
     Runs the packed 16-bit model on a GPU when there is one (fp16, as the engine will run), else in float32 on the
     CPU; either way the same function of the weights up to rounding.
     """
-    from code.bert.fast.packed_model import collect_amax
+    from code.bert.packed.packed_model import collect_amax
 
     device = torch.device(device or auto_device())
     dtype = torch.float16 if device.type == "cuda" else torch.float32
@@ -237,7 +237,7 @@ def check_engine(engine_dir: Path, expected: EngineSpec, run_args: str | None = 
 
 def _check_calibration(engine_dir: Path, calibration: Any, config: BertConfig, hint: str) -> None:
     """An fp8 engine must hold a finite, positive input magnitude for every FP8 GEMM of the model."""
-    from code.bert.fast.packed_model import calibration_names
+    from code.bert.packed.packed_model import calibration_names
 
     if not isinstance(calibration, dict) or not isinstance(calibration.get("amax"), dict):
         raise EngineError(f"fp8 engine {engine_dir} lacks calibrated activation scales. {hint}")

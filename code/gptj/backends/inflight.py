@@ -31,9 +31,9 @@ from code.gptj.backends.inflight_engine import (
     load_model,
 )
 from code.gptj.backends.pytorch import DTYPES, PytorchOptions
-from code.gptj.generation import GenerationConfig
 from code.gptj.inflight.engine import EngineOptions, ForcedLengthOf, InflightEngine
 from code.gptj.inflight.layers import Amax, InflightModel
+from code.llm.generation import GenerationConfig
 from code.numerics.fp8 import E4M3
 
 if TYPE_CHECKING:

@@ -34,14 +34,14 @@ from code.common import engine_manifest
 from code.common.download import file_checksum
 from code.common.engine_manifest import MANIFEST, EngineError, rebuild_hint
 from code.common.paths import PREPROCESSED_DATA_DIR
-from code.gptj.cnn_dailymail import (
+from code.gptj.inflight.layers import Amax, InflightModel
+from code.gptj.prompt import (
     CALIBRATION_TOKENIZED_SUBDIR,
     INPUT_IDS_FILE,
     MANIFEST_FILE,
     MAX_INPUT_TOKENS,
     MAX_NEW_TOKENS,
 )
-from code.gptj.inflight.layers import Amax, InflightModel
 
 FORMAT_VERSION = 1
 RANDOM = "random"

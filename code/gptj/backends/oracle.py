@@ -33,13 +33,13 @@ class OracleGptjBackend(WithoutEngine):
     def options_from(config: ResolvedConfig, context: BackendContext) -> OracleOptions:
         texts, tokenizer = context.references_text, context.tokenizer
         references = [tokenizer.encode(text) for text in texts] if texts is not None and tokenizer else None
-        return OracleOptions(references=references, oracle_drop=config["oracle_shift"])
+        return OracleOptions(references=references, oracle_drop=config["oracle_drop"])
 
     def __init__(self, options: OracleOptions) -> None:
         self.references = options.references
         self.drop = options.oracle_drop
         if self.drop < 0:
-            raise ValueError(f"oracle_shift must be >= 0 for GPT-J (tokens dropped), not {self.drop}")
+            raise ValueError(f"oracle_drop must be >= 0 (tokens dropped), not {self.drop}")
 
     def run_batch(self, sample_indices: np.ndarray, prompts: list[np.ndarray]) -> list[np.ndarray]:
         answers = []

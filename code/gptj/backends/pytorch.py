@@ -14,8 +14,8 @@ import torch
 
 from code.common.faults import reading
 from code.gptj.backends import WithoutEngine
-from code.gptj.generation import GenerationConfig, cache_shape, generate
 from code.gptj.model import GptjConfig, load_checkpoint, random_weights
+from code.llm.generation import GenerationConfig, cache_shape, generate
 
 if TYPE_CHECKING:
     from code.common.config import ResolvedConfig

@@ -7,9 +7,9 @@ slowest sample of a batch. The pieces, each in its own module:
 - ``layers.py``: GPT-J's weights regrouped for inference (the parallel residual lets the QKV and first MLP
   GEMMs read one LayerNorm output, and the attention-output and second MLP GEMMs add into one sum, so each pair
   is one GEMM) and the prefill / decode forwards.
-- ``kv_cache.py``: the prompt's keys and values in pages shared by a sample's beams, each beam's generated
+- ``code/llm/kv_cache.py``: the prompt's keys and values in pages shared by a sample's beams, each beam's generated
   tokens in its own rows, and the beam ancestry table through which a beam reads its history without copies.
 - ``attention.py``: decode attention over that cache (Triton on CUDA; a plain PyTorch reference elsewhere).
-- ``beam_search.py``: one beam-search step for every slot at once, each slot at its own step.
+- ``code/llm/beam_search.py``: one beam-search step for every slot at once, each slot at its own step.
 - ``engine.py``: the loop: take samples, admit, step, complete; CUDA graphs for the step.
 """

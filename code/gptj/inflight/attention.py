@@ -28,7 +28,7 @@ import math
 import torch
 from torch import Tensor
 
-from code.gptj.inflight.kv_cache import KVCache
+from code.llm.kv_cache import KVCache
 
 try:
     import triton

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from code.gptj.generation import GenerationConfig
-from code.gptj.inflight.beam_search import BeamState
-from code.gptj.inflight.kv_cache import CacheShape, KVCache
 from code.gptj.inflight.layers import Amax, InflightModel
+from code.llm.beam_search import BeamState
+from code.llm.generation import GenerationConfig
+from code.llm.kv_cache import CacheShape, KVCache
 
 Take = Callable[[int, float], "tuple[np.ndarray, np.ndarray] | None"]
 Complete = Callable[[np.ndarray, list[np.ndarray]], None]
@@ -241,7 +241,7 @@ class InflightEngine:
 
     def generate(self, prompts: Sequence[np.ndarray], forced_lengths: Sequence[int] | None = None
                  ) -> list[np.ndarray]:
-        """Every prompt's new tokens (int32, final EOS included), as ``code.gptj.generation.generate`` returns
+        """Every prompt's new tokens (int32, final EOS included), as ``code.llm.generation.generate`` returns
         them: the same loop over an in-memory queue. ``forced_lengths``: per prompt, 0 or a forced length."""
         queue = deque(range(len(prompts)))
         results: list[np.ndarray | None] = [None] * len(prompts)

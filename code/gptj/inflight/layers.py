@@ -29,8 +29,8 @@ from torch import Tensor
 
 from code.gptj.inflight.attention import decode_attention, prefill_attention
 from code.gptj.inflight.elementwise import Elementwise, ElementwiseFunctions
-from code.gptj.inflight.kv_cache import KVCache
 from code.gptj.model import Gptj, GptjConfig, rope_table
+from code.llm.kv_cache import KVCache
 from code.numerics.fp8 import Fp8Linear
 
 HEAD_ROW_ALIGN = 64  # LM-head rows are padded to this multiple (see the module docstring)

@@ -1,7 +1,7 @@
 """BERT Offline: one query with every sample; throughput is the metric.
 
 Each system class is one machine; ``_HighAccuracy`` subclasses are the bert-99.9 variants. GPU classes run the
-packed fast path (documentation/bert_gpu.md). Each GPU class's expected QPS is the throughput measured on that GPU
+packed path (documentation/bert_gpu.md). Each GPU class's expected QPS is the throughput measured on that GPU
 for its variant, rounded; an xN class is N times its one-GPU parent. The bert-99 engine is ``GPU_BERT_99_PRECISION``
 (configs/bert/__init__.py: one line switches it between fp8 and fp16, with its rates); which engine each target runs,
 and the gate that decides it, are in documentation/bert_gpu.md; the measurements in documentation/performance.md.
@@ -38,7 +38,7 @@ class H100_SXM_80GBx1(OfflineBaseConfig):
     precision = GPU_BERT_99_PRECISION  # the bert-99 engine: one line in configs/bert/__init__.py switches it
     fp8_fast_accum = GPU_BERT_99_PRECISION == "fp8"  # part of any FP8 choice (no effect on a 16-bit engine)
     device = "cuda"
-    # bias + tanh GELU in the w1 GEMM's epilogue: forward -6% (H200); span agreement with float32 >= 99% on
+    # bias + tanh GELU in the w1 GEMM's epilogue: a faster forward; span agreement with float32 >= 99% on
     # every model checked, not 99.9% (documentation/performance.md), so the _HighAccuracy classes turn it off.
     gelu_in_gemm = True
     # Packed batches: 512 samples of mean length ~166 are ~85k tokens, enough to saturate the GEMMs; larger batches

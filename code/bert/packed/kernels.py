@@ -1,0 +1,247 @@
+# ruff: noqa: ANN001 - Triton kernel arguments are typed by the JIT, not annotations
+"""Triton kernels for the packed encoder: every elementwise step between two GEMMs in one pass over memory.
+
+Between BERT's GEMMs the work is row-wise and memory-bound: embedding gather + LayerNorm, bias + residual +
+LayerNorm, bias + GELU. Done by eager torch each is 2-4 kernels with an fp16 round trip each; here each is one read of
+its inputs and one write of its outputs. Each kernel can also write an e4m3 copy quantized with the next GEMM's static
+scale, so FP8 GEMMs need no separate quantize pass (and, where only the FP8 copy is used, no 16-bit write at all).
+
+Statistics are computed in float32. GELU is the exact erf form BERT was trained with. Imports triton: only the GPU
+path imports this module (``packed_model.TorchOps`` is the CPU equivalent and the reference these are checked
+against by scripts/gpu/check_bert_packed.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from code.numerics.fp8 import E4M3, E4M3_MAX, quantize_cuda
+
+
+@triton.jit
+def _layernorm_store(
+    x,
+    cols,
+    mask,
+    row,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    q_ptr,
+    inv_scale,
+    eps,
+    N: tl.constexpr,
+    WRITE_FP8: tl.constexpr,
+):
+    """LayerNorm of one float32 row; stores the 16-bit result (always: it is the next residual) and, for an FP8
+    GEMM that reads it, its e4m3 copy."""
+    mean = tl.sum(x, axis=0) / N
+    d = tl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / N + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    y = d * rstd * w + b
+    offs = row * N + cols
+    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    if WRITE_FP8:
+        q = tl.minimum(tl.maximum(y * inv_scale, -448.0), 448.0)
+        tl.store(q_ptr + offs, q.to(tl.float8e4nv), mask=mask)
+
+
+@triton.jit
+def _embed_ln_kernel(
+    ids_ptr,
+    seg_ptr,
+    pos_ptr,
+    word_ptr,
+    type_ptr,
+    posemb_ptr,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    q_ptr,
+    inv_scale,
+    eps,
+    N: tl.constexpr,
+    BLOCK: tl.constexpr,
+    WRITE_FP8: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    tok = tl.load(ids_ptr + row).to(tl.int64)
+    seg = tl.load(seg_ptr + row).to(tl.int64)
+    pos = tl.load(pos_ptr + row).to(tl.int64)
+    x = tl.load(word_ptr + tok * N + cols, mask=mask, other=0.0).to(tl.float32)
+    x += tl.load(type_ptr + seg * N + cols, mask=mask, other=0.0).to(tl.float32)
+    x += tl.load(posemb_ptr + pos * N + cols, mask=mask, other=0.0).to(tl.float32)
+    _layernorm_store(x, cols, mask, row, w_ptr, b_ptr, out_ptr, q_ptr, inv_scale, eps, N, WRITE_FP8)
+
+
+@triton.jit
+def _add_ln_kernel(
+    x_ptr,
+    bias_ptr,
+    res_ptr,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    q_ptr,
+    inv_scale,
+    eps,
+    N: tl.constexpr,
+    BLOCK: tl.constexpr,
+    WRITE_FP8: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    offs = row * N + cols
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    x += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    x += tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    _layernorm_store(x, cols, mask, row, w_ptr, b_ptr, out_ptr, q_ptr, inv_scale, eps, N, WRITE_FP8)
+
+
+@triton.jit
+def _erf(x):
+    """erf to ~1.5e-7 absolute (Abramowitz & Stegun 7.1.26): one reciprocal, one exp2, five FMAs. libdevice's erf
+    makes the GELU kernel compute-bound at BERT-large shapes, far below memory bandwidth (documentation/performance.md,
+    "Figures behind code and config comments")."""
+    a = tl.abs(x)
+    t = tl.fdiv(1.0, 1.0 + 0.3275911 * a, ieee_rounding=False)
+    p = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    y = 1.0 - p * tl.exp2(-a * a * 1.4426950408889634)
+    return tl.where(x < 0, -y, y)
+
+
+@triton.jit
+def _bias_gelu_kernel(
+    x_ptr,
+    bias_ptr,
+    out_ptr,
+    q_ptr,
+    inv_scale,
+    N: tl.constexpr,
+    BLOCK: tl.constexpr,
+    WRITE_OUT: tl.constexpr,
+    WRITE_FP8: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    offs = row * N + cols
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    x += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    y = 0.5 * x * (1.0 + _erf(x * 0.7071067811865476))
+    if WRITE_OUT:
+        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    if WRITE_FP8:
+        q = tl.minimum(tl.maximum(y * inv_scale, -448.0), 448.0)
+        tl.store(q_ptr + offs, q.to(tl.float8e4nv), mask=mask)
+
+
+def _warps(n: int) -> int:
+    return 4 if n <= 1024 else 8
+
+
+def _inv(scale: float | None) -> float:
+    return 1.0 / scale if scale else 1.0
+
+
+class TritonOps:
+    """The CUDA implementations of ``packed_model.TorchOps``' interface (same arguments, same results)."""
+
+    name = "triton"
+
+    @staticmethod
+    def embed_ln(
+        ids: Tensor,
+        segs: Tensor,
+        pos: Tensor,
+        word: Tensor,
+        token_type: Tensor,
+        position: Tensor,
+        weight: Tensor,
+        bias: Tensor,
+        eps: float,
+        q_scale: float | None,
+    ) -> tuple[Tensor, Tensor | None]:
+        rows, n = ids.shape[0], word.shape[1]
+        out = torch.empty((rows, n), dtype=word.dtype, device=word.device)
+        q = torch.empty((rows, n), dtype=E4M3, device=word.device) if q_scale else out
+        block = triton.next_power_of_2(n)
+        _embed_ln_kernel[(rows,)](
+            ids,
+            segs,
+            pos,
+            word,
+            token_type,
+            position,
+            weight,
+            bias,
+            out,
+            q,
+            _inv(q_scale),
+            eps,
+            N=n,
+            BLOCK=block,
+            WRITE_FP8=bool(q_scale),
+            num_warps=_warps(n),
+        )
+        return out, (q if q_scale else None)
+
+    @staticmethod
+    def add_ln(
+        x: Tensor, x_bias: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, eps: float, q_scale: float | None
+    ) -> tuple[Tensor, Tensor | None]:
+        rows, n = x.shape
+        out = torch.empty_like(residual)
+        q = torch.empty((rows, n), dtype=E4M3, device=x.device) if q_scale else out
+        _add_ln_kernel[(rows,)](
+            x,
+            x_bias,
+            residual,
+            weight,
+            bias,
+            out,
+            q,
+            _inv(q_scale),
+            eps,
+            N=n,
+            BLOCK=triton.next_power_of_2(n),
+            WRITE_FP8=bool(q_scale),
+            num_warps=_warps(n),
+        )
+        return out, (q if q_scale else None)
+
+    @staticmethod
+    def bias_gelu(
+        x: Tensor, bias: Tensor, q_scale: float | None, keep_out: bool
+    ) -> tuple[Tensor | None, Tensor | None]:
+        rows, n = x.shape
+        out = torch.empty_like(x) if keep_out else x
+        q = torch.empty((rows, n), dtype=E4M3, device=x.device) if q_scale else x
+        _bias_gelu_kernel[(rows,)](
+            x,
+            bias,
+            out,
+            q,
+            _inv(q_scale),
+            N=n,
+            BLOCK=triton.next_power_of_2(n),
+            WRITE_OUT=keep_out,
+            WRITE_FP8=bool(q_scale),
+            num_warps=_warps(n),
+        )
+        return (out if keep_out else None), (q if q_scale else None)
+
+    @staticmethod
+    def quantize(x: Tensor, scale: float) -> Tensor:
+        return quantize_cuda(x, scale)
+
+
+__all__ = ["E4M3_MAX", "TritonOps"]

@@ -1,0 +1,401 @@
+"""BERT-large over a packed ``[T]`` token stream: the encoder of ``code.bert.model.BertQA`` without padding.
+
+Same weights and arithmetic as ``BertQA`` (post-LN, erf GELU, fused q/k/v), but every GEMM runs over the batch's
+real tokens only and attention is varlen (each sequence attends to itself, located by ``cu_seqlens``). Biases of the
+GEMMs that feed a fused kernel are added in that kernel (one pass) instead of in the GEMM.
+
+Two sets of ops with one interface: ``kernels.TritonOps`` on CUDA (imported only there) and ``TorchOps`` here, plain
+torch in float32, which is both the CPU fallback that tests compare against the eager model and the reference the
+GPU check compares the kernels against. Precision: 16-bit activations with 16-bit GEMMs, or FP8 GEMMs
+(``fp8_amax``: calibrated input magnitudes per GEMM) with 16-bit activations between them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from code.bert.model import BertQA
+from code.bert.packed.packing import layout_words, pack_into
+from code.numerics.fp8 import Fp8Linear, quantize
+
+GEMM_INPUTS = ("qkv", "wo", "w1", "w2")  # calibration points: the input of each FP8 GEMM of a layer
+ALL_FP8_GEMMS = "+".join(GEMM_INPUTS)
+ATTENTION_KERNELS = ("flash", "triton", "sdpa")
+
+
+def parse_fp8_gemms(text: str) -> frozenset[str]:
+    """``"w1+w2"`` -> {"w1", "w2"}: the GEMMs of every layer an FP8 engine runs in FP8 (the rest stay 16-bit)."""
+    names = [part.strip() for part in text.split("+") if part.strip()]
+    unknown = sorted(set(names) - set(GEMM_INPUTS))
+    if unknown or not names:
+        raise ValueError(
+            f"fp8_gemms={text!r}: expected '+'-joined names from {', '.join(GEMM_INPUTS)} (e.g. {ALL_FP8_GEMMS} or "
+            "w1+w2); to run no GEMM in FP8 use an fp16 engine"
+        )
+    return frozenset(names)
+
+
+def calibration_names(num_layers: int) -> list[str]:
+    """Names of the activation scales an FP8 engine stores, e.g. ``3.w1`` (input of layer 3's first FFN GEMM)."""
+    return [f"{i}.{g}" for i in range(num_layers) for g in GEMM_INPUTS]
+
+
+class TorchOps:
+    """Reference implementations of the fused kernels (float32 math, results cast to the activations' dtype)."""
+
+    name = "torch"
+
+    @staticmethod
+    def embed_ln(
+        ids: Tensor,
+        segs: Tensor,
+        pos: Tensor,
+        word: Tensor,
+        token_type: Tensor,
+        position: Tensor,
+        weight: Tensor,
+        bias: Tensor,
+        eps: float,
+        q_scale: float | None,
+    ) -> tuple[Tensor, Tensor | None]:
+        x = word[ids.long()].float() + token_type[segs.long()].float() + position[pos.long()].float()
+        y = F.layer_norm(x, x.shape[-1:], weight.float(), bias.float(), eps)
+        return y.to(word.dtype), (quantize(y, q_scale) if q_scale else None)
+
+    @staticmethod
+    def add_ln(
+        x: Tensor, x_bias: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, eps: float, q_scale: float | None
+    ) -> tuple[Tensor, Tensor | None]:
+        s = x.float() + x_bias.float() + residual.float()
+        y = F.layer_norm(s, s.shape[-1:], weight.float(), bias.float(), eps)
+        return y.to(residual.dtype), (quantize(y, q_scale) if q_scale else None)
+
+    @staticmethod
+    def bias_gelu(
+        x: Tensor, bias: Tensor, q_scale: float | None, keep_out: bool
+    ) -> tuple[Tensor | None, Tensor | None]:
+        y = F.gelu(x.float() + bias.float())
+        return (y.to(x.dtype) if keep_out else None), (quantize(y, q_scale) if q_scale else None)
+
+    @staticmethod
+    def quantize(x: Tensor, scale: float) -> Tensor:
+        return quantize(x, scale)
+
+
+def flash_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_len: int, scale: float) -> Tensor:
+    """Flash attention over packed sequences (``torch.nn.attention.varlen.varlen_attn`` calls the same op; calling
+    it directly skips that custom op's Python dispatch). q/k/v ``[T, heads, head_dim]``; rows past
+    ``cu_seqlens[-1]`` belong to no sequence and are left unwritten."""
+    return torch.ops.aten._flash_attention_forward(
+        q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, 0.0, False, False, scale=scale
+    )[0]
+
+
+def sdpa_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_len: int, scale: float) -> Tensor:
+    """The same, one ``scaled_dot_product_attention`` per sequence (CPU fallback and reference); pad rows zero."""
+    out = torch.zeros_like(q)
+    cu = cu_seqlens.tolist()
+    for start, end in zip(cu[:-1], cu[1:], strict=True):
+        if end > start:
+            qs, ks, vs = (t[start:end].transpose(0, 1)[None] for t in (q, k, v))
+            out[start:end] = F.scaled_dot_product_attention(qs, ks, vs, scale=scale)[0].transpose(0, 1)
+    return out
+
+
+class PackedLayer:
+    """One encoder layer's weights, laid out for the packed forward: each GEMM 16-bit or FP8 (``fp8_gemms``)."""
+
+    def __init__(
+        self,
+        state: dict[str, Tensor],
+        prefix: str,
+        dtype: torch.dtype,
+        device: torch.device,
+        amax: dict[str, float] | None,
+        index: int,
+        fast_accum: bool,
+        fp8_gemms: frozenset[str],
+        gelu_in_gemm: bool,
+    ) -> None:
+        def get(name: str) -> Tensor:
+            return state[prefix + name].to(device=device, dtype=dtype).contiguous()
+
+        self.bqkv, self.bo, self.b1, self.b2 = (
+            get(f"{n}.bias") for n in ("attention.wqkv", "attention.wo", "feed_forward.w1", "feed_forward.w2")
+        )
+        self.ln1 = (get("attention_norm.weight"), get("attention_norm.bias"))
+        self.ln2 = (get("ffn_norm.weight"), get("ffn_norm.bias"))
+        weights = {"qkv": "attention.wqkv", "wo": "attention.wo", "w1": "feed_forward.w1", "w2": "feed_forward.w2"}
+        self.fp8: dict[str, Fp8Linear] = {}
+        self.w16: dict[str, Tensor] = {}
+        for gemm, name in weights.items():
+            if amax is not None and gemm in fp8_gemms:
+                self.fp8[gemm] = Fp8Linear(get(f"{name}.weight"), amax[f"{index}.{gemm}"], dtype, fast_accum)
+            else:
+                self.w16[gemm] = get(f"{name}.weight")
+        self.gelu_gemm: Callable[[Tensor | None, Tensor | None], Tensor] | None = (
+            self._gelu_gemm() if gelu_in_gemm else None
+        )
+
+    def _gelu_gemm(self) -> Callable[[Tensor | None, Tensor | None], Tensor] | None:
+        """``w1`` with bias + GELU (tanh form) in its GEMM's epilogue, as ``(x, xq) -> w2's input``; None where the
+        two GEMMs' precisions allow no such GEMM (16-bit ``w1`` feeding an FP8 ``w2``: no 16-bit GEMM writes FP8).
+
+        FP8 ``w1``: one cuBLASLt call (``cublaslt.fp8_gelu_gemm``) that writes ``w2``'s FP8 input, or its 16-bit input
+        when ``w2`` runs in 16 bits. 16-bit ``w1`` and ``w2``: torch's ``_addmm_activation``, the same epilogue
+        through cuBLASLt (as fast in a full forward as our own call, ``cublaslt.LtGemm``, on an H200). Off CUDA, the
+        same arithmetic in float32 (what the tests compare against)."""
+        w2_scale = self.input_scale("w2")
+        if "w1" in self.fp8:
+            w1 = self.fp8["w1"]
+            if w1.weight_q.is_cuda:
+                from code.bert.packed.cublaslt import fp8_gelu_gemm
+
+                fused = fp8_gelu_gemm(w1.weight_q, w1.weight_scale, w1.act_scale, self.b1, w2_scale, w1.fast_accum)
+                return lambda x, xq: fused(xq)
+
+            def emulated_fp8(x: Tensor | None, xq: Tensor | None) -> Tensor:
+                g = F.gelu(w1(xq).float() + self.b1.float(), approximate="tanh")
+                return quantize(g, w2_scale) if w2_scale else g.to(self.b1.dtype)
+
+            return emulated_fp8
+        if w2_scale is not None:
+            return None
+        w1_weight = self.w16["w1"]
+        if w1_weight.is_cuda:
+            return lambda x, xq: torch._addmm_activation(self.b1, x, w1_weight.t(), use_gelu=True)
+
+        def emulated(x: Tensor | None, xq: Tensor | None) -> Tensor:
+            g = F.gelu(F.linear(x.float(), w1_weight.float(), self.b1.float()), approximate="tanh")
+            return g.to(w1_weight.dtype)
+
+        return emulated
+
+    def input_scale(self, gemm: str) -> float | None:
+        """The static FP8 scale of ``gemm``'s input, None where that GEMM runs in 16 bits."""
+        linear = self.fp8.get(gemm)
+        return linear.act_scale_value if linear is not None else None
+
+    def matmul(self, gemm: str, x: Tensor | None, xq: Tensor | None, bias: Tensor | None = None) -> Tensor:
+        """``x @ W.T (+ bias in the GEMM's epilogue)``: FP8 from ``xq`` (quantized with ``input_scale``) or 16-bit
+        from ``x``."""
+        if gemm in self.fp8:
+            if xq is None:
+                raise ValueError(f"GEMM {gemm} runs in FP8 but got no FP8 input")
+            return self.fp8[gemm](xq, bias)
+        if x is None:
+            raise ValueError(f"GEMM {gemm} runs in 16 bits but got only an FP8 input")
+        return F.linear(x, self.w16[gemm], bias)
+
+
+class PackedBert:
+    """The packed encoder + QA head. ``forward`` takes device tensors of one packed batch; see ``run_packed``.
+
+    Options of the GPU path: ``fp8_gemms`` (FP8 engines: the GEMMs of each layer that run in FP8), ``attention``
+    (triton: ours, which also adds the QKV bias and can write the FP8 input of the output projection; flash: torch's
+    FA2 varlen; sdpa: per-sequence SDPA, the CPU fallback), ``gelu_in_gemm`` (bias + GELU in ``w1``'s GEMM epilogue,
+    cuBLASLt's tanh form, instead of a separate erf-GELU kernel; see ``PackedLayer._gelu_gemm``). Off by default:
+    the tanh form moves more best answer spans away from float32's than the 99.9% target's 0.1% allows, though
+    fewer than the 99% target's 1% (figures: documentation/performance.md).
+    """
+
+    def __init__(
+        self,
+        model: BertQA,
+        dtype: torch.dtype,
+        device: str | torch.device,
+        fp8_amax: dict[str, float] | None = None,
+        ops: Any = None,
+        attention: str | None = None,
+        fast_accum: bool = False,
+        fp8_gemms: str = ALL_FP8_GEMMS,
+        gelu_in_gemm: bool = False,
+    ) -> None:
+        self.config = config = model.config
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.fp8 = fp8_amax is not None
+        if self.fp8:
+            missing = sorted(set(calibration_names(config.num_layers)) - set(fp8_amax))
+            if missing:
+                raise ValueError(f"FP8 needs an activation scale for every GEMM input; missing {missing[:4]}...")
+        gemms = parse_fp8_gemms(fp8_gemms)
+        if ops is None:
+            if self.device.type == "cuda":
+                from code.bert.packed.kernels import TritonOps
+
+                ops = TritonOps
+            else:
+                ops = TorchOps
+        self.ops = ops
+        self.attention = attention or ("triton" if self.device.type == "cuda" else "sdpa")
+        if self.attention not in ATTENTION_KERNELS:
+            raise ValueError(f"attention={self.attention!r}: expected one of {', '.join(ATTENTION_KERNELS)}")
+        if self.attention != "sdpa" and self.device.type != "cuda":
+            raise ValueError(f"attention={self.attention} needs a CUDA device; on {self.device} use sdpa")
+        self.triton_attention: Callable[..., Tensor] | None = None
+        if self.attention == "triton":
+            from code.bert.packed.attention import varlen_attention  # imports triton: CUDA only
+
+            self.triton_attention = varlen_attention
+        state = {k: v.detach() for k, v in model.state_dict().items()}
+
+        def get(name: str) -> Tensor:
+            return state[name].to(device=self.device, dtype=dtype).contiguous()
+
+        self.word, self.token_type, self.position = (
+            get(f"embeddings.{n}.weight") for n in ("word", "token_type", "position")
+        )
+        self.emb_ln = (get("embeddings.norm.weight"), get("embeddings.norm.bias"))
+        self.layers = [
+            PackedLayer(state, f"layers.{i}.", dtype, self.device, fp8_amax, i, fast_accum, gemms, gelu_in_gemm)
+            for i in range(config.num_layers)
+        ]
+        # The QA head runs in float32: 16-bit logits of magnitude ~10 are off by up to 2**-8 in their last bit, enough
+        # to reorder near-tied answer spans, and the head is ~4 kFLOP per token against the encoder's ~600 MFLOP.
+        self.qa_w, self.qa_b = (
+            state[f"qa_outputs.{n}"].to(device=self.device, dtype=torch.float32).contiguous()
+            for n in ("weight", "bias")
+        )
+        self.scale = 1.0 / math.sqrt(config.head_dim)
+
+    def _qkv_scale(self, layer: int) -> float | None:
+        return self.layers[layer].input_scale("qkv") if layer < len(self.layers) else None
+
+    def _attend(
+        self, layer: PackedLayer, x: Tensor, xq: Tensor | None, cu_seqlens: Tensor, max_len: int
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """QKV GEMM + attention -> (16-bit ``[T, hidden]`` or None, its FP8 copy for the output projection or
+        None)."""
+        cfg = self.config
+        rows, heads = x.shape[0], cfg.num_heads
+        wo_scale = layer.input_scale("wo")
+        if self.triton_attention is not None:
+            qkv = layer.matmul("qkv", x, xq)  # the bias is added by the attention kernel as it loads q, k, v
+            a = self.triton_attention(
+                qkv, cu_seqlens, max_len, self.scale, heads, qkv_bias=layer.bqkv, out_fp8_scale=wo_scale
+            )
+            return (None, a) if wo_scale else (a, None)
+        qkv = layer.matmul("qkv", x, xq, layer.bqkv)
+        q, k, v = qkv.view(rows, 3, heads, cfg.head_dim).unbind(1)
+        attend = flash_varlen if self.attention == "flash" else sdpa_varlen
+        a = attend(q, k, v, cu_seqlens, max_len, self.scale).view(rows, cfg.hidden_size)
+        return a, (self.ops.quantize(a, wo_scale) if wo_scale else None)
+
+    def _feed_forward(self, layer: PackedLayer, x: Tensor, xq: Tensor | None, observe: Any, index: int) -> Tensor:
+        """w1 + bias + GELU + w2 (without w2's bias, which the following add+LN adds)."""
+        w2_scale = layer.input_scale("w2")
+        if layer.gelu_gemm is not None:
+            g = layer.gelu_gemm(x, xq)
+            if w2_scale is not None:
+                return layer.matmul("w2", None, g)
+            observe(f"{index}.w2", g)
+            return layer.matmul("w2", g, None)
+        h = layer.matmul("w1", x, xq)
+        g, gq = self.ops.bias_gelu(h, layer.b1, w2_scale, keep_out=w2_scale is None)
+        if g is not None:
+            observe(f"{index}.w2", g)
+        return layer.matmul("w2", g, gq)
+
+    def forward(
+        self,
+        tokens: Tensor,
+        segments: Tensor,
+        positions: Tensor,
+        cu_seqlens: Tensor,
+        max_len: int,
+        observer: dict[str, Tensor] | None = None,
+        valid_rows: int | None = None,
+    ) -> Tensor:
+        """Float32 ``[T, 2]`` start/end logits of every packed row (rows past ``cu_seqlens[-1]`` are padding).
+
+        ``observer`` (16-bit engines only): collects each GEMM input's max magnitude over the first ``valid_rows``
+        rows, the calibration an FP8 engine stores.
+        """
+        if observer is not None and self.fp8:
+            raise ValueError("calibrate a 16-bit packed model; an FP8 one already uses scales")
+        ops, eps = self.ops, self.config.layer_norm_eps
+        valid = tokens.shape[0] if valid_rows is None else valid_rows
+
+        def observe(name: str, t: Tensor) -> None:
+            if observer is not None:
+                amax = t[:valid].abs().amax().float()
+                observer[name] = torch.maximum(observer[name], amax) if name in observer else amax
+
+        x, xq = ops.embed_ln(
+            tokens, segments, positions, self.word, self.token_type, self.position, *self.emb_ln, eps,
+            self._qkv_scale(0),
+        )  # fmt: skip
+        for i, layer in enumerate(self.layers):
+            observe(f"{i}.qkv", x)
+            a, aq = self._attend(layer, x, xq, cu_seqlens, max_len)
+            if a is not None:
+                observe(f"{i}.wo", a)
+            o = layer.matmul("wo", a, aq)
+            x, xq = ops.add_ln(o, layer.bo, x, *layer.ln1, eps, layer.input_scale("w1"))
+            observe(f"{i}.w1", x)
+            o = self._feed_forward(layer, x, xq, observe, i)
+            x, xq = ops.add_ln(o, layer.b2, x, *layer.ln2, eps, self._qkv_scale(i + 1))
+        return F.linear(x.float(), self.qa_w, self.qa_b)
+
+    __call__ = forward
+
+
+def packed_tensors(
+    buffer: np.ndarray, padded_total: int, slots: int, device: torch.device
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Device tensors (tokens, segments, positions, cu_seqlens) of a packed host layout (one copy)."""
+    words = layout_words(padded_total, slots)
+    flat = torch.from_numpy(buffer[:words]).to(device)
+    t = padded_total
+    return flat[:t], flat[t : 2 * t], flat[2 * t : 3 * t], flat[3 * t : words]
+
+
+def run_packed(
+    model: PackedBert,
+    input_ids: np.ndarray,
+    segment_ids: np.ndarray,
+    input_mask: np.ndarray,
+    observer: dict[str, Tensor] | None = None,
+) -> tuple[np.ndarray, Any]:
+    """Pack one ``[B, S]`` batch, run it and return (float32 ``[T, 2]`` logits on the host, the packing): the plain
+    way, without the backend's pinned buffers, streams or graphs (tests, calibration, checks)."""
+    from code.bert.packed.packing import PackedBatch
+
+    batch = input_mask.shape[0]
+    buffer = np.empty(3 * int(np.count_nonzero(input_mask)) + 3 * 16 + batch + 1, dtype=np.int32)
+    packed: PackedBatch = pack_into(buffer, input_ids, segment_ids, input_mask)
+    tensors = packed_tensors(buffer, packed.padded_total, packed.slots, model.device)
+    logits = model.forward(*tensors, max_len=packed.max_len, observer=observer, valid_rows=packed.total)
+    return logits.cpu().numpy(), packed
+
+
+def batches(count: int, batch_size: int) -> Iterator[np.ndarray]:
+    for start in range(0, count, batch_size):
+        yield np.arange(start, min(start + batch_size, count))
+
+
+@torch.inference_mode()
+def collect_amax(
+    model: BertQA,
+    input_ids: np.ndarray,
+    segment_ids: np.ndarray,
+    input_mask: np.ndarray,
+    device: str | torch.device,
+    dtype: torch.dtype,
+    batch_size: int = 32,
+) -> dict[str, float]:
+    """Max magnitude of every FP8 GEMM's input over the given features, run through the 16-bit packed model."""
+    packed_model = PackedBert(model, dtype, device)
+    observer: dict[str, Tensor] = {}
+    for idx in batches(len(input_ids), batch_size):
+        seq = int(input_mask[idx].sum(axis=1).max())
+        run_packed(packed_model, input_ids[idx, :seq], segment_ids[idx, :seq], input_mask[idx, :seq], observer)
+    return {name: float(observer[name]) for name in calibration_names(model.config.num_layers)}

@@ -1,0 +1,12 @@
+"""What MLPerf's LLM benchmarks share, whatever the model: a library for benchmarks, not a benchmark (no benchmark.py).
+
+- ``cnn_dailymail.py``: the CNN/DailyMail eval file (``cnn_eval.json``), its records and reference summaries.
+- ``rouge.py``: a LoadGen accuracy log's token ids, and ROUGE/gen_len of decoded predictions, as MLCommons scores.
+- ``sentence_split.py``: one sentence per line for ROUGE-Lsum (``nltk.sent_tokenize`` with pinned punkt data).
+- ``generation.py``: beam search and greedy decoding with HF ``generate``'s results, over any ``CausalLM``.
+- ``beam_search.py``: one beam-search step for many slots at once, each at its own step (in-flight batching).
+- ``kv_cache.py``: a paged KV cache whose prompt pages a sample's beams share, FP8 storage optional.
+
+A benchmark keeps its model, tokenizer, prompt, reference scores and targets (GPT-J: ``code/gptj/``) and imports
+these. code/llm imports ``code/common`` and ``code/numerics`` only, never a benchmark.
+"""

@@ -1,0 +1,500 @@
+"""Check and time BERT's packed GPU path on the device (documentation/bert_gpu_notes.md keeps the results).
+
+1. Kernels: each Triton kernel against ``TorchOps`` (float32) on fresh random inputs; varlen flash attention against
+   per-sequence SDPA in float32; ``||out - ref|| / ||ref||`` and max error.
+2. Whole model: eager fp16 (padded), packed fp16/bf16 and packed fp8 against the eager float32 model on synthetic
+   features: max/mean logit error and span agreement (argmax start and end, over each sample's tokens).
+3. Forward variants (``--variants``): GPU ms of one packed forward per switch (attention kernel, GELU in the GEMM,
+   which GEMMs in FP8) with each one's top kernels.
+4. Timings through the backend's fast path (host packing, one H2D, forward, one D2H, unpacking): samples/s at the
+   synthetic mean length and at 384 tokens, with and without CUDA graphs, for several batch sizes.
+
+Run on the device: ``PYTHONPATH=$PWD python3 scripts/gpu/check_bert_packed.py --out $OUT``. Prints a short table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from code.bert.dataset import BertFeatures
+from code.bert.model import BERT_CONFIGS, BertQA, random_weights
+from code.bert.packed.packed_model import (
+    ALL_FP8_GEMMS,
+    PackedBert,
+    TorchOps,
+    collect_amax,
+    flash_varlen,
+    run_packed,
+    sdpa_varlen,
+)
+from code.bert.packed.packing import unpack
+from scripts.gpu.steps import run_steps
+
+ROWS: list[str] = []  # the short table printed last
+
+
+def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    return float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref))
+
+
+def check_kernels(details: dict[str, Any]) -> None:
+    from code.bert.packed.kernels import TritonOps
+    from code.numerics.fp8 import dequantize
+
+    g = torch.Generator(device="cuda").manual_seed(int(time.time()))
+    dev, h, f = "cuda", 1024, 4096
+    rows = 3001  # not a multiple of anything
+    results = {}
+    for dtype in (torch.float16, torch.bfloat16):
+
+        def rnd(*shape: int, std: float = 1.0, dt: torch.dtype = dtype) -> torch.Tensor:
+            return (torch.randn(*shape, generator=g, device=dev) * std).to(dt)
+
+        word, typ, pos = rnd(30522, h, std=0.05), rnd(2, h, std=0.05), rnd(512, h, std=0.05)
+        w, b = 1 + rnd(h, std=0.1), rnd(h, std=0.1)
+        ids = torch.randint(0, 30522, (rows,), generator=g, device=dev, dtype=torch.int32)
+        segs = torch.randint(0, 2, (rows,), generator=g, device=dev, dtype=torch.int32)
+        poss = torch.randint(0, 384, (rows,), generator=g, device=dev, dtype=torch.int32)
+        x, res, bias = rnd(rows, h, std=3.0), rnd(rows, h), rnd(h, std=0.5)
+        hh, b1 = rnd(rows, f, std=2.0), rnd(f, std=0.5)
+        scale = 8.0 / 448
+        for name, args, kw in (
+            ("embed_ln", (ids, segs, poss, word, typ, pos, w, b, 1e-12), {}),
+            ("add_ln", (x, bias, res, w, b, 1e-12), {}),
+        ):
+            for q in (None, scale):
+                out, oq = getattr(TritonOps, name)(*args, q, **kw)
+                ref, rq = getattr(TorchOps, name)(
+                    *(a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args), q
+                )
+                key = f"{name}[{str(dtype)[6:]}{',fp8' if q else ''}]"
+                results[key] = {
+                    "rel": rel(out, ref),
+                    "max": float((out.float() - ref).abs().max()),
+                    "finite": bool(torch.isfinite(out).all()),
+                }
+                if q:
+                    results[key]["fp8_rel"] = rel(dequantize(oq, q), dequantize(rq, q))
+        for q, keep in ((None, True), (scale, False), (scale, True)):
+            out, oq = TritonOps.bias_gelu(hh, b1, q, keep)
+            ref, rq = TorchOps.bias_gelu(hh.float(), b1.float(), q, True)
+            key = f"bias_gelu[{str(dtype)[6:]}{',fp8' if q else ''}{',out' if keep else ''}]"
+            results[key] = {
+                "rel": rel(out, ref) if keep else None,
+                "fp8_rel": rel(dequantize(oq, q), dequantize(rq, q)) if q else None,
+            }
+        qx = TritonOps.quantize(x, scale)
+        results[f"quantize[{str(dtype)[6:]}]"] = {
+            "rel": rel(dequantize(qx, scale), dequantize(TorchOps.quantize(x.float(), scale), scale)),
+            "vs_x": rel(dequantize(qx, scale), x.float().clamp(-8, 8)),
+        }
+        # varlen attention: random lengths, some empty slots at the end, pad rows past the total
+        lengths = np.random.default_rng(int(time.time())).integers(1, 385, 37).tolist()
+        cu = torch.tensor([0, *np.cumsum(lengths).tolist()] + [sum(lengths)] * 3, dtype=torch.int32, device=dev)
+        total = sum(lengths) + 40
+        q_, k_, v_ = (rnd(total, 16, 64) for _ in range(3))
+        out = flash_varlen(q_, k_, v_, cu, max(lengths), 0.125)[: sum(lengths)]
+        ref = sdpa_varlen(q_.float(), k_.float(), v_.float(), cu, max(lengths), 0.125)[: sum(lengths)]
+        results[f"flash_varlen[{str(dtype)[6:]}]"] = {
+            "rel": rel(out, ref),
+            "max": float((out.float() - ref).abs().max()),
+        }
+    details["kernels"] = results
+    worst = max(v["rel"] or 0 for v in results.values())
+    worst8 = max(v.get("fp8_rel") or 0 for v in results.values())
+    ROWS.append(f"kernels: worst rel err 16-bit {worst:.2e}, fp8 copies {worst8:.2e} ({len(results)} checks)")
+
+
+def span_stats(logits: np.ndarray, ref: np.ndarray, lengths: np.ndarray) -> dict[str, float]:
+    """logits/ref: float32 [N, 384, 2] (padded); compared over each sample's tokens."""
+    n = len(lengths)
+    valid = np.arange(logits.shape[1])[None, :] < lengths[:, None]
+    diff = np.abs(logits - ref)[valid]
+    masked = np.where(valid[..., None], logits, -np.inf)
+    masked_ref = np.where(valid[..., None], ref, -np.inf)
+    start, end = masked[..., 0].argmax(1), masked[..., 1].argmax(1)
+    rstart, rend = masked_ref[..., 0].argmax(1), masked_ref[..., 1].argmax(1)
+    both = (start == rstart) & (end == rend)
+    num = np.linalg.norm((logits - ref)[valid]) / np.linalg.norm(ref[valid])
+    return {
+        "max_err": float(diff.max()),
+        "mean_err": float(diff.mean()),
+        "rel": float(num),
+        "start_agree": float((start == rstart).mean()),
+        "end_agree": float((end == rend).mean()),
+        "span_agree": float(both.mean()),
+        "n": n,
+    }
+
+
+def run_model(fn: Any, features: BertFeatures, order: np.ndarray, batch: int) -> np.ndarray:
+    out = np.full((len(features), 384, 2), -1e4, dtype=np.float32)
+    for s in range(0, len(order), batch):
+        idx = order[s : s + batch]
+        ids, seg, mask = features.gather(idx)
+        out[idx, : ids.shape[1]] = fn(ids, seg, mask)
+    return out
+
+
+@torch.inference_mode()
+def check_accuracy(details: dict[str, Any], model: BertQA, count: int, calib_amax: dict[str, float]) -> None:
+    features = BertFeatures.synthetic(count, seed=1)
+    order = np.argsort(-features.lengths, kind="stable")
+    lengths = features.lengths
+    m32 = model.to("cuda", torch.float32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+    def eager(m: BertQA) -> Any:
+        def fn(ids: np.ndarray, seg: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            t = [torch.from_numpy(a).cuda() for a in (ids, seg, mask)]
+            return m(*t).float().cpu().numpy()
+
+        return fn
+
+    def packed(pm: PackedBert) -> Any:
+        def fn(ids: np.ndarray, seg: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            logits, p = run_packed(pm, ids, seg, mask)
+            return unpack(logits, p)
+
+        return fn
+
+    ref = run_model(eager(m32), features, order, 64)
+    results = {}
+    m16 = random_weights(model.config, 0).to("cuda", torch.float16)
+    results["eager fp16 padded"] = span_stats(run_model(eager(m16), features, order, 64), ref, lengths)
+    del m16
+    variants = {
+        "packed fp16": dict(dtype=torch.float16),
+        "packed bf16": dict(dtype=torch.bfloat16),
+        "packed fp8": dict(dtype=torch.float16, fp8_amax=calib_amax),
+        "packed fp8 fast-accum": dict(dtype=torch.float16, fp8_amax=calib_amax, fast_accum=True),
+    }
+    for name, kw in variants.items():
+        pm = PackedBert(m32, device="cuda", **kw)
+        results[name] = span_stats(run_model(packed(pm), features, order, 256), ref, lengths)
+        del pm
+    # fp8 with looser/tighter activation scales (amax x margin): is per-tensor amax the right choice?
+    for margin in (0.5, 2.0):
+        pm = PackedBert(m32, torch.float16, "cuda", fp8_amax={k: v * margin for k, v in calib_amax.items()})
+        results[f"packed fp8 amax x{margin}"] = span_stats(run_model(packed(pm), features, order, 256), ref, lengths)
+        del pm
+    details["accuracy"] = results
+    ROWS.append(f"accuracy vs eager fp32 on {count} synthetic features (random weights):")
+    ROWS.append(f"  {'variant':<26} {'max err':>8} {'mean err':>9} {'rel':>8} {'start':>7} {'end':>7} {'span':>7}")
+    for name, r in results.items():
+        ROWS.append(
+            f"  {name:<26} {r['max_err']:8.4f} {r['mean_err']:9.5f} {r['rel']:8.2e} "
+            f"{r['start_agree']:7.2%} {r['end_agree']:7.2%} {r['span_agree']:7.2%}"
+        )
+
+
+def time_variants(
+    details: dict[str, Any],
+    model: BertQA,
+    calib_amax: dict[str, float],
+    batches: list[int],
+    reps: int,
+    graph_max_tokens: int,
+) -> None:
+    from torch.nn.attention import sdpa_kernel
+
+    from code.bert.backends.pytorch import ATTENTION_BACKENDS
+    from code.bert.packed.runner import PackedRunner
+
+    mean_set = BertFeatures.synthetic(4096, seed=2)
+    full_set = BertFeatures.synthetic(1024, seed=3, full_length=True)
+    max_batch = max(batches)
+    m16 = random_weights(model.config, 0).to("cuda", torch.float16)
+    manifest = {"calibration": {"amax": calib_amax}}
+    paths: dict[str, Any] = {}
+
+    def eager_fn(ids: np.ndarray, seg: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        with torch.inference_mode(), sdpa_kernel(ATTENTION_BACKENDS):
+            t = [torch.from_numpy(a).pin_memory().cuda(non_blocking=True) for a in (ids, seg, mask)]
+            return m16(*t).float().cpu().numpy()
+
+    paths["eager fp16 padded"] = eager_fn
+    for prec in ("fp16", "fp8"):
+        for graphs in (False, True):
+            t0 = time.perf_counter()
+            fp = PackedRunner(m16, manifest, prec, max_batch, 1, graphs, graph_max_tokens)
+            details.setdefault("setup_s", {})[f"{prec} graphs={graphs}"] = time.perf_counter() - t0
+            paths[f"packed {prec}{' +graphs' if graphs else ''}"] = fp.run
+    timing: dict[str, dict[str, float]] = {}
+    rng = np.random.default_rng(0)
+    for name, fn in paths.items():
+        for label, feats in (("mean", mean_set), ("384", full_set)):
+            for b in batches:
+                if "+graphs" in name and b * (384 if label == "384" else 170) > 1.3 * graph_max_tokens:
+                    continue  # same as without graphs: too large for any bucket
+                times = []
+                for r in range(reps + 2):
+                    idx = rng.choice(len(feats), size=b, replace=False)
+                    idx = idx[np.argsort(-feats.lengths[idx], kind="stable")]
+                    ids, seg, mask = feats.gather(idx)
+                    torch.cuda.synchronize()
+                    t = time.perf_counter()
+                    fn(ids, seg, mask)
+                    if r >= 2:
+                        times.append(time.perf_counter() - t)
+                med = float(np.median(times))
+                timing.setdefault(name, {})[f"{label}/b{b}"] = med
+    details["timing_s"] = timing
+    ROWS.append("samples/s through run_batch, one thread (median of reps; b1 column: p50 latency in ms)")
+    cols = [f"{label}/b{b}" for label in ("mean", "384") for b in batches]
+    ROWS.append(f"  {'variant':<22}" + "".join(f"{c:>11}" for c in cols))
+    for name, t in timing.items():
+        cells = []
+        for c in cols:
+            if c not in t:
+                cells.append(f"{'-':>11}")
+            elif c.endswith("/b1"):
+                cells.append(f"{t[c] * 1e3:9.2f}ms")
+            else:
+                cells.append(f"{int(c.split('/b')[1]) / t[c]:11.0f}")
+        ROWS.append(f"  {name:<22}" + "".join(cells))
+
+
+def gemm_ceiling(details: dict[str, Any]) -> None:
+    """bf16 and fp8 GEMM rates at BERT's shapes (M = 64k tokens): the ceilings the model is measured against."""
+    import triton.testing
+
+    from code.numerics.fp8 import quantize
+
+    m = 65536
+    out = {}
+    one = torch.tensor(1.0, device="cuda")
+    for n, k in ((3072, 1024), (1024, 1024), (4096, 1024), (1024, 4096)):
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.float16)
+        aq, wq = quantize(a, 0.02), quantize(w, 0.02)
+        fns = {
+            "fp16": lambda a=a, w=w: a @ w.t(),
+            "fp8": lambda aq=aq, wq=wq: torch._scaled_mm(aq, wq.t(), one, one, out_dtype=torch.float16),
+            "fp8fast": lambda aq=aq, wq=wq: torch._scaled_mm(
+                aq, wq.t(), one, one, out_dtype=torch.float16, use_fast_accum=True
+            ),
+        }
+        for name, fn in fns.items():
+            ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+            out[f"{name} {n}x{k}"] = 2 * m * n * k / ms / 1e9
+    details["gemm_tflops"] = out
+    ROWS.append("GEMM TFLOP/s at M=65536: " + ", ".join(f"{k} {v:.0f}" for k, v in out.items()))
+
+
+def profile_forward(details: dict[str, Any], model: BertQA, calib_amax: dict[str, float], out_dir: Path) -> None:
+    """Per-kernel GPU time of one packed forward at ~85k tokens (512 samples of mean length): fp16 (bert-99.9's
+    engine), plain fp8, and fp8 with fast accumulation and the GELU epilogue (bert-99's engine)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    feats = BertFeatures.synthetic(512, seed=4)
+    ids, seg, mask = feats.gather(np.arange(512))
+    for prec, kw in (("fp16", {}), ("fp8", {"fp8_amax": calib_amax}),
+                     ("fp8_bert99", {"fp8_amax": calib_amax, "fast_accum": True, "gelu_in_gemm": True})):
+        pm = PackedBert(model, torch.float16, "cuda", **kw)
+        with torch.inference_mode():
+            run_packed(pm, ids, seg, mask)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as p:
+                run_packed(pm, ids, seg, mask)
+                torch.cuda.synchronize()
+        table = p.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=60)
+        (out_dir / f"profile_{prec}.txt").write_text(table)
+        total = sum(e.device_time_total for e in p.key_averages()) / 1e3
+        details.setdefault("profile_ms", {})[prec] = total
+        ROWS.append(f"profile {prec}: {total:.1f} ms GPU for 512 mean-length samples (tokens {int(mask.sum())})")
+        del pm
+
+
+def forward_variants(amax: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """The fast path's switches, each as PackedBert keyword arguments (``--variants`` picks by name). ``fp8[...]``
+    names the GEMMs in FP8 (the others 16-bit); ``gelu-in-gemm``: bias + tanh GELU in w1's GEMM epilogue."""
+    triton = {"attention": "triton"}
+    fused = {**triton, "gelu_in_gemm": True}
+
+    def fp8(gemms: str, **kw: Any) -> dict[str, Any]:
+        return {"fp8_amax": amax, "fp8_gemms": gemms, **kw}
+
+    return {
+        "fp16 flash": {"attention": "flash"},
+        "fp16 triton-attn": triton,
+        "fp16 triton-attn gelu-in-gemm": fused,
+        "fp8 flash": fp8(ALL_FP8_GEMMS, attention="flash"),
+        "fp8 triton-attn": fp8(ALL_FP8_GEMMS, **triton),
+        "fp8[w1+w2] triton-attn": fp8("w1+w2", **triton),
+        "fp8 triton-attn gelu-in-gemm": fp8(ALL_FP8_GEMMS, **fused),
+        "fp8 triton-attn gelu-in-gemm fast-accum": fp8(ALL_FP8_GEMMS, **fused, fast_accum=True),
+        "fp8[qkv] gelu-in-gemm": fp8("qkv", **fused),
+        "fp8[qkv+wo] gelu-in-gemm": fp8("qkv+wo", **fused),
+        "fp8[w1] gelu-in-gemm": fp8("w1", **fused),
+        "fp8[qkv+w1] gelu-in-gemm": fp8("qkv+w1", **fused),
+        "fp8[qkv+wo+w1] gelu-in-gemm": fp8("qkv+wo+w1", **fused),
+        "fp8[qkv+wo+w1] gelu-in-gemm fast-accum": fp8("qkv+wo+w1", **fused, fast_accum=True),
+    }
+
+
+def check_fp8_gelu_gemm(details: dict[str, Any]) -> None:
+    """cuBLASLt's FP8 GEMM with the bias+GELU epilogue against the same math in float32 (dequantized outputs)."""
+    import torch.nn.functional as F
+
+    from code.bert.packed.cublaslt import fp8_gelu_gemm
+    from code.numerics.fp8 import Fp8Linear, dequantize, quantize
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    m, k, n = 3001, 1024, 4096
+    x = torch.randn(m, k, generator=g, device="cuda")
+    w = (torch.randn(n, k, generator=g, device="cuda") * 0.03).half()
+    b = (torch.randn(n, generator=g, device="cuda") * 0.5).half()
+    lin = Fp8Linear(w, float(x.abs().max()), torch.float16)
+    xq = lin.quantize_input(x)
+    ref_h = dequantize(xq, lin.act_scale) @ dequantize(lin.weight_q, lin.weight_scale).t() + b.float()
+    out_scale = float(F.gelu(ref_h).abs().max()) / 448
+    fused = fp8_gelu_gemm(lin.weight_q, lin.weight_scale, lin.act_scale, b, out_scale)
+    got = dequantize(fused(xq), out_scale)
+    errors = {}
+    for form in ("tanh", "none"):
+        ref = dequantize(quantize(F.gelu(ref_h, approximate=form), out_scale), out_scale)
+        errors[form] = rel(got, ref)
+        details.setdefault("fp8_gelu_gemm", {})[form] = {"rel": errors[form], "max": float((got - ref).abs().max())}
+    ROWS.append(
+        f"cuBLASLt FP8 GELU_BIAS GEMM vs float32, both quantized: rel {errors['tanh']:.2e} against tanh GELU, "
+        f"{errors['none']:.2e} against erf GELU"
+    )
+    half = fp8_gelu_gemm(lin.weight_q, lin.weight_scale, lin.act_scale, b, None)(xq)  # 16-bit output (w2 16-bit)
+    rel16 = rel(half.float(), F.gelu(ref_h, approximate="tanh"))
+    details["fp8_gelu_gemm"]["fp16_out"] = {"dtype": str(half.dtype), "rel": rel16}
+    ROWS.append(f"cuBLASLt FP8 GELU_BIAS GEMM, fp16 output ({half.dtype}): rel {rel16:.2e} against tanh GELU")
+
+
+def time_forward_variants(
+    details: dict[str, Any], model: BertQA, amax: dict[str, float], out_dir: Path, names: list[str], reps: int
+) -> None:
+    """GPU time of one packed forward (512 mean-length samples, inputs already on the device) per variant, and the
+    top kernels of each from the profiler: which switch pays, before any LoadGen run."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from code.bert.packed.packed_model import packed_tensors
+    from code.bert.packed.packing import pack_into
+    from code.bert.packed.tuning import tune
+
+    variants = forward_variants(amax)
+    unknown = [n for n in names if n not in variants]
+    if unknown:
+        raise ValueError(f"unknown variants {unknown}; known: {list(variants)}")
+    feats = BertFeatures.synthetic(512, seed=4)
+    ids, seg, mask = feats.gather(np.arange(512))
+    buffer = np.empty(3 * int(mask.sum()) + 3 * 16 + 513, dtype=np.int32)
+    packed = pack_into(buffer, ids, seg, mask)
+    tensors = packed_tensors(buffer, packed.padded_total, packed.slots, torch.device("cuda"))
+    try:
+        check_fp8_gelu_gemm(details)
+    except Exception as e:  # the variants that use it will fail with their own message too
+        ROWS.append(f"cuBLASLt FP8 GELU_BIAS GEMM: FAILED {type(e).__name__}: {str(e)[:200]}")
+    cfg = model.config
+    timings = tune(cfg.num_heads, cfg.head_dim, torch.float16, torch.device("cuda"))
+    details["attention_tune_ms"] = {str(config): ms for config, ms in timings.items()}
+    results, tables = {}, []
+    for name in names:
+        try:
+            pm = PackedBert(model, torch.float16, "cuda", **variants[name])
+            with torch.inference_mode():
+                for _ in range(3):
+                    pm.forward(*tensors, max_len=packed.max_len)
+                torch.cuda.synchronize()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                times = []
+                for _ in range(reps):
+                    start.record()
+                    pm.forward(*tensors, max_len=packed.max_len)
+                    end.record()
+                    end.synchronize()
+                    times.append(start.elapsed_time(end))
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    pm.forward(*tensors, max_len=packed.max_len)
+                    torch.cuda.synchronize()
+            ms = float(np.median(times))
+            results[name] = {"ms_per_512": round(ms, 2), "samples_per_s": round(512 / ms * 1e3)}
+            table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=10, max_name_column_width=70)
+            tables.append(f"== {name}: {ms:.2f} ms\n{table}")
+            ROWS.append(f"forward {name}: {ms:.2f} ms per 512 samples ({512 / ms * 1e3:,.0f}/s GPU only)")
+            del pm
+        except Exception as e:  # one broken variant must not hide the others
+            results[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            ROWS.append(f"forward {name}: FAILED {type(e).__name__}: {str(e)[:200]}")
+        torch.cuda.empty_cache()
+    details["forward_variants"] = {"tokens": int(mask.sum()), **results}
+    (out_dir / "variants_profile.txt").write_text("\n\n".join(tables))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("."))
+    parser.add_argument("--count", type=int, default=2000, help="features for the accuracy check")
+    parser.add_argument("--batches", default="1,64,256,512,1024")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--graph_max_tokens", type=int, default=16384)
+    parser.add_argument("--skip", default="", help="comma list of: kernels,accuracy,timing,gemm,profile,variants")
+    parser.add_argument("--variants", default="", help="comma list of forward_variants() names (default: all)")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    args.out.mkdir(parents=True, exist_ok=True)
+    details: dict[str, Any] = {
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+    try:
+        from torch.nn.attention import varlen  # noqa: F401
+
+        details["varlen_attn"] = True
+    except ImportError:
+        details["varlen_attn"] = False
+    model = random_weights(BERT_CONFIGS["large"], 0)
+    t0 = time.perf_counter()
+    calib = BertFeatures.synthetic(100, seed=0)
+    amax = collect_amax(model, calib.input_ids, calib.segment_ids, calib.input_mask, "cuda", torch.float16)
+    details["calibration_s"] = time.perf_counter() - t0
+    details["amax"] = amax
+    steps = [
+        ("gemm", lambda: gemm_ceiling(details)),
+        ("kernels", lambda: check_kernels(details)),
+        ("accuracy", lambda: check_accuracy(details, model, args.count, amax)),
+        ("profile", lambda: profile_forward(details, model.to("cuda", torch.float16), amax, args.out)),
+        (
+            "variants",
+            lambda: time_forward_variants(
+                details,
+                model,
+                amax,
+                args.out,
+                [v for v in args.variants.split(",") if v] or list(forward_variants(amax)),
+                max(args.reps, 10),
+            ),
+        ),
+        (
+            "timing",
+            lambda: time_variants(
+                details, model, amax, [int(b) for b in args.batches.split(",")], args.reps, args.graph_max_tokens
+            ),
+        ),
+    ]
+    report = args.out / "check_bert_packed.json"
+    run_steps(steps, skip, details, ROWS, lambda: report.write_text(json.dumps(details, indent=1, default=str)))
+    print(
+        f"\n=== check_bert_packed {details['date']} {details['device']} torch {details['torch']} "
+        f"varlen_attn={details['varlen_attn']} steps {details.get('step_s')}"
+    )
+    print("\n".join(ROWS))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Dependencies point one way: code/common depends on nothing above it, and the product (code/) on no tool or test.
+
+configs -> code/common and benchmarks -> code/llm -> code/common; code/llm is a library that benchmarks share (no
+benchmark.py), so it imports no benchmark either; an import against that arrow makes a package cycle, so
+code/common could no longer be imported or reused without the registry or a benchmark. The tools under scripts/
+(the bench, the agreement check, add_system) use the product, never the reverse, and the product reads no test
+data: a harness installed without scripts/ and tests/ runs the same. Reading the source (every ``import``, at module
+level or inside a function) rather than importing it also catches the lazy imports that a run would only reach on
+some paths.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+from code.common.paths import REPO_ROOT
+
+COMMON = REPO_ROOT / "code" / "common"
+# Packages code/common must not import: the config classes and every benchmark (a folder under code/ with a
+# benchmark.py), plus the orchestration that sits above it.
+BENCHMARK_PACKAGES = sorted(f"code.{p.parent.name}" for p in (REPO_ROOT / "code").glob("*/benchmark.py"))
+# Libraries for benchmarks: above code/common, below every benchmark.
+BENCHMARK_LIBRARIES = ("code.llm",)
+FORBIDDEN = ("configs", "code.actions", "code.submission", "code.harness", *BENCHMARK_LIBRARIES, *BENCHMARK_PACKAGES)
+COMMON_MODULES = sorted(COMMON.glob("*.py"))
+LIBRARY_MODULES = sorted(p for lib in BENCHMARK_LIBRARIES for p in (REPO_ROOT / lib.replace(".", "/")).rglob("*.py"))
+PRODUCT_MODULES = sorted((REPO_ROOT / "code").rglob("*.py"))
+# Packages the product must not import: the tools and the tests.
+TOOLS = ("scripts", "tests")
+
+
+def imported_modules(path: Path) -> list[str]:
+    """Every absolute module name an ``import`` or ``from ... import`` in the file names, nested ones included."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+            names.extend(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_benchmark_packages_are_found():
+    assert {"code.bert", "code.gptj"} <= set(BENCHMARK_PACKAGES)
+    assert not set(BENCHMARK_LIBRARIES) & set(BENCHMARK_PACKAGES), "a library for benchmarks has no benchmark.py"
+    assert LIBRARY_MODULES
+
+
+@pytest.mark.parametrize("path", LIBRARY_MODULES, ids=lambda p: str(p.relative_to(REPO_ROOT / "code")))
+def test_libraries_import_no_benchmark(path):
+    above = ("configs", "code.actions", "code.submission", "code.harness", *BENCHMARK_PACKAGES)
+    bad = [name for name in imported_modules(path)
+           if any(name == root or name.startswith(root + ".") for root in above)]
+    assert not bad, f"{path.relative_to(REPO_ROOT)} imports {bad}: a library for benchmarks depends on none of them"
+
+
+@pytest.mark.parametrize("path", COMMON_MODULES, ids=lambda p: p.name)
+def test_common_imports_nothing_above_it(path):
+    bad = [name for name in imported_modules(path)
+           if any(name == root or name.startswith(root + ".") for root in FORBIDDEN)]
+    assert not bad, f"code/common/{path.name} imports {bad}: code/common must not depend on configs/ or a benchmark"
+
+
+@pytest.mark.parametrize("path", COMMON_MODULES, ids=lambda p: p.name)
+def test_common_module_imports(path):
+    importlib.import_module(f"code.common.{path.stem}")
+
+
+def _test_data_paths(path: Path) -> list[str]:
+    """String constants, docstrings aside, that name the tests folder or its fixtures as a path."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and (node.value in ("tests", "fixtures") or node.value.startswith(("tests/", "fixtures/")))
+    ]
+
+
+def test_product_modules_are_found():
+    assert len(PRODUCT_MODULES) > 20 and COMMON / "paths.py" in PRODUCT_MODULES
+
+
+@pytest.mark.parametrize("path", PRODUCT_MODULES, ids=lambda p: str(p.relative_to(REPO_ROOT / "code")))
+def test_product_imports_no_tool(path):
+    bad = [name for name in imported_modules(path)
+           if any(name == root or name.startswith(root + ".") for root in TOOLS)]
+    assert not bad, f"{path.relative_to(REPO_ROOT)} imports {bad}: code/ must not depend on scripts/ or tests/"
+
+
+@pytest.mark.parametrize("path", PRODUCT_MODULES, ids=lambda p: str(p.relative_to(REPO_ROOT / "code")))
+def test_product_reads_no_test_data(path):
+    named = _test_data_paths(path)
+    assert not named, f"{path.relative_to(REPO_ROOT)} names {named}: test data is no input of the product"
+
+
+def test_the_rules_see_imports_and_paths(tmp_path):
+    """The checks would catch what they forbid: a nested tool import and a fixture path built from parts."""
+    module = tmp_path / "m.py"
+    module.write_text(
+        '"""Reads tests/fixtures in its docstring only."""\n'
+        "def f():\n"
+        "    from scripts.bench import cli\n"
+        '    return ROOT / "tests" / "fixtures" / "squad_tiny.json"\n'
+    )
+    assert "scripts.bench" in imported_modules(module)
+    assert sorted(_test_data_paths(module)) == ["fixtures", "tests"]

@@ -1,0 +1,414 @@
+"""Every step a submitter runs, judged by the round's official checker (what `make test_submission` runs).
+
+On CPU, in a private build folder with the SQuAD and CNN/DailyMail fixtures: a SubmissionRun of each scenario the
+round requires of bert-99 and gptj-99 on the CPU system (an edge system), the compliance audits the round requires
+of bert-99, then stage, truncate and check. The runs use the oracle backend (gold answers), so the staged tree is a
+pipeline test and its README says so.
+
+Shortened by default (about a minute on 2 cores): the checker's complaints must then be the duration ones only,
+plus GPT-J's GEN_LEN, which sums the generated text over the 13,368 samples and cannot be reached by the 6 of the
+fixture. With SUBMISSION_PIPELINE_FULL=1 (`make test_submission FULL=1`) the performance runs are full length (the
+tiny model with random weights on the fixtures: the oracle is too fast for a 600 s Offline query of sane size) and
+GPT-J's accuracy runs read a made-up CNN/DailyMail set of the real size (tests/made_up_cnn_dailymail.py), written
+into the private build folder: the oracle answers with its references, whose lengths are those of real summaries,
+so GEN_LEN is reached because the answers are as long as the reference model's, not because anything is scaled.
+
+With ROUND=v4.1 every audit FAILs (no LoadGen 4.1.x reads audit.config as an audit file: documentation/rounds.md);
+the test asserts the checker's complaints that show why and accepts the rest of what it says of those audits.
+
+The bad-input tests reuse the same logs: each names its fix, and nothing under the logs is ever changed.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from code.common.constants import DATASET_SIZE, Benchmark
+from code.common.paths import LIB_DIR, REPO_ROOT
+from code.common.rounds import DEFAULT_ROUND, ROUNDS, get_round
+from code.common.system_description import REQUIRED_FIELDS, DescriptionFiles, description_problems
+from code.gptj.accuracy import GEN_LEN_TARGET, REFERENCE_GEN_LEN
+from code.gptj.dataset import SYNTH_MEAN_LENGTH_BAND
+from code.gptj.prompt import TOKENIZED_SUBDIR, build_prompt
+from code.gptj.tokenizer import load_tokenizer
+from code.llm.cnn_dailymail import CNN_DAILYMAIL_VALIDATION_SAMPLES, EVAL_FILE
+from code.llm.sentence_split import newline_sentences
+from code.submission.checker import AlreadyTruncated, check, truncate
+from code.submission.stage import StageError, stage
+from code.submission.tools import TOOLS_VARIABLE, ToolsError, submission_tools
+from tests.made_up_cnn_dailymail import made_up_records, write_made_up_eval_json
+
+pytestmark = pytest.mark.slow
+FULL = os.environ.get("SUBMISSION_PIPELINE_FULL") == "1"
+SUBMITTER = "PipelineTest"
+SYSTEM = "CPU"
+ROUND = os.environ.get("SUBMISSION_PIPELINE_ROUND") or DEFAULT_ROUND  # make test_submission ROUND=v4.1
+BENCHMARKS = ("bert-99", "gptj-99")
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
+
+# Per scenario, LoadGen settings that end VALID in a few seconds with the oracle, which answers up to ~350,000
+# samples/s and in ~10 us per SingleStream query on 2 idle cores: Offline's one query (550,000 samples, more than
+# the checker's minimum) outlasts min_duration about 3x at that rate; SingleStream's pre-generated queries
+# (min_duration / expected latency) outlast it about 2.5x.
+SHORT = {
+    "Offline": ["--min_duration=500", "--offline_expected_qps=1000000"],
+    "SingleStream": ["--min_duration=500", "--single_stream_expected_latency_ns=4000"],
+}
+# Full length: the tiny model (random weights) at rates it reaches on 2 cores, so the Offline query lasts 600 s.
+FULL_PERFORMANCE = {
+    "bert-99": {"Offline": ["--offline_expected_qps=600"],
+                "SingleStream": ["--single_stream_expected_latency_ns=2000000"]},
+    "gptj-99": {"Offline": ["--offline_expected_qps=25"],
+                "SingleStream": ["--num_beams=1", "--single_stream_expected_latency_ns=100000000"]},
+}
+# The audits and their references (bert-99's shortened SubmissionRuns, FULL's own): Offline paced, 64 answers
+# per 20 ms (3,200 samples/s on any load, so TEST01's 10 % throughput comparison does not measure the other users
+# of the machine; the query is the 10,833 samples of the performance sample count, ~3.4 s). SingleStream as
+# shortened: its v5.0 TEST01 cannot pass anyway (below).
+AUDIT_BATCH = {"Offline": 64, "SingleStream": 4}
+AUDIT_RUN = {"Offline": ["--oracle_batch_ms=20", "--min_duration=500", "--offline_expected_qps=3200"],
+             "SingleStream": SHORT["SingleStream"]}
+# The audits the round's checker requires of BERT (check_compliance_dir); GPT-J has none in these rounds.
+AUDITS = {"v4.1": ("TEST01", "TEST05"), "v5.0": ("TEST01",)}
+# v5.0's verify_performance.py reads a SingleStream score from "Early stopping 90th percentile estimate", which
+# LoadGen writes as "90.0th": the score parses as 0 and the official verification FAILs (submission_guide.md).
+OFFICIAL_VERIFICATION_CANNOT_PASS = {("v5.0", "SingleStream", "TEST01")}
+# Every v4.1 audit FAILs: every LoadGen 4.1.x on PyPI reads audit.config as a second user configuration and logs
+# this error, and its TEST01 logs no response (documentation/rounds.md).
+LOADGEN_REJECTS_AUDIT_CONFIG = {"v4.1": "error_invalid_config: Multiple conf files are used"}
+# What the checker may say of a shortened run, by its own words.
+SHORTENED_COMPLAINTS = ("Test duration less than 600s in user config", "Required minimum Query Count not met",
+                        "Required minimum samples per query not met")
+
+
+def _env(build: Path) -> dict[str, str]:
+    return {**os.environ, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
+
+
+def _python(build: Path, *args: str, timeout: int = 3600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], cwd=REPO_ROOT, capture_output=True, text=True, env=_env(build),
+                          timeout=timeout)
+
+
+# Where FULL's made-up CNN/DailyMail set is written and tokenized, inside the private build folder.
+MADE_UP_DATA = "made_up_data"
+
+
+def _data_args(build: Path, benchmark: str, made_up: bool = False) -> list[str]:
+    """The fixture's tokenized folder, or (``made_up``, GPT-J only) the made-up full-size set's."""
+    root = build / (MADE_UP_DATA if made_up else "preprocessed_data")
+    folder = root / (TOKENIZED_SUBDIR if benchmark.startswith("gptj") else "squad_tokenized")
+    return [f"--input_data={folder}"]
+
+
+def _sample_count(benchmark: str) -> int:
+    return DATASET_SIZE[Benchmark.parse(benchmark)[0]]
+
+
+def _system_description(folder: Path) -> Path:
+    """systems/CPU.json with every field the checker requires answered, as a submitter's would be once
+    `make check_system_json` passes."""
+    description = json.loads((REPO_ROOT / "systems" / f"{SYSTEM}.json").read_text())
+    for name in REQUIRED_FIELDS:
+        if description.get(name) in (None, "", "FILL_ME"):
+            description[name] = "pipeline test"
+    description.update(submitter=SUBMITTER, status="available")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{SYSTEM}.json").write_text(json.dumps(description, indent=2))
+    assert not description_problems(description, DescriptionFiles.of(SYSTEM, folder))
+    return folder
+
+
+def _scenarios(benchmark: str) -> list[str]:
+    system_type = json.loads((REPO_ROOT / "systems" / f"{SYSTEM}.json").read_text())["system_type"]
+    return [s.value for s in get_round(ROUND).scenarios_for(system_type, benchmark)]
+
+
+def _common_args(build: Path, benchmark: str, scenario: str, made_up: bool = False, batch: int = 4) -> list[str]:
+    return [f"--benchmarks={benchmark}", f"--scenarios={scenario.lower()}", f"--round={ROUND}",
+            f"--gpu_batch_size={batch}", *_data_args(build, benchmark, made_up),
+            f"--performance_sample_count_override={_sample_count(benchmark)}"]
+
+
+def _run(build: Path, logs: Path, benchmark: str, scenario: str) -> None:
+    if not FULL and benchmark == "bert-99":  # the reference of its audits: run as they are (AUDIT_RUN)
+        runs = [(_common_args(build, benchmark, scenario, batch=AUDIT_BATCH[scenario]),
+                 ["--backend=oracle", "--test_mode=SubmissionRun", *AUDIT_RUN[scenario]])]
+    elif not FULL:
+        runs = [(_common_args(build, benchmark, scenario), ["--backend=oracle", "--test_mode=SubmissionRun",
+                                                            *SHORT[scenario]])]
+    else:  # one SubmissionRun cannot take two backends: accuracy with the oracle, performance with the model
+        gptj = benchmark.startswith("gptj")
+        runs = [(_common_args(build, benchmark, scenario, made_up=gptj), ["--backend=oracle",
+                                                                          "--test_mode=AccuracyOnly"]),
+                (_common_args(build, benchmark, scenario), ["--model_name=tiny", "--precision=fp32", "--device=cpu",
+                                                            "--weights=random", "--test_mode=PerformanceOnly",
+                                                            *FULL_PERFORMANCE[benchmark][scenario]])]
+    for index, (common, extra) in enumerate(runs):
+        log_dir = logs / f"{benchmark}-{scenario}-{index}"
+        done = _python(build, "-m", "code.main", "--action=run", *common, *extra, f"--log_dir={log_dir}")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def _audit_reference(build: Path, scenario: str) -> list[str]:
+    """FULL's audits are verified against a shortened oracle SubmissionRun of their own (outside logs/, so never
+    staged): an audit runs one backend, and TEST01 compares its answers with the accuracy run's and its throughput
+    with the performance run's, which FULL splits between the oracle and the tiny model. The shortened runs are
+    SubmissionRuns already, so they are the reference there."""
+    if not FULL:
+        return []
+    log_dir = build / "audit_references" / f"bert-99-{scenario}"
+    done = _python(build, "-m", "code.main", "--action=run",
+                   *_common_args(build, "bert-99", scenario, batch=AUDIT_BATCH[scenario]), "--backend=oracle",
+                   "--test_mode=SubmissionRun", *AUDIT_RUN[scenario], f"--log_dir={log_dir}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return [f"--audit_results_dir={log_dir / SYSTEM / 'bert-99' / scenario}"]
+
+
+def _run_audits(build: Path) -> None:
+    """The audits the round's checker asks of bert-99 (GPT-J has none), through make run_audit_harness, as a
+    submitter runs them; their logs land in the private build's compliance_logs/."""
+    for scenario in _scenarios("bert-99"):
+        reference = _audit_reference(build, scenario)
+        for audit in AUDITS[ROUND]:
+            run_args = [*_common_args(build, "bert-99", scenario, batch=AUDIT_BATCH[scenario]), *AUDIT_RUN[scenario],
+                        "--backend=oracle", *reference, f"--audit_test={audit}"]
+            # -o build: the session built the core already (harness_built). Its build step here would compile
+            # one anew in the private build folder and link it through the lib link into the checkout's, under
+            # any other session loading it.
+            done = subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "-o", "build",
+                                   "run_audit_harness", f"ROUND={ROUND}", f"RUN_ARGS={' '.join(run_args)}"],
+                                  capture_output=True, text=True, env=_env(build), timeout=1800)
+            if ROUND in LOADGEN_REJECTS_AUDIT_CONFIG:
+                assert done.returncode != 0 and LOADGEN_REJECTS_AUDIT_CONFIG[ROUND] in done.stdout, done.stdout[-3000:]
+            elif (ROUND, scenario, audit) in OFFICIAL_VERIFICATION_CANNOT_PASS:
+                assert done.returncode != 0 and "TEST FAIL: Test score invalid" in done.stdout, done.stdout[-3000:]
+            else:
+                assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def _tree_digest(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        digest.update(str(path.relative_to(folder)).encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory, harness_built) -> dict[str, Path]:
+    """The runs of the pipeline, in a private build folder (the compiled core linked in)."""
+    try:
+        submission_tools(ROUND)
+    except ToolsError as missing:
+        pytest.skip(str(missing))
+    build = tmp_path_factory.mktemp("build")
+    (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
+    for module, flag, fixture in (("code.bert.preprocess_data", "--squad_json", "squad_tiny.json"),
+                                  ("code.gptj.preprocess_data", "--eval_json", "cnn_tiny.json")):
+        done = _python(build, "-m", module, flag, str(FIXTURES / fixture), "--preprocessed_data_dir",
+                       str(build / "preprocessed_data"))
+        assert done.returncode == 0, done.stdout + done.stderr
+    if FULL:  # the made-up full-size CNN/DailyMail set, for GPT-J's accuracy runs
+        eval_json = write_made_up_eval_json(build / MADE_UP_DATA / "cnn-daily-mail" / EVAL_FILE)
+        done = _python(build, "-m", "code.gptj.preprocess_data", "--eval_json", str(eval_json),
+                       "--preprocessed_data_dir", str(build / MADE_UP_DATA))
+        assert done.returncode == 0, done.stdout + done.stderr
+    logs = build / "logs"
+    logs.mkdir()
+    if FULL:  # the audits verify against references of their own: first, so a broken one shows before the hour
+        _run_audits(build)
+    for benchmark in BENCHMARKS:
+        for scenario in _scenarios(benchmark):
+            _run(build, logs, benchmark, scenario)
+    if not FULL:  # verified against the SubmissionRuns just made
+        _run_audits(build)
+    assert not (build / "harness").exists()  # no core compiled in the private folder
+    return {"build": build, "logs": logs, "systems": _system_description(build / "systems")}
+
+
+def test_pipeline_passes_the_official_checker(pipeline, monkeypatch):
+    build, logs = pipeline["build"], pipeline["logs"]
+    before = _tree_digest(logs)
+    submission, work = build / "submission", build / "submission_work"
+    compliance = build / "compliance_logs"  # where the audits wrote
+    staged = stage(SUBMITTER, logs=sorted(logs.iterdir()), compliance=sorted(compliance.glob("*")),
+                   allow_incomplete=True, out_dir=submission, work_dir=work, systems_dir=pipeline["systems"])
+    tree = staged.tree
+    assert (staged.round, staged.system) == (ROUND, SYSTEM)
+    readme = (tree / "README.md").read_text()
+    assert "This is a pipeline test, not a result" in readme and "Staged with --allow_incomplete" in readme
+    for benchmark in BENCHMARKS:
+        for scenario in _scenarios(benchmark):
+            results = tree / "results" / SYSTEM / benchmark / scenario
+            assert sorted(p.name for p in (results / "accuracy").iterdir()) == sorted(
+                ["accuracy.txt", "mlperf_log_accuracy.json", "mlperf_log_detail.txt", "mlperf_log_summary.txt"])
+            assert sorted(p.name for p in (results / "performance" / "run_1").iterdir()) == [
+                "mlperf_log_detail.txt", "mlperf_log_summary.txt"]
+            measurements = tree / "measurements" / SYSTEM / benchmark / scenario
+            assert {p.name for p in measurements.iterdir()} >= {"user.conf", "README.md"}
+
+    assert "truncated" in truncate(SUBMITTER, ROUND, submission, work)
+    with pytest.raises(AlreadyTruncated, match="already truncated"):
+        truncate(SUBMITTER, ROUND, submission, work)
+    originals = work / SUBMITTER / "originals" / "closed" / SUBMITTER / "results"
+    assert len(list(originals.rglob("mlperf_log_accuracy.json"))) == sum(len(_scenarios(b)) for b in BENCHMARKS)
+
+    result = check(SUBMITTER, ROUND, submission, work)
+    complaints = result.complaints
+    print("\n".join([*complaints, *result.output.splitlines()[-3:]]))
+    # GEN_LEN is a sum over the data set: the 6 fixture prompts cannot reach 3,615,190 characters; FULL's made-up
+    # full-size set does, with the oracle's answers as long as its references.
+    gen_len = [c for c in complaints if c.endswith("accuracy not valid") and "/gptj-99/" in c]
+    assert len(gen_len) == (0 if FULL else len(_scenarios("gptj-99"))), complaints
+    for scenario in _scenarios("gptj-99"):
+        accuracy_txt = tree / "results" / SYSTEM / "gptj-99" / scenario / "accuracy" / "accuracy.txt"
+        scores = ast.literal_eval(accuracy_txt.read_text().splitlines()[0])
+        assert scores["rouge1"] == scores["rouge2"] == scores["rougeL"] == 100.0  # the oracle answers the reference
+        if FULL:
+            assert scores["gen_num"] == CNN_DAILYMAIL_VALIDATION_SAMPLES
+            assert GEN_LEN_TARGET <= scores["gen_len"] <= REFERENCE_GEN_LEN, scores
+    # The one audit the round's own verification cannot pass (OFFICIAL_VERIFICATION_CANNOT_PASS), by name.
+    audit_fails = [f"Compliance test performance check in closed/{SUBMITTER}/compliance/{SYSTEM}/bert-99/"
+                   f"{scenario}/{audit} failed" for round_name, scenario, audit in OFFICIAL_VERIFICATION_CANNOT_PASS
+                   if round_name == ROUND and scenario in _scenarios("bert-99")]
+    assert all(c in complaints for c in audit_fails), complaints
+    for round_name, scenario, audit in OFFICIAL_VERIFICATION_CANNOT_PASS:  # named by staging before the checker
+        if round_name == ROUND and scenario in _scenarios("bert-99"):
+            assert any(p.startswith(f"bert-99 {scenario} {audit} audit is FAIL: ") for p in staged.problems)
+    rejected = _audit_config_complaints(complaints)
+    rest = [c for c in complaints if c not in gen_len and c not in audit_fails and c not in rejected]
+    if FULL:
+        assert rest == []
+    else:
+        assert rest and all(any(name in c for name in SHORTENED_COMPLAINTS) for c in rest), "\n".join(rest)
+        assert any("Test duration less than 600s" in c for c in rest)
+    assert _tree_digest(logs) == before  # staging and truncation never touch the run logs
+
+
+def _audit_config_complaints(complaints: list[str]) -> list[str]:
+    """The checker's complaints about audits of a round whose LoadGen rejects audit.config
+    (LOADGEN_REJECTS_AUDIT_CONFIG), after asserting the ones that show why, per bert-99 scenario: TEST01 shipped no
+    verify_accuracy.txt (it logged no response), and TEST05 logged the error and kept the normal seeds. Whether
+    their throughput comparisons pass depends on the machine's load, so those complaints are accepted unasserted."""
+    if ROUND not in LOADGEN_REJECTS_AUDIT_CONFIG:
+        return []
+    seeds, test05 = get_round(ROUND).seeds, "16799458546791641818"  # mlperf.conf's test05_qsl_rng_seed
+    for scenario in _scenarios("bert-99"):
+        folder = f"closed/{SUBMITTER}/compliance/{SYSTEM}/bert-99/{scenario}"
+        assert f"Missing TEST01 in compliance dir {folder}" in complaints, complaints
+        assert f"{folder}/TEST05/performance/run_1/mlperf_log_detail.txt contains errors:" in complaints, complaints
+        assert (f"{folder}/TEST05/performance/run_1/mlperf_log_detail.txt qsl_rng_seed is wrong, "
+                f"expected={test05}, found={seeds.qsl_rng_seed}") in complaints, complaints
+    assert "Multiple conf files are used. This is not valid for official submission." in complaints
+    return [c for c in complaints if f"/compliance/{SYSTEM}/bert-99/" in c or c.startswith("Multiple conf files")]
+
+
+def test_bad_inputs_are_named_with_their_fix(pipeline, tmp_path, monkeypatch):
+    logs, systems = pipeline["logs"], pipeline["systems"]
+    before = _tree_digest(logs)
+    out = {"out_dir": tmp_path / "submission", "work_dir": tmp_path / "work", "systems_dir": systems}
+
+    with pytest.raises(StageError, match="no finished runs in .*make run RUN_ARGS"):
+        stage(SUBMITTER, logs=[], **out)
+    with pytest.raises(StageError, match="no runs of system H100_SXM_80GBx1: the runs are of CPU"):
+        stage(SUBMITTER, logs=sorted(logs.iterdir()), system="H100_SXM_80GBx1", **out)
+
+    # A copy of one bert run, relabelled as another round: two rounds mixed.
+    other_round = next(name for name in ROUNDS if name != ROUND)
+    (bert_run,) = [run for run in logs.iterdir() if run.name.startswith("bert-99-Offline")][:1]
+    other = shutil.copytree(bert_run, tmp_path / "logs" / "other-round")
+    for path in other.rglob("metadata.json"):
+        path.write_text(json.dumps({**json.loads(path.read_text()), "round": other_round}))
+    with pytest.raises(StageError, match=r"the runs mix rounds \(v4.1: .*v5.0: .*give ROUND=<round>"):
+        stage(SUBMITTER, logs=[*sorted(logs.iterdir()), other], **out)
+
+    # Only the bert Offline run: SingleStream and gptj are missing, and a missing accuracy run is named.
+    shutil.rmtree(other / "CPU" / "bert-99" / "Offline" / "accuracy")
+    staged = stage(SUBMITTER, logs=[other], round_name=other_round, **out)
+    assert not staged.tree.exists()  # refused: nothing written without allow_incomplete
+    assert any(p.startswith(f"bert-99 Offline: no finished accuracy run (run it: make run ROUND={other_round}")
+               for p in staged.problems), staged.problems
+    assert any("shortened: min_duration 500 ms" in p for p in staged.problems)
+
+    monkeypatch.setenv(TOOLS_VARIABLE, str(tmp_path / "no-tools"))
+    with pytest.raises(ToolsError, match=r"git clone --branch v5.0 https://github.com/mlcommons/inference .*"
+                                         + TOOLS_VARIABLE):
+        check(SUBMITTER, "v5.0", out["out_dir"], out["work_dir"])
+    assert _tree_digest(logs) == before
+
+
+def test_audit_logs_are_copied_as_they_are(pipeline, tmp_path):
+    """An audit folder in build/compliance_logs' layout lands in compliance/ unchanged, for staged scenarios only."""
+    audits = tmp_path / "compliance_logs" / "2026.11.24-10.00.00" / SYSTEM
+    for benchmark, scenario in (("bert-99", "Offline"), ("bert-99", "Server")):
+        test01 = audits / benchmark / scenario / "TEST01"
+        (test01 / "accuracy").mkdir(parents=True)
+        (test01 / "verify_accuracy.txt").write_text("TEST PASS\n")
+        (test01 / "accuracy" / "mlperf_log_accuracy.json").write_text("[]\n")
+    staged = stage(SUBMITTER, logs=sorted(pipeline["logs"].iterdir()), compliance=[audits.parent],
+                   allow_incomplete=True, out_dir=tmp_path / "submission", work_dir=tmp_path / "work",
+                   systems_dir=pipeline["systems"])
+    compliance = staged.tree / "compliance" / SYSTEM / "bert-99"
+    assert sorted(p.name for p in compliance.iterdir()) == ["Offline"]  # no Server run was staged
+    assert _tree_digest(compliance / "Offline") == _tree_digest(audits / "bert-99" / "Offline")
+
+
+def test_model_info_names_what_ran():
+    from code.submission.model_info import model_info
+
+    real = {"config": {"fields": {"backend": "pytorch", "precision": "fp16"}},
+            "provenance": {"weights": "/data/models/bert/model.pytorch"}}
+    assert model_info(real) == {"input_data_types": "int32", "retraining": "no",
+                                "starting_weights_filename": "model.pytorch", "weight_data_types": "fp16",
+                                "weight_transformations": "cast from fp32 to fp16"}
+    random = {"config": {"fields": {"backend": "pytorch", "precision": "fp32"}},
+              "provenance": {"weights": "random (BERT-tiny architecture)"}}
+    assert model_info(random)["starting_weights_filename"] == "random (BERT-tiny architecture)"
+    assert model_info(random)["weight_transformations"] == "none"
+
+
+def test_make_targets_refuse_with_the_fix(tmp_path):
+    env = {**os.environ, "MLPERF_BUILD_DIR": str(tmp_path)}
+    done = subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "stage_results"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode != 0 and "give SUBMITTER=<your organization>" in done.stderr
+    empty = tmp_path / "logs" / "2026.11.24-10.00.00"
+    empty.mkdir(parents=True)
+    for action, extra, message in (("stage", ["--logs", str(empty)], f"ERROR: no finished runs in {empty}: run"),
+                                   ("truncate", [], "ERROR: nothing staged for SUBMITTER=MyOrg: make stage_results"),
+                                   ("check", [], "ERROR: nothing staged for SUBMITTER=MyOrg: make stage_results")):
+        done = subprocess.run([sys.executable, "-m", "code.submission", action, "--submitter=MyOrg", *extra],
+                              cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 2 and done.stderr.startswith(message), (action, done.stderr)
+
+
+def test_the_made_up_cnn_dailymail_set_has_the_real_shape():
+    """FULL's made-up set passes GEN_LEN because its summaries are as long as real ones: checked on a prefix (the
+    first n records do not depend on the count) tokenized as the harness tokenizes, against the reference's own
+    gen_len, the prompt lengths code.gptj.dataset estimates for the real set, and the 30-128 tokens generated."""
+    sample = 600
+    records = made_up_records(sample)
+    assert records == made_up_records(2 * sample)[:sample]
+    assert {tuple(r) for r in records} == {("instruction", "input", "output")}
+    tokenizer = load_tokenizer()
+    prompts = [len(ids) for ids in tokenizer.encode_batch([build_prompt(r) for r in records])]
+    assert SYNTH_MEAN_LENGTH_BAND[0] <= sum(prompts) / sample <= SYNTH_MEAN_LENGTH_BAND[1]
+    assert 0 < sum(n > 1919 for n in prompts) < sample * 0.06  # a few are cut at the 1,919-token cap, as real ones
+    answers = [tokenizer.encode(r["output"]) for r in records]
+    assert all(30 <= len(ids) <= 128 for ids in answers)
+    generated = [newline_sentences(tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True))
+                 for ids in answers]
+    per_sample = sum(map(len, generated)) / sample  # what the oracle's accuracy run counts as gen_len
+    expected = per_sample * CNN_DAILYMAIL_VALIDATION_SAMPLES
+    assert GEN_LEN_TARGET * 1.05 <= expected <= REFERENCE_GEN_LEN * 1.05, expected

@@ -85,8 +85,9 @@ def versions(round_name: str) -> dict[str, Any]:
 def resolve_from_spec(spec: dict[str, Any]) -> ResolvedConfig:
     workload = WorkloadSetting(HarnessType(spec["harness_type"]), AccuracyTarget(spec["accuracy_target"]),
                                PowerSetting(spec["power_setting"]))
+    # The parent resolved the same config first and warned about an unusable tuned file already.
     return resolve_config(Benchmark(spec["benchmark"]), Scenario(spec["scenario"]), spec["system"], workload,
-                          spec["overrides"])
+                          spec["overrides"], warn_tuned=False)
 
 
 def run_single_test(spec: dict[str, Any]) -> TestResult:
@@ -164,6 +165,8 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         "command": sys.argv,
         **({"engine_stats": prepared.engine_stats()} if prepared.engine_stats else {}),
         **({"audit_accuracy": audit_accuracy} if audit_accuracy else {}),
+        # How the harness tuned this test's expected rate or latency first (a stored value, a probe), if it did.
+        **({"tuning": spec["tuning"]} if spec.get("tuning") else {}),
     })
     write_report(log_dir)
     return result

@@ -33,6 +33,9 @@ SUSTAINED_SHARE = 0.97
 it scheduled (``unsustained_reason``)."""
 SERVER_MIN_QUERIES = 1_000
 """Server min_query_count of a try: LoadGen's early stopping at p99 needs ~500 queries even when none is late."""
+OVERESTIMATE = 0.75
+"""Offline: a VALID run whose rate x 1.1 is below this share of its expected QPS ran far longer than needed, and is
+repeated once at 1.1 x its own rate."""
 MAX_RERUNS = 2
 """Offline and SingleStream: confirming runs repeated at most this many times when they end early."""
 
@@ -107,7 +110,9 @@ def _run(measurement: Measurement[R], run: Callable[[str, dict[str, Any]], R], l
 def measure_offline(run: Callable[[str, dict[str, Any]], R], probe_ms: int, duration_ms: int,
                     hint_qps: float | None = None) -> Measurement[R]:
     """Probe for ``probe_ms`` (unless ``hint_qps`` is known), run ``duration_ms`` at 1.1 x the measured samples/s,
-    and repeat at 1.1 x the new rate while the run still ends early (at most ``MAX_RERUNS`` times)."""
+    and repeat (at most ``MAX_RERUNS`` times) at 1.1 x the run's own rate while it still ends early, or once when
+    it ran far slower than expected (a probe too short to be steady: the value would make every run longer than it
+    needs). The value kept is the last VALID run's."""
     measurement: Measurement[R] = Measurement("offline_expected_qps")
     if hint_qps is None:
         probe = _run(measurement, run, "probe", {"min_duration": probe_ms})
@@ -116,13 +121,20 @@ def measure_offline(run: Callable[[str, dict[str, Any]], R], probe_ms: int, dura
         measurement.probe_value = probe.value
         hint_qps = probe.value
     qps = offline_expected_qps(hint_qps)
+    lowered = False
     for attempt in range(MAX_RERUNS + 1):
         label = "confirm" if attempt == 0 else f"rerun{attempt}"
         outcome = _run(measurement, run, label, {"min_duration": duration_ms, "offline_expected_qps": qps})
-        measurement.value, measurement.confirmed = qps, outcome
-        if outcome.valid is not False or not ended_early(outcome.reasons) or not outcome.value:
+        if outcome.valid or measurement.confirmed is None or not measurement.confirmed.valid:
+            measurement.value, measurement.confirmed = qps, outcome
+        if not outcome.value:
             break
-        qps = offline_expected_qps(max(outcome.value, qps))
+        if outcome.valid is False and ended_early(outcome.reasons):
+            qps = offline_expected_qps(max(outcome.value, qps))
+        elif outcome.valid and not lowered and offline_expected_qps(outcome.value) < OVERESTIMATE * qps:
+            qps, lowered = offline_expected_qps(outcome.value), True
+        else:
+            break
     return measurement
 
 

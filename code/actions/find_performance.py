@@ -51,6 +51,9 @@ early stopping with the tries' query counts below, short enough to search in min
 MIN_QUERIES = {Scenario.Offline: 1, Scenario.SingleStream: 64, Scenario.Server: search.SERVER_MIN_QUERIES}
 """min_query_count of the tries unless --min_query_count says otherwise (a probe runs with 1): Offline's one query
 is sized by the expected rate; SingleStream's p90 and Server's p99 early-stopping estimates need these many."""
+MAX_SERVER_TRY_S = 900
+"""The Server search tries no rate so low that its queries would take longer than this (min_query_count / rate):
+it says instead that nothing was VALID down to the lowest rate it tried."""
 
 
 @dataclass
@@ -247,7 +250,7 @@ def search_one(runner: Runner, config: ResolvedConfig, overrides: dict[str, Any]
         start = search.round_qps(float(hint) if hint is not None else server_start(config, earlier))
         result = search.search_server_qps(lambda qps: search.judge_server_try(qps, run(f"qps{qps:g}", {name: qps})),
                                           start, search.SERVER_MAX_TRIES, search.SERVER_TOLERANCE,
-                                          down_step=search.SERVER_DOWN_STEP)
+                                          down_step=search.SERVER_DOWN_STEP, floor_qps=server_floor(overrides))
         if result.best_qps is None:
             item.problem = (result.nothing_valid() + "; the latency bound cannot be held at these rates: see "
                             "documentation/performance_tuning_guide.md (Server knobs: gpu_batch_size, "
@@ -277,6 +280,11 @@ def search_one(runner: Runner, config: ResolvedConfig, overrides: dict[str, Any]
         except TunedStoreError as error:
             item.problem = f"{error}; give it by hand meanwhile: --{name}={_fmt(item.value)}"
     return item
+
+
+def server_floor(overrides: dict[str, Any]) -> float:
+    """The lowest rate worth a Server try: one whose queries take at most ``MAX_SERVER_TRY_S``."""
+    return int(overrides.get("min_query_count", MIN_QUERIES[Scenario.Server])) / MAX_SERVER_TRY_S
 
 
 def server_start(config: ResolvedConfig, earlier: list[Found]) -> float:

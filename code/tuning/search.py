@@ -27,7 +27,7 @@ SERVER_DOWN_STEP = 2.0
 """Down by this factor while no try is VALID yet: a start far too high finds a VALID rate in a few tries."""
 SERVER_TOLERANCE = 0.05
 """The search stops when the VALID and INVALID rates are within this share of each other."""
-SERVER_MAX_TRIES = 7
+SERVER_MAX_TRIES = 6
 SUSTAINED_SHARE = 0.97
 """A Server try counts as VALID for the search only if it completed at least this share of the samples per second
 it scheduled (``unsustained_reason``)."""
@@ -248,7 +248,7 @@ def search_server_qps(
         else:
             qps = round_qps(high / down)
             if qps <= 0 or qps < floor_qps:
-                return done(f"the next rate, {qps:g} QPS, is below the lowest worth trying ({floor_qps:g} QPS)"
+                return done(f"the next rate, {qps:g} QPS, is below the lowest worth trying ({floor_qps:.3g} QPS)"
                             if qps > 0 else "no positive QPS left to try")
     bracket = f"; VALID at {low:g}, INVALID at {high:g}" if low is not None and high is not None else ""
     return done(f"used all {max_runs} runs{bracket}")
@@ -264,12 +264,22 @@ def unsustained_reason(scheduled_qps: float | None, completed_qps: float | None)
             f"{SUSTAINED_SHARE:.0%}); the queue grew, so a 600 s run would break the latency bound")
 
 
+TOO_SHORT = ("too few queries for LoadGen's early stopping at this rate: give the tries more queries "
+             "(--min_query_count) or time (--min_duration)")
+
+
 def judge_server_try(qps: float, outcome: Outcome, log_dir: str | None = None,
                      tokens_per_sample: float | None = None) -> ServerTry:
-    """A Server try from its run: LoadGen's verdict, refused when the queue grew (``unsustained_reason``)."""
+    """A Server try from its run: LoadGen's verdict, refused when the queue grew (``unsustained_reason``); a try
+    INVALID only for early stopping was too short to judge its rate (valid None: the search stops, ``TOO_SHORT``)."""
     p99 = outcome.extra.get("result_99.00_percentile_latency_ns")
     reasons = [r for r in outcome.reasons if not r.startswith("not a valid MLPerf result")]
     valid = outcome.valid
+    if valid is False and reasons and all("early stopping" in reason for reason in reasons):
+        # The latency bound held, but too few queries ran for LoadGen to be sure it holds at p99: a lower rate
+        # would run even fewer. The try says nothing about the rate, so the search stops and says why.
+        valid = None
+        reasons.append(TOO_SHORT)
     unsustained = unsustained_reason(outcome.value, outcome.extra.get("result_completed_samples_per_sec"))
     if valid and unsustained:
         valid = False

@@ -281,3 +281,18 @@ def test_find_performance_then_a_run_that_uses_it(harness_built, tmp_path):
                          timeout=300)
     assert run.returncode == 0, run.stdout[-3000:]
     assert "tuned: offline_expected_qps 6 -> " in run.stdout and "[VALID but not submittable]" in run.stdout
+
+
+@pytest.mark.slow
+def test_a_test_run_without_a_tuned_value_probes_first(harness_built, tmp_path):
+    env = {**os.environ, "MLPERF_TUNED_DIR": str(tmp_path / "tuned"), "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, "-m", "code.main", "--action=run", "--benchmarks=bert",
+                           "--scenarios=offline", *TINY, "--test_run", "--min_duration=4000",
+                           f"--log_dir={tmp_path / 'run'}"], cwd=REPO_ROOT, capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert "tuned: offline_expected_qps 6 -> " in done.stdout and "(probe: " in done.stdout, done.stdout[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert (tmp_path / "run" / "probes" / "CPU" / "bert-99" / "Offline" / "metadata.json").is_file()
+    metadata = json.loads((tmp_path / "run" / "CPU" / "bert-99" / "Offline" / "metadata.json").read_text())
+    assert metadata["tuning"].startswith("offline_expected_qps 6 -> ")
+    assert not (tmp_path / "tuned").exists()  # a probe stores nothing: only make find_performance does

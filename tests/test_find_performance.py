@@ -296,3 +296,15 @@ def test_a_test_run_without_a_tuned_value_probes_first(harness_built, tmp_path):
     metadata = json.loads((tmp_path / "run" / "CPU" / "bert-99" / "Offline" / "metadata.json").read_text())
     assert metadata["tuning"].startswith("offline_expected_qps 6 -> ")
     assert not (tmp_path / "tuned").exists()  # a probe stores nothing: only make find_performance does
+
+
+def test_a_probe_whose_process_failed_stands_for_the_test(monkeypatch, tmp_path):
+    from code.common.run_logs import TestResult
+
+    failed = TestResult("Offline", "PerformanceOnly", str(tmp_path), valid=None,
+                        invalid_reasons=["weights.safetensors is truncated or corrupt"])
+    monkeypatch.setattr(fp, "run_child", lambda spec, folder: (failed, {}))
+    config = resolve_config(Benchmark.BERT, Scenario.Offline, "CPU", WorkloadSetting(), {"test_run": True})
+    probe = fp.probe_setting("CPU", config, {"test_run": True}, tmp_path / "probe")
+    assert probe.failed is failed and probe.note is None
+    assert failed.invalid_reasons[0] == "the probe before the test failed"

@@ -302,11 +302,19 @@ def server_start(config: ResolvedConfig, earlier: list[Found]) -> float:
     return float(config["server_target_qps"])
 
 
-def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any],
-                  log_dir: Path) -> tuple[dict[str, Any], str] | None:
-    """A short PerformanceOnly probe before a ``--test_run`` whose config does not know this machine: the field
-    to override and the note for the summary (``offline_expected_qps 6 -> 11.2 (probe)``), or None when the
-    probe did not measure anything (the test then runs with the config's value)."""
+@dataclass
+class Probe:
+    """What a --test_run's probe found: the field to override and the summary's note (``offline_expected_qps 6 ->
+    11.2 (probe: ...)``); neither when it measured nothing; ``failed`` when its process failed (the test would
+    fail the same way: its ERROR line is already shown, so the test is not run again)."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+    note: str | None = None
+    failed: TestResult | None = None
+
+
+def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any], log_dir: Path) -> Probe:
+    """A short PerformanceOnly probe before a ``--test_run`` whose config does not know this machine."""
     scenario = config.scenario
     name = TUNED_FIELDS[scenario]
     _, probe_ms = durations(overrides)
@@ -318,6 +326,9 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
         folder.mkdir(parents=True, exist_ok=True)
         spec = test_spec(system, config, TestMode.PerformanceOnly, {**overrides, **fields}, folder)
         result, _ = run_child(spec, folder)
+        if result.valid is None:
+            result.invalid_reasons.insert(0, "the probe before the test failed")
+            return Probe(failed=result)
         probe = Try.of("probe", result)
         # An Offline query sized by a config that underrates this machine ends in a moment, and a moment's rate is
         # mostly start-up: probe again with a query sized by the rate just seen. (LoadGen sizes the query for
@@ -337,10 +348,10 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
         measured = f"mean latency {mean_ns / 1e6:.4g} ms"
     else:
         log.warning("the probe measured nothing (%s); the test keeps %s=%s", probe.line(), name, _fmt(config[name]))
-        return None
+        return Probe()
     note = f"{name} {_fmt(config[name])} -> {_fmt(value)} (probe: {measured} over {probe_ms / 1000:g} s)"
     log.info("%s", note)
-    return {name: value}, note
+    return Probe({name: value}, note)
 
 
 def needs_probe(config: ResolvedConfig, mode: TestMode) -> bool:

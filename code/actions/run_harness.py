@@ -66,16 +66,20 @@ def run_harness(request: RunRequest) -> int:
         with stop_signals_raise():
             for config, loadgen_mode in tests:
                 mode = TestMode.parse(config["test_mode"])
-                log_dir = make_test_log_dir(root, system, config.benchmark_name, config.scenario, loadgen_mode,
-                                            submission_layout=mode is TestMode.SubmissionRun)
                 overrides = request.overrides
                 tuning = tuned_note(config) if loadgen_mode is TestMode.PerformanceOnly else None
                 if needs_probe(config, loadgen_mode):  # a --test_run the config's guess might leave INVALID
                     probe_dir = root / "probes" / system / config.benchmark_name / config.scenario.value
                     running = test_spec(system, config, loadgen_mode, overrides, probe_dir)
-                    probed = probe_setting(system, config, overrides, probe_dir)
-                    if probed is not None:
-                        overrides, tuning = {**overrides, **probed[0]}, probed[1]
+                    probe = probe_setting(system, config, overrides, probe_dir)
+                    running = None
+                    if probe.failed is not None:  # its process failed: the test's would too (its ERROR is shown)
+                        results.append((config.benchmark_name, probe.failed, {}))
+                        continue
+                    if probe.note:
+                        overrides, tuning = {**overrides, **probe.fields}, probe.note
+                log_dir = make_test_log_dir(root, system, config.benchmark_name, config.scenario, loadgen_mode,
+                                            submission_layout=mode is TestMode.SubmissionRun)
                 running = test_spec(system, config, loadgen_mode, overrides, log_dir)
                 if tuning:
                     running["tuning"] = tuning

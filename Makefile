@@ -29,6 +29,7 @@ help:
 	@echo "  make generate_engines RUN_ARGS=\"...\""
 	@echo "  make run_harness      RUN_ARGS=\"...\""
 	@echo "  make run              RUN_ARGS=\"--benchmarks=bert --scenarios=offline --test_run\"   (= both)"
+	@echo "  make find_performance RUN_ARGS=\"...\"   measure this system, store build/tuned/ for later runs"
 	@echo "  make info             RUN_ARGS=\"...\"   detected system and resolved config"
 	@echo "  make report [LOG_DIR=build/logs/<ts>]   report.md + plots of a run (default: the newest)"
 	@echo "  make run_audit_harness RUN_ARGS=\"... [--audit_test=TEST01]\"   compliance audits of a SubmissionRun"

@@ -1,5 +1,7 @@
 """Entry point: ``python -m code.main --action=<generate_engines|run_harness|run|info|run_audit> [RUN_ARGS...]``.
 
+``--find_performance`` with run or run_harness measures the system instead (``make find_performance``).
+
 Errors a user can fix (a bad flag, a missing config, a round without the test, absent or corrupt data) end with
 one clear message and exit 2, never a traceback; a full disk or a read-only folder ends with one too, and exit 1.
 A run exits 3 when a test is INVALID or FAILs its accuracy target, and 1 when a test did not finish (``ExitCode``;
@@ -55,6 +57,11 @@ def main(argv: list[str]) -> int:
 
             step = "generate_engines (an engine is renamed into place only when whole: none is left half-written)"
             generate_engines(request)
+        if request.action in ("run_harness", "run") and request.find_performance:
+            from code.actions.find_performance import find_performance
+
+            step = "find_performance before its first try"
+            return find_performance(request)
         if request.action in ("run_harness", "run"):
             from code.actions.run_harness import run_harness
 

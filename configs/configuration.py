@@ -18,6 +18,7 @@ from code.common.config import ConfigError, ResolvedConfig, WorkloadSetting, res
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from code.common.fields import FIELDS, FieldError
 from code.common.paths import REPO_ROOT
+from code.common.tuned import tuned_fields
 
 # ConfigError, ResolvedConfig and WorkloadSetting live in code/common/config.py; they are named here too because
 # config files and NVIDIA-style readers look for them beside the registry.
@@ -191,7 +192,13 @@ def resolve_config(
     system: str,
     workload: WorkloadSetting,
     overrides: dict[str, Any],
+    warn_tuned: bool = True,
 ) -> ResolvedConfig:
-    """Look the config class up, then apply RUN_ARGS > config class > field default (``resolve_fields``)."""
+    """Look the config class up, then apply RUN_ARGS > tuned > config class > field default (``resolve_fields``);
+    the tuned value is the one ``make find_performance`` stored for this system (``code/common/tuned.py``), and
+    ``warn_tuned`` says whether an unusable tuned file is warned about here (a test process leaves that to its
+    parent, which already did)."""
     config = ConfigRegistry.get(benchmark, scenario, system, workload)
-    return resolve_fields(benchmark, scenario, system, workload, config.__name__, config.field_origins(), overrides)
+    tuned = tuned_fields(system, f"{benchmark.value}-{workload.accuracy_target.suffix}", scenario, warn=warn_tuned)
+    return resolve_fields(benchmark, scenario, system, workload, config.__name__, config.field_origins(), overrides,
+                          tuned)

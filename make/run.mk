@@ -1,6 +1,6 @@
 # Engines and LoadGen runs; RUN_ARGS are parsed by `python -m code.main` (make run RUN_ARGS=--help).
 
-.PHONY: generate_engines run_harness run info report
+.PHONY: generate_engines run_harness run info report find_performance
 generate_engines: setup
 	$(PY) -m code.main --action=generate_engines $(ROUND_ARG) $(RUN_ARGS)
 
@@ -10,6 +10,11 @@ run_harness: $(RUN_DEPS)
 # generate_engines then run_harness, in one process.
 run: $(RUN_DEPS)
 	$(PY) -m code.main --action=run $(ROUND_ARG) $(RUN_ARGS)
+
+# Measure this system and store what later runs use: build/tuned/<system>/<bench>/<Scenario>.json
+# (documentation/performance_tuning_guide.md).
+find_performance: $(RUN_DEPS)
+	$(PY) -m code.main --action=run $(ROUND_ARG) $(RUN_ARGS) --find_performance
 
 info: setup
 	$(PY) -m code.main --action=info $(ROUND_ARG) $(RUN_ARGS)

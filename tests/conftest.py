@@ -1,9 +1,15 @@
 """Shared fixtures: the C++ core is built once per test session (a no-op when `make build` ran first); torch on one
 thread for the modules of tiny models."""
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# Tests never read nor write the checkout's tuned values (build/tuned, from make find_performance): a config they
+# resolve is the config class's, on any machine. Set before any test imports code.common.paths.
+os.environ.setdefault("MLPERF_TUNED_DIR", tempfile.mkdtemp(prefix="mlperf-tuned-"))
 
 
 @pytest.fixture(scope="session")

@@ -44,6 +44,8 @@ log = get_logger("run_harness")
 
 
 def run_harness(request: RunRequest) -> int:
+    from code.actions.find_performance import needs_probe, probe_setting, tuned_note
+
     """Run the tests; returns the exit status (``ExitCode``: non-zero when a test did not finish, is INVALID or
     FAILs its accuracy target; 128 + the signal when the run was interrupted)."""
     system = system_name(request)
@@ -64,9 +66,23 @@ def run_harness(request: RunRequest) -> int:
         with stop_signals_raise():
             for config, loadgen_mode in tests:
                 mode = TestMode.parse(config["test_mode"])
+                overrides = request.overrides
+                tuning = tuned_note(config) if loadgen_mode is TestMode.PerformanceOnly else None
+                if needs_probe(config, loadgen_mode):  # a --test_run the config's guess might leave INVALID
+                    probe_dir = root / "probes" / system / config.benchmark_name / config.scenario.value
+                    running = test_spec(system, config, loadgen_mode, overrides, probe_dir)
+                    probe = probe_setting(system, config, overrides, probe_dir)
+                    running = None
+                    if probe.failed is not None:  # its process failed: the test's would too (its ERROR is shown)
+                        results.append((config.benchmark_name, probe.failed, {}))
+                        continue
+                    if probe.note:
+                        overrides, tuning = {**overrides, **probe.fields}, probe.note
                 log_dir = make_test_log_dir(root, system, config.benchmark_name, config.scenario, loadgen_mode,
                                             submission_layout=mode is TestMode.SubmissionRun)
-                running = test_spec(system, config, loadgen_mode, request.overrides, log_dir)
+                running = test_spec(system, config, loadgen_mode, overrides, log_dir)
+                if tuning:
+                    running["tuning"] = tuning
                 print(flush=True)  # a blank line before each test's output, as a separator
                 log.info("%s %s %s %s", system, config.benchmark_name, config.scenario.value, loadgen_mode.value)
                 log.debug("config: %s", json.dumps(config.as_dict(), default=str))

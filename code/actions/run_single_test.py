@@ -85,8 +85,9 @@ def versions(round_name: str) -> dict[str, Any]:
 def resolve_from_spec(spec: dict[str, Any]) -> ResolvedConfig:
     workload = WorkloadSetting(HarnessType(spec["harness_type"]), AccuracyTarget(spec["accuracy_target"]),
                                PowerSetting(spec["power_setting"]))
+    # The parent resolved the same config first and warned about an unusable tuned file already.
     return resolve_config(Benchmark(spec["benchmark"]), Scenario(spec["scenario"]), spec["system"], workload,
-                          spec["overrides"])
+                          spec["overrides"], warn_tuned=False)
 
 
 def run_single_test(spec: dict[str, Any]) -> TestResult:
@@ -108,7 +109,7 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
               f"weights: {provenance.get('weights')}")
         print("*" * 100, flush=True)
     system_gpus = len(detect_system().gpus)
-    share = device_share(prepared.devices, system_gpus)
+    share = device_share(prepared.devices, system_gpus) if not qps_given(config) else 1.0
     if share < 1.0:
         log.info("%d of the system's %d GPUs run: the config's expected QPS is scaled by %.3g", len(prepared.devices),
                  system_gpus, share)
@@ -171,6 +172,8 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         "devices": {"used": prepared.devices, "expected_qps_share": share, "completed": times.per_device()},
         **({"engine_stats": prepared.engine_stats()} if prepared.engine_stats else {}),
         **({"audit_accuracy": audit_accuracy} if audit_accuracy else {}),
+        # How the harness tuned this test's expected rate or latency first (a stored value, a probe), if it did.
+        **({"tuning": spec["tuning"]} if spec.get("tuning") else {}),
     })
     write_report(log_dir)
     return result
@@ -183,6 +186,13 @@ def device_share(devices: list[str], system_gpus: int) -> float:
     if not gpus or system_gpus <= len(gpus):
         return 1.0
     return len(gpus) / system_gpus
+
+
+def qps_given(config: ResolvedConfig) -> bool:
+    """Whether the scenario's QPS came from RUN_ARGS: then it is this run's own, used as given; a config class's or
+    a tuned value is the whole system's."""
+    name = {Scenario.Offline: "offline_expected_qps", Scenario.Server: "server_target_qps"}.get(config.scenario)
+    return name is not None and config.sources.get(name) == "RUN_ARGS"
 
 
 def write_report(log_dir: Path) -> None:

@@ -29,6 +29,7 @@ import numpy as np
 
 from code.bert.vocab import CLS_TOKEN, SEP_TOKEN, BertTokenizer
 from code.common.faults import DataFileError, reading
+from code.common.periodic import track
 
 MAX_SEQ_LENGTH = 384
 PAD_LOGIT = -10000.0
@@ -195,7 +196,8 @@ def convert_examples_to_features(
     """Eval features of all examples, in example order, windows of one example consecutive."""
     features: list[EvalFeature] = []
     pad_id = 0
-    for example_index, example in enumerate(examples):
+    for example_index, example in enumerate(track(examples, len(examples), "SQuAD questions -> features",
+                                                   "questions", step="preprocess_data")):
         query_tokens = tokenizer.tokenize(example.question_text)[:max_query_length]
 
         tok_to_orig_index: list[int] = []

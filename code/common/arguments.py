@@ -42,6 +42,9 @@ MAIN_ARGUMENTS = {
 # Main arguments that are switches: a bare --name means true, as for boolean config fields.
 MAIN_SWITCHES = {
     "verbose": "the harness's debug messages too (Python logging at DEBUG; default: INFO and above)",
+    "find_performance": "run/run_harness: measure this system instead of one test: Offline expected QPS, Server "
+                        "highest VALID target QPS, SingleStream expected latency, stored in build/tuned/ for later "
+                        "runs (also make find_performance; documentation/performance_tuning_guide.md)",
 }
 ALIASES = {"fast": "test_run"}
 
@@ -70,6 +73,7 @@ class RunRequest:
     audit_tests: list[str] = field(default_factory=list)  # empty: every test the round requires
     audit_results_dir: str | None = None
     verbose: bool = False
+    find_performance: bool = False
 
 
 def _split_flag(token: str) -> tuple[str, str | None]:
@@ -157,6 +161,8 @@ def parse_run_args(argv: list[str]) -> RunRequest:
         for name in ("audit_test", "audit_results_dir"):
             if name in main and action != "run_audit":
                 raise ArgumentError(f"--{name} applies to audits only: make run_audit_harness (--action=run_audit)")
+        if switches.get("find_performance"):
+            _check_find_performance(action, overrides)
         targets = _accuracy_targets(main)
         benchmarks = []
         for text in _comma_list(main.get("benchmarks", "bert")):
@@ -186,9 +192,29 @@ def parse_run_args(argv: list[str]) -> RunRequest:
             audit_tests=parse_audit_tests(main["audit_test"]) if "audit_test" in main else [],
             audit_results_dir=main.get("audit_results_dir"),
             verbose=switches.get("verbose", False),
+            find_performance=switches.get("find_performance", False),
         )
     except (ChoiceError, AuditError) as error:
         raise ArgumentError(str(error)) from None
+
+
+def _check_find_performance(action: str, overrides: dict[str, Any]) -> None:
+    """--find_performance measures with PerformanceOnly tries, in a run: refuse what contradicts it."""
+    if action not in ("run", "run_harness"):
+        raise ArgumentError(f"--find_performance runs tests, so it goes with make run or make find_performance, not "
+                            f"--action={action}")
+    mode = overrides.get("test_mode")
+    if mode is not None and str(mode).lower() != "performanceonly":
+        raise ArgumentError(f"--find_performance measures performance, but --test_mode={mode} asks for "
+                            f"{'an accuracy run' if str(mode).lower() == 'accuracyonly' else 'a submission run'}: "
+                            "drop --test_mode (the search runs PerformanceOnly tries), then run that test on its own "
+                            f"with make run RUN_ARGS=\"... --test_mode={mode}\" (it uses the tuned values)")
+    devices = overrides.get("devices", "all")
+    if devices != "all":
+        # A tuned value is the system's (a run on fewer GPUs expects its share of it), so it is measured on all.
+        raise ArgumentError(f"--find_performance stores values for the whole system, so it runs on every GPU: drop "
+                            f"--devices={devices} (CUDA_VISIBLE_DEVICES makes a smaller system, with tuned values "
+                            "of its own)")
 
 
 def _comma_list(text: str) -> list[str]:

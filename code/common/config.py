@@ -1,6 +1,8 @@
 """The config mechanism: workload settings, the resolved config, and the one precedence rule.
 
-A run's settings come from three places, and one rule orders them: RUN_ARGS > config class > field default.
+A run's settings come from four places, and one rule orders them: RUN_ARGS > tuned > config class > field default
+("tuned": what ``make find_performance`` measured on this system, ``code/common/tuned.py``; it sits above the config
+class because it was measured on this very machine, and below RUN_ARGS so a flag always wins).
 This module holds that rule and what it produces, so everything in ``code/`` that reads a resolved config depends
 on ``code/common`` alone. The config classes themselves and their registry stay in ``configs/configuration.py``
 (where NVIDIA's readers look for them); it looks a class up and hands its field values to ``resolve_fields`` here.
@@ -45,6 +47,8 @@ class ResolvedConfig:
     config_class: str
     values: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
+    # What a tuned value replaced: field -> (the config class's or default value, its source).
+    replaced: dict[str, tuple[Any, str]] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -82,21 +86,27 @@ def resolve_fields(
     config_class: str,
     from_config: dict[str, tuple[Any, str]],
     overrides: dict[str, Any],
+    tuned: dict[str, tuple[Any, str]] | None = None,
 ) -> ResolvedConfig:
-    """RUN_ARGS > config class > field default, for the fields that apply to this benchmark and scenario.
+    """RUN_ARGS > tuned > config class > field default, for the fields that apply to this benchmark and scenario.
 
     ``from_config`` maps each field the config class sets (itself or by inheritance) to its value and the name of
-    the class that set it, so a resolved value can say where it came from. The rules between fields
-    (``check_combination``) run last, on the final values.
+    the class that set it, so a resolved value can say where it came from; ``tuned`` the same for the values
+    ``make find_performance`` stored (source ``tuned (<file>)``). The rules between fields (``check_combination``)
+    run last, on the final values.
     """
+    tuned = tuned or {}
     resolved = ResolvedConfig(benchmark, scenario, system, workload, config_class)
     applicable: list[Field] = [f for f in FIELDS.values() if f.applies_to(benchmark, scenario)]
     for fld in applicable:
         if fld.name in overrides:
             resolved.values[fld.name], resolved.sources[fld.name] = overrides[fld.name], "RUN_ARGS"
-        elif fld.name in from_config:
-            resolved.values[fld.name], resolved.sources[fld.name] = from_config[fld.name]
         else:
-            resolved.values[fld.name], resolved.sources[fld.name] = fld.default, "default"
+            below = from_config.get(fld.name, (fld.default, "default"))
+            if fld.name in tuned:
+                resolved.values[fld.name], resolved.sources[fld.name] = tuned[fld.name]
+                resolved.replaced[fld.name] = below
+            else:
+                resolved.values[fld.name], resolved.sources[fld.name] = below
     check_combination(benchmark, resolved.values, resolved.sources)
     return resolved

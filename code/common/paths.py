@@ -16,6 +16,8 @@ LOGS_DIR = BUILD_DIR / "logs"
 COMPLIANCE_LOGS_DIR = BUILD_DIR / "compliance_logs"
 HARNESS_BUILD_DIR = BUILD_DIR / "harness"
 LIB_DIR = BUILD_DIR / "lib"
+# What `make find_performance` measured, one file per system, benchmark and scenario (code/common/tuned.py).
+TUNED_DIR = Path(os.environ.get("MLPERF_TUNED_DIR", BUILD_DIR / "tuned"))
 
 
 def harness_build_dir(round_name: str) -> Path:

@@ -101,6 +101,8 @@ def format_summary(system: str, root: Path, results: list[tuple[str, TestResult,
             current = benchmark_name
         lines.append(f"    {result.scenario:<13} {result.mode:<16} {_describe(result)}")
         lines += _device_lines(metadata.get("devices") or {})
+        if metadata.get("tuning"):  # how the harness set its expected rate or latency first (find_performance)
+            lines.append(f"      tuned: {metadata['tuning']}")
         provenance = metadata.get("provenance", {})
         if result.not_submittable and provenance:
             lengths = provenance.get("input_lengths", {})

@@ -30,6 +30,7 @@ import numpy as np
 
 from code.common.download import file_checksum
 from code.common.paths import DATA_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
+from code.common.periodic import track
 from code.gptj.prompt import (
     CALIBRATION_FILE,
     CALIBRATION_TOKENIZED_SUBDIR,
@@ -61,7 +62,10 @@ def tokenize_prompts(
     records: list[dict], tokenizer: GptjTokenizer, max_length: int = MAX_INPUT_TOKENS
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """``(input_ids [N, max_length] right-padded, lengths [N], number truncated)`` of the records' prompts."""
-    encoded = tokenizer.encode_batch([build_prompt(record) for record in records])
+    chunks = [records[i:i + 256] for i in range(0, len(records), 256)]  # a progress line at least every 15 s
+    encoded = [ids for chunk in track(chunks, len(chunks), "tokenizing prompts (chunks of 256)", "chunks",
+                                      step="preprocess_data")
+               for ids in tokenizer.encode_batch([build_prompt(record) for record in chunk])]
     input_ids = np.full((len(encoded), max_length), PAD_TOKEN_ID, dtype=np.int32)
     lengths = np.zeros(len(encoded), dtype=np.int32)
     truncated = 0

@@ -22,5 +22,6 @@ Everything lands in a new ``build/bench/<timestamp>/``: ``bench.json``, ``bench.
 Modules: ``settings`` (durations, targets, margins, the fields the bench sets itself), ``runs`` (one LoadGen test per
 child process; the Offline and SingleStream measurements), ``server_search`` (the highest VALID Server QPS),
 ``baseline`` (the HF reference-style baseline), ``report`` (figures, the closing table, bench.json and bench.md),
-``cli`` (options and the order of the measurements).
+``cli`` (options and the order of the measurements). The probes and the Server search themselves are the product's
+(``code/tuning/search.py``, also run by ``make find_performance``): one implementation.
 """

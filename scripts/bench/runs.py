@@ -7,7 +7,6 @@ Why child processes: each test runs exactly as ``make run`` does, so the bench m
 from __future__ import annotations
 
 import json
-import math
 import os
 import shlex
 import subprocess
@@ -20,7 +19,8 @@ from typing import Any
 
 from code.common.constants import Scenario
 from code.common.paths import REPO_ROOT
-from scripts.bench.settings import QPS_MARGIN, SCENARIO_NAMES, profile_of
+from code.tuning import search
+from scripts.bench.settings import SCENARIO_NAMES, profile_of
 
 
 @dataclass
@@ -235,38 +235,19 @@ def measure_offline(
     hint_qps: float | None,
     base: dict[str, Any],
 ) -> OfflineResult:
-    """Probe (unless a hint is known), run with expected QPS above the measured one, re-run once if still short.
+    """The product's probe-then-confirm (code/tuning/search.py), each run a bench run of this Offline case.
 
     ``case``: one of the benchmark's Offline cases (settings.PROFILES), whose run fields every run here gets.
     """
     settings = {**base, **profile_of(benchmark).case(case).fields}
-    probe_qps = None
-    if hint_qps is None:
-        probe = runner.run(f"{case}-probe", benchmark, Scenario.Offline, {**settings, "min_duration": probe_ms})
-        if probe.value is None:
-            return OfflineResult(benchmark, case, probe)
-        hint_qps = probe_qps = probe.value
-    settings["min_duration"] = duration_ms
-    run = runner.run(
-        case, benchmark, Scenario.Offline, {**settings, "offline_expected_qps": round_qps(hint_qps * QPS_MARGIN)}
-    )
-    if run.valid is False and run.min_duration_missed and run.value:
-        run = runner.run(
-            f"{case}-rerun",
-            benchmark,
-            Scenario.Offline,
-            {**settings, "offline_expected_qps": round_qps(run.value * QPS_MARGIN)},
-        )
-    return OfflineResult(benchmark, case, run, probe_qps)
 
+    def run(label: str, fields: dict[str, Any]) -> RunOutcome:
+        name = {"probe": f"{case}-probe", "confirm": case, "rerun1": f"{case}-rerun"}.get(label, f"{case}-{label}")
+        return runner.run(name, benchmark, Scenario.Offline, {**settings, **fields})
 
-def round_qps(qps: float) -> float:
-    """Readable QPS values for user.conf and reports: whole numbers above 100, else 3 significant digits."""
-    if qps >= 100:
-        return float(round(qps))
-    if qps <= 0:
-        return qps
-    return round(qps, 2 - int(math.floor(math.log10(qps))))
+    measured = search.measure_offline(run, probe_ms, duration_ms, hint_qps)
+    last = measured.confirmed or (measured.tries[-1][1] if measured.tries else None)
+    return OfflineResult(benchmark, case, last, measured.probe_value)
 
 
 # -------------------------------------------------------------------------------------------------- SingleStream
@@ -275,16 +256,13 @@ def round_qps(qps: float) -> float:
 def measure_singlestream(
     runner: HarnessRunner, benchmark: str, duration_ms: int, hint_ns: int, base: dict[str, Any]
 ) -> RunOutcome:
-    settings = {**base, "min_duration": duration_ms}
-    run = runner.run(
-        "p90", benchmark, Scenario.SingleStream, {**settings, "single_stream_expected_latency_ns": hint_ns}
-    )
-    mean_ns = run.extra.get("result_mean_latency_ns")
-    if run.valid is False and run.min_duration_missed and mean_ns:
-        run = runner.run(
-            "p90-rerun",
-            benchmark,
-            Scenario.SingleStream,
-            {**settings, "single_stream_expected_latency_ns": max(1, int(float(mean_ns) / 2))},
-        )
-    return run
+    """The product's SingleStream run (code/tuning/search.py) from a known hint: re-run at half the measured mean
+    latency while the run ends early."""
+
+    def run(label: str, fields: dict[str, Any]) -> RunOutcome:
+        name = {"confirm": "p90", "rerun1": "p90-rerun"}.get(label, f"p90-{label}")
+        return runner.run(name, benchmark, Scenario.SingleStream, {**base, **fields})
+
+    measured = search.measure_singlestream(run, duration_ms, duration_ms, hint_ns)
+    assert measured.confirmed is not None  # a hint skips the probe: the first run is the confirming one
+    return measured.confirmed

@@ -307,7 +307,7 @@ def test_one_backend_instance_per_device(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_expected_qps_follows_the_share_of_gpus_used() -> None:
-    from code.actions.run_single_test import device_share
+    from code.actions.run_single_test import device_share, qps_given
     from code.common.constants import Benchmark, Scenario
     from code.common.user_conf import user_conf_entries
     from configs.configuration import WorkloadSetting, resolve_config
@@ -317,6 +317,8 @@ def test_expected_qps_follows_the_share_of_gpus_used() -> None:
     assert device_share(["cpu"], 0) == 1.0
     config = resolve_config(Benchmark.BERT, Scenario.Server, "CPU", WorkloadSetting(), {"server_target_qps": 80.0})
     assert user_conf_entries(config, 10833, device_share=0.125)["target_qps"] == "10.0"
+    assert qps_given(config), "a rate given in RUN_ARGS is the run's own: not scaled"
+    assert not qps_given(resolve_config(Benchmark.BERT, Scenario.Server, "CPU", WorkloadSetting(), {}))
 
 
 def test_summary_and_report_show_each_device(tmp_path: Path) -> None:

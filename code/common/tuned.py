@@ -1,0 +1,185 @@
+"""Tuned values: what ``make find_performance`` measured on a system, stored for later runs to pick up.
+
+One file per system, benchmark and scenario, ``build/tuned/<system>/<bench-99|bench-99.9>/<Scenario>.json``
+(``MLPERF_TUNED_DIR`` moves the folder), holding the one setting that depends on the machine's speed
+(``TUNED_FIELDS``), how it was found, when, by which code version (``git describe``), for which system (the
+config's system name) and on which hardware (``system_id``). Config resolution (``code/common/config.py``) takes it
+between RUN_ARGS and the config class: RUN_ARGS > tuned > config class > default. A file that cannot be read, or
+was found by another code version, for another system or on other hardware, is ignored with one warning naming
+the fix, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import time
+import tomllib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from code.common import atomic, paths
+from code.common.constants import Scenario
+from code.common.fields import FIELDS, FieldError
+from code.common.log import get_logger
+
+TUNED_FIELDS = {
+    Scenario.Offline: "offline_expected_qps",
+    Scenario.Server: "server_target_qps",
+    Scenario.SingleStream: "single_stream_expected_latency_ns",
+}
+SCHEMA = 1
+
+log = get_logger("tuned")
+_warned: set[str] = set()
+
+
+class TunedStoreError(RuntimeError):
+    """A tuned value cannot be written (a read-only or full build folder); the message names the fix."""
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """``git describe`` of the checkout (a tuned value is only trusted by the code that found it), else the
+    package version from pyproject.toml."""
+    try:
+        found = subprocess.run(["git", "describe", "--always", "--tags"], cwd=paths.REPO_ROOT, capture_output=True,
+                               text=True, timeout=10, check=True).stdout.strip()
+        if found:
+            return found
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        with open(paths.REPO_ROOT / "pyproject.toml", "rb") as file:
+            return "package " + str(tomllib.load(file)["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def system_id() -> str:
+    """The hardware a value was measured on (CPU model and cores, GPUs): a file copied from another machine, or
+    kept after a GPU was swapped, is stale even when the config's system name is the same."""
+    from code.common.systems import detect_system
+
+    described = detect_system().describe()
+    gpus = [gpu.get("name", str(gpu)) if isinstance(gpu, dict) else str(gpu) for gpu in described.get("gpus", [])]
+    return (f"{described.get('cpu_model', '?')}, {described.get('cpu_cores', '?')} cores; "
+            f"{', '.join(gpus) if gpus else 'no GPU'}")
+
+
+def tuned_path(system: str, benchmark_name: str, scenario: Scenario) -> Path:
+    return paths.TUNED_DIR / system / benchmark_name / f"{scenario.value}.json"
+
+
+def shown(path: Path) -> str:
+    """A path as messages show it: relative to the checkout when inside it."""
+    try:
+        return str(Path(path).relative_to(paths.REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def find_command(benchmark_name: str, scenario: Scenario) -> str:
+    return f'make find_performance RUN_ARGS="--benchmarks={benchmark_name} --scenarios={scenario.value.lower()}"'
+
+
+@dataclass
+class TunedValue:
+    system: str
+    benchmark: str
+    scenario: str
+    field: str
+    value: float | int
+    how: str
+    date: str
+    code_version: str
+    system_id: str = ""
+    schema: int = SCHEMA
+
+    def source(self, path: Path) -> str:
+        return f"tuned ({shown(path)})"
+
+
+def write_tuned(system: str, benchmark_name: str, scenario: Scenario, value: float | int, how: str) -> Path:
+    """Store a value found on this system now, whole or not at all; ``TunedStoreError`` names the fix when the
+    folder cannot be written."""
+    record = TunedValue(system, benchmark_name, scenario.value, TUNED_FIELDS[scenario], value, how,
+                        time.strftime("%Y-%m-%dT%H:%M:%S%z"), code_version(), system_id())
+    path = tuned_path(system, benchmark_name, scenario)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(path, json.dumps(asdict(record), indent=2) + "\n")
+    except OSError as error:
+        raise TunedStoreError(not_writable(path.parent, error)) from None
+    return path
+
+
+def not_writable(directory: Path, error: OSError) -> str:
+    return (f"cannot write tuned values in {shown(directory)} ({error.strerror or error}): make it writable "
+            f"(chmod -R u+w {shown(paths.TUNED_DIR)}), or point MLPERF_TUNED_DIR at a writable folder")
+
+
+def check_writable(system: str) -> None:
+    """Refuse a search whose results could not be stored, before it measures anything."""
+    directory = paths.TUNED_DIR / system
+    probe = directory / f".write-test.{os.getpid()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise TunedStoreError(not_writable(directory, error) + "; nothing was measured") from None
+
+
+def read_tuned(system: str, benchmark_name: str, scenario: Scenario) -> tuple[TunedValue | None, str | None]:
+    """The stored value, or None and why it cannot be used (None, None: there is none)."""
+    path = tuned_path(system, benchmark_name, scenario)
+    fix = f"run `{find_command(benchmark_name, scenario)}` again, or delete the file"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None, None
+    except OSError as error:
+        return None, f"ignoring {shown(path)}: cannot read it ({error.strerror or error}); {fix}"
+    try:
+        record = json.loads(text)
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+        tuned = TunedValue(**{key: record[key] for key in TunedValue.__dataclass_fields__ if key in record})
+        expected_field = TUNED_FIELDS[scenario]
+        if tuned.field != expected_field:
+            raise ValueError(f"it sets {tuned.field}, not {expected_field}")
+        fld = FIELDS[expected_field]
+        value = fld.parse(str(int(tuned.value) if fld.type is int else tuned.value))
+        tuned.value = value
+    except (ValueError, TypeError, FieldError) as error:
+        why = (str(error).splitlines() or [type(error).__name__])[0]
+        return None, f"ignoring {shown(path)}: it is corrupt ({why}); {fix}"
+    if tuned.system != system:
+        return None, f"ignoring {shown(path)}: it was found on system {tuned.system}, not {system}; {fix}"
+    if tuned.system_id != system_id():
+        return None, (f"ignoring {shown(path)}: it was measured on other hardware ({tuned.system_id or 'unknown'}; "
+                      f"this is {system_id()}); {fix}")
+    if tuned.code_version != code_version():
+        return None, (f"ignoring {shown(path)}: it was found by code version {tuned.code_version}, this is "
+                      f"{code_version()} (a change may have changed the speed); {fix}")
+    return tuned, None
+
+
+def tuned_fields(system: str, benchmark_name: str, scenario: Scenario,
+                 warn: bool = True) -> dict[str, tuple[Any, str]]:
+    """``{field: (value, "tuned (<path>)")}`` for config resolution; a file it cannot use is warned about once
+    per process (``warn``) and ignored."""
+    tuned, problem = read_tuned(system, benchmark_name, scenario)
+    if problem:
+        if warn and problem not in _warned:
+            _warned.add(problem)
+            log.warning("%s", problem)
+        return {}
+    if tuned is None:
+        return {}
+    return {tuned.field: (tuned.value, tuned.source(tuned_path(system, benchmark_name, scenario)))}

@@ -1,0 +1,288 @@
+"""The probes and the Server search, independent of how a try runs.
+
+Every function takes ``run(label, fields) -> outcome``: one LoadGen performance test with these config fields
+(``min_duration``, ``offline_expected_qps``, ...) over the caller's own, returning an object with ``valid`` (None:
+the try crashed), ``value`` (the figure: samples/s, scheduled QPS, latency in ms), ``reasons`` (why INVALID) and
+``extra`` (LoadGen's other figures: ``result_mean_latency_ns``, ``result_completed_samples_per_sec``, ...).
+The product (code/actions/find_performance.py) and the bench (scripts/bench) both run these; neither has a copy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+QPS_MARGIN = 1.1
+"""offline_expected_qps = measured samples/s x this; a run that still ends early is repeated at 1.1 x its rate."""
+SINGLESTREAM_MARGIN = 0.9
+"""single_stream_expected_latency_ns = measured mean latency x this: a lower hint only makes LoadGen generate
+queries it never issues, a higher one can end the run before its minimum duration."""
+SERVER_START_FRACTION = 0.8
+"""The Server search starts at this share of the Offline throughput (Server adds a latency bound)."""
+SERVER_STEP = 1.25
+"""Up by this factor after a VALID try until one is INVALID (then bisect)."""
+SERVER_DOWN_STEP = 2.0
+"""Down by this factor while no try is VALID yet: a start far too high finds a VALID rate in a few tries."""
+SERVER_TOLERANCE = 0.05
+"""The search stops when the VALID and INVALID rates are within this share of each other."""
+SERVER_MAX_TRIES = 6
+SUSTAINED_SHARE = 0.97
+"""A Server try counts as VALID for the search only if it completed at least this share of the samples per second
+it scheduled (``unsustained_reason``)."""
+SERVER_MIN_QUERIES = 1_000
+"""Server min_query_count of a try: LoadGen's early stopping at p99 needs ~500 queries even when none is late."""
+OVERESTIMATE = 0.75
+"""Offline: a VALID run whose rate x 1.1 is below this share of its expected QPS ran far longer than needed, and is
+repeated once at 1.1 x its own rate."""
+MAX_RERUNS = 2
+"""Offline and SingleStream: confirming runs repeated at most this many times when they end early."""
+
+
+class Outcome(Protocol):
+    valid: bool | None
+    value: float | None
+    reasons: list[str]
+    extra: dict[str, Any]
+
+
+R = TypeVar("R", bound=Outcome)
+
+
+def round_qps(qps: float) -> float:
+    """Readable QPS values for user.conf and reports: whole numbers above 100, else 3 significant digits."""
+    if qps >= 100:
+        return float(round(qps))
+    if qps <= 0:
+        return qps
+    return round(qps, 2 - int(math.floor(math.log10(qps))))
+
+
+def ended_early(reasons: list[str]) -> bool:
+    """LoadGen's 'min duration not met' / 'min queries not met': the run's expected rate or latency was wrong."""
+    return any("min duration" in reason or "min queries" in reason for reason in reasons)
+
+
+def offline_expected_qps(measured_qps: float) -> float:
+    """The ``offline_expected_qps`` for a system measured at ``measured_qps`` samples/s."""
+    return round_qps(measured_qps * QPS_MARGIN)
+
+
+def singlestream_expected_latency_ns(mean_latency_ns: float) -> int:
+    """The ``single_stream_expected_latency_ns`` for a system whose mean latency is ``mean_latency_ns``."""
+    return max(1, int(mean_latency_ns * SINGLESTREAM_MARGIN))
+
+
+@dataclass
+class Measurement(Generic[R]):
+    """A probe-then-confirm measurement: every try in order, the value found and the try that confirms it."""
+
+    field: str
+    tries: list[tuple[str, R]] = field(default_factory=list)
+    value: float | None = None  # the setting the last confirming run used (None: nothing was measured)
+    confirmed: R | None = None  # the last confirming run (None: the probe failed)
+    probe_value: float | None = None  # what the probe measured: samples/s (Offline), mean latency ns (SingleStream)
+
+    @property
+    def valid(self) -> bool:
+        return self.confirmed is not None and bool(self.confirmed.valid)
+
+    def why_not(self) -> str:
+        """Why no value stands, in a line (empty when one does)."""
+        if self.valid:
+            return ""
+        label, last = self.tries[-1] if self.tries else ("", None)
+        if last is None:
+            return "no try ran"
+        if last.valid is None:
+            return f"the {label} try did not finish ({'; '.join(last.reasons) or 'no result'})"
+        return f"the {label} try was INVALID ({'; '.join(last.reasons) or 'no reason given'})"
+
+
+def _run(measurement: Measurement[R], run: Callable[[str, dict[str, Any]], R], label: str,
+         fields: dict[str, Any]) -> R:
+    outcome = run(label, fields)
+    measurement.tries.append((label, outcome))
+    return outcome
+
+
+def measure_offline(run: Callable[[str, dict[str, Any]], R], probe_ms: int, duration_ms: int,
+                    hint_qps: float | None = None) -> Measurement[R]:
+    """Probe for ``probe_ms`` (unless ``hint_qps`` is known), run ``duration_ms`` at 1.1 x the measured samples/s,
+    and repeat (at most ``MAX_RERUNS`` times) at 1.1 x the run's own rate while it still ends early, or once when
+    it ran far slower than expected (a probe too short to be steady: the value would make every run longer than it
+    needs). The value kept is the last VALID run's."""
+    measurement: Measurement[R] = Measurement("offline_expected_qps")
+    if hint_qps is None:
+        probe = _run(measurement, run, "probe", {"min_duration": probe_ms})
+        if not probe.value:
+            return measurement
+        measurement.probe_value = probe.value
+        hint_qps = probe.value
+    qps = offline_expected_qps(hint_qps)
+    lowered = False
+    for attempt in range(MAX_RERUNS + 1):
+        label = "confirm" if attempt == 0 else f"rerun{attempt}"
+        outcome = _run(measurement, run, label, {"min_duration": duration_ms, "offline_expected_qps": qps})
+        if outcome.valid or measurement.confirmed is None or not measurement.confirmed.valid:
+            measurement.value, measurement.confirmed = qps, outcome
+        if not outcome.value:
+            break
+        if outcome.valid is False and ended_early(outcome.reasons):
+            qps = offline_expected_qps(max(outcome.value, qps))
+        elif outcome.valid and not lowered and offline_expected_qps(outcome.value) < OVERESTIMATE * qps:
+            qps, lowered = offline_expected_qps(outcome.value), True
+        else:
+            break
+    return measurement
+
+
+def measure_singlestream(run: Callable[[str, dict[str, Any]], R], probe_ms: int, duration_ms: int,
+                         hint_ns: int | None = None) -> Measurement[R]:
+    """Probe the mean latency (unless ``hint_ns`` is known), run ``duration_ms`` expecting 0.9 x it, and halve
+    the expectation while the run still ends early (at most ``MAX_RERUNS`` times)."""
+    measurement: Measurement[R] = Measurement("single_stream_expected_latency_ns")
+    if hint_ns is None:
+        probe = _run(measurement, run, "probe", {"min_duration": probe_ms})
+        mean_ns = probe.extra.get("result_mean_latency_ns")
+        if probe.valid is None or not mean_ns:
+            return measurement
+        measurement.probe_value = float(mean_ns)
+        hint_ns = singlestream_expected_latency_ns(float(mean_ns))
+    expected = int(hint_ns)
+    for attempt in range(MAX_RERUNS + 1):
+        label = "confirm" if attempt == 0 else f"rerun{attempt}"
+        outcome = _run(measurement, run, label,
+                       {"min_duration": duration_ms, "single_stream_expected_latency_ns": expected})
+        measurement.value, measurement.confirmed = expected, outcome
+        mean_ns = outcome.extra.get("result_mean_latency_ns")
+        if outcome.valid is not False or not ended_early(outcome.reasons) or not mean_ns:
+            break
+        expected = max(1, min(expected, int(float(mean_ns))) // 2)
+    return measurement
+
+
+# -------------------------------------------------------------------------------------------------------- Server
+
+
+@dataclass
+class ServerTry:
+    target_qps: float
+    valid: bool | None
+    reasons: list[str] = field(default_factory=list)
+    p99_ms: float | None = None
+    scheduled_qps: float | None = None
+    log_dir: str | None = None
+    tokens_per_sample: float | None = None  # what its tokens/s counts (the bench's RunOutcome.tokens_per_sample)
+
+
+@dataclass
+class ServerSearch:
+    """Every try in order, and the highest target QPS that was VALID (None if none was)."""
+
+    tries: list[ServerTry]
+    best_qps: float | None
+    stopped_because: str
+    tolerance: float = SERVER_TOLERANCE
+
+    def best_try(self) -> ServerTry | None:
+        return next((t for t in self.tries if t.valid and t.target_qps == self.best_qps), None)
+
+    @property
+    def lowest_tried(self) -> float | None:
+        return min((t.target_qps for t in self.tries), default=None)
+
+    def nothing_valid(self) -> str:
+        """The line that says no rate was VALID, with the lowest rate tried and why it failed."""
+        lowest = min(self.tries, key=lambda t: t.target_qps, default=None)
+        if lowest is None:
+            return "no Server try ran"
+        why = "; ".join(lowest.reasons) or ("it did not finish" if lowest.valid is None else "INVALID")
+        return (f"no Server rate was VALID, not even the lowest tried, {lowest.target_qps:g} QPS ({why}); "
+                f"{self.stopped_because}")
+
+
+def search_server_qps(
+    run_try: Callable[[float], ServerTry],
+    start_qps: float,
+    max_runs: int = SERVER_MAX_TRIES,
+    tolerance: float = SERVER_TOLERANCE,
+    step: float = SERVER_STEP,
+    down_step: float | None = None,
+    floor_qps: float = 0.0,
+) -> ServerSearch:
+    """Highest VALID target QPS, assuming validity falls monotonically with QPS.
+
+    From ``start_qps``: multiply by ``step`` after a VALID try, divide by ``down_step`` (default ``step``) after an
+    INVALID one, until one of each brackets the answer; then bisect until the bracket is within ``tolerance``
+    (relative) or ``max_runs`` are spent. A crashed try (valid None) ends the search; so does a rate below
+    ``floor_qps`` with nothing VALID yet.
+    """
+    down = down_step or step
+    tries: list[ServerTry] = []
+    low: float | None = None  # highest VALID
+    high: float | None = None  # lowest INVALID
+
+    def done(why: str) -> ServerSearch:
+        return ServerSearch(tries, low, why, tolerance)
+
+    qps = round_qps(start_qps)
+    while len(tries) < max_runs:
+        outcome = run_try(qps)
+        tries.append(outcome)
+        if outcome.valid is None:
+            return done(f"a try failed at {qps:g} QPS")
+        if outcome.valid:
+            low = qps if low is None else max(low, qps)
+        else:
+            high = qps if high is None else min(high, qps)
+        if low is not None and high is not None:
+            if (high - low) <= tolerance * low:
+                return done(f"bracketed within {tolerance:.0%}")
+            qps = round_qps((low + high) / 2)
+            if qps in (low, high):
+                return done("bracket cannot be split further")
+        elif low is not None:
+            qps = round_qps(low * step)
+        else:
+            qps = round_qps(high / down)
+            if qps <= 0 or qps < floor_qps:
+                return done(f"the next rate, {qps:g} QPS, is below the lowest worth trying ({floor_qps:.3g} QPS)"
+                            if qps > 0 else "no positive QPS left to try")
+    bracket = f"; VALID at {low:g}, INVALID at {high:g}" if low is not None and high is not None else ""
+    return done(f"used all {max_runs} runs{bracket}")
+
+
+def unsustained_reason(scheduled_qps: float | None, completed_qps: float | None) -> str | None:
+    """Why a VALID try would not hold for 600 s: the system completed clearly fewer samples per second than were
+    scheduled, so its queue grew during the try and would reach the latency bound in a longer run. A short try
+    ends before that happens, so LoadGen alone calls it VALID."""
+    if not scheduled_qps or completed_qps is None or completed_qps >= SUSTAINED_SHARE * scheduled_qps:
+        return None
+    return (f"not sustained: completed {completed_qps:.4g} samples/s of {scheduled_qps:.4g} scheduled (below "
+            f"{SUSTAINED_SHARE:.0%}); the queue grew, so a 600 s run would break the latency bound")
+
+
+TOO_SHORT = ("too few queries for LoadGen's early stopping at this rate: give the tries more queries "
+             "(--min_query_count) or time (--min_duration)")
+
+
+def judge_server_try(qps: float, outcome: Outcome, log_dir: str | None = None,
+                     tokens_per_sample: float | None = None) -> ServerTry:
+    """A Server try from its run: LoadGen's verdict, refused when the queue grew (``unsustained_reason``); a try
+    INVALID only for early stopping was too short to judge its rate (valid None: the search stops, ``TOO_SHORT``)."""
+    p99 = outcome.extra.get("result_99.00_percentile_latency_ns")
+    reasons = [r for r in outcome.reasons if not r.startswith("not a valid MLPerf result")]
+    valid = outcome.valid
+    if valid is False and reasons and all("early stopping" in reason for reason in reasons):
+        # The latency bound held, but too few queries ran for LoadGen to be sure it holds at p99: a lower rate
+        # would run even fewer. The try says nothing about the rate, so the search stops and says why.
+        valid = None
+        reasons.append(TOO_SHORT)
+    unsustained = unsustained_reason(outcome.value, outcome.extra.get("result_completed_samples_per_sec"))
+    if valid and unsustained:
+        valid = False
+        reasons.append(unsustained)
+    return ServerTry(qps, valid, reasons, None if p99 is None else float(p99) / 1e6, outcome.value, log_dir,
+                     tokens_per_sample)

@@ -1,0 +1,131 @@
+"""The tuned-value store (code/common/tuned.py) and where config resolution puts it: round trip, stale and corrupt
+files (ignored with one warning naming the fix), a folder that cannot be written, and RUN_ARGS > tuned > config
+class > default, as ``make info`` shows it."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from code.common import paths, tuned
+from code.common.config import WorkloadSetting
+from code.common.constants import Benchmark, Scenario
+from code.common.paths import REPO_ROOT
+from configs.configuration import resolve_config
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "TUNED_DIR", tmp_path / "tuned")
+    monkeypatch.setattr(tuned, "code_version", lambda: "v-test")
+    monkeypatch.setattr(tuned, "system_id", lambda: "Test CPU, 2 cores; no GPU")
+    tuned._warned.clear()
+    return tmp_path / "tuned"
+
+
+def test_round_trip(store):
+    path = tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 11.2, "probe 10.2 samples/s")
+    assert path == store / "CPU" / "bert-99" / "Offline.json"
+    record = json.loads(path.read_text())
+    assert record["value"] == 11.2 and record["code_version"] == "v-test" and record["system"] == "CPU"
+    assert record["system_id"] == "Test CPU, 2 cores; no GPU" and record["how"] == "probe 10.2 samples/s"
+    assert record["date"]
+    value, problem = tuned.read_tuned("CPU", "bert-99", Scenario.Offline)
+    assert problem is None and value.value == 11.2
+    assert tuned.tuned_fields("CPU", "bert-99", Scenario.Offline) == {
+        "offline_expected_qps": (11.2, f"tuned ({path})")}
+    assert tuned.read_tuned("CPU", "bert-99", Scenario.Server) == (None, None)  # none stored: silent
+
+
+def test_singlestream_value_stays_an_integer(store):
+    tuned.write_tuned("CPU", "bert-99", Scenario.SingleStream, 89518472, "probe")
+    value, _ = tuned.read_tuned("CPU", "bert-99", Scenario.SingleStream)
+    assert value.value == 89518472 and isinstance(value.value, int)
+
+
+def _warnings(capsys, call):
+    call()
+    return [line for line in capsys.readouterr().out.splitlines() if "ignoring" in line]
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"code_version": "v-old"}, "found by code version v-old, this is v-test"),
+    ({"system": "H200_x1"}, "found on system H200_x1, not CPU"),
+    ({"system_id": "Other CPU, 64 cores; no GPU"}, "measured on other hardware (Other CPU, 64 cores"),
+])
+def test_a_stale_file_is_ignored_with_one_warning_naming_the_fix(store, capsys, change, words):
+    path = tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 11.2, "probe")
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    lines = _warnings(capsys, lambda: [tuned.tuned_fields("CPU", "bert-99", Scenario.Offline) for _ in range(3)])
+    assert len(lines) == 1, lines  # once per process, however often the config is resolved
+    assert words in lines[0]
+    assert 'make find_performance RUN_ARGS="--benchmarks=bert-99 --scenarios=offline"` again, or delete the file' \
+        in lines[0]
+    assert tuned.tuned_fields("CPU", "bert-99", Scenario.Offline) == {}
+
+
+@pytest.mark.parametrize("text", [
+    "{not json",
+    "",
+    "[1, 2]",
+    json.dumps({"field": "offline_expected_qps", "value": "fast"}),
+    json.dumps({"system": "CPU", "benchmark": "bert-99", "scenario": "Offline", "field": "offline_expected_qps",
+                "value": -3, "how": "", "date": "", "code_version": "v-test"}),
+    json.dumps({"system": "CPU", "benchmark": "bert-99", "scenario": "Offline", "field": "server_target_qps",
+                "value": 3, "how": "", "date": "", "code_version": "v-test"}),
+])
+def test_a_corrupt_file_is_ignored_with_a_warning_not_a_traceback(store, capsys, text):
+    path = store / "CPU" / "bert-99" / "Offline.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    lines = _warnings(capsys, lambda: tuned.tuned_fields("CPU", "bert-99", Scenario.Offline))
+    assert len(lines) == 1 and "it is corrupt" in lines[0] and "or delete the file" in lines[0]
+
+
+def test_an_unwritable_folder_names_the_fix(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setattr(paths, "TUNED_DIR", blocker / "tuned")  # under a file: unwritable even for root
+    with pytest.raises(tuned.TunedStoreError, match="make it writable .*or point MLPERF_TUNED_DIR"):
+        tuned.check_writable("CPU")
+    with pytest.raises(tuned.TunedStoreError, match="cannot write tuned values"):
+        tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 1.0, "x")
+
+
+def _resolve(overrides=None, scenario=Scenario.Offline):
+    return resolve_config(Benchmark.BERT, scenario, "CPU", WorkloadSetting(), overrides or {})
+
+
+def test_precedence_run_args_over_tuned_over_config(store):
+    plain = _resolve()
+    assert plain["offline_expected_qps"] == 6.0 and plain.sources["offline_expected_qps"] == "CPU"
+    path = tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 11.2, "probe")
+    config = _resolve()
+    assert config["offline_expected_qps"] == 11.2
+    assert config.sources["offline_expected_qps"] == f"tuned ({path})"
+    assert config.replaced["offline_expected_qps"] == (6.0, "CPU")
+    given = _resolve({"offline_expected_qps": 3.0})
+    assert given["offline_expected_qps"] == 3.0 and given.sources["offline_expected_qps"] == "RUN_ARGS"
+    assert _resolve(scenario=Scenario.Server).sources["server_target_qps"] == "CPU"  # per scenario
+    assert config.as_dict()["sources"]["offline_expected_qps"].startswith("tuned (")
+
+
+def test_make_info_shows_the_tuned_source(tmp_path):
+    env = {**os.environ, "MLPERF_TUNED_DIR": str(tmp_path / "tuned")}
+    code = ("import sys; from code.common import paths, tuned; from pathlib import Path; from code.common.constants "
+            "import Scenario; paths.TUNED_DIR = Path(sys.argv[1]); "
+            "tuned.write_tuned('CPU', 'bert-99', Scenario.Offline, 11.2, 'probe')")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "tuned")], cwd=REPO_ROOT, check=True, env=env)
+    info = subprocess.run([sys.executable, "-m", "code.main", "--action=info", "--system_name=CPU",
+                           "--scenarios=offline"], cwd=REPO_ROOT, capture_output=True, text=True, env=env)
+    assert info.returncode == 0, info.stderr
+    line = next(line for line in info.stdout.splitlines() if "offline_expected_qps" in line)
+    assert "11.2" in line and f"[tuned ({tmp_path / 'tuned' / 'CPU' / 'bert-99' / 'Offline.json'})]" in line
+    stale = tmp_path / "tuned" / "CPU" / "bert-99" / "Offline.json"
+    stale.write_text(stale.read_text().replace('"code_version": "', '"code_version": "old-'))
+    info = subprocess.run([sys.executable, "-m", "code.main", "--action=info", "--system_name=CPU",
+                           "--scenarios=offline"], cwd=REPO_ROOT, capture_output=True, text=True, env=env)
+    assert info.returncode == 0 and "Traceback" not in info.stderr
+    assert info.stdout.count("ignoring") == 1 and "[CPU]" in info.stdout

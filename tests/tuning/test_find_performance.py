@@ -1,0 +1,312 @@
+"""Find performance (code/tuning/search.py, code/actions/find_performance.py) with fake runners: the Server
+bisection, the probe -> expected value arithmetic, what is refused, what a Server search that finds nothing says,
+and what a Ctrl-C keeps. The slow test runs ``--find_performance`` for real on the tiny CPU BERT."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+import pytest
+
+from code.actions import find_performance as fp
+from code.common import paths, tuned
+from code.common.arguments import ArgumentError, parse_run_args
+from code.common.config import WorkloadSetting
+from code.common.constants import Benchmark, ExitCode, Scenario
+from code.common.paths import REPO_ROOT
+from code.common.supervision import Interrupted
+from code.main import main
+from code.tuning import search
+from configs.configuration import resolve_config
+
+
+@dataclass
+class Outcome:
+    valid: bool | None
+    value: float | None
+    reasons: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------------ Server search
+
+
+def fake_server(limit: float, calls: list):
+    def run_try(qps):
+        calls.append(qps)
+        ok = qps <= limit
+        return search.judge_server_try(qps, Outcome(ok, qps, [] if ok else ["latency constraint not met"],
+                                                    {"result_completed_samples_per_sec": qps}))
+    return run_try
+
+
+@pytest.mark.parametrize("start", [10.0, 40.0, 300.0])
+def test_server_search_finds_the_highest_valid_rate_within_its_tolerance(start):
+    calls = []
+    result = search.search_server_qps(fake_server(37.0, calls), start, max_runs=20, down_step=2.0)
+    assert result.best_qps is not None and 37.0 * (1 - search.SERVER_TOLERANCE) <= result.best_qps <= 37.0
+    assert "bracketed within 5%" in result.stopped_because and result.best_try().valid
+    assert all(t.valid == (t.target_qps <= 37.0) for t in result.tries)
+
+
+def test_server_search_goes_down_by_half_until_valid():
+    calls = []
+    search.search_server_qps(fake_server(10.0, calls), 100.0, max_runs=3, down_step=2.0)
+    assert calls == [100.0, 50.0, 25.0]
+
+
+def test_a_try_whose_queue_grew_is_not_valid():
+    grew = search.judge_server_try(40.0, Outcome(True, 39.75, [], {"result_completed_samples_per_sec": 34.1}))
+    assert grew.valid is False and grew.reasons[0].startswith("not sustained: completed 34.1 samples/s")
+    held = search.judge_server_try(40.0, Outcome(True, 39.75, [], {"result_completed_samples_per_sec": 39.0,
+                                                                   "result_99.00_percentile_latency_ns": 2e6}))
+    assert held.valid and held.p99_ms == 2.0
+
+
+def test_a_try_invalid_only_for_early_stopping_was_too_short_and_stops_the_search():
+    short = search.judge_server_try(5.0, Outcome(False, 5.0, ["early stopping not met"]))
+    assert short.valid is None and "--min_query_count" in short.reasons[-1]
+    late = search.judge_server_try(5.0, Outcome(False, 5.0, ["early stopping not met", "latency constraint not met"]))
+    assert late.valid is False
+
+
+def test_a_search_with_nothing_valid_names_the_lowest_rate_tried():
+    result = search.search_server_qps(lambda q: search.ServerTry(q, False, ["latency constraint not met"]), 64.0,
+                                      max_runs=4, down_step=2.0)
+    assert result.best_qps is None and result.lowest_tried == 8.0
+    line = result.nothing_valid()
+    assert "not even the lowest tried, 8 QPS (latency constraint not met)" in line and "used all 4 runs" in line
+    floored = search.search_server_qps(lambda q: search.ServerTry(q, False, ["x"]), 4.0, max_runs=9, floor_qps=1.5)
+    assert [t.target_qps for t in floored.tries] == [4.0, 3.2, 2.56, 2.05, 1.64] and "below" in floored.stopped_because
+
+
+def test_a_crashed_try_ends_the_search():
+    result = search.search_server_qps(lambda q: search.ServerTry(q, None, ["the test process failed"]), 10.0)
+    assert len(result.tries) == 1 and "a try failed at 10 QPS" in result.stopped_because
+
+
+# ------------------------------------------------------------------------------------- Offline and SingleStream
+
+
+def fake_offline(rate: float, calls: list, slow_after_probe: float | None = None):
+    """A system doing ``rate`` samples/s (``slow_after_probe`` in longer runs); too low an expected QPS ends the
+    run early (INVALID), as LoadGen does."""
+    def run(label, fields):
+        calls.append((label, dict(fields)))
+        actual = rate if label == "probe" or slow_after_probe is None else slow_after_probe
+        expected = fields.get("offline_expected_qps")
+        early = expected is None or expected * 1.1 < actual
+        return Outcome(not early, actual, ["min duration not met"] if early else [])
+    return run
+
+
+def test_offline_expected_qps_is_the_probe_times_1_1_then_confirmed():
+    calls = []
+    measured = search.measure_offline(fake_offline(10.2, calls), 5000, 60000)
+    assert [label for label, _ in calls] == ["probe", "confirm"]
+    assert calls[0][1] == {"min_duration": 5000} and calls[1][1] == {"min_duration": 60000,
+                                                                    "offline_expected_qps": 11.2}
+    assert measured.valid and measured.value == 11.2 and measured.probe_value == 10.2
+    assert search.offline_expected_qps(10.2) == 11.2 and search.offline_expected_qps(9123.4) == 10036.0
+
+
+def test_offline_repeats_at_1_1x_while_the_run_still_ends_early():
+    calls = []
+    measured = search.measure_offline(fake_offline(100.0, calls), 5000, 60000, hint_qps=50.0)
+    assert [label for label, _ in calls] == ["confirm", "rerun1"]
+    assert calls[1][1]["offline_expected_qps"] == 110.0 and measured.valid and measured.value == 110.0
+
+
+def test_offline_lowers_once_when_the_probe_was_far_too_fast():
+    calls = []
+    measured = search.measure_offline(fake_offline(500.0, calls, slow_after_probe=150.0), 2000, 60000)
+    assert [label for label, _ in calls] == ["probe", "confirm", "rerun1"]
+    assert measured.valid and measured.value == 165.0
+
+
+def test_offline_keeps_nothing_when_no_run_is_valid():
+    calls = []
+    measured = search.measure_offline(lambda label, f: calls.append(label) or Outcome(None, None, ["crashed"]),
+                                      5000, 60000)
+    assert calls == ["probe"] and not measured.valid and "the probe try did not finish (crashed)" in measured.why_not()
+
+
+def test_singlestream_expected_latency_is_0_9_of_the_probe_mean_and_halves_when_early():
+    calls = []
+
+    def run(label, fields):
+        calls.append((label, dict(fields)))
+        expected = fields.get("single_stream_expected_latency_ns")
+        early = expected is None or expected > 100e6 or label == "confirm"
+        return Outcome(not early, 100.0, ["min duration not met"] if early else [],
+                       {"result_mean_latency_ns": 100e6})
+
+    measured = search.measure_singlestream(run, 5000, 60000)
+    assert [label for label, _ in calls] == ["probe", "confirm", "rerun1"]
+    assert calls[1][1]["single_stream_expected_latency_ns"] == 90_000_000
+    assert calls[2][1]["single_stream_expected_latency_ns"] == 45_000_000 and measured.value == 45_000_000
+
+
+# ------------------------------------------------------------------------------------------- bad input, storing
+
+
+def test_find_performance_with_an_accuracy_run_is_refused_naming_the_fix(capsys):
+    with pytest.raises(ArgumentError, match="drop --test_mode"):
+        parse_run_args(["--find_performance", "--test_mode=AccuracyOnly"])
+    with pytest.raises(ArgumentError, match="make run or make find_performance"):
+        parse_run_args(["--action=info", "--find_performance"])
+    assert parse_run_args(["--find_performance"]).find_performance
+    with pytest.raises(ArgumentError, match="runs on every GPU: drop --devices=0"):
+        parse_run_args(["--find_performance", "--devices=0"])
+    assert main(["--find_performance", "--test_mode=AccuracyOnly"]) == ExitCode.BAD_INPUT
+    assert "ERROR: --find_performance measures performance" in capsys.readouterr().err
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "TUNED_DIR", tmp_path / "tuned")
+    monkeypatch.setattr(tuned, "code_version", lambda: "v-test")
+    monkeypatch.setattr(tuned, "system_id", lambda: "Test CPU")
+    return tmp_path / "tuned"
+
+
+class FakeRunner:
+    """Stands in for find_performance.Runner: the system answers from ``answer(label, fields) -> Outcome``."""
+
+    def __init__(self, answer) -> None:
+        self.system, self.answer, self.log_dirs, self.calls = "CPU", answer, [], []
+
+    def __call__(self, label, fields):
+        self.calls.append((label, fields))
+        self.log_dirs.append(f"/logs/{len(self.calls):02d}-{label}")
+        outcome = self.answer(label, fields)
+        return fp.Try(label, outcome.valid, outcome.value, outcome.reasons, outcome.extra, self.log_dirs[-1])
+
+
+def _config(scenario):
+    return resolve_config(Benchmark.BERT, scenario, "CPU", WorkloadSetting(), {})
+
+
+def test_an_offline_search_stores_its_value_with_how_it_was_found(store):
+    runner = FakeRunner(fake_offline(10.2, []))
+    found = fp.search_one(runner, _config(Scenario.Offline), {}, 60000, 10000, [])
+    assert found.stored and found.value == 11.2 and found.before == 6.0
+    record = json.loads((store / "CPU" / "bert-99" / "Offline.json").read_text())
+    assert record["value"] == 11.2 and "probe 10.2 samples/s over 10 s" in record["how"]
+    assert runner.calls[0][1]["min_query_count"] == 1 and runner.calls[1][1]["min_duration"] == 60000
+    assert "offline_expected_qps 6 -> 11.2" in found.line()
+    # The Server search then starts from it: 0.8 x the measured rate.
+    assert fp.server_start(_config(Scenario.Server), [found]) == pytest.approx(0.8 * 10.2, rel=0.01)
+
+
+def test_a_server_search_that_finds_nothing_says_so_and_stores_nothing(store):
+    runner = FakeRunner(lambda label, fields: Outcome(False, fields["server_target_qps"],
+                                                      ["latency constraint not met"]))
+    found = fp.search_one(runner, _config(Scenario.Server), {"server_target_qps": 20.0}, 60000, 10000, [])
+    assert found.stored is None and not (store / "CPU" / "bert-99" / "Server.json").exists()
+    assert "no Server rate was VALID, not even the lowest tried, 1.25 QPS (latency constraint not met)" \
+        in found.problem  # 20, 10, 5, 2.5, 1.25; then 0.625 QPS would take 1,600 s for its 1,000 queries
+    assert "below the lowest worth trying (1.11 QPS)" in found.problem
+    assert "NOT STORED" in found.line() and "--server_target_qps=<rate>" in found.line()
+    assert all(fields["min_query_count"] == search.SERVER_MIN_QUERIES for _, fields in runner.calls)
+
+
+def test_a_read_only_store_refuses_before_measuring(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setattr(paths, "TUNED_DIR", blocker / "tuned")
+    monkeypatch.setattr(fp, "search_one", lambda *a: pytest.fail("measured although nothing could be stored"))
+    request = parse_run_args(["--find_performance", "--system_name=CPU", "--input_data=synthetic",
+                              "--weights=random", f"--log_dir={tmp_path / 'logs'}"])
+    assert fp.find_performance(request) == ExitCode.TEST_FAILED
+    out = capsys.readouterr().out
+    assert "ERROR: cannot write tuned values" in out and "nothing was measured" in out
+    assert not (tmp_path / "logs").exists()
+
+
+def test_ctrl_c_during_a_search_keeps_what_was_found(store, tmp_path, monkeypatch, capsys):
+    def fake_search(runner, config, overrides, duration_ms, probe_ms, earlier):
+        if config.scenario is Scenario.Offline:
+            found = fp.Found("bert-99", "Offline", "offline_expected_qps", 6.0, "CPU", value=11.2, how="probe")
+            found.stored = str(tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 11.2, "probe"))
+            return found
+        raise Interrupted(signal.SIGINT)
+
+    monkeypatch.setattr(fp, "search_one", fake_search)
+    request = parse_run_args(["--find_performance", "--system_name=CPU", "--scenarios=offline,server",
+                              "--input_data=synthetic", "--weights=random", f"--log_dir={tmp_path / 'logs'}"])
+    assert fp.find_performance(request) == 128 + signal.SIGINT
+    out = capsys.readouterr().out
+    assert "interrupted by SIGINT during find_performance (bert-99 Server)" in out
+    assert "kept what was found before: bert-99 Offline" in out and "not searched (interrupted)" in out
+    assert (store / "CPU" / "bert-99" / "Offline.json").is_file()
+    assert not (store / "CPU" / "bert-99" / "Server.json").exists()
+    assert "offline_expected_qps 6 -> 11.2" in (tmp_path / "logs" / "find_performance.txt").read_text()
+
+
+def test_notes_of_a_tuned_or_probed_test(store):
+    config = _config(Scenario.Offline)
+    assert fp.tuned_note(config) is None
+    assert fp.needs_probe(resolve_config(Benchmark.BERT, Scenario.Offline, "CPU", WorkloadSetting(),
+                                         {"test_run": True}), fp.TestMode.PerformanceOnly)
+    assert not fp.needs_probe(config, fp.TestMode.PerformanceOnly)  # not a --test_run
+    tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 11.2, "probe")
+    config = resolve_config(Benchmark.BERT, Scenario.Offline, "CPU", WorkloadSetting(), {"test_run": True})
+    assert fp.tuned_note(config).startswith("offline_expected_qps 6 -> 11.2 (tuned (")
+    assert not fp.needs_probe(config, fp.TestMode.PerformanceOnly)  # a stored value needs no probe
+
+
+# ---------------------------------------------------------------------------------------------------- for real
+
+TINY = ["--model_name=tiny", "--device=cpu", "--precision=fp32", "--synthetic_sample_count=256",
+        "--input_data=synthetic", "--weights=random"]
+
+
+@pytest.mark.slow
+def test_find_performance_then_a_run_that_uses_it(harness_built, tmp_path):
+    env = {**os.environ, "MLPERF_TUNED_DIR": str(tmp_path / "tuned"), "PYTHONUNBUFFERED": "1"}
+    # Offline and SingleStream: the Server search needs hundreds of queries a try (its fake-runner tests above).
+    command = [sys.executable, "-m", "code.main", "--action=run", "--benchmarks=bert",
+               "--scenarios=offline,singlestream", *TINY, "--min_duration=3000", "--min_query_count=64"]
+    done = subprocess.run([*command, "--find_performance", f"--log_dir={tmp_path / 'find'}"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "Find performance" in done.stdout and "Traceback" not in done.stderr
+    for scenario in ("Offline", "SingleStream"):
+        record = json.loads((tmp_path / "tuned" / "CPU" / "bert-99" / f"{scenario}.json").read_text())
+        assert record["value"] > 0 and record["system"] == "CPU"
+    run = subprocess.run([*command[:4], "--scenarios=offline", *TINY, "--test_run", "--min_duration=3000",
+                          f"--log_dir={tmp_path / 'run'}"], cwd=REPO_ROOT, capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "tuned: offline_expected_qps 6 -> " in run.stdout and "[VALID but not submittable]" in run.stdout
+
+
+@pytest.mark.slow
+def test_a_test_run_without_a_tuned_value_probes_first(harness_built, tmp_path):
+    env = {**os.environ, "MLPERF_TUNED_DIR": str(tmp_path / "tuned"), "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, "-m", "code.main", "--action=run", "--benchmarks=bert",
+                           "--scenarios=offline", *TINY, "--test_run", "--min_duration=4000",
+                           f"--log_dir={tmp_path / 'run'}"], cwd=REPO_ROOT, capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert "tuned: offline_expected_qps 6 -> " in done.stdout and "(probe: " in done.stdout, done.stdout[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert (tmp_path / "run" / "probes" / "CPU" / "bert-99" / "Offline" / "metadata.json").is_file()
+    metadata = json.loads((tmp_path / "run" / "CPU" / "bert-99" / "Offline" / "metadata.json").read_text())
+    assert metadata["tuning"].startswith("offline_expected_qps 6 -> ")
+    assert not (tmp_path / "tuned").exists()  # a probe stores nothing: only make find_performance does
+
+
+def test_a_probe_whose_process_failed_stands_for_the_test(monkeypatch, tmp_path):
+    from code.common.run_logs import TestResult
+
+    failed = TestResult("Offline", "PerformanceOnly", str(tmp_path), valid=None,
+                        invalid_reasons=["weights.safetensors is truncated or corrupt"])
+    monkeypatch.setattr(fp, "run_child", lambda spec, folder: (failed, {}))
+    config = resolve_config(Benchmark.BERT, Scenario.Offline, "CPU", WorkloadSetting(), {"test_run": True})
+    probe = fp.probe_setting("CPU", config, {"test_run": True}, tmp_path / "probe")
+    assert probe.failed is failed and probe.note is None
+    assert failed.invalid_reasons[0] == "the probe before the test failed"

@@ -199,6 +199,7 @@ def resolve_config(
     ``warn_tuned`` says whether an unusable tuned file is warned about here (a test process leaves that to its
     parent, which already did)."""
     config = ConfigRegistry.get(benchmark, scenario, system, workload)
-    tuned = tuned_fields(system, f"{benchmark.value}-{workload.accuracy_target.suffix}", scenario, warn=warn_tuned)
+    tuned = tuned_fields(system, f"{benchmark.value}-{workload.accuracy_target.suffix}", scenario, warn=warn_tuned,
+                         overrides=overrides)
     return resolve_fields(benchmark, scenario, system, workload, config.__name__, config.field_origins(), overrides,
                           tuned)

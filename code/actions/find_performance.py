@@ -35,6 +35,7 @@ from code.common.tuned import (
     TunedStoreError,
     check_writable,
     read_tuned,
+    run_settings,
     shown,
     write_tuned,
 )
@@ -278,7 +279,8 @@ def search_one(runner: Runner, config: ResolvedConfig, overrides: dict[str, Any]
     item.tries = list(runner.log_dirs)
     if item.value is not None:
         try:
-            path = write_tuned(runner.system, config.benchmark_name, scenario, item.value, item.how)
+            path = write_tuned(runner.system, config.benchmark_name, scenario, item.value, item.how,
+                               run_settings(overrides))
             item.stored = shown(path)
         except TunedStoreError as error:
             item.problem = f"{error}; give it by hand meanwhile: --{name}={_fmt(item.value)}"
@@ -296,7 +298,8 @@ def server_start(config: ResolvedConfig, earlier: list[Found]) -> float:
                     and f.value is not None), None)
     if offline is not None:
         return search.SERVER_START_FRACTION * float(offline.value) / search.QPS_MARGIN
-    stored, _ = read_tuned(config.system, config.benchmark_name, Scenario.Offline)
+    given = {name: config.values[name] for name, source in config.sources.items() if source == "RUN_ARGS"}
+    stored, _ = read_tuned(config.system, config.benchmark_name, Scenario.Offline, run_settings(given))
     if stored is not None:
         return search.SERVER_START_FRACTION * float(stored.value) / search.QPS_MARGIN
     return float(config["server_target_qps"])

@@ -44,10 +44,10 @@ log = get_logger("run_harness")
 
 
 def run_harness(request: RunRequest) -> int:
-    from code.actions.find_performance import needs_probe, probe_setting, tuned_note
-
     """Run the tests; returns the exit status (``ExitCode``: non-zero when a test did not finish, is INVALID or
     FAILs its accuracy target; 128 + the signal when the run was interrupted)."""
+    from code.actions.find_performance import needs_probe, probe_setting, tuned_note
+
     system = system_name(request)
     # Resolve every test first, so a config error stops the run before any test starts, and refuse then what
     # cannot run or cannot count (an unbuilt round, a SubmissionRun the round lacks, accuracy without real data).

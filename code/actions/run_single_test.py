@@ -109,7 +109,7 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
               f"weights: {provenance.get('weights')}")
         print("*" * 100, flush=True)
     system_gpus = len(detect_system().gpus)
-    share = device_share(prepared.devices, system_gpus) if not qps_given(config) else 1.0
+    share = device_share(prepared.devices, system_gpus) if scales_qps(config) else 1.0
     if share < 1.0:
         log.info("%d of the system's %d GPUs run: the config's expected QPS is scaled by %.3g", len(prepared.devices),
                  system_gpus, share)
@@ -188,11 +188,11 @@ def device_share(devices: list[str], system_gpus: int) -> float:
     return len(gpus) / system_gpus
 
 
-def qps_given(config: ResolvedConfig) -> bool:
-    """Whether the scenario's QPS came from RUN_ARGS: then it is this run's own, used as given; a config class's or
-    a tuned value is the whole system's."""
+def scales_qps(config: ResolvedConfig) -> bool:
+    """Whether the test's QPS is the whole system's, to scale by the share of GPUs used: Offline's and Server's
+    from a config class or a tuned file; not one given in RUN_ARGS (the run's own), nor SingleStream's latency."""
     name = {Scenario.Offline: "offline_expected_qps", Scenario.Server: "server_target_qps"}.get(config.scenario)
-    return name is not None and config.sources.get(name) == "RUN_ARGS"
+    return name is not None and config.sources.get(name) != "RUN_ARGS"
 
 
 def write_report(log_dir: Path) -> None:

@@ -210,10 +210,13 @@ def _check_find_performance(action: str, overrides: dict[str, Any]) -> None:
                             "drop --test_mode (the search runs PerformanceOnly tries), then run that test on its own "
                             f"with make run RUN_ARGS=\"... --test_mode={mode}\" (it uses the tuned values)")
     devices = overrides.get("devices", "all")
+    if devices == "all" and ":" in str(overrides.get("device", "")):
+        devices = str(overrides["device"])
     if devices != "all":
         # A tuned value is the system's (a run on fewer GPUs expects its share of it), so it is measured on all.
+        given = f"--devices={devices}" if "devices" in overrides else f"--device={devices}"
         raise ArgumentError(f"--find_performance stores values for the whole system, so it runs on every GPU: drop "
-                            f"--devices={devices} (CUDA_VISIBLE_DEVICES makes a smaller system, with tuned values "
+                            f"{given} (CUDA_VISIBLE_DEVICES makes a smaller system, with tuned values "
                             "of its own)")
 
 

@@ -125,6 +125,8 @@ def prepared_test(
     """The end of every benchmark's ``prepare_test``: record the inputs' lengths, the devices (and, on a CPU,
     torch's threads, which change the figure) in the provenance, and hand the core int32 lengths of every sample
     (all of them fit in memory, so the performance sample count is the whole set) and one runner per device."""
+    from code.common.devices import on_device  # devices.py imports this module's errors
+
     if len(runners) != len(devices) or not runners:
         raise ValueError(f"one runner per device: {len(runners)} runners for devices {devices}")
     provenance["input_lengths"] = input_lengths
@@ -134,7 +136,7 @@ def prepared_test(
     return PreparedTest(
         sample_lengths=np.ascontiguousarray(lengths, dtype=np.int32),
         performance_sample_count=len(lengths),
-        runners=list(runners),
+        runners=[on_device(runner, device) for runner, device in zip(runners, devices, strict=True)],
         devices=list(devices),
         evaluate_accuracy=evaluate_accuracy,
         provenance=provenance,

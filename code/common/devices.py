@@ -7,7 +7,10 @@ name and metadata.json say.
 
 Devices: a GPU run uses every GPU PyTorch sees (``devices=all``; CUDA_VISIBLE_DEVICES narrows what it sees) or the
 indices ``devices`` lists, one backend instance each; ``device=cuda:N`` is the one-GPU spelling of ``devices=N``.
-A CPU run has one device.
+SingleStream has one sample in flight, so ``all`` means the first GPU there (more would only load more copies).
+A CPU run has one device. Each instance is built, and each runner called, with its GPU as the thread's current
+device: kernels that launch on the current device (Triton's), and streams and graphs created without one, land on
+the instance's GPU.
 
 CPU threads: torch's default is the machine's physical cores (or ``OMP_NUM_THREADS``). Two things make that wrong
 for a run:
@@ -25,8 +28,9 @@ torch is imported inside the functions: only runs that resolve a device or a thr
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from code.common.benchmarks import BenchmarkError, InputsUnavailableError
 from code.common.config import ResolvedConfig
@@ -87,7 +91,7 @@ def resolve_devices(config: ResolvedConfig) -> list[str]:
         return [device]
     gpus = visible_gpus()
     if devices == "all":
-        return [f"cuda:{i}" for i in range(gpus)]
+        return [f"cuda:{i}" for i in range(1 if config.scenario is Scenario.SingleStream else gpus)]
     indices = [int(item) for item in devices.split(",")]
     repeated = sorted({i for i in indices if indices.count(i) > 1})
     if repeated:
@@ -111,7 +115,8 @@ def one_per_device(devices: list[str], make: Callable[[str], Made]) -> list[Made
     made = []
     for device in devices:
         try:
-            made.append(make(device))
+            with current_device(device):
+                made.append(make(device))
         except Exception as error:
             if type(error).__name__ != "OutOfMemoryError":  # torch.cuda.OutOfMemoryError, without importing torch
                 raise
@@ -119,6 +124,44 @@ def one_per_device(devices: list[str], make: Callable[[str], Made]) -> list[Made
                                  "GPU (nvidia-smi shows what holds it), leave it out with --devices, or lower "
                                  "--gpu_batch_size") from error
     return made
+
+
+@contextmanager
+def current_device(device: str) -> Iterator[None]:
+    """The thread's current CUDA device is ``device`` inside (nothing changes for the CPU)."""
+    if not device.startswith("cuda"):
+        yield
+        return
+    import torch
+
+    with torch.cuda.device(torch.device(device)):
+        yield
+
+
+class _BatchesOn:
+    def __init__(self, runner: Any, device: str) -> None:
+        self.runner, self.device = runner, device
+
+    def run_batch(self, sample_indices: Any) -> Any:
+        with current_device(self.device):
+            return self.runner.run_batch(sample_indices)
+
+
+class _ContinuousOn:
+    def __init__(self, runner: Any, device: str) -> None:
+        self.runner, self.device = runner, device
+
+    def run_continuous(self, session: Any) -> None:
+        with current_device(self.device):
+            self.runner.run_continuous(session)
+
+
+def on_device(runner: Any, device: str) -> Any:
+    """The runner, called with ``device`` as the calling thread's current device (the core's worker and engine
+    threads start on GPU 0); a CPU runner as it is."""
+    if not device.startswith("cuda"):
+        return runner
+    return _ContinuousOn(runner, device) if hasattr(runner, "run_continuous") else _BatchesOn(runner, device)
 
 
 def allowed_cpus() -> int:

@@ -17,7 +17,7 @@ import os
 import subprocess
 import time
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,18 @@ def shown(path: Path) -> str:
         return str(path)
 
 
+# RUN_ARGS fields that do not change how fast the system runs: a tuned value found with any of them holds without.
+NOT_SPEED = frozenset({"test_run", "test_mode", "min_duration", "max_duration", "min_query_count", "max_query_count",
+                       "log_dir", "log_enable_trace", "round", "num_samples", "performance_sample_count_override"})
+
+
+def run_settings(overrides: dict[str, Any]) -> dict[str, str]:
+    """The RUN_ARGS that may change the speed (precision, batch size, devices, inputs, ...): a tuned value holds
+    for the settings it was measured with, so it is stored with them and used only by runs that give the same."""
+    tuned = set(TUNED_FIELDS.values())
+    return {name: str(value) for name, value in sorted(overrides.items()) if name not in NOT_SPEED | tuned}
+
+
 def find_command(benchmark_name: str, scenario: Scenario) -> str:
     return f'make find_performance RUN_ARGS="--benchmarks={benchmark_name} --scenarios={scenario.value.lower()}"'
 
@@ -98,17 +110,19 @@ class TunedValue:
     date: str
     code_version: str
     system_id: str = ""
+    settings: dict[str, str] = field(default_factory=dict)  # the speed-changing RUN_ARGS it was measured with
     schema: int = SCHEMA
 
     def source(self, path: Path) -> str:
         return f"tuned ({shown(path)})"
 
 
-def write_tuned(system: str, benchmark_name: str, scenario: Scenario, value: float | int, how: str) -> Path:
-    """Store a value found on this system now, whole or not at all; ``TunedStoreError`` names the fix when the
-    folder cannot be written."""
+def write_tuned(system: str, benchmark_name: str, scenario: Scenario, value: float | int, how: str,
+                settings: dict[str, str] | None = None) -> Path:
+    """Store a value found on this system now with these ``run_settings``, whole or not at all;
+    ``TunedStoreError`` names the fix when the folder cannot be written."""
     record = TunedValue(system, benchmark_name, scenario.value, TUNED_FIELDS[scenario], value, how,
-                        time.strftime("%Y-%m-%dT%H:%M:%S%z"), code_version(), system_id())
+                        time.strftime("%Y-%m-%dT%H:%M:%S%z"), code_version(), system_id(), dict(settings or {}))
     path = tuned_path(system, benchmark_name, scenario)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -135,8 +149,10 @@ def check_writable(system: str) -> None:
         raise TunedStoreError(not_writable(directory, error) + "; nothing was measured") from None
 
 
-def read_tuned(system: str, benchmark_name: str, scenario: Scenario) -> tuple[TunedValue | None, str | None]:
-    """The stored value, or None and why it cannot be used (None, None: there is none)."""
+def read_tuned(system: str, benchmark_name: str, scenario: Scenario,
+               settings: dict[str, str] | None = None) -> tuple[TunedValue | None, str | None]:
+    """The stored value for a run with these ``run_settings``, or None and why it cannot be used (None, None:
+    there is none)."""
     path = tuned_path(system, benchmark_name, scenario)
     fix = f"run `{find_command(benchmark_name, scenario)}` again, or delete the file"
     try:
@@ -167,14 +183,22 @@ def read_tuned(system: str, benchmark_name: str, scenario: Scenario) -> tuple[Tu
     if tuned.code_version != code_version():
         return None, (f"ignoring {shown(path)}: it was found by code version {tuned.code_version}, this is "
                       f"{code_version()} (a change may have changed the speed); {fix}")
+    settings = dict(settings or {})
+    if tuned.settings != settings:
+        def flags(given: dict[str, str]) -> str:
+            return " ".join(f"--{name}={value}" for name, value in given.items()) or "no speed-changing flags"
+
+        return None, (f"ignoring {shown(path)}: it was measured with {flags(tuned.settings)}, this run gives "
+                      f"{flags(settings)}; run `make find_performance` with this run's RUN_ARGS, or give the value "
+                      f"with --{tuned.field}")
     return tuned, None
 
 
-def tuned_fields(system: str, benchmark_name: str, scenario: Scenario,
-                 warn: bool = True) -> dict[str, tuple[Any, str]]:
+def tuned_fields(system: str, benchmark_name: str, scenario: Scenario, warn: bool = True,
+                 overrides: dict[str, Any] | None = None) -> dict[str, tuple[Any, str]]:
     """``{field: (value, "tuned (<path>)")}`` for config resolution; a file it cannot use is warned about once
     per process (``warn``) and ignored."""
-    tuned, problem = read_tuned(system, benchmark_name, scenario)
+    tuned, problem = read_tuned(system, benchmark_name, scenario, run_settings(overrides or {}))
     if problem:
         if warn and problem not in _warned:
             _warned.add(problem)

@@ -254,7 +254,9 @@ def combined_stats(backends: list[Any]) -> Callable[[], dict[str, Any]] | None:
 
     def stats() -> dict[str, Any]:
         each = [backend.stats() for backend in backends]
-        counts = {key: sum(one[key] for one in each) for key, value in each[0].items() if isinstance(value, int)}
-        return {**counts, "per_device": each}
+        # Counts and mean running slots add up over the engines; they ran side by side, so the time is the longest.
+        total = {key: sum(one[key] for one in each) for key, value in each[0].items()
+                 if isinstance(value, int | float) and key != "seconds"}
+        return {**total, "seconds": max(one.get("seconds", 0.0) for one in each), "per_device": each}
 
     return stats

@@ -129,3 +129,18 @@ def test_make_info_shows_the_tuned_source(tmp_path):
                            "--scenarios=offline"], cwd=REPO_ROOT, capture_output=True, text=True, env=env)
     assert info.returncode == 0 and "Traceback" not in info.stderr
     assert info.stdout.count("ignoring") == 1 and "[CPU]" in info.stdout
+
+
+def test_a_value_holds_only_for_the_settings_it_was_measured_with(store, capsys):
+    settings = tuned.run_settings({"precision": "fp32", "gpu_batch_size": 2, "test_run": True, "min_duration": 5000,
+                                   "offline_expected_qps": 4.0})
+    assert settings == {"gpu_batch_size": "2", "precision": "fp32"}, "durations and the tuned field do not count"
+    path = tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 11.2, "probe", settings)
+    assert json.loads(path.read_text())["settings"] == settings
+    same = _resolve({"precision": "fp32", "gpu_batch_size": 2, "test_run": True})
+    assert same.sources["offline_expected_qps"] == f"tuned ({path})"
+    other = _resolve({"precision": "fp32"})
+    assert other.sources["offline_expected_qps"] == "CPU"
+    (warning,) = [line for line in capsys.readouterr().out.splitlines() if "ignoring" in line]
+    assert "measured with --gpu_batch_size=2 --precision=fp32, this run gives --precision=fp32" in warning
+    assert "run `make find_performance` with this run's RUN_ARGS" in warning

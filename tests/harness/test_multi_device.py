@@ -230,13 +230,13 @@ def test_runner_lists_are_checked(tmp_path: Path) -> None:
 # --- the Python side: which devices, one backend instance each, and the figures per device ---
 
 
-def gptj_config(**overrides: object):  # noqa: ANN201 - ResolvedConfig
+def gptj_config(scenario: str = "Offline", **overrides: object):  # noqa: ANN201 - ResolvedConfig
     from code.common.constants import Benchmark, Scenario
     from configs.configuration import WorkloadSetting, resolve_config
 
     tiny = {"model_name": "tiny", "precision": "fp32", "input_data": "synthetic", "weights": "random",
             "synthetic_length_scale": 0.05, "synthetic_sample_count": 6}
-    return resolve_config(Benchmark.GPTJ, Scenario.Offline, "CPU", WorkloadSetting(), {**tiny, **overrides})
+    return resolve_config(Benchmark.GPTJ, Scenario(scenario), "CPU", WorkloadSetting(), {**tiny, **overrides})
 
 
 def test_devices_on_a_cpu_run() -> None:
@@ -256,6 +256,8 @@ def test_devices_name_visible_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
     bf16 = {"device": "cuda", "precision": "bf16"}
     assert module.resolve_devices(gptj_config(**bf16)) == ["cuda:0", "cuda:1"]
+    assert module.resolve_devices(gptj_config("SingleStream", **bf16)) == ["cuda:0"], "one sample in flight"
+    assert module.resolve_devices(gptj_config("SingleStream", **bf16, devices="1")) == ["cuda:1"]
     assert module.resolve_devices(gptj_config(**bf16, devices="1")) == ["cuda:1"]
     assert module.resolve_devices(gptj_config(device="cuda:1", precision="bf16")) == ["cuda:1"]
     with pytest.raises(InputsUnavailableError, match=r"GPU 2 is not there.*CUDA_VISIBLE_DEVICES=4,5 shows 2"):
@@ -275,9 +277,14 @@ def test_a_bad_device_list_is_refused_as_a_field() -> None:
             FIELDS["devices"].parse(bad)
 
 
-def test_out_of_memory_on_one_device_names_it() -> None:
+def test_out_of_memory_on_one_device_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextlib import nullcontext
+
+    from code.common import devices
     from code.common.benchmarks import BenchmarkError
     from code.common.devices import one_per_device
+
+    monkeypatch.setattr(devices, "current_device", lambda device: nullcontext())  # no GPU here
 
     class OutOfMemoryError(RuntimeError):  # what torch.cuda raises, by name
         pass
@@ -306,8 +313,19 @@ def test_one_backend_instance_per_device(monkeypatch: pytest.MonkeyPatch) -> Non
         np.testing.assert_array_equal(a, b)
 
 
+def test_runners_are_called_on_their_device() -> None:
+    from code.common.devices import on_device
+
+    batch, engine = SleepyRunner(0, 0, None), SleepyEngine(1, 0, None)
+    assert on_device(batch, "cpu") is batch
+    wrapped = on_device(batch, "cuda:1")
+    assert wrapped.runner is batch and wrapped.device == "cuda:1" and not hasattr(wrapped, "run_continuous")
+    assert hasattr(on_device(engine, "cuda:0"), "run_continuous") and not hasattr(on_device(engine, "cuda:0"),
+                                                                                   "run_batch")
+
+
 def test_expected_qps_follows_the_share_of_gpus_used() -> None:
-    from code.actions.run_single_test import device_share, qps_given
+    from code.actions.run_single_test import device_share, scales_qps
     from code.common.constants import Benchmark, Scenario
     from code.common.user_conf import user_conf_entries
     from configs.configuration import WorkloadSetting, resolve_config
@@ -317,8 +335,9 @@ def test_expected_qps_follows_the_share_of_gpus_used() -> None:
     assert device_share(["cpu"], 0) == 1.0
     config = resolve_config(Benchmark.BERT, Scenario.Server, "CPU", WorkloadSetting(), {"server_target_qps": 80.0})
     assert user_conf_entries(config, 10833, device_share=0.125)["target_qps"] == "10.0"
-    assert qps_given(config), "a rate given in RUN_ARGS is the run's own: not scaled"
-    assert not qps_given(resolve_config(Benchmark.BERT, Scenario.Server, "CPU", WorkloadSetting(), {}))
+    assert not scales_qps(config), "a rate given in RUN_ARGS is the run's own: not scaled"
+    assert scales_qps(resolve_config(Benchmark.BERT, Scenario.Server, "CPU", WorkloadSetting(), {}))
+    assert not scales_qps(resolve_config(Benchmark.BERT, Scenario.SingleStream, "CPU", WorkloadSetting(), {}))
 
 
 def test_summary_and_report_show_each_device(tmp_path: Path) -> None:

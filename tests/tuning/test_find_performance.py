@@ -161,6 +161,9 @@ def test_find_performance_with_an_accuracy_run_is_refused_naming_the_fix(capsys)
     assert parse_run_args(["--find_performance"]).find_performance
     with pytest.raises(ArgumentError, match="runs on every GPU: drop --devices=0"):
         parse_run_args(["--find_performance", "--devices=0"])
+    with pytest.raises(ArgumentError, match="runs on every GPU: drop --device=cuda:1"):
+        parse_run_args(["--find_performance", "--device=cuda:1"])
+    assert parse_run_args(["--find_performance", "--device=cuda"]).find_performance
     assert main(["--find_performance", "--test_mode=AccuracyOnly"]) == ExitCode.BAD_INPUT
     assert "ERROR: --find_performance measures performance" in capsys.readouterr().err
 

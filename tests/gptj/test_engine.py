@@ -158,7 +158,7 @@ def test_generate_engines_builds_what_the_run_expects_and_labels_the_calibration
     from code.gptj.backends import inflight_engine as engine
     from configs.configuration import WorkloadSetting, resolve_config
 
-    monkeypatch.setattr(benchmark, "resolve_device", lambda config: "cpu")
+    monkeypatch.setattr(benchmark, "resolve_devices", lambda config: ["cpu"])
     monkeypatch.setattr(benchmark, "ENGINES_DIR", tmp_path / "engines")
     monkeypatch.setattr(engine, "CALIBRATION_DIR", tmp_path / "absent")
     workload = WorkloadSetting(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)

@@ -11,6 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from code.common.backends import runs_model
+from code.common.constants import Benchmark
+
 # Every input this harness feeds a model is token ids (BERT: input_ids, segment_ids, input_mask; GPT-J: prompts).
 INPUT_DATA_TYPES = "int32"
 # The checkpoints are the MLCommons reference ones, stored in fp32.
@@ -22,10 +25,17 @@ def implementation(metadata: dict[str, Any]) -> str:
     return str(metadata["config"]["fields"]["backend"])
 
 
+def ran_no_model(metadata: dict[str, Any]) -> bool:
+    """Whether the test's backend runs no model (the oracle: gold answers), as its declaration says."""
+    config = metadata["config"]
+    benchmark, _ = Benchmark.parse(str(config["benchmark"]))
+    return not runs_model(benchmark, str(config["fields"]["backend"]))
+
+
 def weight_data_types(metadata: dict[str, Any]) -> str:
     """The precision the weights were used in; fp8 runs keep 16-bit weights outside the FP8 matrix products."""
     fields = metadata["config"]["fields"]
-    if fields["backend"] == "oracle":
+    if ran_no_model(metadata):
         return "none (oracle backend: no model)"
     precision = str(fields["precision"])
     return "fp8, fp16" if precision == "fp8" else precision
@@ -33,8 +43,7 @@ def weight_data_types(metadata: dict[str, Any]) -> str:
 
 def starting_weights(metadata: dict[str, Any]) -> str:
     """The checkpoint's file name; random weights and the oracle say so instead."""
-    fields = metadata["config"]["fields"]
-    if fields["backend"] == "oracle":
+    if ran_no_model(metadata):
         return "none (oracle backend: gold answers, a pipeline test)"
     weights = metadata.get("provenance", {}).get("weights")
     if not weights or str(weights).startswith("random"):
@@ -45,7 +54,7 @@ def starting_weights(metadata: dict[str, Any]) -> str:
 def weight_transformations(metadata: dict[str, Any]) -> str:
     """How the checkpoint's fp32 weights became the run's: a cast, FP8 quantization, or nothing."""
     fields = metadata["config"]["fields"]
-    if fields["backend"] == "oracle":
+    if ran_no_model(metadata):
         return "none (no model)"
     precision = str(fields["precision"])
     if precision == CHECKPOINT_DTYPE:

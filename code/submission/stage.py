@@ -27,7 +27,7 @@ from code.common.system_description import (
     load_description,
 )
 from code.harness.fetch_loadgen import source_dir
-from code.submission.model_info import implementation, model_info
+from code.submission.model_info import implementation, model_info, ran_no_model
 from code.submission.runs import ACCURACY, PERFORMANCE, TestRun, find_tests, newest, run_folders
 
 SUBMISSION_DIR = BUILD_DIR / "submission"
@@ -349,7 +349,7 @@ def _write_tree_readme(staged: Staged, chosen: dict[tuple[str, str, str], TestRu
              "Staged by `make stage_results` from these tests:", ""]
     lines += [f"- {test.describe()}: {test.verdict} ({test.directory})" for test in
               sorted(chosen.values(), key=lambda t: (t.benchmark, t.scenario, t.mode))]
-    pipeline = any(t.metadata["config"]["fields"]["backend"] == "oracle" for t in chosen.values())
+    pipeline = any(ran_no_model(t.metadata) for t in chosen.values())
     if pipeline:
         lines += ["", "**This is a pipeline test, not a result**: the oracle backend (gold answers, no model) ran "
                   "some tests; it checks that staging, truncation and the checker work."]

@@ -1,0 +1,19 @@
+"""What the staged system description says of a test's model: the backend's declaration decides whether one ran."""
+
+from code.submission.model_info import ran_no_model, starting_weights, weight_data_types
+
+
+def metadata(benchmark: str, backend: str, precision: str = "fp16") -> dict:
+    return {"config": {"benchmark": benchmark, "fields": {"backend": backend, "precision": precision}},
+            "provenance": {"weights": "/models/bert/model.pytorch"}}
+
+
+def test_the_oracle_runs_no_model_and_says_so() -> None:
+    for benchmark in ("bert-99", "gptj-99.9"):
+        oracle = metadata(benchmark, "oracle")
+        assert ran_no_model(oracle)
+        assert weight_data_types(oracle).startswith("none (oracle backend")
+        assert starting_weights(oracle).startswith("none (oracle backend")
+    model = metadata("bert-99", "pytorch", "fp8")
+    assert not ran_no_model(model) and not ran_no_model(metadata("gptj-99", "inflight"))
+    assert weight_data_types(model) == "fp8, fp16" and starting_weights(model) == "model.pytorch"

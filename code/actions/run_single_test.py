@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from code.common.audits import write_baseline_log
-from code.common.benchmarks import AccuracyReport, load_benchmark
+from code.common.benchmarks import AccuracyReport, PreparedTest, load_benchmark
 from code.common.config import ResolvedConfig, WorkloadSetting
 from code.common.constants import (
     SERVER_LATENCY_BOUND_NS,
@@ -44,7 +44,7 @@ from code.common.supervision import die_with_parent
 from code.common.systems import detect_system
 from code.common.user_conf import write_user_conf
 from code.common.verdicts import not_submittable_reasons
-from code.harness.core import SAMPLE_TIMES_FILE, SampleTimes
+from code.harness.core import SAMPLE_TIMES_FILE, CoreSettings, SampleTimes
 from code.harness.progress import (
     PERIOD_S,
     PROGRESS_TTY_ENV,
@@ -91,7 +91,7 @@ def resolve_from_spec(spec: dict[str, Any]) -> ResolvedConfig:
 
 
 def run_single_test(spec: dict[str, Any]) -> TestResult:
-    from code.harness.core import CoreSettings, progress, run_test, timeline
+    from code.harness.core import progress, run_test, timeline
 
     config = resolve_from_spec(spec)
     mode = TestMode(spec["mode"])
@@ -108,27 +108,14 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         print(f"* model: {provenance.get('model')}; inputs: {provenance.get('inputs')}; "
               f"weights: {provenance.get('weights')}")
         print("*" * 100, flush=True)
-    system_gpus = len(detect_system().gpus)
+    system = detect_system()
+    system_gpus = len(system.gpus)
     share = device_share(prepared.devices, system_gpus) if scales_qps(config) else 1.0
     if share < 1.0:
         log.info("%d of the system's %d GPUs run: the config's expected QPS is scaled by %.3g", len(prepared.devices),
                  system_gpus, share)
     user_conf = write_user_conf(config, prepared.total_sample_count, log_dir, device_share=share)
-    settings = CoreSettings(
-        model=config.benchmark.loadgen_model,
-        scenario=config.scenario.value,
-        mode=mode.value,
-        user_conf=user_conf,
-        log_dir=log_dir,
-        total_sample_count=prepared.total_sample_count,
-        performance_sample_count=prepared.performance_sample_count,
-        max_batch_size=config["gpu_batch_size"],
-        num_workers=config["num_workers"],
-        sort_by_length=config["sort_by_length"],
-        batch_timeout_us=config.values.get("batch_timeout_us", 0),
-        round=config["round"],
-        log_enable_trace=config["log_enable_trace"],
-    )
+    settings = core_settings(config, mode, prepared, user_conf, log_dir)
     loaded = time.time()
     log.info("loaded in %.1f s; starting LoadGen", loaded - started)
     log.debug("LoadGen settings: %s; user.conf: %s", settings, user_conf)
@@ -163,7 +150,7 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         "loadgen_version": software["loadgen"],
         "result": result.to_dict(),
         "config": config.as_dict(),
-        "system": detect_system().describe(),
+        "system": system.describe(),
         "system_name": config.system,
         "provenance": provenance,
         "versions": software,
@@ -177,6 +164,26 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
     })
     write_report(log_dir)
     return result
+
+
+def core_settings(config: ResolvedConfig, mode: TestMode, prepared: PreparedTest, user_conf: Path,
+                  log_dir: Path) -> CoreSettings:
+    """What the C++ core runs one test of this config with."""
+    return CoreSettings(
+        model=config.benchmark.loadgen_model,
+        scenario=config.scenario.value,
+        mode=mode.value,
+        user_conf=user_conf,
+        log_dir=log_dir,
+        total_sample_count=prepared.total_sample_count,
+        performance_sample_count=prepared.performance_sample_count,
+        max_batch_size=config["gpu_batch_size"],
+        num_workers=config["num_workers"],
+        sort_by_length=config["sort_by_length"],
+        batch_timeout_us=config.values.get("batch_timeout_us", 0),
+        round=config["round"],
+        log_enable_trace=config["log_enable_trace"],
+    )
 
 
 def device_share(devices: list[str], system_gpus: int) -> float:

@@ -10,7 +10,6 @@ names the make step that fetches what is missing.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +28,7 @@ from code.common.benchmarks import (
 )
 from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
-from code.common.devices import one_per_device, resolve_cpu_threads, resolve_devices
+from code.common.devices import backends_per_device, resolve_cpu_threads, resolve_devices
 from code.common.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import DATA_DIR, ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
@@ -136,9 +135,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                                          f"{len(features)} samples"]
     context = backend_context(config, choice, features)
     chosen = backend_class(config["backend"])
-    devices = resolve_devices(config)
-    backends = one_per_device(devices, lambda device: chosen(chosen.options_from(config,
-                                                                                 replace(context, device=device))))
+    devices, backends = backends_per_device(config, chosen, context)
 
     def evaluate(log_dir: Path) -> AccuracyReport:
         from code.bert.accuracy import evaluate_accuracy_log

@@ -28,9 +28,10 @@ torch is imported inside the functions: only runs that resolve a device or a thr
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from dataclasses import replace
+from typing import Any
 
 from code.common.benchmarks import BenchmarkError, InputsUnavailableError
 from code.common.config import ResolvedConfig
@@ -106,24 +107,23 @@ def resolve_devices(config: ResolvedConfig) -> list[str]:
     return [f"cuda:{i}" for i in indices]
 
 
-Made = TypeVar("Made")
-
-
-def one_per_device(devices: list[str], make: Callable[[str], Made]) -> list[Made]:
-    """``make(device)`` for each device in order (a backend instance each). A device that runs out of memory while
+def backends_per_device(config: ResolvedConfig, backend_class: Any, context: Any) -> tuple[list[str], list[Any]]:
+    """The run's devices and one instance of the chosen backend on each, its options read from the config and the
+    benchmark's context (a dataclass with a ``device`` field) on that device. A device that runs out of memory while
     its instance loads stops the run with the device named and the fix; other errors pass unchanged."""
+    devices = resolve_devices(config)
     made = []
     for device in devices:
         try:
             with current_device(device):
-                made.append(make(device))
+                made.append(backend_class(backend_class.options_from(config, replace(context, device=device))))
         except Exception as error:
             if type(error).__name__ != "OutOfMemoryError":  # torch.cuda.OutOfMemoryError, without importing torch
                 raise
             raise BenchmarkError(f"{device} ran out of memory while its backend instance loaded ({error}); free that "
                                  "GPU (nvidia-smi shows what holds it), leave it out with --devices, or lower "
                                  "--gpu_batch_size") from error
-    return made
+    return devices, made
 
 
 @contextmanager

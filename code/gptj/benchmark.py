@@ -9,7 +9,6 @@ generated token ids (int32), which the accuracy scorer decodes for ROUGE.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from code.common.benchmarks import (
 )
 from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
-from code.common.devices import one_per_device, resolve_cpu_threads, resolve_devices
+from code.common.devices import backends_per_device, resolve_cpu_threads, resolve_devices
 from code.common.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
@@ -210,9 +209,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     context = backend_context(config, choice, max_prompt_length=samples.max_length,
                               references_text=references_text if tokenizer else None, tokenizer=tokenizer)
     chosen = backend_class(config["backend"])
-    devices = resolve_devices(config)
-    backends = one_per_device(devices, lambda device: chosen(chosen.options_from(config,
-                                                                                 replace(context, device=device))))
+    devices, backends = backends_per_device(config, chosen, context)
 
     def evaluate(log_dir: Path) -> AccuracyReport:
         from code.gptj.accuracy import GEN_LEN_TARGET, evaluate_accuracy_log

@@ -104,20 +104,15 @@ def timed(runner: Any) -> TimedBatchRunner | TimedContinuousRunner:
 
 def measure(config: ResolvedConfig, log_dir: Path) -> dict[str, Any]:
     """One PerformanceOnly test with timed runners: throughput, wall time and each runner's CPU share."""
-    from code.harness.core import CoreSettings, run_test, timeline
+    from code.actions.run_single_test import core_settings
+    from code.harness.core import run_test, timeline
 
     benchmark = load_benchmark(config.benchmark)
     prepared = benchmark.prepare_test(config, TestMode.PerformanceOnly)
     runners = [timed(runner) for runner in prepared.runners]
     log_dir.mkdir(parents=True)
     user_conf = write_user_conf(config, prepared.total_sample_count, log_dir)
-    settings = CoreSettings(model=config.benchmark.loadgen_model, scenario=config.scenario.value,
-                            mode=TestMode.PerformanceOnly.value, user_conf=user_conf, log_dir=log_dir,
-                            total_sample_count=prepared.total_sample_count,
-                            performance_sample_count=prepared.performance_sample_count,
-                            max_batch_size=config["gpu_batch_size"], num_workers=config["num_workers"],
-                            sort_by_length=config["sort_by_length"],
-                            batch_timeout_us=config.values.get("batch_timeout_us", 0), round=config["round"])
+    settings = core_settings(config, TestMode.PerformanceOnly, prepared, user_conf, log_dir)
     started = time.perf_counter()
     from code.actions.run_single_test import progress_shape
     from code.harness.core import progress

@@ -279,31 +279,46 @@ def test_a_bad_device_list_is_refused_as_a_field() -> None:
 
 def test_out_of_memory_on_one_device_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     from contextlib import nullcontext
+    from dataclasses import dataclass
 
     from code.common import devices
     from code.common.benchmarks import BenchmarkError
-    from code.common.devices import one_per_device
 
     monkeypatch.setattr(devices, "current_device", lambda device: nullcontext())  # no GPU here
 
     class OutOfMemoryError(RuntimeError):  # what torch.cuda raises, by name
         pass
 
-    def make(device: str) -> str:
-        if device == "cuda:1":
-            raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return device
+    @dataclass(frozen=True)
+    class Context:
+        device: str
+        seed: int
 
-    assert one_per_device(["cuda:0", "cuda:2"], make) == ["cuda:0", "cuda:2"]
+    class Backend:
+        @staticmethod
+        def options_from(config: object, context: Context) -> Context:
+            return context
+
+        def __init__(self, options: Context) -> None:
+            if options.device == "cuda:1":
+                raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            self.options = options
+
+    monkeypatch.setattr(devices, "resolve_devices", lambda config: ["cuda:0", "cuda:2"])
+    used, made = devices.backends_per_device(None, Backend, Context("cuda:0", seed=7))
+    assert used == ["cuda:0", "cuda:2"]
+    assert [backend.options for backend in made] == [Context("cuda:0", 7), Context("cuda:2", 7)]
+    monkeypatch.setattr(devices, "resolve_devices", lambda config: ["cuda:0", "cuda:1"])
     with pytest.raises(BenchmarkError, match="cuda:1 ran out of memory.*leave it out with --devices"):
-        one_per_device(["cuda:0", "cuda:1"], make)
+        devices.backends_per_device(None, Backend, Context("cuda:0", seed=7))
 
 
 def test_one_backend_instance_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    from code.common import devices
     from code.common.constants import TestMode
     from code.gptj import benchmark
 
-    monkeypatch.setattr(benchmark, "resolve_devices", lambda config: ["cpu", "cpu"])
+    monkeypatch.setattr(devices, "resolve_devices", lambda config: ["cpu", "cpu"])
     prepared = benchmark.prepare_test(gptj_config(device="cpu"), TestMode.PerformanceOnly)
     assert prepared.devices == ["cpu", "cpu"] and prepared.provenance["devices"] == ["cpu", "cpu"]
     first, second = prepared.runners

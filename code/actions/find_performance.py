@@ -343,7 +343,7 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
         fields["offline_expected_qps"] = search.round_qps(probe.value)
         log.info("the probe ended early at %s samples/s: probing again with a query sized for it", _fmt(probe.value))
     if scenario is Scenario.Offline and probe.value:
-        value: float | int = search.offline_expected_qps(probe.value)
+        value: float | int = search.round_qps(probe.value * search.PROBE_QPS_MARGIN)
         measured = f"{probe.value:.4g} samples/s"
     elif scenario is Scenario.SingleStream and probe.valid is not None and probe.extra.get("result_mean_latency_ns"):
         mean_ns = float(probe.extra["result_mean_latency_ns"])

@@ -16,6 +16,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 QPS_MARGIN = 1.1
 """offline_expected_qps = measured samples/s x this; a run that still ends early is repeated at 1.1 x its rate."""
+PROBE_QPS_MARGIN = 1.5
+"""A --test_run's offline_expected_qps = its probe's samples/s x this. The probe's short query carries the start-up
+(first batches, the last partial one) that a longer run spreads thin, so it reads low, and no confirming run
+follows; too high an expected QPS only lengthens an Offline run, too low ends it before its minimum duration."""
 SINGLESTREAM_MARGIN = 0.9
 """single_stream_expected_latency_ns = measured mean latency x this: a lower hint only makes LoadGen generate
 queries it never issues, a higher one can end the run before its minimum duration."""

@@ -313,3 +313,15 @@ def test_a_probe_whose_process_failed_stands_for_the_test(monkeypatch, tmp_path)
     probe = fp.probe_setting("CPU", config, {"test_run": True}, tmp_path / "probe")
     assert probe.failed is failed and probe.note is None
     assert failed.invalid_reasons[0] == "the probe before the test failed"
+
+
+def test_a_test_run_probe_sizes_the_query_with_room_for_its_start_up(monkeypatch, tmp_path):
+    from code.common.run_logs import TestResult
+
+    measured = TestResult("Offline", "PerformanceOnly", str(tmp_path), metric="samples_per_second", value=2.0,
+                          unit="samples/s", valid=True)
+    monkeypatch.setattr(fp, "run_child", lambda spec, folder: (measured, {}))
+    config = resolve_config(Benchmark.BERT, Scenario.Offline, "CPU", WorkloadSetting(), {"test_run": True})
+    probe = fp.probe_setting("CPU", config, {"test_run": True}, tmp_path / "probe")
+    assert probe.fields == {"offline_expected_qps": 3.0}  # 2.0 samples/s x 1.5
+    assert probe.note == "offline_expected_qps 6 -> 3 (probe: 2 samples/s over 10 s)"

@@ -152,12 +152,14 @@ def test_bf16(attention):
 
 @NEEDS_GPU
 def test_tune(attention):
-    from code.bert.packed.tuning import tune
+    from code.bert.packed.tuning import fastest, tune
 
     configs = [attention.AttentionConfig(64, 64, 4, 2), attention.AttentionConfig(64, 32, 4, 2)]
+    default_before = attention.DEFAULT_CONFIG
     times = tune(2, 64, torch.float16, DEVICE, lengths=[100, 200, 384, 30], iterations=2, candidates=configs)
     assert set(times) == set(configs) and all(t > 0 for t in times.values())
-    assert attention.TUNED[(64, torch.float16)] == min(times, key=times.__getitem__)
+    assert fastest(times) == min(times, key=times.__getitem__)
+    assert attention.DEFAULT_CONFIG == default_before, "tuning changes no module state: each model keeps its own"
 
 
 def test_rejects_bad_arguments(attention):

@@ -35,10 +35,11 @@ output in place and:
   read as queries nor written, as with FA2.
 
 The best tile shape cannot be chosen on paper (occupancy vs. masked waste vs. pipelining): ``DEFAULT_CONFIG`` is the
-guess; ``tune`` (``code/bert/packed/tuning.py``) times ``CANDIDATE_CONFIGS`` on a realistic packed batch and keeps the
-fastest. The packed runner calls it once at engine load, before any CUDA graph is captured (no ``@triton.autotune``:
-it would time inside graph capture or on empty warm-up batches). ``reference_attention`` is the float32 torch
-definition the kernel is tested against (tests/bert/test_attention.py in Triton's CPU interpreter,
+guess; ``tune`` (``code/bert/packed/tuning.py``) times ``CANDIDATE_CONFIGS`` on a realistic packed batch, and the
+model keeps the fastest as its own (``PackedBert.attention_config``: one per instance, so two models on two GPUs
+never overwrite each other's). The packed runner tunes once at engine load, before any CUDA graph is captured (no
+``@triton.autotune``: it would time inside graph capture or on empty warm-up batches). ``reference_attention`` is
+the float32 torch definition the kernel is tested against (tests/bert/test_attention.py in Triton's CPU interpreter,
 scripts/gpu/check_attention.py on a GPU).
 """
 
@@ -91,8 +92,6 @@ CANDIDATE_CONFIGS: list[AttentionConfig] = [
 # Not candidates, because each is slower than M64/N64/w4/s2 with prefetch at BERT's lengths: 128-key tiles (4 or 8
 # warps), one stage, one program per (sequence, head) looping over its query blocks, and a persistent grid striding
 # over (sequence, head) pairs (timings: documentation/performance.md, "Figures behind code and config comments").
-# Tuned configs by (head_dim, dtype); ``tune`` fills it (and also sets DEFAULT_CONFIG to its winner).
-TUNED: dict[tuple[int, torch.dtype], AttentionConfig] = {}
 
 
 @triton.jit
@@ -248,8 +247,8 @@ def varlen_attention(
     (sets the grid; rows of a longer sequence past ``max_len`` would be left unwritten). ``qkv_bias``: ``[3*H*D]``
     added to q, k, v (see the module docstring for how). Returns ``out`` or a new ``[T, H*D]`` tensor: qkv's dtype,
     or e4m3 ``clamp(o / out_fp8_scale, -448, 448)`` when ``out_fp8_scale`` is given. Rows past ``cu_seqlens[-1]``
-    are not written (a new output's are uninitialized). ``config``: tile shape; default the one ``tune`` chose for
-    this head_dim and dtype, else ``DEFAULT_CONFIG``. No host sync: safe inside CUDA graph capture once compiled.
+    are not written (a new output's are uninitialized). ``config``: tile shape (the caller's model keeps the one
+    ``tuning.tune`` chose); default ``DEFAULT_CONFIG``. No host sync: safe inside CUDA graph capture once compiled.
     """
     head_dim = _check(qkv, cu_seqlens, num_heads)
     if not scale > 0:
@@ -262,7 +261,7 @@ def varlen_attention(
         raise ValueError(f"out must be row-major {out_dtype} [{qkv.shape[0]}, {width}], got {out.dtype} {out.shape}")
     if qkv_bias is not None and (qkv_bias.numel() != 3 * width or not qkv_bias.is_contiguous()):
         raise ValueError(f"qkv_bias must be a contiguous [{3 * width}] vector")
-    cfg = config or TUNED.get((head_dim, qkv.dtype), DEFAULT_CONFIG)
+    cfg = config or DEFAULT_CONFIG
     batch = cu_seqlens.shape[0] - 1
     if batch <= 0 or qkv.shape[0] == 0 or max_len <= 0:
         return out

@@ -11,7 +11,9 @@ choice (scripts/gpu/check_gemm_algos.py).
 
 No compiled extension: the library torch already loaded is opened with ctypes; descriptors are plain host objects
 made once per (rows) and kept; the call itself goes on the current CUDA stream, so it is captured by CUDA graphs like
-any torch op. Each stream gets its own workspace (two worker streams must not share one).
+any torch op. A cuBLASLt handle belongs to the GPU that was current when it was made, so there is one per GPU, and
+each (GPU, stream) gets its own workspace: two worker streams must not share one, and the default stream's handle
+is 0 on every GPU, so a stream's handle alone names no workspace.
 
 Layout: torch tensors are row-major; cuBLASLt is column-major. ``Y[M, N] = X[M, K] @ W[N, K].T`` is computed as the
 column-major ``Y.T[N, M] = W[N, K] @ X.T`` with ``A = W`` (transposed: "T") and ``B = X`` ("N"), the only operand
@@ -75,15 +77,18 @@ def _library() -> ctypes.CDLL:
 
 
 class _Lt:
-    """The process's cuBLASLt handle and function table (created on first use)."""
+    """One GPU's cuBLASLt handle (made with that GPU current) and its workspaces; the function table is the
+    process's (created on first use)."""
 
-    _instance: _Lt | None = None
+    _instances: dict[int, _Lt] = {}
     _lock = threading.Lock()
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
         self.lib = _library()
         self.handle = ctypes.c_void_p()
-        self.check("cublasLtCreate", self.lib.cublasLtCreate(ctypes.byref(self.handle)))
+        with torch.cuda.device(device):
+            self.check("cublasLtCreate", self.lib.cublasLtCreate(ctypes.byref(self.handle)))
         # Every size_t/int64 argument typed: untyped, ctypes passes a 32-bit int whose upper register half is garbage.
         lib, vp, sz = self.lib, ctypes.c_void_p, ctypes.c_size_t
         lib.cublasLtMatmul.argtypes = [vp] * 12 + [vp, vp, sz, vp]
@@ -96,22 +101,24 @@ class _Lt:
         self.workspaces: dict[int, Tensor] = {}
 
     @classmethod
-    def get(cls) -> _Lt:
+    def get(cls, device: torch.device) -> _Lt:
+        """The handle of ``device`` (a CUDA device; its index resolved against the current one)."""
+        index = device.index if device.index is not None else torch.cuda.current_device()
         with cls._lock:
-            if cls._instance is None:
-                cls._instance = cls()
-            return cls._instance
+            if index not in cls._instances:
+                cls._instances[index] = cls(torch.device("cuda", index))
+            return cls._instances[index]
 
     @staticmethod
     def check(call: str, status: int) -> None:
         if status != 0:
             raise CublasLtError(f"{call} returned cublasStatus {status}")
 
-    def workspace(self, stream: torch.cuda.Stream, device: torch.device) -> Tensor:
-        """One workspace per stream, allocated outside any graph capture (the warm-up runs first)."""
+    def workspace(self, stream: torch.cuda.Stream) -> Tensor:
+        """One workspace per stream of this GPU, allocated outside any graph capture (the warm-up runs first)."""
         key = stream.cuda_stream
         if key not in self.workspaces:
-            self.workspaces[key] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+            self.workspaces[key] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         return self.workspaces[key]
 
     def set_attr(self, desc: ctypes.c_void_p, attr: int, value: ctypes._SimpleCData) -> None:
@@ -163,7 +170,7 @@ class LtGemm:
             raise ValueError("an FP8 LtGemm needs weight_scale and act_scale")
         if not self.fp8 and (out_scale or weight_scale is not None or act_scale is not None):
             raise ValueError("scales apply to FP8 GEMMs only")
-        self.lt = _Lt.get()
+        self.lt = _Lt.get(weight.device)
         self.weight, self.weight_scale, self.act_scale = weight, weight_scale, act_scale
         self.bias = bias.contiguous() if bias is not None else None
         self.n, self.k = weight.shape
@@ -267,8 +274,10 @@ class LtGemm:
             return out
         layout_b, layout_c, layout_d, best = self._plan(m)
         algo = heuristic if heuristic is not None else best
+        if x.device != self.lt.device:
+            raise ValueError(f"the input is on {x.device}, the GEMM's weight on {self.lt.device}")
         stream = torch.cuda.current_stream(x.device)
-        workspace = self.lt.workspace(stream, x.device)
+        workspace = self.lt.workspace(stream)
         status = self.lt.lib.cublasLtMatmul(
             self.lt.handle,
             self.desc,

@@ -241,6 +241,8 @@ class PackedBert:
         if self.attention != "sdpa" and self.device.type != "cuda":
             raise ValueError(f"attention={self.attention} needs a CUDA device; on {self.device} use sdpa")
         self.triton_attention: Callable[..., Tensor] | None = None
+        # The Triton kernel's tile shape: None is its default; the runner sets the one tuning chose on this GPU.
+        self.attention_config: Any = None
         if self.attention == "triton":
             from code.bert.packed.attention import varlen_attention  # imports triton: CUDA only
 
@@ -280,7 +282,8 @@ class PackedBert:
         if self.triton_attention is not None:
             qkv = layer.matmul("qkv", x, xq)  # the bias is added by the attention kernel as it loads q, k, v
             a = self.triton_attention(
-                qkv, cu_seqlens, max_len, self.scale, heads, qkv_bias=layer.bqkv, out_fp8_scale=wo_scale
+                qkv, cu_seqlens, max_len, self.scale, heads, qkv_bias=layer.bqkv, out_fp8_scale=wo_scale,
+                config=self.attention_config,
             )
             return (None, a) if wo_scale else (a, None)
         qkv = layer.matmul("qkv", x, xq, layer.bqkv)

@@ -82,11 +82,11 @@ class PackedRunner:
             gelu_in_gemm=kernels.gelu_in_gemm,
         )
         if kernels.attention_kernel == "triton":
-            from code.bert.packed.tuning import tune
+            from code.bert.packed.tuning import fastest, tune
 
             # Pick the attention kernel's tile shape on a realistic batch once, before any graph is captured.
             cfg = model.config
-            tune(cfg.num_heads, cfg.head_dim, dtype, device)
+            self.model.attention_config = fastest(tune(cfg.num_heads, cfg.head_dim, dtype, device))
         self.max_batch = max(1, max_batch)
         self.max_tokens = round_up(self.max_batch * MAX_SEQ_LENGTH, TOKEN_ALIGN)
         self.max_words = layout_words(self.max_tokens, self.max_batch)
@@ -95,7 +95,7 @@ class PackedRunner:
         with torch.inference_mode():
             self._warm_up()
             self.contexts = [_Context(self) for _ in range(max(1, contexts))]
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
         self._local = threading.local()
         self._next = 0
         self._assign = threading.Lock()

@@ -34,9 +34,9 @@ def tune(
     out_fp8_scale: float | None = None,
     candidates: list[attention.AttentionConfig] | None = None,
 ) -> dict[attention.AttentionConfig, float]:
-    """Time each candidate config on a realistic packed batch; keep the fastest for ``(head_dim, dtype)`` (in
-    ``attention.TUNED``) and as ``attention.DEFAULT_CONFIG``. Returns ``{config: ms per call}`` (``inf`` for a
-    config that failed, e.g. out of shared memory at a large head_dim).
+    """Time each candidate config on a realistic packed batch. Returns ``{config: ms per call}`` (``inf`` for a
+    config that failed, e.g. out of shared memory at a large head_dim); ``fastest`` picks the winner, which the
+    caller keeps with its model (one choice per model instance: two models on two GPUs each keep their own).
 
     ``lengths`` default: ``tuning_lengths()``, 512 SQuAD-like features (~83k tokens, what one Offline batch of
     BERT-large holds). Each
@@ -84,8 +84,10 @@ def tune(
         except Exception as e:  # e.g. triton's OutOfResources for a large tile at head_dim 128: not a candidate here
             warnings.warn(f"tune: {cfg} failed: {type(e).__name__}: {e}", stacklevel=2)
             results[cfg] = float("inf")
-    best = min(results, key=results.__getitem__)
-    if math.isfinite(results[best]):
-        attention.TUNED[(head_dim, dtype)] = best
-        attention.DEFAULT_CONFIG = best
     return results
+
+
+def fastest(results: dict[attention.AttentionConfig, float]) -> attention.AttentionConfig:
+    """The fastest config of a ``tune`` result; ``attention.DEFAULT_CONFIG`` when every candidate failed."""
+    best = min(results, key=results.__getitem__, default=attention.DEFAULT_CONFIG)
+    return best if math.isfinite(results.get(best, math.inf)) else attention.DEFAULT_CONFIG

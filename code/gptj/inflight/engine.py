@@ -130,17 +130,21 @@ class InflightEngine:
         self.logits.copy_(logits)
 
     def _capture(self) -> None:
-        """Warm up (Triton compiles, cuBLAS picks kernels) with every slot free, then capture one step."""
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.inference_mode(), torch.cuda.stream(stream):
-            for _ in range(2):
+        """Warm up (Triton compiles, cuBLAS picks kernels) with every slot free, then capture one step. Both on a
+        stream of the model's own GPU, with that GPU current: PyTorch's default capture stream is one per process,
+        made on whichever GPU asked first, and Triton launches on the current GPU."""
+        device = self.model.device
+        with torch.cuda.device(device):
+            stream = torch.cuda.Stream(device)
+            stream.wait_stream(torch.cuda.current_stream(device))
+            with torch.inference_mode(), torch.cuda.stream(stream):
+                for _ in range(2):
+                    self._step_eager()
+            torch.cuda.current_stream(device).wait_stream(stream)
+            self._graph = torch.cuda.CUDAGraph()
+            with torch.inference_mode(), torch.cuda.graph(self._graph, stream=stream):
                 self._step_eager()
-        torch.cuda.current_stream().wait_stream(stream)
-        self._graph = torch.cuda.CUDAGraph()
-        with torch.inference_mode(), torch.cuda.graph(self._graph):
-            self._step_eager()
-        torch.cuda.synchronize()
+            torch.cuda.synchronize(device)
 
     def _step(self) -> None:
         if self._graph is not None:

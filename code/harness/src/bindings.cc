@@ -9,13 +9,16 @@
 #include <vector>
 
 #include "continuous_runner.h"
+#include "error_state.h"
 #include "test_runner.h"
 #include "timeline.h"
+#include "worker_channel.h"
 
 namespace py = pybind11;
 
 PYBIND11_MODULE(_mlperf_harness, m) {
   m.doc() = "C++ core of the MLPerf harness: LoadGen SUT/QSL and the batcher (use code.harness.core)";
+  py::register_exception<harness::DeviceError>(m, "DeviceError", PyExc_RuntimeError);
 
   m.def(
       "run_test",
@@ -47,8 +50,9 @@ PYBIND11_MODULE(_mlperf_harness, m) {
       py::arg("sample_lengths"),
       py::arg("runners"), py::arg("device_names"), py::arg("load_samples") = py::none(),
       py::arg("unload_samples") = py::none(),
-      "Run one LoadGen test (once per process) with one runner per device. Raises a runner's first exception after "
-      "the test ends.");
+      "Run one LoadGen test (once per process) with one runner per device: a Python runner (run_batch or "
+      "run_continuous) or a worker process's connections (an object with worker_fds and continuous). Raises a "
+      "runner's first error after the test ends.");
 
   py::class_<harness::ContinuousSession>(
       m, "ContinuousSession", "The issued-sample queue and completion path of a continuous-batching engine")
@@ -98,6 +102,26 @@ PYBIND11_MODULE(_mlperf_harness, m) {
       },
       "The completed samples of the last test, in completion order: (QSL index, issue time s, completion time s, "
       "device index), times since the test started.");
+
+  // The worker protocol's message numbers and header layout, for its Python end (code/harness/workers.py).
+  py::dict messages;
+  for (const auto& [name, value] : std::initializer_list<std::pair<const char*, harness::Message>>{
+           {"BATCH", harness::Message::kBatch},
+           {"RESPONSES", harness::Message::kResponses},
+           {"ERROR", harness::Message::kError},
+           {"TAKE", harness::Message::kTake},
+           {"TAKEN", harness::Message::kTaken},
+           {"CLOSED", harness::Message::kClosed},
+           {"COMPLETE", harness::Message::kComplete},
+           {"DONE", harness::Message::kDone},
+           {"READY", harness::Message::kReady},
+           {"END", harness::Message::kEnd},
+           {"STATS", harness::Message::kStats},
+       }) {
+    messages[name] = static_cast<std::uint32_t>(value);
+  }
+  m.attr("WORKER_MESSAGES") = messages;
+  m.attr("WORKER_HEADER_BYTES") = sizeof(harness::MessageHeader);
 
   m.def(
       "loadgen_version", [] { return mlperf::LoadgenVersion(); }, "The version of the LoadGen compiled in.");

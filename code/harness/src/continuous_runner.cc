@@ -153,11 +153,7 @@ void ContinuousRunner::ThreadMain() {
   PythonBatchRunner::DetachWorkerThread();
   // Whatever is taken and not completed, and whatever LoadGen issues until the test ends, gets an empty response.
   session_->CompleteInFlightEmpty();
-  std::vector<mlperf::QuerySample> rest;
-  while (batcher_->Take(SIZE_MAX, std::chrono::milliseconds(50), &rest)) {
-    if (rest.empty()) continue;
-    CompleteWithEmptyResponses(rest, device_);
-  }
+  AnswerEmptyUntilStopped(batcher_, device_);
 }
 
 }  // namespace harness

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "batcher.h"
+#include "device_runner.h"
 #include "error_state.h"
 
 namespace harness {
@@ -62,16 +63,16 @@ class ContinuousSession {
   bool closed_ = false;  // written and read with the GIL held
 };
 
-class ContinuousRunner {
+class ContinuousRunner : public EngineDriver {
  public:
   // Must be constructed and destroyed with the GIL held (it keeps a reference to the runner).
   // `device`: the engine's index (its completions are counted for it); `where` names it in errors.
   ContinuousRunner(const pybind11::object& runner, Batcher* batcher, ErrorState* errors, std::size_t device,
                    std::string where);
-  ~ContinuousRunner();
+  ~ContinuousRunner() override;
 
-  void Start();  // call without the GIL
-  void Join();   // call without the GIL, after batcher->Stop()
+  void Start() override;
+  void Join() override;
 
  private:
   void ThreadMain();

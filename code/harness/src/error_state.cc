@@ -39,7 +39,7 @@ void ErrorState::RethrowIfFailed() {
     if (pybind11::hasattr(value, "add_note")) value.attr("add_note")("raised in " + where_ + " (mlperf_harness)");
     throw error;  // pybind11 restores the original Python exception (type, message, traceback)
   }
-  throw std::runtime_error(message_);
+  throw DeviceError(message_);
 }
 
 }  // namespace harness

@@ -10,13 +10,22 @@
 #include <atomic>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace harness {
 
+// What run_test raises for a recorded message (a worker's failure, a runner's answer that does not fit its batch):
+// Python sees it as _mlperf_harness.DeviceError, a RuntimeError, so a caller tells a device's failure during the
+// test from a mistake in run_test's arguments.
+class DeviceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class ErrorState {
  public:
-  // Both Record functions must be called with the GIL held (the Python error object and stderr need it).
+  // RecordPython must be called with the GIL held (it keeps the Python error object); RecordMessage needs no GIL.
   // Only the first error is kept: later ones are usually consequences of it.
   // `where` names the callback, and the device when there are several ("run_batch on cuda:1").
   void RecordPython(const pybind11::error_already_set& error, const std::string& where);

@@ -75,13 +75,6 @@ std::vector<std::vector<std::uint8_t>> ResponsesFrom(const py::object& result, s
 
 }  // namespace
 
-void CompleteWithEmptyResponses(const std::vector<mlperf::QuerySample>& batch, std::size_t device) {
-  std::vector<mlperf::QuerySampleResponse> responses;
-  responses.reserve(batch.size());
-  for (const auto& sample : batch) responses.emplace_back(sample.id, 0, 0);
-  CompleteSamples(responses.data(), responses.size(), device);
-}
-
 namespace {
 struct WorkerThreadState {
   PyGILState_STATE gil_state;

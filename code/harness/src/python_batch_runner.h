@@ -13,17 +13,18 @@
 #include <string>
 #include <vector>
 
+#include "device_runner.h"
 #include "error_state.h"
 
 namespace harness {
 
-class PythonBatchRunner {
+class PythonBatchRunner : public BatchRunner {
  public:
   // Must be constructed and destroyed with the GIL held (it keeps a reference to runner.run_batch). `device` is the
   // runner's index (its completions are counted for it); `where` names it in errors ("run_batch on cuda:1").
   PythonBatchRunner(const pybind11::object& runner, ErrorState* errors, std::size_t device, std::string where);
 
-  void RunBatch(const std::vector<mlperf::QuerySample>& batch);
+  void RunBatch(const std::vector<mlperf::QuerySample>& batch) override;
 
   // Worker hooks: give each worker thread one Python thread state for its whole life (created at start, without
   // keeping the GIL; deleted at exit, which takes the GIL briefly). Without them, every batch would create and
@@ -40,8 +41,5 @@ class PythonBatchRunner {
   std::size_t device_;
   std::string where_;
 };
-
-// After an error no more Python is called; LoadGen still needs every issued sample completed to end its test.
-void CompleteWithEmptyResponses(const std::vector<mlperf::QuerySample>& batch, std::size_t device);
 
 }  // namespace harness

@@ -1,6 +1,7 @@
 #include "test_runner.h"
 
 #include <loadgen.h>
+#include <pybind11/stl.h>
 #include <test_settings.h>
 
 #include <atomic>
@@ -21,6 +22,7 @@
 #include "sample_library.h"
 #include "batching_sut.h"
 #include "timeline.h"
+#include "worker_runners.h"
 
 namespace py = pybind11;
 
@@ -109,6 +111,22 @@ std::string WhereOf(const char* callback, const std::vector<std::string>& device
          std::to_string(device_names.size()) + ")";
 }
 
+// What drives one device: a worker process (the runner object carries its socket's file descriptors) or a Python
+// runner in this process.
+struct DeviceKind {
+  bool worker;
+  bool continuous;
+};
+
+DeviceKind KindOf(const py::object& runner) {
+  if (py::hasattr(runner, "worker_fds")) return {true, runner.attr("continuous").cast<bool>()};
+  const bool continuous = py::hasattr(runner, "run_continuous");
+  if (!continuous && !py::hasattr(runner, "run_batch")) {
+    throw py::type_error("runner has neither run_batch nor run_continuous (nor worker_fds)");
+  }
+  return {false, continuous};
+}
+
 }  // namespace
 
 void RunTest(const RunConfig& config, const py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>& lengths,
@@ -121,16 +139,30 @@ void RunTest(const RunConfig& config, const py::array_t<std::int64_t, py::array:
     throw py::value_error("device_names must name each runner's device: " + std::to_string(runners.size()) +
                           " runners, " + std::to_string(device_names.size()) + " names");
   }
-  // A runner with run_continuous pulls samples itself (continuous batching); otherwise the batcher's workers call
-  // its run_batch. All runners of a test are of one kind.
-  const bool continuous = py::hasattr(runners[0], "run_continuous");
-  Validate(config, static_cast<std::size_t>(lengths.size()), continuous);
-  for (const auto& runner : runners) {
-    if (py::hasattr(runner, "run_continuous") != continuous) {
+  // A continuous runner pulls samples itself (continuous batching); otherwise the batcher's workers hand it
+  // batches. All runners of a test are of one kind.
+  std::vector<DeviceKind> kinds;
+  for (const auto& runner : runners) kinds.push_back(KindOf(runner));
+  const bool continuous = kinds[0].continuous;
+  for (const auto& kind : kinds) {
+    if (kind.continuous != continuous) {
       throw py::type_error("runners mix run_batch and run_continuous; one test runs one kind on every device");
     }
-    if (!continuous && !py::hasattr(runner, "run_batch")) {
-      throw py::type_error("runner has neither run_batch nor run_continuous");
+  }
+  Validate(config, static_cast<std::size_t>(lengths.size()), continuous);
+  std::vector<std::vector<int>> worker_fds(runners.size());
+  bool any_python = false;
+  for (std::size_t d = 0; d < runners.size(); ++d) {
+    if (!kinds[d].worker) {
+      any_python = true;
+      continue;
+    }
+    worker_fds[d] = runners[d].attr("worker_fds").cast<std::vector<int>>();
+    const std::size_t needed = continuous ? 1 : config.num_workers;
+    if (worker_fds[d].size() != needed) {
+      throw py::value_error("the worker of " + device_names[d] + " has " + std::to_string(worker_fds[d].size()) +
+                            " connections; this test needs " + std::to_string(needed) +
+                            (continuous ? " (continuous batching)" : " (one per batcher thread, num_workers)"));
     }
   }
   for (const auto& callback : {load_samples, unload_samples}) {
@@ -152,11 +184,15 @@ void RunTest(const RunConfig& config, const py::array_t<std::int64_t, py::array:
   SampleLibrary qsl(config.total_sample_count, config.performance_sample_count, load_samples, unload_samples,
                          &errors);
   const std::size_t devices = runners.size();
-  std::vector<std::unique_ptr<PythonBatchRunner>> batch_runners;
+  std::vector<std::unique_ptr<BatchRunner>> batch_runners;
   if (!continuous) {
     for (std::size_t d = 0; d < devices; ++d) {
-      batch_runners.push_back(
-          std::make_unique<PythonBatchRunner>(runners[d], &errors, d, WhereOf("run_batch", device_names, d)));
+      const std::string where = WhereOf("run_batch", device_names, d);
+      if (kinds[d].worker) {
+        batch_runners.push_back(std::make_unique<WorkerBatchRunner>(worker_fds[d], &errors, d, where));
+      } else {
+        batch_runners.push_back(std::make_unique<PythonBatchRunner>(runners[d], &errors, d, where));
+      }
     }
   }
   BatcherConfig batcher_config;
@@ -166,18 +202,27 @@ void RunTest(const RunConfig& config, const py::array_t<std::int64_t, py::array:
   batcher_config.num_devices = devices;
   batcher_config.sort_by_length = config.sort_by_length;
   batcher_config.batch_timeout = std::chrono::microseconds(config.batch_timeout_us);
+  // Batcher threads get a Python thread state for their life only where a Python runner runs in this process.
+  const WorkerHooks hooks = any_python && !continuous
+                                ? WorkerHooks{PythonBatchRunner::AttachWorkerThread,
+                                              PythonBatchRunner::DetachWorkerThread}
+                                : WorkerHooks{};
   Batcher batcher(
       batcher_config, std::move(sample_lengths),
       [&batch_runners](std::size_t device, const std::vector<mlperf::QuerySample>& batch) {
         batch_runners[device]->RunBatch(batch);
       },
-      WorkerHooks{PythonBatchRunner::AttachWorkerThread, PythonBatchRunner::DetachWorkerThread});
+      hooks);
   BatchingSut sut(&batcher);
-  std::vector<std::unique_ptr<ContinuousRunner>> engines;
+  std::vector<std::unique_ptr<EngineDriver>> engines;
   if (continuous) {
     for (std::size_t d = 0; d < devices; ++d) {
-      engines.push_back(std::make_unique<ContinuousRunner>(runners[d], &batcher, &errors, d,
-                                                           WhereOf("run_continuous", device_names, d)));
+      const std::string where = WhereOf("run_continuous", device_names, d);
+      if (kinds[d].worker) {
+        engines.push_back(std::make_unique<WorkerEngine>(worker_fds[d][0], &batcher, &errors, d, where));
+      } else {
+        engines.push_back(std::make_unique<ContinuousRunner>(runners[d], &batcher, &errors, d, where));
+      }
     }
   }
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from code.actions.run_devices import run_on_devices
 from code.common.audits import write_baseline_log
 from code.common.benchmarks import AccuracyReport, PreparedTest, load_benchmark
 from code.common.config import ResolvedConfig, WorkloadSetting
@@ -90,7 +91,8 @@ def resolve_from_spec(spec: dict[str, Any]) -> ResolvedConfig:
                           spec["overrides"], warn_tuned=False)
 
 
-def run_single_test(spec: dict[str, Any]) -> TestResult:
+def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
+    """Run the test ``spec`` describes (``spec_file`` holds it: a several-device test's workers read it too)."""
     from code.harness.core import progress, run_test, timeline
 
     config = resolve_from_spec(spec)
@@ -117,10 +119,17 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
     user_conf = write_user_conf(config, prepared.total_sample_count, log_dir, device_share=share)
     settings = core_settings(config, mode, prepared, user_conf, log_dir)
     loaded = time.time()
-    log.info("loaded in %.1f s; starting LoadGen", loaded - started)
     log.debug("LoadGen settings: %s; user.conf: %s", settings, user_conf)
-    with ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf), progress_period_s()):
-        run_test(settings, prepared.sample_lengths, prepared.runners, device_names=prepared.devices)
+
+    def run_loadgen(runners: list[Any]) -> None:
+        nonlocal loaded
+        loaded = time.time()
+        log.info("loaded in %.1f s; starting LoadGen", loaded - started)
+        with ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf),
+                              progress_period_s()):
+            run_test(settings, prepared.sample_lengths, runners, device_names=prepared.devices)
+
+    report = run_on_devices(prepared, spec_file, config["num_workers"], config["round"], run_loadgen)
     log.info("LoadGen finished in %.1f s", time.time() - loaded)
     times = timeline(settings.round).with_lengths(prepared.sample_lengths).with_device_names(prepared.devices)
     save_sample_times(times, log_dir)
@@ -156,8 +165,9 @@ def run_single_test(spec: dict[str, Any]) -> TestResult:
         "versions": software,
         "user_conf": user_conf.read_text(),
         "command": sys.argv,
-        "devices": {"used": prepared.devices, "expected_qps_share": share, "completed": times.per_device()},
-        **({"engine_stats": prepared.engine_stats()} if prepared.engine_stats else {}),
+        "devices": {"used": prepared.devices, "expected_qps_share": share, "completed": times.per_device(),
+                    "loadgen_process": report.loadgen_host, **({"workers": report.workers} if report.workers else {})},
+        **({"engine_stats": report.engine_stats} if report.engine_stats else {}),
         **({"audit_accuracy": audit_accuracy} if audit_accuracy else {}),
         # How the harness tuned this test's expected rate or latency first (a stored value, a probe), if it did.
         **({"tuning": spec["tuning"]} if spec.get("tuning") else {}),
@@ -251,9 +261,10 @@ def main() -> int:
         return 2
     die_with_parent()  # a test never runs on after the harness that started it is gone
     configure()  # the level the harness was started with (--verbose), through the environment
-    spec = json.loads(Path(sys.argv[1]).read_text())
+    spec_file = Path(sys.argv[1])
+    spec = json.loads(spec_file.read_text())
     try:
-        run_single_test(spec)
+        run_single_test(spec, spec_file)
     except Exception as error:
         message = describe(error, writing_in=Path(spec["log_dir"]))
         if message is None:

@@ -28,7 +28,7 @@ from code.common.benchmarks import (
 )
 from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
-from code.common.devices import backends_per_device, resolve_cpu_threads, resolve_devices
+from code.common.devices import backend_on, resolve_cpu_threads, resolve_devices, torch_device
 from code.common.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import DATA_DIR, ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
@@ -59,7 +59,7 @@ def backend_context(config: ResolvedConfig, choice: InputChoice, features: Any =
     features. Resolving the devices first refuses an engine the device cannot run before it is built."""
     from code.bert.backends import BackendContext
 
-    return BackendContext(device=resolve_devices(config)[0], cpu_threads=resolve_cpu_threads(config),
+    return BackendContext(device=torch_device(resolve_devices(config)[0]), cpu_threads=resolve_cpu_threads(config),
                           checkpoint=choice.checkpoint,
                           engines_dir=ENGINES_DIR / config.system / "bert" / config.scenario.value, features=features)
 
@@ -135,7 +135,9 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                                          f"{len(features)} samples"]
     context = backend_context(config, choice, features)
     chosen = backend_class(config["backend"])
-    devices, backends = backends_per_device(config, chosen, context)
+
+    def runner_on(device: str, name: str) -> BertRunner:
+        return BertRunner(features, backend_on(device, config, chosen, context, name))
 
     def evaluate(log_dir: Path) -> AccuracyReport:
         from code.bert.accuracy import evaluate_accuracy_log
@@ -153,9 +155,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                               figures={"exact_match": result.exact_match, "f1": result.f1,
                                        "target_f1": result.target_f1})
 
-    return prepared_test(features.lengths, [BertRunner(features, backend) for backend in backends], evaluate,
-                         provenance, input_lengths=features.describe_lengths(), devices=devices,
-                         cpu_threads=context.cpu_threads)
+    return prepared_test(features.lengths, runner_on, evaluate, provenance, input_lengths=features.describe_lengths(),
+                         devices=resolve_devices(config), cpu_threads=context.cpu_threads)
 
 
 def first_samples(features: Any, count: int | None) -> Any:

@@ -80,19 +80,25 @@ class AccuracyReport:
                 "failures": list(self.failures), "summary": self.summary, **self.figures}
 
 
+# device (a torch device: "cuda:0", "cpu") and the run's name for it -> the runner of one backend instance there
+RunnerFactory = Callable[[str, str], Any]
+
+
 @dataclass
 class PreparedTest:
-    """Everything the C++ core needs for one test, plus how to score its accuracy log."""
+    """Everything the C++ core needs for one test, plus how to score its accuracy log.
+
+    The backend is not built here: ``runner_on`` builds one instance on one device when asked, in the LoadGen
+    process for a one-device run, in each worker process for several (code/harness/workers.py), so the LoadGen
+    process of a several-GPU run holds the data and the scorer, never a model.
+    """
 
     sample_lengths: np.ndarray  # int32, one per QSL sample: the batcher sorts by it
     performance_sample_count: int
-    runners: list[Any]  # code.harness.core.BatchRunner or ContinuousRunner, one per device
-    devices: list[str]  # the device of each runner ("cpu", "cuda:0", ...)
+    runner_on: RunnerFactory  # code.harness.core.BatchRunner or ContinuousRunner, with ``stats()`` if it counts
+    devices: list[str]  # the run's devices, one runner each ("cpu", "cuda:0", "cuda:1", "cpu:0", ...)
     evaluate_accuracy: Callable[[Path], AccuracyReport]  # log folder -> score (writes accuracy.txt there)
     provenance: InputsDescription  # inputs/weights used, and whether a result is valid
-    # The backend's own counters after the test (GPT-J inflight: generated tokens), for metadata.json: LoadGen
-    # infers GPT-J's tokens from a fixed factor, so only the engine knows how many it generated.
-    engine_stats: Callable[[], dict[str, Any]] | None = None
 
     @property
     def total_sample_count(self) -> int:
@@ -113,34 +119,37 @@ class BenchmarkModule(Protocol):
 
 def prepared_test(
     lengths: np.ndarray,
-    runners: list[Any],
+    runner_on: RunnerFactory,
     evaluate_accuracy: Callable[[Path], AccuracyReport],
     provenance: InputsDescription,
     *,
     input_lengths: dict[str, Any],
     devices: list[str],
     cpu_threads: int,
-    engine_stats: Callable[[], dict[str, Any]] | None = None,
 ) -> PreparedTest:
     """The end of every benchmark's ``prepare_test``: record the inputs' lengths, the devices (and, on a CPU,
     torch's threads, which change the figure) in the provenance, and hand the core int32 lengths of every sample
-    (all of them fit in memory, so the performance sample count is the whole set) and one runner per device."""
+    (all of them fit in memory, so the performance sample count is the whole set) and the way to build a runner on
+    a device, called with that device current (``on_device``)."""
     from code.common.devices import on_device  # devices.py imports this module's errors
 
-    if len(runners) != len(devices) or not runners:
-        raise ValueError(f"one runner per device: {len(runners)} runners for devices {devices}")
+    if not devices:
+        raise ValueError("a test runs on one device at least")
     provenance["input_lengths"] = input_lengths
     provenance["devices"] = list(devices)
     if devices == ["cpu"]:
         provenance["cpu_threads"] = cpu_threads
+
+    def runner_on_device(device: str, name: str) -> Any:
+        return on_device(runner_on(device, name), device)
+
     return PreparedTest(
         sample_lengths=np.ascontiguousarray(lengths, dtype=np.int32),
         performance_sample_count=len(lengths),
-        runners=[on_device(runner, device) for runner, device in zip(runners, devices, strict=True)],
+        runner_on=runner_on_device,
         devices=list(devices),
         evaluate_accuracy=evaluate_accuracy,
         provenance=provenance,
-        engine_stats=engine_stats,
     )
 
 

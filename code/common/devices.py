@@ -1,4 +1,5 @@
-"""Where a model runs: the ``device``, ``devices`` and ``cpu_threads`` fields made concrete, in one place.
+"""Where a model runs: the ``device``, ``devices``, ``cpu_workers`` and ``cpu_threads`` fields made concrete, in one
+place.
 
 ``auto`` means the same everywhere (a run, engine calibration, the fine-tuning tool): cuda when PyTorch sees a
 GPU, else cpu. A run resolves its device once, here, and checks it, so that a GPU that is not there or a
@@ -6,17 +7,19 @@ precision the device cannot run stops the run before it runs something other tha
 name and metadata.json say.
 
 Devices: a GPU run uses every GPU PyTorch sees (``devices=all``; CUDA_VISIBLE_DEVICES narrows what it sees) or the
-indices ``devices`` lists, one backend instance each; ``device=cuda:N`` is the one-GPU spelling of ``devices=N``.
-SingleStream has one sample in flight, so ``all`` means the first GPU there (more would only load more copies).
-A CPU run has one device. Each instance is built, and each runner called, with its GPU as the thread's current
-device: kernels that launch on the current device (Triton's), and streams and graphs created without one, land on
-the instance's GPU.
+indices ``devices`` lists; ``device=cuda:N`` is the one-GPU spelling of ``devices=N``. SingleStream has one sample
+in flight, so ``all`` means the first GPU there (more would only load more copies). A CPU run has one device, or
+``cpu_workers`` of them (``cpu:0``, ``cpu:1``, ...: worker processes that share the CPUs, which exercise the
+several-device path on a machine without GPUs). One device runs in the LoadGen process; several run in worker
+processes, one per device (code/harness/workers.py). An instance built in the LoadGen process is built, and its
+runner called, with its GPU as the thread's current device: kernels that launch on the current device (Triton's),
+and streams and graphs created without one, land on the instance's GPU.
 
 CPU threads: torch's default is the machine's physical cores (or ``OMP_NUM_THREADS``). Two things make that wrong
 for a run:
 
-- A container or ``taskset`` may allow fewer CPUs than the machine has; oversubscribed threads are slower, so the
-  default is capped at the allowed CPUs.
+- A container, ``taskset`` or a worker's pinning may allow fewer CPUs than the machine has; oversubscribed threads
+  are slower, so the default is capped at the allowed CPUs.
 - In Server, LoadGen's issue thread and the C++ batchers must be scheduled the moment a query arrives. With every
   allowed core busy in torch (whose OpenMP threads also spin-wait between ops), they are not, and p99 latency
   swings by several times (``documentation/performance.md``, "CPU threads in Server"). So Server leaves one core
@@ -83,7 +86,13 @@ def resolve_devices(config: ResolvedConfig) -> list[str]:
             raise InputsUnavailableError(f"--devices={devices} names GPUs, and this run is on the CPU "
                                          f"({'--device=cpu' if config['device'] == 'cpu' else 'PyTorch sees no GPU'})"
                                          "; leave --devices out, or run on a GPU")
-        return ["cpu"]
+        workers = config["cpu_workers"]
+        if workers == 1 or config.scenario is Scenario.SingleStream:
+            return ["cpu"]
+        return [f"cpu:{i}" for i in range(workers)]
+    if config["cpu_workers"] != 1:
+        raise InputsUnavailableError(f"--cpu_workers={config['cpu_workers']} is for runs on the CPU, and this run is "
+                                     f"on {device}; leave --cpu_workers out (a GPU run has one worker per GPU)")
     if ":" in device:
         index = device.split(":")[1]
         if devices not in ("all", index):
@@ -107,23 +116,25 @@ def resolve_devices(config: ResolvedConfig) -> list[str]:
     return [f"cuda:{i}" for i in indices]
 
 
-def backends_per_device(config: ResolvedConfig, backend_class: Any, context: Any) -> tuple[list[str], list[Any]]:
-    """The run's devices and one instance of the chosen backend on each, its options read from the config and the
+def torch_device(name: str) -> str:
+    """The torch device a run's device stands for: ``cpu:1`` (one of several CPU workers) is the CPU."""
+    return "cpu" if name.startswith("cpu") else name
+
+
+def backend_on(device: str, config: ResolvedConfig, backend_class: Any, context: Any, name: str | None = None) -> Any:
+    """One instance of the chosen backend on ``device`` (a torch device), its options read from the config and the
     benchmark's context (a dataclass with a ``device`` field) on that device. A device that runs out of memory while
-    its instance loads stops the run with the device named and the fix; other errors pass unchanged."""
-    devices = resolve_devices(config)
-    made = []
-    for device in devices:
-        try:
-            with current_device(device):
-                made.append(backend_class(backend_class.options_from(config, replace(context, device=device))))
-        except Exception as error:
-            if type(error).__name__ != "OutOfMemoryError":  # torch.cuda.OutOfMemoryError, without importing torch
-                raise
-            raise BenchmarkError(f"{device} ran out of memory while its backend instance loaded ({error}); free that "
-                                 "GPU (nvidia-smi shows what holds it), leave it out with --devices, or lower "
-                                 "--gpu_batch_size") from error
-    return devices, made
+    the instance loads stops the run with the device named (as ``name``, the run's name for it: a worker sees its
+    GPU as cuda:0) and the fix; other errors pass unchanged."""
+    try:
+        with current_device(device):
+            return backend_class(backend_class.options_from(config, replace(context, device=device)))
+    except Exception as error:
+        if type(error).__name__ != "OutOfMemoryError":  # torch.cuda.OutOfMemoryError, without importing torch
+            raise
+        raise BenchmarkError(f"{name or device} ran out of memory while its backend instance loaded ({error}); free "
+                             "that GPU (nvidia-smi shows what holds it), leave it out with --devices, or lower "
+                             "--gpu_batch_size") from error
 
 
 @contextmanager
@@ -146,6 +157,9 @@ class _BatchesOn:
         with current_device(self.device):
             return self.runner.run_batch(sample_indices)
 
+    def __getattr__(self, name: str) -> Any:  # the runner's other methods (stats) as they are
+        return getattr(self.runner, name)
+
 
 class _ContinuousOn:
     def __init__(self, runner: Any, device: str) -> None:
@@ -154,6 +168,9 @@ class _ContinuousOn:
     def run_continuous(self, session: Any) -> None:
         with current_device(self.device):
             self.runner.run_continuous(session)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.runner, name)
 
 
 def on_device(runner: Any, device: str) -> Any:

@@ -154,6 +154,9 @@ FIELDS: dict[str, Field] = {
         Field("cpu_threads", int, 0, "On a CPU device: torch's intra-op threads; 0: torch's default capped at "
               "the CPUs the process may use, one fewer in Server (LoadGen's threads need a free core; "
               "code/common/devices.py)", range=Range(0, 4096)),
+        Field("cpu_workers", int, 1, "On the CPU: worker processes, each a device with its share of the CPUs, as a "
+              "GPU run has one per GPU (for tests of the several-device path; 1: the model runs in the LoadGen "
+              "process)", range=Range(1, 64)),
         Field("model_name", str, None, "Model architecture: the MLPerf model (bert: large, gptj: 6b; set by each "
               "benchmark's base config) or a small one for tests (tiny)"),
         Field("weights", str, "auto", "auto: the downloaded checkpoint, else random weights (performance only); "

@@ -7,6 +7,10 @@ run_harness starts one process per LoadGen test. Two rules keep such a process f
   SIGTERM from a timeout or a job scheduler, SIGHUP) becomes an ``Interrupted`` exception so it can do that.
 - It asks the kernel for SIGKILL when its parent dies (Linux ``PR_SET_PDEATHSIG``). That covers a parent killed
   outright (SIGKILL, the out-of-memory killer), which can run no cleanup of its own.
+
+A test of several devices starts one worker process per device (code/harness/workers.py) the same way, one level
+down: in the test's process group, killed by the kernel when the test process dies. The kernel sends that signal
+when the thread that started the child ends, so workers are started from the test's main thread.
 """
 
 from __future__ import annotations
@@ -68,6 +72,13 @@ def start_in_own_group(command: list[str], **popen_args: Any) -> subprocess.Pope
     """Start a child in a new process group, told our pid (see ``die_with_parent``); stdin is closed."""
     env = {**popen_args.pop("env", os.environ), PARENT_PID_ENV: str(os.getpid())}
     return subprocess.Popen(command, process_group=0, stdin=subprocess.DEVNULL, env=env, **popen_args)
+
+
+def start_child(command: list[str], **popen_args: Any) -> subprocess.Popen:
+    """Start a helper process of a test (a device's worker) in the test's own process group, told our pid (see
+    ``die_with_parent``): a stop of the group stops it with the test, and it dies with the test process."""
+    env = {**popen_args.pop("env", os.environ), PARENT_PID_ENV: str(os.getpid())}
+    return subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env, **popen_args)
 
 
 def stop_group(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> bool:

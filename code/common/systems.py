@@ -45,6 +45,7 @@ class GpuInfo:
     memory_bytes: int
     compute_capability: tuple[int, int]
     pcie: str = ""  # "PCIe Gen5 x16": the host link NVML reports at its maximum; "" when NVML does not say
+    pci_bus_id: str = ""  # NVML's "00000000:1B:00.0": where the GPU sits, for its NUMA node; "" when not said
 
     @property
     def short_name(self) -> str:
@@ -154,7 +155,8 @@ def detect_gpus(nvml: Any = None) -> tuple[tuple[GpuInfo, ...], str | None]:
             name = name.decode() if isinstance(name, bytes) else name
             memory = nvml.nvmlDeviceGetMemoryInfo(handle).total
             major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-            gpus.append(GpuInfo(name, int(memory), (int(major), int(minor)), _pcie_link(nvml, handle)))
+            gpus.append(GpuInfo(name, int(memory), (int(major), int(minor)), _pcie_link(nvml, handle),
+                                _bus_id(nvml, handle)))
         return tuple(gpus), None
     finally:
         nvml.nvmlShutdown()
@@ -164,6 +166,14 @@ def _pcie_link(nvml: Any, handle: Any) -> str:
     try:
         generation = nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)
         return f"PCIe Gen{generation} x{nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)}"
+    except Exception:  # not supported by this GPU or stand-in
+        return ""
+
+
+def _bus_id(nvml: Any, handle: Any) -> str:
+    try:
+        bus_id = nvml.nvmlDeviceGetPciInfo(handle).busId
+        return bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
     except Exception:  # not supported by this GPU or stand-in
         return ""
 

@@ -8,7 +8,6 @@ generated token ids (int32), which the accuracy scorer decodes for ROUGE.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from code.common.benchmarks import (
 )
 from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
-from code.common.devices import backends_per_device, resolve_cpu_threads, resolve_devices
+from code.common.devices import backend_on, resolve_cpu_threads, resolve_devices, torch_device
 from code.common.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
 from code.common.inputs import choose_inputs as choose_inputs_at
 from code.common.paths import ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
@@ -55,7 +54,7 @@ def backend_context(config: ResolvedConfig, choice: InputChoice, **more: Any) ->
     run's samples and references)."""
     from code.gptj.backends import BackendContext
 
-    return BackendContext(device=resolve_devices(config)[0], cpu_threads=resolve_cpu_threads(config),
+    return BackendContext(device=torch_device(resolve_devices(config)[0]), cpu_threads=resolve_cpu_threads(config),
                           checkpoint=choice.checkpoint,
                           engines_dir=ENGINES_DIR / config.system / "gptj" / config.scenario.value, **more)
 
@@ -161,6 +160,11 @@ class GptjContinuousRunner:
     def run_continuous(self, session: Any) -> None:
         self.backend.serve(session, self.samples.prompt, self.samples.forced_length)
 
+    def stats(self) -> dict[str, Any]:
+        """The engine's counters (generated tokens: LoadGen infers GPT-J's from a fixed factor, so only the engine
+        knows how many it generated), for metadata.json."""
+        return self.backend.stats() if hasattr(self.backend, "stats") else {}
+
 
 def first_samples(samples: Any, count: int) -> Any:
     """The first ``count`` prompts (all of them when there are fewer): ``--num_samples``."""
@@ -209,7 +213,10 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     context = backend_context(config, choice, max_prompt_length=samples.max_length,
                               references_text=references_text if tokenizer else None, tokenizer=tokenizer)
     chosen = backend_class(config["backend"])
-    devices, backends = backends_per_device(config, chosen, context)
+
+    def runner_on(device: str, name: str) -> GptjRunner | GptjContinuousRunner:
+        backend = backend_on(device, config, chosen, context, name)
+        return GptjContinuousRunner(samples, backend) if hasattr(backend, "serve") else GptjRunner(samples, backend)
 
     def evaluate(log_dir: Path) -> AccuracyReport:
         from code.gptj.accuracy import GEN_LEN_TARGET, evaluate_accuracy_log
@@ -235,25 +242,5 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                      "rougeLsum": float(result.rougeLsum), "gen_len": result.gen_len, "gen_num": result.gen_num,
                      "targets": result.targets, "sentence_splitter": result.splitter})
 
-    runner_class = GptjContinuousRunner if hasattr(backends[0], "serve") else GptjRunner
-    return prepared_test(samples.lengths, [runner_class(samples, backend) for backend in backends], evaluate,
-                         provenance, input_lengths=samples.describe_lengths(), devices=devices,
-                         cpu_threads=context.cpu_threads, engine_stats=combined_stats(backends))
-
-
-def combined_stats(backends: list[Any]) -> Callable[[], dict[str, Any]] | None:
-    """The engines' counters for metadata.json: one engine's as they are; several engines' counts summed, each
-    engine's beside them (``per_device``)."""
-    if not hasattr(backends[0], "stats"):
-        return None
-    if len(backends) == 1:
-        return backends[0].stats
-
-    def stats() -> dict[str, Any]:
-        each = [backend.stats() for backend in backends]
-        # Counts and mean running slots add up over the engines; they ran side by side, so the time is the longest.
-        total = {key: sum(one[key] for one in each) for key, value in each[0].items()
-                 if isinstance(value, int | float) and key != "seconds"}
-        return {**total, "seconds": max(one.get("seconds", 0.0) for one in each), "per_device": each}
-
-    return stats
+    return prepared_test(samples.lengths, runner_on, evaluate, provenance, input_lengths=samples.describe_lengths(),
+                         devices=resolve_devices(config), cpu_threads=context.cpu_threads)

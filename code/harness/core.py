@@ -229,7 +229,37 @@ class SampleTimes:
                        device_names=tuple(str(n) for n in data["device_names"]) if "device_names" in data else ())
 
 
-Runner = BatchRunner | ContinuousRunner
+class WorkerConnections(Protocol):
+    """A device whose backend runs in a worker process (code/harness/workers.py): the core exchanges batches and
+    responses with it over these sockets, with no Python in the per-sample path of this process."""
+
+    worker_fds: list[int]  # one socket per batcher thread of the device (a continuous engine uses one)
+    continuous: bool  # whether the worker runs a continuous engine (it pulls samples) or answers batches
+
+
+Runner = BatchRunner | ContinuousRunner | WorkerConnections
+
+
+def is_continuous(runner: Runner) -> bool:
+    """Whether a runner pulls samples itself (continuous batching) rather than answering the batcher's batches."""
+    if hasattr(runner, "worker_fds"):
+        return bool(runner.continuous)
+    return callable(getattr(runner, "run_continuous", None))
+
+
+def device_error(round_name: str = DEFAULT_ROUND) -> type[RuntimeError]:
+    """The exception ``run_test`` raises, after the test, for a device that failed in it with a message (a worker's
+    error or end, a runner's answer that does not fit its batch): a RuntimeError of its own class, so a caller tells
+    it from a mistake in the arguments."""
+    error: type[RuntimeError] = _module(round_name).DeviceError
+    return error
+
+
+def worker_messages(round_name: str = DEFAULT_ROUND) -> dict[str, int]:
+    """The worker protocol's message numbers as the core defines them (worker_channel.h), for checking the Python
+    end against, and the header's size under ``"HEADER_BYTES"``."""
+    module = _module(round_name)
+    return {**dict(module.WORKER_MESSAGES), "HEADER_BYTES": int(module.WORKER_HEADER_BYTES)}
 
 
 def run_test(
@@ -242,9 +272,10 @@ def run_test(
 ) -> None:
     """Run one LoadGen test and block until it ends; LoadGen's logs land in settings.log_dir.
 
-    runner: one runner, or one per device (all of one kind); the core's batcher feeds them from one queue (the
-    least loaded device takes the next batch; each continuous engine takes what it has room for). device_names:
-    one per runner, for errors and per-device figures (default "device 0", ...).
+    runner: one runner, or one per device (all of one kind); a runner is a Python runner in this process or a
+    worker process's connections (``WorkerConnections``). The core's batcher feeds them from one queue (the least
+    loaded device takes the next batch; each continuous engine takes what it has room for). device_names: one per
+    runner, for errors and per-device figures (default "device 0", ...).
     sample_lengths: one length per QSL sample (the order Offline batches are cut in, longest first, when
     settings.sort_by_length). load_samples / unload_samples get the QSL indices LoadGen loads or unloads.
     An exception raised by a runner or a callback is re-raised here after LoadGen ends the test (the remaining
@@ -265,10 +296,11 @@ def run_test(
     if not runners:
         raise ValueError("runner: give one runner per device, at least one")
     for each in runners:
-        if not callable(getattr(each, "run_batch", None)) and not callable(getattr(each, "run_continuous", None)):
-            raise ValueError(f"runner must have a run_batch or run_continuous method ({type(each).__name__} has "
-                             f"neither)")
-    if len({callable(getattr(each, "run_continuous", None)) for each in runners}) > 1:
+        if not hasattr(each, "worker_fds") and not is_continuous(each) and not callable(getattr(each, "run_batch",
+                                                                                                  None)):
+            raise ValueError(f"runner must have a run_batch or run_continuous method, or be a worker's connections "
+                             f"({type(each).__name__} is none of them)")
+    if len({is_continuous(each) for each in runners}) > 1:
         raise ValueError("the runners mix run_batch and run_continuous; one test runs one kind on every device")
     names = [f"device {i}" for i in range(len(runners))] if device_names is None else [str(n) for n in device_names]
     if len(names) != len(runners):

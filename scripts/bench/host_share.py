@@ -27,6 +27,7 @@ from code.common.arguments import parse_run_args
 from code.common.benchmarks import load_benchmark
 from code.common.config import ResolvedConfig
 from code.common.constants import TestMode
+from code.common.devices import torch_device
 from code.common.paths import BUILD_DIR
 from code.common.run_logs import new_timestamped_dir
 from code.common.user_conf import write_user_conf
@@ -109,7 +110,8 @@ def measure(config: ResolvedConfig, log_dir: Path) -> dict[str, Any]:
 
     benchmark = load_benchmark(config.benchmark)
     prepared = benchmark.prepare_test(config, TestMode.PerformanceOnly)
-    runners = [timed(runner) for runner in prepared.runners]
+    device = prepared.devices[0]  # one device's backend, in this process: what one worker process costs
+    runners = [timed(prepared.runner_on(torch_device(device), device))]
     log_dir.mkdir(parents=True)
     user_conf = write_user_conf(config, prepared.total_sample_count, log_dir)
     settings = core_settings(config, TestMode.PerformanceOnly, prepared, user_conf, log_dir)
@@ -119,12 +121,12 @@ def measure(config: ResolvedConfig, log_dir: Path) -> dict[str, Any]:
     from code.harness.progress import PERIOD_S, ProgressReporter
 
     with ProgressReporter(lambda: progress(config["round"]), progress_shape(config, user_conf), PERIOD_S):
-        run_test(settings, prepared.sample_lengths, runners, device_names=prepared.devices)
+        run_test(settings, prepared.sample_lengths, runners, device_names=[device])
     wall = time.perf_counter() - started
     times = timeline(config["round"])
     duration = float(times.completed_s.max() - times.issued_s.min()) if len(times.index) else wall
     shares = [runner.clock.cpu_s / duration for runner in runners]
-    return {"benchmark": config.benchmark_name, "scenario": config.scenario.value, "devices": prepared.devices,
+    return {"benchmark": config.benchmark_name, "scenario": config.scenario.value, "devices": [device],
             "samples": len(times.index), "duration_s": round(duration, 2),
             "samples_per_s": round(len(times.index) / duration, 2),
             "runner_cpu_s": [round(runner.clock.cpu_s, 2) for runner in runners],

@@ -1,0 +1,103 @@
+"""One device of a several-device test: ``python -m code.actions.device_worker <test_spec.json> --device=cuda:1
+--fds=3,4 --cpus=0,1,2,3``.
+
+run_single_test (the LoadGen process) starts one per device (code/harness/workers.py). A worker pins itself to its
+CPUs before anything else loads (threads started later inherit the mask), builds the backend a one-device run
+builds, on the one GPU ``CUDA_VISIBLE_DEVICES`` shows it (or on the CPU), loads the samples it needs itself, says
+it is ready, and serves the core until the test ends. A failure to start is sent to the LoadGen process with the
+device named, and the run stops before LoadGen starts. Its output goes to the test's output; its log lines carry
+its device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from code.common.constants import ExitCode
+from code.common.placement import format_cpu_list
+
+DEVICE_WORKER_MODULE = "code.actions.device_worker"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=f"python -m {DEVICE_WORKER_MODULE}", description=__doc__.splitlines()[0])
+    parser.add_argument("spec", type=Path, help="the test's test_spec.json")
+    parser.add_argument("--device", required=True, help="the device as the run names it: cuda:1, cpu:0")
+    parser.add_argument("--fds", required=True, help="the inherited sockets' file descriptors, comma-separated")
+    parser.add_argument("--cpus", default="", help="the CPUs to run on, comma-separated (empty: all allowed)")
+    return parser.parse_args(argv)
+
+
+def worker_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The test's RUN_ARGS as a worker resolves them: it runs one device, the one GPU it sees (cuda:0) or the CPU
+    share it is pinned to, whatever devices the run as a whole uses."""
+    own = {**overrides, "devices": "all", "cpu_workers": 1}
+    if str(own.get("device", "")).startswith("cuda:"):
+        own["device"] = "cuda"
+    return own
+
+
+def gpu_identity(local_device: str) -> dict[str, Any]:
+    """The GPU the worker got (name and PCI bus id as CUDA reports them), to check against the plan; {} on a
+    CPU."""
+    if not local_device.startswith("cuda"):
+        return {}
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.device(local_device))
+    bus_id = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0".upper()
+    return {"gpu": props.name, "pci_bus_id": bus_id}
+
+
+def start_device(spec: dict[str, Any], device: str) -> tuple[Any, dict[str, Any]]:
+    """Resolve the test's config for this worker's one device, prepare the benchmark and build its runner; returns
+    the runner and what the worker reports when ready."""
+    from code.actions.run_single_test import resolve_from_spec
+    from code.common.benchmarks import load_benchmark
+    from code.common.constants import TestMode
+    from code.common.devices import torch_device
+
+    started = time.monotonic()
+    config = resolve_from_spec({**spec, "overrides": worker_overrides(spec["overrides"])})
+    prepared = load_benchmark(config.benchmark).prepare_test(config, TestMode(spec["mode"]))
+    local_device = torch_device(prepared.devices[0])
+    runner = prepared.runner_on(local_device, device)
+    ready = {"device": device, "local_device": local_device, "pid": os.getpid(), "load_s": round(time.monotonic() -
+             started, 1), "cpus": format_cpu_list(sorted(os.sched_getaffinity(0))), **gpu_identity(local_device)}
+    return runner, ready
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from code.common.supervision import die_with_parent
+
+    die_with_parent()  # a worker never outlives the test process that started it
+    if args.cpus:
+        os.sched_setaffinity(0, [int(cpu) for cpu in args.cpus.split(",")])
+    from code.common.faults import describe
+    from code.common.log import configure, get_logger
+    from code.harness.workers import Message, send, serve, worker_error
+
+    configure()
+    log = get_logger(f"worker {args.device}")
+    sockets = [socket.socket(fileno=int(fd)) for fd in args.fds.split(",")]
+    try:
+        runner, ready = start_device(json.loads(args.spec.read_text()), args.device)
+    except Exception as error:
+        send(sockets[0], Message.ERROR, 0, worker_error(args.device, error, describe).encode())
+        return ExitCode.TEST_FAILED
+    log.info("ready in %.1f s (%s, CPUs %s)", ready["load_s"], ready.get("gpu", ready["local_device"]),
+             ready["cpus"])
+    serve(sockets, runner, ready)
+    return ExitCode.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

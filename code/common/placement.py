@@ -1,0 +1,114 @@
+"""Which CPUs a device's worker process runs on: the CPUs of its GPU's NUMA node.
+
+On two-socket machines (DGX H100/H200, Azure ND H100 v5) half the GPUs hang off each socket. A worker whose
+threads run on the far socket pays an extra hop on every host-to-device copy, and the pinned buffers it allocates
+land in the far socket's memory. So each GPU's worker is pinned to the CPUs of the node its GPU is attached to, as
+NVIDIA's harness binds each GPU's process (several GPUs of one node share that node's CPUs). Where the machine does
+not say (one node, a virtual machine that reports no node), a worker may run on every CPU the run may use. CPU
+workers (tests of the several-device path without GPUs) split the allowed CPUs between them.
+
+Read from sysfs, which the kernel fills from the firmware's tables: ``/sys/bus/pci/devices/<bus id>/numa_node``
+and ``/sys/devices/system/node/node<N>/cpulist``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+SYS_PCI_DEVICES = Path("/sys/bus/pci/devices")
+SYS_NODES = Path("/sys/devices/system/node")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one worker runs."""
+
+    cpus: tuple[int, ...]  # the CPUs it is pinned to
+    numa_node: int | None  # its GPU's NUMA node; None where the machine does not say, and for CPU workers
+
+    def describe(self) -> str:
+        node = f"NUMA node {self.numa_node}" if self.numa_node is not None else "no NUMA node reported"
+        return f"{node}, CPUs {format_cpu_list(self.cpus)}"
+
+
+def allowed_cpu_set() -> tuple[int, ...]:
+    """The CPUs this process may run on (its affinity mask, which containers and taskset narrow)."""
+    try:
+        return tuple(sorted(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return tuple(range(os.cpu_count() or 1))
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """The kernel's CPU list format ("0-3,8-11", "5") as CPU numbers; ValueError on anything else."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        first, _, last = part.partition("-")
+        cpus.extend(range(int(first), int(last or first) + 1))
+    return tuple(sorted(set(cpus)))
+
+
+def format_cpu_list(cpus: tuple[int, ...] | list[int]) -> str:
+    """CPU numbers in the kernel's list format, ranges collapsed: (0, 1, 2, 3, 8) -> "0-3,8"."""
+    parts: list[str] = []
+    ordered = sorted(set(cpus))
+    start = previous = None
+    for cpu in [*ordered, None]:
+        if cpu is not None and previous is not None and cpu == previous + 1:
+            previous = cpu
+            continue
+        if start is not None:
+            parts.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = cpu
+    return ",".join(parts)
+
+
+def sysfs_bus_id(nvml_bus_id: str) -> str:
+    """NVML's PCI bus id ("00000000:1B:00.0") as sysfs names the device ("0000:1b:00.0")."""
+    domain, _, rest = nvml_bus_id.strip().lower().partition(":")
+    return f"{int(domain, 16):04x}:{rest}"
+
+
+def numa_node_of(nvml_bus_id: str, pci_devices: Path = SYS_PCI_DEVICES) -> int | None:
+    """The NUMA node the PCI device is attached to; None where the kernel reports none (-1) or no such device."""
+    try:
+        node = int((pci_devices / sysfs_bus_id(nvml_bus_id) / "numa_node").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return node if node >= 0 else None
+
+
+def cpus_of_node(node: int, nodes: Path = SYS_NODES) -> tuple[int, ...]:
+    """The CPUs of a NUMA node (empty when the kernel does not list them)."""
+    try:
+        return parse_cpu_list((nodes / f"node{node}" / "cpulist").read_text())
+    except (OSError, ValueError):
+        return ()
+
+
+def gpu_placement(nvml_bus_id: str | None, allowed: tuple[int, ...], pci_devices: Path = SYS_PCI_DEVICES,
+                  nodes: Path = SYS_NODES) -> Placement:
+    """The CPUs of the GPU's node that this run may use; every allowed CPU where the node is unknown or none of
+    its CPUs is allowed (a container pinned elsewhere: pinning to nothing would stop the worker)."""
+    node = numa_node_of(nvml_bus_id, pci_devices) if nvml_bus_id else None
+    if node is None:
+        return Placement(allowed, None)
+    near = tuple(cpu for cpu in cpus_of_node(node, nodes) if cpu in allowed)
+    return Placement(near, node) if near else Placement(allowed, None)
+
+
+def cpu_shares(allowed: tuple[int, ...], workers: int) -> list[Placement]:
+    """CPU workers' placements: the allowed CPUs cut into ``workers`` contiguous shares (at least one CPU each;
+    with fewer CPUs than workers, the shares overlap)."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, not {workers}")
+    shares = []
+    for worker in range(workers):
+        start, stop = worker * len(allowed) // workers, (worker + 1) * len(allowed) // workers
+        share = allowed[start:stop] or (allowed[worker % len(allowed)],)
+        shares.append(Placement(tuple(share), None))
+    return shares

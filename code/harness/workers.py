@@ -1,0 +1,457 @@
+"""Worker processes: one per device, each running that device's backend, fed by the C++ core over sockets.
+
+A run on several devices keeps LoadGen, the queue and the dispatch in one process (the LoadGen process: LoadGen's
+settings and logs are per process) and runs each device's backend in a process of its own, so that no two GPUs
+share one Python interpreter (documentation/multi_gpu.md says why). The core talks to a worker through connected
+stream sockets (socketpairs the LoadGen process makes); the message format is the core's (worker_channel.h), whose
+numbers ``core.worker_messages`` exports, and this module is its Python end:
+
+- ``WorkerPool`` (LoadGen process): starts the workers, waits until every one reports ready or names the failure
+  of one, hands their connections to the core for the test (``connections``), then ends them and collects each
+  one's statistics (``finish``). Leaving its ``with`` block stops whatever still runs.
+- ``serve`` (worker process): reports ready, then answers the core's batches, one connection per batcher thread of
+  the device, or runs the continuous engine against a ``RemoteSession``, until the LoadGen process says the test is
+  over; then sends its statistics.
+
+A worker dies with the LoadGen process (``supervision.die_with_parent``) and sits in its process group, so Ctrl-C,
+SIGTERM or SIGKILL of the run leaves no worker behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+
+from code.common.benchmarks import BenchmarkError
+from code.common.supervision import start_child
+
+HEADER = struct.Struct("<IIQQ")  # type, reserved, count, payload bytes (worker_channel.h's MessageHeader)
+TIMEOUT = struct.Struct("<d")
+MAX_PIECES = 256
+# How long ``finish`` waits for a worker's statistics and exit after the test before it stops the worker.
+FINISH_TIMEOUT_S = 60.0
+
+
+class Message(IntEnum):
+    """The core's message numbers (worker_channel.h); tests check them against ``core.worker_messages``."""
+
+    BATCH = 1
+    RESPONSES = 2
+    ERROR = 3
+    TAKE = 4
+    TAKEN = 5
+    CLOSED = 6
+    COMPLETE = 7
+    DONE = 8
+    READY = 9
+    END = 10
+    STATS = 11
+
+
+class ConnectionClosed(ConnectionError):
+    """The other end closed the connection (its process ended)."""
+
+
+class WorkerStartError(BenchmarkError):
+    """A worker could not start its device (or died before it was ready); the message names the device."""
+
+
+class TestEnded(Exception):
+    """Worker side: the LoadGen process ended the test while the engine waited for an answer."""
+
+
+def send(sock: socket.socket, message: Message, count: int = 0, *payload: bytes | memoryview | np.ndarray) -> None:
+    """One framed message: the header, then the payload pieces (sent without joining them)."""
+    pieces = [memoryview(piece).cast("B") for piece in payload]
+    size = sum(piece.nbytes for piece in pieces)
+    if len(pieces) > MAX_PIECES:  # one system call takes at most IOV_MAX (1,024) pieces: join many small ones
+        pieces = [memoryview(b"".join(pieces))]
+    pending = [memoryview(HEADER.pack(int(message), 0, count, size)), *(piece for piece in pieces if piece.nbytes)]
+    while pending:
+        sent = sock.sendmsg(pending)
+        while pending and sent >= pending[0].nbytes:
+            sent -= pending[0].nbytes
+            pending.pop(0)
+        if pending and sent:
+            pending[0] = pending[0][sent:]
+
+
+def receive(sock: socket.socket) -> tuple[Message, int, bytearray]:
+    """One framed message: (type, count, payload); ``ConnectionClosed`` when the other end has gone."""
+    kind, _, count, size = HEADER.unpack(_receive_exactly(sock, HEADER.size))
+    return Message(kind), count, _receive_exactly(sock, size)
+
+
+def _receive_exactly(sock: socket.socket, size: int) -> bytearray:
+    data = bytearray(size)
+    view = memoryview(data)
+    while view.nbytes:
+        got = sock.recv_into(view)
+        if got == 0:
+            raise ConnectionClosed("the connection closed")
+        view = view[got:]
+    return data
+
+
+def responses_payload(result: Any, batch_size: int) -> list[np.ndarray]:
+    """A runner's answer to a batch as the payload of a RESPONSES message: uint64 sizes, then each response's
+    bytes. Accepts what the core accepts of an in-process runner (core.BatchRunner): one array per sample, or one
+    array whose first dimension is the batch."""
+    if isinstance(result, np.ndarray):
+        if result.ndim == 0 or result.shape[0] != batch_size:
+            raise ValueError(f"run_batch returned one array of shape {result.shape} for a batch of {batch_size} "
+                             "samples; its first dimension must be the batch size (or return one array per sample)")
+        stacked = np.ascontiguousarray(result)
+        sizes = np.full(batch_size, stacked.nbytes // max(batch_size, 1), dtype=np.uint64)
+        return [sizes, stacked]
+    if isinstance(result, str | bytes) or not isinstance(result, Sequence):
+        raise ValueError("run_batch must return a sequence of numpy arrays (one per sample) or one numpy array whose "
+                         f"first dimension is the batch, not {type(result).__name__}")
+    if len(result) != batch_size:
+        raise ValueError(f"run_batch returned {len(result)} responses for a batch of {batch_size} samples")
+    arrays = []
+    for position, item in enumerate(result):
+        if not isinstance(item, np.ndarray):
+            raise ValueError(f"run_batch returned an item that is not a numpy array at position {position} "
+                             f"(type {type(item).__name__})")
+        arrays.append(np.ascontiguousarray(item))
+    return [np.array([array.nbytes for array in arrays], dtype=np.uint64), *arrays]
+
+
+# -- the LoadGen process's side ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WorkerPlan:
+    """One worker: the device it runs, as the run names it and as the worker sees it, and where it runs."""
+
+    device: str  # the run's name: "cuda:1", "cpu:0"
+    local_device: str  # the torch device inside the worker: "cuda:0" (it sees one GPU), "cpu"
+    cuda_visible_devices: str  # CUDA_VISIBLE_DEVICES for the worker: its one GPU, or "" (no GPU) for a CPU worker
+    cpus: tuple[int, ...]  # the CPUs it is pinned to
+    numa_node: int | None  # its GPU's NUMA node, where the machine says
+    pci_bus_id: str = ""  # its GPU as NVML places it ("00000000:1B:00.0"), to check the worker got that one
+
+
+@dataclass
+class WorkerConnections:
+    """What the core is handed for one device: the worker's sockets (``worker_fds``) and its kind."""
+
+    worker_fds: list[int]
+    continuous: bool
+
+
+@dataclass
+class _Worker:
+    plan: WorkerPlan
+    process: subprocess.Popen
+    sockets: list[socket.socket]
+    ready: dict[str, Any] | None = None
+
+
+class WorkerPool:
+    """The workers of one test, started by ``__enter__`` and stopped (whatever still runs) by ``__exit__``.
+
+    ``command`` starts one worker; it gets ``--device``, ``--fds`` and ``--cpus`` appended. ``connections``: sockets
+    per worker, one per batcher thread of the device (a continuous engine uses the first).
+    """
+
+    def __init__(self, command: list[str], plans: list[WorkerPlan], connections: int,
+                 env: dict[str, str] | None = None) -> None:
+        if not plans:
+            raise ValueError("a pool runs one worker at least")
+        if connections < 1:
+            raise ValueError(f"connections must be >= 1, not {connections}")
+        self.command, self.plans, self.connections = command, plans, connections
+        self.env = dict(os.environ if env is None else env)
+        self.workers: list[_Worker] = []
+
+    def __enter__(self) -> WorkerPool:
+        try:
+            for plan in self.plans:
+                self.workers.append(self._start(plan))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _start(self, plan: WorkerPlan) -> _Worker:
+        pairs = [socket.socketpair() for _ in range(self.connections)]
+        theirs = [pair[1] for pair in pairs]
+        fds = [end.fileno() for end in theirs]
+        env = {**self.env, "CUDA_VISIBLE_DEVICES": plan.cuda_visible_devices}
+        command = [*self.command, f"--device={plan.device}", f"--fds={','.join(map(str, fds))}",
+                   f"--cpus={','.join(map(str, plan.cpus))}"]
+        try:
+            process = start_child(command, env=env, pass_fds=fds)
+        finally:
+            for end in theirs:
+                end.close()
+        return _Worker(plan, process, [pair[0] for pair in pairs])
+
+    def wait_ready(self) -> list[dict[str, Any]]:
+        """Block until every worker reports ready; returns what each said (device, placement, load time). A worker
+        that reports an error, or ends first, stops every worker and raises ``WorkerStartError`` naming its device
+        and what it said."""
+        waiting = {worker.sockets[0]: worker for worker in self.workers}
+        with selectors.DefaultSelector() as selector:
+            for sock in waiting:
+                selector.register(sock, selectors.EVENT_READ)
+            while waiting:
+                for key, _ in selector.select(timeout=1.0):
+                    worker = waiting.pop(key.fileobj)  # type: ignore[arg-type]
+                    selector.unregister(key.fileobj)
+                    worker.ready = self._first_word(worker)
+                for worker in list(waiting.values()):
+                    if worker.process.poll() is not None:  # ended without a word (killed before it could say)
+                        raise self._start_failed(worker, f"its process ended ({exit_status(worker.process)}) before "
+                                                 "it was ready")
+        return [worker.ready or {} for worker in self.workers]
+
+    def _first_word(self, worker: _Worker) -> dict[str, Any]:
+        try:
+            message, _, payload = receive(worker.sockets[0])
+        except ConnectionClosed:
+            try:
+                worker.process.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                pass  # it closed its end and lives on: stop() ends it
+            raise self._start_failed(worker, f"its process ended ({exit_status(worker.process)}) before it was "
+                                     "ready") from None
+        if message is Message.ERROR:
+            raise self._start_failed(worker, payload.decode(errors="replace"))
+        if message is not Message.READY:
+            raise self._start_failed(worker, f"it sent message {int(message)} before it was ready")
+        return json.loads(payload)
+
+    def _start_failed(self, worker: _Worker, why: str) -> WorkerStartError:
+        self.stop()
+        return WorkerStartError(f"the worker of {worker.plan.device} could not start: {why}")
+
+    def connections_for_core(self, continuous: bool) -> list[WorkerConnections]:
+        """Each worker's connections as the core takes them (a continuous engine uses the first)."""
+        return [WorkerConnections([sock.fileno() for sock in (worker.sockets[:1] if continuous else worker.sockets)],
+                                  continuous) for worker in self.workers]
+
+    def finish(self, timeout_s: float = FINISH_TIMEOUT_S) -> list[dict[str, Any]]:
+        """After the test: tell each worker it is over, collect its statistics and wait for it to exit. A worker
+        that is gone or silent gets ``{"error": ...}`` in its place."""
+        for worker in self.workers:
+            for sock in worker.sockets:
+                try:
+                    send(sock, Message.END)
+                except OSError:
+                    pass  # gone: its exit status says why
+        results = []
+        for worker in self.workers:
+            results.append(self._stats(worker, timeout_s))
+        deadline = time.monotonic() + timeout_s
+        for worker in self.workers:
+            try:
+                worker.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass  # stop() ends it
+        return results
+
+    def _stats(self, worker: _Worker, timeout_s: float) -> dict[str, Any]:
+        sock = worker.sockets[0]
+        sock.settimeout(timeout_s)
+        try:
+            message, _, payload = receive(sock)
+            while message is not Message.STATS:  # what an engine said after the core stopped listening
+                message, _, payload = receive(sock)
+            return json.loads(payload)
+        except (OSError, ConnectionClosed, ValueError) as error:
+            worker.process.poll()
+            status = f"; {exit_status(worker.process)}" if worker.process.returncode is not None else ""
+            return {"error": f"no statistics ({type(error).__name__}: {error}{status})"}
+        finally:
+            sock.settimeout(None)
+
+    def exit_notes(self) -> list[str]:
+        """One line for each worker that has ended badly (an exit status other than 0, or a signal)."""
+        notes = []
+        for worker in self.workers:
+            if worker.process.poll() is None:
+                try:
+                    worker.process.wait(timeout=2.0)  # a worker that just failed may still be on its way out
+                except subprocess.TimeoutExpired:
+                    continue
+            if worker.process.returncode != 0:
+                notes.append(f"the worker of {worker.plan.device} (pid {worker.process.pid}) "
+                             f"{exit_status(worker.process)}")
+        return notes
+
+    def stop(self) -> None:
+        """End every worker still running (SIGTERM, then SIGKILL after a grace) and close the sockets."""
+        for worker in self.workers:
+            if worker.process.poll() is None:
+                worker.process.terminate()
+        for worker in self.workers:
+            try:
+                worker.process.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+                worker.process.wait()
+            for sock in worker.sockets:
+                sock.close()
+
+
+def exit_status(process: subprocess.Popen) -> str:
+    """How a process ended, in words: "exited with status 1", "was killed by SIGKILL"."""
+    code = process.returncode
+    if code is None:
+        return "is still running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (the out-of-memory killer, or kill -9)" if name == "SIGKILL" else ""
+        return f"was killed by {name}{hint}"
+    return f"exited with status {code}"
+
+
+# -- the worker's side ---------------------------------------------------------------------------------------------
+class CpuWindow:
+    """The worker's CPU seconds (every thread's) and wall seconds from its first piece of work to the test's end:
+    the host CPU one device costs, for metadata.json."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._start: tuple[float, float] | None = None
+
+    def started(self) -> None:
+        with self._lock:
+            if self._start is None:
+                self._start = (time.process_time(), time.monotonic())
+
+    def figures(self) -> dict[str, float]:
+        if self._start is None:
+            return {"cpu_s": 0.0, "wall_s": 0.0, "cpu_per_s": 0.0}
+        cpu, wall = time.process_time() - self._start[0], time.monotonic() - self._start[1]
+        return {"cpu_s": round(cpu, 3), "wall_s": round(wall, 3), "cpu_per_s": round(cpu / wall, 4) if wall else 0.0}
+
+
+class RemoteSession:
+    """The core's ``ContinuousSession`` across the socket, for an engine in a worker: the same take, complete and
+    in_flight. The core checks the ids (taken, not yet completed) and ends the test on a wrong one."""
+
+    def __init__(self, sock: socket.socket, window: CpuWindow) -> None:
+        self.sock, self.window = sock, window
+        self._in_flight = 0
+
+    def take(self, max_samples: int, timeout_s: float) -> tuple[np.ndarray, np.ndarray] | None:
+        if max_samples < 0:
+            raise ValueError(f"session.take: max_samples must be >= 0, not {max_samples}")
+        send(self.sock, Message.TAKE, max_samples, TIMEOUT.pack(float(timeout_s)))
+        message, count, payload = receive(self.sock)
+        if message is Message.CLOSED:
+            return None
+        if message is Message.END:
+            raise TestEnded("the LoadGen process ended the test")
+        if message is not Message.TAKEN:
+            raise ValueError(f"session.take: the core answered with message {int(message)}")
+        if count:
+            self.window.started()
+        self._in_flight += count
+        ids = np.frombuffer(payload, dtype=np.uint64, count=count).copy()
+        indices = np.frombuffer(payload, dtype=np.int64, count=count, offset=8 * count).copy()
+        return ids, indices
+
+    def complete(self, ids: np.ndarray, responses: Sequence[np.ndarray]) -> None:
+        ids = np.ascontiguousarray(ids, dtype=np.uint64)
+        if len(responses) != len(ids):
+            raise ValueError(f"session.complete: {len(ids)} ids but {len(responses)} responses")
+        arrays = [np.ascontiguousarray(response) for response in responses]
+        sizes = np.array([array.nbytes for array in arrays], dtype=np.uint64)
+        send(self.sock, Message.COMPLETE, len(ids), ids, sizes, *arrays)
+        self._in_flight -= len(ids)
+
+    def in_flight(self) -> int:
+        return self._in_flight
+
+
+def serve(sockets: list[socket.socket], runner: Any, ready: dict[str, Any]) -> None:
+    """Worker side, once the runner is built: say ready, serve the test, then send the statistics (the runner's
+    own ``stats()`` if it has one, and the host CPU the worker used)."""
+    window = CpuWindow()
+    continuous = callable(getattr(runner, "run_continuous", None))
+    send(sockets[0], Message.READY, 0, json.dumps({**ready, "continuous": continuous}).encode())
+    if continuous:
+        _serve_engine(sockets[0], runner, window)
+    else:
+        threads = [threading.Thread(target=_serve_batches, args=(sock, runner, window), daemon=True,
+                                    name=f"batches-{i}") for i, sock in enumerate(sockets)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    stats: dict[str, Any] = {"host": window.figures()}
+    if callable(getattr(runner, "stats", None)):
+        stats["engine"] = runner.stats()
+    send(sockets[0], Message.STATS, 0, json.dumps(stats).encode())
+
+
+def _serve_batches(sock: socket.socket, runner: Any, window: CpuWindow) -> None:
+    """One connection: answer each batch until the LoadGen process says the test is over (or goes away)."""
+    while True:
+        try:
+            message, count, payload = receive(sock)
+        except ConnectionClosed:
+            return
+        if message is Message.END:
+            return
+        if message is not Message.BATCH:
+            send(sock, Message.ERROR, 0, f"the worker got message {int(message)} where a batch was due".encode())
+            continue
+        window.started()
+        indices = np.frombuffer(payload, dtype=np.int64, count=count)
+        try:
+            pieces = responses_payload(runner.run_batch(indices), count)
+        except Exception:  # the core records it, naming the device, and answers the rest with empty responses
+            send(sock, Message.ERROR, 0, traceback.format_exc().encode())
+            continue
+        send(sock, Message.RESPONSES, count, *pieces)
+
+
+def _serve_engine(sock: socket.socket, runner: Any, window: CpuWindow) -> None:
+    """The continuous engine pulls and completes samples through a ``RemoteSession`` until the test is over, then
+    waits for the LoadGen process's END (unless that came already)."""
+    try:
+        runner.run_continuous(RemoteSession(sock, window))
+        send(sock, Message.DONE)
+    except TestEnded:
+        return
+    except ConnectionClosed:
+        raise
+    except Exception:
+        send(sock, Message.ERROR, 0, traceback.format_exc().encode())
+    while True:
+        message, _, _ = receive(sock)
+        if message is Message.END:
+            return
+
+
+def worker_error(device: str, error: BaseException, describe: Callable[[BaseException], str | None]) -> str:
+    """The text a worker sends when it cannot start its device: the user's fix when ``describe`` knows the error,
+    else the traceback (a bug)."""
+    known = describe(error)
+    if known is not None:
+        return known
+    return f"{type(error).__name__}: {error} (on {device})\n{traceback.format_exc()}"

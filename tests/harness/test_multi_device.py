@@ -1,20 +1,25 @@
-"""Several devices on the CPU: one fake runner per "device", fed by the C++ core's batcher against the real LoadGen.
+"""Several devices on the CPU: one fake runner per "device", fed by the C++ core's batcher against the real LoadGen,
+either in the LoadGen process or each in a worker process of its own (code/harness/workers.py: real processes and
+sockets, the product's protocol; only the runner inside is fake).
 
 What the dispatch must do, whatever the devices are: complete every sample exactly once, give a faster device more
-work (work stealing), send each Server batch to the least loaded device, and end cleanly when one device fails
-(the run's error names the device, LoadGen's logs stay). Each LoadGen test runs in a child process (one test per
-process): this file, run as a script with a JSON job.
+work (work stealing), send each Server batch to the least loaded device, and end cleanly when one device fails or
+its worker is killed (the run's error names the device, LoadGen's logs stay). Each LoadGen test runs in a child
+process (one test per process): this file, run as a script with a JSON job; a fake worker is this file too, run
+with ``worker`` first.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -38,12 +43,17 @@ def response_of(index: int) -> np.ndarray:
     return np.array([index, index * 3 + 1], dtype=np.int64)
 
 
+def die_now() -> None:
+    """What the out-of-memory killer does to a worker: SIGKILL, no cleanup, no last word."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 class SleepyRunner:
     """A device whose batches take ``per_batch_s`` (plus ``per_sample_s`` a sample); fails once it has been given
-    more than ``fail_after`` samples."""
+    more than ``fail_after`` samples (with ``die``: its process is killed instead)."""
 
-    def __init__(self, per_batch_s: float, per_sample_s: float, fail_after: int | None) -> None:
-        self.per_batch_s, self.per_sample_s, self.fail_after = per_batch_s, per_sample_s, fail_after
+    def __init__(self, per_batch_s: float, per_sample_s: float, fail_after: int | None, die: bool = False) -> None:
+        self.per_batch_s, self.per_sample_s, self.fail_after, self.die = per_batch_s, per_sample_s, fail_after, die
         self.samples: list[int] = []
         self.busy = 0
         self.most_busy = 0
@@ -57,6 +67,8 @@ class SleepyRunner:
             given = len(self.samples)
         try:
             if self.fail_after is not None and given > self.fail_after:
+                if self.die:
+                    die_now()
                 raise MemoryError("fake device ran out of memory")
             time.sleep(self.per_batch_s + self.per_sample_s * len(sample_indices))
             return [response_of(int(i)) for i in sample_indices]
@@ -68,8 +80,8 @@ class SleepyRunner:
 class SleepyEngine:
     """A continuous-batching device: up to ``slots`` samples, each done after ``steps`` steps of ``step_s``."""
 
-    def __init__(self, slots: int, step_s: float, fail_after: int | None) -> None:
-        self.slots, self.step_s, self.fail_after = slots, step_s, fail_after
+    def __init__(self, slots: int, step_s: float, fail_after: int | None, die: bool = False) -> None:
+        self.slots, self.step_s, self.fail_after, self.die = slots, step_s, fail_after, die
         self.samples: list[int] = []
         self.returned_cleanly = False
 
@@ -91,29 +103,71 @@ class SleepyEngine:
                     index = running.pop(response_id)[0]
                     session.complete(np.array([response_id], dtype=np.uint64), [response_of(index)])
             if self.fail_after is not None and len(self.samples) >= self.fail_after:
+                if self.die:
+                    die_now()
                 raise MemoryError("fake engine ran out of memory")
+
+
+def fake_runners(job: dict) -> list:
+    """One fake runner per device, as the job describes them."""
+    die = job.get("die", False)
+    if job.get("continuous"):
+        return [SleepyEngine(4, step, fail, die) for step, fail in zip(job["step_s"], job["fail"], strict=True)]
+    return [SleepyRunner(batch, sample, fail, die)
+            for batch, sample, fail in zip(job["per_batch_s"], job["per_sample_s"], job["fail"], strict=True)]
+
+
+def _worker_main(job: dict, argv: list[str]) -> int:
+    """A fake device's worker process: the product's ``serve`` over the inherited sockets, a fake runner inside."""
+    import socket
+
+    from code.common.supervision import die_with_parent
+    from code.harness.workers import serve
+
+    die_with_parent()
+    options = dict(arg.removeprefix("--").split("=", 1) for arg in argv)
+    device = int(options["device"].split(":")[1])
+    runner = fake_runners(job)[device]
+    sockets = [socket.socket(fileno=int(fd)) for fd in options["fds"].split(",")]
+    serve(sockets, runner, {"device": options["device"], "pid": os.getpid()})
+    Path(job["log_dir"], f"worker{device}.json").write_text(json.dumps(
+        {"samples": runner.samples, "most_busy": getattr(runner, "most_busy", None),
+         "returned_cleanly": getattr(runner, "returned_cleanly", None)}), encoding="utf-8")
+    return 0
 
 
 def _child_main(job: dict) -> int:
     from code.harness.core import CoreSettings, progress, run_test, timeline
+    from code.harness.workers import WorkerPlan, WorkerPool
 
-    if job.get("continuous"):
-        runners = [SleepyEngine(4, step, fail) for step, fail in zip(job["step_s"], job["fail"], strict=True)]
-    else:
-        runners = [SleepyRunner(batch, sample, fail)
-                   for batch, sample, fail in zip(job["per_batch_s"], job["per_sample_s"], job["fail"], strict=True)]
+    runners = fake_runners(job)
+    names = [f"fake:{d}" for d in range(len(runners))]
+    pool = None
+    if job.get("workers"):
+        plans = [WorkerPlan(name, "cpu", "", (), None) for name in names]
+        pool = WorkerPool([sys.executable, __file__, "worker", json.dumps(job)], plans,
+                          connections=job.get("num_workers", 1)).__enter__()
+        pool.wait_ready()
     settings = CoreSettings(model="bert", scenario=job["scenario"], mode=job.get("mode", "PerformanceOnly"),
                             user_conf=Path(job["user_conf"]), log_dir=Path(job["log_dir"]),
                             total_sample_count=QSL_SIZE, performance_sample_count=QSL_SIZE,
                             max_batch_size=job.get("max_batch_size", 8), num_workers=job.get("num_workers", 1))
     lengths = np.array([(i * 7919) % 383 + 1 for i in range(QSL_SIZE)], dtype=np.int64)
-    names = [f"fake:{d}" for d in range(len(runners))]
     result: dict = {}
     try:
-        run_test(settings, lengths, runners, device_names=names)
+        run_test(settings, lengths, pool.connections_for_core(bool(job.get("continuous"))) if pool else runners,
+                 device_names=names)
     except Exception as exc:  # the parent checks type, message and the note naming the device
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["notes"] = list(getattr(exc, "__notes__", []))
+    if pool is not None:  # what each worker's runner did, as it wrote it once told the test is over
+        result["stats"] = pool.finish(timeout_s=10.0)
+        result["exit_notes"] = pool.exit_notes()
+        pool.stop()
+        said = [Path(job["log_dir"], f"worker{d}.json") for d in range(len(runners))]
+        seen = [json.loads(path.read_text()) if path.is_file() else {} for path in said]
+        runners = [SimpleNamespace(samples=one.get("samples", []), most_busy=one.get("most_busy"),
+                                   returned_cleanly=one.get("returned_cleanly")) for one in seen]
     times = timeline().with_device_names(names)
     result.update(progress=progress(), per_device=times.per_device(), timeline_device=times.device.tolist(),
                   samples=[runner.samples for runner in runners],
@@ -153,12 +207,16 @@ def built_core() -> Path:
     return build()
 
 
+IN_PROCESS_OR_WORKERS = pytest.mark.parametrize("workers", [False, True], ids=["in-process", "worker-processes"])
+
+
 @pytest.mark.slow
+@IN_PROCESS_OR_WORKERS
 @pytest.mark.parametrize("continuous", [False, True], ids=["batches", "continuous"])
-def test_every_sample_once_across_devices(built_core: Path, tmp_path: Path, continuous: bool) -> None:
+def test_every_sample_once_across_devices(built_core: Path, tmp_path: Path, continuous: bool, workers: bool) -> None:
     job = ({"continuous": True, "step_s": [0.001, 0.001, 0.001], "fail": [None] * 3} if continuous else
            {"per_batch_s": [0.002] * 3, "per_sample_s": [0.0] * 3, "fail": [None] * 3})
-    result = run_child(tmp_path, scenario="Offline", mode="AccuracyOnly", **job)
+    result = run_child(tmp_path, scenario="Offline", mode="AccuracyOnly", workers=workers, **job)
     assert "error" not in result, result["error"]
     logged = accuracy_log(result["log_dir"])
     assert sorted(logged) == list(range(QSL_SIZE))
@@ -168,13 +226,16 @@ def test_every_sample_once_across_devices(built_core: Path, tmp_path: Path, cont
     assert all(result["samples"]), "every device got work"
     assert result["progress"]["completed_by_device"] == [len(device) for device in result["samples"]]
     assert sum(row["samples"] for row in result["per_device"]) == QSL_SIZE
+    if workers:
+        assert result["exit_notes"] == [] and all("host" in stats for stats in result["stats"])
 
 
 @pytest.mark.slow
-def test_offline_work_follows_each_devices_speed(built_core: Path, tmp_path: Path) -> None:
+@IN_PROCESS_OR_WORKERS
+def test_offline_work_follows_each_devices_speed(built_core: Path, tmp_path: Path, workers: bool) -> None:
     # Device 0 is three times faster per sample: it takes about three times the samples, and both finish together.
     result = run_child(tmp_path, scenario="Offline", per_batch_s=[0.0, 0.0], per_sample_s=[0.0005, 0.0015],
-                       fail=[None, None], max_batch_size=4)
+                       fail=[None, None], max_batch_size=4, workers=workers)
     assert "error" not in result, result["error"]
     assert "Result is : VALID" in (result["log_dir"] / "mlperf_log_summary.txt").read_text(encoding="utf-8")
     fast, slow = (row["samples"] for row in result["per_device"])
@@ -183,11 +244,12 @@ def test_offline_work_follows_each_devices_speed(built_core: Path, tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_server_sends_each_batch_to_the_least_loaded_device(built_core: Path, tmp_path: Path) -> None:
+@IN_PROCESS_OR_WORKERS
+def test_server_sends_each_batch_to_the_least_loaded_device(built_core: Path, tmp_path: Path, workers: bool) -> None:
     # Two workers per device: a device with a batch in flight still has a free worker, yet the idle device must
     # take the next batch first, so no device ever runs two batches while another runs none.
     result = run_child(tmp_path, scenario="Server", per_batch_s=[0.004] * 2, per_sample_s=[0.0] * 2,
-                       fail=[None, None], num_workers=2, max_batch_size=2)
+                       fail=[None, None], num_workers=2, max_batch_size=2, workers=workers)
     assert "error" not in result, result["error"]
     shares = [row["share"] for row in result["per_device"]]
     assert min(shares) >= 0.35, f"equal devices should share the load, got {shares}"
@@ -206,6 +268,33 @@ def test_one_failing_device_ends_the_run_with_its_name(built_core: Path, tmp_pat
     assert f"error in {where} on fake:1" in result["stderr"]
     assert (result["log_dir"] / "mlperf_log_detail.txt").is_file(), "LoadGen's logs of the run are kept"
     assert result["progress"]["completed"] == result["progress"]["issued"], "every issued sample is answered"
+    if continuous:
+        assert result["returned_cleanly"][0], "the healthy engine finishes what it holds and returns"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("continuous", [False, True], ids=["batches", "continuous"])
+@pytest.mark.parametrize("die", [False, True], ids=["raises", "killed"])
+def test_one_failing_worker_ends_the_run_with_its_name(built_core: Path, tmp_path: Path, continuous: bool,
+                                                       die: bool) -> None:
+    """A worker's exception (its traceback) or its death by SIGKILL ends the test: the error names the device,
+    the dead worker's end is said, every issued sample is answered, LoadGen's logs stay."""
+    job = ({"continuous": True, "step_s": [0.001, 0.001], "fail": [None, 20]} if continuous else
+           {"per_batch_s": [0.002, 0.002], "per_sample_s": [0.0, 0.0], "fail": [None, 16]})
+    result = run_child(tmp_path, scenario="Offline", workers=True, die=die, **job)
+    where = "run_continuous" if continuous else "run_batch"
+    assert result["error"].startswith(f"DeviceError: {where} on fake:1 (device 2 of 2): "), result["error"]
+    if die:
+        assert "worker process closed its connection" in result["error"]
+        assert len(result["exit_notes"]) == 1 and "fake:1" in result["exit_notes"][0]
+        assert "was killed by SIGKILL" in result["exit_notes"][0]
+    else:
+        assert "MemoryError: fake" in result["error"] and "Traceback" in result["error"]
+        assert result["exit_notes"] == [], "a worker that reported its error still ends cleanly"
+    assert f"error in {where} on fake:1" in result["stderr"]
+    assert (result["log_dir"] / "mlperf_log_detail.txt").is_file(), "LoadGen's logs of the run are kept"
+    assert result["progress"]["completed"] == result["progress"]["issued"], "every issued sample is answered"
+    assert "host" in result["stats"][0], "the healthy worker still reports"
     if continuous:
         assert result["returned_cleanly"][0], "the healthy engine finishes what it holds and returns"
 
@@ -304,28 +393,38 @@ def test_out_of_memory_on_one_device_names_it(monkeypatch: pytest.MonkeyPatch) -
                 raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
             self.options = options
 
-    monkeypatch.setattr(devices, "resolve_devices", lambda config: ["cuda:0", "cuda:2"])
-    used, made = devices.backends_per_device(None, Backend, Context("cuda:0", seed=7))
-    assert used == ["cuda:0", "cuda:2"]
+    made = [devices.backend_on(device, None, Backend, Context("cuda:0", seed=7)) for device in ("cuda:0", "cuda:2")]
     assert [backend.options for backend in made] == [Context("cuda:0", 7), Context("cuda:2", 7)]
-    monkeypatch.setattr(devices, "resolve_devices", lambda config: ["cuda:0", "cuda:1"])
     with pytest.raises(BenchmarkError, match="cuda:1 ran out of memory.*leave it out with --devices"):
-        devices.backends_per_device(None, Backend, Context("cuda:0", seed=7))
+        devices.backend_on("cuda:1", None, Backend, Context("cuda:0", seed=7))
+    with pytest.raises(BenchmarkError, match="^cuda:3 ran out of memory"):  # a worker names the run's device
+        devices.backend_on("cuda:1", None, Backend, Context("cuda:0", seed=7), name="cuda:3")
 
 
-def test_one_backend_instance_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    from code.common import devices
+def test_one_backend_instance_per_device() -> None:
     from code.common.constants import TestMode
     from code.gptj import benchmark
 
-    monkeypatch.setattr(devices, "resolve_devices", lambda config: ["cpu", "cpu"])
     prepared = benchmark.prepare_test(gptj_config(device="cpu"), TestMode.PerformanceOnly)
-    assert prepared.devices == ["cpu", "cpu"] and prepared.provenance["devices"] == ["cpu", "cpu"]
-    first, second = prepared.runners
-    assert first.backend is not second.backend, "each device has its own backend instance"
+    assert prepared.devices == ["cpu"] and prepared.provenance["devices"] == ["cpu"]
+    first, second = (prepared.runner_on("cpu", "cpu") for _ in range(2))
+    assert first.backend is not second.backend, "each call builds its own backend instance"
     indices = np.array([0, 3], dtype=np.int64)
     for a, b in zip(first.run_batch(indices), second.run_batch(indices), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_cpu_workers_are_devices_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    from code.common import devices
+    from code.common.benchmarks import InputsUnavailableError
+    from code.common.devices import resolve_devices, torch_device
+
+    assert resolve_devices(gptj_config(device="cpu", cpu_workers=3)) == ["cpu:0", "cpu:1", "cpu:2"]
+    assert resolve_devices(gptj_config("SingleStream", device="cpu", cpu_workers=3)) == ["cpu"], "one in flight"
+    assert [torch_device(name) for name in ("cpu:1", "cpu", "cuda:1")] == ["cpu", "cpu", "cuda:1"]
+    monkeypatch.setattr(devices, "visible_gpus", lambda: 2)
+    with pytest.raises(InputsUnavailableError, match="--cpu_workers=2 is for runs on the CPU"):
+        resolve_devices(gptj_config(device="cuda", precision="bf16", cpu_workers=2))
 
 
 def test_runners_are_called_on_their_device() -> None:
@@ -376,4 +475,6 @@ def test_summary_and_report_show_each_device(tmp_path: Path) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "worker":
+        sys.exit(_worker_main(json.loads(sys.argv[2]), sys.argv[3:]))
     sys.exit(_child_main(json.loads(sys.argv[1])))

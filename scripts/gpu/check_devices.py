@@ -1,0 +1,203 @@
+"""Every GPU of the machine: BERT and GPT-J, Offline and Server, on one GPU and on all of them, through ``make run``
+on the detected system; prints the scaling table and each GPU's share. Run it on a machine of several GPUs whenever
+GPU or device code changes (CI has no GPU).
+
+    python3 -m scripts.gpu.check_devices [--workloads=bert-offline,bert-server,gptj-offline,gptj-server]
+        [--steps=same_process,runs] [--min_duration_ms=30000] [--make="make IN_CONTAINER=1"] [--out=DIR]
+
+Steps (a failing one does not stop the others; each run's figures land in ``DIR/check_devices.json`` as they come):
+
+- ``runs``: for each workload, ``make run`` with ``--devices=0`` (one GPU: the whole-system QPS is scaled by the
+  share, as the product does) and with every GPU, each a shortened ``--test_run`` with the rate given for each
+  count (``RATES_PER_GPU`` x GPUs: an Offline probe would load every model twice). Reads each test's
+  metadata.json: the figure, the verdict, each device's share, and the host CPU each GPU's process used.
+- ``same_process``: nothing in the backends assumes one GPU per process. BERT's packed runner (the bert-99 engine
+  a run just built) and GPT-J's in-flight engine (a small model, CUDA graphs) are built on cuda:0 and cuda:1 in
+  this one process and run the same inputs; their outputs must agree.
+
+The table printed last has one row per workload and GPU count: figure, verdict, the ratio to one GPU, the spread of
+the per-GPU shares, and CPU seconds per second of each GPU's process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from code.common.paths import BUILD_DIR, REPO_ROOT
+from scripts.gpu.steps import run_steps
+
+# What each workload runs (RUN_ARGS without the rate): the bert-99 engine of the configs, and GPT-J's FP8 engine
+# with 256 slots and output lengths forced at a realistic mean (random weights never choose EOS).
+WORKLOADS: dict[str, str] = {
+    "bert-offline": "--benchmarks=bert-99 --scenarios=offline",
+    "bert-server": "--benchmarks=bert-99 --scenarios=server",
+    "gptj-offline": "--benchmarks=gptj-99 --scenarios=offline --precision=fp8 --kv_cache_dtype=fp8 "
+                    "--gpu_batch_size=256 --synthetic_output_lengths=forced --synthetic_sample_count=1000",
+    "gptj-server": "--benchmarks=gptj-99 --scenarios=server --precision=fp8 --kv_cache_dtype=fp8 "
+                   "--gpu_batch_size=256 --synthetic_output_lengths=forced --synthetic_sample_count=1000",
+}
+# The rate each workload is given per GPU on an H100/H200: Offline above what one GPU does (the query must outlast the
+# minimum duration), Server a target one GPU sustains (documentation/performance.md).
+RATES_PER_GPU: dict[str, tuple[str, float]] = {
+    "bert-offline": ("offline_expected_qps", 8500.0),
+    "bert-server": ("server_target_qps", 7000.0),
+    "gptj-offline": ("offline_expected_qps", 40.0),
+    "gptj-server": ("server_target_qps", 28.0),
+}
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def run_args(workload: str, gpus: int, all_gpus: int, min_duration_ms: int, log_dir: Path) -> str:
+    rate_field, per_gpu = RATES_PER_GPU[workload]
+    devices = " --devices=0" if gpus == 1 and all_gpus > 1 else ""
+    return (f"{WORKLOADS[workload]} --test_run --min_duration={min_duration_ms} --{rate_field}={per_gpu * gpus:g}"
+            f"{devices} --log_dir={log_dir}")
+
+
+def read_test(log_dir: Path) -> dict[str, Any]:
+    """The figures of the one test of a run folder (its metadata.json)."""
+    found = sorted(log_dir.glob("*/*/*/metadata.json"))
+    if not found:
+        return {"error": f"no metadata.json under {log_dir}"}
+    metadata = json.loads(found[0].read_text())
+    result = metadata.get("result", {})
+    devices = metadata.get("devices", {})
+    shares = [row.get("share", 0.0) for row in devices.get("completed", [])]
+    workers = devices.get("workers") or []
+    host = [round(worker.get("host", {}).get("cpu_per_s", 0.0), 3) for worker in workers]
+    if not workers:  # one GPU: its runner ran in the LoadGen process
+        host = [round(devices.get("loadgen_process", {}).get("cpu_per_s", 0.0), 3)]
+    return {"value": result.get("value"), "unit": result.get("unit"), "valid": result.get("valid"),
+            "invalid_reasons": result.get("invalid_reasons", []), "shares": shares, "host_cpu_per_s": host,
+            "loadgen_cpu_per_s": devices.get("loadgen_process", {}).get("cpu_per_s"),
+            "placement": [{key: worker.get(key) for key in ("device", "gpu", "pci_bus_id", "numa_node", "cpus",
+                                                            "load_s")} for worker in workers],
+            "engine_stats": metadata.get("engine_stats"), "folder": str(found[0].parent)}
+
+
+def run_workload(workload: str, gpus: int, args: argparse.Namespace, details: dict[str, Any]) -> None:
+    all_gpus = gpu_count()
+    log_dir = args.out / f"{workload}-{gpus}gpu"
+    given = run_args(workload, gpus, all_gpus, args.min_duration_ms, log_dir)
+    command = [*shlex.split(args.make), "run", f"RUN_ARGS={given}"]
+    print(f"\n=== {workload} on {gpus} GPU(s): {shlex.join(command)}", flush=True)
+    started = time.perf_counter()
+    status = subprocess.run(command, cwd=REPO_ROOT).returncode
+    figures = {"command": shlex.join(command), "exit": status, "seconds": round(time.perf_counter() - started, 1),
+               **read_test(log_dir)}
+    details.setdefault("runs", {}).setdefault(workload, {})[str(gpus)] = figures
+
+
+def same_process(details: dict[str, Any]) -> None:
+    """BERT's packed runner and GPT-J's in-flight engine on cuda:0 and cuda:1 of one process: equal outputs."""
+    import numpy as np
+    import torch
+
+    from code.common.benchmarks import load_benchmark
+    from code.common.config import WorkloadSetting
+    from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
+    from code.common.systems import detect_system
+    from configs.configuration import resolve_config
+
+    if gpu_count() < 2:
+        raise RuntimeError("same_process needs two GPUs")
+    system = detect_system().name
+    workload = WorkloadSetting(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+    found: dict[str, Any] = {}
+    cases = (
+        (Benchmark.BERT, {"test_run": True}),
+        (Benchmark.GPTJ, {"model_name": "tiny", "backend": "inflight", "precision": "bf16", "gpu_batch_size": 8,
+                          "synthetic_sample_count": 16, "synthetic_output_lengths": "forced"}),
+    )
+    for benchmark, overrides in cases:
+        config = resolve_config(benchmark, Scenario.Offline, system, workload, overrides, warn_tuned=False)
+        try:
+            prepared = load_benchmark(benchmark).prepare_test(config, TestMode.PerformanceOnly)
+            runners = [prepared.runner_on("cuda:0", "cuda:0")]
+        except Exception:  # no engine yet (the runs step builds BERT's): build it, then load
+            load_benchmark(benchmark).generate_engine(config)
+            prepared = load_benchmark(benchmark).prepare_test(config, TestMode.PerformanceOnly)
+            runners = [prepared.runner_on("cuda:0", "cuda:0")]
+        runners.append(prepared.runner_on("cuda:1", "cuda:1"))
+        indices = np.arange(8, dtype=np.int64)
+        if benchmark is Benchmark.BERT:
+            outputs = [runner.run_batch(indices) for runner in runners]
+            difference = float(np.abs(outputs[0] - outputs[1]).max())
+            found["bert"] = {"max_abs_difference": difference, "agree": difference < 0.05}
+        else:
+            prompts = [runners[0].samples.prompt(int(i)) for i in indices]
+            tokens = []
+            for device, runner in enumerate(runners):
+                with torch.cuda.device(device):
+                    tokens.append(runner.backend.run_batch(indices, prompts))
+            same = all(np.array_equal(a, b) for a, b in zip(tokens[0], tokens[1], strict=True))
+            found["gptj"] = {"tokens_equal": same, "samples": len(indices)}
+        del runners
+        torch.cuda.empty_cache()
+    details["same_process"] = found
+
+
+def table(details: dict[str, Any]) -> list[str]:
+    rows = [f"{'workload':<14} {'GPUs':>4} {'figure':>12} {'unit':<10} {'verdict':<8} {'x 1 GPU':>8} "
+            f"{'shares':<16} host CPU s/s per GPU"]
+    for workload, by_count in details.get("runs", {}).items():
+        one = (by_count.get("1") or {}).get("value")
+        for count, run in sorted(by_count.items(), key=lambda item: int(item[0])):
+            value = run.get("value")
+            ratio = f"{value / one:.3f}" if value and one else "-"
+            verdict = {True: "VALID", False: "INVALID"}.get(run.get("valid"), "FAILED")
+            shares = ",".join(f"{share:.3f}" for share in run.get("shares", []))
+            rows.append(f"{workload:<14} {count:>4} {value or 0:>12,.2f} {run.get('unit') or '':<10} {verdict:<8} "
+                        f"{ratio:>8} {shares:<16} {run.get('host_cpu_per_s')}")
+    if "same_process" in details:
+        rows.append(f"same process, cuda:0 and cuda:1: {details['same_process']}")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--gpus", default="1,all", help="GPU counts to run: 1, all, or both")
+    parser.add_argument("--steps", default="runs,same_process")
+    parser.add_argument("--min_duration_ms", type=int, default=30000)
+    parser.add_argument("--make", default="make IN_CONTAINER=1")
+    parser.add_argument("--out", type=Path, default=BUILD_DIR / "check_devices" / time.strftime("%Y.%m.%d-%H.%M.%S"))
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    details: dict[str, Any] = {"gpus": gpu_count()}
+    rows: list[str] = []
+    counts = [1 if count == "1" else gpu_count() for count in args.gpus.split(",")]
+
+    def save() -> None:
+        (args.out / "check_devices.json").write_text(json.dumps(details, indent=1, default=str))
+
+    steps = []
+    for step in args.steps.split(","):
+        if step == "runs":
+            steps += [(f"{workload}-{count}", lambda w=workload, c=count: run_workload(w, c, args, details))
+                      for workload in args.workloads.split(",") for count in counts]
+        elif step == "same_process":
+            steps.append(("same_process", lambda: same_process(details)))
+        else:
+            parser.error(f"unknown step {step!r}")
+    run_steps(steps, set(), details, rows, save)
+    print("\n".join(["", *table(details), *rows]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

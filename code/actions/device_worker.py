@@ -52,8 +52,10 @@ def gpu_identity(local_device: str) -> dict[str, Any]:
     import torch
 
     props = torch.cuda.get_device_properties(torch.device(local_device))
-    bus_id = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0".upper()
-    return {"gpu": props.name, "pci_bus_id": bus_id}
+    place = [getattr(props, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+    if None in place:  # an older torch: the name alone
+        return {"gpu": props.name}
+    return {"gpu": props.name, "pci_bus_id": f"{place[0]:08x}:{place[1]:02x}:{place[2]:02x}.0".upper()}
 
 
 def start_device(spec: dict[str, Any], device: str) -> tuple[Any, dict[str, Any]]:

@@ -181,6 +181,17 @@ def on_device(runner: Any, device: str) -> Any:
     return _ContinuousOn(runner, device) if hasattr(runner, "run_continuous") else _BatchesOn(runner, device)
 
 
+def release_cached_gpu_memory() -> None:
+    """Give the GPU memory PyTorch's allocator keeps cached in this process back to the driver. ``make run`` builds
+    engines in the process that then waits for the tests: the tests' processes need that memory (GPT-J sizes its KV
+    cache from what is free). Nothing to do where torch is not loaded or CUDA not started."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 def allowed_cpus() -> int:
     """CPUs this process may run on: the affinity mask, which containers and taskset narrow below os.cpu_count()."""
     try:

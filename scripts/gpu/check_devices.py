@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -92,7 +93,11 @@ def run_workload(workload: str, gpus: int, args: argparse.Namespace, details: di
     all_gpus = gpu_count()
     log_dir = args.out / f"{workload}-{gpus}gpu"
     given = run_args(workload, gpus, all_gpus, args.min_duration_ms, log_dir)
-    command = [*shlex.split(args.make), "run", f"RUN_ARGS={given}"]
+    if shutil.which(shlex.split(args.make)[0]):
+        command = [*shlex.split(args.make), "run", f"RUN_ARGS={given}"]
+    else:  # no make on this machine: what `make run` runs
+        subprocess.run([sys.executable, "-m", "code.harness.build"], cwd=REPO_ROOT, check=True)
+        command = [sys.executable, "-m", "code.main", "--action=run", *shlex.split(given)]
     print(f"\n=== {workload} on {gpus} GPU(s): {shlex.join(command)}", flush=True)
     started = time.perf_counter()
     status = subprocess.run(command, cwd=REPO_ROOT).returncode

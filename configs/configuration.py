@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 from typing import Any, ClassVar
 
 from code.common.config import ConfigError, ResolvedConfig, WorkloadSetting, resolve_fields
@@ -146,6 +147,18 @@ class ConfigRegistry:
                     f"{custom} is not valid Python (line {error.lineno}: {error.msg}); fix that line, or delete the "
                     "file and run `make add_system` again"
                 ) from None
+
+    @classmethod
+    def reload_custom(cls, benchmark: Benchmark, scenario: Scenario) -> None:
+        """Import a scenario's ``custom.py`` again after it was rewritten (``make add_system``): a module is imported
+        once per process, so without this the classes added to a file already imported would not register. The
+        file's earlier classes are dropped first, as they register anew."""
+        module = f"configs.{benchmark.value}.{scenario.value}.custom"
+        for key in [key for key, config in cls._classes.items() if config.__module__ == module]:
+            del cls._classes[key]
+        sys.modules.pop(module, None)
+        importlib.invalidate_caches()
+        cls.load(benchmark, scenario)
 
     @classmethod
     def get(

@@ -129,11 +129,15 @@ def add_configs(system: str, benchmark: Benchmark, on_gpu: bool, dry_run: bool) 
             atomic.write_text(path, text)
             previous[path] = before
         done.append(f"{path}: added {system} and {system}_HighAccuracy")
-    # Make sure what we wrote imports and validates (the registry checks every field).
+    # Make sure what we wrote imports, validates (the registry checks every field) and is the system's own class.
     if not dry_run:
         try:
             for scenario in Scenario:
-                ConfigRegistry.get(benchmark, scenario, system, WorkloadSetting())
+                ConfigRegistry.reload_custom(benchmark, scenario)
+                config = ConfigRegistry.get(benchmark, scenario, system, WorkloadSetting())
+                if config.system_name() != system:
+                    raise ConfigError(f"{system}'s class in configs/{benchmark.value}/{scenario.value}/custom.py did "
+                                      f"not register (the system resolves to {config.__name__}); check that file")
         except Exception:
             for path, before in previous.items():
                 if before is None:

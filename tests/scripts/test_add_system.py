@@ -128,3 +128,21 @@ def test_stubs_are_written_atomically_and_rolled_back_when_rejected(tmp_path, mo
     assert (folder / "custom.py").read_text() == earlier
     assert not (tmp_path / "configs" / "bert" / "Server" / "custom.py").exists()
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["custom.py"]
+
+
+def test_a_second_system_joins_an_existing_custom_py(tmp_path):
+    """custom.py is imported once per process: the classes appended to a file already imported register too."""
+    root = _repo_copy(tmp_path)
+
+    def run(*args):
+        return subprocess.run([sys.executable, *args], cwd=root, capture_output=True, text=True, timeout=120)
+
+    for name in ("BoxA_x2", "BoxB_x2"):
+        added = run("-m", "scripts.add_system", f"--system_name={name}")
+        assert added.returncode == 0, added.stderr
+    custom = (root / "configs" / "bert" / "Offline" / "custom.py").read_text()
+    assert "class BoxA_x2(" in custom and "class BoxB_x2(" in custom
+    for name in ("BoxA_x2", "BoxB_x2"):
+        info = run("-m", "code.main", "--action=info", f"--system_name={name}", "--benchmarks=bert",
+                   "--scenarios=offline")
+        assert info.returncode == 0 and f"config class {name})" in info.stdout, info.stderr

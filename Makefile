@@ -33,7 +33,7 @@ help:
 	@echo "  make info             RUN_ARGS=\"...\"   detected system and resolved config"
 	@echo "  make report [LOG_DIR=build/logs/<ts>]   report.md + plots of a run (default: the newest)"
 	@echo "  make run_audit_harness RUN_ARGS=\"... [--audit_test=TEST01]\"   compliance audits of a SubmissionRun"
-	@echo "  make add_system [SUBMITTER=org]   stub configs and the system description for this machine"
+	@echo "  make add_system [SUBMITTER=org]   config classes and the system description for this machine"
 	@echo "  make check_system_json [SYSTEM=name] [SUBMITTER=org]   check it as the submission checker will"
 	@echo "  make stage_results SUBMITTER=<org>   build/submission/closed/<org> from the newest runs"
 	@echo "  make truncate_results SUBMITTER=<org>, make check_submission SUBMITTER=<org>   the round's tools"

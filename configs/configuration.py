@@ -3,31 +3,40 @@
 A config is a class whose attributes are settings (fields from ``code/common/fields.py``); a variant is a
 subclass. ``@ConfigRegistry.register(HarnessType, AccuracyTarget, PowerSetting)`` validates the class when its
 module is imported, so a misspelt field or a missing required one fails at once, naming the class and field.
-``resolve_config`` looks a class up and hands its fields to ``code.common.config.resolve_fields``, which holds
-the one precedence rule (RUN_ARGS > config class > field default) and the resolved config it makes. This module
-imports from ``code/common`` and never the reverse: code/common knows fields, not the classes that set them.
+
+A class describes what it is named after. Named after a GPU model (``H200_SXM_141GB``), it holds one GPU's
+values and serves a system of any count of that GPU; named after a system (``H200_SXM_141GBx2``, ``CPU``), it
+holds that system's. A system ``<model>x<count>`` uses its own class when there is one, else its GPU model's, and
+its throughputs (the fields marked ``system_rate``: Offline's expected and Server's target QPS) are the per-GPU
+ones times the count; every other value, latencies included, is the class's as it is. ``resolve_config`` looks the
+class up, turns its fields into the system's values (``system_values``) and hands them to
+``code.common.config.resolve_fields``, which holds the one precedence rule (RUN_ARGS > tuned > config class >
+field default; tuned values were measured on the whole system and are never scaled). This module imports from
+``code/common`` and never the reverse: code/common knows fields, not the classes that set them.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
+import sys
 from typing import Any, ClassVar
 
 from code.common.config import ConfigError, ResolvedConfig, WorkloadSetting, resolve_fields
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from code.common.fields import FIELDS, FieldError
 from code.common.paths import REPO_ROOT
+from code.common.systems import gpu_model_and_count
 from code.common.tuned import tuned_fields
 
 # ConfigError, ResolvedConfig and WorkloadSetting live in code/common/config.py; they are named here too because
 # config files and NVIDIA-style readers look for them beside the registry.
 __all__ = ["BenchmarkConfiguration", "ConfigError", "ConfigRegistry", "ResolvedConfig", "WorkloadSetting",
-           "resolve_config", "validate_config_class"]
+           "resolve_config", "system_values", "validate_config_class"]
 
 # Class attributes that identify a config rather than set a field.
 IDENTITY_ATTRIBUTES = ("benchmark", "scenario", "system")
-# Suffixes of variant classes: H100_SXM_80GBx1_HighAccuracy configures system H100_SXM_80GBx1.
+# Suffixes of variant classes: H100_SXM_80GB_HighAccuracy configures H100_SXM_80GB, for bert-99.9.
 VARIANT_SUFFIX = re.compile(r"(_HighAccuracy|_MaxQ|_MaxP)+$")
 
 
@@ -68,16 +77,28 @@ class BenchmarkConfiguration(metaclass=_ConfigMeta):
     @classmethod
     def field_origins(cls) -> dict[str, tuple[Any, str]]:
         """Each field's value and the name of the class that set it, so `make info` can say where it came from."""
-        origins: dict[str, tuple[Any, str]] = {}
+        return {key: (value, owner.__name__) for key, (value, owner) in cls.field_owners().items()}
+
+    @classmethod
+    def field_owners(cls) -> dict[str, tuple[Any, type[BenchmarkConfiguration]]]:
+        """Each field's value and the class that set it (the nearest one in the class's ancestry)."""
+        owners: dict[str, tuple[Any, type[BenchmarkConfiguration]]] = {}
         for klass in reversed(cls.__mro__):
             for key, value in vars(klass).items():
                 if key in FIELDS:
-                    origins[key] = (value, klass.__name__)
-        return origins
+                    owners[key] = (value, klass)
+        return owners
 
     @classmethod
     def system_name(cls) -> str:
         return cls.system or VARIANT_SUFFIX.sub("", cls.__name__)
+
+    @classmethod
+    def per_gpu(cls) -> bool:
+        """Whether the class's throughputs are one GPU's: it is named after a GPU model (``H200_SXM_141GB``), or is
+        a base class, not after a system with its GPU count (``H200_SXM_141GBx2``). Only a system named with a
+        count multiplies them (``system_values``), so ``CPU`` and other names without a count keep theirs."""
+        return gpu_model_and_count(cls.system_name()) is None
 
 
 RegistryKey = tuple[Benchmark, Scenario, str, WorkloadSetting]
@@ -128,29 +149,72 @@ class ConfigRegistry:
                 ) from None
 
     @classmethod
+    def reload_custom(cls, benchmark: Benchmark, scenario: Scenario) -> None:
+        """Import a scenario's ``custom.py`` again after it was rewritten (``make add_system``): a module is imported
+        once per process, so without this the classes added to a file already imported would not register. The
+        file's earlier classes are dropped first, as they register anew."""
+        module = f"configs.{benchmark.value}.{scenario.value}.custom"
+        for key in [key for key, config in cls._classes.items() if config.__module__ == module]:
+            del cls._classes[key]
+        sys.modules.pop(module, None)
+        importlib.invalidate_caches()
+        cls.load(benchmark, scenario)
+
+    @classmethod
     def get(
         cls, benchmark: Benchmark, scenario: Scenario, system: str, workload: WorkloadSetting
     ) -> type[BenchmarkConfiguration]:
+        """The system's own class, else its GPU model's (``H200_SXM_141GB`` for ``H200_SXM_141GBx2``): a class a
+        user writes for one count wins over the model's."""
         cls.load(benchmark, scenario)
-        key = (benchmark, scenario, system, workload)
-        if key in cls._classes:
-            return cls._classes[key]
-        systems = sorted({k[2] for k in cls._classes if k[:2] == (benchmark, scenario)})
-        same_system = sorted(k[3].shortname() for k in cls._classes if k[:3] == (benchmark, scenario, system))
-        if same_system:
-            hint = f"{system} has configs for: {', '.join(same_system)}"
-        else:
-            hint = (
-                f"configured systems: {', '.join(systems)}. Add yours with `make add_system` (writes a stub class "
-                f"into configs/{benchmark.value}/{scenario.value}/custom.py), or pick one with --system_name"
-            )
+        names = candidate_names(system)
+        for name in names:
+            if (benchmark, scenario, name, workload) in cls._classes:
+                return cls._classes[(benchmark, scenario, name, workload)]
+        looked_for = system if len(names) == 1 else f"{system} (nor for its GPU model {names[1]})"
+        for name in names:
+            workloads = sorted(k[3].shortname() for k in cls._classes if k[:3] == (benchmark, scenario, name))
+            if workloads:
+                raise ConfigError(f"no config for system {looked_for}, {benchmark.value}/{scenario.value}, "
+                                  f"{workload.shortname()}; {name} has configs for: {', '.join(workloads)}")
+        configured = sorted({k[2] for k in cls._classes if k[:2] == (benchmark, scenario)})
         raise ConfigError(
-            f"no config for system {system}, {benchmark.value}/{scenario.value}, {workload.shortname()}; {hint}"
+            f"no config for system {looked_for}, {benchmark.value}/{scenario.value}, {workload.shortname()}; "
+            f"configured: {', '.join(configured)} (a GPU model's class serves any count of it: <model>x<count>). "
+            f"Add yours with `make add_system` (writes a stub class into "
+            f"configs/{benchmark.value}/{scenario.value}/custom.py), or pick one with --system_name"
         )
 
     @classmethod
     def registered(cls) -> dict[RegistryKey, type[BenchmarkConfiguration]]:
         return dict(cls._classes)
+
+
+def candidate_names(system: str) -> list[str]:
+    """The registered names that may configure ``system``, the first found winning: its own name, then for a
+    ``<model>x<count>`` name its GPU model."""
+    found = gpu_model_and_count(system)
+    return [system, found[0]] if found else [system]
+
+
+def system_values(config: type[BenchmarkConfiguration], system: str) -> dict[str, tuple[Any, str]]:
+    """The config class's fields as ``system``'s values, each with its source as `make info` shows it.
+
+    A throughput (``system_rate`` field) set by a per-GPU class (``per_gpu``: named after a GPU model) is one
+    GPU's: on a system ``<model>x<count>`` it is multiplied by the count, its source saying so
+    (``H200_SXM_141GB x 2 GPUs``). The rule follows where the value was set, not which class was looked up, so a
+    user's ``H200_SXM_141GBx2`` derived from ``H200_SXM_141GB`` gets two GPUs' worth of what it inherits, and what
+    it sets itself is the whole system's."""
+    found = gpu_model_and_count(system)
+    values: dict[str, tuple[Any, str]] = {}
+    for name, (value, owner) in config.field_owners().items():
+        if found and FIELDS[name].system_rate and owner.per_gpu():
+            count = found[1]
+            source = f"{owner.__name__} x {count} GPU{'s' if count != 1 else ''}"
+            values[name] = (FIELDS[name].check(value * count, f"config class {source}"), source)
+        else:
+            values[name] = (value, owner.__name__)
+    return values
 
 
 def validate_config_class(config: type) -> None:
@@ -194,12 +258,12 @@ def resolve_config(
     overrides: dict[str, Any],
     warn_tuned: bool = True,
 ) -> ResolvedConfig:
-    """Look the config class up, then apply RUN_ARGS > tuned > config class > field default (``resolve_fields``);
-    the tuned value is the one ``make find_performance`` stored for this system (``code/common/tuned.py``), and
-    ``warn_tuned`` says whether an unusable tuned file is warned about here (a test process leaves that to its
-    parent, which already did)."""
+    """Look the config class up, make its fields the system's values (``system_values``), then apply RUN_ARGS >
+    tuned > config class > field default (``resolve_fields``); the tuned value is the one ``make find_performance``
+    stored for this system (``code/common/tuned.py``), a whole-system value as it is, and ``warn_tuned`` says whether
+    an unusable tuned file is warned about here (a test process leaves that to its parent, which already did)."""
     config = ConfigRegistry.get(benchmark, scenario, system, workload)
     tuned = tuned_fields(system, f"{benchmark.value}-{workload.accuracy_target.suffix}", scenario, warn=warn_tuned,
                          overrides=overrides)
-    return resolve_fields(benchmark, scenario, system, workload, config.__name__, config.field_origins(), overrides,
-                          tuned)
+    return resolve_fields(benchmark, scenario, system, workload, config.__name__, system_values(config, system),
+                          overrides, tuned)

@@ -1,13 +1,16 @@
-"""``make add_system``: stub config classes and a system description for this machine.
+"""``make add_system``: config classes and a system description for this machine.
 
-Detects the system (GPU model and count through NVML, or CPU), then for each benchmark and scenario appends a
-registered class named after it to ``configs/<bench>/<Scenario>/custom.py`` (loaded automatically when present).
+Detects the system (GPU model and count through NVML, or CPU), then for each benchmark and scenario appends
+registered classes named after it to ``configs/<bench>/<Scenario>/custom.py`` (loaded automatically when present),
+where the system has no class of its own yet. For a GPU model that has classes (``H200_SXM_141GB`` for
+``H200_SXM_141GBx2``) they derive from the model's, so they start from its values (throughputs per GPU, times the
+count) and a field set in them overrides it; the system already runs without them. For any other system they are
+stubs with the starting values of each benchmark's ``configs/<bench>/new_system.py``, which run as they are; tune
+``gpu_batch_size`` and the target QPS/latency with ``make run RUN_ARGS="... --test_run"``.
 It writes the system description the MLPerf submission checker requires (``code/common/system_description.py``):
 ``systems/<name>.json`` with what detection knows, when the system has none yet, and ``systems/<name>.user.json``
 with the fields still unanswered: detected values where this machine answers them, ``null`` where a person must
-(status, cooling, networking ...). Values already in the user file are kept. The stubs' starting values come from
-each benchmark's ``configs/<bench>/new_system.py``; they run as they are; tune ``gpu_batch_size`` and the target
-QPS/latency with ``make run RUN_ARGS="... --test_run"``.
+(status, cooling, networking ...). Values already in the user file are kept.
 
 Usage: ``python -m scripts.add_system [--system_name NAME] [--benchmarks bert,gptj] [--submitter ORG] [--dry_run]``
 (SUBMITTER in the environment works as --submitter)
@@ -21,6 +24,7 @@ import json
 import keyword
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +42,35 @@ from code.common.system_description import (
     load_description,
     read_json_object,
 )
-from code.common.systems import CPU_SYSTEM, DetectedSystem, detect_system
-from configs.configuration import ConfigRegistry, WorkloadSetting
+from code.common.systems import CPU_SYSTEM, DetectedSystem, detect_system, gpu_model_and_count
+from configs.configuration import VARIANT_SUFFIX, BenchmarkConfiguration, ConfigRegistry, WorkloadSetting
 
 HEADER = '''"""Configs of systems added with `make add_system` (scripts/add_system.py); edit them freely.
 
 This file is imported after the scenario's own configs. Each class is one machine, named after its GPU model
-and count; fields are listed in documentation/configs.md.
+and count. A class derived from a GPU model's class (``H200_SXM_141GB``) inherits its values, the throughputs
+per GPU (the system's are those times its GPU count); a throughput set here is the system's whole.
+Fields are listed in documentation/configs.md.
 """
 
-from code.common.constants import AccuracyTarget, HarnessType, PowerSetting
+'''
+# The imports of custom.py files written before ``import_block``: their classes name the scenario's base class.
+EARLIER_IMPORTS = """from code.common.constants import AccuracyTarget, HarnessType, PowerSetting
 from configs.configuration import ConfigRegistry
 from configs.{bench}.{scenario} import {base}
-'''
+"""
+
+
+def import_block(benchmark: Benchmark, scenario: Scenario, earlier_base: bool = False) -> str:
+    """custom.py's imports, sorted by module as ruff wants them. Classes name the scenario's classes through its
+    module (``Offline.H200_SXM_141GB``), so the block is the same whatever classes the file holds and none is
+    unused; ``earlier_base`` adds the base class import that classes of earlier files name directly."""
+    lines = ["from code.common.constants import AccuracyTarget, HarnessType, PowerSetting",
+             f"from configs.{benchmark.value} import {scenario.value}",
+             "from configs.configuration import ConfigRegistry"]
+    if earlier_base:
+        lines.append(f"from configs.{benchmark.value}.{scenario.value} import {scenario.value}BaseConfig")
+    return "\n".join(sorted(lines, key=lambda line: line.split()[1].lower())) + "\n"
 
 
 def stub_classes(system: str, benchmark: Benchmark, scenario: Scenario, on_gpu: bool) -> str:
@@ -66,7 +86,7 @@ def stub_classes(system: str, benchmark: Benchmark, scenario: Scenario, on_gpu: 
         "",
         "",
         "@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)",
-        f"class {system}({scenario.value}BaseConfig):",
+        f"class {system}({scenario.value}.{scenario.value}BaseConfig):",
         '    """Added by make add_system: starting values, to be tuned with --test_run runs."""',
         "",
         f'    precision = "{precision}"',
@@ -85,9 +105,61 @@ def stub_classes(system: str, benchmark: Benchmark, scenario: Scenario, on_gpu: 
     return "\n".join(lines) + "\n"
 
 
+def model_subclasses(system: str, scenario: Scenario,
+                     model_classes: dict[WorkloadSetting, type[BenchmarkConfiguration]]) -> str:
+    """A class of ``system`` for each workload of its GPU model's classes, derived from the model's class of the
+    same workload: the system starts from the model's values and a field set in it overrides them."""
+    _, count = gpu_model_and_count(system) or ("", 1)
+    blocks = []
+    for workload, parent in model_classes.items():
+        suffix = match.group(0) if (match := VARIANT_SUFFIX.search(parent.__name__)) else ""
+        summary = textwrap.fill(f"Added by make add_system from {parent.__name__}: its values, the throughputs "
+                                f"x {count} GPU{'s' if count != 1 else ''}.", width=113, initial_indent='    """',
+                                subsequent_indent="    ")
+        blocks.append("\n".join([
+            "",
+            "",
+            f"@ConfigRegistry.register(HarnessType.{workload.harness_type.name}, "
+            f"AccuracyTarget.{workload.accuracy_target.name}, PowerSetting.{workload.power_setting.name})",
+            f"class {system}{suffix}({scenario.value}.{parent.__name__}):",
+            summary,
+            "",
+            "    A field set here overrides the inherited one; a throughput set here is the whole system's, as it "
+            'is."""',
+        ]))
+    return "\n".join(blocks) + "\n"
+
+
+def model_classes_of(system: str, benchmark: Benchmark,
+                     scenario: Scenario) -> tuple[str, dict[WorkloadSetting, type[BenchmarkConfiguration]]] | None:
+    """(the GPU model, its classes by workload) when ``system`` is ``<model>x<count>`` of a model with classes in
+    this scenario; None otherwise."""
+    found = gpu_model_and_count(system)
+    if found is None:
+        return None
+    classes = {key[3]: config for key, config in ConfigRegistry.registered().items()
+               if key[:3] == (benchmark, scenario, found[0])}
+    return (found[0], classes) if classes else None
+
+
+def with_imports(text: str, path: Path, benchmark: Benchmark, scenario: Scenario) -> str:
+    """An existing custom.py with the imports the classes add_system writes need: a file written before
+    ``import_block`` gets its import block replaced by one that has both; a file whose imports were edited by hand,
+    or never had them, is refused naming the lines to add (nothing is written)."""
+    lines = text.splitlines()
+    missing = [line for line in import_block(benchmark, scenario).splitlines() if line not in lines]
+    if not missing:
+        return text
+    earlier = EARLIER_IMPORTS.format(bench=benchmark.value, scenario=scenario.value, base=f"{scenario.value}BaseConfig")
+    if earlier in text:
+        return text.replace(earlier, import_block(benchmark, scenario, earlier_base=True), 1)
+    raise ConfigError(f"{path} lacks imports that the classes make add_system writes need: add "
+                      f"{'; '.join(f'`{line}`' for line in missing)} to its imports, then run make add_system again")
+
+
 # Names custom.py binds besides the classes it defines: a system named like one would shadow it and break the file.
 RESERVED_NAMES = {"AccuracyTarget", "HarnessType", "PowerSetting", "ConfigRegistry",
-                  *(f"{scenario.value}BaseConfig" for scenario in Scenario)}
+                  *(scenario.value for scenario in Scenario), *(f"{scenario.value}BaseConfig" for scenario in Scenario)}
 
 
 def system_name_problem(name: str) -> str | None:
@@ -107,40 +179,54 @@ def system_name_problem(name: str) -> str | None:
 
 
 def add_configs(system: str, benchmark: Benchmark, on_gpu: bool, dry_run: bool) -> list[str]:
-    """Append stubs where the system has no config yet; returns what was done per scenario.
+    """Append classes where the system has none of its own yet, derived from its GPU model's where it has some,
+    else stubs; returns what was done per scenario.
 
     Each custom.py is written whole or not at all (a temporary file, checked to compile, then renamed), and when
-    the registry rejects what was written, every file is put back as it was: no broken config is left behind."""
+    a file cannot take the classes or the registry rejects what was written, every file is put back as it was: no
+    broken config is left behind."""
     done = []
     previous: dict[Path, str | None] = {}  # the files written, with their earlier text (None: they were new)
-    for scenario in Scenario:
-        ConfigRegistry.load(benchmark, scenario)
-        registered = {key[2] for key in ConfigRegistry.registered() if key[:2] == (benchmark, scenario)}
-        path = REPO_ROOT / "configs" / benchmark.value / scenario.value / "custom.py"
-        if system in registered:
-            done.append(f"{path}: {system} already configured, left as is")
-            continue
-        if not dry_run:
-            before = path.read_text() if path.exists() else None
-            text = (before if before is not None else HEADER.format(bench=benchmark.value, scenario=scenario.value,
-                                                                    base=f"{scenario.value}BaseConfig"))
-            text += stub_classes(system, benchmark, scenario, on_gpu)
-            compile(text, str(path), "exec")  # a SyntaxError here is a bug in the stubs: nothing is written
-            atomic.write_text(path, text)
-            previous[path] = before
-        done.append(f"{path}: added {system} and {system}_HighAccuracy")
-    # Make sure what we wrote imports and validates (the registry checks every field).
-    if not dry_run:
-        try:
-            for scenario in Scenario:
-                ConfigRegistry.get(benchmark, scenario, system, WorkloadSetting())
-        except Exception:
-            for path, before in previous.items():
-                if before is None:
-                    path.unlink(missing_ok=True)
-                else:
-                    atomic.write_text(path, before)
-            raise
+    try:
+        for scenario in Scenario:
+            ConfigRegistry.load(benchmark, scenario)
+            registered = {key[2] for key in ConfigRegistry.registered() if key[:2] == (benchmark, scenario)}
+            path = REPO_ROOT / "configs" / benchmark.value / scenario.value / "custom.py"
+            if system in registered:
+                done.append(f"{path}: {system} already configured, left as is")
+                continue
+            model = model_classes_of(system, benchmark, scenario)
+            if model is None:
+                classes = stub_classes(system, benchmark, scenario, on_gpu)
+                what = f"added {system} and {system}_HighAccuracy (starting values)"
+            else:
+                classes = model_subclasses(system, scenario, model[1])
+                what = f"added {system} and its variants, derived from {model[0]}'s classes"
+            if not dry_run:
+                before = path.read_text() if path.exists() else None
+                text = (HEADER + import_block(benchmark, scenario) if before is None
+                        else with_imports(before, path, benchmark, scenario))
+                text += classes
+                compile(text, str(path), "exec")  # a SyntaxError here is a bug in the stubs: nothing is written
+                atomic.write_text(path, text)
+                previous[path] = before
+            done.append(f"{path}: {what}")
+        # Make sure what was written imports, validates (the registry checks every field) and is the system's own.
+        for scenario in Scenario:
+            if dry_run:
+                break
+            ConfigRegistry.reload_custom(benchmark, scenario)
+            config = ConfigRegistry.get(benchmark, scenario, system, WorkloadSetting())
+            if config.system_name() != system:
+                raise ConfigError(f"{system}'s class in configs/{benchmark.value}/{scenario.value}/custom.py did "
+                                  f"not register (the system resolves to {config.__name__}); check that file")
+    except Exception:
+        for path, before in previous.items():
+            if before is None:
+                path.unlink(missing_ok=True)
+            else:
+                atomic.write_text(path, before)
+        raise
     return done
 
 

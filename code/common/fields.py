@@ -72,6 +72,9 @@ class Field:
     choices: tuple[str, ...] | None = None
     range: Range | None = None  # every int and float field has one
     pattern: str | None = None  # a str field with open-ended values: the regular expression they match in full
+    # A throughput of the whole system. A config class named after a GPU model (configs/configuration.py) gives it
+    # for one GPU, and a system of N such GPUs resolves N times it; nothing else scales with the GPU count.
+    system_rate: bool = False
 
     def accepted(self) -> str:
         """What values the field takes, as ``--help`` and the docs say it."""
@@ -217,11 +220,13 @@ FIELDS: dict[str, Field] = {
               "(EOS forced at lengths drawn with mean ~70, what real weights produce; code/gptj/dataset.py)",
               benchmarks=(Benchmark.GPTJ,), choices=("model", "forced")),
         # LoadGen (written to user.conf).
-        Field("offline_expected_qps", float, None, "Offline: expected samples/s; LoadGen sizes the query from it "
-              "(set it at or above the real throughput)", scenarios=(Scenario.Offline,), required=True,
-              range=Range(0, MAX_RATE, above_low=True)),
-        Field("server_target_qps", float, None, "Server: the Poisson arrival rate LoadGen issues at, in "
-              "queries/s", scenarios=(Scenario.Server,), required=True, range=Range(0, MAX_RATE, above_low=True)),
+        Field("offline_expected_qps", float, None, "Offline: expected samples/s of the whole system, of one GPU in a "
+              "GPU model's class; LoadGen sizes the query from it (set it at or above the real throughput)",
+              scenarios=(Scenario.Offline,), required=True, range=Range(0, MAX_RATE, above_low=True),
+              system_rate=True),
+        Field("server_target_qps", float, None, "Server: the Poisson arrival rate LoadGen issues at, in queries/s, "
+              "for the whole system; of one GPU in a GPU model's class", scenarios=(Scenario.Server,),
+              required=True, range=Range(0, MAX_RATE, above_low=True), system_rate=True),
         Field("single_stream_expected_latency_ns", int, None, "SingleStream: expected latency in ns, a hint to "
               "LoadGen", scenarios=(Scenario.SingleStream,), required=True,
               range=Range(MIN_LATENCY_NS, 1_000_000_000_000)),

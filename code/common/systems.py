@@ -1,10 +1,11 @@
 """Which machine this is: GPUs, driver and CUDA from NVML; CPU, memory, storage, OS and software from the OS.
 
-A system's name comes from its GPU model and count alone (``H100_SXM_80GBx8``), never from the CPU: NVIDIA's
-harness pins each known system to one CPU model and refuses every other host, which is the most common
-complaint of its users. No GPU, or no NVML, is the ``CPU`` system. The rest of what is detected fills the MLPerf
-system description (``code/common/system_description.py``) and every run's metadata.json, so neither states
-anything about the machine that the machine does not say itself.
+A system's name comes from its GPU model and count alone (``H100_SXM_80GBx8``: ``<model>x<count>``), never from
+the CPU: NVIDIA's harness pins each known system to one CPU model and refuses every other host, which is the most
+common complaint of its users. No GPU, or no NVML, is the ``CPU`` system. Configs read the name back
+(``gpu_model_and_count``): the class of a GPU model serves every count of it. The rest of what is detected fills
+the MLPerf system description (``code/common/system_description.py``) and every run's metadata.json, so neither
+states anything about the machine that the machine does not say itself.
 """
 
 from __future__ import annotations
@@ -31,8 +32,22 @@ KNOWN_GPUS = {
     "NVIDIA GH200 480GB": "GH200_96GB",
 }
 CPU_SYSTEM = "CPU"
+# <model>x<count>, the count without leading zeros: the form of every GPU system's name.
+_GPU_SYSTEM_NAME = re.compile(r"(?P<model>.+)x(?P<count>[1-9][0-9]*)")
 # MLPerf system descriptions (systems/<system>.json), the files a submission ships.
 SYSTEMS_DIR = REPO_ROOT / "systems"
+
+
+def gpu_system_name(model: str, count: int) -> str:
+    """The name of a system of ``count`` GPUs of ``model``: ``H100_SXM_80GBx8``."""
+    return f"{model}x{count}"
+
+
+def gpu_model_and_count(system: str) -> tuple[str, int] | None:
+    """``("H200_SXM_141GB", 2)`` for ``H200_SXM_141GBx2``, the reverse of ``gpu_system_name``; None for a name
+    without a GPU count (``CPU``, or a name given with --system_name such as ``MyBox``)."""
+    match = _GPU_SYSTEM_NAME.fullmatch(system)
+    return (match["model"], int(match["count"])) if match else None
 
 
 class SystemDetectionError(RuntimeError):
@@ -89,13 +104,13 @@ class DetectedSystem:
             return CPU_SYSTEM
         kinds = Counter(g.short_name for g in self.gpus)
         if len(kinds) > 1:
-            listing = ", ".join(f"{n}x{c}" for n, c in kinds.items())
+            listing = ", ".join(gpu_system_name(n, c) for n, c in kinds.items())
             raise SystemDetectionError(
                 f"this machine mixes GPU models ({listing}); select one model with CUDA_VISIBLE_DEVICES "
                 "or name a configured system with --system_name"
             )
         (kind, count), = kinds.items()
-        return f"{kind}x{count}"
+        return gpu_system_name(kind, count)
 
     @property
     def accelerator_name(self) -> str:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from code.common.systems import CPU_SYSTEM, SystemDetectionError, detect_system
+from code.common.systems import CPU_SYSTEM, SystemDetectionError, detect_system, gpu_model_and_count, gpu_system_name
 
 
 class FakeMemory:
@@ -67,6 +67,14 @@ def test_names_come_from_gpu_model_and_count(gpus, name, monkeypatch):
     system = detect_system(nvml)
     assert system.name == name
     assert nvml.shutdown
+    model, count = gpu_model_and_count(name)  # what configs read back: the GPU model's class and the count
+    assert (model, count) == (system.gpus[0].short_name, len(gpus)) and gpu_system_name(model, count) == name
+
+
+@pytest.mark.parametrize("name", [CPU_SYSTEM, "MyBox", "H200_SXM_141GB", "H200_SXM_141GBx0", "H200_SXM_141GBx02",
+                                  "x8", "H200_SXM_141GBx2y"])
+def test_a_name_without_a_gpu_count_has_no_model(name):
+    assert gpu_model_and_count(name) is None
 
 
 def test_cpu_model_never_matters(monkeypatch):

@@ -112,6 +112,22 @@ def test_precedence_run_args_over_tuned_over_config(store):
     assert config.as_dict()["sources"]["offline_expected_qps"].startswith("tuned (")
 
 
+def test_a_tuned_value_is_the_whole_systems_and_never_scaled(store):
+    """A system served by its GPU model's class: the config's rate is per GPU x the count, but what
+    find_performance measured was the whole system's, so it is used as stored."""
+    def resolve():
+        return resolve_config(Benchmark.BERT, Scenario.Server, "H200_SXM_141GBx2", WorkloadSetting(), {})
+
+    scaled = resolve()
+    assert scaled.sources["server_target_qps"] == "H200_SXM_141GB x 2 GPUs"
+    path = tuned.write_tuned("H200_SXM_141GBx2", "bert-99", Scenario.Server, 13_000.0, "search")
+    config = resolve()
+    assert (config["server_target_qps"], config.sources["server_target_qps"]) == (13_000.0, f"tuned ({path})")
+    assert config.replaced["server_target_qps"] == (scaled["server_target_qps"], "H200_SXM_141GB x 2 GPUs")
+    assert resolve_config(Benchmark.BERT, Scenario.Server, "H200_SXM_141GBx4", WorkloadSetting(),
+                          {}).sources["server_target_qps"] == "H200_SXM_141GB x 4 GPUs"  # tuned per system
+
+
 def test_make_info_shows_the_tuned_source(tmp_path):
     env = {**os.environ, "MLPERF_TUNED_DIR": str(tmp_path / "tuned")}
     code = ("import sys; from code.common import paths, tuned; from pathlib import Path; from code.common.constants "

@@ -60,7 +60,8 @@ def test_range_errors_name_the_allowed_values_and_the_fix():
         parse_run_args(["--scenarios=server", "--server_target_qps=inf"])
     assert str(caught.value) == (
         "--server_target_qps=inf is out of range: allowed greater than 0 and at most 1,000,000 (Server: the Poisson "
-        "arrival rate LoadGen issues at, in queries/s); give a value in that range, or leave --server_target_qps "
+        "arrival rate LoadGen issues at, in queries/s, for the whole system; of one GPU in a GPU model's class); "
+        "give a value in that range, or leave --server_target_qps "
         "out to use the config's"
     )
 

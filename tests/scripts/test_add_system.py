@@ -69,6 +69,7 @@ def test_every_benchmark_brings_its_starting_values():
 def _repo_copy(tmp_path):
     for folder in ("code", "configs", "scripts", "systems"):
         shutil.copytree(REPO_ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path)  # ruff's settings, for the lint check of what was written
     return tmp_path
 
 
@@ -110,7 +111,8 @@ def test_stubs_are_written_atomically_and_rolled_back_when_rejected(tmp_path, mo
     monkeypatch.setattr(add_system, "REPO_ROOT", tmp_path)
     folder = tmp_path / "configs" / "bert" / "Offline"
     folder.mkdir(parents=True)
-    earlier = "# the user's own classes\n"
+    earlier = add_system.HEADER + add_system.import_block(add_system.Benchmark.BERT, add_system.Scenario.Offline)
+    earlier += "# the user's own classes\n"
     (folder / "custom.py").write_text(earlier)
     for scenario in ("Server", "SingleStream"):
         (tmp_path / "configs" / "bert" / scenario).mkdir(parents=True)
@@ -128,3 +130,72 @@ def test_stubs_are_written_atomically_and_rolled_back_when_rejected(tmp_path, mo
     assert (folder / "custom.py").read_text() == earlier
     assert not (tmp_path / "configs" / "bert" / "Server" / "custom.py").exists()
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["custom.py"]
+
+
+def test_a_second_system_joins_an_existing_custom_py(tmp_path):
+    """custom.py is imported once per process: the classes appended to a file already imported register too."""
+    root = _repo_copy(tmp_path)
+
+    def run(*args):
+        return subprocess.run([sys.executable, *args], cwd=root, capture_output=True, text=True, timeout=120)
+
+    for name in ("BoxA_x2", "BoxB_x2"):
+        added = run("-m", "scripts.add_system", f"--system_name={name}")
+        assert added.returncode == 0, added.stderr
+    custom = (root / "configs" / "bert" / "Offline" / "custom.py").read_text()
+    assert "class BoxA_x2(" in custom and "class BoxB_x2(" in custom
+    for name in ("BoxA_x2", "BoxB_x2"):
+        info = run("-m", "code.main", "--action=info", f"--system_name={name}", "--benchmarks=bert",
+                   "--scenarios=offline")
+        assert info.returncode == 0 and f"config class {name})" in info.stdout, info.stderr
+
+
+def test_a_known_gpu_model_gets_classes_derived_from_its_own_that_pass_lint(tmp_path):
+    """H200_SXM_141GBx2 starts from H200_SXM_141GB's classes (not the generic starting values), which resolve as
+    the model's would; a custom.py written by an earlier add_system gets the imports they need; ruff passes it."""
+    from scripts.add_system import EARLIER_IMPORTS
+
+    root = _repo_copy(tmp_path)
+    earlier = root / "configs" / "bert" / "Offline" / "custom.py"
+    earlier.write_text('"""An earlier add_system\'s file."""\n\n'
+                       + EARLIER_IMPORTS.format(bench="bert", scenario="Offline", base="OfflineBaseConfig")
+                       + "\n\n@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)\n"
+                       "class OldBox(OfflineBaseConfig):\n    gpu_batch_size = 8\n    offline_expected_qps = 2.0\n")
+
+    def run(*args):
+        return subprocess.run([sys.executable, *args], cwd=root, capture_output=True, text=True, timeout=120)
+
+    for name in ("H200_SXM_141GBx2", "MyBox_x2"):
+        added = run("-m", "scripts.add_system", f"--system_name={name}")
+        assert added.returncode == 0, added.stderr
+    assert added.stdout.count("(starting values)") == 6  # MyBox_ is no GPU model with classes: the stubs
+    for bench in ("bert", "gptj"):
+        for scenario in ("Offline", "Server", "SingleStream"):
+            custom = (root / "configs" / bench / scenario / "custom.py").read_text()
+            assert f"class H200_SXM_141GBx2({scenario}.H200_SXM_141GB):" in custom
+            assert f"class H200_SXM_141GBx2_HighAccuracy({scenario}.H200_SXM_141GB_HighAccuracy):" in custom
+            assert "gpu_batch_size" not in custom.split("class H200_SXM_141GBx2(")[1].split("class MyBox_x2")[0]
+    assert "class OldBox(OfflineBaseConfig)" in earlier.read_text()
+    lint = run("-m", "ruff", "check", "--no-cache", "configs")
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+    info = run("-m", "code.main", "--action=info", "--system_name=H200_SXM_141GBx2", "--benchmarks=bert-99.9",
+               "--scenarios=offline")
+    assert info.returncode == 0, info.stderr
+    assert "config class H200_SXM_141GBx2_HighAccuracy)" in info.stdout
+    assert "9400.0" in info.stdout and "[H200_SXM_141GB_HighAccuracy x 2 GPUs]" in info.stdout
+    old = run("-m", "code.main", "--action=info", "--system_name=OldBox", "--benchmarks=bert", "--scenarios=offline")
+    assert old.returncode == 0 and "config class OldBox)" in old.stdout, old.stderr
+
+
+def test_a_hand_written_custom_py_without_the_imports_is_refused_naming_them(tmp_path):
+    root = _repo_copy(tmp_path)
+    custom = root / "configs" / "bert" / "Server" / "custom.py"  # Offline's is written before Server's is read
+    custom.write_text("from configs.bert.Server import ServerBaseConfig  # a file of the user's own\n")
+    before = _tree_state(root)
+    refused = subprocess.run([sys.executable, "-m", "scripts.add_system", "--system_name=H200_SXM_141GBx2"],
+                             cwd=root, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "lacks imports that the classes make add_system writes need: add `from code.common" in refused.stderr
+    assert "`from configs.bert import Server`" in refused.stderr
+    assert _tree_state(root) == before  # bert/Offline/custom.py, written first, is taken back

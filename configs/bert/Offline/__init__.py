@@ -1,10 +1,12 @@
 """BERT Offline: one query with every sample; throughput is the metric.
 
-Each system class is one machine; ``_HighAccuracy`` subclasses are the bert-99.9 variants. GPU classes run the
-packed path (documentation/bert_gpu.md). Each GPU class's expected QPS is the throughput measured on that GPU
-for its variant, rounded; an xN class is N times its one-GPU parent. The bert-99 engine is ``GPU_BERT_99_PRECISION``
-(configs/bert/__init__.py: one line switches it between fp8 and fp16, with its rates); which engine each target runs,
-and the gate that decides it, are in documentation/bert_gpu.md; the measurements in documentation/performance.md.
+``CPU`` is one machine; a GPU class is a GPU model and holds one GPU's values. It serves ``<model>x<count>`` of
+any count (configs/configuration.py): the system's expected QPS is the class's times the count; every other value
+is the class's. ``_HighAccuracy`` subclasses are the bert-99.9 variants. GPU classes run the packed path
+(documentation/bert_gpu.md). Each GPU class's expected QPS is the throughput measured on one such GPU for its
+variant, rounded. The bert-99 engine is ``GPU_BERT_99_PRECISION`` (configs/bert/__init__.py: one line switches it
+between fp8 and fp16, with its rates); which engine each target runs, and the gate that decides it, are in
+documentation/bert_gpu.md; the measurements in documentation/performance.md.
 """
 
 from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
@@ -34,7 +36,7 @@ class CPU_HighAccuracy(CPU):
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H100_SXM_80GBx1(OfflineBaseConfig):
+class H100_SXM_80GB(OfflineBaseConfig):
     precision = GPU_BERT_99_PRECISION  # the bert-99 engine: one line in configs/bert/__init__.py switches it
     fp8_fast_accum = GPU_BERT_99_PRECISION == "fp8"  # part of any FP8 choice (no effect on a 16-bit engine)
     device = "cuda"
@@ -51,7 +53,7 @@ class H100_SXM_80GBx1(OfflineBaseConfig):
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H100_SXM_80GBx1_HighAccuracy(H100_SXM_80GBx1):
+class H100_SXM_80GB_HighAccuracy(H100_SXM_80GB):
     precision = "fp16"  # whatever bert-99 runs: FP8's F1 ratio on the proxy straddles the 99.95% bar (bert_gpu.md)
     fp8_fast_accum = False
     gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
@@ -59,40 +61,14 @@ class H100_SXM_80GBx1_HighAccuracy(H100_SXM_80GBx1):
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H100_SXM_80GBx8(H100_SXM_80GBx1):
-    offline_expected_qps = bert_99_setting(4900.0, 7200.0) * 8
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
-    precision = "fp16"  # whatever bert-99 runs: FP8's F1 ratio on the proxy straddles the 99.95% bar (bert_gpu.md)
-    fp8_fast_accum = False
-    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
-    offline_expected_qps = 4600.0 * 8
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H200_SXM_141GBx1(H100_SXM_80GBx1):
+class H200_SXM_141GB(H100_SXM_80GB):
     gpu_batch_size = 512
     offline_expected_qps = bert_99_setting(5000.0, 7500.0)  # the measured throughputs, rounded (performance.md, H200)
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
+class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
     precision = "fp16"  # whatever bert-99 runs: FP8's F1 ratio on the proxy straddles the 99.95% bar (bert_gpu.md)
     fp8_fast_accum = False
     gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
     offline_expected_qps = 4700.0  # the measured throughput, rounded (performance.md, H200, bert-99.9)
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H200_SXM_141GBx8(H200_SXM_141GBx1):
-    offline_expected_qps = bert_99_setting(5000.0, 7500.0) * 8
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H200_SXM_141GBx8_HighAccuracy(H200_SXM_141GBx8):
-    precision = "fp16"  # whatever bert-99 runs: FP8's F1 ratio on the proxy straddles the 99.95% bar (bert_gpu.md)
-    fp8_fast_accum = False
-    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
-    offline_expected_qps = 4700.0 * 8

@@ -2,7 +2,9 @@
 
 GPU classes run the packed path with a CUDA graph per token bucket (documentation/bert_gpu.md). The expected
 latency is set near the p90 measured on H100 and H200 (documentation/performance.md) so LoadGen pre-generates enough
-queries to fill the minimum duration.
+queries to fill the minimum duration. A GPU class is a GPU model and serves ``<model>x<count>`` of any count with
+its values as they are: one sample at a time runs on one GPU, so the latency does not depend on the count
+(configs/configuration.py).
 """
 
 from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
@@ -30,7 +32,7 @@ class CPU_HighAccuracy(CPU):
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H100_SXM_80GBx1(SingleStreamBaseConfig):
+class H100_SXM_80GB(SingleStreamBaseConfig):
     precision = GPU_BERT_99_PRECISION  # the bert-99 engine: one line in configs/bert/__init__.py switches it
     fp8_fast_accum = GPU_BERT_99_PRECISION == "fp8"  # part of any FP8 choice (no effect on a 16-bit engine)
     device = "cuda"
@@ -41,43 +43,19 @@ class H100_SXM_80GBx1(SingleStreamBaseConfig):
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H100_SXM_80GBx1_HighAccuracy(H100_SXM_80GBx1):
+class H100_SXM_80GB_HighAccuracy(H100_SXM_80GB):
     precision = "fp16"  # whatever bert-99 runs: FP8's F1 ratio on the proxy straddles the 99.95% bar (bert_gpu.md)
     fp8_fast_accum = False
     gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H100_SXM_80GBx8(H100_SXM_80GBx1):
+class H200_SXM_141GB(H100_SXM_80GB):
     pass
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
-    precision = "fp16"  # whatever bert-99 runs: FP8's F1 ratio on the proxy straddles the 99.95% bar (bert_gpu.md)
-    fp8_fast_accum = False
-    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H200_SXM_141GBx1(H100_SXM_80GBx1):
-    pass
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
-    precision = "fp16"  # whatever bert-99 runs: FP8's F1 ratio on the proxy straddles the 99.95% bar (bert_gpu.md)
-    fp8_fast_accum = False
-    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H200_SXM_141GBx8(H200_SXM_141GBx1):
-    pass
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H200_SXM_141GBx8_HighAccuracy(H200_SXM_141GBx8):
+class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
     precision = "fp16"  # whatever bert-99 runs: FP8's F1 ratio on the proxy straddles the 99.95% bar (bert_gpu.md)
     fp8_fast_accum = False
     gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar

@@ -3,6 +3,8 @@
 H100 SXM and H200 values come from shortened runs of the bf16 engine with 128 new tokens per sample, the worst case
 (documentation/performance.md); the FP8 engine (``--precision=fp8 --kv_cache_dtype=fp8``) is opt-in until its
 quality gate passes (documentation/gptj_gpu.md).
+A GPU class is a GPU model and holds one GPU's values; it serves ``<model>x<count>`` of any count, whose target
+QPS is the class's times the count; every other value is the class's (configs/configuration.py).
 """
 
 from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
@@ -34,7 +36,7 @@ class CPU_HighAccuracy(CPU):
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H100_SXM_80GBx1(ServerBaseConfig):
+class H100_SXM_80GB(ServerBaseConfig):
     backend = "inflight"
     precision = "bf16"
     device = "cuda"
@@ -43,36 +45,16 @@ class H100_SXM_80GBx1(ServerBaseConfig):
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H100_SXM_80GBx1_HighAccuracy(H100_SXM_80GBx1):
+class H100_SXM_80GB_HighAccuracy(H100_SXM_80GB):
     pass
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H100_SXM_80GBx8(H100_SXM_80GBx1):
-    server_target_qps = 8.0 * 8
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
-    pass
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H200_SXM_141GBx1(H100_SXM_80GBx1):
+class H200_SXM_141GB(H100_SXM_80GB):
     gpu_batch_size = 128
     server_target_qps = 15.5
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
-    pass
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H200_SXM_141GBx8(H200_SXM_141GBx1):
-    server_target_qps = 15.5 * 8
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H200_SXM_141GBx8_HighAccuracy(H200_SXM_141GBx8):
+class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
     pass

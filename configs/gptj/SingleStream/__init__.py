@@ -3,6 +3,8 @@
 H100 SXM and H200 values come from shortened runs of the bf16 engine with 128 new tokens per sample, the worst case
 (documentation/performance.md); the FP8 engine (``--precision=fp8 --kv_cache_dtype=fp8``) is opt-in until its
 quality gate passes (documentation/gptj_gpu.md).
+A GPU class is a GPU model and serves ``<model>x<count>`` of any count with its values as they are: one sample
+at a time runs on one GPU, so the latency does not depend on the count (configs/configuration.py).
 The expected latency is set below the measured p90, so LoadGen plans enough queries to fill the minimum duration.
 """
 
@@ -34,7 +36,7 @@ class CPU_HighAccuracy(CPU):
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H100_SXM_80GBx1(SingleStreamBaseConfig):
+class H100_SXM_80GB(SingleStreamBaseConfig):
     backend = "inflight"
     precision = "bf16"
     device = "cuda"
@@ -42,35 +44,15 @@ class H100_SXM_80GBx1(SingleStreamBaseConfig):
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H100_SXM_80GBx1_HighAccuracy(H100_SXM_80GBx1):
+class H100_SXM_80GB_HighAccuracy(H100_SXM_80GB):
     pass
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H100_SXM_80GBx8(H100_SXM_80GBx1):
-    pass
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H100_SXM_80GBx8_HighAccuracy(H100_SXM_80GBx8):
-    pass
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H200_SXM_141GBx1(H100_SXM_80GBx1):
+class H200_SXM_141GB(H100_SXM_80GB):
     single_stream_expected_latency_ns = 800_000_000
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H200_SXM_141GBx1_HighAccuracy(H200_SXM_141GBx1):
-    pass
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
-class H200_SXM_141GBx8(H200_SXM_141GBx1):
-    pass
-
-
-@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
-class H200_SXM_141GBx8_HighAccuracy(H200_SXM_141GBx8):
+class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
     pass

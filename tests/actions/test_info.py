@@ -1,0 +1,38 @@
+"""``make info`` for systems no class is named after: two and four GPUs of a known model resolve from its class."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from code.common.constants import AccuracyTarget, Benchmark, Scenario
+from code.common.paths import REPO_ROOT
+from configs.configuration import ConfigRegistry, WorkloadSetting
+
+RATES = {Scenario.Offline: "offline_expected_qps", Scenario.Server: "server_target_qps"}
+
+
+def per_gpu(benchmark: Benchmark, scenario: Scenario, model: str) -> float:
+    config = ConfigRegistry.get(benchmark, scenario, model, WorkloadSetting(accuracy_target=AccuracyTarget.k_99))
+    return config.fields()[RATES[scenario]]
+
+
+@pytest.mark.parametrize("model,count", [("H200_SXM_141GB", 2), ("H100_SXM_80GB", 4)])
+def test_info_resolves_x2_and_x4_with_their_rates_and_says_where_they_came_from(model, count):
+    system = f"{model}x{count}"
+    info = subprocess.run([sys.executable, "-m", "code.main", "--action=info", "--benchmarks=bert,gptj",
+                           "--scenarios=offline,server", f"--system_name={system}"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert info.returncode == 0, info.stderr
+    sections = re.split(r"\n(?===)", info.stdout)
+    for benchmark in Benchmark:
+        for scenario, field in RATES.items():
+            title = f"== {system} {benchmark.value}-99 {scenario.value} (custom_k_99_MaxP, config class {model})"
+            (section,) = [part for part in sections if part.startswith(title)]
+            (line,) = [line for line in section.splitlines() if line.strip().startswith(field)]
+            value = float(line.split("=")[1].split()[0])
+            assert value == per_gpu(benchmark, scenario, model) * count
+            assert line.endswith(f"[{model} x {count} GPUs]")
+    # No description is shipped for these counts: info says so and names the command that writes one.
+    assert f"systems/{system}.json is missing" in info.stdout and "run `make add_system` to write it" in info.stdout

@@ -197,8 +197,8 @@ def core_settings(config: ResolvedConfig, mode: TestMode, prepared: PreparedTest
 
 
 def device_share(devices: list[str], system_gpus: int) -> float:
-    """The share of the system's GPUs a run uses: a config's QPS is for the whole system (an x8 class says 8x the
-    one-GPU figure), so a run on fewer GPUs expects that share of it."""
+    """The share of the system's GPUs a run uses: a config's QPS is for the whole system (a GPU model's per-GPU
+    rate times the system's GPUs), so a run on fewer GPUs expects that share of it."""
     gpus = [device for device in devices if device.startswith("cuda")]
     if not gpus or system_gpus <= len(gpus):
         return 1.0

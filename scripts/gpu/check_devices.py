@@ -3,14 +3,16 @@ on the detected system; prints the scaling table and each GPU's share. Run it on
 GPU or device code changes (CI has no GPU).
 
     python3 -m scripts.gpu.check_devices [--workloads=bert-offline,bert-server,gptj-offline,gptj-server]
-        [--steps=same_process,runs] [--min_duration_ms=30000] [--make="make IN_CONTAINER=1"] [--out=DIR]
+        [--gpus=1,2,all] [--steps=runs,same_process] [--min_duration_ms=30000] [--make="make IN_CONTAINER=1"]
+        [--out=DIR]
 
 Steps (a failing one does not stop the others; each run's figures land in ``DIR/check_devices.json`` as they come):
 
-- ``runs``: for each workload, ``make run`` with ``--devices=0`` (one GPU: the whole-system QPS is scaled by the
-  share, as the product does) and with every GPU, each a shortened ``--test_run`` with the rate given for each
-  count (``RATES_PER_GPU`` x GPUs: an Offline probe would load every model twice). Reads each test's
-  metadata.json: the figure, the verdict, each device's share, and the host CPU each GPU's process used.
+- ``runs``: for each workload and GPU count, ``make run`` on a machine of that many GPUs (``CUDA_VISIBLE_DEVICES``
+  shows the first N: the system detected is then ``<GPU>xN``, with no config written for it), each a shortened
+  ``--test_run`` with the rate given for the count (``RATES_PER_GPU`` x GPUs: an Offline probe would load every
+  model twice). Reads each test's metadata.json: the figure, the verdict, each device's share, and the host CPU
+  each GPU's process used.
 - ``same_process``: nothing in the backends assumes one GPU per process. BERT's packed runner (the bert-99 engine
   a run just built) and GPT-J's in-flight engine (a small model, CUDA graphs) are built on cuda:0 and cuda:1 in
   this one process and run the same inputs; their outputs must agree.
@@ -26,6 +28,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -45,14 +48,23 @@ WORKLOADS: dict[str, str] = {
     "gptj-server": "--benchmarks=gptj-99 --scenarios=server --precision=fp8 --kv_cache_dtype=fp8 "
                    "--gpu_batch_size=256 --synthetic_output_lengths=forced --synthetic_sample_count=1000",
 }
-# The rate each workload is given per GPU on an H100/H200: Offline above what one GPU does (the query must outlast the
-# minimum duration), Server a target one GPU sustains (documentation/performance.md).
-RATES_PER_GPU: dict[str, tuple[str, float]] = {
-    "bert-offline": ("offline_expected_qps", 8500.0),
-    "bert-server": ("server_target_qps", 7000.0),
-    "gptj-offline": ("offline_expected_qps", 40.0),
-    "gptj-server": ("server_target_qps", 28.0),
+# The rate each workload is given per GPU, by GPU model: Offline above what one GPU does (the query must outlast the
+# minimum duration), Server a target one GPU sustains (documentation/performance.md; the H100's FP8 rates are the
+# H200's scaled by their measured 16-bit ratio, less a margin).
+RATES_PER_GPU: dict[str, dict[str, tuple[str, float]]] = {
+    "H200": {"bert-offline": ("offline_expected_qps", 8500.0), "bert-server": ("server_target_qps", 7000.0),
+             "gptj-offline": ("offline_expected_qps", 40.0), "gptj-server": ("server_target_qps", 28.0)},
+    "H100": {"bert-offline": ("offline_expected_qps", 8000.0), "bert-server": ("server_target_qps", 5000.0),
+             "gptj-offline": ("offline_expected_qps", 25.0), "gptj-server": ("server_target_qps", 16.0)},
 }
+RUN_TIMEOUT_S = 300  # one make run; a hung run must not cost the other runs of the call
+
+
+def gpu_model() -> str:
+    import torch
+
+    name = torch.cuda.get_device_name(0)
+    return next((model for model in RATES_PER_GPU if model in name), "H200")
 
 
 def gpu_count() -> int:
@@ -61,11 +73,10 @@ def gpu_count() -> int:
     return torch.cuda.device_count()
 
 
-def run_args(workload: str, gpus: int, all_gpus: int, min_duration_ms: int, log_dir: Path) -> str:
-    rate_field, per_gpu = RATES_PER_GPU[workload]
-    devices = " --devices=0" if gpus == 1 and all_gpus > 1 else ""
-    return (f"{WORKLOADS[workload]} --test_run --min_duration={min_duration_ms} --{rate_field}={per_gpu * gpus:g}"
-            f"{devices} --log_dir={log_dir}")
+def run_args(workload: str, gpus: int, min_duration_ms: int, log_dir: Path) -> str:
+    rate_field, per_gpu = RATES_PER_GPU[gpu_model()][workload]
+    return (f"{WORKLOADS[workload]} --test_run --min_duration={min_duration_ms} --{rate_field}={per_gpu * gpus:g} "
+            f"--log_dir={log_dir}")
 
 
 def read_test(log_dir: Path) -> dict[str, Any]:
@@ -90,19 +101,30 @@ def read_test(log_dir: Path) -> dict[str, Any]:
 
 
 def run_workload(workload: str, gpus: int, args: argparse.Namespace, details: dict[str, Any]) -> None:
-    all_gpus = gpu_count()
+    """``make run`` on a machine of ``gpus`` GPUs: all of them, or the first ``gpus`` shown by CUDA_VISIBLE_DEVICES
+    (which is what makes a smaller machine: detection names the system after the GPUs it sees)."""
     log_dir = args.out / f"{workload}-{gpus}gpu"
-    given = run_args(workload, gpus, all_gpus, args.min_duration_ms, log_dir)
+    given = run_args(workload, gpus, args.min_duration_ms, log_dir)
     if shutil.which(shlex.split(args.make)[0]):
         command = [*shlex.split(args.make), "run", f"RUN_ARGS={given}"]
     else:  # no make on this machine: what `make run` runs
         subprocess.run([sys.executable, "-m", "code.harness.build"], cwd=REPO_ROOT, check=True)
         command = [sys.executable, "-m", "code.main", "--action=run", *shlex.split(given)]
-    print(f"\n=== {workload} on {gpus} GPU(s): {shlex.join(command)}", flush=True)
+    env = dict(os.environ)
+    if gpus < gpu_count():
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in range(gpus))
+    shown = f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} " if "CUDA_VISIBLE_DEVICES" in env else ""
+    print(f"\n=== {workload} on {gpus} GPU(s): {shown}{shlex.join(command)}", flush=True)
     started = time.perf_counter()
-    status = subprocess.run(command, cwd=REPO_ROOT).returncode
-    figures = {"command": shlex.join(command), "exit": status, "seconds": round(time.perf_counter() - started, 1),
-               **read_test(log_dir)}
+    process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, start_new_session=True)
+    try:
+        status = process.wait(timeout=args.run_timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        status = f"killed after {args.run_timeout_s} s"
+    figures = {"command": f"{shown}{shlex.join(command)}", "exit": status,
+               "seconds": round(time.perf_counter() - started, 1), **read_test(log_dir)}
     details.setdefault("runs", {}).setdefault(workload, {})[str(gpus)] = figures
 
 
@@ -175,17 +197,18 @@ def table(details: dict[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--gpus", default="1,all", help="GPU counts to run: 1, all, or both")
+    parser.add_argument("--gpus", default="1,all", help="GPU counts to run, comma-separated: numbers, or all")
     parser.add_argument("--steps", default="runs,same_process")
     parser.add_argument("--min_duration_ms", type=int, default=30000)
     parser.add_argument("--make", default="make IN_CONTAINER=1")
+    parser.add_argument("--run_timeout_s", type=int, default=RUN_TIMEOUT_S)
     parser.add_argument("--out", type=Path, default=BUILD_DIR / "check_devices" / time.strftime("%Y.%m.%d-%H.%M.%S"))
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    details: dict[str, Any] = {"gpus": gpu_count()}
+    details: dict[str, Any] = {"gpus": gpu_count(), "gpu_model": gpu_model()}
     rows: list[str] = []
-    counts = [1 if count == "1" else gpu_count() for count in args.gpus.split(",")]
+    counts = [gpu_count() if count == "all" else int(count) for count in args.gpus.split(",")]
 
     def save() -> None:
         (args.out / "check_devices.json").write_text(json.dumps(details, indent=1, default=str))

@@ -30,6 +30,8 @@ SOURCE_DIR = Path(__file__).resolve().parent
 MODULE_NAME = "_mlperf_harness"
 _CONFIGURE_KEY_FILE = "harness-configure.json"
 BUILD_LOCK = ".build.lock"
+# Compilers that linked a static C++ runtime -> the compiler that replaced them (per round's build folder).
+COMPILER_REPLACEMENTS_FILE = "compiler-replacements.json"
 
 
 class BuildError(RuntimeError):
@@ -98,6 +100,11 @@ def _build_lock(round_name: str) -> Iterator[None]:
 
 
 def _build_or_rebuild(round_: Round, compiler: str, jobs: int, clean: bool) -> Path:
+    replacement = _known_replacement(round_.name, compiler)
+    if replacement is not None and not clean:
+        # This compiler was found to link a static C++ runtime before: build with what replaced it, so the build
+        # stays up to date instead of being configured and compiled twice on every `make run`.
+        return _build_with(round_, replacement, jobs, clean)
     built = _build_with(round_, compiler, jobs, clean)
     if _has_shared_cxx_runtime(built):
         return built
@@ -108,11 +115,33 @@ def _build_or_rebuild(round_: Round, compiler: str, jobs: int, clean: bool) -> P
             f"{built.name} was linked with a static C++ runtime by {compiler}; that crashes beside PyTorch. "
             "Build with a compiler that links libstdc++ dynamically: CXX=/usr/bin/g++ make build"
         )
-    print(f"note: {compiler} links a static C++ runtime, which crashes beside PyTorch; rebuilding with {fallback}")
+    print(f"note: {compiler} links a static C++ runtime, which crashes beside PyTorch; rebuilding with {fallback} "
+          "(and using it for this round's later builds)")
     built = _build_with(round_, fallback, jobs, True)
     if not _has_shared_cxx_runtime(built):
         raise BuildError(f"{built.name} still has a static C++ runtime after rebuilding with {fallback}")
+    _remember_replacement(round_.name, compiler, fallback)
     return built
+
+
+def _replacements_file(round_name: str) -> Path:
+    return harness_build_dir(round_name) / COMPILER_REPLACEMENTS_FILE
+
+
+def _known_replacement(round_name: str, compiler: str) -> str | None:
+    """The compiler that replaced ``compiler`` in an earlier build of the round (it linked a static C++ runtime),
+    if that one is still installed."""
+    try:
+        replacements = json.loads(_replacements_file(round_name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    replacement = replacements.get(os.path.realpath(compiler)) if isinstance(replacements, dict) else None
+    return replacement if isinstance(replacement, str) and shutil.which(replacement) else None
+
+
+def _remember_replacement(round_name: str, compiler: str, replacement: str) -> None:
+    path = _replacements_file(round_name)
+    path.write_text(json.dumps({os.path.realpath(compiler): replacement}, indent=1), encoding="utf-8")
 
 
 def _build_with(round_: Round, compiler: str, jobs: int, clean: bool) -> Path:

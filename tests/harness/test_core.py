@@ -416,3 +416,28 @@ def test_builds_of_one_round_take_turns(tmp_path: Path, monkeypatch: pytest.Monk
     (first, second) = sorted(spans)
     assert first[1] <= second[0], spans  # the second began after the first had ended
     assert (tmp_path / "harness" / DEFAULT_ROUND / builder.BUILD_LOCK).is_file()
+
+
+def test_a_compiler_replaced_once_is_not_tried_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CXX that links a static C++ runtime (the GPU machines' /opt/gcc) is replaced by the system compiler; later
+    builds use the replacement at once instead of configuring and compiling twice on every make run."""
+    from code.harness import build as builder
+
+    static, system = str(tmp_path / "static-g++"), builder.SYSTEM_COMPILERS[0]
+    built_with: list[tuple[str, bool]] = []
+
+    def fake_build(round_, compiler, jobs, clean):  # noqa: ANN001, ANN202 - stands in for CMake
+        built_with.append((compiler, clean))
+        return tmp_path / ("static.so" if compiler == static else "shared.so")
+
+    monkeypatch.setattr(builder, "harness_build_dir", lambda round_name: tmp_path / "harness" / round_name)
+    (tmp_path / "harness" / DEFAULT_ROUND).mkdir(parents=True)
+    monkeypatch.setattr(builder, "_build_with", fake_build)
+    monkeypatch.setattr(builder, "_has_shared_cxx_runtime", lambda module: module.name == "shared.so")
+    monkeypatch.setattr(builder.shutil, "which", lambda name: name)
+    round_ = builder.get_round(DEFAULT_ROUND)
+    assert builder._build_or_rebuild(round_, static, 2, False).name == "shared.so"
+    assert built_with == [(static, False), (system, True)], "tried, found static, rebuilt with the system's"
+    built_with.clear()
+    assert builder._build_or_rebuild(round_, static, 2, False).name == "shared.so"
+    assert built_with == [(system, False)], "the next build goes straight to the replacement, incrementally"

@@ -52,7 +52,7 @@ WORKLOADS: dict[str, str] = {
 # minimum duration), Server a target one GPU sustains (documentation/performance.md; the H100's FP8 rates are the
 # H200's scaled by their measured 16-bit ratio, less a margin).
 RATES_PER_GPU: dict[str, dict[str, tuple[str, float]]] = {
-    "H200": {"bert-offline": ("offline_expected_qps", 8500.0), "bert-server": ("server_target_qps", 7000.0),
+    "H200": {"bert-offline": ("offline_expected_qps", 8500.0), "bert-server": ("server_target_qps", 6500.0),
              "gptj-offline": ("offline_expected_qps", 40.0), "gptj-server": ("server_target_qps", 28.0)},
     "H100": {"bert-offline": ("offline_expected_qps", 8000.0), "bert-server": ("server_target_qps", 5000.0),
              "gptj-offline": ("offline_expected_qps", 25.0), "gptj-server": ("server_target_qps", 16.0)},

@@ -129,7 +129,7 @@ def test_a_full_disk_and_a_read_only_folder_are_one_line(tmp_path):
 def test_the_test_process_prints_one_line_on_a_full_disk(tmp_path, monkeypatch, capsys):
     from code.actions import run_single_test
 
-    def full_disk(spec):
+    def full_disk(spec, spec_file):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     spec = tmp_path / "test_spec.json"

@@ -79,8 +79,9 @@ class FakeContinuousRunner:
     """A continuous-batching engine in miniature: holds up to ``slots`` samples, each for 1-3 steps depending on its
     index, so samples complete one by one and out of the order they were taken in."""
 
-    def __init__(self, slots: int, fail_after: int | None, return_early: bool) -> None:
+    def __init__(self, slots: int, fail_after: int | None, return_early: bool, complete_twice: bool = False) -> None:
         self.slots = slots
+        self.complete_twice = complete_twice  # name one id twice in one completion: LoadGen must never see that
         self.fail_after = fail_after
         self.return_early = return_early
         self.batches: list[list[int]] = []  # what each take returned (non-empty ones)
@@ -108,7 +109,9 @@ class FakeContinuousRunner:
                 if running[response_id][1]:
                     continue
                 index = running.pop(response_id)[0]
-                session.complete(np.array([response_id], dtype=np.uint64), [expected_response(index, "list")])
+                twice = 2 if self.complete_twice and completed == 3 else 1
+                session.complete(np.array([response_id] * twice, dtype=np.uint64),
+                                 [expected_response(index, "list")] * twice)
                 completed += 1
                 if self.fail_after is not None and completed >= self.fail_after:
                     raise ZeroDivisionError(f"fake engine failed after {completed} samples")
@@ -121,7 +124,8 @@ def _child_main(job: dict) -> int:
     from code.harness.core import CoreSettings, progress, run_test, timeline
 
     if "slots" in job:
-        runner = FakeContinuousRunner(job["slots"], job.get("fail_after"), job.get("return_early", False))
+        runner = FakeContinuousRunner(job["slots"], job.get("fail_after"), job.get("return_early", False),
+                                      job.get("complete_twice", False))
     else:
         runner = FakeRunner(job.get("style", "list"), job.get("sleep_s", 0.005), job.get("fail_at_batch"))
     loads: list[int] = []
@@ -380,6 +384,7 @@ def test_continuous_runner_completes_every_sample_once(built_core: Path, tmp_pat
 @pytest.mark.parametrize(("job", "message"), [
     ({"fail_after": 20}, "ZeroDivisionError: fake engine failed after 20 samples"),
     ({"return_early": True}, "run_continuous returned before session.take said the test was over"),
+    ({"complete_twice": True}, "session.complete: id"),
 ])
 def test_continuous_runner_failure_reaches_run_test(built_core: Path, tmp_path: Path, job: dict,
                                                     message: str) -> None:

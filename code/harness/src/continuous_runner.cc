@@ -3,7 +3,6 @@
 #include <loadgen.h>
 
 #include <chrono>
-#include <cmath>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -31,9 +30,8 @@ std::vector<std::uint8_t> ResponseBytes(const py::handle& item, std::size_t posi
 }  // namespace
 
 py::object ContinuousSession::Take(std::size_t max_samples, double timeout_s) {
-  if (!(timeout_s >= 0.0) || !std::isfinite(timeout_s)) {
-    throw py::value_error("session.take: timeout_s must be a finite number >= 0, not " + std::to_string(timeout_s));
-  }
+  const std::string bad_timeout = TakeTimeoutProblem(timeout_s);
+  if (!bad_timeout.empty()) throw py::value_error(bad_timeout);
   std::vector<mlperf::QuerySample> taken;
   bool open = !errors_->Failed();  // another device's engine failed: this one finishes what it holds and returns
   if (open && (max_samples > 0 || timeout_s > 0.0)) {
@@ -49,14 +47,11 @@ py::object ContinuousSession::Take(std::size_t max_samples, double timeout_s) {
   py::array_t<std::int64_t> indices(static_cast<py::ssize_t>(taken.size()));
   auto id_view = ids.mutable_unchecked<1>();
   auto index_view = indices.mutable_unchecked<1>();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (std::size_t i = 0; i < taken.size(); ++i) {
-      id_view(static_cast<py::ssize_t>(i)) = taken[i].id;
-      index_view(static_cast<py::ssize_t>(i)) = static_cast<std::int64_t>(taken[i].index);
-      in_flight_.insert(taken[i].id);
-    }
+  for (std::size_t i = 0; i < taken.size(); ++i) {
+    id_view(static_cast<py::ssize_t>(i)) = taken[i].id;
+    index_view(static_cast<py::ssize_t>(i)) = static_cast<std::int64_t>(taken[i].index);
   }
+  in_flight_.Add(taken);
   return py::make_tuple(ids, indices);
 }
 
@@ -71,16 +66,8 @@ void ContinuousSession::Complete(const py::array_t<std::uint64_t, py::array::c_s
   buffers.reserve(count);
   for (std::size_t i = 0; i < count; ++i) buffers.push_back(ResponseBytes(responses[i], i));
   const std::uint64_t* id_data = ids.data();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (std::size_t i = 0; i < count; ++i) {
-      if (in_flight_.count(id_data[i]) == 0) {
-        throw py::value_error("session.complete: id " + std::to_string(id_data[i]) +
-                              " was not taken, or was completed already");
-      }
-    }
-    for (std::size_t i = 0; i < count; ++i) in_flight_.erase(id_data[i]);
-  }
+  const std::string wrong = in_flight_.Remove(id_data, count);
+  if (!wrong.empty()) throw py::value_error("session.complete: " + wrong);
   std::vector<mlperf::QuerySampleResponse> loadgen_responses;
   loadgen_responses.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {
@@ -91,20 +78,9 @@ void ContinuousSession::Complete(const py::array_t<std::uint64_t, py::array::c_s
   CompleteSamples(loadgen_responses.data(), loadgen_responses.size(), device_);
 }
 
-std::size_t ContinuousSession::InFlight() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return in_flight_.size();
-}
+std::size_t ContinuousSession::InFlight() { return in_flight_.Size(); }
 
-void ContinuousSession::CompleteInFlightEmpty() {
-  std::vector<mlperf::QuerySampleResponse> responses;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto id : in_flight_) responses.emplace_back(id, 0, 0);
-    in_flight_.clear();
-  }
-  if (!responses.empty()) CompleteSamples(responses.data(), responses.size(), device_);
-}
+void ContinuousSession::CompleteInFlightEmpty() { in_flight_.CompleteAllEmpty(device_); }
 
 ContinuousRunner::ContinuousRunner(const py::object& runner, Batcher* batcher, ErrorState* errors, std::size_t device,
                                    std::string where)
@@ -137,13 +113,8 @@ void ContinuousRunner::ThreadMain() {
     py::gil_scoped_acquire gil;
     try {
       run_continuous_(session_object_);
-      if (!session_->Closed()) {
-        errors_->RecordMessage("run_continuous returned before session.take said the test was over (None)", where_);
-      } else if (session_->InFlight() != 0) {
-        errors_->RecordMessage("run_continuous returned with " + std::to_string(session_->InFlight()) +
-                                   " samples taken and not completed",
-                               where_);
-      }
+      const std::string wrong = EngineEndProblem(session_->Closed(), session_->InFlight());
+      if (!wrong.empty()) errors_->RecordMessage(wrong, where_);
     } catch (py::error_already_set& error) {
       errors_->RecordPython(error, where_);
     } catch (const std::exception& error) {

@@ -18,15 +18,14 @@
 #include <query_sample.h>
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_set>
 #include <vector>
 
 #include "batcher.h"
 #include "device_runner.h"
 #include "error_state.h"
+#include "in_flight.h"
 
 namespace harness {
 
@@ -58,8 +57,7 @@ class ContinuousSession {
   Batcher* batcher_;
   ErrorState* errors_;
   std::size_t device_;
-  std::mutex mutex_;
-  std::unordered_set<mlperf::ResponseId> in_flight_;
+  InFlightSamples in_flight_;
   bool closed_ = false;  // written and read with the GIL held
 };
 

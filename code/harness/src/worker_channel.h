@@ -4,7 +4,7 @@
 // 24-byte header (type, count, payload bytes) and then the payload. Batches travel as QSL indices and responses as
 // one size per sample followed by the bytes, so nothing per sample is Python in the LoadGen process. The Python
 // end, and the messages exchanged before and after the test (ready, end, stats), are in code/harness/workers.py;
-// the numbers below are exported to it by the bindings, so the two ends share one definition.
+// the bindings export the numbers below, and a test checks the Python end's against them.
 #pragma once
 
 #include <cstddef>
@@ -37,7 +37,7 @@ struct MessageHeader {
 static_assert(sizeof(MessageHeader) == 24, "the header's layout is the Python end's struct '<IIQQ'");
 
 // A message bigger than this is a broken peer, not a response (BERT's largest batch answers ~3 MB).
-constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 32;
+constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 30;
 
 struct Piece {
   const void* data;

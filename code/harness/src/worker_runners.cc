@@ -3,7 +3,6 @@
 #include <loadgen.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -14,9 +13,16 @@
 namespace harness {
 namespace {
 
-constexpr char kWorkerGone[] =
-    "the worker process closed its connection (it ended: killed, out of memory, or a crash; the LoadGen process "
-    "names its exit status once the test has ended)";
+constexpr char kConnectionClosed[] = "the connection closed";  // WorkerChannel's error at end of file
+
+// Why a conversation with a worker stopped: its end of the socket closed (it died), or the stream broke.
+std::string Lost(const WorkerChannel& channel) {
+  if (channel.error() == kConnectionClosed) {
+    return "the worker process closed its connection (it ended: killed, out of memory, or a crash; the LoadGen "
+           "process names its exit status once the test has ended)";
+  }
+  return "the connection to the worker process broke: " + channel.error();
+}
 
 std::string TextOf(const std::vector<std::uint8_t>& payload) {
   return std::string(reinterpret_cast<const char*>(payload.data()), payload.size());
@@ -112,7 +118,7 @@ bool WorkerBatchRunner::Exchange(WorkerChannel* channel, const std::vector<mlper
   MessageHeader header;
   if (!channel->Send(Message::kBatch, indices.size(), {{indices.data(), indices.size() * sizeof(std::int64_t)}}) ||
       !channel->Receive(&header, payload)) {
-    errors_->RecordMessage(kWorkerGone + (" (" + channel->error() + ")"), where_);
+    errors_->RecordMessage(Lost(*channel), where_);
     return false;
   }
   if (header.type == static_cast<std::uint32_t>(Message::kError)) {
@@ -153,7 +159,7 @@ void WorkerEngine::ThreadMain() {
   std::vector<std::uint8_t> payload;
   for (;;) {
     if (!channel_.Receive(&header, &payload)) {
-      Fail(kWorkerGone + (" (" + channel_.error() + ")"));
+      Fail(Lost(channel_));
       break;
     }
     const auto type = static_cast<Message>(header.type);
@@ -162,11 +168,8 @@ void WorkerEngine::ThreadMain() {
     } else if (type == Message::kComplete) {
       if (!Complete(header, payload)) break;
     } else if (type == Message::kDone) {
-      if (!closed_) {
-        Fail("run_continuous returned before session.take said the test was over (None)");
-      } else if (!in_flight_.empty()) {
-        Fail("run_continuous returned with " + std::to_string(in_flight_.size()) + " samples taken and not completed");
-      }
+      const std::string wrong = EngineEndProblem(closed_, in_flight_.Size());
+      if (!wrong.empty()) Fail(wrong);
       break;
     } else if (type == Message::kError) {
       Fail(TextOf(payload));
@@ -177,7 +180,7 @@ void WorkerEngine::ThreadMain() {
     }
   }
   // Whatever is taken and not completed, and whatever LoadGen issues until the test ends, gets an empty response.
-  CompleteInFlightEmpty();
+  in_flight_.CompleteAllEmpty(device_);
   AnswerEmptyUntilStopped(batcher_, device_);
 }
 
@@ -188,8 +191,9 @@ bool WorkerEngine::AnswerTake(const MessageHeader& header, const std::vector<std
     return false;
   }
   std::memcpy(&timeout_s, payload.data(), sizeof(timeout_s));
-  if (!(timeout_s >= 0.0) || !std::isfinite(timeout_s)) {
-    Fail("session.take: timeout_s must be a finite number >= 0, not " + std::to_string(timeout_s));
+  const std::string bad_timeout = TakeTimeoutProblem(timeout_s);
+  if (!bad_timeout.empty()) {
+    Fail(bad_timeout);
     return false;
   }
   std::vector<mlperf::QuerySample> taken;
@@ -202,7 +206,7 @@ bool WorkerEngine::AnswerTake(const MessageHeader& header, const std::vector<std
   if (!open) {
     closed_ = true;
     if (!channel_.Send(Message::kClosed, 0, {})) {
-      Fail(kWorkerGone + (" (" + channel_.error() + ")"));
+      Fail(Lost(channel_));
       return false;
     }
     return true;
@@ -214,12 +218,12 @@ bool WorkerEngine::AnswerTake(const MessageHeader& header, const std::vector<std
   for (const auto& sample : taken) {
     ids.push_back(sample.id);
     indices.push_back(static_cast<std::int64_t>(sample.index));
-    in_flight_.insert(sample.id);
   }
+  in_flight_.Add(taken);
   if (!channel_.Send(Message::kTaken, taken.size(),
                      {{ids.data(), ids.size() * sizeof(std::uint64_t)},
                       {indices.data(), indices.size() * sizeof(std::int64_t)}})) {
-    Fail(kWorkerGone + (" (" + channel_.error() + ")"));
+    Fail(Lost(channel_));
     return false;
   }
   return true;
@@ -235,23 +239,13 @@ bool WorkerEngine::Complete(const MessageHeader& header, const std::vector<std::
          " bytes that do not add up");
     return false;
   }
-  std::unordered_set<std::uint64_t> seen;
-  for (const auto id : ids) {
-    if (in_flight_.count(id) == 0 || !seen.insert(id).second) {
-      Fail("session.complete: id " + std::to_string(id) + " was not taken, or was completed already");
-      return false;
-    }
+  const std::string wrong = in_flight_.Remove(ids.data(), ids.size());
+  if (!wrong.empty()) {
+    Fail("session.complete: " + wrong);
+    return false;
   }
-  for (const auto id : ids) in_flight_.erase(id);
   CompleteSamples(responses.data(), responses.size(), device_);
   return true;
-}
-
-void WorkerEngine::CompleteInFlightEmpty() {
-  std::vector<mlperf::QuerySampleResponse> responses;
-  for (const auto id : in_flight_) responses.emplace_back(id, 0, 0);
-  in_flight_.clear();
-  if (!responses.empty()) CompleteSamples(responses.data(), responses.size(), device_);
 }
 
 }  // namespace harness

@@ -15,12 +15,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_set>
 #include <vector>
 
 #include "batcher.h"
 #include "device_runner.h"
 #include "error_state.h"
+#include "in_flight.h"
 #include "worker_channel.h"
 
 namespace harness {
@@ -68,14 +68,13 @@ class WorkerEngine : public EngineDriver {
   bool AnswerTake(const MessageHeader& header, const std::vector<std::uint8_t>& payload);
   bool Complete(const MessageHeader& header, const std::vector<std::uint8_t>& payload);
   void Fail(const std::string& message);
-  void CompleteInFlightEmpty();
 
   WorkerChannel channel_;
   Batcher* batcher_;
   ErrorState* errors_;
   std::size_t device_;
   std::string where_;
-  std::unordered_set<mlperf::ResponseId> in_flight_;  // taken by the engine and not completed; this thread's only
+  InFlightSamples in_flight_;
   bool closed_ = false;  // the engine was told the test is over
   std::thread thread_;
 };

@@ -1,0 +1,40 @@
+// What both continuous-batching drivers share: the in-process one (ContinuousSession) and a worker's (WorkerEngine).
+//
+// An engine takes samples and completes each one later; the core keeps the samples it holds, so a completion can be
+// checked (taken, and named once: LoadGen must never see a sample completed twice) and, when the engine ends early,
+// what it held is answered empty so LoadGen can end its test.
+#pragma once
+
+#include <query_sample.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+namespace harness {
+
+class InFlightSamples {
+ public:
+  void Add(const std::vector<mlperf::QuerySample>& taken);
+  // Removes the ids when each was taken and is named once; otherwise removes none and says why.
+  std::string Remove(const std::uint64_t* ids, std::size_t count);
+  std::size_t Size();
+  // Completes every sample still held with an empty response (no GIL needed).
+  void CompleteAllEmpty(std::size_t device);
+
+ private:
+  std::mutex mutex_;
+  std::unordered_set<mlperf::ResponseId> ids_;
+};
+
+// Why session.take's timeout is not usable ("" when it is a finite number >= 0).
+std::string TakeTimeoutProblem(double timeout_s);
+
+// Why an engine's end is wrong: it returned before take said the test was over, or with samples it had taken and not
+// completed ("" when neither).
+std::string EngineEndProblem(bool closed, std::size_t in_flight);
+
+}  // namespace harness

@@ -35,13 +35,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def worker_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
-    """The test's RUN_ARGS as a worker resolves them: it runs one device, the one GPU it sees (cuda:0) or the CPU
-    share it is pinned to, whatever devices the run as a whole uses."""
-    own = {**overrides, "devices": "all", "cpu_workers": 1}
-    if str(own.get("device", "")).startswith("cuda:"):
-        own["device"] = "cuda"
-    return own
+def worker_overrides(overrides: dict[str, Any], device: str) -> dict[str, Any]:
+    """The test's RUN_ARGS as the worker of ``device`` resolves them: it runs one device, the one GPU it sees
+    (cuda, never ``auto``: a worker that sees no usable GPU must fail, not run on the CPU) or the CPU share it is
+    pinned to, whatever devices the run as a whole uses."""
+    return {**overrides, "devices": "all", "cpu_workers": 1, "device": "cuda" if device.startswith("cuda") else "cpu"}
 
 
 def gpu_identity(local_device: str) -> dict[str, Any]:
@@ -67,7 +65,7 @@ def start_device(spec: dict[str, Any], device: str) -> tuple[Any, dict[str, Any]
     from code.common.devices import torch_device
 
     started = time.monotonic()
-    config = resolve_from_spec({**spec, "overrides": worker_overrides(spec["overrides"])})
+    config = resolve_from_spec({**spec, "overrides": worker_overrides(spec["overrides"], device)})
     prepared = load_benchmark(config.benchmark).prepare_test(config, TestMode(spec["mode"]))
     local_device = torch_device(prepared.devices[0])
     runner = prepared.runner_on(local_device, device)
@@ -90,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     configure()
     log = get_logger(f"worker {args.device}")
     sockets = [socket.socket(fileno=int(fd)) for fd in args.fds.split(",")]
+    for sock in sockets:  # a process this worker starts must not hold its connections open after it dies
+        sock.set_inheritable(False)
     try:
         runner, ready = start_device(json.loads(args.spec.read_text()), args.device)
     except Exception as error:

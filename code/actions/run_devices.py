@@ -9,7 +9,6 @@ status said. documentation/multi_gpu.md explains the design.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -22,9 +21,9 @@ from code.common.benchmarks import BenchmarkError, PreparedTest
 from code.common.devices import torch_device, visible_gpus
 from code.common.log import get_logger
 from code.common.placement import allowed_cpu_set, cpu_shares, format_cpu_list, gpu_placement
-from code.common.systems import detect_gpus
+from code.common.systems import cuda_visible_entries, detect_gpus
 from code.harness.core import device_error
-from code.harness.workers import WorkerPlan, WorkerPool
+from code.harness.workers import WorkerPlan, WorkerPool, WorkerStartError, cpu_figures
 
 log = get_logger("run_single_test")
 
@@ -58,6 +57,11 @@ def run_on_devices(prepared: PreparedTest, spec_file: Path, num_workers: int, ro
         log.info("starting %d worker processes, one per device", len(plans))
         ready = pool.wait_ready()
         for plan, said in zip(plans, ready, strict=True):
+            if said.get("local_device") != plan.local_device:
+                raise WorkerStartError(f"the worker of {plan.device} runs on {said.get('local_device')}, not on "
+                                       f"{plan.local_device} (CUDA_VISIBLE_DEVICES={plan.cuda_visible_devices} "
+                                       "shows it no GPU PyTorch can use); check that GPU with nvidia-smi, or leave "
+                                       "it out with --devices")
             _check_placement(plan, said)
         kinds = {said["continuous"] for said in ready}
         if len(kinds) != 1:
@@ -67,11 +71,25 @@ def run_on_devices(prepared: PreparedTest, spec_file: Path, num_workers: int, ro
         except device_error(round_name) as error:  # raised after the test, for a worker that failed in it
             raise device_failure(error, pool.exit_notes()) from error
         finished = pool.finish()
+        for note in pool.exit_notes():  # after a test that passed: its figures stand, but say what went wrong
+            log.warning("after the test, %s", note)
     workers = [{**describe_plan(plan), **said, **stats} for plan, said, stats in zip(plans, ready, finished,
                                                                                       strict=True)]
+    return DevicesReport(workers=workers, engine_stats=engine_stats_of(finished), loadgen_host=loadgen_host)
+
+
+def engine_stats_of(finished: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The workers' engine counters, combined; None where the runners count nothing. A worker that sent none (it
+    failed after the test) makes the sum a part: said, so no figure reads as the whole run's."""
     engines = [stats["engine"] for stats in finished if "engine" in stats]
-    return DevicesReport(workers=workers, engine_stats=combined_engine_stats(engines) if engines else None,
-                         loadgen_host=loadgen_host)
+    if not engines:
+        return None
+    combined = combined_engine_stats(engines)
+    silent = [stats.get("error", "") for stats in finished if "engine" not in stats]
+    if silent:
+        combined = {"incomplete": f"{len(silent)} of {len(finished)} workers sent no counters ({'; '.join(silent)})",
+                    **combined}
+    return combined
 
 
 def worker_plans(devices: list[str]) -> list[WorkerPlan]:
@@ -81,8 +99,8 @@ def worker_plans(devices: list[str]) -> list[WorkerPlan]:
     if all(device.startswith("cpu") for device in devices):
         return [WorkerPlan(device, "cpu", "", placement.cpus, None)
                 for device, placement in zip(devices, cpu_shares(allowed, len(devices)), strict=True)]
-    entries = visible_device_entries()
-    gpus, _ = detect_gpus()
+    gpus, _ = detect_gpus()  # in the order CUDA_VISIBLE_DEVICES shows them, as PyTorch numbers them
+    entries = cuda_visible_entries(max(len(gpus), visible_gpus()))
     plans = []
     for device in devices:
         index = int(device.split(":")[1])
@@ -90,15 +108,6 @@ def worker_plans(devices: list[str]) -> list[WorkerPlan]:
         placement = gpu_placement(bus_id or None, allowed)
         plans.append(WorkerPlan(device, "cuda:0", entries[index], placement.cpus, placement.numa_node, bus_id))
     return plans
-
-
-def visible_device_entries() -> list[str]:
-    """What CUDA_VISIBLE_DEVICES names for each GPU index PyTorch uses here ("0", "1", or a UUID): the value that
-    shows a worker that one GPU."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return [str(index) for index in range(visible_gpus())]
-    return [entry.strip() for entry in visible.split(",") if entry.strip()]
 
 
 def describe_plan(plan: WorkerPlan) -> dict[str, Any]:
@@ -144,5 +153,4 @@ def _timed(call: Callable[[], None]) -> dict[str, float]:
     cost: LoadGen, the core's dispatch, and any runner it runs itself)."""
     cpu, wall = time.process_time(), time.monotonic()
     call()
-    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
-    return {"cpu_s": round(cpu, 3), "wall_s": round(wall, 3), "cpu_per_s": round(cpu / wall, 4) if wall else 0.0}
+    return cpu_figures(time.process_time() - cpu, time.monotonic() - wall)

@@ -28,10 +28,6 @@ class Placement:
     cpus: tuple[int, ...]  # the CPUs it is pinned to
     numa_node: int | None  # its GPU's NUMA node; None where the machine does not say, and for CPU workers
 
-    def describe(self) -> str:
-        node = f"NUMA node {self.numa_node}" if self.numa_node is not None else "no NUMA node reported"
-        return f"{node}, CPUs {format_cpu_list(self.cpus)}"
-
 
 def allowed_cpu_set() -> tuple[int, ...]:
     """The CPUs this process may run on (its affinity mask, which containers and taskset narrow)."""

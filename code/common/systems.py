@@ -138,17 +138,27 @@ class DetectedSystem:
         }
 
 
-def _visible_indices(count: int) -> list[int]:
-    """Honour CUDA_VISIBLE_DEVICES when it lists plain indices (NVML itself ignores it)."""
+def cuda_visible_entries(count: int) -> list[str]:
+    """What CUDA_VISIBLE_DEVICES shows, one entry per GPU PyTorch will number 0, 1, ...: indices below ``count``
+    (the GPUs NVML sees) and GPU UUIDs (``GPU-...``), in order, up to the first entry CUDA would not accept (it
+    ignores the rest); every GPU when the variable is unset. The one reading of the variable: detection names the
+    GPUs it shows, and a several-GPU run gives each worker its entry (NVML itself ignores the variable)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
-        return list(range(count))
-    indices = []
-    for item in visible.split(","):
-        item = item.strip()
-        if item.isdigit() and int(item) < count:
-            indices.append(int(item))
-    return indices
+        return [str(index) for index in range(count)]
+    entries: list[str] = []
+    for item in (item.strip() for item in visible.split(",")):
+        if not (item.isdigit() and int(item) < count) and not item.startswith("GPU-"):
+            break
+        entries.append(item)
+    return entries
+
+
+def _handle(nvml: Any, entry: str) -> Any:
+    """The NVML device of a CUDA_VISIBLE_DEVICES entry (an index or a UUID)."""
+    if entry.isdigit():
+        return nvml.nvmlDeviceGetHandleByIndex(int(entry))
+    return nvml.nvmlDeviceGetHandleByUUID(entry)
 
 
 def detect_gpus(nvml: Any = None) -> tuple[tuple[GpuInfo, ...], str | None]:
@@ -164,8 +174,11 @@ def detect_gpus(nvml: Any = None) -> tuple[tuple[GpuInfo, ...], str | None]:
         return (), f"NVML unavailable: {error}"
     try:
         gpus = []
-        for index in _visible_indices(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        for entry in cuda_visible_entries(nvml.nvmlDeviceGetCount()):
+            try:
+                handle = _handle(nvml, entry)
+            except Exception:  # a UUID NVML does not know (a prefix, or not this machine's): CUDA stops there too
+                break
             name = nvml.nvmlDeviceGetName(handle)
             name = name.decode() if isinstance(name, bytes) else name
             memory = nvml.nvmlDeviceGetMemoryInfo(handle).total

@@ -230,8 +230,9 @@ class SampleTimes:
 
 
 class WorkerConnections(Protocol):
-    """A device whose backend runs in a worker process (code/harness/workers.py): the core exchanges batches and
-    responses with it over these sockets, with no Python in the per-sample path of this process."""
+    """A device whose backend runs in a worker process (code/harness/workers.py makes them: ``WorkerSockets``): the
+    core exchanges batches and responses with it over these sockets, with no Python in the per-sample path of this
+    process."""
 
     worker_fds: list[int]  # one socket per batcher thread of the device (a continuous engine uses one)
     continuous: bool  # whether the worker runs a continuous engine (it pulls samples) or answers batches

@@ -42,8 +42,10 @@ from code.common.supervision import start_child
 HEADER = struct.Struct("<IIQQ")  # type, reserved, count, payload bytes (worker_channel.h's MessageHeader)
 TIMEOUT = struct.Struct("<d")
 MAX_PIECES = 256
-# How long ``finish`` waits for a worker's statistics and exit after the test before it stops the worker.
+# How long ``finish`` waits for the workers' statistics and exits after the test before it stops them.
 FINISH_TIMEOUT_S = 60.0
+# How long stopped workers may take to exit after SIGTERM before they get SIGKILL.
+STOP_GRACE_S = 5.0
 
 
 class Message(IntEnum):
@@ -74,9 +76,17 @@ class TestEnded(Exception):
     """Worker side: the LoadGen process ended the test while the engine waited for an answer."""
 
 
+def byte_view(piece: bytes | bytearray | memoryview | np.ndarray) -> memoryview:
+    """The raw bytes of a payload piece, without a copy where the piece is contiguous already (an array of any
+    shape, an empty one too)."""
+    if isinstance(piece, np.ndarray):
+        return memoryview(np.ascontiguousarray(piece).reshape(-1).view(np.uint8))
+    return memoryview(piece).cast("B")
+
+
 def send(sock: socket.socket, message: Message, count: int = 0, *payload: bytes | memoryview | np.ndarray) -> None:
     """One framed message: the header, then the payload pieces (sent without joining them)."""
-    pieces = [memoryview(piece).cast("B") for piece in payload]
+    pieces = [byte_view(piece) for piece in payload]
     size = sum(piece.nbytes for piece in pieces)
     if len(pieces) > MAX_PIECES:  # one system call takes at most IOV_MAX (1,024) pieces: join many small ones
         pieces = [memoryview(b"".join(pieces))]
@@ -146,8 +156,9 @@ class WorkerPlan:
 
 
 @dataclass
-class WorkerConnections:
-    """What the core is handed for one device: the worker's sockets (``worker_fds``) and its kind."""
+class WorkerSockets:
+    """What the core is handed for one device (``core.WorkerConnections``): the worker's sockets (``worker_fds``)
+    and its kind."""
 
     worker_fds: list[int]
     continuous: bool
@@ -192,17 +203,21 @@ class WorkerPool:
 
     def _start(self, plan: WorkerPlan) -> _Worker:
         pairs = [socket.socketpair() for _ in range(self.connections)]
-        theirs = [pair[1] for pair in pairs]
+        ours, theirs = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
         fds = [end.fileno() for end in theirs]
         env = {**self.env, "CUDA_VISIBLE_DEVICES": plan.cuda_visible_devices}
         command = [*self.command, f"--device={plan.device}", f"--fds={','.join(map(str, fds))}",
                    f"--cpus={','.join(map(str, plan.cpus))}"]
         try:
             process = start_child(command, env=env, pass_fds=fds)
+        except BaseException:
+            for end in ours:
+                end.close()
+            raise
         finally:
             for end in theirs:
                 end.close()
-        return _Worker(plan, process, [pair[0] for pair in pairs])
+        return _Worker(plan, process, ours)
 
     def wait_ready(self) -> list[dict[str, Any]]:
         """Block until every worker reports ready; returns what each said (device, placement, load time). A worker
@@ -243,10 +258,10 @@ class WorkerPool:
         self.stop()
         return WorkerStartError(f"the worker of {worker.plan.device} could not start: {why}")
 
-    def connections_for_core(self, continuous: bool) -> list[WorkerConnections]:
+    def connections_for_core(self, continuous: bool) -> list[WorkerSockets]:
         """Each worker's connections as the core takes them (a continuous engine uses the first)."""
-        return [WorkerConnections([sock.fileno() for sock in (worker.sockets[:1] if continuous else worker.sockets)],
-                                  continuous) for worker in self.workers]
+        return [WorkerSockets([sock.fileno() for sock in (worker.sockets[:1] if continuous else worker.sockets)],
+                              continuous) for worker in self.workers]
 
     def finish(self, timeout_s: float = FINISH_TIMEOUT_S) -> list[dict[str, Any]]:
         """After the test: tell each worker it is over, collect its statistics and wait for it to exit. A worker
@@ -257,10 +272,8 @@ class WorkerPool:
                     send(sock, Message.END)
                 except OSError:
                     pass  # gone: its exit status says why
-        results = []
-        for worker in self.workers:
-            results.append(self._stats(worker, timeout_s))
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + timeout_s  # one for all: the workers finish side by side
+        results = [self._stats(worker, deadline) for worker in self.workers]
         for worker in self.workers:
             try:
                 worker.process.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -268,9 +281,9 @@ class WorkerPool:
                 pass  # stop() ends it
         return results
 
-    def _stats(self, worker: _Worker, timeout_s: float) -> dict[str, Any]:
+    def _stats(self, worker: _Worker, deadline: float) -> dict[str, Any]:
         sock = worker.sockets[0]
-        sock.settimeout(timeout_s)
+        sock.settimeout(max(0.1, deadline - time.monotonic()))
         try:
             message, _, payload = receive(sock)
             while message is not Message.STATS:  # what an engine said after the core stopped listening
@@ -283,13 +296,15 @@ class WorkerPool:
         finally:
             sock.settimeout(None)
 
-    def exit_notes(self) -> list[str]:
-        """One line for each worker that has ended badly (an exit status other than 0, or a signal)."""
+    def exit_notes(self, grace_s: float = 2.0) -> list[str]:
+        """One line for each worker that has ended badly (an exit status other than 0, or a signal); a worker that
+        just failed may still be on its way out, so all of them get ``grace_s`` together to end."""
         notes = []
+        deadline = time.monotonic() + grace_s
         for worker in self.workers:
             if worker.process.poll() is None:
                 try:
-                    worker.process.wait(timeout=2.0)  # a worker that just failed may still be on its way out
+                    worker.process.wait(timeout=max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     continue
             if worker.process.returncode != 0:
@@ -302,9 +317,10 @@ class WorkerPool:
         for worker in self.workers:
             if worker.process.poll() is None:
                 worker.process.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
         for worker in self.workers:
             try:
-                worker.process.wait(timeout=5.0)
+                worker.process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 worker.process.kill()
                 worker.process.wait()
@@ -343,9 +359,15 @@ class CpuWindow:
 
     def figures(self) -> dict[str, float]:
         if self._start is None:
-            return {"cpu_s": 0.0, "wall_s": 0.0, "cpu_per_s": 0.0}
-        cpu, wall = time.process_time() - self._start[0], time.monotonic() - self._start[1]
-        return {"cpu_s": round(cpu, 3), "wall_s": round(wall, 3), "cpu_per_s": round(cpu / wall, 4) if wall else 0.0}
+            return cpu_figures(0.0, 0.0)
+        return cpu_figures(time.process_time() - self._start[0], time.monotonic() - self._start[1])
+
+
+def cpu_figures(cpu_s: float, wall_s: float) -> dict[str, float]:
+    """A process's host cost as metadata.json records it: CPU seconds (all threads), wall seconds, and their ratio
+    (CPU seconds per second)."""
+    return {"cpu_s": round(cpu_s, 3), "wall_s": round(wall_s, 3),
+            "cpu_per_s": round(cpu_s / wall_s, 4) if wall_s else 0.0}
 
 
 class RemoteSession:
@@ -390,13 +412,16 @@ class RemoteSession:
 def serve(sockets: list[socket.socket], runner: Any, ready: dict[str, Any]) -> None:
     """Worker side, once the runner is built: say ready, serve the test, then send the statistics (the runner's
     own ``stats()`` if it has one, and the host CPU the worker used)."""
+    from code.harness.core import is_continuous
+
     window = CpuWindow()
-    continuous = callable(getattr(runner, "run_continuous", None))
+    continuous = is_continuous(runner)
+    where = worker_label(ready.get("device", "?"), ready.get("local_device", ""))
     send(sockets[0], Message.READY, 0, json.dumps({**ready, "continuous": continuous}).encode())
     if continuous:
-        _serve_engine(sockets[0], runner, window)
+        _serve_engine(sockets[0], runner, window, where)
     else:
-        threads = [threading.Thread(target=_serve_batches, args=(sock, runner, window), daemon=True,
+        threads = [threading.Thread(target=_serve_batches, args=(sock, runner, window, where), daemon=True,
                                     name=f"batches-{i}") for i, sock in enumerate(sockets)]
         for thread in threads:
             thread.start()
@@ -408,50 +433,81 @@ def serve(sockets: list[socket.socket], runner: Any, ready: dict[str, Any]) -> N
     send(sockets[0], Message.STATS, 0, json.dumps(stats).encode())
 
 
-def _serve_batches(sock: socket.socket, runner: Any, window: CpuWindow) -> None:
-    """One connection: answer each batch until the LoadGen process says the test is over (or goes away)."""
-    while True:
-        try:
-            message, count, payload = receive(sock)
-        except ConnectionClosed:
-            return
-        if message is Message.END:
-            return
-        if message is not Message.BATCH:
-            send(sock, Message.ERROR, 0, f"the worker got message {int(message)} where a batch was due".encode())
-            continue
-        window.started()
-        indices = np.frombuffer(payload, dtype=np.int64, count=count)
-        try:
-            pieces = responses_payload(runner.run_batch(indices), count)
-        except Exception:  # the core records it, naming the device, and answers the rest with empty responses
-            send(sock, Message.ERROR, 0, traceback.format_exc().encode())
-            continue
-        send(sock, Message.RESPONSES, count, *pieces)
+def worker_label(device: str, local_device: str) -> str:
+    """How a worker's errors say where they happened: its device as the run names it, and as it sees it (a worker
+    sees its one GPU as cuda:0, which a CUDA error message calls GPU 0)."""
+    seen = f" (which sees its GPU as {local_device})" if device.startswith("cuda") and local_device != device else ""
+    return f"in the worker of {device}{seen}"
 
 
-def _serve_engine(sock: socket.socket, runner: Any, window: CpuWindow) -> None:
-    """The continuous engine pulls and completes samples through a ``RemoteSession`` until the test is over, then
-    waits for the LoadGen process's END (unless that came already)."""
+def _error_text(where: str) -> bytes:
+    return f"{where}: {traceback.format_exc()}".encode()
+
+
+def _hang_up(sock: socket.socket) -> None:
+    """End the connection, so the core sees an end of file at once instead of waiting for an answer that will
+    not come (a thread of a living worker that ended unexpectedly)."""
     try:
-        runner.run_continuous(RemoteSession(sock, window))
-        send(sock, Message.DONE)
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _serve_batches(sock: socket.socket, runner: Any, window: CpuWindow, where: str) -> None:
+    """One connection: answer each batch until the LoadGen process says the test is over (or goes away). Every
+    batch gets an answer or an error; a thread that ends any other way hangs up, so the core is never left
+    waiting."""
+    try:
+        while True:
+            try:
+                message, count, payload = receive(sock)
+            except ConnectionClosed:
+                return
+            if message is Message.END:
+                return
+            if message is not Message.BATCH:
+                send(sock, Message.ERROR, 0, f"the worker got message {int(message)} where a batch was due".encode())
+                continue
+            window.started()
+            try:
+                indices = np.frombuffer(payload, dtype=np.int64, count=count)
+                pieces = [byte_view(piece) for piece in responses_payload(runner.run_batch(indices), count)]
+            except Exception:  # the core records it, naming the device, and answers the rest with empty responses
+                send(sock, Message.ERROR, 0, _error_text(where))
+                continue
+            send(sock, Message.RESPONSES, count, *pieces)
+    except BaseException:
+        _hang_up(sock)
+        raise
+
+
+def _serve_engine(sock: socket.socket, runner: Any, window: CpuWindow, where: str) -> None:
+    """The continuous engine pulls and completes samples through a ``RemoteSession`` until the test is over, then
+    waits for the LoadGen process's END (unless that came already). Anything unexpected hangs up (see
+    ``_serve_batches``)."""
+    try:
+        try:
+            runner.run_continuous(RemoteSession(sock, window))
+            send(sock, Message.DONE)
+        except (TestEnded, ConnectionClosed):
+            raise
+        except Exception:
+            send(sock, Message.ERROR, 0, _error_text(where))
+        while True:
+            message, _, _ = receive(sock)
+            if message is Message.END:
+                return
     except TestEnded:
         return
-    except ConnectionClosed:
+    except BaseException:
+        _hang_up(sock)
         raise
-    except Exception:
-        send(sock, Message.ERROR, 0, traceback.format_exc().encode())
-    while True:
-        message, _, _ = receive(sock)
-        if message is Message.END:
-            return
 
 
 def worker_error(device: str, error: BaseException, describe: Callable[[BaseException], str | None]) -> str:
     """The text a worker sends when it cannot start its device: the user's fix when ``describe`` knows the error,
-    else the traceback (a bug)."""
+    else the error and its traceback (a bug)."""
     known = describe(error)
     if known is not None:
         return known
-    return f"{type(error).__name__}: {error} (on {device})\n{traceback.format_exc()}"
+    return f"{type(error).__name__}: {error} (in the worker of {device})\n{traceback.format_exc()}"

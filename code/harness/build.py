@@ -141,7 +141,12 @@ def _known_replacement(round_name: str, compiler: str) -> str | None:
 
 def _remember_replacement(round_name: str, compiler: str, replacement: str) -> None:
     path = _replacements_file(round_name)
-    path.write_text(json.dumps({os.path.realpath(compiler): replacement}, indent=1), encoding="utf-8")
+    try:
+        known = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    known = known if isinstance(known, dict) else {}
+    path.write_text(json.dumps({**known, os.path.realpath(compiler): replacement}, indent=1), encoding="utf-8")
 
 
 def _build_with(round_: Round, compiler: str, jobs: int, clean: bool) -> Path:

@@ -105,7 +105,8 @@ def timed(runner: Any) -> TimedBatchRunner | TimedContinuousRunner:
 
 def measure(config: ResolvedConfig, log_dir: Path) -> dict[str, Any]:
     """One PerformanceOnly test with timed runners: throughput, wall time and each runner's CPU share."""
-    from code.actions.run_single_test import core_settings
+    from code.actions.run_single_test import core_settings, device_share, scales_qps
+    from code.common.systems import detect_system
     from code.harness.core import run_test, timeline
 
     benchmark = load_benchmark(config.benchmark)
@@ -113,7 +114,9 @@ def measure(config: ResolvedConfig, log_dir: Path) -> dict[str, Any]:
     device = prepared.devices[0]  # one device's backend, in this process: what one worker process costs
     runners = [timed(prepared.runner_on(torch_device(device), device))]
     log_dir.mkdir(parents=True)
-    user_conf = write_user_conf(config, prepared.total_sample_count, log_dir)
+    # One GPU of the system: its share of the system's rate, as a run on one GPU of it expects.
+    share = device_share([device], len(detect_system().gpus)) if scales_qps(config) else 1.0
+    user_conf = write_user_conf(config, prepared.total_sample_count, log_dir, device_share=share)
     settings = core_settings(config, TestMode.PerformanceOnly, prepared, user_conf, log_dir)
     started = time.perf_counter()
     from code.actions.run_single_test import progress_shape

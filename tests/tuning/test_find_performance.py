@@ -284,8 +284,18 @@ def test_find_performance_then_a_run_that_uses_it(harness_built, tmp_path):
     run = subprocess.run([*command[:4], "--scenarios=offline", *TINY, "--test_run", "--min_duration=3000",
                           f"--log_dir={tmp_path / 'run'}"], cwd=REPO_ROOT, capture_output=True, text=True, env=env,
                          timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:]
-    assert "tuned: offline_expected_qps 6 -> " in run.stdout and "[VALID but not submittable]" in run.stdout
+    assert "tuned: offline_expected_qps 6 -> " in run.stdout, run.stdout[-3000:]
+    stored = json.loads((tmp_path / "tuned" / "CPU" / "bert-99" / "Offline.json").read_text())["value"]
+    test_dir = tmp_path / "run" / "CPU" / "bert-99" / "Offline"
+    assert f"bert.Offline.target_qps = {float(stored)!r}" in (test_dir / "user.conf").read_text(), "the stored value"
+    if run.returncode != 0:
+        # A value tuned while other jobs loaded the machine is too low once they end: the run then outpaces the query
+        # LoadGen planned. Only that may end it INVALID, and only when it ran faster than the stored rate.
+        result = json.loads((test_dir / "metadata.json").read_text())["result"]
+        assert run.returncode == 3 and result["invalid_reasons"][0] == "min duration not met", run.stdout[-3000:]
+        assert result["value"] > stored, (result["value"], stored)
+    else:
+        assert "[VALID but not submittable]" in run.stdout
 
 
 @pytest.mark.slow

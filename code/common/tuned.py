@@ -112,17 +112,19 @@ class TunedValue:
     system_id: str = ""
     settings: dict[str, str] = field(default_factory=dict)  # the speed-changing RUN_ARGS it was measured with
     schema: int = SCHEMA
+    engine: str = ""  # the engine ladder's rung it was measured with ("": a config without a ladder, or none named)
 
     def source(self, path: Path) -> str:
         return f"tuned ({shown(path)})"
 
 
 def write_tuned(system: str, benchmark_name: str, scenario: Scenario, value: float | int, how: str,
-                settings: dict[str, str] | None = None) -> Path:
-    """Store a value found on this system now with these ``run_settings``, whole or not at all;
-    ``TunedStoreError`` names the fix when the folder cannot be written."""
+                settings: dict[str, str] | None = None, engine: str = "") -> Path:
+    """Store a value found on this system now with these ``run_settings`` and this engine (the rung of the config's
+    engine ladder), whole or not at all; ``TunedStoreError`` names the fix when the folder cannot be written."""
     record = TunedValue(system, benchmark_name, scenario.value, TUNED_FIELDS[scenario], value, how,
-                        time.strftime("%Y-%m-%dT%H:%M:%S%z"), code_version(), system_id(), dict(settings or {}))
+                        time.strftime("%Y-%m-%dT%H:%M:%S%z"), code_version(), system_id(), dict(settings or {}),
+                        engine=engine)
     path = tuned_path(system, benchmark_name, scenario)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -149,10 +151,11 @@ def check_writable(system: str) -> None:
         raise TunedStoreError(not_writable(directory, error) + "; nothing was measured") from None
 
 
-def read_tuned(system: str, benchmark_name: str, scenario: Scenario,
-               settings: dict[str, str] | None = None) -> tuple[TunedValue | None, str | None]:
-    """The stored value for a run with these ``run_settings``, or None and why it cannot be used (None, None:
-    there is none)."""
+def read_tuned(system: str, benchmark_name: str, scenario: Scenario, settings: dict[str, str] | None = None,
+               engine: str = "") -> tuple[TunedValue | None, str | None]:
+    """The stored value for a run with these ``run_settings`` and this engine (a rung's name, "" for none), or None
+    and why it cannot be used (None, None: there is none). Engines of one ladder differ in speed by up to 2x, so a
+    value measured with one is not another's."""
     path = tuned_path(system, benchmark_name, scenario)
     fix = f"run `{find_command(benchmark_name, scenario)}` again, or delete the file"
     try:
@@ -191,14 +194,20 @@ def read_tuned(system: str, benchmark_name: str, scenario: Scenario,
         return None, (f"ignoring {shown(path)}: it was measured with {flags(tuned.settings)}, this run gives "
                       f"{flags(settings)}; run `make find_performance` with this run's RUN_ARGS, or give the value "
                       f"with --{tuned.field}")
+    if tuned.engine != engine:
+        def named(rung: str) -> str:
+            return f"engine {rung}" if rung else "the config's engine (no rung of an engine ladder)"
+
+        return None, (f"ignoring {shown(path)}: it was measured with {named(tuned.engine)}, this run uses "
+                      f"{named(engine)}; {fix}")
     return tuned, None
 
 
 def tuned_fields(system: str, benchmark_name: str, scenario: Scenario, warn: bool = True,
-                 overrides: dict[str, Any] | None = None) -> dict[str, tuple[Any, str]]:
-    """``{field: (value, "tuned (<path>)")}`` for config resolution; a file it cannot use is warned about once
-    per process (``warn``) and ignored."""
-    tuned, problem = read_tuned(system, benchmark_name, scenario, run_settings(overrides or {}))
+                 overrides: dict[str, Any] | None = None, engine: str = "") -> dict[str, tuple[Any, str]]:
+    """``{field: (value, "tuned (<path>)")}`` for config resolution of a run with this engine; a file it cannot use
+    is warned about once per process (``warn``) and ignored."""
+    tuned, problem = read_tuned(system, benchmark_name, scenario, run_settings(overrides or {}), engine)
     if problem:
         if warn and problem not in _warned:
             _warned.add(problem)

@@ -1,11 +1,12 @@
 """Engine ladders in config classes (code/common/ladder.py, configs/configuration.py): what a class may list, where a
 rung's values sit (RUN_ARGS > tuned > rung > config class > default), how RUN_ARGS choose an engine themselves, the
-tuned values of each engine."""
+tuned values of each engine, and the shipped H100/H200 ladders (FP8 first)."""
 
 import pytest
 
 from code.common import paths, tuned
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
+from code.common.fields import FIELDS
 from code.common.ladder import Rung, engine_values
 from configs.bert.Offline import OfflineBaseConfig
 from configs.configuration import ConfigError, ConfigRegistry, WorkloadSetting, resolve_config
@@ -125,3 +126,33 @@ def test_an_engine_field_below_the_ladder_is_refused(scratch_registry):
                                           r"the same engine"):
         register(type("Ladder_Boxx2", (parent,), {"precision": "fp16"}))
 
+
+SYSTEMS = ("H100_SXM_80GBx1", "H200_SXM_141GBx8")
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+@pytest.mark.parametrize("scenario", list(Scenario))
+def test_the_shipped_gpu_ladders_start_with_fp8_and_end_with_a_16_bit_engine(system, scenario):
+    expected = {("bert", AccuracyTarget.k_99): ["fp8-fast-accum", "fp16"],
+                ("bert", AccuracyTarget.k_99_9): ["fp8-fast-accum", "fp8", "fp16"],
+                ("gptj", AccuracyTarget.k_99): ["fp8", "fp8-gemms", "bf16"],
+                ("gptj", AccuracyTarget.k_99_9): ["fp8", "fp8-gemms", "bf16"]}
+    for (name, target), names in expected.items():
+        benchmark = Benchmark(name)
+        config = resolve(system, benchmark=benchmark, scenario=scenario, target=target)
+        assert [rung.name for rung in config.ladder] == names
+        assert config.rung is config.ladder[0] and config["precision"] == "fp8"
+        if benchmark is Benchmark.GPTJ:
+            assert config["kv_cache_dtype"] == "fp8"  # FP8 GEMMs and KV cache, as NVIDIA's submissions run
+        last = resolve(system, benchmark=benchmark, scenario=scenario, target=target, rung=names[-1])
+        assert last["precision"] in ("fp16", "bf16")
+        # the last rung is the class's own engine: what it runs with is the class's own values (times the count)
+        config_class = ConfigRegistry.get(benchmark, scenario, system, WorkloadSetting(accuracy_target=target))
+        count = int(system.rpartition("x")[2])
+        for field in ("precision", "offline_expected_qps", "server_target_qps", "single_stream_expected_latency_ns",
+                      "gpu_batch_size", "batch_timeout_us"):
+            if field in last.values:
+                scale = count if FIELDS[field].system_rate else 1
+                assert last[field] == getattr(config_class, field) * scale, (name, target, field)
+        if benchmark is Benchmark.BERT:
+            assert config["gelu_in_gemm"] is (target is AccuracyTarget.k_99)  # erf GELU for 99.9 on every rung

@@ -70,7 +70,7 @@ def run_harness(request: RunRequest) -> int:
     stopped: str | None = None  # why the run ended before its last test: every engine of a ladder missed
     try:
         with stop_signals_raise():
-            for gate_plan in plans:
+            for index, gate_plan in enumerate(plans):
                 config = gate_plan.config
                 mode = TestMode.parse(config["test_mode"])
                 modes = mode.loadgen_modes
@@ -78,7 +78,9 @@ def run_harness(request: RunRequest) -> int:
                     outcome = gate.run(gate_plan, mode if TestMode.AccuracyOnly in modes else None)
                     results.extend(outcome.results)
                     if outcome.stop:
-                        stopped = outcome.stop
+                        left = sum(len(TestMode.parse(later.config["test_mode"]).loadgen_modes)
+                                   for later in plans[index + 1:])
+                        stopped = outcome.stop + (f"; the {left} test(s) after it were not run" if left else "")
                         log.error("%s", stopped)
                         break
                     if outcome.config is None:  # its accuracy run did not finish (its ERROR is shown above)

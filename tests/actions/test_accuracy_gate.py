@@ -54,6 +54,11 @@ GPTJ_CUSTOM = HEADER + '''from configs.gptj.Offline import CPU
 class LadderBox(CPU):
     engine_ladder = (Rung("cut", "the reference summaries 40 tokens short: a forced miss", oracle_drop=40),
                      Rung("whole", "the reference summaries", oracle_drop=0))
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class MissBox(CPU):
+    pass
 '''
 # The oracle answers a batch of 4 in at least 20 ms: ~200 samples/s, so an Offline query sized for 400/s outlasts
 # the 1 s minimum duration on any machine.
@@ -187,9 +192,12 @@ def test_a_miss_of_the_last_engine_ends_the_run_with_exit_3_and_the_fix(repo, tm
     assert not (logs / "MissBox" / "bert-99" / "Offline" / "performance").exists()  # the run ended there
     assert metadata(logs / "gate" / "two" / "MissBox" / "bert-99" / "Offline")["engine"]["next"] is None
 
-    # Every engine has missed on this checkpoint: the next run ends at once, with the same fix, running nothing.
-    again = run(repo, tuned, "--system_name=MissBox", *ORACLE, *SHORT_OFFLINE, f"--log_dir={tmp_path / 'again'}")
+    # Every engine has missed on this checkpoint: the next run ends at once, with the same fix, running nothing,
+    # not even the tests of the benchmark after it.
+    again = run(repo, tuned, "--system_name=MissBox", "--benchmarks=bert,gptj", "--backend=oracle",
+                "--gpu_batch_size=4", *SHORT_OFFLINE, f"--log_dir={tmp_path / 'again'}")
     assert again.returncode == 3 and "Exit status 3: every engine of the ladder of bert-99 Offline" in again.stdout
+    assert "which runs it without the gate; the 1 test(s) after it were not run." in again.stdout
     assert not (tmp_path / "again" / "gate").exists() and not (tmp_path / "again" / "MissBox").exists()
 
 

@@ -13,6 +13,12 @@ class up, turns its fields into the system's values (``system_values``) and hand
 ``code.common.config.resolve_fields``, which holds the one precedence rule (RUN_ARGS > tuned > config class >
 field default; tuned values were measured on the whole system and are never scaled). This module imports from
 ``code/common`` and never the reverse: code/common knows fields, not the classes that set them.
+
+A class may list the engines it can run for its accuracy target, fastest first: ``engine_ladder = (Rung(...), ...)``
+(code/common/ladder.py). A rung's values are the class's for that engine and come between the tuned values and the
+class's own (RUN_ARGS > tuned > rung > config class > default); a subclass's own value of a field that is not an
+engine field (a rate of its own system) wins over the rung of a ladder it inherits, as the nearest class wins
+anywhere, while an engine field set below the ladder is refused: it would make every rung the same engine.
 """
 
 from __future__ import annotations
@@ -25,17 +31,19 @@ from typing import Any, ClassVar
 from code.common.config import ConfigError, ResolvedConfig, WorkloadSetting, resolve_fields
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from code.common.fields import FIELDS, FieldError
+from code.common.ladder import Ladder, Rung, check_ladder, given_engine_fields, matching_rung
 from code.common.paths import REPO_ROOT
 from code.common.systems import gpu_model_and_count
 from code.common.tuned import tuned_fields
 
 # ConfigError, ResolvedConfig and WorkloadSetting live in code/common/config.py; they are named here too because
 # config files and NVIDIA-style readers look for them beside the registry.
-__all__ = ["BenchmarkConfiguration", "ConfigError", "ConfigRegistry", "ResolvedConfig", "WorkloadSetting",
+__all__ = ["BenchmarkConfiguration", "ConfigError", "ConfigRegistry", "ResolvedConfig", "Rung", "WorkloadSetting",
            "resolve_config", "system_values", "validate_config_class"]
 
 # Class attributes that identify a config rather than set a field.
 IDENTITY_ATTRIBUTES = ("benchmark", "scenario", "system")
+LADDER_ATTRIBUTE = "engine_ladder"  # the engines the class may run, fastest first (code/common/ladder.py)
 # Suffixes of variant classes: H100_SXM_80GB_HighAccuracy configures H100_SXM_80GB, for bert-99.9.
 VARIANT_SUFFIX = re.compile(r"(_HighAccuracy|_MaxQ|_MaxP)+$")
 
@@ -68,6 +76,7 @@ class BenchmarkConfiguration(metaclass=_ConfigMeta):
     benchmark: ClassVar[Benchmark | None] = None
     scenario: ClassVar[Scenario | None] = None
     system: ClassVar[str | None] = None  # default: the class name without variant suffixes
+    engine_ladder: ClassVar[Ladder] = ()  # the engines it may run, fastest first; (): the class's own engine only
 
     @classmethod
     def fields(cls) -> dict[str, Any]:
@@ -88,6 +97,13 @@ class BenchmarkConfiguration(metaclass=_ConfigMeta):
                 if key in FIELDS:
                     owners[key] = (value, klass)
         return owners
+
+    @classmethod
+    def ladder_owner(cls) -> type[BenchmarkConfiguration] | None:
+        """The class that set the engine ladder this class uses (itself or the nearest base); None without one (an
+        ``engine_ladder = ()`` ends an inherited one)."""
+        owner = next((klass for klass in cls.__mro__ if LADDER_ATTRIBUTE in vars(klass)), None)
+        return owner if owner is not None and vars(owner)[LADDER_ATTRIBUTE] else None
 
     @classmethod
     def system_name(cls) -> str:
@@ -232,6 +248,12 @@ def validate_config_class(config: type) -> None:
         for key, value in vars(klass).items():
             if key.startswith("_") or key in IDENTITY_ATTRIBUTES or callable(value) or isinstance(value, classmethod):
                 continue
+            if key == LADDER_ATTRIBUTE:
+                try:
+                    check_ladder(value, config.benchmark, config.scenario, f"config class {klass.__name__}")
+                except FieldError as error:
+                    raise ConfigError(str(error)) from None
+                continue
             if key not in FIELDS:
                 raise ConfigError(f"config class {klass.__name__}: unknown field '{key}'")
             fld = FIELDS[key]
@@ -248,6 +270,59 @@ def validate_config_class(config: type) -> None:
     for fld in FIELDS.values():
         if fld.required and fld.applies_to(config.benchmark, config.scenario) and values.get(fld.name) is None:
             raise ConfigError(f"config class {name}: required field '{fld.name}' is missing ({fld.description})")
+    owner = config.ladder_owner()
+    if owner is not None:
+        engines = {field for rung in config.engine_ladder for field in rung.engine()}
+        for field, (_, setter) in config.field_owners().items():
+            if field in engines and setter is not owner and issubclass(setter, owner):
+                raise ConfigError(
+                    f"config class {setter.__name__} sets {field}, an engine field the rungs of the engine_ladder it "
+                    f"inherits from {owner.__name__} set: every rung would run the same engine. Give the class an "
+                    f"engine_ladder of its own, or engine_ladder = () to run only the engine its fields make")
+
+
+def rung_values(config: type[BenchmarkConfiguration], rung: Rung, system: str,
+                below: dict[str, tuple[Any, str]]) -> dict[str, tuple[Any, str]]:
+    """The rung's values as ``system``'s, each with its source (``H200_SXM_141GB engine_ladder[fp8]``), over
+    ``below`` (the class's ``system_values``). A rate is scaled as the class that set the ladder scales its own
+    (``system_values``); a value a subclass of that class sets itself stays (the nearest class wins)."""
+    owner = config.ladder_owner()
+    assert owner is not None, "a rung comes from a ladder"
+    setters = config.field_owners()
+    found = gpu_model_and_count(system)
+    values = dict(below)
+    for name, value in rung.values.items():
+        setter = setters.get(name, (None, None))[1]
+        if setter is not None and setter is not owner and issubclass(setter, owner):
+            continue  # set by a class below the ladder's: its own system's value
+        source = f"{owner.__name__} engine_ladder[{rung.name}]"
+        if found and FIELDS[name].system_rate and owner.per_gpu():
+            count = found[1]
+            source += f" x {count} GPU{'s' if count != 1 else ''}"
+            value = FIELDS[name].check(value * count, f"config class {source}")
+        values[name] = (value, source)
+    return values
+
+
+def choose_rung(config: type[BenchmarkConfiguration], name: str | None, below: dict[str, tuple[Any, str]],
+                overrides: dict[str, Any]) -> Rung | None:
+    """The rung a resolution applies: the one named (the accuracy gate's choice, or a test process's from its
+    parent); else, when RUN_ARGS give an engine field, the rung whose engine they name (None if none does); else the
+    ladder's first."""
+    ladder = config.engine_ladder if config.ladder_owner() else ()
+    if not ladder:
+        if name is not None:
+            raise ConfigError(f"engine {name!r} asked of config class {config.__name__}, which has no engine_ladder")
+        return None
+    if name is not None:
+        for rung in ladder:
+            if rung.name == name:
+                return rung
+        raise ConfigError(f"engine {name!r} is not a rung of config class {config.__name__}'s engine_ladder "
+                          f"({', '.join(rung.name for rung in ladder)})")
+    if given_engine_fields(ladder, overrides):
+        return matching_rung(ladder, {field: value for field, (value, _) in below.items()}, overrides)
+    return ladder[0]
 
 
 def resolve_config(
@@ -257,13 +332,23 @@ def resolve_config(
     workload: WorkloadSetting,
     overrides: dict[str, Any],
     warn_tuned: bool = True,
+    rung: str | None = None,
 ) -> ResolvedConfig:
-    """Look the config class up, make its fields the system's values (``system_values``), then apply RUN_ARGS >
-    tuned > config class > field default (``resolve_fields``); the tuned value is the one ``make find_performance``
-    stored for this system (``code/common/tuned.py``), a whole-system value as it is, and ``warn_tuned`` says whether
-    an unusable tuned file is warned about here (a test process leaves that to its parent, which already did)."""
+    """Look the config class up, make its fields the system's values (``system_values``) and, with an engine
+    ladder, lay the rung's over them (``choose_rung``: ``rung`` names one, else the first, else the one RUN_ARGS
+    name), then apply RUN_ARGS > tuned > rung > config class > field default (``resolve_fields``); the tuned value is
+    the one ``make find_performance`` stored for this system and engine (``code/common/tuned.py``), a whole-system
+    value as it is, and ``warn_tuned`` says whether an unusable tuned file is warned about here (a test process
+    leaves that to its parent, which already did)."""
     config = ConfigRegistry.get(benchmark, scenario, system, workload)
+    values = system_values(config, system)
+    chosen = choose_rung(config, rung, values, overrides)
+    if chosen is not None:
+        values = rung_values(config, chosen, system, values)
     tuned = tuned_fields(system, f"{benchmark.value}-{workload.accuracy_target.suffix}", scenario, warn=warn_tuned,
-                         overrides=overrides)
-    return resolve_fields(benchmark, scenario, system, workload, config.__name__, system_values(config, system),
-                          overrides, tuned)
+                         overrides=overrides, engine=chosen.name if chosen else "")
+    resolved = resolve_fields(benchmark, scenario, system, workload, config.__name__, values, overrides, tuned)
+    resolved.ladder = config.engine_ladder if config.ladder_owner() else ()
+    resolved.rung = chosen
+    resolved.engine_given = tuple(given_engine_fields(resolved.ladder, overrides))
+    return resolved

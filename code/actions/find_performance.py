@@ -7,8 +7,10 @@ runs VALID, one LoadGen try per child process (as every test runs), the search i
 - Server: the highest ``server_target_qps`` that stays VALID, a bisection within ``SERVER_TOLERANCE``; a try whose
   queue grew (completed < 97 % of scheduled) does not count as VALID.
 
-Each value is stored as soon as it is found (``code/common/tuned.py``), so a Ctrl-C keeps what was found before
-it; the stopped try is marked incomplete and stores nothing. ``probe_setting`` is the short probe a ``--test_run``
+Each value is stored as soon as it is found (``code/common/tuned.py``), with the engine it was measured with, so a
+Ctrl-C keeps what was found before it; the stopped try is marked incomplete and stores nothing. A config with an
+engine ladder first runs its accuracy gate (code/actions/accuracy_gate.py) with the real checkpoint and data set:
+the search measures the engine that passed. ``probe_setting`` is the short probe a ``--test_run``
 takes first when no tuned value is stored (``run_harness``).
 """
 
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from code.actions.common import resolved_configs, system_name
+from code.actions.common import gate_plans, system_name
 from code.actions.run_harness import check_round, require_built_core, run_child, test_spec
 from code.common import atomic
 from code.common.arguments import RunRequest
@@ -96,12 +98,15 @@ class Found:
     stored: str | None = None  # the tuned file, once written
     problem: str | None = None  # why nothing was stored
     tries: list[str] = field(default_factory=list)  # each try's log folder
+    engine: str | None = None  # which engine of the config's ladder was measured, and why
 
     def line(self) -> str:
         head = f"  {self.benchmark:<10} {self.scenario:<13} {self.field}"
         if self.stored:
-            return f"{head} {_fmt(self.before)} -> {_fmt(self.value)}  stored in {self.stored} ({self.how})"
-        return f"{head} stays {_fmt(self.before)} [{self.before_source}]: NOT STORED: {self.problem}"
+            line = f"{head} {_fmt(self.before)} -> {_fmt(self.value)}  stored in {self.stored} ({self.how})"
+        else:
+            line = f"{head} stays {_fmt(self.before)} [{self.before_source}]: NOT STORED: {self.problem}"
+        return line + (f"\n      engine: {self.engine}" if self.engine else "")
 
 
 def _fmt(value: Any) -> str:
@@ -155,8 +160,11 @@ def durations(overrides: dict[str, Any]) -> tuple[int, int]:
 
 
 def find_performance(request: RunRequest) -> int:
+    from code.actions.accuracy_gate import Gate
+
     system = system_name(request)
-    configs = list(resolved_configs(request, system))
+    plans = list(gate_plans(request, system, clear_stale=True))
+    configs = [gate_plan.config for gate_plan in plans]
     for config in configs:
         mode = TestMode.parse(config["test_mode"])
         if mode is not TestMode.PerformanceOnly:
@@ -180,15 +188,30 @@ def find_performance(request: RunRequest) -> int:
              probe_ms / 1000)
     found: list[Found] = []
     runner: Runner | None = None
+    gate = Gate(system, root)
     try:
         with stop_signals_raise():
-            for config in configs:
+            for gate_plan in plans:
+                config = gate_plan.config
+                if gate_plan.applies:  # the engine that meets the accuracy target is the one to measure
+                    outcome = gate.run(gate_plan, None)
+                    if outcome.config is None:
+                        name = TUNED_FIELDS[config.scenario]
+                        found.append(Found(config.benchmark_name, config.scenario.value, name, config[name],
+                                           config.sources[name], problem=outcome.stop or "the accuracy run of its "
+                                           "engine did not finish (its ERROR is above)",
+                                           tries=[result.log_dir for _, result, _ in outcome.results]))
+                        if outcome.stop:
+                            log.error("%s", outcome.stop)
+                            break
+                        continue
+                    config = outcome.config
                 runner = Runner(system, config, overrides, root)
                 found.append(search_one(runner, config, overrides, duration_ms, probe_ms, found))
                 runner = None
     except Interrupted as stop:
         with stop_signals_ignored():
-            log.warning(_interrupted(stop, runner, found, configs))
+            log.warning(_interrupted(stop, runner, found, configs, gate.running))
             _finish(system, root, found, configs)
         return stop.exit_status
     _finish(system, root, found, configs)
@@ -197,8 +220,15 @@ def find_performance(request: RunRequest) -> int:
     return ExitCode.INVALID
 
 
-def _interrupted(stop: Interrupted, runner: Runner | None, found: list[Found], configs: list[ResolvedConfig]) -> str:
+def _interrupted(stop: Interrupted, runner: Runner | None, found: list[Found], configs: list[ResolvedConfig],
+                 gate_running: dict | None = None) -> str:
+    """``gate_running``: the accuracy gate's run in progress, if it was stopped."""
     line = f"{stop} during find_performance"
+    if gate_running is not None:
+        mark_incomplete(Path(gate_running["log_dir"]), gate_running["scenario"], gate_running["mode"],
+                        f"interrupted by {stop.signal_name}; the accuracy gate's run of find_performance",
+                        {"test_spec": gate_running})
+        line += f" (the accuracy gate's run in {gate_running['log_dir']}, marked incomplete)"
     if runner is not None:
         line += f" ({runner.config.benchmark_name} {runner.config.scenario.value})"
         if runner.running is not None:
@@ -244,7 +274,8 @@ def search_one(runner: Runner, config: ResolvedConfig, overrides: dict[str, Any]
                earlier: list[Found]) -> Found:
     scenario = config.scenario
     name = TUNED_FIELDS[scenario]
-    item = Found(config.benchmark_name, scenario.value, name, config[name], config.sources[name])
+    item = Found(config.benchmark_name, scenario.value, name, config[name], config.sources[name],
+                 engine=config.engine_choice.get("summary"))
 
     def run(label: str, fields: dict[str, Any]) -> Try:
         return runner(label, {**try_fields(config, overrides, label, duration_ms, probe_ms), **fields})
@@ -280,7 +311,7 @@ def search_one(runner: Runner, config: ResolvedConfig, overrides: dict[str, Any]
     if item.value is not None:
         try:
             path = write_tuned(runner.system, config.benchmark_name, scenario, item.value, item.how,
-                               run_settings(overrides))
+                               run_settings(overrides), engine=config.rung.name if config.rung else "")
             item.stored = shown(path)
         except TunedStoreError as error:
             item.problem = f"{error}; give it by hand meanwhile: --{name}={_fmt(item.value)}"
@@ -299,7 +330,8 @@ def server_start(config: ResolvedConfig, earlier: list[Found]) -> float:
     if offline is not None:
         return search.SERVER_START_FRACTION * float(offline.value) / search.QPS_MARGIN
     given = {name: config.values[name] for name, source in config.sources.items() if source == "RUN_ARGS"}
-    stored, _ = read_tuned(config.system, config.benchmark_name, Scenario.Offline, run_settings(given))
+    stored, _ = read_tuned(config.system, config.benchmark_name, Scenario.Offline, run_settings(given),
+                           config.rung.name if config.rung else "")
     if stored is not None:
         return search.SERVER_START_FRACTION * float(stored.value) / search.QPS_MARGIN
     return float(config["server_target_qps"])

@@ -1,8 +1,9 @@
-"""``--action=generate_engines``: build each (benchmark, scenario)'s engine under build/engines/."""
+"""``--action=generate_engines``: build each (benchmark, scenario)'s engine under build/engines/: with an engine
+ladder, the engine a run starts with (the first that has not missed its accuracy target here: accuracy_gate.py)."""
 
 from __future__ import annotations
 
-from code.actions.common import resolved_configs, system_name
+from code.actions.common import gate_plans, system_name
 from code.common.arguments import RunRequest
 from code.common.benchmarks import load_benchmark
 from code.common.devices import release_cached_gpu_memory
@@ -13,7 +14,12 @@ log = get_logger("generate_engines")
 
 def generate_engines(request: RunRequest) -> None:
     system = system_name(request)
-    for config in resolved_configs(request, system):
+    for gate_plan in gate_plans(request, system):
+        config = gate_plan.config
+        if gate_plan.exhausted:  # the run refuses it, naming the fix: nothing of it is worth building
+            log.info("%s %s %s: nothing built: %s", system, config.benchmark_name, config.scenario.value,
+                     config.engine_choice["summary"])
+            continue
         report = load_benchmark(config.benchmark).generate_engine(config)
         details = ", ".join(f"{key}: {value}" for key, value in report.items())
         log.info("%s %s %s: %s", system, config.benchmark_name, config.scenario.value, details)

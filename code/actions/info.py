@@ -47,6 +47,9 @@ def info(request: RunRequest) -> None:
         width = max(len(name) for name in config.values)
         for name, value in sorted(config.values.items()):
             print(f"  {name:<{width}} = {value!r:<24} [{config.sources[name]}]")
+        if config.ladder:  # which engine a run starts with, and whether its accuracy run decides it
+            print(f"  -> engine ladder: {', '.join(rung.name for rung in config.ladder)}; a run starts with "
+                  f"{config.engine_choice['summary']}")
         mode = TestMode.parse(config["test_mode"])
         try:
             inputs = load_benchmark(config.benchmark).describe_inputs(config, mode)

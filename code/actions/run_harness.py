@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from code.actions.common import resolved_configs, system_name
+from code.actions.common import gate_plans, system_name
 from code.common.arguments import RunRequest
 from code.common.benchmarks import BenchmarkError, load_benchmark
 from code.common.config import ResolvedConfig
@@ -27,7 +27,7 @@ from code.common.log import get_logger
 from code.common.paths import REPO_ROOT, harness_lib_dir
 from code.common.rounds import RoundError
 from code.common.run_logs import TestResult, make_test_log_dir, mark_incomplete, new_run_root, write_metadata
-from code.common.summary import exit_code, format_summary, write_summary
+from code.common.summary import counted, exit_code, format_summary, write_summary
 from code.common.supervision import (
     Interrupted,
     start_in_own_group,
@@ -45,14 +45,18 @@ log = get_logger("run_harness")
 
 def run_harness(request: RunRequest) -> int:
     """Run the tests; returns the exit status (``ExitCode``: non-zero when a test did not finish, is INVALID or
-    FAILs its accuracy target; 128 + the signal when the run was interrupted)."""
+    FAILs its accuracy target, or every engine of a ladder missed it; 128 + the signal when the run was
+    interrupted)."""
+    from code.actions.accuracy_gate import Gate
     from code.actions.find_performance import needs_probe, probe_setting, tuned_note
 
     system = system_name(request)
     # Resolve every test first, so a config error stops the run before any test starts, and refuse then what
     # cannot run or cannot count (an unbuilt round, a SubmissionRun the round lacks, accuracy without real data).
-    tests = [(config, loadgen_mode) for config in resolved_configs(request, system)
-             for loadgen_mode in TestMode.parse(config["test_mode"]).loadgen_modes]
+    # Each config starts at the engine of its ladder the accuracy gate begins with (code/actions/accuracy_gate.py).
+    plans = list(gate_plans(request, system, clear_stale=True))
+    tests = [(gate_plan.config, loadgen_mode) for gate_plan in plans
+             for loadgen_mode in TestMode.parse(gate_plan.config["test_mode"]).loadgen_modes]
     for config, _ in tests:  # every refusal before any unbuilt core: what a round refuses needs no build to say so
         check_round(config)
     for config, loadgen_mode in tests:
@@ -62,40 +66,57 @@ def run_harness(request: RunRequest) -> int:
     log.info("logs: %s", root)
     results: list[tuple[str, TestResult, dict]] = []
     running: dict | None = None  # the spec of the test in progress
+    gate = Gate(system, root)
+    stopped: str | None = None  # why the run ended before its last test: every engine of a ladder missed
     try:
         with stop_signals_raise():
-            for config, loadgen_mode in tests:
+            for index, gate_plan in enumerate(plans):
+                config = gate_plan.config
                 mode = TestMode.parse(config["test_mode"])
-                overrides = request.overrides
-                tuning = tuned_note(config) if loadgen_mode is TestMode.PerformanceOnly else None
-                if needs_probe(config, loadgen_mode):  # a --test_run the config's guess might leave INVALID
-                    probe_dir = root / "probes" / system / config.benchmark_name / config.scenario.value
-                    running = test_spec(system, config, loadgen_mode, overrides, probe_dir)
-                    probe = probe_setting(system, config, overrides, probe_dir)
-                    running = None
-                    if probe.failed is not None:  # its process failed: the test's would too (its ERROR is shown)
-                        results.append((config.benchmark_name, probe.failed, {}))
+                modes = mode.loadgen_modes
+                if gate_plan.applies:  # AccuracyOnly first, down the ladder on a miss: the engine the rest runs
+                    outcome = gate.run(gate_plan, mode if TestMode.AccuracyOnly in modes else None)
+                    results.extend(outcome.results)
+                    if outcome.stop:
+                        left = sum(len(TestMode.parse(later.config["test_mode"]).loadgen_modes)
+                                   for later in plans[index + 1:])
+                        stopped = outcome.stop + (f"; the {left} test(s) after it were not run" if left else "")
+                        log.error("%s", stopped)
+                        break
+                    if outcome.config is None:  # its accuracy run did not finish (its ERROR is shown above)
                         continue
-                    if probe.note:
-                        overrides, tuning = {**overrides, **probe.fields}, probe.note
-                log_dir = make_test_log_dir(root, system, config.benchmark_name, config.scenario, loadgen_mode,
-                                            submission_layout=mode is TestMode.SubmissionRun)
-                running = test_spec(system, config, loadgen_mode, overrides, log_dir)
-                if tuning:
-                    running["tuning"] = tuning
-                print(flush=True)  # a blank line before each test's output, as a separator
-                log.info("%s %s %s %s", system, config.benchmark_name, config.scenario.value, loadgen_mode.value)
-                log.debug("config: %s", json.dumps(config.as_dict(), default=str))
-                result, metadata = run_child(running, log_dir)
-                running = None
-                results.append((config.benchmark_name, result, metadata))
+                    config, modes = outcome.config, [each for each in modes if each is not TestMode.AccuracyOnly]
+                for loadgen_mode in modes:
+                    overrides = request.overrides
+                    tuning = tuned_note(config) if loadgen_mode is TestMode.PerformanceOnly else None
+                    if needs_probe(config, loadgen_mode):  # a --test_run the config's guess might leave INVALID
+                        probe_dir = root / "probes" / system / config.benchmark_name / config.scenario.value
+                        running = test_spec(system, config, loadgen_mode, overrides, probe_dir)
+                        probe = probe_setting(system, config, overrides, probe_dir)
+                        running = None
+                        if probe.failed is not None:  # its process failed: the test's would too (its ERROR is shown)
+                            results.append((config.benchmark_name, probe.failed, {}))
+                            continue
+                        if probe.note:
+                            overrides, tuning = {**overrides, **probe.fields}, probe.note
+                    log_dir = make_test_log_dir(root, system, config.benchmark_name, config.scenario, loadgen_mode,
+                                                submission_layout=mode is TestMode.SubmissionRun)
+                    running = test_spec(system, config, loadgen_mode, overrides, log_dir)
+                    if tuning:
+                        running["tuning"] = tuning
+                    print(flush=True)  # a blank line before each test's output, as a separator
+                    log.info("%s %s %s %s", system, config.benchmark_name, config.scenario.value, loadgen_mode.value)
+                    log.debug("config: %s", json.dumps(config.as_dict(), default=str))
+                    result, metadata = run_child(running, log_dir)
+                    running = None
+                    results.append((config.benchmark_name, result, metadata))
     except Interrupted as stop:
         with stop_signals_ignored():
-            log.warning(_record_interruption(stop, running, results, len(tests)))
+            log.warning(_record_interruption(stop, running or gate.running, results, len(tests)))
             finish_run(system, root, results, interrupted_by=(stop.signal_name, stop.exit_status))
         return stop.exit_status
-    finish_run(system, root, results)
-    return int(exit_code([result for _, result, _ in results]))
+    finish_run(system, root, results, stopped=stopped)
+    return int(exit_code(counted(results), stopped))
 
 
 def test_spec(system: str, config: ResolvedConfig, mode: TestMode, overrides: dict, log_dir: Path) -> dict:
@@ -110,6 +131,9 @@ def test_spec(system: str, config: ResolvedConfig, mode: TestMode, overrides: di
         "scenario": config.scenario.value,
         "mode": mode.value,
         "overrides": overrides,
+        # The engine ladder's rung the parent chose (the child resolves the same one) and why, for metadata.json.
+        "rung": config.rung.name if config.rung else None,
+        "engine": config.engine_choice,
         "log_dir": str(log_dir),
         "started": time.time(),
     }
@@ -129,10 +153,11 @@ def require_built_core(round_name: str) -> None:
 
 
 def finish_run(system: str, root: Path, results: list[tuple[str, TestResult, dict]], who: str = "run_harness",
-               interrupted_by: tuple[str, int] | None = None) -> None:
+               interrupted_by: tuple[str, int] | None = None, stopped: str | None = None) -> None:
     """Write the summary files in ``root`` and print the summary; it reaches the terminal even when the disk is
-    full or the folder read-only (``who`` prefixes the line that says it was not saved)."""
-    summary = format_summary(system, root, results, interrupted_by)
+    full or the folder read-only (``who`` prefixes the line that says it was not saved). ``stopped``: why the run
+    ended before its last test (every engine of a ladder missed its accuracy target), with the fix."""
+    summary = format_summary(system, root, results, interrupted_by, stopped)
     _save(lambda: write_summary(root, summary, results), "the summary", root, who)
     print(summary, flush=True)
     write_run_page(root, who)

@@ -86,9 +86,10 @@ def versions(round_name: str) -> dict[str, Any]:
 def resolve_from_spec(spec: dict[str, Any]) -> ResolvedConfig:
     workload = WorkloadSetting(HarnessType(spec["harness_type"]), AccuracyTarget(spec["accuracy_target"]),
                                PowerSetting(spec["power_setting"]))
-    # The parent resolved the same config first and warned about an unusable tuned file already.
+    # The parent resolved the same config first, warned about an unusable tuned file already and chose the rung of
+    # the config's engine ladder (its accuracy gate): the child runs that engine.
     return resolve_config(Benchmark(spec["benchmark"]), Scenario(spec["scenario"]), spec["system"], workload,
-                          spec["overrides"], warn_tuned=False)
+                          spec["overrides"], warn_tuned=False, rung=spec.get("rung"))
 
 
 def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
@@ -101,6 +102,9 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
     benchmark = load_benchmark(config.benchmark)
 
     started = time.time()
+    engine = spec.get("engine") or {}
+    if engine.get("summary"):
+        log.info("engine: %s", engine["summary"])
     prepared = benchmark.prepare_test(config, mode)
     provenance = prepared.provenance
     invalid_because = provenance.get("invalid_because", [])
@@ -162,6 +166,8 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
         "system": system.describe(),
         "system_name": config.system,
         "provenance": provenance,
+        # Which engine of the config's ladder ran and why (code/actions/accuracy_gate.py); {} before ladders existed.
+        "engine": engine,
         "versions": software,
         "user_conf": user_conf.read_text(),
         "command": sys.argv,

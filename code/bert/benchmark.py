@@ -80,6 +80,8 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription
         "weights": named.weights,
         "device": context.device,
         "invalid_because": named.invalid_because,
+        "checkpoint": choice.checkpoint,
+        "synthetic_inputs": choice.synthetic,
     }
     if engine is not None:
         described["engine"] = str(engine)

@@ -46,6 +46,8 @@ class InputsDescription(TypedDict, total=False):
     weights: Required[str]  # a checkpoint path, "random (... architecture)", or "none (...)"
     device: Required[str]  # "cpu", "cuda:N": ``auto`` made concrete (the first device, with several)
     invalid_because: Required[list[str]]  # why the figure is not an MLPerf result; empty: it may be one
+    checkpoint: Required[str]  # the weights as the run loads them: a path, "random", or "none (<backend> backend)"
+    synthetic_inputs: Required[bool]  # made-up inputs: nothing about accuracy is decided on them
     engine: str  # BERT pytorch: the engine folder the run loads
     generation: str  # GPT-J: greedy or beam search, and forced output lengths
     input_lengths: dict[str, Any]  # added by ``prepared_test``: the inputs' length statistics

@@ -2,7 +2,9 @@
 
 A run's settings come from four places, and one rule orders them: RUN_ARGS > tuned > config class > field default
 ("tuned": what ``make find_performance`` measured on this system, ``code/common/tuned.py``; it sits above the config
-class because it was measured on this very machine, and below RUN_ARGS so a flag always wins).
+class because it was measured on this very machine, and below RUN_ARGS so a flag always wins). A config class with an
+engine ladder (code/common/ladder.py) adds one more, the rung the run uses: RUN_ARGS > tuned > rung > config class >
+default, a rung's values being the config class's for that engine.
 This module holds that rule and what it produces, so everything in ``code/`` that reads a resolved config depends
 on ``code/common`` alone. The config classes themselves and their registry stay in ``configs/configuration.py``
 (where NVIDIA's readers look for them); it looks a class up and hands its field values to ``resolve_fields`` here.
@@ -17,6 +19,7 @@ from typing import Any
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from code.common.fields import FIELDS, Field, check_combination
+from code.common.ladder import Ladder, Rung
 
 
 class ConfigError(ValueError):
@@ -49,6 +52,12 @@ class ResolvedConfig:
     sources: dict[str, str] = field(default_factory=dict)
     # What a tuned value replaced: field -> (the config class's or default value, its source).
     replaced: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    ladder: Ladder = ()  # the config class's engine ladder, fastest first; () when it pins its engine
+    rung: Rung | None = None  # the rung whose values the config holds; None: no ladder, or RUN_ARGS name no rung
+    engine_given: tuple[str, ...] = ()  # the ladder's engine fields RUN_ARGS give: they skip the ladder and its gate
+    # Which engine the run uses and why, as metadata.json and the summary say it: set by the orchestration's accuracy
+    # gate (code/actions/accuracy_gate.py), which alone knows what the accuracy runs decided.
+    engine_choice: dict[str, Any] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -75,6 +84,8 @@ class ResolvedConfig:
             "config_class": self.config_class,
             "fields": dict(sorted(self.values.items())),
             "sources": dict(sorted(self.sources.items())),
+            **({"engine_ladder": [rung.name for rung in self.ladder],
+                "rung": self.rung.name if self.rung else None} if self.ladder else {}),
         }
 
 

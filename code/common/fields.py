@@ -75,6 +75,10 @@ class Field:
     # A throughput of the whole system. A config class named after a GPU model (configs/configuration.py) gives it
     # for one GPU, and a system of N such GPUs resolves N times it; nothing else scales with the GPU count.
     system_rate: bool = False
+    # It makes the engine: it changes the answers a run gives (the arithmetic, the backend), so an accuracy run with
+    # one value says nothing of another. A rung of an engine ladder names its engine by these (code/common/ladder.py),
+    # and one given in RUN_ARGS chooses the engine itself, skipping the ladder and its accuracy gate.
+    engine: bool = False
 
     def accepted(self) -> str:
         """What values the field takes, as ``--help`` and the docs say it."""
@@ -146,9 +150,9 @@ FIELDS: dict[str, Field] = {
         # What runs.
         Field("backend", str, "pytorch", "Backend that runs the model: pytorch (our model), inflight (GPT-J: "
               "continuous batching of beam search, code/gptj/inflight), oracle (gold answers; checks the pipeline, "
-              "not a model)", choices=("pytorch", "inflight", "oracle")),
+              "not a model)", choices=("pytorch", "inflight", "oracle"), engine=True),
         Field("precision", str, "fp32", "Numeric precision of the engine's matrix products (fp8: FP8 GEMMs with "
-              "calibrated scales, 16-bit elsewhere, GPU only)", choices=("fp32", "fp16", "bf16", "fp8")),
+              "calibrated scales, 16-bit elsewhere, GPU only)", choices=("fp32", "fp16", "bf16", "fp8"), engine=True),
         Field("device", str, "auto", "Where the model runs: auto (cuda when present, else cpu), cpu, cuda, cuda:N",
               pattern=r"auto|cpu|cuda(:[0-9]{1,3})?"),
         Field("devices", str, "all", "GPUs a run uses, one backend instance each (NVIDIA's --devices): all (every "
@@ -174,11 +178,11 @@ FIELDS: dict[str, Field] = {
         Field("synthetic_length_scale", float, 1.0, "GPT-J: multiplies synthetic prompt lengths (e.g. 0.05 "
               "for quick CPU tests)", benchmarks=(Benchmark.GPTJ,), range=Range(0, 1, above_low=True)),
         Field("num_beams", int, 4, "GPT-J beam width: 4 is the closed-division rule; 1 is greedy search (open "
-              "division, debugging)", benchmarks=(Benchmark.GPTJ,), range=Range(1, 64)),
+              "division, debugging)", benchmarks=(Benchmark.GPTJ,), range=Range(1, 64), engine=True),
         Field("oracle_shift", int, 0, "oracle backend, a deliberately failing oracle: move the gold answer by "
-              "this many tokens", benchmarks=(Benchmark.BERT,), range=Range(0, 1024)),
+              "this many tokens", benchmarks=(Benchmark.BERT,), range=Range(0, 1024), engine=True),
         Field("oracle_drop", int, 0, "oracle backend, a deliberately failing oracle: drop this many tokens from the "
-              "end of every reference summary", benchmarks=(Benchmark.GPTJ,), range=Range(0, 1024)),
+              "end of every reference summary", benchmarks=(Benchmark.GPTJ,), range=Range(0, 1024), engine=True),
         Field("oracle_batch_ms", float, 0.0, "oracle backend: each batch takes at least this long, a throughput "
               "set by the batch size rather than by the machine's load, for pipeline checks that compare two runs' "
               "performance (a TEST01 audit with its reference run)", benchmarks=(Benchmark.BERT,),
@@ -194,27 +198,27 @@ FIELDS: dict[str, Field] = {
         # BERT GPU path (code/bert/packed; documentation/bert_gpu.md). Only the pytorch backend on CUDA reads these.
         Field("fast_path", bool, True, "BERT on CUDA: the packed path (fused kernels, varlen attention, FP8 "
               "GEMMs, CUDA graphs) for fp16/bf16/fp8 engines; off: the eager padded model",
-              benchmarks=(Benchmark.BERT,)),
+              benchmarks=(Benchmark.BERT,), engine=True),
         Field("cuda_graphs", bool, True, "CUDA graphs: BERT packed path, one per token bucket for small batches; "
               "GPT-J inflight, one per decode step"),
         Field("graph_max_tokens", int, 16384, "BERT packed path: largest token bucket with a CUDA graph (larger "
               "batches run eagerly; 0: none)", benchmarks=(Benchmark.BERT,), range=Range(0, 1_048_576)),
         Field("fp8_fast_accum", bool, False, "BERT packed path, fp8: cuBLASLt fast accumulation in the FP8 GEMMs",
-              benchmarks=(Benchmark.BERT,)),
+              benchmarks=(Benchmark.BERT,), engine=True),
         Field("fp8_gemms", str, "qkv+wo+w1+w2", "BERT packed path, fp8: which GEMMs of every layer run in FP8, "
               "'+'-joined from qkv, wo, w1, w2 (the others stay 16-bit)", benchmarks=(Benchmark.BERT,),
-              pattern=r"(qkv|wo|w1|w2)(\+(qkv|wo|w1|w2))*"),
+              pattern=r"(qkv|wo|w1|w2)(\+(qkv|wo|w1|w2))*", engine=True),
         Field("attention_kernel", str, "triton", "BERT packed path: varlen attention kernel (triton: ours, "
               "code/bert/packed/attention.py, which also adds the QKV bias; flash: torch's FlashAttention-2)",
-              benchmarks=(Benchmark.BERT,), choices=("triton", "flash")),
+              benchmarks=(Benchmark.BERT,), choices=("triton", "flash"), engine=True),
         Field("gelu_in_gemm", bool, False, "BERT packed path: bias + GELU in the first FFN GEMM's cuBLASLt "
               "epilogue (tanh form; FP8 w1: also writes w2's FP8 input); off: a separate erf-GELU kernel, the "
               "reference's form (the 99.9% target needs it)",
-              benchmarks=(Benchmark.BERT,)),
+              benchmarks=(Benchmark.BERT,), engine=True),
         # GPT-J in-flight engine (code/gptj/inflight; documentation/gptj_gpu.md).
         Field("kv_cache_dtype", str, "auto", "GPT-J inflight: what the KV cache stores: auto (the model's 16-bit "
               "type) or fp8 (e4m3, per-layer scales from calibration; GPU only)", benchmarks=(Benchmark.GPTJ,),
-              choices=("auto", "fp8")),
+              choices=("auto", "fp8"), engine=True),
         Field("synthetic_output_lengths", str, "model", "GPT-J inflight on synthetic inputs: model (outputs end "
               "where the model chooses EOS; random weights never do, so every output is 128 tokens) or forced "
               "(EOS forced at lengths drawn with mean ~70, what real weights produce; code/gptj/dataset.py)",

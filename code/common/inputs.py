@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from code.common.backends import runs_model
 from code.common.benchmarks import InputsUnavailableError
@@ -133,6 +134,18 @@ def model_provenance(config: ResolvedConfig, choice: InputChoice, naming: ModelN
             invalid_because.append(f"random weights ({label} architecture)")
     weights = f"random ({label} architecture)" if choice.random_weights else choice.checkpoint
     return ModelProvenance(model, weights, invalid_because)
+
+
+def checkpoint_identity(path: Path) -> list[dict[str, Any]]:
+    """Name, size and mtime of every file of a checkpoint (a folder of shards, or one file): what an engine built
+    from it and an accuracy run's verdict on it hold for.
+
+    Hashing GPT-J's 24 GB on every run is not affordable; a rewritten or replaced shard changes its size or mtime.
+    """
+    path = Path(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return [{"file": str(p.relative_to(path)) if path.is_dir() else p.name, "size": p.stat().st_size,
+             "mtime_ns": p.stat().st_mtime_ns} for p in files]
 
 
 def synthetic_count(config: ResolvedConfig) -> int:

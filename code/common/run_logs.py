@@ -232,6 +232,33 @@ def performance_result(directory: Path, scenario: Scenario) -> TestResult:
     return result
 
 
+def relocate_test(directory: Path, to: Path) -> Path:
+    """Move a finished test's folder to ``to`` (new, in the same run folder) and point its records there: the
+    ``log_dir`` of metadata.json's result and of test_spec.json, and every other path under the old folder that
+    they name. The accuracy gate moves an engine's missed accuracy run out of the folder the passing one takes."""
+    directory, to = Path(directory), Path(to)
+    to.parent.mkdir(parents=True, exist_ok=True)
+    if to.exists():
+        raise LogDirError(f"{to} exists already; refusing to overwrite an earlier run")
+    directory.rename(to)
+
+    def moved(value: Any) -> Any:
+        if isinstance(value, str) and (value == str(directory) or value.startswith(f"{directory}{os.sep}")):
+            return str(to) + value[len(str(directory)):]
+        if isinstance(value, dict):
+            return {key: moved(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [moved(item) for item in value]
+        return value
+
+    for name in ("metadata.json", "test_spec.json"):
+        path = to / name
+        if path.is_file():
+            atomic.write_text(path, json.dumps(moved(json.loads(path.read_text())), indent=2, sort_keys=True,
+                                               default=str) + "\n")
+    return to
+
+
 def mark_incomplete(directory: Path, scenario: str, mode: str, reason: str, details: dict[str, Any]) -> TestResult:
     """Write metadata.json for a test that has not finished (``complete: false``) and return its result."""
     result = TestResult(scenario, mode, str(directory), complete=False, invalid_reasons=[reason])

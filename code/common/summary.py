@@ -45,16 +45,26 @@ def _device_lines(devices: dict[str, Any]) -> list[str]:
     return lines
 
 
-def exit_code(results: list[TestResult]) -> ExitCode:
-    """A test that did not finish outranks one that is INVALID or FAIL; VALID and PASS runs exit 0."""
+def exit_code(results: list[TestResult], stopped: str | None = None) -> ExitCode:
+    """A test that did not finish outranks one that is INVALID or FAIL; VALID and PASS runs exit 0. ``stopped``: the
+    run ended because every engine of a ladder missed its accuracy target, a FAIL whether or not a test ran."""
     if any(result.valid is None for result in results):
         return ExitCode.TEST_FAILED
-    if any(result.valid is False for result in results):
+    if stopped or any(result.valid is False for result in results):
         return ExitCode.INVALID
     return ExitCode.OK
 
 
-GATED_BENCHMARKS = ("bert",)  # benchmarks whose fast engines are chosen on a proxy (make agreement)
+def superseded(metadata: dict[str, Any]) -> bool:
+    """An engine's accuracy run that missed its target while the ladder had a next engine to try: the run's outcome
+    is the next engine's, so this FAIL is shown but does not decide the exit status."""
+    engine = metadata.get("engine") or {}
+    return engine.get("gate") == "missed" and bool(engine.get("next"))
+
+
+def counted(results: list[tuple[str, TestResult, dict[str, Any]]]) -> list[TestResult]:
+    """The results that decide a run's exit status: all but the superseded misses of an engine ladder."""
+    return [result for _, result, metadata in results if not superseded(metadata)]
 
 
 def accuracy_gate_command(benchmark_name: str, scenarios: list[str]) -> str:
@@ -64,34 +74,50 @@ def accuracy_gate_command(benchmark_name: str, scenarios: list[str]) -> str:
 
 
 def accuracy_gate_lines(results: list[tuple[str, TestResult, dict[str, Any]]]) -> list[str]:
-    """What decides accuracy for a real submission, per gated benchmark of the run.
+    """What decided accuracy in this run, per benchmark, and what decides it for a real submission.
 
-    ``make agreement`` only measures engines on a trained proxy; MLPerf's rule (F1 >= 99% / 99.9% of the
-    reference's) is met or missed by the AccuracyOnly run of the real checkpoint on the real data set. So every
-    summary of such a benchmark says whether this run was that gate, and if not, the command that is.
+    MLPerf's rule (99% or 99.9% of the reference's score) is met or missed by the AccuracyOnly run of the real
+    checkpoint on the real data set; ``make agreement``'s proxy figures are information. A config with an engine
+    ladder runs that accuracy run first (code/actions/accuracy_gate.py): its engine lines say what it decided. For the
+    others, and where the gate was not applied or RUN_ARGS skipped it, the summary names the run that decides.
     """
     lines = []
     for name in dict.fromkeys(name for name, _, _ in results):
-        if not name.startswith(GATED_BENCHMARKS):
-            continue
-        ran = [result for benchmark, result, _ in results if benchmark == name]
-        command = accuracy_gate_command(name, list(dict.fromkeys(result.scenario for result in ran)))
-        counted = [result for result in ran if result.accuracy is not None and not result.not_submittable]
-        if counted:
-            verdicts = ", ".join(f"{result.scenario} {result.verdict}" for result in counted)
+        ran = [(result, metadata.get("engine") or {}) for benchmark, result, metadata in results if benchmark == name]
+        gates = {engine.get("gate") for _, engine in ran if engine.get("ladder")}
+        command = accuracy_gate_command(name, list(dict.fromkeys(result.scenario for result, _ in ran)))
+        real = [result for result, engine in ran if result.accuracy is not None and not result.not_submittable
+                and not superseded({"engine": engine})]
+        passed = any(engine.get("gate") == "passed" or (engine.get("gate") == "this run" and result.valid)
+                     for result, engine in ran if engine.get("ladder"))
+        if passed:
+            lines.append(f"  GATE {name}: the engines above ran after an AccuracyOnly run on the real checkpoint and "
+                         "data set met the target with them (each engine line says which); make agreement's proxy "
+                         "figures are information only.")
+        elif gates & {"this run", "missed", "exhausted"}:
+            lines.append(f"  GATE {name}: no engine of the ladder met the accuracy target in this run (each engine "
+                         "line says its score); nothing ran with one.")
+        elif "not applied" in gates:
+            lines.append(f"  GATE {name}: the accuracy gate was not applied (engine lines above say why). With the "
+                         "real checkpoint and data set, a run first runs AccuracyOnly with the ladder's first engine "
+                         "that has not missed the target, and moves down the ladder on a miss.")
+        elif real:
+            verdicts = ", ".join(f"{result.scenario} {result.verdict}" for result in real)
             lines.append(f"  GATE {name}: this AccuracyOnly run on the real checkpoint is the accuracy gate of a real "
-                         f"submission ({verdicts}); the proxy of make agreement only chooses engines.")
+                         f"submission ({verdicts}); make agreement's proxy figures are information only.")
         else:
+            skipped = " (RUN_ARGS chose the engine: the ladder's gate was skipped)" if "skipped" in gates else ""
             lines.append(f"  GATE {name}: the accuracy gate of a real submission is the AccuracyOnly run on the real "
-                         f"checkpoint and data set, not this run nor make agreement: {command} (with this run's "
-                         "other RUN_ARGS).")
+                         f"checkpoint and data set, not this run{skipped}: {command} (with this run's other "
+                         "RUN_ARGS).")
     return lines
 
 
 def format_summary(system: str, root: Path, results: list[tuple[str, TestResult, dict[str, Any]]],
-                   interrupted_by: tuple[str, int] | None = None) -> str:
+                   interrupted_by: tuple[str, int] | None = None, stopped: str | None = None) -> str:
     """The summary table; ``interrupted_by`` (signal name, exit status) when a stop signal ended the run, whose
-    exit status then is the signal's, not the tests'."""
+    exit status then is the signal's, not the tests'; ``stopped`` when every engine of a ladder missed its accuracy
+    target, which ended the run (the line says the fix)."""
     lines = ["", "=" * 30 + " Result summaries " + "=" * 30, f"{system}:"]
     current = None
     notes: set[str] = set()
@@ -100,6 +126,9 @@ def format_summary(system: str, root: Path, results: list[tuple[str, TestResult,
             lines.append(f"  {benchmark_name}:")
             current = benchmark_name
         lines.append(f"    {result.scenario:<13} {result.mode:<16} {_describe(result)}")
+        engine = metadata.get("engine") or {}
+        if engine.get("summary"):  # which engine of the config's ladder ran, and why
+            lines.append(f"      engine: {engine['summary']}")
         lines += _device_lines(metadata.get("devices") or {})
         if metadata.get("tuning"):  # how the harness set its expected rate or latency first (find_performance)
             lines.append(f"      tuned: {metadata['tuning']}")
@@ -117,10 +146,12 @@ def format_summary(system: str, root: Path, results: list[tuple[str, TestResult,
     if any(result.not_submittable for _, result, _ in results):
         lines.append("  'not submittable': as it stands, the figure is NOT an MLPerf result (reasons above and in "
                      "metadata.json).")
-    code = exit_code([result for _, result, _ in results])
+    code = exit_code(counted(results), stopped)
     if interrupted_by is not None:
         lines.append(f"  Exit status {interrupted_by[1]}: interrupted by {interrupted_by[0]}; a stopped test is "
                      "INCOMPLETE (metadata.json says \"complete\": false) and its LoadGen logs are partial.")
+    elif stopped:
+        lines.append(f"  Exit status {code.value}: {stopped}.")
     elif code is not ExitCode.OK:
         why = "a test did not finish" if code is ExitCode.TEST_FAILED else "a test is INVALID or FAIL"
         lines.append(f"  Exit status {code.value}: {why}.")

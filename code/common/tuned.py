@@ -1,4 +1,5 @@
-"""Tuned values: what ``make find_performance`` measured on a system, stored for later runs to pick up.
+"""Tuned values: what ``make find_performance`` measured on a system, and the engines that missed their accuracy
+target there, stored for later runs to pick up.
 
 One file per system, benchmark and scenario, ``build/tuned/<system>/<bench-99|bench-99.9>/<Scenario>.json``
 (``MLPERF_TUNED_DIR`` moves the folder), holding the one setting that depends on the machine's speed
@@ -7,6 +8,11 @@ config's system name) and on which hardware (``system_id``). Config resolution (
 between RUN_ARGS and the config class: RUN_ARGS > tuned > config class > default. A file that cannot be read, or
 was found by another code version, for another system or on other hardware, is ignored with one warning naming
 the fix, never a traceback.
+
+Beside it, ``<Scenario>.misses.json`` records each engine of the config's engine ladder (code/common/ladder.py) whose
+AccuracyOnly run on the real checkpoint missed the target on this system, with its score and the checkpoint's
+identity, so a later run starts at the first engine that has not missed (code/actions/accuracy_gate.py; a changed
+checkpoint clears the record there).
 """
 
 from __future__ import annotations
@@ -112,17 +118,19 @@ class TunedValue:
     system_id: str = ""
     settings: dict[str, str] = field(default_factory=dict)  # the speed-changing RUN_ARGS it was measured with
     schema: int = SCHEMA
+    engine: str = ""  # the engine ladder's rung it was measured with ("": a config without a ladder, or none named)
 
     def source(self, path: Path) -> str:
         return f"tuned ({shown(path)})"
 
 
 def write_tuned(system: str, benchmark_name: str, scenario: Scenario, value: float | int, how: str,
-                settings: dict[str, str] | None = None) -> Path:
-    """Store a value found on this system now with these ``run_settings``, whole or not at all;
-    ``TunedStoreError`` names the fix when the folder cannot be written."""
+                settings: dict[str, str] | None = None, engine: str = "") -> Path:
+    """Store a value found on this system now with these ``run_settings`` and this engine (the rung of the config's
+    engine ladder), whole or not at all; ``TunedStoreError`` names the fix when the folder cannot be written."""
     record = TunedValue(system, benchmark_name, scenario.value, TUNED_FIELDS[scenario], value, how,
-                        time.strftime("%Y-%m-%dT%H:%M:%S%z"), code_version(), system_id(), dict(settings or {}))
+                        time.strftime("%Y-%m-%dT%H:%M:%S%z"), code_version(), system_id(), dict(settings or {}),
+                        engine=engine)
     path = tuned_path(system, benchmark_name, scenario)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -149,10 +157,11 @@ def check_writable(system: str) -> None:
         raise TunedStoreError(not_writable(directory, error) + "; nothing was measured") from None
 
 
-def read_tuned(system: str, benchmark_name: str, scenario: Scenario,
-               settings: dict[str, str] | None = None) -> tuple[TunedValue | None, str | None]:
-    """The stored value for a run with these ``run_settings``, or None and why it cannot be used (None, None:
-    there is none)."""
+def read_tuned(system: str, benchmark_name: str, scenario: Scenario, settings: dict[str, str] | None = None,
+               engine: str = "") -> tuple[TunedValue | None, str | None]:
+    """The stored value for a run with these ``run_settings`` and this engine (a rung's name, "" for none), or None
+    and why it cannot be used (None, None: there is none). Engines of one ladder differ in speed by up to 2x, so a
+    value measured with one is not another's."""
     path = tuned_path(system, benchmark_name, scenario)
     fix = f"run `{find_command(benchmark_name, scenario)}` again, or delete the file"
     try:
@@ -191,14 +200,20 @@ def read_tuned(system: str, benchmark_name: str, scenario: Scenario,
         return None, (f"ignoring {shown(path)}: it was measured with {flags(tuned.settings)}, this run gives "
                       f"{flags(settings)}; run `make find_performance` with this run's RUN_ARGS, or give the value "
                       f"with --{tuned.field}")
+    if tuned.engine != engine:
+        def named(rung: str) -> str:
+            return f"engine {rung}" if rung else "the config's engine (no rung of an engine ladder)"
+
+        return None, (f"ignoring {shown(path)}: it was measured with {named(tuned.engine)}, this run uses "
+                      f"{named(engine)}; {fix}")
     return tuned, None
 
 
 def tuned_fields(system: str, benchmark_name: str, scenario: Scenario, warn: bool = True,
-                 overrides: dict[str, Any] | None = None) -> dict[str, tuple[Any, str]]:
-    """``{field: (value, "tuned (<path>)")}`` for config resolution; a file it cannot use is warned about once
-    per process (``warn``) and ignored."""
-    tuned, problem = read_tuned(system, benchmark_name, scenario, run_settings(overrides or {}))
+                 overrides: dict[str, Any] | None = None, engine: str = "") -> dict[str, tuple[Any, str]]:
+    """``{field: (value, "tuned (<path>)")}`` for config resolution of a run with this engine; a file it cannot use
+    is warned about once per process (``warn``) and ignored."""
+    tuned, problem = read_tuned(system, benchmark_name, scenario, run_settings(overrides or {}), engine)
     if problem:
         if warn and problem not in _warned:
             _warned.add(problem)
@@ -207,3 +222,87 @@ def tuned_fields(system: str, benchmark_name: str, scenario: Scenario, warn: boo
     if tuned is None:
         return {}
     return {tuned.field: (tuned.value, tuned.source(tuned_path(system, benchmark_name, scenario)))}
+
+
+MISSES_SCHEMA = 1
+
+
+def misses_path(system: str, benchmark_name: str, scenario: Scenario) -> Path:
+    """Beside the tuned value: ``build/tuned/<system>/<bench>/<Scenario>.misses.json``."""
+    return paths.TUNED_DIR / system / benchmark_name / f"{scenario.value}.misses.json"
+
+
+@dataclass
+class EngineMiss:
+    """One engine's accuracy run that missed the target."""
+
+    engine: str  # the rung's name
+    values: dict[str, Any]  # every engine field of the run (a rung whose values changed since is another engine)
+    score: str  # the accuracy run's summary: its figures and targets
+    failures: list[str]  # each figure that missed, against its target
+    log_dir: str
+    date: str
+    code_version: str
+
+
+@dataclass
+class EngineMisses:
+    """The misses of one system, benchmark and scenario, all on one checkpoint."""
+
+    system: str
+    benchmark: str
+    scenario: str
+    checkpoint: str  # the weights as the run named them: a path, or "none (<backend> backend)"
+    checkpoint_identity: Any  # name, size and mtime of its files (code/common/inputs.py)
+    misses: list[EngineMiss] = field(default_factory=list)
+    schema: int = MISSES_SCHEMA
+
+
+def read_misses(system: str, benchmark_name: str, scenario: Scenario) -> tuple[EngineMisses | None, str | None]:
+    """The stored misses, or None and why they cannot be used (None, None: there are none). A record that cannot be
+    read is ignored, not trusted: the ladder then starts at its first engine again."""
+    path = misses_path(system, benchmark_name, scenario)
+    fix = "delete it (the accuracy gate then tries the ladder from its first engine again)"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None, None
+    except OSError as error:
+        return None, f"ignoring {shown(path)}: cannot read it ({error.strerror or error}); {fix}"
+    try:
+        record = json.loads(text)
+        if not isinstance(record, dict) or record.get("schema") != MISSES_SCHEMA:
+            raise ValueError(f"not a schema-{MISSES_SCHEMA} record")
+        misses = [EngineMiss(**{key: miss[key] for key in EngineMiss.__dataclass_fields__})
+                  for miss in record["misses"]]
+        stored = EngineMisses(**{key: record[key] for key in EngineMisses.__dataclass_fields__ if key != "misses"},
+                              misses=misses)
+    except (ValueError, TypeError, KeyError) as error:
+        why = (str(error).splitlines() or [type(error).__name__])[0]
+        return None, f"ignoring {shown(path)}: it is corrupt ({why}); {fix}"
+    if (stored.system, stored.benchmark, stored.scenario) != (system, benchmark_name, scenario.value):
+        return None, (f"ignoring {shown(path)}: it is of {stored.system} {stored.benchmark} {stored.scenario}, not "
+                      f"{system} {benchmark_name} {scenario.value}; {fix}")
+    return stored, None
+
+
+def record_miss(system: str, benchmark_name: str, scenario: Scenario, checkpoint: str, checkpoint_identity: Any,
+                miss: EngineMiss) -> Path:
+    """Add a miss on this checkpoint, whole or not at all; misses stored for another checkpoint are dropped (they
+    said nothing of this one). ``TunedStoreError`` names the fix when the folder cannot be written."""
+    stored, _ = read_misses(system, benchmark_name, scenario)
+    if stored is None or (stored.checkpoint, stored.checkpoint_identity) != (checkpoint, checkpoint_identity):
+        stored = EngineMisses(system, benchmark_name, scenario.value, checkpoint, checkpoint_identity)
+    stored.misses = [kept for kept in stored.misses if kept.engine != miss.engine] + [miss]
+    path = misses_path(system, benchmark_name, scenario)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(path, json.dumps(asdict(stored), indent=2, default=str) + "\n")
+    except OSError as error:
+        raise TunedStoreError(not_writable(path.parent, error)) from None
+    return path
+
+
+def clear_misses(system: str, benchmark_name: str, scenario: Scenario) -> None:
+    """Forget the stored misses (the checkpoint they were measured on is gone)."""
+    misses_path(system, benchmark_name, scenario).unlink(missing_ok=True)

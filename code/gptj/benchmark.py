@@ -97,6 +97,8 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription
         "generation": generation,
         "device": context.device,
         "invalid_because": invalid_because,
+        "checkpoint": choice.checkpoint,
+        "synthetic_inputs": choice.synthetic,
     }
     if engine is not None:
         described["engine"] = str(engine)

@@ -1,11 +1,31 @@
-"""GPT-J 6B on CNN/DailyMail: settings every GPT-J config shares.
+"""GPT-J 6B on CNN/DailyMail: settings every GPT-J config shares, and the engine ladder of the H100/H200 classes.
 
 The closed-division rules fix generation (beam search width 4, 30 to 128 new tokens); ``num_beams`` exists for
 the open division and debugging, and a run with another width is marked as not a valid result.
 """
 
+from typing import Any
+
 from code.common.constants import Benchmark
+from code.common.ladder import Rung
 from configs.configuration import BenchmarkConfiguration
+
+
+def gptj_ladder(fp8: dict[str, Any], fp8_gemms: dict[str, Any], bf16: dict[str, Any]) -> tuple[Rung, ...]:
+    """GPT-J's engines on an H100/H200 (the inflight backend), fastest first, each with its slots and rates; one
+    ladder for gptj-99 and gptj-99.9.
+
+    FP8 GEMMs and KV cache first: every NVIDIA-code GPT-J submission serves both targets from such an engine, and it
+    runs ~1.75x bf16's Offline rate on an H200 (34.9 vs 20 samples/s; its half-size cache holds 256 samples in
+    flight). No proxy settles whether it keeps 99.9% of the reference's ROUGE (documentation/performance.md: the
+    proxies' own float32 and bf16 differ by more), so the real accuracy run decides. Then FP8 GEMMs with a bf16 KV
+    cache, then bf16 throughout (the class's own values)."""
+    return (
+        Rung("fp8", "FP8 GEMMs and KV cache, as NVIDIA's GPT-J submissions run both targets", precision="fp8",
+             kv_cache_dtype="fp8", **fp8),
+        Rung("fp8-gemms", "FP8 GEMMs, bf16 KV cache", precision="fp8", kv_cache_dtype="auto", **fp8_gemms),
+        Rung("bf16", "bf16 GEMMs and KV cache", precision="bf16", kv_cache_dtype="auto", **bf16),
+    )
 
 
 class GptjBaseConfig(BenchmarkConfiguration):

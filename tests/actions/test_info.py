@@ -13,9 +13,11 @@ from configs.configuration import ConfigRegistry, WorkloadSetting
 RATES = {Scenario.Offline: "offline_expected_qps", Scenario.Server: "server_target_qps"}
 
 
-def per_gpu(benchmark: Benchmark, scenario: Scenario, model: str) -> float:
+def per_gpu(benchmark: Benchmark, scenario: Scenario, model: str) -> tuple[float, str]:
+    """One GPU's rate of the engine a run starts with (the engine ladder's first), and the class that sets it."""
     config = ConfigRegistry.get(benchmark, scenario, model, WorkloadSetting(accuracy_target=AccuracyTarget.k_99))
-    return config.fields()[RATES[scenario]]
+    first = config.engine_ladder[0]
+    return first.values[RATES[scenario]], f"{model} engine_ladder[{first.name}]"
 
 
 @pytest.mark.parametrize("model,count", [("H200_SXM_141GB", 2), ("H100_SXM_80GB", 4)])
@@ -32,7 +34,8 @@ def test_info_resolves_x2_and_x4_with_their_rates_and_says_where_they_came_from(
             (section,) = [part for part in sections if part.startswith(title)]
             (line,) = [line for line in section.splitlines() if line.strip().startswith(field)]
             value = float(line.split("=")[1].split()[0])
-            assert value == per_gpu(benchmark, scenario, model) * count
-            assert line.endswith(f"[{model} x {count} GPUs]")
+            rate, source = per_gpu(benchmark, scenario, model)
+            assert value == rate * count
+            assert line.endswith(f"[{source} x {count} GPUs]")
     # No description is shipped for these counts: info says so and names the command that writes one.
     assert f"systems/{system}.json is missing" in info.stdout and "run `make add_system` to write it" in info.stdout

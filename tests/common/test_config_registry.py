@@ -145,23 +145,6 @@ def test_field_table_in_the_docs_is_current():
     assert rewritten(text) == text, "documentation/configs.md is stale: run `python -m scripts.document_fields`"
 
 
-@pytest.mark.parametrize("scenario", list(Scenario))
-@pytest.mark.parametrize("system", [s for s in SHIPPED_SYSTEMS if s != "CPU"])
-def test_gpu_bert_99_engine_is_one_switch(system, scenario):
-    """bert-99 runs GPU_BERT_99_PRECISION (FP8 with fast accumulation when it is fp8); bert-99.9 stays fp16."""
-    from configs.bert import GPU_BERT_99_PRECISION, bert_99_setting
-
-    def resolve(target: AccuracyTarget):
-        return resolve_config(Benchmark.BERT, scenario, system, WorkloadSetting(accuracy_target=target), {})
-
-    bert_99, bert_999 = resolve(AccuracyTarget.k_99), resolve(AccuracyTarget.k_99_9)
-    assert bert_99["precision"] == GPU_BERT_99_PRECISION
-    assert bert_99["fp8_fast_accum"] is (GPU_BERT_99_PRECISION == "fp8")
-    assert bert_999["precision"] == "fp16" and bert_999["fp8_fast_accum"] is False
-    assert bert_999["gelu_in_gemm"] is False
-    assert bert_99_setting(1.0, 2.0) == (2.0 if GPU_BERT_99_PRECISION == "fp8" else 1.0)
-
-
 def test_backend_field_choices_are_the_declared_backends():
     """The ``backend`` and ``precision`` fields are one table for every benchmark: their choices must cover what
     the benchmarks' backends declare, and name no backend that none declares."""

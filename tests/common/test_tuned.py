@@ -119,13 +119,15 @@ def test_a_tuned_value_is_the_whole_systems_and_never_scaled(store):
         return resolve_config(Benchmark.BERT, Scenario.Server, "H200_SXM_141GBx2", WorkloadSetting(), {})
 
     scaled = resolve()
-    assert scaled.sources["server_target_qps"] == "H200_SXM_141GB x 2 GPUs"
-    path = tuned.write_tuned("H200_SXM_141GBx2", "bert-99", Scenario.Server, 13_000.0, "search")
+    assert scaled.sources["server_target_qps"] == "H200_SXM_141GB engine_ladder[fp8-fast-accum] x 2 GPUs"
+    path = tuned.write_tuned("H200_SXM_141GBx2", "bert-99", Scenario.Server, 13_000.0, "search",
+                             engine="fp8-fast-accum")  # measured with the engine a run starts with
     config = resolve()
     assert (config["server_target_qps"], config.sources["server_target_qps"]) == (13_000.0, f"tuned ({path})")
-    assert config.replaced["server_target_qps"] == (scaled["server_target_qps"], "H200_SXM_141GB x 2 GPUs")
-    assert resolve_config(Benchmark.BERT, Scenario.Server, "H200_SXM_141GBx4", WorkloadSetting(),
-                          {}).sources["server_target_qps"] == "H200_SXM_141GB x 4 GPUs"  # tuned per system
+    assert config.replaced["server_target_qps"] == (scaled["server_target_qps"],
+                                                   "H200_SXM_141GB engine_ladder[fp8-fast-accum] x 2 GPUs")
+    assert resolve_config(Benchmark.BERT, Scenario.Server, "H200_SXM_141GBx4", WorkloadSetting(), {}).sources[
+        "server_target_qps"] == "H200_SXM_141GB engine_ladder[fp8-fast-accum] x 4 GPUs"  # tuned per system
 
 
 def test_make_info_shows_the_tuned_source(tmp_path):
@@ -160,3 +162,52 @@ def test_a_value_holds_only_for_the_settings_it_was_measured_with(store, capsys)
     (warning,) = [line for line in capsys.readouterr().out.splitlines() if "ignoring" in line]
     assert "measured with --gpu_batch_size=2 --precision=fp32, this run gives --precision=fp32" in warning
     assert "run `make find_performance` with this run's RUN_ARGS" in warning
+
+
+def _miss(engine: str) -> tuned.EngineMiss:
+    return tuned.EngineMiss(engine, {"precision": "fp8"}, "f1 = 89.1 (target 90.783)",
+                            ["F1 89.100 below target 90.783"], "/logs/x", "2026-11-26T10:00:00+0000", "v-test")
+
+
+def test_engine_misses_round_trip_and_keep_one_checkpoint(store):
+    identity = [{"file": "model.pytorch", "size": 10, "mtime_ns": 1}]
+    path = tuned.record_miss("H200_SXM_141GBx1", "bert-99.9", Scenario.Offline, "/m/model.pytorch", identity,
+                             _miss("fp8-fast-accum"))
+    assert path == store / "H200_SXM_141GBx1" / "bert-99.9" / "Offline.misses.json"  # beside the tuned value
+    tuned.record_miss("H200_SXM_141GBx1", "bert-99.9", Scenario.Offline, "/m/model.pytorch", identity, _miss("fp8"))
+    stored, problem = tuned.read_misses("H200_SXM_141GBx1", "bert-99.9", Scenario.Offline)
+    assert problem is None and [miss.engine for miss in stored.misses] == ["fp8-fast-accum", "fp8"]
+    assert stored.misses[0].failures == ["F1 89.100 below target 90.783"] and stored.checkpoint_identity == identity
+    # a miss on another checkpoint replaces the record: the earlier misses said nothing of this one
+    tuned.record_miss("H200_SXM_141GBx1", "bert-99.9", Scenario.Offline, "/m/model.pytorch",
+                      [{**identity[0], "mtime_ns": 2}], _miss("fp8"))
+    stored, _ = tuned.read_misses("H200_SXM_141GBx1", "bert-99.9", Scenario.Offline)
+    assert [miss.engine for miss in stored.misses] == ["fp8"] and stored.checkpoint_identity[0]["mtime_ns"] == 2
+    tuned.clear_misses("H200_SXM_141GBx1", "bert-99.9", Scenario.Offline)
+    assert tuned.read_misses("H200_SXM_141GBx1", "bert-99.9", Scenario.Offline) == (None, None)
+
+
+def test_corrupt_engine_misses_are_ignored_naming_the_fix(store):
+    path = tuned.misses_path("CPU", "bert-99", Scenario.Offline)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"schema": 1, "misses": [{"engine": "fp8"}]')
+    stored, problem = tuned.read_misses("CPU", "bert-99", Scenario.Offline)
+    assert stored is None and problem.startswith(f"ignoring {path}: it is corrupt (")
+    assert problem.endswith("delete it (the accuracy gate then tries the ladder from its first engine again)")
+
+
+def test_a_moved_test_folder_points_its_records_at_the_new_place(tmp_path):
+    from code.common.run_logs import relocate_test, write_metadata
+
+    old = tmp_path / "run" / "CPU" / "bert-99" / "Offline"
+    old.mkdir(parents=True)
+    write_metadata(old, {"result": {"log_dir": str(old)}, "command": ["x", str(old / "test_spec.json")],
+                         "provenance": {"inputs": str(tmp_path / "data")}})
+    (old / "test_spec.json").write_text(json.dumps({"log_dir": str(old), "overrides": {"log_dir": str(tmp_path)}}))
+    new = relocate_test(old, tmp_path / "run" / "gate" / "fp8" / "CPU" / "bert-99" / "Offline")
+    assert not old.exists() and new.is_dir()
+    moved = json.loads((new / "metadata.json").read_text())
+    assert moved["result"]["log_dir"] == str(new) and moved["command"][1] == str(new / "test_spec.json")
+    assert moved["provenance"]["inputs"] == str(tmp_path / "data")  # paths elsewhere stay
+    spec = json.loads((new / "test_spec.json").read_text())
+    assert spec["log_dir"] == str(new) and spec["overrides"]["log_dir"] == str(tmp_path)

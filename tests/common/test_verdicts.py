@@ -5,7 +5,7 @@ import pytest
 from code.common.constants import Benchmark, ExitCode, Scenario, TestMode
 from code.common.rounds import ROUNDS
 from code.common.run_logs import TestResult
-from code.common.summary import exit_code, format_summary
+from code.common.summary import counted, exit_code, format_summary
 from code.common.verdicts import not_submittable_reasons
 from configs.configuration import WorkloadSetting, resolve_config
 
@@ -119,17 +119,50 @@ def test_summary_names_the_accuracy_gate_of_a_real_submission(tmp_path):
                              unit="samples/s", valid=True, not_submittable=["synthetic inputs"])
     server = TestResult("Server", "PerformanceOnly", "x", metric="scheduled_samples_per_second", value=9.0,
                         unit="samples/s", valid=True, not_submittable=["synthetic inputs"])
-    text = format_summary("H200_SXM_141GBx1", tmp_path, [("bert-99", performance, {}), ("bert-99", server, {})])
+    text = format_summary("CPU", tmp_path, [("bert-99", performance, {}), ("bert-99", server, {})])
     assert ("GATE bert-99: the accuracy gate of a real submission is the AccuracyOnly run on the real checkpoint "
-            "and data set, not this run nor make agreement: make run RUN_ARGS=\"--benchmarks=bert-99 "
+            "and data set, not this run: make run RUN_ARGS=\"--benchmarks=bert-99 "
             "--scenarios=offline,server --test_mode=AccuracyOnly\"") in text
     real = TestResult("Offline", "AccuracyOnly", "x", valid=True, accuracy={"summary": "f1 = 90.5"})
-    text = format_summary("H200_SXM_141GBx1", tmp_path, [("bert-99.9", real, {})])
+    text = format_summary("CPU", tmp_path, [("bert-99.9", real, {})])
     assert "GATE bert-99.9: this AccuracyOnly run on the real checkpoint is the accuracy gate" in text
-    assert "(Offline PASS)" in text and "make run" not in text
+    assert "(Offline PASS)" in text and "make run" not in text and "information only" in text
     subset = TestResult("Offline", "AccuracyOnly", "x", valid=True, accuracy={"summary": "f1 = 100"},
                         not_submittable=["accuracy over 53 of the 10833 samples"])
     text = format_summary("CPU", tmp_path, [("bert-99", subset, {})])
     assert "is the AccuracyOnly run on the real checkpoint" in text  # a subset of the samples is not the gate
     gptj = TestResult("Offline", "PerformanceOnly", "x", valid=True)
-    assert "GATE" not in format_summary("CPU", tmp_path, [("gptj-99", gptj, {})])
+    assert "GATE gptj-99: the accuracy gate of a real submission" in format_summary("CPU", tmp_path,
+                                                                                    [("gptj-99", gptj, {})])
+
+
+def test_summary_says_which_engine_of_a_ladder_ran_and_why(tmp_path):
+    """The engine line of each test, a missed engine shown without deciding the exit status while the ladder went
+    on, and the run's end when the last engine missed."""
+    ladder = ["fp8", "bf16"]
+    missed = TestResult("Offline", "AccuracyOnly", "x", valid=False, accuracy={"summary": "rouge1 = 40"},
+                        invalid_reasons=["ROUGE1 40 < 42.9"])
+    passed = TestResult("Offline", "AccuracyOnly", "y", valid=True, accuracy={"summary": "rouge1 = 43"})
+    performance = TestResult("Offline", "PerformanceOnly", "z", metric="samples_per_second", value=20.0,
+                             unit="samples/s", valid=True)
+    results = [
+        ("gptj-99", missed, {"engine": {"ladder": ladder, "gate": "missed", "next": "bf16",
+                                        "summary": "fp8: MISSED the accuracy target (ROUGE1 40 < 42.9)"}}),
+        ("gptj-99", passed, {"engine": {"ladder": ladder, "gate": "this run",
+                                        "summary": "bf16: this AccuracyOnly run is its accuracy gate"}}),
+        ("gptj-99", performance, {"engine": {"ladder": ladder, "gate": "passed",
+                                             "summary": "bf16: passed the accuracy gate, rouge1 = 43"}}),
+    ]
+    text = format_summary("H200_SXM_141GBx1", tmp_path, results)
+    assert "      engine: fp8: MISSED the accuracy target (ROUGE1 40 < 42.9)" in text
+    assert "      engine: bf16: passed the accuracy gate, rouge1 = 43" in text
+    assert "GATE gptj-99: the engines above ran after an AccuracyOnly run on the real checkpoint" in text
+    assert "Exit status" not in text  # the miss was superseded by the engine that passed
+    assert exit_code(counted(results)) is ExitCode.OK
+    last = [("gptj-99", missed, {"engine": {"ladder": ladder, "gate": "missed", "next": None, "summary": "bf16"}})]
+    text = format_summary("H200_SXM_141GBx1", tmp_path, last, stopped="every engine of the ladder missed")
+    assert "Exit status 3: every engine of the ladder missed." in text
+    assert exit_code(counted(last), "every engine") is ExitCode.INVALID
+    assert exit_code([], "every engine missed before: nothing ran") is ExitCode.INVALID
+    not_applied = [("gptj-99", performance, {"engine": {"ladder": ladder, "gate": "not applied", "summary": "fp8"}})]
+    assert "GATE gptj-99: the accuracy gate was not applied" in format_summary("CPU", tmp_path, not_applied)

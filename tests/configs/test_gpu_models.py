@@ -34,6 +34,12 @@ def scratch_registry(monkeypatch):
     monkeypatch.setattr(ConfigRegistry, "_classes", dict(ConfigRegistry._classes))
 
 
+def first_engine(config_class, name):
+    """A class's value of ``name`` for the engine a run starts with: its engine ladder's first rung's, if it sets it."""
+    ladder = config_class.engine_ladder
+    return ladder[0].values[name] if ladder and name in ladder[0].values else getattr(config_class, name)
+
+
 def resolve(benchmark, scenario, system, target=AccuracyTarget.k_99, overrides=None):
     return resolve_config(benchmark, scenario, system, WorkloadSetting(accuracy_target=target), overrides or {})
 
@@ -67,16 +73,17 @@ def test_every_count_of_a_gpu_model_uses_its_class_with_rates_times_the_count(mo
 
 def test_make_info_names_the_class_and_the_count():
     config = resolve(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GBx2", AccuracyTarget.k_99_9)
-    assert config.sources["offline_expected_qps"] == "H200_SXM_141GB_HighAccuracy x 2 GPUs"
-    assert config["offline_expected_qps"] == 2 * H200_SXM_141GB_HighAccuracy.offline_expected_qps
+    assert config.sources["offline_expected_qps"] == ("H200_SXM_141GB_HighAccuracy engine_ladder[fp8-fast-accum] "
+                                                      "x 2 GPUs")
+    assert config["offline_expected_qps"] == 2 * first_engine(H200_SXM_141GB_HighAccuracy, "offline_expected_qps")
     assert config.sources["gpu_batch_size"] == "H200_SXM_141GB"
 
 
 def test_a_system_named_after_a_model_without_count_is_one_gpu_unscaled():
     """The class of a model, looked up by its own name, is what it describes: one GPU."""
     config = resolve(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GB")
-    assert config["offline_expected_qps"] == H200_SXM_141GB.offline_expected_qps
-    assert config.sources["offline_expected_qps"] == "H200_SXM_141GB"
+    assert config["offline_expected_qps"] == first_engine(H200_SXM_141GB, "offline_expected_qps")
+    assert config.sources["offline_expected_qps"] == "H200_SXM_141GB engine_ladder[fp8-fast-accum]"
 
 
 def test_a_systems_own_class_wins_and_its_own_rate_is_the_whole_systems(scratch_registry):
@@ -91,7 +98,7 @@ def test_a_systems_own_class_wins_and_its_own_rate_is_the_whole_systems(scratch_
     assert config["gpu_batch_size"] == 64
     other = resolve(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GBx4")  # the other counts keep the model's
     assert other.config_class == "H200_SXM_141GB"
-    assert other["offline_expected_qps"] == 4 * H200_SXM_141GB.offline_expected_qps
+    assert other["offline_expected_qps"] == 4 * first_engine(H200_SXM_141GB, "offline_expected_qps")
 
 
 def test_a_systems_class_derived_from_its_model_scales_what_it_inherits_only(scratch_registry):
@@ -102,8 +109,8 @@ def test_a_systems_class_derived_from_its_model_scales_what_it_inherits_only(scr
 
     inherited = resolve(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GBx4")
     assert inherited.config_class == "H200_SXM_141GBx4" and inherited["gpu_batch_size"] == 256
-    assert inherited["offline_expected_qps"] == 4 * H200_SXM_141GB.offline_expected_qps
-    assert inherited.sources["offline_expected_qps"] == "H200_SXM_141GB x 4 GPUs"
+    assert inherited["offline_expected_qps"] == 4 * first_engine(H200_SXM_141GB, "offline_expected_qps")
+    assert inherited.sources["offline_expected_qps"] == "H200_SXM_141GB engine_ladder[fp8-fast-accum] x 4 GPUs"
 
     @register
     class H200_SXM_141GBx8(H200_SXM_141GB):
@@ -124,10 +131,11 @@ def test_a_run_on_part_of_the_gpus_expects_their_share_of_the_systems_rate():
     from code.common.user_conf import user_conf_entries
 
     config = resolve(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GBx8")
-    assert config["offline_expected_qps"] == 8 * H200_SXM_141GB.offline_expected_qps and scales_qps(config)
+    per_gpu = first_engine(H200_SXM_141GB, "offline_expected_qps")
+    assert config["offline_expected_qps"] == 8 * per_gpu and scales_qps(config)
     share = device_share(["cuda:0", "cuda:1"], 8)
     entries = user_conf_entries(config, 10833, device_share=share)
-    assert float(entries["target_qps"]) == 2 * H200_SXM_141GB.offline_expected_qps
+    assert float(entries["target_qps"]) == 2 * per_gpu
 
 
 def test_an_unknown_gpu_model_names_make_add_system():

@@ -183,7 +183,8 @@ def test_a_known_gpu_model_gets_classes_derived_from_its_own_that_pass_lint(tmp_
                "--scenarios=offline")
     assert info.returncode == 0, info.stderr
     assert "config class H200_SXM_141GBx2_HighAccuracy)" in info.stdout
-    assert "9400.0" in info.stdout and "[H200_SXM_141GB_HighAccuracy x 2 GPUs]" in info.stdout
+    assert "15000.0" in info.stdout  # the first engine's rate, x 2
+    assert "[H200_SXM_141GB_HighAccuracy engine_ladder[fp8-fast-accum] x 2 GPUs]" in info.stdout
     old = run("-m", "code.main", "--action=info", "--system_name=OldBox", "--benchmarks=bert", "--scenarios=offline")
     assert old.returncode == 0 and "config class OldBox)" in old.stdout, old.stderr
 

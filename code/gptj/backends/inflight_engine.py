@@ -33,6 +33,7 @@ import torch
 from code.common import engine_manifest
 from code.common.download import file_checksum
 from code.common.engine_manifest import MANIFEST, EngineError, rebuild_hint
+from code.common.inputs import checkpoint_identity
 from code.common.paths import PREPROCESSED_DATA_DIR
 from code.gptj.inflight.layers import Amax, InflightModel
 from code.gptj.prompt import (
@@ -81,17 +82,6 @@ def engine_key(spec: EngineSpec) -> str:
         return f"{head}-random-s{spec.seed}"
     stem = re.sub(r"[^A-Za-z0-9_.]+", "_", Path(spec.checkpoint).name)[:32]
     return f"{head}-{stem}-{hashlib.sha256(spec.checkpoint.encode()).hexdigest()[:8]}-s{spec.seed}"
-
-
-def checkpoint_identity(path: Path) -> list[dict[str, Any]]:
-    """Name, size and mtime of every file of a checkpoint (a folder of shards, or one file).
-
-    Hashing GPT-J's 24 GB on every run is not affordable; a rewritten or replaced shard changes its size or mtime.
-    """
-    path = Path(path)
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    return [{"file": str(p.relative_to(path)) if path.is_dir() else p.name, "size": p.stat().st_size,
-             "mtime_ns": p.stat().st_mtime_ns} for p in files]
 
 
 @dataclass(frozen=True)

@@ -104,14 +104,21 @@ def test_require_configs_adds_the_configs_engines():
     bars = parse_require("configs,fp16=0.99", ["fp16", "bf16"], configs=lambda: configs)
     # the configs' engine not in --precisions is required too; an item's own bar given here beats the configs'
     assert bars == {"fp16": Bar(0.99, "0.99"), "fp8:fp8_fast_accum=true": configs["fp8:fp8_fast_accum=true"]}
-    args = gate.parse_args(["--device=cpu", "--models=tiny", "--precisions=bf16"])
-    plan = gate.make_plan(args)  # the default: --require configs, from the shipped classes
-    assert args.require == "configs" and [c.label for c in plan.candidates][0] == "bf16"
+    args = gate.parse_args(["--device=cpu", "--models=tiny", "--precisions=bf16", "--require=configs"])
+    plan = gate.make_plan(args)  # every engine of the shipped classes' ladders
+    assert [c.label for c in plan.candidates][0] == "bf16"
     assert set(plan.bars) == set(gate.config_requirements()) and "bf16" not in plan.bars
     assert {c.label for c in plan.candidates} == {"bf16", *plan.bars}
 
 
-def test_config_requirements_follow_the_h100_h200_classes():
+def test_the_proxy_figures_are_information_by_default():
+    """The real accuracy run chooses the engine (an engine ladder's gate): make agreement requires nothing unless
+    asked, so its exit status never stands in for that run."""
+    args = gate.parse_args(["--device=cpu", "--models=tiny", "--precisions=bf16"])
+    assert args.require == "none" and gate.make_plan(args).bars == {}
+
+
+def test_config_requirements_follow_the_h100_h200_ladders():
     from code.common.constants import AccuracyTarget, Benchmark, Scenario
     from configs.configuration import WorkloadSetting, resolve_config
 
@@ -119,12 +126,16 @@ def test_config_requirements_follow_the_h100_h200_classes():
     for system in ("H100_SXM_80GBx1", "H200_SXM_141GBx1", "H200_SXM_141GBx8"):
         for scenario in Scenario:
             for target in AccuracyTarget:
-                config = resolve_config(Benchmark.BERT, scenario, system, WorkloadSetting(accuracy_target=target), {})
-                item = gate.engine_item(config)
-                assert item.partition(":")[0] == config["precision"]
-                assert ("gelu_in_gemm=true" in item) is config["gelu_in_gemm"]
-                # each engine is held to the strictest target any config uses it for
-                assert bars[item].ratio >= TARGET_BARS[config.benchmark_name]
+                workload = WorkloadSetting(accuracy_target=target)
+                ladder = resolve_config(Benchmark.BERT, scenario, system, workload, {}).ladder
+                assert len(ladder) >= 2 and ladder[0].values["precision"] == "fp8"  # FP8 first, then safer ones
+                for rung in ladder:
+                    config = resolve_config(Benchmark.BERT, scenario, system, workload, {}, rung=rung.name)
+                    item = gate.engine_item(config)
+                    assert item.partition(":")[0] == config["precision"] == rung.values["precision"]
+                    assert ("gelu_in_gemm=true" in item) is config["gelu_in_gemm"]
+                    # each engine is held to the strictest target any config uses it for
+                    assert bars[item].ratio >= TARGET_BARS[config.benchmark_name]
     assert set(TARGET_BARS) == {"bert-99", "bert-99.9"}
     assert TARGET_BARS["bert-99"] == 0.995 and TARGET_BARS["bert-99.9"] == 0.9995
     values = {"precision": "fp16", "fp8_fast_accum": True, "fp8_gemms": "w1", "attention_kernel": "flash"}

@@ -63,25 +63,33 @@ SHORT = {
     "Offline": ["--min_duration=500", "--offline_expected_qps=1000000"],
     "SingleStream": ["--min_duration=500", "--single_stream_expected_latency_ns=4000"],
 }
-# Full length: the tiny model (random weights) at rates it reaches on 2 cores, so the Offline query lasts 600 s.
+# FULL's GPT-J performance runs: the tiny model (random weights) at rates it reaches on 2 cores, so the Offline
+# query lasts 600 s (GPT-J has no audit, so its accuracy and performance runs may take two backends).
 FULL_PERFORMANCE = {
-    "bert-99": {"Offline": ["--offline_expected_qps=600"],
-                "SingleStream": ["--single_stream_expected_latency_ns=2000000"]},
     "gptj-99": {"Offline": ["--offline_expected_qps=25"],
                 "SingleStream": ["--num_beams=1", "--single_stream_expected_latency_ns=100000000"]},
 }
-# The audits and their references (bert-99's shortened SubmissionRuns, FULL's own): Offline paced, 64 answers
-# per 20 ms (3,200 samples/s on any load, so TEST01's 10 % throughput comparison does not measure the other users
-# of the machine; the query is the 10,833 samples of the performance sample count, ~3.4 s). SingleStream as
-# shortened: its v5.0 TEST01 cannot pass anyway (below).
-AUDIT_BATCH = {"Offline": 64, "SingleStream": 4}
-AUDIT_RUN = {"Offline": ["--oracle_batch_ms=20", "--min_duration=500", "--offline_expected_qps=3200"],
-             "SingleStream": SHORT["SingleStream"]}
+# bert-99's SubmissionRuns and its audits, verified against them, are paced, so that TEST01's throughput
+# comparison (10 %; 20 % for SingleStream latencies under 0.2 ms) measures the pace, not the other users of the
+# machine. Offline: 64 answers per 20 ms (3,200 samples/s; shortened, the query is the 10,833 samples of the
+# performance sample count, ~3.4 s). SingleStream: 2 ms per query, the oracle's own ~10 us moving by more than 20 %
+# with the machine's load; shortened, ~1,400 queries in 3 s, so that the early-stopping estimate TEST01 compares is
+# near the 92nd percentile, not in the tail a few slow wake-ups make (with ~240 queries it is the 95th, and two
+# runs on a loaded machine were 26 % apart). FULL drops min_duration: 600 s for the audits as well, which the
+# checker requires of their logs too.
+AUDIT_BATCH = {"Offline": 64, "SingleStream": 1}
+PACED = {"Offline": ["--oracle_batch_ms=20", "--offline_expected_qps=3200"],
+         "SingleStream": ["--oracle_batch_ms=2", "--single_stream_expected_latency_ns=2000000"]}
+PACED_SHORT = {"Offline": ["--min_duration=500"], "SingleStream": ["--min_duration=3000"]}
+
+
+def _paced(scenario: str) -> list[str]:
+    """The paced oracle's settings of bert-99's runs and audits: shortened, or (FULL) full length."""
+    return ["--backend=oracle", *PACED[scenario], *([] if FULL else PACED_SHORT[scenario])]
+
+
 # The audits the round's checker requires of BERT (check_compliance_dir); GPT-J has none in these rounds.
 AUDITS = {"v4.1": ("TEST01", "TEST05"), "v5.0": ("TEST01",)}
-# v5.0's verify_performance.py reads a SingleStream score from "Early stopping 90th percentile estimate", which
-# LoadGen writes as "90.0th": the score parses as 0 and the official verification FAILs (submission_guide.md).
-OFFICIAL_VERIFICATION_CANNOT_PASS = {("v5.0", "SingleStream", "TEST01")}
 # Every v4.1 audit FAILs: every LoadGen 4.1.x on PyPI reads audit.config as a second user configuration and logs
 # this error, and its TEST01 logs no response (documentation/rounds.md).
 LOADGEN_REJECTS_AUDIT_CONFIG = {"v4.1": "error_invalid_config: Multiple conf files are used"}
@@ -140,15 +148,14 @@ def _common_args(build: Path, benchmark: str, scenario: str, made_up: bool = Fal
 
 
 def _run(build: Path, logs: Path, benchmark: str, scenario: str) -> None:
-    if not FULL and benchmark == "bert-99":  # the reference of its audits: run as they are (AUDIT_RUN)
+    if benchmark == "bert-99":  # the reference of its audits: run as they are
         runs = [(_common_args(build, benchmark, scenario, batch=AUDIT_BATCH[scenario]),
-                 ["--backend=oracle", "--test_mode=SubmissionRun", *AUDIT_RUN[scenario]])]
+                 ["--test_mode=SubmissionRun", *_paced(scenario)])]
     elif not FULL:
         runs = [(_common_args(build, benchmark, scenario), ["--backend=oracle", "--test_mode=SubmissionRun",
                                                             *SHORT[scenario]])]
-    else:  # one SubmissionRun cannot take two backends: accuracy with the oracle, performance with the model
-        gptj = benchmark.startswith("gptj")
-        runs = [(_common_args(build, benchmark, scenario, made_up=gptj), ["--backend=oracle",
+    else:  # accuracy with the oracle on the made-up full-size set, performance with the tiny model
+        runs = [(_common_args(build, benchmark, scenario, made_up=True), ["--backend=oracle",
                                                                           "--test_mode=AccuracyOnly"]),
                 (_common_args(build, benchmark, scenario), ["--model_name=tiny", "--precision=fp32", "--device=cpu",
                                                             "--weights=random", "--test_mode=PerformanceOnly",
@@ -159,29 +166,13 @@ def _run(build: Path, logs: Path, benchmark: str, scenario: str) -> None:
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
-def _audit_reference(build: Path, scenario: str) -> list[str]:
-    """FULL's audits are verified against a shortened oracle SubmissionRun of their own (outside logs/, so never
-    staged): an audit runs one backend, and TEST01 compares its answers with the accuracy run's and its throughput
-    with the performance run's, which FULL splits between the oracle and the tiny model. The shortened runs are
-    SubmissionRuns already, so they are the reference there."""
-    if not FULL:
-        return []
-    log_dir = build / "audit_references" / f"bert-99-{scenario}"
-    done = _python(build, "-m", "code.main", "--action=run",
-                   *_common_args(build, "bert-99", scenario, batch=AUDIT_BATCH[scenario]), "--backend=oracle",
-                   "--test_mode=SubmissionRun", *AUDIT_RUN[scenario], f"--log_dir={log_dir}")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return [f"--audit_results_dir={log_dir / SYSTEM / 'bert-99' / scenario}"]
-
-
 def _run_audits(build: Path) -> None:
     """The audits the round's checker asks of bert-99 (GPT-J has none), through make run_audit_harness, as a
     submitter runs them; their logs land in the private build's compliance_logs/."""
     for scenario in _scenarios("bert-99"):
-        reference = _audit_reference(build, scenario)
         for audit in AUDITS[ROUND]:
-            run_args = [*_common_args(build, "bert-99", scenario, batch=AUDIT_BATCH[scenario]), *AUDIT_RUN[scenario],
-                        "--backend=oracle", *reference, f"--audit_test={audit}"]
+            run_args = [*_common_args(build, "bert-99", scenario, batch=AUDIT_BATCH[scenario]), *_paced(scenario),
+                        f"--audit_test={audit}"]
             # -o build: the session built the core already (harness_built). Its build step here would compile
             # one anew in the private build folder and link it through the lib link into the checkout's, under
             # any other session loading it.
@@ -190,10 +181,18 @@ def _run_audits(build: Path) -> None:
                                   capture_output=True, text=True, env=_env(build), timeout=1800)
             if ROUND in LOADGEN_REJECTS_AUDIT_CONFIG:
                 assert done.returncode != 0 and LOADGEN_REJECTS_AUDIT_CONFIG[ROUND] in done.stdout, done.stdout[-3000:]
-            elif (ROUND, scenario, audit) in OFFICIAL_VERIFICATION_CANNOT_PASS:
-                assert done.returncode != 0 and "TEST FAIL: Test score invalid" in done.stdout, done.stdout[-3000:]
-            else:
-                assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+                continue
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+            _print_verification(build, scenario, audit)
+
+
+def _print_verification(build: Path, scenario: str, audit: str) -> None:
+    """The round's own verification scripts passed the audit, in the files the checker reads: their last lines."""
+    verified = sorted((build / "compliance_logs").glob(f"*/{SYSTEM}/bert-99/{scenario}/{audit}"))[-1]
+    for name in ("verify_performance.txt", *(["verify_accuracy.txt"] if audit == "TEST01" else [])):
+        text = (verified / name).read_text()
+        assert "TEST PASS" in text, text
+        print(f"{ROUND} bert-99 {scenario} {audit} {name}: {' | '.join(text.strip().splitlines()[-3:])}")
 
 
 def _tree_digest(folder: Path) -> str:
@@ -226,13 +225,12 @@ def pipeline(tmp_path_factory, harness_built) -> dict[str, Path]:
         assert done.returncode == 0, done.stdout + done.stderr
     logs = build / "logs"
     logs.mkdir()
-    if FULL:  # the audits verify against references of their own: first, so a broken one shows before the hour
-        _run_audits(build)
-    for benchmark in BENCHMARKS:
+    for scenario in _scenarios("bert-99"):
+        _run(build, logs, "bert-99", scenario)
+    _run_audits(build)  # verified against the SubmissionRuns just made; before GPT-J, so a failure shows early
+    for benchmark in BENCHMARKS[1:]:
         for scenario in _scenarios(benchmark):
             _run(build, logs, benchmark, scenario)
-    if not FULL:  # verified against the SubmissionRuns just made
-        _run_audits(build)
     assert not (build / "harness").exists()  # no core compiled in the private folder
     return {"build": build, "logs": logs, "systems": _system_description(build / "systems")}
 
@@ -278,22 +276,21 @@ def test_pipeline_passes_the_official_checker(pipeline, monkeypatch):
         if FULL:
             assert scores["gen_num"] == CNN_DAILYMAIL_VALIDATION_SAMPLES
             assert GEN_LEN_TARGET <= scores["gen_len"] <= REFERENCE_GEN_LEN, scores
-    # The one audit the round's own verification cannot pass (OFFICIAL_VERIFICATION_CANNOT_PASS), by name.
-    audit_fails = [f"Compliance test performance check in closed/{SUBMITTER}/compliance/{SYSTEM}/bert-99/"
-                   f"{scenario}/{audit} failed" for round_name, scenario, audit in OFFICIAL_VERIFICATION_CANNOT_PASS
-                   if round_name == ROUND and scenario in _scenarios("bert-99")]
-    assert all(c in complaints for c in audit_fails), complaints
-    for round_name, scenario, audit in OFFICIAL_VERIFICATION_CANNOT_PASS:  # named by staging before the checker
-        if round_name == ROUND and scenario in _scenarios("bert-99"):
-            assert any(p.startswith(f"bert-99 {scenario} {audit} audit is FAIL: ") for p in staged.problems)
+    if ROUND not in LOADGEN_REJECTS_AUDIT_CONFIG:  # every audit passed the round's own verification
+        assert not [c for c in complaints if "/compliance/" in c and not _shortened(c)], complaints
     rejected = _audit_config_complaints(complaints)
-    rest = [c for c in complaints if c not in gen_len and c not in audit_fails and c not in rejected]
+    rest = [c for c in complaints if c not in gen_len and c not in rejected]
     if FULL:
-        assert rest == []
+        assert rest == [] and result.passed and result.verdict == "submission looks OK", result.output[-3000:]
     else:
-        assert rest and all(any(name in c for name in SHORTENED_COMPLAINTS) for c in rest), "\n".join(rest)
+        assert rest and all(_shortened(c) for c in rest), "\n".join(rest)
         assert any("Test duration less than 600s" in c for c in rest)
     assert _tree_digest(logs) == before  # staging and truncation never touch the run logs
+
+
+def _shortened(complaint: str) -> bool:
+    """A complaint the checker makes of a shortened run only (SHORTENED_COMPLAINTS)."""
+    return any(name in complaint for name in SHORTENED_COMPLAINTS)
 
 
 def _audit_config_complaints(complaints: list[str]) -> list[str]:

@@ -83,7 +83,6 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     round_name = _one_round(tests, round_name)
     tests = [t for t in tests if t.round == round_name]
     chosen = newest(tests)
-    mlperf_conf = _mlperf_conf(round_name)
 
     staged = Staged(out_dir / DIVISION / submitter, round_name, system)
     staged.notes += [f"a test that did not finish is left out: {path}" for path in unfinished]
@@ -94,6 +93,7 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     if staged.problems and not allow_incomplete:
         return staged  # reported by the caller; nothing written
 
+    mlperf_conf = _mlperf_conf(round_name)
     _reset(staged.tree, work_dir / submitter)
     _write_json(staged.tree / "systems" / f"{system}.json", description)
     for (benchmark, scenario, mode), test in sorted(chosen.items()):
@@ -104,9 +104,9 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
             _copy_files(test.directory, results / "performance" / "run_1", PERFORMANCE_FILES)
             _write_measurements(staged.tree / "measurements" / system / benchmark / scenario, test, mlperf_conf)
             _write_code_readme(staged.tree / "code" / benchmark, benchmark, test)
-    for (benchmark, scenario), folder in sorted(audits.items()):
+    for (benchmark, scenario, test_name), folder in sorted(audits.items()):
         if (benchmark, scenario, PERFORMANCE) in chosen or (benchmark, scenario, ACCURACY) in chosen:
-            shutil.copytree(folder, staged.tree / "compliance" / system / benchmark / scenario)
+            shutil.copytree(folder, staged.tree / "compliance" / system / benchmark / scenario / test_name)
     if not audits:
         where = COMPLIANCE_LOGS_DIR if compliance is None else ", ".join(map(str, compliance)) or "no folder"
         staged.notes.append(f"no compliance audit logs for {system} in {where}: the checker will ask for "
@@ -214,24 +214,22 @@ def _system_description(systems_dir: Path, system: str, submitter: str, staged: 
 
 
 def _newest_audits(compliance: list[Path] | None, system: str, round_name: str,
-                   staged: Staged) -> dict[tuple[str, str], Path]:
-    """Per (benchmark, scenario), the newest audit folder ``<ts>/<system>/<bench>/<Scenario>/`` holding TESTs of
-    the staged round; an audit that its run recorded as another round's is left out with a note (the round's
-    checker judges the tree, and another round's audit is not what it asks for)."""
+                   staged: Staged) -> dict[tuple[str, str, str], Path]:
+    """Per (benchmark, scenario, TEST), the newest audit folder ``<ts>/<system>/<bench>/<Scenario>/<TEST>/`` of the
+    staged round, so that audits run one invocation at a time all count; an audit that its run recorded as another
+    round's is left out with a note (the round's checker judges the tree, and another round's audit is not what it
+    asks for)."""
     folders = compliance if compliance is not None else run_folders(COMPLIANCE_LOGS_DIR)
-    found: dict[tuple[str, str], Path] = {}
+    found: dict[tuple[str, str, str], Path] = {}
     for folder in folders:  # oldest first: a later folder replaces an earlier one
-        for scenario_dir in sorted((folder / system).glob("*/*")) if (folder / system).is_dir() else []:
-            tests = [p for p in scenario_dir.iterdir() if p.name.startswith("TEST")] if scenario_dir.is_dir() else []
-            if not tests:
+        for test in sorted((folder / system).glob("*/*/TEST*")) if (folder / system).is_dir() else []:
+            if not test.is_dir():
                 continue
-            where = scenario_dir.relative_to(folder)
-            rounds = {_recorded_round(folder / RUNS_SUBDIR / where / test.name) for test in tests} - {None}
-            if rounds and rounds != {round_name}:
-                staged.notes.append(f"audits of round {', '.join(sorted(rounds))} left out (staging round "
-                                    f"{round_name}): {scenario_dir}")
+            recorded = _recorded_round(folder / RUNS_SUBDIR / test.relative_to(folder))
+            if recorded not in (None, round_name):
+                staged.notes.append(f"audit of round {recorded} left out (staging round {round_name}): {test}")
                 continue
-            found[(scenario_dir.parent.name, scenario_dir.name)] = scenario_dir
+            found[(test.parents[1].name, test.parent.name, test.name)] = test
     return found
 
 
@@ -243,19 +241,17 @@ def _recorded_round(audit_run: Path) -> str | None:
         return None
 
 
-def _failed_audits(audits: dict[tuple[str, str], Path], staged_scenarios: set[tuple[str, str]]) -> list[str]:
+def _failed_audits(audits: dict[tuple[str, str, str], Path], staged_scenarios: set[tuple[str, str]]) -> list[str]:
     """Each staged audit that its compliance run's summary.json records as not PASSed, by name and reason."""
     problems: list[str] = []
-    for (benchmark, scenario), scenario_dir in sorted(audits.items()):
+    for (benchmark, scenario, test_name), test in sorted(audits.items()):
         if (benchmark, scenario) not in staged_scenarios:
             continue
-        records = _audit_records(scenario_dir.parents[2])
-        for test in sorted(p for p in scenario_dir.iterdir() if p.name.startswith("TEST")):
-            record = records.get(test.resolve())
-            if record is not None and not str(record.get("verdict", "")).startswith("PASS"):
-                reasons = "; ".join(record.get("invalid_reasons") or []) or "no reason recorded"
-                problems.append(f"{benchmark} {scenario} {test.name} audit is {record.get('verdict')}: {reasons} "
-                                f"({test}; run it again: make run_audit_harness)")
+        record = _audit_records(test.parents[3]).get(test.resolve())
+        if record is not None and not str(record.get("verdict", "")).startswith("PASS"):
+            reasons = "; ".join(record.get("invalid_reasons") or []) or "no reason recorded"
+            problems.append(f"{benchmark} {scenario} {test_name} audit is {record.get('verdict')}: {reasons} "
+                            f"({test}; run it again: make run_audit_harness)")
     return problems
 
 

@@ -25,7 +25,7 @@ help:
 	@echo "  make download_data   BENCHMARKS=\"bert\""
 	@echo "  make download_model  BENCHMARKS=\"bert\""
 	@echo "  make preprocess_data BENCHMARKS=\"bert\""
-	@echo "  make build [ROUND=v4.1]    compile the C++/pybind11 LoadGen harness for a round (default v5.0)"
+	@echo "  make build [ROUND=v4.1 LOADGEN_SRC=<clone>]   compile the C++/pybind11 LoadGen harness for a round (default v5.0)"
 	@echo "  make generate_engines RUN_ARGS=\"...\""
 	@echo "  make run_harness      RUN_ARGS=\"...\""
 	@echo "  make run              RUN_ARGS=\"--benchmarks=bert --scenarios=offline --test_run\"   (= both)"

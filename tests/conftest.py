@@ -48,3 +48,15 @@ def round_core(round_name: str) -> Path:
 
     _skip_without_source(round_name)
     return build(round_name)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """A 64-wide model gains nothing from intra-op threads, and on a busy 2-core machine their spin-waits make it
+    ~10x slower. A module asks for it with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

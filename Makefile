@@ -37,6 +37,7 @@ help:
 	@echo "  make check_system_json [SYSTEM=name] [SUBMITTER=org]   check it as the submission checker will"
 	@echo "  make stage_results SUBMITTER=<org>   build/submission/closed/<org> from the newest runs"
 	@echo "  make truncate_results SUBMITTER=<org>, make check_submission SUBMITTER=<org>   the round's tools"
+	@echo "  make pack_submission SUBMITTER=<org>   the archive the submission UI takes, with its checksums"
 	@echo "  make test                  lint (ruff, hadolint, shellcheck) + tests (what CI runs)"
 	@echo "  make test_docker           the Docker path end to end (SKIPPED without a Docker engine)"
 	@echo "  make test_submission [FULL=1]   the whole submission flow on CPU, judged by the official checker"

@@ -29,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,8 @@ from code.gptj.tokenizer import load_tokenizer
 from code.llm.cnn_dailymail import CNN_DAILYMAIL_VALIDATION_SAMPLES, EVAL_FILE
 from code.llm.sentence_split import newline_sentences
 from code.submission.checker import AlreadyTruncated, check, truncate
+from code.submission.documents import ABSOLUTE_PATH, CALIBRATION_DOC, host_paths
+from code.submission.pack import pack
 from code.submission.stage import StageError, stage
 from code.submission.tools import TOOLS_VARIABLE, ToolsError, submission_tools
 from tests.conftest import round_core
@@ -252,6 +255,7 @@ def test_pipeline_passes_the_official_checker(pipeline, monkeypatch):
                 "mlperf_log_detail.txt", "mlperf_log_summary.txt"]
             measurements = tree / "measurements" / SYSTEM / benchmark / scenario
             assert {p.name for p in measurements.iterdir()} >= {"user.conf", "README.md"}
+    _assert_documents(tree, staged.problems)
 
     assert "truncated" in truncate(SUBMITTER, ROUND, submission, work)
     with pytest.raises(AlreadyTruncated, match="already truncated"):
@@ -281,7 +285,50 @@ def test_pipeline_passes_the_official_checker(pipeline, monkeypatch):
     else:
         assert rest and all(_shortened(c) for c in rest), "\n".join(rest)
         assert any("Test duration less than 600s" in c for c in rest)
+    _assert_packs(build, submission, work, result.passed)
     assert _tree_digest(logs) == before  # staging and truncation never touch the run logs
+
+
+def _assert_documents(tree: Path, problems: list[str]) -> None:
+    """What the tree carries beside the logs: the source of the runs' commit, how to run each benchmark with it,
+    and no folder of this machine in any shipped text (measurements READMEs, accuracy.txt, the tree's README)."""
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
+    source = tree / "code" / "source"
+    assert (source / "Makefile").is_file() and (source / "code" / "main.py").is_file()
+    for benchmark in BENCHMARKS:
+        readme = (tree / "code" / benchmark / "oracle" / "README.md").read_text()
+        assert f"the harness at commit `{commit}`" in readme and f"make build ROUND={ROUND}" in readme, readme
+    assert not (tree / CALIBRATION_DOC).exists()  # no FP8 engine ran
+    assert host_paths(tree) == [] and not [p for p in problems if "a folder of this machine" in p], problems
+    for text in [*tree.glob("measurements/*/*/*/README.md"), *tree.glob("results/*/*/*/accuracy/accuracy.txt"),
+                 tree / "README.md"]:
+        assert not ABSOLUTE_PATH.search(text.read_text()), text
+    # The runs' build folder is not this process's: its paths keep their last part (under the checkout's build/
+    # folder, the part from build/ on).
+    assert "--input_data=squad_tokenized " in (tree / "measurements" / SYSTEM / "bert-99" / "Offline" /
+                                               "README.md").read_text()
+
+
+def _assert_packs(build: Path, submission: Path, work: Path, checker_passed: bool) -> None:
+    """make pack_submission packs only a tree the checker passed; FULL's (a pipeline test, staged with
+    --allow_incomplete) only when told to, and its archive unpacked elsewhere passes the round's checker again."""
+    if not checker_passed:
+        with pytest.raises(StageError, match=r"the round's checker found \d+ error\(s\) in .*make check_submission"):
+            pack(SUBMITTER, submission, work)
+        return
+    with pytest.raises(StageError, match=r"not a submittable set .*ALLOW_INCOMPLETE=1 packs it anyway"):
+        pack(SUBMITTER, submission, work)
+    packed = pack(SUBMITTER, submission, work, allow_incomplete=True)
+    assert packed.archive.name == f"mlperf_submission_{SUBMITTER}.tar.gz"
+    sha1_file = packed.archive.parent / f"mlperf_submission_{SUBMITTER}.sha1"
+    assert sha1_file.read_text() == f"{hashlib.sha1(packed.archive.read_bytes()).hexdigest()}  {packed.archive.name}\n"
+    unpacked = build / "unpacked"
+    with tarfile.open(packed.archive) as archive:
+        assert {name.split("/")[:2] == ["closed", SUBMITTER] for name in archive.getnames()} == {True}
+        archive.extractall(unpacked, filter="data")
+    again = check(SUBMITTER, ROUND, unpacked, build / "unpacked_work")
+    print(f"unpacked {packed.archive.name} ({packed.files} files): {again.output.strip().splitlines()[-1]}")
+    assert again.passed, again.output[-3000:]
 
 
 def _shortened(complaint: str) -> bool:

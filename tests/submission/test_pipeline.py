@@ -409,7 +409,8 @@ def test_make_targets_refuse_with_the_fix(tmp_path):
     empty.mkdir(parents=True)
     for action, extra, message in (("stage", ["--logs", str(empty)], f"ERROR: no finished runs in {empty}: run"),
                                    ("truncate", [], "ERROR: nothing staged for SUBMITTER=MyOrg: make stage_results"),
-                                   ("check", [], "ERROR: nothing staged for SUBMITTER=MyOrg: make stage_results")):
+                                   ("check", [], "ERROR: nothing staged for SUBMITTER=MyOrg: make stage_results"),
+                                   ("pack", [], "ERROR: nothing staged for SUBMITTER=MyOrg: make stage_results")):
         done = subprocess.run([sys.executable, "-m", "code.submission", action, "--submitter=MyOrg", *extra],
                               cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 2 and done.stderr.startswith(message), (action, done.stderr)

@@ -230,7 +230,7 @@ def _source_tree(round_: Round, source: LoadgenSource) -> Path:
     if not given:
         raise FetchError(
             f"round {round_.name} builds LoadGen from mlcommons/inference at tag {source.tag} (no LoadGen release on "
-            f"PyPI reads {round_.name}'s audits as its tools need), which is not downloaded here: `{clone}`, then "
+            f"PyPI runs {round_.name}'s audits as its tools need), which is not downloaded here: `{clone}`, then "
             f"set {SOURCE_ENV_VAR}=<folder> (make build ROUND={round_.name} {SOURCE_ENV_VAR}=<folder>)")
     tree = Path(given).expanduser().resolve()
     if tree.name == "loadgen" and (tree.parent / "mlperf.conf").is_file():

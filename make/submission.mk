@@ -14,7 +14,7 @@ STAGE_ARGS = $(SUBMISSION_ARGS) $(if $(SYSTEM),--system=$(SYSTEM)) $(if $(ROUND)
 	$(if $(LOGS),--logs $(LOGS)) $(if $(COMPLIANCE_LOGS),--compliance_logs $(COMPLIANCE_LOGS)) \
 	$(if $(ALLOW_INCOMPLETE),--allow_incomplete)
 
-.PHONY: stage_results truncate_results check_submission test_submission require_submitter
+.PHONY: stage_results truncate_results check_submission pack_submission test_submission require_submitter
 require_submitter:
 	@test -n "$(SUBMITTER)" || { echo "ERROR: give SUBMITTER=<your organization>, e.g. make $(MAKECMDGOALS) SUBMITTER=MyOrg" >&2; exit 2; }
 
@@ -26,6 +26,11 @@ truncate_results: setup require_submitter
 
 check_submission: setup require_submitter
 	$(PY) -m code.submission check $(SUBMISSION_ARGS) $(if $(SKIP_COMPLIANCE),--skip_compliance)
+
+# The archive the submission UI takes, of a tree the round's checker passed as it is now:
+# build/submission_work/<org>/mlperf_submission_<org>.tar.gz, with .sha1 and .sha256 beside it.
+pack_submission: setup require_submitter
+	$(PY) -m code.submission pack $(SUBMISSION_ARGS) $(if $(ALLOW_INCOMPLETE),--allow_incomplete)
 
 # Every step a submitter runs, on CPU with tiny inputs, judged by the official checker of ROUND (default v5.0);
 # shortened (about a minute on 2 cores), or FULL=1: full length (most of an hour).

@@ -19,6 +19,37 @@ def harness_built() -> Path:
     return build()
 
 
+def _skip_without_source(round_name: str) -> None:
+    """Skip, saying why, when the round's LoadGen is built from a source tree (v4.1: a clone of mlcommons/inference
+    at the round's tag), none is in place and LOADGEN_SRC names none here."""
+    from code.common.rounds import LoadgenSource, get_round
+    from code.harness.fetch_loadgen import SOURCE_ENV_VAR, is_fetched
+
+    loadgen = get_round(round_name).loadgen
+    if isinstance(loadgen, LoadgenSource) and not is_fetched(get_round(round_name)) and not os.environ.get(
+            SOURCE_ENV_VAR):
+        pytest.skip(f"round {round_name} builds LoadGen from mlcommons/inference at tag {loadgen.tag}, and "
+                    f"{SOURCE_ENV_VAR} names no clone here (git clone --branch {loadgen.tag} "
+                    f"https://github.com/mlcommons/inference <folder>; {SOURCE_ENV_VAR}=<folder>)")
+
+
+def round_sources(round_name: str) -> Path:
+    """The round's LoadGen sources in place (a download for a release); skipped as ``_skip_without_source`` says."""
+    from code.common.rounds import get_round
+    from code.harness.fetch_loadgen import fetch_loadgen
+
+    _skip_without_source(round_name)
+    return fetch_loadgen(get_round(round_name))
+
+
+def round_core(round_name: str) -> Path:
+    """The round's core, built (a no-op when it is); skipped as ``_skip_without_source`` says."""
+    from code.harness.build import build
+
+    _skip_without_source(round_name)
+    return build(round_name)
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """A 64-wide model gains nothing from intra-op threads, and on a busy 2-core machine their spin-waits make it

@@ -1,11 +1,15 @@
 """MLPerf Inference rounds: which LoadGen each needs and which benchmarks and scenarios each accepts.
 
-A round's submission checker compares the RNG seeds in every performance log with its own, and LoadGen compiles
-its seeds in (from the ``mlperf.conf`` of its release), so a round pins the one LoadGen release whose seeds that
-checker expects. The scenario tables are those of each round's official checker (``MODEL_CONFIG``, its required
-scenarios per system type), for the benchmarks this harness runs, and so are the compliance audits it requires of
-each benchmark (its ``check_compliance_dir``); tests/common/test_rounds.py and tests/common/test_audits.py compare
-them with the checker itself. Adding a round is one entry in ``ROUNDS``.
+A round's submission checker compares the RNG seeds in every performance log with its own, and a round's
+compliance scripts read lines of LoadGen's summary by their wording, so a round pins the LoadGen whose logs its own
+unmodified tools accept: a release on PyPI (its sdist, seeds compiled in from its ``mlperf.conf``), or, where no
+release will do, the round's tag of mlcommons/inference, which the user clones (v4.1: every 4.1.x release reads
+``audit.config`` as a second user configuration, so no audit can pass; the tag's LoadGen reads ``mlperf.conf`` at
+run time, and ``audit.config`` as an audit). tests/common/test_loadgen_pins.py runs each pin against the round's
+tools. The scenario tables are those of each round's official checker (``MODEL_CONFIG``, its required scenarios
+per system type), for the benchmarks this harness runs, and so are the compliance audits it requires of each
+benchmark (its ``check_compliance_dir``); tests/common/test_rounds.py and tests/common/test_audits.py compare them
+with the checker itself. Adding a round is one entry in ``ROUNDS``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,29 @@ class LoadgenRelease:
     def sdist_name(self) -> str:
         return f"mlcommons_loadgen-{self.version}.tar.gz"
 
+    @property
+    def conf_at_run_time(self) -> bool:
+        """False: a release compiles its mlperf.conf in, and a second configuration file invalidates a run."""
+        return False
+
+
+@dataclass(frozen=True)
+class LoadgenSource:
+    """LoadGen built from a clone of mlcommons/inference at a round's tag, which the user provides (``LOADGEN_SRC``;
+    it is never downloaded nor committed here). Its files are checked against ``manifest`` (sha256 of every LoadGen
+    file the build compiles, its version generator and the tree's ``mlperf.conf``, as at the tag), so a tree at
+    another commit or with local changes never builds."""
+
+    tag: str
+    commit: str
+    version: str  # what the tree's version generator compiles in (LoadgenVersion())
+    manifest: str  # file name under code/harness/loadgen_sources/ (sha256sum format, paths from the clone's root)
+
+    @property
+    def conf_at_run_time(self) -> bool:
+        """True: this LoadGen does not compile mlperf.conf in; the harness reads the tree's before user.conf."""
+        return True
+
 
 @dataclass(frozen=True)
 class RngSeeds:
@@ -54,7 +81,7 @@ class Round:
     """One submission round: its LoadGen, its seeds, and what its checker accepts from our benchmarks."""
 
     name: str
-    loadgen: LoadgenRelease
+    loadgen: LoadgenRelease | LoadgenSource
     seeds: RngSeeds
     scenarios: ScenarioTable
     audits: AuditTable
@@ -97,13 +124,14 @@ ALL_THREE = (Scenario.Offline, Scenario.Server, Scenario.SingleStream)
 ROUNDS: dict[str, Round] = {
     "v4.1": Round(
         name="v4.1",
-        # The newest 4.1.x sdist; its mlperf.conf has v4.1's seeds. Every 4.1.x sdist reads audit.config as a second
-        # user configuration, so v4.1 audits FAIL with any of them (documentation/rounds.md).
-        loadgen=LoadgenRelease(
-            version="4.1.30",
-            sha256="98cd16fd242af729a761b57b01a832338a9b39101230de7056b2b273b6a2ff6b",
-            url="https://files.pythonhosted.org/packages/de/9a/"
-                "c0ce2c8a715867756f6a2e88e15cfc516ea1467b21db7808b40a589250f6/mlcommons_loadgen-4.1.30.tar.gz",
+        # The round's tag: its LoadGen reads mlperf.conf at run time and audit.config as an audit (TEST01 samples
+        # responses, TEST05 changes the seeds). Every 4.1.x on PyPI reads audit.config as a second user
+        # configuration instead, so no v4.1 audit passes with them (documentation/rounds.md).
+        loadgen=LoadgenSource(
+            tag="v4.1",
+            commit="379ee5345a25ee123fd5faec33285b6e8be0dadf",
+            version="4.1",
+            manifest="v4.1.sha256",
         ),
         seeds=RngSeeds(3066443479025735752, 10688027786191513374, 14962580496156340209),
         scenarios={
@@ -116,12 +144,14 @@ ROUNDS: dict[str, Round] = {
     ),
     "v5.0": Round(
         name="v5.0",
-        # The newest 5.0.x whose mlperf.conf has v5.0's seeds: 5.0.22 and later carry the next round's.
+        # The LoadGen of the round's v5.0.1 tag: v5.0's seeds, and its summary writes "Early stopping 90th
+        # percentile estimate", the line the round's TEST01 verify_performance.py reads (5.0.15 and later write
+        # "90.0th", which it does not read). tests/common/test_loadgen_pins.py checks both with the round's tools.
         loadgen=LoadgenRelease(
-            version="5.0.21",
-            sha256="216bd94c377f6cdbb449b2521fc7b93eed8aceadbee9f22e696ada46561c4458",
-            url="https://files.pythonhosted.org/packages/b8/b0/"
-                "d5bc327e5bafcca399d5899437df6854818c49ba5a7d8270c18293f53885/mlcommons_loadgen-5.0.21.tar.gz",
+            version="5.0.13",
+            sha256="c58c0877d3d13908aa746f568063746120e7575dae0e05feadee627b712f6ea3",
+            url="https://files.pythonhosted.org/packages/6c/8a/"
+                "0069ddea1e0705ee6428a487d02275fb1366097f7342992300325d5e1e2b/mlcommons_loadgen-5.0.13.tar.gz",
         ),
         seeds=RngSeeds(6023615788873153749, 15036839855038426416, 9933818062894767841),
         # BERT is edge-only from v5.0.

@@ -43,6 +43,15 @@ def module_path(lib_dir: Path) -> Path:
     return lib_dir / (MODULE_NAME + sysconfig.get_config_var("EXT_SUFFIX"))
 
 
+def runtime_mlperf_conf(round_: Round, lib_dir: Path | None = None) -> Path | None:
+    """The mlperf.conf the core passes to LoadGen before user.conf, kept beside the module (which goes where the
+    module goes): the round's tree's, for a LoadGen that does not compile it in (v4.1); None for one that does (a
+    second configuration file would invalidate its runs)."""
+    if not round_.loadgen.conf_at_run_time:
+        return None
+    return (lib_dir or harness_lib_dir(round_.name)) / "mlperf.conf"
+
+
 # The system compiler comes first: it links the system's shared libstdc++, the one PyTorch loads too. A private
 # toolchain earlier on PATH (the GPU machines have one in /opt/gcc) may link libstdc++ statically, which puts two
 # copies of the C++ runtime in one process and crashed LoadGen's logging thread as soon as torch was loaded.
@@ -206,6 +215,9 @@ def _build_with(round_: Round, compiler: str, jobs: int, clean: bool) -> Path:
     built = module_path(lib_dir)
     if not built.is_file():
         raise BuildError(f"the build finished but {built} is missing")
+    conf = runtime_mlperf_conf(round_, lib_dir)
+    if conf is not None:
+        shutil.copy2(loadgen_dir / "mlperf.conf", conf)
     return built
 
 

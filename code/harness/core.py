@@ -21,7 +21,7 @@ import numpy as np
 
 from code.common.paths import harness_lib_dir
 from code.common.rounds import DEFAULT_ROUND, get_round
-from code.harness.build import MODULE_NAME, module_path
+from code.harness.build import MODULE_NAME, module_path, runtime_mlperf_conf
 
 MODELS = ("bert", "gptj")
 SCENARIOS = ("Offline", "Server", "SingleStream")
@@ -312,6 +312,7 @@ def run_test(
     if not settings.user_conf.is_file():
         raise FileNotFoundError(f"user.conf not found: {settings.user_conf}")
 
+    mlperf_conf = runtime_mlperf_conf(get_round(settings.round))  # a LoadGen that does not compile it in (v4.1)
     _module(settings.round).run_test(
         model=settings.model,
         scenario=settings.scenario,
@@ -330,4 +331,5 @@ def run_test(
         device_names=names,
         load_samples=load_samples,
         unload_samples=unload_samples,
+        mlperf_conf=str(mlperf_conf) if mlperf_conf else "",
     )

@@ -1,14 +1,24 @@
-"""Fetch a round's LoadGen C++ sources (the mlcommons-loadgen sdist from PyPI) into build/harness/<round>/.
+"""Fetch a round's LoadGen C++ sources into build/harness/<round>/: a PyPI sdist, or the round's tag of
+mlcommons/inference that the user cloned.
 
-LoadGen's sources are never committed: MLPerf rules require an unmodified LoadGen of a released revision, and the
-PyPI sdist of a pinned version, checked against a pinned sha256, is exactly that. Each round pins its release
-(code/common/rounds.py), and the seeds in the extracted ``mlperf.conf`` are checked against the ones the round's
-checker expects, so a wrong pin fails here rather than in the checker. The sdist carries every .cc/.h,
-``generated/version_generated.cc`` and ``mlperf.conf``; ``mlperf_conf.h`` (mlperf.conf as a C string, which LoadGen
-compiles in) is regenerated from ``mlperf.conf`` if it is missing or stale, the way the sdist's setup.py does it.
+LoadGen's sources are never committed: MLPerf rules require an unmodified LoadGen of a released revision. Each
+round pins its LoadGen (code/common/rounds.py), and the seeds in its ``mlperf.conf`` are checked against the ones
+the round's checker expects, so a wrong pin fails here rather than in the checker.
 
-Idempotent: once the tree is extracted and its marker records the pinned hash, nothing is downloaded or re-hashed.
-Machines without network (the GPU machines) can point ``MLPERF_LOADGEN_SDIST`` at a copy of the round's tarball.
+- A release (v5.0): the PyPI sdist of the pinned version, checked against its pinned sha256. It carries every
+  .cc/.h, ``generated/version_generated.cc`` and ``mlperf.conf``; ``mlperf_conf.h`` (mlperf.conf as a C string,
+  which LoadGen compiles in) is regenerated from ``mlperf.conf`` if it is missing or stale, the way the sdist's
+  setup.py does it. Machines without network (the GPU machines) can point ``MLPERF_LOADGEN_SDIST`` at a copy of the
+  round's tarball.
+- A source tree (v4.1): ``LOADGEN_SRC`` names a clone of mlcommons/inference at the round's tag (or its
+  ``loadgen/`` folder). Every file the build uses is checked against the tag's sha256 (code/harness/loadgen_sources/)
+  and copied here with the tree's ``mlperf.conf``, which this LoadGen reads at run time; the tree's own
+  ``version_generator.py`` writes ``generated/version_generated.cc`` here, with the clone's git revision and
+  status and the sha1 of its files, as LoadGen's own build does (a clone with local LoadGen changes logs the error
+  the checker rejects).
+
+Idempotent: once the tree is in place and its marker records the pin, nothing is downloaded, copied or re-hashed
+(a later build needs neither network nor ``LOADGEN_SRC``; carrying build/harness/ along works too).
 
 Usage: ``python -m code.harness.fetch_loadgen [--round=v5.0]`` prints the source directory.
 """
@@ -16,10 +26,12 @@ Usage: ``python -m code.harness.fetch_loadgen [--round=v5.0]`` prints the source
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -28,11 +40,15 @@ from pathlib import Path
 
 from code.common.download import DownloadError, download, file_checksum
 from code.common.paths import harness_build_dir
-from code.common.rounds import DEFAULT_ROUND, ROUNDS, RngSeeds, Round, RoundError, get_round
+from code.common.rounds import DEFAULT_ROUND, ROUNDS, LoadgenSource, RngSeeds, Round, RoundError, get_round
 
 # Fallback when the pinned URL moves: the PEP 691 JSON simple index lists every file of the project.
 SIMPLE_INDEX_URL = "https://pypi.org/simple/mlcommons-loadgen/"
 SDIST_ENV_VAR = "MLPERF_LOADGEN_SDIST"
+SOURCE_ENV_VAR = "LOADGEN_SRC"
+# Per source-built round, the sha256 of each file its build uses, as at the round's tag (paths from the clone's root).
+MANIFESTS_DIR = Path(__file__).resolve().parent / "loadgen_sources"
+CLONE_URL = "https://github.com/mlcommons/inference"
 
 # Files the build needs; checked after extraction so a truncated tree fails here, not deep inside CMake.
 LOADGEN_SOURCES = (
@@ -56,8 +72,10 @@ class FetchError(RuntimeError):
 
 
 def source_dir(round_: Round, build_dir: Path | None = None) -> Path:
-    """Where the round's extracted LoadGen sources live."""
-    return (build_dir or harness_build_dir(round_.name)) / f"mlcommons_loadgen-{round_.loadgen.version}"
+    """Where the round's LoadGen sources live (extracted from its sdist, or copied from its tag's clone)."""
+    loadgen = round_.loadgen
+    name = f"loadgen-{loadgen.tag}" if isinstance(loadgen, LoadgenSource) else f"mlcommons_loadgen-{loadgen.version}"
+    return (build_dir or harness_build_dir(round_.name)) / name
 
 
 def _url_from_simple_index(sdist_name: str) -> str:
@@ -133,7 +151,7 @@ def mlperf_conf_seeds(conf_text: str) -> RngSeeds:
 def _check_seeds(round_: Round, src: Path) -> None:
     seeds = mlperf_conf_seeds((src / "mlperf.conf").read_text(encoding="utf-8"))
     if seeds != round_.seeds:
-        raise FetchError(f"LoadGen {round_.loadgen.version} compiles in the seeds {seeds}, but round {round_.name}'s "
+        raise FetchError(f"LoadGen {round_.loadgen.version} carries the seeds {seeds}, but round {round_.name}'s "
                          f"checker expects {round_.seeds}: the pin in code/common/rounds.py is wrong")
 
 
@@ -168,23 +186,90 @@ def _extract(round_: Round, tarball: Path, build_dir: Path) -> Path:
         raise FetchError(f"the sdist lacks {', '.join(missing)}")
     _check_seeds(round_, dest)
     _ensure_mlperf_conf_header(dest)
-    (dest / MARKER_NAME).write_text(round_.loadgen.sha256 + "\n", encoding="utf-8")
+    (dest / MARKER_NAME).write_text(_pin(round_) + "\n", encoding="utf-8")
     return dest
 
 
+def manifest(source: LoadgenSource) -> dict[str, str]:
+    """The tag's sha256 of each file a source-built LoadGen uses, by its path from the clone's root."""
+    lines = (MANIFESTS_DIR / source.manifest).read_text(encoding="utf-8").splitlines()
+    return {path: digest for digest, path in (line.split(maxsplit=1) for line in lines if line.strip())}
+
+
+def _pin(round_: Round) -> str:
+    """What the marker of a fetched tree records: the sdist's sha256, or the tag and the digest of its manifest."""
+    loadgen = round_.loadgen
+    if isinstance(loadgen, LoadgenSource):
+        listed = (MANIFESTS_DIR / loadgen.manifest).read_bytes()
+        return f"{loadgen.tag} {hashlib.sha256(listed).hexdigest()}"
+    return loadgen.sha256
+
+
 def is_fetched(round_: Round, build_dir: Path | None = None) -> bool:
-    """True when the round's sources are extracted from its pinned sdist (the marker is written last)."""
+    """True when the round's sources are in place from its pin (the marker is written last)."""
     marker = source_dir(round_, build_dir) / MARKER_NAME
-    return marker.is_file() and marker.read_text(encoding="utf-8").strip() == round_.loadgen.sha256
+    return marker.is_file() and marker.read_text(encoding="utf-8").strip() == _pin(round_)
 
 
 def fetch_loadgen(round_: Round, build_dir: Path | None = None) -> Path:
-    """Make sure the round's LoadGen sources are extracted (default: build/harness/<round>/); return their folder."""
+    """Make sure the round's LoadGen sources are in place (default: build/harness/<round>/); return their folder."""
     build_dir = build_dir or harness_build_dir(round_.name)
     if is_fetched(round_, build_dir):
         return source_dir(round_, build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(round_.loadgen, LoadgenSource):
+        return _copy_source(round_, round_.loadgen, _source_tree(round_, round_.loadgen), build_dir)
     return _extract(round_, _obtain_tarball(round_, build_dir), build_dir)
+
+
+def _source_tree(round_: Round, source: LoadgenSource) -> Path:
+    """The clone ``LOADGEN_SRC`` names (its root, or its loadgen/ folder given instead), checked file by file
+    against the tag; an error that says how to get one otherwise."""
+    clone = f"git clone --branch {source.tag} {CLONE_URL} <folder>"
+    given = os.environ.get(SOURCE_ENV_VAR)
+    if not given:
+        raise FetchError(
+            f"round {round_.name} builds LoadGen from mlcommons/inference at tag {source.tag} (no LoadGen release on "
+            f"PyPI runs {round_.name}'s audits as its tools need), which is not downloaded here: `{clone}`, then "
+            f"set {SOURCE_ENV_VAR}=<folder> (make build ROUND={round_.name} {SOURCE_ENV_VAR}=<folder>)")
+    tree = Path(given).expanduser().resolve()
+    if tree.name == "loadgen" and (tree.parent / "mlperf.conf").is_file():
+        tree = tree.parent
+    if not (tree / "loadgen" / "loadgen.h").is_file():
+        raise FetchError(f"{SOURCE_ENV_VAR}={given} is not a clone of mlcommons/inference (no loadgen/loadgen.h in "
+                         f"it): `{clone}` and point {SOURCE_ENV_VAR} at <folder>")
+    differ = [path for path, digest in manifest(source).items()
+              if not (tree / path).is_file() or file_checksum(tree / path, "sha256") != digest]
+    if differ:
+        listed = ", ".join(differ[:4]) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
+        raise FetchError(
+            f"{SOURCE_ENV_VAR}={given} is not mlcommons/inference at tag {source.tag} (commit {source.commit[:10]}): "
+            f"{listed} differ from the tag's (or are missing). Check the tag out, unmodified: "
+            f"`git -C {tree} checkout {source.tag}`")
+    return tree
+
+
+def _copy_source(round_: Round, source: LoadgenSource, tree: Path, build_dir: Path) -> Path:
+    """Copy the checked files here and have the tree's own version generator describe the clone."""
+    dest = source_dir(round_, build_dir)
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / "generated").mkdir(parents=True)
+    for path in manifest(source):
+        shutil.copy2(tree / path, dest / Path(path).name)
+    loadgen = tree / "loadgen"
+    # LoadGen's version generator, run as its own build runs it: from the loadgen folder, so that its `git status
+    # .` covers LoadGen's files; it writes only the file it is given.
+    generate = ("import sys; sys.path.insert(0, sys.argv[2]); from version_generator import "
+                "generate_loadgen_version_definitions as generate; generate(sys.argv[1], sys.argv[2])")
+    done = subprocess.run([sys.executable, "-c", generate, str(dest / "generated" / "version_generated.cc"),
+                           str(loadgen)], cwd=loadgen, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise FetchError(f"{loadgen / 'version_generator.py'} failed (exit {done.returncode}): "
+                         f"{(done.stderr or done.stdout).strip()[-500:]}")
+    _check_seeds(round_, dest)
+    (dest / MARKER_NAME).write_text(_pin(round_) + "\n", encoding="utf-8")
+    return dest
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,8 +63,11 @@ def _ensure_punkt() -> str:
 
 
 def splitter_name() -> str:
-    """What splits sentences, for accuracy.txt: nltk's version and where its punkt_tab data came from."""
-    return f"nltk {nltk.__version__} sent_tokenize, punkt_tab from {_ensure_punkt()}"
+    """What splits sentences, for accuracy.txt: nltk's version and which punkt_tab data, named by its package (or
+    as nltk's data path) rather than by a folder of this machine, since accuracy.txt ships in a submission."""
+    found, packaged = Path(_ensure_punkt()), package_nltk_data()
+    origin = PUNKT_PACKAGE_PIN if packaged is not None and found.is_relative_to(packaged) else "nltk's data path"
+    return f"nltk {nltk.__version__} sent_tokenize, punkt_tab of {origin}"
 
 
 def split_sentences(text: str) -> list[str]:

@@ -1,6 +1,6 @@
-"""``python -m code.submission stage|truncate|check``: what make stage_results, truncate_results and
-check_submission run. Exit status: 0 done (check: the checker found no error), 1 the checker found errors, a
-tool failed or the disk is full (one line each), 2 bad input (named, with its fix)."""
+"""``python -m code.submission stage|truncate|check|pack``: what make stage_results, truncate_results,
+check_submission and pack_submission run. Exit status: 0 done (check: the checker found no error), 1 the checker
+found errors, a tool failed or the disk is full (one line each), 2 bad input (named, with its fix)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from code.common.constants import ExitCode
 from code.common.faults import describe
 from code.common.rounds import RoundError
 from code.submission.checker import AlreadyTruncated, CheckResult, ToolFailed, check, truncate, truncated
+from code.submission.pack import pack
 from code.submission.stage import DIVISION, SUBMISSION_DIR, SYSTEMS_DIR, Staged, StageError, stage, staged_round
 from code.submission.tools import ToolsError
 
@@ -21,7 +22,7 @@ CSV_COLUMNS = ("SystemName", "Model", "Scenario", "Result", "Units", "Accuracy",
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m code.submission", description=__doc__)
-    parser.add_argument("action", choices=("stage", "truncate", "check"))
+    parser.add_argument("action", choices=("stage", "truncate", "check", "pack"))
     parser.add_argument("--submitter", required=True, help="the organization: build/submission/closed/<submitter>")
     parser.add_argument("--system", help="stage this system's runs (default: the only system in the runs)")
     parser.add_argument("--round", help="stage this round's runs (default: the only round in the runs)")
@@ -31,12 +32,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systems_dir", type=Path, default=SYSTEMS_DIR,
                         help="where <system>.json is (default: systems/)")
     parser.add_argument("--allow_incomplete", action="store_true",
-                        help="stage even with missing or not-submittable tests; the tree's README says so")
+                        help="stage (or pack) even with missing or not-submittable tests; the tree's README says so")
     parser.add_argument("--skip_compliance", action="store_true", help="check: pass --skip_compliance")
     args = parser.parse_args(argv)
     try:
         if args.action == "stage":
             return _stage(args)
+        if args.action == "pack":
+            packed = pack(args.submitter, allow_incomplete=args.allow_incomplete)
+            print(f"[pack_submission] {packed.archive} ({packed.files} files)\n  sha1   {packed.sha1}\n"
+                  f"  sha256 {packed.sha256}\n[pack_submission] upload the archive through the submission UI; "
+                  f"{packed.archive.with_suffix('').with_suffix('.sha1').name} holds its sha1 as pack_submission.sh "
+                  "writes it")
+            return ExitCode.OK
         round_name = staged_round(args.submitter)
         if args.action == "truncate":
             print(truncate(args.submitter, round_name).rstrip())

@@ -6,6 +6,8 @@ logger); we only pass arguments and read what they print. Their round is the sta
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import subprocess
 import sys
@@ -22,6 +24,7 @@ ERROR_LINE = re.compile(r"^(?:\[[^\]]* ERROR\] |ERROR:main:)(.*)$", re.MULTILINE
 FOLLOW_ON_ERRORS = ("has issues", "NoResults ", "does not have all required scenarios", "SUMMARY: ",
                     "is OK but accuracy has issues")
 HASH_LINE = re.compile(r"^hash=\w+$", re.MULTILINE)
+CHECK_RECORD = "result.json"  # beside the checker's log: its verdict and the tree it judged (make pack_submission)
 
 
 class AlreadyTruncated(RuntimeError):
@@ -54,6 +57,16 @@ class CheckResult:
     def verdict(self) -> str:
         lines = [line for line in self.output.splitlines() if "SUMMARY:" in line]
         return lines[-1].split("SUMMARY:", 1)[1].strip() if lines else f"no verdict (exit status {self.returncode})"
+
+
+def tree_digest(tree: Path) -> str:
+    """sha256 of every path and file of the tree: whether it is still the tree the checker judged."""
+    digest = hashlib.sha256()
+    for path in sorted(tree.rglob("*")):
+        digest.update(path.relative_to(tree).as_posix().encode() + b"\0")
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def truncated(tree: Path) -> bool:
@@ -108,4 +121,8 @@ def check(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_DIR
     done = subprocess.run(command, cwd=tools, capture_output=True, text=True)
     output = done.stdout + done.stderr
     (check_dir / "checker.log").write_text(output)
-    return CheckResult(done.returncode, ERROR_LINE.findall(output), output, csv)
+    result = CheckResult(done.returncode, ERROR_LINE.findall(output), output, csv)
+    (check_dir / CHECK_RECORD).write_text(json.dumps({
+        "round": round_name, "passed": result.passed, "verdict": result.verdict, "errors": len(result.errors),
+        "tree_sha256": tree_digest(submission_dir / DIVISION / submitter)}, indent=1) + "\n")
+    return result

@@ -27,6 +27,18 @@ from code.common.system_description import (
     load_description,
 )
 from code.harness.fetch_loadgen import source_dir
+from code.submission.documents import (
+    CALIBRATION_DOC,
+    calibration_entry,
+    harness_commit,
+    host_paths,
+    portable,
+    repository_url,
+    uses_fp8,
+    write_calibration,
+    write_code_readme,
+    write_source,
+)
 from code.submission.model_info import implementation, model_info, ran_no_model
 from code.submission.runs import ACCURACY, PERFORMANCE, TestRun, find_tests, newest, run_folders
 
@@ -83,7 +95,6 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     round_name = _one_round(tests, round_name)
     tests = [t for t in tests if t.round == round_name]
     chosen = newest(tests)
-    mlperf_conf = _mlperf_conf(round_name)
 
     staged = Staged(out_dir / DIVISION / submitter, round_name, system)
     staged.notes += [f"a test that did not finish is left out: {path}" for path in unfinished]
@@ -91,9 +102,15 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     staged.problems += _check(chosen, description["system_type"], round_name)
     audits = _newest_audits(compliance, system, round_name, staged)
     staged.problems += _failed_audits(audits, {(benchmark, scenario) for benchmark, scenario, _ in chosen})
+    commit, no_commit = harness_commit(list(chosen.values()))
+    staged.problems += no_commit
+    performance = [test for (_, _, mode), test in sorted(chosen.items()) if mode == PERFORMANCE]
+    staged.problems += [problem for test in performance if uses_fp8(test.metadata)
+                        for problem in calibration_entry(test)[1]]
     if staged.problems and not allow_incomplete:
         return staged  # reported by the caller; nothing written
 
+    mlperf_conf = _mlperf_conf(round_name)
     _reset(staged.tree, work_dir / submitter)
     _write_json(staged.tree / "systems" / f"{system}.json", description)
     for (benchmark, scenario, mode), test in sorted(chosen.items()):
@@ -103,14 +120,16 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
         else:
             _copy_files(test.directory, results / "performance" / "run_1", PERFORMANCE_FILES)
             _write_measurements(staged.tree / "measurements" / system / benchmark / scenario, test, mlperf_conf)
-            _write_code_readme(staged.tree / "code" / benchmark, benchmark, test)
-    for (benchmark, scenario), folder in sorted(audits.items()):
+    _write_code(staged, list(chosen.values()), commit)
+    for (benchmark, scenario, test_name), folder in sorted(audits.items()):
         if (benchmark, scenario, PERFORMANCE) in chosen or (benchmark, scenario, ACCURACY) in chosen:
-            shutil.copytree(folder, staged.tree / "compliance" / system / benchmark / scenario)
+            shutil.copytree(folder, staged.tree / "compliance" / system / benchmark / scenario / test_name)
     if not audits:
         where = COMPLIANCE_LOGS_DIR if compliance is None else ", ".join(map(str, compliance)) or "no folder"
         staged.notes.append(f"no compliance audit logs for {system} in {where}: the checker will ask for "
                             "compliance/ (make run_audit_harness)")
+    staged.problems += [f"{found} is a folder of this machine, in a file the submission ships (write it "
+                        "relative to the checkout)" for found in host_paths(staged.tree)]
     _write_tree_readme(staged, chosen)
     _write_json(work_dir / submitter / STAGE_RECORD, {"round": round_name, "system": system, "tree": str(staged.tree),
                                                       "problems": staged.problems, "notes": staged.notes})
@@ -214,24 +233,22 @@ def _system_description(systems_dir: Path, system: str, submitter: str, staged: 
 
 
 def _newest_audits(compliance: list[Path] | None, system: str, round_name: str,
-                   staged: Staged) -> dict[tuple[str, str], Path]:
-    """Per (benchmark, scenario), the newest audit folder ``<ts>/<system>/<bench>/<Scenario>/`` holding TESTs of
-    the staged round; an audit that its run recorded as another round's is left out with a note (the round's
-    checker judges the tree, and another round's audit is not what it asks for)."""
+                   staged: Staged) -> dict[tuple[str, str, str], Path]:
+    """Per (benchmark, scenario, TEST), the newest audit folder ``<ts>/<system>/<bench>/<Scenario>/<TEST>/`` of the
+    staged round, so that audits run one invocation at a time all count; an audit that its run recorded as another
+    round's is left out with a note (the round's checker judges the tree, and another round's audit is not what it
+    asks for)."""
     folders = compliance if compliance is not None else run_folders(COMPLIANCE_LOGS_DIR)
-    found: dict[tuple[str, str], Path] = {}
+    found: dict[tuple[str, str, str], Path] = {}
     for folder in folders:  # oldest first: a later folder replaces an earlier one
-        for scenario_dir in sorted((folder / system).glob("*/*")) if (folder / system).is_dir() else []:
-            tests = [p for p in scenario_dir.iterdir() if p.name.startswith("TEST")] if scenario_dir.is_dir() else []
-            if not tests:
+        for test in sorted((folder / system).glob("*/*/TEST*")) if (folder / system).is_dir() else []:
+            if not test.is_dir():
                 continue
-            where = scenario_dir.relative_to(folder)
-            rounds = {_recorded_round(folder / RUNS_SUBDIR / where / test.name) for test in tests} - {None}
-            if rounds and rounds != {round_name}:
-                staged.notes.append(f"audits of round {', '.join(sorted(rounds))} left out (staging round "
-                                    f"{round_name}): {scenario_dir}")
+            recorded = _recorded_round(folder / RUNS_SUBDIR / test.relative_to(folder))
+            if recorded not in (None, round_name):
+                staged.notes.append(f"audit of round {recorded} left out (staging round {round_name}): {test}")
                 continue
-            found[(scenario_dir.parent.name, scenario_dir.name)] = scenario_dir
+            found[(test.parents[1].name, test.parent.name, test.name)] = test
     return found
 
 
@@ -243,19 +260,17 @@ def _recorded_round(audit_run: Path) -> str | None:
         return None
 
 
-def _failed_audits(audits: dict[tuple[str, str], Path], staged_scenarios: set[tuple[str, str]]) -> list[str]:
+def _failed_audits(audits: dict[tuple[str, str, str], Path], staged_scenarios: set[tuple[str, str]]) -> list[str]:
     """Each staged audit that its compliance run's summary.json records as not PASSed, by name and reason."""
     problems: list[str] = []
-    for (benchmark, scenario), scenario_dir in sorted(audits.items()):
+    for (benchmark, scenario, test_name), test in sorted(audits.items()):
         if (benchmark, scenario) not in staged_scenarios:
             continue
-        records = _audit_records(scenario_dir.parents[2])
-        for test in sorted(p for p in scenario_dir.iterdir() if p.name.startswith("TEST")):
-            record = records.get(test.resolve())
-            if record is not None and not str(record.get("verdict", "")).startswith("PASS"):
-                reasons = "; ".join(record.get("invalid_reasons") or []) or "no reason recorded"
-                problems.append(f"{benchmark} {scenario} {test.name} audit is {record.get('verdict')}: {reasons} "
-                                f"({test}; run it again: make run_audit_harness)")
+        record = _audit_records(test.parents[3]).get(test.resolve())
+        if record is not None and not str(record.get("verdict", "")).startswith("PASS"):
+            reasons = "; ".join(record.get("invalid_reasons") or []) or "no reason recorded"
+            problems.append(f"{benchmark} {scenario} {test_name} audit is {record.get('verdict')}: {reasons} "
+                            f"({test}; run it again: make run_audit_harness)")
     return problems
 
 
@@ -282,6 +297,10 @@ def _copy_files(source: Path, target: Path, names: tuple[str, ...]) -> None:
     for name in names:
         if (source / name).is_file():
             shutil.copy2(source / name, target / name)
+    accuracy_txt = target / "accuracy.txt"
+    if accuracy_txt.is_file():  # its first line is the checker's; the lines after it describe the run, in words
+        first, *rest = accuracy_txt.read_text().splitlines()
+        accuracy_txt.write_text("\n".join([first, *(portable(line) for line in rest)]) + "\n")
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
@@ -307,16 +326,18 @@ def _write_measurements(folder: Path, test: TestRun, mlperf_conf: Path) -> None:
                 model_info(test.metadata))
     fields = test.metadata["config"]["fields"]
     provenance = test.metadata.get("provenance", {})
-    (folder / "README.md").write_text(
+    code = f"code/{test.benchmark}/{implementation(test.metadata)}/README.md"
+    # Paths a run was given or found are written relative to the checkout (build/...): no folder of this machine.
+    (folder / "README.md").write_text(portable(
         f"# {test.benchmark} {test.scenario} on {test.system}\n\n"
         f"Round {test.round}, LoadGen {test.metadata.get('loadgen_version')}; backend `{fields['backend']}`, "
-        f"precision `{fields['precision']}`.\n\n"
+        f"precision `{fields['precision']}`; harness commit "
+        f"`{test.metadata.get('versions', {}).get('harness_commit')}`.\n\n"
         f"- model: {provenance.get('model')}\n- inputs: {provenance.get('inputs')}\n"
         f"- weights: {provenance.get('weights')}\n\n"
-        "Reproduce (see `code/" + test.benchmark + "/README.md` for the setup), with the settings this run was "
-        "given on its command line:\n\n"
+        f"Reproduce (`{code}` has the setup), with the settings this run was given on its command line:\n\n"
         f"```bash\nmake run ROUND={test.round} RUN_ARGS=\"--benchmarks={test.benchmark} "
-        f"--scenarios={test.scenario.lower()} --system_name={test.system}{_given_flags(test)}\"\n```\n")
+        f"--scenarios={test.scenario.lower()} --system_name={test.system}{_given_flags(test)}\"\n```\n"))
 
 
 def _given_flags(test: TestRun) -> str:
@@ -326,22 +347,16 @@ def _given_flags(test: TestRun) -> str:
     return "".join(f" --{name}={config['fields'][name]}" for name in given)
 
 
-def _write_code_readme(folder: Path, benchmark: str, test: TestRun) -> None:
-    if (folder / "README.md").exists():
-        return
-    folder.mkdir(parents=True, exist_ok=True)
-    family = benchmark.split("-")[0]
-    (folder / "README.md").write_text(
-        f"# {benchmark}: how to reproduce with this harness\n\n"
-        "The harness (Python orchestration, a C++/pybind11 core over the official LoadGen, PyTorch backends) is "
-        f"the repository this tree was staged from; `documentation/{family}.md` there describes the benchmark.\n\n"
-        f"```bash\nmake setup\nmake download_data download_model preprocess_data BENCHMARKS=\"{family}\"\n"
-        f"make build ROUND={test.round}\n"
-        f"make run ROUND={test.round} RUN_ARGS=\"--benchmarks={benchmark} --scenarios=<scenario> "
-        "--test_mode=SubmissionRun\"\n"
-        "make stage_results SUBMITTER=<org> && make truncate_results SUBMITTER=<org> && "
-        "make check_submission SUBMITTER=<org>\n```\n\n"
-        "Each scenario's `measurements/<system>/" + benchmark + "/<Scenario>/README.md` gives the exact command.\n")
+def _write_code(staged: Staged, tests: list[TestRun], commit: str | None) -> None:
+    """code/: the harness's source at the runs' commit, a README per benchmark and implementation, and the
+    calibration write-up of the FP8 engines (documentation/calibration.md)."""
+    if commit:
+        staged.problems += write_source(staged.tree, commit)
+    url = repository_url()
+    fp8 = {test.benchmark for test in tests if uses_fp8(test.metadata)}
+    for test in tests:
+        write_code_readme(staged.tree, test, commit, url, test.benchmark in fp8)
+    write_calibration(staged.tree, [test for test in tests if test.mode == PERFORMANCE])
 
 
 def _write_tree_readme(staged: Staged, chosen: dict[tuple[str, str, str], TestRun]) -> None:
@@ -349,6 +364,15 @@ def _write_tree_readme(staged: Staged, chosen: dict[tuple[str, str, str], TestRu
              "Staged by `make stage_results` from these tests:", ""]
     lines += [f"- {test.describe()}: {test.verdict} ({test.directory})" for test in
               sorted(chosen.values(), key=lambda t: (t.benchmark, t.scenario, t.mode))]
+    documents = [("code/source/", "the harness's source, at the commit the runs recorded"),
+                 ("code/<benchmark>/<implementation>/README.md", "how to run each benchmark with it"),
+                 (CALIBRATION_DOC.as_posix(), "how each FP8 engine was calibrated"),
+                 ("measurements/<system>/<benchmark>/<Scenario>/", "mlperf.conf, user.conf, the model-info JSON and "
+                                                                   "the command of each run"),
+                 (f"systems/{staged.system}.json", "the system description")]
+    lines += ["", "Beside the logs (results/, compliance/):", ""]
+    lines += [f"- `{path}`: {what}" for path, what in documents
+              if staged.tree.joinpath(path.split("<")[0]).exists()]
     pipeline = any(ran_no_model(t.metadata) for t in chosen.values())
     if pipeline:
         lines += ["", "**This is a pipeline test, not a result**: the oracle backend (gold answers, no model) ran "
@@ -356,4 +380,4 @@ def _write_tree_readme(staged: Staged, chosen: dict[tuple[str, str, str], TestRu
     if staged.problems:
         lines += ["", "**Staged with --allow_incomplete: this tree is NOT a complete, submittable set.** Reasons:",
                   ""] + [f"- {problem}" for problem in staged.problems]
-    staged.tree.joinpath("README.md").write_text("\n".join(lines) + "\n")
+    staged.tree.joinpath("README.md").write_text(portable("\n".join(lines) + "\n"))

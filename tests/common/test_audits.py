@@ -201,7 +201,8 @@ def test_bad_audits_are_refused_before_anything_runs(tmp_path, harness_built, ar
 
 
 def test_a_test01_audit_that_logged_nothing_says_so(tmp_path):
-    """LoadGen 4.1.30 ignores audit.config's sampling keys: nothing is compared, and the reason says that."""
+    """A LoadGen that ignores audit.config's sampling keys (every 4.1.x release on PyPI does) logs no response:
+    nothing is compared, and the reason says that."""
     work, scores = _scored(tmp_path, 0.0, 0.0)
     verdict = AuditVerdict("TEST01", checks={"accuracy": False, "performance": True}, compared=0)
     ship_test01_accuracy(verdict, work, tmp_path / "TEST01" / "accuracy", scores, "bert-99")

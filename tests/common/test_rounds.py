@@ -2,6 +2,7 @@
 round is chosen by flag, config field or Make variable, with bad input refused by name."""
 
 import importlib.util
+import os
 import subprocess
 import sys
 import tarfile
@@ -14,7 +15,8 @@ from code.common.constants import Scenario
 from code.common.paths import OFFICIAL_TOOLS_DIR as OFFICIAL_TOOLS
 from code.common.paths import REPO_ROOT
 from code.common.rounds import DEFAULT_ROUND, ROUNDS, RoundError, get_round
-from code.harness.fetch_loadgen import FetchError, fetch_loadgen, mlperf_conf_seeds
+from code.harness.fetch_loadgen import SOURCE_ENV_VAR, FetchError, fetch_loadgen, manifest, mlperf_conf_seeds
+from tests.conftest import round_core
 
 OUR_BENCHMARKS = ("bert-99", "bert-99.9", "gptj-99", "gptj-99.9")
 
@@ -105,29 +107,64 @@ def test_fetch_refuses_a_loadgen_with_another_rounds_seeds(tmp_path, monkeypatch
     import hashlib
     from dataclasses import replace
 
-    v41 = get_round("v4.1")
-    wrong = "".join(f"*.*.{k} = {v}\n" for k, v in vars(get_round("v5.0").seeds).items())
-    tarball = _fake_sdist(tmp_path / "wrong", v41.loadgen.version, wrong)
+    v50 = get_round("v5.0")
+    wrong = "".join(f"*.*.{k} = {v}\n" for k, v in vars(get_round("v4.1").seeds).items())
+    tarball = _fake_sdist(tmp_path / "wrong", v50.loadgen.version, wrong)
     digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
-    pinned = replace(v41, loadgen=replace(v41.loadgen, sha256=digest))
+    pinned = replace(v50, loadgen=replace(v50.loadgen, sha256=digest))
     monkeypatch.setenv("MLPERF_LOADGEN_SDIST", str(tarball))
-    with pytest.raises(FetchError, match=r"round v4.1's checker expects .*the pin in code/common/rounds.py is wrong"):
+    with pytest.raises(FetchError, match=r"round v5.0's checker expects .*the pin in code/common/rounds.py is wrong"):
         fetch_loadgen(pinned, tmp_path / "build")
 
-    right = "".join(f"*.*.{k} = {v}\n" for k, v in vars(v41.seeds).items())
-    tarball = _fake_sdist(tmp_path / "right", v41.loadgen.version, right)
+    right = "".join(f"*.*.{k} = {v}\n" for k, v in vars(v50.seeds).items())
+    tarball = _fake_sdist(tmp_path / "right", v50.loadgen.version, right)
     digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
-    pinned = replace(v41, loadgen=replace(v41.loadgen, sha256=digest))
+    pinned = replace(v50, loadgen=replace(v50.loadgen, sha256=digest))
     monkeypatch.setenv("MLPERF_LOADGEN_SDIST", str(tarball))
     source = fetch_loadgen(pinned, tmp_path / "build")
-    assert source == tmp_path / "build" / "mlcommons_loadgen-4.1.30" and (source / "mlperf_conf.h").is_file()
+    assert source == tmp_path / "build" / "mlcommons_loadgen-5.0.13" and (source / "mlperf_conf.h").is_file()
+
+
+def test_a_source_built_round_names_the_clone_it_needs(tmp_path, monkeypatch):
+    """v4.1's LoadGen comes from the user's clone of mlcommons/inference at tag v4.1: none named, or a folder that
+    is not one, is an error that says how to get it."""
+    monkeypatch.delenv(SOURCE_ENV_VAR, raising=False)
+    with pytest.raises(FetchError, match=r"round v4.1 builds LoadGen from mlcommons/inference at tag v4.1 .*`git clone "
+                                         r"--branch v4.1 https://github.com/mlcommons/inference <folder>`, then set "
+                                         r"LOADGEN_SRC=<folder> \(make build ROUND=v4.1 LOADGEN_SRC=<folder>\)"):
+        fetch_loadgen(get_round("v4.1"), tmp_path / "build")
+    monkeypatch.setenv(SOURCE_ENV_VAR, str(tmp_path))
+    with pytest.raises(FetchError, match=r"is not a clone of mlcommons/inference \(no loadgen/loadgen.h in it\)"):
+        fetch_loadgen(get_round("v4.1"), tmp_path / "build")
+
+
+def test_a_clone_with_changed_loadgen_files_is_refused(tmp_path, monkeypatch):
+    """Every file the build uses must be the tag's: a changed one is named, with the checkout that fixes it."""
+    import shutil
+
+    clone = os.environ.get(SOURCE_ENV_VAR)
+    if not clone:
+        pytest.skip(f"{SOURCE_ENV_VAR} names no clone of mlcommons/inference at tag v4.1 here")
+    v41 = get_round("v4.1")
+    root = Path(clone).resolve()
+    root = root.parent if root.name == "loadgen" else root
+    copy = tmp_path / "inference"
+    for path in manifest(v41.loadgen):
+        (copy / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / path, copy / path)
+    with open(copy / "loadgen" / "results.cc", "a") as changed:
+        changed.write("// a local change\n")
+    monkeypatch.setenv(SOURCE_ENV_VAR, str(copy / "loadgen"))  # the loadgen/ folder is accepted for the clone
+    with pytest.raises(FetchError, match=r"is not mlcommons/inference at tag v4.1 \(commit 379ee5345a\): "
+                                         r"loadgen/results.cc differ .*`git -C .* checkout v4.1`"):
+        fetch_loadgen(v41, tmp_path / "build")
 
 
 def test_fetch_names_the_rounds_sdist_for_a_wrong_local_copy(tmp_path, monkeypatch):
     other = tmp_path / "other.tar.gz"
     other.write_bytes(b"not loadgen")
     monkeypatch.setenv("MLPERF_LOADGEN_SDIST", str(other))
-    with pytest.raises(FetchError, match=r"is not the mlcommons_loadgen-5.0.21.tar.gz round v5.0 needs"):
+    with pytest.raises(FetchError, match=r"is not the mlcommons_loadgen-5.0.13.tar.gz round v5.0 needs"):
         fetch_loadgen(get_round("v5.0"), tmp_path / "build")
 
 
@@ -143,11 +180,9 @@ def test_seed_parser_reads_the_rounds_own_lines():
 def test_each_rounds_build_has_its_loadgen_and_seeds(round_name, harness_built):
     """Builds live side by side: building one round leaves the other's module untouched; each compiles in the
     pinned LoadGen, whose mlperf.conf carries the seeds the round's checker expects."""
-    from code.harness.build import build
-
-    others = {name: build(name) for name in ROUNDS if name != round_name}
+    others = {name: round_core(name) for name in ROUNDS if name != round_name}
     before = {name: path.stat().st_mtime_ns for name, path in others.items()}
-    built = build(round_name)
+    built = round_core(round_name)
     assert {name: path.stat().st_mtime_ns for name, path in others.items()} == before
     assert built.parent.name == round_name
     code = f"from code.harness.core import loadgen_version; print(loadgen_version('{round_name}'))"

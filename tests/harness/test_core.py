@@ -266,7 +266,7 @@ def test_settings_reject_an_unknown_round(tmp_path: Path) -> None:
 def test_loadgen_version(built_core: Path) -> None:
     code = "from code.harness.core import loadgen_version; print(loadgen_version())"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ROUNDS[DEFAULT_ROUND].loadgen.version == "5.0.21"
+    assert out.stdout.strip() == ROUNDS[DEFAULT_ROUND].loadgen.version == "5.0.13"
 
 
 @pytest.mark.slow

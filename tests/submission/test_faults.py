@@ -79,18 +79,18 @@ def test_an_unreadable_metadata_json_is_an_unfinished_test_not_a_crash(tmp_path)
     assert tests == [] and unfinished == [cut, other]
 
 
-def _audit(root: Path, round_name: str, verdict: str, scenario: str = "Offline") -> Path:
-    """One compliance run as run_audit leaves it: the checker's TEST01 folder, the audit's own run, summary.json."""
-    test01 = root / "CPU" / "bert-99" / scenario / "TEST01"
-    (test01 / "accuracy").mkdir(parents=True)
-    (test01 / "verify_performance.txt").write_text("TEST PASS\n" if verdict == "PASS" else "TEST FAIL\n")
-    run = root / "audit_runs" / "CPU" / "bert-99" / scenario / "TEST01"
+def _audit(root: Path, round_name: str, verdict: str, scenario: str = "Offline", test: str = "TEST01") -> Path:
+    """One compliance run as run_audit leaves it: the checker's TEST folder, the audit's own run, summary.json."""
+    folder = root / "CPU" / "bert-99" / scenario / test
+    (folder / "accuracy").mkdir(parents=True)
+    (folder / "verify_performance.txt").write_text("TEST PASS\n" if verdict == "PASS" else "TEST FAIL\n")
+    run = root / "audit_runs" / "CPU" / "bert-99" / scenario / test
     run.mkdir(parents=True)
     (run / "metadata.json").write_text(json.dumps({"round": round_name, "result": {"complete": True}}))
     reasons = [] if verdict == "PASS" else ["TEST FAIL: performance differs"]
-    (root / "summary.json").write_text(json.dumps([{"benchmark": "bert-99", "log_dir": str(test01),
+    (root / "summary.json").write_text(json.dumps([{"benchmark": "bert-99", "log_dir": str(folder),
                                                      "verdict": verdict, "invalid_reasons": reasons}]))
-    return test01.parent
+    return folder
 
 
 def test_staging_takes_audits_of_its_round_only_and_names_a_failed_one(tmp_path):
@@ -100,18 +100,28 @@ def test_staging_takes_audits_of_its_round_only_and_names_a_failed_one(tmp_path)
     passed = _audit(tmp_path / "2026.11.24-09.00.00", "v5.0", "PASS")
     other_round = _audit(tmp_path / "2026.11.24-10.00.00", "v4.1", "PASS")
     staged = Staged(tmp_path / "tree", "v5.0", "CPU")
-    audits = _newest_audits([passed.parents[2], other_round.parents[2]], "CPU", "v5.0", staged)
-    assert audits == {("bert-99", "Offline"): passed}
-    assert staged.notes == [f"audits of round v4.1 left out (staging round v5.0): {other_round}"]
+    audits = _newest_audits([passed.parents[3], other_round.parents[3]], "CPU", "v5.0", staged)
+    assert audits == {("bert-99", "Offline", "TEST01"): passed}
+    assert staged.notes == [f"audit of round v4.1 left out (staging round v5.0): {other_round}"]
     assert _failed_audits(audits, {("bert-99", "Offline")}) == []
 
     failed = _audit(tmp_path / "2026.11.24-11.00.00", "v5.0", "FAIL")
-    audits = _newest_audits([passed.parents[2], failed.parents[2]], "CPU", "v5.0", staged)
-    assert audits == {("bert-99", "Offline"): failed}
+    audits = _newest_audits([passed.parents[3], failed.parents[3]], "CPU", "v5.0", staged)
+    assert audits == {("bert-99", "Offline", "TEST01"): failed}
     assert _failed_audits(audits, {("bert-99", "Offline")}) == [
-        f"bert-99 Offline TEST01 audit is FAIL: TEST FAIL: performance differs ({failed / 'TEST01'}; run it again: "
+        f"bert-99 Offline TEST01 audit is FAIL: TEST FAIL: performance differs ({failed}; run it again: "
         "make run_audit_harness)"]
     assert _failed_audits(audits, {("bert-99", "SingleStream")}) == []  # not staged: not a problem of the tree
+
+
+def test_audits_of_one_scenario_run_one_at_a_time_are_all_staged(tmp_path):
+    """TEST01 and TEST05 from two invocations (two compliance folders): each test's newest counts."""
+    from code.submission.stage import Staged, _newest_audits
+
+    test01 = _audit(tmp_path / "2026.11.24-09.00.00", "v4.1", "PASS")
+    test05 = _audit(tmp_path / "2026.11.24-10.00.00", "v4.1", "PASS", test="TEST05")
+    audits = _newest_audits([test01.parents[3], test05.parents[3]], "CPU", "v4.1", Staged(tmp_path, "v4.1", "CPU"))
+    assert audits == {("bert-99", "Offline", "TEST01"): test01, ("bert-99", "Offline", "TEST05"): test05}
 
 
 def test_a_full_disk_while_staging_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):

@@ -28,12 +28,13 @@ PYBIND11_MODULE(_mlperf_harness, m) {
          bool log_enable_trace,
          const py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>& sample_lengths,
          const std::vector<py::object>& runners, const std::vector<std::string>& device_names,
-         const py::object& load_samples, const py::object& unload_samples) {
+         const py::object& load_samples, const py::object& unload_samples, const std::string& mlperf_conf) {
         harness::RunConfig config;
         config.model = model;
         config.scenario = scenario;
         config.mode = mode;
         config.user_conf = user_conf;
+        config.mlperf_conf = mlperf_conf;
         config.log_dir = log_dir;
         config.total_sample_count = total_sample_count;
         config.performance_sample_count = performance_sample_count;
@@ -49,7 +50,7 @@ PYBIND11_MODULE(_mlperf_harness, m) {
       py::arg("num_workers"), py::arg("sort_by_length"), py::arg("batch_timeout_us"), py::arg("log_enable_trace"),
       py::arg("sample_lengths"),
       py::arg("runners"), py::arg("device_names"), py::arg("load_samples") = py::none(),
-      py::arg("unload_samples") = py::none(),
+      py::arg("unload_samples") = py::none(), py::arg("mlperf_conf") = "",
       "Run one LoadGen test (once per process) with one runner per device: a Python runner (run_batch or "
       "run_continuous) or a worker process's connections (an object with worker_fds and continuous). Raises a "
       "runner's first error after the test ends.");

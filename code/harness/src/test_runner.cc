@@ -76,14 +76,17 @@ mlperf::TestSettings MakeTestSettings(const RunConfig& config, const ScenarioNam
   mlperf::TestSettings settings;
   // The scenario first: FromConfig reads keys for the scenario it is given, but does not set the field itself.
   settings.scenario = scenario.loadgen;
-  const int rc = settings.FromConfig(config.user_conf, config.model, config.scenario);
-  if (rc != 0) {
+  auto read = [&](const std::string& path, const char* what) {
+    const int rc = settings.FromConfig(path, config.model, config.scenario);
+    if (rc == 0) return;
     const std::string why = rc == -ENOENT ? "cannot open the file"
                             : rc == -EINVAL
                                 ? "a line is not 'model.scenario.key = number' (see LoadGen's detail log)"
                                 : std::strerror(-rc);
-    throw py::value_error("LoadGen could not read user.conf " + config.user_conf + ": " + why);
-  }
+    throw py::value_error(std::string("LoadGen could not read ") + what + " " + path + ": " + why);
+  };
+  if (!config.mlperf_conf.empty()) read(config.mlperf_conf, "mlperf.conf");
+  read(config.user_conf, "user.conf");
   // After FromConfig, so a "mode" key in user.conf cannot override what the orchestrator asked for.
   settings.scenario = scenario.loadgen;
   settings.mode = ParseMode(config.mode);

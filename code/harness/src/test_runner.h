@@ -16,6 +16,9 @@ struct RunConfig {
   std::string scenario;  // "Offline", "Server", "SingleStream"
   std::string mode;      // "PerformanceOnly", "AccuracyOnly"
   std::string user_conf;
+  // LoadGen built from a source tree that does not compile mlperf.conf in (round v4.1): that mlperf.conf, read
+  // before user.conf. Empty for a LoadGen that compiles it in, where a second file would invalidate the run.
+  std::string mlperf_conf;
   std::string log_dir;
   std::size_t total_sample_count = 0;
   std::size_t performance_sample_count = 0;

@@ -31,8 +31,7 @@ USER_ERRORS = (ArgumentError, FieldError, ConfigError, BenchmarkError, LogDirErr
 
 def main(argv: list[str]) -> int:
     if any(arg in ("-h", "--help", "help") for arg in argv):
-        print(__doc__)
-        print(format_help())
+        print(format_help())  # usage and exit statuses too, each line within the help's width
         return ExitCode.OK
     # What a Ctrl-C would stop, for the one line that says so (run_harness and run_audit say it themselves once
     # their tests run: they stop the test, mark its logs incomplete and write the summary).

@@ -8,6 +8,7 @@ lists the valid choices, so a typo never silently runs the wrong thing.
 from __future__ import annotations
 
 import difflib
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,8 @@ MAIN_ARGUMENTS = {
     "benchmarks": "comma list: " + ", ".join(BENCHMARK_NAMES),
     "scenarios": "comma list: offline, server, singlestream (case-insensitive)",
     "accuracy_target": "0.99 or 0.999 (bert-99.9 in --benchmarks sets 0.999 too)",
-    "config_ver": "legacy, comma list: default (= 0.99), high_accuracy (= 0.999); both: each benchmark at both",
+    "config_ver": "legacy, comma list: default (= 0.99), high_accuracy (= 0.999), all (= both: each benchmark "
+                  "at both targets)",
     "harness_type": "custom (our C++ core)",
     "power_setting": "MaxP or MaxQ",
     "system_name": "use this system's configs instead of the detected one",
@@ -46,7 +48,42 @@ MAIN_SWITCHES = {
                         "highest VALID target QPS, SingleStream expected latency, stored in build/tuned/ for later "
                         "runs (also make find_performance; documentation/performance_tuning_guide.md)",
 }
-ALIASES = {"fast": "test_run"}
+# NVIDIA's closed-division harness spells some flags differently. Where its flag means what one of ours means, it is
+# an alias: the value goes to our field, and "given twice" counts both spellings as one flag.
+ALIASES = {
+    "fast": "test_run",  # NVIDIA's name of --test_run before v4.1
+    "use_graphs": "cuda_graphs",  # CUDA graphs on or off
+    # Batches in flight per GPU: NVIDIA gives each inference stream an execution context; here each worker thread
+    # has its own CUDA stream, pinned buffers and graphs (code/bert/packed/runner.py).
+    "gpu_inference_streams": "num_workers",
+}
+
+
+@dataclass(frozen=True)
+class NvidiaOnlyFlag:
+    """An NVIDIA harness flag with no same-meaning field here: what it does there and what to do here instead."""
+
+    meaning: str
+    instead: str
+
+
+# Refused with the equivalent named, rather than with the list of every flag, so a habit costs one try.
+NVIDIA_ONLY_FLAGS = {
+    "gpu_copy_streams": NvidiaOnlyFlag(
+        "NVIDIA's count of host-to-device copy streams per GPU",
+        "here each worker copies its batch on its own CUDA stream, so --num_workers=N (NVIDIA's "
+        "--gpu_inference_streams) sets the copy streams too; give that instead"),
+    "power": NvidiaOnlyFlag(
+        "NVIDIA's run under a power meter (MLPerf's power tools)",
+        "this harness measures no power: leave --power out (--power_setting=MaxQ picks a system's MaxQ config "
+        "classes, where it has some)"),
+    "force_calibration": NvidiaOnlyFlag(
+        "NVIDIA's calibration run even when a calibration cache exists",
+        "here FP8 calibration is part of building an FP8 engine: remove the engines (make clean), then run "
+        "make generate_engines RUN_ARGS=\"...\" with this run's RUN_ARGS"),
+}
+# NVIDIA's --config_ver=all: every workload of the benchmark; here, each accuracy target.
+CONFIG_VER_ALL = "all"
 
 
 class ArgumentError(ValueError):
@@ -128,13 +165,19 @@ def parse_run_args(argv: list[str]) -> RunRequest:
     switches: dict[str, bool] = {}
     overrides: dict[str, Any] = {}
     given: dict[str, str | None] = {}
+    spelled: dict[str, str] = {}  # our name -> the spelling first given (an alias or ours)
     for token in _join_space_form(argv):
-        name, value = _split_flag(token)
-        name = ALIASES.get(name, name)
+        typed, value = _split_flag(token)
+        if typed in NVIDIA_ONLY_FLAGS:
+            flag = NVIDIA_ONLY_FLAGS[typed]
+            raise ArgumentError(f"--{typed} is {flag.meaning}; {flag.instead}")
+        name = ALIASES.get(typed, typed)
         if name in given and given[name] != value:
             # make passes ROUND as --round before RUN_ARGS: two different values must not silently pick one.
-            raise ArgumentError(f"--{name} is given twice ({given[name]} and {value}); give it once")
+            both = f"--{name}" if spelled[name] == typed else f"--{name} (as --{spelled[name]} and --{typed})"
+            raise ArgumentError(f"{both} is given twice ({given[name]} and {value}); give it once")
         given[name] = value
+        spelled.setdefault(name, typed)
         if name in MAIN_ARGUMENTS:
             if value is None or value == "":
                 raise ArgumentError(f"--{name} needs a value: {MAIN_ARGUMENTS[name]}")
@@ -233,11 +276,10 @@ def _accuracy_targets(main: dict[str, str]) -> list[AccuracyTarget]:
     if "config_ver" not in main:
         return [target] if target else []
     targets: list[AccuracyTarget] = []
-    for config_ver in _comma_list(main["config_ver"]):
+    for config_ver in _expand_all(_comma_list(main["config_ver"])):
         if config_ver not in CONFIG_VER_TO_ACCURACY:
-            raise ChoiceError(
-                f"unknown config_ver '{config_ver}'; valid choices: {', '.join(CONFIG_VER_TO_ACCURACY)}"
-            )
+            raise ChoiceError(f"unknown config_ver '{config_ver}'; valid choices: "
+                              f"{', '.join([*CONFIG_VER_TO_ACCURACY, CONFIG_VER_ALL])}")
         legacy = CONFIG_VER_TO_ACCURACY[config_ver]
         if target and legacy is not target:
             raise ArgumentError(f"--config_ver={config_ver} contradicts --accuracy_target={target.value}")
@@ -246,15 +288,96 @@ def _accuracy_targets(main: dict[str, str]) -> list[AccuracyTarget]:
     return targets
 
 
+def _expand_all(config_vers: list[str]) -> list[str]:
+    """``all`` stands for every config_ver, in their order, wherever it is in the list."""
+    expanded: list[str] = []
+    for config_ver in config_vers:
+        expanded += list(CONFIG_VER_TO_ACCURACY) if config_ver == CONFIG_VER_ALL else [config_ver]
+    return expanded
+
+
+# --help: flags in groups, each line within HELP_WIDTH columns (a terminal's or a pasted page's), names in a column.
+HELP_WIDTH = 100
+NAME_COLUMN = 30
+MAIN_GROUPS = (
+    ("What to run", ("action", "benchmarks", "scenarios", "accuracy_target", "config_ver", "harness_type",
+                     "power_setting", "system_name", "verbose", "find_performance")),
+    ("Compliance audits (make run_audit_harness)", ("audit_test", "audit_results_dir")),
+)
+# Config fields by what they set. The last group holds what exists to test the harness itself, apart, so a user
+# reading for a benchmark run can skip it; a field in no group still shows, under "Other fields", and a test
+# (tests/common/test_arguments.py) keeps that group empty.
+FIELD_GROUPS = (
+    ("Model, data and device", ("round", "backend", "precision", "model_name", "weights", "input_data", "device",
+                                "devices", "cpu_threads", "num_beams", "seed", "synthetic_sample_count",
+                                "synthetic_lengths", "synthetic_output_lengths")),
+    ("Batching (the C++ core)", ("gpu_batch_size", "num_workers", "sort_by_length", "batch_timeout_us")),
+    ("GPU paths (BERT packed path, GPT-J inflight engine)", ("fast_path", "cuda_graphs", "graph_max_tokens",
+                                                             "fp8_fast_accum", "fp8_gemms", "attention_kernel",
+                                                             "gelu_in_gemm", "kv_cache_dtype")),
+    ("LoadGen (written to user.conf)", ("test_mode", "test_run", "offline_expected_qps", "server_target_qps",
+                                        "single_stream_expected_latency_ns", "min_duration", "max_duration",
+                                        "min_query_count", "max_query_count", "performance_sample_count_override",
+                                        "num_samples")),
+    ("Logs", ("log_dir", "log_enable_trace")),
+    ("Test-only: for testing the harness, not for a benchmark run", ("cpu_workers", "oracle_shift", "oracle_drop",
+                                                                      "oracle_batch_ms", "synthetic_length_scale")),
+)
+OTHER_FIELDS = "Other fields"
+
+
+def _help_entry(flag: str, text: str) -> list[str]:
+    """One flag: its name in the first column, its text wrapped beside it (below it when the name is long)."""
+    indent = " " * NAME_COLUMN
+    head = f"  {flag}"
+
+    def wrap(first: str) -> list[str]:
+        return textwrap.wrap(text, HELP_WIDTH, initial_indent=first, subsequent_indent=indent,
+                             break_on_hyphens=False)
+
+    return [head, *wrap(indent)] if len(head) + 2 > NAME_COLUMN else wrap(head.ljust(NAME_COLUMN))
+
+
+def _main_text(name: str) -> str:
+    return MAIN_ARGUMENTS.get(name) or MAIN_SWITCHES[name]
+
+
+def field_groups() -> list[tuple[str, list[str]]]:
+    """FIELD_GROUPS as --help shows them: every field once, those in no group under OTHER_FIELDS."""
+    grouped = {name for _, names in FIELD_GROUPS for name in names}
+    groups = [(title, [name for name in names if name in FIELDS]) for title, names in FIELD_GROUPS]
+    others = [name for name in FIELDS if name not in grouped]
+    return groups + ([(OTHER_FIELDS, others)] if others else [])
+
+
 def format_help() -> str:
-    lines = ["RUN_ARGS (each --name=value or --name value):", "", "Main arguments:"]
-    lines += [f"  --{name:<34} {text}" for name, text in MAIN_ARGUMENTS.items()]
-    lines += [f"  --{name:<34} {text}" for name, text in MAIN_SWITCHES.items()]
-    lines += ["  --test_run (alias --fast)            short run: min_duration 60 s, min_query_count 1", "",
-              "Config fields (override the config):"]
-    for fld in FIELDS.values():
-        lines.append(f"  --{fld.name:<34} {fld.accepted()}: {fld.description}")
-    lines += ["", "A value outside what a field accepts, or a combination the benchmark cannot run (a sample count "
-              "below the benchmark's, a backend it lacks), stops the run before anything starts or is written "
-              "(exit status 2)."]
+    """``--help``: usage, exit statuses, then the flags in groups, NVIDIA's spellings last."""
+    lines = [
+        "usage: python -m code.main --action=ACTION [RUN_ARGS...]   (make run RUN_ARGS=\"...\")",
+        "",
+        "Each flag is --name=value or --name value; a bare switch (--test_run, --verbose) means true.",
+        "Exit status: 0 every test VALID or PASS; 1 a test did not finish; 2 bad input, refused before",
+        "anything ran; 3 a test INVALID or FAIL (documentation/commands.md).",
+    ]
+    for title, names in MAIN_GROUPS:
+        lines += ["", f"{title}:"]
+        for name in names:
+            lines += _help_entry(f"--{name}", _main_text(name))
+    lines += ["", *textwrap.wrap("Config fields override the config class (RUN_ARGS > tuned > rung > config > "
+                                 "default); each says what it accepts.", HELP_WIDTH)]
+    for title, names in field_groups():
+        lines += ["", f"{title}:"]
+        for name in names:
+            fld = FIELDS[name]
+            lines += _help_entry(f"--{name}", f"{fld.accepted()}. {fld.description}")
+    lines += ["", "NVIDIA harness spellings:"]
+    for alias, name in ALIASES.items():
+        lines += _help_entry(f"--{alias}", f"= --{name}")
+    lines += _help_entry(f"--config_ver={CONFIG_VER_ALL}", f"= --config_ver={','.join(CONFIG_VER_TO_ACCURACY)}")
+    for name, flag in NVIDIA_ONLY_FLAGS.items():
+        lines += _help_entry(f"--{name}", f"refused: {flag.instead}")
+    lines += [""] + textwrap.wrap(
+        "A value outside what a field accepts, or a combination the benchmark cannot run (a sample count below "
+        "the benchmark's, a backend it lacks), stops the run before anything starts or is written (exit status 2).",
+        HELP_WIDTH)
     return "\n".join(lines)

@@ -190,8 +190,8 @@ FIELDS: dict[str, Field] = {
         # How the C++ core batches.
         Field("gpu_batch_size", int, None, "Largest batch the batcher hands to the backend", required=True,
               range=Range(1, 65_536)),
-        Field("num_workers", int, 1, "Batcher threads, each driving the backend (NVIDIA: inference streams)",
-              range=Range(1, 256)),
+        Field("num_workers", int, 1, "Batcher threads per device, each driving the backend (alias "
+              "--gpu_inference_streams, NVIDIA's name)", range=Range(1, 256)),
         Field("sort_by_length", bool, True, "Sort each query's samples longest first before batching"),
         Field("batch_timeout_us", int, 0, "Server: how long a worker waits to fill a batch once it holds a sample",
               scenarios=(Scenario.Server,), range=Range(0, 60_000_000)),
@@ -200,7 +200,7 @@ FIELDS: dict[str, Field] = {
               "GEMMs, CUDA graphs) for fp16/bf16/fp8 engines; off: the eager padded model",
               benchmarks=(Benchmark.BERT,), engine=True),
         Field("cuda_graphs", bool, True, "CUDA graphs: BERT packed path, one per token bucket for small batches; "
-              "GPT-J inflight, one per decode step"),
+              "GPT-J inflight, one per decode step (alias --use_graphs, NVIDIA's name)"),
         Field("graph_max_tokens", int, 16384, "BERT packed path: largest token bucket with a CUDA graph (larger "
               "batches run eagerly; 0: none)", benchmarks=(Benchmark.BERT,), range=Range(0, 1_048_576)),
         Field("fp8_fast_accum", bool, False, "BERT packed path, fp8: cuBLASLt fast accumulation in the FP8 GEMMs",

@@ -107,7 +107,7 @@ def test_a_sample_count_override_may_only_go_up():
 
 def test_help_says_what_each_field_accepts():
     text = format_help()
-    assert "--gpu_batch_size                     int, 1 to 65,536: " in text
-    assert "--server_target_qps                  float, greater than 0 and at most 1,000,000: " in text
-    assert "--test_mode                          one of PerformanceOnly, AccuracyOnly, SubmissionRun: " in text
-    assert "(exit status 2)" in text
+    assert "  --gpu_batch_size            int, 1 to 65,536. " in text
+    assert "  --server_target_qps         float, greater than 0 and at most 1,000,000. " in text
+    assert "  --test_mode                 one of PerformanceOnly, AccuracyOnly, SubmissionRun. " in text
+    assert "(exit\nstatus 2)" in text

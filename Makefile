@@ -37,6 +37,7 @@ help:
 	@echo "  make run_audit_harness RUN_ARGS=\"... [--audit_test=TEST01]\"   compliance audits of a SubmissionRun"
 	@echo "Results:"
 	@echo "  make report [LOG_DIR=build/logs/<ts>]   report.md + plots of a run (default: the newest)"
+	@echo "  make results [COMPARE=<run a>,<run b>]   newest figure per system, benchmark, scenario, GPUs"
 	@echo "Submission:"
 	@echo "  make add_system [SUBMITTER=org]      config classes and the system description for this machine"
 	@echo "  make check_system_json [SYSTEM=name] [SUBMITTER=org]   check it as the submission checker will"

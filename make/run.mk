@@ -1,6 +1,6 @@
 # Engines and LoadGen runs; RUN_ARGS are parsed by `python -m code.main` (make run RUN_ARGS=--help).
 
-.PHONY: generate_engines run_harness run info report find_performance
+.PHONY: generate_engines run_harness run info report results find_performance
 # LOG_DIR=<folder> (NVIDIA's make variable) is --log_dir for the targets that run tests: a new or empty folder, so a
 # run never writes into an earlier run's. RUN_ARGS naming another --log_dir is refused as a flag given twice.
 LOG_DIR      ?=
@@ -28,3 +28,10 @@ info: setup
 # an earlier run again). LOG_DIR defaults to the newest run.
 report: setup
 	$(PY) -m code.report $(or $(LOG_DIR),$(lastword $(sort $(wildcard $(BUILD_DIR)/logs/*/))))
+
+# The newest result per system, benchmark, scenario, GPU count and test in build/logs, as a table and
+# build/results.csv; COMPARE=<run a>,<run b> (run folders, or their names under build/logs) puts two runs' figures
+# side by side with their ratio instead (build/results_compare.csv). Reads the logs, never writes them.
+COMPARE      ?=
+results: setup
+	$(PY) -m code.report.make_results --build_dir=$(BUILD_DIR) $(if $(COMPARE),--compare=$(COMPARE))

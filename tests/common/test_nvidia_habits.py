@@ -127,4 +127,4 @@ def test_make_help_is_grouped_and_fits_100_columns():
     assert max(len(line) for line in lines) <= 100
     headings = [line for line in lines if line.endswith(":") and not line.startswith(" ")]
     assert headings[1:] == ["Set up:", "Data and models:", "Run:", "Results:", "Submission:", "Test:", "Clean:"]
-    assert any(line.strip().startswith("make report [LOG_DIR=") for line in lines)
+    assert any(line.strip().startswith("make results [COMPARE=") for line in lines)

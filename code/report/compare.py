@@ -1,0 +1,114 @@
+"""Two runs side by side (``make results COMPARE=<a>,<b>``): each result of either run, its figure in both and
+the ratio b / a, as a table and a CSV file.
+
+Results match when system, benchmark, scenario, GPU count and test (performance, accuracy) are the same; within
+one run the newest test of each is taken. A result only one run has shows ``-`` for the other, and no ratio; so do
+figures in different units. The ratio is b's figure over a's: above 1 means b's is higher (for a throughput,
+faster; for SingleStream's latency in ms, slower).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+from code.common import atomic
+from code.report.results import Result, ResultsError, format_figure, format_table, run_results, shown_path
+
+COMPARE_CSV = "results_compare.csv"
+CSV_COLUMNS = ("system", "benchmark", "scenario", "gpus", "test", "unit", "figure_a", "figure_b", "ratio_b_over_a",
+               "verdict_a", "verdict_b")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One result of either run, with each run's test (None: that run has none)."""
+
+    key: tuple[str, str, str, int, str]
+    a: Result | None
+    b: Result | None
+
+    @property
+    def unit(self) -> str:
+        units = {result.unit for result in (self.a, self.b) if result is not None}
+        return units.pop() if len(units) == 1 else " / ".join(sorted(units))
+
+    @property
+    def ratio(self) -> float | None:
+        """b's figure over a's; None without both figures, in one unit, a's non-zero."""
+        if self.a is None or self.b is None or self.a.unit != self.b.unit:
+            return None
+        if self.a.figure is None or self.b.figure is None or self.a.figure == 0:
+            return None
+        return self.b.figure / self.a.figure
+
+
+def resolve_run(name: str, logs_dir: Path) -> Path:
+    """A run folder as given, or by its name under ``logs_dir`` (``2026.11.26-07.17.39``)."""
+    for folder in (Path(name), logs_dir / name):
+        if folder.is_dir():
+            return folder
+    raise ResultsError(f"no run folder {name} (nor {logs_dir / name}); give two run folders, e.g. "
+                       f"COMPARE={logs_dir}/<run a>,{logs_dir}/<run b> (make results lists them)")
+
+
+def parse_pair(text: str, logs_dir: Path) -> tuple[Path, Path]:
+    """``<a>,<b>``: two run folders."""
+    names = [name.strip() for name in text.split(",")]
+    if len(names) != 2 or not all(names):
+        raise ResultsError(f"COMPARE={text}: give two run folders separated by a comma, e.g. "
+                           f"COMPARE={logs_dir}/<run a>,{logs_dir}/<run b>")
+    return resolve_run(names[0], logs_dir), resolve_run(names[1], logs_dir)
+
+
+def newest_by_key(run_folder: Path) -> dict[tuple[str, str, str, int, str], Result]:
+    """A run's results by key; where a key repeats, the test that started last."""
+    chosen: dict[tuple[str, str, str, int, str], Result] = {}
+    for result in sorted(run_results(run_folder), key=lambda r: (r.started, str(r.folder))):
+        chosen[result.key] = result
+    if not chosen:
+        raise ResultsError(f"{run_folder} holds no finished test (no <system>/<benchmark>/<Scenario>/metadata.json "
+                           "of a test that ended): compare two folders of runs that finished")
+    return chosen
+
+
+def compare_runs(run_a: Path, run_b: Path) -> list[Comparison]:
+    """Every result of either run, sorted by key."""
+    a, b = newest_by_key(run_a), newest_by_key(run_b)
+    return [Comparison(key, a.get(key), b.get(key)) for key in sorted(set(a) | set(b))]
+
+
+def format_ratio(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.3f}"
+
+
+def comparison_table(run_a: Path, run_b: Path, rows: list[Comparison]) -> str:
+    headers = ("system", "benchmark", "scenario", "GPUs", "test", "a", "b", "unit", "b / a", "verdict a",
+               "verdict b")
+    cells = [(*map(str, row.key[:3]), str(row.key[3]), row.key[4],
+              format_figure(row.a.figure if row.a else None), format_figure(row.b.figure if row.b else None),
+              row.unit, format_ratio(row.ratio), row.a.verdict if row.a else "-", row.b.verdict if row.b else "-")
+             for row in rows]
+    return "\n".join([f"a: {shown_path(run_a)}", f"b: {shown_path(run_b)}",
+                      format_table(headers, cells, right={3, 5, 6, 8})])
+
+
+def comparison_csv(rows: list[Comparison]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for row in rows:
+        figures = [side.figure if side is not None and side.figure is not None else "" for side in (row.a, row.b)]
+        writer.writerow((*row.key, row.unit, *figures, "" if row.ratio is None else row.ratio,
+                         row.a.verdict if row.a else "", row.b.verdict if row.b else ""))
+    return buffer.getvalue()
+
+
+def write_comparison(run_a: Path, run_b: Path, csv_path: Path) -> str:
+    """Write the comparison's CSV and return what the terminal shows: the table and the CSV's path."""
+    rows = compare_runs(run_a, run_b)
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(csv_path, comparison_csv(rows))
+    return f"{comparison_table(run_a, run_b, rows)}\nCSV: {csv_path}"

@@ -1,0 +1,182 @@
+"""The results of every run at a glance (``make results``): the newest result per system, benchmark, scenario, GPU
+count and test, as a table and a CSV file (the command: code/report/make_results.py).
+
+A result is what a finished test recorded in its ``metadata.json`` (code/common/run_logs.py): the figure, its unit
+and the verdict. Only a run's own tests count, the folders ``<run>/<system>/<bench>/<Scenario>/`` (with
+``accuracy/`` and ``performance/run_1/`` for a SubmissionRun); the steps inside a run that lead to them (a
+``--test_run``'s probe, ``--find_performance``'s tries, an engine the accuracy gate moved aside) sit deeper and are
+left out. A test is dated by when it started (its ``test_spec.json``). The logs are only read, never written.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from code.common import atomic
+from code.submission.runs import ACCURACY, TestRun, find_tests, run_folders
+
+RESULTS_CSV = "results.csv"
+CSV_COLUMNS = ("system", "benchmark", "scenario", "gpus", "test", "metric", "figure", "unit", "verdict", "date",
+               "log_folder")
+# The parts of a test folder's path inside its run folder: system, benchmark, scenario.
+TEST_DEPTH = 3
+
+
+class ResultsError(RuntimeError):
+    """Folders that hold no result to show or compare; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """One finished test, as the table and the CSV show it."""
+
+    system: str
+    benchmark: str
+    scenario: str
+    gpus: int  # GPUs the test ran on; 0 on a CPU
+    test: str  # performance | accuracy
+    metric: str  # samples_per_second, 90th_percentile_latency, f1, rouge1...
+    figure: float | None
+    unit: str
+    verdict: str
+    started: float  # seconds since the epoch
+    folder: Path
+
+    @property
+    def key(self) -> tuple[str, str, str, int, str]:
+        """What "the same result" means across runs: a newer test with this key replaces an older one."""
+        return self.system, self.benchmark, self.scenario, self.gpus, self.test
+
+    @property
+    def date(self) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
+
+
+def run_results(run_folder: Path) -> list[Result]:
+    """The finished tests of one run folder (none of its probes, tries or set-aside engines)."""
+    return read_run(run_folder)[0]
+
+
+def read_run(run_folder: Path) -> tuple[list[Result], int]:
+    """The finished tests of one run folder, and how many of its tests did not finish (FAILED, stopped, killed):
+    those have no figure to show."""
+    tests, unfinished = find_tests([run_folder])
+    results = [_result(test) for test in tests if _is_run_test(test.directory, run_folder)]
+    return results, sum(1 for folder in unfinished if _is_run_test(folder, run_folder))
+
+
+def newest_results(logs_dir: Path) -> tuple[list[Result], int]:
+    """Per system, benchmark, scenario, GPU count and test, the newest finished test under ``logs_dir``, sorted by
+    that key; and how many tests did not finish."""
+    every: list[Result] = []
+    unfinished = 0
+    for folder in run_folders(logs_dir):
+        results, not_finished = read_run(folder)
+        every += results
+        unfinished += not_finished
+    chosen: dict[tuple[str, str, str, int, str], Result] = {}
+    for result in sorted(every, key=lambda r: (r.started, str(r.folder))):
+        chosen[result.key] = result
+    return [chosen[key] for key in sorted(chosen)], unfinished
+
+
+def _is_run_test(folder: Path, run_folder: Path) -> bool:
+    """A test of the run itself: ``<system>/<bench>/<Scenario>``, not a step deeper down that led to one."""
+    parts = folder.relative_to(run_folder).parts
+    if parts[-1:] == ("accuracy",):
+        parts = parts[:-1]
+    elif parts[-2:] == ("performance", "run_1"):
+        parts = parts[:-2]
+    return len(parts) == TEST_DEPTH
+
+
+def _result(test: TestRun) -> Result:
+    record = test.metadata["result"]
+    value = record.get("value")
+    return Result(system=test.system, benchmark=test.benchmark, scenario=test.scenario,
+                  gpus=gpu_count(test.metadata), test="accuracy" if test.mode == ACCURACY else "performance",
+                  metric=str(record.get("metric") or ""), figure=None if value is None else float(value),
+                  unit=str(record.get("unit") or ""), verdict=test.verdict, started=started(test.directory),
+                  folder=test.directory)
+
+
+def gpu_count(metadata: dict[str, Any]) -> int:
+    """The GPUs a test ran on: the CUDA devices it used (a CPU run's devices are ``cpu`` or ``cpu:N``)."""
+    used = (metadata.get("devices") or {}).get("used") or []
+    return sum(1 for device in used if str(device).startswith("cuda"))
+
+
+def started(folder: Path) -> float:
+    """When the test started (its test_spec.json), else when its metadata.json was written."""
+    try:
+        return float(json.loads((folder / "test_spec.json").read_text())["started"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return (folder / "metadata.json").stat().st_mtime
+
+
+def format_figure(value: float | None) -> str:
+    """Six significant digits with thousands separators: 73,309.5 samples/s, 0.0312 samples/s, 90.8741 F1."""
+    return "-" if value is None else f"{value:,.6g}"
+
+
+def shown_path(folder: Path) -> str:
+    """A folder as the table shows it: relative to the current folder when under it."""
+    try:
+        return str(folder.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(folder)
+
+
+def format_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], right: set[int]) -> str:
+    """Columns padded to their widest cell, those in ``right`` (numbers) aligned right."""
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(cell.rjust(width) if index in right else cell.ljust(width)
+                         for index, (cell, width) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    return "\n".join([line(headers), line(tuple("-" * width for width in widths)), *map(line, rows)])
+
+
+def results_table(results: list[Result]) -> str:
+    headers = ("system", "benchmark", "scenario", "GPUs", "test", "metric", "figure", "unit", "verdict", "date",
+               "log folder")
+    rows = [(r.system, r.benchmark, r.scenario, str(r.gpus), r.test, r.metric, format_figure(r.figure), r.unit,
+             r.verdict, r.date, shown_path(r.folder)) for r in results]
+    return format_table(headers, rows, right={3, 6})
+
+
+def results_csv(results: list[Result]) -> str:
+    """The table as CSV: figures in full, dates in ISO 8601, log folders absolute."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for r in results:
+        writer.writerow((r.system, r.benchmark, r.scenario, r.gpus, r.test, r.metric,
+                         "" if r.figure is None else r.figure,
+                         r.unit, r.verdict, time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(r.started)),
+                         r.folder.resolve()))
+    return buffer.getvalue()
+
+
+def write_results(logs_dir: Path, csv_path: Path) -> str:
+    """Write the CSV of the newest results (a header alone when there is none) and return what the terminal shows:
+    the table, or the command that makes a first result, and the CSV's path."""
+    results, unfinished = newest_results(logs_dir)
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(csv_path, results_csv(results))
+    if not results:
+        lines = [f"no finished test under {logs_dir}: run one first, e.g. "
+                 'make run RUN_ARGS="--benchmarks=bert --scenarios=offline --test_run"']
+    else:
+        lines = [results_table(results)]
+    if unfinished:
+        lines.append(f"not shown: {unfinished} test(s) that did not finish (FAILED or stopped: no figure; each "
+                     "run's summary.txt says why)")
+    return "\n".join([*lines, f"CSV: {csv_path}"])

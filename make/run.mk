@@ -5,21 +5,23 @@
 # run never writes into an earlier run's. RUN_ARGS naming another --log_dir is refused as a flag given twice.
 LOG_DIR      ?=
 LOG_DIR_ARG  := $(if $(LOG_DIR),--log_dir=$(LOG_DIR))
+# What the targets that run tests pass: the round, the log folder, RUN_ARGS; one space apart.
+TEST_ARGS     = $(strip $(ROUND_ARG) $(LOG_DIR_ARG) $(RUN_ARGS))
 
 generate_engines: setup
 	$(PY) -m code.main --action=generate_engines $(ROUND_ARG) $(RUN_ARGS)
 
 run_harness: $(RUN_DEPS)
-	$(PY) -m code.main --action=run_harness $(ROUND_ARG) $(LOG_DIR_ARG) $(RUN_ARGS)
+	$(PY) -m code.main --action=run_harness $(TEST_ARGS)
 
 # generate_engines then run_harness, in one process.
 run: $(RUN_DEPS)
-	$(PY) -m code.main --action=run $(ROUND_ARG) $(LOG_DIR_ARG) $(RUN_ARGS)
+	$(PY) -m code.main --action=run $(TEST_ARGS)
 
 # Measure this system and store what later runs use: build/tuned/<system>/<bench>/<Scenario>.json
 # (documentation/performance_tuning_guide.md).
 find_performance: $(RUN_DEPS)
-	$(PY) -m code.main --action=run $(ROUND_ARG) $(LOG_DIR_ARG) $(RUN_ARGS) --find_performance
+	$(PY) -m code.main --action=run $(TEST_ARGS) --find_performance
 
 info: setup
 	$(PY) -m code.main --action=info $(ROUND_ARG) $(RUN_ARGS)

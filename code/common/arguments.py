@@ -54,7 +54,7 @@ ALIASES = {
     "fast": "test_run",  # NVIDIA's name of --test_run before v4.1
     "use_graphs": "cuda_graphs",  # CUDA graphs on or off
     # Batches in flight per GPU: NVIDIA gives each inference stream an execution context; here each worker thread
-    # has its own CUDA stream, pinned buffers and graphs (code/bert/packed/runner.py).
+    # drives the backend, on BERT's packed path with a CUDA stream, pinned buffers and graphs of its own.
     "gpu_inference_streams": "num_workers",
 }
 
@@ -71,8 +71,9 @@ class NvidiaOnlyFlag:
 NVIDIA_ONLY_FLAGS = {
     "gpu_copy_streams": NvidiaOnlyFlag(
         "NVIDIA's count of host-to-device copy streams per GPU",
-        "here each worker copies its batch on its own CUDA stream, so --num_workers=N (NVIDIA's "
-        "--gpu_inference_streams) sets the copy streams too; give that instead"),
+        "here no stream only copies: each batcher worker copies its batch on the stream it runs it on (on BERT's "
+        "packed path, a stream of its own), so --num_workers=N (NVIDIA's --gpu_inference_streams) sets how many "
+        "copies overlap; give that instead"),
     "power": NvidiaOnlyFlag(
         "NVIDIA's run under a power meter (MLPerf's power tools)",
         "this harness measures no power: leave --power out (--power_setting=MaxQ picks a system's MaxQ config "
@@ -306,7 +307,7 @@ MAIN_GROUPS = (
 )
 # Config fields by what they set. The last group holds what exists to test the harness itself, apart, so a user
 # reading for a benchmark run can skip it; a field in no group still shows, under "Other fields", and a test
-# (tests/common/test_arguments.py) keeps that group empty.
+# (tests/common/test_nvidia_habits.py) keeps that group empty.
 FIELD_GROUPS = (
     ("Model, data and device", ("round", "backend", "precision", "model_name", "weights", "input_data", "device",
                                 "devices", "cpu_threads", "num_beams", "seed", "synthetic_sample_count",

@@ -11,6 +11,8 @@ from code.common.arguments import (
     ALIASES,
     FIELD_GROUPS,
     HELP_WIDTH,
+    MAIN_ARGUMENTS,
+    MAIN_SWITCHES,
     NVIDIA_ONLY_FLAGS,
     OTHER_FIELDS,
     ArgumentError,
@@ -77,7 +79,7 @@ def test_help_lines_fit_100_columns_and_every_flag_is_in_a_group():
     assert OTHER_FIELDS not in text  # every field is in one of FIELD_GROUPS
     listed = [name for _, names in field_groups() for name in names]
     assert sorted(listed) == sorted(FIELDS)  # each field once
-    for name in [*FIELDS, *ALIASES, *NVIDIA_ONLY_FLAGS, "action", "audit_test", "find_performance"]:
+    for name in [*FIELDS, *ALIASES, *NVIDIA_ONLY_FLAGS, *MAIN_ARGUMENTS, *MAIN_SWITCHES]:
         assert f"  --{name} " in text or f"  --{name}\n" in text, name
 
 

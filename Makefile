@@ -51,25 +51,45 @@ help:
 	@echo "Clean:"
 	@echo "  make clean                           remove build outputs (harness, lib, engines)"
 	@echo "  make clean_all                       also the venv, data and models"
-	@echo "                                       both keep results: build/logs, build/bench, build/submission"
+	@echo "                                       both keep results: build/logs, build/bench,"
+	@echo "                                       build/compliance_logs, build/tuned, build/submission, ...;"
+	@echo "                                       each says what it deleted and kept"
 	@echo "  make clean_logs                      delete every run's logs in build/logs (only this target does)"
 	@echo "ROUND=v4.1|v5.0 picks the MLPerf round of build and run targets (documentation/rounds.md)"
 	@echo "RUN_ARGS help: make run RUN_ARGS=--help"
 
 .PHONY: clean clean_all clean_logs
-# Results cannot be built again, so no clean target removes them: the run logs, the bench measurements and
-# anything staged for a submission. Only clean_logs deletes logs, and only build/logs.
-RESULTS := logs bench submission submission_work
-KEPT_NOTE := kept build/logs, build/bench, build/submission (results); \`make clean_logs\` deletes build/logs
+# The clean targets delete only the folders of build/ named here, each made again by a target; everything else in
+# build/ stays, so no result is deleted unasked: the run logs, the bench measurements, the audit runs, the tuned
+# values, anything staged for a submission, and any folder these lists do not name. Only clean_logs deletes logs.
+# clean: build outputs (make build, make generate_engines).
+CLEANED     := harness lib engines
+# clean_all also: the venv (make setup), the lock tool and Docker wheelhouses (scripts/docker), and the data and
+# models (make download_data, download_model, preprocess_data; with MLPERF_SCRATCH_PATH only the links to them).
+ALL_CLEANED := $(CLEANED) venv tools docker data models preprocessed_data
+# Result folders, named as such in what the clean targets print (tests/common/test_no_data_loss.py).
+RESULTS     := logs bench submission submission_work compliance_logs tuned check_devices host_share
+
+# $(call clean_folders,<target>,<folders>): delete those folders of build/, then say what went and what is kept.
+define clean_folders
+	@deleted=""; for name in $(2); do \
+	  if [ -e "$(BUILD_DIR)/$$name" ] || [ -L "$(BUILD_DIR)/$$name" ]; then \
+	    rm -rf "$(BUILD_DIR)/$$name" && deleted="$$deleted $$name"; fi; \
+	done; \
+	results=""; others=""; for name in $$(ls -A "$(BUILD_DIR)" 2>/dev/null | grep -vx .gitkeep); do \
+	  case " $(RESULTS) " in *" $$name "*) results="$$results $$name";; *) others="$$others $$name";; esac; \
+	done; \
+	echo "[$(1)] deleted from $(BUILD_DIR):$${deleted:- nothing}"; \
+	echo "[$(1)] kept results:$${results:- none there} (\`make clean_logs\` deletes build/logs)"; \
+	echo "[$(1)] kept as well:$${others:- nothing else}"
+endef
 
 # clean keeps what is slow to get again too: the venv and downloaded or preprocessed data and models.
 clean:
-	rm -rf $(BUILD_DIR)/harness $(BUILD_DIR)/lib $(BUILD_DIR)/engines
-	@echo "[clean] $(KEPT_NOTE)"
+	$(call clean_folders,clean,$(CLEANED))
 
 clean_all:
-	find $(BUILD_DIR) -mindepth 1 -maxdepth 1 ! -name .gitkeep $(foreach d,$(RESULTS),! -name $(d)) -exec rm -rf {} +
-	@echo "[clean_all] $(KEPT_NOTE)"
+	$(call clean_folders,clean_all,$(ALL_CLEANED))
 
 clean_logs:
 	@runs=$$(find $(BUILD_DIR)/logs -mindepth 1 -maxdepth 1 2>/dev/null | wc -l); \

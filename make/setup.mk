@@ -4,6 +4,18 @@
 # hand-pinned requirements*.txt); the image installs the same runtime locks (docker/Dockerfile).
 LOCKS      := $(addprefix $(REPO_ROOT)/,requirements.lock requirements-dev.lock requirements-assets.lock)
 VENV_STAMP := $(VENV)/.installed-$(shell cat $(LOCKS) | cksum | cut -d' ' -f1)
+# The lock's torch is PyTorch's CPU build (torch==<version>+cpu), which PyPI does not serve: PyTorch's CPU index does.
+# pip asks every index it is given for every package, so only torch's own install step names this one; the lock's
+# hash decides which file is accepted, whichever index or wheel folder of the host's pip settings serves it.
+# tests/common/test_lock_portable.py checks that every local-version pin of the locks is served by an index named here.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_LOCK  := $(VENV)/torch.lock
+# The locks are resolved for this Python (pip-compile's header in requirements.lock; torch's hash is its wheel's):
+# a venv of another is refused before anything is installed.
+LOCK_PYTHON := 3.11
+PYTHON_CHECK = import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(v != "$(LOCK_PYTHON)" and \
+  f"ERROR: the locks are for Python $(LOCK_PYTHON) and $(SYSTEM_PY) is Python {v}: install Python $(LOCK_PYTHON), \
+  then run make setup SYSTEM_PY=python$(LOCK_PYTHON)")
 
 .PHONY: setup link_dirs
 ifdef IN_CONTAINER
@@ -14,9 +26,15 @@ setup: $(VENV_STAMP)
 endif
 
 # Re-installs only when a lock file changes (the stamp's name carries their checksum). The dev lock (pytest, ruff,
-# hadolint, shellcheck) is the native environment's only: `make test` runs here, not in the image.
+# hadolint, shellcheck) is the native environment's only: `make test` runs here, not in the image. torch goes first,
+# from its entry of the lock (the pin and its hash lines) with PyTorch's index added; the locks follow with the host's
+# settings alone, torch then being in place.
 $(VENV_STAMP): $(LOCKS)
+	@test -x $(VENV)/bin/python || $(SYSTEM_PY) -c '$(PYTHON_CHECK)'
 	@test -x $(VENV)/bin/python || $(SYSTEM_PY) -m venv $(VENV)
+	@awk '/^torch==/ {entry = 1} entry {print} entry && !/\\$$/ {entry = 0}' $(REPO_ROOT)/requirements.lock > $(TORCH_LOCK)
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps \
+	  --extra-index-url $(TORCH_INDEX) -r $(TORCH_LOCK)
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes \
 	  -r $(REPO_ROOT)/requirements.lock -r $(REPO_ROOT)/requirements-dev.lock
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps \

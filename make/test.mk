@@ -10,5 +10,7 @@ lint: setup
 	$(VENV)/bin/hadolint $(DOCKERFILES)
 	$(VENV)/bin/shellcheck $(SHELL_SCRIPTS)
 
+# pytest's default output names each test file as its first test starts, so progress shows from the start; its
+# header says where the official MLCommons tools are read from (tests that need them fail when they are missing).
 test: lint build
-	cd $(REPO_ROOT) && $(PY) -m pytest -q $(PYTEST_ARGS)
+	cd $(REPO_ROOT) && $(PY) -m pytest $(PYTEST_ARGS)

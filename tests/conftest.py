@@ -1,5 +1,6 @@
 """Shared fixtures: the C++ core is built once per test session (a no-op when `make build` ran first); torch on one
-thread for the modules of tiny models."""
+thread for the modules of tiny models; the round's official MLCommons tools, whose absence fails a test that needs
+them (never a skip: a suite that judged nothing by the official tools must not pass)."""
 
 import os
 import tempfile
@@ -10,6 +11,30 @@ import pytest
 # Tests never read nor write the checkout's tuned values (build/tuned, from make find_performance): a config they
 # resolve is the config class's, on any machine. Set before any test imports code.common.paths.
 os.environ.setdefault("MLPERF_TUNED_DIR", tempfile.mkdtemp(prefix="mlperf-tuned-"))
+
+
+def pytest_report_header() -> str:
+    """Where the official tools are read from, said before the first test runs."""
+    from code.common.paths import OFFICIAL_TOOLS_DIR
+    from code.common.rounds import ROUNDS
+
+    missing = [name for name in ROUNDS if not (OFFICIAL_TOOLS_DIR / name).is_dir()]
+    state = f"missing for {', '.join(missing)}: the tests that need them fail" if missing else "every round's present"
+    return f"official MLCommons tools: {OFFICIAL_TOOLS_DIR} ({state})"
+
+
+def official_tools(round_name: str, part: str) -> Path:
+    """``<tools>/<round>/<part>`` (``tools/submission``, ``compliance``) of the round's clone of mlcommons/inference;
+    the calling test fails, naming the clone command and MLPERF_INFERENCE_TOOLS, when it is missing."""
+    from code.common.paths import OFFICIAL_TOOLS_DIR
+    from code.harness.fetch_loadgen import CLONE_URL
+
+    folder = OFFICIAL_TOOLS_DIR / round_name / part
+    if not folder.is_dir():
+        pytest.fail(f"no official MLCommons tools of round {round_name} at {folder}: run `git clone --branch "
+                    f"{round_name} {CLONE_URL} {OFFICIAL_TOOLS_DIR / round_name}`, or set MLPERF_INFERENCE_TOOLS to "
+                    "the folder holding one such clone per round", pytrace=False)
+    return folder
 
 
 @pytest.fixture(scope="session")

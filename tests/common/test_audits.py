@@ -21,10 +21,11 @@ from code.common.audits import (
     reference_problem,
 )
 from code.common.constants import Benchmark, ExitCode, Scenario
-from code.common.paths import LIB_DIR, OFFICIAL_TOOLS_DIR, REPO_ROOT
+from code.common.paths import LIB_DIR, REPO_ROOT
 from code.common.rounds import ROUNDS
 from tests.actions.test_end_to_end import _env, build_dir, run_main  # noqa: F401 - build_dir is a fixture
 from tests.common.test_rounds import OUR_BENCHMARKS, official_checker
+from tests.conftest import official_tools
 
 
 @pytest.mark.parametrize("round_name", list(ROUNDS))
@@ -44,8 +45,7 @@ def test_required_audits_match_the_official_checker(round_name, tmp_path, caplog
 
 @pytest.mark.parametrize("round_name", list(ROUNDS))
 def test_the_official_files_of_each_required_audit_are_found(round_name):
-    if not (OFFICIAL_TOOLS_DIR / round_name / "compliance").is_dir():
-        pytest.skip(f"no official tools at {OFFICIAL_TOOLS_DIR} (set MLPERF_INFERENCE_TOOLS)")
+    official_tools(round_name, "compliance")
     for test in ROUNDS[round_name].audits_for("bert-99"):
         tools = audit_tools(round_name, test, Benchmark.BERT)
         assert tools.audit_config.is_file() and tools.verification.name == "run_verification.py"
@@ -105,8 +105,7 @@ AUDITED = ["--benchmarks=bert-99", "--scenarios=offline", "--backend=oracle", "-
 
 @pytest.mark.slow
 def test_test01_audit_of_a_tiny_bert_offline_run(build_dir, tmp_path):  # noqa: F811 - the fixture
-    if not (OFFICIAL_TOOLS_DIR / "v5.0" / "compliance").is_dir():
-        pytest.skip(f"no official tools at {OFFICIAL_TOOLS_DIR} (set MLPERF_INFERENCE_TOOLS)")
+    official_tools("v5.0", "compliance")
     compliance_logs = build_dir / "compliance_logs"
     # No SubmissionRun yet: refused before anything is written.
     refused = run_main(build_dir, "--action=run_audit", *AUDITED)

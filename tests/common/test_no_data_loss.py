@@ -5,6 +5,7 @@ The make targets run for real on a scratch build folder (``BUILD_DIR=...`` on ma
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -13,8 +14,13 @@ import pytest
 from code.common.paths import REPO_ROOT
 from scripts import link_dirs
 
+# Every kind of result: run logs, bench measurements, staged submissions, audit runs, tuned values, device checks and
+# host-share measurements. A folder no clean target names (a user's own) is kept as well.
 RESULTS = ("logs/2026.11.24-10.00.00/CPU", "logs/2026.11.24-11.00.00", "bench/2026.11.24", "submission/closed",
-           "submission_work/MyOrg")
+           "submission_work/MyOrg", "compliance_logs/2026.11.24-12.00.00/CPU", "tuned/CPU",
+           "check_devices/2026.11.24-13.00.00", "host_share/2026.11.24-14.00.00")
+RESULT_FOLDERS = sorted({f.split("/")[0] for f in RESULTS})
+UNNAMED = ("my_notes",)
 OUTPUTS = ("harness", "lib", "engines/CPU")
 SLOW_TO_GET = ("venv/bin", "data/squad", "models/bert", "preprocessed_data/squad_tokenized")
 
@@ -27,25 +33,51 @@ def make(target: str, build) -> subprocess.CompletedProcess:
 @pytest.fixture
 def build(tmp_path):
     root = tmp_path / "build"
-    for folder in RESULTS + OUTPUTS + SLOW_TO_GET:
+    for folder in RESULTS + UNNAMED + OUTPUTS + SLOW_TO_GET:
         (root / folder).mkdir(parents=True)
         (root / folder / "file").write_text("x")
+    (root / ".gitkeep").write_text("")
     return root
 
 
-def test_clean_keeps_results_and_what_is_slow_to_get(build):
+def test_clean_keeps_results_and_what_is_slow_to_get_and_says_so(build):
     done = make("clean", build)
     assert done.returncode == 0, done.stderr
-    assert all((build / f / "file").exists() for f in RESULTS + SLOW_TO_GET)
+    assert all((build / f / "file").exists() for f in RESULTS + UNNAMED + SLOW_TO_GET)
     assert not any((build / f.split("/")[0]).exists() for f in OUTPUTS)
-    assert "[clean] kept build/logs, build/bench, build/submission (results); `make clean_logs` deletes" in done.stdout
+    assert done.stdout.splitlines() == [
+        f"[clean] deleted from {build}: harness lib engines",
+        f"[clean] kept results: {' '.join(RESULT_FOLDERS)} (`make clean_logs` deletes build/logs)",
+        "[clean] kept as well: data models my_notes preprocessed_data venv"]
 
 
-def test_clean_all_keeps_results(build):
+def test_clean_all_keeps_every_result_folder_and_says_what_it_deleted(build):
     done = make("clean_all", build)
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in build.iterdir()) == ["bench", "logs", "submission", "submission_work"]
-    assert all((build / f / "file").exists() for f in RESULTS)
+    assert sorted(p.name for p in build.iterdir()) == sorted([".gitkeep", *RESULT_FOLDERS, *UNNAMED])
+    assert all((build / f / "file").exists() for f in RESULTS + UNNAMED)
+    assert done.stdout.splitlines() == [
+        f"[clean_all] deleted from {build}: harness lib engines venv data models preprocessed_data",
+        f"[clean_all] kept results: {' '.join(RESULT_FOLDERS)} (`make clean_logs` deletes build/logs)",
+        "[clean_all] kept as well: my_notes"]
+
+
+def test_clean_all_deletes_only_the_links_to_a_scratch_folder(build, tmp_path):
+    scratch = tmp_path / "scratch" / "data"
+    scratch.mkdir(parents=True)
+    (scratch / "squad.json").write_text("x")
+    shutil.rmtree(build / "data")
+    (build / "data").symlink_to(scratch, target_is_directory=True)
+    done = make("clean_all", build)
+    assert done.returncode == 0, done.stderr
+    assert not (build / "data").exists() and (scratch / "squad.json").exists()
+
+
+def test_the_results_make_names_are_the_ones_kept_here():
+    done = subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "-pn", "help"],
+                          capture_output=True, text=True, timeout=60)
+    named = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS :="))
+    assert sorted(named.split(":=")[1].split()) == RESULT_FOLDERS
 
 
 def test_only_clean_logs_deletes_logs_and_says_how_many(build):
@@ -58,7 +90,9 @@ def test_only_clean_logs_deletes_logs_and_says_how_many(build):
 
 def test_make_help_says_what_clean_keeps():
     done = make("help", REPO_ROOT / "build")
-    assert "both keep results: build/logs, build/bench, build/submission" in done.stdout
+    kept = " ".join(done.stdout.split())
+    assert ("both keep results: build/logs, build/bench, build/compliance_logs, build/tuned, build/submission, ...; "
+            "each says what it deleted and kept") in kept
     assert re.search(r"make clean_logs +delete every run's logs in build/logs", done.stdout)
 
 

@@ -12,20 +12,17 @@ import pytest
 
 from code.common.arguments import ArgumentError, parse_run_args
 from code.common.constants import Scenario
-from code.common.paths import OFFICIAL_TOOLS_DIR as OFFICIAL_TOOLS
 from code.common.paths import REPO_ROOT
 from code.common.rounds import DEFAULT_ROUND, ROUNDS, RoundError, get_round
 from code.harness.fetch_loadgen import SOURCE_ENV_VAR, FetchError, fetch_loadgen, manifest, mlperf_conf_seeds
-from tests.conftest import round_core
+from tests.conftest import official_tools, round_core
 
 OUR_BENCHMARKS = ("bert-99", "bert-99.9", "gptj-99", "gptj-99.9")
 
 
 def official_checker(round_name: str):  # noqa: ANN201 - the checker module
     """Import the round's submission_checker.py as it is (it imports log_parser from its own folder)."""
-    folder = OFFICIAL_TOOLS / round_name / "tools" / "submission"
-    if not (folder / "submission_checker.py").is_file():
-        pytest.skip(f"no official tools at {folder} (set MLPERF_INFERENCE_TOOLS)")
+    folder = official_tools(round_name, "tools/submission")
     sys.path.insert(0, str(folder))
     try:
         spec = importlib.util.spec_from_file_location(f"checker_{round_name.replace('.', '_')}",

@@ -170,9 +170,9 @@ def same_process(details: dict[str, Any]) -> None:
         else:
             prompts = [runners[0].samples.prompt(int(i)) for i in indices]
             tokens = []
-            for device, runner in ((0, runners[0]), (1, runners[1]), (0, runners[0])):
+            for device in (0, 1, 0):
                 with torch.cuda.device(device):
-                    tokens.append(runner.backend.run_batch(indices, prompts))
+                    tokens.append(runners[device].backend.run_batch(indices, prompts))
 
             def equal(a: list[np.ndarray], b: list[np.ndarray]) -> int:
                 return sum(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
@@ -183,7 +183,7 @@ def same_process(details: dict[str, Any]) -> None:
                 "equal_cuda0_cuda1": equal(tokens[0], tokens[1]),
                 "tokens_equal": equal(tokens[0], tokens[1]) == len(indices)}
         details["same_process"] = found
-        del runners
+        del runners, prepared  # each case starts with both GPUs as empty as the first case found them
         torch.cuda.empty_cache()
 
 

@@ -408,14 +408,15 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
         probes = ""
         if len(queries) > 1:
             probes = f"; {len(queries)} probes, {sum(s for _, s in queries):.3g} s in all"
-            if sustained is not None:
-                probes += f", {sustained:.4g} samples/s past start-up"
+            if rate > probe.value:
+                probes += f", {rate:.4g} samples/s past start-up"
         measured = (f"{probe.value:.4g} samples/s, {ran} samples in {seconds:.3g} s{probes}; the test's query: "
                     f"{query} samples, ~{query / rate:.0f} s at {rate:.4g} samples/s")
     elif scenario is Scenario.SingleStream and probe.valid is not None and probe.extra.get("result_mean_latency_ns"):
         mean_ns = float(probe.extra["result_mean_latency_ns"])
         value = search.singlestream_expected_latency_ns(mean_ns)
-        measured = f"mean latency {mean_ns / 1e6:.4g} ms over {probe.extra.get('seconds', probe_ms / 1000):g} s"
+        count = int(read_detail_log(folder).get("result_query_count") or 0)
+        measured = f"mean latency {mean_ns / 1e6:.4g} ms over {count} queries, {count * mean_ns / 1e9:.3g} s"
     else:
         log.warning("the probe measured nothing (%s); the test keeps %s=%s", probe.line(), name, _fmt(config[name]))
         return Probe()

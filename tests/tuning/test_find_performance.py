@@ -434,10 +434,10 @@ def test_a_test_whose_query_still_ended_early_runs_once_more_with_a_larger_one(m
                         invalid_reasons=["min duration not met"])
     monkeypatch.setattr(fp, "read_detail_log", lambda folder: {"effective_min_duration_ms": 60000})
     rerun = fp.rerun_setting(config, probe, result)
-    # 16 samples x 60 / 40 x 1.5 = 36 -> 40 in whole batches
-    assert rerun.fields == {"offline_expected_qps": search.qps_for_query(40, 60_000)}
-    assert rerun.note.endswith("re-ran once at offline_expected_qps 0.614: the first query, 16 samples, ended after "
-                               "40 s, short of the 60 s minimum; this one holds 40")
+    # 16 samples x 60 / 40 x 2 = 48, in whole batches
+    assert rerun.fields == {"offline_expected_qps": search.qps_for_query(48, 60_000)}
+    assert rerun.note.endswith("re-ran once at offline_expected_qps 0.735: the first query, 16 samples, ended after "
+                               "40 s, short of the 60 s minimum; this one holds 48")
     valid = TestResult("Offline", "PerformanceOnly", str(tmp_path / "test"), value=0.1, valid=True)
     assert fp.rerun_setting(config, probe, valid) is None
     assert fp.rerun_setting(config, fp.Probe(), result) is None  # not probed: the user's own setting stands

@@ -87,3 +87,18 @@ def test_the_summary_says_which_cpu_precision_ran_and_why(monkeypatch, tmp_path)
     on_gpu = {"config": {"fields": {"precision": "fp16", "device": "cuda"}, "sources": {}},
               "devices": {"used": ["cuda:0"]}}
     assert cpu_precision_note(on_gpu) is None
+
+
+def test_add_system_gives_a_cpu_class_bf16_only_with_bf16_arithmetic(monkeypatch):
+    import importlib
+
+    import configs.bert.new_system as start
+
+    try:
+        fake_flags(monkeypatch, AVX2_ONLY)
+        assert importlib.reload(start).PRECISION["cpu"] == ("fp32", "fp32")
+        fake_flags(monkeypatch, {"amx_bf16"})
+        assert importlib.reload(start).PRECISION["cpu"] == ("bf16", "fp32")
+    finally:
+        monkeypatch.undo()
+        importlib.reload(start)  # this machine's own values for the tests after this one

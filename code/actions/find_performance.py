@@ -367,7 +367,7 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
     one batch (or the config's query, if smaller), and while a query ends before half the probe duration the next
     is sized by the rate just measured (at most ``search.PROBE_GROWTH`` times larger, ``PROBES`` in all). No probe
     runs much past the probe duration, except where one batch alone takes longer. The test's query then holds the
-    last probe's rate x its duration x ``search.PROBE_QPS_MARGIN`` in whole batches (``search.test_query_samples``).
+    last probe's rate x its duration x ``search.PROBE_QPS_MARGIN`` in whole batches (``search.probed_test_samples``).
     SingleStream: LoadGen issues one sample at a time until the probe duration is spent; the test expects 0.9 x
     the mean latency seen."""
     scenario = config.scenario
@@ -377,10 +377,11 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
     log.info("%s %s: no tuned %s for this system (make find_performance stores one): probing about %g s first",
              config.benchmark_name, scenario.value, name, probe_ms / 1000)
     batch = _batch(config)
-    samples = max(1, min(batch, search.planned_samples(float(config[name]), probe_ms)))
+    offline = scenario is Scenario.Offline
+    samples = max(1, min(batch, search.planned_samples(float(config[name]), probe_ms))) if offline else 0
     queries: list[tuple[int, float]] = []  # each Offline probe's (samples, seconds)
     for attempt in range(1, PROBES + 1):
-        if scenario is Scenario.Offline:
+        if offline:
             fields["offline_expected_qps"] = search.qps_for_query(samples, probe_ms)
         folder = log_dir if attempt == 1 else log_dir.with_name(f"{log_dir.name}-{attempt}")
         folder.mkdir(parents=True, exist_ok=True)
@@ -393,17 +394,16 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
         probe = Try.of("probe", result)
         ran, seconds = query_of(folder)
         queries.append((ran, seconds))
-        if (scenario is not Scenario.Offline or not probe.value or seconds >= probe_ms / 2000
-                or attempt == PROBES):
+        if not offline or not probe.value or seconds >= probe_ms / 2000 or attempt == PROBES:
             break
         samples = search.next_probe_samples(ran or samples, probe.value, batch, probe_ms)
         log.info("the probe's query of %d samples ended in %.3g s at %s samples/s: probing again with %d samples",
                  ran, seconds, _fmt(probe.value), samples)
-    if scenario is Scenario.Offline and probe.value:
+    if offline and probe.value:
         # The rate past start-up where two probes give it (a short query's own rate reads low), else the query's.
         sustained = search.sustained_rate(queries)
         rate = max(probe.value, sustained or 0.0)
-        query = search.test_query_samples(rate, ran, batch, duration_ms)
+        query = search.probed_test_samples(rate, ran, batch, duration_ms)
         value: float | int = search.qps_for_query(query, duration_ms)
         probes = ""
         if len(queries) > 1:

@@ -117,7 +117,7 @@ def sustained_rate(queries: list[tuple[int, float]]) -> float | None:
     return (last - before) / (last_s - before_s)
 
 
-def test_query_samples(rate: float, probe_samples: int, batch: int, duration_ms: int) -> int:
+def probed_test_samples(rate: float, probe_samples: int, batch: int, duration_ms: int) -> int:
     """The samples of a --test_run's Offline query after a probe that ran ``probe_samples`` at ``rate`` samples/s:
     the rate x the duration x ``PROBE_QPS_MARGIN``, never fewer than the probe's own query, in whole batches."""
     return whole_batches(max(rate * duration_ms / 1000 * PROBE_QPS_MARGIN, probe_samples), batch)

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from code.common.config import ConfigError, ResolvedConfig, WorkloadSetting, resolve_fields
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
+from code.common.cpu_features import BestCpuPrecision
 from code.common.fields import FIELDS, FieldError
 from code.common.ladder import Ladder, Rung, check_ladder, given_engine_fields, matching_rung
 from code.common.paths import REPO_ROOT
@@ -220,7 +221,7 @@ def system_values(config: type[BenchmarkConfiguration], system: str) -> dict[str
     GPU's: on a system ``<model>x<count>`` it is multiplied by the count, its source saying so
     (``H200_SXM_141GB x 2 GPUs``). The rule follows where the value was set, not which class was looked up, so a
     user's ``H200_SXM_141GBx2`` derived from ``H200_SXM_141GB`` gets two GPUs' worth of what it inherits, and what
-    it sets itself is the whole system's."""
+    it sets itself is the whole system's. A ``BestCpuPrecision`` is this machine's choice, its source saying why."""
     found = gpu_model_and_count(system)
     values: dict[str, tuple[Any, str]] = {}
     for name, (value, owner) in config.field_owners().items():
@@ -228,6 +229,9 @@ def system_values(config: type[BenchmarkConfiguration], system: str) -> dict[str
             count = found[1]
             source = f"{owner.__name__} x {count} GPU{'s' if count != 1 else ''}"
             values[name] = (FIELDS[name].check(value * count, f"config class {source}"), source)
+        elif isinstance(value, BestCpuPrecision):  # the CPU decides: bf16 only with bf16 arithmetic
+            chosen, why = value.choose()
+            values[name] = (chosen, f"{owner.__name__}: {why}")
         else:
             values[name] = (value, owner.__name__)
     return values
@@ -263,7 +267,8 @@ def validate_config_class(config: type) -> None:
                     f"{config.benchmark.value}/{config.scenario.value}"
                 )
             try:
-                fld.check(value, f"config class {klass.__name__}")
+                for each in value.candidates if isinstance(value, BestCpuPrecision) else (value,):
+                    fld.check(each, f"config class {klass.__name__}")
             except FieldError as error:
                 raise ConfigError(str(error)) from None
     values = config.fields()

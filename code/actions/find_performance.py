@@ -30,7 +30,7 @@ from code.common.config import ResolvedConfig
 from code.common.constants import ExitCode, Scenario, TestMode
 from code.common.faults import describe
 from code.common.log import get_logger
-from code.common.run_logs import TestResult, mark_incomplete, new_run_root
+from code.common.run_logs import TestResult, mark_incomplete, new_run_root, read_detail_log
 from code.common.supervision import Interrupted, stop_signals_ignored, stop_signals_raise
 from code.common.tuned import (
     TUNED_FIELDS,
@@ -54,7 +54,7 @@ early stopping with the tries' query counts below, short enough to search in min
 MIN_QUERIES = {Scenario.Offline: 1, Scenario.SingleStream: 64, Scenario.Server: search.SERVER_MIN_QUERIES}
 """min_query_count of the tries unless --min_query_count says otherwise (a probe runs with 1): Offline's one query
 is sized by the expected rate; SingleStream's p90 and Server's p99 early-stopping estimates need these many."""
-PROBES = 3
+PROBES = 4
 """A --test_run's Offline probe is repeated (at most this many in all) while its query ends before half the probe's
 duration, each sized by the rate the last one measured."""
 MAX_SERVER_TRY_S = 900
@@ -340,7 +340,7 @@ def server_start(config: ResolvedConfig, earlier: list[Found]) -> float:
 @dataclass
 class Probe:
     """What a --test_run's probe found: the field to override and the summary's note (``offline_expected_qps 6 ->
-    11.2 (probe: ...)``); neither when it measured nothing; ``failed`` when its process failed (the test would
+    0.773 (probe: ...)``); neither when it measured nothing; ``failed`` when its process failed (the test would
     fail the same way: its ERROR line is already shown, so the test is not run again)."""
 
     fields: dict[str, Any] = field(default_factory=dict)
@@ -348,45 +348,98 @@ class Probe:
     failed: TestResult | None = None
 
 
+def query_of(log_dir: Path) -> tuple[int, float]:
+    """(samples, seconds) of the Offline query a test ran: its planned samples and the latency of its last sample,
+    the time from the query's issue to its end (LoadGen's mlperf_log_detail.txt); (0, 0.0) when it does not say."""
+    detail = read_detail_log(log_dir)
+    samples = detail.get("generated_samples_per_query") or detail.get("effective_samples_per_query") or 0
+    return int(samples), float(detail.get("result_max_latency_ns") or 0) / 1e9
+
+
+def _batch(config: ResolvedConfig) -> int:
+    return int(config.values.get("gpu_batch_size") or 1)
+
+
 def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any], log_dir: Path) -> Probe:
-    """A short PerformanceOnly probe before a ``--test_run`` whose config does not know this machine."""
+    """A short PerformanceOnly probe before a ``--test_run`` whose config does not know this machine.
+
+    Offline: the config's rate may be far from this machine's, so the probe does not trust it: its first query is
+    one batch (or the config's query, if smaller), and while a query ends before half the probe duration the next
+    is sized by the rate just measured (at most ``search.PROBE_GROWTH`` times larger, ``PROBES`` in all). No probe
+    runs much past the probe duration, except where one batch alone takes longer. The test's query then holds the
+    last probe's rate x its duration x ``search.PROBE_QPS_MARGIN`` in whole batches (``search.probed_test_samples``).
+    SingleStream: LoadGen issues one sample at a time until the probe duration is spent; the test expects 0.9 x
+    the mean latency seen."""
     scenario = config.scenario
     name = TUNED_FIELDS[scenario]
-    _, probe_ms = durations(overrides)
+    duration_ms, probe_ms = durations(overrides)
     fields = {**try_fields(config, overrides, "probe", TRY_MS, probe_ms), "test_mode": TestMode.PerformanceOnly.value}
-    log.info("%s %s: no tuned %s for this system (make find_performance stores one): probing %g s first",
+    log.info("%s %s: no tuned %s for this system (make find_performance stores one): probing about %g s first",
              config.benchmark_name, scenario.value, name, probe_ms / 1000)
+    batch = _batch(config)
+    offline = scenario is Scenario.Offline
+    samples = max(1, min(batch, search.planned_samples(float(config[name]), probe_ms))) if offline else 0
+    queries: list[tuple[int, float]] = []  # each Offline probe's (samples, seconds)
     for attempt in range(1, PROBES + 1):
+        if offline:
+            fields["offline_expected_qps"] = search.qps_for_query(samples, probe_ms)
         folder = log_dir if attempt == 1 else log_dir.with_name(f"{log_dir.name}-{attempt}")
         folder.mkdir(parents=True, exist_ok=True)
-        spec = test_spec(system, config, TestMode.PerformanceOnly, {**overrides, **fields}, folder)
+        spec = {**test_spec(system, config, TestMode.PerformanceOnly, {**overrides, **fields}, folder),
+                "role": "probe"}
         result, _ = run_child(spec, folder)
         if result.valid is None:
             result.invalid_reasons.insert(0, "the probe before the test failed")
             return Probe(failed=result)
         probe = Try.of("probe", result)
-        # An Offline query sized by a config that underrates this machine ends in a moment, and a moment's rate is
-        # mostly start-up: probe again with a query sized by the rate just seen. (LoadGen sizes the query for
-        # 1.1 x expected x duration: a rate over twice that ran under half the probe.)
-        expected = float(fields.get("offline_expected_qps", config[name]))
-        if (scenario is not Scenario.Offline or not probe.value or probe.valid is not False
-                or not search.ended_early(probe.reasons) or probe.value < 2.2 * expected or attempt == PROBES):
+        ran, seconds = query_of(folder)
+        queries.append((ran, seconds))
+        if not offline or not probe.value or seconds >= probe_ms / 2000 or attempt == PROBES:
             break
-        fields["offline_expected_qps"] = search.round_qps(probe.value)
-        log.info("the probe ended early at %s samples/s: probing again with a query sized for it", _fmt(probe.value))
-    if scenario is Scenario.Offline and probe.value:
-        value: float | int = search.round_qps(probe.value * search.PROBE_QPS_MARGIN)
-        measured = f"{probe.value:.4g} samples/s"
+        samples = search.next_probe_samples(ran or samples, probe.value, batch, probe_ms)
+        log.info("the probe's query of %d samples ended in %.3g s at %s samples/s: probing again with %d samples",
+                 ran, seconds, _fmt(probe.value), samples)
+    if offline and probe.value:
+        # The rate past start-up where two probes give it (a short query's own rate reads low), else the query's.
+        sustained = search.sustained_rate(queries)
+        rate = max(probe.value, sustained or 0.0)
+        query = search.probed_test_samples(rate, ran, batch, duration_ms)
+        value: float | int = search.qps_for_query(query, duration_ms)
+        probes = ""
+        if len(queries) > 1:
+            probes = f"; {len(queries)} probes, {sum(s for _, s in queries):.3g} s in all"
+            if rate > probe.value:
+                probes += f", {rate:.4g} samples/s past start-up"
+        measured = (f"{probe.value:.4g} samples/s, {ran} samples in {seconds:.3g} s{probes}; the test's query: "
+                    f"{query} samples, ~{query / rate:.0f} s at {rate:.4g} samples/s")
     elif scenario is Scenario.SingleStream and probe.valid is not None and probe.extra.get("result_mean_latency_ns"):
         mean_ns = float(probe.extra["result_mean_latency_ns"])
         value = search.singlestream_expected_latency_ns(mean_ns)
-        measured = f"mean latency {mean_ns / 1e6:.4g} ms"
+        count = int(read_detail_log(folder).get("result_query_count") or 0)
+        measured = f"mean latency {mean_ns / 1e6:.4g} ms over {count} queries, {count * mean_ns / 1e9:.3g} s"
     else:
         log.warning("the probe measured nothing (%s); the test keeps %s=%s", probe.line(), name, _fmt(config[name]))
         return Probe()
-    note = f"{name} {_fmt(config[name])} -> {_fmt(value)} (probe: {measured} over {probe_ms / 1000:g} s)"
+    note = f"{name} {_fmt(config[name])} -> {_fmt(value)} (probe: {measured})"
     log.info("%s", note)
     return Probe({name: value}, note)
+
+
+def rerun_setting(config: ResolvedConfig, probe: Probe, result: TestResult) -> Probe | None:
+    """The one re-run of a probed --test_run whose Offline query still ended before its minimum duration: a query of
+    ``search.rerun_query_samples``, its note saying why (None when the test is not such a one)."""
+    if (config.scenario is not Scenario.Offline or not probe.fields or result.valid is not False
+            or not search.ended_early(result.invalid_reasons)):
+        return None
+    samples, seconds = query_of(Path(result.log_dir))
+    duration_ms = int(read_detail_log(Path(result.log_dir)).get("effective_min_duration_ms") or 0)
+    if not samples or not seconds or not duration_ms:
+        return None
+    query = search.rerun_query_samples(samples, seconds, _batch(config), duration_ms)
+    value = search.qps_for_query(query, duration_ms)
+    note = (f"{probe.note}; re-ran once at offline_expected_qps {_fmt(value)}: the first query, {samples} samples, "
+            f"ended after {seconds:.3g} s, short of the {duration_ms / 1000:g} s minimum; this one holds {query}")
+    return Probe({"offline_expected_qps": value}, note)
 
 
 def needs_probe(config: ResolvedConfig, mode: TestMode) -> bool:

@@ -48,7 +48,7 @@ def run_harness(request: RunRequest) -> int:
     FAILs its accuracy target, or every engine of a ladder missed it; 128 + the signal when the run was
     interrupted)."""
     from code.actions.accuracy_gate import Gate
-    from code.actions.find_performance import needs_probe, probe_setting, tuned_note
+    from code.actions.find_performance import Probe, needs_probe, probe_setting, rerun_setting, tuned_note
 
     system = system_name(request)
     # Resolve every test first, so a config error stops the run before any test starts, and refuse then what
@@ -89,8 +89,9 @@ def run_harness(request: RunRequest) -> int:
                 for loadgen_mode in modes:
                     overrides = request.overrides
                     tuning = tuned_note(config) if loadgen_mode is TestMode.PerformanceOnly else None
+                    probe = Probe()
+                    probe_dir = root / "probes" / system / config.benchmark_name / config.scenario.value
                     if needs_probe(config, loadgen_mode):  # a --test_run the config's guess might leave INVALID
-                        probe_dir = root / "probes" / system / config.benchmark_name / config.scenario.value
                         running = test_spec(system, config, loadgen_mode, overrides, probe_dir)
                         probe = probe_setting(system, config, overrides, probe_dir)
                         running = None
@@ -101,13 +102,20 @@ def run_harness(request: RunRequest) -> int:
                             overrides, tuning = {**overrides, **probe.fields}, probe.note
                     log_dir = make_test_log_dir(root, system, config.benchmark_name, config.scenario, loadgen_mode,
                                                 submission_layout=mode is TestMode.SubmissionRun)
-                    running = test_spec(system, config, loadgen_mode, overrides, log_dir)
-                    if tuning:
-                        running["tuning"] = tuning
+                    running = test_spec(system, config, loadgen_mode, overrides, log_dir, tuning, probe.fields)
                     print(flush=True)  # a blank line before each test's output, as a separator
                     log.info("%s %s %s %s", system, config.benchmark_name, config.scenario.value, loadgen_mode.value)
                     log.debug("config: %s", json.dumps(config.as_dict(), default=str))
                     result, metadata = run_child(running, log_dir)
+                    rerun = rerun_setting(config, probe, result)
+                    if rerun is not None:  # the probed query ended before its minimum duration: once more, larger
+                        log_dir.rename(probe_dir.with_name(f"{probe_dir.name}-short"))
+                        log.warning("%s", rerun.note)
+                        log_dir = make_test_log_dir(root, system, config.benchmark_name, config.scenario,
+                                                    loadgen_mode, submission_layout=mode is TestMode.SubmissionRun)
+                        running = test_spec(system, config, loadgen_mode, {**overrides, **rerun.fields}, log_dir,
+                                            rerun.note, rerun.fields)
+                        result, metadata = run_child(running, log_dir)
                     running = None
                     results.append((config.benchmark_name, result, metadata))
     except Interrupted as stop:
@@ -119,9 +127,14 @@ def run_harness(request: RunRequest) -> int:
     return int(exit_code(counted(results), stopped))
 
 
-def test_spec(system: str, config: ResolvedConfig, mode: TestMode, overrides: dict, log_dir: Path) -> dict:
-    """What the child process of one LoadGen test needs to rebuild its config (its test_spec.json)."""
+def test_spec(system: str, config: ResolvedConfig, mode: TestMode, overrides: dict, log_dir: Path,
+              tuning: str | None = None, probed: dict | None = None) -> dict:
+    """What the child process of one LoadGen test needs to rebuild its config (its test_spec.json). ``tuning``: how
+    the harness set the test's expected rate or latency first (a stored value, a probe), for the summary;
+    ``probed``: the overrides a probe measured, whose source metadata.json gives as ``probe``, not RUN_ARGS."""
     return {
+        **({"tuning": tuning} if tuning else {}),
+        **({"probed": sorted(probed)} if probed else {}),
         "system": system,
         "benchmark": config.benchmark.value,
         "benchmark_name": config.benchmark_name,

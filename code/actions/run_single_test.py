@@ -97,6 +97,8 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
     from code.harness.core import progress, run_test, timeline
 
     config = resolve_from_spec(spec)
+    for name in spec.get("probed", []):  # given to the child as overrides, but measured by the probe before it
+        config.sources[name] = "probe"
     mode = TestMode(spec["mode"])
     log_dir = Path(spec["log_dir"])
     benchmark = load_benchmark(config.benchmark)
@@ -177,6 +179,8 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
         **({"audit_accuracy": audit_accuracy} if audit_accuracy else {}),
         # How the harness tuned this test's expected rate or latency first (a stored value, a probe), if it did.
         **({"tuning": spec["tuning"]} if spec.get("tuning") else {}),
+        # "probe": a --test_run's probe, which only sized the test's query (its report's title says so).
+        **({"role": spec["role"]} if spec.get("role") else {}),
     })
     write_report(log_dir)
     return result
@@ -213,9 +217,10 @@ def device_share(devices: list[str], system_gpus: int) -> float:
 
 def scales_qps(config: ResolvedConfig) -> bool:
     """Whether the test's QPS is the whole system's, to scale by the share of GPUs used: Offline's and Server's
-    from a config class or a tuned file; not one given in RUN_ARGS (the run's own), nor SingleStream's latency."""
+    from a config class or a tuned file; not one given in RUN_ARGS (the run's own) or measured by a probe on the
+    same devices, nor SingleStream's latency."""
     name = {Scenario.Offline: "offline_expected_qps", Scenario.Server: "server_target_qps"}.get(config.scenario)
-    return name is not None and config.sources.get(name) != "RUN_ARGS"
+    return name is not None and config.sources.get(name) not in ("RUN_ARGS", "probe")
 
 
 def write_report(log_dir: Path) -> None:

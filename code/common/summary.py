@@ -10,6 +10,45 @@ from code.common import atomic
 from code.common.constants import ExitCode
 from code.common.run_logs import TestResult
 
+LOADGEN_ADVICE = ("Increase expected QPS", "Decrease expected latency")
+"""The starts of LoadGen's advice on a query that ended early, which names settings a user may never have set: the
+summary gives the command to type instead (``next_command``)."""
+NEXT_MARGIN = 1.5
+"""The next command's offline_expected_qps: the rate just measured x this, so the next query outlasts the minimum."""
+
+
+def ended_early(result: TestResult) -> bool:
+    """LoadGen's 'min duration not met' / 'min queries not met': the query was sized for a slower machine."""
+    return result.valid is False and any("min duration" in reason or "min queries" in reason
+                                         for reason in result.invalid_reasons)
+
+
+def _given_flags(metadata: dict[str, Any], leave_out: str) -> str:
+    """The run's RUN_ARGS as flags (from metadata.json's sources), without the log folder and ``leave_out``."""
+    config = metadata.get("config") or {}
+    fields, sources = config.get("fields") or {}, config.get("sources") or {}
+    flags = []
+    for name in sorted(name for name, source in sources.items() if source == "RUN_ARGS"):
+        if name in ("log_dir", leave_out) or name not in fields:
+            continue
+        value = fields[name]
+        flags.append(f" --{name}" if value is True else f" --{name}={value}")
+    return "".join(flags)
+
+
+def next_command(benchmark_name: str, result: TestResult, metadata: dict[str, Any]) -> str | None:
+    """The command that makes a test VALID that ended before its minimum duration: Offline, a run with an expected
+    QPS of ``NEXT_MARGIN`` x the rate it measured; else ``make find_performance``, which measures the setting."""
+    if not ended_early(result):
+        return None
+    scenario = result.scenario
+    name = {"Offline": "offline_expected_qps", "SingleStream": "single_stream_expected_latency_ns",
+            "Server": "server_target_qps"}.get(scenario, "")
+    args = f"--benchmarks={benchmark_name} --scenarios={scenario.lower()}{_given_flags(metadata, name)}"
+    if scenario == "Offline" and result.value:
+        return f'make run RUN_ARGS="{args} --offline_expected_qps={result.value * NEXT_MARGIN:.3g}"'
+    return f'make find_performance RUN_ARGS="{args}", then make run RUN_ARGS="{args}"'
+
 
 def _describe(result: TestResult) -> str:
     """One test's figure, its verdict and the verdict's reasons."""
@@ -23,7 +62,8 @@ def _describe(result: TestResult) -> str:
         figure += f", {tokens:,.1f} tokens/s"
     if result.accuracy is not None:
         figure = result.accuracy["summary"]
-    reasons = result.not_submittable if result.valid else result.invalid_reasons
+    reasons = result.not_submittable if result.valid else [
+        reason for reason in result.invalid_reasons if not reason.strip().startswith(LOADGEN_ADVICE)]
     line = f"{figure}  [{result.verdict}]" + (f" ({'; '.join(reasons)})" if reasons else "")
     if not result.valid and result.not_submittable:
         line += f"; not submittable either: {'; '.join(result.not_submittable)}"
@@ -43,6 +83,17 @@ def _device_lines(devices: dict[str, Any]) -> list[str]:
         lines.append(f"      expected QPS: the config's whole-system value x {share:.4g} ({len(devices['used'])} of "
                      "the system's GPUs)")
     return lines
+
+
+def cpu_precision_note(metadata: dict[str, Any]) -> str | None:
+    """``CPU precision: fp32 [CPU: this CPU has neither ...]``: on a CPU the precision decides the speed (bf16 is
+    fast only with bf16 arithmetic, code/common/cpu_features.py), so the summary says which ran and why."""
+    config = metadata.get("config") or {}
+    fields, sources = config.get("fields") or {}, config.get("sources") or {}
+    used = (metadata.get("devices") or {}).get("used") or [fields.get("device", "")]
+    if "precision" not in fields or not all(str(device).startswith("cpu") for device in used):
+        return None
+    return f"CPU precision: {fields['precision']} [{sources.get('precision', '?')}]"
 
 
 def exit_code(results: list[TestResult], stopped: str | None = None) -> ExitCode:
@@ -132,12 +183,18 @@ def format_summary(system: str, root: Path, results: list[tuple[str, TestResult,
         lines += _device_lines(metadata.get("devices") or {})
         if metadata.get("tuning"):  # how the harness set its expected rate or latency first (find_performance)
             lines.append(f"      tuned: {metadata['tuning']}")
+        command = next_command(benchmark_name, result, metadata)
+        if command:
+            lines.append(f"      its query ended before the minimum duration; next: {command}")
         provenance = metadata.get("provenance", {})
         if result.not_submittable and provenance:
             lengths = provenance.get("input_lengths", {})
             mean = f", mean {lengths['mean']:.0f} tokens" if "mean" in lengths else ""
             notes.add(f"model: {provenance.get('model')}; inputs: {provenance.get('inputs')}{mean}; "
                       f"weights: {provenance.get('weights')}")
+        precision = cpu_precision_note(metadata)
+        if precision:
+            notes.add(precision)
         if metadata.get("round"):
             notes.add(f"round {metadata['round']}, LoadGen {metadata.get('loadgen_version')}")
     for note in sorted(notes):

@@ -63,6 +63,8 @@ def write_test_report(folder: Path, draw: bool = True) -> TestReport:
     benchmark = metadata.get("config", {}).get("benchmark", "?")
     scenario, mode = result.get("scenario", "?"), result.get("mode", "?")
     title = f"{metadata.get('system_name', '?')} {benchmark} {scenario} {mode}"
+    if metadata.get("role"):  # a --test_run's probe: the test's query was sized from it, its figure is not the test's
+        title += f" ({metadata['role']})"
     verdict = result.get("verdict") or ("VALID" if result.get("valid") else "INVALID")
     reasons = result.get("invalid_reasons", [])
     lines = [f"# {title}", "", f"- verdict: **{verdict}**" + (f" ({'; '.join(reasons)})" if reasons else ""),

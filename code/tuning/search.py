@@ -16,10 +16,19 @@ from typing import Any, Generic, Protocol, TypeVar
 
 QPS_MARGIN = 1.1
 """offline_expected_qps = measured samples/s x this; a run that still ends early is repeated at 1.1 x its rate."""
-PROBE_QPS_MARGIN = 1.5
-"""A --test_run's offline_expected_qps = its probe's samples/s x this. The probe's short query carries the start-up
-(first batches, the last partial one) that a longer run spreads thin, so it reads low, and no confirming run
-follows; too high an expected QPS only lengthens an Offline run, too low ends it before its minimum duration."""
+PROBE_QPS_MARGIN = 2.0
+"""A --test_run's Offline query holds its probe's samples/s x its minimum duration x this. The probe's short query
+carries the start-up (first batches, each new sequence length's first kernels on a CPU) that a longer run spreads
+thin, so it reads low: BERT-large on 2 cores of an AMD EPYC (Zen 5) ran its 60 s test 1.68x faster than its probe.
+Too large a query only lengthens an Offline run, too small a one ends it before its minimum duration."""
+PROBE_GROWTH = 64
+"""A --test_run's Offline probe starts with one batch and grows its query at most this many times a probe, so no
+probe runs much longer than the probe duration whatever the config's rate says."""
+RERUN_GROWTH = 2
+"""A --test_run whose Offline query still ended before its minimum duration runs once more with at least this many
+times its samples (and whole batches): at the rate it just ran that lasts at least twice as long as it did."""
+LOADGEN_SLACK = 1.1
+"""LoadGen plans an Offline query of floor(1.1 x min_duration x expected QPS) samples (test_settings_internal.cc)."""
 SINGLESTREAM_MARGIN = 0.9
 """single_stream_expected_latency_ns = measured mean latency x this: a lower hint only makes LoadGen generate
 queries it never issues, a higher one can end the run before its minimum duration."""
@@ -66,6 +75,60 @@ def round_qps(qps: float) -> float:
 def ended_early(reasons: list[str]) -> bool:
     """LoadGen's 'min duration not met' / 'min queries not met': the run's expected rate or latency was wrong."""
     return any("min duration" in reason or "min queries" in reason for reason in reasons)
+
+
+def planned_samples(expected_qps: float, duration_ms: int) -> int:
+    """The samples of the Offline query LoadGen plans for ``expected_qps`` over ``duration_ms``."""
+    return int(LOADGEN_SLACK * duration_ms / 1000 * expected_qps)
+
+
+def qps_for_query(samples: int, duration_ms: int) -> float:
+    """The smallest readable ``offline_expected_qps`` (3 significant digits, rounded up) for which LoadGen plans an
+    Offline query of at least ``samples`` samples over ``duration_ms``."""
+    exact = (samples + 0.5) / (LOADGEN_SLACK * duration_ms / 1000)
+    step = 10.0 ** (math.floor(math.log10(exact)) - 2)
+    return round(math.ceil(exact / step) * step, 10)
+
+
+def whole_batches(samples: float, batch: int) -> int:
+    """``samples`` rounded up to whole batches of ``batch`` (at least one): a partial last batch runs about as long
+    as a full one, so a query's duration grows with its batches, not its samples."""
+    batch = max(1, batch)
+    return max(1, math.ceil(samples / batch)) * batch
+
+
+def next_probe_samples(samples: int, rate: float, batch: int, probe_ms: int) -> int:
+    """The next Offline probe's query after one of ``samples`` samples measured ``rate`` samples/s: the whole batches
+    that rate runs in the probe duration, at most ``PROBE_GROWTH`` times the last query, and more than it."""
+    batch = max(1, batch)
+    fits = math.floor(rate * probe_ms / 1000 / batch) * batch
+    return max(whole_batches(samples + 1, batch), min(samples * PROBE_GROWTH, fits))
+
+
+def sustained_rate(queries: list[tuple[int, float]]) -> float | None:
+    """The samples/s of Offline probe queries (samples, seconds) past their start-up: the last two queries'
+    difference in samples over their difference in time, which the start-up every query pays (the first batches,
+    the last partial one) cancels out of. None with fewer than two queries, or when the larger one was not longer."""
+    if len(queries) < 2:
+        return None
+    (before, before_s), (last, last_s) = queries[-2], queries[-1]
+    if last <= before or last_s <= before_s:
+        return None
+    return (last - before) / (last_s - before_s)
+
+
+def probed_test_samples(rate: float, probe_samples: int, batch: int, duration_ms: int) -> int:
+    """The samples of a --test_run's Offline query after a probe that ran ``probe_samples`` at ``rate`` samples/s:
+    the rate x the duration x ``PROBE_QPS_MARGIN``, never fewer than the probe's own query, in whole batches."""
+    return whole_batches(max(rate * duration_ms / 1000 * PROBE_QPS_MARGIN, probe_samples), batch)
+
+
+def rerun_query_samples(samples: int, seconds: float, batch: int, duration_ms: int) -> int:
+    """The query of the one re-run of a --test_run whose Offline query of ``samples`` ended after ``seconds``, before
+    its minimum ``duration_ms``: its own rate x the duration x ``PROBE_QPS_MARGIN``, at least ``RERUN_GROWTH`` x its
+    samples, in whole batches."""
+    scaled = samples * duration_ms / 1000 / max(seconds, 1e-3) * PROBE_QPS_MARGIN
+    return whole_batches(max(scaled, RERUN_GROWTH * samples), batch)
 
 
 def offline_expected_qps(measured_qps: float) -> float:

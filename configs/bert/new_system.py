@@ -7,6 +7,7 @@ scripts/add_system.py stays generic. They are meant to run, not to be fast: a pe
 from typing import Any
 
 from code.common.constants import Scenario
+from code.common.cpu_features import BestCpuPrecision
 
 STARTING_VALUES: dict[Scenario, dict[str, dict[str, Any]]] = {
     Scenario.Offline: {"gpu": {"gpu_batch_size": 64, "offline_expected_qps": 500.0},
@@ -18,8 +19,9 @@ STARTING_VALUES: dict[Scenario, dict[str, dict[str, Any]]] = {
 }
 """Per scenario, the fields of a machine with a GPU ("gpu") and of a CPU-only one ("cpu")."""
 
-PRECISION: dict[str, tuple[str, str]] = {"gpu": ("fp16", "fp16"), "cpu": ("bf16", "fp32")}
-"""The engine precision of the (99% class, 99.9% class) on a GPU and on a CPU."""
+PRECISION: dict[str, tuple[str, str]] = {"gpu": ("fp16", "fp16"), "cpu": (BestCpuPrecision().choose()[0], "fp32")}
+"""The engine precision of the (99% class, 99.9% class) on a GPU and on a CPU; a CPU's 99% class gets bf16 only when
+this machine's CPU has bf16 arithmetic (code/common/cpu_features.py)."""
 
 BY_TARGET: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "gpu": ({"gelu_in_gemm": True}, {"gelu_in_gemm": False}),

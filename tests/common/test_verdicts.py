@@ -166,3 +166,25 @@ def test_summary_says_which_engine_of_a_ladder_ran_and_why(tmp_path):
     assert exit_code([], "every engine missed before: nothing ran") is ExitCode.INVALID
     not_applied = [("gptj-99", performance, {"engine": {"ladder": ladder, "gate": "not applied", "summary": "fp8"}})]
     assert "GATE gptj-99: the accuracy gate was not applied" in format_summary("CPU", tmp_path, not_applied)
+
+
+def test_a_query_that_ended_early_gives_the_next_command_not_loadgens_advice(tmp_path):
+    short = TestResult("Offline", "PerformanceOnly", "x", metric="samples_per_second", value=0.068,
+                       unit="samples/s", valid=False,
+                       invalid_reasons=["min duration not met", "Increase expected QPS so the loadgen pre-generates "
+                                        "a larger (coalesced) query. "])
+    config = resolved(Scenario.Offline, test_run=True, model_name="tiny", log_dir="/somewhere")
+    metadata = {"config": config.as_dict()}
+    text = format_summary("CPU", tmp_path, [("bert-99", short, metadata)])
+    assert "Increase expected QPS" not in text
+    assert "[INVALID] (min duration not met)" in text
+    assert ('its query ended before the minimum duration; next: make run RUN_ARGS="--benchmarks=bert-99 '
+            '--scenarios=offline --model_name=tiny --test_run --offline_expected_qps=0.102"') in text
+    server = TestResult("Server", "PerformanceOnly", "x", metric="scheduled_samples_per_second", value=3.0,
+                        unit="samples/s", valid=False, invalid_reasons=["min queries not met"])
+    assert ('next: make find_performance RUN_ARGS="--benchmarks=bert-99 --scenarios=server", then make run '
+            'RUN_ARGS="--benchmarks=bert-99 --scenarios=server"') in format_summary("CPU", tmp_path,
+                                                                                [("bert-99", server, {})])
+    late = TestResult("Server", "PerformanceOnly", "x", value=3.0, valid=False,
+                      invalid_reasons=["latency constraint not met"])
+    assert "next:" not in format_summary("CPU", tmp_path, [("bert-99", late, {})])

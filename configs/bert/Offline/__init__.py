@@ -10,6 +10,7 @@ and the class's own values are its last engine's. The measurements are in docume
 """
 
 from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
+from code.common.cpu_features import BestCpuPrecision
 from configs.bert import BertBaseConfig, bert_99_9_ladder, bert_99_ladder
 from configs.configuration import ConfigRegistry
 
@@ -21,9 +22,10 @@ class OfflineBaseConfig(BertBaseConfig):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class CPU(OfflineBaseConfig):
-    """Any machine without an NVIDIA GPU: the embedded default and CI. bf16 uses AMX/AVX512-BF16 where present."""
+    """Any machine without an NVIDIA GPU: the embedded default and CI. Its precision is the CPU's choice
+    (bf16 only with AMX or AVX512-BF16: code/common/cpu_features.py)."""
 
-    precision = "bf16"
+    precision = BestCpuPrecision()  # bf16 where the CPU has bf16 arithmetic, else fp32
     device = "cpu"
     gpu_batch_size = 8
     offline_expected_qps = 6.0

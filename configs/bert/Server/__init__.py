@@ -10,6 +10,7 @@ query; the CPU class exists so the flow runs everywhere (its result is INVALID, 
 """
 
 from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
+from code.common.cpu_features import BestCpuPrecision
 from configs.bert import BertBaseConfig, bert_99_9_ladder, bert_99_ladder
 from configs.configuration import ConfigRegistry
 
@@ -22,7 +23,7 @@ class ServerBaseConfig(BertBaseConfig):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class CPU(ServerBaseConfig):
-    precision = "bf16"
+    precision = BestCpuPrecision()  # bf16 where the CPU has bf16 arithmetic, else fp32
     device = "cpu"
     gpu_batch_size = 4
     server_target_qps = 1.0

@@ -9,6 +9,7 @@ enough for every engine.
 """
 
 from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
+from code.common.cpu_features import BestCpuPrecision
 from configs.bert import BertBaseConfig, bert_99_9_ladder, bert_99_ladder
 from configs.configuration import ConfigRegistry
 
@@ -21,7 +22,7 @@ class SingleStreamBaseConfig(BertBaseConfig):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class CPU(SingleStreamBaseConfig):
-    precision = "bf16"
+    precision = BestCpuPrecision()  # bf16 where the CPU has bf16 arithmetic, else fp32
     device = "cpu"
     single_stream_expected_latency_ns = 300_000_000
 

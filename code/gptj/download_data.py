@@ -37,7 +37,7 @@ from code.llm.cnn_dailymail import (
     EVAL_FILE,
     CnnDailyMailError,
     check_records,
-    make_record,
+    convert_records,
 )
 
 # mlcommons/inference language/llama3.1-8b/README.md ("Full dataset (datacenter)") and mlcommons/mlperf-automations
@@ -48,20 +48,6 @@ SOURCE_SUBDIR = "mlcommons-r2-llama3.1-8b"
 """Folder under ``cnn-daily-mail/`` holding the downloaded source and its R2 metadata."""
 LOCK_FILE = "cnn_eval.lock.json"
 RETRY_HINT = "delete it and re-run `make download_data BENCHMARKS=gptj`"
-
-
-def convert_records(records: object, source: Path | str) -> list[dict]:
-    """GPT-J records from the llama3.1-8b file or a GPT-J one: keep ``input``/``output``, set the GPT-J instruction."""
-    if not isinstance(records, list):
-        raise CnnDailyMailError(f"{source}: expected a JSON list of records, got {type(records).__name__}")
-    converted = []
-    for index, record in enumerate(records):
-        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("input", "output")):
-            raise CnnDailyMailError(
-                f"{source}: record {index} lacks the string fields 'input' (article) and 'output' (highlights)"
-            )
-        converted.append(make_record(record["input"], record["output"]))
-    return converted
 
 
 def write_eval_json(records: list[dict], path: Path) -> None:

@@ -42,6 +42,23 @@ def make_record(article: str, highlights: str) -> dict:
     return {"instruction": INSTRUCTION, "input": article, "output": highlights}
 
 
+def convert_records(records: object, source: Path | str) -> list[dict]:
+    """``cnn_eval.json`` records from another benchmark's CNN/DailyMail file (llama3.1-8b's, with its own prompt and
+    token ids) or from one in this format: keep ``input`` (article) and ``output`` (highlights), set ``INSTRUCTION``.
+
+    The eval set's download and the calibration set's both convert this way."""
+    if not isinstance(records, list):
+        raise CnnDailyMailError(f"{source}: expected a JSON list of records, got {type(records).__name__}")
+    converted = []
+    for index, record in enumerate(records):
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("input", "output")):
+            raise CnnDailyMailError(
+                f"{source}: record {index} lacks the string fields 'input' (article) and 'output' (highlights)"
+            )
+        converted.append(make_record(record["input"], record["output"]))
+    return converted
+
+
 def check_records(records: object, source: Path | str, expected_count: int | None = None) -> list[dict]:
     """Return ``records`` if it is a list of ``{instruction, input, output}`` string records (of ``expected_count``).
 

@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from code.bert.squad import SQUAD_SUBDIR
 from code.common.download import RemoteFile, download_command, fetch
 from code.common.paths import DATA_DIR
 
@@ -43,7 +44,6 @@ SQUAD_FILES: tuple[RemoteFile, ...] = (
     ),
 )
 
-SQUAD_SUBDIR = "squad"
 RETRY_HINT = "delete it and re-run `make download_data BENCHMARKS=bert`"
 
 

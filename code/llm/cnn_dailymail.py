@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from code.common.constants import DATASET_SIZE, Benchmark
 from code.common.paths import DATA_DIR
 
 DATASET_SUBDIR = "cnn-daily-mail"
 """Folder under ``DATA_DIR`` (NVIDIA's layout: ``build/data/cnn-daily-mail/cnn_eval.json``)."""
 
 EVAL_FILE = "cnn_eval.json"
-CNN_DAILYMAIL_VALIDATION_SAMPLES = 13368
+CNN_DAILYMAIL_VALIDATION_SAMPLES = DATASET_SIZE[Benchmark.GPTJ]
 """Records of HF ``cnn_dailymail`` 3.0.0 ``validation``: GPT-J's QSL total and performance sample count."""
 
 INSTRUCTION = "Summarize the following news article:"

@@ -21,14 +21,13 @@ using other data. A second run with a verified file makes no network request.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
 import sys
 from pathlib import Path
 
-from code.common.download import download, download_command, file_checksum
+from code.common.download import download, download_command, download_parser, file_checksum
 from code.common.paths import DATA_DIR
 from code.common.r2_download import fetch_r2_listing
 from code.llm.cnn_dailymail import (
@@ -174,19 +173,13 @@ def download_cnn_dailymail(
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the process exit code (0 on success)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m code.gptj.download_data",
-        description=(
-            "Write the MLPerf GPT-J eval set, CNN/DailyMail 3.0.0 validation (13,368 articles), as "
-            "<data_dir>/cnn-daily-mail/cnn_eval.json in the reference's format. The articles and highlights come "
-            "from MLCommons' R2-hosted llama3.1-8b cnn_eval.json (md5-verified) or from --source_json."
-        ),
-    )
-    parser.add_argument(
-        "--data_dir",
-        type=Path,
-        default=DATA_DIR,
-        help=f"root of the raw data (default: {DATA_DIR}); may be a link into $MLPERF_SCRATCH_PATH",
+    parser = download_parser(
+        "code.gptj.download_data",
+        f"Write the MLPerf GPT-J eval set, CNN/DailyMail 3.0.0 validation ({CNN_DAILYMAIL_VALIDATION_SAMPLES:,} "
+        "articles), as <data_dir>/cnn-daily-mail/cnn_eval.json in the reference's format. The articles and "
+        "highlights come from MLCommons' R2-hosted llama3.1-8b cnn_eval.json (md5-verified) or from --source_json.",
+        "data_dir",
+        r2_metadata=True,
     )
     parser.add_argument("--uri", default=CNN_EVAL_URI, help=f"R2 metadata URL of the source (default: {CNN_EVAL_URI})")
     parser.add_argument(
@@ -194,9 +187,6 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=None,
         help="use this local file (GPT-J or llama3.1-8b cnn_eval.json format) instead of downloading",
-    )
-    parser.add_argument(
-        "--refresh_metadata", action="store_true", help="fetch the R2 .uri/.md5 metadata again instead of the kept copy"
     )
     parser.add_argument(
         "--calibration",

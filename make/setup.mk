@@ -14,7 +14,7 @@ setup: $(VENV_STAMP)
 endif
 
 # Re-installs only when a lock file changes (the stamp's name carries their checksum). The dev lock (pytest, ruff,
-# hadolint, shellcheck) is the native environment's only: `make test` runs here, not in the image.
+# hadolint, shellcheck, clang-format) is the native environment's only: `make test` runs here, not in the image.
 $(VENV_STAMP): $(LOCKS)
 	@test -x $(VENV)/bin/python || $(SYSTEM_PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes \

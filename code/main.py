@@ -15,7 +15,7 @@ import sys
 
 from code.common.arguments import ArgumentError, format_help, parse_run_args
 from code.common.audits import AuditError
-from code.common.benchmarks import BenchmarkError
+from code.common.benchmark_errors import BenchmarkError
 from code.common.config import ConfigError
 from code.common.constants import ExitCode
 from code.common.faults import describe

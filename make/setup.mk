@@ -26,9 +26,9 @@ setup: $(VENV_STAMP)
 endif
 
 # Re-installs only when a lock file changes (the stamp's name carries their checksum). The dev lock (pytest, ruff,
-# hadolint, shellcheck) is the native environment's only: `make test` runs here, not in the image. torch goes first,
-# from its entry of the lock (the pin and its hash lines) with PyTorch's index added; the locks follow with the host's
-# settings alone, torch then being in place.
+# hadolint, shellcheck, clang-format) is the native environment's only: `make test` runs here, not in the image.
+# torch goes first, from its entry of the lock (the pin and its hash lines) with PyTorch's index added; the locks
+# follow with the host's settings alone, torch then being in place.
 $(VENV_STAMP): $(LOCKS)
 	@test -x $(VENV)/bin/python || $(SYSTEM_PY) -c '$(PYTHON_CHECK)'
 	@test -x $(VENV)/bin/python || $(SYSTEM_PY) -m venv $(VENV)

@@ -7,11 +7,11 @@ files present makes no network request.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from code.common.download import RemoteFile, download_command, fetch
+from code.bert.squad import SQUAD_SUBDIR
+from code.common.download import RemoteFile, download_command, download_parser, fetch
 from code.common.paths import DATA_DIR
 
 # Where each file comes from, and how to recognise it.
@@ -43,7 +43,6 @@ SQUAD_FILES: tuple[RemoteFile, ...] = (
     ),
 )
 
-SQUAD_SUBDIR = "squad"
 RETRY_HINT = "delete it and re-run `make download_data BENCHMARKS=bert`"
 
 
@@ -55,19 +54,12 @@ def download_squad(data_dir: Path = DATA_DIR) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the process exit code (0 on success)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m code.bert.download_data",
-        description=(
-            "Download the SQuAD v1.1 dev set (dev-v1.1.json) and the MLCommons BERT calibration feature list "
-            "into <data_dir>/squad/, verifying each file's checksum. Interrupted downloads resume; files already "
-            "present and valid are kept without touching the network."
-        ),
-    )
-    parser.add_argument(
-        "--data_dir",
-        type=Path,
-        default=DATA_DIR,
-        help=f"root of the raw data (default: {DATA_DIR}); may be a link into $MLPERF_SCRATCH_PATH",
+    parser = download_parser(
+        "code.bert.download_data",
+        "Download the SQuAD v1.1 dev set (dev-v1.1.json) and the MLCommons BERT calibration feature list "
+        "into <data_dir>/squad/, verifying each file's checksum. Interrupted downloads resume; files already "
+        "present and valid are kept without touching the network.",
+        "data_dir",
     )
     args = parser.parse_args(argv)
     return download_command(lambda: download_squad(args.data_dir))

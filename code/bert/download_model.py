@@ -8,13 +8,12 @@ no MLCommons zenodo record ships one next to ``model.pytorch``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from pathlib import Path
 
-from code.common.download import RemoteFile, download_command, fetch
+from code.common.download import RemoteFile, download_command, download_parser, fetch
 from code.common.paths import MODELS_DIR
 
 # Where each file comes from, and how to recognise it. URLs are those of the MLCommons reference
@@ -101,19 +100,12 @@ def download_bert_model(model_dir: Path = MODELS_DIR, formats: tuple[str, ...] =
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the process exit code (0 on success)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m code.bert.download_model",
-        description=(
-            "Download the MLCommons BERT-Large SQuAD v1.1 checkpoint (fp32, F1 90.874) and vocab.txt from zenodo "
-            "into <model_dir>/bert/, verify each file's md5, and write bert_config.json. Interrupted downloads "
-            "resume; files already present and valid are kept without touching the network."
-        ),
-    )
-    parser.add_argument(
-        "--model_dir",
-        type=Path,
-        default=MODELS_DIR,
-        help=f"root of the models (default: {MODELS_DIR}); may be a link into $MLPERF_SCRATCH_PATH",
+    parser = download_parser(
+        "code.bert.download_model",
+        "Download the MLCommons BERT-Large SQuAD v1.1 checkpoint (fp32, F1 90.874) and vocab.txt from zenodo "
+        "into <model_dir>/bert/, verify each file's md5, and write bert_config.json. Interrupted downloads "
+        "resume; files already present and valid are kept without touching the network.",
+        "model_dir",
     )
     parser.add_argument(
         "--formats",

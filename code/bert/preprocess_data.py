@@ -19,19 +19,20 @@ from code.bert.squad import (
     DOC_STRIDE,
     MAX_QUERY_LENGTH,
     MAX_SEQ_LENGTH,
+    SQUAD_SUBDIR,
     TOKENIZED_SUBDIR,
     convert_examples_to_features,
     read_squad_examples,
     save_features,
 )
 from code.bert.vocab import BertTokenizer, find_vocab
+from code.common.constants import DATASET_SIZE, Benchmark
 from code.common.download import file_checksum
 from code.common.paths import DATA_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
 
 SQUAD_DEV_FILE = "dev-v1.1.json"
-SQUAD_SUBDIR = "squad"
 EXPECTED_DEV_EXAMPLES = 10570
-EXPECTED_DEV_FEATURES = 10833
+EXPECTED_DEV_FEATURES = DATASET_SIZE[Benchmark.BERT]  # the QSL: one sample per feature
 
 
 def default_squad_json(data_dir: Path) -> Path:

@@ -38,6 +38,8 @@ reader parses it, and never among the n-best spans post-processing picks from.""
 DOC_STRIDE = 128
 MAX_QUERY_LENGTH = 64
 
+SQUAD_SUBDIR = "squad"
+"""Folder under ``DATA_DIR`` of the downloaded dev set and calibration list (``make download_data``)."""
 TOKENIZED_SUBDIR = "squad_tokenized"
 ARRAY_FILES = ("input_ids.npy", "segment_ids.npy", "input_mask.npy")
 GOLD_FILE = "gold_positions.npy"

@@ -21,21 +21,16 @@ from typing import Any, Protocol, Required, TypedDict
 
 import numpy as np
 
+from code.common.benchmark_errors import BenchmarkError as BenchmarkError  # re-exported: the seam's errors
+from code.common.benchmark_errors import InputsUnavailableError as InputsUnavailableError
 from code.common.config import ResolvedConfig
 from code.common.constants import Benchmark, TestMode
+from code.common.devices import on_device
 from code.common.registry import LazyRegistry
 
 # Benchmark -> its module, imported when a run asks for that benchmark (code/common imports no benchmark itself).
 BENCHMARK_MODULES: LazyRegistry[Benchmark] = LazyRegistry(
     "benchmark", {Benchmark.BERT: "code.bert.benchmark", Benchmark.GPTJ: "code.gptj.benchmark"})
-
-
-class BenchmarkError(RuntimeError):
-    """A problem the user fixes with a make step (missing data, a stale engine); the message names the step."""
-
-
-class InputsUnavailableError(BenchmarkError):
-    """Real data or weights are needed but absent; the message names the make step that fetches them."""
 
 
 class InputsDescription(TypedDict, total=False):
@@ -133,8 +128,6 @@ def prepared_test(
     torch's threads, which change the figure) in the provenance, and hand the core int32 lengths of every sample
     (all of them fit in memory, so the performance sample count is the whole set) and the way to build a runner on
     a device, called with that device current (``on_device``)."""
-    from code.common.devices import on_device  # devices.py imports this module's errors
-
     if not devices:
         raise ValueError("a test runs on one device at least")
     provenance["input_lengths"] = input_lengths

@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from code.common.benchmarks import BenchmarkError, InputsUnavailableError
+from code.common.benchmark_errors import BenchmarkError, InputsUnavailableError
 from code.common.config import ResolvedConfig
 from code.common.constants import Scenario
 from code.common.fields import check_device

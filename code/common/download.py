@@ -11,6 +11,7 @@ Only ``urllib`` is used so that ``make download_*`` works before the venv has an
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import http.client
 import os
@@ -22,6 +23,8 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from code.common.paths import DATA_DIR, MODELS_DIR
 
 __all__ = [
     "DownloadError",
@@ -301,6 +304,26 @@ def fetch(remote: RemoteFile, directory: Path, **kwargs: object) -> Path:
         size=remote.size,
         **kwargs,  # type: ignore[arg-type]
     )
+
+
+# The root folder a download command writes under: its flag -> (what it holds, its default).
+DOWNLOAD_ROOTS = {"data_dir": ("the raw data", DATA_DIR), "model_dir": ("the models", MODELS_DIR)}
+
+
+def download_parser(module: str, description: str, root: str, r2_metadata: bool = False) -> argparse.ArgumentParser:
+    """The command line every ``python -m code.<bench>.download_*`` starts from: its name and description, the root
+    folder it writes under (``--data_dir`` or ``--model_dir``, which may be a link into $MLPERF_SCRATCH_PATH) and,
+    for files listed on MLCommons' R2 storage, ``--refresh_metadata``. The command adds its own options."""
+    if root not in DOWNLOAD_ROOTS:
+        raise ValueError(f"unknown download root {root!r}; valid roots: {', '.join(DOWNLOAD_ROOTS)}")
+    holds, default = DOWNLOAD_ROOTS[root]
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    parser.add_argument(f"--{root}", type=Path, default=default,
+                        help=f"root of {holds} (default: {default}); may be a link into $MLPERF_SCRATCH_PATH")
+    if r2_metadata:
+        parser.add_argument("--refresh_metadata", action="store_true",
+                            help="fetch the R2 .uri/.md5 metadata again instead of the kept copy")
+    return parser
 
 
 def download_command(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from code.common import atomic
-from code.common.benchmarks import BenchmarkError
+from code.common.benchmark_errors import BenchmarkError
 
 MANIFEST = "engine.json"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from code.common.backends import runs_model
-from code.common.benchmarks import InputsUnavailableError
+from code.common.benchmark_errors import InputsUnavailableError
 from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, TestMode
 from code.common.fields import FieldError

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from code.common import atomic
-from code.common.benchmarks import BenchmarkError
+from code.common.benchmark_errors import BenchmarkError
 from code.common.constants import Scenario, TestMode
 from code.common.paths import LOGS_DIR
 

@@ -157,6 +157,17 @@ def check_writable(system: str) -> None:
         raise TunedStoreError(not_writable(directory, error) + "; nothing was measured") from None
 
 
+def _read_record(path: Path, fix: str) -> tuple[str | None, str | None]:
+    """A stored record's text, or None and why it is ignored (None, None: there is none). A record that cannot be
+    read is ignored, not trusted, with ``fix`` saying what to do."""
+    try:
+        return path.read_text(), None
+    except FileNotFoundError:
+        return None, None
+    except OSError as error:
+        return None, f"ignoring {shown(path)}: cannot read it ({error.strerror or error}); {fix}"
+
+
 def read_tuned(system: str, benchmark_name: str, scenario: Scenario, settings: dict[str, str] | None = None,
                engine: str = "") -> tuple[TunedValue | None, str | None]:
     """The stored value for a run with these ``run_settings`` and this engine (a rung's name, "" for none), or None
@@ -164,12 +175,9 @@ def read_tuned(system: str, benchmark_name: str, scenario: Scenario, settings: d
     value measured with one is not another's."""
     path = tuned_path(system, benchmark_name, scenario)
     fix = f"run `{find_command(benchmark_name, scenario)}` again, or delete the file"
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return None, None
-    except OSError as error:
-        return None, f"ignoring {shown(path)}: cannot read it ({error.strerror or error}); {fix}"
+    text, unreadable = _read_record(path, fix)
+    if text is None:
+        return None, unreadable
     try:
         record = json.loads(text)
         if not isinstance(record, dict):
@@ -263,12 +271,9 @@ def read_misses(system: str, benchmark_name: str, scenario: Scenario) -> tuple[E
     read is ignored, not trusted: the ladder then starts at its first engine again."""
     path = misses_path(system, benchmark_name, scenario)
     fix = "delete it (the accuracy gate then tries the ladder from its first engine again)"
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return None, None
-    except OSError as error:
-        return None, f"ignoring {shown(path)}: cannot read it ({error.strerror or error}); {fix}"
+    text, unreadable = _read_record(path, fix)
+    if text is None:
+        return None, unreadable
     try:
         record = json.loads(text)
         if not isinstance(record, dict) or record.get("schema") != MISSES_SCHEMA:

@@ -37,7 +37,7 @@ from code.common.download import download, file_checksum
 from code.common.paths import DATA_DIR
 from code.common.r2_download import fetch_r2_listing
 from code.gptj.prompt import CALIBRATION_FILE, CNN_DAILYMAIL_CALIBRATION_SAMPLES
-from code.llm.cnn_dailymail import DATASET_SUBDIR, CnnDailyMailError, check_records
+from code.llm.cnn_dailymail import DATASET_SUBDIR, CnnDailyMailError, check_records, convert_records
 
 CALIBRATION_LIST_COMMIT = "bcaa08a3d4ca7c923c2adcb10ae76ba23e77985c"  # the list's last change (June 2023)
 CALIBRATION_LIST_URL = ("https://raw.githubusercontent.com/mlcommons/inference/"
@@ -65,8 +65,6 @@ def calibration_records(records: object, source: Path | str, ids: list[str],
                         expected_count: int | None = CNN_DAILYMAIL_CALIBRATION_SAMPLES) -> tuple[list[dict], bool]:
     """GPT-J records from a calibration file (GPT-J or llama3.1-8b format) and whether its ids were checked
     against the list (only possible when every record carries an ``id``)."""
-    from code.gptj.download_data import convert_records
-
     converted = check_records(convert_records(records, source), source, expected_count)
     assert isinstance(records, list)  # convert_records refused anything else
     with_ids = [r.get("id") for r in records]

@@ -21,14 +21,13 @@ using other data. A second run with a verified file makes no network request.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
 import sys
 from pathlib import Path
 
-from code.common.download import download, download_command, file_checksum
+from code.common.download import download, download_command, download_parser, file_checksum
 from code.common.paths import DATA_DIR
 from code.common.r2_download import fetch_r2_listing
 from code.llm.cnn_dailymail import (
@@ -37,7 +36,7 @@ from code.llm.cnn_dailymail import (
     EVAL_FILE,
     CnnDailyMailError,
     check_records,
-    make_record,
+    convert_records,
 )
 
 # mlcommons/inference language/llama3.1-8b/README.md ("Full dataset (datacenter)") and mlcommons/mlperf-automations
@@ -48,20 +47,6 @@ SOURCE_SUBDIR = "mlcommons-r2-llama3.1-8b"
 """Folder under ``cnn-daily-mail/`` holding the downloaded source and its R2 metadata."""
 LOCK_FILE = "cnn_eval.lock.json"
 RETRY_HINT = "delete it and re-run `make download_data BENCHMARKS=gptj`"
-
-
-def convert_records(records: object, source: Path | str) -> list[dict]:
-    """GPT-J records from the llama3.1-8b file or a GPT-J one: keep ``input``/``output``, set the GPT-J instruction."""
-    if not isinstance(records, list):
-        raise CnnDailyMailError(f"{source}: expected a JSON list of records, got {type(records).__name__}")
-    converted = []
-    for index, record in enumerate(records):
-        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("input", "output")):
-            raise CnnDailyMailError(
-                f"{source}: record {index} lacks the string fields 'input' (article) and 'output' (highlights)"
-            )
-        converted.append(make_record(record["input"], record["output"]))
-    return converted
 
 
 def write_eval_json(records: list[dict], path: Path) -> None:
@@ -188,19 +173,13 @@ def download_cnn_dailymail(
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the process exit code (0 on success)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m code.gptj.download_data",
-        description=(
-            "Write the MLPerf GPT-J eval set, CNN/DailyMail 3.0.0 validation (13,368 articles), as "
-            "<data_dir>/cnn-daily-mail/cnn_eval.json in the reference's format. The articles and highlights come "
-            "from MLCommons' R2-hosted llama3.1-8b cnn_eval.json (md5-verified) or from --source_json."
-        ),
-    )
-    parser.add_argument(
-        "--data_dir",
-        type=Path,
-        default=DATA_DIR,
-        help=f"root of the raw data (default: {DATA_DIR}); may be a link into $MLPERF_SCRATCH_PATH",
+    parser = download_parser(
+        "code.gptj.download_data",
+        f"Write the MLPerf GPT-J eval set, CNN/DailyMail 3.0.0 validation ({CNN_DAILYMAIL_VALIDATION_SAMPLES:,} "
+        "articles), as <data_dir>/cnn-daily-mail/cnn_eval.json in the reference's format. The articles and "
+        "highlights come from MLCommons' R2-hosted llama3.1-8b cnn_eval.json (md5-verified) or from --source_json.",
+        "data_dir",
+        r2_metadata=True,
     )
     parser.add_argument("--uri", default=CNN_EVAL_URI, help=f"R2 metadata URL of the source (default: {CNN_EVAL_URI})")
     parser.add_argument(
@@ -208,9 +187,6 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=None,
         help="use this local file (GPT-J or llama3.1-8b cnn_eval.json format) instead of downloading",
-    )
-    parser.add_argument(
-        "--refresh_metadata", action="store_true", help="fetch the R2 .uri/.md5 metadata again instead of the kept copy"
     )
     parser.add_argument(
         "--calibration",

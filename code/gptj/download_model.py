@@ -14,13 +14,12 @@ again.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 from pathlib import Path, PurePosixPath
 
-from code.common.download import RemoteFile, download_command, fetch
+from code.common.download import RemoteFile, download_command, download_parser, fetch
 from code.common.paths import MODELS_DIR
 from code.common.r2_download import R2Listing, fetch_r2_listing
 
@@ -134,24 +133,15 @@ def download_gptj_model(
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the process exit code (0 on success)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m code.gptj.download_model",
-        description=(
-            "Download the MLCommons fine-tuned GPT-J-6B checkpoint (fp32, HF format, ~24 GB) from MLCommons R2 "
-            "storage into <model_dir>/GPTJ-6B/checkpoint-final/, verifying each file against the published md5 "
-            "list. Interrupted downloads resume; verified files are kept without downloading them again."
-        ),
-    )
-    parser.add_argument(
-        "--model_dir",
-        type=Path,
-        default=MODELS_DIR,
-        help=f"root of the models (default: {MODELS_DIR}); may be a link into $MLPERF_SCRATCH_PATH",
+    parser = download_parser(
+        "code.gptj.download_model",
+        "Download the MLCommons fine-tuned GPT-J-6B checkpoint (fp32, HF format, ~24 GB) from MLCommons R2 "
+        "storage into <model_dir>/GPTJ-6B/checkpoint-final/, verifying each file against the published md5 "
+        "list. Interrupted downloads resume; verified files are kept without downloading them again.",
+        "model_dir",
+        r2_metadata=True,
     )
     parser.add_argument("--uri", default=GPTJ_CHECKPOINT_URI, help=f"R2 metadata URL (default: {GPTJ_CHECKPOINT_URI})")
-    parser.add_argument(
-        "--refresh_metadata", action="store_true", help="fetch the .uri/.md5 metadata again instead of the kept copy"
-    )
     parser.add_argument("--list", action="store_true", help="print the files and URLs, download nothing else")
     args = parser.parse_args(argv)
     if args.list:

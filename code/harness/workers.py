@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from code.common.benchmarks import BenchmarkError
+from code.common.benchmark_errors import BenchmarkError
 from code.common.supervision import start_child
 
 HEADER = struct.Struct("<IIQQ")  # type, reserved, count, payload bytes (worker_channel.h's MessageHeader)

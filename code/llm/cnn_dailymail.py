@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from code.common.constants import DATASET_SIZE, Benchmark
 from code.common.paths import DATA_DIR
 
 DATASET_SUBDIR = "cnn-daily-mail"
 """Folder under ``DATA_DIR`` (NVIDIA's layout: ``build/data/cnn-daily-mail/cnn_eval.json``)."""
 
 EVAL_FILE = "cnn_eval.json"
-CNN_DAILYMAIL_VALIDATION_SAMPLES = 13368
+CNN_DAILYMAIL_VALIDATION_SAMPLES = DATASET_SIZE[Benchmark.GPTJ]
 """Records of HF ``cnn_dailymail`` 3.0.0 ``validation``: GPT-J's QSL total and performance sample count."""
 
 INSTRUCTION = "Summarize the following news article:"
@@ -40,6 +41,23 @@ def default_eval_json(data_dir: Path = DATA_DIR) -> Path:
 def make_record(article: str, highlights: str) -> dict:
     """One ``cnn_eval.json`` record, keys in the reference's order."""
     return {"instruction": INSTRUCTION, "input": article, "output": highlights}
+
+
+def convert_records(records: object, source: Path | str) -> list[dict]:
+    """``cnn_eval.json`` records from another benchmark's CNN/DailyMail file (llama3.1-8b's, with its own prompt and
+    token ids) or from one in this format: keep ``input`` (article) and ``output`` (highlights), set ``INSTRUCTION``.
+
+    The eval set's download and the calibration set's both convert this way."""
+    if not isinstance(records, list):
+        raise CnnDailyMailError(f"{source}: expected a JSON list of records, got {type(records).__name__}")
+    converted = []
+    for index, record in enumerate(records):
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("input", "output")):
+            raise CnnDailyMailError(
+                f"{source}: record {index} lacks the string fields 'input' (article) and 'output' (highlights)"
+            )
+        converted.append(make_record(record["input"], record["output"]))
+    return converted
 
 
 def check_records(records: object, source: Path | str, expected_count: int | None = None) -> list[dict]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import nltk
 
-from code.common.benchmarks import BenchmarkError
+from code.common.benchmark_errors import BenchmarkError
 
 PUNKT_PACKAGE = "llama_index.core"
 PUNKT_PACKAGE_PIN = "llama-index-core==0.14.25"

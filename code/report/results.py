@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from code.common import atomic
-from code.submission.runs import ACCURACY, TestRun, find_tests, run_folders
+from code.common.constants import TestMode
+from code.submission.runs import TestRun, find_tests, run_folders
 
 RESULTS_CSV = "results.csv"
 CSV_COLUMNS = ("system", "benchmark", "scenario", "gpus", "test", "metric", "figure", "unit", "verdict", "date",
@@ -100,7 +101,8 @@ def _result(test: TestRun) -> Result:
     record = test.metadata["result"]
     value = record.get("value")
     return Result(system=test.system, benchmark=test.benchmark, scenario=test.scenario,
-                  gpus=gpu_count(test.metadata), test="accuracy" if test.mode == ACCURACY else "performance",
+                  gpus=gpu_count(test.metadata),
+                  test="accuracy" if test.mode is TestMode.AccuracyOnly else "performance",
                   metric=str(record.get("metric") or ""), figure=None if value is None else float(value),
                   unit=str(record.get("unit") or ""), verdict=test.verdict, started=started(test.directory),
                   folder=test.directory)

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ACCURACY = "AccuracyOnly"
-PERFORMANCE = "PerformanceOnly"
+from code.common.constants import TestMode
 
 
 @dataclass(frozen=True)
@@ -26,7 +25,7 @@ class TestRun:
     system: str
     benchmark: str  # bert-99, bert-99.9, gptj-99, gptj-99.9
     scenario: str
-    mode: str  # AccuracyOnly | PerformanceOnly
+    mode: TestMode  # AccuracyOnly or PerformanceOnly: one LoadGen test
     metadata: dict[str, Any]
 
     @property
@@ -43,7 +42,7 @@ class TestRun:
         return [*result.get("invalid_reasons", []), *result.get("not_submittable", [])]
 
     def describe(self) -> str:
-        return f"{self.benchmark} {self.scenario} {'accuracy' if self.mode == ACCURACY else 'performance'}"
+        return f"{self.benchmark} {self.scenario} {'accuracy' if self.mode is TestMode.AccuracyOnly else 'performance'}"
 
 
 def find_tests(run_folders: list[Path]) -> tuple[list[TestRun], list[Path]]:
@@ -55,11 +54,16 @@ def find_tests(run_folders: list[Path]) -> tuple[list[TestRun], list[Path]]:
         for path in sorted(folder.rglob("metadata.json")):
             metadata = _read_metadata(path)
             result = metadata.get("result", {})
-            if not result.get("complete", True) or result.get("valid") is None or "config" not in metadata:
+            if (not result.get("complete", True) or result.get("valid") is None or "config" not in metadata
+                    or result.get("mode") not in LOADGEN_MODES):
                 unfinished.append(path.parent)
                 continue
             tests.append(_test_run(path.parent, folder, metadata))
     return tests, unfinished
+
+
+LOADGEN_MODES = {mode.value for mode in TestMode if mode is not TestMode.SubmissionRun}
+"""The modes a test folder's metadata.json may record: a SubmissionRun writes one folder per LoadGen test."""
 
 
 def _read_metadata(path: Path) -> dict[str, Any]:
@@ -80,7 +84,7 @@ def _test_run(directory: Path, run_folder: Path, metadata: dict[str, Any]) -> Te
     elif parts[-2:] == ("performance", "run_1"):
         parts = parts[:-2]
     system, benchmark, scenario = parts[-3:]
-    return TestRun(directory, system, benchmark, scenario, str(metadata["result"]["mode"]), metadata)
+    return TestRun(directory, system, benchmark, scenario, TestMode(metadata["result"]["mode"]), metadata)
 
 
 def run_folders(logs_dir: Path) -> list[Path]:
@@ -90,9 +94,9 @@ def run_folders(logs_dir: Path) -> list[Path]:
     return sorted(p for p in logs_dir.iterdir() if p.is_dir())
 
 
-def newest(tests: list[TestRun]) -> dict[tuple[str, str, str], TestRun]:
-    """Per (benchmark, scenario, mode), the test written last."""
-    chosen: dict[tuple[str, str, str], TestRun] = {}
+def newest(tests: list[TestRun]) -> dict[tuple[str, str, TestMode], TestRun]:
+    """Per (benchmark, scenario, mode), the test written last; in that key's order (modes by name)."""
+    chosen: dict[tuple[str, str, TestMode], TestRun] = {}
     for test in sorted(tests, key=lambda t: (t.directory / "metadata.json").stat().st_mtime):
         chosen[(test.benchmark, test.scenario, test.mode)] = test
-    return chosen
+    return {key: chosen[key] for key in sorted(chosen, key=lambda k: (k[0], k[1], k[2].value))}

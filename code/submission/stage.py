@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from code.common.audits import RUNS_SUBDIR
+from code.common.constants import TestMode
 from code.common.paths import BUILD_DIR, COMPLIANCE_LOGS_DIR, LOGS_DIR, REPO_ROOT
 from code.common.rounds import get_round
 from code.common.system_description import (
@@ -40,7 +41,7 @@ from code.submission.documents import (
     write_source,
 )
 from code.submission.model_info import implementation, model_info, ran_no_model
-from code.submission.runs import ACCURACY, PERFORMANCE, TestRun, find_tests, newest, run_folders
+from code.submission.runs import TestRun, find_tests, newest, run_folders
 
 SUBMISSION_DIR = BUILD_DIR / "submission"
 # What staging, truncation and the checker keep beside a tree, per submitter: stage.json (round, system, problems),
@@ -104,7 +105,7 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     staged.problems += _failed_audits(audits, {(benchmark, scenario) for benchmark, scenario, _ in chosen})
     commit, no_commit = harness_commit(list(chosen.values()))
     staged.problems += no_commit
-    performance = [test for (_, _, mode), test in sorted(chosen.items()) if mode == PERFORMANCE]
+    performance = [test for (_, _, mode), test in chosen.items() if mode is TestMode.PerformanceOnly]
     staged.problems += [problem for test in performance if uses_fp8(test.metadata)
                         for problem in calibration_entry(test)[1]]
     if staged.problems and not allow_incomplete:
@@ -113,16 +114,16 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     mlperf_conf = _mlperf_conf(round_name)
     _reset(staged.tree, work_dir / submitter)
     _write_json(staged.tree / "systems" / f"{system}.json", description)
-    for (benchmark, scenario, mode), test in sorted(chosen.items()):
+    for (benchmark, scenario, mode), test in chosen.items():
         results = staged.tree / "results" / system / benchmark / scenario
-        if mode == ACCURACY:
+        if mode is TestMode.AccuracyOnly:
             _copy_files(test.directory, results / "accuracy", ACCURACY_FILES)
         else:
             _copy_files(test.directory, results / "performance" / "run_1", PERFORMANCE_FILES)
             _write_measurements(staged.tree / "measurements" / system / benchmark / scenario, test, mlperf_conf)
     _write_code(staged, list(chosen.values()), commit)
     for (benchmark, scenario, test_name), folder in sorted(audits.items()):
-        if (benchmark, scenario, PERFORMANCE) in chosen or (benchmark, scenario, ACCURACY) in chosen:
+        if any((benchmark, scenario, mode) in chosen for mode in TestMode):
             shutil.copytree(folder, staged.tree / "compliance" / system / benchmark / scenario / test_name)
     if not audits:
         where = COMPLIANCE_LOGS_DIR if compliance is None else ", ".join(map(str, compliance)) or "no folder"
@@ -186,7 +187,7 @@ def _one_round(tests: list[TestRun], round_name: str | None) -> str:
     return only
 
 
-def _check(chosen: dict[tuple[str, str, str], TestRun], system_type: str, round_name: str) -> list[str]:
+def _check(chosen: dict[tuple[str, str, TestMode], TestRun], system_type: str, round_name: str) -> list[str]:
     """Every reason the chosen tests are not a complete, submittable set for the round, by name."""
     the_round = get_round(round_name)
     problems: list[str] = []
@@ -199,7 +200,7 @@ def _check(chosen: dict[tuple[str, str, str], TestRun], system_type: str, round_
                 problems.append(f"{benchmark} {scenario}: round {round_name} does not take it from a {system_type} "
                                 "system (its folder would be ignored or rejected)")
                 continue
-            for mode, what in ((ACCURACY, "accuracy"), (PERFORMANCE, "performance")):
+            for mode, what in ((TestMode.AccuracyOnly, "accuracy"), (TestMode.PerformanceOnly, "performance")):
                 if (benchmark, scenario, mode) not in chosen:
                     problems.append(
                         f"{benchmark} {scenario}: no finished {what} run (run it: make run ROUND={round_name} "
@@ -356,14 +357,14 @@ def _write_code(staged: Staged, tests: list[TestRun], commit: str | None) -> Non
     fp8 = {test.benchmark for test in tests if uses_fp8(test.metadata)}
     for test in tests:
         write_code_readme(staged.tree, test, commit, url, test.benchmark in fp8)
-    write_calibration(staged.tree, [test for test in tests if test.mode == PERFORMANCE])
+    write_calibration(staged.tree, [test for test in tests if test.mode is TestMode.PerformanceOnly])
 
 
-def _write_tree_readme(staged: Staged, chosen: dict[tuple[str, str, str], TestRun]) -> None:
+def _write_tree_readme(staged: Staged, chosen: dict[tuple[str, str, TestMode], TestRun]) -> None:
     lines = [f"# {staged.tree.name}: closed division, round {staged.round}, system {staged.system}", "",
              "Staged by `make stage_results` from these tests:", ""]
     lines += [f"- {test.describe()}: {test.verdict} ({test.directory})" for test in
-              sorted(chosen.values(), key=lambda t: (t.benchmark, t.scenario, t.mode))]
+              sorted(chosen.values(), key=lambda t: (t.benchmark, t.scenario, t.mode.value))]
     documents = [("code/source/", "the harness's source, at the commit the runs recorded"),
                  ("code/<benchmark>/<implementation>/README.md", "how to run each benchmark with it"),
                  (CALIBRATION_DOC.as_posix(), "how each FP8 engine was calibrated"),

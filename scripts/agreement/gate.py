@@ -50,151 +50,49 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import json
 import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from code.bert.accuracy import NO_ANSWER_TEXT, PAD_LOGIT, predict_answers, squad_evaluate
+from code.bert.accuracy import PAD_LOGIT
 from code.bert.squad import MAX_SEQ_LENGTH, PostprocessData
 from code.common.paths import BUILD_DIR
 from code.common.run_logs import LogDirError, new_timestamped_dir
+from scripts.agreement.comparison import compare, position_view
+from scripts.agreement.report import (
+    EXIT_USAGE,
+    REFERENCE_PRECISION,
+    TARGET_BARS,
+    Bar,
+    Row,
+    exit_status,
+    format_rows,
+    path_notes,
+    qualification_lines,
+    render,
+    write_report,
+)
 
 DEFAULT_MODELS = ("minilm-l6-qa", "large", "minilm-l6")
 DEFAULT_PRECISIONS = ("fp16", "bf16", "fp8")
-REFERENCE_PRECISION = "fp32"
 DEFAULT_REQUIRE = "none"  # the proxy's figures are information; the real accuracy run is the gate
-TARGET_BARS: dict[str, float] = {"bert-99": 0.995, "bert-99.9": 0.9995}
-"""The gate per accuracy target: an engine's F1 on the trained proxy over float32's. MLPerf asks 0.99 and 0.999 of
-the real checkpoint's F1; the margin covers the distance between the proxy and the real model."""
 CONFIG_SYSTEMS = ("H100", "H200")  # the systems whose configs' ladders ``--require configs`` reads
 ENGINE_OPTIONS = ("fp8_fast_accum", "fp8_gemms", "attention_kernel", "gelu_in_gemm")
 """Config fields that change an engine's arithmetic, in the order a config's engine item names them."""
 FP8_ONLY_OPTIONS = ("fp8_fast_accum", "fp8_gemms")  # no effect on a 16-bit engine: left out of its item
 DEFAULT_FINETUNE_FEATURES = 4000
 DEFAULT_FINETUNE_EPOCHS = 2
-EXIT_MISSED, EXIT_USAGE, EXIT_NOT_RUN = 1, 2, 3
 VARIANT_SEPARATORS = re.compile(r"[:;]")  # between a variant's NAME=VALUE pairs: ':' needs no shell quoting
 
 
 class AgreementError(ValueError):
     """A bad option; the message names the fix."""
-
-
-# ------------------------------------------------------------------------------------------------ the comparison
-
-
-@dataclass
-class Agreement:
-    """How a candidate's logits compare with the reference's on the same features."""
-
-    features: int
-    max_abs_error: float
-    mean_abs_error: float
-    span_agreement: float
-    spans_differ: int
-    questions: int
-    answer_agreement: float
-    answers_differ: int
-    reference_logit_std: float  # scale of the logits, to read the errors against
-    differing_features: list[int] = field(default_factory=list)  # the first few, for a closer look
-    # The gate: SQuAD F1 against the questions' gold answers, the candidate's over float32's (TARGET_BARS: MLPerf's
-    # 0.99 / 0.999 with a margin for the proxy). Means something only for a trained QA model (minilm-l6-qa): a
-    # random head's F1 is near 0.
-    reference_f1: float | None = None
-    candidate_f1: float | None = None
-
-    @property
-    def f1_ratio(self) -> float | None:
-        if self.reference_f1 is None or self.candidate_f1 is None or self.reference_f1 <= 0:
-            return None
-        return self.candidate_f1 / self.reference_f1
-
-
-def logit_errors(reference: np.ndarray, candidate: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """Per-feature max |error| over real tokens, the overall max, and the mean over every real token's logits."""
-    positions = np.arange(reference.shape[1])[None, :] < lengths[:, None]  # [N, S] real tokens
-    error = np.abs(reference.astype(np.float64) - candidate.astype(np.float64))  # [N, S, 2]
-    per_feature = np.where(positions, error.max(axis=2), 0.0).max(axis=1)
-    total = float(np.where(positions, error.sum(axis=2), 0.0).sum())
-    count = 2 * int(positions.sum())
-    return per_feature, float(per_feature.max(initial=0.0)), total / max(count, 1)
-
-
-def position_view(data: PostprocessData) -> PostprocessData:
-    """The same features, each its own example, with every token renamed ``p<position>``.
-
-    ``predict_answers`` then returns a feature's best span as text like ``"p17 p18 p19"``: its start and end
-    positions, chosen by exactly the scorer's rules (the valid positions and max-context flags are kept).
-    """
-    features, doc_tokens = [], []
-    for index, feature in enumerate(data.features):
-        markers = [f"p{k}" for k in range(len(feature.tokens))]
-        features.append(
-            replace(
-                feature,
-                example_index=index,
-                tokens=markers,
-                token_to_orig_map={k: k for k in feature.token_to_orig_map},
-            )
-        )
-        doc_tokens.append(markers)
-    return PostprocessData([f"feature-{i}" for i in range(len(features))], doc_tokens, features)
-
-
-def best_spans(view: PostprocessData, logits: np.ndarray) -> list[tuple[int, int] | None]:
-    """Per feature, the best (start, end) after post-processing, or None when no span is valid."""
-    texts = predict_answers(view, {i: logits[i] for i in range(len(view.features))})
-    spans: list[tuple[int, int] | None] = []
-    for qas_id in view.qas_ids:
-        text = texts[qas_id]
-        if text == NO_ANSWER_TEXT:
-            spans.append(None)
-            continue
-        words = text.split()
-        spans.append((int(words[0][1:]), int(words[-1][1:])))
-    return spans
-
-
-def compare(
-    reference: np.ndarray,
-    candidate: np.ndarray,
-    lengths: np.ndarray,
-    data: PostprocessData,
-    view: PostprocessData | None = None,
-    gold: list[dict] | None = None,
-) -> Agreement:
-    """Logit errors, per-feature span agreement and per-question answer agreement of two [N, 384, 2] logit sets;
-    with ``gold`` (a SQuAD file's "data" list) also both sides' F1 against the gold answers."""
-    view = view or position_view(data)
-    _, max_error, mean_error = logit_errors(reference, candidate, lengths)
-    reference_spans, candidate_spans = best_spans(view, reference), best_spans(view, candidate)
-    differ = [i for i, (a, b) in enumerate(zip(reference_spans, candidate_spans, strict=True)) if a != b]
-    reference_answers = predict_answers(data, {i: reference[i] for i in range(len(data.features))})
-    candidate_answers = predict_answers(data, {i: candidate[i] for i in range(len(data.features))})
-    answers_differ = sum(1 for q in data.qas_ids if reference_answers[q] != candidate_answers[q])
-    n, questions = len(data.features), len(data.qas_ids)
-    positions = np.arange(reference.shape[1])[None, :] < lengths[:, None]
-    return Agreement(
-        features=n,
-        max_abs_error=max_error,
-        mean_abs_error=mean_error,
-        span_agreement=1.0 - len(differ) / max(n, 1),
-        spans_differ=len(differ),
-        questions=questions,
-        answer_agreement=1.0 - answers_differ / max(questions, 1),
-        answers_differ=answers_differ,
-        reference_logit_std=float(reference[positions].std()) if positions.any() else 0.0,
-        differing_features=differ[:20],
-        reference_f1=squad_evaluate(gold, reference_answers)["f1"] if gold else None,
-        candidate_f1=squad_evaluate(gold, candidate_answers)["f1"] if gold else None,
-    )
 
 
 # --------------------------------------------------------------------------------------------------- the engines
@@ -471,180 +369,8 @@ def _release_memory() -> None:
         pass
 
 
-# ------------------------------------------------------------------------------------------------------ the report
-
-
-@dataclass(frozen=True)
-class Bar:
-    """A required F1 ratio: ``ratio`` of float32's F1 on the trained proxy; ``name`` is the accuracy target it
-    stands for (bert-99, bert-99.9) or the number as given; ``source`` says where it was asked for."""
-
-    ratio: float
-    name: str
-    source: str = "--require"
-
-    def describe(self) -> str:
-        return f"{self.name} (>= {self.ratio:.2%})" if self.name in TARGET_BARS else f">= {self.ratio:.2%}"
-
-
-@dataclass
-class Row:
-    model: str
-    precision: str
-    bar: Bar | None = None  # the required bar (--require); None: reported, not required
-    agreement: Agreement | None = None
-    not_run: str | None = None
-    seconds: float = 0.0
-    path: str = ""
-    label: str = ""  # the --precisions item when it is a variant (fp8:fp8_fast_accum=true), else empty
-    options: dict[str, str] = field(default_factory=dict)  # the variant's backend options, as written
-    gated: bool = False  # a trained QA proxy: its F1 ratio means something, so bars apply to it
-
-    @property
-    def name(self) -> str:
-        """What the table, the JSON and --require call the row: the --precisions item."""
-        return self.label or self.precision
-
-    @property
-    def f1_ratio(self) -> float | None:
-        return None if self.agreement is None else self.agreement.f1_ratio
-
-    @property
-    def ran_as_named(self) -> bool:
-        """False for an fp8 row off the packed path (a CPU): its backend ran the fp16-rounded weights without FP8
-        GEMMs, so its F1 says nothing about FP8 and the gate neither passes nor fails it."""
-        return not (self.precision == "fp8" and not self.path.startswith("packed"))
-
-    def qualifies(self, target: str) -> bool | None:
-        """Whether this engine meets ``target``'s bar (TARGET_BARS); None where the row has no meaningful F1."""
-        ratio = self.f1_ratio
-        if not self.gated or ratio is None or not self.ran_as_named:
-            return None
-        return ratio >= TARGET_BARS[target]
-
-    @property
-    def passed(self) -> bool | None:
-        """The required bar's verdict; None where nothing is required of the row, it is a random-head model, or it
-        did not run its precision. A trained proxy's row without an F1 ratio (float32 scored 0) does not pass: the
-        gate could not measure."""
-        if not self.gated or self.bar is None or self.agreement is None or not self.ran_as_named:
-            return None
-        ratio = self.f1_ratio
-        return ratio is not None and ratio >= self.bar.ratio
-
-    @property
-    def unmeasured(self) -> bool:
-        """A required row of the trained proxy that ran, but not in its precision: the gate is owed a measurement."""
-        return self.gated and self.bar is not None and self.agreement is not None and not self.ran_as_named
-
-
-def qualification_text(row: Row) -> str:
-    """The table's cell: which targets the engine qualifies for, or why the row is not gated."""
-    if not row.gated:
-        return "not gated (random head)"
-    if not row.ran_as_named:
-        return f"not measured ({row.path}, no FP8 GEMMs)"
-    if row.f1_ratio is None:
-        return "no F1 ratio"
-    return ", ".join(f"{target} {'yes' if row.qualifies(target) else 'no'}" for target in TARGET_BARS)
-
-
-def format_rows(rows: list[Row]) -> list[list[str]]:
-    table = [
-        [
-            "model",
-            "precision",
-            "path",
-            "features",
-            "max|err|",
-            "mean|err|",
-            "logit std",
-            "span agree",
-            "answer agree",
-            "F1 vs gold (ratio)",
-            "qualifies",
-            "required",
-            "verdict",
-        ]
-    ]
-    for row in rows:
-        a = row.agreement
-        required = row.bar.describe() if row.bar is not None else "-"
-        if a is None:
-            table.append([row.model, row.name, *["-"] * 9, required, f"NOT RUN: {row.not_run}"])
-            continue
-        verdict = "NOT MEASURED" if row.unmeasured else {True: "PASS", False: "FAIL", None: "-"}[row.passed]
-        table.append(
-            [
-                row.model,
-                row.name,
-                row.path,
-                str(a.features),
-                f"{a.max_abs_error:.4g}",
-                f"{a.mean_abs_error:.3g}",
-                f"{a.reference_logit_std:.3g}",
-                f"{a.span_agreement:.2%} ({a.spans_differ} differ)",
-                f"{a.answer_agreement:.2%} ({a.answers_differ} differ)",
-                _f1_text(a),
-                qualification_text(row),
-                required,
-                verdict,
-            ]
-        )
-    return table
-
-
-def qualification_lines(rows: list[Row]) -> list[str]:
-    """Per engine run on a trained proxy: its F1 ratio, whether it qualifies for each target, and the ratio's
-    resolution (one question's whole F1 over float32's), which says how far a verdict near a bar can be trusted."""
-    lines = []
-    for row in rows:
-        a = row.agreement
-        if not row.gated or a is None or row.f1_ratio is None or a.reference_f1 is None or not row.ran_as_named:
-            continue
-        step = 100.0 / max(a.questions, 1) / a.reference_f1
-        verdicts = "; ".join(
-            f"{target} (>= {bar:.2%}): {'yes' if row.qualifies(target) else 'no'}"
-            for target, bar in TARGET_BARS.items()
-        )
-        lines.append(
-            f"{row.model} {row.name}: F1 {a.candidate_f1:.2f} = {row.f1_ratio:.3%} of float32's {a.reference_f1:.2f}; "
-            f"{verdicts} (one question of {a.questions} moves the ratio by up to {step:.3%})"
-        )
-    return lines
-
-
-def render(table: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table)
-
-
-def path_notes(rows: list[Row]) -> list[str]:
-    """Rows whose backend did not run the precision they name (e.g. fp8 off the GPU packed path runs fp16 weights in
-    float32): their figures measure weight rounding only, not the precision's arithmetic."""
-    notes = []
-    for row in rows:
-        if row.agreement is not None and row.precision == "fp8" and not row.path.startswith("packed"):
-            notes.append(
-                f"{row.model} {row.name} ran on the {row.path} path, without FP8 GEMMs: it measures the fp16 "
-                "rounding of the weights only; run on a GPU for the FP8 path"
-            )
-        elif row.agreement is not None and row.path.endswith("float32") and row.precision != REFERENCE_PRECISION:
-            notes.append(f"{row.model} {row.name} ran in float32 ({row.path})")
-    return notes
-
-
-def exit_status(rows: list[Row]) -> int:
-    """1 when a required bar is missed; 3 when none is but a row could not run, a required row did not run its
-    precision (fp8 on a CPU), or bars are required and no trained proxy ran to measure them (a gate that measured
-    nothing does not pass); else 0."""
-    if any(row.passed is False for row in rows):
-        return EXIT_MISSED
-    if any(row.agreement is None or row.unmeasured for row in rows):
-        return EXIT_NOT_RUN
-    if any(row.bar is not None for row in rows) and not any(row.gated for row in rows):
-        return EXIT_NOT_RUN
-    return 0
+# ------------------------------------------------------------------------------------------- the gate's notes
+# (the table, the verdict and the files are scripts/agreement/report.py's; these name the trained proxies)
 
 
 def gate_notes(rows: list[Row]) -> list[str]:
@@ -663,62 +389,9 @@ def gate_notes(rows: list[Row]) -> list[str]:
     return notes
 
 
-def _f1_text(a: Agreement) -> str:
-    if a.candidate_f1 is None:
-        return "-"
-    ratio = a.f1_ratio
-    return f"{a.candidate_f1:.2f}" + (f" ({ratio:.2%})" if ratio is not None else "")
-
-
-def write_report(work_dir: Path, report: dict[str, Any], rows: list[Row]) -> None:
-    table = format_rows(rows)
-    payload = {
-        **report,
-        "rows": [
-            asdict(r)
-            | {
-                "name": r.name,
-                "passed": r.passed,
-                "f1_ratio": r.f1_ratio,
-                "qualifies": {target: r.qualifies(target) for target in TARGET_BARS},
-            }
-            for r in rows
-        ],
-        "target_bars": TARGET_BARS,
-        "table": table,
-        "qualification": qualification_lines(rows),
-        "notes": path_notes(rows) + gate_notes(rows),
-    }
-    (work_dir / "agreement.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    inputs = report["inputs"]
-    md = [
-        f"# BERT agreement with float32, {report['date']}",
-        "",
-        f"- device: {report['device']}; torch {report['torch']}; backend {report['backend']} "
-        f"with {_options_text(report['backend_options'])} (a variant's own options on top)",
-        f"- inputs: {inputs['features']} features of {inputs['examples']} questions from real English text "
-        f"(scripts/agreement/text_inputs.py), real tokens mean {inputs['length_mean']}, p50 {inputs['length_p50']:g}, "
-        f"p90 {inputs['length_p90']:g}; corpus sha256 {inputs['corpus_sha256'][:16]}",
-        *[f"- {name}: {text}" for name, text in report["weights"].items()],
-        "",
-        *["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table[:1]],
-        "|" + "---|" * len(table[0]),
-        *["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table[1:]],
-        "",
-        "The gate: F1 on a trained QA proxy over float32's F1, >= "
-        + ", ".join(f"{bar:.2%} for {target}" for target, bar in TARGET_BARS.items())
-        + "; span and answer agreement are information. The gate of a real submission is the AccuracyOnly run on "
-        "the real checkpoint (documentation/bert_gpu.md).",
-        "",
-        *[f"- {line}" for line in qualification_lines(rows)],
-        "",
-        *[f"NOTE: {note}" for note in path_notes(rows) + gate_notes(rows)],
-    ]
-    (work_dir / "agreement.md").write_text("\n".join(md) + "\n")
-
-
-def _options_text(options: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in options.items()) or "default options"
+def notes(rows: list[Row]) -> list[str]:
+    """What the report and the closing lines add below the table: the paths' notes, then the gate's."""
+    return path_notes(rows) + gate_notes(rows)
 
 
 # ----------------------------------------------------------------------------------------------------- options
@@ -1097,7 +770,7 @@ def run_model(run: ModelRun, plan: Plan, report: dict[str, Any], earlier: list[R
     rows: list[Row] = []
     for candidate in plan.candidates:
         rows.append(run_candidate(run, candidate, plan, reference))
-        write_report(run.work_dir, report, earlier + rows)
+        write_report(run.work_dir, report, earlier + rows, notes(earlier + rows))
     return rows
 
 
@@ -1142,7 +815,7 @@ def run_agreement(args: argparse.Namespace, argv: list[str]) -> int:
         checkpoint, report["weights"][model] = prepare_weights(model, work_dir, args.seed, plan.finetune)
         run = ModelRun(model, checkpoint, args, work_dir, inputs, view, calibration=calibration)
         rows += run_model(run, plan, report, rows)
-    write_report(work_dir, report, rows)
+    write_report(work_dir, report, rows, notes(rows))
 
     print("\n" + "=" * 30 + " BERT agreement with float32 " + "=" * 30)
     print(
@@ -1152,7 +825,7 @@ def run_agreement(args: argparse.Namespace, argv: list[str]) -> int:
     print(render(format_rows(rows)))
     for line in qualification_lines(rows):
         print(f"QUALIFIES: {line}")
-    for note in path_notes(rows) + gate_notes(rows):
+    for note in notes(rows):
         print(f"NOTE: {note}")
     print(f"reports: {work_dir / 'agreement.md'}, {work_dir / 'agreement.json'}")
     return exit_status(rows)

@@ -11,7 +11,7 @@ import platform
 import shlex
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -241,151 +241,185 @@ def _server_start(benchmark: str, offline: OfflineResult | None, hints: dict[str
     return float(config["server_target_qps"])
 
 
-def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
+@dataclass(frozen=True)
+class BenchPlan:
+    """What the options ask for, made concrete: the benchmarks and their profiles, scenarios, Offline cases, each
+    family's run flags and device, and every test's duration."""
+
+    benchmarks: list[str]
+    profiles: dict[str, Profile]  # family -> profile
+    scenarios: list[Scenario]
+    chosen_cases: list[str]
+    hints: dict[str, str]
+    run_args: dict[str, list[str]]  # family -> the flags of its runs
+    durations: dict[Scenario, int]  # ms
+    probe_ms: int
+    devices: dict[str, str]  # family -> device
+
+    @property
+    def title(self) -> str:
+        return " + ".join(p.title for p in self.profiles.values())
+
+    @property
+    def durations_text(self) -> str:
+        text = ", ".join(f"{s.value} {self.durations[s]:,} ms" for s in self.scenarios)
+        return text + (f" (Offline probe {self.probe_ms:,} ms)" if Scenario.Offline in self.scenarios else "")
+
+
+def plan_bench(args: argparse.Namespace) -> BenchPlan:
+    """The plan of a bench from its parsed options; BenchError names a bad list entry."""
     benchmarks = parse_list(args.benchmarks, BENCHMARK_NAMES, "benchmark")
     profiles = {profile_of(b).family: profile_of(b) for b in benchmarks}
     scenarios = parse_list(args.scenarios, {name: s for s, name in SCENARIO_NAMES.items()}, "scenario")
     case_names = {"all": "all"} | {c.name: c.name for p in profiles.values() for c in p.cases}
-    chosen_cases = parse_list(args.offline_lengths, case_names, "offline_length")
     extra_args, hints = split_extra_run_args(args.extra_run_args)
-    run_args = {
-        family: merge_flags(p.run_args, p.quick_run_args if args.quick else (), extra_args)
-        for family, p in profiles.items()
-    }
-    durations = {
-        s: args.min_duration_ms or (QUICK_DURATION_MS if args.quick else DEFAULT_DURATION_MS[s])
-        for s in DEFAULT_DURATION_MS
-    }
-    probe_ms = args.probe_ms or max(500, durations[Scenario.Offline] // 4)
-    devices = {family: _device(flags) for family, flags in run_args.items()}
-    title = " + ".join(p.title for p in profiles.values())
-
-    bench_dir = new_bench_dir()
-    runner = HarnessRunner(bench_dir, run_args, args.verbose)
-    durations_text = ", ".join(f"{s.value} {durations[s]:,} ms" for s in scenarios)
-    if Scenario.Offline in scenarios:
-        durations_text += f" (Offline probe {probe_ms:,} ms)"
-    device_text = ", ".join(f"{PROFILES[f].title} {d}" for f, d in devices.items())
-    print(
-        f"[bench] folder: {bench_dir}\n[bench] durations: {durations_text} (shortened; MLPerf: "
-        f"{MLPERF_DURATION_MS:,} ms)\n[bench] device: {device_text}",
-        flush=True,
+    run_args = {family: merge_flags(p.run_args, p.quick_run_args if args.quick else (), extra_args)
+                for family, p in profiles.items()}
+    durations = {s: args.min_duration_ms or (QUICK_DURATION_MS if args.quick else DEFAULT_DURATION_MS[s])
+                 for s in DEFAULT_DURATION_MS}
+    return BenchPlan(
+        benchmarks=benchmarks,
+        profiles=profiles,
+        scenarios=scenarios,
+        chosen_cases=parse_list(args.offline_lengths, case_names, "offline_length"),
+        hints=hints,
+        run_args=run_args,
+        durations=durations,
+        probe_ms=args.probe_ms or max(500, durations[Scenario.Offline] // 4),
+        devices={family: _device(flags) for family, flags in run_args.items()},
     )
-    first_device = next(iter(devices.values()))
-    report: dict[str, Any] = {
-        "title": title,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-        "bench_dir": str(bench_dir),
-        "device": _device_name(first_device),
-        "device_kind": first_device,
-        "quick": args.quick,
-        "benchmarks": benchmarks,
-        "scenarios": [s.value for s in scenarios],
-        "durations_ms": {s.value: durations[s] for s in scenarios},
-        "probe_ms": probe_ms,
-        "durations_text": durations_text,
-        "inputs": {p.title: p.inputs for p in profiles.values()},
-        "run_args": run_args,
-        "hints": hints,
-        "bench_command": shlex.join([sys.executable, "-m", "scripts.bench", *argv]),
-        "server_search": {},
-        "baselines": {},
-        "runs": [],
-    }
-    parts: dict[str, dict[str, Any]] = {}
 
-    def figures() -> list[Figure]:
+
+class BenchRecord:
+    """The bench's report (bench.json, bench.md) and each benchmark's measurements, written after every step so an
+    interrupted bench keeps what it measured."""
+
+    def __init__(self, plan: BenchPlan, args: argparse.Namespace, argv: list[str], bench_dir: Path,
+                 runner: HarnessRunner) -> None:
+        self.bench_dir, self.runner, self.out = bench_dir, runner, args.out
+        self.parts: dict[str, dict[str, Any]] = {}  # benchmark -> "offline", "server", "single" results
+        first_device = next(iter(plan.devices.values()))
+        self.report: dict[str, Any] = {
+            "title": plan.title,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "bench_dir": str(bench_dir),
+            "device": _device_name(first_device),
+            "device_kind": first_device,
+            "quick": args.quick,
+            "benchmarks": plan.benchmarks,
+            "scenarios": [s.value for s in plan.scenarios],
+            "durations_ms": {s.value: plan.durations[s] for s in plan.scenarios},
+            "probe_ms": plan.probe_ms,
+            "durations_text": plan.durations_text,
+            "inputs": {p.title: p.inputs for p in plan.profiles.values()},
+            "run_args": plan.run_args,
+            "hints": plan.hints,
+            "bench_command": shlex.join([sys.executable, "-m", "scripts.bench", *argv]),
+            "server_search": {},
+            "baselines": {},
+            "runs": [],
+        }
+
+    def part(self, benchmark: str) -> dict[str, Any]:
+        return self.parts.setdefault(benchmark, {"offline": []})
+
+    def figures(self) -> list[Figure]:
         rows = []
-        for benchmark, part in parts.items():
-            rows += build_figures(
-                benchmark,
-                part.get("offline", []),
-                part.get("server"),
-                part.get("single"),
-                report["baselines"].get(profile_of(benchmark).family),
-            )
+        for benchmark, part in self.parts.items():
+            rows += build_figures(benchmark, part.get("offline", []), part.get("server"), part.get("single"),
+                                  self.report["baselines"].get(profile_of(benchmark).family))
         return rows
 
-    def save() -> None:
-        """Written after every step, so an interrupted bench keeps what it measured."""
-        report["runs"] = [{**asdict(o), "verdict": o.verdict()} for o in runner.outcomes]
-        first = next((o for o in runner.outcomes if o.system), None)
+    def save(self) -> None:
+        self.report["runs"] = [{**asdict(o), "verdict": o.verdict()} for o in self.runner.outcomes]
+        first = next((o for o in self.runner.outcomes if o.system), None)
         if first:
-            report["system"], report["versions"] = first.system, first.versions
-        write_reports(bench_dir, report, figures(), args.out)
+            self.report["system"], self.report["versions"] = first.system, first.versions
+        write_reports(self.bench_dir, self.report, self.figures(), self.out)
 
-    for benchmark in benchmarks:
-        profile = profile_of(benchmark)
-        flags = run_args[profile.family]
-        realistic = profile.cases[0]
-        part: dict[str, Any] = parts.setdefault(benchmark, {"offline": []})
-        if Scenario.Offline in scenarios:
-            for case in _cases(profile, chosen_cases):
-                if case == realistic.name:
-                    hint = float(hints["offline_expected_qps"]) if "offline_expected_qps" in hints else None
-                else:
-                    first = next((r for r in part["offline"] if r.case == realistic.name), None)
-                    hint = _later_case_hint(benchmark, first)
-                part["offline"].append(
-                    measure_offline(
-                        runner,
-                        benchmark,
-                        case,
-                        durations[Scenario.Offline],
-                        probe_ms,
-                        hint,
-                        _scenario_fields(profile, Scenario.Offline, args.quick),
-                    )
-                )
-                save()
-        if Scenario.Server in scenarios:
-            server_base = {**realistic.fields, **_scenario_fields(profile, Scenario.Server, args.quick)}
-            known = next((r for r in part["offline"] if r.case == realistic.name), None)
-            start = _server_start(benchmark, known, hints, flags)
-            search = search_server_qps(
-                lambda qps, b=benchmark, sb=server_base: server_try(runner, b, durations[Scenario.Server], sb, qps),
-                start,
-                args.server_max_runs,
-                args.server_tolerance,
-            )
-            part["server"] = search
-            report["server_search"][benchmark] = {
-                "start_qps": start,
-                "best_qps": search.best_qps,
-                "stopped_because": search.stopped_because,
-                "tries": [asdict(t) for t in search.tries],
-            }
-            save()
-        if Scenario.SingleStream in scenarios:
-            hint_ns = int(hints.get("single_stream_expected_latency_ns", profile.single_stream_hint_ns))
-            part["single"] = measure_singlestream(
-                runner,
-                benchmark,
-                durations[Scenario.SingleStream],
-                hint_ns,
-                {**realistic.fields, **_scenario_fields(profile, Scenario.SingleStream, args.quick)},
-            )
-            save()
 
-    if not args.skip_baseline:
-        for family, profile in profiles.items():
-            report["baselines"][family] = _measure_baseline(
-                profile, run_args[family], _cases(profile, chosen_cases), args
-            )
-            save()
-    save()
+def _bench_offline(plan: BenchPlan, record: BenchRecord, benchmark: str, quick: bool) -> None:
+    """Each chosen Offline case; a later case starts from the first (realistic) case's throughput."""
+    profile = profile_of(benchmark)
+    realistic = profile.cases[0].name
+    results = record.part(benchmark)["offline"]
+    for case in _cases(profile, plan.chosen_cases):
+        if case == realistic:
+            hint = float(plan.hints["offline_expected_qps"]) if "offline_expected_qps" in plan.hints else None
+        else:
+            hint = _later_case_hint(benchmark, next((r for r in results if r.case == realistic), None))
+        results.append(measure_offline(record.runner, benchmark, case, plan.durations[Scenario.Offline],
+                                       plan.probe_ms, hint, _scenario_fields(profile, Scenario.Offline, quick)))
+        record.save()
 
-    rows = format_table(figures(), report["baselines"])
-    print("\n" + "=" * 32 + f" {title} bench " + "=" * 32)
-    print(
-        f"device: {report['device']} (system {report.get('system', '?')}); torch "
-        f"{report.get('versions', {}).get('torch', '?')}; {report['date']}"
-    )
-    print(f"durations: {durations_text} (shortened; MLPerf: {MLPERF_DURATION_MS:,} ms)")
-    for profile in profiles.values():
+
+def _bench_server(plan: BenchPlan, record: BenchRecord, benchmark: str, args: argparse.Namespace) -> None:
+    """The Server search on the realistic case, from 0.8 x its Offline throughput (or the hint, or the config)."""
+    profile = profile_of(benchmark)
+    realistic = profile.cases[0]
+    part = record.part(benchmark)
+    server_base = {**realistic.fields, **_scenario_fields(profile, Scenario.Server, args.quick)}
+    known = next((r for r in part["offline"] if r.case == realistic.name), None)
+    start = _server_start(benchmark, known, plan.hints, plan.run_args[profile.family])
+    duration = plan.durations[Scenario.Server]
+    search = search_server_qps(lambda qps: server_try(record.runner, benchmark, duration, server_base, qps),
+                               start, args.server_max_runs, args.server_tolerance)
+    part["server"] = search
+    record.report["server_search"][benchmark] = {
+        "start_qps": start,
+        "best_qps": search.best_qps,
+        "stopped_because": search.stopped_because,
+        "tries": [asdict(t) for t in search.tries],
+    }
+    record.save()
+
+
+def _bench_singlestream(plan: BenchPlan, record: BenchRecord, benchmark: str, quick: bool) -> None:
+    profile = profile_of(benchmark)
+    hint_ns = int(plan.hints.get("single_stream_expected_latency_ns", profile.single_stream_hint_ns))
+    record.part(benchmark)["single"] = measure_singlestream(
+        record.runner, benchmark, plan.durations[Scenario.SingleStream], hint_ns,
+        {**profile.cases[0].fields, **_scenario_fields(profile, Scenario.SingleStream, quick)})
+    record.save()
+
+
+def _print_summary(plan: BenchPlan, record: BenchRecord) -> None:
+    report = record.report
+    print("\n" + "=" * 32 + f" {plan.title} bench " + "=" * 32)
+    print(f"device: {report['device']} (system {report.get('system', '?')}); torch "
+          f"{report.get('versions', {}).get('torch', '?')}; {report['date']}")
+    print(f"durations: {plan.durations_text} (shortened; MLPerf: {MLPERF_DURATION_MS:,} ms)")
+    for profile in plan.profiles.values():
         print(f"{profile.title} inputs: {profile.inputs}: NOT MLPerf results")
-    print(render_text(rows))
-    print(f"reports: {bench_dir / 'bench.md'}, {bench_dir / 'bench.json'}")
+    print(render_text(format_table(record.figures(), report["baselines"])))
+    print(f"reports: {record.bench_dir / 'bench.md'}, {record.bench_dir / 'bench.json'}")
+
+
+def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
+    """Per benchmark its Offline cases, Server, SingleStream; then each family's baseline; then the table. Exit 1
+    when a run did not finish."""
+    plan = plan_bench(args)
+    bench_dir = new_bench_dir()
+    runner = HarnessRunner(bench_dir, plan.run_args, args.verbose)
+    device_text = ", ".join(f"{PROFILES[f].title} {d}" for f, d in plan.devices.items())
+    print(f"[bench] folder: {bench_dir}\n[bench] durations: {plan.durations_text} (shortened; MLPerf: "
+          f"{MLPERF_DURATION_MS:,} ms)\n[bench] device: {device_text}", flush=True)
+    record = BenchRecord(plan, args, argv, bench_dir, runner)
+    for benchmark in plan.benchmarks:
+        record.part(benchmark)
+        if Scenario.Offline in plan.scenarios:
+            _bench_offline(plan, record, benchmark, args.quick)
+        if Scenario.Server in plan.scenarios:
+            _bench_server(plan, record, benchmark, args)
+        if Scenario.SingleStream in plan.scenarios:
+            _bench_singlestream(plan, record, benchmark, args.quick)
+    if not args.skip_baseline:
+        for family, profile in plan.profiles.items():
+            cases = _cases(profile, plan.chosen_cases)
+            record.report["baselines"][family] = _measure_baseline(profile, plan.run_args[family], cases, args)
+            record.save()
+    record.save()
+    _print_summary(plan, record)
     return 1 if any(o.valid is None for o in runner.outcomes) else 0
 
 

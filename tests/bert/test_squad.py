@@ -363,13 +363,18 @@ def test_gather_trims_to_longest():
     assert np.array_equal(input_ids, features.input_ids[indices, :longest])
 
 
-def test_one_padding_logit():
-    # code/bert/packed/packing.py keeps its own copy of the value (its module is edited elsewhere); they must agree.
-    from code.bert import accuracy, benchmark, squad
+def test_one_definition_of_squads_constants():
+    """The padding logit, the data folder and the feature count: one definition each, imported everywhere."""
+    from code.bert import accuracy, benchmark, download_data, preprocess_data, squad
+    from code.bert.backends import pytorch_engine
     from code.bert.packed import packing
+    from code.common.constants import DATASET_SIZE, Benchmark
 
     assert accuracy.PAD_LOGIT is squad.PAD_LOGIT and benchmark.PAD_LOGIT is squad.PAD_LOGIT
-    assert packing.PAD_LOGIT == squad.PAD_LOGIT
+    assert packing.PAD_LOGIT is squad.PAD_LOGIT
+    assert download_data.SQUAD_SUBDIR is squad.SQUAD_SUBDIR and preprocess_data.SQUAD_SUBDIR is squad.SQUAD_SUBDIR
+    assert pytorch_engine.CALIBRATION_LIST.parent.name == squad.SQUAD_SUBDIR
+    assert preprocess_data.EXPECTED_DEV_FEATURES == DATASET_SIZE[Benchmark.BERT]
 
 
 def _reference_loop_span(feature, logits, n_best_size=20, max_answer_length=30):

@@ -3,10 +3,13 @@ its parameters, and what crosses the seam keeps the shape metadata.json records.
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import typing
 
 import pytest
 
+from code.common.backends import BackendClass, declarations
 from code.common.benchmarks import BENCHMARK_MODULES, AccuracyReport, BenchmarkModule, load_benchmark
 
 
@@ -25,3 +28,23 @@ def test_accuracy_report_records_common_keys_then_figures():
                             figures={"exact_match": 83.0, "f1": 90.5})
     assert list(report.as_dict()) == ["metric", "value", "unit", "passed", "failures", "summary", "exact_match", "f1"]
     assert report.as_dict()["exact_match"] == 83.0
+
+
+@pytest.mark.parametrize("benchmark", list(BENCHMARK_MODULES))
+def test_backend_classes_offer_the_one_backend_protocol(benchmark):
+    """Every declared backend class of every benchmark answers ``code.common.backends.BackendClass``'s calls, and
+    each benchmark's protocol is that generic one with its own context and batches."""
+    package = importlib.import_module(f"code.{benchmark.value}.backends")
+    protocol = next(value for name, value in vars(package).items()
+                    if name.endswith("BackendClass") and value is not BackendClass)
+    assert typing.get_origin(protocol) is BackendClass
+    assert typing.get_args(protocol)[0] is package.BackendContext
+    for declared in declarations(benchmark):
+        cls = package.backend_class(declared.name)
+        for name, member in inspect.getmembers(BackendClass, inspect.isfunction):
+            if name.startswith("_"):
+                continue
+            expected = [p for p in inspect.signature(member).parameters if p != "self"]
+            actual = [p for p in inspect.signature(getattr(cls, name)).parameters if p != "self"]
+            assert actual == expected, (benchmark, declared.name, name)
+        assert callable(cls)

@@ -346,3 +346,28 @@ def test_download_command_prints_paths_or_one_error_line(tmp_path, capsys):
     with pytest.raises(ValueError):
         download_command(bad_value)
     assert download_command(bad_value, (ValueError,)) == 1
+
+
+@pytest.mark.parametrize(("module", "root", "r2"), [
+    ("code.bert.download_data", "data_dir", False),
+    ("code.bert.download_model", "model_dir", False),
+    ("code.gptj.download_data", "data_dir", True),
+    ("code.gptj.download_model", "model_dir", True),
+])
+def test_every_download_command_starts_from_one_parser(module, root, r2, capsys, monkeypatch):
+    """The four download commands share their name, root folder and R2 metadata switch from ``download_parser``."""
+    import importlib
+
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps help at the terminal's width, even inside a path
+    with pytest.raises(SystemExit) as done:
+        importlib.import_module(module).main(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert done.value.code == 0 and shown.startswith(f"usage: python -m {module} [-h] [--{root} ")
+    holds, default = dl.DOWNLOAD_ROOTS[root]
+    assert f"root of {holds} (default: {default}); may be a link into $MLPERF_SCRATCH_PATH" in shown
+    assert ("--refresh_metadata fetch the R2 .uri/.md5 metadata again" in shown) is r2
+
+
+def test_an_unknown_download_root_is_refused_with_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown download root 'weights_dir'; valid roots: data_dir, model_dir"):
+        dl.download_parser("code.x.download_weights", "", "weights_dir")

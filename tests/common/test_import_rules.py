@@ -7,6 +7,10 @@ code/common could no longer be imported or reused without the registry or a benc
 data: a harness installed without scripts/ and tests/ runs the same. Reading the source (every ``import``, at module
 level or inside a function) rather than importing it also catches the lazy imports that a run would only reach on
 some paths.
+
+No two modules of code/ import each other, not even lazily: such a pair is one idea split over two files (or a
+shared piece living in the wrong one), and a lazy import that dodges the circle at load time leaves it in the
+design. Shared pieces go below both (errors in their own module, a format's records in its library).
 """
 
 from __future__ import annotations
@@ -31,6 +35,13 @@ LIBRARY_MODULES = sorted(p for lib in BENCHMARK_LIBRARIES for p in (REPO_ROOT / 
 PRODUCT_MODULES = sorted((REPO_ROOT / "code").rglob("*.py"))
 # Packages the product must not import: the tools and the tests.
 TOOLS = ("scripts", "tests")
+# The top-level packages of code/, each checked for two-file circles.
+CODE_PACKAGES = sorted(p.parent.name for p in (REPO_ROOT / "code").glob("*/__init__.py"))
+# Circles broken once and kept broken: each pair's second module moved a shared piece below both.
+BROKEN_CIRCLES = (
+    ("code.common.benchmarks", "code.common.devices"),  # the benchmark errors: code/common/benchmark_errors.py
+    ("code.gptj.download_data", "code.gptj.calibration_data"),  # record conversion: code/llm/cnn_dailymail.py
+)
 
 
 def imported_modules(path: Path) -> list[str]:
@@ -43,6 +54,28 @@ def imported_modules(path: Path) -> list[str]:
             names.append(node.module)
             names.extend(f"{node.module}.{alias.name}" for alias in node.names)
     return names
+
+
+def module_name(path: Path, root: Path = REPO_ROOT) -> str:
+    """The dotted name Python imports the file under (a package's ``__init__.py`` is the package)."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(paths: list[Path], root: Path = REPO_ROOT) -> dict[str, set[str]]:
+    """Module -> the other modules among ``paths`` it imports (at module level or inside a function)."""
+    modules = {module_name(path, root): path for path in paths}
+    return {name: {other for other in imported_modules(path) if other in modules and other != name}
+            for name, path in modules.items()}
+
+
+def two_file_cycles(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every pair of modules that import each other, each pair once (in name order)."""
+    return sorted((a, b) for a, imports in graph.items() for b in imports if a < b and a in graph[b])
+
+
+CODE_GRAPH = import_graph(PRODUCT_MODULES)
+CODE_CYCLES = two_file_cycles(CODE_GRAPH)
 
 
 def test_benchmark_packages_are_found():
@@ -120,3 +153,31 @@ def test_the_rules_see_imports_and_paths(tmp_path):
     )
     assert "scripts.bench" in imported_modules(module)
     assert sorted(_test_data_paths(module)) == ["fixtures", "tests"]
+
+
+@pytest.mark.parametrize("package", CODE_PACKAGES)
+def test_no_two_modules_import_each_other(package):
+    if package == "actions":
+        pytest.xfail("run_harness and find_performance/accuracy_gate import each other (helpers shared both ways)")
+    inside = [pair for pair in CODE_CYCLES if any(m.startswith(f"code.{package}.") for m in pair)]
+    assert not inside, f"{inside} import each other: move what both need into a module below them"
+
+
+@pytest.mark.parametrize("pair", BROKEN_CIRCLES, ids=lambda pair: pair[1])
+def test_broken_circles_stay_broken(pair):
+    first, second = pair
+    assert first in CODE_GRAPH and second in CODE_GRAPH, f"{pair}: a module was renamed; name it here again"
+    assert first not in CODE_GRAPH[second] or second not in CODE_GRAPH[first], f"{first} and {second} import each other"
+
+
+def test_the_cycle_check_sees_a_lazy_circle(tmp_path):
+    """Two files that import each other, one of them inside a function, make a circle; a one-way import does not."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.b import g\nfrom pkg.c import h\n")
+    (package / "b.py").write_text("def g():\n    from pkg.a import f\n    return f\n")
+    (package / "c.py").write_text("import pkg\n")
+    graph = import_graph(sorted(package.glob("*.py")), tmp_path)
+    assert graph["pkg.c"] == {"pkg"}
+    assert two_file_cycles(graph) == [("pkg.a", "pkg.b")]

@@ -211,3 +211,16 @@ def test_a_moved_test_folder_points_its_records_at_the_new_place(tmp_path):
     assert moved["provenance"]["inputs"] == str(tmp_path / "data")  # paths elsewhere stay
     spec = json.loads((new / "test_spec.json").read_text())
     assert spec["log_dir"] == str(new) and spec["overrides"]["log_dir"] == str(tmp_path)
+
+
+def test_a_stored_record_that_cannot_be_read_is_ignored_with_its_fix(store):
+    """The tuned value and the engine misses are read the same way: absent is silent, unreadable names the fix."""
+    assert tuned.read_misses("CPU", "bert-99", Scenario.Offline) == (None, None)
+    tuned_file = tuned.tuned_path("CPU", "bert-99", Scenario.Offline)
+    for path in (tuned_file, tuned.misses_path("CPU", "bert-99", Scenario.Offline)):
+        path.mkdir(parents=True)  # a folder where the file should be: reading it is an OSError
+    value, problem = tuned.read_tuned("CPU", "bert-99", Scenario.Offline)
+    assert value is None and problem.startswith(f"ignoring {tuned.shown(tuned_file)}: cannot read it")
+    assert problem.endswith("or delete the file")
+    misses, problem = tuned.read_misses("CPU", "bert-99", Scenario.Offline)
+    assert misses is None and "cannot read it" in problem and problem.endswith("from its first engine again)")

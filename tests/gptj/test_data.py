@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from code.common.constants import DATASET_SIZE, Benchmark
 from code.common.download import DownloadError
 from code.common.faults import DataFileError
 from code.common.r2_download import R2Entry, R2Listing, metadata_urls, parse_md5_text, parse_uri_text
@@ -264,6 +265,7 @@ def test_prompt_is_the_reference_template(records: list[dict]) -> None:
 
 
 def test_eval_file_checks(tmp_path: Path, records: list[dict]) -> None:
+    assert CNN_DAILYMAIL_VALIDATION_SAMPLES == DATASET_SIZE[Benchmark.GPTJ]  # the QSL's size, defined once
     assert load_targets(FIXTURE) == [r["output"] for r in records]
     with pytest.raises(CnnDailyMailError, match=f"expected {CNN_DAILYMAIL_VALIDATION_SAMPLES}"):
         load_eval_records(FIXTURE, expected_count=CNN_DAILYMAIL_VALIDATION_SAMPLES)

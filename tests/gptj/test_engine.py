@@ -15,6 +15,7 @@ import torch
 
 from code.gptj.backends.inflight_engine import (
     MANIFEST,
+    SYNTHETIC_CALIBRATION_PROMPTS,
     EngineError,
     EngineSpec,
     build_engine,
@@ -23,6 +24,7 @@ from code.gptj.backends.inflight_engine import (
     engine_key,
     load_calibration,
     load_model,
+    synthetic_calibration_prompts,
 )
 from code.gptj.inflight.engine import EngineOptions, InflightEngine
 from code.gptj.preprocess_data import save_arrays
@@ -106,6 +108,18 @@ def test_a_missing_or_stale_engine_is_refused_with_the_rebuild_command(built, tm
     present = fake_calibration_set(tmp_path / "calibration")
     with pytest.raises(EngineError, match="calibrated on 'synthetic(.|\n)*mlperf:"):
         load_calibration(engine_dir, SPEC, calibration_dir=present)
+
+
+def test_one_synthetic_calibration_serves_engines_and_the_gpu_checks(tmp_path):
+    """Without the MLPerf set an engine calibrates on the same synthetic prompts as ``inflight.calibrate``."""
+    from code.gptj.backends import inflight
+
+    calibration = calibration_prompts(3, tmp_path / "absent", max_length=40)
+    synthetic = synthetic_calibration_prompts(3, 40)
+    assert len(synthetic) == SYNTHETIC_CALIBRATION_PROMPTS and max(len(p) for p in synthetic) <= 40
+    assert [p.tolist() for p in calibration.prompts] == [p.tolist() for p in synthetic]
+    assert calibration.source == f"synthetic:seed=7922,count={SYNTHETIC_CALIBRATION_PROMPTS},max_length=40"
+    assert inflight.synthetic_calibration_prompts is synthetic_calibration_prompts
 
 
 def test_the_mlperf_calibration_set_is_used_when_present_and_tracked(tmp_path):

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from code.common.constants import TestMode
 from code.common.paths import REPO_ROOT
-from code.submission.runs import find_tests
+from code.submission.runs import find_tests, newest
 from code.submission.stage import StageError, stage, staged_round
 
 
@@ -77,6 +78,23 @@ def test_an_unreadable_metadata_json_is_an_unfinished_test_not_a_crash(tmp_path)
     (other / "metadata.json").write_text("[]")
     tests, unfinished = find_tests([run])
     assert tests == [] and unfinished == [cut, other]
+
+
+def test_a_test_is_read_with_its_loadgen_mode_and_an_unknown_mode_is_unfinished(tmp_path):
+    """metadata.json's mode becomes a TestMode; a folder recording no LoadGen test mode is not a test to stage."""
+    run = tmp_path / "2026.11.24-10.00.00"
+    folders = {}
+    for scenario, mode in (("Offline", "AccuracyOnly"), ("Server", "PerformanceOnly"), ("SingleStream", "Sideways")):
+        folders[scenario] = run / "CPU" / "bert-99" / scenario
+        folders[scenario].mkdir(parents=True)
+        (folders[scenario] / "metadata.json").write_text(json.dumps(
+            {"config": {}, "result": {"complete": True, "valid": True, "mode": mode}}))
+    tests, unfinished = find_tests([run])
+    assert [(test.scenario, test.mode) for test in tests] == [
+        ("Offline", TestMode.AccuracyOnly), ("Server", TestMode.PerformanceOnly)]
+    assert unfinished == [folders["SingleStream"]]
+    assert list(newest(tests)) == [("bert-99", "Offline", TestMode.AccuracyOnly),
+                                   ("bert-99", "Server", TestMode.PerformanceOnly)]
 
 
 def _audit(root: Path, round_name: str, verdict: str, scenario: str = "Offline", test: str = "TEST01") -> Path:

@@ -19,12 +19,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from code.common.backends import BackendDeclaration, Origin, backend_registry
+from code.common.backends import BackendClass, BackendDeclaration, Origin, backend_registry
 
 if TYPE_CHECKING:
     from code.bert.dataset import BertFeatures
-    from code.common.benchmarks import EngineReport
-    from code.common.config import ResolvedConfig
 
 
 @dataclass(frozen=True)
@@ -45,22 +43,9 @@ class BertBackend(Protocol):
         ...
 
 
-class BertBackendClass(Protocol):
-    """What the benchmark asks of a backend before one exists: its options, its engine, then an instance."""
-
-    def options_from(self, config: ResolvedConfig, context: BackendContext) -> Any:
-        """The backend's own frozen options, read from the resolved config and the context."""
-        ...
-
-    def engine_dir(self, config: ResolvedConfig, context: BackendContext) -> Path | None:
-        """The engine folder a run of this config loads; None for a backend without an engine."""
-        ...
-
-    def generate_engine(self, config: ResolvedConfig, context: BackendContext) -> EngineReport:
-        """Build the engine a run of this config loads (or say why there is none)."""
-        ...
-
-    def __call__(self, options: Any) -> BertBackend: ...
+BertBackendClass = BackendClass[BackendContext, BertBackend]
+"""What the benchmark asks of a backend class (``code.common.backends.BackendClass``), with this benchmark's
+context and batches."""
 
 
 def _fp8_needs_fast_path(values: Mapping[str, Any], origin: Origin) -> str | None:

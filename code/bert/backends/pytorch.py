@@ -23,7 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from code.bert.backends.pytorch_engine import EngineSpec, build_engine, engine_key, load_engine_manifest
 from code.bert.packed.runner import PackedKernels, PackedRunner
-from code.common.benchmarks import BenchmarkError
+from code.common.benchmark_errors import BenchmarkError
 
 if TYPE_CHECKING:
     from code.bert.backends import BackendContext

@@ -31,9 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from code.bert.download_data import SQUAD_SUBDIR
 from code.bert.model import BERT_CONFIGS, BertConfig, BertQA, empty_model, load_checkpoint, random_weights
-from code.bert.squad import MANIFEST_FILE, TOKENIZED_SUBDIR
+from code.bert.squad import MANIFEST_FILE, SQUAD_SUBDIR, TOKENIZED_SUBDIR
 from code.common import atomic, engine_manifest
 from code.common.devices import auto_device
 from code.common.download import file_checksum

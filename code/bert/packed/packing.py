@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from code.bert.squad import PAD_LOGIT  # what positions past a sample's length get in a response
+
 TOKEN_ALIGN = 16  # FP8 GEMMs want row counts that are multiples of 16
-PAD_LOGIT = -10000.0  # what positions past a sample's length get (code/bert/benchmark.py uses the same value)
 
 
 @dataclass

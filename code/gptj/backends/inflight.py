@@ -29,6 +29,7 @@ from code.gptj.backends.inflight_engine import (
     engine_key,
     load_calibration,
     load_model,
+    synthetic_calibration_prompts,
 )
 from code.gptj.backends.pytorch import DTYPES, PytorchOptions
 from code.gptj.inflight.engine import EngineOptions, ForcedLengthOf, InflightEngine
@@ -44,8 +45,6 @@ if TYPE_CHECKING:
 PRECISIONS = (*DTYPES, "fp8")
 KV_CACHE_DTYPES = ("auto", "fp8")
 FP8_CAPABILITY = (8, 9)  # e4m3 tensor-core GEMMs
-CALIBRATION_PROMPTS = 32  # calibrate(): the GPU check scripts' synthetic calibration
-CALIBRATION_SEED_OFFSET = 7919  # calibration prompts use seed + this, never the run's own samples
 
 
 @dataclass(frozen=True)
@@ -144,11 +143,7 @@ class InflightGptjBackend:
 def calibrate(model: InflightModel, seed: int, max_prompt_length: int) -> Amax:
     """GEMM-input, key and value magnitudes over synthetic calibration prompts (16-bit forward); the GPU check
     scripts' calibration, which needs no engine. Runs load theirs from the engine."""
-    from code.gptj.dataset import GptjSamples
-
-    samples = GptjSamples.synthetic(CALIBRATION_PROMPTS, seed=seed + CALIBRATION_SEED_OFFSET,
-                                    max_length=max_prompt_length)
-    return calibrate_on(model, [samples.prompt(i) for i in range(len(samples))])
+    return calibrate_on(model, synthetic_calibration_prompts(seed, max_prompt_length))
 
 
 __all__ = ["InflightGptjBackend", "calibrate", "calibrate_on"]

@@ -119,12 +119,21 @@ def calibration_prompts(seed: int, calibration_dir: Path | None = None,
     from code.gptj.dataset import GptjSamples
 
     source = calibration_source(seed, calibration_dir, max_length)
-    if source.startswith("mlperf:"):
-        samples = GptjSamples.load(CALIBRATION_DIR if calibration_dir is None else calibration_dir)
-    else:
-        samples = GptjSamples.synthetic(SYNTHETIC_CALIBRATION_PROMPTS, seed=seed + SYNTHETIC_SEED_OFFSET,
-                                        max_length=max_length)
+    if not source.startswith("mlperf:"):
+        return CalibrationPrompts(synthetic_calibration_prompts(seed, max_length), source)
+    samples = GptjSamples.load(CALIBRATION_DIR if calibration_dir is None else calibration_dir)
     return CalibrationPrompts([samples.prompt(i)[:max_length] for i in range(len(samples))], source)
+
+
+def synthetic_calibration_prompts(seed: int, max_length: int) -> list[np.ndarray]:
+    """``SYNTHETIC_CALIBRATION_PROMPTS`` prompts with CNN/DailyMail-like lengths, drawn with the seed offset by
+    ``SYNTHETIC_SEED_OFFSET`` so that they are never a run's own samples: what an engine calibrates on without the
+    MLPerf set, and what the GPU check scripts calibrate on without an engine."""
+    from code.gptj.dataset import GptjSamples
+
+    samples = GptjSamples.synthetic(SYNTHETIC_CALIBRATION_PROMPTS, seed=seed + SYNTHETIC_SEED_OFFSET,
+                                    max_length=max_length)
+    return [samples.prompt(i)[:max_length] for i in range(len(samples))]
 
 
 def calibrate_on(model: InflightModel, prompts: list[np.ndarray], batch: int = 8) -> Amax:

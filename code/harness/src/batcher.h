@@ -61,8 +61,7 @@ struct WorkerHooks {
 class Batcher {
  public:
   // sample_lengths[i] is the length of QSL sample i (used only to sort); copied, so no Python object is needed later.
-  Batcher(BatcherConfig config, std::vector<std::int64_t> sample_lengths, BatchHandler handler,
-          WorkerHooks hooks = {});
+  Batcher(BatcherConfig config, std::vector<std::int64_t> sample_lengths, BatchHandler handler, WorkerHooks hooks = {});
   ~Batcher();
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;

@@ -48,15 +48,14 @@ PYBIND11_MODULE(_mlperf_harness, m) {
       py::kw_only(), py::arg("model"), py::arg("scenario"), py::arg("mode"), py::arg("user_conf"), py::arg("log_dir"),
       py::arg("total_sample_count"), py::arg("performance_sample_count"), py::arg("max_batch_size"),
       py::arg("num_workers"), py::arg("sort_by_length"), py::arg("batch_timeout_us"), py::arg("log_enable_trace"),
-      py::arg("sample_lengths"),
-      py::arg("runners"), py::arg("device_names"), py::arg("load_samples") = py::none(),
+      py::arg("sample_lengths"), py::arg("runners"), py::arg("device_names"), py::arg("load_samples") = py::none(),
       py::arg("unload_samples") = py::none(), py::arg("mlperf_conf") = "",
       "Run one LoadGen test (once per process) with one runner per device: a Python runner (run_batch or "
       "run_continuous) or a worker process's connections (an object with worker_fds and continuous). Raises a "
       "runner's first error after the test ends.");
 
-  py::class_<harness::ContinuousSession>(
-      m, "ContinuousSession", "The issued-sample queue and completion path of a continuous-batching engine")
+  py::class_<harness::ContinuousSession>(m, "ContinuousSession",
+                                         "The issued-sample queue and completion path of a continuous-batching engine")
       .def("take", &harness::ContinuousSession::Take, py::arg("max_samples"), py::arg("timeout_s"),
            "Up to max_samples issued samples as (ids uint64, QSL indices int64), waiting up to timeout_s for the "
            "first; possibly empty; None once the test is over.")
@@ -124,6 +123,5 @@ PYBIND11_MODULE(_mlperf_harness, m) {
   m.attr("WORKER_MESSAGES") = messages;
   m.attr("WORKER_HEADER_BYTES") = sizeof(harness::MessageHeader);
 
-  m.def(
-      "loadgen_version", [] { return mlperf::LoadgenVersion(); }, "The version of the LoadGen compiled in.");
+  m.def("loadgen_version", [] { return mlperf::LoadgenVersion(); }, "The version of the LoadGen compiled in.");
 }

@@ -19,8 +19,7 @@ namespace {
 std::vector<std::uint8_t> ResponseBytes(const py::handle& item, std::size_t position) {
   py::array array = py::array::ensure(item, py::array::c_style);
   if (!array) {
-    throw std::runtime_error("session.complete: response " + std::to_string(position) +
-                             " is not a numpy array (type " +
+    throw std::runtime_error("session.complete: response " + std::to_string(position) + " is not a numpy array (type " +
                              std::string(py::str(py::type::of(item).attr("__name__"))) + ")");
   }
   const auto* data = static_cast<const std::uint8_t*>(array.data());
@@ -101,7 +100,9 @@ ContinuousRunner::~ContinuousRunner() {
   }
 }
 
-void ContinuousRunner::Start() { thread_ = std::thread([this] { ThreadMain(); }); }
+void ContinuousRunner::Start() {
+  thread_ = std::thread([this] { ThreadMain(); });
+}
 
 void ContinuousRunner::Join() {
   if (thread_.joinable()) thread_.join();

@@ -60,9 +60,10 @@ std::vector<std::vector<std::uint8_t>> ResponsesFrom(const py::object& result, s
     return responses;
   }
   if (!py::isinstance<py::sequence>(result) || py::isinstance<py::str>(result) || py::isinstance<py::bytes>(result)) {
-    throw std::runtime_error("run_batch must return a sequence of numpy arrays (one per sample) or one numpy array "
-                             "whose first dimension is the batch, not " +
-                             std::string(py::str(py::type::of(result).attr("__name__"))));
+    throw std::runtime_error(
+        "run_batch must return a sequence of numpy arrays (one per sample) or one numpy array "
+        "whose first dimension is the batch, not " +
+        std::string(py::str(py::type::of(result).attr("__name__"))));
   }
   py::sequence items = py::reinterpret_borrow<py::sequence>(result);
   if (items.size() != batch_size) {

@@ -8,7 +8,7 @@ namespace py = pybind11;
 namespace harness {
 
 SampleLibrary::SampleLibrary(std::size_t total_sample_count, std::size_t performance_sample_count,
-                                       py::object load_samples, py::object unload_samples, ErrorState* errors)
+                             py::object load_samples, py::object unload_samples, ErrorState* errors)
     : total_sample_count_(total_sample_count),
       performance_sample_count_(performance_sample_count),
       load_samples_(std::move(load_samples)),
@@ -16,7 +16,7 @@ SampleLibrary::SampleLibrary(std::size_t total_sample_count, std::size_t perform
       errors_(errors) {}
 
 void SampleLibrary::Call(const py::object& callback, const std::vector<mlperf::QuerySampleIndex>& samples,
-                              const char* what) {
+                         const char* what) {
   if (callback.is_none() || errors_->Failed()) return;
   py::gil_scoped_acquire gil;
   try {

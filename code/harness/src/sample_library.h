@@ -19,8 +19,8 @@ namespace harness {
 class SampleLibrary : public mlperf::QuerySampleLibrary {
  public:
   // Construct and destroy with the GIL held (it keeps references to the callbacks). None means "nothing to do".
-  SampleLibrary(std::size_t total_sample_count, std::size_t performance_sample_count,
-                     pybind11::object load_samples, pybind11::object unload_samples, ErrorState* errors);
+  SampleLibrary(std::size_t total_sample_count, std::size_t performance_sample_count, pybind11::object load_samples,
+                pybind11::object unload_samples, ErrorState* errors);
 
   const std::string& Name() override { return name_; }
   std::size_t TotalSampleCount() override { return total_sample_count_; }
@@ -29,8 +29,7 @@ class SampleLibrary : public mlperf::QuerySampleLibrary {
   void UnloadSamplesFromRam(const std::vector<mlperf::QuerySampleIndex>& samples) override;
 
  private:
-  void Call(const pybind11::object& callback, const std::vector<mlperf::QuerySampleIndex>& samples,
-            const char* what);
+  void Call(const pybind11::object& callback, const std::vector<mlperf::QuerySampleIndex>& samples, const char* what);
 
   const std::string name_ = "HarnessQSL";
   const std::size_t total_sample_count_;

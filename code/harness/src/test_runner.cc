@@ -10,17 +10,17 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <string>
 #include <stdexcept>
+#include <string>
 #include <system_error>
 #include <vector>
 
 #include "batcher.h"
+#include "batching_sut.h"
 #include "continuous_runner.h"
 #include "error_state.h"
 #include "python_batch_runner.h"
 #include "sample_library.h"
-#include "batching_sut.h"
 #include "timeline.h"
 #include "worker_runners.h"
 
@@ -79,10 +79,9 @@ mlperf::TestSettings MakeTestSettings(const RunConfig& config, const ScenarioNam
   auto read = [&](const std::string& path, const char* what) {
     const int rc = settings.FromConfig(path, config.model, config.scenario);
     if (rc == 0) return;
-    const std::string why = rc == -ENOENT ? "cannot open the file"
-                            : rc == -EINVAL
-                                ? "a line is not 'model.scenario.key = number' (see LoadGen's detail log)"
-                                : std::strerror(-rc);
+    const std::string why = rc == -ENOENT   ? "cannot open the file"
+                            : rc == -EINVAL ? "a line is not 'model.scenario.key = number' (see LoadGen's detail log)"
+                                            : std::strerror(-rc);
     throw py::value_error(std::string("LoadGen could not read ") + what + " " + path + ": " + why);
   };
   if (!config.mlperf_conf.empty()) read(config.mlperf_conf, "mlperf.conf");
@@ -132,7 +131,8 @@ DeviceKind KindOf(const py::object& runner) {
 
 }  // namespace
 
-void RunTest(const RunConfig& config, const py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>& lengths,
+void RunTest(const RunConfig& config,
+             const py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>& lengths,
              const std::vector<py::object>& runners, const std::vector<std::string>& device_names,
              const py::object& load_samples, const py::object& unload_samples) {
   const ScenarioNames& scenario = ParseScenario(config.scenario);
@@ -184,8 +184,7 @@ void RunTest(const RunConfig& config, const py::array_t<std::int64_t, py::array:
 
   std::vector<std::int64_t> sample_lengths(lengths.data(), lengths.data() + lengths.size());
   ErrorState errors;
-  SampleLibrary qsl(config.total_sample_count, config.performance_sample_count, load_samples, unload_samples,
-                         &errors);
+  SampleLibrary qsl(config.total_sample_count, config.performance_sample_count, load_samples, unload_samples, &errors);
   const std::size_t devices = runners.size();
   std::vector<std::unique_ptr<BatchRunner>> batch_runners;
   if (!continuous) {
@@ -206,10 +205,9 @@ void RunTest(const RunConfig& config, const py::array_t<std::int64_t, py::array:
   batcher_config.sort_by_length = config.sort_by_length;
   batcher_config.batch_timeout = std::chrono::microseconds(config.batch_timeout_us);
   // Batcher threads get a Python thread state for their life only where a Python runner runs in this process.
-  const WorkerHooks hooks = any_python && !continuous
-                                ? WorkerHooks{PythonBatchRunner::AttachWorkerThread,
-                                              PythonBatchRunner::DetachWorkerThread}
-                                : WorkerHooks{};
+  const WorkerHooks hooks = any_python && !continuous ? WorkerHooks{PythonBatchRunner::AttachWorkerThread,
+                                                                    PythonBatchRunner::DetachWorkerThread}
+                                                      : WorkerHooks{};
   Batcher batcher(
       batcher_config, std::move(sample_lengths),
       [&batch_runners](std::size_t device, const std::vector<mlperf::QuerySample>& batch) {

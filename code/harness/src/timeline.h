@@ -20,14 +20,14 @@ namespace harness {
 struct ProgressCounters {
   std::uint64_t issued = 0;
   std::uint64_t completed = 0;
-  std::uint64_t late = 0;  // completed after the latency bound (0: no bound given)
-  double elapsed_s = 0.0;  // since the test started
+  std::uint64_t late = 0;                          // completed after the latency bound (0: no bound given)
+  double elapsed_s = 0.0;                          // since the test started
   std::vector<std::uint64_t> completed_by_device;  // one count per device
 };
 
 struct SampleRecord {
-  std::uint64_t index;      // QSL index
-  std::int64_t issued_ns;   // since the test started
+  std::uint64_t index;     // QSL index
+  std::int64_t issued_ns;  // since the test started
   std::int64_t completed_ns;
   std::uint32_t device;  // which device's runner completed it (0..devices-1)
 };

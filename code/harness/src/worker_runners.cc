@@ -35,8 +35,7 @@ std::string Unexpected(const MessageHeader& header, const char* expected) {
 
 // Reads `count` values of T from the payload at *offset; false when the payload is too short.
 template <typename T>
-bool ReadArray(const std::vector<std::uint8_t>& payload, std::size_t count, std::size_t* offset,
-               std::vector<T>* out) {
+bool ReadArray(const std::vector<std::uint8_t>& payload, std::size_t count, std::size_t* offset, std::vector<T>* out) {
   const std::size_t bytes = count * sizeof(T);
   if (payload.size() < *offset + bytes) return false;
   out->resize(count);
@@ -133,8 +132,8 @@ bool WorkerBatchRunner::Exchange(WorkerChannel* channel, const std::vector<mlper
   std::vector<mlperf::QuerySampleResponse> unused;
   if (header.count != batch.size() || !ResponsesFrom(*payload, 0, ids, &unused)) {
     errors_->RecordMessage("the worker answered a batch of " + std::to_string(batch.size()) + " samples with " +
-                               std::to_string(header.count) + " responses in " +
-                               std::to_string(payload->size()) + " bytes that do not add up",
+                               std::to_string(header.count) + " responses in " + std::to_string(payload->size()) +
+                               " bytes that do not add up",
                            where_);
     return false;
   }
@@ -146,7 +145,9 @@ WorkerEngine::WorkerEngine(int fd, Batcher* batcher, ErrorState* errors, std::si
 
 WorkerEngine::~WorkerEngine() { Join(); }
 
-void WorkerEngine::Start() { thread_ = std::thread([this] { ThreadMain(); }); }
+void WorkerEngine::Start() {
+  thread_ = std::thread([this] { ThreadMain(); });
+}
 
 void WorkerEngine::Join() {
   if (thread_.joinable()) thread_.join();

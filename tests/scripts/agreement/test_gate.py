@@ -10,18 +10,11 @@ import pytest
 
 from code.bert.accuracy import PAD_LOGIT
 from code.bert.squad import MAX_SEQ_LENGTH
-from scripts.agreement import gate
-from scripts.agreement.gate import (
-    TARGET_BARS,
-    AgreementError,
-    Bar,
-    best_spans,
-    compare,
-    logit_errors,
-    parse_precisions,
-    parse_require,
-    position_view,
-)
+from scripts.agreement import comparison, gate
+from scripts.agreement import report as findings
+from scripts.agreement.comparison import best_spans, compare, logit_errors, position_view
+from scripts.agreement.gate import AgreementError, parse_precisions, parse_require
+from scripts.agreement.report import TARGET_BARS, Bar
 from scripts.agreement.text_inputs import build_text_inputs
 
 
@@ -67,7 +60,7 @@ def test_shifted_logits_disagree(text_inputs):
     assert result.span_agreement < 0.5 and result.spans_differ > 0 and result.answer_agreement < 1.0
     assert result.max_abs_error > 9.0
     # span disagreement alone is information: a random-head model is never gated, whatever its bar
-    row = gate.Row("tiny", "fp16", Bar(0.995, "bert-99"), result, path="eager float16")
+    row = findings.Row("tiny", "fp16", Bar(0.995, "bert-99"), result, path="eager float16")
     assert row.passed is None and row.qualifies("bert-99") is None
 
 
@@ -144,8 +137,8 @@ def test_config_requirements_follow_the_h100_h200_ladders():
     assert gate.engine_item(fp8 | {"gelu_in_gemm": True}) == "fp8:fp8_fast_accum=true:gelu_in_gemm=true"
 
 
-def _gated_row(candidate_f1: float, bar: Bar | None, gated: bool = True) -> gate.Row:
-    agreement = gate.Agreement(
+def _gated_row(candidate_f1: float, bar: Bar | None, gated: bool = True) -> findings.Row:
+    agreement = comparison.Agreement(
         features=100,
         max_abs_error=0.1,
         mean_abs_error=0.01,
@@ -158,7 +151,7 @@ def _gated_row(candidate_f1: float, bar: Bar | None, gated: bool = True) -> gate
         reference_f1=80.0,
         candidate_f1=candidate_f1,
     )
-    return gate.Row("minilm-l6-qa", "fp8", bar, agreement, path="packed (PackedRunner)", gated=gated)
+    return findings.Row("minilm-l6-qa", "fp8", bar, agreement, path="packed (PackedRunner)", gated=gated)
 
 
 def test_the_gate_is_the_f1_ratio_on_the_trained_proxy():
@@ -166,36 +159,36 @@ def test_the_gate_is_the_f1_ratio_on_the_trained_proxy():
     row = _gated_row(79.7, bert_99)  # 99.625% of float32's F1
     assert row.f1_ratio == pytest.approx(0.99625)
     assert row.passed is True and row.qualifies("bert-99") is True and row.qualifies("bert-99.9") is False
-    assert gate.exit_status([row]) == 0
-    assert gate.exit_status([_gated_row(79.7, bert_999)]) == gate.EXIT_MISSED
-    assert gate.exit_status([_gated_row(79.99, bert_999)]) == 0  # 99.9875%
-    assert gate.exit_status([_gated_row(79.5, bert_99)]) == gate.EXIT_MISSED  # 99.375%
-    assert gate.exit_status([_gated_row(50.0, None)]) == 0  # reported, not required
+    assert findings.exit_status([row]) == 0
+    assert findings.exit_status([_gated_row(79.7, bert_999)]) == findings.EXIT_MISSED
+    assert findings.exit_status([_gated_row(79.99, bert_999)]) == 0  # 99.9875%
+    assert findings.exit_status([_gated_row(79.5, bert_99)]) == findings.EXIT_MISSED  # 99.375%
+    assert findings.exit_status([_gated_row(50.0, None)]) == 0  # reported, not required
     # a random-head model is not gated: its F1 means nothing, so neither its verdict nor the exit status use it
     random_head = _gated_row(10.0, bert_99, gated=False)
     assert random_head.passed is None and random_head.qualifies("bert-99") is None
-    assert gate.exit_status([random_head]) == gate.EXIT_NOT_RUN  # a bar, and nothing measured it
+    assert findings.exit_status([random_head]) == findings.EXIT_NOT_RUN  # a bar, and nothing measured it
     assert "no trained QA proxy" in gate.gate_notes([random_head])[0]
-    table = gate.format_rows([row, random_head])
+    table = findings.format_rows([row, random_head])
     assert table[1][-3:] == ["bert-99 yes, bert-99.9 no", "bert-99 (>= 99.50%)", "PASS"]
     assert table[2][-3:] == ["not gated (random head)", "bert-99 (>= 99.50%)", "-"]
-    (line,) = gate.qualification_lines([row, random_head])
+    (line,) = findings.qualification_lines([row, random_head])
     assert "99.625% of float32's" in line and "bert-99 (>= 99.50%): yes" in line and "bert-99.9 (>= 99.95%): no" in line
     assert "moves the ratio by up to 0.125%" in line  # 100 / 1000 questions / F1 80
     on_cpu = _gated_row(80.0, bert_99)
     on_cpu.path = "eager float32"  # fp8 off the GPU: fp16-rounded weights, no FP8 GEMMs, so no verdict either way
     assert on_cpu.passed is None and on_cpu.qualifies("bert-99") is None and on_cpu.unmeasured
-    assert gate.exit_status([row, on_cpu]) == gate.EXIT_NOT_RUN
-    assert gate.format_rows([on_cpu])[1][-3:] == [
+    assert findings.exit_status([row, on_cpu]) == findings.EXIT_NOT_RUN
+    assert findings.format_rows([on_cpu])[1][-3:] == [
         "not measured (eager float32, no FP8 GEMMs)",
         "bert-99 (>= 99.50%)",
         "NOT MEASURED",
     ]
     assert "not measured; the gate needs a GPU run" in gate.gate_notes([on_cpu])[0]
-    assert gate.qualification_lines([on_cpu]) == []
+    assert findings.qualification_lines([on_cpu]) == []
     no_f1 = _gated_row(0.0, bert_99)
     no_f1.agreement.reference_f1 = 0.0  # float32 scored nothing: the gate cannot measure, so it does not pass
-    assert no_f1.passed is False and gate.exit_status([no_f1]) == gate.EXIT_MISSED
+    assert no_f1.passed is False and findings.exit_status([no_f1]) == findings.EXIT_MISSED
 
 
 def test_agreement_cli_on_cpu(tmp_path, capsys):
@@ -283,7 +276,7 @@ def test_agreement_variants_share_one_engine(tmp_path, monkeypatch, capsys):
             f"--work_dir={tmp_path}",
         ]
     )
-    assert status == gate.EXIT_NOT_RUN, capsys.readouterr().out  # bars, but no trained proxy ran
+    assert status == findings.EXIT_NOT_RUN, capsys.readouterr().out  # bars, but no trained proxy ran
     assert built == ["fp32", "fp16"]  # not one fp16 build per variant
     report = json.loads((tmp_path / "agreement.json").read_text())
     assert [(r["name"], r["options"], r["bar"]["ratio"]) for r in report["rows"]] == [
@@ -334,9 +327,9 @@ def test_agreement_finetunes_a_qa_model_once(tmp_path, monkeypatch, capsys):
     assert row["model"] == "tiny-qa" and row["agreement"]["features"] >= 40 and row["gated"] is True
     # a trained proxy is gated on its F1 ratio; one epoch of a tiny model may score F1 0 (no ratio: the gate fails)
     if row["f1_ratio"] is None:
-        assert status == gate.EXIT_MISSED and row["passed"] is False
+        assert status == findings.EXIT_MISSED and row["passed"] is False
     else:
-        assert status == (0 if row["f1_ratio"] >= 0.01 else gate.EXIT_MISSED)
+        assert status == (0 if row["f1_ratio"] >= 0.01 else findings.EXIT_MISSED)
         assert row["passed"] is (row["f1_ratio"] >= 0.01)
         assert report["qualification"] and report["qualification"][0].startswith("tiny-qa fp16: F1")
     assert "fine-tuned together" in report["weights"]["tiny-qa"] and "NOT SQuAD" in report["weights"]["tiny-qa"]
@@ -346,6 +339,6 @@ def test_agreement_finetunes_a_qa_model_once(tmp_path, monkeypatch, capsys):
 
 
 def test_unsupported_precision_is_reported_not_failed():
-    rows = [gate.Row("large", "fp8", Bar(0.995, "bert-99"), not_run="fp8 is not supported here (ValueError)")]
-    assert gate.exit_status(rows) == gate.EXIT_NOT_RUN
-    assert "NOT RUN" in gate.format_rows(rows)[1][-1]
+    rows = [findings.Row("large", "fp8", Bar(0.995, "bert-99"), not_run="fp8 is not supported here (ValueError)")]
+    assert findings.exit_status(rows) == findings.EXIT_NOT_RUN
+    assert "NOT RUN" in findings.format_rows(rows)[1][-1]

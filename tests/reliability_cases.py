@@ -2,12 +2,13 @@
 whether that is what the case expects, as one markdown table (documentation/reliability_cases.md holds the last).
 
 The tests prove each case in CI (the "test" column names where); this script shows a person what a user sees now.
+It lives with the tests it checks, as a module pytest does not collect (no ``test_`` prefix), and is run by hand.
 Every command runs with a private ``MLPERF_BUILD_DIR`` and log folder in one temporary folder, with the built C++
 core linked in, so nothing in the real build/ or build/logs is read or written. It needs the core built
 (``make build``) and takes a few minutes on a busy 2-core machine; the long ones are the interrupt cases and the
 concurrent pair, which wait for LoadGen to start.
 
-    build/venv/bin/python -m scripts.reliability_cases [--only SUBSTRING] [--keep]
+    build/venv/bin/python -m tests.reliability_cases [--only SUBSTRING] [--keep]
 """
 
 from __future__ import annotations
@@ -546,7 +547,7 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(ws.root, ignore_errors=True)
     print(f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} ({os.cpu_count()} CPUs, "
-          f"{'a GPU' if HAS_CUDA else 'no GPU'}): `{Path(sys.executable).name} -m scripts.reliability_cases`\n")
+          f"{'a GPU' if HAS_CUDA else 'no GPU'}): `{Path(sys.executable).name} -m tests.reliability_cases`\n")
     print(f"`$BASE` = `{' '.join(harness_args(BASE))}`; `$LONG_SERVER` = `{' '.join(harness_args(LONG_SERVER))}`; "
           f"`$GPTJ` = `{' '.join(harness_args(GPTJ))}`; `$TMP` is the script's temporary folder, `$REPO` the "
           "checkout; each command runs with `MLPERF_BUILD_DIR=$TMP/<case>/build`.\n")

@@ -1,0 +1,16 @@
+"""The errors a benchmark raises for the user to fix, apart from the benchmark seam (``code/common/benchmarks.py``).
+
+They live in their own module because the modules below the seam (devices, inputs, run logs, engine manifests)
+raise them too, and the seam itself uses those modules: with the errors inside ``benchmarks.py``, importing them
+from below would make a circle.
+"""
+
+from __future__ import annotations
+
+
+class BenchmarkError(RuntimeError):
+    """A problem the user fixes with a make step (missing data, a stale engine); the message names the step."""
+
+
+class InputsUnavailableError(BenchmarkError):
+    """Real data or weights are needed but absent; the message names the make step that fetches them."""

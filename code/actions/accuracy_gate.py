@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from code.actions.run_harness import run_child, test_spec
+from code.actions.test_process import run_child, test_spec
 from code.common.benchmarks import BenchmarkError, load_benchmark
 from code.common.config import ResolvedConfig
 from code.common.constants import TestMode

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from code.actions.common import gate_plans, system_name
-from code.actions.run_harness import check_round, require_built_core, run_child, test_spec
+from code.actions.test_process import check_round, require_built_core, run_child, test_spec
 from code.common import atomic
 from code.common.arguments import RunRequest
 from code.common.benchmarks import load_benchmark

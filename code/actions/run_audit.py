@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from code.actions.common import resolved_configs, system_name
-from code.actions.run_harness import check_round, finish_run, require_built_core, run_child, test_spec
+from code.actions.test_process import check_round, finish_run, require_built_core, run_child, test_spec
 from code.common.arguments import RunRequest
 from code.common.audits import (
     REFERENCE_ACCURACY_LOG,

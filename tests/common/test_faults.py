@@ -144,13 +144,13 @@ def test_the_test_process_prints_one_line_on_a_full_disk(tmp_path, monkeypatch, 
 
 
 def test_the_harness_prints_its_summary_when_the_disk_is_full(tmp_path, monkeypatch, capsys):
-    from code.actions import run_harness
+    from code.actions import test_process
 
     def full_disk(*args):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "summary.txt"))
 
-    monkeypatch.setattr(run_harness, "write_summary", full_disk)
-    run_harness.finish_run("CPU", tmp_path, [])
+    monkeypatch.setattr(test_process, "write_summary", full_disk)
+    test_process.finish_run("CPU", tmp_path, [])
     out = capsys.readouterr().out
     assert f"[run_harness] the summary not saved: no space left writing {tmp_path / 'summary.txt'}" in out
     assert "Result summaries" in out
@@ -179,7 +179,7 @@ def test_the_summary_quotes_the_test_process_error_line(tmp_path, harness_built)
 
 def test_the_audits_print_their_summary_when_the_disk_is_full(tmp_path, monkeypatch, capsys):
     """run_audit ends as run_harness does: a summary that cannot be saved is still printed, with one line why."""
-    from code.actions import run_audit, run_harness
+    from code.actions import run_audit, test_process
     from code.common.arguments import parse_run_args
     from code.common.run_logs import TestResult
 
@@ -187,7 +187,7 @@ def test_the_audits_print_their_summary_when_the_disk_is_full(tmp_path, monkeypa
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "summary.txt"))
 
     passed = TestResult("Offline", "TEST01", str(tmp_path), valid=True, accuracy={"summary": "TEST01: all PASS"})
-    monkeypatch.setattr(run_harness, "write_summary", full_disk)
+    monkeypatch.setattr(test_process, "write_summary", full_disk)
     monkeypatch.setattr(run_audit, "plan_audit",
                         lambda config, test, results_dir: run_audit.Audit(config, test, None, tmp_path))
     monkeypatch.setattr(run_audit, "new_timestamped_dir", lambda parent: tmp_path)

@@ -48,7 +48,7 @@ def test_a_scenario_the_round_lacks_is_a_wrong_round():
 
 
 def test_a_system_without_a_description_cannot_say_its_round(tmp_path, monkeypatch, harness_built):
-    from code.actions.run_harness import check_round
+    from code.actions.test_process import check_round
     from code.common.systems import SystemDetectionError
 
     monkeypatch.setattr("code.common.systems.SYSTEMS_DIR", tmp_path)

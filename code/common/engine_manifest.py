@@ -13,7 +13,6 @@ then finds the first one's engine current and reuses it; a run loading the engin
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -26,6 +25,7 @@ from typing import Any
 
 from code.common import atomic
 from code.common.benchmarks import BenchmarkError
+from code.common.file_lock import holding
 
 MANIFEST = "engine.json"
 BUILDING = "building"  # suffix of a build's temporary folder: .<name>.<pid>.<token>.building
@@ -65,13 +65,8 @@ def engine_lock(engine_dir: Path, *, shared: bool = False) -> Iterator[None]:
     """Holds ``engine_dir``'s lock file: exclusively for a build, ``shared`` for a run reading the engine. Waits for
     a holder of the other kind; the lock goes with the process, so a killed build never leaves it held."""
     engine_dir = Path(engine_dir)
-    engine_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(engine_dir.parent / f".{engine_dir.name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with holding(engine_dir.parent / f".{engine_dir.name}.lock", shared=shared):
+        yield
 
 
 def build_once(engine_dir: Path, write: Callable[[Path], None],

@@ -71,6 +71,6 @@ clean_all:
 	find $(BUILD_DIR) -mindepth 1 -maxdepth 1 ! -name .gitkeep $(foreach d,$(RESULTS),! -name $(d)) -exec rm -rf {} +
 	@echo "[clean_all] $(KEPT_NOTE)"
 
+# Keeps the folders of runs still going (scripts/clean_logs.py); the host's Python will do where there is no venv.
 clean_logs:
-	@runs=$$(find $(BUILD_DIR)/logs -mindepth 1 -maxdepth 1 2>/dev/null | wc -l); \
-	  rm -rf $(BUILD_DIR)/logs && echo "[clean_logs] deleted $(BUILD_DIR)/logs ($$runs run folders)"
+	@$(if $(wildcard $(PY)),$(PY),$(SYSTEM_PY)) -m scripts.clean_logs $(BUILD_DIR)/logs

@@ -7,9 +7,11 @@ means nothing and is never removed (removing it would let two holders lock two d
 from __future__ import annotations
 
 import fcntl
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 
 @contextmanager
@@ -24,3 +26,31 @@ def holding(lock_file: Path, *, shared: bool = False) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# The locks this process holds until it exits (``hold_for_life``): their files stay open, so their locks stay held.
+_held_for_life: list[IO[str]] = []
+
+
+def hold_for_life(lock_file: Path) -> None:
+    """Holds ``lock_file`` exclusively until this process exits (or is killed): a mark that says "in use" to other
+    processes for exactly as long as this one lives (``is_held``)."""
+    lock_file = Path(lock_file)
+    lock = open(lock_file, "a")  # noqa: SIM115 - kept open on purpose: closing it would release the lock
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    _held_for_life.append(lock)
+
+
+def is_held(lock_file: Path) -> bool:
+    """Whether a live process holds ``lock_file`` (a missing file is held by none). Asks without waiting."""
+    try:
+        descriptor = os.open(lock_file, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)  # releases the probe's own lock, if it got one
+    return False

@@ -14,9 +14,6 @@ then finds the first one's engine current and reuses it; a run loading the engin
 from __future__ import annotations
 
 import json
-import os
-import re
-import secrets
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,8 +25,6 @@ from code.common.benchmarks import BenchmarkError
 from code.common.file_lock import holding
 
 MANIFEST = "engine.json"
-BUILDING = "building"  # suffix of a build's temporary folder: .<name>.<pid>.<token>.building
-REPLACED = "replaced"  # suffix of the engine a build replaced, until it is removed: .<name>.<pid>.<token>.replaced
 
 
 class EngineError(BenchmarkError):
@@ -86,23 +81,8 @@ def build_once(engine_dir: Path, write: Callable[[Path], None],
                 return False
             except EngineError:
                 pass
-        leftover = re.compile(rf"\.{re.escape(engine_dir.name)}\.\d+\.[0-9a-f]{{8}}\.({BUILDING}|{REPLACED})")
-        for path in engine_dir.parent.iterdir():
-            if leftover.fullmatch(path.name):
-                shutil.rmtree(path)
-        token = f"{os.getpid()}.{secrets.token_hex(4)}"
-        building = engine_dir.parent / f".{engine_dir.name}.{token}.{BUILDING}"
-        replaced = engine_dir.parent / f".{engine_dir.name}.{token}.{REPLACED}"
-        building.mkdir()
-        try:
+        for leftover in atomic.leftovers(engine_dir):  # what a killed build left; no other build runs now
+            shutil.rmtree(leftover)
+        with atomic.replacing_folder(engine_dir) as building:
             write(building)
-            if engine_dir.exists():
-                engine_dir.rename(replaced)
-            building.rename(engine_dir)
-        except BaseException:
-            if replaced.exists() and not engine_dir.exists():
-                replaced.rename(engine_dir)  # the earlier engine back where it was
-            shutil.rmtree(building, ignore_errors=True)
-            raise
-        shutil.rmtree(replaced, ignore_errors=True)
     return True

@@ -217,7 +217,7 @@ def test_a_killed_rebuild_leaves_the_earlier_engine_whole(tmp_path, checkpoint):
         build.wait()
     assert sorted(p.name for p in engine.iterdir()) == [MANIFEST, WEIGHTS]
     assert (engine / WEIGHTS).read_bytes() == earlier
-    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".building")]  # the half, in a folder beside it
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # the half, in a folder beside it
     load_engine(engine, spec)
     build_engine(spec, engine)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".e.lock", "e"]

@@ -19,13 +19,24 @@ def holding(lock_file: Path, *, shared: bool = False) -> Iterator[None]:
     """Holds ``lock_file`` (created if missing) exclusively, or ``shared`` with other shared holders; waits for the
     holders of the other kind."""
     lock_file = Path(lock_file)
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_file, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+    try:
+        lock_file.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        if not shared:
+            raise
+        # A reader in a folder it may not write (a shared, read-only engines folder): the lock file of its owner,
+        # read-only (a lock needs no write access), or none where the owner made none.
         try:
+            descriptor = os.open(lock_file, os.O_RDONLY)
+        except OSError:
             yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            return
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
 
 
 # The locks this process holds until it exits (``hold_for_life``): their files stay open, so their locks stay held.

@@ -313,3 +313,29 @@ def test_two_builds_of_one_engine_build_it_once(tmp_path, checkpoint):
     assert (first.returncode, second.returncode) == (0, 0), outputs
     assert outputs == ["built", "reused"]
     assert start_engine_worker("ensure", engine, 1, checkpoint).communicate(timeout=120)[0].strip() == "reused"
+
+
+def test_an_engine_in_a_folder_the_run_cannot_write_still_loads(tmp_path, monkeypatch):
+    """A shared engines folder, read-only to the run: loading takes the owner's lock read-only, or runs without
+    one where the owner's build left none; a build there still fails loudly."""
+    import errno
+
+    from code.common import file_lock
+
+    spec = EngineSpec("tiny", "fp32", "random")
+    engine = build_engine(spec, tmp_path / "engines" / "e")
+    real_open, opened = os.open, []
+
+    def read_only(path, flags, *args):  # noqa: ANN001, ANN202 - os.open's own arguments
+        if flags & (os.O_RDWR | os.O_WRONLY | os.O_CREAT):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        opened.append(path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(file_lock.os, "open", read_only)
+    load_engine(engine, spec)
+    assert opened == [tmp_path / "engines" / ".e.lock"]  # the owner's lock, taken read-only
+    (tmp_path / "engines" / ".e.lock").unlink()
+    load_engine(engine, spec)  # no lock file and none can be made: loads without
+    with pytest.raises(PermissionError):
+        build_engine(spec, engine)

@@ -91,6 +91,6 @@ clean:
 clean_all:
 	$(call clean_folders,clean_all,$(ALL_CLEANED))
 
+# Keeps the folders of runs still going (scripts/clean_logs.py); the host's Python will do where there is no venv.
 clean_logs:
-	@runs=$$(find $(BUILD_DIR)/logs -mindepth 1 -maxdepth 1 2>/dev/null | wc -l); \
-	  rm -rf $(BUILD_DIR)/logs && echo "[clean_logs] deleted $(BUILD_DIR)/logs ($$runs run folders)"
+	@$(if $(wildcard $(PY)),$(PY),$(SYSTEM_PY)) -m scripts.clean_logs $(BUILD_DIR)/logs

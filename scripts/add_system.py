@@ -73,6 +73,18 @@ def import_block(benchmark: Benchmark, scenario: Scenario, earlier_base: bool = 
     return "\n".join(sorted(lines, key=lambda line: line.split()[1].lower())) + "\n"
 
 
+LINE_LENGTH = 120  # ruff's (pyproject.toml): make lint checks what this script writes
+# The longest system name whose class headers fit a line once wrapped (``class_header``): "class " + name + the
+# longest variant suffix ("_HighAccuracy_MaxQ") + "(" within LINE_LENGTH, with room to spare.
+MAX_SYSTEM_NAME = 90
+
+
+def class_header(name: str, base: str) -> list[str]:
+    """``class name(base):`` on one line when it fits ``LINE_LENGTH``, else wrapped as ruff's formatter would."""
+    line = f"class {name}({base}):"
+    return [line] if len(line) <= LINE_LENGTH else [f"class {name}(", f"    {base},", "):"]
+
+
 def stub_classes(system: str, benchmark: Benchmark, scenario: Scenario, on_gpu: bool) -> str:
     """The two classes (99% and 99.9%) of a new system, from the benchmark's ``configs/<bench>/new_system.py``.
 
@@ -86,7 +98,7 @@ def stub_classes(system: str, benchmark: Benchmark, scenario: Scenario, on_gpu: 
         "",
         "",
         "@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)",
-        f"class {system}({scenario.value}.{scenario.value}BaseConfig):",
+        *class_header(system, f"{scenario.value}.{scenario.value}BaseConfig"),
         '    """Added by make add_system: starting values, to be tuned with --test_run runs."""',
         "",
         f'    precision = "{precision}"',
@@ -98,7 +110,7 @@ def stub_classes(system: str, benchmark: Benchmark, scenario: Scenario, on_gpu: 
         "",
         "",
         "@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)",
-        f"class {system}_HighAccuracy({system}):",
+        *class_header(f"{system}_HighAccuracy", system),
         f'    precision = "{high_accuracy_precision}"',
     ]
     lines += [f"    {name} = {value!r}" for name, value in high_accuracy_by_target.items()]
@@ -121,7 +133,7 @@ def model_subclasses(system: str, scenario: Scenario,
             "",
             f"@ConfigRegistry.register(HarnessType.{workload.harness_type.name}, "
             f"AccuracyTarget.{workload.accuracy_target.name}, PowerSetting.{workload.power_setting.name})",
-            f"class {system}{suffix}({scenario.value}.{parent.__name__}):",
+            *class_header(f"{system}{suffix}", f"{scenario.value}.{parent.__name__}"),
             summary,
             "",
             "    A field set here overrides the inherited one; a throughput set here is the whole system's, as it "
@@ -169,6 +181,10 @@ def system_name_problem(name: str) -> str | None:
         fixed = "".join(c if c.isalnum() or c == "_" else "_" for c in name).lstrip("0123456789") or "MySystem"
         return (f"--system_name={name} must be a valid Python class name (letters, digits, _; not starting with a "
                 f"digit): try --system_name={fixed}")
+    if len(name) > MAX_SYSTEM_NAME:
+        return (f"--system_name={name} has {len(name)} characters; a system name has at most {MAX_SYSTEM_NAME} "
+                f"characters, so its config classes fit a line of configs/*/custom.py: try "
+                f"--system_name={name[:MAX_SYSTEM_NAME]}")
     if keyword.iskeyword(name):
         return (f"--system_name={name} is a Python keyword, which cannot name a config class: try "
                 f"--system_name={name}_system")

@@ -28,6 +28,7 @@ from code.bert.squad import (
 from code.bert.vocab import BertTokenizer, find_vocab
 from code.common.constants import DATASET_SIZE, Benchmark
 from code.common.download import file_checksum
+from code.common.faults import NoSpaceError, describe
 from code.common.paths import DATA_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
 
 SQUAD_DEV_FILE = "dev-v1.1.json"
@@ -94,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         manifest = preprocess(squad_json, out_dir, find_vocab(args.model_dir))
     except (FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    except (NoSpaceError, OSError) as error:  # a full disk or a read-only folder: one line naming the fix
+        if (line := describe(error, writing_in=args.preprocessed_data_dir)) is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
         return 2
     print(
         f"SQuAD: {manifest['num_examples']} questions, {manifest['num_paragraphs']} paragraphs -> "

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from code.bert.vocab import CLS_TOKEN, SEP_TOKEN, BertTokenizer
-from code.common.faults import DataFileError, reading
+from code.common import atomic
+from code.common.faults import DataFileError, check_free_space, reading
 from code.common.periodic import track
 
 MAX_SEQ_LENGTH = 384
@@ -281,6 +281,10 @@ def save_features(
 ) -> None:
     """Write the arrays, the post-processing file and (last, as the completeness marker) manifest.json.
 
+    The set is written whole or not at all: into a folder beside ``out_dir`` renamed into its place when complete
+    (``atomic.replacing_folder``), after a check that the disk can hold it, so a full disk leaves the earlier set
+    as it was and says so instead of a traceback.
+
     `squad_eval.json.gz` (gzip'd JSON, no code execution on load unlike pickle):
       {"format": 1,
        "paragraphs": [[doc word, ...], ...],                  # whitespace tokens of each context, once
@@ -291,10 +295,6 @@ def save_features(
                        "max_context": [0|1, ...],             # token_is_max_context of those positions
                        "gold": [start, end]}, ...]}           # also in gold_positions.npy
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    manifest_path = out_dir / MANIFEST_FILE
-    if manifest_path.exists():
-        manifest_path.unlink()  # an interrupted rewrite must not look complete
     n = len(features)
     arrays = {
         "input_ids.npy": np.array([f.input_ids for f in features], dtype=np.int32).reshape(n, -1),
@@ -302,8 +302,6 @@ def save_features(
         "input_mask.npy": np.array([f.input_mask for f in features], dtype=np.int32).reshape(n, -1),
         GOLD_FILE: np.array([[f.start_position, f.end_position] for f in features], dtype=np.int32).reshape(n, 2),
     }
-    for name, array in arrays.items():
-        np.save(out_dir / name, array)
     payload = {
         "format": FORMAT_VERSION,
         "paragraphs": paragraphs,
@@ -321,11 +319,14 @@ def save_features(
             for f in features
         ],
     }
-    tmp = out_dir / (EVAL_FILE + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8") as f:
-        json.dump(payload, f, ensure_ascii=False, separators=(",", ":"))
-    os.replace(tmp, out_dir / EVAL_FILE)
-    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    eval_bytes = gzip.compress(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    needed = sum(array.nbytes for array in arrays.values()) + len(eval_bytes)
+    check_free_space(out_dir.parent, needed, f"the preprocessed SQuAD set ({n} features)")
+    with atomic.replacing_folder(out_dir) as folder:
+        for name, array in arrays.items():
+            np.save(folder / name, array)
+        (folder / EVAL_FILE).write_bytes(eval_bytes)
+        (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Files that are whole or absent: written under a temporary name beside their place, then renamed into it.
+"""Files and folders that are whole or absent: written under a temporary name beside their place, then renamed
+into it.
 
 A rename within one folder is atomic on POSIX file systems, so a reader (a later run, a concurrent one, staging)
 finds the earlier file or the new one, never half of one; an interrupted or failed write (Ctrl-C, a full disk)
@@ -8,7 +9,9 @@ leaves the earlier file as it was and no temporary behind.
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,3 +38,44 @@ def write_text(path: Path, text: str) -> Path:
     with replacing(path) as tmp:
         tmp.write_text(text)
     return Path(path)
+
+
+FOLDER_TEMPORARY = "tmp"  # a folder being written: .<name>.<pid>.<token>.tmp
+FOLDER_REPLACED = "old"  # the folder it replaces, until removed: .<name>.<pid>.<token>.old
+
+
+@contextmanager
+def replacing_folder(path: Path) -> Iterator[Path]:
+    """A fresh empty folder beside ``path`` for the block to fill; put in ``path``'s place when the block ends without
+    error (the earlier folder renamed away, the new one renamed in, the earlier one removed), removed otherwise.
+
+    Between the two renames ``path`` is absent for an instant: a reader that must never see that holds a lock the
+    writer holds too (code/common/engine_manifest.py). What a killed writer left is ``leftovers(path)``.
+    """
+    path = Path(path)
+    token = f"{os.getpid()}.{secrets.token_hex(4)}"
+    building = path.with_name(f".{path.name}.{token}.{FOLDER_TEMPORARY}")
+    replaced = path.with_name(f".{path.name}.{token}.{FOLDER_REPLACED}")
+    building.mkdir(parents=True)
+    try:
+        yield building
+        if path.exists():
+            path.rename(replaced)
+        building.rename(path)
+    except BaseException:
+        if replaced.exists() and not path.exists():
+            replaced.rename(path)  # the earlier folder back where it was
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    shutil.rmtree(replaced, ignore_errors=True)
+
+
+def leftovers(path: Path) -> list[Path]:
+    """The temporary and replaced folders of ``replacing_folder(path)`` that a killed writer left beside ``path``.
+    Only the writer of ``path`` may remove them (another may be filling one now): a caller holds a lock, or owns
+    the folder."""
+    path = Path(path)
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.\d+\.[0-9a-f]{{8}}\.({FOLDER_TEMPORARY}|{FOLDER_REPLACED})")
+    if not path.parent.is_dir():
+        return []
+    return sorted(entry for entry in path.parent.iterdir() if pattern.fullmatch(entry.name) and entry.is_dir())

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from code.common.fields import FIELDS, Field, check_combination
+from code.common.fields import FIELDS, Field, check_combination, check_plan
 from code.common.ladder import Ladder, Rung
 
 
@@ -104,7 +104,7 @@ def resolve_fields(
     ``from_config`` maps each field the config class sets (itself or by inheritance) to its value and the name of
     the class that set it, so a resolved value can say where it came from; ``tuned`` the same for the values
     ``make find_performance`` stored (source ``tuned (<file>)``). The rules between fields (``check_combination``)
-    run last, on the final values.
+    and the bound on what LoadGen plans (``check_plan``) run last, on the final values.
     """
     tuned = tuned or {}
     resolved = ResolvedConfig(benchmark, scenario, system, workload, config_class)
@@ -120,4 +120,5 @@ def resolve_fields(
             else:
                 resolved.values[fld.name], resolved.sources[fld.name] = below
     check_combination(benchmark, resolved.values, resolved.sources)
+    check_plan(scenario, resolved.values, resolved.sources)
     return resolved

@@ -6,6 +6,8 @@ of them should end in a traceback. This is the one place that turns such excepti
 - ``reading(path, fix)`` wraps the read of one file; what its decoder raises on bad bytes, and a
   ``CheckpointError`` from a model loader, becomes a ``DataFileError`` naming the file and the fix (re-download,
   rebuild the engine, preprocess again) in one paragraph.
+- ``check_free_space(folder, needed, what)`` refuses a write that the disk cannot hold, before it starts, so a
+  full disk never leaves half a file set behind.
 - ``describe(error)`` gives the line for any error a user can fix (a ``BenchmarkError``, a full disk, a folder
   that cannot be written), and None for anything else: an unknown error is a bug, and its traceback is the report.
 """
@@ -16,6 +18,7 @@ import errno
 import gzip
 import json
 import pickle
+import shutil
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +34,30 @@ FREE_SPACE = "free space there (make clean_logs deletes old runs; MLPERF_SCRATCH
 class DataFileError(BenchmarkError, ValueError):
     """A file the run reads is missing, truncated or corrupt; the message names it and the step that makes a good
     one. (A ValueError too, so callers of a loader that catch ValueError keep working.)"""
+
+
+class NoSpaceError(BenchmarkError):
+    """A write the disk cannot hold, refused before it starts; the message says how much and the fix."""
+
+
+# Room left beyond a write's own bytes: the file system's metadata and whatever else writes there meanwhile.
+SPACE_MARGIN = 64 * 2**20
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.1f} MiB"
+
+
+def check_free_space(folder: Path, needed: int, what: str) -> None:
+    """``NoSpaceError`` unless the disk of ``folder`` (or of its nearest existing parent) has ``needed`` bytes free,
+    plus ``SPACE_MARGIN``, for ``what``."""
+    existing = Path(folder).absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    if free < needed + SPACE_MARGIN:
+        raise NoSpaceError(f"{what} needs {_size(needed + SPACE_MARGIN)} free in {folder}, and {_size(free)} is "
+                           f"free there; {FREE_SPACE}, then run again (nothing was written)")
 
 
 class CheckpointError(ValueError):

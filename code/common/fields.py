@@ -12,6 +12,7 @@ sample count below the benchmark's hang a run, exhaust memory or make a result t
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,18 @@ SEED_MAX = 2**32 - 1
 # (or an expected latency) far from the system's real one costs memory and time in proportion, hence the bounds.
 MAX_RATE = 1_000_000.0  # samples/s; 1 us per sample
 MIN_LATENCY_NS = 1_000
+# What LoadGen runs with where user.conf sets nothing: mlperf.conf's minimums (both rounds), and --test_run's.
+MLPERF_MIN_DURATION_MS = 600_000
+MLPERF_MIN_QUERY_COUNT = {Scenario.Offline: 1, Scenario.Server: 270_336, Scenario.SingleStream: 1024}
+TEST_RUN_MIN_DURATION_MS = 60_000  # --test_run / --fast (NVIDIA's values)
+TEST_RUN_MIN_QUERY_COUNT = 1
+OFFLINE_QUERY_MARGIN = 1.1  # LoadGen sizes the Offline query 10 % above rate x minimum duration
+# The plan's cost: LoadGen holds about this much per planned sample (measured: 5.5 GB for 66 M Offline samples and
+# for 60 M Server queries), and a plan may take this share of the machine's memory, beside the model and the data.
+BYTES_PER_PLANNED_SAMPLE = 100
+PLAN_MEMORY_SHARE = 0.2
+PLAN_FIELDS = ("offline_expected_qps", "server_target_qps", "single_stream_expected_latency_ns", "min_duration",
+               "min_query_count")  # what sizes the plan
 
 
 class FieldError(ValueError):
@@ -299,6 +312,71 @@ def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dic
     problem = declared.check(values, origin) if declared.check else None
     if problem:
         raise FieldError(problem)
+
+
+def planned_samples(scenario: Scenario, values: dict[str, Any]) -> int:
+    """How many samples LoadGen plans before a performance run of these values starts (every one is held in
+    memory): the rate (or 1 / latency) x the minimum duration, at least the minimum query count, at most a maximum
+    query count when one is set (Server, SingleStream)."""
+    duration_ms = values.get("min_duration")
+    if duration_ms is None:
+        duration_ms = TEST_RUN_MIN_DURATION_MS if values.get("test_run") else MLPERF_MIN_DURATION_MS
+    if scenario is Scenario.Offline:
+        return int(round(float(values["offline_expected_qps"]) * duration_ms / 1000 * OFFLINE_QUERY_MARGIN))
+    if scenario is Scenario.Server:
+        by_rate = float(values["server_target_qps"]) * duration_ms / 1000
+    else:
+        by_rate = duration_ms * 1e6 / int(values["single_stream_expected_latency_ns"])
+    minimum = values.get("min_query_count")
+    if minimum is None:
+        minimum = TEST_RUN_MIN_QUERY_COUNT if values.get("test_run") else MLPERF_MIN_QUERY_COUNT[scenario]
+    planned = max(int(round(by_rate)), minimum)
+    maximum = values.get("max_query_count")
+    return min(planned, maximum) if maximum else planned
+
+
+def memory_bytes() -> int:
+    """This machine's memory (0: unknown)."""
+    from code.common.systems import memory_bytes as detected
+
+    return detected()
+
+
+def check_plan(scenario: Scenario, values: dict[str, Any], sources: dict[str, str]) -> None:
+    """Refuse a performance run whose RUN_ARGS make its plan (``planned_samples``) take more than
+    ``PLAN_MEMORY_SHARE`` of this machine's memory: LoadGen would spend minutes and gigabytes on it before the first
+    sample, showing nothing, and the run would not end in any useful time. The message names the rate (or latency)
+    that fits, and the fix."""
+    if values.get("test_mode") == "AccuracyOnly":
+        return  # an accuracy run issues each sample once, whatever the rate
+    if not any(sources.get(name) == "RUN_ARGS" for name in PLAN_FIELDS):
+        # A config class's or find_performance's values are sized for the system they describe, which need not be
+        # this machine (make info of an 8-GPU system on a laptop); what RUN_ARGS give is for a run here.
+        return
+    memory = memory_bytes()
+    if not memory:
+        return
+    planned = planned_samples(scenario, values)
+    bound = int(memory * PLAN_MEMORY_SHARE / BYTES_PER_PLANNED_SAMPLE)
+    if planned <= bound:
+        return
+    duration_ms = values.get("min_duration")
+    if duration_ms is None:
+        duration_ms = TEST_RUN_MIN_DURATION_MS if values.get("test_run") else MLPERF_MIN_DURATION_MS
+    seconds = duration_ms / 1000
+    if scenario is Scenario.SingleStream:
+        name, fits = "single_stream_expected_latency_ns", f"{math.ceil(duration_ms * 1e6 / bound)} at least"
+    else:
+        name = "offline_expected_qps" if scenario is Scenario.Offline else "server_target_qps"
+        per_second = seconds * (OFFLINE_QUERY_MARGIN if scenario is Scenario.Offline else 1)
+        fits = f"{math.floor(bound / per_second)} at most"
+    given = f"--{name}" if sources.get(name) == "RUN_ARGS" else f"{name} (set by {sources.get(name, 'default')})"
+    raise FieldError(
+        f"{given} = {values[name]:g} with a {seconds:g} s minimum duration asks LoadGen to plan {planned:,} samples "
+        f"before the run starts (about {planned * BYTES_PER_PLANNED_SAMPLE / 2**30:.1f} GiB), more than "
+        f"{PLAN_MEMORY_SHARE:.0%} of this machine's {memory / 2**30:.1f} GiB: set it to what the system does "
+        f"(make find_performance measures it; --{name}={fits} here), or plan fewer samples with a shorter "
+        f"--min_duration{'' if scenario is Scenario.Offline else ' or a --max_query_count'}")
 
 
 def _precision_elsewhere(benchmark: Benchmark, backend: str, precision: str, origin: Origin) -> str:

@@ -13,6 +13,8 @@ MODELS_DIR = BUILD_DIR / "models"
 PREPROCESSED_DATA_DIR = BUILD_DIR / "preprocessed_data"
 ENGINES_DIR = BUILD_DIR / "engines"
 LOGS_DIR = BUILD_DIR / "logs"
+# In a run's log folder: the lock its run holds while it lives, so `make clean_logs` keeps the folder of a live run.
+LIVE_RUN_LOCK = ".run.lock"
 COMPLIANCE_LOGS_DIR = BUILD_DIR / "compliance_logs"
 HARNESS_BUILD_DIR = BUILD_DIR / "harness"
 LIB_DIR = BUILD_DIR / "lib"

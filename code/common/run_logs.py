@@ -21,7 +21,8 @@ from typing import Any
 from code.common import atomic
 from code.common.benchmark_errors import BenchmarkError
 from code.common.constants import Scenario, TestMode
-from code.common.paths import LOGS_DIR
+from code.common.file_lock import hold_for_life
+from code.common.paths import LIVE_RUN_LOCK, LOGS_DIR
 
 
 class LogDirError(RuntimeError):
@@ -29,7 +30,14 @@ class LogDirError(RuntimeError):
 
 
 def new_run_root(log_dir: str | None = None) -> Path:
-    """A fresh folder for this invocation: build/logs/<timestamp>[-N], or --log_dir if it is new or empty."""
+    """A fresh folder for this invocation: build/logs/<timestamp>[-N], or --log_dir if it is new or empty. This
+    process holds its ``LIVE_RUN_LOCK`` while it lives, so ``make clean_logs`` leaves the folder alone meanwhile."""
+    root = _new_run_root(log_dir)
+    hold_for_life(root / LIVE_RUN_LOCK)
+    return root
+
+
+def _new_run_root(log_dir: str | None) -> Path:
     if log_dir:
         root = Path(log_dir)
         if root.exists() and not root.is_dir():

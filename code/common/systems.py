@@ -253,7 +253,8 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _memory_bytes() -> int:
+def memory_bytes() -> int:
+    """This machine's physical memory in bytes (0: unknown)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
@@ -308,7 +309,7 @@ def detect_system(nvml: Any = None) -> DetectedSystem:
         gpus=gpus,
         cpu_model=_cpu_model(),
         cpu_cores=logical,
-        memory_bytes=_memory_bytes(),
+        memory_bytes=memory_bytes(),
         nvml_error=why,
         cpu_sockets=sockets or 1,
         cores_per_socket=cores_per_socket or logical,

@@ -2,12 +2,16 @@
 target there, stored for later runs to pick up.
 
 One file per system, benchmark and scenario, ``build/tuned/<system>/<bench-99|bench-99.9>/<Scenario>.json``
-(``MLPERF_TUNED_DIR`` moves the folder), holding the one setting that depends on the machine's speed
-(``TUNED_FIELDS``), how it was found, when, by which code version (``git describe``), for which system (the
-config's system name) and on which hardware (``system_id``). Config resolution (``code/common/config.py``) takes it
-between RUN_ARGS and the config class: RUN_ARGS > tuned > config class > default. A file that cannot be read, or
-was found by another code version, for another system or on other hardware, is ignored with one warning naming
-the fix, never a traceback.
+(``MLPERF_TUNED_DIR`` moves the folder), holding one record per measurement key: the speed-changing RUN_ARGS
+(``run_settings``) and the engine a value was measured with, so find_performance with other flags stores its value
+beside the earlier ones instead of over them, and a value found again with the same key replaces the earlier one
+and says so. A record holds the one setting that depends on the machine's speed (``TUNED_FIELDS``), how it was
+found, when, by which code version (``git describe``), for which system (the config's system name) and on which
+hardware (``system_id``). Config resolution (``code/common/config.py``) takes the record of the run's key between
+RUN_ARGS and the config class: RUN_ARGS > tuned > config class > default. A file that cannot be read, or a record
+found by another code version, for another system or on other hardware, is ignored with one warning naming the fix,
+never a traceback. Writers read, change and replace the file under its lock (``.<Scenario>.json.lock`` beside it),
+so two find_performance runs at once both keep their values.
 
 Beside it, ``<Scenario>.misses.json`` records each engine of the config's engine ladder (code/common/ladder.py) whose
 AccuracyOnly run on the real checkpoint missed the target on this system, with its score and the checkpoint's
@@ -30,6 +34,7 @@ from typing import Any
 from code.common import atomic, paths
 from code.common.constants import Scenario
 from code.common.fields import FIELDS, FieldError
+from code.common.file_lock import holding
 from code.common.log import get_logger
 
 TUNED_FIELDS = {
@@ -37,7 +42,8 @@ TUNED_FIELDS = {
     Scenario.Server: "server_target_qps",
     Scenario.SingleStream: "single_stream_expected_latency_ns",
 }
-SCHEMA = 1
+SCHEMA = 1  # of a record
+STORE_SCHEMA = 2  # of a file: {"schema": 2, "values": [record, ...]}; schema 1 files held one record
 
 log = get_logger("tuned")
 _warned: set[str] = set()
@@ -124,20 +130,70 @@ class TunedValue:
         return f"tuned ({shown(path)})"
 
 
+def lock_file(path: Path) -> Path:
+    """The lock a store's writers take turns on: ``.<name>.lock`` beside it."""
+    return path.with_name(f".{path.name}.lock")
+
+
 def write_tuned(system: str, benchmark_name: str, scenario: Scenario, value: float | int, how: str,
                 settings: dict[str, str] | None = None, engine: str = "") -> Path:
     """Store a value found on this system now with these ``run_settings`` and this engine (the rung of the config's
-    engine ladder), whole or not at all; ``TunedStoreError`` names the fix when the folder cannot be written."""
+    engine ladder), beside the values of other settings and engines and in place of the one of the same; whole or
+    not at all, and under the store's lock so writers at once lose nothing. ``TunedStoreError`` names the fix when
+    the folder cannot be written."""
     record = TunedValue(system, benchmark_name, scenario.value, TUNED_FIELDS[scenario], value, how,
                         time.strftime("%Y-%m-%dT%H:%M:%S%z"), code_version(), system_id(), dict(settings or {}),
                         engine=engine)
     path = tuned_path(system, benchmark_name, scenario)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_text(path, json.dumps(asdict(record), indent=2) + "\n")
+        with holding(lock_file(path)):
+            try:
+                kept = _records(path.read_text())
+            except FileNotFoundError:
+                kept = []
+            except (OSError, ValueError) as error:  # unreadable or corrupt: the new value replaces it, said so
+                log.warning("%s: replacing a file it cannot read (%s)", shown(path), error)
+                kept = []
+            for earlier in kept:
+                if _key(earlier) == _key(asdict(record)):
+                    log.info("%s: %s replaces %s (found %s)%s", shown(path), _number(value),
+                             _number(earlier.get("value")), earlier.get("date", "at an unknown date"),
+                             _described(record.settings, engine))
+            values = [earlier for earlier in kept if _key(earlier) != _key(asdict(record))] + [asdict(record)]
+            atomic.write_text(path, json.dumps({"schema": STORE_SCHEMA, "values": values}, indent=2) + "\n")
     except OSError as error:
         raise TunedStoreError(not_writable(path.parent, error)) from None
     return path
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, int | float) else str(value)
+
+
+def _described(settings: dict[str, str], engine: str) -> str:
+    """`` with --a=1 --b=2, engine x`` for a log line; empty for no settings and no engine."""
+    parts = [" ".join(f"--{name}={value}" for name, value in settings.items())] if settings else []
+    parts += [f"engine {engine}"] if engine else []
+    return f" with {', '.join(parts)}" if parts else ""
+
+
+def _key(record: dict[str, Any]) -> tuple[str, str]:
+    """What a stored value is kept apart by: the speed-changing settings and the engine it was measured with."""
+    return json.dumps(record.get("settings") or {}, sort_keys=True), str(record.get("engine") or "")
+
+
+def _records(text: str) -> list[dict[str, Any]]:
+    """The records of a store's text (a schema-1 file is one record); ``ValueError`` when it is not a store."""
+    stored = json.loads(text)
+    if not isinstance(stored, dict):
+        raise ValueError("not a JSON object")
+    if "values" not in stored:
+        return [stored]
+    records = stored["values"]
+    if not isinstance(records, list) or not all(isinstance(record, dict) for record in records):
+        raise ValueError("its values are not a list of JSON objects")
+    return records
 
 
 def not_writable(directory: Path, error: OSError) -> str:
@@ -178,10 +234,13 @@ def read_tuned(system: str, benchmark_name: str, scenario: Scenario, settings: d
     text, unreadable = _read_record(path, fix)
     if text is None:
         return None, unreadable
+    settings = dict(settings or {})
     try:
-        record = json.loads(text)
-        if not isinstance(record, dict):
-            raise ValueError("not a JSON object")
+        records = _records(text)
+        wanted = _key({"settings": settings, "engine": engine})
+        record = next((record for record in records if _key(record) == wanted), None)
+        if record is None:
+            return None, _no_record(path, records, settings, engine, fix)
         tuned = TunedValue(**{key: record[key] for key in TunedValue.__dataclass_fields__ if key in record})
         expected_field = TUNED_FIELDS[scenario]
         if tuned.field != expected_field:
@@ -200,21 +259,27 @@ def read_tuned(system: str, benchmark_name: str, scenario: Scenario, settings: d
     if tuned.code_version != code_version():
         return None, (f"ignoring {shown(path)}: it was found by code version {tuned.code_version}, this is "
                       f"{code_version()} (a change may have changed the speed); {fix}")
-    settings = dict(settings or {})
-    if tuned.settings != settings:
-        def flags(given: dict[str, str]) -> str:
-            return " ".join(f"--{name}={value}" for name, value in given.items()) or "no speed-changing flags"
-
-        return None, (f"ignoring {shown(path)}: it was measured with {flags(tuned.settings)}, this run gives "
-                      f"{flags(settings)}; run `make find_performance` with this run's RUN_ARGS, or give the value "
-                      f"with --{tuned.field}")
-    if tuned.engine != engine:
-        def named(rung: str) -> str:
-            return f"engine {rung}" if rung else "the config's engine (no rung of an engine ladder)"
-
-        return None, (f"ignoring {shown(path)}: it was measured with {named(tuned.engine)}, this run uses "
-                      f"{named(engine)}; {fix}")
     return tuned, None
+
+
+def _no_record(path: Path, records: list[dict[str, Any]], settings: dict[str, str], engine: str, fix: str) -> str:
+    """Why no stored value holds for a run: what the nearest record was measured with, against the run's."""
+    def flags(given: dict[str, str]) -> str:
+        return " ".join(f"--{name}={value}" for name, value in given.items()) or "no speed-changing flags"
+
+    def named(rung: str) -> str:
+        return f"engine {rung}" if rung else "the config's engine (no rung of an engine ladder)"
+
+    same_settings = [record for record in records if _key(record)[0] == _key({"settings": settings})[0]]
+    if same_settings:
+        return (f"ignoring {shown(path)}: it was measured with {named(str(same_settings[-1].get('engine') or ''))}, "
+                f"this run uses {named(engine)}; {fix}")
+    if not records:
+        raise ValueError("it holds no value")
+    field_name = records[-1].get("field", "the tuned field")
+    return (f"ignoring {shown(path)}: it was measured with {flags(records[-1].get('settings') or {})}, this run "
+            f"gives {flags(settings)}; run `make find_performance` with this run's RUN_ARGS, or give the value "
+            f"with --{field_name}")
 
 
 def tuned_fields(system: str, benchmark_name: str, scenario: Scenario, warn: bool = True,
@@ -232,7 +297,8 @@ def tuned_fields(system: str, benchmark_name: str, scenario: Scenario, warn: boo
     return {tuned.field: (tuned.value, tuned.source(tuned_path(system, benchmark_name, scenario)))}
 
 
-MISSES_SCHEMA = 1
+MISSES_SCHEMA = 1  # of a record
+STORE_SCHEMA = 2  # of a file: {"schema": 2, "values": [record, ...]}; schema 1 files held one record
 
 
 def misses_path(system: str, benchmark_name: str, scenario: Scenario) -> Path:
@@ -293,16 +359,18 @@ def read_misses(system: str, benchmark_name: str, scenario: Scenario) -> tuple[E
 
 def record_miss(system: str, benchmark_name: str, scenario: Scenario, checkpoint: str, checkpoint_identity: Any,
                 miss: EngineMiss) -> Path:
-    """Add a miss on this checkpoint, whole or not at all; misses stored for another checkpoint are dropped (they
-    said nothing of this one). ``TunedStoreError`` names the fix when the folder cannot be written."""
-    stored, _ = read_misses(system, benchmark_name, scenario)
-    if stored is None or (stored.checkpoint, stored.checkpoint_identity) != (checkpoint, checkpoint_identity):
-        stored = EngineMisses(system, benchmark_name, scenario.value, checkpoint, checkpoint_identity)
-    stored.misses = [kept for kept in stored.misses if kept.engine != miss.engine] + [miss]
+    """Add a miss on this checkpoint, whole or not at all and under the record's lock; misses stored for another
+    checkpoint are dropped (they said nothing of this one). ``TunedStoreError`` names the fix when the folder
+    cannot be written."""
     path = misses_path(system, benchmark_name, scenario)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_text(path, json.dumps(asdict(stored), indent=2, default=str) + "\n")
+        with holding(lock_file(path)):  # read, change and replace as one step for other writers
+            stored, _ = read_misses(system, benchmark_name, scenario)
+            if stored is None or (stored.checkpoint, stored.checkpoint_identity) != (checkpoint, checkpoint_identity):
+                stored = EngineMisses(system, benchmark_name, scenario.value, checkpoint, checkpoint_identity)
+            stored.misses = [kept for kept in stored.misses if kept.engine != miss.engine] + [miss]
+            atomic.write_text(path, json.dumps(asdict(stored), indent=2, default=str) + "\n")
     except OSError as error:
         raise TunedStoreError(not_writable(path.parent, error)) from None
     return path

@@ -12,10 +12,7 @@ from pathlib import Path
 
 from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, Scenario
-
-# --test_run / --fast: LoadGen runs at least this long and this many queries (NVIDIA's values).
-TEST_RUN_MIN_DURATION_MS = 60_000
-TEST_RUN_MIN_QUERY_COUNT = 1
+from code.common.fields import TEST_RUN_MIN_DURATION_MS, TEST_RUN_MIN_QUERY_COUNT
 
 
 def user_conf_entries(config: ResolvedConfig, sample_count: int, device_share: float = 1.0) -> dict[str, str]:

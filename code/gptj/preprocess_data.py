@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from code.common import atomic
 from code.common.download import file_checksum
+from code.common.faults import NoSpaceError, check_free_space, describe
 from code.common.paths import DATA_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
 from code.common.periodic import track
 from code.gptj.prompt import (
@@ -121,19 +122,19 @@ def preprocess(eval_json: Path, out_dir: Path, tokenizer: GptjTokenizer, max_len
 
 
 def save_arrays(out_dir: Path, input_ids: np.ndarray, lengths: np.ndarray, manifest: dict) -> None:
-    """Write the two arrays, then (last, as the completeness marker) manifest.json."""
+    """Write the two arrays, then (last, as the completeness marker) manifest.json; whole or not at all: into a
+    folder beside ``out_dir`` renamed into its place when complete (``atomic.replacing_folder``), after a check
+    that the disk can hold it, so a full disk leaves the earlier set as it was and says so."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    manifest_path = out_dir / MANIFEST_FILE
-    manifest_path.unlink(missing_ok=True)  # an interrupted rewrite must not look complete
-    for name, array in ((INPUT_IDS_FILE, input_ids), (INPUT_LENGTHS_FILE, lengths)):
-        tmp = out_dir / (name + ".tmp")
-        with open(tmp, "wb") as f:
-            np.save(f, np.ascontiguousarray(array, dtype=np.int32))
-        os.replace(tmp, out_dir / name)
-    tmp = manifest_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, manifest_path)
+    arrays = {INPUT_IDS_FILE: np.ascontiguousarray(input_ids, dtype=np.int32),
+              INPUT_LENGTHS_FILE: np.ascontiguousarray(lengths, dtype=np.int32)}
+    check_free_space(out_dir.parent, sum(array.nbytes for array in arrays.values()),
+                     f"the preprocessed prompts ({len(lengths)} of them)")
+    with atomic.replacing_folder(out_dir) as folder:
+        for name, array in arrays.items():
+            np.save(folder / name, array)
+        (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
+                                            encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"tokens) -> {calibration_dir}")
     except (FileNotFoundError, ValueError) as error:  # CnnDailyMailError is a ValueError
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    except (NoSpaceError, OSError) as error:  # a full disk or a read-only folder: one line naming the fix
+        if (line := describe(error, writing_in=args.preprocessed_data_dir)) is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
         return 2
     print(
         f"CNN/DailyMail: {manifest['count']} prompts (mean {manifest['mean_length']} tokens, max "

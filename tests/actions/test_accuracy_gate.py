@@ -263,7 +263,7 @@ def test_find_performance_measures_the_engine_that_passed(repo, tmp_path):
                f"--log_dir={tmp_path / 'find'}")
     assert done.returncode == 0, done.stdout[-4000:]
     assert "engine shifted missed the accuracy target" in done.stdout
-    stored = json.loads((tuned / "LadderBox" / "bert-99" / "Offline.json").read_text())
+    (stored,) = json.loads((tuned / "LadderBox" / "bert-99" / "Offline.json").read_text())["values"]
     assert stored["engine"] == "exact" and stored["value"] > 0
     assert "      engine: exact: passed the accuracy gate" in done.stdout
     tries = [json.loads(path.read_text()) for path in (tmp_path / "find" / "find_performance").rglob("metadata.json")]

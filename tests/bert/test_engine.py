@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +26,7 @@ from code.bert.backends.pytorch_engine import (
     load_engine,
 )
 from code.bert.model import BERT_CONFIGS, load_checkpoint, random_weights
+from code.common.paths import REPO_ROOT
 
 TINY = BERT_CONFIGS["tiny"]
 
@@ -196,17 +200,14 @@ build_engine(EngineSpec("tiny", "fp32", sys.argv[1]), Path(sys.argv[2]))
 """
 
 
-def test_a_killed_rebuild_leaves_no_engine_a_run_would_load(tmp_path, checkpoint):
+def test_a_killed_rebuild_leaves_the_earlier_engine_whole(tmp_path, checkpoint):
     """``make generate_engines`` killed mid-write: the engine's files are whole or absent, never half written;
-    the run refuses the engine as missing, and the next build cleans up and succeeds."""
+    the earlier engine stays in place and loads, and the next build removes the half-built folder and succeeds."""
     import signal
-    import subprocess
-    import sys
-
-    from code.common.paths import REPO_ROOT
 
     spec = EngineSpec("tiny", "fp32", checkpoint)
     engine = build_engine(spec, tmp_path / "e")  # an earlier, complete engine that the rebuild replaces
+    earlier = (engine / WEIGHTS).read_bytes()
     build = subprocess.Popen([sys.executable, "-c", KILLED_BUILD, checkpoint, str(engine)], cwd=REPO_ROOT,
                              stdout=subprocess.PIPE, text=True)
     try:
@@ -214,17 +215,17 @@ def test_a_killed_rebuild_leaves_no_engine_a_run_would_load(tmp_path, checkpoint
     finally:
         build.send_signal(signal.SIGKILL)
         build.wait()
-    assert not (engine / WEIGHTS).exists() and not (engine / MANIFEST).exists()
-    assert [p.name for p in engine.iterdir() if p.name.startswith(f".{WEIGHTS}.")]  # the half, under another name
-    with pytest.raises(EngineError, match=f"no BERT engine at {engine} .*make generate_engines"):
-        load_engine(engine, spec)
-    build_engine(spec, engine)
     assert sorted(p.name for p in engine.iterdir()) == [MANIFEST, WEIGHTS]
+    assert (engine / WEIGHTS).read_bytes() == earlier
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # the half, in a folder beside it
+    load_engine(engine, spec)
+    build_engine(spec, engine)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".e.lock", "e"]
     load_engine(engine, spec)
 
 
-def test_an_interrupted_manifest_write_leaves_no_manifest(tmp_path, monkeypatch):
-    """Ctrl-C while the manifest is written: no engine.json (whole or none) and no temporary file."""
+def test_an_interrupted_manifest_write_leaves_no_engine(tmp_path, monkeypatch):
+    """Ctrl-C while the manifest is written: no engine folder (whole or none) and no temporary one."""
     from code.common import atomic
 
     spec = EngineSpec("tiny", "fp32", "random")
@@ -236,7 +237,7 @@ def test_an_interrupted_manifest_write_leaves_no_manifest(tmp_path, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         build_engine(spec, tmp_path / "e")
     monkeypatch.undo()
-    assert list((tmp_path / "e").iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [".e.lock"]
 
 
 def test_pytorch_option_defaults_are_the_fields():
@@ -251,3 +252,90 @@ def test_pytorch_option_defaults_are_the_fields():
     assert {option.name for option in shared} >= {"fast_path", "cuda_graphs", "fp8_gemms", "gelu_in_gemm"}
     for option in shared:
         assert option.default == FIELDS[option.name].default, option.name
+
+
+# Rebuilds the tiny engine, builds it unless current ("ensure") or loads it, ROUNDS times (0: until a file "stop"
+# appears beside the engine); prints one line per round ("built", "reused", "loaded" or the error) and exits 1 on the
+# first error.
+ENGINE_WORKER = """
+import itertools
+import sys
+from pathlib import Path
+from code.bert.backends.pytorch_engine import EngineSpec, build_engine, ensure_engine, load_engine
+from code.common.engine_manifest import EngineError
+
+role, engine, rounds, checkpoint = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+spec = EngineSpec("tiny", "fp32", checkpoint)
+for _ in range(rounds) if rounds else itertools.count():
+    if (engine.parent / "stop").exists():
+        break
+    try:
+        if role == "build":
+            build_engine(spec, engine)
+            print("built", flush=True)
+        elif role == "ensure":
+            print("built" if ensure_engine(spec, engine) else "reused", flush=True)
+        else:
+            load_engine(engine, spec)
+            print("loaded", flush=True)
+    except EngineError as error:
+        print(f"error: {error}", flush=True)
+        sys.exit(1)
+"""
+
+
+def start_engine_worker(role: str, engine: Path, rounds: int, checkpoint: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", ENGINE_WORKER, role, str(engine), str(rounds), checkpoint],
+                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_a_rebuild_never_takes_the_engine_from_a_run_that_loads_it(tmp_path, checkpoint):
+    """A loader beside a builder that rebuilds the same engine again and again always finds a whole engine."""
+    engine = tmp_path / "engines" / "tiny-fp32-model"
+    assert start_engine_worker("build", engine, 1, checkpoint).wait(timeout=120) == 0
+    builder = start_engine_worker("build", engine, 0, checkpoint)
+    assert builder.stdout is not None and builder.stdout.readline() == "built\n"  # rebuilding from now on
+    loaded = start_engine_worker("load", engine, 40, checkpoint).communicate(timeout=300)[0]
+    (engine.parent / "stop").touch()
+    built = builder.communicate(timeout=300)[0]
+    assert loaded.split() == ["loaded"] * 40, loaded
+    assert builder.returncode == 0 and set(built.split()) == {"built"}, built
+    (engine.parent / "stop").unlink()
+    assert sorted(p.name for p in engine.iterdir()) == [MANIFEST, WEIGHTS]  # no temporary left inside
+    assert [p.name for p in engine.parent.iterdir() if p.name != engine.name] == [f".{engine.name}.lock"]
+
+
+def test_two_builds_of_one_engine_build_it_once(tmp_path, checkpoint):
+    """Two ``make run``s starting together: one builds, the other waits for it and reuses the engine."""
+    engine = tmp_path / "engines" / "tiny-fp32-model"
+    first, second = (start_engine_worker("ensure", engine, 1, checkpoint) for _ in range(2))
+    outputs = sorted(run.communicate(timeout=120)[0].strip() for run in (first, second))
+    assert (first.returncode, second.returncode) == (0, 0), outputs
+    assert outputs == ["built", "reused"]
+    assert start_engine_worker("ensure", engine, 1, checkpoint).communicate(timeout=120)[0].strip() == "reused"
+
+
+def test_an_engine_in_a_folder_the_run_cannot_write_still_loads(tmp_path, monkeypatch):
+    """A shared engines folder, read-only to the run: loading takes the owner's lock read-only, or runs without
+    one where the owner's build left none; a build there still fails loudly."""
+    import errno
+
+    from code.common import file_lock
+
+    spec = EngineSpec("tiny", "fp32", "random")
+    engine = build_engine(spec, tmp_path / "engines" / "e")
+    real_open, opened = os.open, []
+
+    def read_only(path, flags, *args):  # noqa: ANN001, ANN202 - os.open's own arguments
+        if flags & (os.O_RDWR | os.O_WRONLY | os.O_CREAT):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        opened.append(path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(file_lock.os, "open", read_only)
+    load_engine(engine, spec)
+    assert opened == [tmp_path / "engines" / ".e.lock"]  # the owner's lock, taken read-only
+    (tmp_path / "engines" / ".e.lock").unlink()
+    load_engine(engine, spec)  # no lock file and none can be made: loads without
+    with pytest.raises(PermissionError):
+        build_engine(spec, engine)

@@ -28,7 +28,7 @@ def store(tmp_path, monkeypatch):
 def test_round_trip(store):
     path = tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 11.2, "probe 10.2 samples/s")
     assert path == store / "CPU" / "bert-99" / "Offline.json"
-    record = json.loads(path.read_text())
+    (record,) = json.loads(path.read_text())["values"]
     assert record["value"] == 11.2 and record["code_version"] == "v-test" and record["system"] == "CPU"
     assert record["system_id"] == "Test CPU, 2 cores; no GPU" and record["how"] == "probe 10.2 samples/s"
     assert record["date"]
@@ -57,7 +57,8 @@ def _warnings(capsys, call):
 ])
 def test_a_stale_file_is_ignored_with_one_warning_naming_the_fix(store, capsys, change, words):
     path = tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 11.2, "probe")
-    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    stored = json.loads(path.read_text())
+    path.write_text(json.dumps({**stored, "values": [{**stored["values"][0], **change}]}))
     lines = _warnings(capsys, lambda: [tuned.tuned_fields("CPU", "bert-99", Scenario.Offline) for _ in range(3)])
     assert len(lines) == 1, lines  # once per process, however often the config is resolved
     assert words in lines[0]
@@ -154,7 +155,7 @@ def test_a_value_holds_only_for_the_settings_it_was_measured_with(store, capsys)
                                    "offline_expected_qps": 4.0})
     assert settings == {"gpu_batch_size": "2", "precision": "fp32"}, "durations and the tuned field do not count"
     path = tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 11.2, "probe", settings)
-    assert json.loads(path.read_text())["settings"] == settings
+    assert json.loads(path.read_text())["values"][0]["settings"] == settings
     same = _resolve({"precision": "fp32", "gpu_batch_size": 2, "test_run": True})
     assert same.sources["offline_expected_qps"] == f"tuned ({path})"
     other = _resolve({"precision": "fp32"})
@@ -224,3 +225,58 @@ def test_a_stored_record_that_cannot_be_read_is_ignored_with_its_fix(store):
     assert problem.endswith("or delete the file")
     misses, problem = tuned.read_misses("CPU", "bert-99", Scenario.Offline)
     assert misses is None and "cannot read it" in problem and problem.endswith("from its first engine again)")
+
+
+def test_values_of_other_settings_are_kept_side_by_side(store, capsys):
+    """find_performance with other flags stores its value beside the earlier one, never over it; a value found
+    again with the same settings replaces the earlier one and says so."""
+    fp32, bs4 = {"precision": "fp32"}, {"precision": "fp32", "gpu_batch_size": "4"}
+    path = tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 11.2, "probe", fp32)
+    assert tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 15.0, "probe", bs4) == path
+    tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 16.0, "probe", bs4, engine="fast")
+    assert tuned.read_tuned("CPU", "bert-99", Scenario.Offline, fp32)[0].value == 11.2
+    assert tuned.read_tuned("CPU", "bert-99", Scenario.Offline, bs4)[0].value == 15.0
+    assert tuned.read_tuned("CPU", "bert-99", Scenario.Offline, bs4, engine="fast")[0].value == 16.0
+    capsys.readouterr()
+    tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 12.0, "probe", fp32)
+    assert "12 replaces 11.2 (found " in capsys.readouterr().out
+    assert tuned.read_tuned("CPU", "bert-99", Scenario.Offline, fp32)[0].value == 12.0
+    assert tuned.read_tuned("CPU", "bert-99", Scenario.Offline, bs4)[0].value == 15.0
+
+
+def test_a_file_of_one_value_is_still_read(store):
+    """A store written before values were kept side by side holds one record, not a list: it still counts."""
+    record = {"system": "CPU", "benchmark": "bert-99", "scenario": "Offline", "field": "offline_expected_qps",
+              "value": 9.5, "how": "probe", "date": "2026-11-01T00:00:00+0000", "code_version": "v-test",
+              "system_id": "Test CPU, 2 cores; no GPU", "settings": {}, "schema": 1, "engine": ""}
+    path = store / "CPU" / "bert-99" / "Offline.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record))
+    assert tuned.read_tuned("CPU", "bert-99", Scenario.Offline)[0].value == 9.5
+    tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 3.0, "probe", {"precision": "fp16"})
+    assert tuned.read_tuned("CPU", "bert-99", Scenario.Offline)[0].value == 9.5  # kept beside the new one
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from code.common import paths, tuned
+from code.common.constants import Scenario
+
+paths.TUNED_DIR = Path(sys.argv[1])
+tuned.code_version = lambda: "v-test"
+tuned.system_id = lambda: "Test CPU, 2 cores; no GPU"
+for round in range(20):
+    tuned.write_tuned("CPU", "bert-99", Scenario.Offline, float(sys.argv[2]) + round, "probe",
+                      {"gpu_batch_size": sys.argv[2]})
+"""
+
+
+def test_writers_at_once_lose_no_value(store):
+    """Four find_performance runs at once, each with its own flags: every one's value survives."""
+    runs = [subprocess.Popen([sys.executable, "-c", WRITER, str(store), str(size)], cwd=REPO_ROOT)
+            for size in (1, 2, 4, 8)]
+    assert [run.wait(timeout=120) for run in runs] == [0, 0, 0, 0]
+    for size in (1, 2, 4, 8):
+        value, problem = tuned.read_tuned("CPU", "bert-99", Scenario.Offline, {"gpu_batch_size": str(size)})
+        assert problem is None and value.value == size + 19

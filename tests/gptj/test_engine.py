@@ -136,7 +136,7 @@ def test_the_mlperf_calibration_set_is_used_when_present_and_tracked(tmp_path):
         load_calibration(engine_dir, SPEC, calibration_dir=present)
 
 
-def test_a_changed_checkpoint_makes_the_engine_stale_and_a_failed_build_leaves_none(tmp_path):
+def test_a_changed_checkpoint_makes_the_engine_stale_and_a_failed_build_leaves_it_as_it_was(tmp_path):
     folder = tmp_path / "checkpoint"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
@@ -158,9 +158,24 @@ def test_a_changed_checkpoint_makes_the_engine_stale_and_a_failed_build_leaves_n
     (broken / "manifest.json").write_text("{not json")
     with pytest.raises(ValueError):
         build_engine(spec, engine_dir, dtype=torch.float32, calibration_dir=broken, model=model)
-    assert not (engine_dir / MANIFEST).exists() and not list(engine_dir.glob(".*.tmp"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".e.lock", "broken", "checkpoint", "e"]  # no temporary
+    with pytest.raises(EngineError, match="changed since"):
+        load_calibration(engine_dir, spec, calibration_dir=absent)  # the earlier engine, still refused as stale
     with pytest.raises(ValueError, match="nothing to calibrate"):
         build_engine(EngineSpec("tiny"), tmp_path / "bf16")
+
+
+def test_ensure_engine_reuses_a_current_engine_and_rebuilds_a_stale_one(tmp_path):
+    """``make generate_engines`` (and so ``make run``) calibrates once: an engine whose manifest matches is kept."""
+    from code.gptj.backends.inflight_engine import ensure_engine
+
+    absent, engine_dir = tmp_path / "none", tmp_path / engine_key(SPEC)
+    assert ensure_engine(SPEC, engine_dir, dtype=torch.float32, calibration_dir=absent)
+    assert not ensure_engine(SPEC, engine_dir, dtype=torch.float32, calibration_dir=absent)
+    present = fake_calibration_set(tmp_path / "calibration")
+    assert ensure_engine(SPEC, engine_dir, dtype=torch.float32, calibration_dir=present)  # another set: stale
+    assert json.loads((engine_dir / MANIFEST).read_text())["calibration"]["source"].startswith("mlperf:")
+    load_calibration(engine_dir, SPEC, calibration_dir=present)
 
 
 def test_generate_engines_builds_what_the_run_expects_and_labels_the_calibration(tmp_path, monkeypatch):

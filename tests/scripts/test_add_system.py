@@ -200,3 +200,29 @@ def test_a_hand_written_custom_py_without_the_imports_is_refused_naming_them(tmp
     assert "lacks imports that the classes make add_system writes need: add `from code.common" in refused.stderr
     assert "`from configs.bert import Server`" in refused.stderr
     assert _tree_state(root) == before  # bert/Offline/custom.py, written first, is taken back
+
+
+def test_what_add_system_writes_for_a_long_system_name_passes_lint(tmp_path):
+    """make lint (ruff over the whole checkout) passes after make add_system, whatever the name's length: a class
+    header too long for a line is wrapped, and a name too long for any header is refused before anything is
+    written."""
+    root = _repo_copy(tmp_path)
+
+    def run(*args):
+        return subprocess.run([sys.executable, *args], cwd=root, capture_output=True, text=True, timeout=120)
+
+    long_name = "A_Very_Long_System_Name_That_Goes_On_And_On_For_Quite_A_While_In_The_Lab_x8"
+    for name in (long_name, "H100_SXM_80GB_With_A_Very_Long_Name_Of_Its_Own_Given_By_Its_Owners_Lab_x8",
+                 "H200_SXM_141GBx8"):
+        added = run("-m", "scripts.add_system", f"--system_name={name}")
+        assert added.returncode == 0, added.stderr
+    lint = run("-m", "ruff", "check", "--no-cache", ".")
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    info = run("-m", "code.main", "--action=info", f"--system_name={long_name}", "--benchmarks=bert-99.9",
+               "--scenarios=offline")
+    assert info.returncode == 0 and f"config class {long_name}_HighAccuracy)" in info.stdout, info.stderr
+
+    before = _tree_state(root)
+    too_long = run("-m", "scripts.add_system", "--system_name=" + "B" * 100)
+    assert too_long.returncode == 2 and "at most 90 characters" in too_long.stderr
+    assert _tree_state(root) == before

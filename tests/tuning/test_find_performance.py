@@ -199,7 +199,7 @@ def test_an_offline_search_stores_its_value_with_how_it_was_found(store):
     runner = FakeRunner(fake_offline(10.2, []))
     found = fp.search_one(runner, _config(Scenario.Offline), {}, 60000, 10000, [])
     assert found.stored and found.value == 11.2 and found.before == 6.0
-    record = json.loads((store / "CPU" / "bert-99" / "Offline.json").read_text())
+    (record,) = json.loads((store / "CPU" / "bert-99" / "Offline.json").read_text())["values"]
     assert record["value"] == 11.2 and "probe 10.2 samples/s over 10 s" in record["how"]
     assert runner.calls[0][1]["min_query_count"] == 1 and runner.calls[1][1]["min_duration"] == 60000
     assert "offline_expected_qps 6 -> 11.2" in found.line()
@@ -281,13 +281,14 @@ def test_find_performance_then_a_run_that_uses_it(harness_built, tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "Find performance" in done.stdout and "Traceback" not in done.stderr
     for scenario in ("Offline", "SingleStream"):
-        record = json.loads((tmp_path / "tuned" / "CPU" / "bert-99" / f"{scenario}.json").read_text())
+        (record,) = json.loads((tmp_path / "tuned" / "CPU" / "bert-99" / f"{scenario}.json").read_text())["values"]
         assert record["value"] > 0 and record["system"] == "CPU"
     run = subprocess.run([*command[:4], "--scenarios=offline", *TINY, "--test_run", "--min_duration=3000",
                           f"--log_dir={tmp_path / 'run'}"], cwd=REPO_ROOT, capture_output=True, text=True, env=env,
                          timeout=300)
     assert "tuned: offline_expected_qps 6 -> " in run.stdout, run.stdout[-3000:]
-    stored = json.loads((tmp_path / "tuned" / "CPU" / "bert-99" / "Offline.json").read_text())["value"]
+    (stored,) = (record["value"] for record in json.loads(
+        (tmp_path / "tuned" / "CPU" / "bert-99" / "Offline.json").read_text())["values"])
     test_dir = tmp_path / "run" / "CPU" / "bert-99" / "Offline"
     assert f"bert.Offline.target_qps = {float(stored)!r}" in (test_dir / "user.conf").read_text(), "the stored value"
     if run.returncode != 0:

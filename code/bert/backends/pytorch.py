@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from code.bert.backends.pytorch_engine import EngineSpec, build_engine, engine_key, load_engine_manifest
+from code.bert.backends.pytorch_engine import EngineSpec, engine_key, ensure_engine, load_engine_manifest
 from code.bert.packed.runner import PackedKernels, PackedRunner
 from code.common.benchmark_errors import BenchmarkError
 
@@ -68,8 +68,10 @@ class PytorchBertBackend:
     @classmethod
     def generate_engine(cls, config: ResolvedConfig, context: BackendContext) -> EngineReport:
         spec = cls.engine_spec(config, context)
-        path = build_engine(spec, context.engines_dir / engine_key(spec))
-        return {"engine": str(path), "weights": spec.checkpoint, "precision": spec.precision}
+        path = context.engines_dir / engine_key(spec)
+        built = ensure_engine(spec, path)
+        return {"engine": str(path), "built": "yes" if built else "no: reused, its manifest matches this run",
+                "weights": spec.checkpoint, "precision": spec.precision}
 
     @classmethod
     def options_from(cls, config: ResolvedConfig, context: BackendContext) -> PytorchOptions:

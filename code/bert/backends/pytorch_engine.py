@@ -15,6 +15,9 @@ An engine is a folder:
 For ``checkpoint="random"`` only the manifest is stored and the weights are re-drawn from the seed at load: they
 are deterministic, and skipping a 1.3 GB write keeps the embedded CPU default fast.
 
+``ensure_engine`` (what ``make generate_engines`` calls) reuses an engine that is current, and runs that share an
+engine folder build it once (``code/common/engine_manifest.py``).
+
 ``load_engine`` refuses a stale engine (other spec, old format, changed checkpoint) with an ``EngineError`` that
 names the fix, instead of benchmarking something other than what the run asked for.
 """
@@ -33,10 +36,10 @@ import torch
 
 from code.bert.model import BERT_CONFIGS, BertConfig, BertQA, empty_model, load_checkpoint, random_weights
 from code.bert.squad import MANIFEST_FILE, SQUAD_SUBDIR, TOKENIZED_SUBDIR
-from code.common import atomic, engine_manifest
+from code.common import engine_manifest
 from code.common.devices import auto_device
 from code.common.download import file_checksum
-from code.common.engine_manifest import MANIFEST, EngineError, rebuild_hint
+from code.common.engine_manifest import MANIFEST, EngineError, rebuild_hint  # noqa: F401 - MANIFEST: for callers
 from code.common.faults import reading
 from code.common.paths import DATA_DIR, PREPROCESSED_DATA_DIR
 
@@ -139,23 +142,40 @@ def calibrate(model: BertQA, calibration: CalibrationSet, device: str | torch.de
 
 def build_engine(spec: EngineSpec, engine_dir: Path, *, calibration: CalibrationSet | None = None,
                  device: str | torch.device | None = None) -> Path:
-    """Build the engine for ``spec`` in ``engine_dir`` (replacing what is there) and return ``engine_dir``.
+    """Build the engine for ``spec`` at ``engine_dir`` (replacing what is there) and return ``engine_dir``.
 
-    An interrupted build (Ctrl-C, a full disk, a killed ``make generate_engines``) never leaves an engine a run
-    would load: the old manifest goes first, every file is written under a temporary name and renamed into place
-    (``atomic``), and the manifest, which a run requires, comes last.
+    The engine is written into a temporary folder beside ``engine_dir`` and renamed into place when whole
+    (``engine_manifest.build_once``): an interrupted build (Ctrl-C, a full disk, a killed ``make generate_engines``)
+    leaves the earlier engine as it was, and a run loading it meanwhile reads it whole.
 
     A real checkpoint is loaded strictly (``load_checkpoint``), so a build fails rather than freezing a partly
     untrained model into an engine. An fp8 engine is calibrated on ``calibration`` (default: ``calibration_set``)
     on ``device`` (default: the GPU if there is one).
     """
-    engine_dir = Path(engine_dir)
-    engine_dir.mkdir(parents=True, exist_ok=True)
-    for stale in (MANIFEST, WEIGHTS):  # manifest first: a crash below leaves "missing", never "stale but valid"
-        (engine_dir / stale).unlink(missing_ok=True)
-    for partial in engine_dir.glob(".*.tmp"):  # what a killed build left under a temporary name
-        partial.unlink()
+    engine_manifest.build_once(Path(engine_dir), lambda folder: _write_engine(spec, folder, calibration, device))
+    return Path(engine_dir)
 
+
+def ensure_engine(spec: EngineSpec, engine_dir: Path) -> bool:
+    """Build the engine for ``spec`` at ``engine_dir`` unless the one there is current for it; True when it built.
+
+    Runs sharing the folder build it once: a second waits for the first's build and reuses it. An fp8 engine is
+    current only if calibrated on the set a build would use now (the MLPerf list, once it is there)."""
+
+    def current(folder: Path) -> None:
+        manifest = check_engine(folder, spec)
+        if spec.precision == "fp8":
+            now = calibration_set(spec.seed).source
+            if (manifest.get("calibration") or {}).get("source") != now:
+                raise EngineError(f"engine {folder} was calibrated on another set than {now}")
+
+    return engine_manifest.build_once(Path(engine_dir), lambda folder: _write_engine(spec, folder, None, None),
+                                      current=current)
+
+
+def _write_engine(spec: EngineSpec, engine_dir: Path, calibration: CalibrationSet | None,
+                  device: str | torch.device | None) -> None:
+    """The engine's files in the empty folder ``engine_dir``, the manifest last."""
     checkpoint: dict[str, Any] | None = None
     model: BertQA | None = None
     if not spec.is_random:
@@ -167,9 +187,8 @@ def build_engine(spec: EngineSpec, engine_dir: Path, *, calibration: Calibration
             model = load_checkpoint(path, spec.config)
         from safetensors.torch import save_file
 
-        with atomic.replacing(engine_dir / WEIGHTS) as partial:
-            save_file({k: v.to(spec.dtype).contiguous() for k, v in model.state_dict().items()},
-                      str(partial), metadata={"engine_key": engine_key(spec)})
+        save_file({k: v.to(spec.dtype).contiguous() for k, v in model.state_dict().items()},
+                  str(engine_dir / WEIGHTS), metadata={"engine_key": engine_key(spec)})
     calibrated = None
     if spec.precision == "fp8":
         if model is None:
@@ -191,7 +210,6 @@ def build_engine(spec: EngineSpec, engine_dir: Path, *, calibration: Calibration
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     engine_manifest.write_manifest(engine_dir, manifest)
-    return engine_dir
 
 
 def read_manifest(engine_dir: Path, run_args: str | None = None) -> dict[str, Any]:
@@ -261,15 +279,18 @@ def load_engine(engine_dir: Path, expected: EngineSpec, device: str | torch.devi
 
 def load_engine_manifest(engine_dir: Path, expected: EngineSpec, device: str | torch.device = "cpu", *,
                          run_args: str | None = None) -> tuple[BertQA, dict[str, Any]]:
-    """``load_engine`` plus the engine's (checked) manifest."""
-    manifest = check_engine(engine_dir, expected, run_args)
+    """``load_engine`` plus the engine's (checked) manifest. The engine is read under its shared lock, so no build
+    replaces it meanwhile."""
+    with engine_manifest.engine_lock(engine_dir, shared=True):
+        manifest = check_engine(engine_dir, expected, run_args)
+        if not expected.is_random:
+            from safetensors.torch import load_file
+
+            with reading(Path(engine_dir) / WEIGHTS, rebuild_hint(run_args)):
+                state = load_file(str(Path(engine_dir) / WEIGHTS), device="cpu")
     if expected.is_random:
         model = random_weights(expected.config, expected.seed)
     else:
-        from safetensors.torch import load_file
-
-        with reading(Path(engine_dir) / WEIGHTS, rebuild_hint(run_args)):
-            state = load_file(str(Path(engine_dir) / WEIGHTS), device="cpu")
         model = empty_model(expected.config)
         model.load_state_dict(state, strict=True, assign=True)  # our names, already checked at build time
     return model.to(device=device, dtype=expected.dtype).eval(), manifest

@@ -24,9 +24,9 @@ import torch
 from code.gptj.backends import no_engine
 from code.gptj.backends.inflight_engine import (
     EngineSpec,
-    build_engine,
     calibrate_on,
     engine_key,
+    ensure_engine,
     load_calibration,
     load_model,
     synthetic_calibration_prompts,
@@ -77,8 +77,9 @@ class InflightGptjBackend:
         if path is None:
             return no_engine(config)
         dtype = torch.bfloat16 if spec.precision == "fp8" else DTYPES[spec.precision]
-        built = build_engine(spec, path, device=torch.device(context.device), dtype=dtype)
-        return {"engine": str(built), "weights": context.checkpoint, "precision": spec.precision,
+        built = ensure_engine(spec, path, device=torch.device(context.device), dtype=dtype)
+        return {"engine": str(path), "built": "yes" if built else "no: reused, its manifest matches this run",
+                "weights": context.checkpoint, "precision": spec.precision,
                 "kv_cache_dtype": spec.kv_cache_dtype}
 
     @classmethod

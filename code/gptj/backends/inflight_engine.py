@@ -14,8 +14,10 @@ and a 6 GB FP8 copy in every scenario's engine folder would cost more disk and l
 
 A run refuses an engine that is missing, of another format, built for another spec, from a changed checkpoint, or
 calibrated on another set than the one now present (the MLPerf calibration set appearing after a synthetic build
-makes the engine stale), with an ``EngineError`` naming ``make generate_engines``. The manifest is written
-atomically (``code/common/atomic.py``): a folder holds a whole engine or none.
+makes the engine stale), with an ``EngineError`` naming ``make generate_engines``. A build writes the engine into a
+temporary folder and renames it into place (``code/common/engine_manifest.py``): a folder holds a whole engine or
+none. ``ensure_engine`` (what ``make generate_engines`` calls) reuses an engine that is current, and runs sharing a
+folder build it once.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 
 from code.common import engine_manifest
 from code.common.download import file_checksum
-from code.common.engine_manifest import MANIFEST, EngineError, rebuild_hint
+from code.common.engine_manifest import MANIFEST, EngineError, rebuild_hint  # noqa: F401 - MANIFEST: for callers
 from code.common.inputs import checkpoint_identity
 from code.common.paths import PREPROCESSED_DATA_DIR
 from code.gptj.inflight.layers import Amax, InflightModel
@@ -171,19 +173,37 @@ def load_model(spec: EngineSpec, device: torch.device, dtype: torch.dtype) -> In
 def build_engine(spec: EngineSpec, engine_dir: Path, *, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.bfloat16, calibration_dir: Path | None = None,
                  model: InflightModel | None = None) -> Path:
-    """Calibrate ``spec``'s model and write the engine to ``engine_dir`` (replacing what is there).
+    """Calibrate ``spec``'s model and write the engine to ``engine_dir`` (replacing what is there, whole: see
+    ``engine_manifest.build_once``).
 
     ``dtype`` is the 16-bit dtype the FP8 engine runs between its GEMMs (what the run calibrates in); ``model``, if
     given, is used instead of loading the spec's weights (tests, and a caller that already holds them).
     """
+    _check_needs_engine(spec)
+    engine_manifest.build_once(Path(engine_dir), lambda folder: _write_engine(spec, folder, device, dtype,
+                                                                              calibration_dir, model))
+    return Path(engine_dir)
+
+
+def ensure_engine(spec: EngineSpec, engine_dir: Path, *, device: str | torch.device = "cpu",
+                  dtype: torch.dtype = torch.bfloat16, calibration_dir: Path | None = None) -> bool:
+    """``build_engine`` unless the engine at ``engine_dir`` is current for ``spec`` (``load_calibration``
+    accepts it); True when it built. Runs sharing the folder build it once: a second waits and reuses it."""
+    _check_needs_engine(spec)
+    return engine_manifest.build_once(
+        Path(engine_dir), lambda folder: _write_engine(spec, folder, device, dtype, calibration_dir, None),
+        current=lambda folder: _checked_calibration(folder, spec, calibration_dir, None, None))
+
+
+def _check_needs_engine(spec: EngineSpec) -> None:
     if not spec.needs_engine:
         raise ValueError(f"a {spec.precision} GPT-J engine with a {spec.kv_cache_dtype} KV cache has nothing to "
                          "calibrate: only FP8 (precision or kv_cache_dtype) builds an engine")
-    engine_dir = Path(engine_dir)
-    engine_dir.mkdir(parents=True, exist_ok=True)
-    (engine_dir / MANIFEST).unlink(missing_ok=True)  # a failed build below leaves "missing", never "stale"
-    for partial in engine_dir.glob(".*.tmp"):  # what a killed build left under a temporary name
-        partial.unlink()
+
+
+def _write_engine(spec: EngineSpec, engine_dir: Path, device: str | torch.device, dtype: torch.dtype,
+                  calibration_dir: Path | None, model: InflightModel | None) -> None:
+    """The engine's manifest in the empty folder ``engine_dir``."""
     checkpoint = None
     if not spec.is_random:
         if not Path(spec.checkpoint).exists():
@@ -211,7 +231,6 @@ def build_engine(spec: EngineSpec, engine_dir: Path, *, device: str | torch.devi
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     engine_manifest.write_manifest(engine_dir, manifest)
-    return engine_dir
 
 
 def read_manifest(engine_dir: Path, run_args: str | None = None) -> dict[str, Any]:
@@ -222,7 +241,15 @@ def load_calibration(engine_dir: Path, expected: EngineSpec, *, calibration_dir:
                      n_positions: int | None = None, run_args: str | None = None) -> Amax:
     """The engine's ``Amax`` if the engine is current for ``expected``; otherwise ``EngineError`` saying what
     differs and naming ``make generate_engines``. ``n_positions`` (the model's context) fixes the synthetic
-    calibration source's prompt length; None takes it from the manifest's config."""
+    calibration source's prompt length; None takes it from the manifest's config. The manifest is read under the
+    engine's shared lock, so no build replaces it meanwhile."""
+    with engine_manifest.engine_lock(engine_dir, shared=True):
+        return _checked_calibration(engine_dir, expected, calibration_dir, n_positions, run_args)
+
+
+def _checked_calibration(engine_dir: Path, expected: EngineSpec, calibration_dir: Path | None,
+                         n_positions: int | None, run_args: str | None) -> Amax:
+    """``load_calibration`` without the lock (a build holds it already)."""
     manifest = read_manifest(engine_dir, run_args)
     hint = rebuild_hint(run_args)
     if manifest.get("format_version") != FORMAT_VERSION:

@@ -1,0 +1,67 @@
+"""Advisory locks on a lock file (``flock``): how processes that share a file or folder take turns.
+
+A lock goes with the process that holds it: a killed process never leaves one held, so a lock file left behind
+means nothing and is never removed (removing it would let two holders lock two different files).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+
+@contextmanager
+def holding(lock_file: Path, *, shared: bool = False) -> Iterator[None]:
+    """Holds ``lock_file`` (created if missing) exclusively, or ``shared`` with other shared holders; waits for the
+    holders of the other kind."""
+    lock_file = Path(lock_file)
+    try:
+        lock_file.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        if not shared:
+            raise
+        # A reader in a folder it may not write (a shared, read-only engines folder): the lock file of its owner,
+        # read-only (a lock needs no write access), or none where the owner made none.
+        try:
+            descriptor = os.open(lock_file, os.O_RDONLY)
+        except OSError:
+            yield
+            return
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+# The locks this process holds until it exits (``hold_for_life``): their files stay open, so their locks stay held.
+_held_for_life: list[IO[str]] = []
+
+
+def hold_for_life(lock_file: Path) -> None:
+    """Holds ``lock_file`` exclusively until this process exits (or is killed): a mark that says "in use" to other
+    processes for exactly as long as this one lives (``is_held``)."""
+    lock_file = Path(lock_file)
+    lock = open(lock_file, "a")  # noqa: SIM115 - kept open on purpose: closing it would release the lock
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    _held_for_life.append(lock)
+
+
+def is_held(lock_file: Path) -> bool:
+    """Whether a live process holds ``lock_file`` (a missing file is held by none). Asks without waiting."""
+    try:
+        descriptor = os.open(lock_file, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)  # releases the probe's own lock, if it got one
+    return False

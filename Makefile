@@ -54,7 +54,7 @@ help:
 	@echo "                                       both keep results: build/logs, build/bench,"
 	@echo "                                       build/compliance_logs, build/tuned, build/submission, ...;"
 	@echo "                                       each says what it deleted and kept"
-	@echo "  make clean_logs                      delete every run's logs in build/logs (only this target does)"
+	@echo "  make clean_logs                      delete the logs in build/logs of runs no longer running"
 	@echo "ROUND=v4.1|v5.0 picks the MLPerf round of build and run targets (documentation/rounds.md)"
 	@echo "RUN_ARGS help: make run RUN_ARGS=--help"
 

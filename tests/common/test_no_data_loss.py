@@ -93,7 +93,7 @@ def test_make_help_says_what_clean_keeps():
     kept = " ".join(done.stdout.split())
     assert ("both keep results: build/logs, build/bench, build/compliance_logs, build/tuned, build/submission, ...; "
             "each says what it deleted and kept") in kept
-    assert re.search(r"make clean_logs +delete every run's logs in build/logs", done.stdout)
+    assert re.search(r"make clean_logs +delete the logs in build/logs of runs no longer running", done.stdout)
 
 
 def test_link_dirs_refuses_a_relative_scratch_path(tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ from code.bert.backends.pytorch_engine import (
     EngineError,
     EngineSpec,
     build_engine,
+    check_engine,
     engine_key,
     load_engine,
 )
@@ -260,6 +261,7 @@ def test_pytorch_option_defaults_are_the_fields():
 ENGINE_WORKER = """
 import itertools
 import sys
+import time
 from pathlib import Path
 from code.bert.backends.pytorch_engine import EngineSpec, build_engine, ensure_engine, load_engine
 from code.common.engine_manifest import EngineError
@@ -273,6 +275,7 @@ for _ in range(rounds) if rounds else itertools.count():
         if role == "build":
             build_engine(spec, engine)
             print("built", flush=True)
+            time.sleep(0.05)  # flock is not fair: a pause lets a waiting loader in on a busy machine
         elif role == "ensure":
             print("built" if ensure_engine(spec, engine) else "reused", flush=True)
         else:
@@ -303,6 +306,23 @@ def test_a_rebuild_never_takes_the_engine_from_a_run_that_loads_it(tmp_path, che
     (engine.parent / "stop").unlink()
     assert sorted(p.name for p in engine.iterdir()) == [MANIFEST, WEIGHTS]  # no temporary left inside
     assert [p.name for p in engine.parent.iterdir() if p.name != engine.name] == [f".{engine.name}.lock"]
+
+
+def test_a_truncated_weights_file_makes_the_engine_stale(tmp_path, checkpoint):
+    """The documented fix for a damaged engine (make generate_engines) rebuilds it instead of reusing it."""
+    from code.bert.backends.pytorch_engine import ensure_engine
+
+    spec, engine = EngineSpec("tiny", "fp32", checkpoint), tmp_path / "e"
+    assert ensure_engine(spec, engine) is True
+    weights = engine / WEIGHTS
+    whole = weights.stat().st_size
+    with open(weights, "r+b") as file:
+        file.truncate(whole // 2)
+    with pytest.raises(EngineError, match="bytes, not the"):
+        check_engine(engine, spec)
+    assert ensure_engine(spec, engine) is True and weights.stat().st_size == whole
+    assert ensure_engine(spec, engine) is False
+    load_engine(engine, spec, "cpu")
 
 
 def test_two_builds_of_one_engine_build_it_once(tmp_path, checkpoint):

@@ -205,6 +205,8 @@ def _write_engine(spec: EngineSpec, engine_dir: Path, calibration: CalibrationSe
         "config": spec.config.to_dict(),
         "checkpoint": checkpoint,
         "weights": None if spec.is_random else WEIGHTS,
+        # The weights' size: a truncated or replaced file makes the engine stale, so a rebuild replaces it.
+        "weights_bytes": None if spec.is_random else (engine_dir / WEIGHTS).stat().st_size,
         "calibration": calibrated,
         "torch_version": torch.__version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -245,8 +247,13 @@ def check_engine(engine_dir: Path, expected: EngineSpec, run_args: str | None = 
         unchanged = (st.st_size, st.st_mtime_ns) == (recorded.get("size"), recorded.get("mtime_ns"))
         if not unchanged and file_checksum(path, "sha256") != recorded.get("sha256"):
             raise EngineError(f"checkpoint {path} changed since engine {engine_dir} was built. {hint}")
-        if not (Path(engine_dir) / WEIGHTS).is_file():
+        weights = Path(engine_dir) / WEIGHTS
+        if not weights.is_file():
             raise EngineError(f"engine {engine_dir} lacks {WEIGHTS}. {hint}")
+        recorded_bytes = manifest.get("weights_bytes")
+        if recorded_bytes is not None and weights.stat().st_size != recorded_bytes:
+            raise EngineError(f"engine {engine_dir}'s {WEIGHTS} is {weights.stat().st_size} bytes, not the "
+                              f"{recorded_bytes} it was built with (damaged or replaced). {hint}")
     if expected.precision == "fp8":
         _check_calibration(engine_dir, manifest.get("calibration"), expected.config, hint)
     return manifest

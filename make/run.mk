@@ -2,9 +2,10 @@
 
 .PHONY: generate_engines run_harness run info report results find_performance
 # LOG_DIR=<folder> (NVIDIA's make variable) is --log_dir for the targets that run tests: a new or empty folder, so a
-# run never writes into an earlier run's. RUN_ARGS naming another --log_dir is refused as a flag given twice.
+# run never writes into an earlier run's. RUN_ARGS naming another --log_dir is refused as a flag given twice. Only
+# make's command line counts: a LOG_DIR exported by a job script would send every run to one folder.
 LOG_DIR      ?=
-LOG_DIR_ARG  := $(if $(LOG_DIR),--log_dir=$(LOG_DIR))
+LOG_DIR_ARG  := $(if $(filter command line,$(origin LOG_DIR)),$(if $(LOG_DIR),--log_dir=$(LOG_DIR)))
 # What the targets that run tests pass: the round, the log folder, RUN_ARGS; one space apart.
 TEST_ARGS     = $(strip $(ROUND_ARG) $(LOG_DIR_ARG) $(RUN_ARGS))
 

@@ -3,6 +3,7 @@ it is not; LOG_DIR= on the make command line; --help and `make help` grouped, wi
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -103,10 +104,10 @@ def test_help_entries_are_aligned_and_long_names_wrap_below():
     assert "  --use_graphs                = --cuda_graphs" in lines
 
 
-def make_dry_run(*args: str) -> list[str]:
+def make_dry_run(*args: str, env: dict[str, str] | None = None) -> list[str]:
     # --no-print-directory: under `make test` this is a nested make, which would add "Entering directory" lines.
     return subprocess.run(["make", "-n", "--no-print-directory", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, check=True).stdout.splitlines()
+                          text=True, check=True, env=env).stdout.splitlines()
 
 
 @pytest.mark.parametrize("target", ["run", "run_harness", "find_performance"])
@@ -116,6 +117,10 @@ def test_make_log_dir_is_the_log_dir_of_a_run(target):
     assert "--log_dir=build/logs/mine" in command.split()
     without = [line for line in make_dry_run(target, "RUN_ARGS=--help") if "-m code.main" in line][-1]
     assert "--log_dir" not in without
+    # A LOG_DIR exported by a job script is not a request: every run would go to one folder.
+    exported = [line for line in make_dry_run(target, "RUN_ARGS=--help", env={**os.environ, "LOG_DIR": "/tmp/x"})
+                if "-m code.main" in line][-1]
+    assert "--log_dir" not in exported
 
 
 def test_make_log_dir_and_another_run_args_log_dir_are_refused():

@@ -19,6 +19,7 @@ from typing import Any
 
 from code.common.backends import Origin, declaration, declarations
 from code.common.constants import DATASET_SIZE, Benchmark, ChoiceError, Scenario
+from code.common.loadgen_rules import OFFLINE_SLACK, offline_query_samples
 from code.common.rounds import DEFAULT_ROUND, ROUNDS
 
 # Integer limits of what the values reach: LoadGen reads counts and durations as uint64 and keeps durations as
@@ -33,10 +34,12 @@ MAX_RATE = 1_000_000.0  # samples/s; 1 us per sample
 MIN_LATENCY_NS = 1_000
 # What LoadGen runs with where user.conf sets nothing: mlperf.conf's minimums (both rounds), and --test_run's.
 MLPERF_MIN_DURATION_MS = 600_000
-MLPERF_MIN_QUERY_COUNT = {Scenario.Offline: 1, Scenario.Server: 270_336, Scenario.SingleStream: 1024}
+# Server and SingleStream: LoadGen's default min_query_count (test_settings.h; mlperf.conf sets none for them).
+# Offline: its one query holds at least the data set (mlperf.conf's <bench>.Offline.min_query_count), far below any
+# memory bound, so the rate alone sizes it here.
+MLPERF_MIN_QUERY_COUNT = {Scenario.Offline: 1, Scenario.Server: 100, Scenario.SingleStream: 100}
 TEST_RUN_MIN_DURATION_MS = 60_000  # --test_run / --fast (NVIDIA's values)
 TEST_RUN_MIN_QUERY_COUNT = 1
-OFFLINE_QUERY_MARGIN = 1.1  # LoadGen sizes the Offline query 10 % above rate x minimum duration
 # The plan's cost: LoadGen holds about this much per planned sample (measured: 5.5 GB for 66 M Offline samples and
 # for 60 M Server queries), and a plan may take this share of the machine's memory, beside the model and the data.
 BYTES_PER_PLANNED_SAMPLE = 100
@@ -322,7 +325,7 @@ def planned_samples(scenario: Scenario, values: dict[str, Any]) -> int:
     if duration_ms is None:
         duration_ms = TEST_RUN_MIN_DURATION_MS if values.get("test_run") else MLPERF_MIN_DURATION_MS
     if scenario is Scenario.Offline:
-        return int(round(float(values["offline_expected_qps"]) * duration_ms / 1000 * OFFLINE_QUERY_MARGIN))
+        return offline_query_samples(float(values["offline_expected_qps"]), duration_ms)
     if scenario is Scenario.Server:
         by_rate = float(values["server_target_qps"]) * duration_ms / 1000
     else:
@@ -368,7 +371,7 @@ def check_plan(scenario: Scenario, values: dict[str, Any], sources: dict[str, st
         name, fits = "single_stream_expected_latency_ns", f"{math.ceil(duration_ms * 1e6 / bound)} at least"
     else:
         name = "offline_expected_qps" if scenario is Scenario.Offline else "server_target_qps"
-        per_second = seconds * (OFFLINE_QUERY_MARGIN if scenario is Scenario.Offline else 1)
+        per_second = seconds * (OFFLINE_SLACK if scenario is Scenario.Offline else 1)
         fits = f"{math.floor(bound / per_second)} at most"
     given = f"--{name}" if sources.get(name) == "RUN_ARGS" else f"{name} (set by {sources.get(name, 'default')})"
     raise FieldError(

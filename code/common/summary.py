@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from code.common import atomic
+from code.common import atomic, loadgen_rules
 from code.common.constants import ExitCode
 from code.common.run_logs import TestResult
 
@@ -18,9 +18,8 @@ NEXT_MARGIN = 1.5
 
 
 def ended_early(result: TestResult) -> bool:
-    """LoadGen's 'min duration not met' / 'min queries not met': the query was sized for a slower machine."""
-    return result.valid is False and any("min duration" in reason or "min queries" in reason
-                                         for reason in result.invalid_reasons)
+    """An INVALID test whose query was sized for a slower machine (``loadgen_rules.ended_early``)."""
+    return result.valid is False and loadgen_rules.ended_early(result.invalid_reasons)
 
 
 def _given_flags(metadata: dict[str, Any], leave_out: str) -> str:

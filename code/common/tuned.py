@@ -297,8 +297,7 @@ def tuned_fields(system: str, benchmark_name: str, scenario: Scenario, warn: boo
     return {tuned.field: (tuned.value, tuned.source(tuned_path(system, benchmark_name, scenario)))}
 
 
-MISSES_SCHEMA = 1  # of a record
-STORE_SCHEMA = 2  # of a file: {"schema": 2, "values": [record, ...]}; schema 1 files held one record
+MISSES_SCHEMA = 1  # of a misses file (one record)
 
 
 def misses_path(system: str, benchmark_name: str, scenario: Scenario) -> Path:

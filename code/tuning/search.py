@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from code.common.loadgen_rules import OFFLINE_SLACK, ended_early, offline_query_samples
+
 QPS_MARGIN = 1.1
 """offline_expected_qps = measured samples/s x this; a run that still ends early is repeated at 1.1 x its rate."""
 PROBE_QPS_MARGIN = 2.0
@@ -27,8 +29,7 @@ probe runs much longer than the probe duration whatever the config's rate says."
 RERUN_GROWTH = 2
 """A --test_run whose Offline query still ended before its minimum duration runs once more with at least this many
 times its samples (and whole batches): at the rate it just ran that lasts at least twice as long as it did."""
-LOADGEN_SLACK = 1.1
-"""LoadGen plans an Offline query of floor(1.1 x min_duration x expected QPS) samples (test_settings_internal.cc)."""
+LOADGEN_SLACK = OFFLINE_SLACK
 SINGLESTREAM_MARGIN = 0.9
 """single_stream_expected_latency_ns = measured mean latency x this: a lower hint only makes LoadGen generate
 queries it never issues, a higher one can end the run before its minimum duration."""
@@ -72,14 +73,7 @@ def round_qps(qps: float) -> float:
     return round(qps, 2 - int(math.floor(math.log10(qps))))
 
 
-def ended_early(reasons: list[str]) -> bool:
-    """LoadGen's 'min duration not met' / 'min queries not met': the run's expected rate or latency was wrong."""
-    return any("min duration" in reason or "min queries" in reason for reason in reasons)
-
-
-def planned_samples(expected_qps: float, duration_ms: int) -> int:
-    """The samples of the Offline query LoadGen plans for ``expected_qps`` over ``duration_ms``."""
-    return int(LOADGEN_SLACK * duration_ms / 1000 * expected_qps)
+planned_samples = offline_query_samples  # the samples of the Offline query LoadGen plans for a rate and duration
 
 
 def qps_for_query(samples: int, duration_ms: int) -> float:

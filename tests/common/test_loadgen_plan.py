@@ -29,7 +29,8 @@ def test_the_samples_loadgen_plans():
     assert planned_samples(Scenario.Offline, {"offline_expected_qps": 1e6, "test_run": True}) == 66_000_000
     assert planned_samples(Scenario.Offline, {"offline_expected_qps": 10.0}) == 6_600  # 600 s, mlperf.conf's
     assert planned_samples(Scenario.Server, {"server_target_qps": 1e6, "test_run": True}) == 60_000_000
-    assert planned_samples(Scenario.Server, {"server_target_qps": 10.0}) == 270_336  # mlperf.conf's query count
+    assert planned_samples(Scenario.Server, {"server_target_qps": 10.0}) == 6_000  # rate x 600 s
+    assert planned_samples(Scenario.Server, {"server_target_qps": 0.1}) == 100  # LoadGen's default min_query_count
     assert planned_samples(Scenario.Server, {"server_target_qps": 1e6, "max_query_count": 1000}) == 1000
     assert planned_samples(Scenario.SingleStream, {"single_stream_expected_latency_ns": 1_000,
                                                    "min_duration": 10_000}) == 10_000_000

@@ -212,9 +212,9 @@ def find_performance(request: RunRequest) -> int:
     except Interrupted as stop:
         with stop_signals_ignored():
             log.warning(_interrupted(stop, runner, found, configs, gate.running))
-            _finish(system, root, found, configs)
+            _finish(system, root, found, configs, overrides)
         return stop.exit_status
-    _finish(system, root, found, configs)
+    _finish(system, root, found, configs, overrides)
     if all(item.stored for item in found):
         return ExitCode.OK
     return ExitCode.INVALID
@@ -245,17 +245,34 @@ def _interrupted(stop: Interrupted, runner: Runner | None, found: list[Found], c
     return line
 
 
-def _finish(system: str, root: Path, found: list[Found], configs: list[ResolvedConfig]) -> None:
+def next_run_command(found: list[Found], overrides: dict[str, Any]) -> str:
+    """``make run`` of the benchmarks and scenarios whose values were stored, with the flags that make the run use
+    them: a tuned value holds only for the speed-changing RUN_ARGS it was measured with (``run_settings``:
+    ``--model_name=tiny``, a precision, a batch size...), and the round decides which LoadGen runs."""
+    benchmarks = ",".join(dict.fromkeys(item.benchmark for item in found if item.stored))
+    scenarios = ",".join(dict.fromkeys(item.scenario.lower() for item in found if item.stored))
+    kept = [name for name in sorted(overrides) if name in run_settings(overrides) or name == "round"]
+
+    def flag(name: str) -> str:
+        value = overrides[name]
+        if isinstance(value, bool):
+            return f" --{name}" if value else f" --{name}=false"
+        return f" --{name}={value}"
+
+    flags = "".join(flag(name) for name in kept)
+    return f'make run RUN_ARGS="--benchmarks={benchmarks} --scenarios={scenarios}{flags}"'
+
+
+def _finish(system: str, root: Path, found: list[Found], configs: list[ResolvedConfig],
+            overrides: dict[str, Any]) -> None:
     lines = ["", "=" * 30 + " Find performance " + "=" * 30, f"{system}:"]
     lines += [item.line() for item in found]
     searched = {(item.benchmark, item.scenario) for item in found}
     lines += [f"  {c.benchmark_name:<10} {c.scenario.value:<13} not searched (interrupted)" for c in configs
               if (c.benchmark_name, c.scenario.value) not in searched]
     if any(item.stored for item in found):
-        benchmarks = ",".join(dict.fromkeys(item.benchmark for item in found if item.stored))
-        scenarios = ",".join(dict.fromkeys(item.scenario.lower() for item in found if item.stored))
-        lines.append(f'  Next: make run RUN_ARGS="--benchmarks={benchmarks} --scenarios={scenarios}" uses them; '
-                     'make info shows each as "tuned (<file>)"; RUN_ARGS still win over them.')
+        lines.append(f'  Next: {next_run_command(found, overrides)} uses them; make info shows each as "tuned '
+                     '(<file>)"; RUN_ARGS still win over them.')
     lines += [f"  Logs: {root}", "=" * 78]
     text = "\n".join(lines)
     print(text, flush=True)

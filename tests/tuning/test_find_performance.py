@@ -441,3 +441,16 @@ def test_a_test_whose_query_still_ended_early_runs_once_more_with_a_larger_one(m
     valid = TestResult("Offline", "PerformanceOnly", str(tmp_path / "test"), value=0.1, valid=True)
     assert fp.rerun_setting(config, probe, valid) is None
     assert fp.rerun_setting(config, fp.Probe(), result) is None  # not probed: the user's own setting stands
+
+
+def test_the_next_command_keeps_the_flags_the_stored_values_hold_for():
+    found = [fp.Found("bert-99", "Offline", "offline_expected_qps", 6.0, "CPU", value=11.2, stored="a.json"),
+             fp.Found("bert-99", "Server", "server_target_qps", 5.0, "CPU", problem="none VALID")]
+    request = parse_run_args(["--find_performance", "--model_name=tiny", "--test_run", "--fast_path=false",
+                              "--gpu_batch_size=8", "--round=v4.1", "--min_duration=20000"])
+    command = fp.next_run_command(found, request.overrides)
+    assert command == ('make run RUN_ARGS="--benchmarks=bert-99 --scenarios=offline --fast_path=false '
+                       '--gpu_batch_size=8 --model_name=tiny --round=v4.1"')
+    # The command it prints resolves to settings the stored value is read with.
+    again = parse_run_args(command.split('"')[1].split())
+    assert tuned.run_settings(again.overrides) == tuned.run_settings(request.overrides)

@@ -18,7 +18,7 @@ STAGED_ONLY = {"documentation/calibration.md"}
 # performance.md is a journal whose text is edited only with new measurements; its older entries name notes by the
 # paths they had when written.
 NOT_SEARCHED = {DOCS / JOURNAL_IN_PLACE}
-SEARCHED = ("code", "scripts", "tests", "make", "docker", "documentation")
+SEARCHED = ("code", "configs", "scripts", "tests", "make", "docker", "documentation", ".ci")
 
 
 def user_guides() -> list[Path]:

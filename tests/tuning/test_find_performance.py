@@ -454,3 +454,19 @@ def test_the_next_command_keeps_the_flags_the_stored_values_hold_for():
     # The command it prints resolves to settings the stored value is read with.
     again = parse_run_args(command.split('"')[1].split())
     assert tuned.run_settings(again.overrides) == tuned.run_settings(request.overrides)
+
+
+def test_an_equal_issue_query_is_counted_as_loadgen_pads_it():
+    assert [search.equal_issue_samples(n, 64) for n in (168, 192, 1, 64)] == [192, 192, 64, 64]
+    assert search.equal_issue_samples(168, 0) == 168
+
+
+def test_the_probe_note_of_an_equal_issue_benchmark_says_the_query_loadgen_runs(machine, tmp_path, monkeypatch):
+    # GPT-J's mlperf.conf sets sample_concatenate_permutation: LoadGen pads the Offline query to a multiple of the
+    # loaded samples, so the summary says the samples that run, not the ones planned.
+    machine(0.1, batch=8)
+    monkeypatch.setattr(fp, "read_detail_log", lambda folder: {"effective_sample_concatenate_permutation": True,
+                                                               "effective_performance_sample_count": 64})
+    _, probe = probed(tmp_path)
+    assert probe.note.endswith("the test's query: 64 samples (16 planned, padded by LoadGen to a multiple of the 64 "
+                               "loaded samples), ~640 s at 0.1 samples/s)")

@@ -1,5 +1,5 @@
 """The reliability cases, each run for real on the CPU: the command, its exit status, the first line it prints, and
-whether that is what the case expects, as one markdown table (documentation/reliability_cases.md holds the last).
+whether that is what the case expects, as one markdown table (documentation/notes/reliability_cases.md holds the last).
 
 The tests prove each case in CI (the "test" column names where); this script shows a person what a user sees now.
 It lives with the tests it checks, as a module pytest does not collect (no ``test_`` prefix), and is run by hand.

@@ -212,9 +212,9 @@ def find_performance(request: RunRequest) -> int:
     except Interrupted as stop:
         with stop_signals_ignored():
             log.warning(_interrupted(stop, runner, found, configs, gate.running))
-            _finish(system, root, found, configs)
+            _finish(system, root, found, configs, overrides)
         return stop.exit_status
-    _finish(system, root, found, configs)
+    _finish(system, root, found, configs, overrides)
     if all(item.stored for item in found):
         return ExitCode.OK
     return ExitCode.INVALID
@@ -245,17 +245,34 @@ def _interrupted(stop: Interrupted, runner: Runner | None, found: list[Found], c
     return line
 
 
-def _finish(system: str, root: Path, found: list[Found], configs: list[ResolvedConfig]) -> None:
+def next_run_command(found: list[Found], overrides: dict[str, Any]) -> str:
+    """``make run`` of the benchmarks and scenarios whose values were stored, with the flags that make the run use
+    them: a tuned value holds only for the speed-changing RUN_ARGS it was measured with (``run_settings``:
+    ``--model_name=tiny``, a precision, a batch size...), and the round decides which LoadGen runs."""
+    benchmarks = ",".join(dict.fromkeys(item.benchmark for item in found if item.stored))
+    scenarios = ",".join(dict.fromkeys(item.scenario.lower() for item in found if item.stored))
+    kept = [name for name in sorted(overrides) if name in run_settings(overrides) or name == "round"]
+
+    def flag(name: str) -> str:
+        value = overrides[name]
+        if isinstance(value, bool):
+            return f" --{name}" if value else f" --{name}=false"
+        return f" --{name}={value}"
+
+    flags = "".join(flag(name) for name in kept)
+    return f'make run RUN_ARGS="--benchmarks={benchmarks} --scenarios={scenarios}{flags}"'
+
+
+def _finish(system: str, root: Path, found: list[Found], configs: list[ResolvedConfig],
+            overrides: dict[str, Any]) -> None:
     lines = ["", "=" * 30 + " Find performance " + "=" * 30, f"{system}:"]
     lines += [item.line() for item in found]
     searched = {(item.benchmark, item.scenario) for item in found}
     lines += [f"  {c.benchmark_name:<10} {c.scenario.value:<13} not searched (interrupted)" for c in configs
               if (c.benchmark_name, c.scenario.value) not in searched]
     if any(item.stored for item in found):
-        benchmarks = ",".join(dict.fromkeys(item.benchmark for item in found if item.stored))
-        scenarios = ",".join(dict.fromkeys(item.scenario.lower() for item in found if item.stored))
-        lines.append(f'  Next: make run RUN_ARGS="--benchmarks={benchmarks} --scenarios={scenarios}" uses them; '
-                     'make info shows each as "tuned (<file>)"; RUN_ARGS still win over them.')
+        lines.append(f'  Next: {next_run_command(found, overrides)} uses them; make info shows each as "tuned '
+                     '(<file>)"; RUN_ARGS still win over them.')
     lines += [f"  Logs: {root}", "=" * 78]
     text = "\n".join(lines)
     print(text, flush=True)
@@ -356,6 +373,20 @@ def query_of(log_dir: Path) -> tuple[int, float]:
     return int(samples), float(detail.get("result_max_latency_ns") or 0) / 1e9
 
 
+def issued_query(samples: int, log_dir: Path) -> tuple[int, str]:
+    """The samples LoadGen issues for an Offline query planned at ``samples``, as the test's settings in
+    ``log_dir``'s detail log (a probe's, of the same benchmark) decide, and a note when that is more: in equal-issue
+    mode (GPT-J) LoadGen pads the query to a multiple of the loaded samples."""
+    detail = read_detail_log(log_dir)
+    if not detail.get("effective_sample_concatenate_permutation"):
+        return samples, ""
+    loaded = int(detail.get("effective_performance_sample_count") or 0)
+    issued = search.equal_issue_samples(samples, loaded)
+    if issued == samples:
+        return samples, ""
+    return issued, f" ({samples} planned, padded by LoadGen to a multiple of the {loaded} loaded samples)"
+
+
 def _batch(config: ResolvedConfig) -> int:
     return int(config.values.get("gpu_batch_size") or 1)
 
@@ -403,15 +434,16 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
         # The rate past start-up where two probes give it (a short query's own rate reads low), else the query's.
         sustained = search.sustained_rate(queries)
         rate = max(probe.value, sustained or 0.0)
-        query = search.probed_test_samples(rate, ran, batch, duration_ms)
-        value: float | int = search.qps_for_query(query, duration_ms)
+        planned = search.probed_test_samples(rate, ran, batch, duration_ms)
+        value: float | int = search.qps_for_query(planned, duration_ms)
+        query, padding = issued_query(planned, folder)
         probes = ""
         if len(queries) > 1:
             probes = f"; {len(queries)} probes, {sum(s for _, s in queries):.3g} s in all"
             if rate > probe.value:
                 probes += f", {rate:.4g} samples/s past start-up"
         measured = (f"{probe.value:.4g} samples/s, {ran} samples in {seconds:.3g} s{probes}; the test's query: "
-                    f"{query} samples, ~{query / rate:.0f} s at {rate:.4g} samples/s")
+                    f"{query} samples{padding}, ~{query / rate:.0f} s at {rate:.4g} samples/s")
     elif scenario is Scenario.SingleStream and probe.valid is not None and probe.extra.get("result_mean_latency_ns"):
         mean_ns = float(probe.extra["result_mean_latency_ns"])
         value = search.singlestream_expected_latency_ns(mean_ns)
@@ -435,10 +467,12 @@ def rerun_setting(config: ResolvedConfig, probe: Probe, result: TestResult) -> P
     duration_ms = int(read_detail_log(Path(result.log_dir)).get("effective_min_duration_ms") or 0)
     if not samples or not seconds or not duration_ms:
         return None
-    query = search.rerun_query_samples(samples, seconds, _batch(config), duration_ms)
-    value = search.qps_for_query(query, duration_ms)
+    planned = search.rerun_query_samples(samples, seconds, _batch(config), duration_ms)
+    value = search.qps_for_query(planned, duration_ms)
+    query, padding = issued_query(planned, Path(result.log_dir))
     note = (f"{probe.note}; re-ran once at offline_expected_qps {_fmt(value)}: the first query, {samples} samples, "
-            f"ended after {seconds:.3g} s, short of the {duration_ms / 1000:g} s minimum; this one holds {query}")
+            f"ended after {seconds:.3g} s, short of the {duration_ms / 1000:g} s minimum; this one holds "
+            f"{query}{padding}")
     return Probe({"offline_expected_qps": value}, note)
 
 

@@ -66,7 +66,10 @@ def _shortened(scenario: Scenario, detail: dict[str, Any], full_size: int) -> li
     if min_duration is not None and min_duration < SUBMISSION_MIN_DURATION_MS:
         reasons.append(f"shortened: min_duration {min_duration} ms (a submission needs "
                        f"{SUBMISSION_MIN_DURATION_MS})")
-    per_query = detail.get("effective_samples_per_query")
+    # The samples the query held: LoadGen pads an equal-issue query (GPT-J's sample_concatenate_permutation) to a
+    # multiple of the loaded samples and logs the padded size as generated_samples_per_query; the effective setting
+    # is the size before padding.
+    per_query = detail.get("generated_samples_per_query", detail.get("effective_samples_per_query"))
     if scenario is Scenario.Offline and per_query is not None and per_query < full_size:
         reasons.append(f"shortened: {per_query} samples in the Offline query (a submission needs {full_size})")
     loaded = detail.get("effective_performance_sample_count")

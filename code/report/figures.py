@@ -16,8 +16,33 @@ import numpy as np
 from code.harness.core import SampleTimes
 
 PERCENTILES = (50.0, 90.0, 99.0)
-TIME_BINS = 60  # throughput and latency over a test's time: this many bins
-HIST_BINS = 60
+TIME_BINS = 60  # throughput and latency over a test's time: at most this many bins
+HIST_BINS = 60  # latency and batch-size histograms: at most this many bins
+SAMPLES_PER_BIN = 4
+"""A bin holds this many samples on average at least: a run of a few samples gets a few wide bars, not 60 bins
+that are nearly all empty."""
+MAX_POINTS = 20_000
+"""Scatter and CDF plots draw at most this many points (evenly spaced in completion order): a long run's millions
+of samples would make a file of megabytes that draws no better."""
+FEW_POINTS = 200
+"""Up to this many points, scatter markers are drawn large enough to see one by one."""
+
+
+def bin_count(samples: int, most: int) -> int:
+    """Bins for a histogram of ``samples`` values: one per ``SAMPLES_PER_BIN`` samples, between 1 and ``most``."""
+    return max(1, min(most, samples // SAMPLES_PER_BIN))
+
+
+def marker_size(points: int) -> float:
+    """Scatter marker area (points^2): large for a run of a few samples, small dots for a dense cloud."""
+    return 16.0 if points <= FEW_POINTS else 2.0
+
+
+def thinned(count: int) -> np.ndarray:
+    """Indices of at most ``MAX_POINTS`` of ``count`` points, evenly spaced, the first and the last included."""
+    if count <= MAX_POINTS:
+        return np.arange(count)
+    return np.unique(np.linspace(0, count - 1, MAX_POINTS).round().astype(np.int64))
 
 
 @dataclass(frozen=True)
@@ -83,12 +108,15 @@ def draw_latency(times: SampleTimes, stats: SampleStats, bound_ms: float | None,
     plt = _pyplot()
     latency = latencies_ms(times)
     figure, (hist, cdf) = plt.subplots(1, 2, figsize=(11, 4))
-    hist.hist(latency, bins=HIST_BINS, color="tab:blue")
+    hist.hist(latency, bins=bin_count(len(latency), HIST_BINS), color="tab:blue", edgecolor="white")
     hist.set(xlabel="latency (ms)", ylabel="samples", title="latency distribution")
     _mark_percentiles(hist, stats, bound_ms)
     hist.legend(fontsize=8)
     ordered = np.sort(latency)
-    cdf.plot(ordered, np.arange(1, len(ordered) + 1) / max(len(ordered), 1), color="tab:blue")
+    kept = thinned(len(ordered))
+    share = (kept + 1) / max(len(ordered), 1)
+    cdf.step(ordered[kept], share, where="post", color="tab:blue",
+             marker="o" if len(kept) <= FEW_POINTS else None, markersize=4)
     cdf.set(xlabel="latency (ms)", ylabel="share of samples", title="latency CDF", ylim=(0, 1.01))
     _mark_percentiles(cdf, stats, bound_ms)
     figure.suptitle(title)
@@ -105,13 +133,16 @@ def draw_timeline(times: SampleTimes, scenario: str, bound_ms: float | None, tit
     offline = scenario == "Offline"
     figure, axes = plt.subplots(2 if offline else 1, 2, figsize=(11, 7.5 if offline else 4), squeeze=False)
     done = times.completed_s
-    edges = np.linspace(0.0, float(done.max()) if len(done) else 1.0, TIME_BINS + 1)
+    end = float(done.max()) if len(done) and done.max() > 0 else 1.0
+    edges = np.linspace(0.0, end, bin_count(len(done), TIME_BINS) + 1)
     counts, _ = np.histogram(done, bins=edges)
     width = edges[1] - edges[0]
     rate, latency_axis = axes[0]
     rate.bar(edges[:-1], counts / width, width=width, align="edge", color="tab:green")
     rate.set(xlabel="time since the test started (s)", ylabel="samples/s", title="throughput over time")
-    latency_axis.scatter(done, latencies_ms(times), s=2, color="tab:blue")
+    kept = thinned(len(done))
+    size = marker_size(len(kept))
+    latency_axis.scatter(done[kept], latencies_ms(times)[kept], s=size, color="tab:blue")
     latency_axis.set(xlabel="completion time (s)", ylabel="latency (ms)", title="latency over time")
     if bound_ms is not None:
         latency_axis.axhline(bound_ms, color="tab:red", linewidth=2, label=f"bound {bound_ms:,.0f} ms")
@@ -119,11 +150,16 @@ def draw_timeline(times: SampleTimes, scenario: str, bound_ms: float | None, tit
     if offline:
         sizes, lengths = axes[1]
         batches = batch_sizes(times)
-        sizes.hist(batches, bins=min(HIST_BINS, max(int(batches.max()) if len(batches) else 1, 1)),
-                   color="tab:purple")
+        values, counts = np.unique(batches, return_counts=True)
+        if len(values) <= HIST_BINS:  # one bar per batch size that occurred, however few batches ran
+            sizes.bar(values, counts, width=0.8 * max(1.0, float(values.max()) / HIST_BINS), color="tab:purple")
+        else:
+            sizes.hist(batches, bins=bin_count(len(batches), HIST_BINS), color="tab:purple", edgecolor="white")
         sizes.set(xlabel="samples per batch", ylabel="batches", title="batch sizes")
+        sizes.xaxis.get_major_locator().set_params(integer=True)
+        sizes.yaxis.get_major_locator().set_params(integer=True)
         if times.length is not None:
-            lengths.scatter(done, times.length, s=2, color="tab:gray")
+            lengths.scatter(done[kept], times.length[kept], s=size, color="tab:gray")
             lengths.set(xlabel="completion time (s)", ylabel="input length (tokens)", title="input lengths run")
         else:
             lengths.set_axis_off()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 from code.common.constants import ExitCode
@@ -18,6 +19,15 @@ from code.submission.tools import ToolsError
 
 # The CSV columns that say what a result is; the checker writes 28.
 CSV_COLUMNS = ("SystemName", "Model", "Scenario", "Result", "Units", "Accuracy", "compliance", "errors")
+MESSAGE_WIDTH = 100
+"""Columns of a refusal's lines: one problem can name a dozen reasons and a folder, read in a terminal."""
+
+
+def wrapped(text: str, first: str, rest: str) -> str:
+    """``text`` in lines of at most ``MESSAGE_WIDTH`` columns (a word or path longer than that stays whole, so it
+    can be copied), the first line starting with ``first``, the others with ``rest``."""
+    return "\n".join(textwrap.wrap(text, MESSAGE_WIDTH, initial_indent=first, subsequent_indent=rest,
+                                   break_long_words=False, break_on_hyphens=False))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +90,7 @@ def _stage(args: argparse.Namespace) -> int:
     staged = stage(args.submitter, logs=args.logs, compliance=args.compliance_logs, system=args.system,
                    round_name=args.round, allow_incomplete=args.allow_incomplete, systems_dir=args.systems_dir)
     for note in staged.notes:
-        print(f"[stage_results] note: {note}")
+        print(wrapped(note, "[stage_results] note: ", "  "))
     _print_problems(staged, args.allow_incomplete)
     if staged.problems and not args.allow_incomplete:
         return ExitCode.BAD_INPUT
@@ -96,9 +106,9 @@ def _print_problems(staged: Staged, allowed: bool) -> None:
     head = ("staged anyway (--allow_incomplete; the tree's README lists these)" if allowed else
             f"nothing staged ({staged.tree} is as the last staging left it): these runs are not a complete, "
             "submittable set (fix them, or stage with ALLOW_INCOMPLETE=1 and a README that says so)")
-    print(f"[stage_results] {head}:", file=stream)
+    print(wrapped(f"{head}:", "[stage_results] ", "  "), file=stream)
     for problem in staged.problems:
-        print(f"  - {problem}", file=stream)
+        print(wrapped(problem, "  - ", "    "), file=stream)
 
 
 def _print_check(result: CheckResult, round_name: str) -> None:

@@ -91,6 +91,15 @@ def whole_batches(samples: float, batch: int) -> int:
     return max(1, math.ceil(samples / batch)) * batch
 
 
+def equal_issue_samples(samples: int, loaded: int) -> int:
+    """The Offline query LoadGen runs for one of ``samples`` in equal-issue mode (``sample_concatenate_permutation``,
+    GPT-J's mlperf.conf): padded up to a multiple of the ``loaded`` performance samples, so every sample is issued
+    equally often (loadgen.cc, GenerateQueries)."""
+    if loaded <= 0 or samples % loaded == 0:
+        return samples
+    return samples + loaded - samples % loaded
+
+
 def next_probe_samples(samples: int, rate: float, batch: int, probe_ms: int) -> int:
     """The next Offline probe's query after one of ``samples`` samples measured ``rate`` samples/s: the whole batches
     that rate runs in the probe duration, at most ``PROBE_GROWTH`` times the last query, and more than it."""

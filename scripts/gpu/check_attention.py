@@ -38,7 +38,8 @@ FP8_SCALE = 4.0 / 448  # |o| of random O(1) values stays well under 4
 
 
 def batch_lengths(count: int) -> tuple[list[int], str]:
-    """The profile's batch: synthetic features, seed 4, the lengths the FA2 figure of bert_gpu_notes.md is for."""
+    """The profile's batch: synthetic features, seed 4, the lengths the FA2 figure of
+    documentation/notes/bert_gpu_notes.md is for."""
     from code.bert.packed.tuning import tuning_lengths
 
     return tuning_lengths(count, seed=4), "BertFeatures.synthetic(seed=4)"
@@ -241,7 +242,7 @@ def run_timing(s: Setup, details: dict[str, Any]) -> None:
     )
     ROWS.append(f"  {'variant':<28} {'ms/layer':>9} {'ms/fwd':>8} {'TFLOP/s':>8} {'vs FA2':>7} {'vs path':>8}")
     # "path": what ours replaces. The bias add is a separate kernel here; in the model it is the QKV GEMM's epilogue
-    # (~2 ms per fp8 forward, documentation/bert_gpu_notes.md), so "vs FA2" is the conservative figure.
+    # (~2 ms per fp8 forward, documentation/notes/bert_gpu_notes.md), so "vs FA2" is the conservative figure.
     paths = {"ours +bias": "bias add + FA2", "ours +bias fp8 out": "bias add + FA2 + quantize"}
     for name, t in ms.items():
         cells = ["", ""]

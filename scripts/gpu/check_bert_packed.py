@@ -1,4 +1,4 @@
-"""Check and time BERT's packed GPU path on the device (documentation/bert_gpu_notes.md keeps the results).
+"""Check and time BERT's packed GPU path on the device (documentation/notes/bert_gpu_notes.md keeps the results).
 
 1. Kernels: each Triton kernel against ``TorchOps`` (float32) on fresh random inputs; varlen flash attention against
    per-sequence SDPA in float32; ``||out - ref|| / ||ref||`` and max error.

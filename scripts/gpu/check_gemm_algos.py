@@ -6,7 +6,7 @@ below the plain GEMMs' rate (figures: documentation/performance.md). Both are cu
 GEMM, checks each one's output against torch's (so a fast wrong algorithm cannot win), times them with CUDA events,
 and prints each GEMM's torch time, heuristic-first time and best time. It changes nothing in the engine. The engine
 keeps cuBLASLt's first guess because inside a full forward a tuned choice is no faster (documentation/performance.md,
-documentation/bert_gpu_notes.md).
+documentation/notes/bert_gpu_notes.md).
 
     python3 scripts/gpu/check_gemm_algos.py --out build/bench/gemm_algos.json [--tokens 85296] [--candidates 16]
 """

@@ -41,6 +41,16 @@ def test_every_reason_is_named():
     ]
 
 
+def test_an_equal_issue_query_is_counted_with_its_padding():
+    # GPT-J's Offline query of 168 samples, padded by LoadGen to a multiple of the 64 loaded: 192 ran.
+    detail = {**FULL_RUN, "effective_samples_per_query": 168, "generated_samples_per_query": 192,
+              "effective_performance_sample_count": 13368}
+    reasons = not_submittable_reasons(resolved(Scenario.Offline, benchmark=Benchmark.GPTJ), TestMode.PerformanceOnly,
+                                      {}, detail, 13368)
+    assert "shortened: 192 samples in the Offline query (a submission needs 13368)" in reasons
+    assert not any("168" in reason for reason in reasons)
+
+
 def test_a_scenario_the_round_lacks_is_a_wrong_round():
     reasons = not_submittable_reasons(resolved(Scenario.Server), TestMode.PerformanceOnly, {}, FULL_RUN, 10833)
     assert reasons == ["wrong round: round v5.0 has no bert-99 Server for edge systems: it has bert-99 for edge: "

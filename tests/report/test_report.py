@@ -10,7 +10,16 @@ import pytest
 
 from code.harness.core import SAMPLE_TIMES_FILE, SampleTimes
 from code.report.__main__ import main
-from code.report.figures import batch_sizes, sample_stats
+from code.report.figures import (
+    MAX_POINTS,
+    batch_sizes,
+    bin_count,
+    draw_latency,
+    draw_timeline,
+    marker_size,
+    sample_stats,
+    thinned,
+)
 from code.report.pages import LATENCY_PNG, REPORT_FILE, TIMELINE_PNG, ReportError, write_run_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -91,3 +100,46 @@ def test_bad_folders_name_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[
         write_run_report(tmp_path / "missing")
     assert main([str(tmp_path)]) == 2
     assert "no test folder under" in capsys.readouterr().err
+
+
+def drawn_figure(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The figures the report draws, captured as each is saved: [(patches per axis, points per axis)]."""
+    import matplotlib.figure
+
+    drawn = []
+    save = matplotlib.figure.Figure.savefig
+
+    def record(figure, *args, **kwargs):  # noqa: ANN001, ANN202
+        drawn.append([(len(axis.patches), sum(len(c.get_offsets()) for c in axis.collections)
+                       + sum(len(line.get_xdata()) for line in axis.lines if len(line.get_xdata()) > 2))
+                      for axis in figure.axes])
+        return save(figure, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
+    return drawn
+
+
+def test_a_run_of_a_few_samples_gets_a_few_wide_bars_and_visible_points(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (bin_count(3, 60), bin_count(40, 60), bin_count(10**6, 60)) == (1, 10, 60)
+    assert marker_size(4) > marker_size(MAX_POINTS)
+    drawn = drawn_figure(monkeypatch)
+    times = made_up_times([2, 1, 1])
+    draw_timeline(times, "Offline", None, "t", tmp_path / "timeline.png")
+    draw_latency(times, sample_stats(times), None, "t", tmp_path / "latency.png")
+    (rate, scatter, sizes, lengths), (hist, cdf) = drawn
+    assert rate == (1, 0) and scatter[1] == 4 and lengths[1] == 4  # one bar of 4 samples, every sample a point
+    assert sizes[0] == 2  # batches of 1 and of 2 samples: a bar each
+    assert hist[0] == 1 and cdf[1] == 4
+
+
+def test_a_long_run_draws_a_bounded_number_of_points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kept = thinned(10 * MAX_POINTS + 7)
+    assert len(kept) <= MAX_POINTS and kept[0] == 0 and kept[-1] == 10 * MAX_POINTS + 6
+    drawn = drawn_figure(monkeypatch)
+    times = made_up_times([64] * (3 * MAX_POINTS // 64))
+    draw_timeline(times, "Offline", 130.0, "t", tmp_path / "timeline.png")
+    draw_latency(times, sample_stats(times), 130.0, "t", tmp_path / "latency.png")
+    (rate, scatter, _, lengths), (hist, cdf) = drawn
+    assert rate[0] == 60 and hist[0] == 60
+    assert 0 < scatter[1] <= MAX_POINTS and 0 < lengths[1] <= MAX_POINTS and 0 < cdf[1] <= MAX_POINTS

@@ -442,3 +442,32 @@ def test_a_test_whose_query_still_ended_early_runs_once_more_with_a_larger_one(m
     valid = TestResult("Offline", "PerformanceOnly", str(tmp_path / "test"), value=0.1, valid=True)
     assert fp.rerun_setting(config, probe, valid) is None
     assert fp.rerun_setting(config, fp.Probe(), result) is None  # not probed: the user's own setting stands
+
+
+def test_the_next_command_keeps_the_flags_the_stored_values_hold_for():
+    found = [fp.Found("bert-99", "Offline", "offline_expected_qps", 6.0, "CPU", value=11.2, stored="a.json"),
+             fp.Found("bert-99", "Server", "server_target_qps", 5.0, "CPU", problem="none VALID")]
+    request = parse_run_args(["--find_performance", "--model_name=tiny", "--test_run", "--fast_path=false",
+                              "--gpu_batch_size=8", "--round=v4.1", "--min_duration=20000"])
+    command = fp.next_run_command(found, request.overrides)
+    assert command == ('make run RUN_ARGS="--benchmarks=bert-99 --scenarios=offline --fast_path=false '
+                       '--gpu_batch_size=8 --model_name=tiny --round=v4.1"')
+    # The command it prints resolves to settings the stored value is read with.
+    again = parse_run_args(command.split('"')[1].split())
+    assert tuned.run_settings(again.overrides) == tuned.run_settings(request.overrides)
+
+
+def test_an_equal_issue_query_is_counted_as_loadgen_pads_it():
+    assert [search.equal_issue_samples(n, 64) for n in (168, 192, 1, 64)] == [192, 192, 64, 64]
+    assert search.equal_issue_samples(168, 0) == 168
+
+
+def test_the_probe_note_of_an_equal_issue_benchmark_says_the_query_loadgen_runs(machine, tmp_path, monkeypatch):
+    # GPT-J's mlperf.conf sets sample_concatenate_permutation: LoadGen pads the Offline query to a multiple of the
+    # loaded samples, so the summary says the samples that run, not the ones planned.
+    machine(0.1, batch=8)
+    monkeypatch.setattr(fp, "read_detail_log", lambda folder: {"effective_sample_concatenate_permutation": True,
+                                                               "effective_performance_sample_count": 64})
+    _, probe = probed(tmp_path)
+    assert probe.note.endswith("the test's query: 64 samples (16 planned, padded by LoadGen to a multiple of the 64 "
+                               "loaded samples), ~640 s at 0.1 samples/s)")

@@ -2,7 +2,7 @@
 
 Why: in an FP8 layer the first FFN GEMM (``w1``, 1024 -> 4096) wrote a 16-bit ``[T, 4096]`` result that a separate
 kernel read back to add the bias, apply GELU and write the FP8 input of ``w2``: ~12 KB per token per layer of extra
-memory traffic, ~11 of 85 ms per 512 samples on an H200 (documentation/bert_gpu_notes.md). cuBLASLt can do all of
+memory traffic, ~11 of 85 ms per 512 samples on an H200 (documentation/notes/bert_gpu_notes.md). cuBLASLt can do all of
 it in the GEMM's epilogue (``CUBLASLT_EPILOGUE_GELU_BIAS``, scaling the result into e4m3 with ``D_SCALE``), which
 ``torch._scaled_mm`` does not expose. TensorRT fuses the same way. cuBLASLt's GELU is the tanh form. The same call
 serves a 16-bit ``w2`` (16-bit output, no ``D_SCALE``) and 16-bit GEMMs, and can list cuBLASLt's candidate

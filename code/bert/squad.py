@@ -282,7 +282,7 @@ def save_features(
     """Write the arrays, the post-processing file and (last, as the completeness marker) manifest.json.
 
     The set is written whole or not at all: into a folder beside ``out_dir`` renamed into its place when complete
-    (``atomic.replacing_folder``), after a check that the disk can hold it, so a full disk leaves the earlier set
+    (``atomic.replacing_folder_alone``), after a check that the disk can hold it, so a full disk leaves the earlier set
     as it was and says so instead of a traceback.
 
     `squad_eval.json.gz` (gzip'd JSON, no code execution on load unlike pickle):
@@ -322,7 +322,7 @@ def save_features(
     eval_bytes = gzip.compress(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
     needed = sum(array.nbytes for array in arrays.values()) + len(eval_bytes)
     check_free_space(out_dir.parent, needed, f"the preprocessed SQuAD set ({n} features)")
-    with atomic.replacing_folder(out_dir) as folder:
+    with atomic.replacing_folder_alone(out_dir) as folder:
         for name, array in arrays.items():
             np.save(folder / name, array)
         (folder / EVAL_FILE).write_bytes(eval_bytes)

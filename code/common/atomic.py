@@ -79,3 +79,31 @@ def leftovers(path: Path) -> list[Path]:
     if not path.parent.is_dir():
         return []
     return sorted(entry for entry in path.parent.iterdir() if pattern.fullmatch(entry.name) and entry.is_dir())
+
+
+def recover(path: Path) -> None:
+    """Undo what a killed ``replacing_folder(path)`` left beside ``path``: where the kill fell between its two renames
+    ``path`` is missing and its earlier folder waits as a replaced one, which is put back; every other leftover is
+    removed. Only the writer of ``path`` calls it (under its lock: another writer may be filling a folder now)."""
+    path = Path(path)
+    found = leftovers(path)
+    replaced = [entry for entry in found if entry.name.endswith(f".{FOLDER_REPLACED}")]
+    if replaced and not path.exists():
+        newest = max(replaced, key=lambda entry: entry.stat().st_mtime)
+        newest.rename(path)
+        found.remove(newest)
+    for leftover in found:
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+@contextmanager
+def replacing_folder_alone(path: Path) -> Iterator[Path]:
+    """``replacing_folder`` for a writer that other writers of ``path`` may run beside (two ``make preprocess_data``):
+    one at a time, under a lock file beside ``path``, each first recovering what a killed one left (``recover``)."""
+    from code.common.file_lock import holding
+
+    path = Path(path)
+    with holding(path.with_name(f".{path.name}.lock")):
+        recover(path)
+        with replacing_folder(path) as folder:
+            yield folder

@@ -14,7 +14,6 @@ then finds the first one's engine current and reuses it; a run loading the engin
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -81,8 +80,7 @@ def build_once(engine_dir: Path, write: Callable[[Path], None],
                 return False
             except EngineError:
                 pass
-        for leftover in atomic.leftovers(engine_dir):  # what a killed build left; no other build runs now
-            shutil.rmtree(leftover)
+        atomic.recover(engine_dir)  # what a killed build left; no other build runs now
         with atomic.replacing_folder(engine_dir) as building:
             write(building)
     return True

@@ -6,6 +6,7 @@ means nothing and is never removed (removing it would let two holders lock two d
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from collections.abc import Iterator
@@ -19,24 +20,42 @@ def holding(lock_file: Path, *, shared: bool = False) -> Iterator[None]:
     """Holds ``lock_file`` (created if missing) exclusively, or ``shared`` with other shared holders; waits for the
     holders of the other kind."""
     lock_file = Path(lock_file)
+    descriptor = _open(lock_file, shared)
+    if descriptor is None:  # a reader where the owner made no lock file and it may not make one: nothing to wait for
+        yield
+        return
     try:
-        lock_file.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:
-        if not shared:
-            raise
-        # A reader in a folder it may not write (a shared, read-only engines folder): the lock file of its owner,
-        # read-only (a lock needs no write access), or none where the owner made none.
-        try:
-            descriptor = os.open(lock_file, os.O_RDONLY)
-        except OSError:
-            yield
-            return
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        _lock(descriptor, lock_file, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
     finally:
         os.close(descriptor)  # releases the lock
+
+
+def _open(lock_file: Path, shared: bool) -> int | None:
+    """The lock file's descriptor. A shared holder in a folder it may not write (a shared, read-only engines folder)
+    opens its owner's lock file read-only (a lock needs no write access), or gets None where the owner made none."""
+    try:
+        lock_file.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        if not shared:
+            raise
+    try:
+        return os.open(lock_file, os.O_RDONLY)
+    except OSError:
+        return None
+
+
+def _lock(descriptor: int, lock_file: Path, operation: int) -> None:
+    """``flock``; a file system without locks (NFS mounted with nolock) is named with the fix instead of errno 37."""
+    try:
+        fcntl.flock(descriptor, operation)
+    except OSError as error:
+        if error.errno in (errno.ENOLCK, errno.EOPNOTSUPP):
+            raise OSError(error.errno, f"the file system of {lock_file.parent} does not support file locks "
+                          f"({error.strerror}); keep build/ on a local disk of this host, or on NFS with locking "
+                          "on", str(lock_file)) from None
+        raise
 
 
 # The locks this process holds until it exits (``hold_for_life``): their files stay open, so their locks stay held.
@@ -48,7 +67,7 @@ def hold_for_life(lock_file: Path) -> None:
     processes for exactly as long as this one lives (``is_held``)."""
     lock_file = Path(lock_file)
     lock = open(lock_file, "a")  # noqa: SIM115 - kept open on purpose: closing it would release the lock
-    fcntl.flock(lock, fcntl.LOCK_EX)
+    _lock(lock.fileno(), lock_file, fcntl.LOCK_EX)
     _held_for_life.append(lock)
 
 
@@ -58,6 +77,8 @@ def is_held(lock_file: Path) -> bool:
         descriptor = os.open(lock_file, os.O_RDONLY)
     except FileNotFoundError:
         return False
+    except OSError:
+        return True  # a lock file this process may not read: its folder is not ours to treat as free
     try:
         fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -123,14 +123,14 @@ def preprocess(eval_json: Path, out_dir: Path, tokenizer: GptjTokenizer, max_len
 
 def save_arrays(out_dir: Path, input_ids: np.ndarray, lengths: np.ndarray, manifest: dict) -> None:
     """Write the two arrays, then (last, as the completeness marker) manifest.json; whole or not at all: into a
-    folder beside ``out_dir`` renamed into its place when complete (``atomic.replacing_folder``), after a check
+    folder beside ``out_dir`` renamed into its place when complete (``atomic.replacing_folder_alone``), after a check
     that the disk can hold it, so a full disk leaves the earlier set as it was and says so."""
     out_dir = Path(out_dir)
     arrays = {INPUT_IDS_FILE: np.ascontiguousarray(input_ids, dtype=np.int32),
               INPUT_LENGTHS_FILE: np.ascontiguousarray(lengths, dtype=np.int32)}
     check_free_space(out_dir.parent, sum(array.nbytes for array in arrays.values()),
                      f"the preprocessed prompts ({len(lengths)} of them)")
-    with atomic.replacing_folder(out_dir) as folder:
+    with atomic.replacing_folder_alone(out_dir) as folder:
         for name, array in arrays.items():
             np.save(folder / name, array)
         (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",

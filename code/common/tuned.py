@@ -5,7 +5,7 @@ One file per system, benchmark and scenario, ``build/tuned/<system>/<bench-99|be
 (``MLPERF_TUNED_DIR`` moves the folder), holding the one setting that depends on the machine's speed
 (``TUNED_FIELDS``), how it was found, when, by which code version (``git describe``), for which system (the
 config's system name) and on which hardware (``system_id``). Config resolution (``code/common/config.py``) takes it
-between RUN_ARGS and the config class: RUN_ARGS > tuned > config class > default. A file that cannot be read, or
+between RUN_ARGS and the config class: RUN_ARGS > tuned > rung > config class > default. A file that cannot be read, or
 was found by another code version, for another system or on other hardware, is ignored with one warning naming
 the fix, never a traceback.
 

@@ -35,7 +35,8 @@ from code.common.devices import release_cached_gpu_memory
 from code.common.inputs import checkpoint_identity
 from code.common.ladder import Rung, engine_fields, engine_values
 from code.common.log import get_logger
-from code.common.run_logs import TestResult, make_test_log_dir, relocate_test, write_metadata
+from code.common.run_logs import TestResult, make_test_log_dir, relocate_test
+from code.common.run_record import write_metadata
 from code.common.tuned import (
     EngineMiss,
     TunedStoreError,

@@ -19,7 +19,8 @@ from code.common.arguments import RunRequest
 from code.common.benchmarks import load_benchmark
 from code.common.constants import TestMode
 from code.common.log import get_logger
-from code.common.run_logs import TestResult, make_test_log_dir, mark_incomplete, new_run_root
+from code.common.run_logs import TestResult, make_test_log_dir, new_run_root
+from code.common.run_record import mark_incomplete
 from code.common.summary import counted, exit_code
 from code.common.supervision import (
     Interrupted,

@@ -21,6 +21,7 @@ from code.common.audits import RUNS_SUBDIR
 from code.common.constants import TestMode
 from code.common.paths import BUILD_DIR, COMPLIANCE_LOGS_DIR, LOGS_DIR, REPO_ROOT
 from code.common.rounds import get_round
+from code.common.run_record import RunRecordError, read_record
 from code.common.system_description import (
     DescriptionFiles,
     SystemDescriptionError,
@@ -256,8 +257,8 @@ def _newest_audits(compliance: list[Path] | None, system: str, round_name: str,
 def _recorded_round(audit_run: Path) -> str | None:
     """The round an audit's LoadGen run recorded in its metadata.json; None when there is no readable record."""
     try:
-        return str(json.loads((audit_run / "metadata.json").read_text())["round"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return read_record(audit_run).round
+    except RunRecordError:
         return None
 
 

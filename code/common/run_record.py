@@ -66,6 +66,18 @@ class RunRecord:
         return self.data.get("config") or {}
 
     @property
+    def has_config(self) -> bool:
+        """Whether the test recorded its resolved config: the test's own process wrote the record, not only its
+        parent's note of a failure."""
+        return "config" in self.data
+
+    @property
+    def benchmark(self) -> str | None:
+        """The benchmark and target the test ran ("bert-99", "gptj-99.9"), as its config records it."""
+        value = self.config.get("benchmark")
+        return None if value is None else str(value)
+
+    @property
     def fields(self) -> dict[str, Any]:
         """The resolved config's field values."""
         return self.config.get("fields") or {}

@@ -24,7 +24,7 @@ class RunRecordError(ValueError):
     """A folder holds no readable run record."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class RunRecord:
     """One test's record as metadata.json holds it; a section a test did not record reads as empty (or None)."""
 
@@ -72,6 +72,11 @@ class RunRecord:
         return "config" in self.data
 
     @property
+    def sources(self) -> dict[str, str]:
+        """Where each resolved field's value came from ("RUN_ARGS", "tuned (...)", a class's name, "default")."""
+        return self.config.get("sources") or {}
+
+    @property
     def benchmark(self) -> str | None:
         """The benchmark and target the test ran ("bert-99", "gptj-99.9"), as its config records it."""
         value = self.config.get("benchmark")
@@ -100,6 +105,11 @@ class RunRecord:
         return self.data.get("versions") or {}
 
     @property
+    def engine_stats(self) -> dict[str, Any]:
+        """A continuous engine's counters (completed samples, generated tokens, ...); {} for a batch runner."""
+        return self.data.get("engine_stats") or {}
+
+    @property
     def audit_accuracy(self) -> dict[str, Any]:
         """A TEST01 audit's accuracy scores of its logged responses; {} otherwise."""
         return self.data.get("audit_accuracy") or {}
@@ -113,6 +123,10 @@ class RunRecord:
     def role(self) -> str | None:
         """"probe" for a --test_run's probe, which only sized the test's query."""
         return self.data.get("role")
+
+    def update_engine(self, **changes: Any) -> None:
+        """Add to the engine section: the accuracy gate marks the run of an engine that missed its target."""
+        self.data["engine"] = {**self.engine, **changes}
 
     @classmethod
     def of(cls, result: TestResult, **sections: Any) -> RunRecord:

@@ -10,8 +10,8 @@ holds that system's. A system ``<model>x<count>`` uses its own class when there 
 its throughputs (the fields marked ``system_rate``: Offline's expected and Server's target QPS) are the per-GPU
 ones times the count; every other value, latencies included, is the class's as it is. ``resolve_config`` looks the
 class up, turns its fields into the system's values (``system_values``) and hands them to
-``code.common.config.resolve_fields``, which holds the one precedence rule (RUN_ARGS > tuned > config class >
-field default; tuned values were measured on the whole system and are never scaled). This module imports from
+``code.common.config.resolve_fields``, which holds the one precedence rule (RUN_ARGS > tuned > rung > config class
+> field default; tuned values were measured on the whole system and are never scaled). This module imports from
 ``code/common`` and never the reverse: code/common knows fields, not the classes that set them.
 
 A class may list the engines it can run for its accuracy target, fastest first: ``engine_ladder = (Rung(...), ...)``
@@ -40,7 +40,7 @@ from code.common.tuned import tuned_fields
 # ConfigError, ResolvedConfig and WorkloadSetting live in code/common/config.py; they are named here too because
 # config files and NVIDIA-style readers look for them beside the registry.
 __all__ = ["BenchmarkConfiguration", "ConfigError", "ConfigRegistry", "ResolvedConfig", "Rung", "WorkloadSetting",
-           "resolve_config", "system_values", "validate_config_class"]
+           "resolve_config", "shared_values", "system_values", "validate_config_class"]
 
 # Class attributes that identify a config rather than set a field.
 IDENTITY_ATTRIBUTES = ("benchmark", "scenario", "system")
@@ -205,6 +205,26 @@ class ConfigRegistry:
     @classmethod
     def registered(cls) -> dict[RegistryKey, type[BenchmarkConfiguration]]:
         return dict(cls._classes)
+
+
+def shared_values(**values: Any):  # noqa: ANN201 - a decorator factory
+    """A class decorator that sets fields several classes share across scenario files (a benchmark's values for an
+    accuracy target or a device), so they are stated once; it goes under ``@ConfigRegistry.register``. The class
+    keeps single inheritance and is the values' owner, as if it had set them. A class that sets one of those fields
+    itself is refused: two statements of one value would leave a reader to guess which one holds."""
+    unknown = sorted(set(values) - set(FIELDS))
+    if unknown:
+        raise ConfigError(f"shared_values: unknown field(s) {', '.join(unknown)}")
+
+    def decorator(config: type[BenchmarkConfiguration]) -> type[BenchmarkConfiguration]:
+        for name, value in values.items():
+            if name in vars(config):
+                raise ConfigError(f"config class {config.__name__} sets {name}, which its shared values set too: "
+                                  "drop one of them")
+            setattr(config, name, value)
+        return config
+
+    return decorator
 
 
 def candidate_names(system: str) -> list[str]:

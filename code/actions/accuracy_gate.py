@@ -21,7 +21,6 @@ the gate's run of a PerformanceOnly run, so the run's folder holds the accuracy 
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,9 @@ from code.common.devices import release_cached_gpu_memory
 from code.common.inputs import checkpoint_identity
 from code.common.ladder import Rung, engine_fields, engine_values
 from code.common.log import get_logger
-from code.common.run_logs import TestResult, make_test_log_dir, relocate_test, write_metadata
+from code.common.run_logs import TestResult, make_test_log_dir, relocate_test
+from code.common.run_record import RunRecord, read_record, write_record
+from code.common.summary import RanTest
 from code.common.tuned import (
     EngineMiss,
     TunedStoreError,
@@ -192,7 +193,7 @@ class GateOutcome:
     """What the gate's accuracy runs of one config ended with."""
 
     config: ResolvedConfig | None  # resolved with the engine that passed; None: none did
-    results: list[tuple[str, TestResult, dict]] = field(default_factory=list)  # every accuracy run, for the summary
+    results: list[RanTest] = field(default_factory=list)  # every accuracy run, for the summary
     stop: str | None = None  # every engine missed: why the run ends here, and the fix
 
 
@@ -220,7 +221,7 @@ class Gate:
             config = gate_plan.config if index == 0 else self.next_engine(gate_plan, rung)
             done = self.try_engine(config, rung, own, misses, gate_plan.overrides)
             outcome.results.append(done)
-            _, result, metadata = done
+            _, result, record = done
             if result.valid is None or not result.complete:
                 return outcome  # it did not finish: not a miss, and nothing to go on with (its ERROR is shown)
             accuracy = (result.accuracy or {}).get("summary", "")
@@ -232,7 +233,7 @@ class Gate:
                                                                         config.scenario)))
                 outcome.config = config
                 return outcome
-            misses.append(self.record(gate_plan, config, rung, result, metadata,
+            misses.append(self.record(gate_plan, config, rung, result, record,
                                       gate_plan.rungs[index + 1] if index + 1 < len(gate_plan.rungs) else None))
         outcome.stop = exhausted_line(gate_plan, misses)
         return outcome
@@ -248,7 +249,7 @@ class Gate:
         return config
 
     def try_engine(self, config: ResolvedConfig, rung: Rung, own: TestMode | None, misses: list[EngineMiss],
-                   overrides: dict[str, Any]) -> tuple[str, TestResult, dict]:
+                   overrides: dict[str, Any]) -> RanTest:
         """One AccuracyOnly run of ``rung``'s engine."""
         before = f"; above it {_missed(misses)} missed" if misses else ""
         config.engine_choice = choice(config, "this run", f"{rung.name}: this AccuracyOnly run is its accuracy gate"
@@ -264,11 +265,11 @@ class Gate:
         log.info("%s %s %s: accuracy gate of engine %s (%s)", self.system, config.benchmark_name,
                  config.scenario.value, rung.name, rung.why)
         self.running = spec
-        result, metadata = run_child(spec, log_dir)
+        result, record = run_child(spec, log_dir)
         self.running = None
-        return config.benchmark_name, result, metadata
+        return config.benchmark_name, result, record
 
-    def record(self, gate_plan: GatePlan, config: ResolvedConfig, rung: Rung, result: TestResult, metadata: dict,
+    def record(self, gate_plan: GatePlan, config: ResolvedConfig, rung: Rung, result: TestResult, record: RunRecord,
                following: Rung | None) -> EngineMiss:
         """Store a miss, say it in one line, and move its run out of the folder the next engine's run takes."""
         accuracy = result.accuracy or {}
@@ -277,7 +278,7 @@ class Gate:
         if log_dir != gate_dir:
             log_dir = relocate_test(log_dir, gate_dir)
             result.log_dir = str(log_dir)
-            metadata.update(json.loads((log_dir / "metadata.json").read_text()))  # its paths, moved
+            record.data = read_record(log_dir).data  # its paths, moved
         miss = EngineMiss(rung.name, engine_values(config.values), accuracy.get("summary", ""),
                           list(accuracy.get("failures") or result.invalid_reasons), str(log_dir),
                           time.strftime("%Y-%m-%dT%H:%M:%S%z"), code_version())
@@ -289,9 +290,8 @@ class Gate:
         then = f"; building and trying {following.name}" if following else "; it was the ladder's last engine"
         log.warning("%s: engine %s missed the accuracy target: %s; recorded in %s%s", gate_plan.name, rung.name,
                     "; ".join(miss.failures) or miss.score or "no score", path, then)
-        metadata["engine"] = {**metadata.get("engine", {}), "gate": "missed",
-                              "next": following.name if following else None, "records": path,
-                              "summary": f"{rung.name}: MISSED the accuracy target ({'; '.join(miss.failures)}); "
-                                         f"recorded in {path}" + (f"; {following.name} next" if following else "")}
-        write_metadata(log_dir, metadata)
+        record.update_engine(gate="missed", next=following.name if following else None, records=path,
+                             summary=f"{rung.name}: MISSED the accuracy target ({'; '.join(miss.failures)}); "
+                                     f"recorded in {path}" + (f"; {following.name} next" if following else ""))
+        write_record(log_dir, record)
         return miss

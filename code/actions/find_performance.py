@@ -30,7 +30,8 @@ from code.common.config import ResolvedConfig
 from code.common.constants import ExitCode, Scenario, TestMode
 from code.common.faults import describe
 from code.common.log import get_logger
-from code.common.run_logs import TestResult, mark_incomplete, new_run_root, read_detail_log
+from code.common.run_logs import TestResult, new_run_root, read_detail_log
+from code.common.run_record import mark_incomplete
 from code.common.supervision import Interrupted, stop_signals_ignored, stop_signals_raise
 from code.common.tuned import (
     TUNED_FIELDS,

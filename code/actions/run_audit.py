@@ -45,7 +45,8 @@ from code.common.log import get_logger
 from code.common.paths import COMPLIANCE_LOGS_DIR
 from code.common.rounds import RoundError, get_round
 from code.common.run_logs import TestResult, new_timestamped_dir
-from code.common.summary import exit_code
+from code.common.run_record import RunRecord
+from code.common.summary import RanTest, exit_code
 from code.common.supervision import Interrupted, stop_signals_ignored, stop_signals_raise
 from code.common.verdicts import round_refusal
 from configs.configuration import ResolvedConfig
@@ -74,12 +75,12 @@ def run_audit(request: RunRequest) -> int:
               for config in configs for test in request.audit_tests or _required(config)]
     root = new_timestamped_dir(COMPLIANCE_LOGS_DIR)
     log.info("compliance logs: %s", root)
-    results: list[tuple[str, TestResult, dict]] = []
+    results: list[RanTest] = []
     try:
         with stop_signals_raise():
             for audit in audits:
-                result, metadata = _run_one(audit, system, root, request.overrides)
-                results.append((audit.config.benchmark_name, result, metadata))
+                result, record = _run_one(audit, system, root, request.overrides)
+                results.append((audit.config.benchmark_name, result, record))
     except Interrupted as stop:
         with stop_signals_ignored():
             log.warning("%s: stopped; %d audit(s) not finished", stop, len(audits) - len(results))
@@ -119,7 +120,7 @@ def plan_audit(config: ResolvedConfig, test: str, results_dir: str | None) -> Au
     return Audit(config, test, tools, reference)
 
 
-def _run_one(audit: Audit, system: str, root: Path, overrides: dict) -> tuple[TestResult, dict]:
+def _run_one(audit: Audit, system: str, root: Path, overrides: dict) -> tuple[TestResult, RunRecord]:
     """The audit's LoadGen test in its working directory, then the official verification into the checker's
     layout; the result's verdict is the verification's. Also returns the LoadGen run's metadata.json."""
     config, test = audit.config, audit.test
@@ -133,9 +134,9 @@ def _run_one(audit: Audit, system: str, root: Path, overrides: dict) -> tuple[Te
     performance = TestMode.PerformanceOnly  # audit.config sets performance mode too
     spec = test_spec(system, config, performance, {**overrides, "test_mode": performance.value}, work_dir)
     spec["audit"] = {"test": test, "reference_accuracy_log": str(audit.reference / REFERENCE_ACCURACY_LOG)}
-    run, metadata = run_child(spec, work_dir, cwd=work_dir)
+    run, record = run_child(spec, work_dir, cwd=work_dir)
     if run.valid is None or not run.complete:
-        return run, metadata
+        return run, record
     output_dir = root / where
     verdict = _verify(audit, work_dir, output_dir)
     if not run.valid:  # the checker rejects an audit whose LoadGen run is INVALID or logged an error
@@ -144,14 +145,14 @@ def _run_one(audit: Audit, system: str, root: Path, overrides: dict) -> tuple[Te
         verdict.reasons += run.loadgen_errors
     accuracy_dir = output_dir / test / "accuracy"
     if test == "TEST01":
-        ship_test01_accuracy(verdict, work_dir, accuracy_dir, metadata.get("audit_accuracy", {}),
+        ship_test01_accuracy(verdict, work_dir, accuracy_dir, record.audit_accuracy,
                               config.benchmark_name)
     figures = "; ".join(verdict.figures) or "no figures"
     summary = f"{test}: " + ", ".join(f"{name} {'PASS' if ok else 'FAIL'}" for name, ok in verdict.checks.items())
     result = TestResult(config.scenario.value, test, str(output_dir / test), valid=verdict.passed,
                         invalid_reasons=verdict.reasons, not_submittable=run.not_submittable,
                         accuracy={"summary": f"{summary} ({figures})", "checks": verdict.checks})
-    return result, metadata
+    return result, record
 
 
 def _verify(audit: Audit, work_dir: Path, output_dir: Path) -> AuditVerdict:

@@ -19,8 +19,9 @@ from code.common.arguments import RunRequest
 from code.common.benchmarks import load_benchmark
 from code.common.constants import TestMode
 from code.common.log import get_logger
-from code.common.run_logs import TestResult, make_test_log_dir, mark_incomplete, new_run_root
-from code.common.summary import counted, exit_code
+from code.common.run_logs import make_test_log_dir, new_run_root
+from code.common.run_record import RunRecord, mark_incomplete
+from code.common.summary import RanTest, counted, exit_code
 from code.common.supervision import (
     Interrupted,
     stop_signals_ignored,
@@ -51,7 +52,7 @@ def run_harness(request: RunRequest) -> int:
         load_benchmark(config.benchmark).describe_inputs(config, loadgen_mode)
     root = new_run_root(request.overrides.get("log_dir"))
     log.info("logs: %s", root)
-    results: list[tuple[str, TestResult, dict]] = []
+    results: list[RanTest] = []
     running: dict | None = None  # the spec of the test in progress
     gate = Gate(system, root)
     stopped: str | None = None  # why the run ended before its last test: every engine of a ladder missed
@@ -93,7 +94,7 @@ def run_harness(request: RunRequest) -> int:
                     print(flush=True)  # a blank line before each test's output, as a separator
                     log.info("%s %s %s %s", system, config.benchmark_name, config.scenario.value, loadgen_mode.value)
                     log.debug("config: %s", json.dumps(config.as_dict(), default=str))
-                    result, metadata = run_child(running, log_dir)
+                    result, record = run_child(running, log_dir)
                     rerun = rerun_setting(config, probe, result)
                     if rerun is not None:  # the probed query ended before its minimum duration: once more, larger
                         log_dir.rename(probe_dir.with_name(f"{probe_dir.name}-short"))
@@ -102,9 +103,9 @@ def run_harness(request: RunRequest) -> int:
                                                     loadgen_mode, submission_layout=mode is TestMode.SubmissionRun)
                         running = test_spec(system, config, loadgen_mode, {**overrides, **rerun.fields}, log_dir,
                                             rerun.note, rerun.fields)
-                        result, metadata = run_child(running, log_dir)
+                        result, record = run_child(running, log_dir)
                     running = None
-                    results.append((config.benchmark_name, result, metadata))
+                    results.append((config.benchmark_name, result, record))
     except Interrupted as stop:
         with stop_signals_ignored():
             log.warning(_record_interruption(stop, running or gate.running, results, len(tests)))
@@ -114,7 +115,7 @@ def run_harness(request: RunRequest) -> int:
     return int(exit_code(counted(results), stopped))
 
 
-def _record_interruption(stop: Interrupted, running: dict | None, results: list[tuple[str, TestResult, dict]],
+def _record_interruption(stop: Interrupted, running: dict | None, results: list[RanTest],
                          planned: int) -> str:
     """Mark the stopped test's folder incomplete, add it to the results, and say in one line what was stopped."""
     line = f"{stop}: "
@@ -125,7 +126,7 @@ def _record_interruption(stop: Interrupted, running: dict | None, results: list[
         reason = f"interrupted by {stop.signal_name} after {seconds:.1f} s; its LoadGen logs are partial"
         result = mark_incomplete(Path(running["log_dir"]), running["scenario"], running["mode"], reason,
                                  {"test_spec": running})
-        results.append((running["benchmark_name"], result, {}))
+        results.append((running["benchmark_name"], result, RunRecord({})))
         line += (f"stopped {running['benchmark_name']} {running['scenario']} {running['mode']} and its processes; "
                  f"{running['log_dir']} is marked incomplete")
     not_started = planned - len(results)

@@ -39,8 +39,8 @@ from code.common.run_logs import (
     check_loadgen_logs,
     performance_result,
     read_detail_log,
-    write_metadata,
 )
+from code.common.run_record import RunRecord, write_record
 from code.common.supervision import die_with_parent
 from code.common.systems import detect_system
 from code.common.user_conf import write_user_conf
@@ -159,11 +159,10 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
     result.extra["seconds"] = round(time.time() - started, 1)
 
     software = versions(config["round"])
-    write_metadata(log_dir, {
+    write_record(log_dir, RunRecord.of(result, **{
         # What staging and audits read to match runs to a round's tools: the round and the LoadGen that ran.
         "round": config["round"],
         "loadgen_version": software["loadgen"],
-        "result": result.to_dict(),
         "config": config.as_dict(),
         "system": system.describe(),
         "system_name": config.system,
@@ -181,7 +180,7 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
         **({"tuning": spec["tuning"]} if spec.get("tuning") else {}),
         # "probe": a --test_run's probe, which only sized the test's query (its report's title says so).
         **({"role": spec["role"]} if spec.get("role") else {}),
-    })
+    }))
     write_report(log_dir)
     return result
 

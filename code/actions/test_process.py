@@ -22,8 +22,9 @@ from code.common.faults import describe
 from code.common.log import get_logger
 from code.common.paths import REPO_ROOT, harness_lib_dir
 from code.common.rounds import RoundError
-from code.common.run_logs import TestResult, mark_incomplete, write_metadata
-from code.common.summary import format_summary, write_summary
+from code.common.run_logs import TestResult
+from code.common.run_record import RunRecord, RunRecordError, mark_incomplete, read_record, write_record
+from code.common.summary import RanTest, format_summary, write_summary
 from code.common.supervision import start_in_own_group, stop_group, stop_signals_ignored
 from code.common.verdicts import round_refusal
 from code.harness.build import module_path
@@ -71,7 +72,7 @@ def require_built_core(round_name: str) -> None:
         raise BenchmarkError(f"the C++ core of round {round_name} is not built: run `make build ROUND={round_name}`")
 
 
-def finish_run(system: str, root: Path, results: list[tuple[str, TestResult, dict]], who: str = "run_harness",
+def finish_run(system: str, root: Path, results: list[RanTest], who: str = "run_harness",
                interrupted_by: tuple[str, int] | None = None, stopped: str | None = None) -> None:
     """Write the summary files in ``root`` and print the summary; it reaches the terminal even when the disk is
     full or the folder read-only (``who`` prefixes the line that says it was not saved). ``stopped``: why the run
@@ -94,7 +95,7 @@ def write_run_page(root: Path, who: str) -> None:
         print(f"[{who}] report.md not written: {type(error).__name__}: {error}", flush=True)
 
 
-def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestResult, dict]:
+def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestResult, RunRecord]:
     """Run one test in its own process group, in ``cwd`` (LoadGen reads an audit's audit.config from there); the
     group is stopped whenever this returns or raises."""
     spec_file = log_dir / "test_spec.json"
@@ -134,15 +135,15 @@ def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestRes
             transcript.close()
     if transcript.error is not None:
         log.warning("%s not saved whole: %s", transcript.path.name, transcript.error)
-    metadata = _read_metadata(log_dir)
-    if status == 0 and metadata.get("result", {}).get("complete"):
-        return TestResult.from_dict(metadata["result"]), metadata
+    record = _read_record(log_dir)
+    if status == 0 and record.complete:
+        return record.result, record
     reasons = [error_line.removeprefix("ERROR: ")] if error_line else []
     reasons.append(f"the test process failed (exit {status}); see {log_dir / 'stdout.txt'}")
     result = TestResult(spec["scenario"], spec["mode"], str(log_dir), valid=None, invalid_reasons=reasons)
-    _save(lambda: write_metadata(log_dir, {"result": result.to_dict(), "test_spec": spec}), "metadata.json",
+    _save(lambda: write_record(log_dir, RunRecord.of(result, test_spec=spec)), "metadata.json",
           log_dir / "metadata.json")
-    return result, {}
+    return result, RunRecord({})
 
 
 class Transcript:
@@ -198,9 +199,9 @@ def _save(write: Callable[[], object], what: str, where: Path, who: str = "run_h
         get_logger(who).warning("%s not saved: %s", what, message)
 
 
-def _read_metadata(log_dir: Path) -> dict:
-    """The test's metadata.json, or {} when it is unreadable (the test then counts as failed)."""
+def _read_record(log_dir: Path) -> RunRecord:
+    """The test's metadata.json, or an empty record when it is unreadable (the test then counts as failed)."""
     try:
-        return json.loads((log_dir / "metadata.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
+        return read_record(log_dir)
+    except RunRecordError:
+        return RunRecord({})

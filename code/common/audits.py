@@ -18,6 +18,7 @@ from pathlib import Path
 from code.common.constants import Benchmark, Scenario
 from code.common.paths import LOGS_DIR, OFFICIAL_TOOLS_DIR
 from code.common.rounds import ROUNDS, get_round
+from code.common.run_record import RunRecordError, read_record
 
 # Every audit test the official checkers know; a round requires some of them of each benchmark (rounds.py).
 AUDIT_TESTS = ("TEST01", "TEST04", "TEST05", "TEST06")
@@ -96,13 +97,13 @@ def reference_problem(folder: Path, round_name: str) -> str | None:
             return f"{folder} has no {relative} (a SubmissionRun folder has accuracy/ and performance/run_1/)"
     for test_dir in (folder / "accuracy", folder / "performance" / "run_1"):
         try:
-            metadata = json.loads((test_dir / "metadata.json").read_text())
-        except (OSError, json.JSONDecodeError):
+            record = read_record(test_dir)
+        except RunRecordError:
             return f"{test_dir} has no readable metadata.json: not a run of this harness"
-        if not metadata.get("result", {}).get("complete"):
+        if not record.complete:
             return f"{test_dir} did not finish"
-        if metadata.get("round") != round_name:
-            return f"{test_dir} is a run of round {metadata.get('round')}, not {round_name}"
+        if record.round != round_name:
+            return f"{test_dir} is a run of round {record.round}, not {round_name}"
     return None
 
 

@@ -99,12 +99,14 @@ def resolve_fields(
     overrides: dict[str, Any],
     tuned: dict[str, tuple[Any, str]] | None = None,
 ) -> ResolvedConfig:
-    """RUN_ARGS > tuned > config class > field default, for the fields that apply to this benchmark and scenario.
+    """RUN_ARGS > tuned > rung > config class > field default, for the fields that apply to this benchmark and
+    scenario.
 
-    ``from_config`` maps each field the config class sets (itself or by inheritance) to its value and the name of
-    the class that set it, so a resolved value can say where it came from; ``tuned`` the same for the values
-    ``make find_performance`` stored (source ``tuned (<file>)``). The rules between fields (``check_combination``)
-    and the bound on what LoadGen plans (``check_plan``) run last, on the final values.
+    ``from_config`` maps each field the config class sets (itself or by inheritance), with the chosen rung's values
+    of an engine ladder laid over them (configs/configuration.py), to its value and the name of what set it, so a
+    resolved value can say where it came from; ``tuned`` the same for the values ``make find_performance`` stored
+    (source ``tuned (<file>)``). The rules between fields (``check_combination``) and the bound on what LoadGen plans
+    (``check_plan``) run last, on the final values.
     """
     tuned = tuned or {}
     resolved = ResolvedConfig(benchmark, scenario, system, workload, config_class)

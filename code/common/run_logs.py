@@ -266,18 +266,3 @@ def relocate_test(directory: Path, to: Path) -> Path:
                                                default=str) + "\n")
     return to
 
-
-def mark_incomplete(directory: Path, scenario: str, mode: str, reason: str, details: dict[str, Any]) -> TestResult:
-    """Write metadata.json for a test that has not finished (``complete: false``) and return its result."""
-    result = TestResult(scenario, mode, str(directory), complete=False, invalid_reasons=[reason])
-    write_metadata(directory, {"result": result.to_dict(), **details})
-    return result
-
-
-def write_metadata(directory: Path, payload: dict[str, Any]) -> Path:
-    """metadata.json: metric, validity and reasons, resolved config, system, versions, input/weight provenance.
-
-    Replaced whole (``atomic``): a write that fails (a full disk) or is interrupted leaves the earlier record, the
-    test's "not finished" marker, rather than a cut-short file that reads as nothing."""
-    return atomic.write_text(directory / "metadata.json",
-                             json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")

@@ -9,10 +9,13 @@ from typing import Any
 from code.common import atomic, loadgen_rules
 from code.common.constants import ExitCode
 from code.common.run_logs import TestResult
+from code.common.run_record import RunRecord
 
 LOADGEN_ADVICE = ("Increase expected QPS", "Decrease expected latency")
 """The starts of LoadGen's advice on a query that ended early, which names settings a user may never have set: the
 summary gives the command to type instead (``next_command``)."""
+RanTest = tuple[str, TestResult, RunRecord]
+"""One test of a run as the summary reads it: its benchmark name ("bert-99"), its result and its record."""
 NEXT_MARGIN = 1.5
 """The next command's offline_expected_qps: the rate just measured x this, so the next query outlasts the minimum."""
 
@@ -22,10 +25,9 @@ def ended_early(result: TestResult) -> bool:
     return result.valid is False and loadgen_rules.ended_early(result.invalid_reasons)
 
 
-def _given_flags(metadata: dict[str, Any], leave_out: str) -> str:
+def _given_flags(record: RunRecord, leave_out: str) -> str:
     """The run's RUN_ARGS as flags (from metadata.json's sources), without the log folder and ``leave_out``."""
-    config = metadata.get("config") or {}
-    fields, sources = config.get("fields") or {}, config.get("sources") or {}
+    fields, sources = record.fields, record.sources
     flags = []
     for name in sorted(name for name, source in sources.items() if source == "RUN_ARGS"):
         if name in ("log_dir", leave_out) or name not in fields:
@@ -35,7 +37,7 @@ def _given_flags(metadata: dict[str, Any], leave_out: str) -> str:
     return "".join(flags)
 
 
-def next_command(benchmark_name: str, result: TestResult, metadata: dict[str, Any]) -> str | None:
+def next_command(benchmark_name: str, result: TestResult, record: RunRecord) -> str | None:
     """The command that makes a test VALID that ended before its minimum duration: Offline, a run with an expected
     QPS of ``NEXT_MARGIN`` x the rate it measured; else ``make find_performance``, which measures the setting."""
     if not ended_early(result):
@@ -43,7 +45,7 @@ def next_command(benchmark_name: str, result: TestResult, metadata: dict[str, An
     scenario = result.scenario
     name = {"Offline": "offline_expected_qps", "SingleStream": "single_stream_expected_latency_ns",
             "Server": "server_target_qps"}.get(scenario, "")
-    args = f"--benchmarks={benchmark_name} --scenarios={scenario.lower()}{_given_flags(metadata, name)}"
+    args = f"--benchmarks={benchmark_name} --scenarios={scenario.lower()}{_given_flags(record, name)}"
     if scenario == "Offline" and result.value:
         return f'make run RUN_ARGS="{args} --offline_expected_qps={result.value * NEXT_MARGIN:.3g}"'
     return f'make find_performance RUN_ARGS="{args}", then make run RUN_ARGS="{args}"'
@@ -84,12 +86,11 @@ def _device_lines(devices: dict[str, Any]) -> list[str]:
     return lines
 
 
-def cpu_precision_note(metadata: dict[str, Any]) -> str | None:
+def cpu_precision_note(record: RunRecord) -> str | None:
     """``CPU precision: fp32 [CPU: this CPU has neither ...]``: on a CPU the precision decides the speed (bf16 is
     fast only with bf16 arithmetic, code/common/cpu_features.py), so the summary says which ran and why."""
-    config = metadata.get("config") or {}
-    fields, sources = config.get("fields") or {}, config.get("sources") or {}
-    used = (metadata.get("devices") or {}).get("used") or [fields.get("device", "")]
+    fields, sources = record.fields, record.sources
+    used = record.devices.get("used") or [fields.get("device", "")]
     if "precision" not in fields or not all(str(device).startswith("cpu") for device in used):
         return None
     return f"CPU precision: {fields['precision']} [{sources.get('precision', '?')}]"
@@ -105,16 +106,15 @@ def exit_code(results: list[TestResult], stopped: str | None = None) -> ExitCode
     return ExitCode.OK
 
 
-def superseded(metadata: dict[str, Any]) -> bool:
-    """An engine's accuracy run that missed its target while the ladder had a next engine to try: the run's outcome
-    is the next engine's, so this FAIL is shown but does not decide the exit status."""
-    engine = metadata.get("engine") or {}
+def superseded(engine: dict[str, Any]) -> bool:
+    """An engine's accuracy run (its record's ``engine``) that missed its target while the ladder had a next engine
+    to try: the run's outcome is the next engine's, so this FAIL is shown but does not decide the exit status."""
     return engine.get("gate") == "missed" and bool(engine.get("next"))
 
 
-def counted(results: list[tuple[str, TestResult, dict[str, Any]]]) -> list[TestResult]:
+def counted(results: list[RanTest]) -> list[TestResult]:
     """The results that decide a run's exit status: all but the superseded misses of an engine ladder."""
-    return [result for _, result, metadata in results if not superseded(metadata)]
+    return [result for _, result, record in results if not superseded(record.engine)]
 
 
 def accuracy_gate_command(benchmark_name: str, scenarios: list[str]) -> str:
@@ -123,7 +123,7 @@ def accuracy_gate_command(benchmark_name: str, scenarios: list[str]) -> str:
             '--test_mode=AccuracyOnly"')
 
 
-def accuracy_gate_lines(results: list[tuple[str, TestResult, dict[str, Any]]]) -> list[str]:
+def accuracy_gate_lines(results: list[RanTest]) -> list[str]:
     """What decided accuracy in this run, per benchmark, and what decides it for a real submission.
 
     MLPerf's rule (99% or 99.9% of the reference's score) is met or missed by the AccuracyOnly run of the real
@@ -133,11 +133,11 @@ def accuracy_gate_lines(results: list[tuple[str, TestResult, dict[str, Any]]]) -
     """
     lines = []
     for name in dict.fromkeys(name for name, _, _ in results):
-        ran = [(result, metadata.get("engine") or {}) for benchmark, result, metadata in results if benchmark == name]
+        ran = [(result, record.engine) for benchmark, result, record in results if benchmark == name]
         gates = {engine.get("gate") for _, engine in ran if engine.get("ladder")}
         command = accuracy_gate_command(name, list(dict.fromkeys(result.scenario for result, _ in ran)))
         real = [result for result, engine in ran if result.accuracy is not None and not result.not_submittable
-                and not superseded({"engine": engine})]
+                and not superseded(engine)]
         passed = any(engine.get("gate") == "passed" or (engine.get("gate") == "this run" and result.valid)
                      for result, engine in ran if engine.get("ladder"))
         if passed:
@@ -163,7 +163,7 @@ def accuracy_gate_lines(results: list[tuple[str, TestResult, dict[str, Any]]]) -
     return lines
 
 
-def format_summary(system: str, root: Path, results: list[tuple[str, TestResult, dict[str, Any]]],
+def format_summary(system: str, root: Path, results: list[RanTest],
                    interrupted_by: tuple[str, int] | None = None, stopped: str | None = None) -> str:
     """The summary table; ``interrupted_by`` (signal name, exit status) when a stop signal ended the run, whose
     exit status then is the signal's, not the tests'; ``stopped`` when every engine of a ladder missed its accuracy
@@ -171,31 +171,30 @@ def format_summary(system: str, root: Path, results: list[tuple[str, TestResult,
     lines = ["", "=" * 30 + " Result summaries " + "=" * 30, f"{system}:"]
     current = None
     notes: set[str] = set()
-    for benchmark_name, result, metadata in results:
+    for benchmark_name, result, record in results:
         if benchmark_name != current:
             lines.append(f"  {benchmark_name}:")
             current = benchmark_name
         lines.append(f"    {result.scenario:<13} {result.mode:<16} {_describe(result)}")
-        engine = metadata.get("engine") or {}
-        if engine.get("summary"):  # which engine of the config's ladder ran, and why
-            lines.append(f"      engine: {engine['summary']}")
-        lines += _device_lines(metadata.get("devices") or {})
-        if metadata.get("tuning"):  # how the harness set its expected rate or latency first (find_performance)
-            lines.append(f"      tuned: {metadata['tuning']}")
-        command = next_command(benchmark_name, result, metadata)
+        if record.engine.get("summary"):  # which engine of the config's ladder ran, and why
+            lines.append(f"      engine: {record.engine['summary']}")
+        lines += _device_lines(record.devices)
+        if record.tuning:  # how the harness set its expected rate or latency first (find_performance)
+            lines.append(f"      tuned: {record.tuning}")
+        command = next_command(benchmark_name, result, record)
         if command:
             lines.append(f"      its query ended before the minimum duration; next: {command}")
-        provenance = metadata.get("provenance", {})
+        provenance = record.provenance
         if result.not_submittable and provenance:
             lengths = provenance.get("input_lengths", {})
             mean = f", mean {lengths['mean']:.0f} tokens" if "mean" in lengths else ""
             notes.add(f"model: {provenance.get('model')}; inputs: {provenance.get('inputs')}{mean}; "
                       f"weights: {provenance.get('weights')}")
-        precision = cpu_precision_note(metadata)
+        precision = cpu_precision_note(record)
         if precision:
             notes.add(precision)
-        if metadata.get("round"):
-            notes.add(f"round {metadata['round']}, LoadGen {metadata.get('loadgen_version')}")
+        if record.round:
+            notes.add(f"round {record.round}, LoadGen {record.loadgen_version}")
     for note in sorted(notes):
         lines.append(f"  NOTE {note}")
     lines += accuracy_gate_lines(results)

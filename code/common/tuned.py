@@ -8,7 +8,7 @@ beside the earlier ones instead of over them, and a value found again with the s
 and says so. A record holds the one setting that depends on the machine's speed (``TUNED_FIELDS``), how it was
 found, when, by which code version (``git describe``), for which system (the config's system name) and on which
 hardware (``system_id``). Config resolution (``code/common/config.py``) takes the record of the run's key between
-RUN_ARGS and the config class: RUN_ARGS > tuned > config class > default. A file that cannot be read, or a record
+RUN_ARGS and the config class: RUN_ARGS > tuned > rung > config class > default. A file that cannot be read, or a record
 found by another code version, for another system or on other hardware, is ignored with one warning naming the fix,
 never a traceback. Writers read, change and replace the file under its lock (``.<Scenario>.json.lock`` beside it),
 so two find_performance runs at once both keep their values.

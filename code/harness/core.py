@@ -34,7 +34,9 @@ class HarnessNotBuiltError(ImportError):
 
 @dataclass(frozen=True)
 class CoreSettings:
-    """Everything the core needs for one LoadGen test; validated on construction."""
+    """Everything the core needs for one LoadGen test; validated on construction. The one definition of the core's
+    settings: ``run_test`` hands this object to the C++ core, whose binding (src/bindings.cc) reads each field by
+    its name into the RunConfig field of the same name, so a new setting is a field here plus its use in C++."""
 
     model: str  # mlperf.conf key: "bert" | "gptj"
     scenario: str  # "Offline" | "Server" | "SingleStream"
@@ -314,18 +316,7 @@ def run_test(
 
     mlperf_conf = runtime_mlperf_conf(get_round(settings.round))  # a LoadGen that does not compile it in (v4.1)
     _module(settings.round).run_test(
-        model=settings.model,
-        scenario=settings.scenario,
-        mode=settings.mode,
-        user_conf=str(settings.user_conf),
-        log_dir=str(settings.log_dir),
-        total_sample_count=settings.total_sample_count,
-        performance_sample_count=settings.performance_sample_count,
-        max_batch_size=settings.max_batch_size,
-        num_workers=settings.num_workers,
-        sort_by_length=settings.sort_by_length,
-        batch_timeout_us=settings.batch_timeout_us,
-        log_enable_trace=settings.log_enable_trace,
+        settings,
         sample_lengths=lengths.astype(np.int64, copy=False),
         runners=runners,
         device_names=names,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from code.common.atomic import write_text
 from code.common.constants import SERVER_LATENCY_BOUND_NS, Benchmark
 from code.common.run_logs import read_detail_log
+from code.common.run_record import RunRecord, RunRecordError, read_record, record_path
 from code.harness.core import SAMPLE_TIMES_FILE, SampleTimes
 from code.report.figures import PERCENTILES, SampleStats, draw_latency, draw_timeline, sample_stats
 
@@ -38,14 +38,13 @@ def latency_bound_ms(benchmark: str, scenario: str) -> float | None:
     return SERVER_LATENCY_BOUND_NS[Benchmark.parse(benchmark)[0]] / 1e6
 
 
-def _metadata(folder: Path) -> dict[str, Any]:
-    path = folder / "metadata.json"
-    if not path.is_file():
+def _record(folder: Path) -> RunRecord:
+    if not record_path(folder).is_file():
         raise ReportError(f"{folder} holds no metadata.json: not a test folder of a run (build/logs/<ts>/...)")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ReportError(f"{path} is not valid JSON ({error}); the run did not finish writing it") from None
+        return read_record(folder)
+    except RunRecordError as error:
+        raise ReportError(f"{error}; the run did not finish writing it") from None
 
 
 def _figure(result: dict[str, Any]) -> str:
@@ -58,13 +57,13 @@ def _figure(result: dict[str, Any]) -> str:
 def write_test_report(folder: Path, draw: bool = True) -> TestReport:
     """Write ``report.md`` in a test's folder (and draw its plots unless ``draw`` is False and they exist);
     returns what the invocation page shows."""
-    metadata = _metadata(folder)
-    result = metadata.get("result", {})
-    benchmark = metadata.get("config", {}).get("benchmark", "?")
+    record = _record(folder)
+    result = record.result_dict
+    benchmark = record.benchmark or "?"
     scenario, mode = result.get("scenario", "?"), result.get("mode", "?")
-    title = f"{metadata.get('system_name', '?')} {benchmark} {scenario} {mode}"
-    if metadata.get("role"):  # a --test_run's probe: the test's query was sized from it, its figure is not the test's
-        title += f" ({metadata['role']})"
+    title = f"{record.system_name or '?'} {benchmark} {scenario} {mode}"
+    if record.role:  # a --test_run's probe: the test's query was sized from it, its figure is not the test's
+        title += f" ({record.role})"
     verdict = result.get("verdict") or ("VALID" if result.get("valid") else "INVALID")
     reasons = result.get("invalid_reasons", [])
     lines = [f"# {title}", "", f"- verdict: **{verdict}**" + (f" ({'; '.join(reasons)})" if reasons else ""),
@@ -72,9 +71,9 @@ def write_test_report(folder: Path, draw: bool = True) -> TestReport:
     not_submittable = result.get("not_submittable") or []
     if not_submittable:
         lines.append(f"- not submittable: {'; '.join(not_submittable)}")
-    provenance = metadata.get("provenance", {})
+    provenance = record.provenance
     lines += [f"- model: {provenance.get('model', '?')}; inputs: {provenance.get('inputs', '?')}",
-              f"- round {metadata.get('round', '?')}, LoadGen {metadata.get('loadgen_version', '?')}", ""]
+              f"- round {record.round or '?'}, LoadGen {record.loadgen_version or '?'}", ""]
     stats = None
     times_path = folder / SAMPLE_TIMES_FILE
     if times_path.is_file():

@@ -16,10 +16,10 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from code.common import atomic
 from code.common.constants import TestMode
+from code.common.run_record import RunRecord
 from code.submission.runs import TestRun, find_tests, run_folders
 
 RESULTS_CSV = "results.csv"
@@ -98,19 +98,19 @@ def _is_run_test(folder: Path, run_folder: Path) -> bool:
 
 
 def _result(test: TestRun) -> Result:
-    record = test.metadata["result"]
+    record = test.record.result_dict
     value = record.get("value")
     return Result(system=test.system, benchmark=test.benchmark, scenario=test.scenario,
-                  gpus=gpu_count(test.metadata),
+                  gpus=gpu_count(test.record),
                   test="accuracy" if test.mode is TestMode.AccuracyOnly else "performance",
                   metric=str(record.get("metric") or ""), figure=None if value is None else float(value),
                   unit=str(record.get("unit") or ""), verdict=test.verdict, started=started(test.directory),
                   folder=test.directory)
 
 
-def gpu_count(metadata: dict[str, Any]) -> int:
+def gpu_count(record: RunRecord) -> int:
     """The GPUs a test ran on: the CUDA devices it used (a CPU run's devices are ``cpu`` or ``cpu:N``)."""
-    used = (metadata.get("devices") or {}).get("used") or []
+    used = record.devices.get("used") or []
     return sum(1 for device in used if str(device).startswith("cuda"))
 
 

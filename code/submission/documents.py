@@ -18,10 +18,10 @@ import re
 import subprocess
 import tarfile
 from pathlib import Path
-from typing import Any
 
 from code.common.paths import BUILD_DIR, REPO_ROOT
 from code.common.rounds import LoadgenSource, get_round
+from code.common.run_record import RunRecord
 from code.submission.model_info import implementation, ran_no_model
 from code.submission.runs import TestRun
 
@@ -81,7 +81,7 @@ def host_paths(tree: Path) -> list[str]:
 
 def harness_commit(tests: list[TestRun]) -> tuple[str | None, list[str]]:
     """The one harness commit the staged tests recorded, or None and why not."""
-    commits = sorted({str(t.metadata.get("versions", {}).get("harness_commit")) for t in tests})
+    commits = sorted({str(t.record.versions.get("harness_commit")) for t in tests})
     if commits == ["None"] or not commits:
         return None, ["the runs recorded no harness commit (run from a git checkout of the harness, so that code/ "
                       "can carry the source that made them)"]
@@ -124,7 +124,7 @@ def write_source(tree: Path, commit: str) -> list[str]:
 
 def write_code_readme(tree: Path, test: TestRun, commit: str | None, url: str | None, fp8: bool) -> None:
     """``code/<benchmark>/<implementation>/README.md``: where the source is and how to run this benchmark with it."""
-    impl = implementation(test.metadata)
+    impl = implementation(test.record)
     folder = tree / "code" / test.benchmark / impl
     if (folder / "README.md").exists():
         return
@@ -143,7 +143,7 @@ def write_code_readme(tree: Path, test: TestRun, commit: str | None, url: str | 
     where = f"commit `{commit}`" if commit else "the commit the runs recorded"
     source = f"`code/source/` of this tree: the harness at {where}" + (f" of {url}" if url else "")
     oracle = ("\n**The staged runs of this implementation are a pipeline test**: the oracle backend answers with the "
-              "data set's gold answers and runs no model.\n" if ran_no_model(test.metadata) else "")
+              "data set's gold answers and runs no model.\n" if ran_no_model(test.record) else "")
     calibration = (f"\nFP8 engines: how they are calibrated is in `{CALIBRATION_DOC.as_posix()}`.\n" if fp8 else "")
     (folder / "README.md").write_text(
         f"# {test.benchmark}, implementation `{impl}`\n\n"
@@ -163,9 +163,9 @@ def write_code_readme(tree: Path, test: TestRun, commit: str | None, url: str | 
         "its run.\n")
 
 
-def uses_fp8(metadata: dict[str, Any]) -> bool:
+def uses_fp8(record: RunRecord) -> bool:
     """Whether the test ran FP8 anywhere: its matrix products (precision) or GPT-J's KV cache."""
-    fields = metadata["config"]["fields"]
+    fields = record.fields
     return fields.get("precision") == "fp8" or fields.get("kv_cache_dtype") == "fp8"
 
 
@@ -192,8 +192,8 @@ QUANTIZED = {
 def calibration_entry(test: TestRun) -> tuple[list[str], list[str]]:
     """The write-up of one FP8 test's engine (markdown lines) and the problems that keep it from being complete."""
     family = test.benchmark.split("-")[0]
-    fields = test.metadata["config"]["fields"]
-    engine = test.metadata.get("provenance", {}).get("engine")
+    fields = test.record.fields
+    engine = test.record.provenance.get("engine")
     manifest_path = Path(str(engine)) / "engine.json" if engine else None
     try:
         manifest = json.loads(manifest_path.read_text()) if manifest_path else None
@@ -236,7 +236,7 @@ def calibration_entry(test: TestRun) -> tuple[list[str], list[str]]:
 
 def write_calibration(tree: Path, tests: list[TestRun]) -> list[str]:
     """``documentation/calibration.md`` for the staged FP8 tests (none: no file); returns what is missing."""
-    fp8 = [t for t in tests if uses_fp8(t.metadata)]
+    fp8 = [t for t in tests if uses_fp8(t.record)]
     if not fp8:
         return []
     lines = ["# Calibration and quantization", "",

@@ -9,10 +9,10 @@ real result.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from code.common.backends import runs_model
 from code.common.constants import Benchmark
+from code.common.run_record import RunRecord
 
 # Every input this harness feeds a model is token ids (BERT: input_ids, segment_ids, input_mask; GPT-J: prompts).
 INPUT_DATA_TYPES = "int32"
@@ -20,41 +20,40 @@ INPUT_DATA_TYPES = "int32"
 CHECKPOINT_DTYPE = "fp32"
 
 
-def implementation(metadata: dict[str, Any]) -> str:
+def implementation(record: RunRecord) -> str:
     """The implementation name in file names and ``code/<bench>/<impl>``: the backend that ran the model."""
-    return str(metadata["config"]["fields"]["backend"])
+    return str(record.fields["backend"])
 
 
-def ran_no_model(metadata: dict[str, Any]) -> bool:
+def ran_no_model(record: RunRecord) -> bool:
     """Whether the test's backend runs no model (the oracle: gold answers), as its declaration says."""
-    config = metadata["config"]
-    benchmark, _ = Benchmark.parse(str(config["benchmark"]))
-    return not runs_model(benchmark, str(config["fields"]["backend"]))
+    benchmark, _ = Benchmark.parse(str(record.benchmark))
+    return not runs_model(benchmark, str(record.fields["backend"]))
 
 
-def weight_data_types(metadata: dict[str, Any]) -> str:
+def weight_data_types(record: RunRecord) -> str:
     """The precision the weights were used in; fp8 runs keep 16-bit weights outside the FP8 matrix products."""
-    fields = metadata["config"]["fields"]
-    if ran_no_model(metadata):
+    fields = record.fields
+    if ran_no_model(record):
         return "none (oracle backend: no model)"
     precision = str(fields["precision"])
     return "fp8, fp16" if precision == "fp8" else precision
 
 
-def starting_weights(metadata: dict[str, Any]) -> str:
+def starting_weights(record: RunRecord) -> str:
     """The checkpoint's file name; random weights and the oracle say so instead."""
-    if ran_no_model(metadata):
+    if ran_no_model(record):
         return "none (oracle backend: gold answers, a pipeline test)"
-    weights = metadata.get("provenance", {}).get("weights")
+    weights = record.provenance.get("weights")
     if not weights or str(weights).startswith("random"):
         return str(weights or "unknown")
     return Path(str(weights)).name
 
 
-def weight_transformations(metadata: dict[str, Any]) -> str:
+def weight_transformations(record: RunRecord) -> str:
     """How the checkpoint's fp32 weights became the run's: a cast, FP8 quantization, or nothing."""
-    fields = metadata["config"]["fields"]
-    if ran_no_model(metadata):
+    fields = record.fields
+    if ran_no_model(record):
         return "none (no model)"
     precision = str(fields["precision"])
     if precision == CHECKPOINT_DTYPE:
@@ -65,12 +64,12 @@ def weight_transformations(metadata: dict[str, Any]) -> str:
     return f"cast from {CHECKPOINT_DTYPE} to {precision}"
 
 
-def model_info(metadata: dict[str, Any]) -> dict[str, str]:
+def model_info(record: RunRecord) -> dict[str, str]:
     """The model-info JSON of one staged scenario, from its performance run's metadata.json."""
     return {
         "input_data_types": INPUT_DATA_TYPES,
         "retraining": "no",
-        "starting_weights_filename": starting_weights(metadata),
-        "weight_data_types": weight_data_types(metadata),
-        "weight_transformations": weight_transformations(metadata),
+        "starting_weights_filename": starting_weights(record),
+        "weight_data_types": weight_data_types(record),
+        "weight_transformations": weight_transformations(record),
     }

@@ -7,12 +7,11 @@ its verdict. Nothing here writes: run logs are results and are only read.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from code.common.constants import TestMode
+from code.common.run_record import RunRecord, RunRecordError, read_record
 
 
 @dataclass(frozen=True)
@@ -26,19 +25,19 @@ class TestRun:
     benchmark: str  # bert-99, bert-99.9, gptj-99, gptj-99.9
     scenario: str
     mode: TestMode  # AccuracyOnly or PerformanceOnly: one LoadGen test
-    metadata: dict[str, Any]
+    record: RunRecord
 
     @property
     def round(self) -> str:
-        return str(self.metadata.get("round", "unknown (run before rounds were recorded)"))
+        return self.record.round or "unknown (run before rounds were recorded)"
 
     @property
     def verdict(self) -> str:
-        return str(self.metadata["result"].get("verdict", "unknown"))
+        return str(self.record.result_dict.get("verdict", "unknown"))
 
     def problems(self) -> list[str]:
         """Why this test is not a submittable result (INVALID, FAIL, shortened, synthetic...); [] when it is."""
-        result = self.metadata["result"]
+        result = self.record.result_dict
         return [*result.get("invalid_reasons", []), *result.get("not_submittable", [])]
 
     def describe(self) -> str:
@@ -52,13 +51,13 @@ def find_tests(run_folders: list[Path]) -> tuple[list[TestRun], list[Path]]:
     unfinished: list[Path] = []
     for folder in run_folders:
         for path in sorted(folder.rglob("metadata.json")):
-            metadata = _read_metadata(path)
-            result = metadata.get("result", {})
-            if (not result.get("complete", True) or result.get("valid") is None or "config" not in metadata
+            record = _read_record(path.parent)
+            result = record.result_dict
+            if (not result.get("complete", True) or result.get("valid") is None or not record.has_config
                     or result.get("mode") not in LOADGEN_MODES):
                 unfinished.append(path.parent)
                 continue
-            tests.append(_test_run(path.parent, folder, metadata))
+            tests.append(_test_run(path.parent, folder, record))
     return tests, unfinished
 
 
@@ -66,25 +65,22 @@ LOADGEN_MODES = {mode.value for mode in TestMode if mode is not TestMode.Submiss
 """The modes a test folder's metadata.json may record: a SubmissionRun writes one folder per LoadGen test."""
 
 
-def _read_metadata(path: Path) -> dict[str, Any]:
-    """A metadata.json, or {} (an unfinished test) when it cannot be read or is not a run's record."""
+def _read_record(directory: Path) -> RunRecord:
+    """A test folder's record, or an empty one (an unfinished test) when it cannot be read or is not a run's."""
     try:
-        metadata = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}
-    if not isinstance(metadata, dict) or not isinstance(metadata.get("result", {}), dict):
-        return {}
-    return metadata
+        return read_record(directory)
+    except RunRecordError:
+        return RunRecord({})
 
 
-def _test_run(directory: Path, run_folder: Path, metadata: dict[str, Any]) -> TestRun:
+def _test_run(directory: Path, run_folder: Path, record: RunRecord) -> TestRun:
     parts = directory.relative_to(run_folder).parts
     if parts[-1] == "accuracy":
         parts = parts[:-1]
     elif parts[-2:] == ("performance", "run_1"):
         parts = parts[:-2]
     system, benchmark, scenario = parts[-3:]
-    return TestRun(directory, system, benchmark, scenario, TestMode(metadata["result"]["mode"]), metadata)
+    return TestRun(directory, system, benchmark, scenario, TestMode(record.result_dict["mode"]), record)
 
 
 def run_folders(logs_dir: Path) -> list[Path]:

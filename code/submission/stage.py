@@ -21,6 +21,7 @@ from code.common.audits import RUNS_SUBDIR
 from code.common.constants import TestMode
 from code.common.paths import BUILD_DIR, COMPLIANCE_LOGS_DIR, LOGS_DIR, REPO_ROOT
 from code.common.rounds import get_round
+from code.common.run_record import RunRecordError, read_record
 from code.common.system_description import (
     DescriptionFiles,
     SystemDescriptionError,
@@ -106,7 +107,7 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     commit, no_commit = harness_commit(list(chosen.values()))
     staged.problems += no_commit
     performance = [test for (_, _, mode), test in chosen.items() if mode is TestMode.PerformanceOnly]
-    staged.problems += [problem for test in performance if uses_fp8(test.metadata)
+    staged.problems += [problem for test in performance if uses_fp8(test.record)
                         for problem in calibration_entry(test)[1]]
     if staged.problems and not allow_incomplete:
         return staged  # reported by the caller; nothing written
@@ -256,8 +257,8 @@ def _newest_audits(compliance: list[Path] | None, system: str, round_name: str,
 def _recorded_round(audit_run: Path) -> str | None:
     """The round an audit's LoadGen run recorded in its metadata.json; None when there is no readable record."""
     try:
-        return str(json.loads((audit_run / "metadata.json").read_text())["round"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return read_record(audit_run).round
+    except RunRecordError:
         return None
 
 
@@ -323,17 +324,17 @@ def _write_measurements(folder: Path, test: TestRun, mlperf_conf: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy2(mlperf_conf, folder / "mlperf.conf")
     shutil.copy2(test.directory / "user.conf", folder / "user.conf")
-    _write_json(folder / f"{test.system}_{implementation(test.metadata)}_{test.scenario}.json",
-                model_info(test.metadata))
-    fields = test.metadata["config"]["fields"]
-    provenance = test.metadata.get("provenance", {})
-    code = f"code/{test.benchmark}/{implementation(test.metadata)}/README.md"
+    _write_json(folder / f"{test.system}_{implementation(test.record)}_{test.scenario}.json",
+                model_info(test.record))
+    fields = test.record.fields
+    provenance = test.record.provenance
+    code = f"code/{test.benchmark}/{implementation(test.record)}/README.md"
     # Paths a run was given or found are written relative to the checkout (build/...): no folder of this machine.
     (folder / "README.md").write_text(portable(
         f"# {test.benchmark} {test.scenario} on {test.system}\n\n"
-        f"Round {test.round}, LoadGen {test.metadata.get('loadgen_version')}; backend `{fields['backend']}`, "
+        f"Round {test.round}, LoadGen {test.record.loadgen_version}; backend `{fields['backend']}`, "
         f"precision `{fields['precision']}`; harness commit "
-        f"`{test.metadata.get('versions', {}).get('harness_commit')}`.\n\n"
+        f"`{test.record.versions.get('harness_commit')}`.\n\n"
         f"- model: {provenance.get('model')}\n- inputs: {provenance.get('inputs')}\n"
         f"- weights: {provenance.get('weights')}\n\n"
         f"Reproduce (`{code}` has the setup), with the settings this run was given on its command line:\n\n"
@@ -343,7 +344,7 @@ def _write_measurements(folder: Path, test: TestRun, mlperf_conf: Path) -> None:
 
 def _given_flags(test: TestRun) -> str:
     """The fields the run took from RUN_ARGS (its config class gave the rest), as flags; never the log folder."""
-    config = test.metadata["config"]
+    config = test.record.config
     given = sorted(name for name, source in config["sources"].items() if source == "RUN_ARGS" and name != "log_dir")
     return "".join(f" --{name}={config['fields'][name]}" for name in given)
 
@@ -354,7 +355,7 @@ def _write_code(staged: Staged, tests: list[TestRun], commit: str | None) -> Non
     if commit:
         staged.problems += write_source(staged.tree, commit)
     url = repository_url()
-    fp8 = {test.benchmark for test in tests if uses_fp8(test.metadata)}
+    fp8 = {test.benchmark for test in tests if uses_fp8(test.record)}
     for test in tests:
         write_code_readme(staged.tree, test, commit, url, test.benchmark in fp8)
     write_calibration(staged.tree, [test for test in tests if test.mode is TestMode.PerformanceOnly])
@@ -374,7 +375,7 @@ def _write_tree_readme(staged: Staged, chosen: dict[tuple[str, str, TestMode], T
     lines += ["", "Beside the logs (results/, compliance/):", ""]
     lines += [f"- `{path}`: {what}" for path, what in documents
               if staged.tree.joinpath(path.split("<")[0]).exists()]
-    pipeline = any(ran_no_model(t.metadata) for t in chosen.values())
+    pipeline = any(ran_no_model(t.record) for t in chosen.values())
     if pipeline:
         lines += ["", "**This is a pipeline test, not a result**: the oracle backend (gold answers, no model) ran "
                   "some tests; it checks that staging, truncation and the checker work."]

@@ -19,6 +19,7 @@ from typing import Any
 
 from code.common.constants import Scenario
 from code.common.paths import REPO_ROOT
+from code.common.run_record import read_record
 from code.tuning import search
 from scripts.bench.settings import SCENARIO_NAMES, profile_of
 
@@ -71,18 +72,18 @@ def read_outcome(outcome: RunOutcome) -> RunOutcome:
     log_dir = Path(outcome.log_dir)
     found = sorted(log_dir.rglob("metadata.json"))
     if found:
-        metadata = json.loads(found[0].read_text())
-        result = metadata.get("result", {})
+        record = read_record(found[0].parent)
+        result = record.result_dict
         outcome.valid, outcome.value, outcome.unit = result.get("valid"), result.get("value"), result.get("unit")
         outcome.reasons = [str(r).strip() for r in result.get("invalid_reasons", [])]
         outcome.extra = dict(result.get("extra", {}))
-        outcome.mean_length = metadata.get("provenance", {}).get("input_lengths", {}).get("mean")
-        stats = metadata.get("engine_stats") or {}
+        outcome.mean_length = record.provenance.get("input_lengths", {}).get("mean")
+        stats = record.engine_stats
         if stats.get("completed"):
             outcome.generated_per_sample = stats["generated_tokens"] / stats["completed"]
-        outcome.system = metadata.get("system_name")
-        outcome.versions = metadata.get("versions", {})
-        fields = metadata.get("config", {}).get("fields", {})
+        outcome.system = record.system_name
+        outcome.versions = record.versions
+        fields = record.fields
         outcome.settings = {
             k: fields.get(k)
             for k in (

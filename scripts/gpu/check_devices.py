@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from code.common.paths import BUILD_DIR, REPO_ROOT
+from code.common.run_record import read_record
 from scripts.gpu.steps import run_steps
 
 # What each workload runs (RUN_ARGS without the rate): the bert-99 engine of the configs, and GPT-J's FP8 engine
@@ -84,9 +85,9 @@ def read_test(log_dir: Path) -> dict[str, Any]:
     found = sorted(log_dir.glob("*/*/*/metadata.json"))
     if not found:
         return {"error": f"no metadata.json under {log_dir}"}
-    metadata = json.loads(found[0].read_text())
-    result = metadata.get("result", {})
-    devices = metadata.get("devices", {})
+    record = read_record(found[0].parent)
+    result = record.result_dict
+    devices = record.devices
     shares = [row.get("share", 0.0) for row in devices.get("completed", [])]
     workers = devices.get("workers") or []
     host = [round(worker.get("host", {}).get("cpu_per_s", 0.0), 3) for worker in workers]
@@ -97,7 +98,7 @@ def read_test(log_dir: Path) -> dict[str, Any]:
             "loadgen_cpu_per_s": devices.get("loadgen_process", {}).get("cpu_per_s"),
             "placement": [{key: worker.get(key) for key in ("device", "gpu", "pci_bus_id", "numa_node", "cpus",
                                                             "load_s")} for worker in workers],
-            "engine_stats": metadata.get("engine_stats"), "folder": str(found[0].parent)}
+            "engine_stats": record.engine_stats or None, "folder": str(found[0].parent)}
 
 
 def run_workload(workload: str, gpus: int, args: argparse.Namespace, details: dict[str, Any]) -> None:

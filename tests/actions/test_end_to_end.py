@@ -18,6 +18,7 @@ from code.common.constants import ExitCode
 from code.common.devices import default_cpu_threads
 from code.common.paths import LIB_DIR, REPO_ROOT
 from code.common.rounds import ROUNDS
+from code.common.run_record import read_record
 from tests.conftest import round_core
 
 pytestmark = pytest.mark.slow
@@ -61,6 +62,12 @@ def test_oracle_scores_100_through_loadgen(build_dir, tmp_path):
     assert metadata["config"]["fields"]["backend"] == "oracle"
     assert metadata["config"]["sources"]["backend"] == "RUN_ARGS"
     assert "oracle backend" in " ".join(metadata["provenance"]["invalid_because"])
+    # The run record reads the file the run wrote, and writes it back byte for byte.
+    record = read_record(test_dir)
+    assert record.to_json() == (test_dir / "metadata.json").read_text()
+    assert record.complete and record.result.verdict == "PASS but not submittable"
+    assert record.fields["backend"] == "oracle" and record.round == metadata["round"]
+    assert record.system_name == "CPU" and record.loadgen_version == metadata["loadgen_version"]
     assert {"mlperf_log_accuracy.json", "mlperf_log_detail.txt", "user.conf", "predictions.json",
             "stdout.txt"} <= {p.name for p in test_dir.iterdir()}
     assert "[PASS but not submittable] (oracle backend" in done.stdout and "Result summaries" in done.stdout

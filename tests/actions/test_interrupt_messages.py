@@ -42,12 +42,14 @@ def test_ctrl_c_during_the_cpp_build_is_one_line_and_130(monkeypatch, capsys, ro
 def test_summary_of_an_interrupted_run_gives_the_signal_status(tmp_path):
     """The summary's exit line matches what the process exits with (130), not the tests' own status (1)."""
     from code.common.run_logs import TestResult
+    from code.common.run_record import RunRecord
     from code.common.summary import format_summary
 
     stopped = TestResult("Server", "PerformanceOnly", str(tmp_path), complete=False,
                          invalid_reasons=["interrupted by SIGINT after 3.0 s; its LoadGen logs are partial"])
-    text = format_summary("CPU", tmp_path, [("bert-99", stopped, {})], interrupted_by=("SIGINT", 130))
+    text = format_summary("CPU", tmp_path, [("bert-99", stopped, RunRecord({}))], interrupted_by=("SIGINT", 130))
     assert ("  Exit status 130: interrupted by SIGINT; a stopped test is INCOMPLETE (metadata.json says "
             "\"complete\": false) and its LoadGen logs are partial.") in text.splitlines()
     assert "Exit status 1:" not in text
-    assert "Exit status 1: a test did not finish." in format_summary("CPU", tmp_path, [("bert-99", stopped, {})])
+    assert "Exit status 1: a test did not finish." in format_summary("CPU", tmp_path,
+                                                                     [("bert-99", stopped, RunRecord({}))])

@@ -5,7 +5,7 @@ import pytest
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from configs.bert.Offline import OfflineBaseConfig
 from configs.bert.Server import ServerBaseConfig
-from configs.configuration import ConfigError, ConfigRegistry, WorkloadSetting, resolve_config
+from configs.configuration import ConfigError, ConfigRegistry, WorkloadSetting, resolve_config, shared_values
 
 register = ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 register_999 = ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
@@ -98,6 +98,28 @@ def test_variant_inherits_and_registers_under_the_same_system():
     config = resolve_config(Benchmark.BERT, Scenario.Offline, "Variant_x2",
                             WorkloadSetting(accuracy_target=AccuracyTarget.k_99_9), {})
     assert config["offline_expected_qps"] == 3.0 and config["precision"] == "fp16"
+
+
+def test_shared_values_set_fields_on_the_class_they_decorate():
+    @register_999
+    @shared_values(precision="fp32", gelu_in_gemm=False)
+    class Shared_x3(OfflineBaseConfig):
+        gpu_batch_size = 8
+        offline_expected_qps = 3.0
+
+    config = resolve_config(Benchmark.BERT, Scenario.Offline, "Shared_x3",
+                            WorkloadSetting(accuracy_target=AccuracyTarget.k_99_9), {})
+    assert (config["precision"], config.sources["precision"]) == ("fp32", "Shared_x3")
+    assert config["gelu_in_gemm"] is False
+
+
+def test_shared_values_refuse_a_field_the_class_sets_or_an_unknown_one():
+    with pytest.raises(ConfigError, match=r"config class Both sets precision, which its shared values set too"):
+        @shared_values(precision="fp32")
+        class Both(OfflineBaseConfig):
+            precision = "fp16"
+    with pytest.raises(ConfigError, match=r"shared_values: unknown field\(s\) precisoin"):
+        shared_values(precisoin="fp32")
 
 
 def test_precedence_run_args_over_config_over_default():

@@ -9,6 +9,7 @@ from code.common import cpu_features
 from code.common.arguments import parse_run_args
 from code.common.constants import AccuracyTarget, Benchmark, Scenario
 from code.common.run_logs import TestResult
+from code.common.run_record import RunRecord
 from code.common.summary import cpu_precision_note, format_summary
 from configs.configuration import WorkloadSetting, resolve_config
 
@@ -77,15 +78,15 @@ def test_make_info_says_which_precision_and_why(monkeypatch, capsys):
 
 def test_the_summary_says_which_cpu_precision_ran_and_why(monkeypatch, tmp_path):
     fake_flags(monkeypatch, AVX2_ONLY)
-    metadata = {"config": resolved().as_dict(), "devices": {"used": ["cpu"]}}
+    metadata = RunRecord({"config": resolved().as_dict(), "devices": {"used": ["cpu"]}})
     result = TestResult("Offline", "PerformanceOnly", "x", metric="samples_per_second", value=1.0,
                         unit="samples/s", valid=True)
     text = format_summary("CPU", tmp_path, [("bert-99", result, metadata)])
     assert ("NOTE CPU precision: fp32 [CPU: this CPU has neither amx_bf16 nor avx512_bf16: bf16 would be emulated, "
             "~8x slower than fp32]") in text
     assert text.count("CPU precision") == 1
-    on_gpu = {"config": {"fields": {"precision": "fp16", "device": "cuda"}, "sources": {}},
-              "devices": {"used": ["cuda:0"]}}
+    on_gpu = RunRecord({"config": {"fields": {"precision": "fp16", "device": "cuda"}, "sources": {}},
+                        "devices": {"used": ["cuda:0"]}})
     assert cpu_precision_note(on_gpu) is None
 
 

@@ -25,6 +25,7 @@ from code.bert.squad import ARRAY_FILES, EVAL_FILE, MANIFEST_FILE, MAX_SEQ_LENGT
 from code.common.constants import ExitCode
 from code.common.faults import DataFileError, describe, reading
 from code.common.paths import LIB_DIR, REPO_ROOT
+from code.common.run_record import RunRecord
 from tests.actions.test_end_to_end import build_dir, run_main  # noqa: F401 - build_dir is a fixture
 
 
@@ -191,7 +192,7 @@ def test_the_audits_print_their_summary_when_the_disk_is_full(tmp_path, monkeypa
     monkeypatch.setattr(run_audit, "plan_audit",
                         lambda config, test, results_dir: run_audit.Audit(config, test, None, tmp_path))
     monkeypatch.setattr(run_audit, "new_timestamped_dir", lambda parent: tmp_path)
-    monkeypatch.setattr(run_audit, "_run_one", lambda audit, system, root, overrides: (passed, {}))
+    monkeypatch.setattr(run_audit, "_run_one", lambda audit, system, root, overrides: (passed, RunRecord({})))
     status = run_audit.run_audit(parse_run_args(["--action=run_audit", "--audit_test=TEST01", "--system_name=CPU"]))
     out = capsys.readouterr().out
     assert status == 0

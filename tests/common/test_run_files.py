@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from code.common.constants import Benchmark, Scenario, TestMode
-from code.common.run_logs import LogDirError, make_test_log_dir, new_run_root, performance_result, write_metadata
+from code.common.run_logs import LogDirError, make_test_log_dir, new_run_root, performance_result
+from code.common.run_record import write_metadata
 from code.common.user_conf import user_conf_entries, write_user_conf
 from configs.configuration import WorkloadSetting, resolve_config
 

@@ -198,7 +198,8 @@ def test_corrupt_engine_misses_are_ignored_naming_the_fix(store):
 
 
 def test_a_moved_test_folder_points_its_records_at_the_new_place(tmp_path):
-    from code.common.run_logs import relocate_test, write_metadata
+    from code.common.run_logs import relocate_test
+    from code.common.run_record import write_metadata
 
     old = tmp_path / "run" / "CPU" / "bert-99" / "Offline"
     old.mkdir(parents=True)

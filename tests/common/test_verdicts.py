@@ -5,6 +5,7 @@ import pytest
 from code.common.constants import Benchmark, ExitCode, Scenario, TestMode
 from code.common.rounds import ROUNDS
 from code.common.run_logs import TestResult
+from code.common.run_record import RunRecord
 from code.common.summary import counted, exit_code, format_summary
 from code.common.verdicts import not_submittable_reasons
 from configs.configuration import WorkloadSetting, resolve_config
@@ -17,6 +18,11 @@ FULL_RUN = {"effective_min_duration_ms": 600_000, "effective_samples_per_query":
 def resolved(scenario, benchmark=Benchmark.BERT, **overrides):
     return resolve_config(benchmark, scenario, "CPU", WorkloadSetting(), overrides)
 
+
+
+def engine(**section: object) -> RunRecord:
+    """The record of a test with only its engine section (which engine of a ladder ran, and the gate's word)."""
+    return RunRecord({"engine": section})
 
 def test_a_full_run_of_the_real_model_is_submittable():
     # CPU is an edge system (systems/CPU.json); v5.0 takes BERT Offline from edge systems.
@@ -111,9 +117,9 @@ def test_summary_lines_name_verdict_and_reasons(tmp_path):
     invalid = TestResult("Server", "PerformanceOnly", "x", metric="scheduled_samples_per_second", value=3.0,
                          unit="samples/s", valid=False, invalid_reasons=["latency constraint not met"],
                          not_submittable=["synthetic inputs"])
-    metadata = {"round": "v5.0", "loadgen_version": "5.0.21",
-                "provenance": {"model": "BERT-tiny (a small test model, not BERT-large)", "inputs": "synthetic",
-                               "weights": "random (BERT-tiny architecture)"}}
+    metadata = RunRecord({"round": "v5.0", "loadgen_version": "5.0.21",
+                          "provenance": {"model": "BERT-tiny (a small test model, not BERT-large)",
+                                         "inputs": "synthetic", "weights": "random (BERT-tiny architecture)"}})
     text = format_summary("CPU", tmp_path, [("bert-99", valid, metadata), ("bert-99", invalid, metadata)])
     assert ("samples_per_second = 12.000 samples/s  [VALID but not submittable] (synthetic inputs; test run "
             "(--test_run))") in text
@@ -129,21 +135,22 @@ def test_summary_names_the_accuracy_gate_of_a_real_submission(tmp_path):
                              unit="samples/s", valid=True, not_submittable=["synthetic inputs"])
     server = TestResult("Server", "PerformanceOnly", "x", metric="scheduled_samples_per_second", value=9.0,
                         unit="samples/s", valid=True, not_submittable=["synthetic inputs"])
-    text = format_summary("CPU", tmp_path, [("bert-99", performance, {}), ("bert-99", server, {})])
+    text = format_summary("CPU", tmp_path, [("bert-99", performance, RunRecord({})),
+                                            ("bert-99", server, RunRecord({}))])
     assert ("GATE bert-99: the accuracy gate of a real submission is the AccuracyOnly run on the real checkpoint "
             "and data set, not this run: make run RUN_ARGS=\"--benchmarks=bert-99 "
             "--scenarios=offline,server --test_mode=AccuracyOnly\"") in text
     real = TestResult("Offline", "AccuracyOnly", "x", valid=True, accuracy={"summary": "f1 = 90.5"})
-    text = format_summary("CPU", tmp_path, [("bert-99.9", real, {})])
+    text = format_summary("CPU", tmp_path, [("bert-99.9", real, RunRecord({}))])
     assert "GATE bert-99.9: this AccuracyOnly run on the real checkpoint is the accuracy gate" in text
     assert "(Offline PASS)" in text and "make run" not in text and "information only" in text
     subset = TestResult("Offline", "AccuracyOnly", "x", valid=True, accuracy={"summary": "f1 = 100"},
                         not_submittable=["accuracy over 53 of the 10833 samples"])
-    text = format_summary("CPU", tmp_path, [("bert-99", subset, {})])
+    text = format_summary("CPU", tmp_path, [("bert-99", subset, RunRecord({}))])
     assert "is the AccuracyOnly run on the real checkpoint" in text  # a subset of the samples is not the gate
     gptj = TestResult("Offline", "PerformanceOnly", "x", valid=True)
     assert "GATE gptj-99: the accuracy gate of a real submission" in format_summary("CPU", tmp_path,
-                                                                                    [("gptj-99", gptj, {})])
+                                                                                    [("gptj-99", gptj, RunRecord({}))])
 
 
 def test_summary_says_which_engine_of_a_ladder_ran_and_why(tmp_path):
@@ -156,12 +163,12 @@ def test_summary_says_which_engine_of_a_ladder_ran_and_why(tmp_path):
     performance = TestResult("Offline", "PerformanceOnly", "z", metric="samples_per_second", value=20.0,
                              unit="samples/s", valid=True)
     results = [
-        ("gptj-99", missed, {"engine": {"ladder": ladder, "gate": "missed", "next": "bf16",
-                                        "summary": "fp8: MISSED the accuracy target (ROUGE1 40 < 42.9)"}}),
-        ("gptj-99", passed, {"engine": {"ladder": ladder, "gate": "this run",
-                                        "summary": "bf16: this AccuracyOnly run is its accuracy gate"}}),
-        ("gptj-99", performance, {"engine": {"ladder": ladder, "gate": "passed",
-                                             "summary": "bf16: passed the accuracy gate, rouge1 = 43"}}),
+        ("gptj-99", missed, engine(ladder=ladder, gate="missed", next="bf16",
+                                 summary="fp8: MISSED the accuracy target (ROUGE1 40 < 42.9)")),
+        ("gptj-99", passed, engine(ladder=ladder, gate="this run",
+                                 summary="bf16: this AccuracyOnly run is its accuracy gate")),
+        ("gptj-99", performance, engine(ladder=ladder, gate="passed",
+                                      summary="bf16: passed the accuracy gate, rouge1 = 43")),
     ]
     text = format_summary("H200_SXM_141GBx1", tmp_path, results)
     assert "      engine: fp8: MISSED the accuracy target (ROUGE1 40 < 42.9)" in text
@@ -169,12 +176,12 @@ def test_summary_says_which_engine_of_a_ladder_ran_and_why(tmp_path):
     assert "GATE gptj-99: the engines above ran after an AccuracyOnly run on the real checkpoint" in text
     assert "Exit status" not in text  # the miss was superseded by the engine that passed
     assert exit_code(counted(results)) is ExitCode.OK
-    last = [("gptj-99", missed, {"engine": {"ladder": ladder, "gate": "missed", "next": None, "summary": "bf16"}})]
+    last = [("gptj-99", missed, engine(ladder=ladder, gate="missed", next=None, summary="bf16"))]
     text = format_summary("H200_SXM_141GBx1", tmp_path, last, stopped="every engine of the ladder missed")
     assert "Exit status 3: every engine of the ladder missed." in text
     assert exit_code(counted(last), "every engine") is ExitCode.INVALID
     assert exit_code([], "every engine missed before: nothing ran") is ExitCode.INVALID
-    not_applied = [("gptj-99", performance, {"engine": {"ladder": ladder, "gate": "not applied", "summary": "fp8"}})]
+    not_applied = [("gptj-99", performance, engine(ladder=ladder, gate="not applied", summary="fp8"))]
     assert "GATE gptj-99: the accuracy gate was not applied" in format_summary("CPU", tmp_path, not_applied)
 
 
@@ -184,7 +191,7 @@ def test_a_query_that_ended_early_gives_the_next_command_not_loadgens_advice(tmp
                        invalid_reasons=["min duration not met", "Increase expected QPS so the loadgen pre-generates "
                                         "a larger (coalesced) query. "])
     config = resolved(Scenario.Offline, test_run=True, model_name="tiny", log_dir="/somewhere")
-    metadata = {"config": config.as_dict()}
+    metadata = RunRecord({"config": config.as_dict()})
     text = format_summary("CPU", tmp_path, [("bert-99", short, metadata)])
     assert "Increase expected QPS" not in text
     assert "[INVALID] (min duration not met)" in text
@@ -194,7 +201,7 @@ def test_a_query_that_ended_early_gives_the_next_command_not_loadgens_advice(tmp
                         unit="samples/s", valid=False, invalid_reasons=["min queries not met"])
     assert ('next: make find_performance RUN_ARGS="--benchmarks=bert-99 --scenarios=server", then make run '
             'RUN_ARGS="--benchmarks=bert-99 --scenarios=server"') in format_summary("CPU", tmp_path,
-                                                                                [("bert-99", server, {})])
+                                                                                [("bert-99", server, RunRecord({}))])
     late = TestResult("Server", "PerformanceOnly", "x", value=3.0, valid=False,
                       invalid_reasons=["latency constraint not met"])
-    assert "next:" not in format_summary("CPU", tmp_path, [("bert-99", late, {})])
+    assert "next:" not in format_summary("CPU", tmp_path, [("bert-99", late, RunRecord({}))])

@@ -259,6 +259,23 @@ def test_settings_reject_an_unknown_round(tmp_path: Path) -> None:
         CoreSettings("bert", "Offline", "PerformanceOnly", tmp_path / "u.conf", tmp_path, 4, 4, 2, round="v6.1")
 
 
+def test_every_setting_reaches_the_core() -> None:
+    """CoreSettings is the one definition of the core's settings: the binding reads each field (but the round,
+    which picks the build) by its name into the RunConfig field of the same name."""
+    from dataclasses import fields
+
+    from code.harness.core import CoreSettings
+
+    src = REPO_ROOT / "code" / "harness" / "src"
+    binding = (src / "bindings.cc").read_text(encoding="utf-8")
+    run_config = (src / "test_runner.h").read_text(encoding="utf-8")
+    for field in fields(CoreSettings):
+        if field.name == "round":
+            continue
+        assert f'Read(settings, "{field.name}", config.{field.name});' in binding, field.name
+        assert f" {field.name}" in run_config, field.name
+
+
 # --- LoadGen tests (each in a child process) ---
 
 

@@ -340,3 +340,29 @@ def test_gpu_check_steps_survive_a_failing_step():
     run_steps(steps, {"skipped"}, details, rows, lambda: saved.append(1))
     assert ran == ["first", "last"] and rows == ["broken: FAILED RuntimeError: kernel broke"]
     assert sorted(details["step_s"]) == ["broken", "first", "last"] and len(saved) == 3
+
+
+def test_a_run_outcome_is_read_from_the_tests_record(tmp_path):
+    """The bench and the device check read a test's metadata.json through the run record."""
+    from code.common.run_logs import TestResult
+    from code.common.run_record import RunRecord, write_record
+    from scripts.bench.runs import read_outcome
+    from scripts.gpu.check_devices import read_test
+
+    test_dir = tmp_path / "CPU" / "gptj-99" / "Offline"
+    test_dir.mkdir(parents=True)
+    result = TestResult("Offline", "PerformanceOnly", str(test_dir), metric="samples_per_second", value=2.5,
+                        unit="samples/s", valid=False, invalid_reasons=["min duration not met"])
+    write_record(test_dir, RunRecord.of(
+        result, system_name="CPU", versions={"harness_commit": "abc"},
+        config={"fields": {"precision": "bf16", "gpu_batch_size": 4}},
+        provenance={"input_lengths": {"mean": 600.0}}, engine_stats={"completed": 4, "generated_tokens": 200},
+        devices={"completed": [{"share": 1.0}], "loadgen_process": {"cpu_per_s": 0.5}}))
+    outcome = read_outcome(RunOutcome("x", "gptj-99", "Offline", "cmd", str(tmp_path), "", 0, 1.0))
+    assert (outcome.valid, outcome.value, outcome.unit, outcome.system) == (False, 2.5, "samples/s", "CPU")
+    assert outcome.min_duration_missed and outcome.mean_length == 600.0 and outcome.generated_per_sample == 50.0
+    assert outcome.settings == {"precision": "bf16", "gpu_batch_size": 4} and outcome.versions == {
+        "harness_commit": "abc"}
+    figures = read_test(tmp_path)
+    assert (figures["value"], figures["shares"], figures["host_cpu_per_s"]) == (2.5, [1.0], [0.5])
+    assert figures["engine_stats"] == {"completed": 4, "generated_tokens": 200}

@@ -13,6 +13,7 @@ import pytest
 
 from code.common.constants import TestMode
 from code.common.paths import BUILD_DIR, REPO_ROOT
+from code.common.run_record import RunRecord
 from code.submission.documents import CALIBRATION_DOC, host_paths, portable, write_calibration
 from code.submission.runs import TestRun
 
@@ -37,7 +38,7 @@ def _fp8_test(engine: Path, folder: Path) -> TestRun:
                 "config": {"benchmark": "bert-99", "fields": {"backend": "pytorch", "precision": "fp8",
                                                               "fp8_gemms": "qkv+wo+w1+w2", "fp8_fast_accum": True}},
                 "provenance": {"engine": str(engine)}, "result": {"complete": True}}
-    return TestRun(folder, "H100_SXM_80GBx1", "bert-99", "Offline", TestMode.PerformanceOnly, metadata)
+    return TestRun(folder, "H100_SXM_80GBx1", "bert-99", "Offline", TestMode.PerformanceOnly, RunRecord(metadata))
 
 
 @pytest.mark.parametrize("calibrated_on", ["mlperf", "synthetic"])

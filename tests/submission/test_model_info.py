@@ -1,11 +1,12 @@
 """What the staged system description says of a test's model: the backend's declaration decides whether one ran."""
 
+from code.common.run_record import RunRecord
 from code.submission.model_info import ran_no_model, starting_weights, weight_data_types
 
 
-def metadata(benchmark: str, backend: str, precision: str = "fp16") -> dict:
-    return {"config": {"benchmark": benchmark, "fields": {"backend": backend, "precision": precision}},
-            "provenance": {"weights": "/models/bert/model.pytorch"}}
+def metadata(benchmark: str, backend: str, precision: str = "fp16") -> RunRecord:
+    return RunRecord({"config": {"benchmark": benchmark, "fields": {"backend": backend, "precision": precision}},
+            "provenance": {"weights": "/models/bert/model.pytorch"}})
 
 
 def test_the_oracle_runs_no_model_and_says_so() -> None:

@@ -376,15 +376,16 @@ def test_audit_logs_are_copied_as_they_are(pipeline, tmp_path):
 
 
 def test_model_info_names_what_ran():
+    from code.common.run_record import RunRecord
     from code.submission.model_info import model_info
 
-    real = {"config": {"benchmark": "bert-99", "fields": {"backend": "pytorch", "precision": "fp16"}},
-            "provenance": {"weights": "/data/models/bert/model.pytorch"}}
+    real = RunRecord({"config": {"benchmark": "bert-99", "fields": {"backend": "pytorch", "precision": "fp16"}},
+            "provenance": {"weights": "/data/models/bert/model.pytorch"}})
     assert model_info(real) == {"input_data_types": "int32", "retraining": "no",
                                 "starting_weights_filename": "model.pytorch", "weight_data_types": "fp16",
                                 "weight_transformations": "cast from fp32 to fp16"}
-    random = {"config": {"benchmark": "bert-99", "fields": {"backend": "pytorch", "precision": "fp32"}},
-              "provenance": {"weights": "random (BERT-tiny architecture)"}}
+    random = RunRecord({"config": {"benchmark": "bert-99", "fields": {"backend": "pytorch", "precision": "fp32"}},
+              "provenance": {"weights": "random (BERT-tiny architecture)"}})
     assert model_info(random)["starting_weights_filename"] == "random (BERT-tiny architecture)"
     assert model_info(random)["weight_transformations"] == "none"
 

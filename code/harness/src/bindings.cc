@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "continuous_runner.h"
@@ -16,43 +17,53 @@
 
 namespace py = pybind11;
 
+namespace {
+
+// Reads one attribute of a CoreSettings (code/harness/core.py, the one definition of the core's settings, validated
+// there) into the RunConfig field of the same name; paths and strings arrive as their str().
+template <typename T>
+void Read(const py::object& settings, const char* name, T& field) {
+  const py::object value = settings.attr(name);
+  if constexpr (std::is_same_v<T, std::string>) {
+    field = py::str(value).cast<std::string>();
+  } else {
+    field = value.cast<T>();
+  }
+}
+
+}  // namespace
+
 PYBIND11_MODULE(_mlperf_harness, m) {
   m.doc() = "C++ core of the MLPerf harness: LoadGen SUT/QSL and the batcher (use code.harness.core)";
   py::register_exception<harness::DeviceError>(m, "DeviceError", PyExc_RuntimeError);
 
   m.def(
       "run_test",
-      [](const std::string& model, const std::string& scenario, const std::string& mode, const std::string& user_conf,
-         const std::string& log_dir, std::size_t total_sample_count, std::size_t performance_sample_count,
-         std::size_t max_batch_size, std::size_t num_workers, bool sort_by_length, std::int64_t batch_timeout_us,
-         bool log_enable_trace,
+      [](const py::object& settings,
          const py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>& sample_lengths,
          const std::vector<py::object>& runners, const std::vector<std::string>& device_names,
          const py::object& load_samples, const py::object& unload_samples, const std::string& mlperf_conf) {
         harness::RunConfig config;
-        config.model = model;
-        config.scenario = scenario;
-        config.mode = mode;
-        config.user_conf = user_conf;
+        Read(settings, "model", config.model);
+        Read(settings, "scenario", config.scenario);
+        Read(settings, "mode", config.mode);
+        Read(settings, "user_conf", config.user_conf);
+        Read(settings, "log_dir", config.log_dir);
+        Read(settings, "total_sample_count", config.total_sample_count);
+        Read(settings, "performance_sample_count", config.performance_sample_count);
+        Read(settings, "max_batch_size", config.max_batch_size);
+        Read(settings, "num_workers", config.num_workers);
+        Read(settings, "sort_by_length", config.sort_by_length);
+        Read(settings, "batch_timeout_us", config.batch_timeout_us);
+        Read(settings, "log_enable_trace", config.log_enable_trace);
         config.mlperf_conf = mlperf_conf;
-        config.log_dir = log_dir;
-        config.total_sample_count = total_sample_count;
-        config.performance_sample_count = performance_sample_count;
-        config.max_batch_size = max_batch_size;
-        config.num_workers = num_workers;
-        config.sort_by_length = sort_by_length;
-        config.batch_timeout_us = batch_timeout_us;
-        config.enable_trace = log_enable_trace;
         harness::RunTest(config, sample_lengths, runners, device_names, load_samples, unload_samples);
       },
-      py::kw_only(), py::arg("model"), py::arg("scenario"), py::arg("mode"), py::arg("user_conf"), py::arg("log_dir"),
-      py::arg("total_sample_count"), py::arg("performance_sample_count"), py::arg("max_batch_size"),
-      py::arg("num_workers"), py::arg("sort_by_length"), py::arg("batch_timeout_us"), py::arg("log_enable_trace"),
-      py::arg("sample_lengths"), py::arg("runners"), py::arg("device_names"), py::arg("load_samples") = py::none(),
-      py::arg("unload_samples") = py::none(), py::arg("mlperf_conf") = "",
-      "Run one LoadGen test (once per process) with one runner per device: a Python runner (run_batch or "
-      "run_continuous) or a worker process's connections (an object with worker_fds and continuous). Raises a "
-      "runner's first error after the test ends.");
+      py::arg("settings"), py::kw_only(), py::arg("sample_lengths"), py::arg("runners"), py::arg("device_names"),
+      py::arg("load_samples") = py::none(), py::arg("unload_samples") = py::none(), py::arg("mlperf_conf") = "",
+      "Run one LoadGen test (once per process) with the settings of a code.harness.core.CoreSettings and one runner "
+      "per device: a Python runner (run_batch or run_continuous) or a worker process's connections (an object with "
+      "worker_fds and continuous). Raises a runner's first error after the test ends.");
 
   py::class_<harness::ContinuousSession>(m, "ContinuousSession",
                                          "The issued-sample queue and completion path of a continuous-batching engine")

@@ -103,7 +103,7 @@ mlperf::LogSettings MakeLogSettings(const RunConfig& config) {
   log_settings.log_output.outdir = config.log_dir;
   log_settings.log_output.copy_summary_to_stdout = false;
   log_settings.log_output.copy_detail_to_stdout = false;
-  log_settings.enable_trace = config.enable_trace;
+  log_settings.enable_trace = config.log_enable_trace;
   return log_settings;
 }
 

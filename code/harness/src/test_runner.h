@@ -11,6 +11,8 @@
 
 namespace harness {
 
+// CoreSettings of code/harness/core.py (the one definition of the core's settings) as the core reads them, field by
+// field of the same name, plus mlperf_conf, which Python derives from the settings' round.
 struct RunConfig {
   std::string model;     // mlperf.conf key: "bert", "gptj"
   std::string scenario;  // "Offline", "Server", "SingleStream"
@@ -26,7 +28,7 @@ struct RunConfig {
   std::size_t num_workers = 1;  // batcher threads per device
   bool sort_by_length = true;
   std::int64_t batch_timeout_us = 0;
-  bool enable_trace = false;  // LoadGen's mlperf_log_trace.json: off unless asked for (it grows by GBs at GPU rates)
+  bool log_enable_trace = false;  // LoadGen's mlperf_log_trace.json: off unless asked for (GBs at GPU rates)
 };
 
 // Called with the GIL held; releases it for the duration of LoadGen's StartTest. Raises the first error of a

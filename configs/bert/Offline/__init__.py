@@ -11,7 +11,14 @@ and the class's own values are its last engine's. The measurements are in docume
 
 from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
 from code.common.cpu_features import BestCpuPrecision
-from configs.bert import BertBaseConfig, bert_99_9_ladder, bert_99_ladder
+from configs.bert import (
+    BertBaseConfig,
+    bert_99_9_ladder,
+    bert_99_ladder,
+    high_accuracy_on_cpu,
+    high_accuracy_on_gpu,
+    on_gpu,
+)
 from configs.configuration import ConfigRegistry
 
 
@@ -32,21 +39,17 @@ class CPU(OfflineBaseConfig):
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+@high_accuracy_on_cpu
 class CPU_HighAccuracy(CPU):
-    precision = "fp32"
     offline_expected_qps = 1.5
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+@on_gpu
 class H100_SXM_80GB(OfflineBaseConfig):
     # fp8 is not measured on an H100: the H200's scaled by the two GPUs' fp16 ratio, less a margin; fp16: the
     # measured throughput, rounded (performance.md, H100 SXM, bert-99)
     engine_ladder = bert_99_ladder(fp8={"offline_expected_qps": 7200.0}, fp16={"offline_expected_qps": 4900.0})
-    precision = "fp16"  # the last engine's values; the ladder's first runs unless RUN_ARGS or the gate say otherwise
-    device = "cuda"
-    # bias + tanh GELU in the w1 GEMM's epilogue: a faster forward; span agreement with float32 >= 99% on
-    # every model checked, not 99.9% (documentation/performance.md), so the _HighAccuracy classes turn it off.
-    gelu_in_gemm = True
     # Packed batches: 512 samples of mean length ~166 are ~85k tokens, enough to saturate the GEMMs; larger batches
     # double memory for no gain (performance.md). Two workers: one packs/unpacks while the other's batch runs.
     gpu_batch_size = 512
@@ -55,12 +58,11 @@ class H100_SXM_80GB(OfflineBaseConfig):
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+@high_accuracy_on_gpu
 class H100_SXM_80GB_HighAccuracy(H100_SXM_80GB):
     # FP8 rates are not measured on an H100: bert-99's FP8 estimate, an upper bound (an Offline query must outlast
     # the minimum duration); fp16: the measured throughput, rounded (performance.md, H100 SXM, bert-99.9)
     engine_ladder = bert_99_9_ladder(fp8={"offline_expected_qps": 7200.0}, fp16={"offline_expected_qps": 4600.0})
-    precision = "fp16"
-    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
     offline_expected_qps = 4600.0
 
 
@@ -73,10 +75,9 @@ class H200_SXM_141GB(H100_SXM_80GB):
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+@high_accuracy_on_gpu
 class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
     # FP8 with the erf GELU kernel measured 7,056-7,250 samples/s with exact accumulation; 7,500 bounds both FP8
     # engines from above (fast accumulation adds ~8%). fp16: the measured throughput, rounded (performance.md, H200)
     engine_ladder = bert_99_9_ladder(fp8={"offline_expected_qps": 7500.0}, fp16={"offline_expected_qps": 4700.0})
-    precision = "fp16"
-    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
     offline_expected_qps = 4700.0

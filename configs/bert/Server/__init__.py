@@ -11,7 +11,14 @@ query; the CPU class exists so the flow runs everywhere (its result is INVALID, 
 
 from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
 from code.common.cpu_features import BestCpuPrecision
-from configs.bert import BertBaseConfig, bert_99_9_ladder, bert_99_ladder
+from configs.bert import (
+    BertBaseConfig,
+    bert_99_9_ladder,
+    bert_99_ladder,
+    high_accuracy_on_cpu,
+    high_accuracy_on_gpu,
+    on_gpu,
+)
 from configs.configuration import ConfigRegistry
 
 
@@ -30,21 +37,17 @@ class CPU(ServerBaseConfig):
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+@high_accuracy_on_cpu
 class CPU_HighAccuracy(CPU):
-    precision = "fp32"
     server_target_qps = 0.5
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+@on_gpu
 class H100_SXM_80GB(ServerBaseConfig):
     # fp16: under the highest VALID rate, with p99 margin (performance.md, H100 SXM); fp8 is not measured on an
     # H100: the H200's scaled by the two GPUs' fp16 ratio, less a margin
     engine_ladder = bert_99_ladder(fp8={"server_target_qps": 6400.0}, fp16={"server_target_qps": 4400.0})
-    precision = "fp16"  # the last engine's values; the ladder's first runs unless RUN_ARGS or the gate say otherwise
-    device = "cuda"
-    # bias + tanh GELU in the w1 GEMM's epilogue: a faster forward; span agreement with float32 >= 99% on
-    # every model checked, not 99.9% (documentation/performance.md), so the _HighAccuracy classes turn it off.
-    gelu_in_gemm = True
     gpu_batch_size = 128
     num_workers = 2
     batch_timeout_us = 2000
@@ -52,12 +55,11 @@ class H100_SXM_80GB(ServerBaseConfig):
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+@high_accuracy_on_gpu
 class H100_SXM_80GB_HighAccuracy(H100_SXM_80GB):
     # FP8 with the erf GELU kernel is not measured on an H100: bert-99's FP8 estimate less the erf kernel's ~6%;
     # fp16: under the highest VALID rate (performance.md, H100 SXM, bert-99.9)
     engine_ladder = bert_99_9_ladder(fp8={"server_target_qps": 6000.0}, fp16={"server_target_qps": 4000.0})
-    precision = "fp16"
-    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
     server_target_qps = 4000.0
 
 
@@ -75,11 +77,10 @@ class H200_SXM_141GB(H100_SXM_80GB):
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
+@high_accuracy_on_gpu
 class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
     # FP8 with the erf GELU kernel and exact accumulation measured VALID at 6,500-6,750 (performance.md, H200); fast
     # accumulation is faster. fp16: under the highest VALID rate (performance.md, H200, bert-99.9)
     engine_ladder = bert_99_9_ladder(fp8={"server_target_qps": 6500.0, **H200_FP8_BATCHING},
                                      fp16={"server_target_qps": 4400.0})
-    precision = "fp16"
-    gelu_in_gemm = False  # erf GELU, the reference's form: the tanh epilogue misses the 99.9% bar
     server_target_qps = 4400.0

@@ -80,8 +80,9 @@ NVIDIA_ONLY_FLAGS = {
         "classes, where it has some)"),
     "force_calibration": NvidiaOnlyFlag(
         "NVIDIA's calibration run even when a calibration cache exists",
-        "here FP8 calibration is part of building an FP8 engine: remove the engines (make clean), then run "
-        "make generate_engines RUN_ARGS=\"...\" with this run's RUN_ARGS"),
+        "here FP8 calibration is part of building an FP8 engine: remove its folder under build/engines/<system>/ "
+        "(make generate_engines names it), then run make generate_engines RUN_ARGS=\"...\" with this run's "
+        "RUN_ARGS"),
 }
 # NVIDIA's --config_ver=all: every workload of the benchmark; here, each accuracy target.
 CONFIG_VER_ALL = "all"

@@ -47,7 +47,9 @@ def next_command(benchmark_name: str, result: TestResult, record: RunRecord) -> 
             "Server": "server_target_qps"}.get(scenario, "")
     args = f"--benchmarks={benchmark_name} --scenarios={scenario.lower()}{_given_flags(record, name)}"
     if scenario == "Offline" and result.value:
-        return f'make run RUN_ARGS="{args} --offline_expected_qps={result.value * NEXT_MARGIN:.3g}"'
+        qps = result.value * NEXT_MARGIN
+        shown = f"{qps:.0f}" if qps >= 100 else f"{qps:.3g}"  # 3 significant digits would print 1.1e+05
+        return f'make run RUN_ARGS="{args} --offline_expected_qps={shown}"'
     return f'make find_performance RUN_ARGS="{args}", then make run RUN_ARGS="{args}"'
 
 

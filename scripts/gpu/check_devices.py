@@ -13,9 +13,10 @@ Steps (a failing one does not stop the others; each run's figures land in ``DIR/
   ``--test_run`` with the rate given for the count (``RATES_PER_GPU`` x GPUs: an Offline probe would load every
   model twice). Reads each test's metadata.json: the figure, the verdict, each device's share, and the host CPU
   each GPU's process used.
-- ``same_process``: nothing in the backends assumes one GPU per process. BERT's packed runner (the bert-99 engine
-  a run just built) and GPT-J's in-flight engine (a small model, CUDA graphs) are built on cuda:0 and cuda:1 in
-  this one process and run the same inputs; their outputs must agree.
+- ``same_process``: nothing in the backends assumes one GPU per process. BERT's packed runner (the bert-99 engine)
+  and GPT-J's in-flight engine (the real architecture with random weights, in bf16 and in FP8) are built on cuda:0
+  and cuda:1 in this one process and run the same 8 inputs, cuda:0 twice: BERT's outputs must agree, GPT-J's tokens
+  must be equal on the two GPUs wherever cuda:0 repeats itself. The step records what it found; it fails nothing.
 
 The table printed last has one row per workload and GPU count: figure, verdict, the ratio to one GPU, the spread of
 the per-GPU shares, and CPU seconds per second of each GPU's process.

@@ -197,6 +197,9 @@ def test_a_query_that_ended_early_gives_the_next_command_not_loadgens_advice(tmp
     assert "[INVALID] (min duration not met)" in text
     assert ('its query ended before the minimum duration; next: make run RUN_ARGS="--benchmarks=bert-99 '
             '--scenarios=offline --model_name=tiny --test_run --offline_expected_qps=0.102"') in text
+    fast = TestResult("Offline", "PerformanceOnly", "x", value=73_000.0, valid=False,
+                      invalid_reasons=["min duration not met"])
+    assert "--offline_expected_qps=109500" in format_summary("CPU", tmp_path, [("bert-99", fast, metadata)])
     server = TestResult("Server", "PerformanceOnly", "x", metric="scheduled_samples_per_second", value=3.0,
                         unit="samples/s", valid=False, invalid_reasons=["min queries not met"])
     assert ('next: make find_performance RUN_ARGS="--benchmarks=bert-99 --scenarios=server", then make run '

@@ -148,7 +148,9 @@ def test_a_killed_worker_ends_the_test_with_its_device_named(build_dir: Path, tm
     output = before + rest
     assert process.returncode == ExitCode.TEST_FAILED, output
     error = next(line for line in output.splitlines() if line.startswith("ERROR:"))
-    assert "run_batch on cpu:1 (device 2 of 2)" in error and "closed its connection" in error, error
+    # The kill reaches the core as an end of file, or as a reset when the core was writing a batch to it.
+    assert "run_batch on cpu:1 (device 2 of 2)" in error, error
+    assert "closed its connection" in error or "the connection to the worker process broke" in error, error
     assert f"the worker of cpu:1 (pid {victim[0]}) was killed by SIGKILL" in error, error
     assert "not valid" in error
     test_dir = log_dir / "CPU" / "bert-99" / "Offline"

@@ -164,6 +164,15 @@ FIELDS: dict[str, Field] = {
         Field("cpu_workers", int, 1, "On the CPU: worker processes, each a device with its share of the CPUs, as a "
               "GPU run has one per GPU (for tests of the several-device path; 1: the model runs in the LoadGen "
               "process)", range=Range(1, 64)),
+        Field("cluster", str, "", "A Ray cluster's address (host:port of its head, or auto): the run's workers "
+              "are one per GPU of every node (on the CPU: cpu_workers per node), LoadGen stays here; empty: this "
+              "machine alone (documentation/cluster.md)"),
+        Field("cluster_host", str, "", "With --cluster: the address of this node the workers connect back to; "
+              "empty: the address Ray knows this node by"),
+        Field("cluster_port", int, 0, "With --cluster: the port the workers connect back to; 0: a free one "
+              "(give one where a firewall lets only known ports through)", range=Range(0, 65535)),
+        Field("cluster_ready_timeout_s", int, 1800, "With --cluster: seconds every worker has to connect and load "
+              "before the run stops, naming the late node", range=Range(1, 86400)),
         Field("model_name", str, None, "Model architecture: the MLPerf model (bert: large, gptj: 6b; set by each "
               "benchmark's base config) or a small one for tests (tiny)"),
         Field("weights", str, "auto", "auto: the downloaded checkpoint, else random weights (performance only); "

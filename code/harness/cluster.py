@@ -55,7 +55,7 @@ class ClusterSettings:
     """The config's cluster fields: where Ray is, where the workers connect, and how long they may take."""
 
     address: str  # Ray's address: host:port of the head node's GCS, or "auto"
-    host: str  # the address the workers connect to ("": the address Ray knows this node by)
+    host: str | None  # the address the workers connect to (None: the address Ray knows this node by)
     port: int  # the listening port (0: a free one)
     ready_timeout_s: float  # how long every worker has to connect and say ready
 

@@ -141,11 +141,10 @@ def test_a_worker_runs_its_own_device_and_nothing_else() -> None:
 
     given = {"devices": "0,1", "device": "auto", "gpu_batch_size": 64}
     assert worker_overrides(given, "cuda:1") == {"devices": "all", "device": "cuda", "cpu_workers": 1,
-                                                 "cluster": "", "gpu_batch_size": 64}
-    assert worker_overrides({"cpu_workers": 2}, "cpu:1") == {"devices": "all", "device": "cpu", "cpu_workers": 1,
-                                                             "cluster": ""}
+                                                 "gpu_batch_size": 64}
+    assert worker_overrides({"cpu_workers": 2}, "cpu:1") == {"devices": "all", "device": "cpu", "cpu_workers": 1}
     # A worker on a cluster node runs its one device there: it never joins the cluster itself.
-    assert worker_overrides({"cluster": "head:6379"}, "cuda:3@node2")["cluster"] == ""
+    assert worker_overrides({"cluster": "head:6379"}, "cuda:3@node2").get("cluster") is None
     assert worker_overrides({}, "cuda:3@node2")["device"] == "cuda"
 
 

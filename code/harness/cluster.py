@@ -40,6 +40,8 @@ from code.harness.workers import (
     tune_tcp,
 )
 
+# How long the cluster's head may take to accept a connection before the run is refused.
+JOIN_TIMEOUT_S = 10.0
 # How long a connection may take to send its HELLO once accepted (a stranger that says nothing is dropped).
 HELLO_TIMEOUT_S = 10.0
 # Environment variables of the LoadGen process that its workers get on every node (the rest is each node's own).
@@ -101,6 +103,7 @@ def join(settings: ClusterSettings, on_gpus: bool, cpu_workers: int) -> list[Rem
         import ray
     except ImportError:
         raise ClusterError("--cluster needs Ray, an optional install: make setup_cluster") from None
+    reachable(settings.address)
     try:
         ray.init(address=settings.address, log_to_driver=True, logging_level="warning")
     except Exception as error:  # ConnectionError, or Ray's own for an address that is not a cluster
@@ -108,6 +111,19 @@ def join(settings: ClusterSettings, on_gpus: bool, cpu_workers: int) -> list[Rem
                            f"{error}); start it first (ray start --head on one node, ray start --address=... on the "
                            "others: documentation/cluster.md)") from error
     return plan_cluster(ray.nodes(), on_gpus, cpu_workers)
+
+
+def reachable(address: str, timeout_s: float = JOIN_TIMEOUT_S) -> None:
+    """Refuse at once a cluster address where nothing listens: Ray itself retries such an address for minutes."""
+    if address == "auto":
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise ClusterError(f"--cluster={address}: nothing answers there ({error}); start the cluster first (ray "
+                           "start --head on one node: documentation/cluster.md), or give its head's host:port") \
+            from None
 
 
 def run_worker_task(command: list[str], cwd: str, spec_text: str, args: list[str], env: dict[str, str],

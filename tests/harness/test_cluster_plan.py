@@ -118,3 +118,12 @@ def test_no_wait_for_ready_is_unbounded() -> None:
     with WorkerPool(silent, [plan], connections=1) as pool:
         with pytest.raises(WorkerStartError, match="the worker of cpu:0 could not start: it was not ready within 1 s"):
             pool.wait_ready(timeout_s=1.0)
+
+
+def test_a_cluster_address_where_nothing_listens_is_refused_at_once() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        free = probe.getsockname()[1]  # closed below: nothing listens there any more
+    with pytest.raises(cluster.ClusterError, match=f"--cluster=127.0.0.1:{free}: nothing answers there .*ray start"):
+        cluster.reachable(f"127.0.0.1:{free}", timeout_s=2.0)
+    with socket.create_server(("127.0.0.1", 0)) as head:
+        cluster.reachable(f"127.0.0.1:{head.getsockname()[1]}")

@@ -162,6 +162,30 @@ def test_a_node_that_leaves_ends_the_test_with_its_name(build_dir: Path, tmp_pat
     assert _cluster_workers() == [], "no worker outlives the test"
 
 
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_stopping_the_run_leaves_no_worker_on_any_node(build_dir: Path, tmp_path: Path, how: signal.Signals) -> None:
+    log_dir = tmp_path / "logs"
+    with local_cluster([build_dir, build_dir]) as (cluster, _):
+        process = subprocess.Popen([sys.executable, "-m", "code.main", "--action=run", *BERT, *LONG,
+                                    f"--cluster={cluster.address}", *CLUSTER, f"--log_dir={log_dir}"],
+                                   cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   env=_env(build_dir))
+        try:
+            _read_until(process, "starting LoadGen")
+            assert len(_cluster_workers()) == 2, "one worker on each node"
+            process.send_signal(how)
+            process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+                process.wait()
+        deadline = time.monotonic() + 30.0  # Ray notices its driver is gone and ends the driver's tasks
+        while _cluster_workers() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _cluster_workers() == [], "the workers end with the run, on every node"
+    assert _gone(log_dir) == []
+
+
 def _cluster_workers() -> list[int]:
     """The cluster workers of this machine that run still (a test's workers connect to 127.0.0.1)."""
     found = []

@@ -116,19 +116,28 @@ def test_two_nodes_answer_as_one_machine_does(build_dir: Path, tmp_path: Path, b
     assert all(row["samples"] > 0 for row in devices["completed"]), "both nodes got work"
 
 
-def test_a_node_without_the_data_is_refused_before_loadgen(build_dir: Path, tmp_path: Path) -> None:
-    empty = tmp_path / "empty_build"  # the second node's disk: the compiled core, no preprocessed data
-    empty.mkdir()
-    (empty / "lib").symlink_to(build_dir / "lib", target_is_directory=True)
+@pytest.mark.parametrize("missing", ["data", "engine"])
+def test_a_node_without_the_data_or_the_engine_is_refused_before_loadgen(build_dir: Path, tmp_path: Path,
+                                                                         missing: str) -> None:
+    other = tmp_path / "other_build"  # the second node's disk: the compiled core, and the data unless it is missing
+    other.mkdir()
+    (other / "lib").symlink_to(build_dir / "lib", target_is_directory=True)
+    if missing == "engine":
+        (other / "preprocessed_data").symlink_to(build_dir / "preprocessed_data", target_is_directory=True)
     log_dir = tmp_path / "logs"
-    with local_cluster([build_dir, empty]) as (cluster, nodes):
-        done = run_main(build_dir, "--action=run", *BERT, "--test_mode=AccuracyOnly", f"--cluster={cluster.address}",
-                        *CLUSTER, f"--log_dir={log_dir}")
+    mode = "AccuracyOnly" if missing == "data" else "PerformanceOnly"
+    with local_cluster([build_dir, other]) as (cluster, nodes):
+        done = run_main(build_dir, "--action=run", *BERT, f"--test_mode={mode}", "--input_data=synthetic"
+                        if missing == "engine" else "--seed=0", f"--cluster={cluster.address}", *CLUSTER,
+                        f"--log_dir={log_dir}")
     output = done.stdout + done.stderr
     assert done.returncode == ExitCode.TEST_FAILED, output
     error = _error_line(done.stdout)
     assert f"the worker of cpu:0@{node_name(nodes[1])} could not start" in error, error
-    assert f"not in {empty}" in error and "preprocess_data" in error, error
+    if missing == "data":
+        assert f"not in {other}" in error and "preprocess_data" in error, error
+    else:
+        assert "no BERT engine" in error and "make generate_engines" in error, error
     assert not list(log_dir.glob("CPU/*/Offline/mlperf_log_detail.txt")), "LoadGen never started"
 
 

@@ -252,35 +252,41 @@ class ClusterPool(WorkerPool):
         return super().wait_ready(max(1.0, deadline - time.monotonic()))
 
     def _accept_all(self, deadline: float) -> None:
+        """Take connections until every worker has all of its own (a stranger's are closed); a worker whose task
+        ends first, or that is late, stops the run naming its node."""
         assert self.listener is not None
-        by_slot = {worker.plan.slot: worker for worker in self.workers}  # type: ignore[attr-defined]
-        pending = {slot: [None] * self.connections for slot in by_slot}  # type: dict[int, list[Any]]
+        pending: dict[int, list[socket.socket | None]] = {_plan(w).slot: [None] * self.connections
+                                                          for w in self.workers}
+        by_slot = {_plan(worker).slot: worker for worker in self.workers}
         self.listener.settimeout(0.5)
         while any(None in connections for connections in pending.values()):
-            for worker in self.workers:
-                if None in pending[worker.plan.slot] and worker.process.poll() is not None:  # type: ignore
-                    raise self._start_failed(worker, f"its Ray task {worker.process.why or 'ended'} before it "
-                                             f"connected to {self._where()} (its output above says why)")
+            waiting = [worker for worker in self.workers if None in pending[_plan(worker).slot]]
+            for worker in waiting:
+                if worker.process.poll() is not None:
+                    raise self._start_failed(worker, f"its Ray task {getattr(worker.process, 'why', '') or 'ended'} "
+                                             f"before it connected to {self._where()} (its output above says why)")
             if time.monotonic() > deadline:
-                late = next(w for w in self.workers if None in pending[w.plan.slot])  # type: ignore[attr-defined]
-                raise self._start_failed(late, f"it did not connect to {self._where()} within "
-                                         f"{self.settings.ready_timeout_s:.0f} s: check that node {late.plan.node} "  # type: ignore
-                                         "runs Ray and reaches this address and port (firewall, --cluster_host, "
+                raise self._start_failed(waiting[0], f"it did not connect to {self._where()} within "
+                                         f"{self.settings.ready_timeout_s:.0f} s: check that node "
+                                         f"{_plan(waiting[0]).node} runs Ray with a free GPU for it (ray status) "
+                                         "and reaches this address and port (firewall, --cluster_host, "
                                          "--cluster_port)")
             try:
                 sock, _ = self.listener.accept()
             except TimeoutError:
                 continue
             hello = self._hello(sock)
-            if hello is None or hello.get("slot") not in pending:
-                sock.close()  # not this run's worker
+            slot, index = (hello.get("slot"), hello.get("index")) if hello else (None, None)
+            if slot not in pending or not isinstance(index, int) or not 0 <= index < self.connections or \
+                    pending[slot][index] is not None:
+                sock.close()  # not one of this run's workers' connections, or one it has already
                 continue
-            worker = by_slot[hello["slot"]]
-            pending[hello["slot"]][int(hello.get("index", 0))] = sock
-            worker.process.pid = int(hello.get("pid", 0))  # type: ignore[attr-defined]
-            worker.plan = replace(worker.plan, device=str(hello.get("device", worker.plan.device)))
+            worker = by_slot[slot]
+            pending[slot][index] = sock
+            worker.process.pid = int(hello.get("pid", 0))  # type: ignore[union-attr]
+            worker.plan = replace(worker.plan, device=str(hello.get("device", worker.plan.device)))  # type: ignore
         for worker in self.workers:
-            worker.sockets = pending[worker.plan.slot]  # type: ignore[attr-defined]
+            worker.sockets = [sock for sock in pending[_plan(worker).slot] if sock is not None]
 
     def _hello(self, sock: socket.socket) -> dict[str, Any] | None:
         """The HELLO that opens a worker's connection, if it is one of this run's; None for anything else."""
@@ -299,15 +305,17 @@ class ClusterPool(WorkerPool):
     def _where(self) -> str:
         return f"{self.address[0]}:{self.address[1]}"
 
-    def devices(self) -> list[str]:
-        """The workers' devices as the run names them (``cuda:3@node``), in the core's order."""
-        return [worker.plan.device for worker in self.workers]
-
     def stop(self) -> None:
         super().stop()
         if self.listener is not None:
             self.listener.close()
             self.listener = None
+
+
+def _plan(worker: _Worker) -> RemotePlan:
+    """A cluster worker's plan (a ``ClusterPool`` makes only ``RemotePlan``s)."""
+    assert isinstance(worker.plan, RemotePlan)
+    return worker.plan
 
 
 def leave() -> None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import time
 
 import pytest
 
 from code.common.placement import allowed_cpu_set, cpu_shares
 from code.harness import cluster
-from code.harness.workers import Message, WorkerPlan, WorkerPool, WorkerStartError, connect, receive, send
+from code.harness.workers import Message, WorkerPlan, WorkerPool, WorkerStartError, _Worker, connect, receive, send
 
 
 def _node(node_id: str, host: str, gpus: int = 0, alive: bool = True) -> dict:
@@ -127,3 +128,71 @@ def test_a_cluster_address_where_nothing_listens_is_refused_at_once() -> None:
         cluster.reachable(f"127.0.0.1:{free}", timeout_s=2.0)
     with socket.create_server(("127.0.0.1", 0)) as head:
         cluster.reachable(f"127.0.0.1:{head.getsockname()[1]}")
+
+
+class _Task:
+    """A worker's Ray task that runs on and on (what ``RayTaskProcess`` shows the pool), without Ray."""
+
+    def __init__(self) -> None:
+        self.returncode: int | None = None
+        self.pid, self.why = 0, ""
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.returncode = 0
+        return 0
+
+    def terminate(self) -> None:
+        self.returncode = -15
+
+    kill = terminate
+
+
+def _listening_pool(timeout_s: float) -> cluster.ClusterPool:
+    """A pool of two workers on node ``a``, two connections each, listening on 127.0.0.1, its tasks not started."""
+    plans = cluster.plan_cluster([_node("n0", "a")], on_gpus=False, cpu_workers=2)
+    settings = cluster.ClusterSettings("127.0.0.1:6379", "127.0.0.1", 0, timeout_s)
+    pool = cluster.ClusterPool(["python"], plans, 2, settings, "{}")
+    pool.listener = socket.create_server(("127.0.0.1", 0))
+    pool.address = pool.listener.getsockname()[:2]
+    pool.workers = [_Worker(plan, _Task(), []) for plan in plans]  # type: ignore[arg-type]
+    return pool
+
+
+def test_the_loadgen_process_takes_each_workers_connections_and_its_name() -> None:
+    pool = _listening_pool(timeout_s=30.0)
+    stranger = socket.create_connection(pool.address)
+    send(stranger, Message.HELLO, 0, json.dumps({"token": "guess", "slot": 0, "index": 0}).encode())
+    bad_index = socket.create_connection(pool.address)
+    send(bad_index, Message.HELLO, 7, json.dumps({"token": pool.token, "slot": 0, "index": 7}).encode())
+    hello = {"token": pool.token, "device": "cpu:1@a", "pid": 4242}
+    workers = [connect(pool.address, 2, {**hello, "slot": slot, "device": f"cpu:{slot}@a"}, timeout_s=5.0)
+               for slot in (1, 0)]
+    try:
+        pool._accept_all(time.monotonic() + 30.0)
+        assert [worker.plan.device for worker in pool.workers] == ["cpu:0@a", "cpu:1@a"]
+        assert [len(worker.sockets) for worker in pool.workers] == [2, 2]
+        assert pool.workers[0].process.pid == 4242
+        assert stranger.recv(1) == b"", "a stranger's connection is closed"
+        assert bad_index.recv(1) == b"", "so is a connection the worker does not have"
+    finally:
+        pool.stop()
+        for sock in [stranger, bad_index, *workers[0], *workers[1]]:
+            sock.close()
+
+
+def test_a_worker_that_never_connects_stops_the_run_naming_its_node() -> None:
+    pool = _listening_pool(timeout_s=1.0)
+    with pytest.raises(WorkerStartError, match=r"the worker of cpu:0@a could not start: it did not connect to "
+                                               r"127\.0\.0\.1:\d+ within 1 s: check that node a runs Ray"):
+        pool._accept_all(time.monotonic() + 1.0)
+
+
+def test_a_task_that_ends_before_it_connects_stops_the_run() -> None:
+    pool = _listening_pool(timeout_s=30.0)
+    pool.workers[1].process.returncode = -9
+    pool.workers[1].process.why = "ended: its node a left the cluster"  # type: ignore[attr-defined]
+    with pytest.raises(WorkerStartError, match="cpu:1@a could not start: its Ray task ended: its node a left"):
+        pool._accept_all(time.monotonic() + 30.0)

@@ -30,6 +30,7 @@ from typing import Any
 from code.common.benchmark_errors import BenchmarkError
 from code.common.paths import REPO_ROOT
 from code.harness.workers import (
+    STOP_GRACE_S,
     ConnectionClosed,
     Message,
     WorkerPlan,
@@ -182,13 +183,18 @@ class RayTaskProcess:
             self.why = f"ended: its Ray worker on node {self.node} died ({type(error).__name__})"
 
     def wait(self, timeout: float | None = None) -> int:
+        """As ``Popen.wait``; without a timeout (after a kill) it waits ``STOP_GRACE_S`` at most, then counts the
+        task as stopped: a node that cannot answer must not hold the run."""
         import ray
 
         if self.returncode is None:
-            done, _ = ray.wait([self.ref], timeout=timeout)
-            if not done:
-                raise subprocess.TimeoutExpired(f"the worker on {self.node}", timeout or 0.0)
-            self._collect()
+            done, _ = ray.wait([self.ref], timeout=STOP_GRACE_S if timeout is None else timeout)
+            if done:
+                self._collect()
+            elif timeout is None:
+                self.returncode, self.why = -9, f"was stopped (node {self.node} did not confirm it ended)"
+            else:
+                raise subprocess.TimeoutExpired(f"the worker on {self.node}", timeout)
         return self.returncode  # type: ignore[return-value]
 
     def terminate(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 import time
 
@@ -196,3 +197,19 @@ def test_a_task_that_ends_before_it_connects_stops_the_run() -> None:
     pool.workers[1].process.why = "ended: its node a left the cluster"  # type: ignore[attr-defined]
     with pytest.raises(WorkerStartError, match="cpu:1@a could not start: its Ray task ended: its node a left"):
         pool._accept_all(time.monotonic() + 30.0)
+
+
+def test_a_task_whose_node_never_answers_counts_as_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    ray = pytest.importorskip("ray", reason="Ray is not installed (make setup_cluster)")
+    asked = []
+
+    def never(refs: list, timeout: float | None = None) -> tuple[list, list]:
+        asked.append(timeout)
+        return [], refs
+
+    monkeypatch.setattr(ray, "wait", never)
+    task = cluster.RayTaskProcess(object(), "node2")
+    with pytest.raises(subprocess.TimeoutExpired):
+        task.wait(timeout=0.1)
+    assert task.wait() == -9 and "node node2 did not confirm" in task.why
+    assert asked == [0.1, cluster.STOP_GRACE_S], "a wait after a kill is bounded too"

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from code.common.benchmark_errors import BenchmarkError
+from code.common.log import VERBOSE_ENV
 from code.common.paths import REPO_ROOT
 from code.harness.workers import (
     STOP_GRACE_S,
@@ -45,8 +46,9 @@ from code.harness.workers import (
 JOIN_TIMEOUT_S = 10.0
 # How long a connection may take to send its HELLO once accepted (a stranger that says nothing is dropped).
 HELLO_TIMEOUT_S = 10.0
-# Environment variables of the LoadGen process that its workers get on every node (the rest is each node's own).
-PASSED_ENV = ("PYTHONUNBUFFERED", "MLPERF_LOG_LEVEL")
+# Environment variables of the LoadGen process that its workers get on every node; the rest is each node's own
+# (MLPERF_BUILD_DIR included: where a node keeps its data and engines is its own).
+PASSED_ENV = ("PYTHONUNBUFFERED", VERBOSE_ENV)
 
 
 class ClusterError(BenchmarkError):
@@ -112,6 +114,12 @@ def join(settings: ClusterSettings, on_gpus: bool, cpu_workers: int) -> list[Rem
                            f"{error}); start it first (ray start --head on one node, ray start --address=... on the "
                            "others: documentation/cluster.md)") from error
     return plan_cluster(ray.nodes(), on_gpus, cpu_workers)
+
+
+def passed_env(environ: dict[str, str] | os._Environ) -> dict[str, str]:
+    """What of this process's environment its workers get on their nodes (``PASSED_ENV``): --verbose, unbuffered
+    output; nothing that says where files are."""
+    return {name: environ[name] for name in PASSED_ENV if name in environ}
 
 
 def reachable(address: str, timeout_s: float = JOIN_TIMEOUT_S) -> None:
@@ -235,7 +243,7 @@ class ClusterPool(WorkerPool):
         cpus = "gpu" if kind == "cuda" else f"share:{self._share(plan)}"
         args = [f"--connect={self.address[0]}:{self.address[1]}", f"--token={self.token}", f"--slot={plan.slot}",
                 f"--connections={self.connections}", f"--cpus={cpus}"]
-        env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
+        env = passed_env(os.environ)
         # The task goes by value: a node's Ray worker cannot import this harness (it is not on Ray's path there).
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
         task = ray.remote(run_worker_task).options(

@@ -213,3 +213,10 @@ def test_a_task_whose_node_never_answers_counts_as_stopped(monkeypatch: pytest.M
         task.wait(timeout=0.1)
     assert task.wait() == -9 and "node node2 did not confirm" in task.why
     assert asked == [0.1, cluster.STOP_GRACE_S], "a wait after a kill is bounded too"
+
+
+def test_workers_get_the_runs_verbosity_but_each_node_keeps_its_own_paths() -> None:
+    from code.common.log import VERBOSE_ENV
+
+    given = {VERBOSE_ENV: "1", "PYTHONUNBUFFERED": "1", "MLPERF_BUILD_DIR": "/here/build", "PATH": "/usr/bin"}
+    assert cluster.passed_env(given) == {VERBOSE_ENV: "1", "PYTHONUNBUFFERED": "1"}

@@ -22,6 +22,7 @@ help:
 	@echo "  make prebuild [BASE_IMAGE=...]       Docker: build the image, add you, open a shell (docker.md)"
 	@echo "  make launch_docker DOCKER_COMMAND=\"make ...\"   the same, headless"
 	@echo "  make setup                           the native fallback: build/venv from the lock files"
+	@echo "  make setup_cluster                   Ray, for a run over several nodes (documentation/cluster.md)"
 	@echo "  make build [ROUND=v4.1] [LOADGEN_SRC=<clone>]   the C++/pybind11 LoadGen harness (default v5.0)"
 	@echo "Data and models:"
 	@echo "  make link_dirs                       build/{data,models,preprocessed_data} -> \$$MLPERF_SCRATCH_PATH"

@@ -17,7 +17,7 @@ PYTHON_CHECK = import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(v != "$(
   f"ERROR: the locks are for Python $(LOCK_PYTHON) and $(SYSTEM_PY) is Python {v}: install Python $(LOCK_PYTHON), \
   then run make setup SYSTEM_PY=python$(LOCK_PYTHON)")
 
-.PHONY: setup link_dirs
+.PHONY: setup setup_cluster link_dirs
 ifdef IN_CONTAINER
 setup:
 	@echo "[setup] in the container: the image's Python is the environment"
@@ -42,6 +42,18 @@ $(VENV_STAMP): $(LOCKS)
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 	@echo "[setup] build/venv is ready"
+
+# The optional cluster engine (Ray, documentation/cluster.md): its lock pins ray and what it needs beyond
+# requirements.lock, so it installs with --no-deps on top of the environment `setup` made. A one-machine run never
+# needs it; CI installs it for the cluster tests (tests/actions/test_cluster.py).
+CLUSTER_LOCK  := $(REPO_ROOT)/requirements-cluster.lock
+CLUSTER_STAMP := $(BUILD_DIR)/.cluster-$(shell cat $(CLUSTER_LOCK) | cksum | cut -d' ' -f1)
+setup_cluster: $(CLUSTER_STAMP)
+$(CLUSTER_STAMP): $(CLUSTER_LOCK) | setup
+	$(PY) -m pip install -q --disable-pip-version-check --require-hashes --no-deps -r $(CLUSTER_LOCK)
+	@rm -f $(BUILD_DIR)/.cluster-*
+	@touch $@
+	@echo "[setup] Ray is installed: --cluster=<address> runs on a Ray cluster (documentation/cluster.md)"
 
 link_dirs: setup
 	$(PY) -m scripts.link_dirs

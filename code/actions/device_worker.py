@@ -1,5 +1,6 @@
 """One device of a several-device test: ``python -m code.actions.device_worker <test_spec.json> --device=cuda:1
---fds=3,4 --cpus=0,1,2,3``.
+--fds=3,4 --cpus=0,1,2,3``; on a node of a cluster, ``--connect=host:port --token=... --slot=N --connections=N``
+instead of ``--fds`` (code/harness/cluster.py).
 
 run_single_test (the LoadGen process) starts one per device (code/harness/workers.py). A worker pins itself to its
 CPUs before anything else loads (threads started later inherit the mask), builds the backend a one-device run
@@ -24,22 +25,49 @@ from code.common.constants import ExitCode
 from code.common.placement import format_cpu_list
 
 DEVICE_WORKER_MODULE = "code.actions.device_worker"
+# How long a cluster worker tries to reach the LoadGen process (its listening socket is open before any starts).
+CONNECT_TIMEOUT_S = 30.0
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=f"python -m {DEVICE_WORKER_MODULE}", description=__doc__.splitlines()[0])
     parser.add_argument("spec", type=Path, help="the test's test_spec.json")
     parser.add_argument("--device", required=True, help="the device as the run names it: cuda:1, cpu:0")
-    parser.add_argument("--fds", required=True, help="the inherited sockets' file descriptors, comma-separated")
-    parser.add_argument("--cpus", default="", help="the CPUs to run on, comma-separated (empty: all allowed)")
-    return parser.parse_args(argv)
+    parser.add_argument("--fds", default="", help="the inherited sockets' file descriptors, comma-separated")
+    parser.add_argument("--cpus", default="", help="the CPUs to run on, comma-separated (empty: all allowed); on a "
+                        "cluster node: gpu (the NUMA node of its GPU) or share:I/N (share I of N of the node's CPUs)")
+    parser.add_argument("--connect", default="", help="on a cluster node: the LoadGen process's host:port")
+    parser.add_argument("--token", default="", help="on a cluster node: the run's token, said in each HELLO")
+    parser.add_argument("--slot", type=int, default=0, help="on a cluster node: the worker's slot in the run")
+    parser.add_argument("--connections", type=int, default=1, help="on a cluster node: connections to open")
+    args = parser.parse_args(argv)
+    if bool(args.fds) == bool(args.connect):
+        parser.error("give --fds (a worker of this machine) or --connect (a worker on a cluster node), one of them")
+    return args
+
+
+def open_connections(args: argparse.Namespace) -> list[socket.socket]:
+    """The worker's connections to the core: inherited socketpairs, or TCP connections it opens to the LoadGen
+    process (each starting with its HELLO: the run's token, its slot, device and pid)."""
+    if args.fds:
+        sockets = [socket.socket(fileno=int(fd)) for fd in args.fds.split(",")]
+        for sock in sockets:  # a process this worker starts must not hold its connections open after it dies
+            sock.set_inheritable(False)
+        return sockets
+    from code.harness.workers import connect
+
+    host, _, port = args.connect.rpartition(":")
+    hello = {"token": args.token, "slot": args.slot, "device": args.device, "pid": os.getpid(),
+             "host": socket.gethostname()}
+    return connect((host, int(port)), args.connections, hello, timeout_s=CONNECT_TIMEOUT_S)
 
 
 def worker_overrides(overrides: dict[str, Any], device: str) -> dict[str, Any]:
     """The test's RUN_ARGS as the worker of ``device`` resolves them: it runs one device, the one GPU it sees
     (cuda, never ``auto``: a worker that sees no usable GPU must fail, not run on the CPU) or the CPU share it is
     pinned to, whatever devices the run as a whole uses."""
-    return {**overrides, "devices": "all", "cpu_workers": 1, "device": "cuda" if device.startswith("cuda") else "cpu"}
+    own = {name: value for name, value in overrides.items() if name != "cluster"}  # it never joins the cluster
+    return {**own, "devices": "all", "cpu_workers": 1, "device": "cuda" if device.startswith("cuda") else "cpu"}
 
 
 def gpu_identity(local_device: str) -> dict[str, Any]:
@@ -78,18 +106,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from code.common.supervision import die_with_parent
 
-    die_with_parent()  # a worker never outlives the test process that started it
+    die_with_parent()  # a worker never outlives the process that started it (the test's, or its Ray task's)
     if args.cpus:
-        os.sched_setaffinity(0, [int(cpu) for cpu in args.cpus.split(",")])
+        from code.harness.cluster import worker_cpus
+
+        cpus = worker_cpus(args.cpus)
+        os.sched_setaffinity(0, cpus if cpus is not None else [int(cpu) for cpu in args.cpus.split(",")])
     from code.common.faults import describe
     from code.common.log import configure, get_logger
     from code.harness.workers import Message, send, serve, worker_error
 
     configure()
     log = get_logger(f"worker {args.device}")
-    sockets = [socket.socket(fileno=int(fd)) for fd in args.fds.split(",")]
-    for sock in sockets:  # a process this worker starts must not hold its connections open after it dies
-        sock.set_inheritable(False)
+    sockets = open_connections(args)
     try:
         runner, ready = start_device(json.loads(args.spec.read_text()), args.device)
     except Exception as error:

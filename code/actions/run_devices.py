@@ -4,7 +4,8 @@ One device runs in the LoadGen process, exactly as it always has: its runner is 
 no copy of its responses. Several devices run one worker each (code/actions/device_worker.py), pinned to the CPUs
 of its GPU's NUMA node, and the core exchanges batches and responses with them over sockets; every worker must be
 ready before LoadGen starts, and a worker that fails during the test ends it with its device named and its exit
-status said. documentation/multi_gpu.md explains the design.
+status said. documentation/multi_gpu.md explains the design; with ``--cluster`` the workers are those of every
+node of a Ray cluster (code/harness/cluster.py, documentation/cluster.md).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from code.common.devices import torch_device, visible_gpus
 from code.common.log import get_logger
 from code.common.placement import allowed_cpu_set, cpu_shares, format_cpu_list, gpu_placement
 from code.common.systems import cuda_visible_entries, detect_gpus
+from code.harness.cluster import ClusterPool, ClusterSettings, join, leave
 from code.harness.core import device_error
 from code.harness.workers import WorkerPlan, WorkerPool, WorkerStartError, cpu_figures
 
@@ -37,25 +39,43 @@ class DeviceFailedError(BenchmarkError):
 class DevicesReport:
     """What the devices said of the test, for metadata.json."""
 
+    devices: list[str] = field(default_factory=list)  # the devices that ran, as the core and the logs name them
     workers: list[dict[str, Any]] = field(default_factory=list)  # per worker: placement, load time, host CPU
     engine_stats: dict[str, Any] | None = None  # the engines' counters (GPT-J inflight), summed over devices
     loadgen_host: dict[str, float] = field(default_factory=dict)  # the LoadGen process's CPU during the test
 
 
 def run_on_devices(prepared: PreparedTest, spec_file: Path, num_workers: int, round_name: str,
-                   run: Callable[[list[Any]], None]) -> DevicesReport:
-    """Build the runners (here, or in one worker process per device), then ``run(runners)``: the LoadGen test."""
-    if len(prepared.devices) == 1:
+                   run: Callable[[list[Any], list[str]], None],
+                   cluster: ClusterSettings | None = None) -> DevicesReport:
+    """Build the runners (here, or in one worker process per device: of this machine, or of every node of
+    ``cluster``), then ``run(runners, device names)``: the LoadGen test."""
+    if cluster is None and len(prepared.devices) == 1:
         name = prepared.devices[0]
         runner = prepared.runner_on(torch_device(name), name)
-        loadgen_host = _timed(lambda: run([runner]))
+        loadgen_host = _timed(lambda: run([runner], [name]))
         stats = runner.stats() if callable(getattr(runner, "stats", None)) else None
-        return DevicesReport(engine_stats=stats, loadgen_host=loadgen_host)
-    plans = worker_plans(prepared.devices)
-    command = [sys.executable, "-m", DEVICE_WORKER_MODULE, str(spec_file)]
-    with WorkerPool(command, plans, connections=num_workers) as pool:
-        log.info("starting %d worker processes, one per device", len(plans))
-        ready = pool.wait_ready()
+        return DevicesReport(devices=[name], engine_stats=stats, loadgen_host=loadgen_host)
+    command = [sys.executable, "-m", DEVICE_WORKER_MODULE]
+    if cluster is None:
+        pool = WorkerPool([*command, str(spec_file)], worker_plans(prepared.devices), connections=num_workers)
+    else:
+        on_gpus = prepared.devices[0].startswith("cuda")
+        plans = join(cluster, on_gpus, cpu_workers=1 if on_gpus else len(prepared.devices))
+        pool = ClusterPool(command, plans, num_workers, cluster, spec_file.read_text())
+    try:
+        return _run_pool(pool, round_name, run, ready_timeout_s=cluster.ready_timeout_s if cluster else None)
+    finally:
+        if cluster is not None:
+            leave()
+
+
+def _run_pool(pool: WorkerPool, round_name: str, run: Callable[[list[Any], list[str]], None],
+              ready_timeout_s: float | None) -> DevicesReport:
+    with pool:
+        log.info("starting %d worker processes, one per device", len(pool.plans))
+        ready = pool.wait_ready(ready_timeout_s)
+        plans = [worker.plan for worker in pool.workers]  # a cluster's workers named their devices in their HELLO
         for plan, said in zip(plans, ready, strict=True):
             if said.get("local_device") != plan.local_device:
                 raise WorkerStartError(f"the worker of {plan.device} runs on {said.get('local_device')}, not on "
@@ -66,8 +86,9 @@ def run_on_devices(prepared: PreparedTest, spec_file: Path, num_workers: int, ro
         kinds = {said["continuous"] for said in ready}
         if len(kinds) != 1:
             raise BenchmarkError(f"the workers run different kinds of runner ({ready}); one test runs one kind")
+        names = [plan.device for plan in plans]
         try:
-            loadgen_host = _timed(lambda: run(pool.connections_for_core(kinds.pop())))
+            loadgen_host = _timed(lambda: run(pool.connections_for_core(kinds.pop()), names))
         except device_error(round_name) as error:  # raised after the test, for a worker that failed in it
             raise device_failure(error, pool.exit_notes()) from error
         finished = pool.finish()
@@ -75,7 +96,8 @@ def run_on_devices(prepared: PreparedTest, spec_file: Path, num_workers: int, ro
             log.warning("after the test, %s", note)
     workers = [{**describe_plan(plan), **said, **stats} for plan, said, stats in zip(plans, ready, finished,
                                                                                       strict=True)]
-    return DevicesReport(workers=workers, engine_stats=engine_stats_of(finished), loadgen_host=loadgen_host)
+    return DevicesReport(devices=names, workers=workers, engine_stats=engine_stats_of(finished),
+                         loadgen_host=loadgen_host)
 
 
 def engine_stats_of(finished: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -45,6 +45,7 @@ from code.common.supervision import die_with_parent
 from code.common.systems import detect_system
 from code.common.user_conf import write_user_conf
 from code.common.verdicts import not_submittable_reasons
+from code.harness.cluster import ClusterSettings
 from code.harness.core import SAMPLE_TIMES_FILE, CoreSettings, SampleTimes
 from code.harness.progress import (
     PERIOD_S,
@@ -127,17 +128,18 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
     loaded = time.time()
     log.debug("LoadGen settings: %s; user.conf: %s", settings, user_conf)
 
-    def run_loadgen(runners: list[Any]) -> None:
+    def run_loadgen(runners: list[Any], device_names: list[str]) -> None:
         nonlocal loaded
         loaded = time.time()
         log.info("loaded in %.1f s; starting LoadGen", loaded - started)
         with ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf),
                               progress_period_s()):
-            run_test(settings, prepared.sample_lengths, runners, device_names=prepared.devices)
+            run_test(settings, prepared.sample_lengths, runners, device_names=device_names)
 
-    report = run_on_devices(prepared, spec_file, config["num_workers"], config["round"], run_loadgen)
+    report = run_on_devices(prepared, spec_file, config["num_workers"], config["round"], run_loadgen,
+                            cluster=cluster_settings(config))
     log.info("LoadGen finished in %.1f s", time.time() - loaded)
-    times = timeline(settings.round).with_lengths(prepared.sample_lengths).with_device_names(prepared.devices)
+    times = timeline(settings.round).with_lengths(prepared.sample_lengths).with_device_names(report.devices)
     save_sample_times(times, log_dir)
     check_loadgen_logs(log_dir)  # before any figure is read from them: a full disk leaves them cut short
 
@@ -172,7 +174,7 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
         "versions": software,
         "user_conf": user_conf.read_text(),
         "command": sys.argv,
-        "devices": {"used": prepared.devices, "expected_qps_share": share, "completed": times.per_device(),
+        "devices": {"used": report.devices, "expected_qps_share": share, "completed": times.per_device(),
                     "loadgen_process": report.loadgen_host, **({"workers": report.workers} if report.workers else {})},
         **({"engine_stats": report.engine_stats} if report.engine_stats else {}),
         **({"audit_accuracy": audit_accuracy} if audit_accuracy else {}),
@@ -183,6 +185,14 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
     }))
     write_report(log_dir)
     return result
+
+
+def cluster_settings(config: ResolvedConfig) -> ClusterSettings | None:
+    """The run's cluster (``--cluster`` and its fields), or None for a run on this machine alone."""
+    if not config["cluster"]:
+        return None
+    return ClusterSettings(config["cluster"], config["cluster_host"], config["cluster_port"],
+                           float(config["cluster_ready_timeout_s"]))
 
 
 def core_settings(config: ResolvedConfig, mode: TestMode, prepared: PreparedTest, user_conf: Path,

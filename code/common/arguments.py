@@ -322,6 +322,8 @@ FIELD_GROUPS = (
                                         "min_query_count", "max_query_count", "performance_sample_count_override",
                                         "num_samples")),
     ("Logs", ("log_dir", "log_enable_trace")),
+    ("Several nodes (documentation/cluster.md)", ("cluster", "cluster_host", "cluster_port",
+                                                  "cluster_ready_timeout_s")),
     ("Test-only: for testing the harness, not for a benchmark run", ("cpu_workers", "oracle_shift", "oracle_drop",
                                                                       "oracle_batch_ms", "synthetic_length_scale")),
 )

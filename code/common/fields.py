@@ -180,6 +180,16 @@ FIELDS: dict[str, Field] = {
         Field("cpu_workers", int, 1, "On the CPU: worker processes, each a device with its share of the CPUs, as a "
               "GPU run has one per GPU (for tests of the several-device path; 1: the model runs in the LoadGen "
               "process)", range=Range(1, 64)),
+        Field("cluster", str, None, "A Ray cluster's address (host:port of its head, or auto): the run's workers "
+              "are one per GPU of every node (on the CPU: cpu_workers per node), LoadGen stays here; not given: this "
+              "machine alone (documentation/cluster.md)", pattern=r"auto|[A-Za-z0-9._-]+:[0-9]{1,5}"),
+        Field("cluster_host", str, None, "With --cluster: the IP address of this node that the workers connect "
+              "back to; not given: the address Ray knows this node by",
+              pattern=r"[0-9]{1,3}(\.[0-9]{1,3}){3}"),
+        Field("cluster_port", int, 0, "With --cluster: the port the workers connect back to; 0: a free one "
+              "(give one where a firewall lets only known ports through)", range=Range(0, 65535)),
+        Field("cluster_ready_timeout_s", int, 1800, "With --cluster: seconds every worker has to connect and load "
+              "before the run stops, naming the late node", range=Range(1, 86400)),
         Field("model_name", str, None, "Model architecture: the MLPerf model (bert: large, gptj: 6b; set by each "
               "benchmark's base config) or a small one for tests (tiny)"),
         Field("weights", str, "auto", "auto: the downloaded checkpoint, else random weights (performance only); "

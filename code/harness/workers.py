@@ -62,6 +62,7 @@ class Message(IntEnum):
     READY = 9
     END = 10
     STATS = 11
+    HELLO = 12
 
 
 class ConnectionClosed(ConnectionError):
@@ -219,15 +220,20 @@ class WorkerPool:
                 end.close()
         return _Worker(plan, process, ours)
 
-    def wait_ready(self) -> list[dict[str, Any]]:
+    def wait_ready(self, timeout_s: float | None = None) -> list[dict[str, Any]]:
         """Block until every worker reports ready; returns what each said (device, placement, load time). A worker
-        that reports an error, or ends first, stops every worker and raises ``WorkerStartError`` naming its device
-        and what it said."""
+        that reports an error, or ends first, or is not ready within ``timeout_s`` (None: no limit, for local
+        workers, whose death the kernel reports at once), stops every worker and raises ``WorkerStartError`` naming
+        its device and what it said."""
         waiting = {worker.sockets[0]: worker for worker in self.workers}
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with selectors.DefaultSelector() as selector:
             for sock in waiting:
                 selector.register(sock, selectors.EVENT_READ)
             while waiting:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise self._start_failed(next(iter(waiting.values())), f"it was not ready within {timeout_s:.0f} "
+                                             "s (raise --cluster_ready_timeout_s if loading takes longer)")
                 for key, _ in selector.select(timeout=1.0):
                     worker = waiting.pop(key.fileobj)  # type: ignore[arg-type]
                     selector.unregister(key.fileobj)
@@ -329,7 +335,11 @@ class WorkerPool:
 
 
 def exit_status(process: subprocess.Popen) -> str:
-    """How a process ended, in words: "exited with status 1", "was killed by SIGKILL"."""
+    """How a process ended, in words: "exited with status 1", "was killed by SIGKILL"; a process on another node
+    may say itself how it ended (``why``: "its node left the cluster")."""
+    why = getattr(process, "why", "")
+    if why:
+        return why
     code = process.returncode
     if code is None:
         return "is still running"
@@ -431,6 +441,31 @@ def serve(sockets: list[socket.socket], runner: Any, ready: dict[str, Any]) -> N
     if callable(getattr(runner, "stats", None)):
         stats["engine"] = runner.stats()
     send(sockets[0], Message.STATS, 0, json.dumps(stats).encode())
+
+
+def connect(address: tuple[str, int], count: int, hello: dict[str, Any], timeout_s: float) -> list[socket.socket]:
+    """Worker side, on a node other than the LoadGen process's: ``count`` TCP connections to the LoadGen process's
+    listening socket, each opened by a HELLO (``hello`` and the connection's ``index``), after which it carries the
+    same frames a socketpair does. No Nagle delay (a batch is one small message each way); keepalive probes, so a
+    LoadGen node that vanishes without closing ends the worker instead of leaving it waiting."""
+    sockets = []
+    for index in range(count):
+        sock = socket.create_connection(address, timeout=timeout_s)
+        sock.settimeout(None)
+        tune_tcp(sock)
+        send(sock, Message.HELLO, index, json.dumps({**hello, "index": index}).encode())
+        sockets.append(sock)
+    return sockets
+
+
+def tune_tcp(sock: socket.socket) -> None:
+    """A worker's TCP connection: no Nagle delay; keepalive probes after 10 s of silence, every 5 s, 3 of them, so
+    a peer whose node vanished (no FIN, no RST) is noticed within about 25 s instead of never."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
 
 
 def worker_label(device: str, local_device: str) -> str:

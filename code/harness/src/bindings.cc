@@ -128,6 +128,7 @@ PYBIND11_MODULE(_mlperf_harness, m) {
            {"READY", harness::Message::kReady},
            {"END", harness::Message::kEnd},
            {"STATS", harness::Message::kStats},
+           {"HELLO", harness::Message::kHello},
        }) {
     messages[name] = static_cast<std::uint32_t>(value);
   }

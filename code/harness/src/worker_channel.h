@@ -26,6 +26,7 @@ enum class Message : std::uint32_t {
   kReady = 9,      // worker -> LoadGen process, before the test: payload JSON (device, placement, load time)
   kEnd = 10,       // LoadGen process -> worker, after the test: stop serving
   kStats = 11,     // worker -> LoadGen process, after kEnd: payload JSON (engine counters, CPU time)
+  kHello = 12,     // worker -> LoadGen process, first on a connection it opened (TCP): payload JSON (run, slot, device)
 };
 
 struct MessageHeader {

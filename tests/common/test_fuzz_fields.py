@@ -92,15 +92,18 @@ SUBPROCESS_CASES = random.Random(SEED).sample(CASES, 3)
 
 
 @pytest.mark.parametrize(("field", "value"), SUBPROCESS_CASES, ids=[f"{f.name}={v!r}" for f, v in SUBPROCESS_CASES])
-def test_the_real_command_refuses_them_too(field, value, tmp_path):
+def test_the_real_command_refuses_them_too(field, value, tmp_path, harness_built):
+    # A build folder that holds the built core and nothing else: every check a run makes before it writes applies.
     build = tmp_path / "build"
+    build.mkdir()
+    (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
     done = subprocess.run([sys.executable, "-m", "code.main", *command_line(field, value, tmp_path / "logs")],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "MLPERF_BUILD_DIR": str(build)})
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.startswith("ERROR: ") and done.stderr.count("\n") == 1, done.stderr
     assert field.name in done.stderr
-    assert not build.exists() and not (tmp_path / "logs").exists()
+    assert [entry.name for entry in build.iterdir()] == ["lib"] and not (tmp_path / "logs").exists()
 
 
 def test_a_log_dir_that_holds_a_file_is_refused(tmp_path, harness_built):

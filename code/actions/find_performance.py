@@ -29,6 +29,7 @@ from code.common.benchmarks import load_benchmark
 from code.common.config import ResolvedConfig
 from code.common.constants import ExitCode, Scenario, TestMode
 from code.common.faults import describe
+from code.common.loadgen_rules import offline_query_samples
 from code.common.log import get_logger
 from code.common.run_logs import TestResult, new_run_root, read_detail_log
 from code.common.run_record import mark_incomplete
@@ -410,7 +411,7 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
              config.benchmark_name, scenario.value, name, probe_ms / 1000)
     batch = _batch(config)
     offline = scenario is Scenario.Offline
-    samples = max(1, min(batch, search.planned_samples(float(config[name]), probe_ms))) if offline else 0
+    samples = max(1, min(batch, offline_query_samples(float(config[name]), probe_ms))) if offline else 0
     queries: list[tuple[int, float]] = []  # each Offline probe's (samples, seconds)
     for attempt in range(1, PROBES + 1):
         if offline:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from code.common.loadgen_rules import OFFLINE_SLACK, ended_early, offline_query_samples
+from code.common.loadgen_rules import OFFLINE_SLACK, ended_early
 
 QPS_MARGIN = 1.1
 """offline_expected_qps = measured samples/s x this; a run that still ends early is repeated at 1.1 x its rate."""
@@ -29,7 +29,6 @@ probe runs much longer than the probe duration whatever the config's rate says."
 RERUN_GROWTH = 2
 """A --test_run whose Offline query still ended before its minimum duration runs once more with at least this many
 times its samples (and whole batches): at the rate it just ran that lasts at least twice as long as it did."""
-LOADGEN_SLACK = OFFLINE_SLACK
 SINGLESTREAM_MARGIN = 0.9
 """single_stream_expected_latency_ns = measured mean latency x this: a lower hint only makes LoadGen generate
 queries it never issues, a higher one can end the run before its minimum duration."""
@@ -73,13 +72,12 @@ def round_qps(qps: float) -> float:
     return round(qps, 2 - int(math.floor(math.log10(qps))))
 
 
-planned_samples = offline_query_samples  # the samples of the Offline query LoadGen plans for a rate and duration
 
 
 def qps_for_query(samples: int, duration_ms: int) -> float:
     """The smallest readable ``offline_expected_qps`` (3 significant digits, rounded up) for which LoadGen plans an
     Offline query of at least ``samples`` samples over ``duration_ms``."""
-    exact = (samples + 0.5) / (LOADGEN_SLACK * duration_ms / 1000)
+    exact = (samples + 0.5) / (OFFLINE_SLACK * duration_ms / 1000)
     step = 10.0 ** (math.floor(math.log10(exact)) - 2)
     return round(math.ceil(exact / step) * step, 10)
 

@@ -350,13 +350,13 @@ class FakeMachine:
         self.specs: list[dict] = []
 
     def run_child(self, spec, folder):
+        from code.common.loadgen_rules import offline_query_samples
         from code.common.run_logs import TestResult
-        from code.tuning.search import planned_samples
 
         self.specs.append(spec)
         overrides = spec["overrides"]
         duration_ms = overrides.get("min_duration", self.min_ms)
-        samples = max(1, planned_samples(overrides["offline_expected_qps"], duration_ms))
+        samples = max(1, offline_query_samples(overrides["offline_expected_qps"], duration_ms))
         seconds = self.start_s + -(-samples // self.batch) * self.batch / self.rate
         self.queries[str(folder)] = (samples, seconds)
         short = seconds * 1000 < duration_ms

@@ -3,8 +3,8 @@ on the detected system; prints the scaling table and each GPU's share. Run it on
 GPU or device code changes (CI has no GPU).
 
     python3 -m scripts.gpu.check_devices [--workloads=bert-offline,bert-server,gptj-offline,gptj-server]
-        [--gpus=1,2,all] [--steps=runs,same_process] [--min_duration_ms=30000] [--make="make IN_CONTAINER=1"]
-        [--out=DIR]
+        [--gpus=1,2,all] [--steps=runs,same_process,cluster] [--min_duration_ms=30000]
+        [--make="make IN_CONTAINER=1"] [--out=DIR]
 
 Steps (a failing one does not stop the others; each run's figures land in ``DIR/check_devices.json`` as they come):
 
@@ -17,6 +17,9 @@ Steps (a failing one does not stop the others; each run's figures land in ``DIR/
   and GPT-J's in-flight engine (the real architecture with random weights, in bf16 and in FP8) are built on cuda:0
   and cuda:1 in this one process and run the same 8 inputs, cuda:0 twice: BERT's outputs must agree, GPT-J's tokens
   must be equal on the two GPUs wherever cuda:0 repeats itself. The step records what it found; it fails nothing.
+- ``cluster`` (needs Ray, ``make setup_cluster``): each workload on all the GPUs again, through the several-nodes
+  path: a Ray cluster on 127.0.0.1 of one node per GPU (each node's Ray sees only its GPU), and ``make run`` with
+  ``--cluster``. Beside the ``runs`` step's figure on as many GPUs, it gives the cost of the distributed path.
 
 The table printed last has one row per workload and GPU count: figure, verdict, the ratio to one GPU, the spread of
 the per-GPU shares, and CPU seconds per second of each GPU's process.
@@ -33,6 +36,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +65,8 @@ RATES_PER_GPU: dict[str, dict[str, tuple[str, float]]] = {
              "gptj-offline": ("offline_expected_qps", 25.0), "gptj-server": ("server_target_qps", 16.0)},
 }
 RUN_TIMEOUT_S = 300  # one make run; a hung run must not cost the other runs of the call
+# Ray's addresses for this machine are the loopback, never the machine's network address (read at Ray's import).
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
 def gpu_model() -> str:
@@ -102,18 +109,22 @@ def read_test(log_dir: Path) -> dict[str, Any]:
             "engine_stats": record.engine_stats or None, "folder": str(found[0].parent)}
 
 
-def run_workload(workload: str, gpus: int, args: argparse.Namespace, details: dict[str, Any]) -> None:
+def run_workload(workload: str, gpus: int, args: argparse.Namespace, details: dict[str, Any],
+                 cluster: str | None = None) -> None:
     """``make run`` on a machine of ``gpus`` GPUs: all of them, or the first ``gpus`` shown by CUDA_VISIBLE_DEVICES
-    (which is what makes a smaller machine: detection names the system after the GPUs it sees)."""
-    log_dir = args.out / f"{workload}-{gpus}gpu"
+    (which is what makes a smaller machine: detection names the system after the GPUs it sees); with ``cluster``,
+    through that Ray cluster's nodes (its figures under ``details["cluster"]``)."""
+    log_dir = args.out / f"{workload}-{gpus}gpu{'-cluster' if cluster else ''}"
     given = run_args(workload, gpus, args.min_duration_ms, log_dir)
+    if cluster:
+        given += f" --cluster={cluster} --cluster_host=127.0.0.1"
     if shutil.which(shlex.split(args.make)[0]):
         command = [*shlex.split(args.make), "run", f"RUN_ARGS={given}"]
     else:  # no make on this machine: what `make run` runs
         subprocess.run([sys.executable, "-m", "code.harness.build"], cwd=REPO_ROOT, check=True)
         command = [sys.executable, "-m", "code.main", "--action=run", *shlex.split(given)]
-    env = dict(os.environ)
-    if gpus < gpu_count():
+    env = {**os.environ, **LOOPBACK_ENV} if cluster else dict(os.environ)
+    if gpus < gpu_count() and not cluster:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in range(gpus))
     shown = f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} " if "CUDA_VISIBLE_DEVICES" in env else ""
     print(f"\n=== {workload} on {gpus} GPU(s): {shown}{shlex.join(command)}", flush=True)
@@ -127,7 +138,41 @@ def run_workload(workload: str, gpus: int, args: argparse.Namespace, details: di
         status = f"killed after {args.run_timeout_s} s"
     figures = {"command": f"{shown}{shlex.join(command)}", "exit": status,
                "seconds": round(time.perf_counter() - started, 1), **read_test(log_dir)}
-    details.setdefault("runs", {}).setdefault(workload, {})[str(gpus)] = figures
+    details.setdefault("cluster" if cluster else "runs", {}).setdefault(workload, {})[str(gpus)] = figures
+
+
+@contextmanager
+def local_cluster(gpus: int) -> Iterator[str]:
+    """A Ray cluster on this machine of one node per GPU, each node's Ray shown only its GPU (as a node of a real
+    cluster sees its own); yields its address. Ray's addresses stay on the loopback."""
+    os.environ.update(LOOPBACK_ENV)  # read when Ray is imported
+    from ray.cluster_utils import Cluster
+
+    cpus = max(1, (os.cpu_count() or gpus) // gpus)
+    cluster = None
+    try:
+        for gpu in range(gpus):
+            node = {"node_ip_address": "127.0.0.1", "num_cpus": cpus, "num_gpus": 1,
+                    "env_vars": {"CUDA_VISIBLE_DEVICES": str(gpu)}}
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)  # what the node's processes inherit
+            if cluster is None:
+                cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+            else:
+                cluster.add_node(**node)
+        del os.environ["CUDA_VISIBLE_DEVICES"]
+        assert cluster is not None
+        cluster.wait_for_nodes()
+        yield cluster.address
+    finally:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        if cluster is not None:
+            cluster.shutdown()
+
+
+def cluster_workload(workload: str, gpus: int, args: argparse.Namespace, details: dict[str, Any]) -> None:
+    """The workload on ``gpus`` GPUs through ``--cluster``: a local cluster of one node per GPU."""
+    with local_cluster(gpus) as address:
+        run_workload(workload, gpus, args, details, cluster=address)
 
 
 def same_process(details: dict[str, Any]) -> None:
@@ -201,6 +246,15 @@ def table(details: dict[str, Any]) -> list[str]:
             shares = ",".join(f"{share:.3f}" for share in run.get("shares", []))
             rows.append(f"{workload:<14} {count:>4} {value or 0:>12,.2f} {run.get('unit') or '':<10} {verdict:<8} "
                         f"{ratio:>8} {shares:<16} {run.get('host_cpu_per_s')}")
+    for workload, by_count in details.get("cluster", {}).items():
+        for count, run in by_count.items():
+            local = (details.get("runs", {}).get(workload, {}).get(count) or {}).get("value")
+            value = run.get("value")
+            ratio = f"{value / local:.3f}" if value and local else "-"
+            verdict = {True: "VALID", False: "INVALID"}.get(run.get("valid"), "FAILED")
+            shares = ",".join(f"{share:.3f}" for share in run.get("shares", []))
+            rows.append(f"{workload:<14} {count + ' Ray':>8} {value or 0:>8,.2f} {run.get('unit') or '':<10} "
+                        f"{verdict:<8} {ratio:>8} {shares:<16} (x the same GPUs without Ray)")
     if "same_process" in details:
         rows.append(f"same process, cuda:0 and cuda:1: {details['same_process']}")
     return rows
@@ -230,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         if step == "runs":
             steps += [(f"{workload}-{count}", lambda w=workload, c=count: run_workload(w, c, args, details))
                       for workload in args.workloads.split(",") for count in counts]
+        elif step == "cluster":
+            steps += [(f"{workload}-{max(counts)}-cluster",
+                       lambda w=workload, c=max(counts): cluster_workload(w, c, args, details))
+                      for workload in args.workloads.split(",")]
         elif step == "same_process":
             steps.append(("same_process", lambda: same_process(details)))
         else:

@@ -146,12 +146,12 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
     align = math.lcm(cache.shape.page_size, keys)
     _decode_split_kernel[(slots, heads, splits)](
         *cache_args, acc, stats, acc.stride(0), acc.stride(1), acc.stride(2), stats.stride(0), stats.stride(1),
-        stats.stride(2), scale_log2, **shapes, SPLITS=splits, ALIGN=align, **launch,
+        stats.stride(2), scale_log2, splits, **shapes, ALIGN=align, **launch,
     )
     _merge_kernel[(rows, heads)](
         acc, stats, cache.prompt_lengths, out, acc.stride(0), acc.stride(1), acc.stride(2), stats.stride(0),
-        stats.stride(1), stats.stride(2), out.stride(0), out.stride(1), cache.v_scale[layer],
-        BEAMS=beams, HEAD=head_dim, SPLITS=splits, SPLIT_TILE=triton.next_power_of_2(splits), ALIGN=align,
+        stats.stride(1), stats.stride(2), out.stride(0), out.stride(1), cache.v_scale[layer], splits,
+        BEAMS=beams, HEAD=head_dim, SPLIT_TILE=triton.next_power_of_2(splits), ALIGN=align,
         num_warps=4,
     )
     return out
@@ -234,10 +234,11 @@ if triton is not None:
         return m, s, acc_a, acc_b
 
     @triton.jit
-    def _split_range(n, split, SPLITS: tl.constexpr, ALIGN: tl.constexpr):
+    def _split_range(n, split, splits, ALIGN: tl.constexpr):
         """Split ``split``'s prompt positions [start, end) of a prompt of n: equal runs of whole ALIGN blocks (pages
-        and key tiles), the last splits possibly empty."""
-        chunk = tl.cdiv(n, SPLITS * ALIGN) * ALIGN
+        and key tiles), the last splits possibly empty. (``splits`` is a run-time value: one compiled kernel serves
+        every split count.)"""
+        chunk = tl.cdiv(n, splits * ALIGN) * ALIGN
         start = split * chunk
         return start, tl.minimum(start + chunk, n)
 
@@ -281,9 +282,9 @@ if triton is not None:
         stride_q_row, stride_q_head, stride_k_page, stride_k_pos, stride_k_head, stride_table,
         stride_g_slot, stride_g_beam, stride_g_col, stride_g_head, stride_a_slot, stride_a_beam,
         acc_ptr, stats_ptr, stride_w_split, stride_w_row, stride_w_head, stride_s_kind, stride_s_split, stride_s_row,
-        scale_log2,
+        scale_log2, splits,
         BEAMS: tl.constexpr, BEAM_TILE: tl.constexpr, HALF: tl.constexpr, PAGE: tl.constexpr, F16: tl.constexpr,
-        KEYS: tl.constexpr, COLUMNS: tl.constexpr, SPLITS: tl.constexpr, ALIGN: tl.constexpr,
+        KEYS: tl.constexpr, COLUMNS: tl.constexpr, ALIGN: tl.constexpr,
     ):
         """One program per (slot, head, split): the split's run of prompt keys once for all beams, and in the last
         split the generated keys too; writes the unnormalised partial (max, sum, accumulator) of each beam row
@@ -296,11 +297,11 @@ if triton is not None:
         s = tl.zeros([BEAM_TILE], tl.float32)
         acc_a = tl.zeros([BEAM_TILE, HALF], tl.float32)
         acc_b = tl.zeros([BEAM_TILE, HALF], tl.float32)
-        start, end = _split_range(tl.load(length_ptr + slot), split, SPLITS, ALIGN)
+        start, end = _split_range(tl.load(length_ptr + slot), split, splits, ALIGN)
         m, s, acc_a, acc_b = _attend_prompt(qa, qb, m, s, acc_a, acc_b, start, end, slot, head, pk_ptr, pv_ptr,
                                             table_ptr, stride_k_page, stride_k_pos, stride_k_head, stride_table,
                                             scale_log2, HALF, PAGE, KEYS)
-        last = split == SPLITS - 1
+        last = split == splits - 1
         g = tl.where(last, tl.maximum(tl.load(count_ptr + slot), 1), 0)
         m, s, acc_a, acc_b = _attend_generated(qa, qb, m, s, acc_a, acc_b, g, slot, head, gk_ptr, gv_ptr,
                                                ancestry_ptr, stride_g_slot, stride_g_beam, stride_g_col,
@@ -320,16 +321,16 @@ if triton is not None:
     @triton.jit
     def _merge_kernel(
         acc_ptr, stats_ptr, length_ptr, out_ptr, stride_w_split, stride_w_row, stride_w_head, stride_s_kind,
-        stride_s_split, stride_s_row, stride_o_row, stride_o_head, v_scale,
-        BEAMS: tl.constexpr, HEAD: tl.constexpr, SPLITS: tl.constexpr, SPLIT_TILE: tl.constexpr, ALIGN: tl.constexpr,
+        stride_s_split, stride_s_row, stride_o_row, stride_o_head, v_scale, splits,
+        BEAMS: tl.constexpr, HEAD: tl.constexpr, SPLIT_TILE: tl.constexpr, ALIGN: tl.constexpr,
     ):
         """One program per (beam row, head): the splits' partials combined by log-sum-exp (in base 2, as the scores
         are), normalised and scaled by the layer's value scale."""
         row = tl.program_id(0)
         head = tl.program_id(1)
         split = tl.arange(0, SPLIT_TILE)
-        start, end = _split_range(tl.load(length_ptr + row // BEAMS), split, SPLITS, ALIGN)
-        written = (split < SPLITS) & ((start < end) | (split == SPLITS - 1))
+        start, end = _split_range(tl.load(length_ptr + row // BEAMS), split, splits, ALIGN)
+        written = (split < splits) & ((start < end) | (split == splits - 1))
         stats = stats_ptr + split * stride_s_split + row * stride_s_row + head
         m = tl.load(stats, mask=written, other=float("-inf"))
         s = tl.load(stats + stride_s_kind, mask=written, other=0.0)

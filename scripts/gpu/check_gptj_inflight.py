@@ -2,11 +2,18 @@
 reference model, FP8 against bf16, engine throughput of several variants, and the reference-style HF baseline, in
 one call.
 
-    python3 -m scripts.gpu.check_gptj_inflight --out DIR [--variants ...] [--samples 384] [--skip hf,...]
+    python3 -m scripts.gpu.check_gptj_inflight --out DIR [--variants ...] [--samples 384] [--steps attention,...]
+        [--skip hf,...]
 
-Steps (each timed; a failing step does not stop the others):
+Steps (each timed; a failing step does not stop the others; ``--steps`` picks some, in this order):
 - ``attention``: Triton decode attention vs ``decode_attention_reference`` on a random cache, bf16 and FP8
   (relative error), and its time at full size against the bytes it must read (achieved bandwidth).
+- ``decode_splits``: the split (multi-block) decode attention at the engine's shape (256 slots of CNN/DailyMail-like
+  prompts, generated counts drawn up to each sample's forced output length), bf16 and FP8 caches: today's kernel
+  (``SPLITS`` 1) against ``SPLITS`` 2/4/8 and a few tile choices (``DECODE_SPLIT_CHOICES``), each checked against
+  the reference, timed (median), with its cache-read bandwidth and speed-up; and one split choice captured in a
+  CUDA graph, whose replay must equal the eager call. Alone, well under 2 minutes:
+  ``python3 -m scripts.gpu.check_gptj_inflight --out DIR --steps=decode_splits``.
 - ``agreement``: GPT-J 6B with random bf16 weights; the engine's beam-4 tokens vs ``generation.generate`` on the
   eager model for the same prompts (16-bit ties may flip a few).
 - ``variants``: the engine over synthetic CNN/DailyMail-like prompts, one row per variant
@@ -48,6 +55,15 @@ from code.llm.kv_cache import CacheShape, KVCache
 from code.numerics.fp8 import E4M3, quantize
 from scripts.gpu.steps import run_steps
 
+DECODE_SLOTS = 256  # the engine's FP8 batch (configs: gpu_batch_size)
+# decode_splits: today's launch first (the baseline of every speed-up), then SPLITS 2/4/8 at its tile, then a few
+# other tiles split 4 and 8 ways
+DECODE_SPLIT_CHOICES: list[dict[str, int]] = [
+    {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1},
+    *({"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": n} for n in (2, 4, 8)),
+    *({"KEYS": keys, "num_warps": warps, "num_stages": stages, "SPLITS": n}
+      for keys, warps, stages in ((32, 4, 4), (128, 8, 2)) for n in (4, 8)),
+]
 DEFAULT_VARIANTS = ("bf16/bf16/96/full,bf16/bf16/96/forced,bf16/fp8/96/full,fp8/fp8/96/full,fp8/fp8/192/full,"
                     "fp8/fp8/192/forced")
 
@@ -61,8 +77,16 @@ def random_cache(slots: int, mean_prompt: int, device: torch.device, generator: 
     """A one-layer cache of GPT-J's head shape with random prompts, generated rows and ancestry (FP8: the same
     random values quantized with a scale from their magnitude)."""
     lengths = torch.randint(mean_prompt // 2, 2 * mean_prompt, (slots,), generator=generator).clamp(max=1919)
-    shape = CacheShape(layers=1, heads=16, head_dim=256, slots=slots, beams=4, max_new_tokens=128, page_size=64,
-                       pages=int(sum(math.ceil(n / 64) for n in lengths.tolist())), max_prompt_length=1919)
+    cache = filled_cache(lengths.tolist(), device, fp8)
+    counts = torch.randint(1, 129, (slots,), generator=generator).to(device)
+    ancestry = torch.randint(0, 4, (slots, 4, 128), generator=generator, dtype=torch.int32).to(device)
+    return cache, ancestry, counts
+
+
+def filled_cache(lengths: list[int], device: torch.device, fp8: bool) -> KVCache:
+    """A one-layer cache of GPT-J's head shape holding one prompt of each length, every key and value random."""
+    shape = CacheShape(layers=1, heads=16, head_dim=256, slots=len(lengths), beams=4, max_new_tokens=128,
+                       page_size=64, pages=int(sum(math.ceil(n / 64) for n in lengths)), max_prompt_length=1919)
     cache = KVCache(shape, torch.bfloat16, device, E4M3 if fp8 else None)
     if fp8:  # different key and value scales, so a swapped scale in the kernels shows as an error
         cache.set_scales([4.5], [7.5])
@@ -70,13 +94,11 @@ def random_cache(slots: int, mean_prompt: int, device: torch.device, generator: 
         values = torch.randn(getattr(cache, name).shape, device=device) * (3.0 if name.endswith("v") else 1.0)
         scale = cache.v_scale[0] if name.endswith("v") else cache.k_scale[0]
         getattr(cache, name).copy_(quantize(values, scale) if fp8 else values)
-    slot_list = list(range(slots))
-    for slot, n in zip(slot_list, lengths.tolist(), strict=True):
+    slot_list = list(range(len(lengths)))
+    for slot, n in zip(slot_list, lengths, strict=True):
         cache.assign(slot, n)
-    cache.set_tables(slot_list, lengths.tolist())
-    counts = torch.randint(1, 129, (slots,), generator=generator).to(device)
-    ancestry = torch.randint(0, 4, (slots, 4, 128), generator=generator, dtype=torch.int32).to(device)
-    return cache, ancestry, counts
+    cache.set_tables(slot_list, lengths)
+    return cache
 
 
 def parse_variant(text: str) -> dict[str, Any]:
@@ -152,22 +174,103 @@ def attention_case(check: Check, fp8: bool) -> None:
 
 def time_launches(attend: Callable[[], torch.Tensor]) -> dict[str, float | str]:
     """The median time of ``attend`` under each (KEYS, num_warps, num_stages) choice of ``DECODE_LAUNCH``."""
+    launches: dict[str, float | str] = {}
+    for keys, warps, stages in ((32, 4, 4), (64, 4, 2), (64, 4, 3), (64, 4, 4), (128, 4, 2), (128, 8, 2)):
+        launch = {"KEYS": keys, "num_warps": warps, "num_stages": stages}
+        launches[launch_name(launch)] = with_launch(launch, functools.partial(bench_ms, attend))
+    return launches
+
+
+def launch_name(launch: dict[str, int]) -> str:
+    name = f"k{launch['KEYS']}w{launch['num_warps']}s{launch['num_stages']}"
+    return name + (f"x{launch['SPLITS']}" if launch.get("SPLITS", 1) > 1 else "")
+
+
+def bench_ms(attend: Callable[[], torch.Tensor]) -> float:
+    """The median time of one call, in milliseconds (triton's do_bench: warm-up, L2 flushed between calls)."""
     import triton.testing
 
-    bench = functools.partial(triton.testing.do_bench, attend, return_mode="median")
-    launches: dict[str, float | str] = {}
+    return triton.testing.do_bench(attend, return_mode="median")
+
+
+def with_launch(launch: dict[str, int], run: Callable[[], Any]) -> Any:
+    """``run()`` with ``launch`` over the default ``DECODE_LAUNCH``; a failure (e.g. OutOfResources: too much shared
+    memory for a tile) is returned as ``"failed: <error>"``. The default comes back whatever happens."""
     default = dict(attention_module.DECODE_LAUNCH)
-    for keys, warps, stages in ((32, 4, 4), (64, 4, 2), (64, 4, 3), (64, 4, 4), (128, 4, 2), (128, 8, 2)):
-        name = f"k{keys}w{warps}s{stages}"
-        attention_module.DECODE_LAUNCH.update({"KEYS": keys, "num_warps": warps, "num_stages": stages})
-        try:
-            launches[name] = bench()
-        except Exception as error:  # e.g. OutOfResources: too much shared memory for this tile
-            launches[name] = f"failed: {type(error).__name__}"
-        finally:  # the default comes back even when a choice fails to compile
-            attention_module.DECODE_LAUNCH.clear()
-            attention_module.DECODE_LAUNCH.update(default)
-    return launches
+    attention_module.DECODE_LAUNCH.update(launch)
+    try:
+        return run()
+    except Exception as error:
+        return f"failed: {type(error).__name__}"
+    finally:
+        attention_module.DECODE_LAUNCH.clear()
+        attention_module.DECODE_LAUNCH.update(default)
+
+
+def decode_splits_step(check: Check) -> None:
+    """The split decode attention against today's kernel at the engine's shape, bf16 then FP8 cache."""
+    for fp8 in (False, True):
+        decode_splits_case(check, fp8)
+
+
+def decode_splits_case(check: Check, fp8: bool) -> None:
+    label = "fp8" if fp8 else "bf16"
+    slots, device = DECODE_SLOTS, check.device
+    gen = torch.Generator().manual_seed(0)
+    lengths = np.resize(check.samples.lengths, slots).tolist()
+    forced = np.resize(check.samples.forced_lengths, slots)
+    cache = filled_cache(lengths, device, fp8)
+    # Mid-generation: each slot somewhere between its first generated token and its last
+    counts = torch.from_numpy((np.random.default_rng(0).random(slots) * forced).astype(np.int64) + 1).to(device)
+    ancestry = torch.randint(0, 4, (slots, 4, 128), generator=gen, dtype=torch.int32).to(device)
+    q = torch.randn(slots * 4, 16, 256, device=device, dtype=torch.bfloat16)
+    want = decode_attention_reference(q, cache, 0, ancestry, counts)
+    attend = functools.partial(decode_attention, q, cache, 0, ancestry, counts)
+    keys = int(cache.prompt_lengths.sum()) + 4 * int(counts.sum())
+    gbytes = keys * 2 * 16 * 256 * cache.prompt_k.element_size() / 1e9
+
+    def measure_launch() -> dict[str, float]:
+        error = rel_error(attend(), want)
+        ms = bench_ms(attend)
+        return {"rel_error": error, "ms": ms, "gb_per_s": gbytes / ms * 1e3}
+
+    launches = {launch_name(launch): with_launch(launch, measure_launch) for launch in DECODE_SPLIT_CHOICES}
+    today = launches[launch_name(DECODE_SPLIT_CHOICES[0])]
+    for result in launches.values():
+        if isinstance(result, dict) and isinstance(today, dict):
+            result["speedup"] = today["ms"] / result["ms"]
+    graph_launch = {**DECODE_SPLIT_CHOICES[0], "SPLITS": 4}
+    graph_equal = with_launch(graph_launch, functools.partial(graph_replay_equals_eager, attend, device))
+    check.details.setdefault("decode_splits", {})[label] = {
+        "slots": slots, "mean_prompt": float(np.mean(lengths)), "mean_generated": float(counts.float().mean()),
+        "gb_read": gbytes, "launches": launches, f"graph_replay_equal_{launch_name(graph_launch)}": graph_equal}
+    check.rows.append(f"decode splits {label} cache, {slots} slots, mean prompt {np.mean(lengths):.0f}, "
+                      f"{gbytes:.2f} GB read; graph replay {launch_name(graph_launch)} equal to eager: {graph_equal}")
+    for name, result in launches.items():
+        if isinstance(result, dict):
+            check.rows.append(f"  {name:>12}: {result['ms']:.3f} ms {result['gb_per_s']:6.0f} GB/s "
+                              f"x{result.get('speedup', float('nan')):.2f}  rel error {result['rel_error']:.1e}")
+        else:
+            check.rows.append(f"  {name:>12}: {result}")
+    del cache
+
+
+def graph_replay_equals_eager(attend: Callable[[], torch.Tensor], device: torch.device) -> bool:
+    """Capture ``attend`` in a CUDA graph (after a warm-up on a side stream, as the engine does) and replay it onto an
+    output first filled with NaN: it must equal the eager call's."""
+    eager = attend()
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        attend()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        captured = attend()
+    captured.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize(device)
+    return bool(torch.equal(captured, eager))
 
 
 def load_step(check: Check) -> None:
@@ -326,8 +429,15 @@ def hf_step(check: Check) -> None:
             rows.append(f"  {name}: x{result['samples_per_s'] / (len(chosen) / seconds):.1f} the HF baseline")
 
 
-STEPS: dict[str, Callable[[Check], None]] = {"attention": attention_step, "load": load_step,
-                                             "agreement": agreement_step, "variants": variants_step, "hf": hf_step}
+STEPS: dict[str, Callable[[Check], None]] = {"attention": attention_step, "decode_splits": decode_splits_step,
+                                             "load": load_step, "agreement": agreement_step,
+                                             "variants": variants_step, "hf": hf_step}
+
+
+def steps_in_order(names: str) -> list[str]:
+    """The steps of a comma-separated list, in the order of ``STEPS`` (the model steps depend on each other)."""
+    chosen = set(names.split(","))
+    return [name for name in STEPS if name in chosen]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -338,8 +448,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--agreement-prompts", type=int, default=4)
     parser.add_argument("--hf-prompts", type=int, default=2)
     parser.add_argument("--profile", action="store_true", help="profile one eager step of the last variant")
+    parser.add_argument("--steps", default=",".join(STEPS),
+                        help="steps to run, comma-separated (they run in the order of the default)")
     parser.add_argument("--skip", default="")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    unknown = set(args.steps.split(",")) - set(STEPS)
+    if unknown:
+        parser.error(f"unknown steps {sorted(unknown)}: choose among {','.join(STEPS)}")
+    return args
 
 
 def prepare(args: argparse.Namespace) -> Check:
@@ -358,7 +474,7 @@ def prepare(args: argparse.Namespace) -> Check:
 
 def main(argv: list[str] | None = None) -> None:
     check = prepare(parse_args(argv))
-    steps = [(name, functools.partial(step, check)) for name, step in STEPS.items()]
+    steps = [(name, functools.partial(STEPS[name], check)) for name in steps_in_order(check.args.steps)]
     run_steps(steps, set(filter(None, check.args.skip.split(","))), check.details, check.rows, check.save)
     print("\n=== GPT-J in-flight engine on", check.details["device"], "===")
     for row in check.rows:

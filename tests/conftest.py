@@ -8,9 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.triton_interpreter import interpret_without_gpu
+
 # Tests never read nor write the checkout's tuned values (build/tuned, from make find_performance): a config they
 # resolve is the config class's, on any machine. Set before any test imports code.common.paths.
 os.environ.setdefault("MLPERF_TUNED_DIR", tempfile.mkdtemp(prefix="mlperf-tuned-"))
+# Without a GPU, Triton kernels run in Triton's CPU interpreter where triton is installed; set before any test module
+# imports triton.
+interpret_without_gpu()
 
 
 def pytest_report_header() -> str:

@@ -1,16 +1,12 @@
 """The Triton varlen attention kernel (code/bert/packed/attention.py) against its float32 definition.
 
-Without a GPU the kernel runs in Triton's CPU interpreter: this module sets ``TRITON_INTERPRET=1`` when it is
-imported, because triton reads it as each ``@triton.jit`` function is decorated, its own library functions
-(``tl.sum``...) included, i.e. before triton is first imported. Without triton (the CPU torch wheel doesn't pull it)
-the module is skipped. Timing and the comparison with FA2 at BERT-large scale: scripts/gpu/check_attention.py.
+Without a GPU the kernel runs in Triton's CPU interpreter (tests/triton_interpreter.py). Without triton (the CPU
+torch wheel doesn't pull it) the module is skipped. Timing and the comparison with FA2 at BERT-large scale:
+scripts/gpu/check_attention.py.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from collections.abc import Iterator
 from types import ModuleType
 
@@ -18,10 +14,9 @@ import pytest
 import torch
 
 from code.numerics.fp8 import E4M3, E4M3_MAX
+from tests.triton_interpreter import interpreted_module
 
 CUDA = torch.cuda.is_available()
-if not CUDA and "triton" not in sys.modules:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 DEVICE = "cuda" if CUDA else "cpu"
 MODULE = "code.bert.packed.attention"
 SENTINEL = 7.0
@@ -30,39 +25,9 @@ PAD_ROWS = 5  # rows past cu_seqlens[-1]: must stay untouched
 NEEDS_GPU = pytest.mark.skipif(not CUDA, reason="GPU only")
 
 
-def _fix_interpreter(mp: pytest.MonkeyPatch) -> None:
-    """Triton 3.6's interpreter turns a loaded scalar (a 1-element array) into a loop bound with ``int(array)``: an
-    error with the venv's NumPy 2.4 ("only 0-dimensional arrays can be converted"; deprecated since NumPy 1.25).
-    Make that conversion take the element."""
-    interpreter = importlib.import_module("triton.runtime.interpreter")
-    patch = getattr(interpreter, "_patch_lang_tensor", None)
-    if patch is None:
-        return
-
-    def patched(tensor, scope):
-        patch(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    mp.setattr(interpreter, "_patch_lang_tensor", patched)
-
-
 @pytest.fixture(scope="module")
 def attention() -> Iterator[ModuleType]:
-    pytest.importorskip("triton")
-    if CUDA:
-        yield importlib.import_module(MODULE)
-        return
-    from triton.language import standard
-    from triton.runtime.interpreter import InterpretedFunction
-
-    if not isinstance(standard.sum, InterpretedFunction):
-        pytest.skip("no GPU, and triton was imported before TRITON_INTERPRET=1 was set: run this file on its own")
-    with pytest.MonkeyPatch.context() as mp:
-        _fix_interpreter(mp)
-        module = importlib.import_module(MODULE)
-        if not isinstance(module._varlen_attention_kernel, InterpretedFunction):
-            module = importlib.reload(module)
-        yield module
+    yield from interpreted_module(MODULE, "_varlen_attention_kernel")
 
 
 def _case(attention: ModuleType, head_dim: int, dtype: torch.dtype = torch.float16, heads: int = 2, seed: int = 0):

@@ -12,6 +12,13 @@ with one program per (slot, head):
    of beam b is row ``ancestry[s, b, t]``'s), and each beam's query row masks the other beams' columns, so both
    loops run one tile shape and the state never leaves registers.
 
+With ``DECODE_LAUNCH["SPLITS"] > 1`` (TensorRT-LLM's multi-block mode) each (slot, head) gets that many programs,
+so a step of few slots still fills the GPU and each program's chain of dependent loads is shorter:
+``_decode_split_kernel`` gives split i an equal run of the prompt in whole pages and key tiles (the last splits
+may get none) and the generated tokens to the last split, and writes each beam row's partial state (running max,
+sum, unnormalised accumulator; float32) to a workspace; ``_merge_kernel`` combines the partials by log-sum-exp and
+normalises. A split with no keys writes nothing and the merge skips it by the same rule (``_split_range``).
+
 Head dimensions go in two halves (two dots per product), which halves the registers a widened tile takes. With an
 FP8 cache the kernel loads e4m3 keys and values and widens them to fp16 in registers (one conversion instruction
 per pair where bf16 takes two, so the queries go to fp16 too: GPT-J's stay far inside fp16's range); the layer's
@@ -39,8 +46,9 @@ except ImportError:  # CPU-only installs: the reference path runs instead
 BEAM_TILE = 16  # tl.dot needs at least 16 rows: the 4 beams of a slot, padded
 # The kernel's launch settings; scripts/gpu/check_gptj_inflight.py times the choices. KEYS keys of the prompt per
 # iteration; the generated part takes KEYS // 4 columns of each of the 4 beams per iteration, so both loops run the
-# same tile shape.
-DECODE_LAUNCH: dict[str, int] = {"KEYS": 64, "num_warps": 4, "num_stages": 3}
+# same tile shape. SPLITS: programs per (slot, head), each over its own run of the prompt (1: ``_decode_kernel``;
+# more: ``_decode_split_kernel`` then ``_merge_kernel``).
+DECODE_LAUNCH: dict[str, int] = {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1}
 
 
 def prefill_attention(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], cu_seqlens: Tensor) -> Tensor:
@@ -106,19 +114,45 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
         raise ValueError(f"the decode kernel takes at most {BEAM_TILE} beams, not {beams}")
     if head_dim % 2:
         raise ValueError(f"the decode kernel splits head_dim in halves; {head_dim} is odd")
+    launch = dict(DECODE_LAUNCH)
+    keys, splits = launch.pop("KEYS"), launch.pop("SPLITS", 1)
+    if splits < 1:
+        raise ValueError(f"DECODE_LAUNCH['SPLITS'] must be >= 1 (1: one program per slot and head), not {splits}")
     pk, pv = cache.prompt_k[layer], cache.prompt_v[layer]
     gk, gv = cache.gen_k[layer], cache.gen_v[layer]
     out = torch.empty_like(q)
     scale_log2 = 1.0 / math.sqrt(head_dim) * 1.4426950408889634 * cache.k_scale[layer]
-    launch = dict(DECODE_LAUNCH)
-    keys = launch.pop("KEYS")
-    _decode_kernel[(slots, heads)](
-        q, pk, pv, cache.block_table, cache.prompt_lengths, gk, gv, ancestry, gen_count, out,
+    cache_args = (
+        q, pk, pv, cache.block_table, cache.prompt_lengths, gk, gv, ancestry, gen_count,
         q.stride(0), q.stride(1), pk.stride(0), pk.stride(1), pk.stride(2), cache.block_table.stride(0),
         gk.stride(0), gk.stride(1), gk.stride(2), gk.stride(3), ancestry.stride(0), ancestry.stride(1),
-        out.stride(0), out.stride(1), scale_log2, cache.v_scale[layer],
-        BEAMS=beams, BEAM_TILE=BEAM_TILE, HALF=head_dim // 2, PAGE=cache.shape.page_size, F16=cache.is_fp8,
-        KEYS=keys, COLUMNS=keys // triton.next_power_of_2(beams), **launch,
+    )
+    shapes = dict(BEAMS=beams, BEAM_TILE=BEAM_TILE, HALF=head_dim // 2, PAGE=cache.shape.page_size,
+                  F16=cache.is_fp8, KEYS=keys, COLUMNS=keys // triton.next_power_of_2(beams))
+    if splits == 1:
+        _decode_kernel[(slots, heads)](
+            *cache_args, out, out.stride(0), out.stride(1), scale_log2, cache.v_scale[layer], **shapes, **launch,
+        )
+        return out
+    # The partials of every split: float32 accumulators [splits, rows, heads, head_dim], then the running max and
+    # sum [2, splits, rows, heads], in one allocation. Each call takes it from PyTorch's caching allocator like
+    # ``out`` (no cudaMalloc once warm); in the engine's CUDA graph it is a fixed block of the graph's pool that
+    # every layer's call reuses, so a replay allocates nothing.
+    rows = slots * beams
+    partial = splits * rows * heads * head_dim
+    workspace = torch.empty(partial + 2 * splits * rows * heads, dtype=torch.float32, device=q.device)
+    acc = workspace[:partial].view(splits, rows, heads, head_dim)
+    stats = workspace[partial:].view(2, splits, rows, heads)
+    align = math.lcm(cache.shape.page_size, keys)
+    _decode_split_kernel[(slots, heads, splits)](
+        *cache_args, acc, stats, acc.stride(0), acc.stride(1), acc.stride(2), stats.stride(0), stats.stride(1),
+        stats.stride(2), scale_log2, splits, **shapes, ALIGN=align, **launch,
+    )
+    _merge_kernel[(rows, heads)](
+        acc, stats, cache.prompt_lengths, out, acc.stride(0), acc.stride(1), acc.stride(2), stats.stride(0),
+        stats.stride(1), stats.stride(2), out.stride(0), out.stride(1), cache.v_scale[layer], splits,
+        BEAMS=beams, HEAD=head_dim, SPLIT_TILE=triton.next_power_of_2(splits), ALIGN=align,
+        num_warps=4,
     )
     return out
 
@@ -144,44 +178,49 @@ if triton is not None:
         return m_new, s, acc_a * alpha[:, None] + tl.dot(p, va), acc_b * alpha[:, None] + tl.dot(p, vb)
 
     @triton.jit
-    def _decode_kernel(
-        q_ptr, pk_ptr, pv_ptr, table_ptr, length_ptr, gk_ptr, gv_ptr, ancestry_ptr, count_ptr, out_ptr,
-        stride_q_row, stride_q_head, stride_k_page, stride_k_pos, stride_k_head, stride_table,
-        stride_g_slot, stride_g_beam, stride_g_col, stride_g_head, stride_a_slot, stride_a_beam,
-        stride_o_row, stride_o_head, scale_log2, v_scale,
-        BEAMS: tl.constexpr, BEAM_TILE: tl.constexpr, HALF: tl.constexpr, PAGE: tl.constexpr, F16: tl.constexpr,
-        KEYS: tl.constexpr, COLUMNS: tl.constexpr,
-    ):
-        """One program per (slot, head): the prompt's keys once for all beams, then each beam's generated keys
-        (key j of a generated tile belongs to beam j // COLUMNS; the other beams' rows mask it)."""
-        slot = tl.program_id(0)
-        head = tl.program_id(1)
+    def _load_queries(q_ptr, slot, head, stride_q_row, stride_q_head, BEAMS: tl.constexpr, BEAM_TILE: tl.constexpr,
+                      HALF: tl.constexpr, F16: tl.constexpr):
+        """The slot's beam queries as one ``[BEAM_TILE, head_dim]`` tile in two halves (rows past BEAMS zero), in
+        fp16 for an FP8 cache."""
         beam = tl.arange(0, BEAM_TILE)
         half = tl.arange(0, HALF)
-        key = tl.arange(0, KEYS)
-        row = slot * BEAMS + beam
         live = beam < BEAMS
-        q_rows = q_ptr + row[:, None] * stride_q_row + head * stride_q_head + half[None, :]
+        q_rows = q_ptr + (slot * BEAMS + beam)[:, None] * stride_q_row + head * stride_q_head + half[None, :]
         qa = tl.load(q_rows, mask=live[:, None], other=0.0)
         qb = tl.load(q_rows + HALF, mask=live[:, None], other=0.0)
         if F16:
             qa = qa.to(tl.float16)
             qb = qb.to(tl.float16)
-        m = tl.full([BEAM_TILE], float("-inf"), tl.float32)
-        s = tl.zeros([BEAM_TILE], tl.float32)
-        acc_a = tl.zeros([BEAM_TILE, HALF], tl.float32)
-        acc_b = tl.zeros([BEAM_TILE, HALF], tl.float32)
-        n = tl.load(length_ptr + slot)
-        for first in range(0, n, KEYS):
+        return qa, qb
+
+    @triton.jit
+    def _attend_prompt(qa, qb, m, s, acc_a, acc_b, start, end, slot, head, pk_ptr, pv_ptr, table_ptr,
+                       stride_k_page, stride_k_pos, stride_k_head, stride_table, scale_log2,
+                       HALF: tl.constexpr, PAGE: tl.constexpr, KEYS: tl.constexpr):
+        """The prompt keys ``start <= position < end`` of the slot, KEYS a tile, read once for all beams."""
+        key = tl.arange(0, KEYS)
+        half = tl.arange(0, HALF)
+        for first in range(start, end, KEYS):
             position = first + key
-            valid = position < n
+            valid = position < end
             page = tl.load(table_ptr + slot * stride_table + position // PAGE, mask=valid, other=0).to(tl.int64)
             base = page * stride_k_page + (position % PAGE) * stride_k_pos + head * stride_k_head
             offsets = base[:, None] + half[None, :]
             m, s, acc_a, acc_b = _attend_tile(qa, qb, pk_ptr + offsets, pv_ptr + offsets, valid, valid[None, :],
                                               m, s, acc_a, acc_b, scale_log2, HALF)
+        return m, s, acc_a, acc_b
+
+    @triton.jit
+    def _attend_generated(qa, qb, m, s, acc_a, acc_b, g, slot, head, gk_ptr, gv_ptr, ancestry_ptr,
+                          stride_g_slot, stride_g_beam, stride_g_col, stride_g_head, stride_a_slot, stride_a_beam,
+                          scale_log2, BEAMS: tl.constexpr, BEAM_TILE: tl.constexpr, HALF: tl.constexpr,
+                          KEYS: tl.constexpr, COLUMNS: tl.constexpr):
+        """Each beam's first ``g`` generated keys through the ancestry table (key j of a tile belongs to beam
+        j // COLUMNS; the other beams' rows mask it)."""
+        beam = tl.arange(0, BEAM_TILE)
+        half = tl.arange(0, HALF)
+        key = tl.arange(0, KEYS)
         owner = key // COLUMNS  # the beam a generated key belongs to
-        g = tl.maximum(tl.load(count_ptr + slot), 1)
         own = (beam[:, None] == owner[None, :]) | (beam[:, None] >= BEAMS)  # padding rows see every key
         for first in range(0, g, COLUMNS):
             col = first + key % COLUMNS
@@ -192,7 +231,112 @@ if triton is not None:
             offsets = base[:, None] + half[None, :]
             m, s, acc_a, acc_b = _attend_tile(qa, qb, gk_ptr + offsets, gv_ptr + offsets, ok, own & ok[None, :],
                                               m, s, acc_a, acc_b, scale_log2, HALF)
+        return m, s, acc_a, acc_b
+
+    @triton.jit
+    def _split_range(n, split, splits, ALIGN: tl.constexpr):
+        """Split ``split``'s prompt positions [start, end) of a prompt of n: equal runs of whole ALIGN blocks (pages
+        and key tiles), the last splits possibly empty. (``splits`` is a run-time value: one compiled kernel serves
+        every split count.)"""
+        chunk = tl.cdiv(n, splits * ALIGN) * ALIGN
+        start = split * chunk
+        return start, tl.minimum(start + chunk, n)
+
+    @triton.jit
+    def _decode_kernel(
+        q_ptr, pk_ptr, pv_ptr, table_ptr, length_ptr, gk_ptr, gv_ptr, ancestry_ptr, count_ptr,
+        stride_q_row, stride_q_head, stride_k_page, stride_k_pos, stride_k_head, stride_table,
+        stride_g_slot, stride_g_beam, stride_g_col, stride_g_head, stride_a_slot, stride_a_beam,
+        out_ptr, stride_o_row, stride_o_head, scale_log2, v_scale,
+        BEAMS: tl.constexpr, BEAM_TILE: tl.constexpr, HALF: tl.constexpr, PAGE: tl.constexpr, F16: tl.constexpr,
+        KEYS: tl.constexpr, COLUMNS: tl.constexpr,
+    ):
+        """One program per (slot, head): the prompt's keys once for all beams, then each beam's generated keys."""
+        slot = tl.program_id(0)
+        head = tl.program_id(1)
+        qa, qb = _load_queries(q_ptr, slot, head, stride_q_row, stride_q_head, BEAMS, BEAM_TILE, HALF, F16)
+        m = tl.full([BEAM_TILE], float("-inf"), tl.float32)
+        s = tl.zeros([BEAM_TILE], tl.float32)
+        acc_a = tl.zeros([BEAM_TILE, HALF], tl.float32)
+        acc_b = tl.zeros([BEAM_TILE, HALF], tl.float32)
+        n = tl.load(length_ptr + slot)
+        m, s, acc_a, acc_b = _attend_prompt(qa, qb, m, s, acc_a, acc_b, 0, n, slot, head, pk_ptr, pv_ptr, table_ptr,
+                                            stride_k_page, stride_k_pos, stride_k_head, stride_table, scale_log2,
+                                            HALF, PAGE, KEYS)
+        g = tl.maximum(tl.load(count_ptr + slot), 1)
+        m, s, acc_a, acc_b = _attend_generated(qa, qb, m, s, acc_a, acc_b, g, slot, head, gk_ptr, gv_ptr,
+                                               ancestry_ptr, stride_g_slot, stride_g_beam, stride_g_col,
+                                               stride_g_head, stride_a_slot, stride_a_beam, scale_log2, BEAMS,
+                                               BEAM_TILE, HALF, KEYS, COLUMNS)
         norm = v_scale / s
-        out_rows = out_ptr + row[:, None] * stride_o_row + head * stride_o_head + half[None, :]
+        beam = tl.arange(0, BEAM_TILE)
+        half = tl.arange(0, HALF)
+        live = beam < BEAMS
+        out_rows = out_ptr + (slot * BEAMS + beam)[:, None] * stride_o_row + head * stride_o_head + half[None, :]
         tl.store(out_rows, (acc_a * norm[:, None]).to(out_ptr.dtype.element_ty), mask=live[:, None])
         tl.store(out_rows + HALF, (acc_b * norm[:, None]).to(out_ptr.dtype.element_ty), mask=live[:, None])
+
+    @triton.jit
+    def _decode_split_kernel(
+        q_ptr, pk_ptr, pv_ptr, table_ptr, length_ptr, gk_ptr, gv_ptr, ancestry_ptr, count_ptr,
+        stride_q_row, stride_q_head, stride_k_page, stride_k_pos, stride_k_head, stride_table,
+        stride_g_slot, stride_g_beam, stride_g_col, stride_g_head, stride_a_slot, stride_a_beam,
+        acc_ptr, stats_ptr, stride_w_split, stride_w_row, stride_w_head, stride_s_kind, stride_s_split, stride_s_row,
+        scale_log2, splits,
+        BEAMS: tl.constexpr, BEAM_TILE: tl.constexpr, HALF: tl.constexpr, PAGE: tl.constexpr, F16: tl.constexpr,
+        KEYS: tl.constexpr, COLUMNS: tl.constexpr, ALIGN: tl.constexpr,
+    ):
+        """One program per (slot, head, split): the split's run of prompt keys once for all beams, and in the last
+        split the generated keys too; writes the unnormalised partial (max, sum, accumulator) of each beam row
+        (nothing when the split has no keys: ``_merge_kernel`` skips it by the same rule)."""
+        slot = tl.program_id(0)
+        head = tl.program_id(1)
+        split = tl.program_id(2)
+        qa, qb = _load_queries(q_ptr, slot, head, stride_q_row, stride_q_head, BEAMS, BEAM_TILE, HALF, F16)
+        m = tl.full([BEAM_TILE], float("-inf"), tl.float32)
+        s = tl.zeros([BEAM_TILE], tl.float32)
+        acc_a = tl.zeros([BEAM_TILE, HALF], tl.float32)
+        acc_b = tl.zeros([BEAM_TILE, HALF], tl.float32)
+        start, end = _split_range(tl.load(length_ptr + slot), split, splits, ALIGN)
+        m, s, acc_a, acc_b = _attend_prompt(qa, qb, m, s, acc_a, acc_b, start, end, slot, head, pk_ptr, pv_ptr,
+                                            table_ptr, stride_k_page, stride_k_pos, stride_k_head, stride_table,
+                                            scale_log2, HALF, PAGE, KEYS)
+        last = split == splits - 1
+        g = tl.where(last, tl.maximum(tl.load(count_ptr + slot), 1), 0)
+        m, s, acc_a, acc_b = _attend_generated(qa, qb, m, s, acc_a, acc_b, g, slot, head, gk_ptr, gv_ptr,
+                                               ancestry_ptr, stride_g_slot, stride_g_beam, stride_g_col,
+                                               stride_g_head, stride_a_slot, stride_a_beam, scale_log2, BEAMS,
+                                               BEAM_TILE, HALF, KEYS, COLUMNS)
+        beam = tl.arange(0, BEAM_TILE)
+        half = tl.arange(0, HALF)
+        row = slot * BEAMS + beam
+        written = (beam < BEAMS) & ((start < end) | last)
+        stats = stats_ptr + split * stride_s_split + row * stride_s_row + head
+        tl.store(stats, m, mask=written)
+        tl.store(stats + stride_s_kind, s, mask=written)
+        acc_rows = acc_ptr + split * stride_w_split + row[:, None] * stride_w_row + head * stride_w_head + half[None, :]
+        tl.store(acc_rows, acc_a, mask=written[:, None])
+        tl.store(acc_rows + HALF, acc_b, mask=written[:, None])
+
+    @triton.jit
+    def _merge_kernel(
+        acc_ptr, stats_ptr, length_ptr, out_ptr, stride_w_split, stride_w_row, stride_w_head, stride_s_kind,
+        stride_s_split, stride_s_row, stride_o_row, stride_o_head, v_scale, splits,
+        BEAMS: tl.constexpr, HEAD: tl.constexpr, SPLIT_TILE: tl.constexpr, ALIGN: tl.constexpr,
+    ):
+        """One program per (beam row, head): the splits' partials combined by log-sum-exp (in base 2, as the scores
+        are), normalised and scaled by the layer's value scale."""
+        row = tl.program_id(0)
+        head = tl.program_id(1)
+        split = tl.arange(0, SPLIT_TILE)
+        start, end = _split_range(tl.load(length_ptr + row // BEAMS), split, splits, ALIGN)
+        written = (split < splits) & ((start < end) | (split == splits - 1))
+        stats = stats_ptr + split * stride_s_split + row * stride_s_row + head
+        m = tl.load(stats, mask=written, other=float("-inf"))
+        s = tl.load(stats + stride_s_kind, mask=written, other=0.0)
+        weight = tl.exp2(m - tl.max(m, axis=0))  # 0 for the splits not written
+        dim = tl.arange(0, HEAD)
+        acc = tl.load(acc_ptr + split[:, None] * stride_w_split + row * stride_w_row + head * stride_w_head
+                      + dim[None, :], mask=written[:, None], other=0.0)
+        o = tl.sum(acc * weight[:, None], axis=0) * (v_scale / tl.sum(s * weight, axis=0))
+        tl.store(out_ptr + row * stride_o_row + head * stride_o_head + dim, o.to(out_ptr.dtype.element_ty))

@@ -1,0 +1,27 @@
+"""scripts/gpu/check_gptj_inflight.py's options, which must work on a machine without a GPU or triton (its steps
+run on a GPU only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scripts.gpu.check_gptj_inflight import STEPS, main, parse_args, steps_in_order
+
+
+def test_help_runs_without_a_gpu(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    assert "--steps" in capsys.readouterr().out
+
+
+def test_steps_run_in_their_own_order_and_all_by_default(tmp_path):
+    assert steps_in_order(parse_args(["--out", str(tmp_path)]).steps) == list(STEPS)
+    assert list(STEPS)[:2] == ["attention", "decode_splits"]
+    assert steps_in_order("hf,decode_splits") == ["decode_splits", "hf"]
+
+
+def test_an_unknown_step_names_the_choices(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--out", str(tmp_path), "--steps=decode_splits,splits"])
+    assert "unknown steps ['splits']: choose among attention,decode_splits," in capsys.readouterr().err

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -88,8 +89,21 @@ def run_args(workload: str, gpus: int, min_duration_ms: int, log_dir: Path) -> s
             f"--log_dir={log_dir}")
 
 
+def latencies(folder: Path) -> dict[str, float]:
+    """LoadGen's mean and 99th-percentile latency of a test (its mlperf_log_summary.txt), in ms: a Server run at a
+    given rate shows the cost of a path in its latencies, not in its figure."""
+    summary = folder / "mlperf_log_summary.txt"
+    text = summary.read_text() if summary.is_file() else ""
+    found = {}
+    for key, label in (("mean_ms", "Mean latency (ns)"), ("p99_ms", "99.00 percentile latency (ns)")):
+        match = re.search(rf"^{re.escape(label)}\s*:\s*(\d+)", text, re.MULTILINE)
+        if match:
+            found[key] = round(int(match.group(1)) / 1e6, 3)
+    return found
+
+
 def read_test(log_dir: Path) -> dict[str, Any]:
-    """The figures of the one test of a run folder (its metadata.json)."""
+    """The figures of the one test of a run folder (its metadata.json and LoadGen's summary)."""
     found = sorted(log_dir.glob("*/*/*/metadata.json"))
     if not found:
         return {"error": f"no metadata.json under {log_dir}"}
@@ -106,7 +120,8 @@ def read_test(log_dir: Path) -> dict[str, Any]:
             "loadgen_cpu_per_s": devices.get("loadgen_process", {}).get("cpu_per_s"),
             "placement": [{key: worker.get(key) for key in ("device", "gpu", "pci_bus_id", "numa_node", "cpus",
                                                             "load_s")} for worker in workers],
-            "engine_stats": record.engine_stats or None, "folder": str(found[0].parent)}
+            "engine_stats": record.engine_stats or None, "folder": str(found[0].parent),
+            **latencies(found[0].parent)}
 
 
 def run_workload(workload: str, gpus: int, args: argparse.Namespace, details: dict[str, Any],
@@ -255,6 +270,12 @@ def table(details: dict[str, Any]) -> list[str]:
             shares = ",".join(f"{share:.3f}" for share in run.get("shares", []))
             rows.append(f"{workload:<14} {count + ' Ray':>8} {value or 0:>8,.2f} {run.get('unit') or '':<10} "
                         f"{verdict:<8} {ratio:>8} {shares:<16} (x the same GPUs without Ray)")
+    for kind in ("runs", "cluster"):
+        for workload, by_count in details.get(kind, {}).items():
+            for count, run in by_count.items():
+                if "p99_ms" in run:
+                    rows.append(f"{workload:<14} {count:>4} {kind:<8} latency mean {run.get('mean_ms')} ms, "
+                                f"p99 {run['p99_ms']} ms")
     if "same_process" in details:
         rows.append(f"same process, cuda:0 and cuda:1: {details['same_process']}")
     return rows

@@ -75,7 +75,7 @@ def write_user_conf(config: ResolvedConfig, sample_count: int, directory: Path, 
     if device_share < 1.0:
         lines.append(f"# target_qps: the config's whole-system value x {device_share:.4g} (the share of GPUs used).")
     lines += [f"{prefix}.{key} = {value}"
-              for key, value in user_conf_entries(config, sample_count, device_share).items()]
+              for key, value in user_conf_entries(config, sample_count, device_share, probe_samples).items()]
     path = directory / "user.conf"
     path.write_text("\n".join(lines) + "\n")
     return path

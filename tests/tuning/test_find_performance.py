@@ -21,7 +21,7 @@ from code.common.loadgen_rules import offline_query_samples
 from code.common.paths import REPO_ROOT
 from code.common.run_logs import TestResult
 from code.common.supervision import Interrupted
-from code.common.user_conf import loaded_samples, user_conf_entries
+from code.common.user_conf import loaded_samples, user_conf_entries, write_user_conf
 from code.main import main
 from code.tuning import search
 from configs.configuration import resolve_config
@@ -491,7 +491,10 @@ def test_a_gptj_probe_loads_only_its_query_so_loadgen_cannot_pad_it(machine, tmp
     assert fake.specs
     for spec in fake.specs:
         for data_set in (64, 13368):
-            entries = user_conf_entries(resolve_from_spec(spec), data_set, probe_samples=spec["probe_samples"])
+            # the user.conf the probe's child writes (run_single_test), as LoadGen reads it
+            path = write_user_conf(resolve_from_spec(spec), data_set, tmp_path, probe_samples=spec["probe_samples"])
+            entries = dict(line.removeprefix("gptj.Offline.").split(" = ") for line in path.read_text().splitlines()
+                           if not line.startswith("#"))
             planned = offline_query_samples(float(entries["target_qps"]), int(entries["min_duration"]))
             assert int(entries["min_query_count"]) == 1  # not mlperf.conf's 13,368 for GPT-J Offline
             loaded = int(entries["performance_sample_count_override"])

@@ -10,12 +10,8 @@ VENV_STAMP := $(VENV)/.installed-$(shell cat $(LOCKS) | cksum | cut -d' ' -f1)
 # tests/common/test_lock_portable.py checks that every local-version pin of the locks is served by an index named here.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_LOCK  := $(VENV)/torch.lock
-# The locks are resolved for this Python (pip-compile's header in requirements.lock; torch's hash is its wheel's):
-# a venv of another is refused before anything is installed.
-LOCK_PYTHON := 3.11
-PYTHON_CHECK = import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(v != "$(LOCK_PYTHON)" and \
-  f"ERROR: the locks are for Python $(LOCK_PYTHON) and $(SYSTEM_PY) is Python {v}: install Python $(LOCK_PYTHON), \
-  then run make setup SYSTEM_PY=python$(LOCK_PYTHON)")
+# The locks install on Python 3.11 to 3.13; torch hash-checked on the lock's own Python, else pinned by version from
+# TORCH_INDEX with a line saying so (scripts/setup_torch.py); another Python is refused before anything is installed.
 
 .PHONY: setup setup_cluster link_dirs
 ifdef IN_CONTAINER
@@ -27,14 +23,12 @@ endif
 
 # Re-installs only when a lock file changes (the stamp's name carries their checksum). The dev lock (pytest, ruff,
 # hadolint, shellcheck, clang-format) is the native environment's only: `make test` runs here, not in the image.
-# torch goes first, from its entry of the lock (the pin and its hash lines) with PyTorch's index added; the locks
-# follow with the host's settings alone, torch then being in place.
+# torch goes first (scripts/setup_torch.py: its lock entry, the pin and its hash lines, on the lock's Python) with
+# PyTorch's index added; the locks follow with the host's settings alone, torch then being in place.
 $(VENV_STAMP): $(LOCKS)
-	@test -x $(VENV)/bin/python || $(SYSTEM_PY) -c '$(PYTHON_CHECK)'
+	@test -x $(VENV)/bin/python || (cd $(REPO_ROOT) && $(SYSTEM_PY) -m scripts.setup_torch check requirements.lock)
 	@test -x $(VENV)/bin/python || $(SYSTEM_PY) -m venv $(VENV)
-	@awk '/^torch==/ {entry = 1} entry {print} entry && !/\\$$/ {entry = 0}' $(REPO_ROOT)/requirements.lock > $(TORCH_LOCK)
-	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps \
-	  --extra-index-url $(TORCH_INDEX) -r $(TORCH_LOCK)
+	cd $(REPO_ROOT) && $(VENV)/bin/python -m scripts.setup_torch install requirements.lock $(TORCH_LOCK) $(TORCH_INDEX)
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes \
 	  -r $(REPO_ROOT)/requirements.lock -r $(REPO_ROOT)/requirements-dev.lock
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps \

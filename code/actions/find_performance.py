@@ -43,7 +43,7 @@ from code.common.tuned import (
     shown,
     write_tuned,
 )
-from code.common.user_conf import TEST_RUN_MIN_DURATION_MS
+from code.common.user_conf import TEST_RUN_MIN_DURATION_MS, loaded_samples
 from code.tuning import search
 
 log = get_logger("find_performance")
@@ -375,14 +375,12 @@ def query_of(log_dir: Path) -> tuple[int, float]:
     return int(samples), float(detail.get("result_max_latency_ns") or 0) / 1e9
 
 
-def issued_query(samples: int, log_dir: Path) -> tuple[int, str]:
-    """The samples LoadGen issues for an Offline query planned at ``samples``, as the test's settings in
-    ``log_dir``'s detail log (a probe's, of the same benchmark) decide, and a note when that is more: in equal-issue
-    mode (GPT-J) LoadGen pads the query to a multiple of the loaded samples."""
-    detail = read_detail_log(log_dir)
+def issued_query(samples: int, detail: dict[str, Any], loaded: int) -> tuple[int, str]:
+    """The samples LoadGen issues for an Offline query planned at ``samples`` by a test that loads ``loaded``
+    samples, in the equal-issue mode ``detail`` (a detail log of the same benchmark) says, and a note when that is
+    more: in equal-issue mode (GPT-J) LoadGen pads the query to a multiple of the loaded samples."""
     if not detail.get("effective_sample_concatenate_permutation"):
         return samples, ""
-    loaded = int(detail.get("effective_performance_sample_count") or 0)
     issued = search.equal_issue_samples(samples, loaded)
     if issued == samples:
         return samples, ""
@@ -399,8 +397,10 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
     Offline: the config's rate may be far from this machine's, so the probe does not trust it: its first query is
     one batch (or the config's query, if smaller), and while a query ends before half the probe duration the next
     is sized by the rate just measured (at most ``search.PROBE_GROWTH`` times larger, ``PROBES`` in all). No probe
-    runs much past the probe duration, except where one batch alone takes longer. The test's query then holds the
-    last probe's rate x its duration x ``search.PROBE_QPS_MARGIN`` in whole batches (``search.probed_test_samples``).
+    runs much past the probe duration, except where one batch alone takes longer: each probe loads only its query's
+    samples, so LoadGen's equal-issue mode (GPT-J) cannot pad it to the whole loaded set (``user_conf_entries``).
+    The test's query then holds the last probe's rate x its duration x ``search.PROBE_QPS_MARGIN`` in whole batches
+    (``search.probed_test_samples``).
     SingleStream: LoadGen issues one sample at a time until the probe duration is spent; the test expects 0.9 x
     the mean latency seen."""
     scenario = config.scenario
@@ -414,12 +414,14 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
     samples = max(1, min(batch, offline_query_samples(float(config[name]), probe_ms))) if offline else 0
     queries: list[tuple[int, float]] = []  # each Offline probe's (samples, seconds)
     for attempt in range(1, PROBES + 1):
-        if offline:
+        loads: dict[str, int] = {}
+        if offline:  # the probe loads the samples of the query LoadGen plans (user_conf_entries)
             fields["offline_expected_qps"] = search.qps_for_query(samples, probe_ms)
+            loads["probe_samples"] = offline_query_samples(fields["offline_expected_qps"], probe_ms)
         folder = log_dir if attempt == 1 else log_dir.with_name(f"{log_dir.name}-{attempt}")
         folder.mkdir(parents=True, exist_ok=True)
         spec = {**test_spec(system, config, TestMode.PerformanceOnly, {**overrides, **fields}, folder),
-                "role": "probe"}
+                "role": "probe", **loads}
         result, _ = run_child(spec, folder)
         if result.valid is None:
             result.invalid_reasons.insert(0, "the probe before the test failed")
@@ -438,7 +440,10 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
         rate = max(probe.value, sustained or 0.0)
         planned = search.probed_test_samples(rate, ran, batch, duration_ms)
         value: float | int = search.qps_for_query(planned, duration_ms)
-        query, padding = issued_query(planned, folder)
+        detail = read_detail_log(folder)
+        # The probe loaded only its query's samples; the test loads the data set's (user.conf's rule).
+        test_loads = loaded_samples(config, int(detail.get("qsl_reported_total_count") or 0))
+        query, padding = issued_query(planned, detail, test_loads)
         probes = ""
         if len(queries) > 1:
             probes = f"; {len(queries)} probes, {sum(s for _, s in queries):.3g} s in all"
@@ -466,12 +471,13 @@ def rerun_setting(config: ResolvedConfig, probe: Probe, result: TestResult) -> P
             or not search.ended_early(result.invalid_reasons)):
         return None
     samples, seconds = query_of(Path(result.log_dir))
-    duration_ms = int(read_detail_log(Path(result.log_dir)).get("effective_min_duration_ms") or 0)
+    detail = read_detail_log(Path(result.log_dir))
+    duration_ms = int(detail.get("effective_min_duration_ms") or 0)
     if not samples or not seconds or not duration_ms:
         return None
     planned = search.rerun_query_samples(samples, seconds, _batch(config), duration_ms)
     value = search.qps_for_query(planned, duration_ms)
-    query, padding = issued_query(planned, Path(result.log_dir))
+    query, padding = issued_query(planned, detail, int(detail.get("effective_performance_sample_count") or 0))
     note = (f"{probe.note}; re-ran once at offline_expected_qps {_fmt(value)}: the first query, {samples} samples, "
             f"ended after {seconds:.3g} s, short of the {duration_ms / 1000:g} s minimum; this one holds "
             f"{query}{padding}")

@@ -123,7 +123,8 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
     if share < 1.0:
         log.info("%d of the system's %d GPUs run: the config's expected QPS is scaled by %.3g", len(prepared.devices),
                  system_gpus, share)
-    user_conf = write_user_conf(config, prepared.total_sample_count, log_dir, device_share=share)
+    user_conf = write_user_conf(config, prepared.total_sample_count, log_dir, device_share=share,
+                                probe_samples=spec.get("probe_samples"))
     settings = core_settings(config, mode, prepared, user_conf, log_dir)
     loaded = time.time()
     log.debug("LoadGen settings: %s; user.conf: %s", settings, user_conf)

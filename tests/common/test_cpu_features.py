@@ -103,3 +103,19 @@ def test_add_system_gives_a_cpu_class_bf16_only_with_bf16_arithmetic(monkeypatch
     finally:
         monkeypatch.undo()
         importlib.reload(start)  # this machine's own values for the tests after this one
+
+
+def test_mlperf_cpu_flags_replace_the_cpus_own_and_the_reason_says_so(tmp_path, monkeypatch):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16 amx_bf16\n")
+    monkeypatch.setattr(cpu_features, "CPUINFO", cpuinfo)
+    monkeypatch.setenv("MLPERF_CPU_FLAGS", "avx avx2  fma")
+    assert cpu_features.cpu_flags() == {"avx", "avx2", "fma"}
+    config = resolved()
+    assert config["precision"] == "fp32"
+    assert config.sources["precision"] == ("CPU: this CPU (MLPERF_CPU_FLAGS) has neither amx_bf16 nor avx512_bf16: "
+                                           "bf16 would be emulated, ~8x slower than fp32")
+    monkeypatch.setenv("MLPERF_CPU_FLAGS", "")  # set but empty: a CPU without any of the flags
+    assert cpu_features.cpu_flags() == frozenset()
+    monkeypatch.delenv("MLPERF_CPU_FLAGS")
+    assert cpu_features.cpu_flags() == {"fpu", "avx2", "avx512_bf16", "amx_bf16"}

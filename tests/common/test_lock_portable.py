@@ -13,12 +13,16 @@ import re
 import subprocess
 from dataclasses import dataclass
 
+import pytest
+
 from code.common.paths import REPO_ROOT
+from scripts import setup_torch
 
 LOCKS = ("requirements.lock", "requirements-dev.lock", "requirements-assets.lock")
 SETUP_MK = REPO_ROOT / "make" / "setup.mk"
 PIN = re.compile(r"^([A-Za-z0-9_.-]+)==(\S+)")
 HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 # An index address assigned in make/setup.mk (`TORCH_INDEX ?= https://...`).
 INDEX_VARIABLE = re.compile(r"^([A-Z_]+_INDEX)\s*\??:?=\s*(\S+)", re.MULTILINE)
 
@@ -141,30 +145,78 @@ def test_single_line_entries_of_the_assets_lock_are_read_with_their_hash():
     assert pins == [Pin("requirements-assets.lock", "some-data", "1.2", frozenset({"d" * 64}))]
 
 
-def test_setup_installs_the_locked_torch_entry_with_the_pytorch_index(tmp_path):
-    """`make setup`'s torch step, dry-run: it hands pip PyTorch's index and a file holding the lock's whole torch
-    entry (the pin and every hash), in hash-checking mode; running its extraction line gives exactly that entry."""
+def test_setup_installs_torch_with_the_pytorch_index_then_the_locks(tmp_path):
+    """`make setup`'s steps, dry-run: the Python check with the system Python, torch's step with PyTorch's index,
+    then the locks in hash-checking mode."""
     build = tmp_path / "build"
     done = subprocess.run(["make", "-n", "--no-print-directory", "setup", f"BUILD_DIR={build}"], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     commands = done.stdout.replace("\\\n", " ").splitlines()
-    torch_lock = build / "venv" / "torch.lock"
-    install = next(line for line in commands if f"-r {torch_lock}" in line)
-    assert "--require-hashes" in install and "--extra-index-url https://download.pytorch.org/whl/cpu" in install
-    extract = next(line for line in commands if line.startswith("awk") and str(torch_lock) in line)
-    torch_lock.parent.mkdir(parents=True)
-    subprocess.run(["bash", "-c", extract], check=True, timeout=60)
-    extracted = lock_pins("torch.lock", torch_lock.read_text(encoding="utf-8"))
+    assert any("python3 -m scripts.setup_torch check requirements.lock" in line for line in commands)
+    torch_step = next(i for i, line in enumerate(commands) if "-m scripts.setup_torch install" in line)
+    assert commands[torch_step].endswith(f"install requirements.lock {build}/venv/torch.lock "
+                                         "https://download.pytorch.org/whl/cpu")
+    locks = next(i for i, line in enumerate(commands) if "-r " + str(REPO_ROOT / "requirements.lock") in line)
+    assert torch_step < locks and "--require-hashes" in commands[locks]
+
+
+def test_on_the_locks_python_torch_installs_hash_checked_from_its_whole_entry(tmp_path):
+    lock = (REPO_ROOT / "requirements.lock").read_text(encoding="utf-8")
+    assert setup_torch.lock_python(lock) == "3.11"
+    step = setup_torch.torch_step(lock, "3.11", TORCH_INDEX)
+    extracted = lock_pins("torch.lock", step.requirements)
     locked = [pin for pin in _all_pins() if pin.name == "torch"]
     assert [(p.name, p.version, p.hashes) for p in extracted] == [(p.name, p.version, p.hashes) for p in locked]
+    command = step.pip_command("python", tmp_path / "torch.lock", TORCH_INDEX)
+    assert step.hash_checked and "--require-hashes" in command and "--no-deps" in command
+    assert command[command.index("--extra-index-url") + 1] == TORCH_INDEX
+    assert step.note == "[setup] torch==2.13.0+cpu: hash-checked from requirements.lock"
 
 
-def test_setup_refuses_a_python_the_locks_are_not_for_before_installing(tmp_path):
-    build = tmp_path / "build"
-    done = subprocess.run(["make", "--no-print-directory", "setup", f"BUILD_DIR={build}", "LOCK_PYTHON=3.99"],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode != 0
-    assert re.search(r"ERROR: the locks are for Python 3\.99 and python3 is Python \d+\.\d+: install Python 3\.99, "
-                     r"then run make setup SYSTEM_PY=python3\.99", done.stderr), done.stderr
-    assert not build.exists()
+@pytest.mark.parametrize("python", ["3.12", "3.13"])
+def test_on_another_python_torch_is_pinned_by_version_and_the_line_says_it_is_not_hash_checked(tmp_path, python):
+    lock = (REPO_ROOT / "requirements.lock").read_text(encoding="utf-8")
+    assert setup_torch.refusal(python, lock) is None
+    step = setup_torch.torch_step(lock, python, TORCH_INDEX)
+    assert step.requirements == "torch==2.13.0+cpu\n" and not step.hash_checked
+    command = step.pip_command("python", tmp_path / "torch.lock", TORCH_INDEX)
+    assert "--require-hashes" not in command and command[command.index("--extra-index-url") + 1] == TORCH_INDEX
+    assert step.note == (f"[setup] torch==2.13.0+cpu for Python {python}: pinned by version from {TORCH_INDEX}, NOT "
+                         "hash-checked: requirements.lock holds the hash of the Python 3.11 wheel only (the other "
+                         "packages are hash-checked)")
+
+
+@pytest.mark.parametrize("python,why", [
+    ("3.10", "numpy 2.4.6, transformers 5.23.0 and matplotlib 3.11.2 of the locks need Python 3.11 or newer"),
+    ("3.14", "it is newer than the Pythons the locks are made for")])
+def test_setup_refuses_a_python_the_locks_cannot_install_on_with_the_fix(python, why):
+    lock = (REPO_ROOT / "requirements.lock").read_text(encoding="utf-8")
+    assert setup_torch.refusal(python, lock) == (
+        f"ERROR: make setup installs the locks on Python 3.11, 3.12, 3.13, and this is Python {python}: {why}; "
+        "install one of them, then run make setup SYSTEM_PY=python3.11 (or another)")
+
+
+def test_the_lock_pins_versions_that_need_python_3_11_and_no_package_only_3_10_needs():
+    # What the refusal of 3.10 rests on: these pins have no release for Python 3.10, and pytest's 3.10-only
+    # dependencies (exceptiongroup, tomli) are not in the locks.
+    pins = {pin.name: pin.version for pin in _all_pins()}
+    assert (pins["numpy"], pins["transformers"], pins["matplotlib"]) == ("2.4.6", "5.23.0", "3.11.2")
+    assert "exceptiongroup" not in pins and "tomli" not in pins
+
+
+def test_the_setup_step_refuses_or_installs_by_the_running_python(tmp_path, monkeypatch, capsys):
+    lock, torch_lock = str(REPO_ROOT / "requirements.lock"), tmp_path / "torch.lock"
+    monkeypatch.setattr(setup_torch, "running_python", lambda: "3.10")
+    assert setup_torch.main(["check", lock]) == 1
+    assert capsys.readouterr().err.startswith("ERROR: make setup installs the locks on Python 3.11, 3.12, 3.13")
+    ran = []
+    monkeypatch.setattr(setup_torch.subprocess, "run", lambda command: ran.append(command) or
+                        subprocess.CompletedProcess(command, 0))
+    for python, hashed in (("3.11", True), ("3.12", False)):
+        monkeypatch.setattr(setup_torch, "running_python", lambda python=python: python)
+        assert setup_torch.main(["check", lock]) == 0
+        assert setup_torch.main(["install", lock, str(torch_lock), TORCH_INDEX]) == 0
+        assert ("--hash=sha256:" in torch_lock.read_text()) is hashed
+        assert ("--require-hashes" in ran[-1]) is hashed and ran[-1][ran[-1].index("-r") + 1] == str(torch_lock)
+        assert ("NOT hash-checked" in capsys.readouterr().out) is not hashed

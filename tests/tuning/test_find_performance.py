@@ -17,9 +17,11 @@ from code.common import paths, tuned
 from code.common.arguments import ArgumentError, parse_run_args
 from code.common.config import WorkloadSetting
 from code.common.constants import Benchmark, ExitCode, Scenario
+from code.common.loadgen_rules import offline_query_samples
 from code.common.paths import REPO_ROOT
 from code.common.run_logs import TestResult
 from code.common.supervision import Interrupted
+from code.common.user_conf import loaded_samples, user_conf_entries, write_user_conf
 from code.main import main
 from code.tuning import search
 from configs.configuration import resolve_config
@@ -466,8 +468,45 @@ def test_the_probe_note_of_an_equal_issue_benchmark_says_the_query_loadgen_runs(
     # GPT-J's mlperf.conf sets sample_concatenate_permutation: LoadGen pads the Offline query to a multiple of the
     # loaded samples, so the summary says the samples that run, not the ones planned.
     machine(0.1, batch=8)
+    # the probe loaded only its own query; the test loads the data set the QSL reports
     monkeypatch.setattr(fp, "read_detail_log", lambda folder: {"effective_sample_concatenate_permutation": True,
-                                                               "effective_performance_sample_count": 64})
+                                                               "effective_performance_sample_count": 16,
+                                                               "qsl_reported_total_count": 64})
     _, probe = probed(tmp_path)
     assert probe.note.endswith("the test's query: 64 samples (16 planned, padded by LoadGen to a multiple of the 64 "
                                "loaded samples), ~640 s at 0.1 samples/s)")
+
+
+@pytest.mark.parametrize("rate", [0.05, 4.0, 500.0])
+def test_a_gptj_probe_loads_only_its_query_so_loadgen_cannot_pad_it(machine, tmp_path, rate):
+    # GPT-J's mlperf.conf sets sample_concatenate_permutation: LoadGen pads an Offline query to a multiple of the
+    # loaded samples (64 in the test run's set, 13,368 in the real one). A probe that loaded them all would run at
+    # least that many, however slow the machine; each probe loads only the query LoadGen plans for it.
+    from code.actions.run_single_test import resolve_from_spec
+
+    fake = machine(rate, batch=16)
+    overrides = {"test_run": True}
+    config = resolve_config(Benchmark.GPTJ, Scenario.Offline, "CPU", WorkloadSetting(), overrides)
+    fp.probe_setting("CPU", config, overrides, tmp_path / "probe")
+    assert fake.specs
+    for spec in fake.specs:
+        for data_set in (64, 13368):
+            # the user.conf the probe's child writes (run_single_test), as LoadGen reads it
+            path = write_user_conf(resolve_from_spec(spec), data_set, tmp_path, probe_samples=spec["probe_samples"])
+            entries = dict(line.removeprefix("gptj.Offline.").split(" = ") for line in path.read_text().splitlines()
+                           if not line.startswith("#"))
+            planned = offline_query_samples(float(entries["target_qps"]), int(entries["min_duration"]))
+            assert int(entries["min_query_count"]) == 1  # not mlperf.conf's 13,368 for GPT-J Offline
+            loaded = int(entries["performance_sample_count_override"])
+            assert planned == spec["probe_samples"] == loaded or planned > data_set == loaded
+            if planned <= data_set:  # the query LoadGen issues: the one planned, never the whole loaded set
+                assert search.equal_issue_samples(planned, loaded) == planned
+
+
+def test_only_a_probe_loads_fewer_samples_than_the_data_set():
+    config = resolve_config(Benchmark.GPTJ, Scenario.Offline, "CPU", WorkloadSetting(), {"test_run": True})
+    assert user_conf_entries(config, 64)["performance_sample_count_override"] == "64"
+    assert "performance_sample_count_override" not in user_conf_entries(config, 13368)  # mlperf.conf's
+    assert user_conf_entries(config, 13368, probe_samples=16)["performance_sample_count_override"] == "16"
+    assert user_conf_entries(config, 64, probe_samples=100)["performance_sample_count_override"] == "64"
+    assert loaded_samples(config, 13368) == 13368 and loaded_samples(config, 64) == 64

@@ -391,6 +391,11 @@ def _batch(config: ResolvedConfig) -> int:
     return int(config.values.get("gpu_batch_size") or 1)
 
 
+SINGLESTREAM_PROBE_SAMPLES = 4
+"""The samples a SingleStream probe loads: a few prompts of different lengths for its mean latency, and a bound on
+what equal-issue mode adds past the probe duration (a multiple of them)."""
+
+
 def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any], log_dir: Path) -> Probe:
     """A short PerformanceOnly probe before a ``--test_run`` whose config does not know this machine.
 
@@ -402,7 +407,9 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
     The test's query then holds the last probe's rate x its duration x ``search.PROBE_QPS_MARGIN`` in whole batches
     (``search.probed_test_samples``).
     SingleStream: LoadGen issues one sample at a time until the probe duration is spent; the test expects 0.9 x
-    the mean latency seen."""
+    the mean latency seen. The probe loads ``SINGLESTREAM_PROBE_SAMPLES`` samples: equal-issue mode rounds its
+    query count up to a multiple of the loaded samples, so it ends within that many latencies of the probe duration
+    whatever the machine."""
     scenario = config.scenario
     name = TUNED_FIELDS[scenario]
     duration_ms, probe_ms = durations(overrides)
@@ -418,6 +425,8 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
         if offline:  # the probe loads the samples of the query LoadGen plans (user_conf_entries)
             fields["offline_expected_qps"] = search.qps_for_query(samples, probe_ms)
             loads["probe_samples"] = offline_query_samples(fields["offline_expected_qps"], probe_ms)
+        elif scenario is Scenario.SingleStream:
+            loads["probe_samples"] = SINGLESTREAM_PROBE_SAMPLES
         folder = log_dir if attempt == 1 else log_dir.with_name(f"{log_dir.name}-{attempt}")
         folder.mkdir(parents=True, exist_ok=True)
         spec = {**test_spec(system, config, TestMode.PerformanceOnly, {**overrides, **fields}, folder),

@@ -510,3 +510,23 @@ def test_only_a_probe_loads_fewer_samples_than_the_data_set():
     assert user_conf_entries(config, 13368, probe_samples=16)["performance_sample_count_override"] == "16"
     assert user_conf_entries(config, 64, probe_samples=100)["performance_sample_count_override"] == "64"
     assert loaded_samples(config, 13368) == 13368 and loaded_samples(config, 64) == 64
+
+
+def test_a_gptj_singlestream_probe_loads_a_few_samples_so_loadgen_cannot_pad_it(monkeypatch, tmp_path):
+    # In equal-issue mode LoadGen rounds a SingleStream query count up to a multiple of the loaded samples: the
+    # probe loads SINGLESTREAM_PROBE_SAMPLES, so it ends within that many latencies of its duration.
+    from code.actions.run_single_test import resolve_from_spec
+
+    specs = []
+    failed = TestResult("SingleStream", "PerformanceOnly", str(tmp_path), valid=None, invalid_reasons=["stop here"])
+    monkeypatch.setattr(fp, "run_child", lambda spec, folder: (specs.append(spec), (failed, {}))[1])
+    overrides = {"test_run": True}
+    config = resolve_config(Benchmark.GPTJ, Scenario.SingleStream, "CPU", WorkloadSetting(), overrides)
+    fp.probe_setting("CPU", config, overrides, tmp_path / "probe")
+    (spec,) = specs
+    assert spec["probe_samples"] == fp.SINGLESTREAM_PROBE_SAMPLES
+    path = write_user_conf(resolve_from_spec(spec), 13368, tmp_path, probe_samples=spec["probe_samples"])
+    entries = dict(line.removeprefix("gptj.SingleStream.").split(" = ") for line in path.read_text().splitlines()
+                   if not line.startswith("#"))
+    assert entries["performance_sample_count_override"] == str(fp.SINGLESTREAM_PROBE_SAMPLES)
+    assert int(entries["min_query_count"]) == 1

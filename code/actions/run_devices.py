@@ -143,9 +143,10 @@ def _check_placement(plan: WorkerPlan, said: dict[str, Any]) -> None:
     if plan.pci_bus_id and got and got.upper() != plan.pci_bus_id.upper():
         log.warning("the worker of %s got the GPU at %s, not %s as planned: its CPU pinning may be off "
                     "(set CUDA_DEVICE_ORDER=PCI_BUS_ID)", plan.device, got, plan.pci_bus_id)
+    # The CPUs the worker runs on, as it says: a worker on another node pins itself there, unplanned here.
     log.info("%s: %s, ready in %.1f s, NUMA node %s, CPUs %s", plan.device, said.get("gpu", said.get("local_device")),
              said.get("load_s", 0.0), plan.numa_node if plan.numa_node is not None else "not reported",
-             format_cpu_list(plan.cpus))
+             said.get("cpus") or format_cpu_list(plan.cpus))
 
 
 def device_failure(error: BaseException, exit_notes: list[str]) -> DeviceFailedError:

@@ -165,3 +165,23 @@ def test_what_the_loadgen_process_says_of_its_workers() -> None:
                            "cuda:0): MemoryError: out of memory (the worker of cuda:1 (pid 42) exited with status 1)")
     assert text.endswith("the test ended there and is not valid: the samples after the failure were answered "
                          "empty (LoadGen's logs are kept)")
+
+
+def test_a_ready_worker_is_logged_with_the_cpus_it_runs_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A worker on another node of a cluster pins itself there: the LoadGen process planned no CPUs for it.
+    from code.actions import run_devices
+    from code.harness.workers import WorkerPlan
+
+    lines: list[str] = []
+
+    class Log:
+        def info(self, message: str, *args: object) -> None:
+            lines.append(message % args)
+
+    monkeypatch.setattr(run_devices, "log", Log())
+    run_devices._check_placement(WorkerPlan("cuda:1@node2", "cuda:0", "", (), None),
+                                 {"gpu": "NVIDIA H200", "load_s": 12.7, "cpus": "0-31"})
+    run_devices._check_placement(WorkerPlan("cuda:0", "cuda:0", "", (0, 1, 2, 3), 0),
+                                 {"gpu": "NVIDIA H200", "load_s": 15.0})
+    assert lines == ["cuda:1@node2: NVIDIA H200, ready in 12.7 s, NUMA node not reported, CPUs 0-31",
+                     "cuda:0: NVIDIA H200, ready in 15.0 s, NUMA node 0, CPUs 0-3"]

@@ -21,8 +21,9 @@ Steps (a failing one does not stop the others; each run's figures land in ``DIR/
   path: a Ray cluster on 127.0.0.1 of one node per GPU (each node's Ray sees only its GPU), and ``make run`` with
   ``--cluster``. Beside the ``runs`` step's figure on as many GPUs, it gives the cost of the distributed path.
 
-The table printed last has one row per workload and GPU count: figure, verdict, the ratio to one GPU, the spread of
-the per-GPU shares, and CPU seconds per second of each GPU's process.
+The table printed last has one row per workload and GPU count: figure, verdict, the ratio to a base (one GPU; for a
+``cluster`` row, the same GPUs without Ray), the spread of the per-GPU shares, and CPU seconds per second of each
+GPU's process.
 """
 
 from __future__ import annotations
@@ -249,27 +250,27 @@ def same_process(details: dict[str, Any]) -> None:
         torch.cuda.empty_cache()
 
 
+def _row(workload: str, label: str, run: dict[str, Any], base: float | None, last: str) -> str:
+    """One row of the table: ``run``'s figure and verdict, its ratio to ``base``, its shares, and ``last``."""
+    value = run.get("value")
+    ratio = f"{value / base:.3f}" if value and base else "-"
+    verdict = {True: "VALID", False: "INVALID"}.get(run.get("valid"), "FAILED")
+    shares = ",".join(f"{share:.3f}" for share in run.get("shares", []))
+    return (f"{workload:<14} {label:>8} {value or 0:>12,.2f} {run.get('unit') or '':<10} {verdict:<8} {ratio:>8} "
+            f"{shares:<16} {last}")
+
+
 def table(details: dict[str, Any]) -> list[str]:
-    rows = [f"{'workload':<14} {'GPUs':>4} {'figure':>12} {'unit':<10} {'verdict':<8} {'x 1 GPU':>8} "
+    rows = [f"{'workload':<14} {'GPUs':>8} {'figure':>12} {'unit':<10} {'verdict':<8} {'x base':>8} "
             f"{'shares':<16} host CPU s/s per GPU"]
     for workload, by_count in details.get("runs", {}).items():
         one = (by_count.get("1") or {}).get("value")
         for count, run in sorted(by_count.items(), key=lambda item: int(item[0])):
-            value = run.get("value")
-            ratio = f"{value / one:.3f}" if value and one else "-"
-            verdict = {True: "VALID", False: "INVALID"}.get(run.get("valid"), "FAILED")
-            shares = ",".join(f"{share:.3f}" for share in run.get("shares", []))
-            rows.append(f"{workload:<14} {count:>4} {value or 0:>12,.2f} {run.get('unit') or '':<10} {verdict:<8} "
-                        f"{ratio:>8} {shares:<16} {run.get('host_cpu_per_s')}")
+            rows.append(_row(workload, count, run, one, str(run.get("host_cpu_per_s"))))
     for workload, by_count in details.get("cluster", {}).items():
         for count, run in by_count.items():
             local = (details.get("runs", {}).get(workload, {}).get(count) or {}).get("value")
-            value = run.get("value")
-            ratio = f"{value / local:.3f}" if value and local else "-"
-            verdict = {True: "VALID", False: "INVALID"}.get(run.get("valid"), "FAILED")
-            shares = ",".join(f"{share:.3f}" for share in run.get("shares", []))
-            rows.append(f"{workload:<14} {count + ' Ray':>8} {value or 0:>8,.2f} {run.get('unit') or '':<10} "
-                        f"{verdict:<8} {ratio:>8} {shares:<16} (x the same GPUs without Ray)")
+            rows.append(_row(workload, f"{count} Ray", run, local, "(base: the same GPUs without Ray)"))
     for kind in ("runs", "cluster"):
         for workload, by_count in details.get(kind, {}).items():
             for count, run in by_count.items():

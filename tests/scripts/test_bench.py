@@ -366,3 +366,20 @@ def test_a_run_outcome_is_read_from_the_tests_record(tmp_path):
     figures = read_test(tmp_path)
     assert (figures["value"], figures["shares"], figures["host_cpu_per_s"]) == (2.5, [1.0], [0.5])
     assert figures["engine_stats"] == {"completed": 4, "generated_tokens": 200}
+
+
+def test_the_device_check_reads_server_latencies_and_compares_ray_with_local(tmp_path):
+    """A Server run's cost shows in LoadGen's latencies; a cluster row's ratio is to the same GPUs without Ray."""
+    from scripts.gpu.check_devices import latencies, table
+
+    (tmp_path / "mlperf_log_summary.txt").write_text(
+        "Mean latency (ns)                : 35293000\n99.00 percentile latency (ns)   : 65804000\n")
+    assert latencies(tmp_path) == {"mean_ms": 35.293, "p99_ms": 65.804}
+    assert latencies(tmp_path / "missing") == {}
+    local = {"value": 100.0, "unit": "samples/s", "valid": True, "shares": [0.5, 0.5], "p99_ms": 65.8}
+    ray = {**local, "value": 101.0, "p99_ms": 62.4}
+    rows = table({"runs": {"bert-server": {"2": local}}, "cluster": {"bert-server": {"2": ray}}})
+    (cluster_row,) = [row for row in rows if " 2 Ray " in row]
+    assert "VALID" in cluster_row and " 1.010 " in cluster_row
+    assert any("runs" in row and "p99 65.8 ms" in row for row in rows)
+    assert any("cluster" in row and "p99 62.4 ms" in row for row in rows)

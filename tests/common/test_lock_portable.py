@@ -220,3 +220,18 @@ def test_the_setup_step_refuses_or_installs_by_the_running_python(tmp_path, monk
         assert ("--hash=sha256:" in torch_lock.read_text()) is hashed
         assert ("--require-hashes" in ran[-1]) is hashed and ran[-1][ran[-1].index("-r") + 1] == str(torch_lock)
         assert ("NOT hash-checked" in capsys.readouterr().out) is not hashed
+
+
+# The cluster lock's packages whose wheels are built per Python (cpXY tags): each needs one hash per Python that
+# make setup installs on, or `make setup_cluster` fails its hash check there.
+PER_PYTHON_CLUSTER_PINS = ("charset-normalizer", "msgpack", "ray", "rpds-py")
+
+
+def test_the_cluster_lock_hashes_a_wheel_of_every_supported_python_for_compiled_packages() -> None:
+    pins = {}
+    for line in (REPO_ROOT / "requirements-cluster.lock").read_text().splitlines():
+        if (match := PIN.match(line)) is not None:
+            pins[match.group(1)] = set(HASH.findall(line))
+    assert all(pins.values()), "every cluster pin carries its hash"
+    for name in PER_PYTHON_CLUSTER_PINS:
+        assert len(pins[name]) == len(setup_torch.SUPPORTED), (name, len(pins[name]), setup_torch.SUPPORTED)

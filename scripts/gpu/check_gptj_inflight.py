@@ -434,9 +434,15 @@ STEPS: dict[str, Callable[[Check], None]] = {"attention": attention_step, "decod
                                              "variants": variants_step, "hf": hf_step}
 
 
+NEEDS_MODEL = ("agreement", "variants")  # the steps that take the model ``load`` draws
+
+
 def steps_in_order(names: str) -> list[str]:
-    """The steps of a comma-separated list, in the order of ``STEPS`` (the model steps depend on each other)."""
+    """The steps of a comma-separated list, in the order of ``STEPS``, with ``load`` added where a chosen step
+    takes its model (the model steps depend on each other)."""
     chosen = set(names.split(","))
+    if chosen & set(NEEDS_MODEL):
+        chosen.add("load")
     return [name for name in STEPS if name in chosen]
 
 
@@ -452,9 +458,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="steps to run, comma-separated (they run in the order of the default)")
     parser.add_argument("--skip", default="")
     args = parser.parse_args(argv)
-    unknown = set(args.steps.split(",")) - set(STEPS)
-    if unknown:
-        parser.error(f"unknown steps {sorted(unknown)}: choose among {','.join(STEPS)}")
+    for option, names in (("--steps", args.steps), ("--skip", args.skip)):
+        unknown = set(filter(None, names.split(","))) - set(STEPS)
+        if unknown:
+            parser.error(f"{option}: unknown steps {sorted(unknown)}: choose among {','.join(STEPS)}")
     return args
 
 

@@ -21,7 +21,15 @@ def test_steps_run_in_their_own_order_and_all_by_default(tmp_path):
     assert steps_in_order("hf,decode_splits") == ["decode_splits", "hf"]
 
 
+def test_a_model_step_chosen_alone_gets_the_model_loaded_first():
+    assert steps_in_order("variants") == ["load", "variants"]
+    assert steps_in_order("agreement,attention") == ["attention", "load", "agreement"]
+
+
 def test_an_unknown_step_names_the_choices(tmp_path, capsys):
     with pytest.raises(SystemExit):
         parse_args(["--out", str(tmp_path), "--steps=decode_splits,splits"])
-    assert "unknown steps ['splits']: choose among attention,decode_splits," in capsys.readouterr().err
+    assert "--steps: unknown steps ['splits']: choose among attention,decode_splits," in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--out", str(tmp_path), "--skip=hff"])
+    assert "--skip: unknown steps ['hff']" in capsys.readouterr().err

@@ -71,13 +71,17 @@ def refusal(python: str, lock_text: str) -> str | None:
         return None
     older = tuple(int(part) for part in python.split(".")) < (3, 11)
     why = ("numpy 2.4.6, transformers 5.23.0 and matplotlib 3.11.2 of the locks need Python 3.11 or newer" if older
-           else "it is newer than the Pythons the locks are made for")
+           else "the locks are not resolved or tested for it")
     return (f"ERROR: make setup installs the locks on Python {', '.join(SUPPORTED)}, and this is Python {python}: "
             f"{why}; install one of them, then run make setup SYSTEM_PY=python{SUPPORTED[0]} (or another)")
 
 
 def torch_version(lock_text: str) -> str:
-    return TORCH_PIN.match(torch_entry(lock_text)).group(1)
+    """The torch version the lock pins ("2.13.0+cpu"): the one pip is asked for on every Python."""
+    match = TORCH_PIN.match(torch_entry(lock_text))
+    if match is None:
+        raise ValueError("requirements.lock's torch entry is not a `torch==<version>` pin")
+    return match.group(1)
 
 
 def torch_step(lock_text: str, python: str, index: str) -> TorchStep:
@@ -99,6 +103,8 @@ def running_python() -> str:
 
 
 def main(argv: list[str]) -> int:
+    """``check LOCK``: refuse an unsupported Python before anything is installed (exit 1, the fix printed);
+    ``install LOCK REQUIREMENTS_FILE INDEX``: install torch as ``torch_step`` says (make/setup.mk runs both)."""
     python = running_python()
     if len(argv) == 2 and argv[0] == "check":
         problem = refusal(python, Path(argv[1]).read_text(encoding="utf-8"))

@@ -391,9 +391,10 @@ def _batch(config: ResolvedConfig) -> int:
     return int(config.values.get("gpu_batch_size") or 1)
 
 
-SINGLESTREAM_PROBE_SAMPLES = 4
-"""The samples a SingleStream probe loads: a few prompts of different lengths for its mean latency, and a bound on
-what equal-issue mode adds past the probe duration (a multiple of them)."""
+SINGLESTREAM_PROBE_SAMPLES = 16
+"""The samples a SingleStream probe loads: enough prompts of different lengths that their mean latency is the test's
+(GPT-J's latency follows its output length), and a bound on what equal-issue mode adds past the probe duration (a
+multiple of them)."""
 
 
 def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any], log_dir: Path) -> Probe:
@@ -450,9 +451,10 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
         planned = search.probed_test_samples(rate, ran, batch, duration_ms)
         value: float | int = search.qps_for_query(planned, duration_ms)
         detail = read_detail_log(folder)
-        # The probe loaded only its query's samples; the test loads the data set's (user.conf's rule).
-        test_loads = loaded_samples(config, int(detail.get("qsl_reported_total_count") or 0))
-        query, padding = issued_query(planned, detail, test_loads)
+        # The probe loaded only its query's samples; the test loads the data set's (user.conf's rule). Without the
+        # data set's size in the log, no padding is foretold.
+        total = int(detail.get("qsl_reported_total_count") or 0)
+        query, padding = issued_query(planned, detail, loaded_samples(config, total)) if total else (planned, "")
         probes = ""
         if len(queries) > 1:
             probes = f"; {len(queries)} probes, {sum(s for _, s in queries):.3g} s in all"

@@ -8,7 +8,7 @@ tokens on a 2-core AVX2 machine), so such a CPU runs fp32. The choice is made wh
 
 ``MLPERF_CPU_FLAGS`` (space-separated flags, e.g. ``"avx avx2 fma"``) replaces /proc/cpuinfo's flags, to see what a
 CPU of another kind would run here; PyTorch's own kernels follow the real CPU unless ``ATEN_CPU_CAPABILITY`` and
-``ONEDNN_MAX_CPU_ISA`` restrict them too (documentation/FAQ.md).
+``ONEDNN_MAX_CPU_ISA`` restrict them too (documentation/performance_tuning_guide.md).
 """
 
 from __future__ import annotations

@@ -159,30 +159,43 @@ def run_workload(workload: str, gpus: int, args: argparse.Namespace, details: di
 
 @contextmanager
 def local_cluster(gpus: int) -> Iterator[str]:
-    """A Ray cluster on this machine of one node per GPU, each node's Ray shown only its GPU (as a node of a real
-    cluster sees its own); yields its address. Ray's addresses stay on the loopback."""
+    """A Ray cluster on this machine of one node per GPU (the first ``gpus`` this process sees), each node's Ray
+    shown only its GPU, as a node of a real cluster sees its own; yields its address. Ray's addresses stay on the
+    loopback. This process's environment is as it was afterwards."""
+    saved = {name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", *LOOPBACK_ENV)}
+    shown = saved["CUDA_VISIBLE_DEVICES"]
+    visible = shown.split(",") if shown else [str(index) for index in range(gpu_count())]
     os.environ.update(LOOPBACK_ENV)  # read when Ray is imported
     from ray.cluster_utils import Cluster
 
     cpus = max(1, (os.cpu_count() or gpus) // gpus)
     cluster = None
     try:
-        for gpu in range(gpus):
+        for gpu in visible[:gpus]:
             node = {"node_ip_address": "127.0.0.1", "num_cpus": cpus, "num_gpus": 1,
-                    "env_vars": {"CUDA_VISIBLE_DEVICES": str(gpu)}}
-            os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)  # what the node's processes inherit
+                    "env_vars": {"CUDA_VISIBLE_DEVICES": gpu}}
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # what the node's processes inherit
             if cluster is None:
                 cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
             else:
                 cluster.add_node(**node)
-        del os.environ["CUDA_VISIBLE_DEVICES"]
+        _restore({"CUDA_VISIBLE_DEVICES": shown})
         assert cluster is not None
         cluster.wait_for_nodes()
         yield cluster.address
     finally:
-        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         if cluster is not None:
             cluster.shutdown()
+        _restore(saved)
+
+
+def _restore(saved: dict[str, str | None]) -> None:
+    """Put environment variables back as ``saved`` holds them (None: unset)."""
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def cluster_workload(workload: str, gpus: int, args: argparse.Namespace, details: dict[str, Any]) -> None:

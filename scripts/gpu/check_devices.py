@@ -38,14 +38,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from code.common.paths import BUILD_DIR, REPO_ROOT
 from code.common.run_record import read_record
 from scripts.gpu.steps import run_steps
+from scripts.local_cluster import LOOPBACK_ENV, local_cluster
 
 # What each workload runs (RUN_ARGS without the rate): the bert-99 engine of the configs, and GPT-J's FP8 engine
 # with 256 slots and output lengths forced at a realistic mean (random weights never choose EOS).
@@ -67,8 +66,6 @@ RATES_PER_GPU: dict[str, dict[str, tuple[str, float]]] = {
              "gptj-offline": ("offline_expected_qps", 25.0), "gptj-server": ("server_target_qps", 16.0)},
 }
 RUN_TIMEOUT_S = 300  # one make run; a hung run must not cost the other runs of the call
-# Ray's addresses for this machine are the loopback, never the machine's network address (read at Ray's import).
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
 def gpu_model() -> str:
@@ -157,51 +154,18 @@ def run_workload(workload: str, gpus: int, args: argparse.Namespace, details: di
     details.setdefault("cluster" if cluster else "runs", {}).setdefault(workload, {})[str(gpus)] = figures
 
 
-@contextmanager
-def local_cluster(gpus: int) -> Iterator[str]:
-    """A Ray cluster on this machine of one node per GPU (the first ``gpus`` this process sees), each node's Ray
-    shown only its GPU, as a node of a real cluster sees its own; yields its address. Ray's addresses stay on the
-    loopback. This process's environment is as it was afterwards."""
-    saved = {name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", *LOOPBACK_ENV)}
-    shown = saved["CUDA_VISIBLE_DEVICES"]
-    visible = shown.split(",") if shown else [str(index) for index in range(gpu_count())]
-    os.environ.update(LOOPBACK_ENV)  # read when Ray is imported
-    from ray.cluster_utils import Cluster
-
-    cpus = max(1, (os.cpu_count() or gpus) // gpus)
-    cluster = None
-    try:
-        for gpu in visible[:gpus]:
-            node = {"node_ip_address": "127.0.0.1", "num_cpus": cpus, "num_gpus": 1,
-                    "env_vars": {"CUDA_VISIBLE_DEVICES": gpu}}
-            os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # what the node's processes inherit
-            if cluster is None:
-                cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
-            else:
-                cluster.add_node(**node)
-        _restore({"CUDA_VISIBLE_DEVICES": shown})
-        assert cluster is not None
-        cluster.wait_for_nodes()
-        yield cluster.address
-    finally:
-        if cluster is not None:
-            cluster.shutdown()
-        _restore(saved)
-
-
-def _restore(saved: dict[str, str | None]) -> None:
-    """Put environment variables back as ``saved`` holds them (None: unset)."""
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+def visible_gpus() -> list[str]:
+    """The GPUs this process sees, as CUDA_VISIBLE_DEVICES names them (all of the machine's when it is unset)."""
+    shown = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return shown.split(",") if shown else [str(index) for index in range(gpu_count())]
 
 
 def cluster_workload(workload: str, gpus: int, args: argparse.Namespace, details: dict[str, Any]) -> None:
     """The workload on ``gpus`` GPUs through ``--cluster``: a local cluster of one node per GPU."""
-    with local_cluster(gpus) as address:
-        run_workload(workload, gpus, args, details, cluster=address)
+    # One node per GPU, each node's Ray shown only its GPU, as a node of a real cluster sees its own.
+    nodes = [{"CUDA_VISIBLE_DEVICES": gpu} for gpu in visible_gpus()[:gpus]]
+    with local_cluster(nodes, num_cpus=max(1, (os.cpu_count() or gpus) // gpus), num_gpus=1) as (cluster, _):
+        run_workload(workload, gpus, args, details, cluster=cluster.address)
 
 
 def same_process(details: dict[str, Any]) -> None:

@@ -21,8 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,8 @@ import pytest
 
 from code.common.constants import ExitCode
 from code.common.paths import REPO_ROOT
+from scripts.local_cluster import LOOPBACK_ENV
+from scripts.local_cluster import local_cluster as one_machine_cluster
 from tests.actions.test_device_workers import BERT, GPTJ, LONG, _gone, _read_until, accuracy_log, build_dir
 
 __all__ = ["build_dir"]  # the fixture, shared with the one-machine worker tests
@@ -44,9 +45,6 @@ except ImportError:
     pytest.skip("SKIPPED: Ray is not installed (make setup_cluster); the cluster tests did not run",
                 allow_module_level=True)
 
-# Ray's addresses for this machine: the loopback, never the machine's network address.
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-NODE_ARGS = {"node_ip_address": "127.0.0.1", "num_cpus": 1, "num_gpus": 0}
 CLUSTER = ["--cluster_host=127.0.0.1", "--cluster_ready_timeout_s=300"]
 
 
@@ -54,28 +52,9 @@ def _env(build: Path) -> dict[str, str]:
     return {**os.environ, **LOOPBACK_ENV, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
 
 
-@contextmanager
-def local_cluster(builds: list[Path]) -> Iterator[tuple[Any, list[Any]]]:
+def local_cluster(builds: list[Path]) -> AbstractContextManager[tuple[Any, list[Any]]]:
     """A Ray cluster of one node per build folder (each node's MLPERF_BUILD_DIR: its own disk), on 127.0.0.1."""
-    from ray.cluster_utils import Cluster
-
-    saved = {name: os.environ.get(name) for name in LOOPBACK_ENV}
-    os.environ.update(LOOPBACK_ENV)
-    cluster = Cluster(initialize_head=True, head_node_args={
-        **NODE_ARGS, "include_dashboard": False, "env_vars": {"MLPERF_BUILD_DIR": str(builds[0])}})
-    try:
-        nodes = [cluster.head_node]
-        for build in builds[1:]:
-            nodes.append(cluster.add_node(**NODE_ARGS, env_vars={"MLPERF_BUILD_DIR": str(build)}))
-        cluster.wait_for_nodes()
-        yield cluster, nodes
-    finally:
-        cluster.shutdown()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    return one_machine_cluster([{"MLPERF_BUILD_DIR": str(build)} for build in builds], num_cpus=1, num_gpus=0)
 
 
 def node_name(node: Any) -> str:
@@ -86,6 +65,13 @@ def node_name(node: Any) -> str:
 def run_main(build: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "code.main", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                           env=_env(build), timeout=timeout)
+
+
+def start_long_run(build: Path, address: str, log_dir: Path) -> subprocess.Popen:
+    """A BERT run on the cluster long enough to be interrupted, its output read as it comes."""
+    return subprocess.Popen([sys.executable, "-m", "code.main", "--action=run", *BERT, *LONG, f"--cluster={address}",
+                             *CLUSTER, f"--log_dir={log_dir}"], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=_env(build))
 
 
 def _error_line(output: str) -> str:
@@ -144,10 +130,7 @@ def test_a_node_without_the_data_or_the_engine_is_refused_before_loadgen(build_d
 def test_a_node_that_leaves_ends_the_test_with_its_name(build_dir: Path, tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     with local_cluster([build_dir, build_dir]) as (cluster, nodes):
-        process = subprocess.Popen([sys.executable, "-m", "code.main", "--action=run", *BERT, *LONG,
-                                    f"--cluster={cluster.address}", *CLUSTER, f"--log_dir={log_dir}"],
-                                   cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   env=_env(build_dir))
+        process = start_long_run(build_dir, cluster.address, log_dir)
         try:
             before = _read_until(process, "starting LoadGen")
             time.sleep(2.0)
@@ -175,10 +158,7 @@ def test_a_node_that_leaves_ends_the_test_with_its_name(build_dir: Path, tmp_pat
 def test_stopping_the_run_leaves_no_worker_on_any_node(build_dir: Path, tmp_path: Path, how: signal.Signals) -> None:
     log_dir = tmp_path / "logs"
     with local_cluster([build_dir, build_dir]) as (cluster, _):
-        process = subprocess.Popen([sys.executable, "-m", "code.main", "--action=run", *BERT, *LONG,
-                                    f"--cluster={cluster.address}", *CLUSTER, f"--log_dir={log_dir}"],
-                                   cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   env=_env(build_dir))
+        process = start_long_run(build_dir, cluster.address, log_dir)
         try:
             _read_until(process, "starting LoadGen")
             assert len(_cluster_workers()) == 2, "one worker on each node"
@@ -206,3 +186,12 @@ def _cluster_workers() -> list[int]:
         if "code.actions.device_worker" in command and "--connect=127.0.0.1:" in command:
             found.append(int(entry.name))
     return found
+
+
+def test_a_local_cluster_leaves_this_process_environment_as_it_was(tmp_path: Path) -> None:
+    # Each node's environment is set here while the node starts (its raylet inherits it), then taken back.
+    before = dict(os.environ)
+    with local_cluster([tmp_path / "a", tmp_path / "b"]) as (_, nodes):
+        assert len(nodes) == 2 and os.environ.get("MLPERF_BUILD_DIR") == before.get("MLPERF_BUILD_DIR")
+        assert all(os.environ.get(name) == value for name, value in LOOPBACK_ENV.items())
+    assert dict(os.environ) == before

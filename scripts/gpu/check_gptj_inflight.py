@@ -160,8 +160,7 @@ def attention_case(check: Check, fp8: bool) -> None:
     end.record()
     torch.cuda.synchronize()
     ms = start.elapsed_time(end) / reps
-    keys = int(cache.prompt_lengths.sum()) + 4 * int(counts.sum())
-    gbytes = keys * 2 * 16 * 256 * cache.prompt_k.element_size() / 1e9
+    gbytes = cache_read_gb(cache, counts)
     details[f"attention_{label}"] = {"rel_error": err, "ms_per_layer": ms, "gb_read": gbytes,
                                      "gb_per_s": gbytes / ms * 1e3}
     rows.append(f"decode attention {label} cache: rel error {err:.2e} vs reference; {ms:.3f} ms/layer at "
@@ -170,6 +169,13 @@ def attention_case(check: Check, fp8: bool) -> None:
     details[f"attention_{label}"]["launches_ms"] = launches
     rows.append(f"  {label} launches (ms/layer): " + ", ".join(
         f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in launches.items()))
+
+
+def cache_read_gb(cache: KVCache, counts: torch.Tensor) -> float:
+    """The GB one layer's decode attention must read: keys and values of every prompt once (shared by the 4 beams)
+    and of each beam's generated tokens, 16 heads of 256."""
+    keys = int(cache.prompt_lengths.sum()) + 4 * int(counts.sum())
+    return keys * 2 * 16 * 256 * cache.prompt_k.element_size() / 1e9
 
 
 def time_launches(attend: Callable[[], torch.Tensor]) -> dict[str, float | str]:
@@ -226,8 +232,7 @@ def decode_splits_case(check: Check, fp8: bool) -> None:
     q = torch.randn(slots * 4, 16, 256, device=device, dtype=torch.bfloat16)
     want = decode_attention_reference(q, cache, 0, ancestry, counts)
     attend = functools.partial(decode_attention, q, cache, 0, ancestry, counts)
-    keys = int(cache.prompt_lengths.sum()) + 4 * int(counts.sum())
-    gbytes = keys * 2 * 16 * 256 * cache.prompt_k.element_size() / 1e9
+    gbytes = cache_read_gb(cache, counts)
 
     def measure_launch() -> dict[str, float]:
         error = rel_error(attend(), want)

@@ -26,7 +26,7 @@ endif
 # torch goes first (scripts/setup_torch.py: its lock entry, the pin and its hash lines, on the lock's Python) with
 # PyTorch's index added; the locks follow with the host's settings alone, torch then being in place.
 $(VENV_STAMP): $(LOCKS)
-	@test -x $(VENV)/bin/python || (cd $(REPO_ROOT) && $(SYSTEM_PY) -m scripts.setup_torch check requirements.lock)
+	@test -x $(VENV)/bin/python || (cd $(REPO_ROOT) && $(SYSTEM_PY) -m scripts.setup_torch check)
 	@test -x $(VENV)/bin/python || $(SYSTEM_PY) -m venv $(VENV)
 	cd $(REPO_ROOT) && $(VENV)/bin/python -m scripts.setup_torch install requirements.lock $(TORCH_LOCK) $(TORCH_INDEX)
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes \

@@ -9,7 +9,7 @@ the hash of the lock's own Python's wheel alone. So on the lock's Python torch i
 hash-checked; on another supported Python it installs pinned by exact version from PyTorch's index, not
 hash-checked, and a printed line says so.
 
-    python -m scripts.setup_torch check <requirements.lock>                # exit 1, with the fix, on a Python refused
+    python -m scripts.setup_torch check                                    # exit 1, with the fix, on a Python refused
     python -m scripts.setup_torch install <requirements.lock> <torch.lock> <index>
 """
 
@@ -65,7 +65,7 @@ def torch_entry(lock_text: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def refusal(python: str, lock_text: str) -> str | None:
+def refusal(python: str) -> str | None:
     """Why ``make setup`` does not install the locks on ``python`` ("3.10"), with the fix; None when it does."""
     if python in SUPPORTED:
         return None
@@ -103,11 +103,11 @@ def running_python() -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``check LOCK``: refuse an unsupported Python before anything is installed (exit 1, the fix printed);
+    """``check``: refuse an unsupported Python before anything is installed (exit 1, the fix printed);
     ``install LOCK REQUIREMENTS_FILE INDEX``: install torch as ``torch_step`` says (make/setup.mk runs both)."""
     python = running_python()
-    if len(argv) == 2 and argv[0] == "check":
-        problem = refusal(python, Path(argv[1]).read_text(encoding="utf-8"))
+    if argv == ["check"]:
+        problem = refusal(python)
         if problem:
             print(problem, file=sys.stderr)
             return 1

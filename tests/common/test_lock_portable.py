@@ -153,7 +153,7 @@ def test_setup_installs_torch_with_the_pytorch_index_then_the_locks(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     commands = done.stdout.replace("\\\n", " ").splitlines()
-    assert any("python3 -m scripts.setup_torch check requirements.lock" in line for line in commands)
+    assert any("python3 -m scripts.setup_torch check)" in line for line in commands)
     torch_step = next(i for i, line in enumerate(commands) if "-m scripts.setup_torch install" in line)
     assert commands[torch_step].endswith(f"install requirements.lock {build}/venv/torch.lock "
                                          "https://download.pytorch.org/whl/cpu")
@@ -177,7 +177,7 @@ def test_on_the_locks_python_torch_installs_hash_checked_from_its_whole_entry(tm
 @pytest.mark.parametrize("python", ["3.12", "3.13"])
 def test_on_another_python_torch_is_pinned_by_version_and_the_line_says_it_is_not_hash_checked(tmp_path, python):
     lock = (REPO_ROOT / "requirements.lock").read_text(encoding="utf-8")
-    assert setup_torch.refusal(python, lock) is None
+    assert setup_torch.refusal(python) is None
     step = setup_torch.torch_step(lock, python, TORCH_INDEX)
     assert step.requirements == "torch==2.13.0+cpu\n" and not step.hash_checked
     command = step.pip_command("python", tmp_path / "torch.lock", TORCH_INDEX)
@@ -191,8 +191,7 @@ def test_on_another_python_torch_is_pinned_by_version_and_the_line_says_it_is_no
     ("3.10", "numpy 2.4.6, transformers 5.23.0 and matplotlib 3.11.2 of the locks need Python 3.11 or newer"),
     ("3.14", "the locks are not resolved or tested for it")])
 def test_setup_refuses_a_python_the_locks_cannot_install_on_with_the_fix(python, why):
-    lock = (REPO_ROOT / "requirements.lock").read_text(encoding="utf-8")
-    assert setup_torch.refusal(python, lock) == (
+    assert setup_torch.refusal(python) == (
         f"ERROR: make setup installs the locks on Python 3.11, 3.12, 3.13, and this is Python {python}: {why}; "
         "install one of them, then run make setup SYSTEM_PY=python3.11 (or another)")
 
@@ -208,14 +207,14 @@ def test_the_lock_pins_versions_that_need_python_3_11_and_no_package_only_3_10_n
 def test_the_setup_step_refuses_or_installs_by_the_running_python(tmp_path, monkeypatch, capsys):
     lock, torch_lock = str(REPO_ROOT / "requirements.lock"), tmp_path / "torch.lock"
     monkeypatch.setattr(setup_torch, "running_python", lambda: "3.10")
-    assert setup_torch.main(["check", lock]) == 1
+    assert setup_torch.main(["check"]) == 1
     assert capsys.readouterr().err.startswith("ERROR: make setup installs the locks on Python 3.11, 3.12, 3.13")
     ran = []
     monkeypatch.setattr(setup_torch.subprocess, "run", lambda command: ran.append(command) or
                         subprocess.CompletedProcess(command, 0))
     for python, hashed in (("3.11", True), ("3.12", False)):
         monkeypatch.setattr(setup_torch, "running_python", lambda python=python: python)
-        assert setup_torch.main(["check", lock]) == 0
+        assert setup_torch.main(["check"]) == 0
         assert setup_torch.main(["install", lock, str(torch_lock), TORCH_INDEX]) == 0
         assert ("--hash=sha256:" in torch_lock.read_text()) is hashed
         assert ("--require-hashes" in ran[-1]) is hashed and ran[-1][ran[-1].index("-r") + 1] == str(torch_lock)

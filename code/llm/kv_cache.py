@@ -24,6 +24,12 @@ from torch import Tensor
 
 from code.numerics.fp8 import E4M3, quantize_fast, scale_from_amax
 
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only installs: torch's indexing writes the pages
+    triton = None
+
 
 @dataclass(frozen=True)
 class CacheShape:
@@ -89,10 +95,18 @@ class KVCache:
     def _store(self, x: Tensor, scale: float) -> Tensor:
         return quantize_fast(x, scale) if self.is_fp8 else x
 
-    def write_prompt(self, layer: int, pages: Tensor, offsets: Tensor, k: Tensor, v: Tensor) -> None:
-        """Keys and values ``[tokens, heads, head_dim]`` of packed prompts at (page, offset)."""
-        self.prompt_k[layer][pages, offsets] = self._store(k, self.k_scale[layer])
-        self.prompt_v[layer][pages, offsets] = self._store(v, self.v_scale[layer])
+    def write_prompt(self, layer: int, rows: Tensor, k: Tensor, v: Tensor) -> None:
+        """Keys and values ``[tokens, heads, head_dim]`` of packed prompts at pool rows ``rows``
+        (``prompt_write_index``). On a GPU one Triton pass quantizes and scatters both (as torch operations: a
+        quantization and a scatter each)."""
+        s = self.shape
+        pools = [pool[layer].view(s.pages * s.page_size, s.heads * s.head_dim)
+                 for pool in (self.prompt_k, self.prompt_v)]
+        if k.is_cuda and triton is not None:
+            _write_rows(k, v, rows, *pools, self.k_scale[layer], self.v_scale[layer])
+            return
+        for pool, x, scale in zip(pools, (k, v), (self.k_scale[layer], self.v_scale[layer]), strict=True):
+            pool[rows] = self._store(x, scale).reshape(len(rows), -1)
 
     def write_generated(self, layer: int, rows: Tensor, columns: Tensor, k: Tensor, v: Tensor) -> None:
         """Keys and values ``[rows, heads, head_dim]`` of one new token per beam row, at column ``columns``."""
@@ -144,13 +158,54 @@ class KVCache:
         """Free slots attend to no prompt."""
         self.prompt_lengths[slots] = 0
 
-    def prompt_write_index(self, slots: list[int], lengths: list[int]) -> tuple[Tensor, Tensor]:
-        """(page, offset) of every token of packed prompts, in order: where prefill writes their keys/values."""
+    def prompt_write_index(self, slots: list[int], lengths: list[int]) -> Tensor:
+        """The pool row (page x page_size + offset) of every token of packed prompts, in order: where prefill
+        writes their keys and values."""
         page_size = self.shape.page_size
-        pages, offsets = [], []
+        rows = []
         for slot, length in zip(slots, lengths, strict=True):
             positions = torch.arange(length)
-            pages.append(torch.tensor(self._slot_pages[slot], dtype=torch.long)[positions // page_size])
-            offsets.append(positions % page_size)
-        device = self.prompt_k.device
-        return torch.cat(pages).to(device), torch.cat(offsets).to(device)
+            pages = torch.tensor(self._slot_pages[slot], dtype=torch.long)[positions // page_size]
+            rows.append(pages * page_size + positions % page_size)
+        return torch.cat(rows).to(self.prompt_k.device)
+
+
+ROWS_PER_PROGRAM = 16  # tokens per program of the page write
+COLUMNS_PER_PROGRAM = 512
+
+
+def _write_rows(k: Tensor, v: Tensor, rows: Tensor, k_pool: Tensor, v_pool: Tensor, k_scale: float,
+                v_scale: float) -> None:
+    """Keys and values ``[tokens, heads, head_dim]`` (contiguous) to rows ``rows`` of ``[pool rows, width]``
+    pools; for e4m3 pools ``x / scale`` saturated, as ``quantize_fast`` computes it (times the inverse)."""
+    tokens = k.shape[0]
+    width = k_pool.shape[1]
+    if tokens:
+        grid = (triton.cdiv(tokens, ROWS_PER_PROGRAM), triton.cdiv(width, COLUMNS_PER_PROGRAM), 2)
+        _write_rows_kernel[grid](k.contiguous(), v.contiguous(), rows, k_pool, v_pool, 1.0 / k_scale, 1.0 / v_scale,
+                                 tokens, WIDTH=width, FP8=k_pool.dtype == E4M3, ROWS=ROWS_PER_PROGRAM,
+                                 COLUMNS=COLUMNS_PER_PROGRAM, num_warps=4)
+
+
+if triton is not None:
+
+    @triton.jit
+    def _write_rows_kernel(k_ptr, v_ptr, rows_ptr, k_pool_ptr, v_pool_ptr,  # noqa: ANN001 - typed by the JIT
+                           k_inv_scale, v_inv_scale, tokens,  # noqa: ANN001
+                           WIDTH: tl.constexpr, FP8: tl.constexpr, ROWS: tl.constexpr, COLUMNS: tl.constexpr):
+        """One program: ROWS tokens x COLUMNS of keys (program_id 2 == 0) or values, to their pool rows."""
+        t = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        c = tl.program_id(1) * COLUMNS + tl.arange(0, COLUMNS)
+        live = (t < tokens)[:, None] & (c < WIDTH)[None, :]
+        dest = tl.load(rows_ptr + t, mask=t < tokens, other=0).to(tl.int64)
+        if tl.program_id(2) == 0:
+            src, pool, inv_scale = k_ptr, k_pool_ptr, k_inv_scale
+        else:
+            src, pool, inv_scale = v_ptr, v_pool_ptr, v_inv_scale
+        x = tl.load(src + t.to(tl.int64)[:, None] * WIDTH + c[None, :], mask=live, other=0.0)
+        target = pool + dest[:, None] * WIDTH + c[None, :]
+        if FP8:
+            q = tl.minimum(tl.maximum(x.to(tl.float32) * inv_scale, -448.0), 448.0)
+            tl.store(target, q.to(tl.float8e4nv), mask=live)
+        else:
+            tl.store(target, x, mask=live)

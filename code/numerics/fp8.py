@@ -42,10 +42,12 @@ def quantize(x: Tensor, scale: float | Tensor) -> Tensor:
     return (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
 
 
-def quantize_cuda(x: Tensor, scale: float | Tensor) -> Tensor:
+def quantize_cuda(x: Tensor, scale: float | Tensor, rows: int | None = None) -> Tensor:
     """``quantize`` in one pass over memory (one Triton kernel instead of four elementwise ones). ``scale``: a
-    float, or a 0-d float32 tensor on the GPU that the kernel reads (no host synchronisation)."""
-    q = torch.empty(x.shape, dtype=E4M3, device=x.device)
+    float, or a 0-d float32 tensor on the GPU that the kernel reads (no host synchronisation). ``rows``: the result
+    has that many rows (at least ``x``'s), those past ``x``'s zero: a GEMM input padded without a copy."""
+    q = torch.empty((rows or x.shape[0], *x.shape[1:]), dtype=E4M3, device=x.device)
+    q[x.shape[0]:].zero_()
     n, block = x.numel(), 2048
     in_memory = isinstance(scale, Tensor)
     _quantize_kernel[(triton.cdiv(n, block),)](x, q, 1.0 if in_memory else 1.0 / scale,
@@ -54,10 +56,13 @@ def quantize_cuda(x: Tensor, scale: float | Tensor) -> Tensor:
     return q
 
 
-def quantize_fast(x: Tensor, scale: float | Tensor) -> Tensor:
-    """``quantize`` as fast as the device allows: one Triton pass on a GPU, ``quantize`` itself elsewhere."""
+def quantize_fast(x: Tensor, scale: float | Tensor, rows: int | None = None) -> Tensor:
+    """``quantize`` as fast as the device allows: one Triton pass on a GPU, ``quantize`` itself elsewhere;
+    ``rows`` as ``quantize_cuda``'s."""
     if x.is_cuda and triton is not None:
-        return quantize_cuda(x.contiguous(), scale)
+        return quantize_cuda(x.contiguous(), scale, rows)
+    if rows is not None and rows > x.shape[0]:
+        x = torch.cat((x, x.new_zeros((rows - x.shape[0], *x.shape[1:]))))
     return quantize(x, scale)
 
 

@@ -158,20 +158,21 @@ def test_fp8_kv_cache_stores_scaled_e4m3_and_attention_reads_it_back():
         cache.assign(0, 10)
         cache.assign(1, 7)
         cache.set_tables([0, 1], [10, 7])
-    pages, offsets = fp8.prompt_write_index([0, 1], [10, 7])
+    where_prompt = fp8.prompt_write_index([0, 1], [10, 7])
     k, v = torch.randn(17, 2, 8), torch.randn(17, 2, 8)
     rows, columns = torch.arange(8), torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
     gk, gv = torch.randn(8, 2, 8), torch.randn(8, 2, 8)
     for cache in (fp8, exact):
-        cache.write_prompt(1, pages, offsets, k, v)
+        cache.write_prompt(1, where_prompt, k, v)
         cache.write_generated(1, rows, columns, gk, gv)
     # Layer 1's magnitudes are 5 (keys) and 7 (values): stored values saturate there and are off by at most half a
     # unit in e4m3's last place (3 mantissa bits: 2**-4 of the magnitude) above it.
     e4m3 = 2.0**-4
     flat = fp8.gen_k[1].view(-1, 2, 8), fp8.gen_v[1].view(-1, 2, 8)
     where = rows * shape.max_new_tokens + columns  # where write_generated put each row's token
-    for stored, scale, want, amax in ((fp8.prompt_k[1][pages, offsets], fp8.k_scale[1], k, 5.0),
-                                      (fp8.prompt_v[1][pages, offsets], fp8.v_scale[1], v, 7.0),
+    pool_rows = fp8.prompt_k[1].view(-1, 2, 8), fp8.prompt_v[1].view(-1, 2, 8)
+    for stored, scale, want, amax in ((pool_rows[0][where_prompt], fp8.k_scale[1], k, 5.0),
+                                      (pool_rows[1][where_prompt], fp8.v_scale[1], v, 7.0),
                                       (flat[0][where], fp8.k_scale[1], gk, 5.0),
                                       (flat[1][where], fp8.v_scale[1], gv, 7.0)):
         error = (fp8.read(stored, scale) - want.clamp(-amax, amax)).abs()

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from code.gptj.inflight import prefill_kernels
 from code.gptj.model import apply_rotary
 from code.numerics.fp8 import quantize, quantize_fast
 
@@ -36,11 +37,10 @@ def gemm_input(y: Tensor, scale: Tensor | None, align: int) -> Tensor:
     """``y`` as a GEMM takes it: itself (16-bit GEMMs), or e4m3 ``y / scale`` with rows padded to ``align``."""
     if scale is None:
         return y
-    pad = -y.shape[0] % align
-    if pad:
-        y = F.pad(y, (0, 0, 0, pad))
-    # traced by torch.compile: torch's operations, which Inductor fuses with the rest; uncompiled: one pass
-    return quantize(y, scale) if torch.compiler.is_compiling() else quantize_fast(y, scale)
+    rows = y.shape[0] + -y.shape[0] % align
+    if torch.compiler.is_compiling():  # torch's operations, which Inductor fuses with the rest
+        return quantize(F.pad(y, (0, 0, 0, rows - y.shape[0])), scale)
+    return quantize_fast(y, scale, rows)  # one pass that writes the padding too
 
 
 def norm_in(x: Tensor, weight: Tensor, bias: Tensor, eps: float, scale: Tensor | None, align: int) -> Tensor:
@@ -84,12 +84,30 @@ class Elementwise:
     With ``compiled`` (CUDA) the decode step's functions are compiled for its one static shape (``slots x
     beams`` rows), which Inductor turns into fused kernels with constant sizes; prompt passes change length every
     time, and Inductor's kernels for symbolic sizes are slower than the plain torch operations there, so prompt
-    passes run the plain functions (one Triton pass for each quantization). One instance per model: every layer and
-    step reuses its compilations."""
+    passes run the plain functions' arithmetic as hand-written Triton passes on a GPU (``prefill_kernels``: rotary
+    and the second GEMM's input; LayerNorm is torch's, each quantization one pass). Without ``compiled`` both run
+    the plain functions: the baseline. One instance per model: every layer and step reuses its compilations."""
 
     def __init__(self, compiled: bool) -> None:
         self.compiled = compiled
         wrap: Callable[[Callable], Callable] = (
             (lambda fn: torch.compile(fn, dynamic=False, fullgraph=True)) if compiled else (lambda fn: fn))
         self.decode = ElementwiseFunctions(*(wrap(fn) for fn in (norm_in, residual_norm_in, rotary_qkv, mlp_in)))
-        self.prefill = ElementwiseFunctions(norm_in, residual_norm_in, rotary_qkv, mlp_in)
+        self.prefill = (ElementwiseFunctions(norm_in, residual_norm_in, rotary_qkv_prefill, mlp_in_prefill)
+                        if compiled else ElementwiseFunctions(norm_in, residual_norm_in, rotary_qkv, mlp_in))
+
+
+def rotary_qkv_prefill(fused: Tensor, rope: Tensor, tokens: int, heads: int, head_dim: int
+                       ) -> tuple[Tensor, Tensor, Tensor]:
+    """``rotary_qkv`` of a prompt pass: one Triton pass on a GPU (``prefill_kernels``), the plain function
+    elsewhere."""
+    if fused.is_cuda and prefill_kernels.triton is not None:
+        return prefill_kernels.rotary_qkv(fused, rope, tokens, heads, head_dim)
+    return rotary_qkv(fused, rope, tokens, heads, head_dim)
+
+
+def mlp_in_prefill(fused: Tensor, attended: Tensor, scale: Tensor | None, align: int) -> Tensor:
+    """``mlp_in`` of a prompt pass: one Triton pass on a GPU (``prefill_kernels``), the plain function elsewhere."""
+    if fused.is_cuda and prefill_kernels.triton is not None:
+        return prefill_kernels.mlp_in(fused, attended, scale, align)
+    return mlp_in(fused, attended, scale, align)

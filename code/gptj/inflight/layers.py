@@ -207,10 +207,10 @@ class InflightModel:
     def prefill(self, prompts: list[Tensor], slots: list[int], cache: KVCache) -> Tensor:
         """Run whole prompts (int64 on the device), write their keys/values to the slots' pages; float32 logits
         ``[prompts, vocab]`` of each prompt's last token."""
-        pages, offsets = cache.prompt_write_index(slots, [len(p) for p in prompts])
+        rows = cache.prompt_write_index(slots, [len(p) for p in prompts])
 
         def write(i: int, k: Tensor, v: Tensor) -> None:
-            cache.write_prompt(i, pages, offsets, k, v)
+            cache.write_prompt(i, rows, k, v)
 
         return self._prompt_forward(prompts, write=write)
 

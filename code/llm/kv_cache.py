@@ -189,7 +189,7 @@ def _write_rows(k: Tensor, v: Tensor, rows: Tensor, k_pool: Tensor, v_pool: Tens
 
 if triton is not None:
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["tokens"])  # one compilation for every prompt length
     def _write_rows_kernel(k_ptr, v_ptr, rows_ptr, k_pool_ptr, v_pool_ptr,  # noqa: ANN001 - typed by the JIT
                            k_inv_scale, v_inv_scale, tokens,  # noqa: ANN001
                            WIDTH: tl.constexpr, FP8: tl.constexpr, ROWS: tl.constexpr, COLUMNS: tl.constexpr):

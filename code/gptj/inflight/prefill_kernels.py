@@ -68,8 +68,10 @@ def available(x: Tensor) -> bool:
 
 
 if triton is not None:
+    # Lengths change every pass: Triton would compile a kernel again for a length that is 1 or a multiple of 16
+    # (its integer specialisation), in the middle of a timed run; one compilation serves every length instead.
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["tokens"])
     def _rotary_qkv_kernel(fused_ptr, fused_stride, rope_ptr, out_ptr, tokens,  # noqa: ANN001 - typed by the JIT
                            HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, ROTARY: tl.constexpr, ROWS: tl.constexpr):
         """One program: ROWS tokens of one head of q (which 0), k (1) or v (2). GPT-J rotates dims (2i, 2i+1) of
@@ -97,7 +99,7 @@ if triton is not None:
             crossed = tl.where((d % 2 == 0)[None, :], -crossed, crossed)
             tl.store(dst, tl.where(rotated, (straight + crossed).to(dtype), x), mask=row_ok)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["tokens", "rows"])
     def _mlp_in_kernel(fused_ptr, fused_stride, att_ptr, out_ptr, tokens, rows, scale_ptr,  # noqa: ANN001
                        WIDTH: tl.constexpr, HIDDEN: tl.constexpr, FP8: tl.constexpr, ROWS: tl.constexpr,
                        COLUMNS: tl.constexpr):

@@ -170,8 +170,8 @@ class KVCache:
         return torch.cat(rows).to(self.prompt_k.device)
 
 
-ROWS_PER_PROGRAM = 16  # tokens per program of the page write
-COLUMNS_PER_PROGRAM = 512
+_ROWS = 16  # tokens per program of the page write
+_COLUMNS = 512  # columns per program
 
 
 def _write_rows(k: Tensor, v: Tensor, rows: Tensor, k_pool: Tensor, v_pool: Tensor, k_scale: float,
@@ -181,10 +181,10 @@ def _write_rows(k: Tensor, v: Tensor, rows: Tensor, k_pool: Tensor, v_pool: Tens
     tokens = k.shape[0]
     width = k_pool.shape[1]
     if tokens:
-        grid = (triton.cdiv(tokens, ROWS_PER_PROGRAM), triton.cdiv(width, COLUMNS_PER_PROGRAM), 2)
+        grid = (triton.cdiv(tokens, _ROWS), triton.cdiv(width, _COLUMNS), 2)
         _write_rows_kernel[grid](k.contiguous(), v.contiguous(), rows, k_pool, v_pool, 1.0 / k_scale, 1.0 / v_scale,
-                                 tokens, WIDTH=width, FP8=k_pool.dtype == E4M3, ROWS=ROWS_PER_PROGRAM,
-                                 COLUMNS=COLUMNS_PER_PROGRAM, num_warps=4)
+                                 tokens, WIDTH=width, FP8=k_pool.dtype == E4M3, ROWS=_ROWS,
+                                 COLUMNS=_COLUMNS, num_warps=4)
 
 
 if triton is not None:

@@ -46,7 +46,10 @@ def quantize_cuda(x: Tensor, scale: float | Tensor, rows: int | None = None) -> 
     """``quantize`` in one pass over memory (one Triton kernel instead of four elementwise ones). ``scale``: a
     float, or a 0-d float32 tensor on the GPU that the kernel reads (no host synchronisation). ``rows``: the result
     has that many rows (at least ``x``'s), those past ``x``'s zero: a GEMM input padded without a copy."""
-    q = torch.empty((rows or x.shape[0], *x.shape[1:]), dtype=E4M3, device=x.device)
+    rows = x.shape[0] if rows is None else rows
+    if rows < x.shape[0]:
+        raise ValueError(f"rows={rows} is fewer than the input's {x.shape[0]}")
+    q = torch.empty((rows, *x.shape[1:]), dtype=E4M3, device=x.device)
     q[x.shape[0]:].zero_()
     n, block = x.numel(), 2048
     in_memory = isinstance(scale, Tensor)
@@ -61,7 +64,9 @@ def quantize_fast(x: Tensor, scale: float | Tensor, rows: int | None = None) -> 
     ``rows`` as ``quantize_cuda``'s."""
     if x.is_cuda and triton is not None:
         return quantize_cuda(x.contiguous(), scale, rows)
-    if rows is not None and rows > x.shape[0]:
+    if rows is not None:
+        if rows < x.shape[0]:
+            raise ValueError(f"rows={rows} is fewer than the input's {x.shape[0]}")
         x = torch.cat((x, x.new_zeros((rows - x.shape[0], *x.shape[1:]))))
     return quantize(x, scale)
 

@@ -118,6 +118,22 @@ def test_engine_refuses_what_it_does_not_implement(model):
         engine.generate([np.arange(9, dtype=np.int32)])
 
 
+def test_prompt_pass_warm_up_leaves_the_engine_as_built(model, prompts, expected):
+    """The warm-up pass a GPU engine runs when built (a short prompt, discarded) hands its pages back in the pool's
+    order and touches no slot state or statistics; the engine then matches the reference."""
+    engine = InflightEngine(InflightModel.from_model(model), GenerationConfig(),
+                            EngineOptions(slots=3, max_prompt_length=72, page_size=8, prefill_tokens=50))
+    cache = engine.cache
+    before = (list(cache._free_pages), cache.block_table.clone(), cache.prompt_lengths.clone(), engine.stats)
+    engine._warm_prefill()  # CPU engines skip it when built; it must hold on any device
+    assert cache._free_pages == before[0] and not cache._slot_pages
+    assert torch.equal(cache.block_table, before[1]) and torch.equal(cache.prompt_lengths, before[2])
+    assert engine.stats == before[3] and engine.stats.prefill_passes == 0
+    assert cache.prompt_k[:, before[0][-2:]].float().abs().sum() > 0  # it did write two pages (9 tokens of 8)
+    for g, e in zip(engine.generate(prompts), expected, strict=True):
+        np.testing.assert_array_equal(g, e)
+
+
 def test_forced_lengths_end_with_eos_exactly_where_asked(model, prompts, expected):
     """Synthetic runs force each output's length, EOS included, shorter or longer than the model would stop (EOS
     is no choice before it); samples given no length (0) still match the reference, in slots that forced samples

@@ -1,11 +1,11 @@
-"""A prompt pass's Triton elementwise kernels (code/gptj/inflight/prefill_kernels.py, and the KV cache's page write
-in code/llm/kv_cache.py) against the plain functions they replace.
+"""A prompt pass's Triton elementwise kernels (code/gptj/inflight/prefill_kernels.py, the KV cache's page write in
+code/llm/kv_cache.py, the padded quantization in code/numerics/fp8.py) against the torch operations they replace.
 
 Without a GPU the kernels run in Triton's CPU interpreter (tests/triton_interpreter.py) in float32, where they must
 equal the plain functions up to float32 rounding; on a GPU in bf16, where rotary and the page write must be bit for
-bit the plain torch operations' results, and GELU within one bf16 unit. Without triton the kernel tests are
-skipped. What they gain: the engine's rate (``python3 -m scripts.gpu.check_gptj_inflight --steps=variants``) against
-the tree before them, in documentation/performance.md.
+bit the torch operations' results, and GELU within one bf16 unit (or 1e-6 where 1 + tanh cancels). Without triton
+the kernel tests are skipped. What they gain: the engine's rate (``python3 -m scripts.gpu.check_gptj_inflight
+--steps=variants``) against the tree before them, in documentation/performance.md.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from types import ModuleType
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from code.gptj.inflight import elementwise
 from code.llm.kv_cache import CacheShape, KVCache
@@ -24,7 +25,11 @@ from tests.triton_interpreter import interpreted_module
 CUDA = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if CUDA else "cpu")
 DTYPE = torch.bfloat16 if CUDA else torch.float32
-TOKENS, HEADS, HEAD_DIM, ROTARY, HIDDEN = 37, 2, 256, 64, 1024  # 37 tokens: not a multiple of a program's rows
+TOKENS = 37  # not a multiple of a program's 16 rows
+# (heads, head_dim, rotary dims, hidden width): GPT-J's head (head_dim 256, rotary 64) with fewer heads and a
+# narrower MLP; the kernels take head shapes whose attention width is a multiple of 512 (``supports``)
+SHAPES = [(2, 256, 64, 1024), (4, 128, 32, 640)]
+SHAPE_IDS = ["gptj-head", "half-head"]
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +40,11 @@ def kernels() -> Iterator[ModuleType]:
 @pytest.fixture(scope="module")
 def kv_cache() -> Iterator[ModuleType]:
     yield from interpreted_module("code.llm.kv_cache", "_write_rows_kernel")
+
+
+@pytest.fixture(scope="module")
+def fp8() -> Iterator[ModuleType]:
+    yield from interpreted_module("code.numerics.fp8", "_quantize_kernel")
 
 
 def assert_e4m3_close(got: torch.Tensor, want: torch.Tensor) -> None:
@@ -49,45 +59,54 @@ def assert_e4m3_close(got: torch.Tensor, want: torch.Tensor) -> None:
     assert (g != w).float().mean() < 0.01
 
 
-def gemm_output(seed: int = 0, pad_rows: int = 11) -> torch.Tensor:
-    """A first-GEMM output ``[tokens + pad, q k v + hidden]`` as the FP8 GEMM leaves it (padding rows, here
-    non-zero so that reading them shows)."""
+def gemm_output(heads: int, head_dim: int, hidden: int, seed: int = 0, pad_rows: int = 11) -> torch.Tensor:
+    """A first-GEMM output ``[tokens + pad, q k v + hidden]``: padding rows as the FP8 GEMM leaves them (non-zero
+    here, so that reading them shows), and a row stride wider than the row, so that ignoring it shows."""
     g = torch.Generator().manual_seed(seed)
-    width = 3 * HEADS * HEAD_DIM + HIDDEN
-    return (torch.randn(TOKENS + pad_rows, width, generator=g) * 2).to(DEVICE, DTYPE)
+    width = 3 * heads * head_dim + hidden
+    wider = torch.randn(TOKENS + pad_rows, width + 40, generator=g) * 2
+    return wider.to(DEVICE, DTYPE)[:, :width]
 
 
-def rope_table(seed: int = 1) -> torch.Tensor:
+def rope_table(rotary: int, seed: int = 1) -> torch.Tensor:
     """``[tokens, 1, 1, rotary/2, 2]`` (cos, sin) in the model's dtype, as ``InflightModel._rope`` gives it."""
-    angles = torch.rand(TOKENS, ROTARY // 2, generator=torch.Generator().manual_seed(seed)) * 6.3
+    angles = torch.rand(TOKENS, rotary // 2, generator=torch.Generator().manual_seed(seed)) * 6.3
     return torch.stack((angles.cos(), angles.sin()), dim=-1)[:, None, None].to(DEVICE, DTYPE)
 
 
-def test_rotary_qkv_equals_the_plain_function(kernels: ModuleType) -> None:
-    fused, rope = gemm_output(), rope_table()
-    got = kernels.rotary_qkv(fused, rope, TOKENS, HEADS, HEAD_DIM)
-    want = elementwise.rotary_qkv(fused, rope, TOKENS, HEADS, HEAD_DIM)
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_rotary_qkv_equals_the_plain_function(kernels: ModuleType, shape: tuple[int, int, int, int]) -> None:
+    heads, head_dim, rotary, hidden = shape
+    fused, rope = gemm_output(heads, head_dim, hidden), rope_table(rotary)
+    assert fused.stride(0) > fused.shape[1]
+    got = kernels.rotary_qkv(fused, rope, TOKENS, heads, head_dim)
+    want = elementwise.rotary_qkv(fused, rope, TOKENS, heads, head_dim)
     for name, g, w in zip("qkv", got, want, strict=True):
-        assert g.shape == w.shape == (TOKENS, HEADS, HEAD_DIM) and g.is_contiguous(), name
+        assert g.shape == w.shape == (TOKENS, heads, head_dim) and g.is_contiguous(), name
         if CUDA:  # each product and sum rounded to bf16 where torch's operations round
             assert torch.equal(g, w), name
         else:
             torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6, msg=name)
-    # the unrotated dims are copies, the rotated ones moved
-    assert torch.equal(got[0][..., ROTARY:], want[0][..., ROTARY:])
-    assert not torch.equal(got[1][..., :ROTARY], fused[:TOKENS, HEADS * HEAD_DIM:][:, :ROTARY])
+    # the keys as the GEMM wrote them: their unrotated dims copied, their rotated dims moved
+    width = heads * head_dim
+    keys = fused[:TOKENS, width: 2 * width].reshape(TOKENS, heads, head_dim)
+    assert torch.equal(got[1][..., rotary:], keys[..., rotary:])
+    assert not torch.equal(got[1][..., :rotary], keys[..., :rotary])
 
 
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 @pytest.mark.parametrize("fp8", [False, True], ids=["16-bit", "fp8"])
-def test_mlp_in_equals_the_plain_function(kernels: ModuleType, fp8: bool) -> None:
-    fused = gemm_output()
-    attended = torch.randn(TOKENS, HEADS, HEAD_DIM, generator=torch.Generator().manual_seed(2)).to(DEVICE, DTYPE)
+def test_mlp_in_equals_the_plain_function(kernels: ModuleType, fp8: bool, shape: tuple[int, int, int, int]) -> None:
+    heads, head_dim, _, hidden = shape
+    fused = gemm_output(heads, head_dim, hidden)
+    g = torch.Generator().manual_seed(2)
+    attended = torch.randn(TOKENS, heads, head_dim, generator=g).to(DEVICE, DTYPE)
     scale = torch.tensor(6.0 / 448, device=DEVICE) if fp8 else None
     got = kernels.mlp_in(fused, attended, scale, 16)
     want = elementwise.mlp_in(fused, attended, scale, 16)
-    assert got.shape == want.shape == ((48 if fp8 else TOKENS), HEADS * HEAD_DIM + HIDDEN)
+    width = heads * head_dim
+    assert got.shape == want.shape == ((48 if fp8 else TOKENS), width + hidden)
     assert got.dtype == want.dtype == (E4M3 if fp8 else DTYPE)
-    width = HEADS * HEAD_DIM
     if fp8:
         assert not got[TOKENS:].float().any(), "padding rows must be zero"
         # GELU's last bit may differ, and so the e4m3 value rounded from it; on the CPU also the plain
@@ -103,38 +122,62 @@ def test_mlp_in_equals_the_plain_function(kernels: ModuleType, fp8: bool) -> Non
 
 @pytest.mark.parametrize("fp8", [False, True], ids=["16-bit", "fp8"])
 def test_page_write_equals_torch_indexing(kv_cache: ModuleType, fp8: bool) -> None:
-    """The Triton page write (as ``write_prompt`` runs it on a GPU) against the CPU path's indexing."""
-    shape = CacheShape(layers=2, heads=HEADS, head_dim=HEAD_DIM, slots=2, beams=4, max_new_tokens=4, page_size=16,
+    """The pages written by the Triton pass (``write_prompt`` on a GPU; the kernel itself in the interpreter)
+    against the same rows written by torch indexing of the quantized keys and values, layer 0 untouched."""
+    heads, head_dim = 2, 256
+    shape = CacheShape(layers=2, heads=heads, head_dim=head_dim, slots=2, beams=4, max_new_tokens=4, page_size=16,
                        pages=6, max_prompt_length=40)
-    caches = [KVCache(shape, torch.float32, torch.device("cpu"), E4M3 if fp8 else None) for _ in range(2)]
-    for cache in caches:
-        cache.set_scales([3.0, 5.0], [2.0, 7.0])
-        cache.assign(1, 21)
-        cache.assign(0, 16)
-    rows = caches[0].prompt_write_index([1, 0], [21, 16])
+    cache = KVCache(shape, DTYPE, DEVICE, E4M3 if fp8 else None)
+    cache.set_scales([3.0, 5.0], [2.0, 7.0])
+    cache.assign(1, 21)
+    cache.assign(0, 16)
+    rows = cache.prompt_write_index([1, 0], [21, 16])
     g = torch.Generator().manual_seed(3)
-    k, v = torch.randn(37, HEADS, HEAD_DIM, generator=g) * 3, torch.randn(37, HEADS, HEAD_DIM, generator=g) * 5
-    caches[0].write_prompt(1, rows, k, v)  # the CPU path: torch indexing
-    written = [pool[1].view(shape.pages * shape.page_size, -1).to(DEVICE) for pool in
-               (caches[1].prompt_k, caches[1].prompt_v)]
-    kv_cache._write_rows(k.to(DEVICE), v.to(DEVICE), rows.to(DEVICE), *written, caches[1].k_scale[1],
-                         caches[1].v_scale[1])
-    for want, got in ((caches[0].prompt_k[1], written[0]), (caches[0].prompt_v[1], written[1])):
-        want = want.view(shape.pages * shape.page_size, -1)
-        if fp8:  # the kernel multiplies by the inverse scale, the CPU path divides: a value may round the other way
-            assert_e4m3_close(got, want)
+    k = (torch.randn(37, heads, head_dim, generator=g) * 3).to(DEVICE, DTYPE)
+    v = (torch.randn(37, heads, head_dim, generator=g) * 5).to(DEVICE, DTYPE)
+    pools = [pool[1].view(shape.pages * shape.page_size, -1) for pool in (cache.prompt_k, cache.prompt_v)]
+    if CUDA:
+        cache.write_prompt(1, rows, k, v)
+    else:  # write_prompt takes torch's indexing on the CPU: the kernel directly
+        kv_cache._write_rows(k, v, rows, *pools, cache.k_scale[1], cache.v_scale[1])
+    for pool, x, scale in zip(pools, (k, v), (cache.k_scale[1], cache.v_scale[1]), strict=True):
+        want = torch.zeros_like(pool)
+        want[rows] = (quantize_fast(x, scale) if fp8 else x).reshape(len(rows), -1)
+        if fp8 and not CUDA:  # the CPU's quantization divides, the kernel multiplies by the inverse
+            assert_e4m3_close(pool, want)
         else:
-            assert torch.equal(got.cpu(), want)
-    assert not caches[0].prompt_k[0].float().any(), "layer 0 untouched"
+            assert torch.equal(pool.view(torch.uint8), want.view(torch.uint8))
+    assert not cache.prompt_k[0].float().any() and not cache.prompt_v[0].float().any(), "layer 0 untouched"
 
 
-def test_gemm_input_is_padded_with_zero_rows_without_a_copy_of_the_input() -> None:
-    """An FP8 GEMM input has rows in multiples of ``align``: ``quantize_fast(rows=)`` writes them (on a GPU in the
-    one quantizing pass), equal to padding first and quantizing after."""
+def test_padded_quantization_kernel(fp8: ModuleType) -> None:
+    """``quantize_cuda(rows=)``, the GPU path of a padded FP8 GEMM input: x's rows quantized, the rest zero."""
+    y = (torch.randn(37, 64, generator=torch.Generator().manual_seed(4)) * 3).to(DEVICE, DTYPE)
+    scale = torch.tensor(5.0 / 448, device=DEVICE)
+    got = fp8.quantize_cuda(y, scale, 48)
+    assert got.shape == (48, 64) and got.dtype == E4M3 and not got[37:].float().any()
+    assert_e4m3_close(got, quantize(F.pad(y, (0, 0, 0, 11)), scale))
+    with pytest.raises(ValueError, match="rows=36 is fewer than the input's 37"):
+        fp8.quantize_cuda(y, scale, 36)
+
+
+def test_gemm_input_is_padded_with_zero_rows() -> None:
+    """An FP8 GEMM input has rows in multiples of ``align``: equal to padding first and quantizing after."""
     y = torch.randn(37, 64, generator=torch.Generator().manual_seed(4)) * 3
     scale = torch.tensor(5.0 / 448)
     got = elementwise.gemm_input(y, scale, 16)
     assert got.shape == (48, 64) and got.dtype == E4M3
-    assert torch.equal(got[:37].float(), quantize(y, scale).float()) and not got[37:].float().any()
-    assert torch.equal(quantize_fast(y, scale, 48).float(), got.float())
+    assert torch.equal(got.float(), quantize(F.pad(y, (0, 0, 0, 11)), scale).float())
     assert elementwise.gemm_input(y, None, 16) is y  # 16-bit GEMMs take the tensor itself
+    with pytest.raises(ValueError, match="rows=36 is fewer than the input's 37"):
+        quantize_fast(y, scale, 36)
+
+
+def test_head_shapes_the_kernels_do_not_take_run_the_plain_functions() -> None:
+    """GPT-J 6B's head shape goes to the kernels; a proxy's (12 heads of 64: width 768) or a head that is no power
+    of two stays with the plain functions, which are the definition."""
+    from code.gptj.inflight import prefill_kernels
+
+    assert prefill_kernels.supports(16, 256) and prefill_kernels.supports(4, 128)
+    assert not prefill_kernels.supports(12, 64) and not prefill_kernels.supports(3, 48)
+    assert not prefill_kernels.available(torch.zeros(1), 16, 256)  # a CPU tensor: the plain functions

@@ -40,7 +40,7 @@ def gemm_input(y: Tensor, scale: Tensor | None, align: int) -> Tensor:
     rows = y.shape[0] + -y.shape[0] % align
     if torch.compiler.is_compiling():  # torch's operations, which Inductor fuses with the rest
         return quantize(F.pad(y, (0, 0, 0, rows - y.shape[0])), scale)
-    return quantize_fast(y, scale, rows)  # one pass that writes the padding too
+    return quantize_fast(y, scale, rows)  # no padded copy of y: the padding rows are zeroed in the result
 
 
 def norm_in(x: Tensor, weight: Tensor, bias: Tensor, eps: float, scale: Tensor | None, align: int) -> Tensor:
@@ -101,13 +101,13 @@ def rotary_qkv_prefill(fused: Tensor, rope: Tensor, tokens: int, heads: int, hea
                        ) -> tuple[Tensor, Tensor, Tensor]:
     """``rotary_qkv`` of a prompt pass: one Triton pass on a GPU (``prefill_kernels``), the plain function
     elsewhere."""
-    if fused.is_cuda and prefill_kernels.triton is not None:
+    if prefill_kernels.available(fused, heads, head_dim):
         return prefill_kernels.rotary_qkv(fused, rope, tokens, heads, head_dim)
     return rotary_qkv(fused, rope, tokens, heads, head_dim)
 
 
 def mlp_in_prefill(fused: Tensor, attended: Tensor, scale: Tensor | None, align: int) -> Tensor:
     """``mlp_in`` of a prompt pass: one Triton pass on a GPU (``prefill_kernels``), the plain function elsewhere."""
-    if fused.is_cuda and prefill_kernels.triton is not None:
+    if prefill_kernels.available(fused, attended.shape[1], attended.shape[2]):
         return prefill_kernels.mlp_in(fused, attended, scale, align)
     return mlp_in(fused, attended, scale, align)

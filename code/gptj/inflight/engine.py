@@ -100,16 +100,16 @@ class InflightEngine:
             self.cache.set_scales(kv_amax.k, kv_amax.v)
         self.stats = EngineStats(kv_pages=pages)
         self._graph: torch.cuda.CUDAGraph | None = None
-        if device.type == "cuda":
+        if device.type == "cuda":  # CPU passes compile nothing
             self._warm_prefill()
         if device.type == "cuda" and options.cuda_graphs:
             self._capture()
 
     def _warm_prefill(self) -> None:
         """One short prompt pass, discarded: Triton compiles the prompt-pass kernels and cuBLAS loads its GEMMs
-        now rather than in the first timed pass. Its keys and values land in a page that goes back to the pool
-        (finite values, overwritten or masked later)."""
-        length = min(self.options.page_size + 1, self.options.max_prompt_length)
+        now rather than in the first timed pass. Its keys and values land in pages that go back to the pool
+        (finite values, overwritten or masked later); the pool's order of free pages is as before."""
+        length = min(self.options.page_size + 1, self.options.max_prompt_length, self.options.prefill_tokens)
         self.cache.assign(0, length)
         self.model.prefill([torch.zeros(length, dtype=torch.long, device=self.model.device)], [0], self.cache)
         self.cache.release(0)

@@ -28,8 +28,20 @@ try:
 except ImportError:  # CPU-only installs: the plain functions run instead
     triton = None
 
-ROWS_PER_PROGRAM = 16  # tokens per program: 16 rows of a 256-wide head is 8 KB of bf16 per tensor
-COLUMNS_PER_PROGRAM = 512  # divides the attention width (heads x head_dim), so no block straddles the concatenation
+_ROWS = 16  # tokens per program: 16 rows of a 256-wide head is 8 KB of bf16 per tensor
+_COLUMNS = 512  # columns per program of the second GEMM's input; divides the attention width
+
+
+def supports(heads: int, head_dim: int) -> bool:
+    """Whether the kernels take a model of this head shape: a head's dims a power of two (a Triton range) and the
+    attention width a multiple of a program's columns, so that no block straddles the concatenation (GPT-J 6B:
+    16 heads of 256). Other shapes (small proxies) run the plain functions."""
+    return head_dim & (head_dim - 1) == 0 and heads * head_dim % _COLUMNS == 0
+
+
+def available(x: Tensor, heads: int, head_dim: int) -> bool:
+    """Whether these kernels run for ``x``'s device (a GPU with triton) and this head shape."""
+    return x.is_cuda and triton is not None and supports(heads, head_dim)
 
 
 def rotary_qkv(fused: Tensor, rope: Tensor, tokens: int, heads: int, head_dim: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -38,9 +50,9 @@ def rotary_qkv(fused: Tensor, rope: Tensor, tokens: int, heads: int, head_dim: i
     rotary = 2 * rope.shape[-2]
     out = torch.empty((3, tokens, heads, head_dim), dtype=fused.dtype, device=fused.device)
     if tokens:
-        grid = (triton.cdiv(tokens, ROWS_PER_PROGRAM), heads, 3)
+        grid = (triton.cdiv(tokens, _ROWS), heads, 3)
         _rotary_qkv_kernel[grid](fused, fused.stride(0), rope.reshape(tokens, rotary), out, tokens, HEADS=heads,
-                                 HEAD_DIM=head_dim, ROTARY=rotary, ROWS=ROWS_PER_PROGRAM, num_warps=4)
+                                 HEAD_DIM=head_dim, ROTARY=rotary, ROWS=_ROWS, num_warps=4)
     return out[0], out[1], out[2]
 
 
@@ -50,21 +62,14 @@ def mlp_in(fused: Tensor, attended: Tensor, scale: Tensor | None, align: int) ->
     tokens = attended.shape[0]
     width = attended.shape[1] * attended.shape[2]
     hidden = fused.shape[1] - 3 * width
-    if width % COLUMNS_PER_PROGRAM:
-        raise ValueError(f"attention width {width} is not a multiple of {COLUMNS_PER_PROGRAM}")
     rows = tokens + (-tokens % align if scale is not None else 0)
     out = torch.empty((rows, width + hidden), dtype=E4M3 if scale is not None else fused.dtype, device=fused.device)
     if rows:
-        grid = (triton.cdiv(rows, ROWS_PER_PROGRAM), triton.cdiv(width + hidden, COLUMNS_PER_PROGRAM))
-        _mlp_in_kernel[grid](fused, fused.stride(0), attended.reshape(tokens, width), out, tokens, rows,
+        grid = (triton.cdiv(rows, _ROWS), triton.cdiv(width + hidden, _COLUMNS))
+        _mlp_in_kernel[grid](fused, fused.stride(0), attended.reshape(tokens, width).contiguous(), out, tokens, rows,
                              scale if scale is not None else out, WIDTH=width, HIDDEN=hidden,
-                             FP8=scale is not None, ROWS=ROWS_PER_PROGRAM, COLUMNS=COLUMNS_PER_PROGRAM, num_warps=4)
+                             FP8=scale is not None, ROWS=_ROWS, COLUMNS=_COLUMNS, num_warps=4)
     return out
-
-
-def available(x: Tensor) -> bool:
-    """Whether these kernels run for ``x``'s device (a GPU with triton)."""
-    return x.is_cuda and triton is not None
 
 
 if triton is not None:

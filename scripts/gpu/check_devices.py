@@ -57,13 +57,14 @@ WORKLOADS: dict[str, str] = {
                    "--gpu_batch_size=256 --synthetic_output_lengths=forced --synthetic_sample_count=1000",
 }
 # The rate each workload is given per GPU, by GPU model: Offline above what one GPU does (the query must outlast the
-# minimum duration), Server a target one GPU sustains (documentation/performance.md; the H100's FP8 rates are the
-# H200's scaled by their measured 16-bit ratio, less a margin).
+# minimum duration), Server a target one GPU sustains (documentation/performance.md). The H100's come from runs on
+# one H100; its GPT-J Server target sits below the 32.87 measured at the config's 192 slots, as these runs force 256
+# (the engine ran 4% slower there).
 RATES_PER_GPU: dict[str, dict[str, tuple[str, float]]] = {
     "H200": {"bert-offline": ("offline_expected_qps", 8500.0), "bert-server": ("server_target_qps", 6500.0),
              "gptj-offline": ("offline_expected_qps", 44.0), "gptj-server": ("server_target_qps", 28.0)},
     "H100": {"bert-offline": ("offline_expected_qps", 8000.0), "bert-server": ("server_target_qps", 7000.0),
-             "gptj-offline": ("offline_expected_qps", 40.0), "gptj-server": ("server_target_qps", 32.0)},
+             "gptj-offline": ("offline_expected_qps", 40.0), "gptj-server": ("server_target_qps", 30.0)},
 }
 RUN_TIMEOUT_S = 300  # one make run; a hung run must not cost the other runs of the call
 

@@ -39,7 +39,7 @@ class CPU_HighAccuracy(CPU):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H100_SXM_80GB(OfflineBaseConfig):
     # fp8: 192 slots, 37.0-37.5 samples/s measured with realistic output lengths (the engine alone before the
-    # prompt-pass kernels: 30.4 at 128, 192 and 224 slots, 28.9 at 256, whose prompts outgrow the KV pool;
+    # prompt-pass kernels: 30.4 at 128 and 192 slots, 30.1 at 224, 28.9 at 256, whose prompts outgrow the KV pool;
     # performance.md, H100 SXM), rounded up (an upper bound is safe for Offline); FP8 GEMMs with a bf16 cache are
     # not measured on their own: the same upper bound
     engine_ladder = gptj_ladder(fp8={"gpu_batch_size": 192, "offline_expected_qps": 40.0},
@@ -59,8 +59,8 @@ class H100_SXM_80GB_HighAccuracy(H100_SXM_80GB):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GB(H100_SXM_80GB):
     # fp8: 256 slots, 35.5 samples/s measured with realistic output lengths before the prompt-pass kernels, which
-    # gave x1.19 on an H100 (performance.md): that gain applied and rounded up, not yet measured on an H200 (an upper
-    # bound is safe for Offline, a lower one is not); FP8 GEMMs with a bf16 cache: the same upper bound
+    # gave x1.19 on an H100 (performance.md): 42.2 with that gain, 44 with a margin, not yet measured on an H200 (an
+    # upper bound is safe for Offline, a lower one is not); FP8 GEMMs with a bf16 cache: the same upper bound
     engine_ladder = gptj_ladder(fp8={"gpu_batch_size": 256, "offline_expected_qps": 44.0},
                                 fp8_gemms={"offline_expected_qps": 44.0}, bf16={})
     gpu_batch_size = 128

@@ -94,7 +94,8 @@ def build_figures(
                 result.tokens_per_second,
                 "tokens/s",
                 valid,
-                note=_tokens_note(profile.counts_generated, run.tokens_per_sample if run else None),
+                note=_tokens_note(profile.counts_generated, run.tokens_per_sample if run else None,
+                                  run.steps_per_sample if run else None),
             )
         )
     if server is not None:
@@ -141,10 +142,11 @@ def build_figures(
     return figures
 
 
-def _tokens_note(counts_generated: bool, per_sample: float | None) -> str:
+def _tokens_note(counts_generated: bool, per_sample: float | None, steps_per_sample: float | None = None) -> str:
     if per_sample is None:
         return ""
-    return f"x mean {per_sample:.1f} {'generated' if counts_generated else 'real input'} tokens"
+    steps = f" ({steps_per_sample:.1f} decode steps a sample)" if steps_per_sample is not None else ""
+    return f"x mean {per_sample:.1f} {'generated' if counts_generated else 'real input'} tokens{steps}"
 
 
 def _fmt_value(value: float | None) -> str:

@@ -43,6 +43,9 @@ class RunOutcome:
     extra: dict[str, Any] = field(default_factory=dict)
     mean_length: float | None = None  # prompt (input) tokens per sample
     generated_per_sample: float | None = None  # GPT-J: new tokens per completed sample, from the engine's counters
+    # GPT-J: decode steps per completed sample; beam search may run past the returned answer's length, and the
+    # steps, not the returned tokens, are what the engine spent
+    steps_per_sample: float | None = None
     system: str | None = None
     versions: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
@@ -81,6 +84,8 @@ def read_outcome(outcome: RunOutcome) -> RunOutcome:
         stats = record.engine_stats
         if stats.get("completed"):
             outcome.generated_per_sample = stats["generated_tokens"] / stats["completed"]
+            if "decode_steps" in stats:
+                outcome.steps_per_sample = stats["decode_steps"] / stats["completed"]
         outcome.system = record.system_name
         outcome.versions = record.versions
         fields = record.fields

@@ -390,9 +390,11 @@ def measure(check: Check, inflight: InflightModel, variant: dict[str, Any]) -> N
               "tokens_per_s": tokens / seconds, "mean_output": tokens / len(chosen), "engine_build_s": build_s,
               "stats": engine.stats.as_dict(), "gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30}
     check.details["variants"][variant["name"]] = result
+    stats = result["stats"]
+    steps = stats["decode_steps"] / max(stats["completed"], 1)  # may exceed the output: beam search's own end
     check.rows.append(f"{variant['name']:>22}: {result['samples_per_s']:6.2f} samples/s "
-                      f"{result['tokens_per_s']:7.0f} tok/s (mean output {result['mean_output']:.0f}, running slots "
-                      f"{result['stats']['mean_running_slots']}, {result['stats']['kv_pages']} pages)")
+                      f"{result['tokens_per_s']:7.0f} tok/s (mean output {result['mean_output']:.0f}, decode steps "
+                      f"{steps:.1f} a sample, running slots {stats['mean_running_slots']}, {stats['kv_pages']} pages)")
     if args.profile and variant is check.variants[-1]:
         profile_generate(engine, chosen[:slots], None if forced is None else forced[:slots], args.out)
     del engine

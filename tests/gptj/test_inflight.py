@@ -118,6 +118,23 @@ def test_engine_refuses_what_it_does_not_implement(model):
         engine.generate([np.arange(9, dtype=np.int32)])
 
 
+def test_decode_steps_count_what_beam_search_ran_past_the_returned_answer(model, prompts, expected):
+    """A sample's decode steps are the steps its slot ran; with beam search's own end the best finished beam can be
+    shorter than the search that found it (here 953 steps for 939 returned tokens), with a forced length they are
+    equal. The bench reports both per sample."""
+    engine = InflightEngine(InflightModel.from_model(model), GenerationConfig(),
+                            EngineOptions(slots=3, max_prompt_length=72, page_size=16))
+    engine.generate(prompts)
+    natural = engine.stats
+    assert natural.completed == len(prompts) and natural.generated_tokens == sum(len(e) for e in expected)
+    assert natural.decode_steps > natural.generated_tokens
+    assert natural.as_dict()["decode_steps"] == natural.decode_steps
+    engine.stats = type(natural)(kv_pages=natural.kv_pages)
+    forced = [31, 40, 128, 50, 60, 60, 33, 31, 100, 45, 45]
+    engine.generate(prompts, forced_lengths=forced)
+    assert engine.stats.decode_steps == engine.stats.generated_tokens == sum(forced)
+
+
 def test_prompt_pass_warm_up_leaves_the_engine_as_built(model, prompts, expected):
     """The warm-up pass a GPU engine runs when built (a short prompt, discarded) hands its pages back in the pool's
     order and touches no slot state or statistics; the engine then matches the reference."""

@@ -169,10 +169,10 @@ def test_figures_table_and_reports(tmp_path):
     assert "## Server search, bert-99" in text and (tmp_path / "copy" / "bench.md").is_file()
 
 
-def _gptj_outcome(value, generated, unit="samples/s", **extra):
+def _gptj_outcome(value, generated, unit="samples/s", steps=None, **extra):
     return RunOutcome(
         "x", "gptj-99", "Offline", "cmd", "/logs/01-x", "t.log", 0, 60.0, valid=True, value=value, unit=unit,
-        mean_length=920.0, generated_per_sample=generated, extra=extra,
+        mean_length=920.0, generated_per_sample=generated, steps_per_sample=steps, extra=extra,
     )  # fmt: skip
 
 
@@ -192,7 +192,7 @@ def test_gptj_figures_count_generated_tokens_and_compare_each_case_with_its_base
     figures = build_figures(
         "gptj-99",
         [
-            OfflineResult("gptj-99", "forced", _gptj_outcome(45.0, 70.0)),
+            OfflineResult("gptj-99", "forced", _gptj_outcome(45.0, 70.0, steps=71.5)),
             OfflineResult("gptj-99", "full", _gptj_outcome(30.0, 128.0)),
         ],
         server,
@@ -205,7 +205,11 @@ def test_gptj_figures_count_generated_tokens_and_compare_each_case_with_its_base
     full = by_name["gptj-99 Offline, 128 new tokens (worst case) samples/s"]
     assert full.ratio == pytest.approx(120.0) and full.target is None
     assert by_name["gptj-99 Offline, 128 new tokens (worst case) tokens/s"].value == pytest.approx(30.0 * 128)
-    assert by_name["gptj-99 Offline, EOS forced (mean ~70 new tokens) tokens/s"].value == pytest.approx(45.0 * 70)
+    forced_tokens = by_name["gptj-99 Offline, EOS forced (mean ~70 new tokens) tokens/s"]
+    assert forced_tokens.value == pytest.approx(45.0 * 70)
+    # the steps the engine ran beside the tokens it returned (beam search may search past the answer)
+    assert forced_tokens.note == "x mean 70.0 generated tokens (71.5 decode steps a sample)"
+    assert by_name["gptj-99 Offline, 128 new tokens (worst case) tokens/s"].note == "x mean 128.0 generated tokens"
     server_row = by_name["gptj-99 Server QPS (p99 <= 20000 ms)"]
     assert server_row.value == server.best_qps and server_row.meets == (server.best_qps >= 42)
     assert by_name["gptj-99 Server tokens/s"].value == pytest.approx(server.best_qps * 70.0)
@@ -356,16 +360,18 @@ def test_a_run_outcome_is_read_from_the_tests_record(tmp_path):
     write_record(test_dir, RunRecord.of(
         result, system_name="CPU", versions={"harness_commit": "abc"},
         config={"fields": {"precision": "bf16", "gpu_batch_size": 4}},
-        provenance={"input_lengths": {"mean": 600.0}}, engine_stats={"completed": 4, "generated_tokens": 200},
+        provenance={"input_lengths": {"mean": 600.0}},
+        engine_stats={"completed": 4, "generated_tokens": 200, "decode_steps": 210},
         devices={"completed": [{"share": 1.0}], "loadgen_process": {"cpu_per_s": 0.5}}))
     outcome = read_outcome(RunOutcome("x", "gptj-99", "Offline", "cmd", str(tmp_path), "", 0, 1.0))
     assert (outcome.valid, outcome.value, outcome.unit, outcome.system) == (False, 2.5, "samples/s", "CPU")
     assert outcome.min_duration_missed and outcome.mean_length == 600.0 and outcome.generated_per_sample == 50.0
+    assert outcome.steps_per_sample == 52.5
     assert outcome.settings == {"precision": "bf16", "gpu_batch_size": 4} and outcome.versions == {
         "harness_commit": "abc"}
     figures = read_test(tmp_path)
     assert (figures["value"], figures["shares"], figures["host_cpu_per_s"]) == (2.5, [1.0], [0.5])
-    assert figures["engine_stats"] == {"completed": 4, "generated_tokens": 200}
+    assert figures["engine_stats"] == {"completed": 4, "generated_tokens": 200, "decode_steps": 210}
 
 
 def test_the_device_check_reads_server_latencies_and_compares_ray_with_local(tmp_path):

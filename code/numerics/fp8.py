@@ -42,13 +42,18 @@ def quantize(x: Tensor, scale: float | Tensor) -> Tensor:
     return (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
 
 
+def _padded_rows(x: Tensor, rows: int | None) -> int:
+    """The rows of a quantized result: ``rows``, or x's own; never fewer than x's."""
+    if rows is not None and rows < x.shape[0]:
+        raise ValueError(f"rows={rows} is fewer than the input's {x.shape[0]}")
+    return x.shape[0] if rows is None else rows
+
+
 def quantize_cuda(x: Tensor, scale: float | Tensor, rows: int | None = None) -> Tensor:
     """``quantize`` in one pass over memory (one Triton kernel instead of four elementwise ones). ``scale``: a
     float, or a 0-d float32 tensor on the GPU that the kernel reads (no host synchronisation). ``rows``: the result
     has that many rows (at least ``x``'s), those past ``x``'s zero: a GEMM input padded without a copy."""
-    rows = x.shape[0] if rows is None else rows
-    if rows < x.shape[0]:
-        raise ValueError(f"rows={rows} is fewer than the input's {x.shape[0]}")
+    rows = _padded_rows(x, rows)
     q = torch.empty((rows, *x.shape[1:]), dtype=E4M3, device=x.device)
     q[x.shape[0]:].zero_()
     n, block = x.numel(), 2048
@@ -64,9 +69,8 @@ def quantize_fast(x: Tensor, scale: float | Tensor, rows: int | None = None) -> 
     ``rows`` as ``quantize_cuda``'s."""
     if x.is_cuda and triton is not None:
         return quantize_cuda(x.contiguous(), scale, rows)
-    if rows is not None:
-        if rows < x.shape[0]:
-            raise ValueError(f"rows={rows} is fewer than the input's {x.shape[0]}")
+    rows = _padded_rows(x, rows)
+    if rows > x.shape[0]:
         x = torch.cat((x, x.new_zeros((rows - x.shape[0], *x.shape[1:]))))
     return quantize(x, scale)
 

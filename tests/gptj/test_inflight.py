@@ -4,6 +4,8 @@ number of slots, the page size, the prefill pass size or a KV pool too small for
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -125,14 +127,13 @@ def test_decode_steps_count_what_beam_search_ran_past_the_returned_answer(model,
     engine = InflightEngine(InflightModel.from_model(model), GenerationConfig(),
                             EngineOptions(slots=3, max_prompt_length=72, page_size=16))
     engine.generate(prompts)
-    natural = engine.stats
-    assert natural.completed == len(prompts) and natural.generated_tokens == sum(len(e) for e in expected)
-    assert natural.decode_steps > natural.generated_tokens
-    assert natural.as_dict()["decode_steps"] == natural.decode_steps
-    engine.stats = type(natural)(kv_pages=natural.kv_pages)
+    natural = engine.stats.as_dict()
+    assert natural["completed"] == len(prompts) and natural["generated_tokens"] == sum(len(e) for e in expected)
+    assert natural["decode_steps"] > natural["generated_tokens"]
+    engine.stats = type(engine.stats)(kv_pages=engine.stats.kv_pages)
     forced = [31, 40, 128, 50, 60, 60, 33, 31, 100, 45, 45]
     engine.generate(prompts, forced_lengths=forced)
-    assert engine.stats.decode_steps == engine.stats.generated_tokens == sum(forced)
+    assert engine.stats.as_dict()["decode_steps"] == engine.stats.generated_tokens == sum(forced)
 
 
 def test_prompt_pass_warm_up_leaves_the_engine_as_built(model, prompts, expected):
@@ -141,11 +142,14 @@ def test_prompt_pass_warm_up_leaves_the_engine_as_built(model, prompts, expected
     engine = InflightEngine(InflightModel.from_model(model), GenerationConfig(),
                             EngineOptions(slots=3, max_prompt_length=72, page_size=8, prefill_tokens=50))
     cache = engine.cache
-    before = (list(cache._free_pages), cache.block_table.clone(), cache.prompt_lengths.clone(), engine.stats)
+    beams = engine.beams
+    before = (list(cache._free_pages), cache.block_table.clone(), cache.prompt_lengths.clone(),
+              dataclasses.replace(engine.stats), beams.step_no.clone(), beams.finished.clone())
     engine._warm_prefill()  # CPU engines skip it when built; it must hold on any device
     assert cache._free_pages == before[0] and not cache._slot_pages
     assert torch.equal(cache.block_table, before[1]) and torch.equal(cache.prompt_lengths, before[2])
     assert engine.stats == before[3] and engine.stats.prefill_passes == 0
+    assert torch.equal(beams.step_no, before[4]) and torch.equal(beams.finished, before[5])
     assert cache.prompt_k[:, before[0][-2:]].float().abs().sum() > 0  # it did write two pages (9 tokens of 8)
     for g, e in zip(engine.generate(prompts), expected, strict=True):
         np.testing.assert_array_equal(g, e)

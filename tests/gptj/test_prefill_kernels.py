@@ -173,11 +173,24 @@ def test_gemm_input_is_padded_with_zero_rows() -> None:
         quantize_fast(y, scale, 36)
 
 
-def test_head_shapes_the_kernels_do_not_take_run_the_plain_functions() -> None:
+def test_head_shapes_the_kernels_do_not_take_run_the_plain_functions(monkeypatch: pytest.MonkeyPatch) -> None:
     """GPT-J 6B's head shape goes to the kernels; a proxy's (12 heads of 64: width 768) or a head that is no power
-    of two stays with the plain functions, which are the definition."""
+    of two stays with the plain functions, which are the definition: the dispatch asks with the model's head
+    shape, and a direct call with another shape is refused rather than computed wrongly."""
     from code.gptj.inflight import prefill_kernels
 
     assert prefill_kernels.supports(16, 256) and prefill_kernels.supports(4, 128)
     assert not prefill_kernels.supports(12, 64) and not prefill_kernels.supports(3, 48)
     assert not prefill_kernels.available(torch.zeros(1), 16, 256)  # a CPU tensor: the plain functions
+    asked = []
+    monkeypatch.setattr(prefill_kernels, "available", lambda x, heads, head_dim: asked.append((heads, head_dim)))
+    heads, head_dim = 12, 64
+    fused = torch.randn(5, 3 * heads * head_dim + 32)
+    rope = torch.randn(5, 1, 1, 8, 2)
+    q, _, _ = elementwise.rotary_qkv_prefill(fused, rope, 5, heads, head_dim)
+    y = elementwise.mlp_in_prefill(fused, torch.randn(5, heads, head_dim), None, 16)
+    assert asked == [(12, 64), (12, 64)] and q.shape == (5, 12, 64) and y.shape == (5, 12 * 64 + 32)
+    with pytest.raises(ValueError, match="take no 12 heads of 64"):
+        prefill_kernels.mlp_in(fused, torch.randn(5, heads, head_dim), None, 16)
+    with pytest.raises(ValueError, match="take no 12 heads of 64"):
+        prefill_kernels.rotary_qkv(fused, rope, 5, heads, head_dim)

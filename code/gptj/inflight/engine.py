@@ -64,9 +64,6 @@ class EngineStats:
     prefill_tokens: int = 0
     completed: int = 0
     generated_tokens: int = 0
-    # steps each completed sample ran, summed: beam search may run past the length of the answer it returns (the
-    # best finished beam can be shorter than the search), and each step costs the same whatever is returned
-    decode_steps: int = 0
     seconds: float = 0.0
     kv_pages: int = 0
 
@@ -74,7 +71,9 @@ class EngineStats:
         return {"steps": self.steps, "mean_running_slots": round(self.slot_steps / max(self.steps, 1), 1),
                 "prefill_passes": self.prefill_passes, "prefill_tokens": self.prefill_tokens,
                 "completed": self.completed, "generated_tokens": self.generated_tokens,
-                "decode_steps": self.decode_steps,
+                # every sample's decode steps, summed (once all are done: slot_steps): beam search may run past the
+                # length of the answer it returns, and each step costs the same whatever is returned
+                "decode_steps": self.slot_steps,
                 "seconds": round(self.seconds, 3), "kv_pages": self.kv_pages}
 
 
@@ -208,7 +207,7 @@ class InflightEngine:
         if finished.numel() == 0:
             return
         slots = finished.tolist()
-        lengths, steps = torch.stack((self.beams.done_lengths[finished, 0], self.beams.step_no[finished])).tolist()
+        lengths = self.beams.done_lengths[finished, 0].tolist()
         tokens = self.beams.done_tokens[finished, 0].to("cpu", torch.int32).numpy()
         outputs = [np.ascontiguousarray(row[:n]) for row, n in zip(tokens, lengths, strict=True)]
         ids = np.array([running.pop(slot) for slot in slots], dtype=np.uint64)
@@ -220,7 +219,6 @@ class InflightEngine:
         free_slots.extend(slots)
         self.stats.completed += len(slots)
         self.stats.generated_tokens += sum(lengths)
-        self.stats.decode_steps += sum(steps)
         complete(ids, outputs)
 
     # -- the loop ------------------------------------------------------------------------------------------------

@@ -39,6 +39,12 @@ def supports(heads: int, head_dim: int) -> bool:
     return head_dim & (head_dim - 1) == 0 and heads * head_dim % _COLUMNS == 0
 
 
+def _check_supported(heads: int, head_dim: int) -> None:
+    if not supports(heads, head_dim):
+        raise ValueError(f"the prompt-pass kernels take no {heads} heads of {head_dim} (see supports): run the plain "
+                         "functions of elementwise.py")
+
+
 def available(x: Tensor, heads: int, head_dim: int) -> bool:
     """Whether these kernels run for ``x``'s device (a GPU with triton) and this head shape."""
     return x.is_cuda and triton is not None and supports(heads, head_dim)
@@ -47,6 +53,7 @@ def available(x: Tensor, heads: int, head_dim: int) -> bool:
 def rotary_qkv(fused: Tensor, rope: Tensor, tokens: int, heads: int, head_dim: int) -> tuple[Tensor, Tensor, Tensor]:
     """q, k (rotated) and v ``[tokens, heads, head_dim]`` from the first GEMM's output ``[tokens (+pad), ...]``;
     ``rope [tokens, 1, 1, rotary/2, 2]`` (cos, sin) in the model's dtype, as ``InflightModel._rope`` gives it."""
+    _check_supported(heads, head_dim)
     rotary = 2 * rope.shape[-2]
     out = torch.empty((3, tokens, heads, head_dim), dtype=fused.dtype, device=fused.device)
     if tokens:
@@ -59,6 +66,7 @@ def rotary_qkv(fused: Tensor, rope: Tensor, tokens: int, heads: int, head_dim: i
 def mlp_in(fused: Tensor, attended: Tensor, scale: Tensor | None, align: int) -> Tensor:
     """``[attention output, gelu_tanh(hidden)]`` for the second GEMM: 16-bit as is, or (``scale``) e4m3 of
     ``y / scale`` with rows zero-padded to a multiple of ``align``. ``attended [tokens, heads, head_dim]``."""
+    _check_supported(attended.shape[1], attended.shape[2])
     tokens = attended.shape[0]
     width = attended.shape[1] * attended.shape[2]
     hidden = fused.shape[1] - 3 * width

@@ -23,6 +23,7 @@ help:
 	@echo "  make launch_docker DOCKER_COMMAND=\"make ...\"   the same, headless"
 	@echo "  make setup                           the native fallback: build/venv from the lock files"
 	@echo "  make setup_cluster                   Ray, for a run over several nodes (documentation/cluster.md)"
+	@echo "  make setup_kernel_tests              Triton, so that make test runs the kernel tests without a GPU"
 	@echo "  make build [ROUND=v4.1] [LOADGEN_SRC=<clone>]   the C++/pybind11 LoadGen harness (default v5.0)"
 	@echo "Data and models:"
 	@echo "  make link_dirs                       build/{data,models,preprocessed_data} -> \$$MLPERF_SCRATCH_PATH"

@@ -13,7 +13,7 @@ TORCH_LOCK  := $(VENV)/torch.lock
 # The locks install on Python 3.11 to 3.13; torch hash-checked on the lock's own Python, else pinned by version from
 # TORCH_INDEX with a line saying so (scripts/setup_torch.py); another Python is refused before anything is installed.
 
-.PHONY: setup setup_cluster link_dirs
+.PHONY: setup setup_cluster setup_kernel_tests link_dirs
 ifdef IN_CONTAINER
 setup:
 	@echo "[setup] in the container: the image's Python is the environment"
@@ -48,6 +48,17 @@ $(CLUSTER_STAMP): $(CLUSTER_LOCK) | setup
 	@rm -f $(BUILD_DIR)/.cluster-*
 	@touch $@
 	@echo "[setup] Ray is installed: --cluster=<address> runs on a Ray cluster (documentation/cluster.md)"
+
+# Triton for the kernel tests without a GPU (its CPU interpreter, tests/triton_interpreter.py): without it those
+# tests skip. CI installs it; a run never needs it.
+KERNELS_LOCK  := $(REPO_ROOT)/requirements-kernels.lock
+KERNELS_STAMP := $(BUILD_DIR)/.kernels-$(shell cat $(KERNELS_LOCK) | cksum | cut -d' ' -f1)
+setup_kernel_tests: $(KERNELS_STAMP)
+$(KERNELS_STAMP): $(KERNELS_LOCK) | setup
+	$(PY) -m pip install -q --disable-pip-version-check --require-hashes --no-deps -r $(KERNELS_LOCK)
+	@rm -f $(BUILD_DIR)/.kernels-*
+	@touch $@
+	@echo "[setup] Triton is installed: the kernel tests run in its CPU interpreter"
 
 link_dirs: setup
 	$(PY) -m scripts.link_dirs

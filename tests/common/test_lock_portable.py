@@ -234,3 +234,12 @@ def test_the_cluster_lock_hashes_a_wheel_of_every_supported_python_for_compiled_
     assert all(pins.values()), "every cluster pin carries its hash"
     for name in PER_PYTHON_CLUSTER_PINS:
         assert len(pins[name]) == len(setup_torch.SUPPORTED), (name, len(pins[name]), setup_torch.SUPPORTED)
+
+
+def test_the_kernel_tests_lock_hashes_a_triton_wheel_of_every_supported_python() -> None:
+    """`make setup_kernel_tests` installs Triton (a cpXY wheel per Python) with --require-hashes on any Python that
+    make setup installs on."""
+    pins = {match.group(1): set(HASH.findall(line))
+            for line in (REPO_ROOT / "requirements-kernels.lock").read_text().splitlines()
+            if (match := PIN.match(line)) is not None}
+    assert set(pins) == {"triton"} and len(pins["triton"]) == len(setup_torch.SUPPORTED)

@@ -37,27 +37,33 @@ $(VENV_STAMP): $(LOCKS)
 	@touch $@
 	@echo "[setup] build/venv is ready"
 
+# An optional lock installs with --no-deps on top of the environment `setup` made. Its stamp is named
+# <prefix>-<the lock's checksum> (lock_stamp), so a changed lock installs again; install_optional_lock, called with
+# the prefix, installs the rule's lock ($<) and replaces the previous stamp.
+lock_stamp = $(BUILD_DIR)/.$(1)-$(shell cat $(2) | cksum | cut -d' ' -f1)
+define install_optional_lock
+	$(PY) -m pip install -q --disable-pip-version-check --require-hashes --no-deps -r $<
+	@rm -f $(BUILD_DIR)/.$(1)-*
+	@touch $@
+endef
+
 # The optional cluster engine (Ray, documentation/cluster.md): its lock pins ray and what it needs beyond
-# requirements.lock, so it installs with --no-deps on top of the environment `setup` made. A one-machine run never
-# needs it; CI installs it for the cluster tests (tests/actions/test_cluster.py).
+# requirements.lock. A one-machine run never needs it; CI installs it for the cluster tests
+# (tests/actions/test_cluster.py).
 CLUSTER_LOCK  := $(REPO_ROOT)/requirements-cluster.lock
-CLUSTER_STAMP := $(BUILD_DIR)/.cluster-$(shell cat $(CLUSTER_LOCK) | cksum | cut -d' ' -f1)
+CLUSTER_STAMP := $(call lock_stamp,cluster,$(CLUSTER_LOCK))
 setup_cluster: $(CLUSTER_STAMP)
 $(CLUSTER_STAMP): $(CLUSTER_LOCK) | setup
-	$(PY) -m pip install -q --disable-pip-version-check --require-hashes --no-deps -r $(CLUSTER_LOCK)
-	@rm -f $(BUILD_DIR)/.cluster-*
-	@touch $@
+	$(call install_optional_lock,cluster)
 	@echo "[setup] Ray is installed: --cluster=<address> runs on a Ray cluster (documentation/cluster.md)"
 
 # Triton for the kernel tests without a GPU (its CPU interpreter, tests/triton_interpreter.py): without it those
 # tests skip. CI installs it; a run never needs it.
 KERNELS_LOCK  := $(REPO_ROOT)/requirements-kernels.lock
-KERNELS_STAMP := $(BUILD_DIR)/.kernels-$(shell cat $(KERNELS_LOCK) | cksum | cut -d' ' -f1)
+KERNELS_STAMP := $(call lock_stamp,kernels,$(KERNELS_LOCK))
 setup_kernel_tests: $(KERNELS_STAMP)
 $(KERNELS_STAMP): $(KERNELS_LOCK) | setup
-	$(PY) -m pip install -q --disable-pip-version-check --require-hashes --no-deps -r $(KERNELS_LOCK)
-	@rm -f $(BUILD_DIR)/.kernels-*
-	@touch $@
+	$(call install_optional_lock,kernels)
 	@echo "[setup] Triton is installed: the kernel tests run in its CPU interpreter"
 
 link_dirs: setup

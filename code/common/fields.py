@@ -229,8 +229,8 @@ FIELDS: dict[str, Field] = {
               "GPT-J inflight, one per decode step (alias --use_graphs, NVIDIA's name)"),
         Field("graph_max_tokens", int, 16384, "BERT packed path: largest token bucket with a CUDA graph (larger "
               "batches run eagerly; 0: none)", benchmarks=(Benchmark.BERT,), range=Range(0, 1_048_576)),
-        Field("fp8_fast_accum", bool, False, "BERT packed path, fp8: cuBLASLt fast accumulation in the FP8 GEMMs",
-              benchmarks=(Benchmark.BERT,), engine=True),
+        Field("fp8_fast_accum", bool, False, "fp8 engines (BERT packed path, GPT-J inflight): cuBLASLt fast "
+              "accumulation in the FP8 GEMMs", benchmarks=(Benchmark.BERT, Benchmark.GPTJ), engine=True),
         Field("fp8_gemms", str, "qkv+wo+w1+w2", "BERT packed path, fp8: which GEMMs of every layer run in FP8, "
               "'+'-joined from qkv, wo, w1, w2 (the others stay 16-bit)", benchmarks=(Benchmark.BERT,),
               pattern=r"(qkv|wo|w1|w2)(\+(qkv|wo|w1|w2))*", engine=True),

@@ -17,11 +17,13 @@ Steps (each timed; a failing step does not stop the others; ``--steps`` picks so
 - ``agreement``: GPT-J 6B with random bf16 weights; the engine's beam-4 tokens vs ``generation.generate`` on the
   eager model for the same prompts (16-bit ties may flip a few).
 - ``variants``: the engine over synthetic CNN/DailyMail-like prompts, one row per variant
-  ``GEMMS/KV/SLOTS/OUTPUTS`` (GEMMS bf16|fp8, KV bf16|fp8, OUTPUTS full|forced): random weights never choose EOS,
+  ``GEMMS/KV/SLOTS/OUTPUTS`` (GEMMS bf16|fp8|fp8fast, fp8fast being FP8 with cuBLASLt's fast accumulation; KV
+  bf16|fp8; OUTPUTS full|forced): random weights never choose EOS,
   so ``full`` generates 128 tokens per sample (the worst case) and ``forced`` ends each at a drawn length of mean
   ~70 (``GptjSamples.with_forced_lengths``); an optional ``/plain`` runs the elementwise work uncompiled (the
   baseline of ``code/gptj/inflight/elementwise.py``). bf16 variants must come before fp8 ones (the FP8 switch frees
-  the 16-bit weights). The switch also reports the FP8 prefill logits' error against bf16's.
+  the 16-bit weights). The switch also reports the FP8 prefill logits' error against the eager model's in float32,
+  with and without fast accumulation.
 - ``hf``: transformers' ``GPTJForCausalLM.generate`` (bf16, beam 4, batch 1, as the MLPerf reference calls it) on
   a few of the same prompts, for the ratio.
 Writes ``DIR/gptj_inflight.json`` and prints a short table last.
@@ -105,10 +107,10 @@ def parse_variant(text: str) -> dict[str, Any]:
     parts = text.split("/")
     gemms, kv, slots, outputs = parts[:4]
     elementwise = parts[4] if len(parts) == 5 else "fused"
-    if (len(parts) not in (4, 5) or gemms not in ("bf16", "fp8") or kv not in ("bf16", "fp8")
+    if (len(parts) not in (4, 5) or gemms not in ("bf16", "fp8", "fp8fast") or kv not in ("bf16", "fp8")
             or outputs not in ("full", "forced") or elementwise not in ("fused", "plain")):
-        raise SystemExit(f"variant {text!r}: expected GEMMS/KV/SLOTS/OUTPUTS[/ELEMENTWISE] with bf16|fp8, bf16|fp8, "
-                         f"an int, full|forced, fused|plain")
+        raise SystemExit(f"variant {text!r}: expected GEMMS/KV/SLOTS/OUTPUTS[/ELEMENTWISE] with bf16|fp8|fp8fast, "
+                         f"bf16|fp8, an int, full|forced, fused|plain")
     return {"name": text, "gemms": gemms, "kv": kv, "slots": int(slots), "outputs": outputs,
             "elementwise": elementwise}
 
@@ -304,10 +306,14 @@ def agreement_step(check: Check) -> None:
         eager = torch.stack([model(torch.as_tensor(p, dtype=torch.long, device=device)[None], last_only=True)[0]
                              for p in chosen]).float()
         model.setup_caches(1, 1)
-    check.state["eager_logits"] = eager
+        reference = float32_logits(model, chosen, device)
+    check.state["reference_logits"] = reference
     logit_error = rel_error(fast, eager)
     details["prefill_logits_rel_error"] = logit_error
-    rows.append(f"prefill logits vs eager model (bf16, 6B random): rel error {logit_error:.2e}")
+    details["bf16_prefill_logits_vs_float32"] = {"engine": rel_error(fast, reference),
+                                                 "eager": rel_error(eager, reference)}
+    rows.append(f"prefill logits vs eager model (bf16, 6B random): rel error {logit_error:.2e}; vs float32: engine "
+                f"{rel_error(fast, reference):.2e}, eager bf16 {rel_error(eager, reference):.2e}")
     got = engine.generate(chosen)
     same = sum(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
     prefix = [next((i for i, (a, b) in enumerate(zip(g, w, strict=False)) if a != b), min(len(g), len(w)))
@@ -317,6 +323,20 @@ def agreement_step(check: Check) -> None:
     rows.append(f"beam-4 tokens vs eager reference (bf16, 6B random): {same}/{len(chosen)} identical; first "
                 f"differences at {prefix}")
     del engine
+
+
+def float32_logits(model: torch.nn.Module, chosen: list[np.ndarray], device: torch.device) -> torch.Tensor:
+    """The eager model's last-token logits in float32: its bf16 weights widened (exactly), then narrowed back."""
+    model.float()
+    try:
+        with torch.inference_mode():
+            model.setup_caches(1, 2048)
+            logits = torch.stack([model(torch.as_tensor(p, dtype=torch.long, device=device)[None], last_only=True)[0]
+                                  for p in chosen])
+            model.setup_caches(1, 1)
+    finally:
+        model.to(torch.bfloat16)
+    return logits
 
 
 def prefill_logits(engine: InflightEngine, chosen: list[np.ndarray], device: torch.device) -> torch.Tensor:
@@ -331,20 +351,28 @@ def prefill_logits(engine: InflightEngine, chosen: list[np.ndarray], device: tor
 
 
 def to_fp8(check: Check, inflight: InflightModel) -> None:
-    """Calibrate, switch the GEMMs to FP8, and compare prefill logits with the eager bf16 model's."""
+    """Calibrate, switch the GEMMs to FP8, and compare prefill logits with the eager model's in float32, with
+    float32 and with fast accumulation."""
     amax = check.state.get("amax") or calibrate(inflight, 0, 1919)
     inflight.use_fp8_gemms(amax)
     torch.cuda.empty_cache()
-    if "eager_logits" in check.state:
-        count = check.args.agreement_prompts
+    if "reference_logits" not in check.state:
+        return
+    count = check.args.agreement_prompts
+    want = check.state["reference_logits"]
+    for fast in (False, True):
+        inflight.set_fp8_fast_accum(fast)
         engine = InflightEngine(inflight, check.generation, EngineOptions(slots=count, max_prompt_length=1919,
                                                                           kv_dtype=E4M3),
                                 kv_amax=amax)
         with torch.inference_mode():
-            error = rel_error(prefill_logits(engine, check.prompts[:count], check.device),
-                              check.state["eager_logits"])
-        check.details["fp8_prefill_logits_rel_error"] = error
-        check.rows.append(f"FP8 GEMMs prefill logits vs eager bf16 model: rel error {error:.2e}")
+            got = prefill_logits(engine, check.prompts[:count], check.device)
+        name = "fp8_fast_accum" if fast else "fp8"
+        error, largest = rel_error(got, want), float((got - want).abs().max())
+        check.details[f"{name}_prefill_logits_rel_error"] = error
+        check.details[f"{name}_prefill_logits_max_error"] = largest
+        check.rows.append(f"FP8 GEMMs{' (fast accumulation)' if fast else ''} prefill logits vs float32 eager: "
+                          f"rel error {error:.2e}, max {largest:.3f} (logits' std {float(want.std()):.3f})")
         del engine
 
 
@@ -356,7 +384,7 @@ def variants_step(check: Check) -> None:
     torch.cuda.empty_cache()
     check.state["amax"] = calibrate(inflight, 0, 1919)
     for variant in check.variants:
-        if variant["gemms"] == "fp8" and not inflight.uses_fp8_gemms:
+        if variant["gemms"].startswith("fp8") and not inflight.uses_fp8_gemms:
             to_fp8(check, inflight)
         if variant["gemms"] == "bf16" and inflight.uses_fp8_gemms:
             check.rows.append(f"{variant['name']}: skipped (bf16 variants must come before fp8 ones)")
@@ -370,6 +398,8 @@ def measure(check: Check, inflight: InflightModel, variant: dict[str, Any]) -> N
     args = check.args
     slots = variant["slots"]
     inflight.elementwise = Elementwise(compiled=variant["elementwise"] == "fused")
+    if inflight.uses_fp8_gemms:
+        inflight.set_fp8_fast_accum(variant["gemms"] == "fp8fast")
     started = time.perf_counter()
     engine = InflightEngine(inflight, check.generation,
                             EngineOptions(slots=slots, max_prompt_length=1919,

@@ -135,8 +135,8 @@ SYSTEMS = ("H100_SXM_80GBx1", "H200_SXM_141GBx8")
 def test_the_shipped_gpu_ladders_start_with_fp8_and_end_with_a_16_bit_engine(system, scenario):
     expected = {("bert", AccuracyTarget.k_99): ["fp8-fast-accum", "fp16"],
                 ("bert", AccuracyTarget.k_99_9): ["fp8-fast-accum", "fp8", "fp16"],
-                ("gptj", AccuracyTarget.k_99): ["fp8", "fp8-gemms", "bf16"],
-                ("gptj", AccuracyTarget.k_99_9): ["fp8", "fp8-gemms", "bf16"]}
+                ("gptj", AccuracyTarget.k_99): ["fp8-fast-accum", "fp8", "fp8-gemms", "bf16"],
+                ("gptj", AccuracyTarget.k_99_9): ["fp8-fast-accum", "fp8", "fp8-gemms", "bf16"]}
     for (name, target), names in expected.items():
         benchmark = Benchmark(name)
         config = resolve(system, benchmark=benchmark, scenario=scenario, target=target)

@@ -255,6 +255,20 @@ def test_fp8_engine_on_cpu_runs_calibrated_gemms_and_cache(model, prompts):
     assert all(31 <= len(g) <= 128 and g.dtype == np.int32 for g in got)
 
 
+def test_fp8_fast_accumulation_is_set_on_every_fp8_gemm(model, prompts):
+    """``use_fp8_gemms(fast_accum=)`` and ``set_fp8_fast_accum`` reach both GEMMs of every layer (what
+    ``torch._scaled_mm`` is called with on a GPU); a 16-bit model has no FP8 GEMM to set."""
+    inflight = InflightModel.from_model(model)
+    with pytest.raises(ValueError, match="use_fp8_gemms first"):
+        inflight.set_fp8_fast_accum(True)
+    inflight.use_fp8_gemms(inflight.collect_amax([torch.as_tensor(p, dtype=torch.long) for p in prompts[:2]]),
+                           fast_accum=True)
+    gemms = [g for layer in inflight.layers for g in (layer.fp8_in, layer.fp8_out)]
+    assert len(gemms) == 2 * TINY.n_layer and all(g.fast_accum for g in gemms)
+    inflight.set_fp8_fast_accum(False)
+    assert not any(g.fast_accum for g in gemms)
+
+
 def test_compiled_decode_elementwise_matches_the_plain_functions():
     """What the GPU's decode step runs (``torch.compile`` of the four functions, static shapes) computes what the
     plain functions define, in float32 and through the FP8 quantization with padded rows; fullgraph compilation

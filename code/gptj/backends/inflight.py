@@ -5,10 +5,11 @@ graph per step on the GPU.
 ``gpu_batch_size`` is the number of samples in flight (slots). The C++ core drives ``serve`` (samples join and
 complete one by one); ``run_batch`` runs a list of prompts through the same loop.
 
-``precision=fp8`` runs both GEMMs of every layer in FP8 (bf16 elsewhere); ``kv_cache_dtype=fp8`` stores keys and
-values in FP8. Both take static scales from the engine ``make generate_engines`` built (``inflight_engine.py``): the
-calibration's magnitudes over the MLPerf calibration prompts, or synthetic ones when that set is absent. A run never
-recalibrates: a missing or stale engine stops it with the command that rebuilds it.
+``precision=fp8`` runs both GEMMs of every layer in FP8 (bf16 elsewhere; ``fp8_fast_accum``: with cuBLASLt's fast
+accumulation); ``kv_cache_dtype=fp8`` stores keys and values in FP8. Both take static scales from the engine
+``make generate_engines`` built (``inflight_engine.py``): the calibration's magnitudes over the MLPerf calibration
+prompts, or synthetic ones when that set is absent. A run never recalibrates: a missing or stale engine stops it
+with the command that rebuilds it.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class InflightOptions(PytorchOptions):
     """The model's options (``max_batch_size``: samples in flight; precision also fp8) and the engine's."""
 
     kv_cache_dtype: str = "auto"  # auto (the model's dtype) | fp8
+    fp8_fast_accum: bool = False  # precision fp8: cuBLASLt fast accumulation in the FP8 GEMMs
     cuda_graphs: bool = True  # replay each step as one CUDA graph
     engine_dir: Path | None = None  # FP8: the engine holding the calibration (code/gptj/backends/inflight_engine.py)
     engine_spec: Any = None  # FP8: the EngineSpec the run expects of it
@@ -86,8 +88,8 @@ class InflightGptjBackend:
     def options_from(cls, config: ResolvedConfig, context: BackendContext) -> InflightOptions:
         path = cls.engine_dir(config, context)
         return InflightOptions(**PytorchOptions.model_fields(config, context), kv_cache_dtype=config["kv_cache_dtype"],
-                               cuda_graphs=config["cuda_graphs"], engine_dir=path,
-                               engine_spec=cls.engine_spec(config, context) if path else None,
+                               fp8_fast_accum=config["fp8_fast_accum"], cuda_graphs=config["cuda_graphs"],
+                               engine_dir=path, engine_spec=cls.engine_spec(config, context) if path else None,
                                run_args=config.run_args())
 
     def __init__(self, options: InflightOptions) -> None:
@@ -120,7 +122,7 @@ class InflightGptjBackend:
             amax = load_calibration(options.engine_dir, options.engine_spec,
                                     n_positions=inflight.config.n_positions, run_args=options.run_args)
         if options.precision == "fp8":
-            inflight.use_fp8_gemms(amax)
+            inflight.use_fp8_gemms(amax, fast_accum=options.fp8_fast_accum)
         if fp8:
             torch.cuda.empty_cache()  # the KV pool is sized from free memory: return the calibration's blocks
         engine_options = EngineOptions(slots=options.max_batch_size, max_prompt_length=longest,

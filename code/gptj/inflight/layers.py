@@ -152,12 +152,23 @@ class InflightModel:
         return self.layers[0].fp8_in is not None
 
     @torch.no_grad()
-    def use_fp8_gemms(self, amax: Amax) -> None:
-        """Switch both GEMMs of every layer to FP8 with activation scales from ``amax``; frees the 16-bit weights."""
+    def use_fp8_gemms(self, amax: Amax, fast_accum: bool = False) -> None:
+        """Switch both GEMMs of every layer to FP8 with activation scales from ``amax``; frees the 16-bit weights.
+        ``fast_accum``: see ``set_fp8_fast_accum``."""
         for i, layer in enumerate(self.layers):
             layer.fp8_in = Fp8Linear(layer.w_in, amax.gemm_in[i], self.dtype)
             layer.fp8_out = Fp8Linear(layer.w_out, amax.gemm_out[i], self.dtype)
             layer.w_in = layer.w_out = torch.empty(0, dtype=self.dtype, device=self.device)
+        self.set_fp8_fast_accum(fast_accum)
+
+    def set_fp8_fast_accum(self, on: bool) -> None:
+        """cuBLASLt's fast accumulation in every FP8 GEMM (on: the tensor cores' own accumulator throughout, which
+        is faster and rounds more; off: partial sums promoted to float32). An engine's CUDA graph keeps the choice
+        it was captured with, so set it before building the engine."""
+        if not self.uses_fp8_gemms:
+            raise ValueError("fast accumulation applies to FP8 GEMMs: call use_fp8_gemms first")
+        for layer in self.layers:
+            layer.fp8_in.fast_accum = layer.fp8_out.fast_accum = on
 
     def _layers(self, x: Tensor, rope: Tensor, attend: Callable[[int, Tensor, Tensor, Tensor], Tensor],
                 ew: ElementwiseFunctions, on_layer: Callable[..., None] | None = None) -> Tensor:

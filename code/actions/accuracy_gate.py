@@ -32,7 +32,7 @@ from code.common.config import ResolvedConfig
 from code.common.constants import TestMode
 from code.common.devices import release_cached_gpu_memory
 from code.common.inputs import checkpoint_identity
-from code.common.ladder import Rung, engine_fields, engine_values
+from code.common.ladder import Rung, engine_fields, engine_values, same_engine
 from code.common.log import get_logger
 from code.common.run_logs import TestResult, make_test_log_dir, relocate_test
 from code.common.run_record import RunRecord, read_record, write_record
@@ -150,7 +150,8 @@ def plan(config: ResolvedConfig, overrides: dict[str, Any], clear_stale: bool = 
     for rung in ladder:
         miss = missed.get(rung.name)
         # a stored miss holds for the engine it measured: a rung whose engine fields changed since is tried again
-        if miss is not None and miss.values == engine_values(resolve_rung(config, overrides, rung.name).values):
+        values = engine_values(resolve_rung(config, overrides, rung.name).values) if miss is not None else {}
+        if miss is not None and same_engine(miss.values, values):
             gate_plan.missed_before.append(miss)
         else:
             gate_plan.rungs.append(rung)

@@ -322,6 +322,9 @@ def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dic
     precision = values.get("precision")
     if declared.precisions is not None and precision not in declared.precisions:
         raise FieldError(_precision_elsewhere(benchmark, backend, precision, origin))
+    if values.get("fp8_fast_accum") and precision != "fp8":
+        raise FieldError(f"{origin('fp8_fast_accum')} = True sets how FP8 GEMMs accumulate, and {origin('precision')} "
+                         f"= {precision!r} runs none: add --precision=fp8, or leave fp8_fast_accum out")
     problem = declared.check(values, origin) if declared.check else None
     if problem:
         raise FieldError(problem)

@@ -108,3 +108,12 @@ def engine_values(values: Mapping[str, Any]) -> dict[str, Any]:
     """Every engine field of a resolved config's values: what an accuracy run judged, and what a stored miss is
     compared with (a rung whose values changed since is another engine)."""
     return {name: value for name, value in sorted(values.items()) if FIELDS[name].engine}
+
+
+def same_engine(stored: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
+    """Whether a stored miss's engine values (``engine_values`` then) are those of ``values`` (``engine_values``
+    now). A field the stored values lack did not apply to the benchmark when the miss was recorded, so it ran at
+    its default: a field that starts to apply later (fp8_fast_accum for GPT-J) leaves an old miss standing as long
+    as the rung keeps that default."""
+    then = {name: FIELDS[name].default for name in values if name not in stored and name in FIELDS} | dict(stored)
+    return then == dict(values)

@@ -226,7 +226,7 @@ def calibration_entry(test: TestRun) -> tuple[list[str], list[str]]:
         f"- Calibrated in {calibration.get('dtype', '16-bit')} on {calibration.get('device', 'the device')}, with "
         "the engine's own weights (rounded to its storage type first).",
     ]
-    if fields.get("fp8_fast_accum"):
+    if fields.get("precision") == "fp8" and fields.get("fp8_fast_accum"):
         lines.append("- FP8 products accumulate with cuBLASLt fast accumulation (`fp8_fast_accum`).")
     amax = calibration.get("amax", {})
     count = sum(len(v) if isinstance(v, list) else 1 for v in amax.values()) if isinstance(amax, dict) else 0

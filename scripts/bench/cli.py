@@ -135,7 +135,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--extra_run_args",
         default="",
         help="RUN_ARGS added to every run, e.g. "
-        '"--gpu_batch_size=512 --num_workers=2" (GPT-J FP8: "--precision=fp8 --kv_cache_dtype=fp8"); '
+        '"--gpu_batch_size=512 --num_workers=2" (GPT-J FP8: '
+        '"--precision=fp8 --kv_cache_dtype=fp8 --fp8_fast_accum=true"); '
         "--offline_expected_qps / --server_target_qps / --single_stream_expected_latency_ns here are starting hints",
     )
     parser.add_argument("--out", type=Path, default=None, help="also copy bench.json and bench.md here")

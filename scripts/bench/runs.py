@@ -107,6 +107,7 @@ def read_outcome(outcome: RunOutcome) -> RunOutcome:
                 "synthetic_output_lengths",
                 "synthetic_sample_count",
                 "kv_cache_dtype",
+                "fp8_fast_accum",
                 "backend",
             )
             if k in fields

@@ -47,7 +47,8 @@ from scripts.gpu.steps import run_steps
 from scripts.local_cluster import LOOPBACK_ENV, local_cluster
 
 # What each workload runs (RUN_ARGS without the rate): the bert-99 engine of the configs, and GPT-J's FP8 engine
-# with 256 slots and output lengths forced at a realistic mean (random weights never choose EOS).
+# with float32 accumulation (the ladder's `fp8`, whose rates below were measured) with 256 slots and output lengths
+# forced at a realistic mean (random weights never choose EOS).
 WORKLOADS: dict[str, str] = {
     "bert-offline": "--benchmarks=bert-99 --scenarios=offline",
     "bert-server": "--benchmarks=bert-99 --scenarios=server",

@@ -67,7 +67,7 @@ DECODE_SPLIT_CHOICES: list[dict[str, int]] = [
       for keys, warps, stages in ((32, 4, 4), (128, 8, 2)) for n in (4, 8)),
 ]
 DEFAULT_VARIANTS = ("bf16/bf16/96/full,bf16/bf16/96/forced,bf16/fp8/96/full,fp8/fp8/96/full,fp8/fp8/192/full,"
-                    "fp8/fp8/192/forced")
+                    "fp8/fp8/192/forced,fp8fast/fp8/192/full,fp8fast/fp8/192/forced")
 
 
 def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:

@@ -6,8 +6,8 @@ import pytest
 
 from code.common import paths, tuned
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from code.common.fields import FIELDS
-from code.common.ladder import Rung, engine_values
+from code.common.fields import FIELDS, FieldError
+from code.common.ladder import Rung, engine_values, same_engine
 from configs.bert.Offline import OfflineBaseConfig
 from configs.configuration import ConfigError, ConfigRegistry, WorkloadSetting, resolve_config
 
@@ -156,3 +156,25 @@ def test_the_shipped_gpu_ladders_start_with_fp8_and_end_with_a_16_bit_engine(sys
                 assert last[field] == getattr(config_class, field) * scale, (name, target, field)
         if benchmark is Benchmark.BERT:
             assert config["gelu_in_gemm"] is (target is AccuracyTarget.k_99)  # erf GELU for 99.9 on every rung
+
+
+def test_a_stored_miss_holds_for_a_field_that_applied_only_later_at_its_default():
+    """A miss recorded before a field applied to the benchmark (GPT-J's fp8_fast_accum) lacks it: the engine ran
+    at its default, so the miss stands for a rung at that default, and not for one that sets it otherwise."""
+    then = {"backend": "inflight", "kv_cache_dtype": "fp8", "num_beams": 4, "precision": "fp8"}
+    assert same_engine(then, {**then, "fp8_fast_accum": False})
+    assert not same_engine(then, {**then, "fp8_fast_accum": True})
+    assert not same_engine({**then, "precision": "bf16"}, {**then, "fp8_fast_accum": False})
+    assert same_engine({**then, "fp8_fast_accum": True}, {**then, "fp8_fast_accum": True})
+
+
+@pytest.mark.parametrize("benchmark", [Benchmark.BERT, Benchmark.GPTJ])
+def test_fast_accumulation_without_fp8_gemms_is_refused_with_the_fix(benchmark):
+    overrides = {"precision": "bf16" if benchmark is Benchmark.GPTJ else "fp16", "fp8_fast_accum": True}
+    with pytest.raises(FieldError, match=rf"--fp8_fast_accum = True sets how FP8 GEMMs accumulate, and --precision = "
+                                         rf"'{overrides['precision']}' runs none: add --precision=fp8, or leave "
+                                         r"fp8_fast_accum out"):
+        resolve("H200_SXM_141GBx1", overrides, benchmark=benchmark)
+    chosen = resolve("H200_SXM_141GBx1", {"precision": "fp8", "kv_cache_dtype": "fp8", "fp8_fast_accum": True},
+                     benchmark=Benchmark.GPTJ)
+    assert chosen.rung.name == "fp8-fast-accum" and chosen["gpu_batch_size"] == 256

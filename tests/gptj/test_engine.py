@@ -213,3 +213,25 @@ def test_generate_engines_builds_what_the_run_expects_and_labels_the_calibration
                           {"backend": "inflight", "precision": "fp32", "model_name": "tiny", "input_data": "synthetic",
                            "weights": "random"})
     assert benchmark.generate_engine(bf16)["engine"].startswith("none")
+
+
+def test_the_backend_options_carry_fast_accumulation_from_the_chosen_engine(tmp_path):
+    """The ladder's first GPT-J engine runs FP8 GEMMs with fast accumulation; naming the FP8 options alone picks the
+    `fp8` engine, whose GEMMs accumulate in float32 (what InflightGptjBackend passes to use_fp8_gemms)."""
+    from code.common.constants import AccuracyTarget, Benchmark, Scenario
+    from code.gptj.backends import BackendContext
+    from code.gptj.backends.inflight import InflightGptjBackend
+    from configs.configuration import WorkloadSetting, resolve_config
+
+    context = BackendContext(device="cuda", cpu_threads=0, checkpoint="random", engines_dir=tmp_path)
+
+    def options(overrides: dict) -> object:
+        config = resolve_config(Benchmark.GPTJ, Scenario.Offline, "H200_SXM_141GBx1",
+                                WorkloadSetting(accuracy_target=AccuracyTarget.k_99), overrides)
+        return InflightGptjBackend.options_from(config, context)
+
+    first = options({})
+    assert (first.precision, first.kv_cache_dtype, first.fp8_fast_accum) == ("fp8", "fp8", True)
+    named = options({"precision": "fp8", "kv_cache_dtype": "fp8"})
+    assert (named.precision, named.fp8_fast_accum) == ("fp8", False)
+    assert first.engine_dir == named.engine_dir  # one calibration serves both accumulations

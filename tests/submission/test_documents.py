@@ -79,3 +79,25 @@ def test_a_missing_engine_record_is_a_problem(tmp_path):
     problems = write_calibration(tmp_path / "tree", [_fp8_test(tmp_path / "gone", tmp_path / "run")])
     assert len(problems) == 1
     assert f"its FP8 engine's calibration record ({tmp_path}/gone/engine.json) is not on this machine" in problems[0]
+
+
+@pytest.mark.parametrize(("precision", "says_fast"), [("fp8", True), ("bf16", False)])
+def test_gptj_write_up_names_fast_accumulation_only_with_fp8_gemms(tmp_path, precision, says_fast):
+    """GPT-J's FP8 engines: fast accumulation is written up where the GEMMs are FP8, not for an FP8 KV cache beside
+    bf16 GEMMs (the manifest is the fields the write-up reads, as ``inflight_engine`` writes them)."""
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    (engine / "engine.json").write_text(json.dumps({
+        "engine_key": "6b-fp8-kvfp8-random-s0", "config": {"n_layer": 28},
+        "calibration": {"source": "synthetic:seed=0", "count": 32, "dtype": "bf16", "device": "cuda",
+                        "amax": {"gemm_in": [1.0] * 28, "gemm_out": [1.0] * 28, "k": [1.0] * 28, "v": [1.0] * 28}}}))
+    fields = {"backend": "inflight", "precision": precision, "kv_cache_dtype": "fp8", "fp8_fast_accum": True}
+    metadata = {"round": "v5.0", "config": {"benchmark": "gptj-99", "fields": fields},
+                "provenance": {"engine": str(engine)}, "result": {"complete": True}}
+    run = TestRun(tmp_path / "run", "H200_SXM_141GBx1", "gptj-99", "Offline", TestMode.PerformanceOnly,
+                  RunRecord(metadata))
+    write_calibration(tmp_path / "tree", [run])
+    text = (tmp_path / "tree" / CALIBRATION_DOC).read_text()
+    assert "KV cache: keys and values stored in e4m3" in text
+    assert ("both matrix products of each of the 28 decoder layers" in text) is says_fast
+    assert ("cuBLASLt fast accumulation" in text) is says_fast

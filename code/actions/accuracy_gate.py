@@ -150,8 +150,8 @@ def plan(config: ResolvedConfig, overrides: dict[str, Any], clear_stale: bool = 
     for rung in ladder:
         miss = missed.get(rung.name)
         # a stored miss holds for the engine it measured: a rung whose engine fields changed since is tried again
-        values = engine_values(resolve_rung(config, overrides, rung.name).values) if miss is not None else {}
-        if miss is not None and same_engine(miss.values, values):
+        if miss is not None and same_engine(miss.values,
+                                            engine_values(resolve_rung(config, overrides, rung.name).values)):
             gate_plan.missed_before.append(miss)
         else:
             gate_plan.rungs.append(rung)

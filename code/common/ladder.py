@@ -115,5 +115,5 @@ def same_engine(stored: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
     now). A field the stored values lack did not apply to the benchmark when the miss was recorded, so it ran at
     its default: a field that starts to apply later (fp8_fast_accum for GPT-J) leaves an old miss standing as long
     as the rung keeps that default."""
-    then = {name: FIELDS[name].default for name in values if name not in stored and name in FIELDS} | dict(stored)
+    then = {name: FIELDS[name].default for name in values if name not in stored} | dict(stored)
     return then == dict(values)

@@ -302,10 +302,7 @@ def agreement_step(check: Check) -> None:
     # Logits of each prompt's last token: the engine's prefill (fused GEMMs, FlashAttention) vs the eager model
     with torch.inference_mode():
         fast = prefill_logits(engine, chosen, device)
-        model.setup_caches(1, 2048)
-        eager = torch.stack([model(torch.as_tensor(p, dtype=torch.long, device=device)[None], last_only=True)[0]
-                             for p in chosen]).float()
-        model.setup_caches(1, 1)
+        eager = eager_logits(model, chosen, device).float()
         reference = float32_logits(model, chosen, device)
     check.state["reference_logits"] = reference
     logit_error = rel_error(fast, eager)
@@ -325,18 +322,23 @@ def agreement_step(check: Check) -> None:
     del engine
 
 
+def eager_logits(model: torch.nn.Module, chosen: list[np.ndarray], device: torch.device) -> torch.Tensor:
+    """The eager model's logits of each prompt's last token, in its dtype (its caches freed after)."""
+    with torch.inference_mode():
+        model.setup_caches(1, 2048)
+        logits = torch.stack([model(torch.as_tensor(p, dtype=torch.long, device=device)[None], last_only=True)[0]
+                              for p in chosen])
+        model.setup_caches(1, 1)
+    return logits
+
+
 def float32_logits(model: torch.nn.Module, chosen: list[np.ndarray], device: torch.device) -> torch.Tensor:
-    """The eager model's last-token logits in float32: its bf16 weights widened (exactly), then narrowed back."""
+    """``eager_logits`` in float32: the model's bf16 weights widened (exactly), then narrowed back."""
     model.float()
     try:
-        with torch.inference_mode():
-            model.setup_caches(1, 2048)
-            logits = torch.stack([model(torch.as_tensor(p, dtype=torch.long, device=device)[None], last_only=True)[0]
-                                  for p in chosen])
-            model.setup_caches(1, 1)
+        return eager_logits(model, chosen, device)
     finally:
         model.to(torch.bfloat16)
-    return logits
 
 
 def prefill_logits(engine: InflightEngine, chosen: list[np.ndarray], device: torch.device) -> torch.Tensor:

@@ -316,7 +316,7 @@ FIELD_GROUPS = (
     ("Batching (the C++ core)", ("gpu_batch_size", "num_workers", "sort_by_length", "batch_timeout_us")),
     ("GPU paths (BERT packed path, GPT-J inflight engine)", ("fast_path", "cuda_graphs", "graph_max_tokens",
                                                              "fp8_fast_accum", "fp8_gemms", "attention_kernel",
-                                                             "gelu_in_gemm", "kv_cache_dtype")),
+                                                             "gelu_in_gemm", "fp8_residual", "kv_cache_dtype")),
     ("LoadGen (written to user.conf)", ("test_mode", "test_run", "offline_expected_qps", "server_target_qps",
                                         "single_stream_expected_latency_ns", "min_duration", "max_duration",
                                         "min_query_count", "max_query_count", "performance_sample_count_override",

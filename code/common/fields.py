@@ -31,6 +31,7 @@ SEED_MAX = 2**32 - 1
 # LoadGen plans every query of a performance run before it starts: about rate x min_duration of them. A rate
 # (or an expected latency) far from the system's real one costs memory and time in proportion, hence the bounds.
 MAX_RATE = 1_000_000.0  # samples/s; 1 us per sample
+FP8_GEMMS = frozenset(("qkv", "wo", "w1", "w2"))  # BERT's GEMMs of a layer (fp8_gemms names a subset)
 MIN_LATENCY_NS = 1_000
 # What LoadGen runs with where user.conf sets nothing: mlperf.conf's minimums (both rounds), and --test_run's.
 MLPERF_MIN_DURATION_MS = 600_000
@@ -241,6 +242,9 @@ FIELDS: dict[str, Field] = {
               "epilogue (tanh form; FP8 w1: also writes w2's FP8 input); off: a separate erf-GELU kernel, the "
               "reference's form (the 99.9% target needs it)",
               benchmarks=(Benchmark.BERT,), engine=True),
+        Field("fp8_residual", bool, False, "BERT packed path, fp8 with every GEMM in FP8: the residual stream "
+              "between LayerNorms kept only as the next GEMM's e4m3 input (8-bit residual + LayerNorm I/O, as "
+              "TensorRT's 8-bit skip-LayerNorm); off: a 16-bit residual", benchmarks=(Benchmark.BERT,), engine=True),
         # GPT-J in-flight engine (code/gptj/inflight; documentation/gptj_gpu.md).
         Field("kv_cache_dtype", str, "auto", "GPT-J inflight: what the KV cache stores: auto (the model's 16-bit "
               "type) or fp8 (e4m3, per-layer scales from calibration; GPU only)", benchmarks=(Benchmark.GPTJ,),
@@ -325,6 +329,10 @@ def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dic
     if values.get("fp8_fast_accum") and precision != "fp8":
         raise FieldError(f"{origin('fp8_fast_accum')} = True sets how FP8 GEMMs accumulate, and {origin('precision')} "
                          f"= {precision!r} runs none: add --precision=fp8, or leave fp8_fast_accum out")
+    if values.get("fp8_residual") and (precision != "fp8" or set(values["fp8_gemms"].split("+")) != FP8_GEMMS):
+        raise FieldError(f"{origin('fp8_residual')} = True keeps the residual only as the next GEMM's FP8 input, so "
+                         f"every GEMM must run in FP8: add --precision=fp8 and --fp8_gemms=qkv+wo+w1+w2 (now "
+                         f"{precision!r}, {values['fp8_gemms']!r}), or leave fp8_residual out")
     problem = declared.check(values, origin) if declared.check else None
     if problem:
         raise FieldError(problem)

@@ -83,6 +83,19 @@ def check_kernels(details: dict[str, Any]) -> None:
                 }
                 if q:
                     results[key]["fp8_rel"] = rel(dequantize(oq, q), dequantize(rq, q))
+        # add + LayerNorm over an e4m3 residual (fp8_residual): only the e4m3 output, then both outputs
+        res_scale = float(res.abs().max()) / 448
+        res_q = TorchOps.quantize(res.float(), res_scale)
+        for keep in (False, True):
+            out, oq = TritonOps.add_ln(x, bias, res_q, w, b, 1e-12, scale, residual_scale=res_scale, keep_out=keep)
+            ref, rq = TorchOps.add_ln(x.float(), bias.float(), res_q, w.float(), b.float(), 1e-12, scale,
+                                      residual_scale=res_scale)
+            key = f"add_ln[{str(dtype)[6:]},fp8 residual{',out' if keep else ''}]"
+            results[key] = {
+                "rel": rel(out, ref) if keep else None,
+                "fp8_rel": rel(dequantize(oq, scale), dequantize(rq, scale)),
+                "written_16bit": out is not None,
+            }
         for q, keep in ((None, True), (scale, False), (scale, True)):
             out, oq = TritonOps.bias_gelu(hh, b1, q, keep)
             ref, rq = TorchOps.bias_gelu(hh.float(), b1.float(), q, True)
@@ -177,6 +190,10 @@ def check_accuracy(details: dict[str, Any], model: BertQA, count: int, calib_ama
         "packed bf16": dict(dtype=torch.bfloat16),
         "packed fp8": dict(dtype=torch.float16, fp8_amax=calib_amax),
         "packed fp8 fast-accum": dict(dtype=torch.float16, fp8_amax=calib_amax, fast_accum=True),
+        "packed fp8 bert-99": dict(dtype=torch.float16, fp8_amax=calib_amax, fast_accum=True, gelu_in_gemm=True),
+        "packed fp8 bert-99 8b-resid": dict(
+            dtype=torch.float16, fp8_amax=calib_amax, fast_accum=True, gelu_in_gemm=True, fp8_residual=True
+        ),
     }
     for name, kw in variants.items():
         pm = PackedBert(m32, device="cuda", **kw)
@@ -317,7 +334,8 @@ def profile_forward(details: dict[str, Any], model: BertQA, calib_amax: dict[str
 
 def forward_variants(amax: dict[str, float]) -> dict[str, dict[str, Any]]:
     """The fast path's switches, each as PackedBert keyword arguments (``--variants`` picks by name). ``fp8[...]``
-    names the GEMMs in FP8 (the others 16-bit); ``gelu-in-gemm``: bias + tanh GELU in w1's GEMM epilogue."""
+    names the GEMMs in FP8 (the others 16-bit); ``gelu-in-gemm``: bias + tanh GELU in w1's GEMM epilogue;
+    ``fp8-residual``: the residual stream kept as e4m3."""
     triton = {"attention": "triton"}
     fused = {**triton, "gelu_in_gemm": True}
 
@@ -333,6 +351,11 @@ def forward_variants(amax: dict[str, float]) -> dict[str, dict[str, Any]]:
         "fp8[w1+w2] triton-attn": fp8("w1+w2", **triton),
         "fp8 triton-attn gelu-in-gemm": fp8(ALL_FP8_GEMMS, **fused),
         "fp8 triton-attn gelu-in-gemm fast-accum": fp8(ALL_FP8_GEMMS, **fused, fast_accum=True),
+        "fp8 triton-attn gelu-in-gemm fast-accum fp8-residual": fp8(
+            ALL_FP8_GEMMS, **fused, fast_accum=True, fp8_residual=True
+        ),
+        "fp8 triton-attn fast-accum": fp8(ALL_FP8_GEMMS, **triton, fast_accum=True),
+        "fp8 triton-attn fast-accum fp8-residual": fp8(ALL_FP8_GEMMS, **triton, fast_accum=True, fp8_residual=True),
         "fp8[qkv] gelu-in-gemm": fp8("qkv", **fused),
         "fp8[qkv+wo] gelu-in-gemm": fp8("qkv+wo", **fused),
         "fp8[w1] gelu-in-gemm": fp8("w1", **fused),

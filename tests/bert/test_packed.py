@@ -189,6 +189,43 @@ def test_gelu_in_gemm_emulation(tiny_fp8):
     assert all(layer.gelu_gemm is None for layer in off.layers)  # off by default: erf GELU, the reference's form
 
 
+def test_fp8_residual_emulation(tiny_fp8):
+    """fp8_residual keeps the residual stream only as e4m3, with and without the GELU epilogue: further from float32
+    than the FP8 engine without it (here ~20x: random weights make the residual most of each layer's output, so its
+    rounding reaches the logits nearly whole), yet within one e4m3 rounding's relative error (the LayerNorms keep the
+    roundings of successive layers from compounding); it needs every GEMM in FP8 (a 16-bit GEMM would have no 16-bit
+    input)."""
+    model, amax, rel_error = tiny_fp8
+    for gelu in (False, True):
+        plain = rel_error(fp8_amax=amax, gelu_in_gemm=gelu)
+        residual = rel_error(fp8_amax=amax, gelu_in_gemm=gelu, fp8_residual=True)
+        assert plain < residual < E4M3_REL_ERROR, (gelu, plain, residual)
+    for bad in ({}, {"fp8_amax": amax, "fp8_gemms": "w1+w2"}):
+        with pytest.raises(ValueError, match="fp8_gemms=qkv\\+wo\\+w1\\+w2"):
+            PackedBert(model, torch.float32, "cpu", fp8_residual=True, **bad)
+
+
+def test_add_ln_reads_an_fp8_residual():
+    """TorchOps.add_ln with an e4m3 residual equals the 16-bit path fed the dequantized residual, writes only what
+    is asked, and refuses a residual whose dtype and scale disagree."""
+    from code.bert.packed.packed_model import TorchOps
+
+    g = torch.Generator().manual_seed(0)
+    x, res = torch.randn(5, 64, generator=g), torch.randn(5, 64, generator=g)
+    bias, w, b = torch.randn(64, generator=g), 1 + 0.1 * torch.randn(64, generator=g), torch.randn(64, generator=g)
+    scale = scale_from_amax(float(res.abs().max()))
+    rq = quantize(res, scale)
+    y16, q16 = TorchOps.add_ln(x, bias, dequantize(rq, scale), w, b, 1e-12, 0.05)
+    y8, q8 = TorchOps.add_ln(x, bias, rq, w, b, 1e-12, 0.05, residual_scale=scale, keep_out=False)
+    assert y8 is None and torch.equal(q8.float(), q16.float())
+    y8, _ = TorchOps.add_ln(x, bias, rq, w, b, 1e-12, None, residual_scale=scale)
+    torch.testing.assert_close(y8, y16)
+    with pytest.raises(ValueError, match="scale it was quantized with"):
+        TorchOps.add_ln(x, bias, rq, w, b, 1e-12, 0.05)
+    with pytest.raises(ValueError, match="needs q_scale"):
+        TorchOps.add_ln(x, bias, res, w, b, 1e-12, None, keep_out=False)
+
+
 def test_fp8_gemms_option_is_checked():
     assert parse_fp8_gemms("qkv+wo+w1+w2") == {"qkv", "wo", "w1", "w2"}
     assert parse_fp8_gemms(" w2 + w1 ") == {"w1", "w2"}

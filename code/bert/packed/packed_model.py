@@ -22,8 +22,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from code.bert.model import BertQA
+from code.bert.packed.layernorm_args import check_ln_args
 from code.bert.packed.packing import layout_words, pack_into
-from code.numerics.fp8 import Fp8Linear, quantize
+from code.numerics.fp8 import Fp8Linear, dequantize, quantize
 
 GEMM_INPUTS = ("qkv", "wo", "w1", "w2")  # calibration points: the input of each FP8 GEMM of a layer
 ALL_FP8_GEMMS = "+".join(GEMM_INPUTS)
@@ -64,18 +65,31 @@ class TorchOps:
         bias: Tensor,
         eps: float,
         q_scale: float | None,
-    ) -> tuple[Tensor, Tensor | None]:
+        keep_out: bool = True,
+    ) -> tuple[Tensor | None, Tensor | None]:
+        check_ln_args(keep_out, q_scale)
         x = word[ids.long()].float() + token_type[segs.long()].float() + position[pos.long()].float()
         y = F.layer_norm(x, x.shape[-1:], weight.float(), bias.float(), eps)
-        return y.to(word.dtype), (quantize(y, q_scale) if q_scale else None)
+        return (y.to(word.dtype) if keep_out else None), (quantize(y, q_scale) if q_scale else None)
 
     @staticmethod
     def add_ln(
-        x: Tensor, x_bias: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, eps: float, q_scale: float | None
-    ) -> tuple[Tensor, Tensor | None]:
-        s = x.float() + x_bias.float() + residual.float()
+        x: Tensor,
+        x_bias: Tensor,
+        residual: Tensor,
+        weight: Tensor,
+        bias: Tensor,
+        eps: float,
+        q_scale: float | None,
+        residual_scale: float | None = None,
+        keep_out: bool = True,
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """``x + x_bias + residual``, LayerNorm; ``residual_scale``: the residual is e4m3 with that scale."""
+        check_ln_args(keep_out, q_scale, residual, residual_scale)
+        r = dequantize(residual, residual_scale) if residual_scale else residual.float()
+        s = x.float() + x_bias.float() + r
         y = F.layer_norm(s, s.shape[-1:], weight.float(), bias.float(), eps)
-        return y.to(residual.dtype), (quantize(y, q_scale) if q_scale else None)
+        return (y.to(x.dtype) if keep_out else None), (quantize(y, q_scale) if q_scale else None)
 
     @staticmethod
     def bias_gelu(
@@ -203,7 +217,10 @@ class PackedBert:
     FA2 varlen; sdpa: per-sequence SDPA, the CPU fallback), ``gelu_in_gemm`` (bias + GELU in ``w1``'s GEMM epilogue,
     cuBLASLt's tanh form, instead of a separate erf-GELU kernel; see ``PackedLayer._gelu_gemm``). Off by default:
     the tanh form moves more best answer spans away from float32's than the 99.9% target's 0.1% allows, though
-    fewer than the 99% target's 1% (figures: documentation/performance.md).
+    fewer than the 99% target's 1% (figures: documentation/performance.md). ``fp8_residual`` (FP8 engines with all
+    four GEMMs in FP8): the residual stream between LayerNorms is kept only as the next GEMM's e4m3 input, so each
+    add + LayerNorm reads an 8-bit residual and writes one 8-bit copy instead of a 16-bit one and an 8-bit one (the
+    last layer still writes 16 bits for the QA head); rounds the residual to e4m3 48 times per forward.
     """
 
     def __init__(
@@ -217,6 +234,7 @@ class PackedBert:
         fast_accum: bool = False,
         fp8_gemms: str = ALL_FP8_GEMMS,
         gelu_in_gemm: bool = False,
+        fp8_residual: bool = False,
     ) -> None:
         self.config = config = model.config
         self.device = torch.device(device)
@@ -227,6 +245,12 @@ class PackedBert:
             if missing:
                 raise ValueError(f"FP8 needs an activation scale for every GEMM input; missing {missing[:4]}...")
         gemms = parse_fp8_gemms(fp8_gemms)
+        if fp8_residual and (not self.fp8 or gemms != frozenset(GEMM_INPUTS)):
+            raise ValueError(
+                f"fp8_residual keeps the residual only as the next GEMM's FP8 input: it needs an FP8 engine with "
+                f"fp8_gemms={ALL_FP8_GEMMS} (got {'fp8_gemms=' + fp8_gemms if self.fp8 else 'a 16-bit engine'})"
+            )
+        self.fp8_residual = fp8_residual
         if ops is None:
             if self.device.type == "cuda":
                 from code.bert.packed.kernels import TritonOps
@@ -272,12 +296,12 @@ class PackedBert:
         return self.layers[layer].input_scale("qkv") if layer < len(self.layers) else None
 
     def _attend(
-        self, layer: PackedLayer, x: Tensor, xq: Tensor | None, cu_seqlens: Tensor, max_len: int
+        self, layer: PackedLayer, x: Tensor | None, xq: Tensor | None, cu_seqlens: Tensor, max_len: int
     ) -> tuple[Tensor | None, Tensor | None]:
         """QKV GEMM + attention -> (16-bit ``[T, hidden]`` or None, its FP8 copy for the output projection or
         None)."""
         cfg = self.config
-        rows, heads = x.shape[0], cfg.num_heads
+        rows, heads = (x if x is not None else xq).shape[0], cfg.num_heads
         wo_scale = layer.input_scale("wo")
         if self.triton_attention is not None:
             qkv = layer.matmul("qkv", x, xq)  # the bias is added by the attention kernel as it loads q, k, v
@@ -292,7 +316,9 @@ class PackedBert:
         a = attend(q, k, v, cu_seqlens, max_len, self.scale).view(rows, cfg.hidden_size)
         return a, (self.ops.quantize(a, wo_scale) if wo_scale else None)
 
-    def _feed_forward(self, layer: PackedLayer, x: Tensor, xq: Tensor | None, observe: Any, index: int) -> Tensor:
+    def _feed_forward(
+        self, layer: PackedLayer, x: Tensor | None, xq: Tensor | None, observe: Any, index: int
+    ) -> Tensor:
         """w1 + bias + GELU + w2 (without w2's bias, which the following add+LN adds)."""
         w2_scale = layer.input_scale("w2")
         if layer.gelu_gemm is not None:
@@ -332,21 +358,42 @@ class PackedBert:
                 amax = t[:valid].abs().amax().float()
                 observer[name] = torch.maximum(observer[name], amax) if name in observer else amax
 
+        fp8_residual = self.fp8_residual
         x, xq = ops.embed_ln(
             tokens, segments, positions, self.word, self.token_type, self.position, *self.emb_ln, eps,
-            self._qkv_scale(0),
+            self._qkv_scale(0), keep_out=not fp8_residual,
         )  # fmt: skip
         for i, layer in enumerate(self.layers):
-            observe(f"{i}.qkv", x)
+            if x is not None:
+                observe(f"{i}.qkv", x)
             a, aq = self._attend(layer, x, xq, cu_seqlens, max_len)
             if a is not None:
                 observe(f"{i}.wo", a)
             o = layer.matmul("wo", a, aq)
-            x, xq = ops.add_ln(o, layer.bo, x, *layer.ln1, eps, layer.input_scale("w1"))
-            observe(f"{i}.w1", x)
+            x, xq = self._add_ln(o, layer.bo, x, xq, layer.input_scale("qkv"), layer.ln1, layer.input_scale("w1"))
+            if x is not None:
+                observe(f"{i}.w1", x)
             o = self._feed_forward(layer, x, xq, observe, i)
-            x, xq = ops.add_ln(o, layer.b2, x, *layer.ln2, eps, self._qkv_scale(i + 1))
+            x, xq = self._add_ln(o, layer.b2, x, xq, layer.input_scale("w1"), layer.ln2, self._qkv_scale(i + 1))
         return F.linear(x.float(), self.qa_w, self.qa_b)
+
+    def _add_ln(
+        self,
+        o: Tensor,
+        o_bias: Tensor,
+        x: Tensor | None,
+        xq: Tensor | None,
+        xq_scale: float | None,
+        norm: tuple[Tensor, Tensor],
+        q_scale: float | None,
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """Bias + residual + LayerNorm. The residual is ``x`` (16-bit), or with ``fp8_residual`` its e4m3 copy
+        ``xq`` (stored with ``xq_scale``), and then only the e4m3 output is written, except after the last layer
+        (no ``q_scale``: the QA head reads 16 bits)."""
+        eps = self.config.layer_norm_eps
+        if not self.fp8_residual:
+            return self.ops.add_ln(o, o_bias, x, *norm, eps, q_scale)
+        return self.ops.add_ln(o, o_bias, xq, *norm, eps, q_scale, residual_scale=xq_scale, keep_out=not q_scale)
 
     __call__ = forward
 

@@ -28,6 +28,7 @@ class PackedKernels:
     fp8_gemms: str = ALL_FP8_GEMMS  # fp8 engines: the GEMMs of each layer that run in FP8
     attention_kernel: str = "triton"  # "triton" (code/bert/packed/attention.py) | "flash" (torch FA2 varlen)
     gelu_in_gemm: bool = False  # bias + tanh GELU in w1's GEMM epilogue (off: erf-GELU kernel)
+    fp8_residual: bool = False  # fp8, every GEMM in FP8: the residual stream kept as e4m3 (off: 16-bit)
 
 
 class _Context:
@@ -80,6 +81,7 @@ class PackedRunner:
             fp8_gemms=kernels.fp8_gemms,
             attention=kernels.attention_kernel,
             gelu_in_gemm=kernels.gelu_in_gemm,
+            fp8_residual=kernels.fp8_residual,
         )
         if kernels.attention_kernel == "triton":
             from code.bert.packed.tuning import fastest, tune

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from code.common.benchmark_errors import BenchmarkError
+from code.common.gc_pauses import frozen_heap
 from code.common.supervision import start_child
 
 HEADER = struct.Struct("<IIQQ")  # type, reserved, count, payload bytes (worker_channel.h's MessageHeader)
@@ -427,16 +428,17 @@ def serve(sockets: list[socket.socket], runner: Any, ready: dict[str, Any]) -> N
     window = CpuWindow()
     continuous = is_continuous(runner)
     where = worker_label(ready.get("device", "?"), ready.get("local_device", ""))
-    send(sockets[0], Message.READY, 0, json.dumps({**ready, "continuous": continuous}).encode())
-    if continuous:
-        _serve_engine(sockets[0], runner, window, where)
-    else:
-        threads = [threading.Thread(target=_serve_batches, args=(sock, runner, window, where), daemon=True,
-                                    name=f"batches-{i}") for i, sock in enumerate(sockets)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+    with frozen_heap():  # no collector pass over the loaded engine and data mid-test (code/common/gc_pauses.py)
+        send(sockets[0], Message.READY, 0, json.dumps({**ready, "continuous": continuous}).encode())
+        if continuous:
+            _serve_engine(sockets[0], runner, window, where)
+        else:
+            threads = [threading.Thread(target=_serve_batches, args=(sock, runner, window, where), daemon=True,
+                                        name=f"batches-{i}") for i, sock in enumerate(sockets)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
     stats: dict[str, Any] = {"host": window.figures()}
     if callable(getattr(runner, "stats", None)):
         stats["engine"] = runner.stats()

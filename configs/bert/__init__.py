@@ -13,13 +13,24 @@ from code.common.ladder import Rung
 from configs.configuration import BenchmarkConfiguration, shared_values
 
 
-def bert_99_ladder(fp8: dict[str, Any], fp16: dict[str, Any]) -> tuple[Rung, ...]:
-    """bert-99's engines on an H100/H200, each with its rates and batching (``fp8``, ``fp16``). Both keep bias + tanh
-    GELU in the w1 GEMM's epilogue (the class's ``gelu_in_gemm``): within the 99% target on every model checked.
+def bert_99_ladder(
+    fp8: dict[str, Any], fp16: dict[str, Any], fp8_residual: dict[str, Any] | None = None
+) -> tuple[Rung, ...]:
+    """bert-99's engines on an H100/H200, each with its rates and batching (``fp8``, ``fp16``, and ``fp8_residual``
+    where a class has measured that engine). All keep bias + tanh GELU in the w1 GEMM's epilogue (the class's
+    ``gelu_in_gemm``): within the 99% target on every model checked.
 
-    FP8 with fast accumulation first: ~1.5x fp16's throughput, F1 on the trained proxy 99.93-100.08% of float32's
-    (bar 99.5%). fp16 is the way back."""
+    The e4m3 residual stream on top where measured: on an H200 ~4% over the FP8 engine below it Offline and VALID
+    at 7,700 QPS in Server (8-bit residual + LayerNorm I/O), F1 on the trained proxy 99.92% of float32's against
+    that engine's 99.94% in the same run (bar 99.5%). Then FP8 with fast accumulation: ~1.5x fp16's throughput, F1
+    99.93-100.08%. fp16 is the way back."""
+    residual = () if fp8_residual is None else (
+        Rung("fp8-residual", "FP8 GEMMs with fast accumulation, GELU in the w1 epilogue, the residual stream kept "
+             "as e4m3 between LayerNorms: 8-bit residual + LayerNorm I/O", precision="fp8", fp8_fast_accum=True,
+             fp8_residual=True, **fp8_residual),
+    )
     return (
+        *residual,
         Rung("fp8-fast-accum", "FP8 GEMMs (qkv, wo, w1, w2) with cuBLASLt fast accumulation, GELU in the w1 "
              "epilogue: ~1.5x fp16's throughput", precision="fp8", fp8_fast_accum=True, **fp8),
         Rung("fp16", "fp16 GEMMs, GELU in the w1 epilogue: the engine of the first rounds", precision="fp16",
@@ -32,11 +43,12 @@ def bert_99_9_ladder(fp8: dict[str, Any], fp16: dict[str, Any]) -> tuple[Rung, .
     ``fp16``); all keep the separate erf-GELU kernel (the class's ``gelu_in_gemm = False``): the tanh epilogue misses
     the 99.9% bar on span agreement.
 
-    FP8 first, as NVIDIA's bert-99.9 runs an FP8 encoder. Ours has FP8 GEMMs; NVIDIA's also runs attention and the
-    residual/LayerNorm I/O in FP8, which the packed path does not have: such an engine goes on top as a rung of its
-    own once it exists. On the trained proxy FP8 measured 99.985% of float32's F1 with exact accumulation and 99.934%
-    with fast accumulation and the GELU epilogue, either side of the 99.95% bar, which is why both FP8 engines are
-    rungs and fp16 (99.99%) is the last."""
+    FP8 first, as NVIDIA's bert-99.9 runs an FP8 encoder. Ours has FP8 GEMMs; NVIDIA's also runs attention in FP8,
+    which the packed path does not have: such an engine goes on top as a rung of its own once it exists. The e4m3
+    residual stream (``fp8_residual``) is not a rung here: with this ladder's erf GELU kernel it measured 99.73% of
+    float32's F1 on the trained proxy, under the 99.95% bar. On the trained proxy FP8 measured 99.985% of float32's
+    F1 with exact accumulation and 99.934% with fast accumulation and the GELU epilogue, either side of the 99.95%
+    bar, which is why both FP8 engines are rungs and fp16 (99.99%) is the last."""
     return (
         Rung("fp8-fast-accum", "FP8 GEMMs (qkv, wo, w1, w2) with cuBLASLt fast accumulation, erf GELU kernel",
              precision="fp8", fp8_fast_accum=True, **fp8),

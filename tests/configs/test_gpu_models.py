@@ -83,7 +83,8 @@ def test_a_system_named_after_a_model_without_count_is_one_gpu_unscaled():
     """The class of a model, looked up by its own name, is what it describes: one GPU."""
     config = resolve(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GB")
     assert config["offline_expected_qps"] == first_engine(H200_SXM_141GB, "offline_expected_qps")
-    assert config.sources["offline_expected_qps"] == "H200_SXM_141GB engine_ladder[fp8-fast-accum]"
+    first_rung = H200_SXM_141GB.engine_ladder[0].name
+    assert config.sources["offline_expected_qps"] == f"H200_SXM_141GB engine_ladder[{first_rung}]"
 
 
 def test_a_systems_own_class_wins_and_its_own_rate_is_the_whole_systems(scratch_registry):
@@ -110,7 +111,8 @@ def test_a_systems_class_derived_from_its_model_scales_what_it_inherits_only(scr
     inherited = resolve(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GBx4")
     assert inherited.config_class == "H200_SXM_141GBx4" and inherited["gpu_batch_size"] == 256
     assert inherited["offline_expected_qps"] == 4 * first_engine(H200_SXM_141GB, "offline_expected_qps")
-    assert inherited.sources["offline_expected_qps"] == "H200_SXM_141GB engine_ladder[fp8-fast-accum] x 4 GPUs"
+    first_rung = H200_SXM_141GB.engine_ladder[0].name
+    assert inherited.sources["offline_expected_qps"] == f"H200_SXM_141GB engine_ladder[{first_rung}] x 4 GPUs"
 
     @register
     class H200_SXM_141GBx8(H200_SXM_141GB):

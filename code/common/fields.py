@@ -243,8 +243,9 @@ FIELDS: dict[str, Field] = {
               "reference's form (the 99.9% target needs it)",
               benchmarks=(Benchmark.BERT,), engine=True),
         Field("fp8_residual", bool, False, "BERT packed path, fp8 with every GEMM in FP8: the residual stream "
-              "between LayerNorms kept only as the next GEMM's e4m3 input (8-bit residual + LayerNorm I/O, as "
-              "TensorRT's 8-bit skip-LayerNorm); off: a 16-bit residual", benchmarks=(Benchmark.BERT,), engine=True),
+              "between LayerNorms kept only as the next GEMM's e4m3 input (an 8-bit residual read and output "
+              "write, as TensorRT's 8-bit skip-LayerNorm); off: a 16-bit residual", benchmarks=(Benchmark.BERT,),
+              engine=True),
         # GPT-J in-flight engine (code/gptj/inflight; documentation/gptj_gpu.md).
         Field("kv_cache_dtype", str, "auto", "GPT-J inflight: what the KV cache stores: auto (the model's 16-bit "
               "type) or fp8 (e4m3, per-layer scales from calibration; GPU only)", benchmarks=(Benchmark.GPTJ,),

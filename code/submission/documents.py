@@ -228,6 +228,10 @@ def calibration_entry(test: TestRun) -> tuple[list[str], list[str]]:
     ]
     if fields.get("precision") == "fp8" and fields.get("fp8_fast_accum"):
         lines.append("- FP8 products accumulate with cuBLASLt fast accumulation (`fp8_fast_accum`).")
+    if fields.get("precision") == "fp8" and fields.get("fp8_residual"):
+        lines.append("- The residual stream is stored only in FP8 (`fp8_residual`): each LayerNorm's output is kept "
+                     "as the next matrix product's quantized input (that input's static scale), and each residual "
+                     "add reads it from there; the last layer's output stays 16-bit for the QA head.")
     amax = calibration.get("amax", {})
     count = sum(len(v) if isinstance(v, list) else 1 for v in amax.values()) if isinstance(amax, dict) else 0
     lines += [f"- Recorded: {count} calibrated magnitudes (`amax`) in the engine's `engine.json`.", ""]
@@ -249,7 +253,7 @@ def write_calibration(tree: Path, tests: list[TestRun]) -> list[str]:
              "calibration set, observed in a 16-bit forward of the model (`make generate_engines`; no kernel "
              "reduces over a tensor at run time).",
              "- Products accumulate in fp32 (unless an engine below says fast accumulation) and are written in 16 "
-             "bits; everything else runs in 16 bits.",
+             "bits; everything else runs in 16 bits (unless an engine below says its residual stream is FP8).",
              "- Rounding is to nearest even; values beyond the calibrated range saturate.", ""]
     problems: list[str] = []
     for test in sorted(fp8, key=lambda t: (t.benchmark, t.scenario)):

@@ -261,7 +261,7 @@ class TritonOps:
             WRITE_FP8=bool(q_scale),
             num_warps=_warps(n),
         )
-        return out, (q if q_scale else None)
+        return (out if keep_out else None), (q if q_scale else None)
 
     @staticmethod
     def quantize(x: Tensor, scale: float) -> Tensor:

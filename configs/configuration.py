@@ -32,7 +32,7 @@ from code.common.config import ConfigError, ResolvedConfig, WorkloadSetting, res
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from code.common.cpu_features import BestCpuPrecision
 from code.common.fields import FIELDS, FieldError
-from code.common.ladder import Ladder, Rung, check_ladder, given_engine_fields, matching_rung
+from code.common.ladder import Ladder, Rung, check_ladder, engine_fields, given_engine_fields, matching_rung
 from code.common.paths import REPO_ROOT
 from code.common.systems import gpu_model_and_count
 from code.common.tuned import tuned_fields
@@ -376,4 +376,27 @@ def resolve_config(
     resolved.ladder = config.engine_ladder if config.ladder_owner() else ()
     resolved.rung = chosen
     resolved.engine_given = tuple(given_engine_fields(resolved.ladder, overrides))
+    if rung is None and chosen is not None and not resolved.engine_given:
+        check_every_rung_takes(benchmark, scenario, system, workload, overrides, resolved.ladder, chosen)
     return resolved
+
+
+def check_every_rung_takes(benchmark: Benchmark, scenario: Scenario, system: str, workload: WorkloadSetting,
+                           overrides: dict[str, Any], ladder: Ladder, first: Rung) -> None:
+    """RUN_ARGS that set an engine field no rung sets (``--fp8_residual``) apply to every rung, and the accuracy gate
+    may fall back to any of them: refuse them now, naming the rung that cannot take them, rather than after an
+    accuracy run has missed."""
+    extra = [name for name in overrides if FIELDS[name].engine and name not in engine_fields(ladder)]
+    if not extra:
+        return
+    for other in ladder:
+        if other is first:
+            continue
+        try:
+            resolve_config(benchmark, scenario, system, workload, overrides, warn_tuned=False, rung=other.name)
+        except FieldError as error:
+            given = ", ".join(f"--{name}" for name in extra)
+            raise FieldError(f"{given} applies to every engine of the ladder ({', '.join(r.name for r in ladder)}), "
+                             f"and its {other.name!r} engine, which the accuracy gate may fall back to, cannot take "
+                             f"it ({error}); to run one engine without the ladder, name it whole with the engine "
+                             f"fields of its rung (make info lists them), or leave {given} out") from None

@@ -170,6 +170,19 @@ def test_a_stored_miss_holds_for_a_field_that_applied_only_later_at_its_default(
     assert same_engine({**then, "fp8_fast_accum": True}, {**then, "fp8_fast_accum": True})
 
 
+def test_an_engine_field_a_lower_rung_cannot_take_is_refused_up_front():
+    """--fp8_residual beside a ladder that has no such rung applies to every rung; the fp16 rung the accuracy gate
+    may fall back to cannot take it, so the run is refused before anything runs, naming that rung and the fix."""
+    with pytest.raises(FieldError, match=r"--fp8_residual applies to every engine of the ladder \(fp8-fast-accum, "
+                                         r"fp16\), and its 'fp16' engine, which the accuracy gate may fall back to, "
+                                         r"cannot take it .*name it whole"):
+        resolve("H100_SXM_80GBx1", {"fp8_residual": True})
+    whole = resolve("H100_SXM_80GBx1", {"precision": "fp8", "fp8_fast_accum": True, "fp8_residual": True})
+    assert whole.rung.name == "fp8-fast-accum" and whole["fp8_residual"] is True  # named whole: the ladder skipped
+    first = resolve("H200_SXM_141GBx1", {})  # where a rung sets it, the ladder starts there as usual
+    assert first.rung.name == "fp8-residual" and first["fp8_residual"] is True
+
+
 @pytest.mark.parametrize("benchmark", [Benchmark.BERT, Benchmark.GPTJ])
 def test_fast_accumulation_without_fp8_gemms_is_refused_with_the_fix(benchmark):
     overrides = {"precision": "bf16" if benchmark is Benchmark.GPTJ else "fp16", "fp8_fast_accum": True}

@@ -120,15 +120,16 @@ def test_a_tuned_value_is_the_whole_systems_and_never_scaled(store):
         return resolve_config(Benchmark.BERT, Scenario.Server, "H200_SXM_141GBx2", WorkloadSetting(), {})
 
     scaled = resolve()
-    assert scaled.sources["server_target_qps"] == "H200_SXM_141GB engine_ladder[fp8-fast-accum] x 2 GPUs"
+    first = scaled.rung.name  # the engine a run starts with
+    assert scaled.sources["server_target_qps"] == f"H200_SXM_141GB engine_ladder[{first}] x 2 GPUs"
     path = tuned.write_tuned("H200_SXM_141GBx2", "bert-99", Scenario.Server, 13_000.0, "search",
-                             engine="fp8-fast-accum")  # measured with the engine a run starts with
+                             engine=first)  # measured with the engine a run starts with
     config = resolve()
     assert (config["server_target_qps"], config.sources["server_target_qps"]) == (13_000.0, f"tuned ({path})")
     assert config.replaced["server_target_qps"] == (scaled["server_target_qps"],
-                                                   "H200_SXM_141GB engine_ladder[fp8-fast-accum] x 2 GPUs")
+                                                   f"H200_SXM_141GB engine_ladder[{first}] x 2 GPUs")
     assert resolve_config(Benchmark.BERT, Scenario.Server, "H200_SXM_141GBx4", WorkloadSetting(), {}).sources[
-        "server_target_qps"] == "H200_SXM_141GB engine_ladder[fp8-fast-accum] x 4 GPUs"  # tuned per system
+        "server_target_qps"] == f"H200_SXM_141GB engine_ladder[{first}] x 4 GPUs"  # tuned per system
 
 
 def test_make_info_shows_the_tuned_source(tmp_path):

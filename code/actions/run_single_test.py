@@ -32,7 +32,6 @@ from code.common.constants import (
     TestMode,
 )
 from code.common.faults import describe
-from code.common.gc_pauses import frozen_heap
 from code.common.log import configure, get_logger
 from code.common.paths import REPO_ROOT
 from code.common.run_logs import (
@@ -134,9 +133,8 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
         nonlocal loaded
         loaded = time.time()
         log.info("loaded in %.1f s; starting LoadGen", loaded - started)
-        # frozen_heap: no collector pass over the loaded data and engines stalls the test (code/common/gc_pauses.py)
-        with frozen_heap(), ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf),
-                                             progress_period_s()):
+        with ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf),
+                              progress_period_s()):
             run_test(settings, prepared.sample_lengths, runners, device_names=device_names)
 
     report = run_on_devices(prepared, spec_file, config["num_workers"], config["round"], run_loadgen,

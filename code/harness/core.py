@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from code.common.gc_pauses import frozen_heap
 from code.common.paths import harness_lib_dir
 from code.common.rounds import DEFAULT_ROUND, get_round
 from code.harness.build import MODULE_NAME, module_path, runtime_mlperf_conf
@@ -283,7 +284,8 @@ def run_test(
     settings.sort_by_length). load_samples / unload_samples get the QSL indices LoadGen loads or unloads.
     An exception raised by a runner or a callback is re-raised here after LoadGen ends the test (the remaining
     samples are answered with empty responses meanwhile, so the run's logs are not valid); with several devices,
-    a note on it names the device. May be called once per process.
+    a note on it names the device. May be called once per process. The process's heap is frozen for the test
+    (``code/common/gc_pauses.py``); a worker process freezes its own in ``workers.serve``.
     """
     if not isinstance(settings, CoreSettings):
         raise ValueError(f"settings must be a CoreSettings, not {type(settings).__name__}")
@@ -315,12 +317,13 @@ def run_test(
         raise FileNotFoundError(f"user.conf not found: {settings.user_conf}")
 
     mlperf_conf = runtime_mlperf_conf(get_round(settings.round))  # a LoadGen that does not compile it in (v4.1)
-    _module(settings.round).run_test(
-        settings,
-        sample_lengths=lengths.astype(np.int64, copy=False),
-        runners=runners,
-        device_names=names,
-        load_samples=load_samples,
-        unload_samples=unload_samples,
-        mlperf_conf=str(mlperf_conf) if mlperf_conf else "",
-    )
+    with frozen_heap():  # no collector pass over the loaded data and engines stalls the test (gc_pauses.py)
+        _module(settings.round).run_test(
+            settings,
+            sample_lengths=lengths.astype(np.int64, copy=False),
+            runners=runners,
+            device_names=names,
+            load_samples=load_samples,
+            unload_samples=unload_samples,
+            mlperf_conf=str(mlperf_conf) if mlperf_conf else "",
+        )

@@ -120,13 +120,10 @@ def measure(config: ResolvedConfig, log_dir: Path) -> dict[str, Any]:
     settings = core_settings(config, TestMode.PerformanceOnly, prepared, user_conf, log_dir)
     started = time.perf_counter()
     from code.actions.run_single_test import progress_shape
-    from code.common.gc_pauses import frozen_heap
     from code.harness.core import progress
     from code.harness.progress import PERIOD_S, ProgressReporter
 
-    # the heap frozen as run_single_test freezes it, so the host share includes the same collector behaviour
-    with frozen_heap(), ProgressReporter(lambda: progress(config["round"]), progress_shape(config, user_conf),
-                                         PERIOD_S):
+    with ProgressReporter(lambda: progress(config["round"]), progress_shape(config, user_conf), PERIOD_S):
         run_test(settings, prepared.sample_lengths, runners, device_names=[device])
     wall = time.perf_counter() - started
     times = timeline(config["round"])

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from code.common.gc_pauses import frozen_heap
 from code.common.paths import REPO_ROOT
 
 PATHS = {"in-process": 0, "1-worker": 1, "2-workers": 2}  # path -> worker processes (0: the runner runs here)
@@ -61,16 +60,14 @@ def child(job: dict[str, Any]) -> int:
     workers = job["workers"]
     started = time.perf_counter()
     if workers == 0:
-        with frozen_heap():  # as run_single_test runs a test
-            run_test(settings, lengths, ReadyAnswers(batch, job["response_bytes"]))
+        run_test(settings, lengths, ReadyAnswers(batch, job["response_bytes"]))
     else:
         plans = [WorkerPlan(f"worker:{i}", "cpu", "", (), None) for i in range(workers)]
         command = [sys.executable, "-m", "scripts.bench.worker_overhead", "--serve", json.dumps(job)]
         with WorkerPool(command, plans, connections=2) as pool:
             pool.wait_ready()
-            with frozen_heap():
-                run_test(settings, lengths, pool.connections_for_core(False),
-                         device_names=[plan.device for plan in plans])
+            run_test(settings, lengths, pool.connections_for_core(False),
+                     device_names=[plan.device for plan in plans])
             pool.finish()
     wall = time.perf_counter() - started
     summary = (log_dir / "mlperf_log_summary.txt").read_text()

@@ -7,6 +7,7 @@ accuracy log can be checked byte for byte, and records every batch it sees.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -130,6 +131,12 @@ def _child_main(job: dict) -> int:
         runner = FakeRunner(job.get("style", "list"), job.get("sleep_s", 0.005), job.get("fail_at_batch"))
     loads: list[int] = []
     unloads: list[int] = []
+    frozen_at_load: list[int] = []
+
+    def load(ids: list[int]) -> None:  # LoadGen calls it inside the test
+        loads.extend(ids)
+        frozen_at_load.append(gc.get_freeze_count())
+
     settings = CoreSettings(
         model="bert",
         scenario=job["scenario"],
@@ -147,7 +154,7 @@ def _child_main(job: dict) -> int:
     lengths = np.array([sample_length(i) for i in range(QSL_SIZE)], dtype=np.int64)
     result: dict = {}
     try:
-        run_test(settings, lengths, runner, loads.extend, unloads.extend)
+        run_test(settings, lengths, runner, load, unloads.extend)
     except Exception as exc:  # reported to the parent, which checks type and message
         result["error"] = f"{type(exc).__name__}: {exc}"
     times = timeline()
@@ -158,6 +165,7 @@ def _child_main(job: dict) -> int:
             run_test(settings, lengths, runner)
         except Exception as exc:
             result["second_error"] = f"{type(exc).__name__}: {exc}"
+    result.update(frozen_at_load=frozen_at_load, frozen_after=gc.get_freeze_count())
     result.update(batches=runner.batches, loads=loads, unloads=unloads, thread_locals=runner.thread_locals,
                   most_in_flight=getattr(runner, "most_in_flight", None))
     Path(job["result"]).write_text(json.dumps(result), encoding="utf-8")
@@ -327,6 +335,15 @@ def test_performance_run_is_valid(built_core: Path, tmp_path: Path, scenario: st
 
 
 @pytest.mark.slow
+def test_the_heap_is_frozen_for_the_test_only(built_core: Path, tmp_path: Path) -> None:
+    """run_test freezes what the process holds while LoadGen runs (no collector pass stalls the test) and hands it
+    back to the collector after."""
+    result = run_child(tmp_path, scenario="Offline")
+    assert "error" not in result, result["error"]
+    assert result["frozen_at_load"] and all(count > 0 for count in result["frozen_at_load"])
+    assert result["frozen_after"] == 0
+
+
 def test_trace_when_asked_for(built_core: Path, tmp_path: Path) -> None:
     result = run_child(tmp_path, scenario="Offline", log_enable_trace=True)
     assert "error" not in result, result["error"]

@@ -30,6 +30,10 @@ ROWS: list[str] = []
 HIDDEN, FFN = 1024, 4096
 # (name, N, K): BERT-large's four GEMMs per layer
 SHAPES = [("qkv", 3 * HIDDEN, HIDDEN), ("wo", HIDDEN, HIDDEN), ("w1", FFN, HIDDEN), ("w2", HIDDEN, FFN)]
+# (name, N, K): GPT-J's two GEMMs per layer in the in-flight engine (q, k, v and fc_in fused; attention output and
+# fc_out fused over the concatenated inputs)
+GPTJ_HIDDEN, GPTJ_FFN = 4096, 16384
+GPTJ_SHAPES = [("in", 3 * GPTJ_HIDDEN + GPTJ_FFN, GPTJ_HIDDEN), ("out", GPTJ_HIDDEN, GPTJ_HIDDEN + GPTJ_FFN)]
 
 
 def gpu_ms(fn: Callable[[], Any], reps: int) -> float:
@@ -84,6 +88,20 @@ def case_fp8(name: str, n: int, k: int, tokens: int, gelu: bool) -> tuple[LtGemm
     return lt, lambda: lin(xq), xq
 
 
+def case_gptj(name: str, n: int, k: int, tokens: int, bias: bool) -> tuple[LtGemm, Callable, torch.Tensor]:
+    """A GPT-J decode GEMM as the in-flight engine runs it: e4m3 in, bf16 out, cuBLASLt fast accumulation, bias in
+    the epilogue (torch's ``_scaled_mm``, the engine's call) or none (the bias folded into the next kernel)."""
+    g = torch.Generator(device="cuda").manual_seed(n + k)
+    x = torch.randn(tokens, k, generator=g, device="cuda")
+    w = (torch.randn(n, k, generator=g, device="cuda") * 0.02).bfloat16()
+    b = (torch.randn(n, generator=g, device="cuda") * 0.1).bfloat16() if bias else None
+    lin = Fp8Linear(w, float(x.abs().max()), torch.bfloat16, fast_accum=True)
+    xq = lin.quantize_input(x)
+    lt = LtGemm(lin.weight_q, b, weight_scale=lin.weight_scale, act_scale=lin.act_scale, out_dtype=torch.bfloat16,
+                fast_accum=True)  # fmt: skip
+    return lt, lambda: lin(xq, b), xq
+
+
 def time_case(label: str, lt: LtGemm, torch_fn: Callable, x: torch.Tensor, n: int, k: int, args: Any) -> dict:
     tokens = x.shape[0]
     flop = 2.0 * tokens * n * k
@@ -117,7 +135,10 @@ def time_case(label: str, lt: LtGemm, torch_fn: Callable, x: torch.Tensor, n: in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("build/bench/gemm_algos.json"))
-    parser.add_argument("--tokens", type=int, default=85296, help="M: 512 samples x 166.6 mean tokens by default")
+    parser.add_argument("--tokens", default="85296",
+                        help="M, or a comma list of them: 512 samples x 166.6 mean tokens by default")
+    parser.add_argument("--model", choices=("bert", "gptj"), default="bert",
+                        help="gptj: the in-flight engine's two FP8 GEMMs per layer (M: decode rows, 4 per slot)")
     parser.add_argument("--candidates", type=int, default=16, help="cuBLASLt heuristic results per GEMM")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--max_rel", type=float, default=2e-2, help="an algorithm further from torch's is wrong")
@@ -130,19 +151,26 @@ def main() -> None:
         "tokens": args.tokens,
         "cases": {},
     }
-    ROWS.append(f"GEMM algorithms, M={args.tokens}: ms (TFLOP/s)")
+    cases = []  # (label, make, n, k, flag, M)
+    for m in (int(t) for t in args.tokens.split(",")):
+        if args.model == "gptj":
+            cases += [(f"M{m} {name}{' bias' if bias else ''}", case_gptj, n, k, bias, m)
+                      for name, n, k in GPTJ_SHAPES for bias in (True, False)]  # fmt: skip
+            continue
+        for precision, make in (("fp16", case_16bit), ("fp8", case_fp8)):
+            for name, n, k in SHAPES:
+                cases += [(f"M{m} {precision} {name}{' gelu' if gelu else ''}", make, n, k, gelu, m)
+                          for gelu in ((False, True) if name == "w1" else (False,))]  # fmt: skip
+    ROWS.append(f"GEMM algorithms ({args.model}): ms (TFLOP/s)")
     ROWS.append(f"  {'gemm':<18} {'torch':>15}  {'lt heuristic #0':>16}  {'lt best':>20}  {'torch/best':>7}")
-    for precision, make in (("fp16", case_16bit), ("fp8", case_fp8)):
-        for name, n, k in SHAPES:
-            for gelu in (False, True) if name == "w1" else (False,):
-                label = f"{precision} {name}{' gelu' if gelu else ''}"
-                try:
-                    lt, torch_fn, x = make(label, n, k, args.tokens, gelu)
-                    details["cases"][label] = time_case(label, lt, torch_fn, x, n, k, args)
-                except Exception as error:  # keep the other shapes' figures
-                    ROWS.append(f"  {label:<18} FAILED {type(error).__name__}: {str(error)[:200]}")
-                args.out.write_text(json.dumps(details, indent=1, default=str))
-                torch.cuda.empty_cache()
+    for label, make, n, k, flag, m in cases:
+        try:
+            lt, torch_fn, x = make(label, n, k, m, flag)
+            details["cases"][label] = time_case(label, lt, torch_fn, x, n, k, args)
+        except Exception as error:  # keep the other shapes' figures
+            ROWS.append(f"  {label:<18} FAILED {type(error).__name__}: {str(error)[:200]}")
+        args.out.write_text(json.dumps(details, indent=1, default=str))
+        torch.cuda.empty_cache()
     print(f"\n=== check_gemm_algos {details['date']} {details['device']} torch {details['torch']}")
     print("\n".join(ROWS))
 

@@ -246,6 +246,9 @@ FIELDS: dict[str, Field] = {
               "between LayerNorms kept only as the next GEMM's e4m3 input (an 8-bit residual read and output "
               "write, as TensorRT's 8-bit skip-LayerNorm); off: a 16-bit residual", benchmarks=(Benchmark.BERT,),
               engine=True),
+        Field("fp8_attention", bool, False, "BERT packed path, fp8 with qkv in FP8: the QKV GEMM writes e4m3 q, k, "
+              "v (bias added, calibrated scale) and attention runs q.k on FP8 tensor cores, as NVIDIA's FP8 "
+              "encoder; off: 16-bit q, k, v", benchmarks=(Benchmark.BERT,), engine=True),
         # GPT-J in-flight engine (code/gptj/inflight; documentation/gptj_gpu.md).
         Field("kv_cache_dtype", str, "auto", "GPT-J inflight: what the KV cache stores: auto (the model's 16-bit "
               "type) or fp8 (e4m3, per-layer scales from calibration; GPU only)", benchmarks=(Benchmark.GPTJ,),
@@ -334,6 +337,12 @@ def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dic
         raise FieldError(f"{origin('fp8_residual')} = True keeps the residual only as the next GEMM's FP8 input, so "
                          f"every GEMM must run in FP8: add --precision=fp8 and --fp8_gemms=qkv+wo+w1+w2 (now "
                          f"{precision!r}, {values['fp8_gemms']!r}), or leave fp8_residual out")
+    if values.get("fp8_attention") and (precision != "fp8" or "qkv" not in values["fp8_gemms"].split("+")
+                                        or values.get("attention_kernel") != "triton"):
+        raise FieldError(f"{origin('fp8_attention')} = True has the FP8 QKV GEMM write e4m3 for the triton attention "
+                         f"kernel: add --precision=fp8, qkv in --fp8_gemms and --attention_kernel=triton (now "
+                         f"{precision!r}, {values['fp8_gemms']!r}, {values.get('attention_kernel')!r}), or leave "
+                         "fp8_attention out")
     problem = declared.check(values, origin) if declared.check else None
     if problem:
         raise FieldError(problem)

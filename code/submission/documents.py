@@ -232,6 +232,11 @@ def calibration_entry(test: TestRun) -> tuple[list[str], list[str]]:
         lines.append("- The residual stream is stored only in FP8 (`fp8_residual`): each LayerNorm's output is kept "
                      "as the next matrix product's quantized input (that input's static scale), and each residual "
                      "add reads it from there; the last layer's output stays 16-bit for the QA head.")
+    if fields.get("precision") == "fp8" and fields.get("fp8_attention"):
+        lines.append("- Attention runs in FP8 (`fp8_attention`): the q, k, v matrix product adds its bias and writes "
+                     "e4m3 with the static scale of the attention's input (`<layer>.attn` below, calibrated as the "
+                     "other inputs); q.k is an FP8 product with fp32 accumulation, the softmax is fp32 and p.v runs "
+                     "in fp16 with fp32 accumulation.")
     amax = calibration.get("amax", {})
     count = sum(len(v) if isinstance(v, list) else 1 for v in amax.values()) if isinstance(amax, dict) else 0
     lines += [f"- Recorded: {count} calibrated magnitudes (`amax`) in the engine's `engine.json`.", ""]

@@ -83,9 +83,10 @@ DEFAULT_MODELS = ("minilm-l6-qa", "large", "minilm-l6")
 DEFAULT_PRECISIONS = ("fp16", "bf16", "fp8")
 DEFAULT_REQUIRE = "none"  # the proxy's figures are information; the real accuracy run is the gate
 CONFIG_SYSTEMS = ("H100", "H200")  # the systems whose configs' ladders ``--require configs`` reads
-ENGINE_OPTIONS = ("fp8_fast_accum", "fp8_gemms", "attention_kernel", "gelu_in_gemm", "fp8_residual")
+ENGINE_OPTIONS = ("fp8_fast_accum", "fp8_gemms", "attention_kernel", "gelu_in_gemm", "fp8_residual", "fp8_attention")
 """Config fields that change an engine's arithmetic, in the order a config's engine item names them."""
-FP8_ONLY_OPTIONS = ("fp8_fast_accum", "fp8_gemms", "fp8_residual")  # no effect on a 16-bit engine: left out of its item
+# no effect on a 16-bit engine: left out of its item
+FP8_ONLY_OPTIONS = ("fp8_fast_accum", "fp8_gemms", "fp8_residual", "fp8_attention")
 DEFAULT_FINETUNE_FEATURES = 4000
 DEFAULT_FINETUNE_EPOCHS = 2
 VARIANT_SEPARATORS = re.compile(r"[:;]")  # between a variant's NAME=VALUE pairs: ':' needs no shell quoting

@@ -84,6 +84,19 @@ class Setup:
         self.qkv, self.cu, self.bias = packed_batch(self.lengths, HEADS, HEAD_DIM, torch.float16, "cuda", 0, pad_rows)
         self.pad_rows = pad_rows
         self.config: Any = None  # the tile shape tuning picks (None: the kernel's default until it ran)
+        self.qkv8, self.qkv_scales = e4m3_qkv(self.qkv, self.bias)
+
+
+def e4m3_qkv(qkv: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, tuple[float, float, float]]:
+    """What an FP8 QKV GEMM with the bias in its epilogue would write: ``qkv + bias`` in e4m3, one scale per part
+    (q, k, v) from its own amax."""
+    from code.numerics.fp8 import E4M3, E4M3_MAX
+
+    x = (qkv.float() + bias.float()).view(qkv.shape[0], 3, -1)
+    scales = x.abs().amax(dim=(0, 2)) / E4M3_MAX
+    q8 = (x / scales[:, None]).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3).view(qkv.shape[0], -1)
+    a, b, c = scales.tolist()
+    return q8, (a, b, c)
 
 
 def check_correctness(s: Setup, details: dict[str, Any]) -> None:
@@ -139,6 +152,27 @@ def check_correctness(s: Setup, details: dict[str, Any]) -> None:
     run_case("fp8 out+bias", case(qkv, bias, fp8=True))
     run_case("fp8 out+bias q-bias-load", case(qkv, bias, A.AttentionConfig(64, 64, 4, 2, False), fp8=True))
 
+    def e4m3_case(qk_dot: bool) -> Callable[[], dict[str, Any]]:
+        """e4m3 in (the GEMM's bias included), e4m3 out: against float32 attention of the 16-bit qkv + bias (what
+        quantizing the input costs) and of the dequantized e4m3 qkv (the kernel's own arithmetic)."""
+
+        def fn() -> dict[str, Any]:
+            out = torch.full((qkv.shape[0], width), 3.0, device="cuda").to(E4M3)
+            A.varlen_attention(s.qkv8, s.cu, s.max_len, s.scale, HEADS, out=out, out_fp8_scale=FP8_SCALE,
+                               config=s.config, qkv_scales=s.qkv_scales, fp8_qk_dot=qk_dot)  # fmt: skip
+            torch.cuda.synchronize()
+            got = dequantize(out[:n], FP8_SCALE)
+            limit = E4M3_MAX * FP8_SCALE
+            ref = A.reference_attention(qkv, s.cu, s.scale, HEADS, bias)[:n].clamp(-limit, limit)
+            own = A.reference_attention(s.qkv8, s.cu, s.scale, HEADS, qkv_scales=s.qkv_scales)[:n]
+            return {"vs_ref": errors(got, ref), "vs_dequantized_ref": errors(got, own.clamp(-limit, limit)),
+                    "padding_untouched": bool((out[n:].float() == 3.0).all())}  # fmt: skip
+
+        return fn
+
+    run_case("e4m3 in, fp8 out (fp16 dots)", e4m3_case(False))
+    run_case("e4m3 in, fp8 out (FP8 q.k dot)", e4m3_case(True))
+
     def graph_replay() -> dict[str, Any]:
         """Capture with every sequence empty (as graphs.py does), replay with the real lengths."""
         cu = torch.zeros_like(s.cu)
@@ -176,7 +210,7 @@ def check_correctness(s: Setup, details: dict[str, Any]) -> None:
         if "error" in r:
             ROWS.append(f"  {name:<48} FAILED {r['error'][:80]}")
             continue
-        other = r.get("vs_fa2") or r.get("vs_fa2_quantized") or {}
+        other = r.get("vs_fa2") or r.get("vs_fa2_quantized") or r.get("vs_dequantized_ref") or {}
         fa = r.get("fa2_quantized_vs_ref") or r.get("fa2_vs_ref") or {}
         pad = r.get("padding_untouched", r.get("empty_untouched"))
         ROWS.append(
@@ -196,6 +230,11 @@ def run_tune(s: Setup, details: dict[str, Any]) -> None:
     details["best_config"] = str(s.config)
     ROWS.append(f"tune (bias, fp16 out; {details['tune_s']:.1f} s incl. compiles): ms per call")
     for cfg, ms in sorted(times.items(), key=lambda kv: kv[1]):
+        ROWS.append(f"  {str(cfg):<36} {ms:8.3f} ms  {s.flops / ms / 1e9:6.0f} TFLOP/s")
+    fp8_times = tune(HEADS, HEAD_DIM, torch.float16, "cuda", lengths=s.lengths, iterations=20, fp8_input=True)
+    details["tune_fp8_input_ms"] = {str(k): v for k, v in fp8_times.items()}
+    ROWS.append("tune (e4m3 in, FP8 q.k dot, fp16 out): ms per call")
+    for cfg, ms in sorted(fp8_times.items(), key=lambda kv: kv[1]):
         ROWS.append(f"  {str(cfg):<36} {ms:8.3f} ms  {s.flops / ms / 1e9:6.0f} TFLOP/s")
 
 
@@ -224,6 +263,14 @@ def run_timing(s: Setup, details: dict[str, Any]) -> None:
                                                  config=s.config),
         "ours +bias fp8 out": lambda: A.varlen_attention(
             qkv, cu, n, s.scale, HEADS, qkv_bias=bias, out=out8, out_fp8_scale=FP8_SCALE, config=s.config
+        ),
+        "ours e4m3 in, fp8 out": lambda: A.varlen_attention(
+            s.qkv8, cu, n, s.scale, HEADS, out=out8, out_fp8_scale=FP8_SCALE, config=s.config,
+            qkv_scales=s.qkv_scales,
+        ),
+        "ours e4m3 in, FP8 q.k, fp8 out": lambda: A.varlen_attention(
+            s.qkv8, cu, n, s.scale, HEADS, out=out8, out_fp8_scale=FP8_SCALE, config=s.config,
+            qkv_scales=s.qkv_scales, fp8_qk_dot=True,
         ),
         "ours +bias max_len=384": lambda: A.varlen_attention(qkv, cu, 384, s.scale, HEADS, qkv_bias=bias, out=out16,
                                                              config=s.config),

@@ -194,6 +194,12 @@ def check_accuracy(details: dict[str, Any], model: BertQA, count: int, calib_ama
         "packed fp8 bert-99 8b-resid": dict(
             dtype=torch.float16, fp8_amax=calib_amax, fast_accum=True, gelu_in_gemm=True, fp8_residual=True
         ),
+        "packed fp8 bert-99 8b-resid 8b-attn": dict(
+            dtype=torch.float16, fp8_amax=calib_amax, fast_accum=True, gelu_in_gemm=True, fp8_residual=True,
+            fp8_attention=True,
+        ),
+        "packed fp8 fast-accum 8b-attn": dict(dtype=torch.float16, fp8_amax=calib_amax, fast_accum=True,
+                                              fp8_attention=True),
     }
     for name, kw in variants.items():
         pm = PackedBert(m32, device="cuda", **kw)
@@ -309,14 +315,17 @@ def gemm_ceiling(details: dict[str, Any]) -> None:
 
 
 def profile_forward(details: dict[str, Any], model: BertQA, calib_amax: dict[str, float], out_dir: Path) -> None:
-    """Per-kernel GPU time of one packed forward at ~85k tokens (512 samples of mean length): fp16 (bert-99.9's
-    engine), plain fp8, and fp8 with fast accumulation and the GELU epilogue (bert-99's engine)."""
+    """Per-kernel GPU time of one packed forward at ~85k tokens (512 samples of mean length): fp16, plain fp8, fp8
+    with fast accumulation and the GELU epilogue, and that with the e4m3 residual and FP8 attention (the H200's
+    first bert-99 engine)."""
     from torch.profiler import ProfilerActivity, profile
 
     feats = BertFeatures.synthetic(512, seed=4)
     ids, seg, mask = feats.gather(np.arange(512))
     for prec, kw in (("fp16", {}), ("fp8", {"fp8_amax": calib_amax}),
-                     ("fp8_bert99", {"fp8_amax": calib_amax, "fast_accum": True, "gelu_in_gemm": True})):
+                     ("fp8_bert99", {"fp8_amax": calib_amax, "fast_accum": True, "gelu_in_gemm": True}),
+                     ("fp8_bert99_attention", {"fp8_amax": calib_amax, "fast_accum": True, "gelu_in_gemm": True,
+                                               "fp8_residual": True, "fp8_attention": True})):
         pm = PackedBert(model, torch.float16, "cuda", **kw)
         with torch.inference_mode():
             run_packed(pm, ids, seg, mask)
@@ -335,7 +344,7 @@ def profile_forward(details: dict[str, Any], model: BertQA, calib_amax: dict[str
 def forward_variants(amax: dict[str, float]) -> dict[str, dict[str, Any]]:
     """The fast path's switches, each as PackedBert keyword arguments (``--variants`` picks by name). ``fp8[...]``
     names the GEMMs in FP8 (the others 16-bit); ``gelu-in-gemm``: bias + tanh GELU in w1's GEMM epilogue;
-    ``fp8-residual``: the residual stream kept as e4m3."""
+    ``fp8-residual``: the residual stream kept as e4m3; ``fp8-attention``: e4m3 q, k, v and an FP8 q.k dot."""
     triton = {"attention": "triton"}
     fused = {**triton, "gelu_in_gemm": True}
 
@@ -356,6 +365,13 @@ def forward_variants(amax: dict[str, float]) -> dict[str, dict[str, Any]]:
         ),
         "fp8 triton-attn fast-accum": fp8(ALL_FP8_GEMMS, **triton, fast_accum=True),
         "fp8 triton-attn fast-accum fp8-residual": fp8(ALL_FP8_GEMMS, **triton, fast_accum=True, fp8_residual=True),
+        "fp8 triton-attn gelu-in-gemm fast-accum fp8-residual fp8-attention": fp8(
+            ALL_FP8_GEMMS, **fused, fast_accum=True, fp8_residual=True, fp8_attention=True
+        ),
+        "fp8 triton-attn gelu-in-gemm fast-accum fp8-attention": fp8(
+            ALL_FP8_GEMMS, **fused, fast_accum=True, fp8_attention=True
+        ),
+        "fp8 triton-attn fast-accum fp8-attention": fp8(ALL_FP8_GEMMS, **triton, fast_accum=True, fp8_attention=True),
         "fp8[qkv] gelu-in-gemm": fp8("qkv", **fused),
         "fp8[qkv+wo] gelu-in-gemm": fp8("qkv+wo", **fused),
         "fp8[w1] gelu-in-gemm": fp8("w1", **fused),

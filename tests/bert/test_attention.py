@@ -107,6 +107,45 @@ def test_fp8_output_close(attention):
     assert close.float().mean().item() >= (1.0 if CUDA else 0.95)
 
 
+@pytest.mark.parametrize("fp8_qk_dot", [False, True])
+def test_e4m3_input(attention, fp8_qk_dot):
+    """An FP8 QKV GEMM's e4m3 output (bias included), one scale per part: the kernel equals float32 attention over
+    the dequantized q, k, v (its products are exact: e4m3 values are fp16 values), with q.k as a 16-bit or an FP8
+    dot, fp16 or e4m3 out, and leaves padding rows alone."""
+    heads, head_dim = 2, 64
+    qkv, cu, bias, n = _case(attention, head_dim, heads=heads)
+    scales = (0.02, 0.03, 0.01)  # q, k, v: values up to ~4 / scale, inside e4m3's range
+    part = torch.tensor(scales, device=DEVICE).repeat_interleave(heads * head_dim)
+    qkv8 = ((qkv.float() + bias.float()) / part).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    ref = attention.reference_attention(qkv8, cu, head_dim**-0.5, heads, qkv_scales=scales)
+    out = torch.full((qkv.shape[0], heads * head_dim), SENTINEL, dtype=torch.float16, device=DEVICE)
+    attention.varlen_attention(qkv8, cu, 100, head_dim**-0.5, heads, out=out, qkv_scales=scales,
+                               fp8_qk_dot=fp8_qk_dot)  # fmt: skip
+    torch.testing.assert_close(out[:n].float(), ref[:n], atol=2e-3, rtol=2e-3)
+    assert bool((out[n:] == SENTINEL).all()), "padding rows were written"
+    # within the input's e4m3 rounding of the attention of the 16-bit q, k, v with their bias
+    exact = attention.reference_attention(qkv, cu, head_dim**-0.5, heads, bias)
+    assert float((out[:n].float() - exact[:n]).norm() / exact[:n].norm()) < 2 ** -4
+    out8 = attention.varlen_attention(qkv8, cu, 100, head_dim**-0.5, heads, out_fp8_scale=4 / E4M3_MAX,
+                                      qkv_scales=scales, fp8_qk_dot=fp8_qk_dot)  # fmt: skip
+    assert out8.dtype == E4M3
+    close = ((out8[:n].float() * 4 / E4M3_MAX) - ref[:n]).abs() <= ref[:n].abs() * 2.0**-4 + 2e-2
+    assert close.float().mean().item() >= (1.0 if CUDA else 0.95)  # see test_fp8_output_close
+
+
+def test_e4m3_input_refusals(attention):
+    qkv, cu, bias, _ = _case(attention, 32)
+    qkv8 = qkv.to(E4M3)
+    with pytest.raises(ValueError, match="qkv_scales go with an e4m3 qkv"):
+        attention.varlen_attention(qkv8, cu, 100, 0.125, 2)
+    with pytest.raises(ValueError, match="qkv_scales go with an e4m3 qkv"):
+        attention.varlen_attention(qkv, cu, 100, 0.125, 2, qkv_scales=(1.0, 1.0, 1.0))
+    with pytest.raises(ValueError, match="carries its bias already"):
+        attention.varlen_attention(qkv8, cu, 100, 0.125, 2, qkv_bias=bias, qkv_scales=(1.0, 1.0, 1.0))
+    with pytest.raises(ValueError, match="fp8_qk_dot needs an e4m3 qkv"):
+        attention.varlen_attention(qkv, cu, 100, 0.125, 2, fp8_qk_dot=True)
+
+
 @pytest.mark.skipif(not CUDA, reason="Triton's interpreter computes bf16 tl.dot wrongly (raw bits)")
 def test_bf16(attention):
     qkv, cu, bias, n = _case(attention, 64, dtype=torch.bfloat16)

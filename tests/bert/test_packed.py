@@ -209,6 +209,24 @@ def test_fp8_residual_emulation(tiny_fp8):
             PackedBert(model, torch.float32, "cpu", fp8_residual=True, **bad)
 
 
+def test_fp8_attention_emulation(tiny_fp8):
+    """fp8_attention rounds the QKV GEMM's output (bias included) to e4m3 with the calibrated scale of the attention's
+    input: other logits than the FP8 engine without it, as close to float32 (here the two roundings' noise nearly
+    cancels: the same distance within 10%), within one e4m3 rounding's relative error also beside the e4m3 residual;
+    read with a scale calibrated 16x too narrow (q, k, v saturate) much further. It needs an FP8 qkv GEMM."""
+    model, amax, rel_error = tiny_fp8
+    plain = rel_error(fp8_amax=amax)
+    attention = rel_error(fp8_amax=amax, fp8_attention=True)
+    assert attention != plain and abs(attention - plain) < 0.1 * plain, (plain, attention)
+    both = rel_error(fp8_amax=amax, fp8_attention=True, fp8_residual=True, gelu_in_gemm=True)
+    assert both < E4M3_REL_ERROR
+    narrow = {name: value / 16 if name.endswith(".attn") else value for name, value in amax.items()}
+    assert rel_error(fp8_amax=narrow, fp8_attention=True) > 2 * attention
+    for bad in ({}, {"fp8_amax": amax, "fp8_gemms": "wo+w1+w2"}):
+        with pytest.raises(ValueError, match="qkv in fp8_gemms"):
+            PackedBert(model, torch.float32, "cpu", fp8_attention=True, **bad)
+
+
 def test_add_ln_reads_an_fp8_residual():
     """TorchOps.add_ln with an e4m3 residual equals the 16-bit path fed the dequantized residual, writes only what
     is asked, and refuses a residual whose dtype and scale disagree."""

@@ -78,7 +78,7 @@ class PytorchBertBackend:
         spec = cls.engine_spec(config, context)
         kernels = PackedKernels(fp8_fast_accum=config["fp8_fast_accum"], fp8_gemms=config["fp8_gemms"],
                                 attention_kernel=config["attention_kernel"], gelu_in_gemm=config["gelu_in_gemm"],
-                                fp8_residual=config["fp8_residual"])
+                                fp8_residual=config["fp8_residual"], fp8_attention=config["fp8_attention"])
         return PytorchOptions(engine_dir=context.engines_dir / engine_key(spec), engine_spec=spec,
                               device=context.device, cpu_threads=context.cpu_threads, fast_path=config["fast_path"],
                               max_batch_size=config["gpu_batch_size"], num_workers=config["num_workers"],

@@ -129,6 +129,16 @@ def _attend_block(
 
 
 @triton.jit
+def _widen_kv(k, v, QKV_FP8: tl.constexpr, QK_FP8_DOT: tl.constexpr):
+    """e4m3 K/V tiles to fp16 for the 16-bit dots (K stays e4m3 for an FP8 q.k dot); 16-bit tiles as they are."""
+    if QKV_FP8:
+        v = v.to(tl.float16)
+        if not QK_FP8_DOT:
+            k = k.to(tl.float16)
+    return k, v
+
+
+@triton.jit
 def _prefetch_rows(base, rows, stride, LINES: tl.constexpr):
     """``prefetch.global.L2`` of ``LINES`` 128-byte lines (64 16-bit values each) of each row in ``rows``: a hint
     that holds no registers and that nothing waits for."""
@@ -147,6 +157,7 @@ def _varlen_attention_kernel(
     stride_qkv,
     stride_out,
     qk_scale,
+    v_scale,
     inv_out_scale,
     NUM_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -156,6 +167,8 @@ def _varlen_attention_kernel(
     Q_BIAS_IN_SCORES: tl.constexpr,
     OUT_FP8: tl.constexpr,
     PREFETCH_KV: tl.constexpr,
+    QKV_FP8: tl.constexpr,
+    QK_FP8_DOT: tl.constexpr,
 ):
     m_block = tl.program_id(0)
     seq = tl.program_id(1)
@@ -179,7 +192,9 @@ def _varlen_attention_kernel(
             _prefetch_rows(v_base, rows, stride_qkv, (HEAD_DIM + 63) // 64)
     row_ok = offs_m < seqlen
     q = tl.load(q_base + offs_m[:, None] * stride_qkv + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-    dtype = qkv_ptr.dtype.element_ty
+    if QKV_FP8 and not QK_FP8_DOT:  # e4m3 values are exact in fp16: the dots see the GEMM's rounding only
+        q = q.to(tl.float16)
+    dtype = tl.float16 if QKV_FP8 else qkv_ptr.dtype.element_ty
     bq_mat = tl.zeros([HEAD_DIM, 16], dtype=dtype)  # unused unless Q_BIAS_IN_SCORES
     if HAS_BIAS:
         b_q = tl.load(bias_ptr + head * HEAD_DIM + offs_d)
@@ -196,6 +211,7 @@ def _varlen_attention_kernel(
     for n in tl.range(0, n_full, BLOCK_N):
         k = tl.load(k_base + n * stride_qkv + kv_offs)
         v = tl.load(v_base + n * stride_qkv + kv_offs)
+        k, v = _widen_kv(k, v, QKV_FP8, QK_FP8_DOT)
         acc, m_i, l_i = _attend_block(
             q, k, v, acc, m_i, l_i, qk_scale, BLOCK_N, bq_mat, BLOCK_N, False, Q_BIAS_IN_SCORES
         )
@@ -204,9 +220,10 @@ def _varlen_attention_kernel(
         kv_ok = offs_n[:, None] < valid
         k = tl.load(k_base + n_full * stride_qkv + kv_offs, mask=kv_ok, other=0.0)
         v = tl.load(v_base + n_full * stride_qkv + kv_offs, mask=kv_ok, other=0.0)
+        k, v = _widen_kv(k, v, QKV_FP8, QK_FP8_DOT)
         acc, m_i, l_i = _attend_block(q, k, v, acc, m_i, l_i, qk_scale, valid, bq_mat, BLOCK_N, True, Q_BIAS_IN_SCORES)
 
-    o = acc * (1.0 / l_i)[:, None]
+    o = acc * (v_scale / l_i)[:, None]
     if HAS_BIAS:  # v's bias: the probabilities of a row sum to 1
         b_v = tl.load(bias_ptr + 2 * NUM_HEADS * HEAD_DIM + head * HEAD_DIM + offs_d).to(tl.float32)
         o += b_v[None, :]
@@ -219,8 +236,10 @@ def _varlen_attention_kernel(
 
 
 def _check(qkv: Tensor, cu_seqlens: Tensor, num_heads: int) -> int:
-    if qkv.dim() != 2 or qkv.dtype not in (torch.float16, torch.bfloat16) or qkv.stride(1) != 1:
-        raise ValueError(f"qkv must be a row-major fp16/bf16 [T, 3*H*D] matrix, got {qkv.dtype} {tuple(qkv.shape)}")
+    if qkv.dim() != 2 or qkv.dtype not in (torch.float16, torch.bfloat16, E4M3) or qkv.stride(1) != 1:
+        raise ValueError(
+            f"qkv must be a row-major fp16/bf16/e4m3 [T, 3*H*D] matrix, got {qkv.dtype} {tuple(qkv.shape)}"
+        )
     head_dim, rest = divmod(qkv.shape[1], 3 * num_heads)
     if rest or head_dim < 16 or head_dim > 128 or head_dim & (head_dim - 1):
         raise ValueError(f"head_dim {qkv.shape[1]}/(3*{num_heads}) must be a power of two in 16..128")
@@ -239,6 +258,8 @@ def varlen_attention(
     out: Tensor | None = None,
     out_fp8_scale: float | None = None,
     config: AttentionConfig | None = None,
+    qkv_scales: tuple[float, float, float] | None = None,
+    fp8_qk_dot: bool = False,
 ) -> Tensor:
     """softmax(q k^T * scale) v for each packed sequence of the fused QKV GEMM output.
 
@@ -249,12 +270,24 @@ def varlen_attention(
     or e4m3 ``clamp(o / out_fp8_scale, -448, 448)`` when ``out_fp8_scale`` is given. Rows past ``cu_seqlens[-1]``
     are not written (a new output's are uninitialized). ``config``: tile shape (the caller's model keeps the one
     ``tuning.tune`` chose); default ``DEFAULT_CONFIG``. No host sync: safe inside CUDA graph capture once compiled.
+
+    e4m3 ``qkv`` (an FP8 QKV GEMM's output, bias added in its epilogue): ``qkv_scales`` = (q, k, v) dequantization
+    scales, no ``qkv_bias``; the tiles are widened to fp16 for both dots, or q.k runs as an FP8 dot
+    (``fp8_qk_dot``); a 16-bit output is fp16.
     """
     head_dim = _check(qkv, cu_seqlens, num_heads)
     if not scale > 0:
         raise ValueError(f"scale must be > 0, got {scale}")  # the kernel scales row maxima by it
+    qkv_fp8 = qkv.dtype == E4M3
+    if qkv_fp8 != (qkv_scales is not None):
+        raise ValueError("qkv_scales go with an e4m3 qkv and only with it")
+    if qkv_fp8 and qkv_bias is not None:
+        raise ValueError("an e4m3 qkv carries its bias already (the GEMM's epilogue adds it): pass no qkv_bias")
+    if fp8_qk_dot and not qkv_fp8:
+        raise ValueError("fp8_qk_dot needs an e4m3 qkv")
+    sq, sk, sv = qkv_scales or (1.0, 1.0, 1.0)
     width = num_heads * head_dim
-    out_dtype = E4M3 if out_fp8_scale else qkv.dtype
+    out_dtype = E4M3 if out_fp8_scale else (torch.float16 if qkv_fp8 else qkv.dtype)
     if out is None:
         out = torch.empty((qkv.shape[0], width), dtype=out_dtype, device=qkv.device)
     elif out.shape != (qkv.shape[0], width) or out.dtype != out_dtype or out.stride(1) != 1:
@@ -273,7 +306,8 @@ def varlen_attention(
         out,
         qkv.stride(0),
         out.stride(0),
-        scale * LOG2E,
+        scale * LOG2E * sq * sk,
+        sv,
         1.0 / out_fp8_scale if out_fp8_scale else 1.0,
         NUM_HEADS=num_heads,
         HEAD_DIM=head_dim,
@@ -283,6 +317,8 @@ def varlen_attention(
         Q_BIAS_IN_SCORES=qkv_bias is not None and cfg.q_bias_in_scores,
         OUT_FP8=bool(out_fp8_scale),
         PREFETCH_KV=cfg.prefetch_kv,
+        QKV_FP8=qkv_fp8,
+        QK_FP8_DOT=fp8_qk_dot,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
@@ -290,15 +326,23 @@ def varlen_attention(
 
 
 def reference_attention(
-    qkv: Tensor, cu_seqlens: Tensor, scale: float, num_heads: int, qkv_bias: Tensor | None = None
+    qkv: Tensor,
+    cu_seqlens: Tensor,
+    scale: float,
+    num_heads: int,
+    qkv_bias: Tensor | None = None,
+    qkv_scales: tuple[float, float, float] | None = None,
 ) -> Tensor:
-    """The definition, in float32: bias added, then one ``scaled_dot_product_attention`` per sequence. Returns float32
-    ``[T, H*D]``; rows of no sequence are zero."""
+    """The definition, in float32: bias added (or an e4m3 ``qkv`` dequantized with ``qkv_scales``), then one
+    ``scaled_dot_product_attention`` per sequence. Returns float32 ``[T, H*D]``; rows of no sequence are zero."""
     rows = qkv.shape[0]
     head_dim = qkv.shape[1] // (3 * num_heads)
     x = qkv.float()
     if qkv_bias is not None:
         x = x + qkv_bias.float()
+    if qkv_scales is not None:
+        part_scales = torch.tensor(qkv_scales, dtype=torch.float32, device=qkv.device)
+        x = (x.view(rows, 3, -1) * part_scales[:, None]).view(rows, -1)
     q, k, v = x.view(rows, 3, num_heads, head_dim).unbind(1)
     out = torch.zeros(rows, num_heads, head_dim, dtype=torch.float32, device=qkv.device)
     cu = cu_seqlens.tolist()

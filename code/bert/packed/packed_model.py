@@ -24,9 +24,11 @@ from torch import Tensor
 from code.bert.model import BertQA
 from code.bert.packed.layernorm_args import check_ln_args
 from code.bert.packed.packing import layout_words, pack_into
-from code.numerics.fp8 import Fp8Linear, dequantize, quantize
+from code.numerics.fp8 import Fp8Linear, dequantize, quantize, scale_from_amax
 
 GEMM_INPUTS = ("qkv", "wo", "w1", "w2")  # calibration points: the input of each FP8 GEMM of a layer
+# and one more per layer: the attention's input, the QKV GEMM's output with its bias (its e4m3 scale with fp8_attention)
+ATTENTION_INPUT = "attn"
 ALL_FP8_GEMMS = "+".join(GEMM_INPUTS)
 ATTENTION_KERNELS = ("flash", "triton", "sdpa")
 
@@ -44,8 +46,9 @@ def parse_fp8_gemms(text: str) -> frozenset[str]:
 
 
 def calibration_names(num_layers: int) -> list[str]:
-    """Names of the activation scales an FP8 engine stores, e.g. ``3.w1`` (input of layer 3's first FFN GEMM)."""
-    return [f"{i}.{g}" for i in range(num_layers) for g in GEMM_INPUTS]
+    """Names of the activation scales an FP8 engine stores, e.g. ``3.w1`` (input of layer 3's first FFN GEMM) and
+    ``3.attn`` (input of layer 3's attention)."""
+    return [f"{i}.{g}" for i in range(num_layers) for g in (*GEMM_INPUTS, ATTENTION_INPUT)]
 
 
 class TorchOps:
@@ -137,6 +140,7 @@ class PackedLayer:
         fast_accum: bool,
         fp8_gemms: frozenset[str],
         gelu_in_gemm: bool,
+        fp8_attention: bool = False,
     ) -> None:
         def get(name: str) -> Tensor:
             return state[prefix + name].to(device=device, dtype=dtype).contiguous()
@@ -157,6 +161,22 @@ class PackedLayer:
         self.gelu_gemm: Callable[[Tensor | None, Tensor | None], Tensor] | None = (
             self._gelu_gemm() if gelu_in_gemm else None
         )
+        self.attn_scale: float | None = None
+        self.qkv_e4m3: Callable[[Tensor], Tensor] | None = None
+        if fp8_attention:
+            self.attn_scale = scale_from_amax(amax[f"{index}.{ATTENTION_INPUT}"])
+            self.qkv_e4m3 = self._qkv_e4m3_gemm(self.attn_scale)
+
+    def _qkv_e4m3_gemm(self, out_scale: float) -> Callable[[Tensor], Tensor]:
+        """The QKV GEMM of an FP8 attention: e4m3 in, bias in the epilogue, e4m3 out with the attention input's
+        static scale (one cuBLASLt call on CUDA; off CUDA the same arithmetic in float32, rounded once)."""
+        qkv = self.fp8["qkv"]
+        if qkv.weight_q.is_cuda:
+            from code.bert.packed.cublaslt import LtGemm
+
+            return LtGemm(qkv.weight_q, self.bqkv, weight_scale=qkv.weight_scale, act_scale=qkv.act_scale,
+                          out_scale=out_scale, fast_accum=qkv.fast_accum)  # fmt: skip
+        return lambda xq: quantize(qkv(xq).float() + self.bqkv.float(), out_scale)
 
     def _gelu_gemm(self) -> Callable[[Tensor | None, Tensor | None], Tensor] | None:
         """``w1`` with bias + GELU (tanh form) in its GEMM's epilogue, as ``(x, xq) -> w2's input``; None where the
@@ -221,6 +241,9 @@ class PackedBert:
     four GEMMs in FP8): the residual stream between LayerNorms is kept only as the next GEMM's e4m3 input, so each
     add + LayerNorm reads an 8-bit residual and writes one 8-bit copy instead of a 16-bit one and an 8-bit one (the
     last layer still writes 16 bits for the QA head); rounds the residual to e4m3 48 times per forward.
+    ``fp8_attention`` (FP8 engines with ``qkv`` in FP8): the QKV GEMM adds its bias and writes e4m3 with the
+    calibrated scale of the attention's input (``{layer}.attn``), and attention reads 8-bit q, k, v and runs q.k on
+    FP8 tensor cores (p.v in fp16: the kernel widens v); one more e4m3 rounding per layer.
     """
 
     def __init__(
@@ -235,6 +258,7 @@ class PackedBert:
         fp8_gemms: str = ALL_FP8_GEMMS,
         gelu_in_gemm: bool = False,
         fp8_residual: bool = False,
+        fp8_attention: bool = False,
     ) -> None:
         self.config = config = model.config
         self.device = torch.device(device)
@@ -251,6 +275,12 @@ class PackedBert:
                 f"fp8_gemms={ALL_FP8_GEMMS} (got {'fp8_gemms=' + fp8_gemms if self.fp8 else 'a 16-bit engine'})"
             )
         self.fp8_residual = fp8_residual
+        if fp8_attention and (not self.fp8 or "qkv" not in gemms):
+            raise ValueError(
+                "fp8_attention has the FP8 QKV GEMM write e4m3 for attention: it needs an FP8 engine with qkv in "
+                f"fp8_gemms (got {'fp8_gemms=' + fp8_gemms if self.fp8 else 'a 16-bit engine'})"
+            )
+        self.fp8_attention = fp8_attention
         if ops is None:
             if self.device.type == "cuda":
                 from code.bert.packed.kernels import TritonOps
@@ -264,6 +294,8 @@ class PackedBert:
             raise ValueError(f"attention={self.attention!r}: expected one of {', '.join(ATTENTION_KERNELS)}")
         if self.attention != "sdpa" and self.device.type != "cuda":
             raise ValueError(f"attention={self.attention} needs a CUDA device; on {self.device} use sdpa")
+        if fp8_attention and self.attention == "flash":
+            raise ValueError("fp8_attention reads e4m3 q, k, v, which only the triton kernel (sdpa off CUDA) takes")
         self.triton_attention: Callable[..., Tensor] | None = None
         # The Triton kernel's tile shape: None is its default; the runner sets the one tuning chose on this GPU.
         self.attention_config: Any = None
@@ -281,7 +313,8 @@ class PackedBert:
         )
         self.emb_ln = (get("embeddings.norm.weight"), get("embeddings.norm.bias"))
         self.layers = [
-            PackedLayer(state, f"layers.{i}.", dtype, self.device, fp8_amax, i, fast_accum, gemms, gelu_in_gemm)
+            PackedLayer(state, f"layers.{i}.", dtype, self.device, fp8_amax, i, fast_accum, gemms, gelu_in_gemm,
+                        fp8_attention)
             for i in range(config.num_layers)
         ]
         # The QA head runs in float32: 16-bit logits of magnitude ~10 are off by up to 2**-8 in their last bit, enough
@@ -296,24 +329,56 @@ class PackedBert:
         return self.layers[layer].input_scale("qkv") if layer < len(self.layers) else None
 
     def _attend(
-        self, layer: PackedLayer, x: Tensor | None, xq: Tensor | None, cu_seqlens: Tensor, max_len: int
+        self,
+        layer: PackedLayer,
+        x: Tensor | None,
+        xq: Tensor | None,
+        cu_seqlens: Tensor,
+        max_len: int,
+        observe: Callable[[Tensor], None] | None = None,
     ) -> tuple[Tensor | None, Tensor | None]:
         """QKV GEMM + attention -> (16-bit ``[T, hidden]`` or None, its FP8 copy for the output projection or
-        None)."""
+        None). ``observe`` (calibration) is shown the attention's input, the QKV GEMM's output with its bias."""
         cfg = self.config
         rows, heads = (x if x is not None else xq).shape[0], cfg.num_heads
         wo_scale = layer.input_scale("wo")
+        if layer.qkv_e4m3 is not None:
+            return self._attend_fp8(layer, xq, cu_seqlens, max_len, wo_scale)
         if self.triton_attention is not None:
             qkv = layer.matmul("qkv", x, xq)  # the bias is added by the attention kernel as it loads q, k, v
+            if observe is not None:
+                observe(qkv + layer.bqkv)
             a = self.triton_attention(
                 qkv, cu_seqlens, max_len, self.scale, heads, qkv_bias=layer.bqkv, out_fp8_scale=wo_scale,
                 config=self.attention_config,
             )
             return (None, a) if wo_scale else (a, None)
         qkv = layer.matmul("qkv", x, xq, layer.bqkv)
+        if observe is not None:
+            observe(qkv)
         q, k, v = qkv.view(rows, 3, heads, cfg.head_dim).unbind(1)
         attend = flash_varlen if self.attention == "flash" else sdpa_varlen
         a = attend(q, k, v, cu_seqlens, max_len, self.scale).view(rows, cfg.hidden_size)
+        return a, (self.ops.quantize(a, wo_scale) if wo_scale else None)
+
+    def _attend_fp8(
+        self, layer: PackedLayer, xq: Tensor | None, cu_seqlens: Tensor, max_len: int, wo_scale: float | None
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """``_attend`` of an FP8 attention: the QKV GEMM writes e4m3 q, k, v (bias included) with the attention
+        input's scale; the Triton kernel runs q.k in FP8 and writes ``wo``'s input (e4m3 when ``wo`` runs in FP8).
+        Off CUDA: per-sequence SDPA over the dequantized q, k, v, the kernel's arithmetic in float32."""
+        if xq is None:
+            raise ValueError("fp8_attention's QKV GEMM runs in FP8 but got no FP8 input")
+        qkv8, s = layer.qkv_e4m3(xq), layer.attn_scale
+        if self.triton_attention is not None:
+            a = self.triton_attention(
+                qkv8, cu_seqlens, max_len, self.scale, self.config.num_heads, out_fp8_scale=wo_scale,
+                config=self.attention_config, qkv_scales=(s, s, s), fp8_qk_dot=True,
+            )  # fmt: skip
+            return (None, a) if wo_scale else (a, None)
+        rows, cfg = qkv8.shape[0], self.config
+        q, k, v = dequantize(qkv8, s).view(rows, 3, cfg.num_heads, cfg.head_dim).unbind(1)
+        a = sdpa_varlen(q, k, v, cu_seqlens, max_len, self.scale).view(rows, cfg.hidden_size).to(self.dtype)
         return a, (self.ops.quantize(a, wo_scale) if wo_scale else None)
 
     def _feed_forward(
@@ -366,7 +431,8 @@ class PackedBert:
         for i, layer in enumerate(self.layers):
             if x is not None:
                 observe(f"{i}.qkv", x)
-            a, aq = self._attend(layer, x, xq, cu_seqlens, max_len)
+            observe_attention = (lambda t, i=i: observe(f"{i}.{ATTENTION_INPUT}", t)) if observer is not None else None
+            a, aq = self._attend(layer, x, xq, cu_seqlens, max_len, observe_attention)
             if a is not None:
                 observe(f"{i}.wo", a)
             o = layer.matmul("wo", a, aq)

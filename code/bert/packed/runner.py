@@ -29,6 +29,7 @@ class PackedKernels:
     attention_kernel: str = "triton"  # "triton" (code/bert/packed/attention.py) | "flash" (torch FA2 varlen)
     gelu_in_gemm: bool = False  # bias + tanh GELU in w1's GEMM epilogue (off: erf-GELU kernel)
     fp8_residual: bool = False  # fp8, every GEMM in FP8: the residual stream kept as e4m3 (off: 16-bit)
+    fp8_attention: bool = False  # fp8, qkv in FP8: e4m3 q, k, v and an FP8 q.k dot (off: 16-bit q, k, v)
 
 
 class _Context:
@@ -82,13 +83,16 @@ class PackedRunner:
             attention=kernels.attention_kernel,
             gelu_in_gemm=kernels.gelu_in_gemm,
             fp8_residual=kernels.fp8_residual,
+            fp8_attention=kernels.fp8_attention,
         )
         if kernels.attention_kernel == "triton":
             from code.bert.packed.tuning import fastest, tune
 
             # Pick the attention kernel's tile shape on a realistic batch once, before any graph is captured.
             cfg = model.config
-            self.model.attention_config = fastest(tune(cfg.num_heads, cfg.head_dim, dtype, device))
+            self.model.attention_config = fastest(
+                tune(cfg.num_heads, cfg.head_dim, dtype, device, fp8_input=kernels.fp8_attention)
+            )
         self.max_batch = max(1, max_batch)
         self.max_tokens = round_up(self.max_batch * MAX_SEQ_LENGTH, TOKEN_ALIGN)
         self.max_words = layout_words(self.max_tokens, self.max_batch)

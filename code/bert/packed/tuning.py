@@ -33,6 +33,7 @@ def tune(
     with_bias: bool = True,
     out_fp8_scale: float | None = None,
     candidates: list[attention.AttentionConfig] | None = None,
+    fp8_input: bool = False,
 ) -> dict[attention.AttentionConfig, float]:
     """Time each candidate config on a realistic packed batch. Returns ``{config: ms per call}`` (``inf`` for a
     config that failed, e.g. out of shared memory at a large head_dim); ``fastest`` picks the winner, which the
@@ -42,14 +43,18 @@ def tune(
     BERT-large holds). Each
     config is launched once (compiles it), then timed with CUDA events over ``iterations`` calls, three times; the
     median of the three counts. The batch (~0.5 GB of qkv at BERT-large) is larger than L2, as in the model.
-    Call before capturing CUDA graphs: it compiles and synchronizes.
+    Call before capturing CUDA graphs: it compiles and synchronizes. ``fp8_input``: time the kernel an FP8
+    attention runs (e4m3 q, k, v without a bias, the FP8 q.k dot) instead.
     """
     if torch.device(device).type != "cuda":
         raise ValueError(f"tune times CUDA kernels; got device {device}")
     lengths = lengths if lengths is not None else tuning_lengths()
     qkv, cu, bias = attention.packed_batch(lengths, num_heads, head_dim, dtype, device)
+    if fp8_input:  # O(1) values: unit scales keep them well inside e4m3's range
+        qkv, bias, with_bias = qkv.to(attention.E4M3), None, False
+    fp8_args = {"qkv_scales": (1.0, 1.0, 1.0), "fp8_qk_dot": True} if fp8_input else {}
     max_len = max(lengths, default=1)
-    out_dtype = attention.E4M3 if out_fp8_scale else dtype
+    out_dtype = attention.E4M3 if out_fp8_scale else (torch.float16 if fp8_input else dtype)
     out = torch.empty((qkv.shape[0], num_heads * head_dim), dtype=out_dtype, device=qkv.device)
     scale = 1.0 / math.sqrt(head_dim)
     results: dict[attention.AttentionConfig, float] = {}
@@ -66,6 +71,7 @@ def tune(
                 out=out,
                 out_fp8_scale=out_fp8_scale,
                 config=cfg,
+                **fp8_args,
             )
 
         try:

@@ -132,13 +132,15 @@ def test_config_requirements_follow_the_h100_h200_ladders():
     assert set(TARGET_BARS) == {"bert-99", "bert-99.9"}
     assert TARGET_BARS["bert-99"] == 0.995 and TARGET_BARS["bert-99.9"] == 0.9995
     values = {"precision": "fp16", "fp8_fast_accum": True, "fp8_gemms": "w1", "attention_kernel": "flash",
-              "fp8_residual": False}
+              "fp8_residual": False, "fp8_attention": True}
     assert gate.engine_item(values | {"gelu_in_gemm": False}) == "fp16:attention_kernel=flash"
     fp8 = {"precision": "fp8", "fp8_fast_accum": True, "fp8_gemms": "qkv+wo+w1+w2", "attention_kernel": "triton",
-           "fp8_residual": False}
+           "fp8_residual": False, "fp8_attention": False}
     assert gate.engine_item(fp8 | {"gelu_in_gemm": True}) == "fp8:fp8_fast_accum=true:gelu_in_gemm=true"
     assert (gate.engine_item(fp8 | {"gelu_in_gemm": True, "fp8_residual": True})
             == "fp8:fp8_fast_accum=true:gelu_in_gemm=true:fp8_residual=true")
+    assert (gate.engine_item(fp8 | {"gelu_in_gemm": True, "fp8_residual": True, "fp8_attention": True})
+            == "fp8:fp8_fast_accum=true:gelu_in_gemm=true:fp8_residual=true:fp8_attention=true")
 
 
 def _gated_row(candidate_f1: float, bar: Bar | None, gated: bool = True) -> findings.Row:

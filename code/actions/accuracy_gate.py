@@ -31,6 +31,7 @@ from code.common.benchmarks import BenchmarkError, load_benchmark
 from code.common.config import ResolvedConfig
 from code.common.constants import TestMode
 from code.common.devices import release_cached_gpu_memory
+from code.common.fields import FIELDS
 from code.common.inputs import checkpoint_identity
 from code.common.ladder import Rung, engine_fields, engine_values, same_engine
 from code.common.log import get_logger
@@ -82,9 +83,13 @@ class GatePlan:
         return f"{self.config.benchmark_name} {self.config.scenario.value}"
 
 
-def _given(config: ResolvedConfig) -> str:
+def _given(config: ResolvedConfig, overrides: dict[str, Any]) -> str:
+    """The engine fields RUN_ARGS give, as flags: the ladder's first, then any other (``--fp8_attention`` beside a
+    ladder whose rungs never set it), so the line names the whole engine that runs."""
+    names = [*config.engine_given,
+             *(name for name in overrides if FIELDS[name].engine and name not in config.engine_given)]
     return " ".join(f"--{name}={str(config[name]).lower() if isinstance(config[name], bool) else config[name]}"
-                    for name in config.engine_given)
+                    for name in names)
 
 
 def _missed(misses: list[EngineMiss]) -> str:
@@ -113,8 +118,9 @@ def plan(config: ResolvedConfig, overrides: dict[str, Any], clear_stale: bool = 
     names = ", ".join(rung.name for rung in ladder)
     if config.engine_given:
         engine = f"{config.rung.name}, " if config.rung else ""
-        return _resolved(gate_plan, config.rung, "skipped", f"{engine}given in RUN_ARGS ({_given(config)}): the "
-                         f"engine ladder ({names}) and its accuracy gate are skipped")
+        given = _given(config, overrides)
+        return _resolved(gate_plan, config.rung, "skipped", f"{engine}given in RUN_ARGS ({given}): the engine ladder "
+                         f"({names}) and its accuracy gate are skipped")
     first = ladder[0]
     try:
         inputs = load_benchmark(config.benchmark).describe_inputs(config, TestMode.PerformanceOnly)

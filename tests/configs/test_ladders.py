@@ -137,8 +137,10 @@ def test_the_shipped_gpu_ladders_start_with_fp8_and_end_with_a_16_bit_engine(sys
                 ("bert", AccuracyTarget.k_99_9): ["fp8-fast-accum", "fp8", "fp16"],
                 ("gptj", AccuracyTarget.k_99): ["fp8-fast-accum", "fp8", "fp8-gemms", "bf16"],
                 ("gptj", AccuracyTarget.k_99_9): ["fp8-fast-accum", "fp8", "fp8-gemms", "bf16"]}
-    if system.startswith("H200") and scenario is not Scenario.SingleStream:  # where the e4m3 residual is measured
-        expected[("bert", AccuracyTarget.k_99)] = ["fp8-residual", "fp8-fast-accum", "fp16"]
+    if system.startswith("H200"):  # where FP8 attention and the e4m3 residual are measured
+        expected[("bert", AccuracyTarget.k_99)] = (["fp8-attention", "fp8-fast-accum", "fp16"]
+                                                   if scenario is Scenario.SingleStream else
+                                                   ["fp8-attention", "fp8-residual", "fp8-fast-accum", "fp16"])
     for (name, target), names in expected.items():
         benchmark = Benchmark(name)
         config = resolve(system, benchmark=benchmark, scenario=scenario, target=target)
@@ -179,8 +181,8 @@ def test_an_engine_field_a_lower_rung_cannot_take_is_refused_up_front():
         resolve("H100_SXM_80GBx1", {"fp8_residual": True})
     whole = resolve("H100_SXM_80GBx1", {"precision": "fp8", "fp8_fast_accum": True, "fp8_residual": True})
     assert whole.rung.name == "fp8-fast-accum" and whole["fp8_residual"] is True  # named whole: the ladder skipped
-    first = resolve("H200_SXM_141GBx1", {})  # where a rung sets it, the ladder starts there as usual
-    assert first.rung.name == "fp8-residual" and first["fp8_residual"] is True
+    first = resolve("H200_SXM_141GBx1", {})  # where rungs set it, the ladder starts there as usual
+    assert first.rung.name == "fp8-attention" and first["fp8_residual"] is True
 
 
 @pytest.mark.parametrize("benchmark", [Benchmark.BERT, Benchmark.GPTJ])
@@ -193,3 +195,29 @@ def test_fast_accumulation_without_fp8_gemms_is_refused_with_the_fix(benchmark):
     chosen = resolve("H200_SXM_141GBx1", {"precision": "fp8", "kv_cache_dtype": "fp8", "fp8_fast_accum": True},
                      benchmark=Benchmark.GPTJ)
     assert chosen.rung.name == "fp8-fast-accum" and chosen["gpu_batch_size"] == 256
+
+
+def test_fp8_attention_without_an_fp8_qkv_gemm_is_refused_with_the_fix():
+    """fp8_attention has the FP8 QKV GEMM write e4m3 for the triton kernel: without an FP8 qkv GEMM (or with the
+    flash kernel) there is nothing to write it, and the error names the fix."""
+    named = {"precision": "fp8", "fp8_fast_accum": True, "fp8_attention": True}
+    for wrong in ({"fp8_gemms": "wo+w1+w2"}, {"attention_kernel": "flash"}):
+        with pytest.raises(FieldError, match=r"--fp8_attention = True has the FP8 QKV GEMM write e4m3 for the triton "
+                                             r"attention kernel: add --precision=fp8, qkv in --fp8_gemms and "
+                                             r"--attention_kernel=triton"):
+            resolve("H100_SXM_80GBx1", named | wrong)
+    chosen = resolve("H100_SXM_80GBx1", named)
+    assert chosen["fp8_attention"] is True and chosen.rung.name == "fp8-fast-accum"
+
+
+def test_the_engine_line_names_every_engine_field_run_args_give():
+    """RUN_ARGS naming an engine whole may set engine fields the ladder's rungs never set (--fp8_attention beside
+    H100's SingleStream ladder): the line that says which engine runs names them too, not only the rung's."""
+    from code.actions.accuracy_gate import plan
+
+    overrides = {"precision": "fp8", "fp8_fast_accum": True, "fp8_residual": True, "fp8_attention": True}
+    config = resolve("H100_SXM_80GBx1", overrides, scenario=Scenario.SingleStream)
+    summary = plan(config, overrides).config.engine_choice["summary"]
+    assert summary == ("fp8-fast-accum, given in RUN_ARGS (--precision=fp8 --fp8_fast_accum=true --fp8_residual=true "
+                       "--fp8_attention=true): the engine ladder (fp8-fast-accum, fp16) and its accuracy gate are "
+                       "skipped")

@@ -181,7 +181,7 @@ QUANTIZED = {
     "bert": ("the input and the weight of the matrix products `{gemms}` of each of the {layers} encoder layers (`qkv`: "
              "the fused Q, K, V projection; `wo`: the attention output; `w1`, `w2`: the feed-forward network). "
              "Attention itself (softmax of QK^T, times V), LayerNorm, GELU, the residual adds, the embeddings and "
-             "the QA head stay in fp16."),
+             "the QA head stay in fp16, unless the engine's entry below says otherwise."),
     "gptj": ("the input and the weight of both matrix products of each of the {layers} decoder layers: `w_in` = "
              "[QKV projection; MLP fc_in] on the LayerNorm's output, and `w_out` = [attention output; MLP fc_out] "
              "on their concatenated inputs. Attention, rotary embedding, GELU, LayerNorm, the embedding and the LM "
@@ -234,9 +234,9 @@ def calibration_entry(test: TestRun) -> tuple[list[str], list[str]]:
                      "add reads it from there; the last layer's output stays 16-bit for the QA head.")
     if fields.get("precision") == "fp8" and fields.get("fp8_attention"):
         lines.append("- Attention runs in FP8 (`fp8_attention`): the q, k, v matrix product adds its bias and writes "
-                     "e4m3 with the static scale of the attention's input (`<layer>.attn` below, calibrated as the "
-                     "other inputs); q.k is an FP8 product with fp32 accumulation, the softmax is fp32 and p.v runs "
-                     "in fp16 with fp32 accumulation.")
+                     "e4m3 with the static scale of the attention's input (`<layer>.attn` in the engine's `amax`, "
+                     "calibrated as the other inputs); q.k is an FP8 product with fp32 accumulation, the softmax is "
+                     "fp32 and p.v runs in fp16 with fp32 accumulation.")
     amax = calibration.get("amax", {})
     count = sum(len(v) if isinstance(v, list) else 1 for v in amax.values()) if isinstance(amax, dict) else 0
     lines += [f"- Recorded: {count} calibrated magnitudes (`amax`) in the engine's `engine.json`.", ""]
@@ -258,7 +258,8 @@ def write_calibration(tree: Path, tests: list[TestRun]) -> list[str]:
              "calibration set, observed in a 16-bit forward of the model (`make generate_engines`; no kernel "
              "reduces over a tensor at run time).",
              "- Products accumulate in fp32 (unless an engine below says fast accumulation) and are written in 16 "
-             "bits; everything else runs in 16 bits (unless an engine below says its residual stream is FP8).",
+             "bits; everything else runs in 16 bits (unless an engine below says its residual stream or its "
+             "attention is FP8).",
              "- Rounding is to nearest even; values beyond the calibrated range saturate.", ""]
     problems: list[str] = []
     for test in sorted(fp8, key=lambda t: (t.benchmark, t.scenario)):

@@ -1,4 +1,4 @@
-"""Time cuBLASLt's candidate algorithms for BERT-large's GEMMs against the kernels torch picks (run on a GPU).
+"""Time cuBLASLt's candidate algorithms for BERT-large's (or GPT-J's) GEMMs against the kernels torch picks (GPU).
 
 Why: in the profile of the packed forward the ``w1`` GEMMs with the bias + GELU epilogue (16-bit and FP8) run
 below the plain GEMMs' rate (figures: documentation/performance.md). Both are cuBLASLt's first heuristic guess
@@ -9,6 +9,10 @@ keeps cuBLASLt's first guess because inside a full forward a tuned choice is no 
 documentation/notes/bert_gpu_notes.md).
 
     python3 scripts/gpu/check_gemm_algos.py --out build/bench/gemm_algos.json [--tokens 85296] [--candidates 16]
+    python3 scripts/gpu/check_gemm_algos.py --model gptj --tokens 1024,4096 --out build/bench/gemm_gptj.json
+
+``--model gptj``: the in-flight engine's two FP8 GEMMs per layer at the given row counts (decode steps: 4 rows per
+slot), with and without the bias epilogue, against ``torch._scaled_mm`` (the engine's call).
 """
 
 from __future__ import annotations

@@ -169,8 +169,8 @@ def test_run_args_that_name_the_engine_skip_the_ladder(repo, tmp_path):
     assert not (logs / "gate").exists() and not tuned.exists()  # no accuracy run, nothing stored
     engine = metadata(logs / "LadderBox" / "bert-99" / "Offline")["engine"]
     assert (engine["engine"], engine["gate"]) == ("exact", "skipped")
-    assert ("      engine: exact, given in RUN_ARGS (--oracle_shift=0): the engine ladder (shifted, exact) and its "
-            "accuracy gate are skipped") in done.stdout
+    assert ("      engine: exact, given in RUN_ARGS (--oracle_shift=0 --backend=oracle): the engine ladder (shifted, "
+            "exact) and its accuracy gate are skipped") in done.stdout
     assert "GATE bert-99: the accuracy gate of a real submission is the AccuracyOnly run on the real checkpoint and " \
            "data set, not this run (RUN_ARGS chose the engine: the ladder's gate was skipped)" in done.stdout
 

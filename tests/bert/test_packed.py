@@ -295,6 +295,25 @@ def test_fp8_engine_round_trip_and_stale_checks(tmp_path):
         load_engine(tmp_path / "e", EngineSpec("tiny", "fp16", "random", seed=1), "cpu")
 
 
+def test_an_fp8_engine_without_the_attention_inputs_is_rebuilt(tmp_path):
+    """An fp8 engine calibrated before the attention inputs (``<layer>.attn``) were recorded is refused with a
+    message that says so, and ``ensure_engine`` (what ``make run`` and ``make generate_engines`` call) rebuilds it."""
+    from code.bert.backends.pytorch_engine import ensure_engine
+
+    spec = EngineSpec("tiny", "fp8", "random")
+    build_engine(spec, tmp_path / "e", device="cpu")
+    path = tmp_path / "e" / MANIFEST
+    older = json.loads(path.read_text())
+    older["calibration"]["amax"] = {k: v for k, v in older["calibration"]["amax"].items() if not k.endswith(".attn")}
+    path.write_text(json.dumps(older))
+    with pytest.raises(EngineError, match=r"calibrated by an earlier version of this harness.*0\.attn.*rebuild it"):
+        load_engine(tmp_path / "e", spec, "cpu")
+    assert ensure_engine(spec, tmp_path / "e") is True
+    amax = json.loads(path.read_text())["calibration"]["amax"]
+    assert sorted(amax) == sorted(calibration_names(TINY.num_layers))
+    assert ensure_engine(spec, tmp_path / "e") is False  # current now: kept
+
+
 def test_fp8_engine_defaults_to_synthetic_calibration(tmp_path):
     spec = EngineSpec("tiny", "fp8", "random")
     build_engine(spec, tmp_path / "e", device="cpu")

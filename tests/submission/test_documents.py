@@ -32,12 +32,13 @@ def test_paths_of_this_machine_become_relative_or_their_last_part(tmp_path):
     assert host_paths(tmp_path) == [f"measurements/README.md: {tmp_path}/logs"]
 
 
-def _fp8_test(engine: Path, folder: Path, fp8_residual: bool = False) -> TestRun:
+def _fp8_test(engine: Path, folder: Path, fp8_residual: bool = False, fp8_attention: bool = False) -> TestRun:
     """The metadata.json fields the write-up reads, as an FP8 run of bert-99 Offline writes them."""
     metadata = {"round": "v5.0",
                 "config": {"benchmark": "bert-99", "fields": {"backend": "pytorch", "precision": "fp8",
                                                               "fp8_gemms": "qkv+wo+w1+w2", "fp8_fast_accum": True,
-                                                              "fp8_residual": fp8_residual}},
+                                                              "fp8_residual": fp8_residual,
+                                                              "fp8_attention": fp8_attention}},
                 "provenance": {"engine": str(engine)}, "result": {"complete": True}}
     return TestRun(folder, "H100_SXM_80GBx1", "bert-99", "Offline", TestMode.PerformanceOnly, RunRecord(metadata))
 
@@ -60,10 +61,13 @@ def test_calibration_write_up_reads_the_engines_record(tmp_path, calibrated_on):
     engine = build_engine(EngineSpec("tiny", "fp8", "random"), tmp_path / "engine", calibration=calibration,
                           device=torch.device("cpu"))
     tree = tmp_path / "tree"
-    residual = calibrated_on == "synthetic"  # one case each way: the e4m3 residual stream is written up when used
-    problems = write_calibration(tree, [_fp8_test(engine, tmp_path / "run", fp8_residual=residual)])
+    # one case each way: the e4m3 residual stream and FP8 attention are written up when used
+    residual = calibrated_on == "synthetic"
+    problems = write_calibration(tree, [_fp8_test(engine, tmp_path / "run", fp8_residual=residual,
+                                                  fp8_attention=residual)])
     text = (tree / CALIBRATION_DOC).read_text()
     assert ("The residual stream is stored only in FP8 (`fp8_residual`)" in text) is residual
+    assert ("Attention runs in FP8 (`fp8_attention`)" in text) is residual
     manifest = json.loads((engine / "engine.json").read_text())
     assert f"## bert-99 Offline: engine `{manifest['engine_key']}`" in text
     assert "`s = max|W| / 448`" in text and "`s = amax / 448`" in text

@@ -7,10 +7,10 @@ An engine is a folder:
   it is an unfinished build.
 - ``weights.safetensors``: for a real checkpoint, the weights already converted to our names and cast to the
   engine's storage dtype (fp16 for fp8 engines), so a run loads them without the conversion and strict checks.
-- for ``precision="fp8"``, the manifest's ``calibration``: the max magnitude of every FP8 GEMM's input over the
-  calibration features (the MLPerf calibration list when the real data set is present, else synthetic features:
-  ``source`` says which), from which the GPU path derives its static activation scales. Weights are quantized when
-  the engine loads (per tensor, deterministic).
+- for ``precision="fp8"``, the manifest's ``calibration``: the max magnitude of every FP8 GEMM's input and of every
+  attention's input (read with ``fp8_attention``) over the calibration features (the MLPerf calibration list when
+  the real data set is present, else synthetic features: ``source`` says which), from which the GPU path derives
+  its static activation scales. Weights are quantized when the engine loads (per tensor, deterministic).
 
 For ``checkpoint="random"`` only the manifest is stored and the weights are re-drawn from the seed at load: they
 are deterministic, and skipping a 1.3 GB write keeps the embedded CPU default fast.
@@ -260,7 +260,9 @@ def check_engine(engine_dir: Path, expected: EngineSpec, run_args: str | None = 
 
 
 def _check_calibration(engine_dir: Path, calibration: Any, config: BertConfig, hint: str) -> None:
-    """An fp8 engine must hold a finite, positive input magnitude for every FP8 GEMM of the model."""
+    """An fp8 engine must hold a finite, positive magnitude for every calibration point of the model (each FP8 GEMM's
+    input, each attention's input). One built by a harness that recorded fewer points is refused with the same
+    rebuild hint: ``make run`` and ``make generate_engines`` rebuild it themselves."""
     from code.bert.packed.packed_model import calibration_names
 
     if not isinstance(calibration, dict) or not isinstance(calibration.get("amax"), dict):
@@ -269,6 +271,9 @@ def _check_calibration(engine_dir: Path, calibration: Any, config: BertConfig, h
     names = calibration_names(config.num_layers)
     missing = [n for n in names if n not in amax]
     bad = [n for n in names if n in amax and not (isinstance(amax[n], int | float) and 0 < amax[n] < float("inf"))]
+    if missing and not bad and all(n.endswith(".attn") for n in missing):
+        raise EngineError(f"fp8 engine {engine_dir} was calibrated by an earlier version of this harness, which did "
+                          f"not record the attention inputs' magnitudes ({missing[0]}, ...): rebuild it. {hint}")
     if missing or bad:
         raise EngineError(f"fp8 engine {engine_dir} has an incomplete calibration (missing {missing[:4]}, not "
                           f"positive and finite {bad[:4]}). {hint}")

@@ -20,7 +20,7 @@ output in place and:
   flight per SM, hence tiles that fit in <= 128 registers (4 programs of 4 warps per SM) and the optional
   ``prefetch_kv``: before loading q, ask L2 for all of the sequence's K/V rows, so the loop's copies hit L2.
 - **Softmax** online (flash attention), in float32 with ``exp2``: ``scale * log2(e)`` is folded into one multiply of
-  the scores. P is cast to the 16-bit input dtype for the PV dot, as flash attention does.
+  the scores. P is cast to the 16-bit input dtype (fp16 for an e4m3 input) for the PV dot, as flash attention does.
 - **Bias** (``qkv_bias``, so the QKV GEMM needs no bias epilogue). k's bias only adds ``q . b_k`` to every score of
   a row, which softmax cancels exactly: it is not loaded at all. v's bias adds ``sum_j p_j b_v = b_v`` to each
   output row (a row's probabilities sum to 1): it is added once to the output, not to every V tile. q's bias, two
@@ -29,6 +29,11 @@ output in place and:
   (default); or added to q in float32 as q is loaded and rounded back to 16 bits (as if the GEMM had added it).
   The second makes q a computed value, which Triton feeds to wgmma from registers, not shared memory: 140
   registers instead of 115 (ptxas, sm_90a), 3 programs per SM instead of 4. ``tune`` measures both.
+- **e4m3 input** (``qkv_scales``: an FP8 QKV GEMM's output, its bias added in the GEMM's epilogue): q.k runs as an
+  FP8 dot (``fp8_qk_dot``; both operands are K-major as loaded, which FP8 wgmma needs) or on q and k widened to fp16;
+  v is widened to fp16 for the PV dot (FP8 wgmma would need v K-major, i.e. stored transposed). The q and k scales
+  fold into the score multiplier, v's into the output's. Half the bytes of each K/V tile: ~0.38 against ~0.49 ms
+  per layer at BERT-large's lengths on an H200 (documentation/performance.md).
 - **Output** 16-bit, or e4m3 ``clamp(o * (1 / out_fp8_scale), -448, 448)`` for an FP8 output projection: one multiply,
   clamp and cast at the store, the same arithmetic as ``kernels.TritonOps.quantize`` (the separate pass it
   replaces), from the float32 output (no 16-bit rounding first). Rows past ``cu_seqlens[-1]`` (padding) are never

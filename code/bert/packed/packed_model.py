@@ -26,7 +26,7 @@ from code.bert.packed.layernorm_args import check_ln_args
 from code.bert.packed.packing import layout_words, pack_into
 from code.numerics.fp8 import Fp8Linear, dequantize, quantize, scale_from_amax
 
-GEMM_INPUTS = ("qkv", "wo", "w1", "w2")  # calibration points: the input of each FP8 GEMM of a layer
+GEMM_INPUTS = ("qkv", "wo", "w1", "w2")  # calibration points: the input of each FP8 GEMM of a layer,
 # and one more per layer: the attention's input, the QKV GEMM's output with its bias (its e4m3 scale with fp8_attention)
 ATTENTION_INPUT = "attn"
 ALL_FP8_GEMMS = "+".join(GEMM_INPUTS)
@@ -169,14 +169,15 @@ class PackedLayer:
 
     def _qkv_e4m3_gemm(self, out_scale: float) -> Callable[[Tensor], Tensor]:
         """The QKV GEMM of an FP8 attention: e4m3 in, bias in the epilogue, e4m3 out with the attention input's
-        static scale (one cuBLASLt call on CUDA; off CUDA the same arithmetic in float32, rounded once)."""
+        static scale (one cuBLASLt call on CUDA; off CUDA the same arithmetic in float32, rounded once, to e4m3)."""
         qkv = self.fp8["qkv"]
         if qkv.weight_q.is_cuda:
             from code.bert.packed.cublaslt import LtGemm
 
             return LtGemm(qkv.weight_q, self.bqkv, weight_scale=qkv.weight_scale, act_scale=qkv.act_scale,
                           out_scale=out_scale, fast_accum=qkv.fast_accum)  # fmt: skip
-        return lambda xq: quantize(qkv(xq).float() + self.bqkv.float(), out_scale)
+        weight = dequantize(qkv.weight_q, qkv.weight_scale)
+        return lambda xq: quantize(dequantize(xq, qkv.act_scale) @ weight.t() + self.bqkv.float(), out_scale)
 
     def _gelu_gemm(self) -> Callable[[Tensor | None, Tensor | None], Tensor] | None:
         """``w1`` with bias + GELU (tanh form) in its GEMM's epilogue, as ``(x, xq) -> w2's input``; None where the
@@ -267,7 +268,7 @@ class PackedBert:
         if self.fp8:
             missing = sorted(set(calibration_names(config.num_layers)) - set(fp8_amax))
             if missing:
-                raise ValueError(f"FP8 needs an activation scale for every GEMM input; missing {missing[:4]}...")
+                raise ValueError(f"FP8 needs an activation scale for every calibration point; missing {missing[:4]}...")
         gemms = parse_fp8_gemms(fp8_gemms)
         if fp8_residual and (not self.fp8 or gemms != frozenset(GEMM_INPUTS)):
             raise ValueError(
@@ -375,7 +376,7 @@ class PackedBert:
                 qkv8, cu_seqlens, max_len, self.scale, self.config.num_heads, out_fp8_scale=wo_scale,
                 config=self.attention_config, qkv_scales=(s, s, s), fp8_qk_dot=True,
             )  # fmt: skip
-            return (None, a) if wo_scale else (a, None)
+            return (None, a) if wo_scale else (a.to(self.dtype), None)  # its 16-bit output is fp16
         rows, cfg = qkv8.shape[0], self.config
         q, k, v = dequantize(qkv8, s).view(rows, 3, cfg.num_heads, cfg.head_dim).unbind(1)
         a = sdpa_varlen(q, k, v, cu_seqlens, max_len, self.scale).view(rows, cfg.hidden_size).to(self.dtype)
@@ -410,7 +411,8 @@ class PackedBert:
     ) -> Tensor:
         """Float32 ``[T, 2]`` start/end logits of every packed row (rows past ``cu_seqlens[-1]`` are padding).
 
-        ``observer`` (16-bit engines only): collects each GEMM input's max magnitude over the first ``valid_rows``
+        ``observer`` (16-bit engines only): collects each calibration point's max magnitude (each GEMM's input, each
+        attention's input) over the first ``valid_rows``
         rows, the calibration an FP8 engine stores.
         """
         if observer is not None and self.fp8:
@@ -508,7 +510,8 @@ def collect_amax(
     dtype: torch.dtype,
     batch_size: int = 32,
 ) -> dict[str, float]:
-    """Max magnitude of every FP8 GEMM's input over the given features, run through the 16-bit packed model."""
+    """Max magnitude of every calibration point (``calibration_names``: each FP8 GEMM's input, each attention's input)
+    over the given features, run through the 16-bit packed model."""
     packed_model = PackedBert(model, dtype, device)
     observer: dict[str, Tensor] = {}
     for idx in batches(len(input_ids), batch_size):

@@ -71,13 +71,21 @@ def case_16bit(name: str, n: int, k: int, tokens: int, gelu: bool) -> tuple[LtGe
     return lt, lambda: F.linear(x, w), x
 
 
-def case_fp8(name: str, n: int, k: int, tokens: int, gelu: bool) -> tuple[LtGemm, Callable, torch.Tensor]:
+def fp8_operands(
+    n: int, k: int, tokens: int, dtype: torch.dtype, weight_std: float, bias: bool, fast_accum: bool = False
+) -> tuple[Fp8Linear, torch.Tensor, torch.Tensor | None]:
+    """A random FP8 GEMM (``dtype`` weight and output, the input's scale from its own amax), its quantized input and
+    its bias (None without ``bias``); seeded by the shape, so every candidate sees the same operands."""
     g = torch.Generator(device="cuda").manual_seed(n + k)
     x = torch.randn(tokens, k, generator=g, device="cuda")
-    w = (torch.randn(n, k, generator=g, device="cuda") * 0.03).half()
-    b = (torch.randn(n, generator=g, device="cuda") * 0.1).half()
-    lin = Fp8Linear(w, float(x.abs().max()), torch.float16)
-    xq = lin.quantize_input(x)
+    w = (torch.randn(n, k, generator=g, device="cuda") * weight_std).to(dtype)
+    b = (torch.randn(n, generator=g, device="cuda") * 0.1).to(dtype) if bias else None
+    lin = Fp8Linear(w, float(x.abs().max()), dtype, fast_accum=fast_accum)
+    return lin, lin.quantize_input(x), b
+
+
+def case_fp8(name: str, n: int, k: int, tokens: int, gelu: bool) -> tuple[LtGemm, Callable, torch.Tensor]:
+    lin, xq, b = fp8_operands(n, k, tokens, torch.float16, 0.03, bias=True)
     if gelu:  # writes e4m3 for w2: compare dequantized against the same GEMM's 16-bit output + torch's tanh GELU
         out_scale = 0.01
         lt = LtGemm(lin.weight_q, b, gelu=True, weight_scale=lin.weight_scale, act_scale=lin.act_scale,
@@ -95,12 +103,7 @@ def case_fp8(name: str, n: int, k: int, tokens: int, gelu: bool) -> tuple[LtGemm
 def case_gptj(name: str, n: int, k: int, tokens: int, bias: bool) -> tuple[LtGemm, Callable, torch.Tensor]:
     """A GPT-J decode GEMM as the in-flight engine runs it: e4m3 in, bf16 out, cuBLASLt fast accumulation, bias in
     the epilogue (torch's ``_scaled_mm``, the engine's call) or none (the bias folded into the next kernel)."""
-    g = torch.Generator(device="cuda").manual_seed(n + k)
-    x = torch.randn(tokens, k, generator=g, device="cuda")
-    w = (torch.randn(n, k, generator=g, device="cuda") * 0.02).bfloat16()
-    b = (torch.randn(n, generator=g, device="cuda") * 0.1).bfloat16() if bias else None
-    lin = Fp8Linear(w, float(x.abs().max()), torch.bfloat16, fast_accum=True)
-    xq = lin.quantize_input(x)
+    lin, xq, b = fp8_operands(n, k, tokens, torch.bfloat16, 0.02, bias, fast_accum=True)
     lt = LtGemm(lin.weight_q, b, weight_scale=lin.weight_scale, act_scale=lin.act_scale, out_dtype=torch.bfloat16,
                 fast_accum=True)  # fmt: skip
     return lt, lambda: lin(xq, b), xq

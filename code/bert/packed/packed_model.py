@@ -281,7 +281,6 @@ class PackedBert:
                 "fp8_attention has the FP8 QKV GEMM write e4m3 for attention: it needs an FP8 engine with qkv in "
                 f"fp8_gemms (got {'fp8_gemms=' + fp8_gemms if self.fp8 else 'a 16-bit engine'})"
             )
-        self.fp8_attention = fp8_attention
         if ops is None:
             if self.device.type == "cuda":
                 from code.bert.packed.kernels import TritonOps

@@ -47,9 +47,11 @@ class CPU_HighAccuracy(CPU):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 @on_gpu
 class H100_SXM_80GB(OfflineBaseConfig):
-    # fp8: 7,323 samples/s measured (7,432 with batches of 1,024, one run each), rounded up; fp16: the measured
-    # throughput, rounded (performance.md, H100 SXM, bert-99)
-    engine_ladder = bert_99_ladder(fp8={"offline_expected_qps": 7500.0}, fp16={"offline_expected_qps": 4900.0})
+    # FP8 attention over the e4m3 residual: 8,289-8,315 samples/s measured, rounded up; fp8: 7,323 (7,432 with
+    # batches of 1,024, one run each), rounded up; fp16: the measured throughput, rounded (performance.md, H100 SXM,
+    # bert-99). The e4m3 residual without FP8 attention is not measured on an H100, so it is no rung here.
+    engine_ladder = bert_99_ladder(fp8={"offline_expected_qps": 7500.0}, fp16={"offline_expected_qps": 4900.0},
+                                   fp8_attention={"offline_expected_qps": 8700.0})
     # Packed batches: 512 samples of mean length ~166 are ~85k tokens, enough to saturate the GEMMs; larger batches
     # double memory for no gain (performance.md). Two workers: one packs/unpacks while the other's batch runs.
     gpu_batch_size = 512

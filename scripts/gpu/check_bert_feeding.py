@@ -5,8 +5,9 @@ residual, FP8 attention and GELU in w1's epilogue) on the batches the core's bat
 from the loaded features, sorted longest first, cut into ``--batch`` samples), fed six ways:
 
 1. ``gpu``: the forwards back to back on one stream, inputs already on the GPU (the ceiling), for several queries:
-   each feature once, LoadGen's draw sorted and unsorted, every batch one feature repeated (a long run's sorted
-   query). A sustained BERT forward holds the GPU at its power limit, so each is timed after the clocks settled.
+   each feature once, LoadGen's draw sorted and unsorted, every batch copies of one feature (repeated rows at
+   their limit). A sustained BERT forward holds the GPU at its power limit, so each is timed after the clocks
+   settled.
 2. ``run x1``: ``PackedRunner.run`` from one thread (pack, one copy in, forward, one copy out, unpack).
 3. ``run xN``: the same from N threads at once, one context (stream, buffers) each: what the batcher's workers do.
 4. ``harness xN``: ``BertRunner.run_batch`` from N threads (gather from the features, run, pad to 384 tokens):

@@ -8,7 +8,8 @@ from the loaded features, sorted longest first, cut into ``--batch`` samples), f
    each feature once, LoadGen's draw sorted and unsorted, every batch copies of one feature (repeated rows at
    their limit). A sustained BERT forward holds the GPU at its power limit, so each is timed after the clocks
    settled.
-2. ``run x1``: ``PackedRunner.run`` from one thread (pack, one copy in, forward, one copy out, unpack).
+2. ``run x1``: ``PackedRunner.run`` from one thread (pack, one copy in, forward, one copy out, unpack), on inputs
+   gathered before the clock starts.
 3. ``run xN``: the same from N threads at once, one context (stream, buffers) each: what the batcher's workers do.
 4. ``harness xN``: ``BertRunner.run_batch`` from N threads (gather from the features, run, pad to 384 tokens):
    the whole Python side of a batch as the C++ core calls it, without LoadGen.
@@ -182,8 +183,10 @@ def sample_time_gaps(path: Path) -> None:
     first_issue = float(times.issued_s.min())
     ROWS.append(f"{path}: {len(done)} samples in {len(groups)} completions; first completion "
                 f"{(ends[0] - first_issue) * 1e3:.1f} ms after the first issue, last at {ends[-1] - first_issue:.2f} s")
-    ROWS.append(f"  samples/s over the test: {len(done) / (ends[-1] - first_issue):,.0f}; batch sizes "
-                f"{np.bincount(sizes).nonzero()[0].tolist()[:6]}")
+    common = np.unique(sizes, return_counts=True)
+    top = sorted(zip(common[1].tolist(), common[0].tolist(), strict=True), reverse=True)[:3]
+    ROWS.append(f"  samples/s over the test: {len(done) / (ends[-1] - first_issue):,.0f}; commonest batch sizes "
+                f"{[size for _, size in top]}")
     if len(gaps):
         per_token_us = gaps / np.maximum(tokens[1:], 1) * 1e6
         ROWS.append(f"  completion spacing ms: median {np.median(gaps) * 1e3:.1f}, "
@@ -197,7 +200,7 @@ def sample_time_gaps(path: Path) -> None:
 QUERIES = {
     # name: (samples drawn with replacement, sorted longest first, every batch one feature repeated)
     "distinct sorted": (False, True, False),
-    "loadgen sorted": (True, True, False),  # a 20 s test: each loaded sample ~16 times, copies side by side
+    "loadgen sorted": (True, True, False),  # the default query draws each loaded feature ~1.5 times
     "loadgen unsorted": (True, False, False),
     "one feature per batch": (True, True, True),  # a 600 s run: ~500 copies of each sample, a batch of one
 }
@@ -214,7 +217,8 @@ def make_query(name: str, features: BertFeatures, samples: int, batch: int, load
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("."))
-    parser.add_argument("--distinct", type=int, default=10833, help="features LoadGen draws from (SQuAD's)")
+    parser.add_argument("--loaded", type=int, default=10833, help="features LoadGen's draws come from (SQuAD's "
+                        "count); the distinct query takes --samples features of its own")
     parser.add_argument("--samples", type=int, default=16384, help="samples of the Offline query")
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--threads", default="2")
@@ -247,34 +251,36 @@ def main() -> None:
     details["amax"] = manifest["calibration"]["amax"]
     switches = {k: True for k in args.kernels.split(",") if k}
     runner = PackedRunner(model, manifest, "fp8", args.batch, max(threads), True, 16384, PackedKernels(**switches))
-    features = BertFeatures.synthetic(max(args.distinct, args.samples), seed=7)
+    features = BertFeatures.synthetic(max(args.loaded, args.samples), seed=7)
     harness = BertRunner(features, _Backend(runner))
 
-    def run_one(b: np.ndarray) -> None:
-        runner.run(*features.gather(b))
+    def run_one(inputs: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        runner.run(*inputs)
 
-    queries = {name: make_query(name, features, args.samples, args.batch, args.distinct) for name in QUERIES}
+    queries = {name: make_query(name, features, args.samples, args.batch, args.loaded) for name in QUERIES}
     loadgen = queries["loadgen sorted"]
-    threaded(run_one, loadgen[:4], max(threads))  # every context's first batch, untimed
+    threaded(run_one, [features.gather(b) for b in loadgen[:4]], max(threads))  # warm-up batches, untimed
     gpu_only(runner, features, loadgen)  # the clocks settle at the power limit before any timed mode
     modes: dict[str, tuple[str, float, int]] = {}  # mode -> (query, seconds, samples)
     for name, batches in queries.items():
         timed = batches * args.passes
         modes[f"gpu, {name}"] = (name, gpu_only(runner, features, timed), sum(len(b) for b in timed))
     timed = loadgen * args.passes
+    gathered = [features.gather(b) for b in timed]
     count = sum(len(b) for b in timed)
-    modes["run x1, loadgen sorted"] = ("loadgen sorted", threaded(run_one, timed, 1), count)
+    for n in sorted({1, *threads}):
+        modes[f"run x{n}, loadgen sorted"] = ("loadgen sorted", threaded(run_one, gathered, n), count)
     for n in threads:
-        modes[f"run x{n}, loadgen sorted"] = ("loadgen sorted", threaded(run_one, timed, n), count)
         modes[f"harness x{n}, loadgen sorted"] = ("loadgen sorted", threaded(harness.run_batch, timed, n), count)
     modes["gpu, loadgen sorted (again)"] = ("loadgen sorted", gpu_only(runner, features, timed), count)
     rates = {k: samples / seconds for k, (_, seconds, samples) in modes.items()}
+    query_of = {k: query for k, (query, _, _) in modes.items()}
     # one batch of mixed lengths (~the mean), timed after the GPU idled: 10 forwards (~0.6 s) and 200 (~12 s)
     middle = queries["loadgen unsorted"][0]
     for forwards in (10, 200):
         name = f"gpu, one batch x{forwards} after 5 s idle"
         rates[name] = gpu_burst(runner, features, middle, forwards, 5.0)
-        modes[name] = ("middle batch", 0.0, 0)
+        query_of[name] = "middle batch"
     lengths_of_middle = float(np.mean(features.lengths[middle]))
     lengths = {name: float(np.mean(features.lengths[np.concatenate(b)])) for name, b in queries.items()}
     lengths["middle batch"] = lengths_of_middle
@@ -282,14 +288,14 @@ def main() -> None:
     details["mean_length"] = lengths
     details["host_ms"] = host_costs(runner, features, loadgen[len(loadgen) // 4], 7)
     (args.out / "check_bert_feeding.json").write_text(json.dumps(details, indent=1))
-    ceiling = rates["gpu, loadgen sorted"]
+    tokens = {name: rate * lengths[query_of[name]] for name, rate in rates.items()}
+    ceiling = tokens["gpu, loadgen sorted"]  # tokens/s: the queries' mean lengths differ
     ROWS.append(f"=== check_bert_feeding {details['date']} {details['device']} torch {details['torch']}; "
-                f"{args.samples} samples x {args.passes} passes of {args.distinct} features, batches of "
+                f"{args.samples} samples x {args.passes} passes drawn from {args.loaded} features, batches of "
                 f"{args.batch}; kernels: {args.kernels}")
-    ROWS.append(f"  {'mode':<40}{'samples/s':>10}{'tokens/s':>12}{'of gpu':>8}")
+    ROWS.append(f"  {'mode':<40}{'samples/s':>10}{'tokens/s':>12}{'of gpu (tokens/s)':>19}")
     for name, rate in rates.items():
-        tokens = rate * lengths[modes[name][0]]
-        ROWS.append(f"  {name:<40}{rate:>10,.0f}{tokens:>12,.0f}{rate / ceiling:>8.1%}")
+        ROWS.append(f"  {name:<40}{rate:>10,.0f}{tokens[name]:>12,.0f}{tokens[name] / ceiling:>19.1%}")
     ROWS.append(f"  host ms per batch: {details['host_ms']}")
     print("\n".join(ROWS))
 

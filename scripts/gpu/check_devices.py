@@ -64,7 +64,7 @@ WORKLOADS: dict[str, str] = {
 RATES_PER_GPU: dict[str, dict[str, tuple[str, float]]] = {
     "H200": {"bert-offline": ("offline_expected_qps", 8500.0), "bert-server": ("server_target_qps", 6500.0),
              "gptj-offline": ("offline_expected_qps", 44.0), "gptj-server": ("server_target_qps", 28.0)},
-    "H100": {"bert-offline": ("offline_expected_qps", 8000.0), "bert-server": ("server_target_qps", 7000.0),
+    "H100": {"bert-offline": ("offline_expected_qps", 8700.0), "bert-server": ("server_target_qps", 7000.0),
              "gptj-offline": ("offline_expected_qps", 40.0), "gptj-server": ("server_target_qps", 30.0)},
 }
 RUN_TIMEOUT_S = 300  # one make run; a hung run must not cost the other runs of the call

@@ -15,6 +15,7 @@ Run on the device: ``PYTHONPATH=$PWD python3 scripts/gpu/check_bert_packed.py --
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from pathlib import Path
@@ -414,11 +415,46 @@ def check_fp8_gelu_gemm(details: dict[str, Any]) -> None:
     ROWS.append(f"cuBLASLt FP8 GELU_BIAS GEMM, fp16 output ({half.dtype}): rel {rel16:.2e} against tanh GELU")
 
 
+def gpu_reading() -> dict[str, float]:
+    """The current GPU's SM clock (MHz) and power draw (W) from ``nvidia-smi``; empty where it cannot say."""
+    import subprocess
+
+    try:
+        uuid = f"GPU-{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"
+        out = subprocess.run(["nvidia-smi", "-i", uuid, "--query-gpu=clocks.sm,power.draw",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+        clock, power = (float(v) for v in out.stdout.strip().split(","))
+    except Exception:  # noqa: BLE001 - the reading is information: no GPU, no nvidia-smi or output it cannot parse
+        return {}
+    return {"sm_mhz": clock, "watts": power}
+
+
+def sustained_ms(forward: Any, reps: int, sustain_s: float) -> tuple[float, dict[str, float]]:
+    """ms per forward once the clocks have settled: ``sustain_s`` of forwards first (a sustained BERT forward holds
+    the GPU at its power limit, below its top clock), then ``reps`` back to back, the clock and power read while they
+    run. A short timing from an idle GPU sees the top clock, which no LoadGen run keeps."""
+    until = time.perf_counter() + sustain_s
+    while time.perf_counter() < until:
+        for _ in range(4):
+            forward()
+        torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        forward()
+    end.record()
+    reading = gpu_reading()  # the forwards are queued and running now
+    end.synchronize()
+    return start.elapsed_time(end) / reps, reading
+
+
 def time_forward_variants(
-    details: dict[str, Any], model: BertQA, amax: dict[str, float], out_dir: Path, names: list[str], reps: int
+    details: dict[str, Any], model: BertQA, amax: dict[str, float], out_dir: Path, names: list[str], reps: int,
+    sustain_s: float = 0.0,
 ) -> None:
     """GPU time of one packed forward (512 mean-length samples, inputs already on the device) per variant, and the
-    top kernels of each from the profiler: which switch pays, before any LoadGen run."""
+    top kernels of each from the profiler: which switch pays, before any LoadGen run. ``sustain_s`` > 0 also times
+    each variant at the clocks a sustained run settles at (``sustained_ms``): the rate LoadGen can see."""
     from torch.profiler import ProfilerActivity, profile
 
     from code.bert.packed.packed_model import packed_tensors
@@ -463,9 +499,18 @@ def time_forward_variants(
                     torch.cuda.synchronize()
             ms = float(np.median(times))
             results[name] = {"ms_per_512": round(ms, 2), "samples_per_s": round(512 / ms * 1e3)}
+            sustained = ""
+            if sustain_s > 0:
+                with torch.inference_mode():
+                    forward = functools.partial(pm.forward, *tensors, max_len=packed.max_len)
+                    held, reading = sustained_ms(forward, reps, sustain_s)
+                results[name].update(sustained_ms_per_512=round(held, 2),
+                                     sustained_samples_per_s=round(512 / held * 1e3), **reading)
+                clock, watts = reading.get("sm_mhz", float("nan")), reading.get("watts", float("nan"))
+                sustained = f"; sustained {held:.2f} ms ({512 / held * 1e3:,.0f}/s) at {clock:.0f} MHz, {watts:.0f} W"
             table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=10, max_name_column_width=70)
             tables.append(f"== {name}: {ms:.2f} ms\n{table}")
-            ROWS.append(f"forward {name}: {ms:.2f} ms per 512 samples ({512 / ms * 1e3:,.0f}/s GPU only)")
+            ROWS.append(f"forward {name}: {ms:.2f} ms per 512 samples ({512 / ms * 1e3:,.0f}/s GPU only){sustained}")
             del pm
         except Exception as e:  # one broken variant must not hide the others
             results[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
@@ -483,6 +528,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--graph_max_tokens", type=int, default=16384)
     parser.add_argument("--skip", default="", help="comma list of: kernels,accuracy,timing,gemm,profile,variants")
+    parser.add_argument("--sustain_s", type=float, default=0.0, help="variants: also time each after this many "
+                        "seconds of forwards, at the clocks a sustained run settles at (0: only the short timing)")
     parser.add_argument("--variants", default="", help="comma list of forward_variants() names (default: all)")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -518,6 +565,7 @@ def main() -> None:
                 args.out,
                 [v for v in args.variants.split(",") if v] or list(forward_variants(amax)),
                 max(args.reps, 10),
+                args.sustain_s,
             ),
         ),
         (

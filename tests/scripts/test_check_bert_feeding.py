@@ -27,7 +27,9 @@ def test_a_distinct_query_takes_each_feature_once_longest_first(features):
 def test_loadgen_draws_repeat_loaded_features_and_sorting_keeps_the_draw(features):
     unsorted = np.concatenate(make_query("loadgen unsorted", features, 1000, 100, loaded=200))
     ordered = np.concatenate(make_query("loadgen sorted", features, 1000, 100, loaded=200))
-    assert unsorted.max() < 200 and len(np.unique(unsorted)) < len(unsorted)  # drawn with replacement
+    assert unsorted.max() < 200
+    few = np.concatenate(make_query("loadgen unsorted", features, 100, 50, loaded=600))
+    assert len(np.unique(few)) < 100  # drawn with replacement: 100 of 600 repeat some (a permutation would not)
     assert sorted(unsorted.tolist()) == sorted(ordered.tolist())
     assert np.all(np.diff(features.lengths[ordered]) <= 0)
     assert np.any(np.diff(features.lengths[unsorted]) > 0)

@@ -22,3 +22,22 @@ def test_help_names_the_sustained_timing():
                             env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True,
                             text=True, timeout=120, check=True)
     assert "--sustain_s" in result.stdout and "sustained run settles at" in " ".join(result.stdout.split())
+
+
+def test_the_reading_asks_nvidia_smi_for_this_gpu_and_parses_it(monkeypatch):
+    import subprocess as sp
+    from types import SimpleNamespace
+
+    asked = []
+
+    def fake_run(command, **_kwargs):
+        asked.append(command)
+        return SimpleNamespace(stdout="1485, 699.52\n")
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _d: SimpleNamespace(uuid="0f1e2d3c-aaaa"))
+    monkeypatch.setattr(sp, "run", fake_run)
+    assert gpu_reading() == {"sm_mhz": 1485.0, "watts": 699.52}
+    assert asked[0][:3] == ["nvidia-smi", "-i", "GPU-0f1e2d3c-aaaa"]
+    monkeypatch.setattr(sp, "run", lambda *_a, **_k: SimpleNamespace(stdout="[N/A], [N/A]\n"))
+    assert gpu_reading() == {}  # a field the driver cannot report

@@ -41,7 +41,7 @@ import torch
 from code.bert.benchmark import BertRunner
 from code.bert.dataset import BertFeatures
 from code.bert.model import BERT_CONFIGS, random_weights
-from code.bert.packed.packed_model import collect_amax, packed_tensors
+from code.bert.packed.packed_model import collect_amax, packed_tensors, upload_packed
 from code.bert.packed.packing import pack_into, unpack
 from code.bert.packed.runner import PackedKernels, PackedRunner
 from code.bert.squad import PAD_LOGIT
@@ -107,11 +107,8 @@ def gpu_only(runner: PackedRunner, features: BertFeatures, batches: list[np.ndar
     """Seconds of the forwards alone, back to back on one stream (inputs uploaded before the clock starts)."""
     uploaded = []
     for b in batches:
-        ids, seg, mask = features.gather(b)
-        buffer = np.empty(3 * int(mask.sum()) + 3 * 16 + len(b) + 1, dtype=np.int32)
-        packed = pack_into(buffer, ids, seg, mask)
-        uploaded.append((packed_tensors(buffer, packed.padded_total, packed.slots, runner.model.device),
-                         packed.max_len))
+        tensors, packed = upload_packed(*features.gather(b), runner.model.device)
+        uploaded.append((tensors, packed.max_len))
     torch.cuda.synchronize()
     with torch.inference_mode():
         start = time.perf_counter()
@@ -125,10 +122,7 @@ def gpu_burst(runner: PackedRunner, features: BertFeatures, batch: np.ndarray, f
               idle_s: float) -> float:
     """Samples/s of ``forwards`` forwards of one batch after ``idle_s`` of idle GPU: how a short timing (a profile,
     a kernel check) sees the clocks before the power limit pulls them down."""
-    ids, seg, mask = features.gather(batch)
-    buffer = np.empty(3 * int(mask.sum()) + 3 * 16 + len(batch) + 1, dtype=np.int32)
-    packed = pack_into(buffer, ids, seg, mask)
-    tensors = packed_tensors(buffer, packed.padded_total, packed.slots, runner.model.device)
+    tensors, packed = upload_packed(*features.gather(batch), runner.model.device)
     torch.cuda.synchronize()
     time.sleep(idle_s)
     with torch.inference_mode():

@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -417,8 +419,6 @@ def check_fp8_gelu_gemm(details: dict[str, Any]) -> None:
 
 def gpu_reading() -> dict[str, float]:
     """The current GPU's SM clock (MHz) and power draw (W) from ``nvidia-smi``; empty where it cannot say."""
-    import subprocess
-
     try:
         uuid = f"GPU-{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"
         out = subprocess.run(["nvidia-smi", "-i", uuid, "--query-gpu=clocks.sm,power.draw",
@@ -438,8 +438,6 @@ def sustained_ms(forward: Any, reps: int, sustain_s: float) -> tuple[float, dict
         for _ in range(4):
             forward()
         torch.cuda.synchronize()
-    import threading
-
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     reading: dict[str, float] = {}
     # read from the first timed forward on: nvidia-smi takes 50-300 ms to start, and the launch queue would hold the
@@ -464,8 +462,7 @@ def time_forward_variants(
     each variant at the clocks a sustained run settles at (``sustained_ms``): the rate LoadGen can see."""
     from torch.profiler import ProfilerActivity, profile
 
-    from code.bert.packed.packed_model import packed_tensors
-    from code.bert.packed.packing import pack_into
+    from code.bert.packed.packed_model import upload_packed
     from code.bert.packed.tuning import fastest, tune
 
     variants = forward_variants(amax)
@@ -474,9 +471,7 @@ def time_forward_variants(
         raise ValueError(f"unknown variants {unknown}; known: {list(variants)}")
     feats = BertFeatures.synthetic(512, seed=4)
     ids, seg, mask = feats.gather(np.arange(512))
-    buffer = np.empty(3 * int(mask.sum()) + 3 * 16 + 513, dtype=np.int32)
-    packed = pack_into(buffer, ids, seg, mask)
-    tensors = packed_tensors(buffer, packed.padded_total, packed.slots, torch.device("cuda"))
+    tensors, packed = upload_packed(ids, seg, mask, "cuda")
     try:
         check_fp8_gelu_gemm(details)
     except Exception as e:  # the variants that use it will fail with their own message too

@@ -475,6 +475,19 @@ def packed_tensors(
     return flat[:t], flat[t : 2 * t], flat[2 * t : 3 * t], flat[3 * t : words]
 
 
+def upload_packed(
+    input_ids: np.ndarray, segment_ids: np.ndarray, input_mask: np.ndarray, device: torch.device | str
+) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor], Any]:
+    """Pack one ``[B, S]`` batch into a host buffer of its own and copy it to ``device``: (the forward's four
+    inputs, the packing). The plain way, without the backend's pinned buffers (tests, calibration, checks)."""
+    from code.bert.packed.packing import PackedBatch
+
+    batch = input_mask.shape[0]
+    buffer = np.empty(3 * int(np.count_nonzero(input_mask)) + 3 * 16 + batch + 1, dtype=np.int32)
+    packed: PackedBatch = pack_into(buffer, input_ids, segment_ids, input_mask)
+    return packed_tensors(buffer, packed.padded_total, packed.slots, torch.device(device)), packed
+
+
 def run_packed(
     model: PackedBert,
     input_ids: np.ndarray,
@@ -484,12 +497,7 @@ def run_packed(
 ) -> tuple[np.ndarray, Any]:
     """Pack one ``[B, S]`` batch, run it and return (float32 ``[T, 2]`` logits on the host, the packing): the plain
     way, without the backend's pinned buffers, streams or graphs (tests, calibration, checks)."""
-    from code.bert.packed.packing import PackedBatch
-
-    batch = input_mask.shape[0]
-    buffer = np.empty(3 * int(np.count_nonzero(input_mask)) + 3 * 16 + batch + 1, dtype=np.int32)
-    packed: PackedBatch = pack_into(buffer, input_ids, segment_ids, input_mask)
-    tensors = packed_tensors(buffer, packed.padded_total, packed.slots, model.device)
+    tensors, packed = upload_packed(input_ids, segment_ids, input_mask, model.device)
     logits = model.forward(*tensors, max_len=packed.max_len, observer=observer, valid_rows=packed.total)
     return logits.cpu().numpy(), packed
 

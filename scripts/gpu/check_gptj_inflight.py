@@ -58,13 +58,15 @@ from code.numerics.fp8 import E4M3, quantize
 from scripts.gpu.steps import run_steps
 
 DECODE_SLOTS = 256  # the engine's FP8 batch (configs: gpu_batch_size)
-# decode_splits: today's launch first (the baseline of every speed-up), then SPLITS 2/4/8 at its tile, then a few
-# other tiles split 4 and 8 ways
+# decode_splits: today's launch first (the baseline of every speed-up), then SPLITS 2/4/8 at its tile, then one
+# program per (slot, head) with fewer warps (a 16-row tile split over 4 warps reduces each softmax row across warps
+# through shared memory) and other tiles and depths, then a few of those split 2 ways
 DECODE_SPLIT_CHOICES: list[dict[str, int]] = [
     {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1},
     *({"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": n} for n in (2, 4, 8)),
-    *({"KEYS": keys, "num_warps": warps, "num_stages": stages, "SPLITS": n}
-      for keys, warps, stages in ((32, 4, 4), (128, 8, 2)) for n in (4, 8)),
+    *({"KEYS": keys, "num_warps": warps, "num_stages": stages, "SPLITS": 1}
+      for warps in (1, 2) for keys in (32, 64, 128) for stages in (2, 3, 4)),
+    *({"KEYS": keys, "num_warps": 2, "num_stages": 3, "SPLITS": 2} for keys in (32, 64)),
 ]
 DEFAULT_VARIANTS = ("bf16/bf16/96/full,bf16/bf16/96/forced,bf16/fp8/96/full,fp8/fp8/96/full,fp8/fp8/192/full,"
                     "fp8/fp8/192/forced,fp8fast/fp8/192/full,fp8fast/fp8/192/forced")

@@ -10,7 +10,8 @@ Steps (each timed; a failing step does not stop the others; ``--steps`` picks so
   (relative error), and its time at full size against the bytes it must read (achieved bandwidth).
 - ``decode_splits``: the split (multi-block) decode attention at the engine's shape (256 slots of CNN/DailyMail-like
   prompts, generated counts drawn up to each sample's forced output length), bf16 and FP8 caches: today's kernel
-  (``SPLITS`` 1) against ``SPLITS`` 2/4/8 and a few tile choices (``DECODE_SPLIT_CHOICES``), each checked against
+  (``SPLITS`` 1) against ``SPLITS`` 2/4/8, one- and two-warp launches and other tiles and depths
+  (``DECODE_SPLIT_CHOICES``), each checked against
   the reference, timed (median), with its cache-read bandwidth and speed-up; and one split choice captured in a
   CUDA graph, whose replay must equal the eager call. Alone, well under 2 minutes:
   ``python3 -m scripts.gpu.check_gptj_inflight --out DIR --steps=decode_splits``.

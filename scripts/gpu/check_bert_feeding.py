@@ -162,25 +162,21 @@ def host_costs(runner: PackedRunner, features: BertFeatures, batch: np.ndarray, 
 def sample_time_gaps(path: Path) -> None:
     """Batch completions of a run: how far apart they are, against their tokens."""
     from code.harness.core import SampleTimes
+    from code.report.figures import batch_sizes
 
     times = SampleTimes.load(path)
-    done = times.completed_s
-    order = np.argsort(done, kind="stable")
-    done, lengths = done[order], (times.length[order] if times.length is not None else None)
-    # a batch's samples complete together (one QuerySamplesComplete call): split where the time jumps
-    edges = np.flatnonzero(np.diff(done) > 1e-4) + 1
-    groups = np.split(np.arange(len(done)), edges)
-    ends = np.array([done[g[-1]] for g in groups])
-    sizes = np.array([len(g) for g in groups])
-    tokens = np.array([int(lengths[g].sum()) for g in groups]) if lengths is not None else sizes
+    # a batch's samples share one completion time (one QuerySamplesComplete call), the rule of batch_sizes
+    ends, batch_of = np.unique(times.completed_s, return_inverse=True)
+    sizes = batch_sizes(times)
+    tokens = np.bincount(batch_of, weights=times.length).astype(np.int64) if times.length is not None else sizes
     gaps = np.diff(ends)
     first_issue = float(times.issued_s.min())
-    ROWS.append(f"{path}: {len(done)} samples in {len(groups)} completions; first completion "
+    ROWS.append(f"{path}: {len(times.completed_s)} samples in {len(ends)} completions; first completion "
                 f"{(ends[0] - first_issue) * 1e3:.1f} ms after the first issue, last at {ends[-1] - first_issue:.2f} s")
     common = np.unique(sizes, return_counts=True)
     top = sorted(zip(common[1].tolist(), common[0].tolist(), strict=True), reverse=True)[:3]
-    ROWS.append(f"  samples/s over the test: {len(done) / (ends[-1] - first_issue):,.0f}; commonest batch sizes "
-                f"{[size for _, size in top]}")
+    ROWS.append(f"  samples/s over the test: {len(times.completed_s) / (ends[-1] - first_issue):,.0f}; commonest "
+                f"batch sizes {[size for _, size in top]}")
     if len(gaps):
         per_token_us = gaps / np.maximum(tokens[1:], 1) * 1e6
         ROWS.append(f"  completion spacing ms: median {np.median(gaps) * 1e3:.1f}, "

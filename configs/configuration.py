@@ -28,13 +28,15 @@ import re
 import sys
 from typing import Any, ClassVar
 
+from code.common.capabilities import runnable_rungs
 from code.common.config import ConfigError, ResolvedConfig, WorkloadSetting, resolve_fields
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from code.common.cpu_features import BestCpuPrecision
 from code.common.fields import FIELDS, FieldError
+from code.common.gpu_models import REFERENCE, GpuModel
 from code.common.ladder import Ladder, Rung, check_ladder, engine_fields, given_engine_fields, matching_rung
 from code.common.paths import REPO_ROOT
-from code.common.systems import gpu_model_and_count
+from code.common.systems import gpu_model_and_count, gpu_model_for_system, this_machine
 from code.common.tuned import tuned_fields
 
 # ConfigError, ResolvedConfig and WorkloadSetting live in code/common/config.py; they are named here too because
@@ -44,6 +46,8 @@ __all__ = ["BenchmarkConfiguration", "ConfigError", "ConfigRegistry", "ResolvedC
 
 # Class attributes that identify a config rather than set a field.
 IDENTITY_ATTRIBUTES = ("benchmark", "scenario", "system")
+# Class attributes that say where values come from: a note per field (``estimate: ...``), the GPU model derived from.
+NOTE_ATTRIBUTES = ("value_notes", "gpu_model")
 LADDER_ATTRIBUTE = "engine_ladder"  # the engines the class may run, fastest first (code/common/ladder.py)
 # Suffixes of variant classes: H100_SXM_80GB_HighAccuracy configures H100_SXM_80GB, for bert-99.9.
 VARIANT_SUFFIX = re.compile(r"(_HighAccuracy|_MaxQ|_MaxP)+$")
@@ -78,6 +82,10 @@ class BenchmarkConfiguration(metaclass=_ConfigMeta):
     scenario: ClassVar[Scenario | None] = None
     system: ClassVar[str | None] = None  # default: the class name without variant suffixes
     engine_ladder: ClassVar[Ladder] = ()  # the engines it may run, fastest first; (): the class's own engine only
+    # field -> where its value comes from when not measured on this GPU model ("estimate: H100_SXM_80GB's measured
+    # rate x 0.39 ..."), shown beside the value by `make info`; set by the class that sets the value or its ladder
+    value_notes: ClassVar[dict[str, str]] = {}
+    gpu_model: ClassVar[GpuModel | None] = None  # a derived class's GPU model (configs/any_gpu.py)
 
     @classmethod
     def fields(cls) -> dict[str, Any]:
@@ -188,6 +196,14 @@ class ConfigRegistry:
         for name in names:
             if (benchmark, scenario, name, workload) in cls._classes:
                 return cls._classes[(benchmark, scenario, name, workload)]
+        gpu = system_gpu_model(system)
+        if gpu is not None and (benchmark, scenario, gpu.name, workload) in cls._classes:
+            return cls._classes[(benchmark, scenario, gpu.name, workload)]  # named by an alias (NVIDIA's spelling)
+        if gpu is not None and not any(key[:3] == (benchmark, scenario, gpu.name) for key in cls._classes) and (
+                benchmark, scenario, REFERENCE, workload) in cls._classes:
+            from configs.any_gpu import derived_class  # it imports this module
+
+            return derived_class(benchmark, scenario, workload, gpu)
         looked_for = system if len(names) == 1 else f"{system} (nor for its GPU model {names[1]})"
         for name in names:
             workloads = sorted(k[3].shortname() for k in cls._classes if k[:3] == (benchmark, scenario, name))
@@ -197,8 +213,8 @@ class ConfigRegistry:
         configured = sorted({k[2] for k in cls._classes if k[:2] == (benchmark, scenario)})
         raise ConfigError(
             f"no config for system {looked_for}, {benchmark.value}/{scenario.value}, {workload.shortname()}; "
-            f"configured: {', '.join(configured)} (a GPU model's class serves any count of it: <model>x<count>). "
-            f"Add yours with `make add_system` (writes a stub class into "
+            f"configured: {', '.join(configured)} (a GPU model's class serves any count of it: <model>x<count>; a model "
+            f"of code/common/gpu_models.py, or this machine's GPU, has a class derived from the GPU). Add yours with `make add_system` (writes a stub class into "
             f"configs/{benchmark.value}/{scenario.value}/custom.py), or pick one with --system_name"
         )
 
@@ -227,6 +243,15 @@ def shared_values(**values: Any):  # noqa: ANN201 - a decorator factory
     return decorator
 
 
+def system_gpu_model(system: str) -> GpuModel | None:
+    """The GPU model of a system ``<model>x<count>``: code/common/gpu_models.py's row, else this machine's GPU when
+    the system is this machine's (NVML is asked only then); None for ``CPU`` and names without a count."""
+    found = gpu_model_and_count(system)
+    if found is None:
+        return None
+    return gpu_model_for_system(system) or gpu_model_for_system(system, this_machine())
+
+
 def candidate_names(system: str) -> list[str]:
     """The registered names that may configure ``system``, the first found winning: its own name, then for a
     ``<model>x<count>`` name its GPU model."""
@@ -241,20 +266,28 @@ def system_values(config: type[BenchmarkConfiguration], system: str) -> dict[str
     GPU's: on a system ``<model>x<count>`` it is multiplied by the count, its source saying so
     (``H200_SXM_141GB x 2 GPUs``). The rule follows where the value was set, not which class was looked up, so a
     user's ``H200_SXM_141GBx2`` derived from ``H200_SXM_141GB`` gets two GPUs' worth of what it inherits, and what
-    it sets itself is the whole system's. A ``BestCpuPrecision`` is this machine's choice, its source saying why."""
+    it sets itself is the whole system's. A ``BestCpuPrecision`` is this machine's choice, its source saying why.
+    A value the setting class notes (``value_notes``: an estimate, a value derived from the GPU) says so after its
+    source."""
     found = gpu_model_and_count(system)
     values: dict[str, tuple[Any, str]] = {}
     for name, (value, owner) in config.field_owners().items():
         if found and FIELDS[name].system_rate and owner.per_gpu():
             count = found[1]
             source = f"{owner.__name__} x {count} GPU{'s' if count != 1 else ''}"
-            values[name] = (FIELDS[name].check(value * count, f"config class {source}"), source)
+            values[name] = (FIELDS[name].check(value * count, f"config class {source}"), noted(owner, name, source))
         elif isinstance(value, BestCpuPrecision):  # the CPU decides: bf16 only with bf16 arithmetic
             chosen, why = value.choose()
             values[name] = (chosen, f"{owner.__name__}: {why}")
         else:
-            values[name] = (value, owner.__name__)
+            values[name] = (value, noted(owner, name, owner.__name__))
     return values
+
+
+def noted(owner: type[BenchmarkConfiguration], name: str, source: str) -> str:
+    """``source`` with the note ``owner`` itself keeps for field ``name`` (``value_notes``), if it keeps one."""
+    note = vars(owner).get("value_notes", {}).get(name)
+    return f"{source} ({note})" if note else source
 
 
 def validate_config_class(config: type) -> None:
@@ -270,7 +303,8 @@ def validate_config_class(config: type) -> None:
         if klass is BenchmarkConfiguration or klass is object:
             continue
         for key, value in vars(klass).items():
-            if key.startswith("_") or key in IDENTITY_ATTRIBUTES or callable(value) or isinstance(value, classmethod):
+            if (key.startswith("_") or key in IDENTITY_ATTRIBUTES or key in NOTE_ATTRIBUTES or callable(value)
+                    or isinstance(value, classmethod)):
                 continue
             if key == LADDER_ATTRIBUTE:
                 try:
@@ -325,16 +359,33 @@ def rung_values(config: type[BenchmarkConfiguration], rung: Rung, system: str,
             count = found[1]
             source += f" x {count} GPU{'s' if count != 1 else ''}"
             value = FIELDS[name].check(value * count, f"config class {source}")
-        values[name] = (value, source)
+        values[name] = (value, noted(owner, name, source))
     return values
 
 
-def choose_rung(config: type[BenchmarkConfiguration], name: str | None, below: dict[str, tuple[Any, str]],
-                overrides: dict[str, Any]) -> Rung | None:
-    """The rung a resolution applies: the one named (the accuracy gate's choice, or a test process's from its
-    parent); else, when RUN_ARGS give an engine field, the rung whose engine they name (None if none does); else the
-    ladder's first."""
+def system_ladder(config: type[BenchmarkConfiguration], system: str,
+                  below: dict[str, tuple[Any, str]]) -> tuple[Ladder, tuple[tuple[str, str], ...]]:
+    """The class's engine ladder as ``system`` runs it: the rungs its GPU model can run (code/common/capabilities.py)
+    and the others, each with the reason it is skipped. A system of no known GPU model (``CPU``, ``MyBox``) runs the
+    ladder as it is. Refuses a ladder of which the GPU runs no rung, saying why for each."""
     ladder = config.engine_ladder if config.ladder_owner() else ()
+    gpu = system_gpu_model(system) if ladder else None
+    if gpu is None:
+        return ladder, ()
+    kept, skipped = runnable_rungs(config.benchmark, ladder, {name: value for name, (value, _) in below.items()},
+                                   gpu.capability)
+    if not kept:
+        reasons = "; ".join(f"{name}: {why}" for name, why in skipped)
+        raise ConfigError(f"{system}: {gpu.name} ({gpu.describe()}) runs no engine of config class "
+                          f"{config.__name__}'s ladder ({reasons}); give the class an engine this GPU runs")
+    return kept, skipped
+
+
+def choose_rung(config: type[BenchmarkConfiguration], ladder: Ladder, name: str | None,
+                below: dict[str, tuple[Any, str]], overrides: dict[str, Any]) -> Rung | None:
+    """The rung of ``ladder`` (the class's, as the system runs it) a resolution applies: the one named (the accuracy
+    gate's choice, or a test process's from its parent); else, when RUN_ARGS give an engine field, the rung whose
+    engine they name (None if none does); else the ladder's first."""
     if not ladder:
         if name is not None:
             raise ConfigError(f"engine {name!r} asked of config class {config.__name__}, which has no engine_ladder")
@@ -367,13 +418,15 @@ def resolve_config(
     leaves that to its parent, which already did)."""
     config = ConfigRegistry.get(benchmark, scenario, system, workload)
     values = system_values(config, system)
-    chosen = choose_rung(config, rung, values, overrides)
+    ladder, skipped = system_ladder(config, system, values)
+    chosen = choose_rung(config, ladder, rung, values, overrides)
     if chosen is not None:
         values = rung_values(config, chosen, system, values)
     tuned = tuned_fields(system, f"{benchmark.value}-{workload.accuracy_target.suffix}", scenario, warn=warn_tuned,
                          overrides=overrides, engine=chosen.name if chosen else "")
     resolved = resolve_fields(benchmark, scenario, system, workload, config.__name__, values, overrides, tuned)
-    resolved.ladder = config.engine_ladder if config.ladder_owner() else ()
+    resolved.ladder = ladder
+    resolved.skipped = skipped
     resolved.rung = chosen
     resolved.engine_given = tuple(given_engine_fields(resolved.ladder, overrides))
     if rung is None and chosen is not None and not resolved.engine_given:

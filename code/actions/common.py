@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from code.common.arguments import RunRequest
+from code.common.arguments import ArgumentError, RunRequest
 from code.common.config import ResolvedConfig, WorkloadSetting
-from code.common.systems import detect_system
+from code.common.gpu_models import by_name
+from code.common.systems import detect_system, gpu_system_name
 from configs.configuration import resolve_config
 
 if TYPE_CHECKING:
@@ -15,8 +16,20 @@ if TYPE_CHECKING:
 
 
 def system_name(request: RunRequest) -> str:
-    """--system_name when given, else the detected system (GPU model and count, or CPU)."""
-    return request.system_name or detect_system().name
+    """--system_name when given, else the detected system (GPU model and count, or CPU); with --gpu_as, a system of
+    that many GPUs of the stand-in model (one on a machine without a GPU, where only ``make info`` can use it)."""
+    stand_in = request.overrides.get("gpu_as")
+    if request.system_name and stand_in:
+        raise ArgumentError(f"--system_name={request.system_name} and --gpu_as={stand_in} both name the system; give "
+                            "one: --gpu_as runs as that GPU model here, --system_name only reads another's configs")
+    if request.system_name:
+        return request.system_name
+    detected = detect_system()
+    if stand_in:
+        model = by_name(stand_in)
+        assert model is not None, "the field's choices are the table's names"
+        return gpu_system_name(model.name, max(1, len(detected.gpus)))
+    return detected.name
 
 
 def resolved_configs(request: RunRequest, system: str) -> Iterator[ResolvedConfig]:

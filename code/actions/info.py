@@ -16,6 +16,7 @@ from code.common.system_description import (
     shown,
 )
 from code.common.systems import detect_system
+from configs.configuration import system_gpu_model
 
 
 def describe_description(system: str) -> list[str]:
@@ -39,6 +40,11 @@ def info(request: RunRequest) -> None:
     system = system_name(request)
     if request.system_name:
         print(f"Using configs of --system_name={system}")
+    if request.overrides.get("gpu_as"):
+        print(f"Standing in for {system} (--gpu_as): its configs, engines and memory, on this machine's GPUs")
+    gpu = system_gpu_model(system)
+    if gpu is not None:
+        print(f"GPU model {gpu.name}: {gpu.describe()} ({gpu.source})")
     for line in describe_description(system):
         print(line)
     for config in resolved_configs(request, system):
@@ -50,6 +56,8 @@ def info(request: RunRequest) -> None:
         if config.ladder:  # which engine a run starts with, and whether its accuracy run decides it
             print(f"  -> engine ladder: {', '.join(rung.name for rung in config.ladder)}; a run starts with "
                   f"{config.engine_choice['summary']}")
+        for name, why in config.skipped:
+            print(f"  -> skipped engine {name}: {why}")
         mode = TestMode.parse(config["test_mode"])
         try:
             inputs = load_benchmark(config.benchmark).describe_inputs(config, mode)

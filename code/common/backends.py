@@ -48,6 +48,8 @@ class BackendClass(Protocol[ContextT, BackendT]):
     def __call__(self, options: Any) -> BackendT: ...
 
 
+# (the lowest compute capability, what needs it): ((8, 9), "FP8 tensor cores")
+Requirement = tuple[tuple[int, int], str]
 # field name -> how an error names where its value came from ("--precision", "precision (set by <config>)")
 Origin = Callable[[str], str]
 
@@ -62,6 +64,10 @@ class BackendDeclaration:
     # mean nothing to it
     check: Callable[[Mapping[str, Any], Origin], str | None] | None = None  # rules between its own switches
     check_device: Callable[[Mapping[str, Any], str, str], str | None] | None = None  # (values, device, "on ...")
+    # The GPU an engine of these values needs: (the lowest compute capability, what needs it), None where any GPU
+    # PyTorch runs on will do. Engine ladders skip a rung the system's GPU cannot run, and a run refuses such an
+    # engine before it loads anything (code/common/capabilities.py).
+    needs: Callable[[Mapping[str, Any]], Requirement | None] | None = None
 
     @property
     def runs_model(self) -> bool:

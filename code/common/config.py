@@ -52,7 +52,9 @@ class ResolvedConfig:
     sources: dict[str, str] = field(default_factory=dict)
     # What a tuned value replaced: field -> (the config class's or default value, its source).
     replaced: dict[str, tuple[Any, str]] = field(default_factory=dict)
-    ladder: Ladder = ()  # the config class's engine ladder, fastest first; () when it pins its engine
+    ladder: Ladder = ()  # the config class's engine ladder as the system's GPU runs it, fastest first; () when it
+    # pins its engine
+    skipped: tuple[tuple[str, str], ...] = ()  # the ladder's rungs the system's GPU cannot run: (name, why)
     rung: Rung | None = None  # the rung whose values the config holds; None: no ladder, or RUN_ARGS name no rung
     engine_given: tuple[str, ...] = ()  # the ladder's engine fields RUN_ARGS give: they skip the ladder and its gate
     # Which engine the run uses and why, as metadata.json and the summary say it: set by the orchestration's accuracy

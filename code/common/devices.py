@@ -37,9 +37,11 @@ from dataclasses import replace
 from typing import Any
 
 from code.common.benchmark_errors import BenchmarkError, InputsUnavailableError
+from code.common.capabilities import check_runs_on
 from code.common.config import ResolvedConfig
 from code.common.constants import Scenario
 from code.common.fields import check_device
+from code.common.gpu_models import GpuModel, by_name
 
 
 def visible_gpus() -> int:
@@ -60,6 +62,7 @@ def resolve_device(config: ResolvedConfig) -> str:
     device = config["device"]
     if device == "cpu":
         check_device(config.benchmark, config.values, config.sources, device)
+        refuse_stand_in_on_cpu(config)
         return device
     gpus = visible_gpus()
     if device == "auto":
@@ -72,7 +75,45 @@ def resolve_device(config: ResolvedConfig) -> str:
     elif ":" in device and int(device.split(":")[1]) >= gpus:
         raise InputsUnavailableError(f"--device={device}: PyTorch sees {gpus} GPU(s), cuda:0 to cuda:{gpus - 1}")
     check_device(config.benchmark, config.values, config.sources, device)
+    if device == "cpu":
+        refuse_stand_in_on_cpu(config)
+    else:
+        check_runs_on(config.benchmark, config.values, config.sources, running_as(config, device), device)
     return device
+
+
+def refuse_stand_in_on_cpu(config: ResolvedConfig) -> None:
+    if config.values.get("gpu_as"):
+        raise InputsUnavailableError(f"--gpu_as={config['gpu_as']} makes a GPU stand in for another, and this run is "
+                                     "on the CPU; leave --gpu_as out, or run on a GPU")
+
+
+def running_as(config: ResolvedConfig, device: str) -> GpuModel:
+    """The GPU a run on ``device`` runs as: the stand-in model (``gpu_as``), else the GPU itself as PyTorch sees it."""
+    stand_in = by_name(config.values["gpu_as"]) if config.values.get("gpu_as") else None
+    if stand_in is not None:
+        return stand_in
+    import torch
+
+    properties = torch.cuda.get_device_properties(torch.device(device))
+    return GpuModel(properties.name, (properties.name,), (properties.major, properties.minor),
+                    properties.total_memory / 2**30, properties.multi_processor_count, 0, 0.0, source="PyTorch")
+
+
+def cap_memory_as_stand_in(config: ResolvedConfig, device: str) -> None:
+    """With ``gpu_as``, cap this process's use of ``device`` at the stand-in model's memory, so batch sizes, KV caches
+    and out-of-memory errors are the stand-in's. A stand-in with more memory than the GPU cannot be shown here."""
+    stand_in = by_name(config.values["gpu_as"]) if config.values.get("gpu_as") else None
+    if stand_in is None or not device.startswith("cuda"):
+        return
+    import torch
+
+    total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+    if stand_in.memory_bytes > total:
+        raise InputsUnavailableError(f"--gpu_as={stand_in.name} has {stand_in.memory_gib:.0f} GiB of memory and "
+                                     f"{device} {total / 2**30:.0f} GiB: a stand-in can only have less memory than "
+                                     "the GPU it runs on; pick a GPU model with less memory, or run without --gpu_as")
+    torch.cuda.set_per_process_memory_fraction(stand_in.memory_bytes / total, torch.device(device))
 
 
 def resolve_devices(config: ResolvedConfig) -> list[str]:
@@ -128,6 +169,7 @@ def backend_on(device: str, config: ResolvedConfig, backend_class: Any, context:
     GPU as cuda:0) and the fix; other errors pass unchanged."""
     try:
         with current_device(device):
+            cap_memory_as_stand_in(config, device)
             return backend_class(backend_class.options_from(config, replace(context, device=device)))
     except Exception as error:
         if type(error).__name__ != "OutOfMemoryError":  # torch.cuda.OutOfMemoryError, without importing torch

@@ -19,6 +19,7 @@ from typing import Any
 
 from code.common.backends import Origin, declaration, declarations
 from code.common.constants import DATASET_SIZE, Benchmark, ChoiceError, Scenario
+from code.common.gpu_models import model_names
 from code.common.loadgen_rules import OFFLINE_SLACK, offline_query_samples
 from code.common.rounds import DEFAULT_ROUND, ROUNDS
 
@@ -175,6 +176,10 @@ FIELDS: dict[str, Field] = {
         Field("devices", str, "all", "GPUs a run uses, one backend instance each (NVIDIA's --devices): all (every "
               "GPU PyTorch sees, after CUDA_VISIBLE_DEVICES) or a comma list of their indices, e.g. 0,1 "
               "(documentation/multi_gpu.md)", pattern=r"all|[0-9]{1,3}(,[0-9]{1,3})*"),
+        Field("gpu_as", str, None, "Run as if on this GPU model (code/common/gpu_models.py), a stand-in for a GPU "
+              "no one at hand has: its system name and configs, the engines its compute capability runs, its memory "
+              "as a cap on each GPU; the result says so and is not submittable (documentation/adding_a_system.md)",
+              choices=tuple(model_names())),
         Field("cpu_threads", int, 0, "On a CPU device: torch's intra-op threads; 0: torch's default capped at "
               "the CPUs the process may use, one fewer in Server (LoadGen's threads need a free core; "
               "code/common/devices.py)", range=Range(0, 4096)),

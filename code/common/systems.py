@@ -10,6 +10,7 @@ states anything about the machine that the machine does not say itself.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import platform
@@ -19,18 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from code.common.gpu_models import GpuModel, by_name, by_nvml_name
 from code.common.paths import REPO_ROOT
 
-# NVML's marketing names of GPUs we have configs for -> the short name used in system names.
-KNOWN_GPUS = {
-    "NVIDIA H100 80GB HBM3": "H100_SXM_80GB",
-    "NVIDIA H100 SXM5 80GB": "H100_SXM_80GB",
-    "NVIDIA H200": "H200_SXM_141GB",
-    "NVIDIA H200 141GB HBM3e": "H200_SXM_141GB",
-    "NVIDIA H100 NVL": "H100_NVL_94GB",
-    "NVIDIA H100 PCIe": "H100_PCIe_80GB",
-    "NVIDIA GH200 480GB": "GH200_96GB",
-}
 CPU_SYSTEM = "CPU"
 # <model>x<count>, the count without leading zeros: the form of every GPU system's name.
 _GPU_SYSTEM_NAME = re.compile(r"(?P<model>.+)x(?P<count>[1-9][0-9]*)")
@@ -61,12 +53,24 @@ class GpuInfo:
     compute_capability: tuple[int, int]
     pcie: str = ""  # "PCIe Gen5 x16": the host link NVML reports at its maximum; "" when NVML does not say
     pci_bus_id: str = ""  # NVML's "00000000:1B:00.0": where the GPU sits, for its NUMA node; "" when not said
+    sm_count: int = 0  # streaming multiprocessors; 0 when NVML does not say
+    power_limit_w: int = 0  # the board's default power limit; 0 when NVML does not say
+
+    def model(self) -> GpuModel:
+        """This GPU's model: the row code/common/gpu_models.py has for it, else what NVML says of it."""
+        known = by_nvml_name(self.name)
+        if known is not None:
+            return known
+        return GpuModel(self.short_name, (self.name,), self.compute_capability, self.memory_bytes / 2**30,
+                        self.sm_count, self.power_limit_w, 0.0, source="detected (NVML)")
 
     @property
     def short_name(self) -> str:
-        """``H100_SXM_80GB`` for known GPUs; else the NVML name made identifier-safe plus its memory in GB."""
-        if self.name in KNOWN_GPUS:
-            return KNOWN_GPUS[self.name]
+        """``H100_SXM_80GB`` for a model code/common/gpu_models.py names; else the NVML name made identifier-safe
+        plus its memory in GB."""
+        known = by_nvml_name(self.name)
+        if known is not None:
+            return known.name
         words = re.sub(r"^NVIDIA\s+|GeForce\s+", "", self.name)
         base = re.sub(r"[^A-Za-z0-9]+", "_", words).strip("_")
         memory_gb = round(self.memory_bytes / 2**30)
@@ -121,7 +125,9 @@ class DetectedSystem:
             "name": self.name,
             "gpus": [
                 {"name": g.name, "memory_gib": round(g.memory_bytes / 2**30, 1),
-                 "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}"}
+                 "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}",
+                 **({"sm_count": g.sm_count} if g.sm_count else {}),
+                 **({"power_limit_w": g.power_limit_w} if g.power_limit_w else {})}
                 for g in self.gpus
             ],
             "cpu_model": self.cpu_model,
@@ -184,7 +190,7 @@ def detect_gpus(nvml: Any = None) -> tuple[tuple[GpuInfo, ...], str | None]:
             memory = nvml.nvmlDeviceGetMemoryInfo(handle).total
             major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
             gpus.append(GpuInfo(name, int(memory), (int(major), int(minor)), _pcie_link(nvml, handle),
-                                _bus_id(nvml, handle)))
+                                _bus_id(nvml, handle), _sm_count(nvml, handle), _power_limit_w(nvml, handle)))
         return tuple(gpus), None
     finally:
         nvml.nvmlShutdown()
@@ -196,6 +202,20 @@ def _pcie_link(nvml: Any, handle: Any) -> str:
         return f"PCIe Gen{generation} x{nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)}"
     except Exception:  # not supported by this GPU or stand-in
         return ""
+
+
+def _sm_count(nvml: Any, handle: Any) -> int:
+    try:
+        return int(nvml.nvmlDeviceGetAttributes(handle).multiprocessorCount)
+    except Exception:  # not supported by this GPU, driver or stand-in
+        return 0
+
+
+def _power_limit_w(nvml: Any, handle: Any) -> int:
+    try:
+        return round(nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle) / 1000)
+    except Exception:  # not supported by this GPU, driver or stand-in
+        return 0
 
 
 def _bus_id(nvml: Any, handle: Any) -> str:
@@ -297,6 +317,28 @@ def detect_software() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return found
+
+
+@functools.cache
+def this_machine() -> DetectedSystem:
+    """This machine, detected once per process: config lookup asks it of a GPU model no table row names, which can
+    happen for every config a run resolves, and the machine does not change under a run."""
+    return detect_system()
+
+
+def gpu_model_for_system(system: str, detected: DetectedSystem | None = None) -> GpuModel | None:
+    """The GPU model a system ``<model>x<count>`` is made of: the row code/common/gpu_models.py has for it, else,
+    when ``detected`` (this machine) is a system of that model, what NVML says of its GPU; None for a system of no
+    GPU model (``CPU``, a name without a count) or of a model neither knows."""
+    found = gpu_model_and_count(system)
+    if found is None:
+        return None
+    known = by_name(found[0])
+    if known is not None:
+        return known
+    if detected is not None and detected.gpus and detected.gpus[0].short_name == found[0]:
+        return detected.gpus[0].model()
+    return None
 
 
 def detect_system(nvml: Any = None) -> DetectedSystem:

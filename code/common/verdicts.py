@@ -39,6 +39,8 @@ def not_submittable_reasons(config: ResolvedConfig, mode: TestMode, provenance: 
     reasons = list(provenance.get("invalid_because", []))
     if config["test_run"]:
         reasons.append("test run (--test_run)")
+    if config.values.get("gpu_as"):
+        reasons.append(f"stand-in: ran as {config['gpu_as']} on another GPU (--gpu_as)")
     full_size = DATASET_SIZE[config.benchmark]
     if mode is TestMode.AccuracyOnly:
         if sample_count < full_size:

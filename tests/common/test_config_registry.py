@@ -3,6 +3,7 @@
 import pytest
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
+from code.common.systems import DetectedSystem
 from configs.bert.Offline import OfflineBaseConfig
 from configs.bert.Server import ServerBaseConfig
 from configs.configuration import ConfigError, ConfigRegistry, WorkloadSetting, resolve_config, shared_values
@@ -149,9 +150,10 @@ def test_cpu_threads_leave_server_a_free_core(monkeypatch):
         threads(Scenario.Offline, cpu_threads=-1)
 
 
-def test_unknown_system_names_the_fix():
-    with pytest.raises(ConfigError, match=r"no config for system RTX_4090_24GBx1.*make add_system"):
-        resolve_config(Benchmark.BERT, Scenario.Offline, "RTX_4090_24GBx1", WorkloadSetting(), {})
+def test_unknown_system_names_the_fix(monkeypatch):
+    monkeypatch.setattr("configs.configuration.this_machine", lambda: DetectedSystem())  # a machine without GPUs
+    with pytest.raises(ConfigError, match=r"no config for system Future_GPU_300GBx1.*make add_system"):
+        resolve_config(Benchmark.BERT, Scenario.Offline, "Future_GPU_300GBx1", WorkloadSetting(), {})
 
 
 def test_missing_workload_lists_the_systems_configs():

@@ -5,7 +5,7 @@ import pytest
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from code.common.fields import FIELDS, FieldError
-from code.common.systems import CPU_SYSTEM, gpu_model_and_count
+from code.common.systems import CPU_SYSTEM, DetectedSystem, gpu_model_and_count
 from configs.bert.Offline import H200_SXM_141GB, H200_SXM_141GB_HighAccuracy, OfflineBaseConfig
 from configs.configuration import ConfigError, ConfigRegistry, WorkloadSetting, resolve_config
 
@@ -140,11 +140,12 @@ def test_a_run_on_part_of_the_gpus_expects_their_share_of_the_systems_rate():
     assert float(entries["target_qps"]) == 2 * per_gpu
 
 
-def test_an_unknown_gpu_model_names_make_add_system():
+def test_an_unknown_gpu_model_names_make_add_system(monkeypatch):
+    monkeypatch.setattr("configs.configuration.this_machine", lambda: DetectedSystem())  # a machine without GPUs
     with pytest.raises(ConfigError) as caught:
-        resolve(Benchmark.BERT, Scenario.Offline, "RTX_4090_24GBx2")
+        resolve(Benchmark.BERT, Scenario.Offline, "Future_GPU_300GBx2")
     message = str(caught.value)
-    assert message.startswith("no config for system RTX_4090_24GBx2 (nor for its GPU model RTX_4090_24GB), "
+    assert message.startswith("no config for system Future_GPU_300GBx2 (nor for its GPU model Future_GPU_300GB), "
                               "bert/Offline, custom_k_99_MaxP; configured: CPU, H100_SXM_80GB, H200_SXM_141GB")
     assert "a GPU model's class serves any count of it" in message and "`make add_system`" in message
 

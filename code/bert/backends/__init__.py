@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from code.common.backends import BackendClass, BackendDeclaration, Origin, backend_registry
+from code.common.backends import BackendClass, BackendDeclaration, Origin, Requirement, backend_registry
+from code.common.gpu_models import BF16_CAPABILITY, FP8_CAPABILITY, TRITON_CAPABILITY
 
 if TYPE_CHECKING:
     from code.bert.dataset import BertFeatures
@@ -56,9 +57,25 @@ def _fp8_needs_fast_path(values: Mapping[str, Any], origin: Origin) -> str | Non
     return None
 
 
+def _pytorch_needs(values: Mapping[str, Any]) -> Requirement | None:
+    """What GPU an engine of the pytorch backend needs: FP8 GEMMs need e4m3 tensor cores (Ada and newer); the packed
+    path's Triton kernels, INT8 GEMMs among them, Ampere or newer, as does bf16; the eager fp16 model any GPU."""
+    precision = values.get("precision")
+    if precision == "fp8":
+        return FP8_CAPABILITY, "FP8 GEMMs (e4m3 tensor cores)"
+    if precision == "int8":
+        return TRITON_CAPABILITY, "the INT8 GEMMs (Triton int8 tensor-core kernels)"
+    if precision == "bf16":
+        return BF16_CAPABILITY, "bf16 tensor cores"
+    if values.get("fast_path", True) and precision == "fp16":
+        return TRITON_CAPABILITY, "the packed path's Triton kernels (fast_path)"
+    return None
+
+
 DECLARATIONS = (
     BackendDeclaration("pytorch", "code.bert.backends.pytorch:PytorchBertBackend",
-                       precisions=("fp32", "fp16", "bf16", "fp8"), check=_fp8_needs_fast_path),
+                       precisions=("fp32", "fp16", "bf16", "fp8"), check=_fp8_needs_fast_path,
+                       needs=_pytorch_needs),
     BackendDeclaration("oracle", "code.bert.backends.oracle:OracleBertBackend", precisions=None),
 )
 BACKENDS = backend_registry("BERT backend", DECLARATIONS)

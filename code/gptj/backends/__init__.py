@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from code.common.backends import BackendClass, BackendDeclaration, Origin, backend_registry
+from code.common.backends import BackendClass, BackendDeclaration, Origin, Requirement, backend_registry
+from code.common.gpu_models import BF16_CAPABILITY, FP8_CAPABILITY, TRITON_CAPABILITY
 
 if TYPE_CHECKING:
     from code.common.benchmarks import EngineReport
@@ -88,13 +89,24 @@ def _inflight_on_gpu(values: Mapping[str, Any], device: str, on: str) -> str | N
     return None
 
 
+def _inflight_needs(values: Mapping[str, Any]) -> Requirement | None:
+    """FP8 GEMMs or an FP8 KV cache need e4m3 tensor cores (Ada and newer); the engine's Triton kernels Ampere."""
+    if values.get("precision") == "fp8" or values.get("kv_cache_dtype") == "fp8":
+        return FP8_CAPABILITY, "FP8 GEMMs and KV cache (e4m3 tensor cores)"
+    return TRITON_CAPABILITY, "the in-flight engine's Triton kernels"
+
+
+def _pytorch_needs(values: Mapping[str, Any]) -> Requirement | None:
+    return (BF16_CAPABILITY, "bf16 tensor cores") if values.get("precision") == "bf16" else None
+
+
 # What the configuration checks a GPT-J config against (code/common/fields.py); the order is the error's.
 DECLARATIONS = (
     BackendDeclaration("pytorch", "code.gptj.backends.pytorch:PytorchGptjBackend", precisions=("fp32", "bf16", "fp16"),
-                       check=_inflight_options_refused),
+                       check=_inflight_options_refused, needs=_pytorch_needs),
     BackendDeclaration("inflight", "code.gptj.backends.inflight:InflightGptjBackend",
                        precisions=("fp32", "bf16", "fp16", "fp8"), check=_inflight_runs_beam_search,
-                       check_device=_inflight_on_gpu),
+                       check_device=_inflight_on_gpu, needs=_inflight_needs),
     BackendDeclaration("oracle", "code.gptj.backends.oracle:OracleGptjBackend", precisions=None,
                        check=_inflight_options_refused),
 )

@@ -9,8 +9,9 @@ with its expected QPS; the real accuracy run picks one (documentation/bert_gpu.m
 and the class's own values are its last engine's. The measurements are in documentation/performance.md.
 """
 
-from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
+from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from code.common.cpu_features import BestCpuPrecision
+from configs.any_gpu import gpu_model_classes
 from configs.bert import (
     BertBaseConfig,
     bert_99_9_ladder,
@@ -86,3 +87,8 @@ class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
     # engines from above (fast accumulation adds ~8%). fp16: the measured throughput, rounded (performance.md, H200)
     engine_ladder = bert_99_9_ladder(fp8={"offline_expected_qps": 7500.0}, fp16={"offline_expected_qps": 4700.0})
     offline_expected_qps = 4700.0
+
+
+# Every other GPU model's classes (A100_SXM4_40GB, L4, ...; code/common/gpu_models.py) are derived from the H100 SXM's
+# and the GPU (configs/any_gpu.py), and named here as if written: configs.bert.Offline.A100_SXM4_40GB.
+__getattr__ = gpu_model_classes(Benchmark.BERT, Scenario.Offline)

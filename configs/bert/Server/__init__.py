@@ -9,8 +9,9 @@ last engine's. The measurements are in documentation/performance.md. On a CPU, B
 query; the CPU class exists so the flow runs everywhere (its result is INVALID, and says why).
 """
 
-from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
+from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from code.common.cpu_features import BestCpuPrecision
+from configs.any_gpu import gpu_model_classes
 from configs.bert import (
     BertBaseConfig,
     bert_99_9_ladder,
@@ -89,3 +90,8 @@ class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
     engine_ladder = bert_99_9_ladder(fp8={"server_target_qps": 6500.0, **FP8_BATCHING},
                                      fp16={"server_target_qps": 4400.0})
     server_target_qps = 4400.0
+
+
+# Every other GPU model's classes (A100_SXM4_40GB, L4, ...; code/common/gpu_models.py) are derived from the H100 SXM's
+# and the GPU (configs/any_gpu.py), and named here as if written: configs.bert.Server.A100_SXM4_40GB.
+__getattr__ = gpu_model_classes(Benchmark.BERT, Scenario.Server)

@@ -8,8 +8,9 @@ its values as they are: one sample at a time runs on one GPU, so the latency doe
 enough for every engine.
 """
 
-from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
+from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from code.common.cpu_features import BestCpuPrecision
+from configs.any_gpu import gpu_model_classes
 from configs.bert import (
     BertBaseConfig,
     bert_99_9_ladder,
@@ -64,3 +65,8 @@ class H200_SXM_141GB(H100_SXM_80GB):
 @high_accuracy_on_gpu
 class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
     engine_ladder = bert_99_9_ladder(fp8={}, fp16={})
+
+
+# Every other GPU model's classes (A100_SXM4_40GB, L4, ...; code/common/gpu_models.py) are derived from the H100 SXM's
+# and the GPU (configs/any_gpu.py), and named here as if written: configs.bert.SingleStream.A100_SXM4_40GB.
+__getattr__ = gpu_model_classes(Benchmark.BERT, Scenario.SingleStream)

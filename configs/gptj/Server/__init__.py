@@ -9,7 +9,8 @@ A GPU class is a GPU model and holds one GPU's values; it serves ``<model>x<coun
 QPS is the class's times the count; every other value is the class's (configs/configuration.py).
 """
 
-from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
+from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
+from configs.any_gpu import gpu_model_classes
 from configs.configuration import ConfigRegistry
 from configs.gptj import CPU_MODEL, GptjBaseConfig, gptj_ladder
 
@@ -72,3 +73,8 @@ class H200_SXM_141GB(H100_SXM_80GB):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
     pass
+
+
+# Every other GPU model's classes (A100_SXM4_40GB, L4, ...; code/common/gpu_models.py) are derived from the H100 SXM's
+# and the GPU (configs/any_gpu.py), and named here as if written: configs.gptj.Server.A100_SXM4_40GB.
+__getattr__ = gpu_model_classes(Benchmark.GPTJ, Scenario.Server)

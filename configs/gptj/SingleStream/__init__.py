@@ -9,7 +9,8 @@ at a time runs on one GPU, so the latency does not depend on the count (configs/
 The expected latency is set below the measured p90, so LoadGen plans enough queries to fill the minimum duration.
 """
 
-from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
+from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
+from configs.any_gpu import gpu_model_classes
 from configs.configuration import ConfigRegistry
 from configs.gptj import CPU_MODEL, GptjBaseConfig, gptj_ladder
 
@@ -61,3 +62,8 @@ class H200_SXM_141GB(H100_SXM_80GB):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
     pass
+
+
+# Every other GPU model's classes (A100_SXM4_40GB, L4, ...; code/common/gpu_models.py) are derived from the H100 SXM's
+# and the GPU (configs/any_gpu.py), and named here as if written: configs.gptj.SingleStream.A100_SXM4_40GB.
+__getattr__ = gpu_model_classes(Benchmark.GPTJ, Scenario.SingleStream)

@@ -1,0 +1,155 @@
+"""What each NVIDIA GPU model is: the facts a config is derived from, for the models MLPerf submitters run.
+
+A system's name is ``<model>x<count>`` (code/common/systems.py). A config for a model with no config class of its own
+is derived from what the GPU is (configs/<bench>/any_gpu.py): its compute capability decides which engines it can run
+(FP8 from 8.9, bf16 and our Triton kernels from 8.0), its memory the batch sizes and GPT-J's samples in flight, its
+SM count, power limit and memory bandwidth the first estimate of its rates. For the models below those facts come
+from NVIDIA's datasheets; for any other GPU they come from NVML on the machine itself (``code.common.systems.GpuInfo.model``).
+
+A model's ``published`` ratio is the best published MLPerf result per GPU of that model divided by the H100 SXM's
+in the same benchmark and scenario (sources in ``PUBLISHED_SOURCES``): where one exists, a config's first rate is
+the H100's measured rate times that ratio, and says so. None of these rates was measured here: each is an estimate
+that the first ``--test_run``'s probe, or ``make find_performance``, replaces.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+Capability = tuple[int, int]
+
+# The compute capability each kind of engine needs, with the reason a ladder names when it skips an engine.
+FP8_CAPABILITY: Capability = (8, 9)  # e4m3 tensor cores: Ada (8.9), Hopper (9.0), Blackwell (10.0)
+TRITON_CAPABILITY: Capability = (8, 0)  # our Triton kernels (and Triton itself) target Ampere and newer
+BF16_CAPABILITY: Capability = (8, 0)  # bf16 tensor cores: Ampere and newer
+FP16_CAPABILITY: Capability = (7, 0)  # fp16 tensor cores: Volta and newer
+
+
+def capability_text(capability: Capability) -> str:
+    return f"{capability[0]}.{capability[1]}"
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """One GPU model as a config sees it. ``memory_gib``: what NVML reports as the GPU's total memory."""
+
+    name: str  # the short name systems are named after: A100_SXM4_40GB
+    nvml_names: tuple[str, ...]  # what NVML calls it (nvmlDeviceGetName)
+    capability: Capability
+    memory_gib: float
+    sm_count: int  # 0: unknown
+    power_w: int  # the board's power limit (TDP); 0: unknown
+    bandwidth_tb_s: float  # memory bandwidth; 0.0: unknown
+    aliases: tuple[str, ...] = ()  # other names users give it (NVIDIA's: A100_SXM_80GB, L4, H100_NVL)
+    # benchmark-scenario ("bert-99 Offline") -> this model's best published result per GPU / the H100 SXM's
+    published: dict[str, float] = field(default_factory=dict)
+    source: str = "datasheet"  # where these facts come from: "datasheet", or "detected (NVML)" for another GPU
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gib * 2**30)
+
+    def has_fp8(self) -> bool:
+        return self.capability >= FP8_CAPABILITY
+
+    def describe(self) -> str:
+        """``compute capability 8.0, 40 GB, 108 SMs, 400 W`` for make info's sources."""
+        parts = [f"compute capability {capability_text(self.capability)}", f"{round(self.memory_gib)} GB"]
+        if self.sm_count:
+            parts.append(f"{self.sm_count} SMs")
+        if self.power_w:
+            parts.append(f"{self.power_w} W")
+        return ", ".join(parts)
+
+
+# The published per-GPU results the ratios come from (../published-per-gpu: MLCommons' inference_results repos).
+PUBLISHED_SOURCES = {
+    "H100_SXM_80GB": "v4.1 Supermicro SYS_421GE (bert-99 9,109.5 Offline, 7,366.1 Server per GPU); v5.0 HPE/Dell "
+                     "(gptj-99 38.03 Offline, 38.29 Server)",
+    "A100_SXM4_80GB": "v3.1 HPE ProLiant XL675d (bert-99 3,558.0 / 3,175.8 per GPU), v3.1 Dell XE9680 (gptj-99 5.29 / "
+                      "4.15, before TensorRT-LLM)",
+    "A100_PCIe_80GB": "v4.0 Dell R750xa (bert-99 Offline 3,167.4 per GPU)",
+    "L40S": "v4.1 Dell R760xa (bert-99 3,476.0 / 3,463.4 per GPU), v4.1 Cisco C240M7 (gptj-99 12.66 / 12.56)",
+    "L4": "v3.1 NVIDIA L4x1 (bert-99 1,029.0 / 898.9, gptj-99 1.301 / 0.89)",
+    "RTX_4090_24GB": "v5.0 GATEOverflow RTX4090x1 (bert-99 Offline 1,672.3, edge)",
+}
+
+_BERT_H100 = {"bert-99 Offline": 9109.5, "bert-99 Server": 7366.1}
+_GPTJ_H100 = {"gptj-99 Offline": 38.03, "gptj-99 Server": 38.29}
+
+
+def _ratios(bert: tuple[float, float] | None = None, gptj: tuple[float, float] | None = None) -> dict[str, float]:
+    """Per-GPU results as ratios to the H100 SXM's: (Offline, Server) of each benchmark; a Server result of 0 (none
+    published) takes the Offline ratio."""
+    ratios: dict[str, float] = {}
+    for given, h100 in ((bert, _BERT_H100), (gptj, _GPTJ_H100)):
+        if given is None:
+            continue
+        (offline_key, server_key), (offline, server) = h100, given
+        ratios[offline_key] = round(offline / h100[offline_key], 3)
+        ratios[server_key] = round(server / h100[server_key], 3) if server else ratios[offline_key]
+    return ratios
+
+
+MODELS: tuple[GpuModel, ...] = (
+    GpuModel("H100_SXM_80GB", ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB"), (9, 0), 79.6, 132, 700, 3.35,
+             aliases=("H100-SXM-80GB",)),
+    GpuModel("H200_SXM_141GB", ("NVIDIA H200", "NVIDIA H200 141GB HBM3e"), (9, 0), 140.4, 132, 700, 4.8,
+             aliases=("H200-SXM-141GB",)),
+    GpuModel("H100_PCIe_80GB", ("NVIDIA H100 PCIe",), (9, 0), 79.6, 114, 350, 2.0),
+    GpuModel("H100_NVL_94GB", ("NVIDIA H100 NVL",), (9, 0), 93.6, 132, 400, 3.9, aliases=("H100_NVL",)),
+    GpuModel("GH200_96GB", ("NVIDIA GH200 480GB", "NVIDIA GH200 96GB HBM3"), (9, 0), 95.0, 132, 900, 4.0,
+             aliases=("GH200-GraceHopper-Superchip_GH200-96GB",)),
+    GpuModel("A100_SXM4_40GB", ("NVIDIA A100-SXM4-40GB",), (8, 0), 40.0, 108, 400, 1.555,
+             published=_ratios(bert=(3558.0, 3175.8))),  # no 40 GB result: the 80 GB's (same chip and clocks)
+    GpuModel("A100_SXM4_80GB", ("NVIDIA A100-SXM4-80GB",), (8, 0), 80.0, 108, 400, 2.039, aliases=("A100_SXM_80GB",),
+             published=_ratios(bert=(3558.0, 3175.8), gptj=(5.29, 4.15))),
+    GpuModel("A100_PCIe_80GB", ("NVIDIA A100 80GB PCIe",), (8, 0), 80.0, 108, 300, 1.935,
+             published=_ratios(bert=(3167.4, 0.0))),
+    GpuModel("A100_PCIe_40GB", ("NVIDIA A100-PCIE-40GB",), (8, 0), 40.0, 108, 250, 1.555),
+    GpuModel("A30_24GB", ("NVIDIA A30",), (8, 0), 24.0, 56, 165, 0.933),
+    GpuModel("A10_24GB", ("NVIDIA A10",), (8, 6), 22.5, 72, 150, 0.6, aliases=("A10",)),
+    GpuModel("L4", ("NVIDIA L4",), (8, 9), 22.5, 58, 72, 0.3, aliases=("L4_24GB",),
+             published=_ratios(bert=(1028.95, 898.94), gptj=(1.301, 0.89))),
+    GpuModel("L40S", ("NVIDIA L40S",), (8, 9), 44.4, 142, 350, 0.864, aliases=("L40S_48GB",),
+             published=_ratios(bert=(3475.95, 3463.43), gptj=(12.66, 12.56))),
+    GpuModel("L40", ("NVIDIA L40",), (8, 9), 44.4, 142, 300, 0.864, aliases=("L40_48GB",)),
+    GpuModel("RTX_4090_24GB", ("NVIDIA GeForce RTX 4090",), (8, 9), 23.6, 128, 450, 1.008,
+             aliases=("RTX4090",), published=_ratios(bert=(1672.31, 0.0))),
+    GpuModel("B200_SXM_180GB", ("NVIDIA B200",), (10, 0), 178.4, 148, 1000, 8.0, aliases=("B200-SXM-180GB",)),
+    GpuModel("T4_16GB", ("Tesla T4", "NVIDIA T4"), (7, 5), 15.0, 40, 70, 0.32, aliases=("T4",)),
+)
+"""The GPU models named here; any other NVIDIA GPU is described by NVML on its machine."""
+
+REFERENCE = "H100_SXM_80GB"
+"""The model whose rates were measured here for every engine; other models' rates are estimated from it."""
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+_BY_NAME = {_key(alias): model for model in MODELS for alias in (model.name, *model.aliases)}
+_BY_NVML = {nvml_name: model for model in MODELS for nvml_name in model.nvml_names}
+
+
+def by_name(name: str) -> GpuModel | None:
+    """The model called ``name`` (its short name or an alias, case and punctuation ignored); None if no row names
+    it."""
+    return _BY_NAME.get(_key(name))
+
+
+def by_nvml_name(nvml_name: str) -> GpuModel | None:
+    """The model NVML calls ``nvml_name``; None for a GPU no row names."""
+    return _BY_NVML.get(nvml_name)
+
+
+def model_names() -> list[str]:
+    return [model.name for model in MODELS]
+
+
+def reference() -> GpuModel:
+    found = by_name(REFERENCE)
+    assert found is not None
+    return found

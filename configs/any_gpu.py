@@ -1,0 +1,148 @@
+"""A config for any NVIDIA GPU that has no class of its own, derived from what the GPU is.
+
+A system ``<model>x<count>`` whose model no class names (``A100_SXM4_40GBx8``, ``L4x1``, a GPU this harness has never
+seen) still runs: ``ConfigRegistry.get`` falls back to the class derived here from the reference GPU's class (the
+H100 SXM's, every engine of which was measured here) and the facts of the model (code/common/gpu_models.py: a
+datasheet row, or NVML on the machine itself):
+
+- the engine ladder is the reference's, with the rungs the GPU cannot run skipped at resolution by its compute
+  capability (code/common/capabilities.py; ``make info`` names each and why) and, where a benchmark's rules add them,
+  rungs for older GPUs (``configs/<bench>/any_gpu.py``);
+- batch sizes and GPT-J's samples in flight follow the GPU's memory (the benchmark's rules);
+- rates are the reference's measured ones times a factor: the model's published per-GPU MLPerf result over the H100
+  SXM's where one exists, else an estimate from its SM count, architecture, power limit and memory bandwidth. Each is
+  an estimate and says so; the first ``--test_run``'s probe, or ``make find_performance``, measures the real one.
+
+A class written for the model (in a scenario file, or ``custom.py`` by ``make add_system``) wins over the derived
+one, as any class of a system's own name does.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from code.common.config import WorkloadSetting
+from code.common.constants import AccuracyTarget, Benchmark, Scenario
+from code.common.fields import FIELDS
+from code.common.gpu_models import REFERENCE, GpuModel
+from code.common.ladder import Rung
+from configs.configuration import BenchmarkConfiguration, ConfigRegistry, validate_config_class
+
+LATENCY_FIELD = "single_stream_expected_latency_ns"
+# How much of the H100's rate per SM and clock each architecture's tensor cores give (dense fp16/8-bit, from
+# NVIDIA's datasheets: A100 312 TFLOP/s on 108 SMs, A10 125 on 72, L40S 362 on 142, H100 SXM 989 on 132, B200 2,250
+# on 148), for a GPU whose published result is not known.
+PER_SM_VS_HOPPER = {(7, 0): 0.15, (7, 5): 0.15, (8, 0): 0.39, (8, 6): 0.23, (8, 9): 0.34, (9, 0): 1.0, (10, 0): 2.0}
+
+
+@dataclass(frozen=True)
+class Factor:
+    """A GPU's rate over the reference's, and where the number comes from (shown beside every estimated value)."""
+
+    value: float
+    why: str
+
+
+@dataclass
+class Derivation:
+    """What a benchmark's rules derive for one GPU: the ladder, the class's own values, and each value's note."""
+
+    ladder: tuple[Rung, ...]
+    values: dict[str, Any] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)  # field -> "derived: ..." or "estimate: ..."
+
+
+def per_sm_factor(gpu: GpuModel) -> float:
+    """The GPU's tensor throughput over the H100 SXM's, from its SM count and architecture (1.0 when the SM count
+    is unknown: an Offline query sized too large runs longer, one sized too small is INVALID)."""
+    per_sm = max((ratio for cap, ratio in PER_SM_VS_HOPPER.items() if cap <= gpu.capability), default=0.15)
+    reference_sms = 132
+    return per_sm * gpu.sm_count / reference_sms if gpu.sm_count else 1.0
+
+
+def published_or(gpu: GpuModel, workload: str, estimate: Factor) -> Factor:
+    """The model's published per-GPU result over the H100 SXM's for ``workload`` (``bert-99 Offline``) where one is
+    known, else ``estimate``."""
+    ratio = gpu.published.get(workload)
+    if ratio is None:
+        return estimate
+    return Factor(ratio, f"x {ratio:g}, the published {gpu.name}/H100 SXM per-GPU ratio of {workload}")
+
+
+def scaled(values: Mapping[str, Any], factor: float) -> dict[str, Any]:
+    """``values`` with the rates multiplied by ``factor`` and the expected latency divided by it."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        if FIELDS[name].system_rate:
+            out[name] = max(0.01, round(value * factor, 2))
+        elif name == LATENCY_FIELD:
+            out[name] = int(value / factor)
+        else:
+            out[name] = value
+    return out
+
+
+def scaled_rung(rung: Rung, factor: float, **values: Any) -> Rung:
+    """The rung with its rates scaled, and ``values`` (batch sizes for this GPU) over its own."""
+    return Rung(rung.name, rung.why, **{**scaled(rung.values, factor), **values})
+
+
+def rate_notes(reference: type[BenchmarkConfiguration], factor: Factor) -> dict[str, str]:
+    """The note beside each rate field of a derived class."""
+    note = f"estimate: {reference.__name__}'s measured rate {factor.why}"
+    return {name: note for name, fld in FIELDS.items() if fld.system_rate or name == LATENCY_FIELD}
+
+
+_DERIVED: dict[tuple[Benchmark, Scenario, str, WorkloadSetting], type[BenchmarkConfiguration]] = {}
+
+
+def derived_class(benchmark: Benchmark, scenario: Scenario, workload: WorkloadSetting,
+                  gpu: GpuModel) -> type[BenchmarkConfiguration]:
+    """The config class of ``gpu`` for this benchmark, scenario and workload, derived from the reference's class by
+    the benchmark's rules (``configs/<bench>/any_gpu.py``: ``derive``); made once per process and kept, so a class
+    compares equal to itself. Raises ``ConfigError`` where the benchmark does not fit the GPU, saying why."""
+    key = (benchmark, scenario, gpu.name, workload)
+    if key not in _DERIVED:
+        reference = ConfigRegistry.get(benchmark, scenario, REFERENCE, workload)
+        rules = importlib.import_module(f"configs.{benchmark.value}.any_gpu")
+        derivation: Derivation = rules.derive(reference, gpu, scenario, workload)
+        suffix = "_HighAccuracy" if workload.accuracy_target is AccuracyTarget.k_99_9 else ""
+        namespace = {
+            "__doc__": f"{gpu.name}, derived from {reference.__name__} and the GPU ({gpu.describe()}; "
+                       f"{gpu.source}).",
+            "__module__": f"configs.{benchmark.value}.any_gpu",
+            "system": gpu.name,
+            "engine_ladder": derivation.ladder,
+            "value_notes": derivation.notes,
+            "gpu_model": gpu,
+            **derivation.values,
+        }
+        config = type(reference)(f"{gpu.name}{suffix}", (reference,), namespace)
+        validate_config_class(config)
+        _DERIVED[key] = config
+    return _DERIVED[key]
+
+
+def gpu_model_classes(benchmark: Benchmark, scenario: Scenario) -> Callable[[str], type[BenchmarkConfiguration]]:
+    """A scenario module's ``__getattr__``: ``configs.bert.Offline.A100_SXM4_40GB`` (and ``..._HighAccuracy``) is
+    the class derived for that GPU model, so a derived class is named and subclassed like a written one (``make
+    add_system`` writes ``class A100_SXM4_40GBx8(Offline.A100_SXM4_40GB)``). Any model of code/common/gpu_models.py,
+    or this machine's GPU, has one; any other name is an AttributeError, as for a plain module."""
+    from code.common.systems import gpu_model_for_system, this_machine
+
+    def class_named(name: str) -> type[BenchmarkConfiguration]:
+        model_name = name.removesuffix("_HighAccuracy")
+        if model_name.startswith("_") or not model_name:
+            raise AttributeError(name)
+        system = f"{model_name}x1"
+        gpu = gpu_model_for_system(system) or gpu_model_for_system(system, this_machine())
+        if gpu is None or gpu.name != model_name:
+            raise AttributeError(f"module configs.{benchmark.value}.{scenario.value} has no attribute {name!r} (no "
+                                 f"config class, and no GPU model of that name in code/common/gpu_models.py)")
+        target = AccuracyTarget.k_99_9 if name.endswith("_HighAccuracy") else AccuracyTarget.k_99
+        return ConfigRegistry.get(benchmark, scenario, system, WorkloadSetting(accuracy_target=target))
+
+    return class_named

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+from pathlib import Path
 from typing import Any, ClassVar
 
 from code.common.capabilities import runnable_rungs
@@ -47,7 +48,7 @@ __all__ = ["BenchmarkConfiguration", "ConfigError", "ConfigRegistry", "ResolvedC
 # Class attributes that identify a config rather than set a field.
 IDENTITY_ATTRIBUTES = ("benchmark", "scenario", "system")
 # Class attributes that say where values come from: a note per field (``estimate: ...``), the GPU model derived from.
-NOTE_ATTRIBUTES = ("value_notes", "gpu_model")
+NOTE_ATTRIBUTES = ("value_notes", "gpu_model", "gpu_count", "skipped_rungs")
 LADDER_ATTRIBUTE = "engine_ladder"  # the engines the class may run, fastest first (code/common/ladder.py)
 # Suffixes of variant classes: H100_SXM_80GB_HighAccuracy configures H100_SXM_80GB, for bert-99.9.
 VARIANT_SUFFIX = re.compile(r"(_HighAccuracy|_MaxQ|_MaxP)+$")
@@ -86,6 +87,12 @@ class BenchmarkConfiguration(metaclass=_ConfigMeta):
     # rate x 0.39 ..."), shown beside the value by `make info`; set by the class that sets the value or its ladder
     value_notes: ClassVar[dict[str, str]] = {}
     gpu_model: ClassVar[GpuModel | None] = None  # a derived class's GPU model (configs/any_gpu.py)
+    # The GPU count of a system whose name does not give it (``MyBox``, not ``<model>x<count>``): the per-GPU rates
+    # it inherits from a GPU model's class are multiplied by it, as a name's count does
+    gpu_count: ClassVar[int | None] = None
+    # Rungs a derived class left out of its ladder because the GPU cannot hold them (GPT-J's memory), with why:
+    # `make info` names them beside those its compute capability skips
+    skipped_rungs: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     @classmethod
     def fields(cls) -> dict[str, Any]:
@@ -150,8 +157,9 @@ class ConfigRegistry:
             if key in cls._classes:
                 other = cls._classes[key]
                 raise ConfigError(
-                    f"config class {config.__name__} registers {key[2]} {workload.shortname()} for "
-                    f"{config.benchmark.value}/{config.scenario.value}, already registered by {other.__name__}"
+                    f"config class {config.__name__} ({source_file(config)}) registers {key[2]} "
+                    f"{workload.shortname()} for {config.benchmark.value}/{config.scenario.value}, already registered "
+                    f"by {other.__name__} ({source_file(other)}): keep one of the two classes, in one of the files"
                 )
             cls._classes[key] = config
             return config
@@ -213,14 +221,27 @@ class ConfigRegistry:
         configured = sorted({k[2] for k in cls._classes if k[:2] == (benchmark, scenario)})
         raise ConfigError(
             f"no config for system {looked_for}, {benchmark.value}/{scenario.value}, {workload.shortname()}; "
-            f"configured: {', '.join(configured)} (a GPU model's class serves any count of it: <model>x<count>; a model "
-            f"of code/common/gpu_models.py, or this machine's GPU, has a class derived from the GPU). Add yours with `make add_system` (writes a stub class into "
+            f"configured: {', '.join(configured)} (a GPU model's class serves any count of it: "
+            f"<model>x<count>; a model of code/common/gpu_models.py, or this machine's GPU, has a class derived "
+            f"from the GPU). Add yours with `make add_system` (writes a stub class into "
             f"configs/{benchmark.value}/{scenario.value}/custom.py), or pick one with --system_name"
         )
 
     @classmethod
     def registered(cls) -> dict[RegistryKey, type[BenchmarkConfiguration]]:
         return dict(cls._classes)
+
+
+def source_file(config: type) -> str:
+    """The file a class is written in, relative to the repository: an error about two classes names both files."""
+    module = sys.modules.get(config.__module__)
+    path = getattr(module, "__file__", None)
+    if not path:
+        return config.__module__
+    try:
+        return str(Path(path).resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return path
 
 
 def shared_values(**values: Any):  # noqa: ANN201 - a decorator factory
@@ -252,6 +273,13 @@ def system_gpu_model(system: str) -> GpuModel | None:
     return gpu_model_for_system(system) or gpu_model_for_system(system, this_machine())
 
 
+def gpu_count(config: type[BenchmarkConfiguration], system: str) -> int | None:
+    """How many GPUs ``system`` has, which its per-GPU rates are multiplied by: the count its name gives
+    (``<model>x<count>``), else its class's ``gpu_count`` (a system named ``MyBox``); None: not a GPU system."""
+    found = gpu_model_and_count(system)
+    return found[1] if found else config.gpu_count
+
+
 def candidate_names(system: str) -> list[str]:
     """The registered names that may configure ``system``, the first found winning: its own name, then for a
     ``<model>x<count>`` name its GPU model."""
@@ -269,11 +297,10 @@ def system_values(config: type[BenchmarkConfiguration], system: str) -> dict[str
     it sets itself is the whole system's. A ``BestCpuPrecision`` is this machine's choice, its source saying why.
     A value the setting class notes (``value_notes``: an estimate, a value derived from the GPU) says so after its
     source."""
-    found = gpu_model_and_count(system)
+    count = gpu_count(config, system)
     values: dict[str, tuple[Any, str]] = {}
     for name, (value, owner) in config.field_owners().items():
-        if found and FIELDS[name].system_rate and owner.per_gpu():
-            count = found[1]
+        if count and FIELDS[name].system_rate and owner.per_gpu():
             source = f"{owner.__name__} x {count} GPU{'s' if count != 1 else ''}"
             values[name] = (FIELDS[name].check(value * count, f"config class {source}"), noted(owner, name, source))
         elif isinstance(value, BestCpuPrecision):  # the CPU decides: bf16 only with bf16 arithmetic
@@ -325,6 +352,9 @@ def validate_config_class(config: type) -> None:
                     fld.check(each, f"config class {klass.__name__}")
             except FieldError as error:
                 raise ConfigError(str(error)) from None
+    count = vars(config).get("gpu_count")
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
+        raise ConfigError(f"config class {name}: gpu_count must be a whole number of GPUs, 1 or more; got {count!r}")
     values = config.fields()
     for fld in FIELDS.values():
         if fld.required and fld.applies_to(config.benchmark, config.scenario) and values.get(fld.name) is None:
@@ -348,15 +378,14 @@ def rung_values(config: type[BenchmarkConfiguration], rung: Rung, system: str,
     owner = config.ladder_owner()
     assert owner is not None, "a rung comes from a ladder"
     setters = config.field_owners()
-    found = gpu_model_and_count(system)
+    count = gpu_count(config, system)
     values = dict(below)
     for name, value in rung.values.items():
         setter = setters.get(name, (None, None))[1]
         if setter is not None and setter is not owner and issubclass(setter, owner):
             continue  # set by a class below the ladder's: its own system's value
         source = f"{owner.__name__} engine_ladder[{rung.name}]"
-        if found and FIELDS[name].system_rate and owner.per_gpu():
-            count = found[1]
+        if count and FIELDS[name].system_rate and owner.per_gpu():
             source += f" x {count} GPU{'s' if count != 1 else ''}"
             value = FIELDS[name].check(value * count, f"config class {source}")
         values[name] = (value, noted(owner, name, source))
@@ -371,9 +400,10 @@ def system_ladder(config: type[BenchmarkConfiguration], system: str,
     ladder = config.engine_ladder if config.ladder_owner() else ()
     gpu = system_gpu_model(system) if ladder else None
     if gpu is None:
-        return ladder, ()
+        return ladder, tuple(config.skipped_rungs)
     kept, skipped = runnable_rungs(config.benchmark, ladder, {name: value for name, (value, _) in below.items()},
                                    gpu.capability)
+    skipped = tuple(config.skipped_rungs) + skipped
     if not kept:
         reasons = "; ".join(f"{name}: {why}" for name, why in skipped)
         raise ConfigError(f"{system}: {gpu.name} ({gpu.describe()}) runs no engine of config class "

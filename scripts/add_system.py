@@ -25,12 +25,14 @@ import keyword
 import os
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from code.common import atomic
 from code.common.config import ConfigError
-from code.common.constants import Benchmark, Scenario
+from code.common.constants import AccuracyTarget, Benchmark, Scenario
+from code.common.gpu_models import REFERENCE, GpuModel, by_name, model_names
 from code.common.paths import REPO_ROOT
 from code.common.system_description import (
     MEANINGFUL_FIELDS,
@@ -42,8 +44,14 @@ from code.common.system_description import (
     load_description,
     read_json_object,
 )
-from code.common.systems import CPU_SYSTEM, DetectedSystem, detect_system, gpu_model_and_count
-from configs.configuration import VARIANT_SUFFIX, BenchmarkConfiguration, ConfigRegistry, WorkloadSetting
+from code.common.systems import CPU_SYSTEM, DetectedSystem, GpuInfo, detect_system, gpu_model_and_count
+from configs.configuration import (
+    VARIANT_SUFFIX,
+    BenchmarkConfiguration,
+    ConfigRegistry,
+    WorkloadSetting,
+    system_gpu_model,
+)
 
 HEADER = '''"""Configs of systems added with `make add_system` (scripts/add_system.py); edit them freely.
 
@@ -85,15 +93,15 @@ def class_header(name: str, base: str) -> list[str]:
     return [line] if len(line) <= LINE_LENGTH else [f"class {name}(", f"    {base},", "):"]
 
 
-def stub_classes(system: str, benchmark: Benchmark, scenario: Scenario, on_gpu: bool) -> str:
-    """The two classes (99% and 99.9%) of a new system, from the benchmark's ``configs/<bench>/new_system.py``.
+def stub_classes(system: str, benchmark: Benchmark, scenario: Scenario) -> str:
+    """The two classes (99% and 99.9%) of a new system without GPUs, from the benchmark's
+    ``configs/<bench>/new_system.py``. (A system of GPUs derives from its GPU model's classes instead.)
 
     The values live with the benchmark's configs so that this script knows no benchmark by name.
     """
     start = importlib.import_module(f"configs.{benchmark.value}.new_system")
-    kind = "gpu" if on_gpu else "cpu"
-    values = start.STARTING_VALUES[scenario][kind]
-    precision, high_accuracy_precision = start.PRECISION[kind]
+    values = start.STARTING_VALUES[scenario]
+    precision, high_accuracy_precision = start.PRECISION
     lines = [
         "",
         "",
@@ -102,10 +110,9 @@ def stub_classes(system: str, benchmark: Benchmark, scenario: Scenario, on_gpu: 
         '    """Added by make add_system: starting values, to be tuned with --test_run runs."""',
         "",
         f'    precision = "{precision}"',
-        f'    device = "{"cuda" if on_gpu else "cpu"}"',
+        '    device = "cpu"',
     ]
-    by_target, high_accuracy_by_target = start.BY_TARGET.get(kind, ({}, {}))
-    lines += [f"    {name} = {value!r}" for name, value in {**values, **by_target}.items()]
+    lines += [f"    {name} = {value!r}" for name, value in values.items()]
     lines += [
         "",
         "",
@@ -113,15 +120,16 @@ def stub_classes(system: str, benchmark: Benchmark, scenario: Scenario, on_gpu: 
         *class_header(f"{system}_HighAccuracy", system),
         f'    precision = "{high_accuracy_precision}"',
     ]
-    lines += [f"    {name} = {value!r}" for name, value in high_accuracy_by_target.items()]
     return "\n".join(lines) + "\n"
 
 
 def model_subclasses(system: str, scenario: Scenario,
-                     model_classes: dict[WorkloadSetting, type[BenchmarkConfiguration]]) -> str:
+                     model_classes: dict[WorkloadSetting, type[BenchmarkConfiguration]], count: int) -> str:
     """A class of ``system`` for each workload of its GPU model's classes, derived from the model's class of the
-    same workload: the system starts from the model's values and a field set in it overrides them."""
-    _, count = gpu_model_and_count(system) or ("", 1)
+    same workload: the system starts from the model's values and a field set in it overrides them. A system whose
+    name does not give its GPU count (``MyBox``) states it (``gpu_count``), which its per-GPU rates are multiplied
+    by."""
+    counted = gpu_model_and_count(system) is not None
     blocks = []
     for workload, parent in model_classes.items():
         suffix = match.group(0) if (match := VARIANT_SUFFIX.search(parent.__name__)) else ""
@@ -138,20 +146,55 @@ def model_subclasses(system: str, scenario: Scenario,
             "",
             "    A field set here overrides the inherited one; a throughput set here is the whole system's, as it "
             'is."""',
+            *([] if counted else ["", f"    gpu_count = {count}"]),
         ]))
     return "\n".join(blocks) + "\n"
 
 
-def model_classes_of(system: str, benchmark: Benchmark,
-                     scenario: Scenario) -> tuple[str, dict[WorkloadSetting, type[BenchmarkConfiguration]]] | None:
-    """(the GPU model, its classes by workload) when ``system`` is ``<model>x<count>`` of a model with classes in
-    this scenario; None otherwise."""
-    found = gpu_model_and_count(system)
-    if found is None:
-        return None
+def model_classes_of(model: GpuModel, benchmark: Benchmark,
+                     scenario: Scenario) -> dict[WorkloadSetting, type[BenchmarkConfiguration]]:
+    """The GPU model's classes in this scenario by workload: the classes written for it, else those derived from the
+    GPU (configs/any_gpu.py), which its scenario module names (``Offline.A100_SXM4_40GB``) so that a class can
+    derive from them."""
     classes = {key[3]: config for key, config in ConfigRegistry.registered().items()
-               if key[:3] == (benchmark, scenario, found[0])}
-    return (found[0], classes) if classes else None
+               if key[:3] == (benchmark, scenario, model.name)}
+    if classes:
+        return classes
+    module = importlib.import_module(f"configs.{benchmark.value}.{scenario.value}")
+    workloads = [key[3] for key in ConfigRegistry.registered() if key[:3] == (benchmark, scenario, REFERENCE)]
+    return {workload: getattr(module, model.name + ("_HighAccuracy" if workload.accuracy_target is
+                                                    AccuracyTarget.k_99_9 else "")) for workload in workloads}
+
+
+def target_gpus(system: str, detected: DetectedSystem, gpu_model: str | None,
+                gpu_count: int | None) -> tuple[GpuModel, int] | None:
+    """The GPU model and count the system is made of: --gpu_model/--gpu_count where given, else the model and count
+    its name says (``A100_SXM4_40GBx8``), else this machine's GPUs; None for a system without GPUs."""
+    found = gpu_model_and_count(system)
+    if gpu_model is not None:
+        model = by_name(gpu_model)
+        if model is None:
+            raise ConfigError(f"--gpu_model={gpu_model} is no GPU model of code/common/gpu_models.py; known: "
+                              f"{', '.join(model_names())}")
+        count = gpu_count or (found[1] if found else 1)
+        if found and (by_name(found[0]) != model or found[1] != count):
+            raise ConfigError(f"--system_name={system} says {found[1]}x {found[0]}, and --gpu_model/--gpu_count say "
+                              f"{count}x {model.name}: give a name without a count (MyBox), or leave those out")
+        return model, count
+    if found is not None and (model := system_gpu_model(system)) is not None:
+        return model, gpu_count or found[1]
+    if detected.gpus and system != CPU_SYSTEM:
+        return detected.gpus[0].model(), gpu_count or (found[1] if found else len(detected.gpus))
+    return None
+
+
+def as_detected(detected: DetectedSystem, model: GpuModel, count: int) -> DetectedSystem:
+    """This machine with the system's GPUs in place of its own (a system added from another machine): the host
+    fields of its description stay this machine's, to be corrected in the user file where they differ."""
+    if detected.gpus and detected.gpus[0].model().name == model.name and len(detected.gpus) == count:
+        return detected
+    gpu = GpuInfo(model.nvml_names[0] if model.nvml_names else model.name, model.memory_bytes, model.capability)
+    return replace(detected, gpus=(gpu,) * count)
 
 
 def with_imports(text: str, path: Path, benchmark: Benchmark, scenario: Scenario) -> str:
@@ -194,7 +237,7 @@ def system_name_problem(name: str) -> str | None:
     return None
 
 
-def add_configs(system: str, benchmark: Benchmark, on_gpu: bool, dry_run: bool) -> list[str]:
+def add_configs(system: str, benchmark: Benchmark, gpus: tuple[GpuModel, int] | None, dry_run: bool) -> list[str]:
     """Append classes where the system has none of its own yet, derived from its GPU model's where it has some,
     else stubs; returns what was done per scenario.
 
@@ -211,13 +254,13 @@ def add_configs(system: str, benchmark: Benchmark, on_gpu: bool, dry_run: bool) 
             if system in registered:
                 done.append(f"{path}: {system} already configured, left as is")
                 continue
-            model = model_classes_of(system, benchmark, scenario)
-            if model is None:
-                classes = stub_classes(system, benchmark, scenario, on_gpu)
-                what = f"added {system} and {system}_HighAccuracy (starting values)"
+            if gpus is None:
+                classes = stub_classes(system, benchmark, scenario)
+                what = f"added {system} and {system}_HighAccuracy (starting values of a machine without GPUs)"
             else:
-                classes = model_subclasses(system, scenario, model[1])
-                what = f"added {system} and its variants, derived from {model[0]}'s classes"
+                model, count = gpus
+                classes = model_subclasses(system, scenario, model_classes_of(model, benchmark, scenario), count)
+                what = f"added {system} and its variants, derived from {model.name}'s classes"
             if not dry_run:
                 before = path.read_text() if path.exists() else None
                 text = (HEADER + import_block(benchmark, scenario) if before is None
@@ -310,6 +353,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--benchmarks", default="bert,gptj", help="comma list (default: bert,gptj)")
     parser.add_argument("--submitter", default=os.environ.get(SUBMITTER_ENV),
                         help="your organization, as the submission names it (default: $SUBMITTER)")
+    parser.add_argument("--gpu_model", help="the system's GPU model where the name does not say it (MyBox) or it is "
+                        "added from another machine; one of code/common/gpu_models.py's")
+    parser.add_argument("--gpu_count", type=int, help="the system's GPU count with --gpu_model (default: the name's, "
+                        "else 1)")
     parser.add_argument("--dry_run", action="store_true", help="say what would be written, write nothing")
     args = parser.parse_args(argv)
     if args.system_name is not None and (problem := system_name_problem(args.system_name)):
@@ -318,14 +365,23 @@ def main(argv: list[str]) -> int:
     system = args.system_name or detected.name
     if problem := system_name_problem(system):
         parser.error(f"{problem} (the detected name; give one with --system_name)")
-    on_gpu = bool(detected.gpus) and system != CPU_SYSTEM
-    print(f"[add_system] system: {system} ({json.dumps(detected.describe())})")
+    print(f"[add_system] this machine: {json.dumps(detected.describe())}")
     try:
+        gpus = target_gpus(system, detected, args.gpu_model, args.gpu_count)
+        if gpus is None:
+            print(f"[add_system] system: {system}, no GPU (this machine has none, and none was named: for a system of "
+                  "GPUs give --gpu_model=<model> --gpu_count=<n>, or a name <model>x<count>)")
+        else:
+            model, count = gpus
+            system_gpus = as_detected(detected, model, count)
+            here = "this machine's" if system_gpus is detected else "as named, not this machine's GPUs"
+            print(f"[add_system] system: {system}, {count}x {model.name} ({model.describe()}; {here})")
+            detected = system_gpus
         for name in args.benchmarks.split(","):
             benchmark, _ = Benchmark.parse(name)
-            for line in add_configs(system, benchmark, on_gpu, args.dry_run):
+            for line in add_configs(system, benchmark, gpus, args.dry_run):
                 print(f"[add_system] {line}")
-    except ConfigError as error:  # a custom.py broken before this run (a hand edit): say which and the fix
+    except ConfigError as error:  # a custom.py broken before this run (a hand edit), or GPUs that do not add up
         print(f"ERROR: {error}", file=sys.stderr)
         return 2
     for line in write_description(detected, system, args.submitter, args.dry_run):

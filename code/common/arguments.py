@@ -311,7 +311,7 @@ MAIN_GROUPS = (
 # (tests/common/test_nvidia_habits.py) keeps that group empty.
 FIELD_GROUPS = (
     ("Model, data and device", ("round", "backend", "precision", "model_name", "weights", "input_data", "device",
-                                "devices", "cpu_threads", "num_beams", "seed", "synthetic_sample_count",
+                                "devices", "gpu_as", "cpu_threads", "num_beams", "seed", "synthetic_sample_count",
                                 "synthetic_lengths", "synthetic_output_lengths")),
     ("Batching (the C++ core)", ("gpu_batch_size", "num_workers", "sort_by_length", "batch_timeout_us")),
     ("GPU paths (BERT packed path, GPT-J inflight engine)", ("fast_path", "cuda_graphs", "graph_max_tokens",

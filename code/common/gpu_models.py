@@ -4,7 +4,7 @@ A system's name is ``<model>x<count>`` (code/common/systems.py). A config for a 
 is derived from what the GPU is (configs/<bench>/any_gpu.py): its compute capability decides which engines it can run
 (FP8 from 8.9, bf16 and our Triton kernels from 8.0), its memory the batch sizes and GPT-J's samples in flight, its
 SM count, power limit and memory bandwidth the first estimate of its rates. For the models below those facts come
-from NVIDIA's datasheets; for any other GPU they come from NVML on the machine itself (``code.common.systems.GpuInfo.model``).
+from NVIDIA's datasheets; for any other GPU from NVML on the machine itself (``code.common.systems.GpuInfo.model``).
 
 A model's ``published`` ratio is the best published MLPerf result per GPU of that model divided by the H100 SXM's
 in the same benchmark and scenario (sources in ``PUBLISHED_SOURCES``): where one exists, a config's first rate is

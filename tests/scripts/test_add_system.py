@@ -40,20 +40,25 @@ def test_add_system_writes_stubs_that_resolve(tmp_path):
     assert bad.returncode == 2 and "valid Python class name" in bad.stderr
 
 
-def test_bert_gpu_stubs_set_the_gelu_epilogue_per_accuracy_target():
-    """On a GPU the 99% BERT class gets the tanh GELU epilogue and the 99.9% class the erf kernel (bert_gpu.md)."""
+def test_a_gpu_system_derives_from_its_gpu_model_not_from_stubs():
+    """A system of GPUs named from another machine (here: no GPU) gets classes derived from its GPU model's, the
+    rates scaled by the count its name gives, or by ``gpu_count`` for a name without one."""
     from code.common.constants import Benchmark, Scenario
-    from scripts.add_system import stub_classes
+    from code.common.gpu_models import by_name
+    from scripts.add_system import model_classes_of, model_subclasses
 
-    text = stub_classes("MyGpu_x1", Benchmark.BERT, Scenario.Offline, on_gpu=True)
-    normal, high = text.split("class MyGpu_x1_HighAccuracy")
-    assert "gelu_in_gemm = True" in normal and "gelu_in_gemm = False" in high
-    assert "gelu_in_gemm" not in stub_classes("MyCpu", Benchmark.BERT, Scenario.Offline, on_gpu=False)
+    model = by_name("A100_SXM4_40GB")
+    classes = model_classes_of(model, Benchmark.BERT, Scenario.Offline)
+    assert sorted(c.__name__ for c in classes.values()) == ["A100_SXM4_40GB", "A100_SXM4_40GB_HighAccuracy"]
+    counted = model_subclasses("A100_SXM4_40GBx8", Scenario.Offline, classes, 8)
+    assert "class A100_SXM4_40GBx8(Offline.A100_SXM4_40GB):" in counted and "gpu_count" not in counted
+    named = model_subclasses("MyBox", Scenario.Offline, classes, 8)
+    assert "class MyBox(Offline.A100_SXM4_40GB):" in named and named.count("    gpu_count = 8") == 2
 
 
 def test_every_benchmark_brings_its_starting_values():
-    """add_system knows no benchmark by name: each one's configs/<bench>/new_system.py covers every scenario, for a
-    GPU and for a CPU-only machine, and both accuracy classes' precisions."""
+    """add_system knows no benchmark by name: each one's configs/<bench>/new_system.py covers every scenario of a
+    machine without GPUs, and both accuracy classes' precisions."""
     import importlib
 
     from code.common.constants import Benchmark, Scenario
@@ -61,9 +66,7 @@ def test_every_benchmark_brings_its_starting_values():
     for benchmark in Benchmark:
         start = importlib.import_module(f"configs.{benchmark.value}.new_system")
         assert set(start.STARTING_VALUES) == set(Scenario), benchmark
-        for scenario in Scenario:
-            assert set(start.STARTING_VALUES[scenario]) == {"gpu", "cpu"}, (benchmark, scenario)
-        assert set(start.PRECISION) == {"gpu", "cpu"} and set(start.BY_TARGET) <= {"gpu", "cpu"}
+        assert len(start.PRECISION) == 2
 
 
 def _repo_copy(tmp_path):
@@ -122,7 +125,7 @@ def test_stubs_are_written_atomically_and_rolled_back_when_rejected(tmp_path, mo
 
     monkeypatch.setattr(add_system.ConfigRegistry, "get", rejected)
     try:
-        add_system.add_configs("RollbackBox", add_system.Benchmark.BERT, on_gpu=False, dry_run=False)
+        add_system.add_configs("RollbackBox", add_system.Benchmark.BERT, gpus=None, dry_run=False)
     except add_system.ConfigError as error:
         assert "out of range" in str(error)
     else:
@@ -168,7 +171,7 @@ def test_a_known_gpu_model_gets_classes_derived_from_its_own_that_pass_lint(tmp_
     for name in ("H200_SXM_141GBx2", "MyBox_x2"):
         added = run("-m", "scripts.add_system", f"--system_name={name}")
         assert added.returncode == 0, added.stderr
-    assert added.stdout.count("(starting values)") == 6  # MyBox_ is no GPU model with classes: the stubs
+    assert added.stdout.count("(starting values of a machine without GPUs)") == 6  # MyBox_ is no GPU model: stubs
     for bench in ("bert", "gptj"):
         for scenario in ("Offline", "Server", "SingleStream"):
             custom = (root / "configs" / bench / scenario / "custom.py").read_text()

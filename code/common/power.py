@@ -133,25 +133,15 @@ class PowerTrace:
         """The test's power figures over ``window`` (``timed_window``), with ``samples`` completed in it; raises
         PowerUnavailableError when the readings do not cover the window (an NVML error stopped them, or the test
         logged no timed part)."""
-        covered = window is not None and bool(self.ticks) and self.ticks[0].time_s <= window[0] and \
-            self.ticks[-1].time_s >= window[1]
-        if not covered:
-            if self.error:
-                raise PowerUnavailableError(f"NVML failed during the test ({self.error}); the readings do not "
-                                            "cover its timed part")
-            if window is None:
-                raise PowerUnavailableError("LoadGen's detail log has no power_begin/power_end: the test has no "
-                                            "timed part to measure")
-            raise PowerUnavailableError("the readings do not cover the test's timed part")
-        assert window is not None
+        if window is None or not self.ticks or self.ticks[0].time_s > window[0] or self.ticks[-1].time_s < window[1]:
+            raise PowerUnavailableError(self._why_missing(window))
         begin, end = window
         times = np.array([tick.time_s for tick in self.ticks])
-        inside = [tick for tick in self.ticks if begin <= tick.time_s <= end]
-        # The readings around the timed part, the last before it and the first after it included.
-        around = times[int(np.searchsorted(times, begin, side="right")) - 1:int(np.searchsorted(times, end)) + 1]
+        # The last reading at or before the timed part and the first at or after it: they bracket it.
+        first, last = int(np.searchsorted(times, begin, side="right")) - 1, int(np.searchsorted(times, end))
+        inside = [tick for tick in self.ticks[first:last + 1] if begin <= tick.time_s <= end]
         # A timed part shorter than a period holds no reading: the two around it stand for it.
-        shown = inside or [self.ticks[int(np.searchsorted(times, begin, side="right")) - 1],
-                           self.ticks[int(np.searchsorted(times, end, side="left"))]]
+        shown = inside or [self.ticks[first], self.ticks[last]]
         seconds = end - begin
         gpus = [self._gpu(index, times, shown, begin, end) for index in range(len(self.gpus))]
         energy = sum(gpu["energy_j"] for gpu in gpus)
@@ -159,7 +149,7 @@ class PowerTrace:
         clocks = [r.sm_mhz for tick in shown for r in tick.readings if r.sm_mhz is not None]
         summary: dict[str, Any] = {
             "begin": begin, "end": end, "seconds": round(seconds, 3), "period_s": self.period_s,
-            "readings": len(inside), "longest_gap_s": round(float(np.diff(around).max(initial=0.0)), 3),
+            "readings": len(inside), "longest_gap_s": round(float(np.diff(times[first:last + 1]).max(initial=0.0)), 3),
             "energy_j": round(energy, 1),
             "mean_w": round(energy / seconds, 1) if seconds > 0 else round(sum(g["mean_w"] for g in gpus), 1),
             "max_w": round(max(sum(r.power_w for r in tick.readings) for tick in shown), 1),
@@ -167,12 +157,19 @@ class PowerTrace:
             "sm_clock_mhz_median": statistics.median(clocks) if clocks else None,
             "throttle_reasons": _shares([r.reasons for tick in shown for r in tick.readings]),
             "samples": samples,
-            "samples_per_joule": round(samples / energy, 4) if samples and energy > 0 else None,
+            "samples_per_joule": float(f"{samples / energy:.4g}") if samples and energy > 0 else None,
             "gpus": gpus,
         }
         if self.error:  # after the timed part (else the readings would not cover it): the figures stand
             summary["note"] = f"NVML failed after the timed part: {self.error}"
         return summary
+
+    def _why_missing(self, window: tuple[float, float] | None) -> str:
+        if self.error:
+            return f"NVML failed during the test ({self.error}); the readings do not cover its timed part"
+        if window is None:
+            return "LoadGen's detail log has no power_begin/power_end: the test has no timed part to measure"
+        return "the readings do not cover the test's timed part"
 
     def _gpu(self, index: int, times: np.ndarray, shown: list[Tick], begin: float, end: float) -> dict[str, Any]:
         gpu = self.gpus[index]

@@ -95,6 +95,7 @@ def write_test_report(folder: Path, draw: bool = True) -> TestReport:
             lines += ["", f"![latency]({LATENCY_PNG})", "", f"![timeline]({TIMELINE_PNG})"]
     else:
         lines.append(f"No {SAMPLE_TIMES_FILE} in this folder (the run predates it): LoadGen's figures only.")
+        lines += _power_table(record.power)
     write_text(folder / REPORT_FILE, "\n".join(lines) + "\n")
     return TestReport(folder, title, verdict, _figure(result), stats)
 

@@ -272,12 +272,16 @@ def test_summary_and_metadata_state_power_only_where_it_was_read(tmp_path):
 
 
 def test_report_md_states_power(tmp_path):
-    folder = tmp_path / "H200_SXM_141GBx1" / "bert-99" / "Offline"
+    folder = tmp_path / "H200_SXM_141GBx2" / "bert-99" / "Offline"
     folder.mkdir(parents=True)
     (folder / "mlperf_log_detail.txt").write_text("")
-    record_of(folder, ["cuda:0"], power=ONE_GPU)
+    second = {**ONE_GPU["gpus"][0], "device": "cuda:1", "throttle_reasons": {"power cap": 0.5, "thermal": 0.6}}
+    two = {**ONE_GPU, "gpus": [ONE_GPU["gpus"][0], second]}
+    record_of(folder, ["cuda:0", "cuda:1"], power=two)
     write_test_report(folder)
-    assert f"- {power_line(ONE_GPU)}" in (folder / REPORT_FILE).read_text()
+    text = (folder / REPORT_FILE).read_text()
+    assert f"- {power_line(two)}" in text
+    assert "| cuda:1 | 693 | 700 | 700 | 415,920 | 1,515 | thermal 60%, power cap 50% |" in text
 
 
 def test_make_results_shows_samples_per_joule_where_a_record_has_power(tmp_path):

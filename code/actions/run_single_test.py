@@ -34,6 +34,7 @@ from code.common.constants import (
 from code.common.faults import describe
 from code.common.log import configure, get_logger
 from code.common.paths import REPO_ROOT
+from code.common.power import NoPower, PowerSampler, power_sampler
 from code.common.run_logs import (
     TestResult,
     check_loadgen_logs,
@@ -129,16 +130,21 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
     loaded = time.time()
     log.debug("LoadGen settings: %s; user.conf: %s", settings, user_conf)
 
+    cluster = cluster_settings(config)
+    power: PowerSampler | NoPower = NoPower("the test did not reach LoadGen")
+
     def run_loadgen(runners: list[Any], device_names: list[str]) -> None:
-        nonlocal loaded
+        nonlocal loaded, power
         loaded = time.time()
         log.info("loaded in %.1f s; starting LoadGen", loaded - started)
-        with ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf),
-                              progress_period_s()):
+        # Read from here, every device ready, to after LoadGen returns: the readings bracket its timed part.
+        power = power_sampler(device_names, why_not_power(mode, cluster))
+        with power, ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf),
+                                     progress_period_s()):
             run_test(settings, prepared.sample_lengths, runners, device_names=device_names)
 
     report = run_on_devices(prepared, spec_file, config["num_workers"], config["round"], run_loadgen,
-                            cluster=cluster_settings(config))
+                            cluster=cluster)
     log.info("LoadGen finished in %.1f s", time.time() - loaded)
     times = timeline(settings.round).with_lengths(prepared.sample_lengths).with_device_names(report.devices)
     save_sample_times(times, log_dir)
@@ -177,6 +183,8 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
         "command": sys.argv,
         "devices": {"used": report.devices, "expected_qps_share": share, "completed": times.per_device(),
                     "loadgen_process": report.loadgen_host, **({"workers": report.workers} if report.workers else {})},
+        # GPU power over the timed part and samples per joule (code/common/power.py); null, with why, if not read.
+        **power.section(read_detail_log(log_dir), len(times.index)),
         **({"engine_stats": report.engine_stats} if report.engine_stats else {}),
         **({"audit_accuracy": audit_accuracy} if audit_accuracy else {}),
         # How the harness tuned this test's expected rate or latency first (a stored value, a probe), if it did.
@@ -186,6 +194,16 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
     }))
     write_report(log_dir)
     return result
+
+
+def why_not_power(mode: TestMode, cluster: ClusterSettings | None) -> str | None:
+    """Why a test's GPU power is not read, or None when it is: power counts over a performance test's timed part,
+    and NVML reads only this machine's GPUs."""
+    if mode is not TestMode.PerformanceOnly:
+        return "not a performance test: power is read over a performance test's timed part"
+    if cluster is not None:
+        return "a cluster run: its GPUs are on other nodes, which NVML in the LoadGen process cannot read"
+    return None
 
 
 def cluster_settings(config: ResolvedConfig) -> ClusterSettings | None:

@@ -76,8 +76,9 @@ NVIDIA_ONLY_FLAGS = {
         "copies overlap; give that instead"),
     "power": NvidiaOnlyFlag(
         "NVIDIA's run under a power meter (MLPerf's power tools)",
-        "this harness measures no power: leave --power out (--power_setting=MaxQ picks a system's MaxQ config "
-        "classes, where it has some)"),
+        "this harness runs under no power meter; it reads the GPUs' own power through NVML in every performance "
+        "test, unasked (the summary's power line): leave --power out (--power_setting=MaxQ picks a system's MaxQ "
+        "config classes, where it has some)"),
     "force_calibration": NvidiaOnlyFlag(
         "NVIDIA's calibration run even when a calibration cache exists",
         "here FP8 calibration is part of building an FP8 engine: remove its folder under build/engines/<system>/ "

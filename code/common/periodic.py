@@ -1,15 +1,18 @@
-"""Progress of a long loop outside LoadGen (preprocessing): a tqdm bar on a terminal, a plain line at least every
-``EVERY_S`` seconds otherwise (a pipe, CI, a log file), so a step of minutes is never silent.
+"""Work done every so often: progress of a long loop outside LoadGen (preprocessing), and a call repeated on a
+thread of its own while something else runs (``Periodic``).
 
-Downloads print their own lines (``code/common/download.py``: every few seconds and every 10 %); LoadGen tests
-theirs (``code/harness/progress.py``).
+A loop's progress is a tqdm bar on a terminal, a plain line at least every ``EVERY_S`` seconds otherwise (a pipe,
+CI, a log file), so a step of minutes is never silent. Downloads print their own lines (``code/common/download.py``:
+every few seconds and every 10 %); LoadGen tests theirs (``code/harness/progress.py``, on a ``Periodic``), and GPU
+power is read on one during a test (``code/common/power.py``).
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TextIO, TypeVar
 
 from code.common.log import get_logger
@@ -54,3 +57,52 @@ def progress_line(what: str, done: int, total: int | None, unit: str, elapsed_s:
     else:
         line += f" {unit}"
     return line + f", {rate:,.1f} {unit}/s, {elapsed_s:.0f} s elapsed"
+
+
+class Periodic:
+    """Calls ``tick`` every ``period_s`` on a daemon thread, from ``start`` until ``stop`` (or the ``with`` block).
+
+    Ticks keep to a schedule of whole periods from the start, so a slow tick does not shift every later one; a
+    tick that overruns its period skips the ticks it missed rather than running them back to back. A tick that
+    raises ends the thread: an error that repeats every period would only repeat, so ``error`` keeps the first and
+    ``on_error`` (if given) hears it once, on the thread. A daemon thread, so a caller that never stops it cannot
+    keep the process alive.
+    """
+
+    def __init__(self, tick: Callable[[], None], period_s: float, name: str,
+                 on_error: Callable[[BaseException], None] | None = None) -> None:
+        if period_s <= 0:
+            raise ValueError(f"period_s must be positive, not {period_s}")
+        self._tick, self._period_s, self._on_error = tick, period_s, on_error
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ends the thread and waits for it: no tick runs after this returns."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def __enter__(self) -> Periodic:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def _loop(self) -> None:
+        start = time.monotonic()
+        due = 1
+        while not self._stop.wait(max(0.0, start + due * self._period_s - time.monotonic())):
+            try:
+                self._tick()
+            except Exception as error:  # noqa: BLE001 - the owner decides what a failed tick means
+                self.error = error
+                if self._on_error is not None:
+                    self._on_error(error)
+                return
+            due = max(due + 1, int((time.monotonic() - start) / self._period_s) + 1)

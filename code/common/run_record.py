@@ -110,6 +110,17 @@ class RunRecord:
         return self.data.get("engine_stats") or {}
 
     @property
+    def power(self) -> dict[str, Any] | None:
+        """GPU power over the performance test's timed part (code/common/power.py); None when it was not read."""
+        value = self.data.get("power")
+        return value if isinstance(value, dict) else None
+
+    @property
+    def power_missing(self) -> str | None:
+        """Why ``power`` is None; None in records from before power was read."""
+        return self.data.get("power_missing")
+
+    @property
     def audit_accuracy(self) -> dict[str, Any]:
         """A TEST01 audit's accuracy scores of its logged responses; {} otherwise."""
         return self.data.get("audit_accuracy") or {}

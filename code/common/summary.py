@@ -8,6 +8,7 @@ from typing import Any
 
 from code.common import atomic, loadgen_rules
 from code.common.constants import ExitCode
+from code.common.power import power_note
 from code.common.run_logs import TestResult
 from code.common.run_record import RunRecord
 
@@ -178,6 +179,9 @@ def format_summary(system: str, root: Path, results: list[RanTest],
             lines.append(f"  {benchmark_name}:")
             current = benchmark_name
         lines.append(f"    {result.scenario:<13} {result.mode:<16} {_describe(result)}")
+        power = power_note(record)
+        if power:  # under the figure: watts and samples per joule over the timed part (code/common/power.py)
+            lines.append(f"      {power}")
         if record.engine.get("summary"):  # which engine of the config's ladder ran, and why
             lines.append(f"      engine: {record.engine['summary']}")
         lines += _device_lines(record.devices)

@@ -160,8 +160,9 @@ def cuda_visible_entries(count: int) -> list[str]:
     return entries
 
 
-def _handle(nvml: Any, entry: str) -> Any:
-    """The NVML device of a CUDA_VISIBLE_DEVICES entry (an index or a UUID)."""
+def nvml_handle(nvml: Any, entry: str) -> Any:
+    """The NVML device of a CUDA_VISIBLE_DEVICES entry (an index or a UUID): detection and the power sampler
+    (code/common/power.py) find a GPU the same way."""
     if entry.isdigit():
         return nvml.nvmlDeviceGetHandleByIndex(int(entry))
     return nvml.nvmlDeviceGetHandleByUUID(entry)
@@ -182,7 +183,7 @@ def detect_gpus(nvml: Any = None) -> tuple[tuple[GpuInfo, ...], str | None]:
         gpus = []
         for entry in cuda_visible_entries(nvml.nvmlDeviceGetCount()):
             try:
-                handle = _handle(nvml, entry)
+                handle = nvml_handle(nvml, entry)
             except Exception:  # a UUID NVML does not know (a prefix, or not this machine's): CUDA stops there too
                 break
             name = nvml.nvmlDeviceGetName(handle)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import re
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
+
+from code.common.periodic import Periodic
 
 PREFIX = "[progress] "
 PERIOD_S = 15.0  # plain lines: at least one every 15 s
@@ -87,27 +88,23 @@ class ProgressReporter:
     """A thread that prints ``progress_line`` every ``period_s`` while the ``with`` block runs (a test)."""
 
     def __init__(self, read: Read, shape: ProgressShape, period_s: float = PERIOD_S, out: TextIO | None = None) -> None:
-        self._read, self._shape, self._period_s = read, shape, period_s
+        self._read, self._shape = read, shape
         self._out = out or sys.stdout
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
+        # Progress never stops a test: a failed read ends the lines, and the last one says why.
+        self._periodic = Periodic(self._print_line, period_s, "progress", on_error=self._stopped)
 
     def __enter__(self) -> ProgressReporter:
-        self._thread.start()
+        self._periodic.start()
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        self._periodic.stop()
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self._period_s):
-            try:
-                line = progress_line(self._read(), self._shape)
-            except Exception as error:  # noqa: BLE001 - progress must never stop a test; say why it stopped
-                print(f"{PREFIX}stopped: {type(error).__name__}: {error}", file=self._out, flush=True)
-                return
-            print(line, file=self._out, flush=True)
+    def _print_line(self) -> None:
+        print(progress_line(self._read(), self._shape), file=self._out, flush=True)
+
+    def _stopped(self, error: BaseException) -> None:
+        print(f"{PREFIX}stopped: {type(error).__name__}: {error}", file=self._out, flush=True)
 
 
 class ProgressScreen:

@@ -8,6 +8,7 @@ from typing import Any
 
 from code.common.atomic import write_text
 from code.common.constants import SERVER_LATENCY_BOUND_NS, Benchmark
+from code.common.power import power_note
 from code.common.run_logs import read_detail_log
 from code.common.run_record import RunRecord, RunRecordError, read_record, record_path
 from code.harness.core import SAMPLE_TIMES_FILE, SampleTimes
@@ -68,6 +69,9 @@ def write_test_report(folder: Path, draw: bool = True) -> TestReport:
     reasons = result.get("invalid_reasons", [])
     lines = [f"# {title}", "", f"- verdict: **{verdict}**" + (f" ({'; '.join(reasons)})" if reasons else ""),
              f"- {_figure(result)}"]
+    power = power_note(record)
+    if power:
+        lines.append(f"- {power}")
     not_submittable = result.get("not_submittable") or []
     if not_submittable:
         lines.append(f"- not submittable: {'; '.join(not_submittable)}")
@@ -86,10 +90,12 @@ def write_test_report(folder: Path, draw: bool = True) -> TestReport:
             draw_timeline(times, scenario, bound, title, folder / TIMELINE_PNG)
         lines += _stats_table(stats, read_detail_log(folder), bound)
         lines += _device_table(times.per_device())
+        lines += _power_table(record.power)
         if stats.samples:
             lines += ["", f"![latency]({LATENCY_PNG})", "", f"![timeline]({TIMELINE_PNG})"]
     else:
         lines.append(f"No {SAMPLE_TIMES_FILE} in this folder (the run predates it): LoadGen's figures only.")
+        lines += _power_table(record.power)
     write_text(folder / REPORT_FILE, "\n".join(lines) + "\n")
     return TestReport(folder, title, verdict, _figure(result), stats)
 
@@ -122,6 +128,27 @@ def _device_table(rows: list[dict[str, Any]]) -> list[str]:
         table.append(f"| {row['device']} | {row['samples']:,} | {row['samples_per_s']:,.2f} | {row['share']:.1%} |"
                      + (f" {row['input_tokens']:,} |" if tokens else ""))
     return table
+
+
+def _power_table(power: dict[str, Any] | None) -> list[str]:
+    """Each GPU's power over the timed part, with several GPUs: one that draws less than the others while doing
+    as much work is the more efficient, one that draws less and does less was starved."""
+    gpus = (power or {}).get("gpus") or []
+    if len(gpus) < 2:
+        return []
+    table = ["", "| GPU | mean W | max W | limit W | energy J | SM clock MHz (median) | throttled by |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for gpu in gpus:
+        reasons = gpu.get("throttle_reasons")
+        ranked = sorted((reasons or {}).items(), key=lambda item: -item[1])
+        throttled = "-" if reasons is None else ", ".join(f"{name} {share:.0%}" for name, share in ranked)
+        table.append(f"| {gpu['device']} | {gpu['mean_w']:,.0f} | {gpu['max_w']:,.0f} | {_or_dash(gpu['limit_w'])} | "
+                     f"{gpu['energy_j']:,.0f} | {_or_dash(gpu['sm_clock_mhz_median'])} | {throttled or 'none'} |")
+    return table
+
+
+def _or_dash(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
 
 def _ms(nanoseconds: Any) -> str:

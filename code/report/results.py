@@ -1,11 +1,12 @@
 """The results of every run at a glance (``make results``): the newest result per system, benchmark, scenario, GPU
 count and test, as a table and a CSV file (the command: code/report/make_results.py).
 
-A result is what a finished test recorded in its ``metadata.json`` (code/common/run_logs.py): the figure, its unit
-and the verdict. Only a run's own tests count, the folders ``<run>/<system>/<bench>/<Scenario>/`` (with
-``accuracy/`` and ``performance/run_1/`` for a SubmissionRun); the steps inside a run that lead to them (a
-``--test_run``'s probe, ``--find_performance``'s tries, an engine the accuracy gate moved aside) sit deeper and are
-left out. A test is dated by when it started (its ``test_spec.json``). The logs are only read, never written.
+A result is what a finished test recorded in its ``metadata.json`` (code/common/run_logs.py): the figure, its unit,
+the verdict and, where its GPU power was read, samples per joule. Only a run's own tests count, the folders
+``<run>/<system>/<bench>/<Scenario>/`` (with ``accuracy/`` and ``performance/run_1/`` for a SubmissionRun); the
+steps inside a run that lead to them (a ``--test_run``'s probe, ``--find_performance``'s tries, an engine the
+accuracy gate moved aside) sit deeper and are left out. A test is dated by when it started (its ``test_spec.json``).
+The logs are only read, never written.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from code.common.run_record import RunRecord
 from code.submission.runs import TestRun, find_tests, run_folders
 
 RESULTS_CSV = "results.csv"
-CSV_COLUMNS = ("system", "benchmark", "scenario", "gpus", "test", "metric", "figure", "unit", "verdict", "date",
-               "log_folder")
+CSV_COLUMNS = ("system", "benchmark", "scenario", "gpus", "test", "metric", "figure", "unit", "samples_per_joule",
+               "verdict", "date", "log_folder")
 # The parts of a test folder's path inside its run folder: system, benchmark, scenario.
 TEST_DEPTH = 3
 
@@ -48,6 +49,7 @@ class Result:
     verdict: str
     started: float  # seconds since the epoch
     folder: Path
+    samples_per_joule: float | None = None  # a performance test whose GPU power was read (code/common/power.py)
 
     @property
     def key(self) -> tuple[str, str, str, int, str]:
@@ -105,7 +107,7 @@ def _result(test: TestRun) -> Result:
                   test="accuracy" if test.mode is TestMode.AccuracyOnly else "performance",
                   metric=str(record.get("metric") or ""), figure=None if value is None else float(value),
                   unit=str(record.get("unit") or ""), verdict=test.verdict, started=started(test.directory),
-                  folder=test.directory)
+                  folder=test.directory, samples_per_joule=(test.record.power or {}).get("samples_per_joule"))
 
 
 def gpu_count(record: RunRecord) -> int:
@@ -147,11 +149,17 @@ def format_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], right: s
 
 
 def results_table(results: list[Result]) -> str:
+    """The table; with a samples/J column after the unit when a result has one (a GPU test whose power was read):
+    a table of CPU runs has none to show."""
     headers = ("system", "benchmark", "scenario", "GPUs", "test", "metric", "figure", "unit", "verdict", "date",
                "log folder")
     rows = [(r.system, r.benchmark, r.scenario, str(r.gpus), r.test, r.metric, format_figure(r.figure), r.unit,
              r.verdict, r.date, shown_path(r.folder)) for r in results]
-    return format_table(headers, rows, right={3, 6})
+    if not any(r.samples_per_joule is not None for r in results):
+        return format_table(headers, rows, right={3, 6})
+    headers = (*headers[:8], "samples/J", *headers[8:])
+    rows = [(*row[:8], format_figure(r.samples_per_joule), *row[8:]) for row, r in zip(rows, results, strict=True)]
+    return format_table(headers, rows, right={3, 6, 8})
 
 
 def results_csv(results: list[Result]) -> str:
@@ -162,8 +170,8 @@ def results_csv(results: list[Result]) -> str:
     for r in results:
         writer.writerow((r.system, r.benchmark, r.scenario, r.gpus, r.test, r.metric,
                          "" if r.figure is None else r.figure,
-                         r.unit, r.verdict, time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(r.started)),
-                         r.folder.resolve()))
+                         r.unit, "" if r.samples_per_joule is None else r.samples_per_joule, r.verdict,
+                         time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(r.started)), r.folder.resolve()))
     return buffer.getvalue()
 
 

@@ -166,6 +166,9 @@ def test_tiny_model_valid_in_every_scenario(build_dir, tmp_path, scenario):
     assert any(r.startswith("wrong round: round v5.0 has no bert-99 Server") for r in reasons) == (scenario == "server")
     assert metadata["provenance"]["model"] == "BERT-tiny (a small test model, not BERT-large)"
     assert "[VALID but not submittable] (synthetic inputs; small test model BERT-tiny" in done.stdout
+    # A CPU run reads no power and makes none up: null with the reason, and no power line.
+    assert metadata["power"] is None and metadata["power_missing"] == "no GPU among the test's devices (cpu)"
+    assert "power:" not in done.stdout
 
 
 def test_submission_run_uses_submission_layout(build_dir, tmp_path):

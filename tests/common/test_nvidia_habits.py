@@ -50,7 +50,7 @@ def test_an_alias_and_our_name_with_two_values_are_one_flag_given_twice():
 @pytest.mark.parametrize("args,names", [
     (["--gpu_copy_streams=2"], ["--num_workers=N"]),
     (["--gpu_copy_streams", "2"], ["--num_workers=N"]),
-    (["--power"], ["measures no power", "--power_setting=MaxQ"]),
+    (["--power"], ["runs under no power meter", "--power_setting=MaxQ"]),
     (["--force_calibration"], ["build/engines/<system>/", "make generate_engines"]),
     (["--force_calibration=1", "--benchmarks=bert"], ["make generate_engines"]),
 ])

@@ -1,7 +1,8 @@
 """Progress of preprocessing loops (code/common/periodic.py): plain lines when not a terminal, a tqdm bar on one,
-silence for a loop shorter than a period."""
+silence for a loop shorter than a period; and the thread that calls something every period."""
 
 import io
+import time
 
 from code.common import periodic
 
@@ -32,3 +33,24 @@ def test_a_bar_on_a_terminal():
 
 def test_the_line_without_a_total():
     assert periodic.progress_line("x", 10, None, "files", 5.0) == "x: 10 files, 2.0 files/s, 5 s elapsed"
+
+
+def test_periodic_ticks_until_stopped_and_not_after():
+    ticks = []
+    with periodic.Periodic(lambda: ticks.append(1), 0.01, "ticker") as ticker:
+        time.sleep(0.1)
+    count = len(ticks)
+    time.sleep(0.05)
+    assert count >= 3 and len(ticks) == count and ticker.error is None
+
+
+def test_a_failed_tick_ends_the_thread_and_is_heard_once():
+    heard = []
+
+    def tick():
+        raise RuntimeError("gone")
+
+    ticker = periodic.Periodic(tick, 0.01, "ticker", on_error=heard.append)
+    with ticker:
+        time.sleep(0.08)
+    assert [str(error) for error in heard] == ["gone"] and str(ticker.error) == "gone"

@@ -158,7 +158,8 @@ def test_make_results_prints_the_table_and_writes_the_csv(logs, capsys):
     assert len(rows) == 4
     assert rows[1] == {
         "system": "CPU", "benchmark": "bert-99", "scenario": "Offline", "gpus": "0", "test": "performance",
-        "metric": "samples_per_second", "figure": "250.0", "unit": "samples/s", "verdict": "VALID but not submittable",
+        "metric": "samples_per_second", "figure": "250.0", "unit": "samples/s", "samples_per_joule": "",
+        "verdict": "VALID but not submittable",
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(T0 + DAY + 60)),
         "log_folder": str((logs / "2026.01.02-10.00.00/CPU/bert-99/Offline/performance/run_1").resolve())}
     assert digest(logs) == before  # the logs are read, never written

@@ -126,7 +126,7 @@ class InflightEngine:
         dtype = self.options.kv_dtype or self.model.dtype
         free, total = torch.cuda.mem_get_info(self.model.device)
         reserve = max(MIN_RESERVE_GIB * GIB, self.options.memory_reserve_share * total)
-        per_token = shape.bytes_per_token(dtype)
+        per_token = shape.bytes_per_token(dtype.itemsize)
         generated = shape.slots * shape.beams * shape.max_new_tokens * per_token
         left = free - generated - int(reserve)
         pages = min(need, left // (shape.page_size * per_token))

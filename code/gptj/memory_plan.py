@@ -53,7 +53,10 @@ MIN_USEFUL_SLOTS = 8
 # decode step's time grows with its rows once its GEMMs are compute-bound); more slots only lengthen every step
 # (Server latency) and reserve generated rows that buy nothing
 MAX_SLOTS = 512
-FP8_CAPABILITY = (8, 9)  # e4m3 tensor-core GEMMs (Ada, Hopper, Blackwell)
+# What the engine needs of a GPU, beside memory (a config derived from the GPU reads these without torch): compute
+# capability 8.0 for any engine (FlashAttention-2 in prompt passes, bf16 tensor cores), 8.9 for FP8 (e4m3 GEMMs)
+INFLIGHT_CAPABILITY = (8, 0)
+FP8_CAPABILITY = (8, 9)
 
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")  # the inflight backend's; fp8: FP8 GEMMs, bf16 elsewhere
 KV_CACHE_DTYPES = ("auto", "fp8")  # auto: the model's 16-bit dtype

@@ -236,3 +236,15 @@ def test_allocatable_memory_counts_cached_blocks(fake_gpu):
     fake_gpu.free = 66 * GIB  # another process took a GiB
     assert devices.allocatable_gpu_bytes("cuda", usable=100 * GIB) == 68 * GIB
 
+
+@pytest.mark.parametrize(("capability", "precision", "message"), [
+    ((7, 5), "fp16", "compute capability 8.0 or newer .* --backend=pytorch --precision=fp16"),
+    ((8, 0), "fp8", "compute capability 8.9 or newer"),
+])
+def test_the_backend_refuses_a_gpu_it_cannot_run_on(monkeypatch, capability, precision, message):
+    """Before loading anything: a clear error instead of a kernel failing mid-run."""
+    from code.gptj.backends.inflight import InflightGptjBackend, InflightOptions
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
+    with pytest.raises(ValueError, match=message):
+        InflightGptjBackend(InflightOptions(device="cuda", precision=precision))

@@ -208,15 +208,15 @@ def usable_gpu_bytes(device: Any) -> int:
 
 def allocatable_gpu_bytes(device: Any, usable: int | None = None) -> int:
     """What this process can still allocate on the GPU: the driver's free memory plus the blocks PyTorch's allocator
-    holds unused (it returns them when a request needs them), and no more than ``usable`` (``usable_gpu_bytes``
-    unless given) minus what is allocated, since the allocator enforces a per-process fraction on its own."""
+    holds unused (it returns them when a request needs them), less what ``usable`` (``usable_gpu_bytes`` unless
+    given) keeps from it. So a GPU capped to ``usable`` sizes as a GPU of that total would: the CUDA context, which
+    the allocator's own cap does not count, takes its share of the smaller GPU too."""
     import torch
 
     usable = usable_gpu_bytes(device) if usable is None else usable
-    free, _ = torch.cuda.mem_get_info(device)
-    allocated = torch.cuda.memory_allocated(device)
-    cached = torch.cuda.memory_reserved(device) - allocated
-    return max(0, min(free + cached, usable - allocated))
+    free, total = torch.cuda.mem_get_info(device)
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return max(0, free + cached - max(0, total - usable))
 
 
 def allowed_cpus() -> int:

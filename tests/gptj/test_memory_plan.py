@@ -36,12 +36,13 @@ from code.llm.generation import GenerationConfig
 from code.numerics.fp8 import E4M3
 
 MIB = 1 << 20
-# total_memory as the GPUs report it (nvidia-smi's MiB): a little under their names' GB
-H100_SXM = 81_559 * MIB
-H200_SXM = 143_771 * MIB
+# torch.cuda.get_device_properties(...).total_memory as GPUs report it (the H200's read on one, the others from
+# published logs; the L4's and B200's are nvidia-smi's, which torch may report a little lower)
+H100_SXM = 81_090 * MIB
+H200_SXM = 150_109_880_320
 A100_40GB = 40_536 * MIB
 L4 = 23_034 * MIB
-RTX_4090 = 24_564 * MIB
+RTX_4090 = 24_563 * MIB
 B200 = 183_359 * MIB
 TINY = GPTJ_CONFIGS["tiny"]
 
@@ -235,6 +236,15 @@ def test_allocatable_memory_counts_cached_blocks(fake_gpu):
     assert devices.allocatable_gpu_bytes("cuda") == 69 * GIB  # free + cached
     fake_gpu.free = 66 * GIB  # another process took a GiB
     assert devices.allocatable_gpu_bytes("cuda", usable=100 * GIB) == 68 * GIB
+
+
+# -- the documentation's table ------------------------------------------------------------------------------------
+
+def test_documented_table_is_the_plans():
+    from scripts.gptj_memory_table import PAGE, rewritten
+
+    text = PAGE.read_text()
+    assert rewritten(text) == text, "documentation/gptj_gpu.md is stale: run `python -m scripts.gptj_memory_table`"
 
 
 @pytest.mark.parametrize(("capability", "precision", "message"), [

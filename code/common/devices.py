@@ -234,6 +234,33 @@ def release_cached_gpu_memory() -> None:
         torch.cuda.empty_cache()
 
 
+def usable_gpu_bytes(device: Any) -> int:
+    """The GPU memory this process may use: the GPU's total, or the share ``torch.cuda.set_per_process_memory_fraction``
+    allows, which is how a stand-in makes a larger GPU behave as a smaller one. The one place a GPU run reads its
+    memory from: ``torch.cuda.mem_get_info`` and ``total_memory`` ignore the fraction."""
+    import torch
+
+    device = torch.device(device)
+    total = int(torch.cuda.get_device_properties(device).total_memory)
+    fraction_of = getattr(torch.cuda, "get_per_process_memory_fraction", None)  # PyTorch 2.9 and newer
+    fraction = float(fraction_of(device)) if fraction_of is not None else 1.0
+    # a fraction outside (0, 1] means none was set (and 0 would leave nothing): the whole GPU
+    return int(total * fraction) if 0.0 < fraction < 1.0 else total
+
+
+def allocatable_gpu_bytes(device: Any, usable: int | None = None) -> int:
+    """What this process can still allocate on the GPU: the driver's free memory plus the blocks PyTorch's allocator
+    holds unused (it returns them when a request needs them), less what ``usable`` (``usable_gpu_bytes`` unless
+    given) keeps from it. So a GPU capped to ``usable`` sizes as a GPU of that total would: the CUDA context, which
+    the allocator's own cap does not count, takes its share of the smaller GPU too."""
+    import torch
+
+    usable = usable_gpu_bytes(device) if usable is None else usable
+    free, total = torch.cuda.mem_get_info(device)
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return max(0, free + cached - max(0, total - usable))
+
+
 def allowed_cpus() -> int:
     """CPUs this process may run on: the affinity mask, which containers and taskset narrow below os.cpu_count()."""
     try:

@@ -107,7 +107,7 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription
 
 def check_model_name(config: ResolvedConfig) -> None:
     """An unknown ``model_name`` stops the run with the known names (the table lives with the model)."""
-    from code.gptj.model import GptjConfig
+    from code.gptj.architecture import GptjConfig  # without torch
 
     try:
         GptjConfig.from_name(config["model_name"])

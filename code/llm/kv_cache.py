@@ -16,12 +16,10 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
+from code.llm.cache_shape import CacheShape
 from code.numerics.fp8 import E4M3, quantize_fast, scale_from_amax
 
 try:
@@ -29,27 +27,6 @@ try:
     import triton.language as tl
 except ImportError:  # CPU-only installs: torch's indexing writes the pages
     triton = None
-
-
-@dataclass(frozen=True)
-class CacheShape:
-    layers: int
-    heads: int
-    head_dim: int
-    slots: int
-    beams: int
-    max_new_tokens: int
-    page_size: int
-    pages: int
-    max_prompt_length: int
-
-    @property
-    def pages_per_slot(self) -> int:
-        return math.ceil(self.max_prompt_length / self.page_size)
-
-    def bytes_per_token(self, dtype: torch.dtype) -> int:
-        """Keys and values of one token over all layers."""
-        return 2 * self.layers * self.heads * self.head_dim * torch.empty((), dtype=dtype).element_size()
 
 
 class KVCache:
@@ -129,7 +106,7 @@ class KVCache:
         return len(self._free_pages)
 
     def pages_for(self, prompt_length: int) -> int:
-        return math.ceil(prompt_length / self.shape.page_size)
+        return self.shape.pages_for(prompt_length)
 
     def assign(self, slot: int, prompt_length: int) -> list[int]:
         """Give ``slot`` the pages of a ``prompt_length``-token prompt; the caller checked ``free_pages``."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from code.common.devices import usable_gpu_bytes
 from code.gptj.backends import no_engine
 from code.gptj.backends.inflight_engine import (
     EngineSpec,
@@ -35,6 +36,7 @@ from code.gptj.backends.inflight_engine import (
 from code.gptj.backends.pytorch import DTYPES, PytorchOptions
 from code.gptj.inflight.engine import EngineOptions, ForcedLengthOf, InflightEngine
 from code.gptj.inflight.layers import Amax, InflightModel
+from code.gptj.memory_plan import FP8_CAPABILITY, INFLIGHT_CAPABILITY, KV_CACHE_DTYPES, PRECISIONS
 from code.llm.generation import GenerationConfig
 from code.numerics.fp8 import E4M3
 
@@ -42,10 +44,6 @@ if TYPE_CHECKING:
     from code.common.benchmarks import EngineReport
     from code.common.config import ResolvedConfig
     from code.gptj.backends import BackendContext
-
-PRECISIONS = (*DTYPES, "fp8")
-KV_CACHE_DTYPES = ("auto", "fp8")
-FP8_CAPABILITY = (8, 9)  # e4m3 tensor-core GEMMs
 
 
 @dataclass(frozen=True)
@@ -104,6 +102,9 @@ class InflightGptjBackend:
         if device.type == "cuda" and options.precision == "fp32":
             raise ValueError("the inflight backend on CUDA runs bf16, fp16 or fp8 (FlashAttention has no float32): "
                              "set --precision=bf16")
+        if device.type == "cuda" and torch.cuda.get_device_capability(device) < INFLIGHT_CAPABILITY:
+            raise ValueError("the inflight backend needs an NVIDIA GPU of compute capability 8.0 or newer (its prompt "
+                             "passes run FlashAttention-2): set --backend=pytorch --precision=fp16")
         if fp8 and (device.type != "cuda" or torch.cuda.get_device_capability(device) < FP8_CAPABILITY):
             raise ValueError("FP8 GEMMs and the FP8 KV cache need an NVIDIA GPU of compute capability 8.9 or newer "
                              "(Ada, Hopper): set --precision=bf16 (fp32 on a CPU) --kv_cache_dtype=auto")
@@ -124,10 +125,11 @@ class InflightGptjBackend:
         if options.precision == "fp8":
             inflight.use_fp8_gemms(amax, fast_accum=options.fp8_fast_accum)
         if fp8:
-            torch.cuda.empty_cache()  # the KV pool is sized from free memory: return the calibration's blocks
+            torch.cuda.empty_cache()  # the freed 16-bit weights' blocks back to the driver before the KV pool
         engine_options = EngineOptions(slots=options.max_batch_size, max_prompt_length=longest,
                                        cuda_graphs=options.cuda_graphs,
-                                       kv_dtype=E4M3 if options.kv_cache_dtype == "fp8" else None)
+                                       kv_dtype=E4M3 if options.kv_cache_dtype == "fp8" else None,
+                                       memory_bytes=usable_gpu_bytes(device) if device.type == "cuda" else 0)
         self.engine = InflightEngine(inflight, generation, engine_options, kv_amax=amax)
 
     def run_batch(self, sample_indices: np.ndarray, prompts: list[np.ndarray]) -> list[np.ndarray]:

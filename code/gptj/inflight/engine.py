@@ -21,7 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from code.common.devices import allocatable_gpu_bytes, usable_gpu_bytes
 from code.gptj.inflight.layers import Amax, InflightModel
+from code.gptj.memory_plan import GIB, PAGE_SIZE, RESERVE_SHARE, cache_shape, prompt_pool_pages
 from code.llm.beam_search import BeamState
 from code.llm.generation import GenerationConfig
 from code.llm.kv_cache import CacheShape, KVCache
@@ -30,30 +32,32 @@ Take = Callable[[int, float], "tuple[np.ndarray, np.ndarray] | None"]
 Complete = Callable[[np.ndarray, list[np.ndarray]], None]
 ForcedLengthOf = Callable[[int], int]  # synthetic runs: a sample's forced output length (0: the model decides)
 
-MIN_RESERVE_GIB = 6.0
 IDLE_WAIT_S = 0.05  # how long take waits when nothing is running (keeps an idle Server loop off the CPU)
-GIB = 1 << 30
 
 
 @dataclass(frozen=True)
 class EngineOptions:
     slots: int  # samples in flight at once (NVIDIA's gpu_batch_size for in-flight batching)
     max_prompt_length: int
-    page_size: int = 64  # tokens per prompt page; the decode kernel reads one page per iteration
+    page_size: int = PAGE_SIZE  # tokens per prompt page; the decode kernel reads one page per iteration
     kv_pages: int = 0  # prompt pages in the pool; 0: what memory allows (CUDA), all slots at the longest (CPU)
+    # CUDA: the GPU memory this process may use; 0: ``usable_gpu_bytes`` (the GPU's total, or less under a
+    # per-process memory fraction, as a stand-in for a smaller GPU sets)
+    memory_bytes: int = 0
     kv_dtype: torch.dtype | None = None  # what the KV cache stores: None (the model's dtype) or torch.float8_e4m3fn
     prefill_tokens: int = 16384  # most prompt tokens in one prefill pass
     cuda_graphs: bool = True
     # CUDA: memory left beside the KV pool for a prefill pass's activations, the graph pool and fragmentation, as a
-    # share of the card (fragmentation grows with the pool), at least MIN_RESERVE_GIB
-    memory_reserve_share: float = 0.07
+    # share of memory_bytes (code/gptj/memory_plan.py: reserve_bytes)
+    memory_reserve_share: float = RESERVE_SHARE
 
     def __post_init__(self) -> None:
         for name in ("slots", "max_prompt_length", "page_size", "prefill_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineOptions.{name} must be >= 1, not {getattr(self, name)}")
-        if self.kv_pages < 0:
-            raise ValueError(f"EngineOptions.kv_pages must be >= 0, not {self.kv_pages}")
+        for name in ("kv_pages", "memory_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"EngineOptions.{name} must be >= 0, not {getattr(self, name)}")
 
 
 @dataclass
@@ -89,9 +93,8 @@ class InflightEngine:
                              f"tokens exceed the model's {cfg.n_positions} positions")
         self.model, self.generation, self.options = model, generation, options
         device = model.device
-        shape = CacheShape(layers=cfg.n_layer, heads=cfg.n_head, head_dim=cfg.head_dim, slots=options.slots,
-                           beams=generation.num_beams, max_new_tokens=generation.max_new_tokens,
-                           page_size=options.page_size, pages=1, max_prompt_length=options.max_prompt_length)
+        shape = cache_shape(cfg, options.slots, generation.num_beams, generation.max_new_tokens, options.page_size,
+                            options.max_prompt_length)
         self.beams = BeamState(options.slots, generation, device)
         self.logits = torch.zeros((options.slots * generation.num_beams, cfg.vocab_size), dtype=torch.float32,
                                   device=device)
@@ -118,23 +121,23 @@ class InflightEngine:
         self.cache.release(0)
 
     def _pages_that_fit(self, shape: CacheShape) -> int:
-        """CPU: every slot at the longest prompt. CUDA: the free memory after the generated rows (which the cache
-        allocates too) and a reserve, capped at that same need."""
-        need = shape.slots * shape.pages_per_slot
+        """CPU: every slot at the longest prompt. CUDA: ``prompt_pool_pages`` of what this process can still
+        allocate (the weights and per-slot state are in place), within ``memory_bytes``: the same rule
+        ``gptj_memory_plan`` predicts slots with. Not ``torch.cuda.mem_get_info`` alone, which ignores a
+        per-process memory fraction (a stand-in for a smaller GPU) and PyTorch's cached blocks."""
         if self.model.device.type != "cuda":
-            return need
-        dtype = self.options.kv_dtype or self.model.dtype
-        free, total = torch.cuda.mem_get_info(self.model.device)
-        reserve = max(MIN_RESERVE_GIB * GIB, self.options.memory_reserve_share * total)
-        per_token = shape.bytes_per_token(dtype)
-        generated = shape.slots * shape.beams * shape.max_new_tokens * per_token
-        left = free - generated - int(reserve)
-        pages = min(need, left // (shape.page_size * per_token))
+            return shape.slots * shape.pages_per_slot
+        device = self.model.device
+        element = (self.options.kv_dtype or self.model.dtype).itemsize
+        memory = self.options.memory_bytes or usable_gpu_bytes(device)
+        room = allocatable_gpu_bytes(device, memory)
+        pages = prompt_pool_pages(room, memory, shape, element, self.options.memory_reserve_share)
         if pages < shape.pages_per_slot:
-            raise ValueError(f"{free / GIB:.1f} GiB free on the GPU is too little for {shape.slots} slots "
-                             f"({generated / GIB:.1f} GiB of generated rows) and one longest prompt: lower "
-                             f"gpu_batch_size")
-        return int(pages)
+            raise ValueError(f"{room / GIB:.1f} GiB left on the GPU (of {memory / GIB:.1f} GiB usable) is too little "
+                             f"for {shape.slots} slots ({shape.generated_bytes(element) / GIB:.1f} GiB of generated "
+                             "rows), the reserve and one longest prompt: lower gpu_batch_size "
+                             "(code/gptj/memory_plan.py: gptj_memory_plan says how many fit)")
+        return pages
 
     # -- one step ------------------------------------------------------------------------------------------------
     def _step_eager(self) -> None:

@@ -1,0 +1,222 @@
+"""How much GPU memory the in-flight GPT-J engine takes, and how many samples in flight (slots) fit a GPU.
+
+The engine (``code/gptj/inflight/engine.py``) allocates, in this order:
+
+1. **Weights** (``InflightModel``): the embedding, LM head (rows padded to ``HEAD_ROW_ALIGN``), LayerNorms and
+   biases in the 16-bit dtype; the two GEMMs of every layer (``[wqkv; w1]``, ``[wo | w2]``) in 16 bits, or in e4m3
+   (one byte) with FP8 GEMMs. GPT-J 6B: 12.1 GB in bf16, 6.5 GB with FP8 GEMMs.
+2. **Per-slot state**: the step's float32 logits ``[slots x beams, vocab]`` and the beam-search state.
+3. **Generated rows** of the KV cache: every beam of every slot owns ``max_new_tokens`` columns of keys and values
+   in every layer, allocated for the worst case (128 tokens) whatever a sample generates.
+4. **The prompt pool**: pages of ``PAGE_SIZE`` tokens that a sample's beams share; the engine gives it what is left
+   after a **reserve** (``reserve_bytes``: a prefill pass's activations, the CUDA graph's pool, compiled kernels'
+   workspaces, fragmentation), capped at every slot holding the longest prompt (``prompt_pool_pages``).
+
+The engine measures 1 and 2 (what its process can still allocate, ``code.common.devices.allocatable_gpu_bytes``)
+and sizes 3 and 4 with the functions here; ``gptj_memory_plan`` estimates 1 and 2 from the architecture
+(``weight_bytes``, ``slot_state_bytes``, plus ``CUDA_CONTEXT_BYTES`` outside PyTorch's allocator) and applies the
+same functions, so the plan and the engine cannot drift apart. ``gpu_batch_size`` (the slots) changes 2 and 3 and
+the pool's cap; the pool then takes whatever memory remains, so more slots leave fewer prompt pages for each.
+
+Slots *fit* when the pool holds a prompt of typical length for every slot (``TYPICAL_PROMPT_TOKENS``): with fewer
+pages the engine still runs, but admission waits for pages and slots stand idle (the first H100 runs: 77 of 96
+slots busy on average). Nothing here imports torch: a config derives its slots from the GPU's memory without it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from code.gptj.architecture import GptjConfig
+from code.gptj.prompt import MAX_INPUT_TOKENS, MAX_NEW_TOKENS
+from code.llm.cache_shape import CacheShape
+
+GIB = 1 << 30
+PAGE_SIZE = 64  # tokens per prompt page; the decode kernel reads one page per iteration
+HEAD_ROW_ALIGN = 64  # LM-head rows on a GPU are padded to this multiple (code/gptj/inflight/layers.py says why)
+# The reserve beside the KV cache: a share of the GPU (fragmentation grows with the pool), at least 6 GiB (by the
+# tensors' shapes a 16,384-token prefill pass holds ~2.5 GB of activations in bf16 and the step's CUDA graph pool
+# under 1 GB at 256 slots; the rest is fragmentation and headroom)
+MIN_RESERVE_BYTES = 6 * GIB
+RESERVE_SHARE = 0.07
+# What a CUDA process holds outside PyTorch's allocator (the context, cuBLAS handles, loaded kernels): an estimate;
+# the engine measures it instead, through the driver's free memory
+CUDA_CONTEXT_BYTES = 1 * GIB
+# A prompt's mean length in the CNN/DailyMail set (~930 tokens: documentation/notes/gptj_gpu_notes.md; synthetic
+# prompts are drawn to a mean of ~920, code/gptj/dataset.py); a prompt's last page is half empty on average
+TYPICAL_PROMPT_TOKENS = 930
+# Fewer samples in flight leave the decode GEMMs with too few rows to be worth a GPU (SingleStream runs 1 by its
+# own config, not through this plan)
+MIN_USEFUL_SLOTS = 8
+# Twice the most ever measured (256 on an H200), where 320 and 384 slots already gave no more throughput (the
+# decode step's time grows with its rows once its GEMMs are compute-bound); more slots only lengthen every step
+# (Server latency) and reserve generated rows that buy nothing
+MAX_SLOTS = 512
+# What the engine needs of a GPU, beside memory (a config derived from the GPU reads these without torch): compute
+# capability 8.0 for any engine (FlashAttention-2 in prompt passes, bf16 tensor cores), 8.9 for FP8 (e4m3 GEMMs)
+INFLIGHT_CAPABILITY = (8, 0)
+FP8_CAPABILITY = (8, 9)
+
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8")  # the inflight backend's; fp8: FP8 GEMMs, bf16 elsewhere
+KV_CACHE_DTYPES = ("auto", "fp8")  # auto: the model's 16-bit dtype
+_ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+_BEAM_STATE_BYTES = 8 + 8 + 4  # per beam and generated column: BeamState's run and done tokens (int64), ancestry
+
+
+def model_dtype(precision: str) -> str:
+    """The dtype between the GEMMs: an FP8 engine runs bf16 there; the others run their precision."""
+    return "bf16" if precision == "fp8" else precision
+
+
+def kv_element_bytes(precision: str, kv_cache_dtype: str) -> int:
+    """Bytes of one stored key or value element: e4m3 for an FP8 cache, else the model's dtype."""
+    return 1 if kv_cache_dtype == "fp8" else _ELEMENT_BYTES[model_dtype(precision)]
+
+
+def reserve_bytes(memory_bytes: int, share: float = RESERVE_SHARE) -> int:
+    """Memory left beside the KV cache on a GPU of ``memory_bytes`` (see ``RESERVE_SHARE``)."""
+    return int(max(MIN_RESERVE_BYTES, share * memory_bytes))
+
+
+def prompt_pool_pages(room_bytes: int, memory_bytes: int, shape: CacheShape, element_bytes: int,
+                      reserve_share: float = RESERVE_SHARE) -> int:
+    """The prompt pool the engine allocates for ``shape`` (its ``pages`` aside): what is left of ``room_bytes``
+    (what the process can still allocate before the KV cache) after the generated rows and the reserve, in pages,
+    capped at every slot holding the longest prompt. 0 when nothing is left; the engine refuses fewer than
+    ``shape.pages_per_slot``."""
+    left = room_bytes - shape.generated_bytes(element_bytes) - reserve_bytes(memory_bytes, reserve_share)
+    return max(0, min(shape.slots * shape.pages_per_slot, left // shape.page_bytes(element_bytes)))
+
+
+def cache_shape(config: GptjConfig, slots: int, beams: int, max_new_tokens: int, page_size: int,
+                max_prompt_length: int) -> CacheShape:
+    """The engine's KV cache shape before its pool is sized (``pages`` 1)."""
+    return CacheShape(layers=config.n_layer, heads=config.n_head, head_dim=config.head_dim, slots=slots, beams=beams,
+                      max_new_tokens=max_new_tokens, page_size=page_size, pages=1,
+                      max_prompt_length=max_prompt_length)
+
+
+def weight_bytes(config: GptjConfig, precision: str, head_row_align: int = HEAD_ROW_ALIGN) -> int:
+    """What ``InflightModel`` holds (``head_row_align``: 64 on a GPU, 1 on a CPU, where the head is not padded)."""
+    _check_choice("precision", precision, PRECISIONS)
+    wide = _ELEMENT_BYTES[model_dtype(precision)]
+    e, inner, vocab = config.n_embd, config.n_inner, config.vocab_size
+    rows_in = 3 * e + inner  # [wqkv; w1]
+    gemm_elements = rows_in * e + e * (e + inner)  # w_in and w_out = [wo | w2]
+    fp8 = precision == "fp8"
+    gemm = gemm_elements * (1 if fp8 else wide) + (4 * 4 if fp8 else 0)  # Fp8Linear: float32 weight and input scales
+    small = (2 * e + rows_in + e) * wide  # LayerNorm weight and bias, b_in, b_out
+    head_rows = vocab + -vocab % head_row_align
+    rope = config.n_positions * config.rotary_dim * 4  # float32 (cos, sin) table
+    return vocab * e * wide + config.n_layer * (gemm + small) + 2 * e * wide + head_rows * (e + 1) * wide + rope
+
+
+def slot_state_bytes(config: GptjConfig, slots: int, beams: int, max_new_tokens: int) -> int:
+    """What the engine allocates per slot before its KV cache: the float32 logits and the beam-search state."""
+    return slots * beams * (config.vocab_size * 4 + max_new_tokens * _BEAM_STATE_BYTES)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Bytes of each part for ``slots`` samples in flight; when refused (``slots == 0``) the parts are those of
+    ``MIN_USEFUL_SLOTS``, which do not fit, and ``refusal`` says what would."""
+
+    memory_bytes: int
+    precision: str
+    kv_cache_dtype: str
+    slots: int  # samples in flight (gpu_batch_size); 0: refused
+    limited_by: str  # "memory", "cap" (MAX_SLOTS) or "refused"
+    context_bytes: int
+    weights_bytes: int
+    slot_state_bytes: int
+    generated_bytes: int
+    prompt_pool_pages: int
+    prompt_pool_bytes: int
+    reserve_bytes: int
+    needed_bytes: int  # the least GPU memory that holds the parts with typical prompts in every slot
+    refusal: str | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.refusal is None
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+
+
+def _label(precision: str, kv_cache_dtype: str) -> str:
+    if precision == "fp8":
+        return "FP8 (FP8 GEMMs and KV cache)" if kv_cache_dtype == "fp8" else "FP8 GEMMs with a bf16 KV cache"
+    return precision + (" with an FP8 KV cache" if kv_cache_dtype == "fp8" else "")
+
+
+def gptj_memory_plan(memory_bytes: int, precision: str, kv_cache_dtype: str = "auto", num_beams: int = 4, *,
+                     config: GptjConfig | None = None, max_prompt_length: int = MAX_INPUT_TOKENS,
+                     max_new_tokens: int = MAX_NEW_TOKENS, typical_prompt_tokens: int = TYPICAL_PROMPT_TOKENS,
+                     page_size: int = PAGE_SIZE, context_bytes: int = CUDA_CONTEXT_BYTES,
+                     min_slots: int = MIN_USEFUL_SLOTS, max_slots: int = MAX_SLOTS) -> MemoryPlan:
+    """The most samples in flight (at most ``max_slots``) whose generated rows, state and typical prompts fit a
+    GPU of ``memory_bytes`` beside the engine's reserve; refused (``slots == 0``, ``refusal`` set) when fewer than
+    ``min_slots`` fit. ``memory_bytes``: what the process may use of the GPU (``usable_gpu_bytes``: its total, or
+    less under a per-process memory fraction); ``config``: GPT-J 6B unless given."""
+    _check_choice("precision", precision, PRECISIONS)
+    _check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES)
+    if memory_bytes <= 0:
+        raise ValueError(f"memory_bytes must be > 0, not {memory_bytes}: pass the GPU's usable bytes")
+    if not 1 <= min_slots <= max_slots:
+        raise ValueError(f"need 1 <= min_slots <= max_slots, not {min_slots} and {max_slots}")
+    if not 0 < typical_prompt_tokens <= max_prompt_length:
+        raise ValueError(f"typical_prompt_tokens must be in (0, max_prompt_length={max_prompt_length}], not "
+                         f"{typical_prompt_tokens}")
+    config = config or GptjConfig()
+    element = kv_element_bytes(precision, kv_cache_dtype)
+    weights = weight_bytes(config, precision)
+
+    def shape(slots: int) -> CacheShape:
+        return cache_shape(config, slots, num_beams, max_new_tokens, page_size, max_prompt_length)
+
+    def typical_pages(slots: int) -> int:
+        """Pages for a typical prompt in every slot (at least one longest prompt, as the engine requires)."""
+        return max(shape(slots).pages_per_slot, math.ceil(slots * (typical_prompt_tokens / page_size + 0.5)))
+
+    def parts(slots: int) -> dict[str, int]:
+        state = slot_state_bytes(config, slots, num_beams, max_new_tokens)
+        pages = prompt_pool_pages(memory_bytes - context_bytes - weights - state, memory_bytes, shape(slots), element)
+        page_bytes = shape(slots).page_bytes(element)
+        generated = shape(slots).generated_bytes(element)
+        # the least memory whose reserve (at least MIN_RESERVE_BYTES, else its share) leaves typical prompts room
+        base = context_bytes + weights + state + generated + typical_pages(slots) * page_bytes
+        needed = max(base + MIN_RESERVE_BYTES, math.ceil(base / (1 - RESERVE_SHARE)))
+        return dict(context_bytes=context_bytes, weights_bytes=weights, slot_state_bytes=state,
+                    generated_bytes=generated, prompt_pool_pages=pages, prompt_pool_bytes=pages * page_bytes,
+                    reserve_bytes=reserve_bytes(memory_bytes), needed_bytes=needed)
+
+    def fits(slots: int) -> bool:
+        return parts(slots)["prompt_pool_pages"] >= typical_pages(slots)
+
+    # fits is monotone (more slots: less room, more rows, more pages wanted): the largest that fits by bisection
+    low, high = 0, max_slots
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid - 1)
+    common = dict(memory_bytes=memory_bytes, precision=precision, kv_cache_dtype=kv_cache_dtype)
+    if low >= min_slots:
+        return MemoryPlan(**common, slots=low, limited_by="cap" if low == max_slots else "memory", **parts(low))
+    wanted = parts(min_slots)
+    label = _label(precision, kv_cache_dtype)
+    fp8 = (precision, kv_cache_dtype) == ("fp8", "fp8")
+    if not fp8 and gptj_memory_plan(memory_bytes, "fp8", "fp8", num_beams, config=config,
+                                    max_prompt_length=max_prompt_length, max_new_tokens=max_new_tokens,
+                                    typical_prompt_tokens=typical_prompt_tokens, page_size=page_size,
+                                    context_bytes=context_bytes, min_slots=min_slots, max_slots=max_slots).fits:
+        fix = ("use the FP8 engine (--precision=fp8 --kv_cache_dtype=fp8; compute capability "
+               f"{'.'.join(map(str, FP8_CAPABILITY))} or newer) or a GPU with more memory")
+    else:
+        fix = f"use a GPU with at least {math.ceil(wanted['needed_bytes'] / GIB)} GiB"
+    refusal = (f"GPT-J in {label} needs about {wanted['needed_bytes'] / GIB:.0f} GiB for {min_slots} samples in "
+               f"flight; this GPU has {memory_bytes / GIB:.0f} GiB: {fix}")
+    return MemoryPlan(**common, slots=0, limited_by="refused", refusal=refusal, **wanted)
+

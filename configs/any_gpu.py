@@ -44,6 +44,7 @@ class Factor:
 
     value: float
     why: str
+    published: bool = False  # a published result's ratio: it already holds the GPU's own batch sizes and limits
 
 
 @dataclass
@@ -53,6 +54,7 @@ class Derivation:
     ladder: tuple[Rung, ...]
     values: dict[str, Any] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)  # field -> "derived: ..." or "estimate: ..."
+    skipped: tuple[tuple[str, str], ...] = ()  # the reference's rungs left out, each with why (GPT-J's memory)
 
 
 def per_sm_factor(gpu: GpuModel) -> float:
@@ -69,7 +71,8 @@ def published_or(gpu: GpuModel, workload: str, estimate: Factor) -> Factor:
     ratio = gpu.published.get(workload)
     if ratio is None:
         return estimate
-    return Factor(ratio, f"x {ratio:g}, the published {gpu.name}/H100 SXM per-GPU ratio of {workload}")
+    return Factor(ratio, f"x {ratio:g}, the published {gpu.name}/H100 SXM per-GPU ratio of {workload}",
+                  published=True)
 
 
 def scaled(values: Mapping[str, Any], factor: float) -> dict[str, Any]:
@@ -117,6 +120,7 @@ def derived_class(benchmark: Benchmark, scenario: Scenario, workload: WorkloadSe
             "system": gpu.name,
             "engine_ladder": derivation.ladder,
             "value_notes": derivation.notes,
+            "skipped_rungs": derivation.skipped,
             "gpu_model": gpu,
             **derivation.values,
         }

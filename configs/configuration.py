@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from code.common.capabilities import runnable_rungs
-from code.common.config import ConfigError, ResolvedConfig, WorkloadSetting, resolve_fields
+from code.common.config import ConfigError, NoEngineError, ResolvedConfig, WorkloadSetting, resolve_fields
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from code.common.cpu_features import BestCpuPrecision
 from code.common.fields import FIELDS, FieldError
@@ -406,8 +406,8 @@ def system_ladder(config: type[BenchmarkConfiguration], system: str,
     skipped = tuple(config.skipped_rungs) + skipped
     if not kept:
         reasons = "; ".join(f"{name}: {why}" for name, why in skipped)
-        raise ConfigError(f"{system}: {gpu.name} ({gpu.describe()}) runs no engine of config class "
-                          f"{config.__name__}'s ladder ({reasons}); give the class an engine this GPU runs")
+        raise NoEngineError(f"{system}: {gpu.name} ({gpu.describe()}) runs no engine of config class "
+                            f"{config.__name__}'s ladder ({reasons}); give the class an engine this GPU runs", skipped)
     return kept, skipped
 
 

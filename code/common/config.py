@@ -26,6 +26,14 @@ class ConfigError(ValueError):
     """A config class that breaks the rules, or a lookup that finds no config; the message names the fix."""
 
 
+class NoEngineError(ConfigError):
+    """A GPU that runs no engine of a config's ladder; ``skipped`` holds each engine with why (for tables)."""
+
+    def __init__(self, message: str, skipped: tuple[tuple[str, str], ...]) -> None:
+        super().__init__(message)
+        self.skipped = skipped
+
+
 @dataclass(frozen=True)
 class WorkloadSetting:
     """Which variant of a benchmark's config: harness, accuracy target, power setting."""

@@ -67,8 +67,9 @@ class GpuModel:
 PUBLISHED_SOURCES = {
     "H100_SXM_80GB": "v4.1 Supermicro SYS_421GE (bert-99 9,109.5 Offline, 7,366.1 Server per GPU); v5.0 HPE/Dell "
                      "(gptj-99 38.03 Offline, 38.29 Server)",
-    "A100_SXM4_80GB": "v3.1 HPE ProLiant XL675d (bert-99 3,558.0 / 3,175.8 per GPU), v3.1 Dell XE9680 (gptj-99 5.29 / "
-                      "4.15, before TensorRT-LLM)",
+    "A100_SXM4_40GB": "none for the 40 GB model: the A100 SXM4 80GB's (the same chip and clocks)",
+    "A100_SXM4_80GB": "v3.1 HPE ProLiant XL675d (bert-99 3,558.0 / 3,175.8 per GPU); its only GPT-J result (v3.1 Dell "
+                      "XE9680, 5.29 / 4.15) predates TensorRT-LLM and is not used",
     "A100_PCIe_80GB": "v4.0 Dell R750xa (bert-99 Offline 3,167.4 per GPU)",
     "L40S": "v4.1 Dell R760xa (bert-99 3,476.0 / 3,463.4 per GPU), v4.1 Cisco C240M7 (gptj-99 12.66 / 12.56)",
     "L4": "v3.1 NVIDIA L4x1 (bert-99 1,029.0 / 898.9, gptj-99 1.301 / 0.89)",
@@ -104,7 +105,7 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel("A100_SXM4_40GB", ("NVIDIA A100-SXM4-40GB",), (8, 0), 40.0, 108, 400, 1.555,
              published=_ratios(bert=(3558.0, 3175.8))),  # no 40 GB result: the 80 GB's (same chip and clocks)
     GpuModel("A100_SXM4_80GB", ("NVIDIA A100-SXM4-80GB",), (8, 0), 80.0, 108, 400, 2.039, aliases=("A100_SXM_80GB",),
-             published=_ratios(bert=(3558.0, 3175.8), gptj=(5.29, 4.15))),
+             published=_ratios(bert=(3558.0, 3175.8))),  # its GPT-J result predates TensorRT-LLM: not comparable
     GpuModel("A100_PCIe_80GB", ("NVIDIA A100 80GB PCIe",), (8, 0), 80.0, 108, 300, 1.935,
              published=_ratios(bert=(3167.4, 0.0))),
     GpuModel("A100_PCIe_40GB", ("NVIDIA A100-PCIE-40GB",), (8, 0), 40.0, 108, 250, 1.555),

@@ -217,6 +217,6 @@ def gptj_memory_plan(memory_bytes: int, precision: str, kv_cache_dtype: str = "a
     else:
         fix = f"use a GPU with at least {math.ceil(wanted['needed_bytes'] / GIB)} GiB"
     refusal = (f"GPT-J in {label} needs about {wanted['needed_bytes'] / GIB:.0f} GiB for {min_slots} samples in "
-               f"flight; this GPU has {memory_bytes / GIB:.0f} GiB: {fix}")
+               f"flight, and this GPU has {memory_bytes / GIB:.0f} GiB: {fix}")
     return MemoryPlan(**common, slots=0, limited_by="refused", refusal=refusal, **wanted)
 

@@ -104,7 +104,7 @@ def test_parts_add_up():
 def test_refusals_name_what_would_fit():
     bf16 = gptj_memory_plan(16 * GIB, "bf16")
     assert (bf16.slots, bf16.limited_by, bf16.fits) == (0, "refused", False)
-    assert bf16.refusal.startswith("GPT-J in bf16 needs about 23 GiB for 8 samples in flight; this GPU has 16 GiB")
+    assert bf16.refusal.startswith("GPT-J in bf16 needs about 23 GiB for 8 samples in flight, and this GPU has 16 GiB")
     assert "FP8 engine (--precision=fp8 --kv_cache_dtype=fp8; compute capability 8.9 or newer)" in bf16.refusal
     assert bf16.needed_bytes > 16 * GIB
     assert gptj_memory_plan(bf16.needed_bytes, "bf16").slots >= MIN_USEFUL_SLOTS  # what it names does fit

@@ -78,8 +78,10 @@ class _TileChoice:
 
     @classmethod
     def get(cls, device: torch.device, m: int) -> tuple[tuple[int, int], Int8Tile]:
-        index = device.index if device.index is not None else torch.cuda.current_device()
         band = next(i for i, (limit, _) in enumerate(TILES) if m <= limit)
+        if device.type != "cuda":  # Triton's CPU interpreter (tests): no shared memory to fit
+            return (-1, band), TILES[band][1][0]
+        index = device.index if device.index is not None else torch.cuda.current_device()
         key = (index, band)
         with cls._lock:
             if key not in cls._chosen:
@@ -93,14 +95,15 @@ class _TileChoice:
     def fall_back(cls, key: tuple[int, int]) -> bool:
         """Move ``key`` to its range's next tile; False when there is none."""
         with cls._lock:
-            if cls._chosen[key] + 1 >= len(TILES[key[1]][1]):
+            if key not in cls._chosen or cls._chosen[key] + 1 >= len(TILES[key[1]][1]):
                 return False
             cls._chosen[key] += 1
             return True
 
 
 def tile_for(m: int, device: torch.device | None = None) -> Int8Tile:
-    """The tile an ``m``-row GEMM runs on ``device`` (default: the current GPU)."""
+    """The tile an ``m``-row GEMM runs on ``device`` (default: the current GPU; off CUDA, Triton's interpreter, the
+    range's first)."""
     return _TileChoice.get(device or torch.device("cuda"), m)[1]
 
 
@@ -164,8 +167,8 @@ def _int8_gemm_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    rows = tl.max_contiguous(tl.multiple_of(offs_m % M, BLOCK_M), BLOCK_M)
-    cols = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N)
+    rows = offs_m % M  # past M (or N): a valid row whose results are never stored
+    cols = offs_n % N
     x_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
     w_ptrs = w_ptr + cols.to(tl.int64)[None, :] * stride_wn + offs_k[:, None]  # W.T's tile [BLOCK_K, BLOCK_N], K-major
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)

@@ -48,11 +48,14 @@ BertBackendClass = BackendClass[BackendContext, BertBackend]
 context and batches."""
 
 
+QUANTIZED = ("fp8", "int8")  # the precisions with 8-bit GEMMs: calibrated engines, run on the packed GPU path only
+
+
 def _eight_bit_needs_fast_path(values: Mapping[str, Any], origin: Origin) -> str | None:
     """8-bit GEMMs (fp8, int8) exist only on the packed path; without it such an engine runs 16-bit, not the
     precision recorded."""
     precision = values.get("precision")
-    if precision in ("fp8", "int8") and not values.get("fast_path", True):
+    if precision in QUANTIZED and not values.get("fast_path", True):
         return (f"{origin('precision')} = {precision!r} runs {precision.upper()} GEMMs on the packed path only, and "
                 f"{origin('fast_path')} is off; turn the packed path on or set --precision=fp16")
     return None

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from code.bert.backends.pytorch_engine import QUANTIZED, EngineSpec, engine_key, ensure_engine, load_engine_manifest
+from code.bert.backends import QUANTIZED
+from code.bert.backends.pytorch_engine import EngineSpec, engine_key, ensure_engine, load_engine_manifest
 from code.bert.packed.runner import PackedKernels, PackedRunner
 from code.common.benchmark_errors import BenchmarkError
 

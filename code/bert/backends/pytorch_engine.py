@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from code.bert.backends import QUANTIZED
 from code.bert.model import BERT_CONFIGS, BertConfig, BertQA, empty_model, load_checkpoint, random_weights
 from code.bert.squad import MANIFEST_FILE, SQUAD_SUBDIR, TOKENIZED_SUBDIR
 from code.common import engine_manifest
@@ -52,7 +53,6 @@ REDOWNLOAD = 'make download_model BENCHMARKS="bert"'
 # precision -> the dtype weights are stored and activations kept in (fp8, int8 engines: fp16 between the 8-bit GEMMs)
 PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
                                       "fp8": torch.float16, "int8": torch.float16}
-QUANTIZED = ("fp8", "int8")  # the precisions with 8-bit GEMMs: calibrated at build time
 RANDOM = "random"
 CALIBRATION_LIST = DATA_DIR / SQUAD_SUBDIR / "bert_calibration_features.txt"
 CALIBRATION_DATA = PREPROCESSED_DATA_DIR / TOKENIZED_SUBDIR

@@ -150,7 +150,7 @@ class PackedLayer:
         fp8_gemms: frozenset[str],
         gelu_in_gemm: bool,
         fp8_attention: bool = False,
-        fmt: EightBitFormat = eight_bit.FP8,
+        fmt: EightBitFormat = FP8,
     ) -> None:
         def get(name: str) -> Tensor:
             return state[prefix + name].to(device=device, dtype=dtype).contiguous()

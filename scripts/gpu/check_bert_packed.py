@@ -843,6 +843,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("."))
     parser.add_argument("--count", type=int, default=2000, help="features for the accuracy check")
+    parser.add_argument("--int8_count", type=int, default=1000, help="features for the int8_accuracy step (its "
+                        "eager float32 reference is most of its time)")
     parser.add_argument("--batches", default="1,64,256,512,1024")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--graph_max_tokens", type=int, default=16384)
@@ -896,7 +898,7 @@ def main() -> None:
         ),
         ("int8_kernels", lambda: check_int8_kernels(details)),
         ("int8_gemm", lambda: time_int8_gemms(details)),
-        ("int8_accuracy", lambda: check_accuracy(details, model, args.count, int8_accuracy_variants(amax),
+        ("int8_accuracy", lambda: check_accuracy(details, model, args.int8_count, int8_accuracy_variants(amax),
                                                  key="int8_accuracy", eager_fp16=False)),
         ("int8_forward", lambda: time_forward_variants(details, model, amax, args.out, INT8_FORWARD_VARIANTS,
                                                        max(args.reps, 10), args.sustain_s, key="int8_forward",

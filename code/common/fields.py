@@ -170,7 +170,9 @@ FIELDS: dict[str, Field] = {
               "continuous batching of beam search, code/gptj/inflight), oracle (gold answers; checks the pipeline, "
               "not a model)", choices=("pytorch", "inflight", "oracle"), engine=True),
         Field("precision", str, "fp32", "Numeric precision of the engine's matrix products (fp8: FP8 GEMMs with "
-              "calibrated scales, 16-bit elsewhere, GPU only)", choices=("fp32", "fp16", "bf16", "fp8"), engine=True),
+              "calibrated scales, 16-bit elsewhere, GPU only; int8, BERT: INT8 GEMMs with calibrated scales, 16-bit "
+              "elsewhere, GPU only, for GPUs without FP8)", choices=("fp32", "fp16", "bf16", "fp8", "int8"),
+              engine=True),
         Field("device", str, "auto", "Where the model runs: auto (cuda when present, else cpu), cpu, cuda, cuda:N",
               pattern=r"auto|cpu|cuda(:[0-9]{1,3})?"),
         Field("devices", str, "all", "GPUs a run uses, one backend instance each (NVIDIA's --devices): all (every "
@@ -228,8 +230,8 @@ FIELDS: dict[str, Field] = {
         Field("batch_timeout_us", int, 0, "Server: how long a worker waits to fill a batch once it holds a sample",
               scenarios=(Scenario.Server,), range=Range(0, 60_000_000)),
         # BERT GPU path (code/bert/packed; documentation/bert_gpu.md). Only the pytorch backend on CUDA reads these.
-        Field("fast_path", bool, True, "BERT on CUDA: the packed path (fused kernels, varlen attention, FP8 "
-              "GEMMs, CUDA graphs) for fp16/bf16/fp8 engines; off: the eager padded model",
+        Field("fast_path", bool, True, "BERT on CUDA: the packed path (fused kernels, varlen attention, 8-bit "
+              "GEMMs, CUDA graphs) for fp16/bf16/fp8/int8 engines; off: the eager padded model",
               benchmarks=(Benchmark.BERT,), engine=True),
         Field("cuda_graphs", bool, True, "CUDA graphs: BERT packed path, one per token bucket for small batches; "
               "GPT-J inflight, one per decode step (alias --use_graphs, NVIDIA's name)"),
@@ -237,15 +239,16 @@ FIELDS: dict[str, Field] = {
               "batches run eagerly; 0: none)", benchmarks=(Benchmark.BERT,), range=Range(0, 1_048_576)),
         Field("fp8_fast_accum", bool, False, "fp8 engines (BERT packed path, GPT-J inflight): cuBLASLt fast "
               "accumulation in the FP8 GEMMs", benchmarks=(Benchmark.BERT, Benchmark.GPTJ), engine=True),
-        Field("fp8_gemms", str, "qkv+wo+w1+w2", "BERT packed path, fp8: which GEMMs of every layer run in FP8, "
-              "'+'-joined from qkv, wo, w1, w2 (the others stay 16-bit)", benchmarks=(Benchmark.BERT,),
+        Field("fp8_gemms", str, "qkv+wo+w1+w2", "BERT packed path, fp8 or int8: which GEMMs of every layer run in "
+              "8 bits (FP8 or INT8, as the precision says), '+'-joined from qkv, wo, w1, w2 (the others stay 16-bit)",
+              benchmarks=(Benchmark.BERT,),
               pattern=r"(qkv|wo|w1|w2)(\+(qkv|wo|w1|w2))*", engine=True),
         Field("attention_kernel", str, "triton", "BERT packed path: varlen attention kernel (triton: ours, "
               "code/bert/packed/attention.py, which also adds the QKV bias; flash: torch's FlashAttention-2)",
               benchmarks=(Benchmark.BERT,), choices=("triton", "flash"), engine=True),
-        Field("gelu_in_gemm", bool, False, "BERT packed path: bias + GELU in the first FFN GEMM's cuBLASLt "
-              "epilogue (tanh form; FP8 w1: also writes w2's FP8 input); off: a separate erf-GELU kernel, the "
-              "reference's form (the 99.9% target needs it)",
+        Field("gelu_in_gemm", bool, False, "BERT packed path: bias + GELU in the first FFN GEMM's epilogue "
+              "(cuBLASLt's, or the INT8 GEMM's: tanh form; an 8-bit w1 also writes w2's 8-bit input); off: a "
+              "separate erf-GELU kernel, the reference's form (the 99.9% target needs it)",
               benchmarks=(Benchmark.BERT,), engine=True),
         Field("fp8_residual", bool, False, "BERT packed path, fp8 with every GEMM in FP8: the residual stream "
               "between LayerNorms kept only as the next GEMM's e4m3 input (an 8-bit residual read and output "
@@ -338,6 +341,11 @@ def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dic
     if values.get("fp8_fast_accum") and precision != "fp8":
         raise FieldError(f"{origin('fp8_fast_accum')} = True sets how FP8 GEMMs accumulate, and {origin('precision')} "
                          f"= {precision!r} runs none: add --precision=fp8, or leave fp8_fast_accum out")
+    for name in ("fp8_residual", "fp8_attention"):
+        if values.get(name) and precision == "int8":
+            raise FieldError(f"{origin(name)} = True keeps e4m3 tensors for FP8 kernels, and {origin('precision')} = "
+                             f"'int8' runs INT8 GEMMs, which have no FP8 form: leave {name} out with int8, or set "
+                             "--precision=fp8 on a GPU that has FP8")
     if values.get("fp8_residual") and (precision != "fp8" or set(values["fp8_gemms"].split("+")) != FP8_GEMMS):
         raise FieldError(f"{origin('fp8_residual')} = True keeps the residual only as the next GEMM's FP8 input, so "
                          f"every GEMM must run in FP8: add --precision=fp8 and --fp8_gemms=qkv+wo+w1+w2 (now "
@@ -423,7 +431,9 @@ def _precision_elsewhere(benchmark: Benchmark, backend: str, precision: str, ori
     default = FIELDS["precision"].default
     others = [other.name for other in declarations(benchmark) if precision in (other.precisions or ())]
     if not others:
-        return f"{origin('precision')} = {precision!r}: no {benchmark.value} backend runs it; set --precision={default}"
+        runs = list(dict.fromkeys(p for other in declarations(benchmark) for p in (other.precisions or ())))
+        return (f"{origin('precision')} = {precision!r}: no {benchmark.value} backend runs it ({benchmark.value} runs "
+                f"{', '.join(runs)}); set --precision={default}, or one of those")
     return (f"{origin('precision')} = {precision!r} needs --backend={' or --backend='.join(others)} (the {backend} "
             f"backend has no {precision.upper()}); set --backend={others[0]}, or --precision={default}")
 
@@ -435,10 +445,13 @@ def check_device(benchmark: Benchmark, values: dict[str, Any], sources: dict[str
         return  # runs no model: precision and device mean nothing to it
     on = "--device=cpu" if device == "cpu" else f"device {device}"
     for name in ("precision", "kv_cache_dtype"):
-        if values.get(name) == "fp8" and device == "cpu":
+        value = values.get(name)
+        if value in ("fp8", "int8") and device == "cpu":
             source = sources.get(name, "default")
-            given = f"--{name}=fp8" if source == "RUN_ARGS" else f"{name}=fp8 (set by {source})"
-            raise FieldError(f"{given} needs a GPU (FP8 runs on Hopper or newer) and this run is on {on}; set "
+            given = f"--{name}={value}" if source == "RUN_ARGS" else f"{name}={value} (set by {source})"
+            where = ("FP8 runs on Hopper or newer" if value == "fp8"
+                     else "INT8 GEMMs run on the packed CUDA path, sm_80 or newer")
+            raise FieldError(f"{given} needs a GPU ({where}) and this run is on {on}; set "
                              f"--{name}={FIELDS[name].default}, or run on a GPU")
     problem = declared.check_device(values, device, on) if declared.check_device else None
     if problem:

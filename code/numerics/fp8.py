@@ -30,11 +30,17 @@ E4M3_REL_ERROR = 2.0**-4
 E4M3_SUBNORMAL_STEP = 2.0**-9
 
 
-def scale_from_amax(amax: float, margin: float = 1.0) -> float:
-    """The per-tensor scale that maps ``amax * margin`` to e4m3's largest value (a tiny floor keeps zeros finite)."""
+def amax_scale(amax: float, largest: float, margin: float = 1.0) -> float:
+    """The scale that maps ``amax * margin`` to an 8-bit format's ``largest`` value (448 for e4m3, 127 for int8,
+    ``code.numerics.int8``); a tiny floor keeps zeros finite."""
     if not math.isfinite(amax) or amax < 0:
         raise ValueError(f"amax must be finite and >= 0, got {amax}")
-    return max(amax * margin, 1e-12) / E4M3_MAX
+    return max(amax * margin, 1e-12) / largest
+
+
+def scale_from_amax(amax: float, margin: float = 1.0) -> float:
+    """The per-tensor scale that maps ``amax * margin`` to e4m3's largest value."""
+    return amax_scale(amax, E4M3_MAX, margin)
 
 
 def quantize(x: Tensor, scale: float | Tensor) -> Tensor:
@@ -42,7 +48,7 @@ def quantize(x: Tensor, scale: float | Tensor) -> Tensor:
     return (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
 
 
-def _padded_rows(x: Tensor, rows: int | None) -> int:
+def padded_rows(x: Tensor, rows: int | None) -> int:
     """The rows of a quantized result: ``rows``, or x's own; never fewer than x's."""
     if rows is not None and rows < x.shape[0]:
         raise ValueError(f"rows={rows} is fewer than the input's {x.shape[0]}")
@@ -53,7 +59,7 @@ def quantize_cuda(x: Tensor, scale: float | Tensor, rows: int | None = None) -> 
     """``quantize`` in one pass over memory (one Triton kernel instead of four elementwise ones). ``scale``: a
     float, or a 0-d float32 tensor on the GPU that the kernel reads (no host synchronisation). ``rows``: the result
     has that many rows (at least ``x``'s), those past ``x``'s zero: a GEMM input padded without a copy."""
-    rows = _padded_rows(x, rows)
+    rows = padded_rows(x, rows)
     q = torch.empty((rows, *x.shape[1:]), dtype=E4M3, device=x.device)
     q[x.shape[0]:].zero_()
     n, block = x.numel(), 2048
@@ -69,7 +75,7 @@ def quantize_fast(x: Tensor, scale: float | Tensor, rows: int | None = None) -> 
     ``rows`` as ``quantize_cuda``'s."""
     if x.is_cuda and triton is not None:
         return quantize_cuda(x.contiguous(), scale, rows)
-    rows = _padded_rows(x, rows)
+    rows = padded_rows(x, rows)
     if rows > x.shape[0]:
         x = torch.cat((x, x.new_zeros((rows - x.shape[0], *x.shape[1:]))))
     return quantize(x, scale)

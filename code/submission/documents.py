@@ -122,7 +122,7 @@ def write_source(tree: Path, commit: str) -> list[str]:
     return []
 
 
-def write_code_readme(tree: Path, test: TestRun, commit: str | None, url: str | None, fp8: bool) -> None:
+def write_code_readme(tree: Path, test: TestRun, commit: str | None, url: str | None, quantized: bool) -> None:
     """``code/<benchmark>/<implementation>/README.md``: where the source is and how to run this benchmark with it."""
     impl = implementation(test.record)
     folder = tree / "code" / test.benchmark / impl
@@ -144,7 +144,8 @@ def write_code_readme(tree: Path, test: TestRun, commit: str | None, url: str | 
     source = f"`code/source/` of this tree: the harness at {where}" + (f" of {url}" if url else "")
     oracle = ("\n**The staged runs of this implementation are a pipeline test**: the oracle backend answers with the "
               "data set's gold answers and runs no model.\n" if ran_no_model(test.record) else "")
-    calibration = (f"\nFP8 engines: how they are calibrated is in `{CALIBRATION_DOC.as_posix()}`.\n" if fp8 else "")
+    calibration = (f"\nFP8 and INT8 engines: how they are calibrated is in `{CALIBRATION_DOC.as_posix()}`.\n"
+                   if quantized else "")
     (folder / "README.md").write_text(
         f"# {test.benchmark}, implementation `{impl}`\n\n"
         f"Source: {source}. The harness is Python orchestration, a C++/pybind11 core over the official LoadGen, "
@@ -163,14 +164,15 @@ def write_code_readme(tree: Path, test: TestRun, commit: str | None, url: str | 
         "its run.\n")
 
 
-def uses_fp8(record: RunRecord) -> bool:
-    """Whether the test ran FP8 anywhere: its matrix products (precision) or GPT-J's KV cache."""
+def uses_quantization(record: RunRecord) -> bool:
+    """Whether the test ran calibrated 8-bit arithmetic anywhere: FP8 or INT8 matrix products (precision) or GPT-J's
+    FP8 KV cache."""
     fields = record.fields
-    return fields.get("precision") == "fp8" or fields.get("kv_cache_dtype") == "fp8"
+    return fields.get("precision") in ("fp8", "int8") or fields.get("kv_cache_dtype") == "fp8"
 
 
-# What each benchmark's FP8 engines quantize and where they calibrate, as the code does it (code/numerics/fp8.py,
-# code/bert/packed/, code/gptj/inflight/).
+# What each benchmark's 8-bit engines quantize and where they calibrate, as the code does it (code/numerics/fp8.py,
+# code/numerics/int8.py, code/bert/packed/, code/gptj/inflight/).
 CALIBRATION_SETS = {
     "bert": ("the MLPerf BERT calibration set: the SQuAD v1.1 dev features listed in mlcommons/inference "
              "`calibration/SQuAD-v1.1/bert_calibration_features.txt` (100 features), preprocessed as the data set"),
@@ -190,9 +192,10 @@ QUANTIZED = {
 
 
 def calibration_entry(test: TestRun) -> tuple[list[str], list[str]]:
-    """The write-up of one FP8 test's engine (markdown lines) and the problems that keep it from being complete."""
+    """The write-up of one 8-bit test's engine (markdown lines) and the problems that keep it from being complete."""
     family = test.benchmark.split("-")[0]
     fields = test.record.fields
+    kind = "INT8" if fields.get("precision") == "int8" else "FP8"
     engine = test.record.provenance.get("engine")
     manifest_path = Path(str(engine)) / "engine.json" if engine else None
     try:
@@ -200,23 +203,24 @@ def calibration_entry(test: TestRun) -> tuple[list[str], list[str]]:
     except (OSError, ValueError):
         manifest = None
     if manifest is None or not manifest.get("calibration"):
-        return [], [f"{test.describe()}: its FP8 engine's calibration record ({manifest_path}) is not "
+        return [], [f"{test.describe()}: its {kind} engine's calibration record ({manifest_path}) is not "
                     "on this machine: stage where the engine was built (make generate_engines), so "
                     f"{CALIBRATION_DOC.as_posix()} can say how it was calibrated"]
     calibration = manifest["calibration"]
     source = str(calibration.get("source", ""))
     problems = [] if source.startswith("mlperf") else [
-        f"{test.describe()}: its FP8 engine was calibrated on {source.split(':')[0] or 'unknown'} data, not the "
+        f"{test.describe()}: its {kind} engine was calibrated on {source.split(':')[0] or 'unknown'} data, not the "
         "MLPerf calibration set (make download_data preprocess_data, then make generate_engines)"]
     digest = re.search(r"sha256=(\w+)", source)
     data = CALIBRATION_SETS[family] if source.startswith("mlperf") else f"synthetic inputs ({portable(source)})"
     kv = fields.get("kv_cache_dtype") == "fp8"
     lines = [f"## {test.benchmark} {test.scenario}: engine `{manifest.get('engine_key', Path(str(engine)).name)}`", ""]
-    if fields.get("precision") == "fp8":
+    if fields.get("precision") in ("fp8", "int8"):
         gemms = str(fields.get("fp8_gemms") or "qkv+wo+w1+w2").replace("+", "`, `")
         config = manifest.get("config", {})
         layers = config.get("num_layers") or config.get("n_layer") or "?"
-        lines.append("- FP8 (e4m3) tensors: " + QUANTIZED[family].format(gemms=gemms, layers=layers))
+        tensors = "INT8 tensors (symmetric, -127..127)" if kind == "INT8" else "FP8 (e4m3) tensors"
+        lines.append(f"- {tensors}: " + QUANTIZED[family].format(gemms=gemms, layers=layers))
     if kv:
         lines.append("- KV cache: keys and values stored in e4m3 with one scale per layer for keys and one for "
                      "values, from their largest magnitudes over the calibration prompts (`k`, `v` below).")
@@ -243,13 +247,7 @@ def calibration_entry(test: TestRun) -> tuple[list[str], list[str]]:
     return lines, problems
 
 
-def write_calibration(tree: Path, tests: list[TestRun]) -> list[str]:
-    """``documentation/calibration.md`` for the staged FP8 tests (none: no file); returns what is missing."""
-    fp8 = [t for t in tests if uses_fp8(t.record)]
-    if not fp8:
-        return []
-    lines = ["# Calibration and quantization", "",
-             "Post-training quantization to FP8 (e4m3, largest finite value 448), symmetric and per tensor, with "
+FP8_RULES = ["Post-training quantization to FP8 (e4m3, largest finite value 448), symmetric and per tensor, with "
              "static scales, no retraining:", "",
              "- Weights: each quantized weight `W` is stored as `round_e4m3(W / s)` with `s = max|W| / 448`, once "
              "when the engine loads.",
@@ -261,8 +259,35 @@ def write_calibration(tree: Path, tests: list[TestRun]) -> list[str]:
              "bits; everything else runs in 16 bits (unless an engine below says its residual stream or its "
              "attention is FP8).",
              "- Rounding is to nearest even; values beyond the calibrated range saturate.", ""]
+
+INT8_RULES = [
+    "Post-training quantization to INT8, symmetric (levels -127 to 127, zero exact), with static scales, no "
+    "retraining:", "",
+    "- Weights: row `n` (one output channel) of each quantized weight `W` is stored as `round(W[n] / s[n])` with "
+    "`s[n] = max|W[n]| / 127`, once when the engine loads.",
+    "- Activations: the input `x` of each INT8 matrix product is quantized as `round(clip(x / s, -127, 127))` with "
+    "the static `s = amax / 127`, where `amax` is the largest magnitude of that input over the calibration set, "
+    "observed in a 16-bit forward of the model (`make generate_engines`; the same magnitudes an FP8 engine "
+    "records; no kernel reduces over a tensor at run time).",
+    "- Products accumulate exactly in int32; each output is dequantized in fp32 by `s_x * s_w[n]`, its bias added, "
+    "and written in 16 bits or quantized again as the next matrix product's input; everything else runs in 16 bits.",
+    "- Rounding is to nearest even; values beyond the calibrated range saturate.", ""]
+
+
+def write_calibration(tree: Path, tests: list[TestRun]) -> list[str]:
+    """``documentation/calibration.md`` for the staged 8-bit tests (none: no file); returns what is missing. The
+    rules of each format the tests used (FP8, INT8) come first, then one entry per test's engine."""
+    quantized = [t for t in tests if uses_quantization(t.record)]
+    if not quantized:
+        return []
+    int8 = [t for t in quantized if t.record.fields.get("precision") == "int8"]
+    lines = ["# Calibration and quantization", ""]
+    if len(int8) < len(quantized):
+        lines += FP8_RULES
+    if int8:
+        lines += INT8_RULES
     problems: list[str] = []
-    for test in sorted(fp8, key=lambda t: (t.benchmark, t.scenario)):
+    for test in sorted(quantized, key=lambda t: (t.benchmark, t.scenario)):
         entry, missing = calibration_entry(test)
         lines += entry
         problems += missing

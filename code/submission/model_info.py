@@ -32,12 +32,13 @@ def ran_no_model(record: RunRecord) -> bool:
 
 
 def weight_data_types(record: RunRecord) -> str:
-    """The precision the weights were used in; fp8 runs keep 16-bit weights outside the FP8 matrix products."""
+    """The precision the weights were used in; fp8 and int8 runs keep 16-bit weights outside the 8-bit matrix
+    products."""
     fields = record.fields
     if ran_no_model(record):
         return "none (oracle backend: no model)"
     precision = str(fields["precision"])
-    return "fp8, fp16" if precision == "fp8" else precision
+    return f"{precision}, fp16" if precision in ("fp8", "int8") else precision
 
 
 def starting_weights(record: RunRecord) -> str:
@@ -51,7 +52,7 @@ def starting_weights(record: RunRecord) -> str:
 
 
 def weight_transformations(record: RunRecord) -> str:
-    """How the checkpoint's fp32 weights became the run's: a cast, FP8 quantization, or nothing."""
+    """How the checkpoint's fp32 weights became the run's: a cast, FP8 or INT8 quantization, or nothing."""
     fields = record.fields
     if ran_no_model(record):
         return "none (no model)"
@@ -61,6 +62,9 @@ def weight_transformations(record: RunRecord) -> str:
     if precision == "fp8":
         return ("FP8 (e4m3) quantization of the matrix-product weights with calibrated per-tensor scales; "
                 "other weights cast to fp16")
+    if precision == "int8":
+        return ("INT8 quantization of the matrix-product weights, symmetric with per-output-channel scales "
+                "(max |row| / 127); other weights cast to fp16")
     return f"cast from {CHECKPOINT_DTYPE} to {precision}"
 
 

@@ -36,7 +36,7 @@ from code.submission.documents import (
     host_paths,
     portable,
     repository_url,
-    uses_fp8,
+    uses_quantization,
     write_calibration,
     write_code_readme,
     write_source,
@@ -107,7 +107,7 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     commit, no_commit = harness_commit(list(chosen.values()))
     staged.problems += no_commit
     performance = [test for (_, _, mode), test in chosen.items() if mode is TestMode.PerformanceOnly]
-    staged.problems += [problem for test in performance if uses_fp8(test.record)
+    staged.problems += [problem for test in performance if uses_quantization(test.record)
                         for problem in calibration_entry(test)[1]]
     if staged.problems and not allow_incomplete:
         return staged  # reported by the caller; nothing written
@@ -351,13 +351,13 @@ def _given_flags(test: TestRun) -> str:
 
 def _write_code(staged: Staged, tests: list[TestRun], commit: str | None) -> None:
     """code/: the harness's source at the runs' commit, a README per benchmark and implementation, and the
-    calibration write-up of the FP8 engines (documentation/calibration.md)."""
+    calibration write-up of the FP8 and INT8 engines (documentation/calibration.md)."""
     if commit:
         staged.problems += write_source(staged.tree, commit)
     url = repository_url()
-    fp8 = {test.benchmark for test in tests if uses_fp8(test.record)}
+    quantized = {test.benchmark for test in tests if uses_quantization(test.record)}
     for test in tests:
-        write_code_readme(staged.tree, test, commit, url, test.benchmark in fp8)
+        write_code_readme(staged.tree, test, commit, url, test.benchmark in quantized)
     write_calibration(staged.tree, [test for test in tests if test.mode is TestMode.PerformanceOnly])
 
 

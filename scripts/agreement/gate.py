@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from code.bert.accuracy import PAD_LOGIT
+from code.bert.backends import QUANTIZED
 from code.bert.squad import MAX_SEQ_LENGTH, PostprocessData
 from code.common.paths import BUILD_DIR
 from code.common.run_logs import LogDirError, new_timestamped_dir
@@ -85,8 +86,9 @@ DEFAULT_REQUIRE = "none"  # the proxy's figures are information; the real accura
 CONFIG_SYSTEMS = ("H100", "H200")  # the systems whose configs' ladders ``--require configs`` reads
 ENGINE_OPTIONS = ("fp8_fast_accum", "fp8_gemms", "attention_kernel", "gelu_in_gemm", "fp8_residual", "fp8_attention")
 """Config fields that change an engine's arithmetic, in the order a config's engine item names them."""
-# no effect on a 16-bit engine: left out of its item
-FP8_ONLY_OPTIONS = ("fp8_fast_accum", "fp8_gemms", "fp8_residual", "fp8_attention")
+# no effect on a 16-bit engine: left out of its item; fp8_gemms also applies to int8 engines, the others to fp8 only
+EIGHT_BIT_OPTIONS = ("fp8_fast_accum", "fp8_gemms", "fp8_residual", "fp8_attention")
+FP8_ONLY_OPTIONS = ("fp8_fast_accum", "fp8_residual", "fp8_attention")
 DEFAULT_FINETUNE_FEATURES = 4000
 DEFAULT_FINETUNE_EPOCHS = 2
 VARIANT_SEPARATORS = re.compile(r"[:;]")  # between a variant's NAME=VALUE pairs: ':' needs no shell quoting
@@ -292,7 +294,7 @@ def text_calibration(seed: int) -> Any:
 
 def cached_engine(spec: Any, work_dir: Path, engines: EngineCache, calibration: Any = None) -> Path:
     """The engine folder of ``spec``, built on first use; a failed build is remembered and raised again.
-    ``calibration``: the features an fp8 engine is calibrated on (default: the engine module's choice)."""
+    ``calibration``: the features an fp8 or int8 engine is calibrated on (default: the engine module's choice)."""
     from code.bert.backends.pytorch_engine import build_engine, engine_key
 
     key = engine_key(spec)
@@ -333,7 +335,7 @@ def run_engine(
     engines = {} if engines is None else engines
     try:
         spec = EngineSpec(model_name=model, precision=precision, checkpoint=checkpoint, seed=seed)
-        engine_dir = cached_engine(spec, work_dir, engines, calibration if precision == "fp8" else None)
+        engine_dir = cached_engine(spec, work_dir, engines, calibration if precision in QUANTIZED else None)
         kernel_names = {f.name for f in dataclasses.fields(PackedKernels)}
         kernels = PackedKernels(**{k: v for k, v in options.items() if k in kernel_names})
         runner = create_backend(backend, PytorchOptions(engine_dir=engine_dir, engine_spec=spec, kernels=kernels,
@@ -502,13 +504,15 @@ def parse_require(text: str, labels: list[str], configs: Callable[[], dict[str, 
 
 def engine_item(values: Any) -> str:
     """A config's engine as a ``--precisions`` item: its precision and the ENGINE_OPTIONS it sets away from their
-    defaults (``fp16:gelu_in_gemm=true``); FP8-only options are left out of a 16-bit engine's item."""
+    defaults (``fp16:gelu_in_gemm=true``); 8-bit options are left out of a 16-bit engine's item, FP8's own out of an
+    int8 engine's."""
     from code.common.fields import FIELDS
 
     precision = values["precision"]
     parts = [precision]
     for name in ENGINE_OPTIONS:
-        if name in FP8_ONLY_OPTIONS and precision != "fp8":
+        if (name in EIGHT_BIT_OPTIONS and precision not in QUANTIZED) or (name in FP8_ONLY_OPTIONS
+                                                                            and precision != "fp8"):
             continue
         value, default = values[name], FIELDS[name].default
         if value != default:
@@ -563,7 +567,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--precisions",
         default=",".join(DEFAULT_PRECISIONS),
-        help="comma list of fp16, bf16, fp8, or variants with their own backend options: "
+        help="comma list of fp16, bf16, fp8, int8, or variants with their own backend options: "
         "fp8:fp8_fast_accum=true[:NAME=VALUE...] (on top of --backend_option; not for the fp32 reference)",
     )
     parser.add_argument(
@@ -808,9 +812,9 @@ def run_agreement(args: argparse.Namespace, argv: list[str]) -> int:
     }
     view = position_view(inputs.postprocess)
     calibration = None
-    if any(c.precision == "fp8" for c in plan.candidates):
+    if any(c.precision in QUANTIZED for c in plan.candidates):  # fp8 and int8 engines: one calibration set
         calibration = text_calibration(args.seed + 2)  # seed + 1 is the fine-tuning's questions
-        report["fp8_calibration"] = f"{len(calibration.input_ids)} features of real text ({calibration.source})"
+        report["calibration"] = f"{len(calibration.input_ids)} features of real text ({calibration.source})"
     rows: list[Row] = []
     for model in plan.models:
         checkpoint, report["weights"][model] = prepare_weights(model, work_dir, args.seed, plan.finetune)

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from code.bert.backends import QUANTIZED
 from scripts.agreement.comparison import Agreement
 
 REFERENCE_PRECISION = "fp32"
@@ -55,9 +56,9 @@ class Row:
 
     @property
     def ran_as_named(self) -> bool:
-        """False for an fp8 row off the packed path (a CPU): its backend ran the fp16-rounded weights without FP8
-        GEMMs, so its F1 says nothing about FP8 and the gate neither passes nor fails it."""
-        return not (self.precision == "fp8" and not self.path.startswith("packed"))
+        """False for an fp8 or int8 row off the packed path (a CPU): its backend ran the fp16-rounded weights without
+        8-bit GEMMs, so its F1 says nothing about them and the gate neither passes nor fails it."""
+        return not (self.precision in QUANTIZED and not self.path.startswith("packed"))
 
     def qualifies(self, target: str) -> bool | None:
         """Whether this engine meets ``target``'s bar (TARGET_BARS); None where the row has no meaningful F1."""
@@ -87,7 +88,7 @@ def qualification_text(row: Row) -> str:
     if not row.gated:
         return "not gated (random head)"
     if not row.ran_as_named:
-        return f"not measured ({row.path}, no FP8 GEMMs)"
+        return f"not measured ({row.path}, no {row.precision.upper()} GEMMs)"
     if row.f1_ratio is None:
         return "no F1 ratio"
     return ", ".join(f"{target} {'yes' if row.qualifies(target) else 'no'}" for target in TARGET_BARS)
@@ -168,10 +169,10 @@ def path_notes(rows: list[Row]) -> list[str]:
     float32): their figures measure weight rounding only, not the precision's arithmetic."""
     notes = []
     for row in rows:
-        if row.agreement is not None and row.precision == "fp8" and not row.path.startswith("packed"):
+        if row.agreement is not None and not row.ran_as_named:
             notes.append(
-                f"{row.model} {row.name} ran on the {row.path} path, without FP8 GEMMs: it measures the fp16 "
-                "rounding of the weights only; run on a GPU for the FP8 path"
+                f"{row.model} {row.name} ran on the {row.path} path, without {row.precision.upper()} GEMMs: it "
+                f"measures the fp16 rounding of the weights only; run on a GPU for the {row.precision.upper()} path"
             )
         elif row.agreement is not None and row.path.endswith("float32") and row.precision != REFERENCE_PRECISION:
             notes.append(f"{row.model} {row.name} ran in float32 ({row.path})")

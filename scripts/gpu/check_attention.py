@@ -120,7 +120,7 @@ def check_correctness(s: Setup, details: dict[str, Any]) -> None:
             sentinel = torch.full((qkv.shape[0], width), 3.0, device="cuda").to(E4M3 if fp8 else qkv.dtype)
             out = A.varlen_attention(
                 qkv, s.cu, s.max_len, s.scale, HEADS, qkv_bias=bias, out=sentinel,
-                out_fp8_scale=FP8_SCALE if fp8 else None, config=config,
+                out_q_scale=FP8_SCALE if fp8 else None, config=config,
             )  # fmt: skip
             torch.cuda.synchronize()
             got = dequantize(out[:n], FP8_SCALE) if fp8 else out[:n].float()
@@ -158,7 +158,7 @@ def check_correctness(s: Setup, details: dict[str, Any]) -> None:
 
         def fn() -> dict[str, Any]:
             out = torch.full((qkv.shape[0], width), 3.0, device="cuda").to(E4M3)
-            A.varlen_attention(s.qkv8, s.cu, s.max_len, s.scale, HEADS, out=out, out_fp8_scale=FP8_SCALE,
+            A.varlen_attention(s.qkv8, s.cu, s.max_len, s.scale, HEADS, out=out, out_q_scale=FP8_SCALE,
                                config=s.config, qkv_scales=s.qkv_scales, fp8_qk_dot=qk_dot)  # fmt: skip
             torch.cuda.synchronize()
             got = dequantize(out[:n], FP8_SCALE)
@@ -262,14 +262,14 @@ def run_timing(s: Setup, details: dict[str, Any]) -> None:
         "ours +bias": lambda: A.varlen_attention(qkv, cu, n, s.scale, HEADS, qkv_bias=bias, out=out16,
                                                  config=s.config),
         "ours +bias fp8 out": lambda: A.varlen_attention(
-            qkv, cu, n, s.scale, HEADS, qkv_bias=bias, out=out8, out_fp8_scale=FP8_SCALE, config=s.config
+            qkv, cu, n, s.scale, HEADS, qkv_bias=bias, out=out8, out_q_scale=FP8_SCALE, config=s.config
         ),
         "ours e4m3 in, fp8 out": lambda: A.varlen_attention(
-            s.qkv8, cu, n, s.scale, HEADS, out=out8, out_fp8_scale=FP8_SCALE, config=s.config,
+            s.qkv8, cu, n, s.scale, HEADS, out=out8, out_q_scale=FP8_SCALE, config=s.config,
             qkv_scales=s.qkv_scales,
         ),
         "ours e4m3 in, FP8 q.k, fp8 out": lambda: A.varlen_attention(
-            s.qkv8, cu, n, s.scale, HEADS, out=out8, out_fp8_scale=FP8_SCALE, config=s.config,
+            s.qkv8, cu, n, s.scale, HEADS, out=out8, out_q_scale=FP8_SCALE, config=s.config,
             qkv_scales=s.qkv_scales, fp8_qk_dot=True,
         ),
         "ours +bias max_len=384": lambda: A.varlen_attention(qkv, cu, 384, s.scale, HEADS, qkv_bias=bias, out=out16,

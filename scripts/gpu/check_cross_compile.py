@@ -58,7 +58,8 @@ def bert_engines(amax: dict[str, float]) -> list[tuple[str, torch.dtype, dict[st
     """The packed path's engines as ``(name, dtype, PackedBert keyword arguments)``: every precision and every switch
     of ``PackedKernels`` that changes which kernel specializations run (fp8_gemms subsets change which LayerNorms
     write an e4m3 copy and which attention writes e4m3; flash attention has the separate quantize pass)."""
-    fp8 = {"fp8_amax": amax}
+    fp8 = {"amax": amax}
+    int8 = {"amax": amax, "eight_bit": "int8"}
     return [
         ("fp16", torch.float16, {}),
         ("fp16 gelu-in-gemm", torch.float16, {"gelu_in_gemm": True}),
@@ -72,6 +73,10 @@ def bert_engines(amax: dict[str, float]) -> list[tuple[str, torch.dtype, dict[st
         ("fp8[qkv] fp8-attention", torch.float16, {**fp8, "fp8_gemms": "qkv", "fp8_attention": True}),
         ("fp8 bert-99", torch.float16, {**fp8, "fast_accum": True, "gelu_in_gemm": True, "fp8_residual": True,
                                         "fp8_attention": True}),
+        ("int8", torch.float16, int8),
+        ("int8 gelu-in-gemm", torch.float16, {**int8, "gelu_in_gemm": True}),
+        ("int8 flash", torch.float16, {**int8, "attention": "flash"}),
+        ("int8[w1+w2]", torch.float16, {**int8, "fp8_gemms": "w1+w2"}),
     ]
 
 

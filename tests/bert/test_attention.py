@@ -86,10 +86,34 @@ def test_fp8_output_exact(attention):
     cu = torch.arange(count + 1, dtype=torch.int32)
     qkv, cu = qkv.to(DEVICE), cu.to(DEVICE)
     out = torch.full((count + PAD_ROWS, width), 1.0, device=DEVICE).to(E4M3)
-    attention.varlen_attention(qkv, cu, 1, 0.125, heads, out=out, out_fp8_scale=scale)
+    attention.varlen_attention(qkv, cu, 1, 0.125, heads, out=out, out_q_scale=scale)
     want = grid.clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
     assert torch.equal(out[:count].cpu().view(torch.uint8), want.view(torch.uint8))
     assert bool((out[count:].float() == 1.0).all()), "padding rows were written"
+
+
+def test_int8_output_exact(attention):
+    """One-token sequences: o = v exactly, so the int8 output (an INT8 engine's output projection input) must equal
+    ``code.numerics.int8.quantize`` bit for bit: ties rounded to even, values past +-127 scales saturated, and rows
+    past the total untouched."""
+    from code.numerics.int8 import INT8, quantize
+
+    heads, head_dim, count, scale = 2, 32, 12, 2.0**-4
+    g = torch.Generator().manual_seed(4)
+    width = heads * head_dim
+    levels = torch.randint(-140, 140, (count, width), generator=g).float() + 0.5  # ties and saturation
+    levels[0, :4] = torch.tensor([2.5, -2.5, 127.5, -1000.0])
+    qkv = torch.randn(count + PAD_ROWS, 3 * width, generator=g).half()
+    qkv[:count, 2 * width :] = (levels * scale).half()  # exact in fp16
+    cu = torch.arange(count + 1, dtype=torch.int32)
+    qkv, cu = qkv.to(DEVICE), cu.to(DEVICE)
+    out = torch.full((count + PAD_ROWS, width), 7, dtype=INT8, device=DEVICE)
+    attention.varlen_attention(qkv, cu, 1, 0.125, heads, out=out, out_q_scale=scale, out_q_dtype=INT8)
+    assert torch.equal(out[:count].cpu(), quantize(levels * scale, scale))
+    assert out[0, :4].tolist() == [2, -2, 127, -127]
+    assert bool((out[count:] == 7).all()), "padding rows were written"
+    with pytest.raises(ValueError, match="out_q_dtype"):
+        attention.varlen_attention(qkv, cu, 1, 0.125, heads, out_q_scale=scale, out_q_dtype=torch.int16)
 
 
 def test_fp8_output_close(attention):
@@ -99,7 +123,7 @@ def test_fp8_output_close(attention):
     (126.9 -> 64, not 128), so on the CPU a few percent of elements may be off; on a GPU all must be close."""
     qkv, cu, bias, n = _case(attention, 64)
     scale = 8.0 / E4M3_MAX
-    got = attention.varlen_attention(qkv, cu, 100, 0.125, 2, qkv_bias=bias, out_fp8_scale=scale)
+    got = attention.varlen_attention(qkv, cu, 100, 0.125, 2, qkv_bias=bias, out_q_scale=scale)
     assert got.dtype == E4M3
     ref = attention.reference_attention(qkv, cu, 0.125, 2, bias)[:n].clamp(-8, 8)
     deq = got[:n].float() * scale
@@ -126,7 +150,7 @@ def test_e4m3_input(attention, fp8_qk_dot):
     # within the input's e4m3 rounding of the attention of the 16-bit q, k, v with their bias
     exact = attention.reference_attention(qkv, cu, head_dim**-0.5, heads, bias)
     assert float((out[:n].float() - exact[:n]).norm() / exact[:n].norm()) < 2 ** -4
-    out8 = attention.varlen_attention(qkv8, cu, 100, head_dim**-0.5, heads, out_fp8_scale=4 / E4M3_MAX,
+    out8 = attention.varlen_attention(qkv8, cu, 100, head_dim**-0.5, heads, out_q_scale=4 / E4M3_MAX,
                                       qkv_scales=scales, fp8_qk_dot=fp8_qk_dot)  # fmt: skip
     assert out8.dtype == E4M3
     close = ((out8[:n].float() * 4 / E4M3_MAX) - ref[:n]).abs() <= ref[:n].abs() * 2.0**-4 + 2e-2

@@ -143,7 +143,7 @@ def test_spec_validation():
     with pytest.raises(ValueError, match="large.*minilm-l6.*tiny"):
         EngineSpec("base")
     with pytest.raises(ValueError, match="fp32, fp16, bf16"):
-        EngineSpec("tiny", "int8")
+        EngineSpec("tiny", "int4")
 
 
 @torch.no_grad()

@@ -158,17 +158,17 @@ def tiny_fp8() -> TinyFp8Case:
 def test_fp8_emulation_close_to_fp32(tiny_fp8):
     amax = tiny_fp8.amax
     assert sorted(amax) == sorted(calibration_names(TINY.num_layers)) and all(v > 0 for v in amax.values())
-    rel = tiny_fp8.rel_error(fp8_amax=amax)
+    rel = tiny_fp8.rel_error(amax=amax)
     assert 0 < rel < 0.05
     with pytest.raises(ValueError, match="activation scale"):
-        PackedBert(tiny_fp8.model, torch.float32, "cpu", fp8_amax={"0.qkv": 1.0})
+        PackedBert(tiny_fp8.model, torch.float32, "cpu", amax={"0.qkv": 1.0})
 
 
 def test_fp8_gemm_subset_runs_the_rest_in_16_bits(tiny_fp8):
     model, amax, rel_error = tiny_fp8
-    ffn_only = PackedBert(model, torch.float32, "cpu", fp8_amax=amax, fp8_gemms="w1+w2")
-    assert all(sorted(layer.fp8) == ["w1", "w2"] and sorted(layer.w16) == ["qkv", "wo"] for layer in ffn_only.layers)
-    everything, ffn = rel_error(fp8_amax=amax), rel_error(fp8_amax=amax, fp8_gemms="w1+w2")
+    ffn_only = PackedBert(model, torch.float32, "cpu", amax=amax, fp8_gemms="w1+w2")
+    assert all(sorted(layer.q8) == ["w1", "w2"] and sorted(layer.w16) == ["qkv", "wo"] for layer in ffn_only.layers)
+    everything, ffn = rel_error(amax=amax), rel_error(amax=amax, fp8_gemms="w1+w2")
     assert 0 < ffn < everything  # fewer FP8 GEMMs, less rounding noise, but still FP8 in the FFN
 
 
@@ -177,15 +177,15 @@ def test_gelu_in_gemm_emulation(tiny_fp8):
     here) for every pair of w1/w2 precisions but a 16-bit w1 feeding an FP8 w2 (no 16-bit GEMM writes FP8): each as
     close to float32 as the same engine with the separate erf-GELU kernel (the tanh form differs by < 1e-3)."""
     model, amax, rel_error = tiny_fp8
-    cases = {"fp16": {}, "fp8 all": {"fp8_amax": amax}, "fp8 w1": {"fp8_amax": amax, "fp8_gemms": "qkv+w1"}}
+    cases = {"fp16": {}, "fp8 all": {"amax": amax}, "fp8 w1": {"amax": amax, "fp8_gemms": "qkv+w1"}}
     for name, kwargs in cases.items():
         fused_model = PackedBert(model, torch.float32, "cpu", gelu_in_gemm=True, **kwargs)
         assert all(callable(layer.gelu_gemm) for layer in fused_model.layers), name
         fused, plain = rel_error(gelu_in_gemm=True, **kwargs), rel_error(gelu_in_gemm=False, **kwargs)
         assert 0 < fused < 1.5 * plain + 1e-3, (name, fused, plain)
-    fp16_w1 = PackedBert(model, torch.float32, "cpu", fp8_amax=amax, gelu_in_gemm=True, fp8_gemms="w2")
+    fp16_w1 = PackedBert(model, torch.float32, "cpu", amax=amax, gelu_in_gemm=True, fp8_gemms="w2")
     assert all(layer.gelu_gemm is None for layer in fp16_w1.layers)
-    off = PackedBert(model, torch.float32, "cpu", fp8_amax=amax)
+    off = PackedBert(model, torch.float32, "cpu", amax=amax)
     assert all(layer.gelu_gemm is None for layer in off.layers)  # off by default: erf GELU, the reference's form
 
 
@@ -197,14 +197,14 @@ def test_fp8_residual_emulation(tiny_fp8):
     input)."""
     model, amax, rel_error = tiny_fp8
     for gelu in (False, True):
-        plain = rel_error(fp8_amax=amax, gelu_in_gemm=gelu)
-        residual = rel_error(fp8_amax=amax, gelu_in_gemm=gelu, fp8_residual=True)
+        plain = rel_error(amax=amax, gelu_in_gemm=gelu)
+        residual = rel_error(amax=amax, gelu_in_gemm=gelu, fp8_residual=True)
         assert plain < residual < E4M3_REL_ERROR, (gelu, plain, residual)
     # each residual must be read with the scale it was written with: with w1's inputs calibrated 8x wider than
     # qkv's, a residual read with the other GEMM's scale is off by 8x and the logits by far more than one rounding
     wide_w1 = {name: value * 8 if name.endswith(".w1") else value for name, value in amax.items()}
-    assert plain < rel_error(fp8_amax=wide_w1, fp8_residual=True) < E4M3_REL_ERROR
-    for bad in ({}, {"fp8_amax": amax, "fp8_gemms": "w1+w2"}):
+    assert plain < rel_error(amax=wide_w1, fp8_residual=True) < E4M3_REL_ERROR
+    for bad in ({}, {"amax": amax, "fp8_gemms": "w1+w2"}):
         with pytest.raises(ValueError, match="fp8_gemms=qkv\\+wo\\+w1\\+w2"):
             PackedBert(model, torch.float32, "cpu", fp8_residual=True, **bad)
 
@@ -215,14 +215,14 @@ def test_fp8_attention_emulation(tiny_fp8):
     cancels: the same distance within 10%), within one e4m3 rounding's relative error also beside the e4m3 residual;
     read with a scale calibrated 16x too narrow (q, k, v saturate) much further. It needs an FP8 qkv GEMM."""
     model, amax, rel_error = tiny_fp8
-    plain = rel_error(fp8_amax=amax)
-    attention = rel_error(fp8_amax=amax, fp8_attention=True)
+    plain = rel_error(amax=amax)
+    attention = rel_error(amax=amax, fp8_attention=True)
     assert attention != plain and abs(attention - plain) < 0.1 * plain, (plain, attention)
-    both = rel_error(fp8_amax=amax, fp8_attention=True, fp8_residual=True, gelu_in_gemm=True)
+    both = rel_error(amax=amax, fp8_attention=True, fp8_residual=True, gelu_in_gemm=True)
     assert both < E4M3_REL_ERROR
     narrow = {name: value / 16 if name.endswith(".attn") else value for name, value in amax.items()}
-    assert rel_error(fp8_amax=narrow, fp8_attention=True) > 2 * attention
-    for bad in ({}, {"fp8_amax": amax, "fp8_gemms": "wo+w1+w2"}):
+    assert rel_error(amax=narrow, fp8_attention=True) > 2 * attention
+    for bad in ({}, {"amax": amax, "fp8_gemms": "wo+w1+w2"}):
         with pytest.raises(ValueError, match="qkv in fp8_gemms"):
             PackedBert(model, torch.float32, "cpu", fp8_attention=True, **bad)
 

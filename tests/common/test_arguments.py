@@ -55,7 +55,7 @@ def test_fast_is_an_alias_of_test_run():
     (["--test_mode=Fast"], "valid choices: PerformanceOnly, AccuracyOnly, SubmissionRun"),
     (["--scenario=offline"], "unknown flag --scenario (did you mean --scenarios?)"),
     (["--gpu_batch_size=big"], "--gpu_batch_size=big: expected int"),
-    (["--precision=int4"], "valid choices: fp32, fp16, bf16, fp8"),
+    (["--precision=int4"], "valid choices: fp32, fp16, bf16, fp8, int8"),
     (["--action=deploy"], "valid choices: generate_engines, run_harness, run, info"),
     (["--benchmarks=bert-99", "--accuracy_target=0.999"], "asks for 0.99 but"),
     (["--gpu_batch_size"], "--gpu_batch_size needs a value"),

@@ -108,3 +108,26 @@ def test_gptj_write_up_names_fast_accumulation_only_with_fp8_gemms(tmp_path, pre
     assert "KV cache: keys and values stored in e4m3" in text
     assert ("both matrix products of each of the 28 decoder layers" in text) is says_fast
     assert ("cuBLASLt fast accumulation" in text) is says_fast
+
+
+def test_int8_write_up_states_int8_rules_and_the_engines_record(tmp_path):
+    """An INT8 engine's write-up: INT8's rules (per-channel weights, amax / 127) and not FP8's, its GEMMs, its
+    calibration record; beside an FP8 test both formats' rules."""
+    import torch
+
+    from code.bert.backends.pytorch_engine import EngineSpec, build_engine
+
+    engine = build_engine(EngineSpec("tiny", "int8", "random"), tmp_path / "engine", device=torch.device("cpu"))
+    run = _fp8_test(engine, tmp_path / "run")
+    run.record.fields.update(precision="int8", fp8_gemms="w1+w2", fp8_fast_accum=False)
+    problems = write_calibration(tmp_path / "tree", [run])
+    text = (tmp_path / "tree" / CALIBRATION_DOC).read_text()
+    assert "`s[n] = max|W[n]| / 127`" in text and "`s = amax / 127`" in text and "`s = amax / 448`" not in text
+    assert "- INT8 tensors (symmetric, -127..127): the input and the weight of the matrix products `w1`, `w2`" in text
+    assert "fast accumulation" not in text.split("## ")[1]
+    assert problems == ["bert-99 Offline performance: its INT8 engine was calibrated on synthetic data, not the "
+                        "MLPerf calibration set (make download_data preprocess_data, then make generate_engines)"]
+    fp8 = _fp8_test(engine, tmp_path / "fp8-run")
+    write_calibration(tmp_path / "both", [run, fp8])
+    both = (tmp_path / "both" / CALIBRATION_DOC).read_text()
+    assert "`s = amax / 448`" in both and "`s = amax / 127`" in both

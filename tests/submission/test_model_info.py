@@ -1,7 +1,7 @@
 """What the staged system description says of a test's model: the backend's declaration decides whether one ran."""
 
 from code.common.run_record import RunRecord
-from code.submission.model_info import ran_no_model, starting_weights, weight_data_types
+from code.submission.model_info import ran_no_model, starting_weights, weight_data_types, weight_transformations
 
 
 def metadata(benchmark: str, backend: str, precision: str = "fp16") -> RunRecord:
@@ -18,3 +18,10 @@ def test_the_oracle_runs_no_model_and_says_so() -> None:
     model = metadata("bert-99", "pytorch", "fp8")
     assert not ran_no_model(model) and not ran_no_model(metadata("gptj-99", "inflight"))
     assert weight_data_types(model) == "fp8, fp16" and starting_weights(model) == "model.pytorch"
+
+
+def test_an_int8_run_says_its_weights_were_quantized_per_channel() -> None:
+    model = metadata("bert-99", "pytorch", "int8")
+    assert weight_data_types(model) == "int8, fp16"
+    assert weight_transformations(model).startswith("INT8 quantization of the matrix-product weights, symmetric with "
+                                                    "per-output-channel scales")

@@ -49,10 +49,15 @@ BertBackendClass = BackendClass[BackendContext, BertBackend]
 context and batches."""
 
 
-def _fp8_needs_fast_path(values: Mapping[str, Any], origin: Origin) -> str | None:
-    """FP8 GEMMs exist only on the packed path; without it an fp8 engine runs 16-bit, not the precision recorded."""
-    if values.get("precision") == "fp8" and not values.get("fast_path", True):
-        return (f"{origin('precision')} = 'fp8' runs FP8 GEMMs on the packed path only, and "
+QUANTIZED = ("fp8", "int8")  # the precisions with 8-bit GEMMs: calibrated engines, run on the packed GPU path only
+
+
+def _eight_bit_needs_fast_path(values: Mapping[str, Any], origin: Origin) -> str | None:
+    """8-bit GEMMs (fp8, int8) exist only on the packed path; without it such an engine runs 16-bit, not the
+    precision recorded."""
+    precision = values.get("precision")
+    if precision in QUANTIZED and not values.get("fast_path", True):
+        return (f"{origin('precision')} = {precision!r} runs {precision.upper()} GEMMs on the packed path only, and "
                 f"{origin('fast_path')} is off; turn the packed path on or set --precision=fp16")
     return None
 
@@ -74,7 +79,7 @@ def _pytorch_needs(values: Mapping[str, Any]) -> Requirement | None:
 
 DECLARATIONS = (
     BackendDeclaration("pytorch", "code.bert.backends.pytorch:PytorchBertBackend",
-                       precisions=("fp32", "fp16", "bf16", "fp8"), check=_fp8_needs_fast_path,
+                       precisions=("fp32", "fp16", "bf16", "fp8", "int8"), check=_eight_bit_needs_fast_path,
                        needs=_pytorch_needs),
     BackendDeclaration("oracle", "code.bert.backends.oracle:OracleBertBackend", precisions=None),
 )

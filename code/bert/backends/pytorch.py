@@ -1,14 +1,15 @@
 """The PyTorch backend: our ``BertQA`` from an engine; on a GPU, the packed path (code/bert/packed).
 
-On CUDA (fp16/bf16/fp8 engines) batches run through ``code.bert.packed.runner.PackedRunner``: one token stream per
-batch, Triton kernels, varlen attention, FP8 GEMMs for fp8 engines, a CUDA graph when the batch fits a token bucket.
+On CUDA (fp16/bf16/fp8/int8 engines) batches run through ``code.bert.packed.runner.PackedRunner``: one token stream
+per batch, Triton kernels, varlen attention, 8-bit GEMMs for fp8 and int8 engines, a CUDA graph when the batch fits a
+token bucket.
 Several batcher workers call ``run_batch`` at once; the runner keeps one context per thread.
 
 On the CPU, and for fp32 engines or with ``fast_path=False``, the eager padded model runs: the correctness
 baseline and the embedded CPU default.
 
 The backend owns its engine (``code/bert/backends/pytorch_engine.py``): where a config's engine lives, its build for
-``make generate_engines`` (FP8 engines calibrated there) and the stale check when a run loads it.
+``make generate_engines`` (fp8 and int8 engines calibrated there) and the stale check when a run loads it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from code.bert.backends import QUANTIZED
 from code.bert.backends.pytorch_engine import EngineSpec, engine_key, ensure_engine, load_engine_manifest
 from code.bert.packed.runner import PackedKernels, PackedRunner
 from code.common.benchmark_errors import BenchmarkError
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 # Attention kernels allowed on the GPU. cuDNN's is left out: it builds a new plan for every new sequence length,
 # and BERT's lengths vary per batch, so a forward costs ten times more while lengths are new (performance.md).
 ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-PACKED_PRECISIONS = ("fp16", "bf16", "fp8")
+PACKED_PRECISIONS = ("fp16", "bf16", "fp8", "int8")
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class PytorchOptions:
     engine_spec: EngineSpec  # what the run expects the engine to be (stale check)
     device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
     cpu_threads: int = 0  # on a CPU device: torch's intra-op threads (0: leave torch's default)
-    fast_path: bool = True  # on CUDA: the packed path for fp16/bf16/fp8 engines; False: eager padded
+    fast_path: bool = True  # on CUDA: the packed path for fp16/bf16/fp8/int8 engines; False: eager padded
     max_batch_size: int = 64  # largest batch run_batch gets (sizes pinned buffers, graph slots)
     num_workers: int = 1  # threads calling run_batch at once: one stream + buffers + graphs each
     cuda_graphs: bool = True  # capture the forward per token bucket up to graph_max_tokens
@@ -106,9 +108,9 @@ class PytorchBertBackend:
             del model
             self.model = None
         else:
-            if spec.precision == "fp8":
-                # FP8 GEMMs exist only on the packed path; elsewhere an fp8 engine runs its fp16 weights (fp32 on a
-                # CPU). Tests use that; the harness refuses such runs (code/bert/backends/__init__.py).
+            if spec.precision in QUANTIZED:
+                # 8-bit GEMMs exist only on the packed path; elsewhere an fp8 or int8 engine runs its fp16 weights
+                # (fp32 on a CPU). Tests use that; the harness refuses such runs (code/bert/backends/__init__.py).
                 model = model.float() if self.device.type == "cpu" else model
             self.model = model
 

@@ -6,11 +6,14 @@ An engine is a folder:
   checkpoint's identity (sha256, size, mtime), torch version and creation time. Written last, so a folder without
   it is an unfinished build.
 - ``weights.safetensors``: for a real checkpoint, the weights already converted to our names and cast to the
-  engine's storage dtype (fp16 for fp8 engines), so a run loads them without the conversion and strict checks.
-- for ``precision="fp8"``, the manifest's ``calibration``: the max magnitude of every FP8 GEMM's input and of every
-  attention's input (read with ``fp8_attention``) over the calibration features (the MLPerf calibration list when
-  the real data set is present, else synthetic features: ``source`` says which), from which the GPU path derives
-  its static activation scales. Weights are quantized when the engine loads (per tensor, deterministic).
+  engine's storage dtype (fp16 for fp8 and int8 engines), so a run loads them without the conversion and strict
+  checks.
+- for ``precision="fp8"`` and ``"int8"`` (``QUANTIZED``), the manifest's ``calibration``: the max magnitude of every
+  8-bit GEMM's input and of every attention's input (read with ``fp8_attention``) over the calibration features (the
+  MLPerf calibration list when the real data set is present, else synthetic features: ``source`` says which), from
+  which the GPU path derives its static activation scales (``amax / 448`` for e4m3, ``amax / 127`` for int8). Both
+  precisions calibrate the same way on the same set, so their magnitudes are the same. Weights are quantized when
+  the engine loads (fp8: per tensor; int8: per output channel; deterministic).
 
 For ``checkpoint="random"`` only the manifest is stored and the weights are re-drawn from the seed at load: they
 are deterministic, and skipping a 1.3 GB write keeps the embedded CPU default fast.
@@ -34,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from code.bert.backends import QUANTIZED
 from code.bert.model import BERT_CONFIGS, BertConfig, BertQA, empty_model, load_checkpoint, random_weights
 from code.bert.squad import MANIFEST_FILE, SQUAD_SUBDIR, TOKENIZED_SUBDIR
 from code.common import engine_manifest
@@ -46,9 +50,9 @@ from code.common.paths import DATA_DIR, PREPROCESSED_DATA_DIR
 FORMAT_VERSION = 2  # 2: fp8 engines and their calibration
 WEIGHTS = "weights.safetensors"
 REDOWNLOAD = 'make download_model BENCHMARKS="bert"'
-# precision -> the dtype weights are stored and activations kept in (fp8 engines: fp16 between the FP8 GEMMs)
+# precision -> the dtype weights are stored and activations kept in (fp8, int8 engines: fp16 between the 8-bit GEMMs)
 PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
-                                      "fp8": torch.float16}
+                                      "fp8": torch.float16, "int8": torch.float16}
 RANDOM = "random"
 CALIBRATION_LIST = DATA_DIR / SQUAD_SUBDIR / "bert_calibration_features.txt"
 CALIBRATION_DATA = PREPROCESSED_DATA_DIR / TOKENIZED_SUBDIR
@@ -60,7 +64,7 @@ class EngineSpec:
     """What an engine is: which model, in which precision, from which weights. Runs compare it to the manifest."""
 
     model_name: str            # a BERT_CONFIGS key
-    precision: str = "fp32"    # "fp32" | "fp16" | "bf16" | "fp8" (FP8 GEMMs, fp16 between them; GPU only)
+    precision: str = "fp32"    # "fp32" | "fp16" | "bf16" | "fp8" | "int8" (8-bit GEMMs, fp16 between; GPU only)
     checkpoint: str = RANDOM   # "random" or a checkpoint path (.pytorch/.pt/.bin/.safetensors)
     seed: int = 0              # random weights (and nothing else) depend on it
 
@@ -101,7 +105,7 @@ def _checkpoint_identity(path: Path) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class CalibrationSet:
-    """Features an FP8 engine is calibrated on, and where they came from (recorded in the manifest)."""
+    """Features an 8-bit engine (fp8, int8) is calibrated on, and where they came from (recorded in the manifest)."""
 
     input_ids: np.ndarray
     segment_ids: np.ndarray
@@ -149,8 +153,8 @@ def build_engine(spec: EngineSpec, engine_dir: Path, *, calibration: Calibration
     leaves the earlier engine as it was, and a run loading it meanwhile reads it whole.
 
     A real checkpoint is loaded strictly (``load_checkpoint``), so a build fails rather than freezing a partly
-    untrained model into an engine. An fp8 engine is calibrated on ``calibration`` (default: ``calibration_set``)
-    on ``device`` (default: the GPU if there is one).
+    untrained model into an engine. An fp8 or int8 engine is calibrated on ``calibration`` (default:
+    ``calibration_set``) on ``device`` (default: the GPU if there is one).
     """
     engine_manifest.build_once(Path(engine_dir), lambda folder: _write_engine(spec, folder, calibration, device))
     return Path(engine_dir)
@@ -159,12 +163,12 @@ def build_engine(spec: EngineSpec, engine_dir: Path, *, calibration: Calibration
 def ensure_engine(spec: EngineSpec, engine_dir: Path) -> bool:
     """Build the engine for ``spec`` at ``engine_dir`` unless the one there is current for it; True when it built.
 
-    Runs sharing the folder build it once: a second waits for the first's build and reuses it. An fp8 engine is
-    current only if calibrated on the set a build would use now (the MLPerf list, once it is there)."""
+    Runs sharing the folder build it once: a second waits for the first's build and reuses it. An fp8 or int8 engine
+    is current only if calibrated on the set a build would use now (the MLPerf list, once it is there)."""
 
     def current(folder: Path) -> None:
         manifest = check_engine(folder, spec)
-        if spec.precision == "fp8":
+        if spec.precision in QUANTIZED:
             now = calibration_set(spec.seed).source
             if (manifest.get("calibration") or {}).get("source") != now:
                 raise EngineError(f"engine {folder} was calibrated on another set than {now}")
@@ -190,7 +194,7 @@ def _write_engine(spec: EngineSpec, engine_dir: Path, calibration: CalibrationSe
         save_file({k: v.to(spec.dtype).contiguous() for k, v in model.state_dict().items()},
                   str(engine_dir / WEIGHTS), metadata={"engine_key": engine_key(spec)})
     calibrated = None
-    if spec.precision == "fp8":
+    if spec.precision in QUANTIZED:
         if model is None:
             model = random_weights(spec.config, spec.seed)
         # Calibrate what the engine will hold: weights rounded to the storage dtype.
@@ -254,28 +258,30 @@ def check_engine(engine_dir: Path, expected: EngineSpec, run_args: str | None = 
         if recorded_bytes is not None and weights.stat().st_size != recorded_bytes:
             raise EngineError(f"engine {engine_dir}'s {WEIGHTS} is {weights.stat().st_size} bytes, not the "
                               f"{recorded_bytes} it was built with (damaged or replaced). {hint}")
-    if expected.precision == "fp8":
-        _check_calibration(engine_dir, manifest.get("calibration"), expected.config, hint)
+    if expected.precision in QUANTIZED:
+        _check_calibration(engine_dir, manifest.get("calibration"), expected, hint)
     return manifest
 
 
-def _check_calibration(engine_dir: Path, calibration: Any, config: BertConfig, hint: str) -> None:
-    """An fp8 engine must hold a finite, positive magnitude for every calibration point of the model (each FP8 GEMM's
-    input, each attention's input). One built by a harness that recorded fewer points is refused with the same
-    rebuild hint: ``make run`` and ``make generate_engines`` rebuild it themselves."""
+def _check_calibration(engine_dir: Path, calibration: Any, spec: EngineSpec, hint: str) -> None:
+    """An fp8 or int8 engine must hold a finite, positive magnitude for every calibration point of the model (each
+    8-bit GEMM's input, each attention's input). One built by a harness that recorded fewer points is refused with
+    the same rebuild hint: ``make run`` and ``make generate_engines`` rebuild it themselves."""
     from code.bert.packed.packed_model import calibration_names
 
+    config, precision = spec.config, spec.precision
     if not isinstance(calibration, dict) or not isinstance(calibration.get("amax"), dict):
-        raise EngineError(f"fp8 engine {engine_dir} lacks calibrated activation scales. {hint}")
+        raise EngineError(f"{precision} engine {engine_dir} lacks calibrated activation scales. {hint}")
     amax = calibration["amax"]
     names = calibration_names(config.num_layers)
     missing = [n for n in names if n not in amax]
     bad = [n for n in names if n in amax and not (isinstance(amax[n], int | float) and 0 < amax[n] < float("inf"))]
     if missing and not bad and all(n.endswith(".attn") for n in missing):
-        raise EngineError(f"fp8 engine {engine_dir} was calibrated by an earlier version of this harness, which did "
-                          f"not record the attention inputs' magnitudes ({missing[0]}, ...): rebuild it. {hint}")
+        raise EngineError(f"{precision} engine {engine_dir} was calibrated by an earlier version of this harness, "
+                          f"which did not record the attention inputs' magnitudes ({missing[0]}, ...): rebuild it. "
+                          f"{hint}")
     if missing or bad:
-        raise EngineError(f"fp8 engine {engine_dir} has an incomplete calibration (missing {missing[:4]}, not "
+        raise EngineError(f"{precision} engine {engine_dir} has an incomplete calibration (missing {missing[:4]}, not "
                           f"positive and finite {bad[:4]}). {hint}")
 
 
@@ -283,8 +289,8 @@ def load_engine(engine_dir: Path, expected: EngineSpec, device: str | torch.devi
                 run_args: str | None = None) -> BertQA:
     """The engine's model, in eval mode, on ``device``, in the spec's dtype; ``EngineError`` if missing or stale.
 
-    ``run_args`` (optional) makes the error's rebuild command copy-pasteable. An fp8 engine's model is its fp16
-    weights; ``load_engine_manifest`` also returns the calibration the FP8 GEMMs need.
+    ``run_args`` (optional) makes the error's rebuild command copy-pasteable. An fp8 or int8 engine's model is its
+    fp16 weights; ``load_engine_manifest`` also returns the calibration the 8-bit GEMMs need.
     """
     return load_engine_manifest(engine_dir, expected, device, run_args=run_args)[0]
 

@@ -34,10 +34,11 @@ output in place and:
   v is widened to fp16 for the PV dot (FP8 wgmma would need v K-major, i.e. stored transposed). The q and k scales
   fold into the score multiplier, v's into the output's. Half the bytes of each K/V tile: ~0.38 against ~0.49 ms
   per layer at BERT-large's lengths on an H200 (documentation/performance.md).
-- **Output** 16-bit, or e4m3 ``clamp(o * (1 / out_fp8_scale), -448, 448)`` for an FP8 output projection: one multiply,
-  clamp and cast at the store, the same arithmetic as ``kernels.TritonOps.quantize`` (the separate pass it
-  replaces), from the float32 output (no 16-bit rounding first). Rows past ``cu_seqlens[-1]`` (padding) are never
-  read as queries nor written, as with FA2.
+- **Output** 16-bit, or 8-bit for an 8-bit output projection (``out_q_scale``): e4m3
+  ``clamp(o * (1 / out_q_scale), -448, 448)``, or int8 rounded half to even within +-127 (``out_q_dtype``, an INT8
+  engine): one multiply, clamp and cast at the store, the same arithmetic as ``kernels.TritonOps.quantize`` (the
+  separate pass it replaces), from the float32 output (no 16-bit rounding first). Rows past ``cu_seqlens[-1]``
+  (padding) are never read as queries nor written, as with FA2.
 
 The best tile shape cannot be chosen on paper (occupancy vs. masked waste vs. pipelining): ``DEFAULT_CONFIG`` is the
 guess; ``tune`` (``code/bert/packed/tuning.py``) times ``CANDIDATE_CONFIGS`` on a realistic packed batch, and the
@@ -57,6 +58,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 from torch import Tensor
+
+from code.numerics.int8 import INT8, quantize_int8
 
 E4M3 = torch.float8_e4m3fn
 LOG2E = 1.4426950408889634
@@ -170,7 +173,8 @@ def _varlen_attention_kernel(
     BLOCK_N: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     Q_BIAS_IN_SCORES: tl.constexpr,
-    OUT_FP8: tl.constexpr,
+    OUT_Q: tl.constexpr,
+    OUT_INT8: tl.constexpr,
     PREFETCH_KV: tl.constexpr,
     QKV_FP8: tl.constexpr,
     QK_FP8_DOT: tl.constexpr,
@@ -233,7 +237,9 @@ def _varlen_attention_kernel(
         b_v = tl.load(bias_ptr + 2 * NUM_HEADS * HEAD_DIM + head * HEAD_DIM + offs_d).to(tl.float32)
         o += b_v[None, :]
     out_ptrs = out_ptr + start.to(tl.int64) * stride_out + head * HEAD_DIM + offs_m[:, None] * stride_out + offs_d
-    if OUT_FP8:
+    if OUT_INT8:
+        tl.store(out_ptrs, quantize_int8(o, inv_out_scale), mask=row_ok[:, None])
+    elif OUT_Q:
         o = tl.minimum(tl.maximum(o * inv_out_scale, -448.0), 448.0)
         tl.store(out_ptrs, o.to(tl.float8e4nv), mask=row_ok[:, None])
     else:
@@ -261,10 +267,11 @@ def varlen_attention(
     num_heads: int,
     qkv_bias: Tensor | None = None,
     out: Tensor | None = None,
-    out_fp8_scale: float | None = None,
+    out_q_scale: float | None = None,
     config: AttentionConfig | None = None,
     qkv_scales: tuple[float, float, float] | None = None,
     fp8_qk_dot: bool = False,
+    out_q_dtype: torch.dtype = E4M3,
 ) -> Tensor:
     """softmax(q k^T * scale) v for each packed sequence of the fused QKV GEMM output.
 
@@ -272,7 +279,8 @@ def varlen_attention(
     the device, sequence ``b`` is rows ``cu[b]:cu[b+1]`` (may be empty); ``max_len``: an upper bound of the lengths
     (sets the grid; rows of a longer sequence past ``max_len`` would be left unwritten). ``qkv_bias``: ``[3*H*D]``
     added to q, k, v (see the module docstring for how). Returns ``out`` or a new ``[T, H*D]`` tensor: qkv's dtype,
-    or e4m3 ``clamp(o / out_fp8_scale, -448, 448)`` when ``out_fp8_scale`` is given. Rows past ``cu_seqlens[-1]``
+    or, when ``out_q_scale`` is given, ``o / out_q_scale`` in ``out_q_dtype``: e4m3 (saturated to +-448) or int8
+    (rounded half to even, saturated to +-127: ``code.numerics.int8.quantize``). Rows past ``cu_seqlens[-1]``
     are not written (a new output's are uninitialized). ``config``: tile shape (the caller's model keeps the one
     ``tuning.tune`` chose); default ``DEFAULT_CONFIG``. No host sync: safe inside CUDA graph capture once compiled.
 
@@ -290,9 +298,11 @@ def varlen_attention(
         raise ValueError("an e4m3 qkv carries its bias already (the GEMM's epilogue adds it): pass no qkv_bias")
     if fp8_qk_dot and not qkv_fp8:
         raise ValueError("fp8_qk_dot needs an e4m3 qkv")
+    if out_q_dtype not in (E4M3, INT8):
+        raise ValueError(f"out_q_dtype={out_q_dtype}: an 8-bit output is e4m3 or int8")
     sq, sk, sv = qkv_scales or (1.0, 1.0, 1.0)
     width = num_heads * head_dim
-    out_dtype = E4M3 if out_fp8_scale else (torch.float16 if qkv_fp8 else qkv.dtype)
+    out_dtype = out_q_dtype if out_q_scale else (torch.float16 if qkv_fp8 else qkv.dtype)
     if out is None:
         out = torch.empty((qkv.shape[0], width), dtype=out_dtype, device=qkv.device)
     elif out.shape != (qkv.shape[0], width) or out.dtype != out_dtype or out.stride(1) != 1:
@@ -313,14 +323,15 @@ def varlen_attention(
         out.stride(0),
         scale * LOG2E * sq * sk,
         sv,
-        1.0 / out_fp8_scale if out_fp8_scale else 1.0,
+        1.0 / out_q_scale if out_q_scale else 1.0,
         NUM_HEADS=num_heads,
         HEAD_DIM=head_dim,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         HAS_BIAS=qkv_bias is not None,
         Q_BIAS_IN_SCORES=qkv_bias is not None and cfg.q_bias_in_scores,
-        OUT_FP8=bool(out_fp8_scale),
+        OUT_Q=bool(out_q_scale),
+        OUT_INT8=bool(out_q_scale) and out_q_dtype == INT8,
         PREFETCH_KV=cfg.prefetch_kv,
         QKV_FP8=qkv_fp8,
         QK_FP8_DOT=fp8_qk_dot,

@@ -3,8 +3,9 @@
 
 Between BERT's GEMMs the work is row-wise and memory-bound: embedding gather + LayerNorm, bias + residual +
 LayerNorm, bias + GELU. Done by eager torch each is 2-4 kernels with an fp16 round trip each; here each is one read of
-its inputs and one write of its outputs. Each kernel can also write an e4m3 copy quantized with the next GEMM's static
-scale, so FP8 GEMMs need no separate quantize pass (and, where only the FP8 copy is used, no 16-bit write at all).
+its inputs and one write of its outputs. Each kernel can also write an 8-bit copy quantized with the next GEMM's static
+scale, e4m3 or int8 (``q_dtype``: the engine's 8-bit GEMM format), so 8-bit GEMMs need no separate quantize pass (and,
+where only the 8-bit copy is used, no 16-bit write at all).
 With every GEMM in FP8 the residual stream itself can stay in e4m3 (``PackedBert``'s ``fp8_residual``): the add +
 LayerNorm kernel then reads its residual as e4m3 times that copy's scale and writes only the e4m3 copy, 4 bytes of
 memory traffic per element instead of 7, as TensorRT's 8-bit skip-LayerNorm does.
@@ -22,7 +23,22 @@ import triton.language as tl
 from torch import Tensor
 
 from code.bert.packed.layernorm_args import check_ln_args
+from code.numerics import int8
 from code.numerics.fp8 import E4M3, E4M3_MAX, quantize_cuda
+from code.numerics.int8 import INT8, quantize_int8
+
+Q_DTYPES = (E4M3, INT8)  # the 8-bit copies the kernels write
+
+
+@triton.jit
+def _store_q(q_ptr, offs, y, inv_scale, mask, Q_INT8: tl.constexpr):
+    """Store ``y`` quantized with ``inv_scale`` (the reciprocal of the next GEMM's static input scale): int8 rounded
+    half to even within +-127 (``code.numerics.int8``), or e4m3 saturated to +-448."""
+    if Q_INT8:
+        tl.store(q_ptr + offs, quantize_int8(y, inv_scale), mask=mask)
+    else:
+        q = tl.minimum(tl.maximum(y * inv_scale, -448.0), 448.0)
+        tl.store(q_ptr + offs, q.to(tl.float8e4nv), mask=mask)
 
 
 @triton.jit
@@ -39,10 +55,11 @@ def _layernorm_store(
     eps,
     N: tl.constexpr,
     WRITE_OUT: tl.constexpr,
-    WRITE_FP8: tl.constexpr,
+    WRITE_Q: tl.constexpr,
+    Q_INT8: tl.constexpr,
 ):
     """LayerNorm of one float32 row; stores the 16-bit result (the next residual, unless the residual stream is
-    kept in e4m3) and, for an FP8 GEMM that reads it, its e4m3 copy."""
+    kept in e4m3) and, for an 8-bit GEMM that reads it, its 8-bit copy."""
     mean = tl.sum(x, axis=0) / N
     d = tl.where(mask, x - mean, 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / N + eps)
@@ -52,9 +69,8 @@ def _layernorm_store(
     offs = row * N + cols
     if WRITE_OUT:
         tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
-    if WRITE_FP8:
-        q = tl.minimum(tl.maximum(y * inv_scale, -448.0), 448.0)
-        tl.store(q_ptr + offs, q.to(tl.float8e4nv), mask=mask)
+    if WRITE_Q:
+        _store_q(q_ptr, offs, y, inv_scale, mask, Q_INT8)
 
 
 @triton.jit
@@ -74,7 +90,8 @@ def _embed_ln_kernel(
     N: tl.constexpr,
     BLOCK: tl.constexpr,
     WRITE_OUT: tl.constexpr,
-    WRITE_FP8: tl.constexpr,
+    WRITE_Q: tl.constexpr,
+    Q_INT8: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
@@ -85,7 +102,7 @@ def _embed_ln_kernel(
     x = tl.load(word_ptr + tok * N + cols, mask=mask, other=0.0).to(tl.float32)
     x += tl.load(type_ptr + seg * N + cols, mask=mask, other=0.0).to(tl.float32)
     x += tl.load(posemb_ptr + pos * N + cols, mask=mask, other=0.0).to(tl.float32)
-    _layernorm_store(x, cols, mask, row, w_ptr, b_ptr, out_ptr, q_ptr, inv_scale, eps, N, WRITE_OUT, WRITE_FP8)
+    _layernorm_store(x, cols, mask, row, w_ptr, b_ptr, out_ptr, q_ptr, inv_scale, eps, N, WRITE_OUT, WRITE_Q, Q_INT8)
 
 
 @triton.jit
@@ -103,7 +120,8 @@ def _add_ln_kernel(
     N: tl.constexpr,
     BLOCK: tl.constexpr,
     WRITE_OUT: tl.constexpr,
-    WRITE_FP8: tl.constexpr,
+    WRITE_Q: tl.constexpr,
+    Q_INT8: tl.constexpr,
 ):
     """``res_scale``: the residual is e4m3 stored with that scale (1.0: the residual is 16-bit)."""
     row = tl.program_id(0).to(tl.int64)
@@ -113,7 +131,7 @@ def _add_ln_kernel(
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     x += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     x += tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32) * res_scale
-    _layernorm_store(x, cols, mask, row, w_ptr, b_ptr, out_ptr, q_ptr, inv_scale, eps, N, WRITE_OUT, WRITE_FP8)
+    _layernorm_store(x, cols, mask, row, w_ptr, b_ptr, out_ptr, q_ptr, inv_scale, eps, N, WRITE_OUT, WRITE_Q, Q_INT8)
 
 
 @triton.jit
@@ -138,7 +156,8 @@ def _bias_gelu_kernel(
     N: tl.constexpr,
     BLOCK: tl.constexpr,
     WRITE_OUT: tl.constexpr,
-    WRITE_FP8: tl.constexpr,
+    WRITE_Q: tl.constexpr,
+    Q_INT8: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
@@ -149,9 +168,8 @@ def _bias_gelu_kernel(
     y = 0.5 * x * (1.0 + _erf(x * 0.7071067811865476))
     if WRITE_OUT:
         tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
-    if WRITE_FP8:
-        q = tl.minimum(tl.maximum(y * inv_scale, -448.0), 448.0)
-        tl.store(q_ptr + offs, q.to(tl.float8e4nv), mask=mask)
+    if WRITE_Q:
+        _store_q(q_ptr, offs, y, inv_scale, mask, Q_INT8)
 
 
 def _warps(n: int) -> int:
@@ -162,8 +180,15 @@ def _inv(scale: float | None) -> float:
     return 1.0 / scale if scale else 1.0
 
 
+def _q_dtype(q_dtype: torch.dtype) -> torch.dtype:
+    if q_dtype not in Q_DTYPES:
+        raise ValueError(f"q_dtype={q_dtype}: the 8-bit copy is one of {', '.join(map(str, Q_DTYPES))}")
+    return q_dtype
+
+
 class TritonOps:
-    """The CUDA implementations of ``packed_model.TorchOps``' interface (same arguments, same results)."""
+    """The CUDA implementations of ``packed_model.TorchOps``' interface (same arguments, same results). ``q_scale``:
+    also write the 8-bit copy, of dtype ``q_dtype`` (e4m3 or int8), quantized with that scale."""
 
     name = "triton"
 
@@ -180,11 +205,12 @@ class TritonOps:
         eps: float,
         q_scale: float | None,
         keep_out: bool = True,
+        q_dtype: torch.dtype = E4M3,
     ) -> tuple[Tensor | None, Tensor | None]:
         rows, n = ids.shape[0], word.shape[1]
         check_ln_args(keep_out, q_scale)
         out = torch.empty((rows, n), dtype=word.dtype, device=word.device) if keep_out else None
-        q = torch.empty((rows, n), dtype=E4M3, device=word.device) if q_scale else out
+        q = torch.empty((rows, n), dtype=_q_dtype(q_dtype), device=word.device) if q_scale else out
         block = triton.next_power_of_2(n)
         _embed_ln_kernel[(rows,)](
             ids,
@@ -202,7 +228,8 @@ class TritonOps:
             N=n,
             BLOCK=block,
             WRITE_OUT=keep_out,
-            WRITE_FP8=bool(q_scale),
+            WRITE_Q=bool(q_scale),
+            Q_INT8=bool(q_scale) and q_dtype == INT8,
             num_warps=_warps(n),
         )
         return out, (q if q_scale else None)
@@ -218,11 +245,12 @@ class TritonOps:
         q_scale: float | None,
         residual_scale: float | None = None,
         keep_out: bool = True,
+        q_dtype: torch.dtype = E4M3,
     ) -> tuple[Tensor | None, Tensor | None]:
         rows, n = x.shape
         check_ln_args(keep_out, q_scale, residual, residual_scale)
         out = torch.empty((rows, n), dtype=x.dtype, device=x.device) if keep_out else None
-        q = torch.empty((rows, n), dtype=E4M3, device=x.device) if q_scale else out
+        q = torch.empty((rows, n), dtype=_q_dtype(q_dtype), device=x.device) if q_scale else out
         _add_ln_kernel[(rows,)](
             x,
             x_bias,
@@ -237,18 +265,19 @@ class TritonOps:
             N=n,
             BLOCK=triton.next_power_of_2(n),
             WRITE_OUT=keep_out,
-            WRITE_FP8=bool(q_scale),
+            WRITE_Q=bool(q_scale),
+            Q_INT8=bool(q_scale) and q_dtype == INT8,
             num_warps=_warps(n),
         )
         return out, (q if q_scale else None)
 
     @staticmethod
     def bias_gelu(
-        x: Tensor, bias: Tensor, q_scale: float | None, keep_out: bool
+        x: Tensor, bias: Tensor, q_scale: float | None, keep_out: bool, q_dtype: torch.dtype = E4M3
     ) -> tuple[Tensor | None, Tensor | None]:
         rows, n = x.shape
         out = torch.empty_like(x) if keep_out else x
-        q = torch.empty((rows, n), dtype=E4M3, device=x.device) if q_scale else x
+        q = torch.empty((rows, n), dtype=_q_dtype(q_dtype), device=x.device) if q_scale else x
         _bias_gelu_kernel[(rows,)](
             x,
             bias,
@@ -258,14 +287,15 @@ class TritonOps:
             N=n,
             BLOCK=triton.next_power_of_2(n),
             WRITE_OUT=keep_out,
-            WRITE_FP8=bool(q_scale),
+            WRITE_Q=bool(q_scale),
+            Q_INT8=bool(q_scale) and q_dtype == INT8,
             num_warps=_warps(n),
         )
         return (out if keep_out else None), (q if q_scale else None)
 
     @staticmethod
-    def quantize(x: Tensor, scale: float) -> Tensor:
-        return quantize_cuda(x, scale)
+    def quantize(x: Tensor, scale: float, q_dtype: torch.dtype = E4M3) -> Tensor:
+        return int8.quantize_cuda(x, scale) if _q_dtype(q_dtype) == INT8 else quantize_cuda(x, scale)
 
 
 __all__ = ["E4M3_MAX", "TritonOps"]

@@ -6,8 +6,9 @@ GEMMs that feed a fused kernel are added in that kernel (one pass) instead of in
 
 Two sets of ops with one interface: ``kernels.TritonOps`` on CUDA (imported only there) and ``TorchOps`` here, plain
 torch in float32, which is both the CPU fallback that tests compare against the eager model and the reference the
-GPU check compares the kernels against. Precision: 16-bit activations with 16-bit GEMMs, or FP8 GEMMs
-(``fp8_amax``: calibrated input magnitudes per GEMM) with 16-bit activations between them.
+GPU check compares the kernels against. Precision: 16-bit activations with 16-bit GEMMs, or 8-bit GEMMs (``amax``:
+calibrated input magnitudes per GEMM; ``eight_bit``: FP8 e4m3 or INT8, ``code.numerics.eight_bit``) with 16-bit
+activations between them.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ from torch import Tensor
 from code.bert.model import BertQA
 from code.bert.packed.layernorm_args import check_ln_args
 from code.bert.packed.packing import layout_words, pack_into
-from code.numerics.fp8 import Fp8Linear, dequantize, quantize, scale_from_amax
+from code.numerics import eight_bit
+from code.numerics.eight_bit import FP8, EightBitFormat, Linear8, eight_bit_format
+from code.numerics.fp8 import E4M3, dequantize, quantize, scale_from_amax
+from code.numerics.int8_linear import Int8Linear
 
-GEMM_INPUTS = ("qkv", "wo", "w1", "w2")  # calibration points: the input of each FP8 GEMM of a layer,
+GEMM_INPUTS = ("qkv", "wo", "w1", "w2")  # calibration points: the input of each 8-bit GEMM of a layer,
 # and one more per layer: the attention's input, the QKV GEMM's output with its bias (its e4m3 scale with fp8_attention)
 ATTENTION_INPUT = "attn"
 ALL_FP8_GEMMS = "+".join(GEMM_INPUTS)
@@ -34,25 +38,27 @@ ATTENTION_KERNELS = ("flash", "triton", "sdpa")
 
 
 def parse_fp8_gemms(text: str) -> frozenset[str]:
-    """``"w1+w2"`` -> {"w1", "w2"}: the GEMMs of every layer an FP8 engine runs in FP8 (the rest stay 16-bit)."""
+    """``"w1+w2"`` -> {"w1", "w2"}: the GEMMs of every layer an 8-bit engine (fp8 or int8) runs in 8 bits (the rest
+    stay 16-bit)."""
     names = [part.strip() for part in text.split("+") if part.strip()]
     unknown = sorted(set(names) - set(GEMM_INPUTS))
     if unknown or not names:
         raise ValueError(
             f"fp8_gemms={text!r}: expected '+'-joined names from {', '.join(GEMM_INPUTS)} (e.g. {ALL_FP8_GEMMS} or "
-            "w1+w2); to run no GEMM in FP8 use an fp16 engine"
+            "w1+w2); to run no GEMM in 8 bits use an fp16 engine"
         )
     return frozenset(names)
 
 
 def calibration_names(num_layers: int) -> list[str]:
-    """Names of the activation scales an FP8 engine stores, e.g. ``3.w1`` (input of layer 3's first FFN GEMM) and
-    ``3.attn`` (input of layer 3's attention)."""
+    """Names of the activation magnitudes an 8-bit engine (fp8 or int8) stores, e.g. ``3.w1`` (input of layer 3's
+    first FFN GEMM) and ``3.attn`` (input of layer 3's attention)."""
     return [f"{i}.{g}" for i in range(num_layers) for g in (*GEMM_INPUTS, ATTENTION_INPUT)]
 
 
 class TorchOps:
-    """Reference implementations of the fused kernels (float32 math, results cast to the activations' dtype)."""
+    """Reference implementations of the fused kernels (float32 math, results cast to the activations' dtype).
+    ``q_scale``: also return the 8-bit copy, of dtype ``q_dtype`` (e4m3 or int8), quantized with that scale."""
 
     name = "torch"
 
@@ -69,11 +75,12 @@ class TorchOps:
         eps: float,
         q_scale: float | None,
         keep_out: bool = True,
+        q_dtype: torch.dtype = E4M3,
     ) -> tuple[Tensor | None, Tensor | None]:
         check_ln_args(keep_out, q_scale)
         x = word[ids.long()].float() + token_type[segs.long()].float() + position[pos.long()].float()
         y = F.layer_norm(x, x.shape[-1:], weight.float(), bias.float(), eps)
-        return (y.to(word.dtype) if keep_out else None), (quantize(y, q_scale) if q_scale else None)
+        return (y.to(word.dtype) if keep_out else None), (eight_bit.quantize(y, q_scale, q_dtype) if q_scale else None)
 
     @staticmethod
     def add_ln(
@@ -86,24 +93,25 @@ class TorchOps:
         q_scale: float | None,
         residual_scale: float | None = None,
         keep_out: bool = True,
+        q_dtype: torch.dtype = E4M3,
     ) -> tuple[Tensor | None, Tensor | None]:
         """``x + x_bias + residual``, LayerNorm; ``residual_scale``: the residual is e4m3 with that scale."""
         check_ln_args(keep_out, q_scale, residual, residual_scale)
         r = dequantize(residual, residual_scale) if residual_scale else residual.float()
         s = x.float() + x_bias.float() + r
         y = F.layer_norm(s, s.shape[-1:], weight.float(), bias.float(), eps)
-        return (y.to(x.dtype) if keep_out else None), (quantize(y, q_scale) if q_scale else None)
+        return (y.to(x.dtype) if keep_out else None), (eight_bit.quantize(y, q_scale, q_dtype) if q_scale else None)
 
     @staticmethod
     def bias_gelu(
-        x: Tensor, bias: Tensor, q_scale: float | None, keep_out: bool
+        x: Tensor, bias: Tensor, q_scale: float | None, keep_out: bool, q_dtype: torch.dtype = E4M3
     ) -> tuple[Tensor | None, Tensor | None]:
         y = F.gelu(x.float() + bias.float())
-        return (y.to(x.dtype) if keep_out else None), (quantize(y, q_scale) if q_scale else None)
+        return (y.to(x.dtype) if keep_out else None), (eight_bit.quantize(y, q_scale, q_dtype) if q_scale else None)
 
     @staticmethod
-    def quantize(x: Tensor, scale: float) -> Tensor:
-        return quantize(x, scale)
+    def quantize(x: Tensor, scale: float, q_dtype: torch.dtype = E4M3) -> Tensor:
+        return eight_bit.quantize(x, scale, q_dtype)
 
 
 def flash_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_len: int, scale: float) -> Tensor:
@@ -127,7 +135,8 @@ def sdpa_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_len: in
 
 
 class PackedLayer:
-    """One encoder layer's weights, laid out for the packed forward: each GEMM 16-bit or FP8 (``fp8_gemms``)."""
+    """One encoder layer's weights, laid out for the packed forward: each GEMM 16-bit or 8-bit (``fp8_gemms``, in
+    ``fmt``: e4m3 or int8)."""
 
     def __init__(
         self,
@@ -141,6 +150,7 @@ class PackedLayer:
         fp8_gemms: frozenset[str],
         gelu_in_gemm: bool,
         fp8_attention: bool = False,
+        fmt: EightBitFormat = FP8,
     ) -> None:
         def get(name: str) -> Tensor:
             return state[prefix + name].to(device=device, dtype=dtype).contiguous()
@@ -151,11 +161,12 @@ class PackedLayer:
         self.ln1 = (get("attention_norm.weight"), get("attention_norm.bias"))
         self.ln2 = (get("ffn_norm.weight"), get("ffn_norm.bias"))
         weights = {"qkv": "attention.wqkv", "wo": "attention.wo", "w1": "feed_forward.w1", "w2": "feed_forward.w2"}
-        self.fp8: dict[str, Fp8Linear] = {}
+        self.fmt = fmt
+        self.q8: dict[str, Linear8] = {}
         self.w16: dict[str, Tensor] = {}
         for gemm, name in weights.items():
             if amax is not None and gemm in fp8_gemms:
-                self.fp8[gemm] = Fp8Linear(get(f"{name}.weight"), amax[f"{index}.{gemm}"], dtype, fast_accum)
+                self.q8[gemm] = fmt.linear(get(f"{name}.weight"), amax[f"{index}.{gemm}"], dtype, fast_accum)
             else:
                 self.w16[gemm] = get(f"{name}.weight")
         self.gelu_gemm: Callable[[Tensor | None, Tensor | None], Tensor] | None = (
@@ -170,7 +181,7 @@ class PackedLayer:
     def _qkv_e4m3_gemm(self, out_scale: float) -> Callable[[Tensor], Tensor]:
         """The QKV GEMM of an FP8 attention: e4m3 in, bias in the epilogue, e4m3 out with the attention input's
         static scale (one cuBLASLt call on CUDA; off CUDA the same arithmetic in float32, rounded once, to e4m3)."""
-        qkv = self.fp8["qkv"]
+        qkv = self.q8["qkv"]
         if qkv.weight_q.is_cuda:
             from code.bert.packed.cublaslt import LtGemm
 
@@ -181,15 +192,18 @@ class PackedLayer:
 
     def _gelu_gemm(self) -> Callable[[Tensor | None, Tensor | None], Tensor] | None:
         """``w1`` with bias + GELU (tanh form) in its GEMM's epilogue, as ``(x, xq) -> w2's input``; None where the
-        two GEMMs' precisions allow no such GEMM (16-bit ``w1`` feeding an FP8 ``w2``: no 16-bit GEMM writes FP8).
+        two GEMMs' precisions allow no such GEMM (16-bit ``w1`` feeding an 8-bit ``w2``: no 16-bit GEMM writes 8 bits).
 
-        FP8 ``w1``: one cuBLASLt call (``cublaslt.fp8_gelu_gemm``) that writes ``w2``'s FP8 input, or its 16-bit input
-        when ``w2`` runs in 16 bits. 16-bit ``w1`` and ``w2``: torch's ``_addmm_activation``, the same epilogue
-        through cuBLASLt (as fast in a full forward as our own call, ``cublaslt.LtGemm``, on an H200). Off CUDA, the
-        same arithmetic in float32 (what the tests compare against)."""
+        INT8 ``w1``: its own Triton kernel's epilogue (``Int8Linear``, on every device), writing ``w2``'s int8 input
+        or its 16-bit input. FP8 ``w1``: one cuBLASLt call (``cublaslt.fp8_gelu_gemm``) that writes ``w2``'s FP8
+        input, or its 16-bit input when ``w2`` runs in 16 bits. 16-bit ``w1`` and ``w2``: torch's
+        ``_addmm_activation``, the same epilogue through cuBLASLt (as fast in a full forward as our own call,
+        ``cublaslt.LtGemm``, on an H200). Off CUDA, the same arithmetic in float32 (what the tests compare against)."""
         w2_scale = self.input_scale("w2")
-        if "w1" in self.fp8:
-            w1 = self.fp8["w1"]
+        w1 = self.q8.get("w1")
+        if isinstance(w1, Int8Linear):
+            return lambda x, xq: w1(xq, self.b1, gelu=True, out_scale=w2_scale)
+        if w1 is not None:
             if w1.weight_q.is_cuda:
                 from code.bert.packed.cublaslt import fp8_gelu_gemm
 
@@ -214,27 +228,32 @@ class PackedLayer:
         return emulated
 
     def input_scale(self, gemm: str) -> float | None:
-        """The static FP8 scale of ``gemm``'s input, None where that GEMM runs in 16 bits."""
-        linear = self.fp8.get(gemm)
+        """The static 8-bit scale of ``gemm``'s input, None where that GEMM runs in 16 bits."""
+        linear = self.q8.get(gemm)
         return linear.act_scale_value if linear is not None else None
 
     def matmul(self, gemm: str, x: Tensor | None, xq: Tensor | None, bias: Tensor | None = None) -> Tensor:
-        """``x @ W.T (+ bias in the GEMM's epilogue)``: FP8 from ``xq`` (quantized with ``input_scale``) or 16-bit
+        """``x @ W.T (+ bias in the GEMM's epilogue)``: 8-bit from ``xq`` (quantized with ``input_scale``) or 16-bit
         from ``x``."""
-        if gemm in self.fp8:
+        if gemm in self.q8:
             if xq is None:
-                raise ValueError(f"GEMM {gemm} runs in FP8 but got no FP8 input")
-            return self.fp8[gemm](xq, bias)
+                raise ValueError(f"GEMM {gemm} runs in {self.fmt.name} but got no {self.fmt.name} input")
+            return self.q8[gemm](xq, bias)
         if x is None:
-            raise ValueError(f"GEMM {gemm} runs in 16 bits but got only an FP8 input")
+            raise ValueError(f"GEMM {gemm} runs in 16 bits but got only an 8-bit input")
         return F.linear(x, self.w16[gemm], bias)
 
 
 class PackedBert:
     """The packed encoder + QA head. ``forward`` takes device tensors of one packed batch; see ``run_packed``.
 
-    Options of the GPU path: ``fp8_gemms`` (FP8 engines: the GEMMs of each layer that run in FP8), ``attention``
-    (triton: ours, which also adds the QKV bias and can write the FP8 input of the output projection; flash: torch's
+    8-bit engines: ``amax`` (the calibrated magnitude of each ``calibration_names`` point) and ``eight_bit`` (the
+    GEMMs' format: ``fp8``, e4m3 with per-tensor weight scales and cuBLASLt, or ``int8``, per-channel weight scales
+    and our Triton GEMM with the dequantization in its epilogue; ``code.numerics.eight_bit``). Every kernel that
+    produces an 8-bit GEMM's input writes it in that format with the input's static scale.
+
+    Options of the GPU path: ``fp8_gemms`` (8-bit engines: the GEMMs of each layer that run in 8 bits), ``attention``
+    (triton: ours, which also adds the QKV bias and can write the 8-bit input of the output projection; flash: torch's
     FA2 varlen; sdpa: per-sequence SDPA, the CPU fallback), ``gelu_in_gemm`` (bias + GELU in ``w1``'s GEMM epilogue,
     cuBLASLt's tanh form, instead of a separate erf-GELU kernel; see ``PackedLayer._gelu_gemm``). Off by default:
     the tanh form moves more best answer spans away from float32's than the 99.9% target's 0.1% allows, though
@@ -244,7 +263,8 @@ class PackedBert:
     last layer still writes 16 bits for the QA head); rounds the residual to e4m3 48 times per forward.
     ``fp8_attention`` (FP8 engines with ``qkv`` in FP8): the QKV GEMM adds its bias and writes e4m3 with the
     calibrated scale of the attention's input (``{layer}.attn``), and attention reads 8-bit q, k, v and runs q.k on
-    FP8 tensor cores (p.v in fp16: the kernel widens v); one more e4m3 rounding per layer.
+    FP8 tensor cores (p.v in fp16: the kernel widens v); one more e4m3 rounding per layer. Both are FP8's only: they
+    keep e4m3 tensors for FP8 kernels, which an INT8 engine has none of.
     """
 
     def __init__(
@@ -252,7 +272,7 @@ class PackedBert:
         model: BertQA,
         dtype: torch.dtype,
         device: str | torch.device,
-        fp8_amax: dict[str, float] | None = None,
+        amax: dict[str, float] | None = None,
         ops: Any = None,
         attention: str | None = None,
         fast_accum: bool = False,
@@ -260,26 +280,38 @@ class PackedBert:
         gelu_in_gemm: bool = False,
         fp8_residual: bool = False,
         fp8_attention: bool = False,
+        eight_bit: str = "fp8",
     ) -> None:
         self.config = config = model.config
         self.device = torch.device(device)
         self.dtype = dtype
-        self.fp8 = fp8_amax is not None
-        if self.fp8:
-            missing = sorted(set(calibration_names(config.num_layers)) - set(fp8_amax))
+        self.quantized = amax is not None
+        self.fmt = eight_bit_format(eight_bit)
+        self.q_dtype = self.fmt.dtype
+        if self.quantized:
+            missing = sorted(set(calibration_names(config.num_layers)) - set(amax))
             if missing:
-                raise ValueError(f"FP8 needs an activation scale for every calibration point; missing {missing[:4]}...")
+                raise ValueError(f"{eight_bit} GEMMs need an activation scale for every calibration point; missing "
+                                 f"{missing[:4]}...")
         gemms = parse_fp8_gemms(fp8_gemms)
-        if fp8_residual and (not self.fp8 or gemms != frozenset(GEMM_INPUTS)):
+        engine = f"an {eight_bit} engine with fp8_gemms={fp8_gemms}" if self.quantized else "a 16-bit engine"
+        for option, on in (("fp8_residual", fp8_residual), ("fp8_attention", fp8_attention)):
+            if on and self.quantized and self.fmt is not FP8:
+                raise ValueError(f"{option} keeps e4m3 tensors for FP8 kernels and is FP8's only; got {engine}: use "
+                                 f"an fp8 engine, or leave {option} off")
+        if fast_accum and self.quantized and self.fmt is not FP8:
+            raise ValueError(f"fast_accum is cuBLASLt's FP8 fast accumulation; {eight_bit} GEMMs accumulate exactly "
+                             "in int32: leave it off")
+        if fp8_residual and (not self.quantized or gemms != frozenset(GEMM_INPUTS)):
             raise ValueError(
                 f"fp8_residual keeps the residual only as the next GEMM's FP8 input: it needs an FP8 engine with "
-                f"fp8_gemms={ALL_FP8_GEMMS} (got {'fp8_gemms=' + fp8_gemms if self.fp8 else 'a 16-bit engine'})"
+                f"fp8_gemms={ALL_FP8_GEMMS} (got {engine})"
             )
         self.fp8_residual = fp8_residual
-        if fp8_attention and (not self.fp8 or "qkv" not in gemms):
+        if fp8_attention and (not self.quantized or "qkv" not in gemms):
             raise ValueError(
                 "fp8_attention has the FP8 QKV GEMM write e4m3 for attention: it needs an FP8 engine with qkv in "
-                f"fp8_gemms (got {'fp8_gemms=' + fp8_gemms if self.fp8 else 'a 16-bit engine'})"
+                f"fp8_gemms (got {engine})"
             )
         if ops is None:
             if self.device.type == "cuda":
@@ -313,8 +345,8 @@ class PackedBert:
         )
         self.emb_ln = (get("embeddings.norm.weight"), get("embeddings.norm.bias"))
         self.layers = [
-            PackedLayer(state, f"layers.{i}.", dtype, self.device, fp8_amax, i, fast_accum, gemms, gelu_in_gemm,
-                        fp8_attention)
+            PackedLayer(state, f"layers.{i}.", dtype, self.device, amax, i, fast_accum, gemms, gelu_in_gemm,
+                        fp8_attention, self.fmt)
             for i in range(config.num_layers)
         ]
         # The QA head runs in float32: 16-bit logits of magnitude ~10 are off by up to 2**-8 in their last bit, enough
@@ -337,7 +369,7 @@ class PackedBert:
         max_len: int,
         observe: Callable[[Tensor], None] | None = None,
     ) -> tuple[Tensor | None, Tensor | None]:
-        """QKV GEMM + attention -> (16-bit ``[T, hidden]`` or None, its FP8 copy for the output projection or
+        """QKV GEMM + attention -> (16-bit ``[T, hidden]`` or None, its 8-bit copy for the output projection or
         None). ``observe`` (calibration) is shown the attention's input, the QKV GEMM's output with its bias."""
         cfg = self.config
         rows, heads = (x if x is not None else xq).shape[0], cfg.num_heads
@@ -349,8 +381,8 @@ class PackedBert:
             if observe is not None:
                 observe(qkv + layer.bqkv)
             a = self.triton_attention(
-                qkv, cu_seqlens, max_len, self.scale, heads, qkv_bias=layer.bqkv, out_fp8_scale=wo_scale,
-                config=self.attention_config,
+                qkv, cu_seqlens, max_len, self.scale, heads, qkv_bias=layer.bqkv, out_q_scale=wo_scale,
+                config=self.attention_config, out_q_dtype=self.q_dtype,
             )
             return (None, a) if wo_scale else (a, None)
         qkv = layer.matmul("qkv", x, xq, layer.bqkv)
@@ -359,7 +391,7 @@ class PackedBert:
         q, k, v = qkv.view(rows, 3, heads, cfg.head_dim).unbind(1)
         attend = flash_varlen if self.attention == "flash" else sdpa_varlen
         a = attend(q, k, v, cu_seqlens, max_len, self.scale).view(rows, cfg.hidden_size)
-        return a, (self.ops.quantize(a, wo_scale) if wo_scale else None)
+        return a, (self.ops.quantize(a, wo_scale, self.q_dtype) if wo_scale else None)
 
     def _attend_fp8(
         self, layer: PackedLayer, xq: Tensor | None, cu_seqlens: Tensor, max_len: int, wo_scale: float | None
@@ -372,7 +404,7 @@ class PackedBert:
         qkv8, s = layer.qkv_e4m3(xq), layer.attn_scale
         if self.triton_attention is not None:
             a = self.triton_attention(
-                qkv8, cu_seqlens, max_len, self.scale, self.config.num_heads, out_fp8_scale=wo_scale,
+                qkv8, cu_seqlens, max_len, self.scale, self.config.num_heads, out_q_scale=wo_scale,
                 config=self.attention_config, qkv_scales=(s, s, s), fp8_qk_dot=True,
             )  # fmt: skip
             return (None, a) if wo_scale else (a.to(self.dtype), None)  # its 16-bit output is fp16
@@ -393,7 +425,7 @@ class PackedBert:
             observe(f"{index}.w2", g)
             return layer.matmul("w2", g, None)
         h = layer.matmul("w1", x, xq)
-        g, gq = self.ops.bias_gelu(h, layer.b1, w2_scale, keep_out=w2_scale is None)
+        g, gq = self.ops.bias_gelu(h, layer.b1, w2_scale, keep_out=w2_scale is None, q_dtype=self.q_dtype)
         if g is not None:
             observe(f"{index}.w2", g)
         return layer.matmul("w2", g, gq)
@@ -411,11 +443,10 @@ class PackedBert:
         """Float32 ``[T, 2]`` start/end logits of every packed row (rows past ``cu_seqlens[-1]`` are padding).
 
         ``observer`` (16-bit engines only): collects each calibration point's max magnitude (each GEMM's input, each
-        attention's input) over the first ``valid_rows``
-        rows, the calibration an FP8 engine stores.
+        attention's input) over the first ``valid_rows`` rows, the calibration an 8-bit engine stores.
         """
-        if observer is not None and self.fp8:
-            raise ValueError("calibrate a 16-bit packed model; an FP8 one already uses scales")
+        if observer is not None and self.quantized:
+            raise ValueError(f"calibrate a 16-bit packed model; an {self.fmt.name} one already uses scales")
         ops, eps = self.ops, self.config.layer_norm_eps
         valid = tokens.shape[0] if valid_rows is None else valid_rows
 
@@ -427,7 +458,7 @@ class PackedBert:
         fp8_residual = self.fp8_residual
         x, xq = ops.embed_ln(
             tokens, segments, positions, self.word, self.token_type, self.position, *self.emb_ln, eps,
-            self._qkv_scale(0), keep_out=not fp8_residual,
+            self._qkv_scale(0), keep_out=not fp8_residual, q_dtype=self.q_dtype,
         )  # fmt: skip
         for i, layer in enumerate(self.layers):
             if x is not None:
@@ -459,7 +490,7 @@ class PackedBert:
         (no ``q_scale``: the QA head reads 16 bits)."""
         eps = self.config.layer_norm_eps
         if not self.fp8_residual:
-            return self.ops.add_ln(o, o_bias, x, *norm, eps, q_scale)
+            return self.ops.add_ln(o, o_bias, x, *norm, eps, q_scale, q_dtype=self.q_dtype)
         return self.ops.add_ln(o, o_bias, xq, *norm, eps, q_scale, residual_scale=xq_scale, keep_out=not q_scale)
 
     __call__ = forward
@@ -517,8 +548,8 @@ def collect_amax(
     dtype: torch.dtype,
     batch_size: int = 32,
 ) -> dict[str, float]:
-    """Max magnitude of every calibration point (``calibration_names``: each FP8 GEMM's input, each attention's input)
-    over the given features, run through the 16-bit packed model."""
+    """Max magnitude of every calibration point (``calibration_names``: each 8-bit GEMM's input, each attention's
+    input) over the given features, run through the 16-bit packed model: what fp8 and int8 engines both store."""
     packed_model = PackedBert(model, dtype, device)
     observer: dict[str, Tensor] = {}
     for idx in batches(len(input_ids), batch_size):

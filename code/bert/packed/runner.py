@@ -1,6 +1,6 @@
 """The packed path's runner: an engine's weights as a ``PackedBert``, one context per worker thread, CUDA graphs.
 
-The pytorch backend (``code/bert/backends/pytorch.py``) builds one ``PackedRunner`` on CUDA for fp16/bf16/fp8
+The pytorch backend (``code/bert/backends/pytorch.py``) builds one ``PackedRunner`` on CUDA for fp16/bf16/fp8/int8
 engines with ``fast_path`` on. Each batch is packed into one token stream in a pinned host buffer, copied to the GPU
 in one transfer, run by the packed encoder (a CUDA graph when the batch fits a token bucket) and only its ``[T, 2]``
 logits come back. Each worker thread gets its own context (CUDA stream, pinned buffers, graphs), so one thread packs
@@ -18,6 +18,7 @@ import torch
 from code.bert.packed.packed_model import ALL_FP8_GEMMS
 from code.bert.packed.packing import TOKEN_ALIGN, PackedBatch, layout_words, pack_into, round_up, token_buckets, unpack
 from code.bert.squad import MAX_SEQ_LENGTH
+from code.numerics.eight_bit import FORMATS
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class PackedKernels:
     """Which kernels the packed path runs (code/bert/packed, documentation/bert_gpu.md)."""
 
     fp8_fast_accum: bool = False  # FP8 GEMMs: cuBLASLt fast accumulation (faster, less exact)
-    fp8_gemms: str = ALL_FP8_GEMMS  # fp8 engines: the GEMMs of each layer that run in FP8
+    fp8_gemms: str = ALL_FP8_GEMMS  # fp8/int8 engines: the GEMMs of each layer that run in 8 bits
     attention_kernel: str = "triton"  # "triton" (code/bert/packed/attention.py) | "flash" (torch FA2 varlen)
     gelu_in_gemm: bool = False  # bias + tanh GELU in w1's GEMM epilogue (off: erf-GELU kernel)
     fp8_residual: bool = False  # fp8, every GEMM in FP8: the residual stream kept as e4m3 (off: 16-bit)
@@ -70,14 +71,17 @@ class PackedRunner:
         from code.bert.packed.packed_model import PackedBert
 
         kernels = kernels or PackedKernels()
-        amax = (manifest.get("calibration") or {}).get("amax") if precision == "fp8" else None
+        # an 8-bit engine (fp8, int8) runs its GEMMs in the format its precision names, scaled from its calibration
+        eight_bit = precision if precision in FORMATS else "fp8"
+        amax = (manifest.get("calibration") or {}).get("amax") if precision in FORMATS else None
         dtype = torch.bfloat16 if precision == "bf16" else torch.float16
         device = next(model.parameters()).device
         self.model = PackedBert(
             model,
             dtype,
             device,
-            fp8_amax=amax,
+            amax=amax,
+            eight_bit=eight_bit,
             fast_accum=kernels.fp8_fast_accum,
             fp8_gemms=kernels.fp8_gemms,
             attention=kernels.attention_kernel,
@@ -107,9 +111,12 @@ class PackedRunner:
         self._assign = threading.Lock()
 
     def _warm_up(self) -> None:
-        """Compile the Triton kernels and create cuBLAS handles before any timed batch."""
+        """Compile the Triton kernels and create cuBLAS handles before any timed batch. The INT8 GEMM compiles one
+        kernel per range of rows (``code.numerics.int8_gemm.TILES``: up to 256, up to 4,096, more), so the batches
+        reach each range the runner can see: 128, 3,072 and 6,144 tokens."""
         rng = np.random.default_rng(0)
-        for batch, seq in ((1, 128), (min(self.max_batch, 8), MAX_SEQ_LENGTH)):
+        for batch, seq in dict.fromkeys(((1, 128), (min(self.max_batch, 8), MAX_SEQ_LENGTH),
+                                         (min(self.max_batch, 16), MAX_SEQ_LENGTH))):
             ids = rng.integers(1000, 2000, (batch, seq), dtype=np.int32)
             self._run_eager(ids, np.zeros_like(ids), np.ones_like(ids))
 

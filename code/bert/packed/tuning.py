@@ -31,7 +31,7 @@ def tune(
     lengths: list[int] | None = None,
     iterations: int = 20,
     with_bias: bool = True,
-    out_fp8_scale: float | None = None,
+    out_q_scale: float | None = None,
     candidates: list[attention.AttentionConfig] | None = None,
     fp8_input: bool = False,
 ) -> dict[attention.AttentionConfig, float]:
@@ -54,7 +54,7 @@ def tune(
         qkv, bias, with_bias = qkv.to(attention.E4M3), None, False
     fp8_args = {"qkv_scales": (1.0, 1.0, 1.0), "fp8_qk_dot": True} if fp8_input else {}
     max_len = max(lengths, default=1)
-    out_dtype = attention.E4M3 if out_fp8_scale else (torch.float16 if fp8_input else dtype)
+    out_dtype = attention.E4M3 if out_q_scale else (torch.float16 if fp8_input else dtype)
     out = torch.empty((qkv.shape[0], num_heads * head_dim), dtype=out_dtype, device=qkv.device)
     scale = 1.0 / math.sqrt(head_dim)
     results: dict[attention.AttentionConfig, float] = {}
@@ -69,7 +69,7 @@ def tune(
                 num_heads,
                 qkv_bias=bias if with_bias else None,
                 out=out,
-                out_fp8_scale=out_fp8_scale,
+                out_q_scale=out_q_scale,
                 config=cfg,
                 **fp8_args,
             )

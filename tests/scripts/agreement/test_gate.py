@@ -141,6 +141,9 @@ def test_config_requirements_follow_the_h100_h200_ladders():
             == "fp8:fp8_fast_accum=true:gelu_in_gemm=true:fp8_residual=true")
     assert (gate.engine_item(fp8 | {"gelu_in_gemm": True, "fp8_residual": True, "fp8_attention": True})
             == "fp8:fp8_fast_accum=true:gelu_in_gemm=true:fp8_residual=true:fp8_attention=true")
+    # an int8 engine takes fp8_gemms (which GEMMs run in 8 bits), none of FP8's own options
+    int8 = fp8 | {"precision": "int8", "fp8_gemms": "w1+w2", "gelu_in_gemm": True, "fp8_residual": True}
+    assert gate.engine_item(int8) == "int8:fp8_gemms=w1+w2:gelu_in_gemm=true"
 
 
 def _gated_row(candidate_f1: float, bar: Bar | None, gated: bool = True) -> findings.Row:
@@ -306,7 +309,7 @@ def test_fp8_engines_are_calibrated_on_real_text(tmp_path, capsys):
     )
     assert status == 0, capsys.readouterr().out  # on a CPU the fp8 engine runs its 16-bit weights
     report = json.loads((tmp_path / "agreement.json").read_text())
-    assert report["fp8_calibration"].endswith("(text:seed=2)")
+    assert report["calibration"].endswith("(text:seed=2)")
     (row,) = report["rows"]  # the F1 of both sides against the gold answers (MLPerf's rule, as a proxy)
     assert 0 <= row["agreement"]["reference_f1"] <= 100 and 0 <= row["agreement"]["candidate_f1"] <= 100
     assert "F1 vs gold (ratio)" in (tmp_path / "agreement.md").read_text()

@@ -16,6 +16,7 @@ from configs.configuration import BenchmarkConfiguration, shared_values
 def bert_99_ladder(
     fp8: dict[str, Any],
     fp16: dict[str, Any],
+    int8: dict[str, Any],
     fp8_residual: dict[str, Any] | None = None,
     fp8_attention: dict[str, Any] | None = None,
 ) -> tuple[Rung, ...]:
@@ -28,7 +29,8 @@ def bert_99_ladder(
     that engine's 99.95% in the same run (bar 99.5%). Then the e4m3 residual stream: on an H200 ~4% over the FP8
     engine below it Offline and VALID at 7,900 QPS in Server (8-bit residual reads and LayerNorm writes), F1 99.92%
     against that engine's 99.94% in the same run. Then FP8 with fast accumulation: ~1.5x fp16's throughput, F1
-    99.93-100.08%. fp16 is the way back."""
+    99.93-100.08%. Then INT8 (``int8``), the 8-bit engine of a GPU without FP8, where the ladder skips the FP8 rungs
+    (code/common/capabilities.py). fp16 is the way back."""
     attention = () if fp8_attention is None else (
         Rung("fp8-attention", "the fp8-residual engine with FP8 attention: the QKV GEMM writes e4m3 q, k, v and "
              "q.k runs on FP8 tensor cores", precision="fp8", fp8_fast_accum=True, fp8_residual=True,
@@ -44,6 +46,9 @@ def bert_99_ladder(
         *residual,
         Rung("fp8-fast-accum", "FP8 GEMMs (qkv, wo, w1, w2) with cuBLASLt fast accumulation, GELU in the w1 "
              "epilogue: ~1.5x fp16's throughput", precision="fp8", fp8_fast_accum=True, **fp8),
+        Rung("int8", "INT8 GEMMs (int32 accumulation, dequantization, bias and GELU in the Triton GEMM's epilogue), "
+             "calibrated as FP8 is: NVIDIA's bert-99 precision, and the 8-bit engine of GPUs without FP8",
+             precision="int8", fp8_fast_accum=False, **int8),
         Rung("fp16", "fp16 GEMMs, GELU in the w1 epilogue: the engine of the first rounds", precision="fp16",
              fp8_fast_accum=False, **fp16),
     )

@@ -55,6 +55,7 @@ class H100_SXM_80GB(ServerBaseConfig):
     # VALID at 7,800 (60 s, p99 118 ms); fp8 VALID at 6,900 and 7,200 (p99 100 and 90 ms), INVALID at 7,500. The
     # e4m3 residual without FP8 attention is not measured on an H100, so it is no rung here.
     engine_ladder = bert_99_ladder(fp8={"server_target_qps": 7000.0}, fp16={"server_target_qps": 4400.0},
+                                   int8={"server_target_qps": 5000.0, **FP8_BATCHING},  # VALID at 5,078 on an H200
                                    fp8_attention={"server_target_qps": 7600.0, **FP8_BATCHING})
     gpu_batch_size = 128
     num_workers = 2
@@ -77,6 +78,7 @@ class H200_SXM_141GB(H100_SXM_80GB):
     # INVALID at 8,200; the e4m3 residual VALID at 7,300-7,900 (p99 79-100 ms), FP8 without it at 6,800 and 7,100
     engine_ladder = bert_99_ladder(fp8={"server_target_qps": 7100.0, **FP8_BATCHING},
                                    fp16={"server_target_qps": 4700.0},
+                                   int8={"server_target_qps": 5000.0, **FP8_BATCHING},  # VALID at 5,078 (20 s)
                                    fp8_residual={"server_target_qps": 7800.0, **FP8_BATCHING},
                                    fp8_attention={"server_target_qps": 8000.0, **FP8_BATCHING})
     server_target_qps = 4700.0

@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=64)
     args = parser.parse_args()
     precision, kv = args.engine.split("/")
-    device = torch.device("cuda")
+    device = torch.device("cuda", torch.cuda.current_device())  # the fraction's setter wants an index
     total = torch.cuda.get_device_properties(device).total_memory
     if args.as_gib:
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.as_gib * GIB / total), device)

@@ -12,8 +12,9 @@ import sys
 import pytest
 
 from code.common import systems
-from code.common.config import ConfigError, WorkloadSetting
+from code.common.config import ConfigError, NoEngineError, WorkloadSetting
 from code.common.constants import AccuracyTarget, Benchmark, Scenario
+from code.common.gpu_models import MODELS
 from code.common.rounds import ROUNDS
 from configs.configuration import resolve_config
 from tests.fake_nvml import FakeGpu, FakeNvml
@@ -138,3 +139,45 @@ def test_the_gpu_table_in_the_docs_is_current(monkeypatch):
     monkeypatch.setattr("configs.configuration.this_machine", lambda: systems.DetectedSystem())
     text = PAGE.read_text()
     assert rewritten(text) == text, "documentation/adding_a_system.md is stale: run `python -m scripts.document_gpus`"
+
+
+@pytest.mark.parametrize("model", [model.name for model in MODELS])
+def test_every_named_gpu_model_resolves_every_benchmark_and_scenario(monkeypatch, model):
+    """Each model of code/common/gpu_models.py, named by NVIDIA's habit ``<model>x<count>`` with no class written
+    for it, resolves bert-99 and bert-99.9 in every scenario; GPT-J resolves or, where its memory or compute
+    capability runs no engine, is refused with each engine's reason."""
+    monkeypatch.setattr("configs.configuration.this_machine", lambda: systems.DetectedSystem())
+    system = f"{model}x8"
+    for _, benchmark, target in BENCHMARKS:
+        for scenario in Scenario:
+            try:
+                config = resolve_config(benchmark, scenario, system, WorkloadSetting(accuracy_target=target), {})
+            except NoEngineError as error:
+                assert benchmark is Benchmark.GPTJ and error.skipped, (model, scenario)
+                continue
+            assert config.ladder and config.rung is config.ladder[0], (model, benchmark, scenario)
+
+
+def test_a_class_written_twice_for_one_system_names_both_files(tmp_path):
+    """NVIDIA's habit (a class in the scenario's __init__.py) beside make add_system's (custom.py): refused, naming
+    both files, before any run."""
+    import shutil
+    import subprocess
+
+    from code.common.paths import REPO_ROOT
+
+    for folder in ("code", "configs", "scripts", "systems"):
+        shutil.copytree(REPO_ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    scenario = tmp_path / "configs" / "bert" / "Offline"
+    block = ("\n\n@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)\n"
+             "class A100_SXM4_40GBx8(OfflineBaseConfig):\n    gpu_batch_size = 256\n    offline_expected_qps = 1.0\n")
+    (scenario / "__init__.py").write_text((scenario / "__init__.py").read_text() + block)
+    (scenario / "custom.py").write_text("from code.common.constants import AccuracyTarget, HarnessType, PowerSetting\n"
+                                        "from configs.bert.Offline import OfflineBaseConfig\n"
+                                        "from configs.configuration import ConfigRegistry\n" + block)
+    info = subprocess.run([sys.executable, "-m", "code.main", "--action=info", "--benchmarks=bert-99",
+                           "--scenarios=offline", "--system_name=A100_SXM4_40GBx8"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert info.returncode == 2, info.stdout
+    assert "configs/bert/Offline/custom.py" in info.stderr and "configs/bert/Offline/__init__.py" in info.stderr
+    assert "keep one of the two classes" in info.stderr and "Traceback" not in info.stderr

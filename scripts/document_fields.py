@@ -9,6 +9,7 @@ import sys
 
 from code.common.fields import FIELDS, Field
 from code.common.paths import REPO_ROOT
+from scripts.page_table import PageTable
 
 PAGE = REPO_ROOT / "documentation" / "configs.md"
 HEADER = "| field | accepts | default | applies to | description |\n| --- | --- | --- | --- | --- |\n"
@@ -32,23 +33,9 @@ def table() -> str:
     return HEADER + "\n".join(rows) + "\n"
 
 
-def rewritten(text: str) -> str:
-    start = text.index(HEADER)
-    end = text.index("\n\n", start)
-    return text[:start] + table().rstrip("\n") + text[end:]
-
-
-def main(argv: list[str]) -> int:
-    current = PAGE.read_text()
-    wanted = rewritten(current)
-    if "--check" in argv:
-        if wanted != current:
-            print(f"{PAGE} is out of date: run `python -m scripts.document_fields`", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(wanted)
-    return 0
+TABLE = PageTable(PAGE, HEADER, table, "python -m scripts.document_fields")
+rewritten = TABLE.rewritten
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(TABLE.main(sys.argv[1:]))

@@ -17,6 +17,7 @@ from code.common.constants import AccuracyTarget, Benchmark, Scenario
 from code.common.gpu_models import MODELS, capability_text
 from code.common.paths import REPO_ROOT
 from configs.configuration import resolve_config
+from scripts.page_table import PageTable
 
 PAGE = REPO_ROOT / "documentation" / "adding_a_system.md"
 HEADER = ("| GPU model | compute capability | memory | bert-99 engines | bert-99.9 engines | gptj-99 engines "
@@ -56,23 +57,9 @@ def table() -> str:
     return HEADER + "\n".join(rows) + "\n"
 
 
-def rewritten(text: str) -> str:
-    start = text.index(HEADER)
-    end = text.index("\n\n", start)
-    return text[:start] + table().rstrip("\n") + text[end:]
-
-
-def main(argv: list[str]) -> int:
-    current = PAGE.read_text()
-    wanted = rewritten(current)
-    if "--check" in argv:
-        if wanted != current:
-            print(f"{PAGE} is out of date: run `python -m scripts.document_gpus`", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(wanted)
-    return 0
+TABLE = PageTable(PAGE, HEADER, table, "python -m scripts.document_gpus")
+rewritten = TABLE.rewritten
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(TABLE.main(sys.argv[1:]))

@@ -10,6 +10,7 @@ import sys
 
 from code.common.paths import REPO_ROOT
 from code.gptj.memory_plan import GIB, MAX_SLOTS, gptj_memory_plan
+from scripts.page_table import PageTable
 
 PAGE = REPO_ROOT / "documentation" / "gptj_gpu.md"
 ENGINES = (("bf16", "auto"), ("fp8", "auto"), ("fp8", "fp8"))
@@ -42,23 +43,9 @@ def table() -> str:
     return HEADER + "\n".join(rows) + "\n"
 
 
-def rewritten(text: str) -> str:
-    start = text.index(HEADER)
-    end = text.index("\n\n", start)
-    return text[:start] + table().rstrip("\n") + text[end:]
-
-
-def main(argv: list[str]) -> int:
-    current = PAGE.read_text()
-    wanted = rewritten(current)
-    if "--check" in argv:
-        if wanted != current:
-            print(f"{PAGE} is out of date: run `python -m scripts.gptj_memory_table`", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(wanted)
-    return 0
+TABLE = PageTable(PAGE, HEADER, table, "python -m scripts.gptj_memory_table")
+rewritten = TABLE.rewritten
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(TABLE.main(sys.argv[1:]))

@@ -27,7 +27,7 @@ from typing import Any
 from code.common.config import WorkloadSetting
 from code.common.constants import AccuracyTarget, Benchmark, Scenario
 from code.common.fields import FIELDS
-from code.common.gpu_models import REFERENCE, GpuModel
+from code.common.gpu_models import REFERENCE, GpuModel, reference
 from code.common.ladder import Rung
 from configs.configuration import BenchmarkConfiguration, ConfigRegistry, validate_config_class
 
@@ -60,9 +60,9 @@ class Derivation:
 def per_sm_factor(gpu: GpuModel) -> float:
     """The GPU's tensor throughput over the H100 SXM's, from its SM count and architecture (1.0 when the SM count
     is unknown: an Offline query sized too large runs longer, one sized too small is INVALID)."""
-    per_sm = max((ratio for cap, ratio in PER_SM_VS_HOPPER.items() if cap <= gpu.capability), default=0.15)
-    reference_sms = 132
-    return per_sm * gpu.sm_count / reference_sms if gpu.sm_count else 1.0
+    known = [cap for cap in PER_SM_VS_HOPPER if cap <= gpu.capability]
+    per_sm = PER_SM_VS_HOPPER[max(known)] if known else PER_SM_VS_HOPPER[min(PER_SM_VS_HOPPER)]
+    return per_sm * gpu.sm_count / reference().sm_count if gpu.sm_count else 1.0
 
 
 def published_or(gpu: GpuModel, workload: str, estimate: Factor) -> Factor:
@@ -117,7 +117,6 @@ def derived_class(benchmark: Benchmark, scenario: Scenario, workload: WorkloadSe
             "__doc__": f"{gpu.name}, derived from {reference.__name__} and the GPU ({gpu.describe()}; "
                        f"{gpu.source}).",
             "__module__": f"configs.{benchmark.value}.any_gpu",
-            "system": gpu.name,
             "engine_ladder": derivation.ladder,
             "value_notes": derivation.notes,
             "skipped_rungs": derivation.skipped,
@@ -147,6 +146,9 @@ def gpu_model_classes(benchmark: Benchmark, scenario: Scenario) -> Callable[[str
             raise AttributeError(f"module configs.{benchmark.value}.{scenario.value} has no attribute {name!r} (no "
                                  f"config class, and no GPU model of that name in code/common/gpu_models.py)")
         target = AccuracyTarget.k_99_9 if name.endswith("_HighAccuracy") else AccuracyTarget.k_99
-        return ConfigRegistry.get(benchmark, scenario, system, WorkloadSetting(accuracy_target=target))
+        workload = WorkloadSetting(accuracy_target=target)
+        ConfigRegistry.load(benchmark, scenario)
+        written = ConfigRegistry.registered().get((benchmark, scenario, model_name, workload))
+        return written or derived_class(benchmark, scenario, workload, gpu)
 
     return class_named

@@ -207,8 +207,7 @@ class ConfigRegistry:
         gpu = system_gpu_model(system)
         if gpu is not None and (benchmark, scenario, gpu.name, workload) in cls._classes:
             return cls._classes[(benchmark, scenario, gpu.name, workload)]  # named by an alias (NVIDIA's spelling)
-        if gpu is not None and not any(key[:3] == (benchmark, scenario, gpu.name) for key in cls._classes) and (
-                benchmark, scenario, REFERENCE, workload) in cls._classes:
+        if gpu is not None and (benchmark, scenario, REFERENCE, workload) in cls._classes:
             from configs.any_gpu import derived_class  # it imports this module
 
             return derived_class(benchmark, scenario, workload, gpu)
@@ -398,7 +397,7 @@ def system_ladder(config: type[BenchmarkConfiguration], system: str,
     and the others, each with the reason it is skipped. A system of no known GPU model (``CPU``, ``MyBox``) runs the
     ladder as it is. Refuses a ladder of which the GPU runs no rung, saying why for each."""
     ladder = config.engine_ladder if config.ladder_owner() else ()
-    gpu = system_gpu_model(system) if ladder else None
+    gpu = (system_gpu_model(system) or config.gpu_model) if ladder else None  # MyBox: its class's GPU model
     if gpu is None:
         return ladder, tuple(config.skipped_rungs)
     kept, skipped = runnable_rungs(config.benchmark, ladder, {name: value for name, (value, _) in below.items()},

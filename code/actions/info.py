@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from dataclasses import replace
 
 from code.actions.common import resolved_configs, system_name
 from code.common.arguments import RunRequest
 from code.common.benchmarks import InputsUnavailableError, load_benchmark
+from code.common.config import NoEngineError, ResolvedConfig
 from code.common.constants import TestMode
 from code.common.system_description import (
     DescriptionFiles,
@@ -33,6 +36,18 @@ def describe_description(system: str) -> list[str]:
             "(make check_system_json says where)"]
 
 
+def _each_config(request: RunRequest, system: str) -> Iterator[ResolvedConfig | str]:
+    """Each (benchmark, scenario)'s resolved config, or a line saying that no engine of it runs on the system's GPU
+    (GPT-J on a GPU too small for it): one benchmark that does not fit says so and the others are still shown."""
+    for bench in request.benchmarks:
+        for scenario in request.scenarios:
+            one = replace(request, benchmarks=[bench], scenarios=[scenario])
+            try:
+                yield from resolved_configs(one, system)
+            except NoEngineError as error:
+                yield f"\n== {system} {bench.benchmark.value}-{bench.accuracy_target.suffix} {scenario.value}: {error}"
+
+
 def info(request: RunRequest) -> None:
     detected = detect_system()
     print("Detected system:")
@@ -47,7 +62,10 @@ def info(request: RunRequest) -> None:
         print(f"GPU model {gpu.name}: {gpu.describe()} ({gpu.source})")
     for line in describe_description(system):
         print(line)
-    for config in resolved_configs(request, system):
+    for config in _each_config(request, system):
+        if isinstance(config, str):
+            print(config)
+            continue
         print(f"\n== {system} {config.benchmark_name} {config.scenario.value} "
               f"({config.workload.shortname()}, config class {config.config_class})")
         width = max(len(name) for name in config.values)

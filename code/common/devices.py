@@ -41,7 +41,7 @@ from code.common.capabilities import check_runs_on
 from code.common.config import ResolvedConfig
 from code.common.constants import Scenario
 from code.common.fields import check_device
-from code.common.gpu_models import GpuModel, by_name
+from code.common.gpu_models import GpuModel, by_name, capability_text
 
 
 def visible_gpus() -> int:
@@ -89,10 +89,23 @@ def refuse_stand_in_on_cpu(config: ResolvedConfig) -> None:
 
 
 def running_as(config: ResolvedConfig, device: str) -> GpuModel:
-    """The GPU a run on ``device`` runs as: the stand-in model (``gpu_as``), else the GPU itself as PyTorch sees it."""
+    """The GPU a run on ``device`` runs as: the stand-in model (``gpu_as``), else the GPU itself as PyTorch sees it.
+    A stand-in must be no more than the GPU: a compute capability above the GPU's would choose engines whose kernels
+    it does not have, which would fail in the middle of the run."""
+    gpu = gpu_of(device)
     stand_in = by_name(config.values["gpu_as"]) if config.values.get("gpu_as") else None
-    if stand_in is not None:
-        return stand_in
+    if stand_in is None:
+        return gpu
+    if stand_in.capability > gpu.capability:
+        raise InputsUnavailableError(
+            f"--gpu_as={stand_in.name} has compute capability {capability_text(stand_in.capability)} and {device} "
+            f"({gpu.name}) {capability_text(gpu.capability)}: a stand-in can only have less than the GPU it runs on, "
+            "or its engines would not run here; pick a GPU model of that capability or lower")
+    return stand_in
+
+
+def gpu_of(device: str) -> GpuModel:
+    """The GPU ``device`` is, as PyTorch sees it (its memory as CUDA reports it, as code/common/gpu_models.py's)."""
     import torch
 
     properties = torch.cuda.get_device_properties(torch.device(device))

@@ -449,8 +449,8 @@ def check_device(benchmark: Benchmark, values: dict[str, Any], sources: dict[str
         if value in ("fp8", "int8") and device == "cpu":
             source = sources.get(name, "default")
             given = f"--{name}={value}" if source == "RUN_ARGS" else f"{name}={value} (set by {source})"
-            where = ("FP8 runs on Hopper or newer" if value == "fp8"
-                     else "INT8 GEMMs run on the packed CUDA path, sm_80 or newer")
+            where = ("FP8 needs compute capability 8.9: Ada, Hopper, Blackwell" if value == "fp8"
+                     else "INT8 GEMMs run on the packed CUDA path, compute capability 8.0 or newer")
             raise FieldError(f"{given} needs a GPU ({where}) and this run is on {on}; set "
                              f"--{name}={FIELDS[name].default}, or run on a GPU")
     problem = declared.check_device(values, device, on) if declared.check_device else None

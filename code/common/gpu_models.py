@@ -32,7 +32,9 @@ def capability_text(capability: Capability) -> str:
 
 @dataclass(frozen=True)
 class GpuModel:
-    """One GPU model as a config sees it. ``memory_gib``: what NVML reports as the GPU's total memory."""
+    """One GPU model as a config sees it. ``memory_gib``: the GPU's memory as CUDA reports it (PyTorch's
+    ``total_memory``), which is what a process can use and what a stand-in's cap is: about half a GiB under NVML's
+    total, which also counts what the driver keeps."""
 
     name: str  # the short name systems are named after: A100_SXM4_40GB
     nvml_names: tuple[str, ...]  # what NVML calls it (nvmlDeviceGetName)
@@ -94,24 +96,24 @@ def _ratios(bert: tuple[float, float] | None = None, gptj: tuple[float, float] |
 
 
 MODELS: tuple[GpuModel, ...] = (
-    GpuModel("H100_SXM_80GB", ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB"), (9, 0), 79.6, 132, 700, 3.35,
+    GpuModel("H100_SXM_80GB", ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB"), (9, 0), 79.2, 132, 700, 3.35,
              aliases=("H100-SXM-80GB",)),
-    GpuModel("H200_SXM_141GB", ("NVIDIA H200", "NVIDIA H200 141GB HBM3e"), (9, 0), 140.4, 132, 700, 4.8,
+    GpuModel("H200_SXM_141GB", ("NVIDIA H200", "NVIDIA H200 141GB HBM3e"), (9, 0), 139.8, 132, 700, 4.8,
              aliases=("H200-SXM-141GB",)),
-    GpuModel("H100_PCIe_80GB", ("NVIDIA H100 PCIe",), (9, 0), 79.6, 114, 350, 2.0),
-    GpuModel("H100_NVL_94GB", ("NVIDIA H100 NVL",), (9, 0), 93.6, 132, 400, 3.9, aliases=("H100_NVL",)),
+    GpuModel("H100_PCIe_80GB", ("NVIDIA H100 PCIe",), (9, 0), 79.2, 114, 350, 2.0),
+    GpuModel("H100_NVL_94GB", ("NVIDIA H100 NVL",), (9, 0), 93.1, 132, 400, 3.9, aliases=("H100_NVL",)),
     GpuModel("GH200_96GB", ("NVIDIA GH200 480GB", "NVIDIA GH200 96GB HBM3"), (9, 0), 95.0, 132, 900, 4.0,
              aliases=("GH200-GraceHopper-Superchip_GH200-96GB",)),
-    GpuModel("A100_SXM4_40GB", ("NVIDIA A100-SXM4-40GB",), (8, 0), 40.0, 108, 400, 1.555,
+    GpuModel("A100_SXM4_40GB", ("NVIDIA A100-SXM4-40GB",), (8, 0), 39.6, 108, 400, 1.555,
              published=_ratios(bert=(3558.0, 3175.8))),  # no 40 GB result: the 80 GB's (same chip and clocks)
-    GpuModel("A100_SXM4_80GB", ("NVIDIA A100-SXM4-80GB",), (8, 0), 80.0, 108, 400, 2.039, aliases=("A100_SXM_80GB",),
+    GpuModel("A100_SXM4_80GB", ("NVIDIA A100-SXM4-80GB",), (8, 0), 79.2, 108, 400, 2.039, aliases=("A100_SXM_80GB",),
              published=_ratios(bert=(3558.0, 3175.8))),  # its GPT-J result predates TensorRT-LLM: not comparable
-    GpuModel("A100_PCIe_80GB", ("NVIDIA A100 80GB PCIe",), (8, 0), 80.0, 108, 300, 1.935,
+    GpuModel("A100_PCIe_80GB", ("NVIDIA A100 80GB PCIe",), (8, 0), 79.2, 108, 300, 1.935,
              published=_ratios(bert=(3167.4, 0.0))),
-    GpuModel("A100_PCIe_40GB", ("NVIDIA A100-PCIE-40GB",), (8, 0), 40.0, 108, 250, 1.555),
-    GpuModel("A30_24GB", ("NVIDIA A30",), (8, 0), 24.0, 56, 165, 0.933),
-    GpuModel("A10_24GB", ("NVIDIA A10",), (8, 6), 22.5, 72, 150, 0.6, aliases=("A10",)),
-    GpuModel("L4", ("NVIDIA L4",), (8, 9), 22.5, 58, 72, 0.3, aliases=("L4_24GB",),
+    GpuModel("A100_PCIe_40GB", ("NVIDIA A100-PCIE-40GB",), (8, 0), 39.4, 108, 250, 1.555),
+    GpuModel("A30_24GB", ("NVIDIA A30",), (8, 0), 23.5, 56, 165, 0.933),
+    GpuModel("A10_24GB", ("NVIDIA A10",), (8, 6), 22.0, 72, 150, 0.6, aliases=("A10",)),
+    GpuModel("L4", ("NVIDIA L4",), (8, 9), 22.0, 58, 72, 0.3, aliases=("L4_24GB",),
              published=_ratios(bert=(1028.95, 898.94), gptj=(1.301, 0.89))),
     GpuModel("L40S", ("NVIDIA L40S",), (8, 9), 44.4, 142, 350, 0.864, aliases=("L40S_48GB",),
              published=_ratios(bert=(3475.95, 3463.43), gptj=(12.66, 12.56))),
@@ -119,9 +121,14 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel("RTX_4090_24GB", ("NVIDIA GeForce RTX 4090",), (8, 9), 23.6, 128, 450, 1.008,
              aliases=("RTX4090",), published=_ratios(bert=(1672.31, 0.0))),
     GpuModel("B200_SXM_180GB", ("NVIDIA B200",), (10, 0), 178.4, 148, 1000, 8.0, aliases=("B200-SXM-180GB",)),
-    GpuModel("T4_16GB", ("Tesla T4", "NVIDIA T4"), (7, 5), 15.0, 40, 70, 0.32, aliases=("T4",)),
+    GpuModel("T4_16GB", ("Tesla T4", "NVIDIA T4"), (7, 5), 14.6, 40, 70, 0.32, aliases=("T4",)),
 )
-"""The GPU models named here; any other NVIDIA GPU is described by NVML on its machine."""
+"""The GPU models named here; any other NVIDIA GPU is described by NVML on its machine. Memory: PyTorch's
+``total_memory`` where it was read on such a GPU (H100 SXM 79.2, H200 139.8, A100 40GB 39.6 GiB), else NVML's total
+from the datasheet less ``NVML_OVER_CUDA``."""
+
+NVML_OVER_CUDA_GIB = 0.5
+"""What NVML's total memory counts beyond what CUDA offers a process (the driver's share), about."""
 
 REFERENCE = "H100_SXM_80GB"
 """The model whose rates were measured here for every engine; other models' rates are estimated from it."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from code.common.gpu_models import GpuModel, by_name, by_nvml_name
+from code.common.gpu_models import NVML_OVER_CUDA_GIB, GpuModel, by_name, by_nvml_name
 from code.common.paths import REPO_ROOT
 
 CPU_SYSTEM = "CPU"
@@ -61,8 +61,9 @@ class GpuInfo:
         known = by_nvml_name(self.name)
         if known is not None:
             return known
-        return GpuModel(self.short_name, (self.name,), self.compute_capability, self.memory_bytes / 2**30,
-                        self.sm_count, self.power_limit_w, 0.0, source="detected (NVML)")
+        return GpuModel(self.short_name, (self.name,), self.compute_capability,
+                        self.memory_bytes / 2**30 - NVML_OVER_CUDA_GIB, self.sm_count, self.power_limit_w, 0.0,
+                        source="detected (NVML)")
 
     @property
     def short_name(self) -> str:

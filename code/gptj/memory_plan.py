@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from code.common.gpu_models import FP8_CAPABILITY, capability_text
 from code.gptj.architecture import GptjConfig
 from code.gptj.prompt import MAX_INPUT_TOKENS, MAX_NEW_TOKENS
 from code.llm.cache_shape import CacheShape
@@ -53,10 +54,6 @@ MIN_USEFUL_SLOTS = 8
 # decode step's time grows with its rows once its GEMMs are compute-bound); more slots only lengthen every step
 # (Server latency) and reserve generated rows that buy nothing
 MAX_SLOTS = 512
-# What the engine needs of a GPU, beside memory (a config derived from the GPU reads these without torch): compute
-# capability 8.0 for any engine (FlashAttention-2 in prompt passes, bf16 tensor cores), 8.9 for FP8 (e4m3 GEMMs)
-INFLIGHT_CAPABILITY = (8, 0)
-FP8_CAPABILITY = (8, 9)
 
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")  # the inflight backend's; fp8: FP8 GEMMs, bf16 elsewhere
 KV_CACHE_DTYPES = ("auto", "fp8")  # auto: the model's 16-bit dtype
@@ -112,6 +109,17 @@ def weight_bytes(config: GptjConfig, precision: str, head_row_align: int = HEAD_
     return vocab * e * wide + config.n_layer * (gemm + small) + 2 * e * wide + head_rows * (e + 1) * wide + rope
 
 
+def decode_step_bytes(precision: str, kv_cache_dtype: str, num_beams: int = 4, *, config: GptjConfig | None = None,
+                      typical_prompt_tokens: int = TYPICAL_PROMPT_TOKENS,
+                      typical_new_tokens: int = MAX_NEW_TOKENS // 2) -> tuple[int, int]:
+    """What one decode step reads: (the weights, once per step whatever the slots; the cache of one slot at a typical
+    prompt, its beams sharing it, and half the new tokens each). Decoding is bound by these reads, so a GPU's step rate
+    follows them: a config derived from the GPU estimates its rate at fewer slots with them."""
+    config = config or GptjConfig()
+    per_token = 2 * config.n_layer * config.n_embd * kv_element_bytes(precision, kv_cache_dtype)  # keys and values
+    return weight_bytes(config, precision), per_token * (typical_prompt_tokens + num_beams * typical_new_tokens)
+
+
 def slot_state_bytes(config: GptjConfig, slots: int, beams: int, max_new_tokens: int) -> int:
     """What the engine allocates per slot before its KV cache: the float32 logits and the beam-search state."""
     return slots * beams * (config.vocab_size * 4 + max_new_tokens * _BEAM_STATE_BYTES)
@@ -157,11 +165,13 @@ def gptj_memory_plan(memory_bytes: int, precision: str, kv_cache_dtype: str = "a
                      config: GptjConfig | None = None, max_prompt_length: int = MAX_INPUT_TOKENS,
                      max_new_tokens: int = MAX_NEW_TOKENS, typical_prompt_tokens: int = TYPICAL_PROMPT_TOKENS,
                      page_size: int = PAGE_SIZE, context_bytes: int = CUDA_CONTEXT_BYTES,
-                     min_slots: int = MIN_USEFUL_SLOTS, max_slots: int = MAX_SLOTS) -> MemoryPlan:
+                     min_slots: int = MIN_USEFUL_SLOTS, max_slots: int = MAX_SLOTS,
+                     fp8_available: bool = True) -> MemoryPlan:
     """The most samples in flight (at most ``max_slots``) whose generated rows, state and typical prompts fit a
     GPU of ``memory_bytes`` beside the engine's reserve; refused (``slots == 0``, ``refusal`` set) when fewer than
     ``min_slots`` fit. ``memory_bytes``: what the process may use of the GPU (``usable_gpu_bytes``: its total, or
-    less under a per-process memory fraction); ``config``: GPT-J 6B unless given."""
+    less under a per-process memory fraction); ``config``: GPT-J 6B unless given; ``fp8_available``: whether the
+    GPU runs FP8, which a refusal names as the fix only then."""
     _check_choice("precision", precision, PRECISIONS)
     _check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES)
     if memory_bytes <= 0:
@@ -208,14 +218,15 @@ def gptj_memory_plan(memory_bytes: int, precision: str, kv_cache_dtype: str = "a
     wanted = parts(min_slots)
     label = _label(precision, kv_cache_dtype)
     fp8 = (precision, kv_cache_dtype) == ("fp8", "fp8")
+    fix = f"use a GPU with at least {math.ceil(wanted['needed_bytes'] / GIB)} GiB"
     if not fp8 and gptj_memory_plan(memory_bytes, "fp8", "fp8", num_beams, config=config,
                                     max_prompt_length=max_prompt_length, max_new_tokens=max_new_tokens,
                                     typical_prompt_tokens=typical_prompt_tokens, page_size=page_size,
-                                    context_bytes=context_bytes, min_slots=min_slots, max_slots=max_slots).fits:
-        fix = ("use the FP8 engine (--precision=fp8 --kv_cache_dtype=fp8; compute capability "
-               f"{'.'.join(map(str, FP8_CAPABILITY))} or newer) or a GPU with more memory")
-    else:
-        fix = f"use a GPU with at least {math.ceil(wanted['needed_bytes'] / GIB)} GiB"
+                                    context_bytes=context_bytes, min_slots=min_slots, max_slots=max_slots,
+                                    fp8_available=fp8_available).fits:
+        fp8_gpu = f"compute capability {capability_text(FP8_CAPABILITY)} or newer"
+        fix = ("use the FP8 engine (--precision=fp8 --kv_cache_dtype=fp8) or a GPU with more memory" if fp8_available
+               else f"{fix}, or a GPU of {fp8_gpu}, whose FP8 engine fits in this memory")
     refusal = (f"GPT-J in {label} needs about {wanted['needed_bytes'] / GIB:.0f} GiB for {min_slots} samples in "
                f"flight, and this GPU has {memory_bytes / GIB:.0f} GiB: {fix}")
     return MemoryPlan(**common, slots=0, limited_by="refused", refusal=refusal, **wanted)

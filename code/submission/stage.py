@@ -269,10 +269,16 @@ def _failed_audits(audits: dict[tuple[str, str, str], Path], staged_scenarios: s
         if (benchmark, scenario) not in staged_scenarios:
             continue
         record = _audit_records(test.parents[3]).get(test.resolve())
-        if record is not None and not str(record.get("verdict", "")).startswith("PASS"):
+        if record is None:
+            continue
+        if not str(record.get("verdict", "")).startswith("PASS"):
             reasons = "; ".join(record.get("invalid_reasons") or []) or "no reason recorded"
             problems.append(f"{benchmark} {scenario} {test_name} audit is {record.get('verdict')}: {reasons} "
                             f"({test}; run it again: make run_audit_harness)")
+        elif record.get("not_submittable"):  # a PASS of a run that is no result (a stand-in, a test run)
+            problems.append(f"{benchmark} {scenario} {test_name} audit passed but is not submittable: "
+                            f"{'; '.join(record['not_submittable'])} ({test}; run it again as the submission runs: "
+                            "make run_audit_harness)")
     return problems
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from code.common.config import WorkloadSetting
 from code.common.constants import Scenario
-from code.common.gpu_models import TRITON_CAPABILITY, GpuModel
+from code.common.gpu_models import TRITON_CAPABILITY, GpuModel, reference
 from code.common.ladder import Rung
 from configs.any_gpu import (
     Derivation,
@@ -27,7 +27,6 @@ from configs.any_gpu import (
 )
 from configs.configuration import BenchmarkConfiguration
 
-REFERENCE_POWER_W = 700
 EAGER_RUNG = Rung("fp16-eager", "the padded fp16 model (no packed path): GPUs older than Ampere, which our Triton "
                   "kernels do not target", precision="fp16", fast_path=False)
 
@@ -37,7 +36,7 @@ def rate_factor(gpu: GpuModel, scenario: Scenario) -> Factor:
     compute = per_sm_factor(gpu)
     if scenario is Scenario.SingleStream:
         return Factor(compute, f"x {compute:.3g}, its tensor throughput over the H100 SXM's (SMs x architecture)")
-    power = gpu.power_w / REFERENCE_POWER_W if gpu.power_w else compute
+    power = gpu.power_w / reference().power_w if gpu.power_w else compute
     estimate = Factor(min(compute, power), f"x {min(compute, power):.3g}, the lower of its tensor throughput "
                                            f"({compute:.3g}) and power limit ({power:.3g}) over the H100 SXM's")
     return published_or(gpu, f"bert-99 {scenario.value}", estimate)

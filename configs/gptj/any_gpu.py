@@ -17,7 +17,7 @@ from code.common.capabilities import missing
 from code.common.config import NoEngineError, WorkloadSetting
 from code.common.constants import Benchmark, Scenario
 from code.common.gpu_models import GpuModel, reference
-from code.gptj.memory_plan import gptj_memory_plan
+from code.gptj.memory_plan import decode_step_bytes, gptj_memory_plan
 from configs.any_gpu import Derivation, Factor, published_or, rate_notes, scaled, scaled_rung
 from configs.configuration import BenchmarkConfiguration
 
@@ -36,6 +36,19 @@ def rate_factor(gpu: GpuModel, scenario: Scenario) -> Factor:
     return published_or(gpu, f"gptj-99 {scenario.value}", estimate)
 
 
+def slot_factor(engine: dict, slots: int) -> float:
+    """The rate at ``slots`` samples in flight over the rate at the measured engine's (``gpu_batch_size``), at most 1:
+    a decode step reads the weights once and each slot's cache, so samples per second go as slots / (weights + slots
+    x cache) (code/gptj/memory_plan.py ``decode_step_bytes``)."""
+    weights, per_slot = decode_step_bytes(engine["precision"], engine["kv_cache_dtype"], engine["num_beams"])
+    measured = engine["gpu_batch_size"]
+
+    def rate(n: int) -> float:
+        return n / (weights + n * per_slot)
+
+    return min(1.0, rate(slots) / rate(measured))
+
+
 def derive(reference_class: type[BenchmarkConfiguration], gpu: GpuModel, scenario: Scenario,
            workload: WorkloadSetting) -> Derivation:
     factor = rate_factor(gpu, scenario)
@@ -50,7 +63,7 @@ def derive(reference_class: type[BenchmarkConfiguration], gpu: GpuModel, scenari
             skipped_by_capability.append((rung.name, cannot))
             continue
         plan = gptj_memory_plan(gpu.memory_bytes, engine["precision"], engine["kv_cache_dtype"], engine["num_beams"],
-                                **({"min_slots": 1} if single else {}))
+                                fp8_available=gpu.has_fp8(), **({"min_slots": 1} if single else {}))
         if not plan.fits:
             skipped.append((rung.name, plan.refusal or "does not fit"))
             continue
@@ -59,9 +72,8 @@ def derive(reference_class: type[BenchmarkConfiguration], gpu: GpuModel, scenari
             slots_of[rung.name] = (1, 1.0)
             continue
         slots = min(plan.slots, MOST_USEFUL_SLOTS)
-        measured_slots = engine["gpu_batch_size"]
         # fewer samples in flight than measured: fewer per step (a published ratio already holds the GPU's own)
-        per_slot = 1.0 if factor.published else min(1.0, slots / measured_slots)
+        per_slot = 1.0 if factor.published else slot_factor(engine, slots)
         ladder.append(scaled_rung(rung, factor.value * per_slot, gpu_batch_size=slots))
         slots_of[rung.name] = (slots, per_slot)
     if len(ladder) == len(skipped_by_capability) and skipped:
@@ -79,6 +91,6 @@ def derive(reference_class: type[BenchmarkConfiguration], gpu: GpuModel, scenari
         notes["gpu_batch_size"] = (f"derived: the samples in flight {round(gpu.memory_gib)} GB holds with typical "
                                    f"prompts (code/gptj/memory_plan.py), at most {MOST_USEFUL_SLOTS}")
         if not factor.published:
-            notes = {name: note + " and fewer samples in flight where it holds fewer" if name in own else note
-                     for name, note in notes.items()}
+            notes = {name: note + " and its samples in flight (decode reads the weights once a step)" if name in own
+                     else note for name, note in notes.items()}
     return Derivation(tuple(ladder), values, notes, tuple(skipped))

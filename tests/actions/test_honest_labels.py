@@ -17,7 +17,8 @@ from code.common.paths import LIB_DIR, REPO_ROOT
 from configs.configuration import WorkloadSetting, resolve_config
 
 CASES = [
-    (["--precision=fp8", "--device=cpu"], "--precision=fp8 needs a GPU (FP8 runs on Hopper or newer) and this run "
+    (["--precision=fp8", "--device=cpu"], "--precision=fp8 needs a GPU (FP8 needs compute capability 8.9: Ada, "
+     "Hopper, Blackwell) and this run "
      "is on --device=cpu; set --precision=fp32, or run on a GPU"),
     (["--precision=fp8", "--fast_path=false", "--device=cuda"], "runs FP8 GEMMs on the packed path only"),
     (["--benchmarks=gptj", "--precision=fp8", "--device=cpu"], "--precision = 'fp8' needs --backend=inflight"),

@@ -376,7 +376,8 @@ def test_int8_is_a_gpu_precision_of_bert():
     config = resolved(Benchmark.BERT, precision="int8")
     check_device(Benchmark.BERT, config.values, config.sources, "cuda")
     with pytest.raises(ValueError, match=r"precision=int8 .*needs a GPU \(INT8 GEMMs run on the packed CUDA path, "
-                                         r"sm_80 or newer\) and this run is on --device=cpu; set --precision=fp32"):
+                                         r"compute capability 8\.0 or newer\) and this run is on --device=cpu; "
+                                         r"set --precision=fp32"):
         check_device(Benchmark.BERT, config.values, config.sources, "cpu")
 
 

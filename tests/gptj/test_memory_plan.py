@@ -105,7 +105,10 @@ def test_refusals_name_what_would_fit():
     bf16 = gptj_memory_plan(16 * GIB, "bf16")
     assert (bf16.slots, bf16.limited_by, bf16.fits) == (0, "refused", False)
     assert bf16.refusal.startswith("GPT-J in bf16 needs about 23 GiB for 8 samples in flight, and this GPU has 16 GiB")
-    assert "FP8 engine (--precision=fp8 --kv_cache_dtype=fp8; compute capability 8.9 or newer)" in bf16.refusal
+    assert bf16.refusal.endswith("use the FP8 engine (--precision=fp8 --kv_cache_dtype=fp8) or a GPU with more memory")
+    without_fp8 = gptj_memory_plan(16 * GIB, "bf16", fp8_available=False).refusal  # an A100-class GPU
+    assert without_fp8.endswith("use a GPU with at least 24 GiB, or a GPU of compute capability 8.9 or newer, whose "
+                                "FP8 engine fits in this memory")
     assert bf16.needed_bytes > 16 * GIB
     assert gptj_memory_plan(bf16.needed_bytes, "bf16").slots >= MIN_USEFUL_SLOTS  # what it names does fit
     fp8 = gptj_memory_plan(12 * GIB, "fp8", "fp8")
@@ -247,14 +250,18 @@ def test_documented_table_is_the_plans():
     assert rewritten(text) == text, "documentation/gptj_gpu.md is stale: run `python -m scripts.gptj_memory_table`"
 
 
-@pytest.mark.parametrize(("capability", "precision", "message"), [
-    ((7, 5), "fp16", "compute capability 8.0 or newer .* --backend=pytorch --precision=fp16"),
-    ((8, 0), "fp8", "compute capability 8.9 or newer"),
+@pytest.mark.parametrize(("capability", "values", "message"), [
+    ((7, 5), {"backend": "inflight", "precision": "fp16"}, "kernels need compute capability 8.0, the GPU has 7.5"),
+    ((8, 0), {"backend": "inflight", "precision": "fp8"}, "need compute capability 8.9, the GPU has 8.0"),
 ])
-def test_the_backend_refuses_a_gpu_it_cannot_run_on(monkeypatch, capability, precision, message):
-    """Before loading anything: a clear error instead of a kernel failing mid-run."""
-    from code.gptj.backends.inflight import InflightGptjBackend, InflightOptions
+def test_a_gpu_the_engine_cannot_run_on_is_refused_before_loading(capability, values, message):
+    """The in-flight engine's needs (its declaration) against the GPU, checked before a run loads anything: a clear
+    error instead of a kernel failing mid-run."""
+    from code.common.capabilities import check_runs_on
+    from code.common.constants import Benchmark
+    from code.common.fields import FieldError
+    from code.common.gpu_models import GpuModel
 
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
-    with pytest.raises(ValueError, match=message):
-        InflightGptjBackend(InflightOptions(device="cuda", precision=precision))
+    gpu = GpuModel("Old_GPU", (), capability, 16.0, 40, 70, 0.3)
+    with pytest.raises(FieldError, match=message):
+        check_runs_on(Benchmark.GPTJ, values, {"precision": "RUN_ARGS"}, gpu, "cuda:0")

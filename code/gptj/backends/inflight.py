@@ -36,7 +36,7 @@ from code.gptj.backends.inflight_engine import (
 from code.gptj.backends.pytorch import DTYPES, PytorchOptions
 from code.gptj.inflight.engine import EngineOptions, ForcedLengthOf, InflightEngine
 from code.gptj.inflight.layers import Amax, InflightModel
-from code.gptj.memory_plan import FP8_CAPABILITY, INFLIGHT_CAPABILITY, KV_CACHE_DTYPES, PRECISIONS
+from code.gptj.memory_plan import KV_CACHE_DTYPES, PRECISIONS
 from code.llm.generation import GenerationConfig
 from code.numerics.fp8 import E4M3
 
@@ -102,12 +102,8 @@ class InflightGptjBackend:
         if device.type == "cuda" and options.precision == "fp32":
             raise ValueError("the inflight backend on CUDA runs bf16, fp16 or fp8 (FlashAttention has no float32): "
                              "set --precision=bf16")
-        if device.type == "cuda" and torch.cuda.get_device_capability(device) < INFLIGHT_CAPABILITY:
-            raise ValueError("the inflight backend needs an NVIDIA GPU of compute capability 8.0 or newer (its prompt "
-                             "passes run FlashAttention-2): set --backend=pytorch --precision=fp16")
-        if fp8 and (device.type != "cuda" or torch.cuda.get_device_capability(device) < FP8_CAPABILITY):
-            raise ValueError("FP8 GEMMs and the FP8 KV cache need an NVIDIA GPU of compute capability 8.9 or newer "
-                             "(Ada, Hopper): set --precision=bf16 (fp32 on a CPU) --kv_cache_dtype=auto")
+        # What GPU each engine needs is checked before a run loads anything (code/common/capabilities.py, from this
+        # backend's declaration); FP8 off a GPU is refused by the fields' device rules.
         if device.type == "cpu" and options.cpu_threads:
             torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/devices.py
         dtype = torch.bfloat16 if options.precision == "fp8" else DTYPES[options.precision]

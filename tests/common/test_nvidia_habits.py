@@ -129,13 +129,14 @@ def test_make_log_dir_and_another_run_args_log_dir_are_refused():
         parse_run_args(["--log_dir=build/logs/mine", "--log_dir=build/logs/other"])
 
 
-def test_make_help_is_grouped_and_fits_100_columns():
+def test_make_help_is_grouped_fits_100_columns_and_lists_lint():
     lines = subprocess.run(["make", "--no-print-directory", "help"], cwd=REPO_ROOT, capture_output=True, text=True,
                            check=True).stdout.splitlines()
     assert max(len(line) for line in lines) <= 100
     headings = [line for line in lines if line.endswith(":") and not line.startswith(" ")]
     assert headings[1:] == ["Set up:", "Data and models:", "Run:", "Results:", "Submission:", "Test:", "Clean:"]
     assert any(line.strip().startswith("make results [COMPARE=") for line in lines)
+    assert any(line.strip().startswith("make lint ") for line in lines)
 
 
 def help_entries(text: str) -> dict[str, str]:

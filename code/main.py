@@ -40,6 +40,14 @@ def main(argv: list[str]) -> int:
         request = parse_run_args(argv)
         configure(request.verbose)
         get_logger("main").debug("RUN_ARGS: %s", " ".join(argv))
+        if request.action in ("run", "run_harness"):  # what runs and for how long, before anything slow starts
+            from code.actions.announce import announce
+
+            step = "saying what the run will do"
+            announce(request)
+        if request.check_args:
+            get_logger("plan").info("RUN_ARGS are valid for --action=%s", request.action)
+            return ExitCode.OK
         if request.action == "run_audit":
             from code.actions.run_audit import run_audit
 

@@ -1,6 +1,14 @@
 # MLPerf Inference harness for BERT and GPT-J. `make help` lists the targets; documentation/commands.md explains
 # the flow. Fragments in make/ hold the details: paths and tools, setup, data, build, run, test, audits.
 
+# Every target runs modules of this checkout (`python -m code.main`, ...), which Python finds from the current folder
+# only, and make/ fragments are read from it: make runs from the repository root. `make -C <root>` does that from
+# any folder; `make -f <root>/Makefile` from another folder stops here with the fix rather than a module error.
+CHECKOUT := $(realpath $(dir $(firstword $(MAKEFILE_LIST))))
+ifneq ($(realpath $(CURDIR)),$(CHECKOUT))
+$(error run make from the repository root: cd $(CHECKOUT) (or make -C $(CHECKOUT) <target>))
+endif
+
 include make/const.mk
 include make/setup.mk
 include make/docker.mk
@@ -47,7 +55,8 @@ help:
 	@echo "  make truncate_results SUBMITTER=<org>, make check_submission SUBMITTER=<org>   the round's tools"
 	@echo "  make pack_submission SUBMITTER=<org>   the archive the submission UI takes, with its checksums"
 	@echo "Test:"
-	@echo "  make test                            lint (ruff, hadolint, shellcheck) + tests (what CI runs)"
+	@echo "  make test                            make lint + the tests (what CI runs)"
+	@echo "  make lint                            the linters alone: ruff, hadolint, shellcheck, clang-format"
 	@echo "  make test_docker                     the Docker path end to end (SKIPPED without a Docker engine)"
 	@echo "  make test_submission [FULL=1]        the submission flow on CPU, judged by the official checker"
 	@echo "Clean:"
@@ -58,7 +67,7 @@ help:
 	@echo "                                       each says what it deleted and kept"
 	@echo "  make clean_logs                      delete the logs in build/logs of runs no longer running"
 	@echo "ROUND=v4.1|v5.0 picks the MLPerf round of build and run targets (documentation/rounds.md)"
-	@echo "RUN_ARGS help: make run RUN_ARGS=--help"
+	@echo "RUN_ARGS help: make run RUN_ARGS=--help (every flag and its default); make from the repository root"
 
 .PHONY: clean clean_all clean_logs
 # The clean targets delete only the folders of build/ named here, each made again by a target; everything else in

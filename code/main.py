@@ -1,6 +1,8 @@
 """Entry point: ``python -m code.main --action=<generate_engines|run_harness|run|info|run_audit> [RUN_ARGS...]``.
 
-``--find_performance`` with run or run_harness measures the system instead (``make find_performance``).
+``--find_performance`` with run or run_harness measures the system instead (``make find_performance``). A run first
+says what it will run and for about how long (code/actions/announce.py); ``--check_args`` says it, checks RUN_ARGS
+and stops, which the make targets that run tests do before building the C++ core.
 
 Errors a user can fix (a bad flag, a missing config, a round without the test, absent or corrupt data) end with
 one clear message and exit 2, never a traceback; a full disk or a read-only folder ends with one too, and exit 1.
@@ -40,6 +42,14 @@ def main(argv: list[str]) -> int:
         request = parse_run_args(argv)
         configure(request.verbose)
         get_logger("main").debug("RUN_ARGS: %s", " ".join(argv))
+        if request.action in ("run", "run_harness"):  # what runs and for how long, before anything slow starts
+            from code.actions.announce import announce
+
+            step = "saying what the run will do"
+            announce(request)
+        if request.check_args:
+            get_logger("plan").info("RUN_ARGS are valid for --action=%s", request.action)
+            return ExitCode.OK
         if request.action == "run_audit":
             from code.actions.run_audit import run_audit
 

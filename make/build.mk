@@ -5,5 +5,5 @@ LOADGEN_SRC ?=
 export LOADGEN_SRC
 
 .PHONY: build
-build: setup
+build: setup | $(BUILD_AFTER)
 	$(PY) -m code.harness.build $(if $(BUILD_ROUND),--round=$(BUILD_ROUND))

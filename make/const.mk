@@ -19,9 +19,15 @@ ROUND_ARG    := $(if $(ROUND),--round=$(ROUND))
 _word_after_round = $(if $(filter --round,$(firstword $1)),$(word 2,$1),$(if $(word 2,$1),$(call _word_after_round,$(wordlist 2,$(words $1),$1))))
 BUILD_ROUND  := $(or $(ROUND),$(patsubst --round=%,%,$(lastword $(filter --round=%,$(RUN_ARGS)))),$(call _word_after_round,$(RUN_ARGS)))
 # A target that runs the harness needs only the venv, not the C++ core, when RUN_ARGS asks for help: the help text
-# comes from Python alone, so it answers at once on a fresh clone.
+# comes from Python alone, so it answers at once on a fresh clone. Otherwise it checks RUN_ARGS (check_args,
+# make/run.mk) after setup and before build, so a typo costs a second, not a C++ build, and the run says what it will
+# do (its tests, mode and estimated time) before the build too.
 HELP_ASKED   := $(filter --help -h help,$(RUN_ARGS))
-RUN_DEPS     := $(if $(HELP_ASKED),setup,build)
+RUN_DEPS     := $(if $(HELP_ASKED),setup,check_args build)
+# The goals that check RUN_ARGS first: with one of them asked for, `build` waits for the check (make/build.mk), so the
+# check comes first under make -j as well.
+ARGS_CHECKED_GOALS := run run_harness find_performance run_audit_harness run_audit_test01 run_audit_test05
+BUILD_AFTER  := $(if $(filter $(ARGS_CHECKED_GOALS),$(MAKECMDGOALS)),check_args)
 # Where large data lives when set (see make link_dirs); empty means local folders under build/.
 MLPERF_SCRATCH_PATH ?=
 SHELL        := /bin/bash

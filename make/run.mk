@@ -9,20 +9,30 @@ LOG_DIR_ARG  := $(if $(filter command line,$(origin LOG_DIR)),$(if $(LOG_DIR),--
 # What the targets that run tests pass: the round, the log folder, RUN_ARGS; one space apart.
 TEST_ARGS     = $(strip $(ROUND_ARG) $(LOG_DIR_ARG) $(RUN_ARGS))
 
+# Each target that runs tests sets HARNESS_ARGS, the arguments of its `python -m code.main`; check_args, its
+# prerequisite, inherits them (make passes a target's variables to its prerequisites), so the check reads exactly
+# what the run will.
+.PHONY: check_args
+check_args: setup
+	$(PY) -m code.main --check_args $(HARNESS_ARGS)
+
 generate_engines: setup
 	$(PY) -m code.main --action=generate_engines $(ROUND_ARG) $(RUN_ARGS)
 
+run_harness: HARNESS_ARGS = --action=run_harness $(TEST_ARGS)
 run_harness: $(RUN_DEPS)
-	$(PY) -m code.main --action=run_harness $(TEST_ARGS)
+	$(PY) -m code.main $(HARNESS_ARGS)
 
 # generate_engines then run_harness, in one process.
+run: HARNESS_ARGS = --action=run $(TEST_ARGS)
 run: $(RUN_DEPS)
-	$(PY) -m code.main --action=run $(TEST_ARGS)
+	$(PY) -m code.main $(HARNESS_ARGS)
 
 # Measure this system and store what later runs use: build/tuned/<system>/<bench>/<Scenario>.json
 # (documentation/performance_tuning_guide.md).
+find_performance: HARNESS_ARGS = --action=run $(TEST_ARGS) --find_performance
 find_performance: $(RUN_DEPS)
-	$(PY) -m code.main --action=run $(TEST_ARGS) --find_performance
+	$(PY) -m code.main $(HARNESS_ARGS)
 
 info: setup
 	$(PY) -m code.main --action=info $(ROUND_ARG) $(RUN_ARGS)

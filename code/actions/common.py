@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from code.common.arguments import ArgumentError, RunRequest
+from code.common.arguments import ArgumentError, BenchmarkRequest, RunRequest
 from code.common.config import ResolvedConfig, WorkloadSetting
+from code.common.constants import Scenario
+from code.common.fields import FIELDS
 from code.common.gpu_models import by_name
-from code.common.systems import detect_system, gpu_system_name
+from code.common.rounds import get_round
+from code.common.system_description import system_type
+from code.common.systems import SystemDetectionError, detect_system, gpu_system_name
 from configs.configuration import resolve_config
 
 if TYPE_CHECKING:
@@ -32,6 +36,25 @@ def system_name(request: RunRequest) -> str:
     return detected.name
 
 
+def scenarios_of(request: RunRequest, bench: BenchmarkRequest, system: str) -> list[Scenario]:
+    """The scenarios the request runs of ``bench``: those RUN_ARGS name, or with --scenarios=all, every scenario the
+    run's round accepts of the benchmark on the system's type (systems/<system>.json), so that `all` never runs a
+    test the round would refuse; all three where the system declares no type, since then nothing is refused."""
+    if not request.all_scenarios:
+        return request.scenarios
+    try:
+        kind = system_type(system)
+    except SystemDetectionError:
+        return list(Scenario)
+    round_ = get_round(request.overrides.get("round", FIELDS["round"].default))
+    accepted = round_.scenarios_for(kind, bench.name)
+    if not accepted:
+        raise ArgumentError(f"--scenarios=all: round {round_.name} accepts no {bench.name} scenario on {kind} systems "
+                            f"({system}, systems/{system}.json); name the scenarios (--scenarios=offline) or another "
+                            "round (--round=...)")
+    return list(accepted)
+
+
 def resolved_configs(request: RunRequest, system: str) -> Iterator[ResolvedConfig]:
     """Every (benchmark, scenario) the request names, resolved RUN_ARGS > tuned > rung > config > default, with the
     engine a run starts with (``gate_plans`` says how it was chosen)."""
@@ -47,6 +70,6 @@ def gate_plans(request: RunRequest, system: str, clear_stale: bool = False) -> I
 
     for bench in request.benchmarks:
         workload = WorkloadSetting(request.harness_type, bench.accuracy_target, request.power_setting)
-        for scenario in request.scenarios:
+        for scenario in scenarios_of(request, bench, system):
             config = resolve_config(bench.benchmark, scenario, system, workload, request.overrides, warn_tuned=False)
             yield plan(config, request.overrides, clear_stale)

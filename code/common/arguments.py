@@ -7,7 +7,6 @@ lists the valid choices, so a typo never silently runs the wrong thing.
 
 from __future__ import annotations
 
-import difflib
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,32 +20,57 @@ from code.common.constants import (
     HarnessType,
     PowerSetting,
     Scenario,
+    choice_error,
+    closest,
 )
 from code.common.fields import FIELDS, FieldError
 
 ACTIONS = ("generate_engines", "run_harness", "run", "info", "run_audit")
 # Every spelling Benchmark.parse accepts, so help and errors never fall behind a new benchmark.
 BENCHMARK_NAMES = [b.value for b in Benchmark] + [f"{b.value}-{t.suffix}" for b in Benchmark for t in AccuracyTarget]
+# --scenarios=all: every scenario the round accepts for each benchmark on the system (code/actions/common.py).
+SCENARIOS_ALL = "all"
+SCENARIO_NAMES = [s.value.lower() for s in Scenario]
 MAIN_ARGUMENTS = {
     "action": "what to do: " + ", ".join(ACTIONS),
     "benchmarks": "comma list: " + ", ".join(BENCHMARK_NAMES),
-    "scenarios": "comma list: offline, server, singlestream (case-insensitive)",
+    "scenarios": f"comma list: {', '.join(SCENARIO_NAMES)} (case-insensitive), or {SCENARIOS_ALL}: every scenario "
+                 "the round accepts for each benchmark on this system's type (systems/<system>.json's "
+                 "system_type; all three where it says none)",
     "accuracy_target": "0.99 or 0.999 (bert-99.9 in --benchmarks sets 0.999 too)",
     "config_ver": "legacy, comma list: default (= 0.99), high_accuracy (= 0.999), all (= both: each benchmark "
                   "at both targets)",
     "harness_type": "custom (our C++ core)",
     "power_setting": "MaxP or MaxQ",
     "system_name": "use this system's configs instead of the detected one",
-    "audit_test": f"run_audit: comma list of {', '.join(AUDIT_TESTS)} (default: every test the round requires)",
-    "audit_results_dir": "run_audit: the SubmissionRun <Scenario> folder to verify against (default: the newest in "
-                         "build/logs)",
+    "audit_test": f"run_audit: comma list of {', '.join(AUDIT_TESTS)}",
+    "audit_results_dir": "run_audit: the SubmissionRun <Scenario> folder to verify against",
 }
 # Main arguments that are switches: a bare --name means true, as for boolean config fields.
 MAIN_SWITCHES = {
-    "verbose": "the harness's debug messages too (Python logging at DEBUG; default: INFO and above)",
+    "verbose": "the harness's debug messages too (Python logging at DEBUG; without it: INFO and above)",
     "find_performance": "run/run_harness: measure this system instead of one test: Offline expected QPS, Server "
                         "highest VALID target QPS, SingleStream expected latency, stored in build/tuned/ for later "
                         "runs (also make find_performance; documentation/performance_tuning_guide.md)",
+    "check_args": "check RUN_ARGS and say what the run would do (tests, mode, estimated time), then stop; the make "
+                  "targets that run tests do this before building the C++ core",
+}
+# What a main argument or switch means when RUN_ARGS leave it out: parse_run_args uses these, --help shows them and
+# the plan a run announces names those a run took by default (one table, so the three never disagree).
+MAIN_DEFAULTS: dict[str, str] = {
+    "action": "run",
+    "benchmarks": "bert",
+    "scenarios": "offline",
+    "accuracy_target": "0.99",
+    "config_ver": "unset: --accuracy_target decides",
+    "harness_type": "custom",
+    "power_setting": "MaxP",
+    "system_name": "the detected system",
+    "audit_test": "every test the round requires",
+    "audit_results_dir": "the newest SubmissionRun in build/logs",
+    "verbose": "false",
+    "find_performance": "false",
+    "check_args": "false",
 }
 # NVIDIA's closed-division harness spells some flags differently. Where its flag means what one of ours means, it is
 # an alias: the value goes to our field, and "given twice" counts both spellings as one flag.
@@ -98,6 +122,11 @@ class BenchmarkRequest:
     benchmark: Benchmark
     accuracy_target: AccuracyTarget
 
+    @property
+    def name(self) -> str:
+        """bert-99 or bert-99.9: the name a round's tables and a submission use."""
+        return f"{self.benchmark.value}-{self.accuracy_target.suffix}"
+
 
 @dataclass
 class RunRequest:
@@ -114,6 +143,11 @@ class RunRequest:
     audit_results_dir: str | None = None
     verbose: bool = False
     find_performance: bool = False
+    check_args: bool = False
+    # --scenarios=all: each benchmark runs the scenarios its round accepts on the system (``scenarios`` holds all
+    # three until the system is known: code/actions/common.py's scenarios_of).
+    all_scenarios: bool = False
+    defaulted: tuple[str, ...] = ()  # the main arguments RUN_ARGS left out, so the run took MAIN_DEFAULTS' value
 
 
 def _split_flag(token: str) -> tuple[str, str | None]:
@@ -156,8 +190,8 @@ def _join_space_form(argv: list[str]) -> list[str]:
 
 def _unknown_flag(name: str) -> ArgumentError:
     valid = sorted(list(MAIN_ARGUMENTS) + list(MAIN_SWITCHES) + list(FIELDS) + list(ALIASES))
-    close = difflib.get_close_matches(name, valid, n=1)
-    hint = f" (did you mean --{close[0]}?)" if close else ""
+    guess = closest(name, valid)
+    hint = f" (did you mean --{guess}?)" if guess else ""
     return ArgumentError(f"unknown flag --{name}{hint}; valid flags: {', '.join('--' + v for v in valid)}")
 
 
@@ -201,9 +235,9 @@ def parse_run_args(argv: list[str]) -> RunRequest:
             raise _unknown_flag(name)
 
     try:
-        action = main.get("action", "run")
+        action = main.get("action", MAIN_DEFAULTS["action"])
         if action not in ACTIONS:
-            raise ChoiceError(f"unknown action '{action}'; valid choices: {', '.join(ACTIONS)}")
+            raise choice_error("action", action, list(ACTIONS))
         for name in ("audit_test", "audit_results_dir"):
             if name in main and action != "run_audit":
                 raise ArgumentError(f"--{name} applies to audits only: make run_audit_harness (--action=run_audit)")
@@ -211,7 +245,7 @@ def parse_run_args(argv: list[str]) -> RunRequest:
             _check_find_performance(action, overrides)
         targets = _accuracy_targets(main)
         benchmarks = []
-        for text in _comma_list(main.get("benchmarks", "bert")):
+        for text in _comma_list(main.get("benchmarks", MAIN_DEFAULTS["benchmarks"])):
             benchmark, suffix_target = Benchmark.parse(text)
             if suffix_target and targets and suffix_target not in targets:
                 raise ArgumentError(
@@ -222,26 +256,39 @@ def parse_run_args(argv: list[str]) -> RunRequest:
                 request = BenchmarkRequest(benchmark, target)
                 if request not in benchmarks:
                     benchmarks.append(request)
-        scenarios = []
-        for text in _comma_list(main.get("scenarios", "offline")):
-            scenario = Scenario.parse(text)
+        scenario_names = _comma_list(main.get("scenarios", MAIN_DEFAULTS["scenarios"]))
+        all_scenarios = any(text.strip().lower() == SCENARIOS_ALL for text in scenario_names)
+        scenarios = list(Scenario) if all_scenarios else []
+        for text in scenario_names if not all_scenarios else []:
+            scenario = _parse_scenario(text)
             if scenario not in scenarios:
                 scenarios.append(scenario)
         return RunRequest(
             action=action,
             benchmarks=benchmarks,
             scenarios=scenarios,
-            harness_type=HarnessType.parse(main.get("harness_type", "custom")),
-            power_setting=PowerSetting.parse(main.get("power_setting", "MaxP")),
+            harness_type=HarnessType.parse(main.get("harness_type", MAIN_DEFAULTS["harness_type"])),
+            power_setting=PowerSetting.parse(main.get("power_setting", MAIN_DEFAULTS["power_setting"])),
             system_name=main.get("system_name"),
             overrides=overrides,
             audit_tests=parse_audit_tests(main["audit_test"]) if "audit_test" in main else [],
             audit_results_dir=main.get("audit_results_dir"),
             verbose=switches.get("verbose", False),
             find_performance=switches.get("find_performance", False),
+            check_args=switches.get("check_args", False),
+            all_scenarios=all_scenarios,
+            defaulted=tuple(name for name in MAIN_ARGUMENTS if name not in main),
         )
     except (ChoiceError, AuditError) as error:
         raise ArgumentError(str(error)) from None
+
+
+def _parse_scenario(text: str) -> Scenario:
+    """One scenario name; an unknown one gets the nearest, and the list with ``all``."""
+    try:
+        return Scenario.parse(text)
+    except ChoiceError:
+        raise choice_error("scenario", text, [*SCENARIO_NAMES, SCENARIOS_ALL]) from None
 
 
 def _check_find_performance(action: str, overrides: dict[str, Any]) -> None:
@@ -281,8 +328,7 @@ def _accuracy_targets(main: dict[str, str]) -> list[AccuracyTarget]:
     targets: list[AccuracyTarget] = []
     for config_ver in _expand_all(_comma_list(main["config_ver"])):
         if config_ver not in CONFIG_VER_TO_ACCURACY:
-            raise ChoiceError(f"unknown config_ver '{config_ver}'; valid choices: "
-                              f"{', '.join([*CONFIG_VER_TO_ACCURACY, CONFIG_VER_ALL])}")
+            raise choice_error("config_ver", config_ver, [*CONFIG_VER_TO_ACCURACY, CONFIG_VER_ALL])
         legacy = CONFIG_VER_TO_ACCURACY[config_ver]
         if target and legacy is not target:
             raise ArgumentError(f"--config_ver={config_ver} contradicts --accuracy_target={target.value}")
@@ -304,7 +350,7 @@ HELP_WIDTH = 100
 NAME_COLUMN = 30
 MAIN_GROUPS = (
     ("What to run", ("action", "benchmarks", "scenarios", "accuracy_target", "config_ver", "harness_type",
-                     "power_setting", "system_name", "verbose", "find_performance")),
+                     "power_setting", "system_name", "verbose", "find_performance", "check_args")),
     ("Compliance audits (make run_audit_harness)", ("audit_test", "audit_results_dir")),
 )
 # Config fields by what they set. The last group holds what exists to test the harness itself, apart, so a user
@@ -345,7 +391,14 @@ def _help_entry(flag: str, text: str) -> list[str]:
 
 
 def _main_text(name: str) -> str:
-    return MAIN_ARGUMENTS.get(name) or MAIN_SWITCHES[name]
+    return f"{MAIN_ARGUMENTS.get(name) or MAIN_SWITCHES[name]} (default: {MAIN_DEFAULTS[name]})"
+
+
+def _field_text(name: str) -> str:
+    """What a field accepts, what it does and its default (where its description does not say it already)."""
+    fld = FIELDS[name]
+    text = f"{fld.accepted()}. {fld.description}"
+    return text if "(default" in fld.description else f"{text} (default: {fld.default_text()})"
 
 
 def field_groups() -> list[tuple[str, list[str]]]:
@@ -370,12 +423,13 @@ def format_help() -> str:
         for name in names:
             lines += _help_entry(f"--{name}", _main_text(name))
     lines += ["", *textwrap.wrap("Config fields override the config class (RUN_ARGS > tuned > rung > config > "
-                                 "default); each says what it accepts.", HELP_WIDTH)]
+                                 "default); each says what it accepts and its own default, which a config class "
+                                 "may replace (make info RUN_ARGS=\"...\" shows the values a run resolves).",
+                                 HELP_WIDTH)]
     for title, names in field_groups():
         lines += ["", f"{title}:"]
         for name in names:
-            fld = FIELDS[name]
-            lines += _help_entry(f"--{name}", f"{fld.accepted()}. {fld.description}")
+            lines += _help_entry(f"--{name}", _field_text(name))
     lines += ["", "NVIDIA harness spellings:"]
     for alias, name in ALIASES.items():
         lines += _help_entry(f"--{alias}", f"= --{name}")

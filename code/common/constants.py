@@ -6,6 +6,7 @@ enums in a single place, so the rest of the code compares enums, never strings.
 
 from __future__ import annotations
 
+import difflib
 from enum import Enum, IntEnum
 
 
@@ -13,8 +14,18 @@ class ChoiceError(ValueError):
     """A user-facing value that is not one of the valid choices; the message lists them."""
 
 
-def _choice_error(kind: str, value: str, choices: list[str]) -> ChoiceError:
-    return ChoiceError(f"unknown {kind} '{value}'; valid choices: {', '.join(choices)}")
+def closest(value: str, choices: list[str]) -> str | None:
+    """The choice ``value`` is most likely a typo of (difflib's nearest, case-insensitive), or None when none is
+    close: one rule for every name a user types (flags, benchmarks, scenarios, modes), so a typo costs one try."""
+    by_lower = {choice.lower(): choice for choice in choices}
+    found = difflib.get_close_matches(value.strip().lower(), list(by_lower), n=1)
+    return by_lower[found[0]] if found else None
+
+
+def choice_error(kind: str, value: str, choices: list[str]) -> ChoiceError:
+    guess = closest(value, choices)
+    hint = f" (did you mean {guess}?)" if guess else ""
+    return ChoiceError(f"unknown {kind} '{value}'{hint}; valid choices: {', '.join(choices)}")
 
 
 def _parse_by_value(enum: type[Enum], kind: str, text: str, shown: list[str] | None = None) -> Enum:
@@ -23,7 +34,7 @@ def _parse_by_value(enum: type[Enum], kind: str, text: str, shown: list[str] | N
     for member in enum:
         if text.strip().lower() == str(member.value).lower():
             return member
-    raise _choice_error(kind, text, shown or [str(member.value) for member in enum])
+    raise choice_error(kind, text, shown or [str(member.value) for member in enum])
 
 
 class Benchmark(Enum):
@@ -48,7 +59,7 @@ class Benchmark(Enum):
                 if name == f"{benchmark.value}-{target.suffix}":
                     return benchmark, target
         valid = [b.value for b in cls] + [f"{b.value}-{t.suffix}" for b in cls for t in AccuracyTarget]
-        raise _choice_error("benchmark", text, valid)
+        raise choice_error("benchmark", text, valid)
 
 
 class Scenario(Enum):
@@ -86,7 +97,7 @@ class AccuracyTarget(Enum):
                 return target
             if text.strip() in (target.name, target.suffix):
                 return target
-        raise _choice_error("accuracy target", text, ["0.99", "0.999"])
+        raise choice_error("accuracy target", text, ["0.99", "0.999"])
 
 
 class HarnessType(Enum):

@@ -108,6 +108,14 @@ class Field:
             return f"{self.type.__name__}, {self.range}"
         return self.type.__name__
 
+    def default_text(self) -> str:
+        """The default as --help says it: the value, or who sets it where the field has none of its own."""
+        if self.default is None:
+            return "set by the config class" if self.required else "unset"
+        if isinstance(self.default, bool):
+            return str(self.default).lower()
+        return _number(self.default) if isinstance(self.default, (int, float)) else str(self.default)
+
     def applies_to(self, benchmark: Benchmark, scenario: Scenario) -> bool:
         return (self.benchmarks is None or benchmark in self.benchmarks) and (
             self.scenarios is None or scenario in self.scenarios
@@ -361,13 +369,20 @@ def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dic
         raise FieldError(problem)
 
 
+def min_duration_ms(values: dict[str, Any]) -> int:
+    """The minimum duration LoadGen runs a performance test of these values for: min_duration where set, else
+    --test_run's or mlperf.conf's."""
+    duration_ms = values.get("min_duration")
+    if duration_ms is None:
+        duration_ms = TEST_RUN_MIN_DURATION_MS if values.get("test_run") else MLPERF_MIN_DURATION_MS
+    return int(duration_ms)
+
+
 def planned_samples(scenario: Scenario, values: dict[str, Any]) -> int:
     """How many samples LoadGen plans before a performance run of these values starts (every one is held in
     memory): the rate (or 1 / latency) x the minimum duration, at least the minimum query count, at most a maximum
     query count when one is set (Server, SingleStream)."""
-    duration_ms = values.get("min_duration")
-    if duration_ms is None:
-        duration_ms = TEST_RUN_MIN_DURATION_MS if values.get("test_run") else MLPERF_MIN_DURATION_MS
+    duration_ms = min_duration_ms(values)
     if scenario is Scenario.Offline:
         return offline_query_samples(float(values["offline_expected_qps"]), duration_ms)
     if scenario is Scenario.Server:
@@ -407,9 +422,7 @@ def check_plan(scenario: Scenario, values: dict[str, Any], sources: dict[str, st
     bound = int(memory * PLAN_MEMORY_SHARE / BYTES_PER_PLANNED_SAMPLE)
     if planned <= bound:
         return
-    duration_ms = values.get("min_duration")
-    if duration_ms is None:
-        duration_ms = TEST_RUN_MIN_DURATION_MS if values.get("test_run") else MLPERF_MIN_DURATION_MS
+    duration_ms = min_duration_ms(values)
     seconds = duration_ms / 1000
     if scenario is Scenario.SingleStream:
         name, fits = "single_stream_expected_latency_ns", f"{math.ceil(duration_ms * 1e6 / bound)} at least"

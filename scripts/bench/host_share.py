@@ -148,7 +148,7 @@ def main(argv: list[str]) -> int:
 
     configure()
     how = block_on_cuda_waits()
-    from code.actions.common import system_name
+    from code.actions.common import scenarios_of, system_name
     from configs.configuration import WorkloadSetting, resolve_config
 
     system = system_name(request)
@@ -156,7 +156,7 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for wanted in request.benchmarks:
-        for scenario in request.scenarios:
+        for scenario in scenarios_of(request, wanted, system):
             workload = WorkloadSetting(request.harness_type, wanted.accuracy_target, request.power_setting)
             config = resolve_config(wanted.benchmark, scenario, system, workload, request.overrides)
             rows.append(measure(config, out / f"{config.benchmark_name}_{scenario.value}"))

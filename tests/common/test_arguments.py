@@ -42,6 +42,16 @@ def test_trace_is_off_unless_asked_for():
     assert parse_run_args(["--log_enable_trace"]).overrides == {"log_enable_trace": True}
 
 
+@pytest.mark.parametrize("text", ["all", "ALL", "offline,all"])
+def test_scenarios_all_is_kept_for_the_system_to_decide(text):
+    """--scenarios=all: every scenario is a candidate until the system's type and the round decide
+    (tests/actions/test_first_screen.py)."""
+    request = parse_run_args([f"--scenarios={text}"])
+    assert request.all_scenarios
+    assert request.scenarios == list(Scenario)
+    assert not parse_run_args(["--scenarios=offline,server"]).all_scenarios
+
+
 def test_fast_is_an_alias_of_test_run():
     assert parse_run_args(["--fast"]).overrides == {"test_run": True}
     assert parse_run_args(["--test_run=false"]).overrides == {"test_run": False}
@@ -49,7 +59,8 @@ def test_fast_is_an_alias_of_test_run():
 
 @pytest.mark.parametrize("args,message", [
     (["--benchmarks=resnet"], "unknown benchmark 'resnet'; valid choices: bert, gptj, bert-99, bert-99.9, gptj-99"),
-    (["--scenarios=multistream"], "unknown scenario 'multistream'; valid choices: offline, server, singlestream"),
+    (["--scenarios=multistream"], "unknown scenario 'multistream' (did you mean singlestream?); valid choices: "
+                                  "offline, server, singlestream, all"),
     (["--accuracy_target=0.9"], "valid choices: 0.99, 0.999"),
     (["--config_ver=turbo"], "valid choices: default, high_accuracy"),
     (["--test_mode=Fast"], "valid choices: PerformanceOnly, AccuracyOnly, SubmissionRun"),
@@ -67,12 +78,30 @@ def test_errors_list_valid_choices(args, message):
     assert message in str(error.value)
 
 
+@pytest.mark.parametrize("args,guess", [
+    (["--benchmarks=bret"], "unknown benchmark 'bret' (did you mean bert?)"),
+    (["--benchmarks=gpt-j"], "unknown benchmark 'gpt-j' (did you mean gptj?)"),
+    (["--benchmarks=bert-999"], "(did you mean bert-99.9?)"),
+    (["--scenarios=ofline"], "unknown scenario 'ofline' (did you mean offline?)"),
+    (["--scenarios=Sever"], "unknown scenario 'Sever' (did you mean server?)"),
+    (["--scenarios=single_stream"], "(did you mean singlestream?)"),
+    (["--action=rnu"], "unknown action 'rnu' (did you mean run?)"),
+    (["--config_ver=high_acuracy"], "(did you mean high_accuracy?)"),
+])
+def test_a_typo_of_a_name_gets_did_you_mean(args, guess):
+    """Benchmark, scenario and action names get the nearest choice, as flags do."""
+    with pytest.raises(ArgumentError) as error:
+        parse_run_args(args)
+    assert guess in str(error.value)
+    assert "valid choices" in str(error.value)
+
+
 def test_main_exits_nonzero_with_one_line_error():
     result = subprocess.run([sys.executable, "-m", "code.main", "--action=info", "--benchmarks=bret"],
                             cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 2
-    assert result.stderr.strip() == ("ERROR: unknown benchmark 'bret'; valid choices: bert, gptj, bert-99, bert-99.9, "
-                                     "gptj-99, gptj-99.9")
+    assert result.stderr.strip() == ("ERROR: unknown benchmark 'bret' (did you mean bert?); valid choices: bert, gptj, "
+                                     "bert-99, bert-99.9, gptj-99, gptj-99.9")
     assert "Traceback" not in result.stderr
 
 

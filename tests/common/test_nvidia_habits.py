@@ -13,6 +13,7 @@ from code.common.arguments import (
     FIELD_GROUPS,
     HELP_WIDTH,
     MAIN_ARGUMENTS,
+    MAIN_DEFAULTS,
     MAIN_SWITCHES,
     NVIDIA_ONLY_FLAGS,
     OTHER_FIELDS,
@@ -128,10 +129,48 @@ def test_make_log_dir_and_another_run_args_log_dir_are_refused():
         parse_run_args(["--log_dir=build/logs/mine", "--log_dir=build/logs/other"])
 
 
-def test_make_help_is_grouped_and_fits_100_columns():
+def test_make_help_is_grouped_fits_100_columns_and_lists_lint():
     lines = subprocess.run(["make", "--no-print-directory", "help"], cwd=REPO_ROOT, capture_output=True, text=True,
                            check=True).stdout.splitlines()
     assert max(len(line) for line in lines) <= 100
     headings = [line for line in lines if line.endswith(":") and not line.startswith(" ")]
     assert headings[1:] == ["Set up:", "Data and models:", "Run:", "Results:", "Submission:", "Test:", "Clean:"]
     assert any(line.strip().startswith("make results [COMPARE=") for line in lines)
+    assert any(line.strip().startswith("make lint ") for line in lines)
+
+
+def help_entries(text: str) -> dict[str, str]:
+    """--help's flag entries: the flag, then its text with the wrapped lines joined."""
+    entries: dict[str, str] = {}
+    flag = None
+    for line in text.splitlines():
+        if line.startswith("  --"):
+            flag, _, rest = line.strip().partition(" ")
+            entries[flag] = rest.strip()
+        elif flag and line.startswith(" " * 30):
+            entries[flag] = f"{entries[flag]} {line.strip()}".strip()
+        else:
+            flag = None
+    return entries
+
+
+def test_help_shows_every_flag_s_default():
+    entries = help_entries(format_help())
+    for name in [*MAIN_ARGUMENTS, *MAIN_SWITCHES, *FIELDS]:
+        assert "default" in entries[f"--{name}"], name
+    assert entries["--benchmarks"].endswith("(default: bert)")
+    assert entries["--scenarios"].endswith("(default: offline)")
+    assert entries["--action"].endswith("(default: run)")
+    assert entries["--test_mode"].endswith("(default: PerformanceOnly)")
+    assert entries["--test_run"].endswith("(default: false)")
+    assert entries["--gpu_batch_size"].endswith("(default: set by the config class)")
+    assert entries["--cluster_ready_timeout_s"].endswith("(default: 1,800)")
+
+
+def test_parse_takes_main_defaults_from_the_table_help_shows():
+    request = parse_run_args([])
+    assert request.action == MAIN_DEFAULTS["action"]
+    assert [bench.name for bench in request.benchmarks] == [f"{MAIN_DEFAULTS['benchmarks']}-99"]
+    assert [scenario.value.lower() for scenario in request.scenarios] == [MAIN_DEFAULTS["scenarios"]]
+    assert set(request.defaulted) == set(MAIN_ARGUMENTS)
+    assert "benchmarks" not in parse_run_args(["--benchmarks=gptj"]).defaulted

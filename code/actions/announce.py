@@ -1,0 +1,125 @@
+"""What a run will do, said before anything slow starts: its tests, test mode, length and an estimated time.
+
+A newcomer who types ``make run`` with no RUN_ARGS, or with a typo that happens to be valid, learns at once what is
+about to run and for about how long, instead of after a C++ build and a model load. The make targets that run tests
+say it before building the core (``--check_args``); a run says it again as it starts, for ``python -m code.main``.
+
+The time is an estimate, a rough lower bound: each LoadGen test at the config's expected rate (offline_expected_qps,
+server_target_qps, single_stream_expected_latency_ns) for its minimum duration or sample count. Engine builds, model
+loading, a --test_run probe and a rate far from the machine's own come on top.
+"""
+
+from __future__ import annotations
+
+from code.actions.accuracy_gate import GatePlan
+from code.common.arguments import MAIN_DEFAULTS, RunRequest
+from code.common.config import ResolvedConfig
+from code.common.constants import DATASET_SIZE, Scenario, TestMode
+from code.common.fields import MLPERF_MIN_DURATION_MS, min_duration_ms, planned_samples
+from code.common.log import get_logger
+
+log = get_logger("plan")
+# The main arguments a newcomer most often leaves out; the plan names the value each took by default.
+SAID_DEFAULTS = ("benchmarks", "scenarios")
+
+
+def samples_per_second(config: ResolvedConfig) -> float:
+    """The rate the config expects of this system: Offline's samples/s, Server's queries/s, or 1 / SingleStream's
+    latency."""
+    if config.scenario is Scenario.Offline:
+        return float(config["offline_expected_qps"])
+    if config.scenario is Scenario.Server:
+        return float(config["server_target_qps"])
+    return 1e9 / int(config["single_stream_expected_latency_ns"])
+
+
+def seconds_of_test(config: ResolvedConfig, mode: TestMode) -> float:
+    """The seconds one LoadGen test of ``mode`` (AccuracyOnly or PerformanceOnly) takes at the config's expected
+    rate: an accuracy test issues each sample of its set once; a performance test the samples LoadGen plans, which
+    a full-length Offline query raises to at least the data set (mlperf.conf's Offline min_query_count)."""
+    values = config.values
+    if mode is TestMode.AccuracyOnly:
+        samples = values.get("num_samples") or DATASET_SIZE[config.benchmark]
+    else:
+        samples = planned_samples(config.scenario, values)
+        full_offline = config.scenario is Scenario.Offline and not values.get("test_run")
+        if full_offline and values.get("min_query_count") is None:
+            samples = max(samples, DATASET_SIZE[config.benchmark])
+    seconds = samples / samples_per_second(config)
+    if mode is not TestMode.AccuracyOnly and values.get("max_duration"):
+        seconds = min(seconds, values["max_duration"] / 1000)
+    return seconds
+
+
+def planned_tests(gate_plan: GatePlan) -> list[TestMode]:
+    """The LoadGen tests a config runs, in order: its test mode's, after the accuracy gate's AccuracyOnly test where
+    the gate decides the engine and the mode has none of its own."""
+    modes = TestMode.parse(gate_plan.config["test_mode"]).loadgen_modes
+    if gate_plan.applies and TestMode.AccuracyOnly not in modes:
+        return [TestMode.AccuracyOnly, *modes]
+    return modes
+
+
+def _duration(seconds: float) -> str:
+    """42 s, 3 min, 1.5 h: as precise as an estimate deserves."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _length(configs: list[ResolvedConfig]) -> str:
+    """Full length or --test_run, and the minimum duration of the performance tests."""
+    durations = sorted({min_duration_ms(config.values) // 1000 for config in configs})
+    each = " or ".join(f"{seconds} s" for seconds in durations)
+    if any(config["test_run"] for config in configs):
+        return f"--test_run: short, min_duration {each}; not a submission"
+    if durations == [MLPERF_MIN_DURATION_MS // 1000]:
+        return f"full length: min_duration {each}, as a submission needs"
+    return f"full length, min_duration {each}"
+
+
+def plan_lines(request: RunRequest, system: str, gate_plans: list[GatePlan]) -> list[str]:
+    """The announcement: what runs where, each test with its estimate, the defaults taken, and the total."""
+    configs = [gate_plan.config for gate_plan in gate_plans]
+    what = "find_performance (measure, then store build/tuned/)" if request.find_performance else request.action
+    rounds = ", ".join(dict.fromkeys(config["round"] for config in configs))
+    lines = [f"{what} on {system}, round {rounds}, {_length(configs)}; "
+             f"{sum(len(planned_tests(gate_plan)) for gate_plan in gate_plans)} LoadGen test(s):"]
+    total = 0.0
+    for gate_plan in gate_plans:
+        config = gate_plan.config
+        for mode in planned_tests(gate_plan):
+            seconds = seconds_of_test(config, mode)
+            total += seconds
+            gate = " (the accuracy gate's)" if gate_plan.applies and mode is TestMode.AccuracyOnly else ""
+            lines.append(f"  {config.benchmark_name} {config.scenario.value} {mode.value}{gate}: about "
+                         f"{_duration(seconds)}")
+    taken = [f"--{name}={MAIN_DEFAULTS[name]}" for name in SAID_DEFAULTS if name in request.defaulted]
+    if "test_mode" not in request.overrides:
+        taken.append(f"--test_mode={configs[0]['test_mode']}" if configs else "")
+    if "test_run" not in request.overrides:
+        taken.append("full length (add --test_run for a short run)")
+    if any(taken):
+        lines.append(f"taken by default: {', '.join(item for item in taken if item)} (make run RUN_ARGS=--help "
+                     "lists every flag and its default)")
+    tries = "; find_performance repeats tests while it searches, so more" if request.find_performance else ""
+    lines.append(f"estimated time: at least {_duration(total)} of LoadGen tests (an estimate from the configs' "
+                 f"expected rates and min_duration; engine builds and model loading come on top{tries})")
+    return lines
+
+
+def announce(request: RunRequest) -> None:
+    """Resolve what the request runs and say it, one ``[plan]`` line each; refuse first what the run itself would
+    refuse before its first test (a config error, a SubmissionRun its round does not accept), so that a check
+    before the build catches it too."""
+    from code.actions.common import gate_plans, system_name
+    from code.actions.test_process import check_round
+
+    system = system_name(request)
+    plans = list(gate_plans(request, system))
+    for gate_plan in plans:
+        check_round(gate_plan.config)
+    for line in plan_lines(request, system, plans):
+        log.info("%s", line)

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import replace
 
-from code.actions.common import resolved_configs, system_name
+from code.actions.common import resolved_configs, scenarios_of, system_name
 from code.common.arguments import RunRequest
 from code.common.benchmarks import InputsUnavailableError, load_benchmark
 from code.common.config import NoEngineError, ResolvedConfig
@@ -40,8 +40,8 @@ def _each_config(request: RunRequest, system: str) -> Iterator[ResolvedConfig | 
     """Each (benchmark, scenario)'s resolved config, or a line saying that no engine of it runs on the system's GPU
     (GPT-J on a GPU too small for it): one benchmark that does not fit says so and the others are still shown."""
     for bench in request.benchmarks:
-        for scenario in request.scenarios:
-            one = replace(request, benchmarks=[bench], scenarios=[scenario])
+        for scenario in scenarios_of(request, bench, system):
+            one = replace(request, benchmarks=[bench], scenarios=[scenario], all_scenarios=False)
             try:
                 yield from resolved_configs(one, system)
             except NoEngineError as error:

@@ -39,3 +39,15 @@ def test_info_resolves_x2_and_x4_with_their_rates_and_says_where_they_came_from(
             assert line.endswith(f"[{source} x {count} GPUs]")
     # No description is shipped for these counts: info says so and names the command that writes one.
     assert f"systems/{system}.json is missing" in info.stdout and "run `make add_system` to write it" in info.stdout
+
+
+def test_info_shows_each_scenario_once_and_a_benchmark_that_fits_no_engine(capsys):
+    """--scenarios=all names each scenario once; GPT-J on a GPU too small for it says so and BERT is still shown."""
+    from code.actions.info import info
+    from code.common.arguments import parse_run_args
+
+    info(parse_run_args(["--action=info", "--benchmarks=gptj-99,bert-99", "--scenarios=all",
+                         "--system_name=A10_24GBx1"]))
+    heads = [line for line in capsys.readouterr().out.splitlines() if line.startswith("== ")]
+    assert len(heads) == len(set(heads)) and any("GPT-J does not fit A10_24GB" in line for line in heads)
+    assert any(line.startswith("== A10_24GBx1 bert-99 Offline (") for line in heads)

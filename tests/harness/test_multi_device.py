@@ -24,6 +24,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from code.common.gpu_models import by_name
 from code.common.paths import REPO_ROOT
 
 QSL_SIZE = 240
@@ -342,6 +343,7 @@ def test_devices_name_visible_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     from code.common.benchmarks import InputsUnavailableError
 
     monkeypatch.setattr(module, "visible_gpus", lambda: 2)
+    monkeypatch.setattr(module, "gpu_of", lambda device: by_name("H100_SXM_80GB"))  # what PyTorch would say
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
     bf16 = {"device": "cuda", "precision": "bf16"}
     assert module.resolve_devices(gptj_config(**bf16)) == ["cuda:0", "cuda:1"]
@@ -393,12 +395,13 @@ def test_out_of_memory_on_one_device_names_it(monkeypatch: pytest.MonkeyPatch) -
                 raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
             self.options = options
 
-    made = [devices.backend_on(device, None, Backend, Context("cuda:0", seed=7)) for device in ("cuda:0", "cuda:2")]
+    config = gptj_config(device="cuda", precision="bf16")  # no stand-in: nothing caps the GPU's memory
+    made = [devices.backend_on(device, config, Backend, Context("cuda:0", seed=7)) for device in ("cuda:0", "cuda:2")]
     assert [backend.options for backend in made] == [Context("cuda:0", 7), Context("cuda:2", 7)]
     with pytest.raises(BenchmarkError, match="cuda:1 ran out of memory.*leave it out with --devices"):
-        devices.backend_on("cuda:1", None, Backend, Context("cuda:0", seed=7))
+        devices.backend_on("cuda:1", config, Backend, Context("cuda:0", seed=7))
     with pytest.raises(BenchmarkError, match="^cuda:3 ran out of memory"):  # a worker names the run's device
-        devices.backend_on("cuda:1", None, Backend, Context("cuda:0", seed=7), name="cuda:3")
+        devices.backend_on("cuda:1", config, Backend, Context("cuda:0", seed=7), name="cuda:3")
 
 
 def test_one_backend_instance_per_device() -> None:
@@ -423,8 +426,26 @@ def test_cpu_workers_are_devices_of_their_own(monkeypatch: pytest.MonkeyPatch) -
     assert resolve_devices(gptj_config("SingleStream", device="cpu", cpu_workers=3)) == ["cpu"], "one in flight"
     assert [torch_device(name) for name in ("cpu:1", "cpu", "cuda:1")] == ["cpu", "cpu", "cuda:1"]
     monkeypatch.setattr(devices, "visible_gpus", lambda: 2)
+    monkeypatch.setattr(devices, "gpu_of", lambda device: by_name("H100_SXM_80GB"))  # what PyTorch would say
     with pytest.raises(InputsUnavailableError, match="--cpu_workers=2 is for runs on the CPU"):
         resolve_devices(gptj_config(device="cuda", precision="bf16", cpu_workers=2))
+
+
+def test_a_gpu_runs_only_the_engines_it_has_and_a_stand_in_no_more_than_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before anything loads: an FP8 engine on an A100 (compute capability 8.0) is refused, naming the field; a
+    stand-in of higher capability than the GPU too (its engines would not run there); one of lower runs as itself."""
+    from code.common import devices
+    from code.common.benchmarks import InputsUnavailableError
+    from code.common.fields import FieldError
+
+    monkeypatch.setattr(devices, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(devices, "gpu_of", lambda device: by_name("A100_SXM4_80GB"))
+    with pytest.raises(FieldError, match=r"precision=fp8.*cannot run on cuda.*need compute capability 8\.9"):
+        devices.resolve_device(gptj_config(device="cuda", precision="fp8", kv_cache_dtype="fp8",
+                                           backend="inflight"))
+    with pytest.raises(InputsUnavailableError, match=r"--gpu_as=L40S has compute capability 8\.9 .* 8\.0"):
+        devices.resolve_device(gptj_config(device="cuda", precision="bf16", gpu_as="L40S"))
+    assert devices.resolve_device(gptj_config(device="cuda", precision="bf16", gpu_as="A100_SXM4_40GB")) == "cuda"
 
 
 def test_runners_are_called_on_their_device() -> None:

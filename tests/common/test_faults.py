@@ -363,3 +363,37 @@ def test_a_disk_that_fills_under_loadgen_fails_the_test_in_one_line(small_disk, 
     assert metadata["result"]["verdict"] in ("INCOMPLETE", "FAILED")
     for name in ("summary.txt", "summary.json"):  # whole or absent, never an empty file
         assert not (logs / name).exists() or (logs / name).stat().st_size > 0
+
+
+def test_a_folder_at_a_lock_path_names_it_and_the_fix(tmp_path):
+    """A folder where a lock file belongs (a stray mkdir): one line naming the path and saying to remove it."""
+    from code.common.benchmark_errors import BenchmarkError
+    from code.common.file_lock import hold_for_life, holding
+
+    lock = tmp_path / ".tiny-bf16-random-s0.lock"
+    lock.mkdir()
+    for take in (lambda: holding(lock).__enter__(), lambda: holding(lock, shared=True).__enter__(),
+                 lambda: hold_for_life(lock)):
+        with pytest.raises(BenchmarkError) as caught:
+            take()
+        assert str(caught.value).startswith(f"{lock} is a folder, where the lock file")
+        assert f"remove it (rmdir {lock}" in str(caught.value)
+
+
+def test_a_read_only_build_folder_is_one_line_from_make_build(tmp_path, monkeypatch, capsys):
+    """``make build`` (and so ``make run``) on a read-only build/: the build lock names the folder and the fix."""
+    from code.common import file_lock
+    from code.harness import build as builder
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    monkeypatch.setattr(builder, "harness_build_dir", lambda round_name: tmp_path / "harness" / round_name)
+    monkeypatch.setattr(builder, "_find_compiler", lambda: "/usr/bin/c++")
+    monkeypatch.setattr(file_lock.os, "open", read_only)
+    assert builder.main([]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"code.harness.build: error: cannot write {tmp_path / 'harness' / builder.DEFAULT_ROUND} "
+                          "(Read-only file system): make build compiles the C++ core there")
+    assert err.count("\n") == 1
+    assert "MLPERF_BUILD_DIR" in err and "Traceback" not in err

@@ -40,7 +40,7 @@ from code.common.benchmark_errors import BenchmarkError, InputsUnavailableError
 from code.common.capabilities import check_runs_on
 from code.common.config import ResolvedConfig
 from code.common.constants import Scenario
-from code.common.fields import check_device
+from code.common.fields import FieldError, check_device
 from code.common.gpu_models import GpuModel, by_name
 
 
@@ -269,6 +269,11 @@ def allowed_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# The most intra-op threads a run may ask for on each CPU it may use: beyond one a CPU they only take turns, and
+# each costs a stack and OpenMP's buffers, so thousands exhaust a capped address space (MemoryError) or the memory.
+THREADS_PER_CPU = 4
+
+
 def default_cpu_threads() -> int:
     """torch's own default intra-op threads, capped at the CPUs this process may run on."""
     import torch
@@ -282,6 +287,14 @@ def resolve_cpu_threads(config: ResolvedConfig) -> int:
     threads = config["cpu_threads"]
     if threads < 0:
         raise ValueError(f"cpu_threads must be >= 0 (0: choose from the allowed CPUs), got {threads}")
+    allowed = allowed_cpus()
+    if threads > allowed * THREADS_PER_CPU:
+        source = config.sources.get("cpu_threads", "default")
+        given = f"--cpu_threads={threads}" if source == "RUN_ARGS" else f"cpu_threads={threads} (set by {source})"
+        raise FieldError(f"{given} is more than {THREADS_PER_CPU} threads for each of the {allowed} CPU(s) this "
+                         f"process may use ({allowed * THREADS_PER_CPU} at most here): beyond one a CPU threads add "
+                         f"no speed and each costs memory; set --cpu_threads={allowed} (one a CPU), or leave it out "
+                         "(torch's default, capped at those CPUs)")
     if threads:
         return threads
     default = default_cpu_threads()

@@ -150,6 +150,25 @@ def test_cpu_threads_leave_server_a_free_core(monkeypatch):
         threads(Scenario.Offline, cpu_threads=-1)
 
 
+def test_more_cpu_threads_than_the_cpus_can_use_is_refused_naming_a_value_that_fits(monkeypatch):
+    """Bad input x40: --cpu_threads=4096 on 2 CPUs ended in a MemoryError traceback from thread stacks."""
+    from code.common import devices
+    from code.common.fields import FieldError
+
+    monkeypatch.setattr(devices, "allowed_cpus", lambda: 2)
+
+    def threads(value):
+        config = resolve_config(Benchmark.BERT, Scenario.Offline, "CPU", WorkloadSetting(), {"cpu_threads": value})
+        return devices.resolve_cpu_threads(config)
+
+    assert threads(2 * devices.THREADS_PER_CPU) == 2 * devices.THREADS_PER_CPU  # oversubscribed, but allowed
+    with pytest.raises(FieldError) as refused:
+        threads(4096)
+    assert str(refused.value).startswith(f"--cpu_threads=4096 is more than {devices.THREADS_PER_CPU} threads for "
+                                         "each of the 2 CPU(s) this process may use")
+    assert "set --cpu_threads=2 (one a CPU), or leave it out" in str(refused.value)
+
+
 def test_unknown_system_names_the_fix(monkeypatch):
     monkeypatch.setattr("configs.configuration.this_machine", lambda: DetectedSystem())  # a machine without GPUs
     with pytest.raises(ConfigError, match=r"no config for system Future_GPU_300GBx1.*make add_system"):

@@ -397,3 +397,40 @@ def test_a_read_only_build_folder_is_one_line_from_make_build(tmp_path, monkeypa
                           "(Read-only file system): make build compiles the C++ core there")
     assert err.count("\n") == 1
     assert "MLPERF_BUILD_DIR" in err and "Traceback" not in err
+
+
+def _no_engine_left(engine: Path) -> bool:
+    from code.common.atomic import leftovers
+
+    return not engine.exists() and not leftovers(engine)
+
+
+def test_a_full_disk_while_an_engine_is_written_names_the_folder_and_leaves_nothing(tmp_path, tiny_checkpoint,
+                                                                                      monkeypatch):
+    """Bad input y50: safetensors' writer raises its own SafetensorError on a full disk; the build stops in one
+    line naming the engines folder, the weights' size and the fix, and no half-written engine is left."""
+    import safetensors.torch
+
+    from code.common.faults import NoSpaceError
+
+    def full(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"\0" * 1000)  # what was written before the disk filled
+        raise safetensors.SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    engine = tmp_path / "engines" / "tiny-fp32-model"
+    with pytest.raises(NoSpaceError) as caught:
+        build_engine(EngineSpec("tiny", "fp32", str(tiny_checkpoint)), engine)
+    message = str(caught.value)
+    assert message.startswith(f"no space left writing the engine's weights in {engine.parent}; it needs about ")
+    assert "MiB there; free space there" in message and message.endswith("(nothing half-written was left)")
+    assert _no_engine_left(engine)
+
+
+def test_a_real_full_disk_while_an_engine_is_written_is_one_line(small_disk, tiny_checkpoint):
+    from code.common.faults import NoSpaceError
+
+    engine = small_disk / "engines" / "tiny-fp32-model"
+    with pytest.raises(NoSpaceError, match=f"^no space left writing the engine's weights in {engine.parent}; "):
+        build_engine(EngineSpec("tiny", "fp32", str(tiny_checkpoint)), engine)
+    assert _no_engine_left(engine)

@@ -399,6 +399,36 @@ def test_a_read_only_build_folder_is_one_line_from_make_build(tmp_path, monkeypa
     assert "MLPERF_BUILD_DIR" in err and "Traceback" not in err
 
 
+FREED = {"cpu": "the CPU's memory", "cuda:1": "the GPU (nvidia-smi shows what else holds it)"}
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda:1"])
+def test_a_batch_that_runs_out_of_memory_names_the_batch_size(device, monkeypatch):
+    """Bad input x27: --gpu_batch_size=65536 on the CPU asked the allocator for 6.5 GB in one batch; the run stops
+    in one line naming --gpu_batch_size and a smaller value, not the allocator's traceback."""
+    from code.common import devices
+    from code.common.benchmark_errors import BenchmarkError
+
+    class Hungry:
+        def run_batch(self, sample_indices):
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                               "memory: you tried to allocate 6488064000 bytes. Error code 12 (Cannot allocate memory)")
+
+    class Buggy:
+        def run_batch(self, sample_indices):
+            raise RuntimeError("size mismatch")
+
+    monkeypatch.setattr(devices, "current_device", lambda device: __import__("contextlib").nullcontext())
+    with pytest.raises(BenchmarkError) as caught:
+        devices.on_device(Hungry(), device).run_batch(np.arange(22_000))
+    assert str(caught.value) == (f"{device} ran out of memory running a batch of 22,000 samples (DefaultCPUAllocator: "
+                                 "can't allocate memory: you tried to allocate 6488064000 bytes. Error code 12 (Cannot "
+                                 "allocate memory)); lower --gpu_batch_size below 22,000 (try --gpu_batch_size=11000), "
+                                 f"or free {FREED[device]}")
+    with pytest.raises(RuntimeError, match="^size mismatch$"):  # any other error is a bug: its traceback stays
+        devices.on_device(Buggy(), device).run_batch(np.arange(4))
+
+
 def _no_engine_left(engine: Path) -> bool:
     from code.common.atomic import leftovers
 
@@ -434,3 +464,4 @@ def test_a_real_full_disk_while_an_engine_is_written_is_one_line(small_disk, tin
     with pytest.raises(NoSpaceError, match=f"^no space left writing the engine's weights in {engine.parent}; "):
         build_engine(EngineSpec("tiny", "fp32", str(tiny_checkpoint)), engine)
     assert _no_engine_left(engine)
+

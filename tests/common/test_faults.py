@@ -465,3 +465,21 @@ def test_a_real_full_disk_while_an_engine_is_written_is_one_line(small_disk, tin
         build_engine(EngineSpec("tiny", "fp32", str(tiny_checkpoint)), engine)
     assert _no_engine_left(engine)
 
+
+def test_a_corrupt_eval_file_stops_an_accuracy_run_before_loadgen(tmp_path, harness_built):
+    """Bad input c06: a damaged squad_eval.json.gz was found only after the accuracy run; it is read before LoadGen
+    starts now, so the test ends in its one ERROR line with nothing run."""
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
+    data = write_features(tmp_path / "squad_tokenized")
+    (data / EVAL_FILE).write_bytes(b"garbage")
+    env = {**os.environ, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, "-m", "code.main", "--action=run_harness", "--backend=oracle",
+                           "--test_mode=AccuracyOnly", "--gpu_batch_size=8", f"--input_data={data}",
+                           f"--log_dir={tmp_path / 'logs'}"], cwd=REPO_ROOT, capture_output=True, text=True, env=env,
+                          timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "Traceback" not in output and "starting LoadGen" not in output and "LoadGen finished" not in output
+    assert output.count(f"ERROR: {data / EVAL_FILE} is truncated or corrupt (") == 1, output

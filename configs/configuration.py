@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -136,6 +137,36 @@ class BenchmarkConfiguration(metaclass=_ConfigMeta):
 RegistryKey = tuple[Benchmark, Scenario, str, WorkloadSetting]
 
 
+
+def import_config_module(module: str, path: Path, fix: str) -> None:
+    """Import the config module ``module`` (the file ``path``), turning any error a hand edit can cause into one
+    ``ConfigError`` naming the file, the line, the error and ``fix``: every run imports these files, so a slip in
+    one (an unquoted value, a misspelt name) would otherwise end every command in a traceback. The registry's own
+    errors (a misspelt field, a class registered twice) already name the class and pass unchanged."""
+    try:
+        importlib.import_module(module)
+    except (ConfigError, FieldError):
+        raise
+    except SyntaxError as error:
+        where = Path(error.filename) if error.filename else path
+        raise ConfigError(f"{where} is not valid Python (line {error.lineno}: {error.msg}); {fix}") from None
+    except Exception as error:
+        where, line, text = _edited_line(error, path)
+        quoted = f" ({text})" if text else ""
+        raise ConfigError(f"{where} line {line}{quoted} raised {type(error).__name__}: {error}; {fix}") from None
+
+
+def _edited_line(error: BaseException, path: Path) -> tuple[Path, int | str, str]:
+    """The file, line number and source of the innermost frame of ``error`` in ``path``'s folder or the configs
+    folder (where the hand edit is), else ``path`` with an unknown line."""
+    folders = (path.resolve().parent, (REPO_ROOT / "configs").resolve())
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        file = Path(frame.filename).resolve()
+        if any(file.is_relative_to(folder) for folder in folders):
+            return file, frame.lineno or "?", (frame.line or "").split("  #")[0].strip()
+    return path, "?", ""
+
+
 class ConfigRegistry:
     """All registered config classes, filled as configs/<bench>/<Scenario>/ modules are imported."""
 
@@ -170,16 +201,14 @@ class ConfigRegistry:
     def load(cls, benchmark: Benchmark, scenario: Scenario) -> None:
         """Import a scenario's configs and, when present, the user's ``custom.py`` beside them."""
         package = f"configs.{benchmark.value}.{scenario.value}"
-        importlib.import_module(package)
-        custom = REPO_ROOT / "configs" / benchmark.value / scenario.value / "custom.py"
+        folder = REPO_ROOT / "configs" / benchmark.value / scenario.value
+        shipped = folder / "__init__.py"
+        import_config_module(package, shipped, f"fix that line (`git diff {shipped}` shows what changed from the "
+                             "shipped file)")
+        custom = folder / "custom.py"
         if custom.exists():
-            try:
-                importlib.import_module(f"{package}.custom")
-            except SyntaxError as error:  # a hand edit gone wrong: every run would fail, so say which line
-                raise ConfigError(
-                    f"{custom} is not valid Python (line {error.lineno}: {error.msg}); fix that line, or delete the "
-                    "file and run `make add_system` again"
-                ) from None
+            import_config_module(f"{package}.custom", custom,
+                                 "fix that line, or delete the file and run `make add_system` again")
 
     @classmethod
     def reload_custom(cls, benchmark: Benchmark, scenario: Scenario) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from code.common import atomic
 from code.common.config import ConfigError
-from code.common.constants import AccuracyTarget, Benchmark, Scenario
+from code.common.constants import AccuracyTarget, Benchmark, ChoiceError, Scenario
 from code.common.gpu_models import REFERENCE, GpuModel, by_name, model_names
 from code.common.paths import REPO_ROOT
 from code.common.system_description import (
@@ -361,6 +361,10 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.system_name is not None and (problem := system_name_problem(args.system_name)):
         parser.error(problem)  # before detection and before anything is written
+    try:  # before detection and before anything is written, as the name is
+        benchmarks = [Benchmark.parse(name)[0] for name in args.benchmarks.split(",")]
+    except ChoiceError as error:
+        parser.error(f"--benchmarks={args.benchmarks}: {error}")
     detected = detect_system()
     system = args.system_name or detected.name
     if problem := system_name_problem(system):
@@ -377,8 +381,7 @@ def main(argv: list[str]) -> int:
             here = "this machine's" if system_gpus is detected else "as named, not this machine's GPUs"
             print(f"[add_system] system: {system}, {count}x {model.name} ({model.describe()}; {here})")
             detected = system_gpus
-        for name in args.benchmarks.split(","):
-            benchmark, _ = Benchmark.parse(name)
+        for benchmark in benchmarks:
             for line in add_configs(system, benchmark, gpus, args.dry_run):
                 print(f"[add_system] {line}")
     except ConfigError as error:  # a custom.py broken before this run (a hand edit), or GPUs that do not add up

@@ -32,6 +32,7 @@ from code.common.constants import (
     TestMode,
 )
 from code.common.faults import describe
+from code.common.fields import plan_note
 from code.common.log import configure, get_logger
 from code.common.paths import REPO_ROOT
 from code.common.power import NoPower, PowerSampler, power_sampler
@@ -137,6 +138,8 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
         nonlocal loaded, power
         loaded = time.time()
         log.info("loaded in %.1f s; starting LoadGen", loaded - started)
+        if mode is TestMode.PerformanceOnly and (note := plan_note(config.scenario, config.values)):
+            log.info("%s", note)  # a large plan is silent for seconds to minutes before the first progress line
         # Read from here, every device ready, to after LoadGen returns: the readings bracket its timed part.
         power = power_sampler(device_names, why_not_power(mode, cluster))
         with power, ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf),

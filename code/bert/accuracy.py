@@ -273,6 +273,7 @@ def evaluate_accuracy_log(
     out_file: Path,
     synthetic: bool = False,
     scored_questions_only: bool = False,
+    data: PostprocessData | None = None,
 ) -> BertAccuracyResult:
     """Score a LoadGen accuracy log; write `out_file` (accuracy.txt) and predictions.json beside it.
 
@@ -280,8 +281,10 @@ def evaluate_accuracy_log(
     `synthetic` only labels the report: logits of synthetic inputs cannot answer SQuAD questions.
     `scored_questions_only` (``--num_samples``): EM and F1 over the questions the log answers, not the whole file,
     so a quick check on the first N samples reads like the full figure instead of N/10,833 of it.
+    `data`: the eval file already read (a run reads it before LoadGen, to refuse a damaged one up front).
     """
-    data = load_postprocess_data(tokenized_dir(preprocessed_dir))
+    if data is None:
+        data = load_postprocess_data(tokenized_dir(preprocessed_dir))
     logits = decode_accuracy_log(Path(accuracy_log))
     unknown = [i for i in logits if not 0 <= i < len(data.features)]
     if unknown:

@@ -17,7 +17,14 @@ import numpy as np
 
 from code.bert.download_model import BERT_SUBDIR, MODEL_FILES
 from code.bert.preprocess_data import default_squad_json
-from code.bert.squad import MANIFEST_FILE, MAX_SEQ_LENGTH, PAD_LOGIT, TOKENIZED_SUBDIR
+from code.bert.squad import (
+    MANIFEST_FILE,
+    MAX_SEQ_LENGTH,
+    PAD_LOGIT,
+    TOKENIZED_SUBDIR,
+    load_postprocess_data,
+    tokenized_dir,
+)
 from code.common.benchmarks import (
     AccuracyReport,
     EngineReport,
@@ -137,6 +144,9 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                                          f"{len(features)} samples"]
     context = backend_context(config, choice, features)
     chosen = backend_class(config["backend"])
+    # The eval file scores the run: read it now, so a damaged one stops the test before LoadGen, not after it.
+    eval_data = (load_postprocess_data(tokenized_dir(choice.data_dir))
+                 if mode is TestMode.AccuracyOnly and choice.data_dir is not None else None)
 
     def runner_on(device: str, name: str) -> BertRunner:
         return BertRunner(features, backend_on(device, config, chosen, context, name))
@@ -149,7 +159,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
         squad_json = _squad_json_for(choice.data_dir)
         result = evaluate_accuracy_log(log_dir / "mlperf_log_accuracy.json", choice.data_dir, squad_json,
                                        config.workload.accuracy_target.value, log_dir / "accuracy.txt",
-                                       scored_questions_only=subset)
+                                       scored_questions_only=subset, data=eval_data)
         failures = [] if result.passed else [f"F1 {result.f1:.3f} below target {result.target_f1:.3f}"]
         return AccuracyReport(metric="f1", value=result.f1, unit="%", passed=result.passed, failures=failures,
                               summary=f"exact_match = {result.exact_match:.3f}, f1 = {result.f1:.3f} "

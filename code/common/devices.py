@@ -40,7 +40,7 @@ from code.common.benchmark_errors import BenchmarkError, InputsUnavailableError
 from code.common.capabilities import check_runs_on
 from code.common.config import ResolvedConfig
 from code.common.constants import Scenario
-from code.common.fields import check_device
+from code.common.fields import FieldError, check_device
 from code.common.gpu_models import GpuModel, by_name, capability_text
 
 
@@ -185,11 +185,35 @@ def backend_on(device: str, config: ResolvedConfig, backend_class: Any, context:
             cap_memory_as_stand_in(config, device)
             return backend_class(backend_class.options_from(config, replace(context, device=device)))
     except Exception as error:
-        if type(error).__name__ != "OutOfMemoryError":  # torch.cuda.OutOfMemoryError, without importing torch
+        if not is_out_of_memory(error):
             raise
+        if not device.startswith("cuda"):
+            raise BenchmarkError(f"{name or device} ran out of memory while its backend instance loaded "
+                                 f"({allocator_message(error)}); free memory, or lower --gpu_batch_size") from error
         raise BenchmarkError(f"{name or device} ran out of memory while its backend instance loaded ({error}); free "
                              "that GPU (nvidia-smi shows what holds it), leave it out with --devices, or lower "
                              "--gpu_batch_size") from error
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is an allocator's out-of-memory: torch's ``OutOfMemoryError`` (a GPU's), or the plain
+    RuntimeError the CPU allocator raises ("DefaultCPUAllocator: can't allocate memory"). Told apart by name and
+    text, so that checking never imports torch."""
+    return type(error).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(error)
+
+
+def allocator_message(error: BaseException) -> str:
+    """The allocator's words without c10's ``[enforce fail at ...] err == 0.`` prefix: what was asked for."""
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return text.split("err == 0. ", 1)[-1]
+
+
+def _batch_out_of_memory(device: str, error: BaseException, samples: int) -> BenchmarkError:
+    """The one line that stops a run whose batch did not fit: a batch size is the knob a user turns for it."""
+    where = "the GPU (nvidia-smi shows what else holds it)" if device.startswith("cuda") else "the CPU's memory"
+    return BenchmarkError(f"{device} ran out of memory running a batch of {samples:,} samples "
+                          f"({allocator_message(error)}); lower --gpu_batch_size below {samples:,} (try "
+                          f"--gpu_batch_size={max(1, samples // 2)}), or free {where}")
 
 
 @contextmanager
@@ -209,8 +233,13 @@ class _BatchesOn:
         self.runner, self.device = runner, device
 
     def run_batch(self, sample_indices: Any) -> Any:
-        with current_device(self.device):
-            return self.runner.run_batch(sample_indices)
+        try:
+            with current_device(self.device):
+                return self.runner.run_batch(sample_indices)
+        except Exception as error:
+            if not is_out_of_memory(error):
+                raise
+            raise _batch_out_of_memory(self.device, error, len(sample_indices)) from error
 
     def __getattr__(self, name: str) -> Any:  # the runner's other methods (stats) as they are
         return getattr(self.runner, name)
@@ -230,10 +259,11 @@ class _ContinuousOn:
 
 def on_device(runner: Any, device: str) -> Any:
     """The runner, called with ``device`` as the calling thread's current device (the core's worker and engine
-    threads start on GPU 0); a CPU runner as it is."""
-    if not device.startswith("cuda"):
-        return runner
-    return _ContinuousOn(runner, device) if hasattr(runner, "run_continuous") else _BatchesOn(runner, device)
+    threads start on GPU 0), and a batch that runs out of memory stopping the run in one line naming
+    --gpu_batch_size (on the CPU too: a large batch asks its allocator for gigabytes at once)."""
+    if hasattr(runner, "run_continuous"):
+        return _ContinuousOn(runner, device) if device.startswith("cuda") else runner
+    return _BatchesOn(runner, device)
 
 
 def release_cached_gpu_memory() -> None:
@@ -282,6 +312,11 @@ def allowed_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# The most intra-op threads a run may ask for on each CPU it may use: beyond one a CPU they only take turns, and
+# each costs a stack and OpenMP's buffers, so thousands exhaust a capped address space (MemoryError) or the memory.
+THREADS_PER_CPU = 4
+
+
 def default_cpu_threads() -> int:
     """torch's own default intra-op threads, capped at the CPUs this process may run on."""
     import torch
@@ -295,6 +330,14 @@ def resolve_cpu_threads(config: ResolvedConfig) -> int:
     threads = config["cpu_threads"]
     if threads < 0:
         raise ValueError(f"cpu_threads must be >= 0 (0: choose from the allowed CPUs), got {threads}")
+    allowed = allowed_cpus()
+    if threads > allowed * THREADS_PER_CPU:
+        source = config.sources.get("cpu_threads", "default")
+        given = f"--cpu_threads={threads}" if source == "RUN_ARGS" else f"cpu_threads={threads} (set by {source})"
+        raise FieldError(f"{given} is more than {THREADS_PER_CPU} threads for each of the {allowed} CPU(s) this "
+                         f"process may use ({allowed * THREADS_PER_CPU} at most here): beyond one a CPU threads add "
+                         f"no speed and each costs memory; set --cpu_threads={allowed} (one a CPU), or leave it out "
+                         "(torch's default, capped at those CPUs)")
     if threads:
         return threads
     default = default_cpu_threads()

@@ -21,6 +21,7 @@ from typing import Any
 
 from code.common import atomic
 from code.common.benchmark_errors import BenchmarkError
+from code.common.faults import writing_folder
 from code.common.file_lock import holding
 
 MANIFEST = "engine.json"
@@ -81,6 +82,8 @@ def build_once(engine_dir: Path, write: Callable[[Path], None],
             except EngineError:
                 pass
         atomic.recover(engine_dir)  # what a killed build left; no other build runs now
-        with atomic.replacing_folder(engine_dir) as building:
+        # Outside the temporary folder: a full disk is named once that folder is removed again.
+        with writing_folder(engine_dir.parent, f"the engine {engine_dir.name}"), \
+                atomic.replacing_folder(engine_dir) as building:
             write(building)
     return True

@@ -60,6 +60,32 @@ def check_free_space(folder: Path, needed: int, what: str) -> None:
                            f"free there; {FREE_SPACE}, then run again (nothing was written)")
 
 
+def is_no_space(error: BaseException) -> bool:
+    """Whether ``error`` says the disk is full: an OSError's errno, or the text of a writer that wraps it in its own
+    exception (safetensors' Rust writer raises ``SafetensorError: ... No space left on device (os error 28)``)."""
+    if isinstance(error, OSError):
+        return error.errno in NO_SPACE
+    text = str(error)
+    return "No space left on device" in text or "Disk quota exceeded" in text
+
+
+@contextmanager
+def writing_folder(folder: Path, what: str, needed: int | None = None) -> Iterator[None]:
+    """Around the writing of ``what`` into ``folder``: a full disk becomes one ``NoSpaceError`` naming the folder,
+    the space ``needed`` where known, and the fix. The caller writes into a temporary folder that is removed on
+    error (``code/common/atomic.py``), so the message can promise that nothing half-written is left."""
+    try:
+        yield
+    except NoSpaceError:
+        raise
+    except Exception as error:
+        if not is_no_space(error):
+            raise
+        size = f"; it needs about {_size(needed)} there" if needed else ""
+        raise NoSpaceError(f"no space left writing {what} in {folder}{size}; {FREE_SPACE}, then run again "
+                           "(nothing half-written was left)") from error
+
+
 class CheckpointError(ValueError):
     """A checkpoint that is not there, or reads but does not fill the model exactly (missing, unexpected, wrongly
     shaped or non-floating-point weights). Raised by the model loaders, which name the file and list every

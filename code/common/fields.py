@@ -42,10 +42,18 @@ MLPERF_MIN_DURATION_MS = 600_000
 MLPERF_MIN_QUERY_COUNT = {Scenario.Offline: 1, Scenario.Server: 100, Scenario.SingleStream: 100}
 TEST_RUN_MIN_DURATION_MS = 60_000  # --test_run / --fast (NVIDIA's values)
 TEST_RUN_MIN_QUERY_COUNT = 1
-# The plan's cost: LoadGen holds about this much per planned sample (measured: 5.5 GB for 66 M Offline samples and
-# for 60 M Server queries), and a plan may take this share of the machine's memory, beside the model and the data.
-BYTES_PER_PLANNED_SAMPLE = 100
+# The plan's cost, measured on the 2-core dev VM (BERT Offline, --test_run): the test process's peak memory grows
+# 166-178 bytes per planned sample from 1 M to 7.9 M samples (oracle backend: 419 MB, 947 MB, 1,604 MB at 0.99 M,
+# 3.96 M, 7.92 M), and 143 bytes for a 50.6 M plan before its first sample completes (7.2 GB, BERT-tiny). A plan may
+# take this share of the machine's memory, beside the model and the data.
+BYTES_PER_PLANNED_SAMPLE = 170
 PLAN_MEMORY_SHARE = 0.2
+# The time from LoadGen's start to the first completed sample, which no progress line can cover: LoadGen builds the
+# plan (65-86 ns a sample) and the core takes and orders the samples; measured 4 s for 10 M samples, 8 s for 20 M,
+# 30-45 s for 50.6 M (BERT-tiny, Offline). From PLAN_SAID_FROM samples on (about 0.4 s and 160 MiB) the test
+# process says so before LoadGen starts (``plan_note``).
+SECONDS_PER_PLANNED_SAMPLE = 0.4e-6
+PLAN_SAID_FROM = 1_000_000
 PLAN_FIELDS = ("offline_expected_qps", "server_target_qps", "single_stream_expected_latency_ns", "min_duration",
                "min_query_count")  # what sizes the plan
 
@@ -397,6 +405,26 @@ def planned_samples(scenario: Scenario, values: dict[str, Any]) -> int:
     return min(planned, maximum) if maximum else planned
 
 
+def plan_note(scenario: Scenario, values: dict[str, Any]) -> str | None:
+    """The line a performance test prints before LoadGen starts when its plan is large (``PLAN_SAID_FROM``): how
+    many samples LoadGen plans, the memory they take and how long before the first one runs, a silence no progress
+    line can fill; and how long the test runs at the rate it was given, which a slower system stretches. None for a
+    small plan, and for an accuracy run (it issues each sample once)."""
+    if values.get("test_mode") == "AccuracyOnly":
+        return None
+    planned = planned_samples(scenario, values)
+    if planned < PLAN_SAID_FROM:
+        return None
+    seconds = max(1, round(planned * SECONDS_PER_PLANNED_SAMPLE))
+    line = (f"LoadGen plans {planned:,} samples (about {planned * BYTES_PER_PLANNED_SAMPLE / 2**30:.1f} GiB of "
+            f"memory) and takes about {seconds} s before the first one runs; progress lines start then")
+    if scenario is Scenario.Offline:
+        rate = float(values["offline_expected_qps"])
+        line += (f"; they last {planned / rate:,.0f} s at --offline_expected_qps={rate:g} samples/s and longer on a "
+                 "slower system (make find_performance measures its rate)")
+    return line
+
+
 def memory_bytes() -> int:
     """This machine's memory (0: unknown)."""
     from code.common.systems import memory_bytes as detected
@@ -472,4 +500,4 @@ def check_device(benchmark: Benchmark, values: dict[str, Any], sources: dict[str
 
 
 __all__ = ["FIELDS", "ChoiceError", "Field", "FieldError", "Range", "applicable_fields", "check_combination",
-           "check_device", "get_field"]
+           "check_device", "get_field", "plan_note"]

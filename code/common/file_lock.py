@@ -14,6 +14,22 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from code.common.benchmark_errors import BenchmarkError
+
+
+class LockPathError(BenchmarkError):
+    """A lock file's path that cannot hold a lock file (a folder made there by hand or by a stray ``mkdir``); the
+    message names it and the fix."""
+
+
+def _not_a_folder(lock_file: Path) -> None:
+    """``LockPathError`` when ``lock_file`` is a folder: opening it would raise IsADirectoryError, which names
+    neither what the path is for nor that removing it is safe (a lock file holds nothing; see above)."""
+    if lock_file.is_dir():
+        raise LockPathError(f"{lock_file} is a folder, where the lock file that lets runs take turns belongs; "
+                            f"remove it (rmdir {lock_file}, or rm -r if it holds files: a lock file holds nothing), "
+                            "then run again")
+
 
 @contextmanager
 def holding(lock_file: Path, *, shared: bool = False) -> Iterator[None]:
@@ -34,6 +50,7 @@ def holding(lock_file: Path, *, shared: bool = False) -> Iterator[None]:
 def _open(lock_file: Path, shared: bool) -> int | None:
     """The lock file's descriptor. A shared holder in a folder it may not write (a shared, read-only engines folder)
     opens its owner's lock file read-only (a lock needs no write access), or gets None where the owner made none."""
+    _not_a_folder(lock_file)
     try:
         lock_file.parent.mkdir(parents=True, exist_ok=True)
         return os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
@@ -66,6 +83,7 @@ def hold_for_life(lock_file: Path) -> None:
     """Holds ``lock_file`` exclusively until this process exits (or is killed): a mark that says "in use" to other
     processes for exactly as long as this one lives (``is_held``)."""
     lock_file = Path(lock_file)
+    _not_a_folder(lock_file)
     lock = open(lock_file, "a")  # noqa: SIM115 - kept open on purpose: closing it would release the lock
     _lock(lock.fileno(), lock_file, fcntl.LOCK_EX)
     _held_for_life.append(lock)

@@ -10,7 +10,6 @@ tool's own up-to-date check makes a no-op build take about a second.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import shutil
@@ -19,10 +18,11 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from code.common.paths import harness_build_dir, harness_lib_dir
+from code.common.file_lock import LockPathError, holding
+from code.common.paths import BUILD_DIR, harness_build_dir, harness_lib_dir
 from code.common.rounds import DEFAULT_ROUND, ROUNDS, Round, RoundError, get_round
 from code.harness.fetch_loadgen import FetchError, fetch_loadgen
 
@@ -102,9 +102,15 @@ def _build_lock(round_name: str) -> Iterator[None]:
     at once would otherwise compile into the same CMake folder and link the same module, and a run could load a
     half-written one. The other waits for this build to end, then finds it up to date."""
     folder = harness_build_dir(round_name)
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / BUILD_LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, also if this process dies
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(holding(folder / BUILD_LOCK))  # released when this process ends, however it ends
+        except LockPathError as error:
+            raise BuildError(str(error)) from None
+        except OSError as error:  # a read-only or foreign build/: the build could write nothing there either
+            raise BuildError(f"cannot write {folder} ({error.strerror or error}): make build compiles the C++ core "
+                             f"there; make {BUILD_DIR} writable (or set MLPERF_BUILD_DIR to a writable folder), "
+                             "then run again") from None
         yield
 
 

@@ -150,6 +150,25 @@ def test_cpu_threads_leave_server_a_free_core(monkeypatch):
         threads(Scenario.Offline, cpu_threads=-1)
 
 
+def test_more_cpu_threads_than_the_cpus_can_use_is_refused_naming_a_value_that_fits(monkeypatch):
+    """Bad input x40: --cpu_threads=4096 on 2 CPUs ended in a MemoryError traceback from thread stacks."""
+    from code.common import devices
+    from code.common.fields import FieldError
+
+    monkeypatch.setattr(devices, "allowed_cpus", lambda: 2)
+
+    def threads(value):
+        config = resolve_config(Benchmark.BERT, Scenario.Offline, "CPU", WorkloadSetting(), {"cpu_threads": value})
+        return devices.resolve_cpu_threads(config)
+
+    assert threads(2 * devices.THREADS_PER_CPU) == 2 * devices.THREADS_PER_CPU  # oversubscribed, but allowed
+    with pytest.raises(FieldError) as refused:
+        threads(4096)
+    assert str(refused.value).startswith(f"--cpu_threads=4096 is more than {devices.THREADS_PER_CPU} threads for "
+                                         "each of the 2 CPU(s) this process may use")
+    assert "set --cpu_threads=2 (one a CPU), or leave it out" in str(refused.value)
+
+
 def test_unknown_system_names_the_fix(monkeypatch):
     monkeypatch.setattr("configs.configuration.this_machine", lambda: DetectedSystem())  # a machine without GPUs
     with pytest.raises(ConfigError, match=r"no config for system Future_GPU_300GBx1.*make add_system"):
@@ -201,3 +220,36 @@ def test_gptj_declared_precisions_are_what_the_backends_run():
 
     declared = {backend.name: backend.precisions for backend in DECLARATIONS}
     assert set(declared["pytorch"]) == set(DTYPES) and set(declared["inflight"]) == set(INFLIGHT_PRECISIONS)
+
+
+@pytest.mark.parametrize(("source", "error"), [
+    ("precision = fp32\n", "NameError: name 'fp32' is not defined"),
+    ("import configs.no_such_module\n", "ModuleNotFoundError: No module named 'configs.no_such_module'"),
+    ("values = {}\nvalues['gpu_batch_size'] += 1  # a slip\n", "KeyError: 'gpu_batch_size'"),
+])
+def test_a_slip_in_a_config_file_is_one_line_naming_file_and_line(tmp_path, monkeypatch, source, error):
+    """What a hand edit of a config class can raise while its module is imported: one ConfigError naming the file,
+    the line, the error and the fix, never a traceback from the importer."""
+    from configs.configuration import import_config_module
+
+    package = tmp_path / "edited_configs"
+    package.mkdir()
+    (package / "__init__.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    line = source.count("\n")
+    with pytest.raises(ConfigError) as caught:
+        import_config_module("edited_configs", package / "__init__.py", "fix that line")
+    message = str(caught.value)
+    assert message.startswith(f"{package / '__init__.py'} line {line} ("), message
+    assert message.endswith(f"raised {error}; fix that line") and "\n" not in message, message
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_a_registry_error_in_a_config_file_passes_unchanged(tmp_path, monkeypatch):
+    from configs.configuration import import_config_module
+
+    (tmp_path / "registered_twice.py").write_text(
+        "from configs.configuration import ConfigError\nraise ConfigError('class X registers CPU twice')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match="^class X registers CPU twice$"):
+        import_config_module("registered_twice", tmp_path / "registered_twice.py", "fix")

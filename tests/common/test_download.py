@@ -371,3 +371,20 @@ def test_every_download_command_starts_from_one_parser(module, root, r2, capsys,
 def test_an_unknown_download_root_is_refused_with_the_valid_ones():
     with pytest.raises(ValueError, match="unknown download root 'weights_dir'; valid roots: data_dir, model_dir"):
         dl.download_parser("code.x.download_weights", "", "weights_dir")
+
+
+@pytest.mark.parametrize("target", ["download_data", "download_model", "preprocess_data"])
+def test_make_data_steps_refuse_an_unknown_benchmark_with_the_list(tmp_path, target):
+    """``make download_data BENCHMARKS=resnet``: one line naming the variable and the benchmarks there are, exit 2,
+    before link_dirs or any download (no build folder made)."""
+    import subprocess
+
+    from code.common.paths import REPO_ROOT
+
+    build = tmp_path / "build"
+    done = subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), target, "BENCHMARKS=bert resnet",
+                           f"BUILD_DIR={build}"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith('ERROR: BENCHMARKS="bert resnet": no benchmark resnet here; the benchmarks are '
+                                  "bert gptj: ")
+    assert "No module named" not in done.stderr and not build.exists() and done.stdout == ""

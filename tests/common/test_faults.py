@@ -363,3 +363,123 @@ def test_a_disk_that_fills_under_loadgen_fails_the_test_in_one_line(small_disk, 
     assert metadata["result"]["verdict"] in ("INCOMPLETE", "FAILED")
     for name in ("summary.txt", "summary.json"):  # whole or absent, never an empty file
         assert not (logs / name).exists() or (logs / name).stat().st_size > 0
+
+
+def test_a_folder_at_a_lock_path_names_it_and_the_fix(tmp_path):
+    """A folder where a lock file belongs (a stray mkdir): one line naming the path and saying to remove it."""
+    from code.common.benchmark_errors import BenchmarkError
+    from code.common.file_lock import hold_for_life, holding
+
+    lock = tmp_path / ".tiny-bf16-random-s0.lock"
+    lock.mkdir()
+    for take in (lambda: holding(lock).__enter__(), lambda: holding(lock, shared=True).__enter__(),
+                 lambda: hold_for_life(lock)):
+        with pytest.raises(BenchmarkError) as caught:
+            take()
+        assert str(caught.value).startswith(f"{lock} is a folder, where the lock file")
+        assert f"remove it (rmdir {lock}" in str(caught.value)
+
+
+def test_a_read_only_build_folder_is_one_line_from_make_build(tmp_path, monkeypatch, capsys):
+    """``make build`` (and so ``make run``) on a read-only build/: the build lock names the folder and the fix."""
+    from code.common import file_lock
+    from code.harness import build as builder
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    monkeypatch.setattr(builder, "harness_build_dir", lambda round_name: tmp_path / "harness" / round_name)
+    monkeypatch.setattr(builder, "_find_compiler", lambda: "/usr/bin/c++")
+    monkeypatch.setattr(file_lock.os, "open", read_only)
+    assert builder.main([]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"code.harness.build: error: cannot write {tmp_path / 'harness' / builder.DEFAULT_ROUND} "
+                          "(Read-only file system): make build compiles the C++ core there")
+    assert err.count("\n") == 1
+    assert "MLPERF_BUILD_DIR" in err and "Traceback" not in err
+
+
+FREED = {"cpu": "the CPU's memory", "cuda:1": "the GPU (nvidia-smi shows what else holds it)"}
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda:1"])
+def test_a_batch_that_runs_out_of_memory_names_the_batch_size(device, monkeypatch):
+    """Bad input x27: --gpu_batch_size=65536 on the CPU asked the allocator for 6.5 GB in one batch; the run stops
+    in one line naming --gpu_batch_size and a smaller value, not the allocator's traceback."""
+    from code.common import devices
+    from code.common.benchmark_errors import BenchmarkError
+
+    class Hungry:
+        def run_batch(self, sample_indices):
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                               "memory: you tried to allocate 6488064000 bytes. Error code 12 (Cannot allocate memory)")
+
+    class Buggy:
+        def run_batch(self, sample_indices):
+            raise RuntimeError("size mismatch")
+
+    monkeypatch.setattr(devices, "current_device", lambda device: __import__("contextlib").nullcontext())
+    with pytest.raises(BenchmarkError) as caught:
+        devices.on_device(Hungry(), device).run_batch(np.arange(22_000))
+    assert str(caught.value) == (f"{device} ran out of memory running a batch of 22,000 samples (DefaultCPUAllocator: "
+                                 "can't allocate memory: you tried to allocate 6488064000 bytes. Error code 12 (Cannot "
+                                 "allocate memory)); lower --gpu_batch_size below 22,000 (try --gpu_batch_size=11000), "
+                                 f"or free {FREED[device]}")
+    with pytest.raises(RuntimeError, match="^size mismatch$"):  # any other error is a bug: its traceback stays
+        devices.on_device(Buggy(), device).run_batch(np.arange(4))
+
+
+def _no_engine_left(engine: Path) -> bool:
+    from code.common.atomic import leftovers
+
+    return not engine.exists() and not leftovers(engine)
+
+
+def test_a_full_disk_while_an_engine_is_written_names_the_folder_and_leaves_nothing(tmp_path, tiny_checkpoint,
+                                                                                      monkeypatch):
+    """Bad input y50: safetensors' writer raises its own SafetensorError on a full disk; the build stops in one
+    line naming the engines folder, the weights' size and the fix, and no half-written engine is left."""
+    import safetensors.torch
+
+    from code.common.faults import NoSpaceError
+
+    def full(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"\0" * 1000)  # what was written before the disk filled
+        raise safetensors.SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    engine = tmp_path / "engines" / "tiny-fp32-model"
+    with pytest.raises(NoSpaceError) as caught:
+        build_engine(EngineSpec("tiny", "fp32", str(tiny_checkpoint)), engine)
+    message = str(caught.value)
+    assert message.startswith(f"no space left writing the engine's weights in {engine.parent}; it needs about ")
+    assert "MiB there; free space there" in message and message.endswith("(nothing half-written was left)")
+    assert _no_engine_left(engine)
+
+
+def test_a_real_full_disk_while_an_engine_is_written_is_one_line(small_disk, tiny_checkpoint):
+    from code.common.faults import NoSpaceError
+
+    engine = small_disk / "engines" / "tiny-fp32-model"
+    with pytest.raises(NoSpaceError, match=f"^no space left writing the engine's weights in {engine.parent}; "):
+        build_engine(EngineSpec("tiny", "fp32", str(tiny_checkpoint)), engine)
+    assert _no_engine_left(engine)
+
+
+def test_a_corrupt_eval_file_stops_an_accuracy_run_before_loadgen(tmp_path, harness_built):
+    """Bad input c06: a damaged squad_eval.json.gz was found only after the accuracy run; it is read before LoadGen
+    starts now, so the test ends in its one ERROR line with nothing run."""
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
+    data = write_features(tmp_path / "squad_tokenized")
+    (data / EVAL_FILE).write_bytes(b"garbage")
+    env = {**os.environ, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, "-m", "code.main", "--action=run_harness", "--backend=oracle",
+                           "--test_mode=AccuracyOnly", "--gpu_batch_size=8", f"--input_data={data}",
+                           f"--log_dir={tmp_path / 'logs'}"], cwd=REPO_ROOT, capture_output=True, text=True, env=env,
+                          timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "Traceback" not in output and "starting LoadGen" not in output and "LoadGen finished" not in output
+    assert output.count(f"ERROR: {data / EVAL_FILE} is truncated or corrupt (") == 1, output

@@ -9,7 +9,7 @@ import pytest
 from code.common import fields
 from code.common.config import WorkloadSetting
 from code.common.constants import Benchmark, Scenario
-from code.common.fields import FieldError, planned_samples
+from code.common.fields import FieldError, plan_note, planned_samples
 from configs.configuration import resolve_config
 
 GIB = 2**30
@@ -61,7 +61,27 @@ def test_a_config_classs_own_rate_is_for_its_system_not_this_machine(monkeypatch
     RUN_ARGS give is checked against this machine's memory."""
     monkeypatch.setattr(fields, "memory_bytes", lambda: 1 * GIB)
     config = resolve_config(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GBx8", WorkloadSetting(), {})
-    assert planned_samples(Scenario.Offline, config.values) > 1 * GIB * fields.PLAN_MEMORY_SHARE / 100
+    bound = 1 * GIB * fields.PLAN_MEMORY_SHARE / fields.BYTES_PER_PLANNED_SAMPLE
+    assert planned_samples(Scenario.Offline, config.values) > bound
     with pytest.raises(FieldError, match="asks LoadGen to plan"):
         resolve_config(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GBx8", WorkloadSetting(),
                        {"min_duration": 600_000})
+
+
+def test_a_rate_just_under_the_old_bound_is_refused_at_the_measured_cost(memory):
+    """Bad input y56: 765,954 samples/s with --test_run plans 50.6 M samples, which took 7.2 GB and 30-45 s before
+    the first sample on the 23 GiB machine; at the measured 170 bytes a sample that is over the 20 % share."""
+    with pytest.raises(FieldError, match=r"plan 50,552,964 samples before the run starts \(about 8\.0 GiB\)"):
+        resolve(Scenario.Offline, offline_expected_qps=765_954.0, test_run=True)
+
+
+def test_a_large_plan_is_said_before_loadgen_starts():
+    note = plan_note(Scenario.Offline, {"offline_expected_qps": 150_000.0, "test_run": True})
+    assert note == ("LoadGen plans 9,900,000 samples (about 1.6 GiB of memory) and takes about 4 s before the first "
+                    "one runs; progress lines start then; they last 66 s at --offline_expected_qps=150000 samples/s "
+                    "and longer on a slower system (make find_performance measures its rate)")
+    server = plan_note(Scenario.Server, {"server_target_qps": 50_000.0, "test_run": True})
+    assert server is not None and server.startswith("LoadGen plans 3,000,000 samples") and "last" not in server
+    assert plan_note(Scenario.Offline, {"offline_expected_qps": 10_000.0, "test_run": True}) is None  # 660,000
+    assert plan_note(Scenario.Offline, {"offline_expected_qps": 150_000.0, "test_run": True,
+                                        "test_mode": "AccuracyOnly"}) is None

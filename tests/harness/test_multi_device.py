@@ -452,7 +452,7 @@ def test_runners_are_called_on_their_device() -> None:
     from code.common.devices import on_device
 
     batch, engine = SleepyRunner(0, 0, None), SleepyEngine(1, 0, None)
-    assert on_device(batch, "cpu") is batch
+    assert on_device(batch, "cpu").runner is batch  # on the CPU too: an out-of-memory batch names the fix
     wrapped = on_device(batch, "cuda:1")
     assert wrapped.runner is batch and wrapped.device == "cuda:1" and not hasattr(wrapped, "run_continuous")
     assert hasattr(on_device(engine, "cuda:0"), "run_continuous") and not hasattr(on_device(engine, "cuda:0"),

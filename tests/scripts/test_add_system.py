@@ -229,3 +229,14 @@ def test_what_add_system_writes_for_a_long_system_name_passes_lint(tmp_path):
     too_long = run("-m", "scripts.add_system", "--system_name=" + "B" * 100)
     assert too_long.returncode == 2 and "at most 90 characters" in too_long.stderr
     assert _tree_state(root) == before
+
+
+def test_an_unknown_benchmark_is_refused_with_the_list_before_anything_is_written(tmp_path):
+    root = _repo_copy(tmp_path)
+    before = _tree_state(root)
+    refused = subprocess.run([sys.executable, "-m", "scripts.add_system", "--system_name=MyBox_x2",
+                              "--benchmarks=bert,resnet"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2, refused.stdout
+    assert "error: --benchmarks=bert,resnet: unknown benchmark 'resnet'; valid choices: bert, gptj" in refused.stderr
+    assert "Traceback" not in refused.stderr and refused.stdout == ""
+    assert _tree_state(root) == before

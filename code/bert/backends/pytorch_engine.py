@@ -44,7 +44,7 @@ from code.common import engine_manifest
 from code.common.devices import auto_device
 from code.common.download import file_checksum
 from code.common.engine_manifest import MANIFEST, EngineError, rebuild_hint  # noqa: F401 - MANIFEST: for callers
-from code.common.faults import reading
+from code.common.faults import reading, writing_folder
 from code.common.paths import DATA_DIR, PREPROCESSED_DATA_DIR
 
 FORMAT_VERSION = 2  # 2: fp8 engines and their calibration
@@ -191,8 +191,11 @@ def _write_engine(spec: EngineSpec, engine_dir: Path, calibration: CalibrationSe
             model = load_checkpoint(path, spec.config)
         from safetensors.torch import save_file
 
-        save_file({k: v.to(spec.dtype).contiguous() for k, v in model.state_dict().items()},
-                  str(engine_dir / WEIGHTS), metadata={"engine_key": engine_key(spec)})
+        weights = {k: v.to(spec.dtype).contiguous() for k, v in model.state_dict().items()}
+        needed = sum(tensor.numel() * tensor.element_size() for tensor in weights.values())
+        with writing_folder(engine_dir.parent, "the engine's weights", needed):
+            save_file(weights, str(engine_dir / WEIGHTS), metadata={"engine_key": engine_key(spec)})
+        del weights
     calibrated = None
     if spec.precision in QUANTIZED:
         if model is None:

@@ -19,7 +19,20 @@ bool ErrorState::ClaimFirst(const std::string& description, const std::string& w
 
 void ErrorState::RecordPython(const pybind11::error_already_set& error, const std::string& where) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (ClaimFirst(error.what(), where)) python_error_.emplace(error);
+  if (ClaimFirst(PythonErrorLine(error), where)) python_error_.emplace(error);
+}
+
+std::string ErrorState::PythonErrorLine(const pybind11::error_already_set& error) {
+  // The exception's type and message, without pybind11's "At:" frames: the line says at once what failed, in the
+  // words of an error a user fixes (the run's one ERROR line repeats them), and a bug's traceback comes whole
+  // when run_test re-raises the exception. The caller holds the GIL.
+  try {
+    const std::string name = pybind11::str(error.type().attr("__name__"));
+    const std::string message = pybind11::str(error.value());
+    return message.empty() ? name : name + ": " + message;
+  } catch (const std::exception&) {
+    return error.what();
+  }
 }
 
 void ErrorState::RecordMessage(const std::string& message, const std::string& where) {

@@ -40,6 +40,7 @@ class ErrorState {
 
  private:
   bool ClaimFirst(const std::string& description, const std::string& where);
+  static std::string PythonErrorLine(const pybind11::error_already_set& error);
 
   std::atomic<bool> failed_{false};
   std::mutex mutex_;

@@ -55,6 +55,12 @@ def padded_rows(x: Tensor, rows: int | None) -> int:
     return x.shape[0] if rows is None else rows
 
 
+def zero_padded(x: Tensor, rows: int | None) -> Tensor:
+    """``x`` with zero rows after its own up to ``rows`` (``padded_rows``): a padded GEMM input off the GPU."""
+    rows = padded_rows(x, rows)
+    return torch.cat((x, x.new_zeros((rows - x.shape[0], *x.shape[1:])))) if rows > x.shape[0] else x
+
+
 def quantize_cuda(x: Tensor, scale: float | Tensor, rows: int | None = None) -> Tensor:
     """``quantize`` in one pass over memory (one Triton kernel instead of four elementwise ones). ``scale``: a
     float, or a 0-d float32 tensor on the GPU that the kernel reads (no host synchronisation). ``rows``: the result
@@ -75,10 +81,7 @@ def quantize_fast(x: Tensor, scale: float | Tensor, rows: int | None = None) -> 
     ``rows`` as ``quantize_cuda``'s."""
     if x.is_cuda and triton is not None:
         return quantize_cuda(x.contiguous(), scale, rows)
-    rows = padded_rows(x, rows)
-    if rows > x.shape[0]:
-        x = torch.cat((x, x.new_zeros((rows - x.shape[0], *x.shape[1:]))))
-    return quantize(x, scale)
+    return quantize(zero_padded(x, rows), scale)
 
 
 def dequantize(q: Tensor, scale: float | Tensor) -> Tensor:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from code.numerics.fp8 import amax_scale, dequantize, padded_rows
+from code.numerics.fp8 import amax_scale, dequantize, padded_rows, zero_padded
 
 try:
     import triton
@@ -86,10 +86,7 @@ def quantize_fast(x: Tensor, scale: float, rows: int | None = None) -> Tensor:
     """``quantize`` as fast as the device allows: one Triton pass on a GPU, ``quantize`` itself elsewhere."""
     if x.is_cuda and triton is not None:
         return quantize_cuda(x.contiguous(), scale, rows)
-    rows = padded_rows(x, rows)
-    if rows > x.shape[0]:
-        x = torch.cat((x, x.new_zeros((rows - x.shape[0], *x.shape[1:]))))
-    return quantize(x, scale)
+    return quantize(zero_padded(x, rows), scale)
 
 
 def quantize_weight(weight: Tensor) -> tuple[Tensor, Tensor]:

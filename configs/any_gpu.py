@@ -134,14 +134,13 @@ def gpu_model_classes(benchmark: Benchmark, scenario: Scenario) -> Callable[[str
     the class derived for that GPU model, so a derived class is named and subclassed like a written one (``make
     add_system`` writes ``class A100_SXM4_40GBx8(Offline.A100_SXM4_40GB)``). Any model of code/common/gpu_models.py,
     or this machine's GPU, has one; any other name is an AttributeError, as for a plain module."""
-    from code.common.systems import gpu_model_for_system, this_machine
+    from code.common.systems import gpu_model_for_system
 
     def class_named(name: str) -> type[BenchmarkConfiguration]:
         model_name = name.removesuffix("_HighAccuracy")
         if model_name.startswith("_") or not model_name:
             raise AttributeError(name)
-        system = f"{model_name}x1"
-        gpu = gpu_model_for_system(system) or gpu_model_for_system(system, this_machine())
+        gpu = gpu_model_for_system(f"{model_name}x1")
         if gpu is None or gpu.name != model_name:
             raise AttributeError(f"module configs.{benchmark.value}.{scenario.value} has no attribute {name!r} (no "
                                  f"config class, and no GPU model of that name in code/common/gpu_models.py)")

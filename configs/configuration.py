@@ -38,7 +38,7 @@ from code.common.fields import FIELDS, FieldError
 from code.common.gpu_models import REFERENCE, GpuModel
 from code.common.ladder import Ladder, Rung, check_ladder, engine_fields, given_engine_fields, matching_rung
 from code.common.paths import REPO_ROOT
-from code.common.systems import gpu_model_and_count, gpu_model_for_system, this_machine
+from code.common.systems import gpu_model_and_count, gpu_model_for_system
 from code.common.tuned import tuned_fields
 
 # ConfigError, ResolvedConfig and WorkloadSetting live in code/common/config.py; they are named here too because
@@ -233,7 +233,7 @@ class ConfigRegistry:
         for name in names:
             if (benchmark, scenario, name, workload) in cls._classes:
                 return cls._classes[(benchmark, scenario, name, workload)]
-        gpu = system_gpu_model(system)
+        gpu = gpu_model_for_system(system)
         if gpu is not None and (benchmark, scenario, gpu.name, workload) in cls._classes:
             return cls._classes[(benchmark, scenario, gpu.name, workload)]  # named by an alias (NVIDIA's spelling)
         if gpu is not None and (benchmark, scenario, REFERENCE, workload) in cls._classes:
@@ -290,15 +290,6 @@ def shared_values(**values: Any):  # noqa: ANN201 - a decorator factory
         return config
 
     return decorator
-
-
-def system_gpu_model(system: str) -> GpuModel | None:
-    """The GPU model of a system ``<model>x<count>``: code/common/gpu_models.py's row, else this machine's GPU when
-    the system is this machine's (NVML is asked only then); None for ``CPU`` and names without a count."""
-    found = gpu_model_and_count(system)
-    if found is None:
-        return None
-    return gpu_model_for_system(system) or gpu_model_for_system(system, this_machine())
 
 
 def gpu_count(config: type[BenchmarkConfiguration], system: str) -> int | None:
@@ -426,7 +417,7 @@ def system_ladder(config: type[BenchmarkConfiguration], system: str,
     and the others, each with the reason it is skipped. A system of no known GPU model (``CPU``, ``MyBox``) runs the
     ladder as it is. Refuses a ladder of which the GPU runs no rung, saying why for each."""
     ladder = config.engine_ladder if config.ladder_owner() else ()
-    gpu = (system_gpu_model(system) or config.gpu_model) if ladder else None  # MyBox: its class's GPU model
+    gpu = (gpu_model_for_system(system) or config.gpu_model) if ladder else None  # MyBox: its class's GPU model
     if gpu is None:
         return ladder, tuple(config.skipped_rungs)
     kept, skipped = runnable_rungs(config.benchmark, ladder, {name: value for name, (value, _) in below.items()},

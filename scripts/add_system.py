@@ -44,13 +44,19 @@ from code.common.system_description import (
     load_description,
     read_json_object,
 )
-from code.common.systems import CPU_SYSTEM, DetectedSystem, GpuInfo, detect_system, gpu_model_and_count
+from code.common.systems import (
+    CPU_SYSTEM,
+    DetectedSystem,
+    GpuInfo,
+    detect_system,
+    gpu_model_and_count,
+    gpu_model_for_system,
+)
 from configs.configuration import (
     VARIANT_SUFFIX,
     BenchmarkConfiguration,
     ConfigRegistry,
     WorkloadSetting,
-    system_gpu_model,
 )
 
 HEADER = '''"""Configs of systems added with `make add_system` (scripts/add_system.py); edit them freely.
@@ -181,7 +187,7 @@ def target_gpus(system: str, detected: DetectedSystem, gpu_model: str | None,
             raise ConfigError(f"--system_name={system} says {found[1]}x {found[0]}, and --gpu_model/--gpu_count say "
                               f"{count}x {model.name}: give a name without a count (MyBox), or leave those out")
         return model, count
-    if found is not None and (model := system_gpu_model(system)) is not None:
+    if found is not None and (model := gpu_model_for_system(system)) is not None:
         return model, gpu_count or found[1]
     if detected.gpus and system != CPU_SYSTEM:
         return detected.gpus[0].model(), gpu_count or (found[1] if found else len(detected.gpus))

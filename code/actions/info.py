@@ -18,8 +18,7 @@ from code.common.system_description import (
     load_description,
     shown,
 )
-from code.common.systems import detect_system
-from configs.configuration import system_gpu_model
+from code.common.systems import detect_system, gpu_model_for_system
 
 
 def describe_description(system: str) -> list[str]:
@@ -57,7 +56,7 @@ def info(request: RunRequest) -> None:
         print(f"Using configs of --system_name={system}")
     if request.overrides.get("gpu_as"):
         print(f"Standing in for {system} (--gpu_as): its configs, engines and memory, on this machine's GPUs")
-    gpu = system_gpu_model(system)
+    gpu = gpu_model_for_system(system)
     if gpu is not None:
         print(f"GPU model {gpu.name}: {gpu.describe()} ({gpu.source})")
     for line in describe_description(system):

@@ -328,17 +328,18 @@ def this_machine() -> DetectedSystem:
     return detect_system()
 
 
-def gpu_model_for_system(system: str, detected: DetectedSystem | None = None) -> GpuModel | None:
-    """The GPU model a system ``<model>x<count>`` is made of: the row code/common/gpu_models.py has for it, else,
-    when ``detected`` (this machine) is a system of that model, what NVML says of its GPU; None for a system of no
-    GPU model (``CPU``, a name without a count) or of a model neither knows."""
+def gpu_model_for_system(system: str) -> GpuModel | None:
+    """The GPU model a system ``<model>x<count>`` is made of: the row code/common/gpu_models.py has for it, else, when
+    this machine is a system of that model, what NVML says of its GPU (NVML is asked only then); None for a system of
+    no GPU model (``CPU``, a name without a count) or of a model neither knows."""
     found = gpu_model_and_count(system)
     if found is None:
         return None
     known = by_name(found[0])
     if known is not None:
         return known
-    if detected is not None and detected.gpus and detected.gpus[0].short_name == found[0]:
+    detected = this_machine()
+    if detected.gpus and detected.gpus[0].short_name == found[0]:
         return detected.gpus[0].model()
     return None
 

@@ -170,7 +170,7 @@ def test_more_cpu_threads_than_the_cpus_can_use_is_refused_naming_a_value_that_f
 
 
 def test_unknown_system_names_the_fix(monkeypatch):
-    monkeypatch.setattr("configs.configuration.this_machine", lambda: DetectedSystem())  # a machine without GPUs
+    monkeypatch.setattr("code.common.systems.this_machine", lambda: DetectedSystem())  # a machine without GPUs
     with pytest.raises(ConfigError, match=r"no config for system Future_GPU_300GBx1.*make add_system"):
         resolve_config(Benchmark.BERT, Scenario.Offline, "Future_GPU_300GBx1", WorkloadSetting(), {})
 

@@ -136,7 +136,7 @@ def test_the_gpu_table_in_the_docs_is_current(monkeypatch):
     """documentation/adding_a_system.md's table of what each GPU model runs is generated from the configs."""
     from scripts.document_gpus import PAGE, rewritten
 
-    monkeypatch.setattr("configs.configuration.this_machine", lambda: systems.DetectedSystem())
+    monkeypatch.setattr("code.common.systems.this_machine", lambda: systems.DetectedSystem())
     text = PAGE.read_text()
     assert rewritten(text) == text, "documentation/adding_a_system.md is stale: run `python -m scripts.document_gpus`"
 
@@ -146,7 +146,7 @@ def test_every_named_gpu_model_resolves_every_benchmark_and_scenario(monkeypatch
     """Each model of code/common/gpu_models.py, named by NVIDIA's habit ``<model>x<count>`` with no class written
     for it, resolves bert-99 and bert-99.9 in every scenario; GPT-J resolves or, where its memory or compute
     capability runs no engine, is refused with each engine's reason."""
-    monkeypatch.setattr("configs.configuration.this_machine", lambda: systems.DetectedSystem())
+    monkeypatch.setattr("code.common.systems.this_machine", lambda: systems.DetectedSystem())
     system = f"{model}x8"
     for _, benchmark, target in BENCHMARKS:
         for scenario in Scenario:

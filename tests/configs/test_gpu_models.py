@@ -141,7 +141,7 @@ def test_a_run_on_part_of_the_gpus_expects_their_share_of_the_systems_rate():
 
 
 def test_an_unknown_gpu_model_names_make_add_system(monkeypatch):
-    monkeypatch.setattr("configs.configuration.this_machine", lambda: DetectedSystem())  # a machine without GPUs
+    monkeypatch.setattr("code.common.systems.this_machine", lambda: DetectedSystem())  # a machine without GPUs
     with pytest.raises(ConfigError) as caught:
         resolve(Benchmark.BERT, Scenario.Offline, "Future_GPU_300GBx2")
     message = str(caught.value)

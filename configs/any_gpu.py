@@ -75,6 +75,16 @@ def published_or(gpu: GpuModel, workload: str, estimate: Factor) -> Factor:
                   published=True)
 
 
+def is_rate(name: str) -> bool:
+    """Whether field ``name`` is one a GPU's speed sets: a throughput, or SingleStream's expected latency."""
+    return FIELDS[name].system_rate or name == LATENCY_FIELD
+
+
+def own_rates(config: type[BenchmarkConfiguration]) -> dict[str, Any]:
+    """The rates a config class holds itself (its ladder's last engine's), which a derived class scales."""
+    return {name: value for name, value in config.fields().items() if is_rate(name)}
+
+
 def scaled(values: Mapping[str, Any], factor: float) -> dict[str, Any]:
     """``values`` with the rates multiplied by ``factor`` and the expected latency divided by it."""
     out: dict[str, Any] = {}
@@ -96,7 +106,7 @@ def scaled_rung(rung: Rung, factor: float, **values: Any) -> Rung:
 def rate_notes(reference: type[BenchmarkConfiguration], factor: Factor) -> dict[str, str]:
     """The note beside each rate field of a derived class."""
     note = f"estimate: {reference.__name__}'s measured rate {factor.why}"
-    return {name: note for name, fld in FIELDS.items() if fld.system_rate or name == LATENCY_FIELD}
+    return {name: note for name in FIELDS if is_rate(name)}
 
 
 _DERIVED: dict[tuple[Benchmark, Scenario, str, WorkloadSetting], type[BenchmarkConfiguration]] = {}

@@ -19,6 +19,7 @@ from code.common.ladder import Rung
 from configs.any_gpu import (
     Derivation,
     Factor,
+    own_rates,
     per_sm_factor,
     published_or,
     rate_notes,
@@ -60,9 +61,8 @@ def derive(reference: type[BenchmarkConfiguration], gpu: GpuModel, scenario: Sce
                    for rung in reference.engine_ladder)
     if gpu.capability < TRITON_CAPABILITY:
         ladder += (EAGER_RUNG,)
-    own = {name: value for name, value in reference.fields().items()
-           if name in ("offline_expected_qps", "server_target_qps", "single_stream_expected_latency_ns")}
-    values = {**scaled(own, factor.value), "gpu_batch_size": min(cap, reference.fields()["gpu_batch_size"])}
+    values = {**scaled(own_rates(reference), factor.value),
+              "gpu_batch_size": min(cap, reference.fields()["gpu_batch_size"])}
     notes = {**rate_notes(reference, factor), "gpu_batch_size": f"derived: {reference.__name__}'s, at most {cap} "
                                                                 f"for {round(gpu.memory_gib)} GB"}
     return Derivation(ladder, values, notes)

@@ -18,7 +18,7 @@ from code.common.config import NoEngineError, WorkloadSetting
 from code.common.constants import Benchmark, Scenario
 from code.common.gpu_models import GpuModel, reference
 from code.gptj.memory_plan import decode_step_bytes, gptj_memory_plan
-from configs.any_gpu import Derivation, Factor, published_or, rate_notes, scaled, scaled_rung
+from configs.any_gpu import Derivation, Factor, own_rates, published_or, rate_notes, scaled, scaled_rung
 from configs.configuration import BenchmarkConfiguration
 
 MOST_USEFUL_SLOTS = 256  # an H200 ran no faster with 320 or 384 samples in flight (documentation/gptj_gpu.md)
@@ -79,9 +79,8 @@ def derive(reference_class: type[BenchmarkConfiguration], gpu: GpuModel, scenari
     if len(ladder) == len(skipped_by_capability) and skipped:
         reasons = "; ".join(f"{name}: {why}" for name, why in skipped_by_capability + skipped)
         raise NoEngineError(f"GPT-J does not fit {gpu.name} ({gpu.describe()}): {reasons}. bert-99 and bert-99.9 run "
-                          "on it", tuple(skipped_by_capability + skipped))
-    own = {name: value for name, value in below.items()
-           if name in ("offline_expected_qps", "server_target_qps", "single_stream_expected_latency_ns")}
+                            "on it", tuple(skipped_by_capability + skipped))
+    own = own_rates(reference_class)
     runnable = [rung for rung in ladder if rung.name in slots_of] or ladder
     slots, per_slot = slots_of.get(runnable[-1].name, (1, 1.0))
     values = scaled(own, factor.value * per_slot)

@@ -83,7 +83,7 @@ def resolve_device(config: ResolvedConfig) -> str:
 
 
 def refuse_stand_in_on_cpu(config: ResolvedConfig) -> None:
-    if config.values.get("gpu_as"):
+    if stand_in_of(config) is not None:
         raise InputsUnavailableError(f"--gpu_as={config['gpu_as']} makes a GPU stand in for another, and this run is "
                                      "on the CPU; leave --gpu_as out, or run on a GPU")
 
@@ -93,7 +93,7 @@ def running_as(config: ResolvedConfig, device: str) -> GpuModel:
     A stand-in must be no more than the GPU: a compute capability above the GPU's would choose engines whose kernels
     it does not have, which would fail in the middle of the run."""
     gpu = gpu_of(device)
-    stand_in = by_name(config.values["gpu_as"]) if config.values.get("gpu_as") else None
+    stand_in = stand_in_of(config)
     if stand_in is None:
         return gpu
     if stand_in.capability > gpu.capability:
@@ -102,6 +102,11 @@ def running_as(config: ResolvedConfig, device: str) -> GpuModel:
             f"({gpu.name}) {capability_text(gpu.capability)}: a stand-in can only have less than the GPU it runs on, "
             "or its engines would not run here; pick a GPU model of that capability or lower")
     return stand_in
+
+
+def stand_in_of(config: ResolvedConfig) -> GpuModel | None:
+    """The GPU model ``gpu_as`` names (its choices are the table's names), None without one."""
+    return by_name(config.values["gpu_as"]) if config.values.get("gpu_as") else None
 
 
 def gpu_of(device: str) -> GpuModel:
@@ -116,7 +121,7 @@ def gpu_of(device: str) -> GpuModel:
 def cap_memory_as_stand_in(config: ResolvedConfig, device: str) -> None:
     """With ``gpu_as``, cap this process's use of ``device`` at the stand-in model's memory, so batch sizes, KV caches
     and out-of-memory errors are the stand-in's. A stand-in with more memory than the GPU cannot be shown here."""
-    stand_in = by_name(config.values["gpu_as"]) if config.values.get("gpu_as") else None
+    stand_in = stand_in_of(config)
     if stand_in is None or not device.startswith("cuda"):
         return
     import torch

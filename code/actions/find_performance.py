@@ -28,6 +28,7 @@ from code.common.arguments import RunRequest
 from code.common.benchmarks import load_benchmark
 from code.common.config import ResolvedConfig
 from code.common.constants import ExitCode, Scenario, TestMode
+from code.common.devices import resolve_devices
 from code.common.faults import describe
 from code.common.loadgen_rules import offline_query_samples
 from code.common.log import get_logger
@@ -388,7 +389,9 @@ def issued_query(samples: int, detail: dict[str, Any], loaded: int) -> tuple[int
 
 
 def _batch(config: ResolvedConfig) -> int:
-    return int(config.values.get("gpu_batch_size") or 1)
+    """The samples one round of batches takes: a batch on each of the run's devices. A probe's first query is one
+    round, so every device gets work; a query of one batch on a machine of four GPUs measures one GPU's rate."""
+    return int(config.values.get("gpu_batch_size") or 1) * len(resolve_devices(config))
 
 
 SINGLESTREAM_PROBE_SAMPLES = 16

@@ -346,8 +346,10 @@ class FakeMachine:
     ``batch`` (a partial batch takes a full one's time) after ``start_s`` of start-up; it answers run_child and
     query_of as LoadGen's logs would."""
 
-    def __init__(self, rate: float, batch: int = 8, start_s: float = 0.0, min_ms: int = 10_000) -> None:
-        self.rate, self.batch, self.start_s, self.min_ms = rate, batch, start_s, min_ms
+    def __init__(self, rate: float, batch: int = 8, start_s: float = 0.0, min_ms: int = 10_000,
+                 devices: int = 1) -> None:
+        """``rate``: samples/s of each of ``devices`` devices; a query's batches go to the devices in rounds."""
+        self.rate, self.batch, self.start_s, self.min_ms, self.devices = rate, batch, start_s, min_ms, devices
         self.queries: dict[str, tuple[int, float]] = {}
         self.specs: list[dict] = []
 
@@ -359,7 +361,8 @@ class FakeMachine:
         overrides = spec["overrides"]
         duration_ms = overrides.get("min_duration", self.min_ms)
         samples = max(1, offline_query_samples(overrides["offline_expected_qps"], duration_ms))
-        seconds = self.start_s + -(-samples // self.batch) * self.batch / self.rate
+        rounds = -(-samples // (self.batch * self.devices))  # a partial round takes a full one's time
+        seconds = self.start_s + rounds * self.batch / self.rate
         self.queries[str(folder)] = (samples, seconds)
         short = seconds * 1000 < duration_ms
         return TestResult("Offline", "PerformanceOnly", str(folder), metric="samples_per_second",
@@ -420,6 +423,19 @@ def test_a_probed_test_run_ends_valid_on_slow_and_fast_machines(machine, tmp_pat
     fake.min_ms = 60_000
     result, _ = fake.run_child({"overrides": {**probe.fields, "min_duration": 60_000}}, tmp_path / "test")
     assert result.valid, (probe.note, fake.queries)
+
+
+def test_a_probe_on_four_devices_gives_each_a_batch_and_measures_all_four(machine, tmp_path):
+    # four workers of 8-sample batches at 2 samples/s each: a first query of one batch would read one device's rate
+    fake = machine(2.0, batch=8, devices=4)
+    _, probe = probed(tmp_path, {"cpu_workers": 4, "gpu_batch_size": 8})
+    queries = list(fake.queries.values())
+    assert queries[0][0] == 32, queries  # a batch on each device
+    samples, seconds = queries[-1]
+    assert samples / seconds == pytest.approx(8.0), queries  # the four devices' rate, not one's
+    fake.min_ms = 60_000
+    result, _ = fake.run_child({"overrides": {**probe.fields, "min_duration": 60_000}}, tmp_path / "test")
+    assert result.valid, (probe.note, fake.queries)  # the test ran once, VALID
 
 
 def test_two_probes_give_the_rate_past_start_up():

@@ -51,7 +51,7 @@ KINDS = (  # the first pattern a kernel's name matches names its kind
     ("attention", r"attention|attn|flash|fmha"),
     ("layernorm", r"layer_?norm|_ln|add_ln|embed"),
     ("gemm", r"gemm|sm90|cutlass|matmul|mma|_scaled_mm|nvjet|int8_gemm"),
-    ("quantize/cast", r"quant|cast|copy|convert"),
+    ("quantize/cast", r"quant|cast|copy|memcpy|convert"),
 )
 
 

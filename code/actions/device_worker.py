@@ -87,7 +87,7 @@ def gpu_identity(local_device: str) -> dict[str, Any]:
 def start_device(spec: dict[str, Any], device: str) -> tuple[Any, dict[str, Any]]:
     """Resolve the test's config for this worker's one device, prepare the benchmark and build its runner; returns
     the runner and what the worker reports when ready."""
-    from code.actions.run_single_test import resolve_from_spec
+    from code.actions.test_process import resolve_from_spec
     from code.common.benchmarks import load_benchmark
     from code.common.constants import TestMode
     from code.common.devices import torch_device

@@ -18,16 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from code.actions.run_devices import run_on_devices
+from code.actions.test_process import resolve_from_spec
 from code.common.audits import write_baseline_log
 from code.common.benchmarks import AccuracyReport, PreparedTest, load_benchmark
-from code.common.config import ResolvedConfig, WorkloadSetting
+from code.common.config import ResolvedConfig
 from code.common.constants import (
     SERVER_LATENCY_BOUND_NS,
-    AccuracyTarget,
-    Benchmark,
     ExitCode,
-    HarnessType,
-    PowerSetting,
     Scenario,
     TestMode,
 )
@@ -57,7 +54,6 @@ from code.harness.progress import (
     ProgressShape,
     min_duration_s,
 )
-from configs.configuration import resolve_config
 
 log = get_logger("run_single_test")
 
@@ -84,15 +80,6 @@ def versions(round_name: str) -> dict[str, Any]:
     except (OSError, subprocess.CalledProcessError):
         found["harness_commit"] = None
     return found
-
-
-def resolve_from_spec(spec: dict[str, Any]) -> ResolvedConfig:
-    workload = WorkloadSetting(HarnessType(spec["harness_type"]), AccuracyTarget(spec["accuracy_target"]),
-                               PowerSetting(spec["power_setting"]))
-    # The parent resolved the same config first, warned about an unusable tuned file already and chose the rung of
-    # the config's engine ladder (its accuracy gate): the child runs that engine.
-    return resolve_config(Benchmark(spec["benchmark"]), Scenario(spec["scenario"]), spec["system"], workload,
-                          spec["overrides"], warn_tuned=False, rung=spec.get("rung"))
 
 
 def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:

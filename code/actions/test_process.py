@@ -14,10 +14,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from code.common.benchmarks import BenchmarkError
-from code.common.config import ResolvedConfig
-from code.common.constants import TestMode
+from code.common.config import ResolvedConfig, WorkloadSetting
+from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
 from code.common.faults import describe
 from code.common.log import get_logger
 from code.common.paths import REPO_ROOT, harness_lib_dir
@@ -30,6 +31,7 @@ from code.common.verdicts import round_refusal
 from code.harness.build import module_path
 from code.harness.progress import PREFIX as PROGRESS_PREFIX
 from code.harness.progress import PROGRESS_TTY_ENV, ProgressScreen
+from configs.configuration import resolve_config
 
 log = get_logger("run_harness")
 
@@ -205,3 +207,13 @@ def _read_record(log_dir: Path) -> RunRecord:
         return read_record(log_dir)
     except RunRecordError:
         return RunRecord({})
+
+
+def resolve_from_spec(spec: dict[str, Any]) -> ResolvedConfig:
+    """The config a child test process runs: resolved again from the spec ``test_spec`` wrote."""
+    workload = WorkloadSetting(HarnessType(spec["harness_type"]), AccuracyTarget(spec["accuracy_target"]),
+                               PowerSetting(spec["power_setting"]))
+    # The parent resolved the same config first, warned about an unusable tuned file already and chose the rung of
+    # the config's engine ladder (its accuracy gate): the child runs that engine.
+    return resolve_config(Benchmark(spec["benchmark"]), Scenario(spec["scenario"]), spec["system"], workload,
+                          spec["overrides"], warn_tuned=False, rung=spec.get("rung"))

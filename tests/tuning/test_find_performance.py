@@ -498,7 +498,7 @@ def test_a_gptj_probe_loads_only_its_query_so_loadgen_cannot_pad_it(machine, tmp
     # GPT-J's mlperf.conf sets sample_concatenate_permutation: LoadGen pads an Offline query to a multiple of the
     # loaded samples (64 in the test run's set, 13,368 in the real one). A probe that loaded them all would run at
     # least that many, however slow the machine; each probe loads only the query LoadGen plans for it.
-    from code.actions.run_single_test import resolve_from_spec
+    from code.actions.test_process import resolve_from_spec
 
     fake = machine(rate, batch=16)
     overrides = {"test_run": True}
@@ -531,7 +531,7 @@ def test_only_a_probe_loads_fewer_samples_than_the_data_set():
 def test_a_gptj_singlestream_probe_loads_a_few_samples_so_loadgen_cannot_pad_it(monkeypatch, tmp_path):
     # In equal-issue mode LoadGen rounds a SingleStream query count up to a multiple of the loaded samples: the
     # probe loads SINGLESTREAM_PROBE_SAMPLES, so it ends within that many latencies of its duration.
-    from code.actions.run_single_test import resolve_from_spec
+    from code.actions.test_process import resolve_from_spec
 
     specs = []
     failed = TestResult("SingleStream", "PerformanceOnly", str(tmp_path), valid=None, invalid_reasons=["stop here"])

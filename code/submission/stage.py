@@ -87,10 +87,13 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     for folder in folders:
         if not folder.is_dir():
             raise StageError(f"{folder} is not a run folder (give folders under build/logs)")
-    tests, unfinished = find_tests(folders)
+    logged = find_tests(folders)
+    tests = logged.tests
     if not tests:
         where = ", ".join(str(f) for f in folders) or str(LOGS_DIR)
-        raise StageError(f"no finished runs in {where}: run the tests first, e.g. make run RUN_ARGS=\""
+        unreadable = "".join(f"; {path} holds a test whose record cannot be read: {why}"
+                             for path, why in logged.unreadable.items())
+        raise StageError(f"no finished runs in {where}{unreadable}: run the tests first, e.g. make run RUN_ARGS=\""
                          "--benchmarks=bert-99 --scenarios=offline,singlestream --test_mode=SubmissionRun\"")
     system = _one_system(tests, system)
     tests = [t for t in tests if t.system == system]
@@ -99,7 +102,9 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     chosen = newest(tests)
 
     staged = Staged(out_dir / DIVISION / submitter, round_name, system)
-    staged.notes += [f"a test that did not finish is left out: {path}" for path in unfinished]
+    staged.notes += [f"a test that did not finish is left out: {path}" for path in logged.unfinished]
+    staged.notes += [f"a test whose record cannot be read is left out (a newer test may hide behind it): {path}: "
+                     f"{why}" for path, why in logged.unreadable.items()]
     description = _system_description(systems_dir, system, submitter, staged)
     staged.problems += _check(chosen, description["system_type"], round_name)
     audits = _newest_audits(compliance, system, round_name, staged)

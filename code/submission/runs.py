@@ -53,12 +53,6 @@ class FoundTests:
     unfinished: list[Path] = field(default_factory=list)  # stopped, killed, FAILED: partial logs or none
     unreadable: dict[Path, str] = field(default_factory=dict)  # folder -> why its metadata.json does not read
 
-    def left_out(self) -> list[str]:
-        """One line per test that is not read as a result, saying why (unreadable ones first: a hand edit or a full
-        disk cut them, and a newer test may hide behind them)."""
-        lines = [f"{folder}: {why}" for folder, why in self.unreadable.items()]
-        return lines + [f"{folder}: did not finish (stopped, killed or FAILED)" for folder in self.unfinished]
-
 
 def find_tests(run_folders: list[Path]) -> FoundTests:
     """Every finished test of the runs themselves (``run_test_parts``: never a probe, a find_performance try or an

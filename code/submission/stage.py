@@ -334,16 +334,18 @@ def _reset(tree: Path, work: Path, staged: Staged) -> None:
         edits = _edits(tree, work)
         if edits is None or edits:
             kept = new_timestamped_dir(work.parent, prefix=f"{work.name}.replaced-")
-            tree.rename(kept / "tree")
+            shutil.move(tree, kept / "tree")  # a move, not a rename: build/submission may be on another disk
+            beside = ""
             if work.exists():
-                work.rename(kept / "work")
+                shutil.move(work, kept / "work")
+                beside = f", with its truncation backup and checker logs in {kept / 'work'}"
             what = ("no record says what staging left in it" if edits is None else
                     f"{len(edits)} file(s) changed since staging: {', '.join(edits[:5])}"
                     + (f" and {len(edits) - 5} more" if len(edits) > 5 else ""))
             staged.notes.append(
-                f"the earlier tree is kept, not replaced ({what}): moved to {kept / 'tree'}, with its truncation "
-                f"backup and checker logs in {kept / 'work'}. A staged tree is made again from the run logs and "
-                f"systems/{staged.system}.json + systems/{staged.system}.user.json: make edits there, then stage")
+                f"the earlier tree is kept, not replaced ({what}): moved to {kept / 'tree'}{beside}. A staged tree is "
+                f"made again from the run logs and systems/{staged.system}.json + systems/{staged.system}.user.json: "
+                "make edits there, then stage")
         else:
             backup = work / "originals"
             staged.notes.append(f"replaced the earlier tree {tree}, unchanged since staging" + (

@@ -79,8 +79,7 @@ def test_an_unreadable_metadata_json_is_named_with_why_not_a_crash(tmp_path):
     found = find_tests([run])
     assert found.tests == [] and found.unfinished == [] and list(found.unreadable) == [cut, other]
     assert found.unreadable[cut] == "no readable metadata.json (Expecting value: line 1 column 25 (char 24))"
-    assert found.left_out()[1] == (f"{other}: its metadata.json is not a run record (a JSON object with a result "
-                                   "object)")
+    assert found.unreadable[other] == "its metadata.json is not a run record (a JSON object with a result object)"
 
 
 def test_a_test_is_read_with_its_loadgen_mode_and_an_unknown_mode_is_unfinished(tmp_path):

@@ -50,6 +50,7 @@ help:
 	@echo "  make results [COMPARE=<run a>,<run b>]   newest figure per system, benchmark, scenario, GPUs"
 	@echo "Submission:"
 	@echo "  make add_system [SUBMITTER=org]      config classes and the system description for this machine"
+	@echo "    [SYSTEM=MyBox GPU_MODEL=<model> GPU_COUNT=<n>]   another name; its GPUs, where the name does not say"
 	@echo "  make check_system_json [SYSTEM=name] [SUBMITTER=org]   check it as the submission checker will"
 	@echo "  make stage_results SUBMITTER=<org>   build/submission/closed/<org> from the newest runs"
 	@echo "  make truncate_results SUBMITTER=<org>, make check_submission SUBMITTER=<org>   the round's tools"
@@ -61,7 +62,7 @@ help:
 	@echo "  make test_submission [FULL=1]        the submission flow on CPU, judged by the official checker"
 	@echo "Clean:"
 	@echo "  make clean                           remove build outputs (harness, lib, engines)"
-	@echo "  make clean_all                       also the venv, data and models"
+	@echo "  make clean_all                       also the venv, downloads (LoadGen's sdist), data and models"
 	@echo "                                       both keep results: build/logs, build/bench,"
 	@echo "                                       build/compliance_logs, build/tuned, build/submission, ...;"
 	@echo "                                       each says what it deleted and kept"
@@ -75,9 +76,10 @@ help:
 # values, anything staged for a submission, and any folder these lists do not name. Only clean_logs deletes logs.
 # clean: build outputs (make build, make generate_engines).
 CLEANED     := harness lib engines
-# clean_all also: the venv (make setup), the lock tool and Docker wheelhouses (scripts/docker), and the data and
-# models (make download_data, download_model, preprocess_data; with MLPERF_SCRATCH_PATH only the links to them).
-ALL_CLEANED := $(CLEANED) venv tools docker data models preprocessed_data
+# clean_all also: the venv (make setup), the lock tool and Docker wheelhouses (scripts/docker), the downloads a
+# build needs (LoadGen's sdist: kept by clean, so a machine without network builds again), and the data and models
+# (make download_data, download_model, preprocess_data; with MLPERF_SCRATCH_PATH only the links to them).
+ALL_CLEANED := $(CLEANED) venv tools docker downloads data models preprocessed_data
 # Result folders, named as such in what the clean targets print (tests/common/test_no_data_loss.py).
 RESULTS     := logs bench submission submission_work compliance_logs tuned check_devices host_share
 
@@ -95,7 +97,7 @@ define clean_folders
 	echo "[$(1)] kept as well:$${others:- nothing else}"
 endef
 
-# clean keeps what is slow to get again too: the venv and downloaded or preprocessed data and models.
+# clean keeps what is slow to get again too: the venv, the downloads, and downloaded or preprocessed data and models.
 clean:
 	$(call clean_folders,clean,$(CLEANED))
 

@@ -8,11 +8,14 @@ A class describes what it is named after. Named after a GPU model (``H200_SXM_14
 values and serves a system of any count of that GPU; named after a system (``H200_SXM_141GBx2``, ``CPU``), it
 holds that system's. A system ``<model>x<count>`` uses its own class when there is one, else its GPU model's, and
 its throughputs (the fields marked ``system_rate``: Offline's expected and Server's target QPS) are the per-GPU
-ones times the count; every other value, latencies included, is the class's as it is. ``resolve_config`` looks the
-class up, turns its fields into the system's values (``system_values``) and hands them to
-``code.common.config.resolve_fields``, which holds the one precedence rule (RUN_ARGS > tuned > rung > config class
-> field default; tuned values were measured on the whole system and are never scaled). This module imports from
-``code/common`` and never the reverse: code/common knows fields, not the classes that set them.
+ones times the count; every other value, latencies included, is the class's as it is. A name without a count
+(``MyBox``) whose class derives from a GPU model's takes the count from its class, its description or the machine
+(``system_gpus``), or says its rates are one GPU's and why; a rate a system's own class sets is the whole system's,
+and a GPU model's own name is one GPU. ``resolve_config`` looks the class up, turns its fields into the system's
+values (``system_values``) and hands them to ``code.common.config.resolve_fields``, which holds the one precedence
+rule (RUN_ARGS > tuned > rung > config class > field default; tuned values were measured on the whole system and
+are never scaled). This module imports from ``code/common`` and never the reverse: code/common knows fields, not
+the classes that set them.
 
 A class may list the engines it can run for its accuracy target, fastest first: ``engine_ladder = (Rung(...), ...)``
 (code/common/ladder.py). A rung's values are the class's for that engine and come between the tuned values and the
@@ -30,14 +33,16 @@ import traceback
 from pathlib import Path
 from typing import Any, ClassVar
 
+from code.common import systems
 from code.common.capabilities import runnable_rungs
 from code.common.config import ConfigError, NoEngineError, ResolvedConfig, WorkloadSetting, resolve_fields
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from code.common.cpu_features import BestCpuPrecision
 from code.common.fields import FIELDS, FieldError
-from code.common.gpu_models import REFERENCE, GpuModel
+from code.common.gpu_models import REFERENCE, GpuModel, by_name
 from code.common.ladder import Ladder, Rung, check_ladder, engine_fields, given_engine_fields, matching_rung
 from code.common.paths import REPO_ROOT
+from code.common.system_description import DescriptionFiles, described_gpu_count, shown
 from code.common.systems import gpu_model_and_count, gpu_model_for_system
 from code.common.tuned import tuned_fields
 
@@ -129,8 +134,8 @@ class BenchmarkConfiguration(metaclass=_ConfigMeta):
     @classmethod
     def per_gpu(cls) -> bool:
         """Whether the class's throughputs are one GPU's: it is named after a GPU model (``H200_SXM_141GB``), or is
-        a base class, not after a system with its GPU count (``H200_SXM_141GBx2``). Only a system named with a
-        count multiplies them (``system_values``), so ``CPU`` and other names without a count keep theirs."""
+        a base class, not after a system with its GPU count (``H200_SXM_141GBx2``). A system multiplies them by its
+        GPU count where they are not its own class's (``_per_gpu_on``), so ``CPU`` and ``MyBox`` keep their own."""
         return gpu_model_and_count(cls.system_name()) is None
 
 
@@ -292,11 +297,52 @@ def shared_values(**values: Any):  # noqa: ANN201 - a decorator factory
     return decorator
 
 
-def gpu_count(config: type[BenchmarkConfiguration], system: str) -> int | None:
-    """How many GPUs ``system`` has, which its per-GPU rates are multiplied by: the count its name gives
-    (``<model>x<count>``), else its class's ``gpu_count`` (a system named ``MyBox``); None: not a GPU system."""
+def system_gpus(config: type[BenchmarkConfiguration], system: str) -> tuple[int | None, str]:
+    """How many GPUs ``system`` has, which the per-GPU rates it inherits are multiplied by, and where a count its
+    name does not give comes from ("" where the name or its class gives it); None, with why, when nothing does.
+
+    In order: the count its name gives (``<model>x<count>``); its class's ``gpu_count`` (what make add_system
+    writes for ``MyBox``); ``accelerators_per_node`` of its description (systems/<system>.json, its user file over
+    it), where a person states the system; this machine's GPUs, which a run of it uses. A name without a count
+    asks the last two only when a rate is to be scaled (``_per_gpu_on``), so a CPU system never asks NVML."""
     found = gpu_model_and_count(system)
-    return found[1] if found else config.gpu_count
+    if found:
+        return found[1], ""
+    if config.gpu_count:
+        return config.gpu_count, ""
+    described = described_gpu_count(system)
+    if described:
+        return described, f"accelerators_per_node of {shown(DescriptionFiles.of(system).base)}"
+    here = len(systems.this_machine().gpus)
+    if here:
+        return here, "this machine's GPUs, which a run uses"
+    return None, (f"{system} states no GPU count and this machine has no GPU: set gpu_count in its class (make "
+                  f"add_system SYSTEM={system} GPU_MODEL=<model> GPU_COUNT=<count> writes it) or "
+                  f"accelerators_per_node in systems/{system}.json")
+
+
+def _per_gpu_on(config: type[BenchmarkConfiguration], owner: type[BenchmarkConfiguration], system: str) -> bool:
+    """Whether the rates ``owner`` sets are one GPU's on ``system``, to be multiplied by its GPU count: ``owner``
+    is named after a GPU model, or is a base class (``per_gpu``), and is not the system's own class, whose rates
+    are the whole system's (``MyBox``'s as ``H200_SXM_141GBx2``'s). A name without a count is a system of GPUs
+    unless its class runs on the CPU (``CPU``, make add_system's stubs), whose rates are the machine's; a name
+    that is a GPU model's (``H200_SXM_141GB``) is one GPU, as its class describes."""
+    if not owner.per_gpu() or owner.system_name() == system:
+        return False
+    if gpu_model_and_count(system) is not None:
+        return True
+    return by_name(system) is None and config.fields().get("device") != "cpu"
+
+
+def _scaled_rate(name: str, value: Any, source: str, gpus: tuple[int | None, str]) -> tuple[Any, str]:
+    """A per-GPU rate as the system's, its source saying by how many GPUs (and where that count came from), or, with
+    no count, that it stays one GPU's and why."""
+    count, where = gpus
+    if not count:
+        return value, f"{source}, one GPU's: {where}"
+    source = f"{source} x {count} GPU{'s' if count != 1 else ''}"
+    value = FIELDS[name].check(value * count, f"config class {source}")
+    return value, f"{source} ({where})" if where else source
 
 
 def candidate_names(system: str) -> list[str]:
@@ -316,12 +362,15 @@ def system_values(config: type[BenchmarkConfiguration], system: str) -> dict[str
     it sets itself is the whole system's. A ``BestCpuPrecision`` is this machine's choice, its source saying why.
     A value the setting class notes (``value_notes``: an estimate, a value derived from the GPU) says so after its
     source."""
-    count = gpu_count(config, system)
+    owners = config.field_owners()
+    scaled = {name for name, (_, owner) in owners.items()
+              if FIELDS[name].system_rate and _per_gpu_on(config, owner, system)}
+    gpus = system_gpus(config, system) if scaled else (None, "")
     values: dict[str, tuple[Any, str]] = {}
-    for name, (value, owner) in config.field_owners().items():
-        if count and FIELDS[name].system_rate and owner.per_gpu():
-            source = f"{owner.__name__} x {count} GPU{'s' if count != 1 else ''}"
-            values[name] = (FIELDS[name].check(value * count, f"config class {source}"), noted(owner, name, source))
+    for name, (value, owner) in owners.items():
+        if name in scaled:
+            value, source = _scaled_rate(name, value, owner.__name__, gpus)
+            values[name] = (value, noted(owner, name, source))
         elif isinstance(value, BestCpuPrecision):  # the CPU decides: bf16 only with bf16 arithmetic
             chosen, why = value.choose()
             values[name] = (chosen, f"{owner.__name__}: {why}")
@@ -397,16 +446,16 @@ def rung_values(config: type[BenchmarkConfiguration], rung: Rung, system: str,
     owner = config.ladder_owner()
     assert owner is not None, "a rung comes from a ladder"
     setters = config.field_owners()
-    count = gpu_count(config, system)
+    scaled = _per_gpu_on(config, owner, system) and any(FIELDS[name].system_rate for name in rung.values)
+    gpus = system_gpus(config, system) if scaled else (None, "")
     values = dict(below)
     for name, value in rung.values.items():
         setter = setters.get(name, (None, None))[1]
         if setter is not None and setter is not owner and issubclass(setter, owner):
             continue  # set by a class below the ladder's: its own system's value
         source = f"{owner.__name__} engine_ladder[{rung.name}]"
-        if count and FIELDS[name].system_rate and owner.per_gpu():
-            source += f" x {count} GPU{'s' if count != 1 else ''}"
-            value = FIELDS[name].check(value * count, f"config class {source}")
+        if scaled and FIELDS[name].system_rate:
+            value, source = _scaled_rate(name, value, source, gpus)
         values[name] = (value, noted(owner, name, source))
     return values
 

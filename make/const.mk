@@ -9,6 +9,9 @@ else
 PY           := $(VENV)/bin/python
 endif
 SYSTEM_PY    ?= python3
+# $(call shell_word,<value>): the value as one word of the recipe's shell, single-quoted (a ' in it written '\''), so
+# that a folder or a name with spaces reaches the program whole and the program names what is wrong with it.
+shell_word = '$(subst ','\'',$(1))'
 BENCHMARKS   ?= bert gptj
 RUN_ARGS     ?=
 # The MLPerf round (v4.1, v5.0; empty: the default, v5.0): which LoadGen `make build` compiles and which round a run

@@ -38,13 +38,13 @@ info: setup
 	$(PY) -m code.main --action=info $(ROUND_ARG) $(RUN_ARGS)
 
 # report.md and plots for every test of a run, and one page for the run (each run writes them itself; this draws
-# an earlier run again). LOG_DIR defaults to the newest run.
+# an earlier run again). LOG_DIR defaults to the newest run (code/report/__main__.py finds it, or says there is none).
 report: setup
-	$(PY) -m code.report $(or $(LOG_DIR),$(lastword $(sort $(wildcard $(BUILD_DIR)/logs/*/))))
+	$(PY) -m code.report $(if $(LOG_DIR),$(call shell_word,$(LOG_DIR)))
 
 # The newest result per system, benchmark, scenario, GPU count and test in build/logs, as a table and
 # build/results.csv; COMPARE=<run a>,<run b> (run folders, or their names under build/logs) puts two runs' figures
 # side by side with their ratio instead (build/results_compare.csv). Reads the logs, never writes them.
 COMPARE      ?=
 results: setup
-	$(PY) -m code.report.make_results --build_dir=$(BUILD_DIR) $(if $(COMPARE),--compare=$(COMPARE))
+	$(PY) -m code.report.make_results --build_dir=$(BUILD_DIR) $(if $(COMPARE),--compare=$(call shell_word,$(COMPARE)))

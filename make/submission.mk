@@ -9,8 +9,8 @@ LOGS             ?=
 COMPLIANCE_LOGS  ?=
 ALLOW_INCOMPLETE ?=
 SKIP_COMPLIANCE  ?=
-SUBMISSION_ARGS = --submitter="$(SUBMITTER)"
-STAGE_ARGS = $(SUBMISSION_ARGS) $(if $(SYSTEM),--system=$(SYSTEM)) $(if $(ROUND),--round=$(ROUND)) \
+SUBMISSION_ARGS = --submitter=$(call shell_word,$(SUBMITTER))
+STAGE_ARGS = $(SUBMISSION_ARGS) $(if $(SYSTEM),--system=$(call shell_word,$(SYSTEM))) $(if $(ROUND),--round=$(ROUND)) \
 	$(if $(LOGS),--logs $(LOGS)) $(if $(COMPLIANCE_LOGS),--compliance_logs $(COMPLIANCE_LOGS)) \
 	$(if $(ALLOW_INCOMPLETE),--allow_incomplete)
 

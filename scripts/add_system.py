@@ -240,6 +240,11 @@ def system_name_problem(name: str) -> str | None:
     if name in RESERVED_NAMES or name.endswith("_HighAccuracy"):
         return (f"--system_name={name} is a name configs/*/custom.py already uses for something else: pick "
                 f"another, such as --system_name=My{name}")
+    model = by_name(name)
+    if model is not None:  # its classes are one GPU's, for every count: a system of it says how many
+        return (f"--system_name={name} names a GPU model, not a system (its classes hold one GPU's values for every "
+                f"system of it): name the system with its GPU count, --system_name={model.name}x<count>, or give "
+                f"it a name of its own with --gpu_model={model.name} --gpu_count=<count>")
     return None
 
 
@@ -353,6 +358,15 @@ def write_description(detected: DetectedSystem, system: str, submitter: str | No
     return done
 
 
+def no_gpu_warning(system: str) -> str:
+    """What a system named on a machine without GPUs gets, and how to name its GPUs instead: the name alone cannot
+    say whether the system is meant to have some."""
+    return (f"warning: {system} is written as a machine without GPUs (CPU stubs; accelerators_per_node 0 in its "
+            f"description): this machine has none, and none was named. For a system of GPUs: make add_system "
+            f"SYSTEM={system} GPU_MODEL=<model> GPU_COUNT=<count> (--gpu_model/--gpu_count; models: "
+            f"{', '.join(model_names())}), or a name <model>x<count>")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--system_name", help="name to use instead of the detected one")
@@ -379,8 +393,9 @@ def main(argv: list[str]) -> int:
     try:
         gpus = target_gpus(system, detected, args.gpu_model, args.gpu_count)
         if gpus is None:
-            print(f"[add_system] system: {system}, no GPU (this machine has none, and none was named: for a system of "
-                  "GPUs give --gpu_model=<model> --gpu_count=<n>, or a name <model>x<count>)")
+            print(f"[add_system] system: {system}, no GPU")
+            if system != CPU_SYSTEM:
+                print(no_gpu_warning(system), file=sys.stderr)
         else:
             model, count = gpus
             system_gpus = as_detected(detected, model, count)

@@ -17,6 +17,9 @@ LOGS_DIR = BUILD_DIR / "logs"
 LIVE_RUN_LOCK = ".run.lock"
 COMPLIANCE_LOGS_DIR = BUILD_DIR / "compliance_logs"
 HARNESS_BUILD_DIR = BUILD_DIR / "harness"
+# Downloaded sources a build needs (LoadGen's sdist): beside the build outputs, not among them, so that `make clean`
+# keeps them and a machine without network builds again; `make clean_all` deletes them.
+DOWNLOADS_DIR = BUILD_DIR / "downloads"
 LIB_DIR = BUILD_DIR / "lib"
 # What `make find_performance` measured, one file per system, benchmark and scenario (code/common/tuned.py).
 TUNED_DIR = Path(os.environ.get("MLPERF_TUNED_DIR", BUILD_DIR / "tuned"))

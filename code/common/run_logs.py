@@ -80,6 +80,30 @@ def make_test_log_dir(root: Path, system: str, benchmark_name: str, scenario: Sc
     return directory
 
 
+# The parts of a test folder's path inside its run folder: system, benchmark, scenario.
+TEST_DEPTH = 3
+
+
+def run_test_parts(directory: Path, run_folder: Path) -> tuple[str, str, str] | None:
+    """(system, benchmark, scenario) of a test of the run itself, ``<system>/<bench>/<Scenario>`` (with
+    ``accuracy/`` or ``performance/run_1/`` below it for a SubmissionRun); None for a step that led to one.
+
+    The steps sit deeper, under a folder of their own: a ``--test_run``'s probes in
+    ``probes/<system>/<bench>/<Scenario>[-N|-short]``, ``--find_performance``'s tries in
+    ``find_performance/<system>/<bench>/<Scenario>/<NN-try>``, the engines the accuracy gate set aside in
+    ``gate/<engine>/<system>/<bench>/<Scenario>``. Their figures are not the run's results, so staging, reports
+    and ``make results`` tell them apart by this one rule."""
+    parts = Path(directory).relative_to(run_folder).parts
+    if parts[-1:] == ("accuracy",):
+        parts = parts[:-1]
+    elif parts[-2:] == ("performance", "run_1"):
+        parts = parts[:-2]
+    if len(parts) != TEST_DEPTH:
+        return None
+    system, benchmark, scenario = parts
+    return system, benchmark, scenario
+
+
 class IncompleteLogError(BenchmarkError):
     """A LoadGen log is cut short though the disk has room (a quota, a file system error)."""
 

@@ -21,7 +21,12 @@ METADATA_FILE = "metadata.json"
 
 
 class RunRecordError(ValueError):
-    """A folder holds no readable run record."""
+    """A folder holds no readable run record; ``reason`` says why without naming the folder (a reader that lists
+    several folders names each itself)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass
@@ -170,10 +175,11 @@ def read_record(directory: Path) -> RunRecord:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise RunRecordError(f"{Path(directory)} has no readable {METADATA_FILE} ({error}): not a test folder of "
-                             "this harness") from None
+        reason = f"no readable {METADATA_FILE} ({error})"
+        raise RunRecordError(f"{Path(directory)} has {reason}: not a test folder of this harness", reason) from None
     if not isinstance(data, dict) or not isinstance(data.get("result", {}), dict):
-        raise RunRecordError(f"{path} is not a run record (a JSON object with a result object)")
+        reason = f"its {METADATA_FILE} is not a run record (a JSON object with a result object)"
+        raise RunRecordError(f"{path} is not a run record (a JSON object with a result object)", reason)
     return RunRecord(data)
 
 

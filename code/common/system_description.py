@@ -124,6 +124,20 @@ def load_description(system: str, systems_dir: Path | None = None, submitter: st
     return description
 
 
+def described_gpu_count(system: str, systems_dir: Path | None = None) -> int | None:
+    """The GPUs the system's description states (``accelerators_per_node``, its user file over it); None without a
+    description, or one that states no whole number (a run does not need the description: it is not refused here,
+    ``make check_system_json`` names what is wrong with it)."""
+    try:
+        value = load_description(system, systems_dir).get("accelerators_per_node")
+    except SystemDescriptionError:
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None
+
+
 def system_type(system: str, systems_dir: Path | None = None) -> str:
     """The ``system_type`` (datacenter, edge, datacenter,edge) of the system's description: with the round, it decides
     which scenarios a submission must and may have."""

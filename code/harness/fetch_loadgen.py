@@ -18,7 +18,8 @@ the round's checker expects, so a wrong pin fails here rather than in the checke
   the checker rejects).
 
 Idempotent: once the tree is in place and its marker records the pin, nothing is downloaded, copied or re-hashed
-(a later build needs neither network nor ``LOADGEN_SRC``; carrying build/harness/ along works too).
+(a later build needs neither network nor ``LOADGEN_SRC``; carrying build/harness/ along works too). The sdist is
+kept in build/downloads/, which ``make clean`` keeps: after it, the tree is extracted again without network.
 
 Usage: ``python -m code.harness.fetch_loadgen [--round=v5.0]`` prints the source directory.
 """
@@ -39,7 +40,7 @@ import urllib.request
 from pathlib import Path
 
 from code.common.download import DownloadError, download, file_checksum
-from code.common.paths import harness_build_dir
+from code.common.paths import DOWNLOADS_DIR, harness_build_dir
 from code.common.rounds import DEFAULT_ROUND, ROUNDS, LoadgenSource, RngSeeds, Round, RoundError, get_round
 
 # Fallback when the pinned URL moves: the PEP 691 JSON simple index lists every file of the project.
@@ -89,10 +90,15 @@ def _url_from_simple_index(sdist_name: str) -> str:
     raise FetchError(f"{sdist_name} is not listed on {SIMPLE_INDEX_URL}")
 
 
-def _obtain_tarball(round_: Round, build_dir: Path) -> Path:
-    """Return a verified tarball: a local copy (env var or cache) if it matches, else a fresh download."""
+def _obtain_tarball(round_: Round, build_dir: Path, downloads: Path) -> Path:
+    """Return a verified tarball: a local copy (env var or the ``downloads`` cache) if it matches, else a fresh
+    download into the cache."""
     release = round_.loadgen
-    cached = build_dir / release.sdist_name
+    cached = downloads / release.sdist_name
+    earlier = build_dir / release.sdist_name  # where builds before the cache kept it; `make clean` deletes it there
+    if earlier.is_file() and not cached.exists():
+        downloads.mkdir(parents=True, exist_ok=True)
+        earlier.replace(cached)
     local = os.environ.get(SDIST_ENV_VAR)
     if local:
         path = Path(local)
@@ -105,7 +111,7 @@ def _obtain_tarball(round_: Round, build_dir: Path) -> Path:
     if cached.is_file() and file_checksum(cached, "sha256") == release.sha256:
         return cached
 
-    build_dir.mkdir(parents=True, exist_ok=True)
+    downloads.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     for get_url in (lambda: release.url, lambda: _url_from_simple_index(release.sdist_name)):
         try:
@@ -211,15 +217,16 @@ def is_fetched(round_: Round, build_dir: Path | None = None) -> bool:
     return marker.is_file() and marker.read_text(encoding="utf-8").strip() == _pin(round_)
 
 
-def fetch_loadgen(round_: Round, build_dir: Path | None = None) -> Path:
-    """Make sure the round's LoadGen sources are in place (default: build/harness/<round>/); return their folder."""
+def fetch_loadgen(round_: Round, build_dir: Path | None = None, downloads: Path | None = None) -> Path:
+    """Make sure the round's LoadGen sources are in place (default: build/harness/<round>/, the sdist cached in
+    build/downloads/); return their folder."""
     build_dir = build_dir or harness_build_dir(round_.name)
     if is_fetched(round_, build_dir):
         return source_dir(round_, build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(round_.loadgen, LoadgenSource):
         return _copy_source(round_, round_.loadgen, _source_tree(round_, round_.loadgen), build_dir)
-    return _extract(round_, _obtain_tarball(round_, build_dir), build_dir)
+    return _extract(round_, _obtain_tarball(round_, build_dir, downloads or DOWNLOADS_DIR), build_dir)
 
 
 def _source_tree(round_: Round, source: LoadgenSource) -> Path:

@@ -1,5 +1,6 @@
-"""``python -m code.report <log dir>`` (``make report LOG_DIR=...``): reports for every test of a run, and one page
-for the run. Exit 2 with one line naming the fix when the folder holds no test."""
+"""``python -m code.report [<log dir>]`` (``make report [LOG_DIR=...]``): reports for every test of a run, and one
+page for the run; without a folder, the newest run in build/logs. Exit 2 with one line naming the fix when there
+is no run or the folder holds no test."""
 
 from __future__ import annotations
 
@@ -7,20 +8,32 @@ import argparse
 import sys
 from pathlib import Path
 
+from code.common.paths import LOGS_DIR
 from code.report.pages import ReportError, write_run_report
+from code.submission.runs import run_folders
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m code.report", description=__doc__.split("\n")[0])
-    parser.add_argument("log_dir", type=Path, help="a run's folder, e.g. build/logs/<timestamp>")
+    parser.add_argument("log_dir", type=Path, nargs="?",
+                        help="a run's folder, e.g. build/logs/<timestamp> (default: the newest in build/logs)")
     args = parser.parse_args(argv)
     try:
-        path = write_run_report(args.log_dir)
+        path = write_run_report(args.log_dir or newest_run(LOGS_DIR))
     except ReportError as error:
         print(f"ERROR: {error}", file=sys.stderr)
         return 2
     print(path)
     return 0
+
+
+def newest_run(logs_dir: Path) -> Path:
+    """The newest run folder under ``logs_dir`` (their names are timestamps)."""
+    folders = run_folders(logs_dir)
+    if not folders:
+        raise ReportError(f"no run in {logs_dir} yet: run one first, e.g. make run RUN_ARGS=\"--benchmarks=bert "
+                          "--scenarios=offline --test_run\", or give a run's folder: make report LOG_DIR=<folder>")
+    return folders[-1]
 
 
 if __name__ == "__main__":

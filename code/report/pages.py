@@ -9,7 +9,7 @@ from typing import Any
 from code.common.atomic import write_text
 from code.common.constants import SERVER_LATENCY_BOUND_NS, Benchmark
 from code.common.power import power_note
-from code.common.run_logs import read_detail_log
+from code.common.run_logs import read_detail_log, run_test_parts
 from code.common.run_record import RunRecord, RunRecordError, read_record, record_path
 from code.harness.core import SAMPLE_TIMES_FILE, SampleTimes
 from code.report.figures import PERCENTILES, SampleStats, draw_latency, draw_timeline, sample_stats
@@ -155,35 +155,54 @@ def _ms(nanoseconds: Any) -> str:
     return "-" if nanoseconds is None else f"{float(nanoseconds) / 1e6:,.2f} ms"
 
 
-def test_folders(root: Path) -> list[Path]:
-    """Every test folder under a run root (a folder with metadata.json and LoadGen's detail log), sorted."""
-    return sorted(p.parent for p in root.rglob("metadata.json") if (p.parent / "mlperf_log_detail.txt").is_file())
+def test_folders(root: Path) -> tuple[list[Path], list[Path]]:
+    """The folders under a run root that hold a test (metadata.json and LoadGen's detail log), sorted: the run's own
+    tests, and the steps that led to them (``run_test_parts``: probes, find_performance's tries, engines the
+    accuracy gate set aside), whose figures are not the run's results."""
+    folders = sorted(p.parent for p in root.rglob("metadata.json") if (p.parent / "mlperf_log_detail.txt").is_file())
+    tests = [folder for folder in folders if run_test_parts(folder, root) is not None]
+    return tests, [folder for folder in folders if folder not in tests]
+
+
+STEPS_NOTE = ("Steps that led to the tests, not results of the run: a --test_run's probes (they size its query), "
+              "find_performance's tries, engines the accuracy gate set aside.")
 
 
 def write_run_report(root: Path, redraw: bool = True) -> Path:
-    """Each test's report, then ``root/report.md``: one row per test and their plots side by side. ``redraw``
-    False keeps plots a test already drew (the end of a run: each test drew its own)."""
+    """Each test's report, then ``root/report.md``: one row per test and their plots side by side, then the steps
+    that led to them in a table of their own. ``redraw`` False keeps plots a test already drew (the end of a run:
+    each test drew its own)."""
     if not root.is_dir():
         raise ReportError(f"{root} is not a folder; give a run's log folder, e.g. LOG_DIR=build/logs/<timestamp>")
-    folders = test_folders(root)
-    if not folders:
+    tests, steps = test_folders(root)
+    if not tests and not steps:
         raise ReportError(f"no test folder under {root} (none holds metadata.json and mlperf_log_detail.txt)")
-    reports = [write_test_report(folder, draw=redraw) for folder in folders]
-    lines = [f"# Run report: {root.name}", "", "| test | verdict | figure | samples | p50 / p90 / p99 (ms) |",
-             "| --- | --- | --- | --- | --- |"]
-    for report in reports:
-        link = report.folder.relative_to(root) / REPORT_FILE
-        percentiles = (" / ".join(f"{report.stats.percentiles_ms[p]:,.1f}" for p in PERCENTILES)
-                       if report.stats and report.stats.samples else "-")
-        samples = f"{report.stats.samples:,}" if report.stats else "-"
-        lines.append(f"| [{report.title}]({link}) | {report.verdict} | {report.figure} | {samples} | "
-                     f"{percentiles} |")
+    reports = [write_test_report(folder, draw=redraw) for folder in tests]
+    lines = [f"# Run report: {root.name}", ""]
+    lines += _report_table(root, reports) if reports else ["No test of the run itself: only the steps below."]
     drawn = [r for r in reports if r.stats and r.stats.samples]
     if drawn:
         lines += ["", "| " + " | ".join(r.title for r in drawn) + " |", "|" + " --- |" * len(drawn)]
         for image in (LATENCY_PNG, TIMELINE_PNG):
             cells = [f"![{image}]({r.folder.relative_to(root) / image})" for r in drawn]
             lines.append("| " + " | ".join(cells) + " |")
+    if steps:
+        lines += ["", "## Steps", "", STEPS_NOTE, ""]
+        lines += _report_table(root, [write_test_report(folder, draw=redraw) for folder in steps], by_folder=True)
     path = root / REPORT_FILE
     write_text(path, "\n".join(lines) + "\n")
     return path
+
+
+def _report_table(root: Path, reports: list[TestReport], by_folder: bool = False) -> list[str]:
+    """One row per report, linking it by its title (``by_folder``: by its folder, which tells the steps apart)."""
+    lines = ["| test | verdict | figure | samples | p50 / p90 / p99 (ms) |", "| --- | --- | --- | --- | --- |"]
+    for report in reports:
+        folder = report.folder.relative_to(root)
+        percentiles = (" / ".join(f"{report.stats.percentiles_ms[p]:,.1f}" for p in PERCENTILES)
+                       if report.stats and report.stats.samples else "-")
+        samples = f"{report.stats.samples:,}" if report.stats else "-"
+        label = folder.as_posix() if by_folder else report.title
+        lines.append(f"| [{label}]({folder / REPORT_FILE}) | {report.verdict} | {report.figure} | {samples} | "
+                     f"{percentiles} |")
+    return lines

@@ -26,8 +26,6 @@ from code.submission.runs import TestRun, find_tests, run_folders
 RESULTS_CSV = "results.csv"
 CSV_COLUMNS = ("system", "benchmark", "scenario", "gpus", "test", "metric", "figure", "unit", "samples_per_joule",
                "verdict", "date", "log_folder")
-# The parts of a test folder's path inside its run folder: system, benchmark, scenario.
-TEST_DEPTH = 3
 
 
 class ResultsError(RuntimeError):
@@ -63,40 +61,27 @@ class Result:
 
 def run_results(run_folder: Path) -> list[Result]:
     """The finished tests of one run folder (none of its probes, tries or set-aside engines)."""
-    return read_run(run_folder)[0]
+    return [_result(test) for test in find_tests([run_folder]).tests]
 
 
-def read_run(run_folder: Path) -> tuple[list[Result], int]:
-    """The finished tests of one run folder, and how many of its tests did not finish (FAILED, stopped, killed):
-    those have no figure to show."""
-    tests, unfinished = find_tests([run_folder])
-    results = [_result(test) for test in tests if _is_run_test(test.directory, run_folder)]
-    return results, sum(1 for folder in unfinished if _is_run_test(folder, run_folder))
+@dataclass
+class Newest:
+    """The newest result per key, and the tests that gave none: not finished, or a metadata.json that cannot be
+    read (a newer test than the one shown may hide behind it)."""
+
+    results: list[Result]
+    unfinished: int
+    unreadable: dict[Path, str]
 
 
-def newest_results(logs_dir: Path) -> tuple[list[Result], int]:
+def newest_results(logs_dir: Path) -> Newest:
     """Per system, benchmark, scenario, GPU count and test, the newest finished test under ``logs_dir``, sorted by
-    that key; and how many tests did not finish."""
-    every: list[Result] = []
-    unfinished = 0
-    for folder in run_folders(logs_dir):
-        results, not_finished = read_run(folder)
-        every += results
-        unfinished += not_finished
+    that key; and the tests that did not finish or cannot be read."""
+    found = find_tests(run_folders(logs_dir))
     chosen: dict[tuple[str, str, str, int, str], Result] = {}
-    for result in sorted(every, key=lambda r: (r.started, str(r.folder))):
+    for result in sorted(map(_result, found.tests), key=lambda r: (r.started, str(r.folder))):
         chosen[result.key] = result
-    return [chosen[key] for key in sorted(chosen)], unfinished
-
-
-def _is_run_test(folder: Path, run_folder: Path) -> bool:
-    """A test of the run itself: ``<system>/<bench>/<Scenario>``, not a step deeper down that led to one."""
-    parts = folder.relative_to(run_folder).parts
-    if parts[-1:] == ("accuracy",):
-        parts = parts[:-1]
-    elif parts[-2:] == ("performance", "run_1"):
-        parts = parts[:-2]
-    return len(parts) == TEST_DEPTH
+    return Newest([chosen[key] for key in sorted(chosen)], len(found.unfinished), found.unreadable)
 
 
 def _result(test: TestRun) -> Result:
@@ -178,15 +163,19 @@ def results_csv(results: list[Result]) -> str:
 def write_results(logs_dir: Path, csv_path: Path) -> str:
     """Write the CSV of the newest results (a header alone when there is none) and return what the terminal shows:
     the table, or the command that makes a first result, and the CSV's path."""
-    results, unfinished = newest_results(logs_dir)
+    newest = newest_results(logs_dir)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(csv_path, results_csv(results))
-    if not results:
+    atomic.write_text(csv_path, results_csv(newest.results))
+    if not newest.results:
         lines = [f"no finished test under {logs_dir}: run one first, e.g. "
                  'make run RUN_ARGS="--benchmarks=bert --scenarios=offline --test_run"']
     else:
-        lines = [results_table(results)]
-    if unfinished:
-        lines.append(f"not shown: {unfinished} test(s) that did not finish (FAILED or stopped: no figure; each "
-                     "run's summary.txt says why)")
+        lines = [results_table(newest.results)]
+    if newest.unfinished:
+        lines.append(f"not shown: {newest.unfinished} test(s) that did not finish (FAILED or stopped: no figure; "
+                     "each run's summary.txt says why)")
+    if newest.unreadable:
+        lines.append(f"not shown: {len(newest.unreadable)} test(s) whose metadata.json cannot be read (cut short "
+                     "or edited; a row above may be older than such a test):")
+        lines += [f"  {shown_path(folder)}: {why}" for folder, why in newest.unreadable.items()]
     return "\n".join([*lines, f"CSV: {csv_path}"])

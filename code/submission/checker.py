@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from code.submission.stage import DIVISION, SUBMISSION_DIR, WORK_DIR
+from code.submission.stage import DIVISION, SUBMISSION_DIR, WORK_DIR, record_tree
 from code.submission.tools import submission_tools
 
 # The checker logs one line per complaint: "[<date> <time> submission_checker.py:<line> ERROR] <message>" (the
@@ -56,7 +56,18 @@ class CheckResult:
     @property
     def verdict(self) -> str:
         lines = [line for line in self.output.splitlines() if "SUMMARY:" in line]
-        return lines[-1].split("SUMMARY:", 1)[1].strip() if lines else f"no verdict (exit status {self.returncode})"
+        if lines:
+            return lines[-1].split("SUMMARY:", 1)[1].strip()
+        return f"no verdict: the checker stopped (exit status {self.returncode}) on {self.last_error}"
+
+    @property
+    def last_error(self) -> str:
+        """Why a checker that gave no verdict stopped: the last line of its traceback (``AttributeError: ...``), else
+        its last ERROR line, else its last line; the rest of the story is in its log."""
+        lines = [line.strip() for line in self.output.splitlines() if line.strip()]
+        if any(line.startswith("Traceback (most recent call last)") for line in lines):
+            return lines[-1]
+        return (self.errors or lines or ["no output"])[-1]
 
 
 def tree_digest(tree: Path) -> str:
@@ -100,6 +111,7 @@ def truncate(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_
     log = work_dir / submitter / "truncate.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(output)
+    record_tree(tree, work_dir / submitter)  # the tool's changes, even where it failed: not a hand edit
     if done.returncode != 0 or errors:
         lines = errors or [line for line in output.splitlines() if line.strip()] or ["no output"]
         raise ToolFailed(f"truncate_accuracy_log.py (round {round_name}) failed (exit {done.returncode}): "

@@ -7,10 +7,11 @@ its verdict. Nothing here writes: run logs are results and are only read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from code.common.constants import TestMode
+from code.common.run_logs import run_test_parts
 from code.common.run_record import RunRecord, RunRecordError, read_record
 
 
@@ -44,42 +45,44 @@ class TestRun:
         return f"{self.benchmark} {self.scenario} {'accuracy' if self.mode is TestMode.AccuracyOnly else 'performance'}"
 
 
-def find_tests(run_folders: list[Path]) -> tuple[list[TestRun], list[Path]]:
-    """Every finished test under the folders, and the folders of tests that did not finish (stopped, killed,
-    FAILED, or whose metadata.json cannot be read, as a full disk leaves it): those have partial logs or none."""
-    tests: list[TestRun] = []
-    unfinished: list[Path] = []
+@dataclass
+class FoundTests:
+    """What the run folders hold: the finished tests, and those that did not finish or cannot be read."""
+
+    tests: list[TestRun] = field(default_factory=list)
+    unfinished: list[Path] = field(default_factory=list)  # stopped, killed, FAILED: partial logs or none
+    unreadable: dict[Path, str] = field(default_factory=dict)  # folder -> why its metadata.json does not read
+
+
+def find_tests(run_folders: list[Path]) -> FoundTests:
+    """Every finished test of the runs themselves (``run_test_parts``: never a probe, a find_performance try or an
+    engine the accuracy gate set aside), the tests that did not finish (stopped, killed, FAILED), and those whose
+    metadata.json cannot be read (a full disk, a hand edit), with the reason."""
+    found = FoundTests()
     for folder in run_folders:
         for path in sorted(folder.rglob("metadata.json")):
-            record = _read_record(path.parent)
+            if run_test_parts(path.parent, folder) is None:
+                continue
+            try:
+                record = read_record(path.parent)
+            except RunRecordError as error:
+                found.unreadable[path.parent] = error.reason
+                continue
             result = record.result_dict
             if (not result.get("complete", True) or result.get("valid") is None or not record.has_config
                     or result.get("mode") not in LOADGEN_MODES):
-                unfinished.append(path.parent)
+                found.unfinished.append(path.parent)
                 continue
-            tests.append(_test_run(path.parent, folder, record))
-    return tests, unfinished
+            found.tests.append(_test_run(path.parent, folder, record))
+    return found
 
 
 LOADGEN_MODES = {mode.value for mode in TestMode if mode is not TestMode.SubmissionRun}
 """The modes a test folder's metadata.json may record: a SubmissionRun writes one folder per LoadGen test."""
 
 
-def _read_record(directory: Path) -> RunRecord:
-    """A test folder's record, or an empty one (an unfinished test) when it cannot be read or is not a run's."""
-    try:
-        return read_record(directory)
-    except RunRecordError:
-        return RunRecord({})
-
-
 def _test_run(directory: Path, run_folder: Path, record: RunRecord) -> TestRun:
-    parts = directory.relative_to(run_folder).parts
-    if parts[-1] == "accuracy":
-        parts = parts[:-1]
-    elif parts[-2:] == ("performance", "run_1"):
-        parts = parts[:-2]
-    system, benchmark, scenario = parts[-3:]
+    system, benchmark, scenario = run_test_parts(directory, run_folder) or ("", "", "")
     return TestRun(directory, system, benchmark, scenario, TestMode(record.result_dict["mode"]), record)
 
 

@@ -19,8 +19,10 @@ from typing import Any
 
 from code.common.audits import RUNS_SUBDIR
 from code.common.constants import TestMode
+from code.common.download import file_checksum
 from code.common.paths import BUILD_DIR, COMPLIANCE_LOGS_DIR, LOGS_DIR, REPO_ROOT
 from code.common.rounds import get_round
+from code.common.run_logs import new_timestamped_dir
 from code.common.run_record import RunRecordError, read_record
 from code.common.system_description import (
     DescriptionFiles,
@@ -58,6 +60,8 @@ DIVISION = "closed"
 ACCURACY_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt", "accuracy.txt", "mlperf_log_accuracy.json")
 PERFORMANCE_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
 STAGE_RECORD = "stage.json"
+# Beside stage.json: the sha256 of each file of the tree as staging, then truncation, left it (``record_tree``).
+TREE_FILES = "tree_files.json"
 # A submitter names a folder that staging deletes and rebuilds: one plain name, never ".", ".." or a path.
 SUBMITTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -87,10 +91,13 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     for folder in folders:
         if not folder.is_dir():
             raise StageError(f"{folder} is not a run folder (give folders under build/logs)")
-    tests, unfinished = find_tests(folders)
+    logged = find_tests(folders)
+    tests = logged.tests
     if not tests:
         where = ", ".join(str(f) for f in folders) or str(LOGS_DIR)
-        raise StageError(f"no finished runs in {where}: run the tests first, e.g. make run RUN_ARGS=\""
+        unreadable = "".join(f"; {path} holds a test whose record cannot be read: {why}"
+                             for path, why in logged.unreadable.items())
+        raise StageError(f"no finished runs in {where}{unreadable}: run the tests first, e.g. make run RUN_ARGS=\""
                          "--benchmarks=bert-99 --scenarios=offline,singlestream --test_mode=SubmissionRun\"")
     system = _one_system(tests, system)
     tests = [t for t in tests if t.system == system]
@@ -99,7 +106,9 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     chosen = newest(tests)
 
     staged = Staged(out_dir / DIVISION / submitter, round_name, system)
-    staged.notes += [f"a test that did not finish is left out: {path}" for path in unfinished]
+    staged.notes += [f"a test that did not finish is left out: {path}" for path in logged.unfinished]
+    staged.notes += [f"a test whose record cannot be read is left out (a newer test may hide behind it): {path}: "
+                     f"{why}" for path, why in logged.unreadable.items()]
     description = _system_description(systems_dir, system, submitter, staged)
     staged.problems += _check(chosen, description["system_type"], round_name)
     audits = _newest_audits(compliance, system, round_name, staged)
@@ -113,7 +122,7 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
         return staged  # reported by the caller; nothing written
 
     mlperf_conf = _mlperf_conf(round_name)
-    _reset(staged.tree, work_dir / submitter)
+    _reset(staged.tree, work_dir / submitter, staged)
     _write_json(staged.tree / "systems" / f"{system}.json", description)
     for (benchmark, scenario, mode), test in chosen.items():
         results = staged.tree / "results" / system / benchmark / scenario
@@ -133,6 +142,7 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     staged.problems += [f"{found} is a folder of this machine, in a file the submission ships (write it "
                         "relative to the checkout)" for found in host_paths(staged.tree)]
     _write_tree_readme(staged, chosen)
+    record_tree(staged.tree, work_dir / submitter)
     _write_json(work_dir / submitter / STAGE_RECORD, {"round": round_name, "system": system, "tree": str(staged.tree),
                                                       "problems": staged.problems, "notes": staged.notes})
     return staged
@@ -291,12 +301,59 @@ def _audit_records(compliance_root: Path) -> dict[Path, dict[str, Any]]:
         return {}
 
 
-def _reset(tree: Path, work: Path) -> None:
-    """A fresh tree: the staged copy and what truncation kept of the last one are outputs of staging, not results
-    (the run logs they came from are)."""
-    for folder in (tree, work):
-        if folder.exists():
-            shutil.rmtree(folder)
+def tree_files(tree: Path) -> dict[str, str]:
+    """The sha256 of each file of a staged tree, by its path in the tree."""
+    return {path.relative_to(tree).as_posix(): file_checksum(path, "sha256") for path in sorted(tree.rglob("*"))
+            if path.is_file()}
+
+
+def record_tree(tree: Path, work: Path) -> None:
+    """Record what staging (then truncation) left in the tree, so that staging again can tell a hand edit."""
+    _write_json(work / TREE_FILES, tree_files(tree))
+
+
+def _edits(tree: Path, work: Path) -> list[str] | None:
+    """The files of the tree changed, added or removed since staging and truncation left it; None when no record
+    says what they left (a tree staged by an earlier version of this harness)."""
+    try:
+        recorded = json.loads((work / TREE_FILES).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(recorded, dict):
+        return None
+    current = tree_files(tree)
+    return sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))
+
+
+def _reset(tree: Path, work: Path, staged: Staged) -> None:
+    """A fresh tree. The staged copy and what truncation kept of the last one (``originals/``) are outputs of
+    staging, made again from the run logs, so an earlier tree as staging and truncation left it is replaced; one
+    edited since (or of which no record says what was staged) is moved aside with its work folder, never deleted:
+    an edit made there would otherwise be lost. Either is said in a note."""
+    if tree.exists():
+        edits = _edits(tree, work)
+        if edits is None or edits:
+            kept = new_timestamped_dir(work.parent, prefix=f"{work.name}.replaced-")
+            shutil.move(tree, kept / "tree")  # a move, not a rename: build/submission may be on another disk
+            beside = ""
+            if work.exists():
+                shutil.move(work, kept / "work")
+                beside = f", with its truncation backup and checker logs in {kept / 'work'}"
+            what = ("no record says what staging left in it" if edits is None else
+                    f"{len(edits)} file(s) changed since staging: {', '.join(edits[:5])}"
+                    + (f" and {len(edits) - 5} more" if len(edits) > 5 else ""))
+            staged.notes.append(
+                f"the earlier tree is kept, not replaced ({what}): moved to {kept / 'tree'}{beside}. A staged tree is "
+                f"made again from the run logs and systems/{staged.system}.json + systems/{staged.system}.user.json: "
+                "make edits there, then stage")
+        else:
+            backup = work / "originals"
+            staged.notes.append(f"replaced the earlier tree {tree}, unchanged since staging" + (
+                f" and truncation, and its truncation backup {backup} (the new tree holds the accuracy logs whole)"
+                if backup.exists() else ""))
+            shutil.rmtree(tree)
+    if work.exists():
+        shutil.rmtree(work)
     tree.mkdir(parents=True)
 
 

@@ -144,9 +144,9 @@ def test_a_miss_falls_back_is_stored_and_the_next_run_starts_from_the_engine_tha
     # staging takes the newest accuracy run of the test: the one that passed
     from code.submission.runs import find_tests, newest
 
-    tests, unfinished = find_tests([logs])
-    assert not unfinished
-    assert newest(tests)[("bert-99", "Offline", TestMode.AccuracyOnly)].directory == scenario / "accuracy"
+    found = find_tests([logs])
+    assert not found.unfinished and not found.unreadable
+    assert newest(found.tests)[("bert-99", "Offline", TestMode.AccuracyOnly)].directory == scenario / "accuracy"
 
     # The next run starts from the engine that passed: no run of the engine that missed.
     again_logs = tmp_path / "again"

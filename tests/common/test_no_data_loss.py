@@ -22,7 +22,7 @@ RESULTS = ("logs/2026.11.24-10.00.00/CPU", "logs/2026.11.24-11.00.00", "bench/20
 RESULT_FOLDERS = sorted({f.split("/")[0] for f in RESULTS})
 UNNAMED = ("my_notes",)
 OUTPUTS = ("harness", "lib", "engines/CPU")
-SLOW_TO_GET = ("venv/bin", "data/squad", "models/bert", "preprocessed_data/squad_tokenized")
+SLOW_TO_GET = ("venv/bin", "downloads", "data/squad", "models/bert", "preprocessed_data/squad_tokenized")
 
 
 def make(target: str, build) -> subprocess.CompletedProcess:
@@ -48,7 +48,7 @@ def test_clean_keeps_results_and_what_is_slow_to_get_and_says_so(build):
     assert done.stdout.splitlines() == [
         f"[clean] deleted from {build}: harness lib engines",
         f"[clean] kept results: {' '.join(RESULT_FOLDERS)} (`make clean_logs` deletes build/logs)",
-        "[clean] kept as well: data models my_notes preprocessed_data venv"]
+        "[clean] kept as well: data downloads models my_notes preprocessed_data venv"]
 
 
 def test_clean_all_keeps_every_result_folder_and_says_what_it_deleted(build):
@@ -57,7 +57,7 @@ def test_clean_all_keeps_every_result_folder_and_says_what_it_deleted(build):
     assert sorted(p.name for p in build.iterdir()) == sorted([".gitkeep", *RESULT_FOLDERS, *UNNAMED])
     assert all((build / f / "file").exists() for f in RESULTS + UNNAMED)
     assert done.stdout.splitlines() == [
-        f"[clean_all] deleted from {build}: harness lib engines venv data models preprocessed_data",
+        f"[clean_all] deleted from {build}: harness lib engines venv downloads data models preprocessed_data",
         f"[clean_all] kept results: {' '.join(RESULT_FOLDERS)} (`make clean_logs` deletes build/logs)",
         "[clean_all] kept as well: my_notes"]
 

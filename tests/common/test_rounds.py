@@ -3,6 +3,7 @@ round is chosen by flag, config field or Make variable, with bad input refused b
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -120,6 +121,38 @@ def test_fetch_refuses_a_loadgen_with_another_rounds_seeds(tmp_path, monkeypatch
     monkeypatch.setenv("MLPERF_LOADGEN_SDIST", str(tarball))
     source = fetch_loadgen(pinned, tmp_path / "build")
     assert source == tmp_path / "build" / "mlcommons_loadgen-5.0.13" and (source / "mlperf_conf.h").is_file()
+
+
+def test_after_make_clean_the_sources_come_back_from_the_downloads_without_network(tmp_path, monkeypatch):
+    """make clean deletes build/harness/ (the extracted sources) and keeps build/downloads/ (the sdist): a machine
+    without network extracts them again. An sdist an earlier build kept in build/harness/<round>/ moves there."""
+    import hashlib
+    from dataclasses import replace
+
+    from code.harness import fetch_loadgen as fetch
+
+    v50 = get_round("v5.0")
+    tarball = _fake_sdist(tmp_path / "made", v50.loadgen.version,
+                          "".join(f"*.*.{k} = {v}\n" for k, v in vars(v50.seeds).items()))
+    pinned = replace(v50, loadgen=replace(v50.loadgen, sha256=hashlib.sha256(tarball.read_bytes()).hexdigest()))
+    monkeypatch.delenv("MLPERF_LOADGEN_SDIST", raising=False)
+
+    def no_network(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - what unshare -n leaves a download
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(fetch, "download", no_network)
+    build, downloads = tmp_path / "build" / "harness" / "v5.0", tmp_path / "build" / "downloads"
+    build.mkdir(parents=True)
+    tarball.rename(build / tarball.name)  # where a build before build/downloads/ kept it
+    source = fetch_loadgen(pinned, build, downloads)
+    assert (downloads / tarball.name).is_file() and not (build / tarball.name).exists()
+    shutil.rmtree(build)  # make clean
+    assert fetch_loadgen(pinned, build, downloads) == source and (source / "mlperf_conf.h").is_file()
+    (downloads / tarball.name).unlink()  # make clean_all: the download goes too, and is named
+    shutil.rmtree(build)
+    with pytest.raises(FetchError, match=r"could not download mlcommons_loadgen-5.0.13.tar.gz: network is "
+                                         r"unreachable.*set MLPERF_LOADGEN_SDIST="):
+        fetch_loadgen(pinned, build, downloads)
 
 
 def test_a_source_built_round_names_the_clone_it_needs(tmp_path, monkeypatch):

@@ -1,11 +1,15 @@
 """A config class of a GPU model serves any count of it (configs/configuration.py): lookup, what is scaled, what is
 not, a system's own class, and the errors that name the fix."""
 
+import json
+
 import pytest
 
+from code.common import systems
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from code.common.fields import FIELDS, FieldError
-from code.common.systems import CPU_SYSTEM, DetectedSystem, gpu_model_and_count
+from code.common.system_description import shown
+from code.common.systems import CPU_SYSTEM, DetectedSystem, GpuInfo, gpu_model_and_count
 from configs.bert.Offline import H200_SXM_141GB, H200_SXM_141GB_HighAccuracy, OfflineBaseConfig
 from configs.configuration import ConfigError, ConfigRegistry, WorkloadSetting, resolve_config
 
@@ -120,6 +124,54 @@ def test_a_systems_class_derived_from_its_model_scales_what_it_inherits_only(scr
 
     own = resolve(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GBx8")
     assert (own["offline_expected_qps"], own.sources["offline_expected_qps"]) == (50_000.0, "H200_SXM_141GBx8")
+
+
+def test_a_name_without_a_count_takes_its_gpus_from_its_class_description_or_machine(scratch_registry, tmp_path,
+                                                                                   monkeypatch):
+    """A system named without a count (``MyBox``) whose class inherits a model's per-GPU rates multiplies them by
+    its class's gpu_count, else its description's accelerators_per_node, else this machine's GPUs; with none, they
+    stay one GPU's and the source says why. What its own class sets is the whole system's."""
+    @register
+    class CountlessBox(H200_SXM_141GB):
+        pass
+
+    per_gpu = first_engine(H200_SXM_141GB, "offline_expected_qps")
+    rate = f"H200_SXM_141GB engine_ladder[{H200_SXM_141GB.engine_ladder[0].name}]"
+    monkeypatch.setattr(systems, "SYSTEMS_DIR", tmp_path)
+    monkeypatch.setattr(systems, "this_machine", lambda: DetectedSystem())  # no GPU here
+    alone = resolve(Benchmark.BERT, Scenario.Offline, "CountlessBox")
+    assert (alone["offline_expected_qps"], alone.sources["offline_expected_qps"]) == (per_gpu, (
+        f"{rate}, one GPU's: CountlessBox states no GPU count and this machine has no GPU: set gpu_count in its class "
+        "(make add_system SYSTEM=CountlessBox GPU_MODEL=<model> GPU_COUNT=<count> writes it) or "
+        "accelerators_per_node in systems/CountlessBox.json"))
+
+    h200 = GpuInfo("NVIDIA H200", 141 * 2**30, (9, 0))
+    monkeypatch.setattr(systems, "this_machine", lambda: DetectedSystem(gpus=(h200,) * 4))
+    here = resolve(Benchmark.BERT, Scenario.Offline, "CountlessBox")
+    assert (here["offline_expected_qps"], here.sources["offline_expected_qps"]) == (
+        4 * per_gpu, f"{rate} x 4 GPUs (this machine's GPUs, which a run uses)")
+
+    description = tmp_path / "CountlessBox.json"
+    description.write_text(json.dumps({"accelerators_per_node": "8"}))
+    described = resolve(Benchmark.BERT, Scenario.Offline, "CountlessBox")
+    assert (described["offline_expected_qps"], described.sources["offline_expected_qps"]) == (
+        8 * per_gpu, f"{rate} x 8 GPUs (accelerators_per_node of {shown(description)})")
+
+    @register
+    class CountedBox(H200_SXM_141GB):  # what make add_system writes for MyBox with GPU_COUNT=2
+        gpu_count = 2
+
+    @register
+    class OwnRateBox(H200_SXM_141GB):
+        gpu_count = 2
+        offline_expected_qps = 1234.0
+
+    counted = resolve(Benchmark.BERT, Scenario.Offline, "CountedBox")
+    assert (counted["offline_expected_qps"], counted.sources["offline_expected_qps"]) == (
+        2 * per_gpu, f"{rate} x 2 GPUs")
+    own = resolve(Benchmark.BERT, Scenario.Offline, "OwnRateBox")  # the whole system's, as it is
+    assert (own["offline_expected_qps"], own.sources["offline_expected_qps"]) == (1234.0, "OwnRateBox")
+    assert resolve(Benchmark.BERT, Scenario.Offline, CPU_SYSTEM).sources["offline_expected_qps"] == CPU_SYSTEM
 
 
 def test_run_args_beat_the_scaled_rate():

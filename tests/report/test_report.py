@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from code.common.paths import REPO_ROOT
 from code.harness.core import SAMPLE_TIMES_FILE, SampleTimes
 from code.report.__main__ import main
 from code.report.figures import (
@@ -100,6 +103,55 @@ def test_bad_folders_name_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[
         write_run_report(tmp_path / "missing")
     assert main([str(tmp_path)]) == 2
     assert "no test folder under" in capsys.readouterr().err
+
+
+def test_the_run_page_lists_probes_and_tries_as_steps_not_as_tests(tmp_path: Path) -> None:
+    """A --test_run's probes and find_performance's tries are steps that led to the run's tests: the page shows them
+    in a table of their own, after the tests and their plots."""
+    root = tmp_path / "run"
+    made_up_test(root / "CPU" / "bert-99" / "Offline", "Offline", made_up_times([8, 8]))
+    for step in ("probes/CPU/bert-99/Offline", "probes/CPU/bert-99/Offline-2", "gate/exact/CPU/bert-99/Offline",
+                 "find_performance/CPU/bert-99/Offline/01-probe"):
+        made_up_test(root / step, "Offline", made_up_times([8]))
+    tests, steps = write_run_report(root).read_text().split("\n## Steps\n")
+    assert tests.count("PerformanceOnly](") == 1 and "probes" not in tests and "find_performance" not in tests
+    assert "| [CPU bert-99 Offline PerformanceOnly](CPU/bert-99/Offline/report.md) | VALID |" in tests
+    assert steps.startswith("\nSteps that led to the tests, not results of the run: a --test_run's probes")
+    assert [line.split("]")[0] for line in steps.splitlines() if line.startswith("| [")] == [
+        "| [find_performance/CPU/bert-99/Offline/01-probe", "| [gate/exact/CPU/bert-99/Offline",
+        "| [probes/CPU/bert-99/Offline", "| [probes/CPU/bert-99/Offline-2"]
+    assert (root / "probes/CPU/bert-99/Offline-2" / REPORT_FILE).is_file()  # each step's own report still written
+
+    tries = tmp_path / "find"  # a find_performance run: steps only
+    made_up_test(tries / "find_performance/CPU/bert-99/Offline/01-probe", "Offline", made_up_times([8]))
+    assert "No test of the run itself: only the steps below." in write_run_report(tries).read_text()
+
+
+def make_report(*variables: str, build: Path) -> subprocess.CompletedProcess[str]:
+    """`make report ...` for real, reading runs of ``build``."""
+    return subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "report", *variables],
+                          capture_output=True, text=True, env={**os.environ, "MLPERF_BUILD_DIR": str(build)},
+                          timeout=300)
+
+
+def test_make_report_takes_a_folder_with_spaces_and_names_the_first_run_when_there_is_none(tmp_path: Path) -> None:
+    root = tmp_path / "a run with spaces"
+    made_up_test(root / "CPU" / "bert-99" / "Offline", "Offline", made_up_times([8]))
+    done = make_report(f"LOG_DIR={root}", build=tmp_path / "build")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == str(root / REPORT_FILE) and (root / REPORT_FILE).is_file()
+
+    none = make_report(build=tmp_path / "build")  # no build/logs at all
+    assert none.returncode == 2
+    assert none.stderr.splitlines()[0] == (
+        f"ERROR: no run in {tmp_path / 'build' / 'logs'} yet: run one first, e.g. make run RUN_ARGS=\"--benchmarks="
+        "bert --scenarios=offline --test_run\", or give a run's folder: make report LOG_DIR=<folder>")
+
+    newest = tmp_path / "build" / "logs" / "2026.11.24-10.00.00"  # without LOG_DIR: the newest run
+    made_up_test(newest / "CPU" / "bert-99" / "Offline", "Offline", made_up_times([8]))
+    (tmp_path / "build" / "logs" / "2026.11.23-10.00.00").mkdir()
+    done = make_report(build=tmp_path / "build")
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == str(newest / REPORT_FILE), done.stderr
 
 
 def drawn_figure(monkeypatch: pytest.MonkeyPatch) -> list:

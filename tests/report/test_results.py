@@ -8,6 +8,8 @@ import csv
 import hashlib
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -19,7 +21,7 @@ import pytest
 from code.common.paths import LIB_DIR, REPO_ROOT
 from code.report.compare import compare_runs
 from code.report.make_results import main
-from code.report.results import newest_results
+from code.report.results import newest_results, shown_path
 
 pytestmark = pytest.mark.slow
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "squad_tiny.json"
@@ -35,7 +37,7 @@ def make_command(target: str, *variables: str) -> list[str]:
     """The command `make <target>` runs, as make prints it (the C++ core and venv are already built here)."""
     lines = subprocess.run(["make", "-n", "--no-print-directory", target, *variables], cwd=REPO_ROOT,
                            capture_output=True, text=True, check=True).stdout.splitlines()
-    return [line for line in lines if "-m code." in line][-1].split()
+    return shlex.split([line for line in lines if "-m code." in line][-1])  # as the recipe's shell reads it
 
 
 @pytest.fixture(scope="module")
@@ -126,9 +128,9 @@ def digest(folder: Path) -> dict[str, str]:
 
 
 def test_newest_result_per_system_benchmark_scenario_gpus_and_test(logs):
-    results, unfinished = newest_results(logs)
+    newest = newest_results(logs)
     assert [(r.system, r.gpus, r.test, r.metric, r.figure, r.unit, r.verdict, r.folder.relative_to(logs).parts[0])
-            for r in results] == [
+            for r in newest.results] == [
         ("CPU", 0, "accuracy", "f1", 100.0, "%", "PASS but not submittable", "2026.01.02-10.00.00"),
         ("CPU", 0, "performance", "samples_per_second", 250.0, "samples/s", "VALID but not submittable",
          "2026.01.02-10.00.00"),  # not the FAILED one of the 4th, nor the probe
@@ -136,7 +138,7 @@ def test_newest_result_per_system_benchmark_scenario_gpus_and_test(logs):
         ("H100_SXM_80GBx2", 2, "performance", "samples_per_second", 20_000.0, "samples/s", "VALID",
          "2026.01.03-10.00.00"),
     ]
-    assert unfinished == 1
+    assert newest.unfinished == 1 and newest.unreadable == {}
 
 
 def test_make_results_prints_the_table_and_writes_the_csv(logs, capsys):
@@ -218,3 +220,30 @@ def test_make_results_passes_compare_and_the_build_folder():
     command = make_command("results", "COMPARE=a,b")
     assert command[1:] == ["-m", "code.report.make_results", f"--build_dir={REPO_ROOT / 'build'}", "--compare=a,b"]
     assert "--compare" not in " ".join(make_command("results"))
+
+
+def test_make_results_compares_a_folder_with_spaces(logs, tmp_path, capsys):
+    """COMPARE reaches the command as one argument, spaces and all."""
+    spaced = shutil.copytree(logs / "2026.01.01-10.00.00", tmp_path / "runs with spaces" / "run a")
+    command = make_command("results", f"COMPARE={spaced},2026.01.03-10.00.00")
+    assert command[-1] == f"--compare={spaced},2026.01.03-10.00.00"
+    assert main(["--build_dir", str(logs.parent), command[-1]]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [f"a: {spaced}", "b: " + shown_path(logs / "2026.01.03-10.00.00")]
+
+
+def test_an_unreadable_metadata_json_is_named_with_why(logs, capsys):
+    """A test whose metadata.json was cut short (a full disk, an edit) is named, with why, under the table: the row
+    shown for it is then an older test's."""
+    cut = logs / "2026.01.02-10.00.00/CPU/bert-99/Offline/performance/run_1/metadata.json"
+    cut.write_bytes(cut.read_bytes()[:300])
+    assert main(["--build_dir", str(logs.parent)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[3].split()[:9] == ["CPU", "bert-99", "Offline", "0", "performance", "samples_per_second", "100",
+                                  "samples/s", "INVALID"]  # the older run's, and said to be so below
+    assert out[-4:-2] == [
+        "not shown: 1 test(s) that did not finish (FAILED or stopped: no figure; each run's summary.txt says why)",
+        "not shown: 1 test(s) whose metadata.json cannot be read (cut short or edited; a row above may be older than "
+        "such a test):"]
+    why = r"no readable metadata.json \(.+: line 1 column \d+ .*\)"
+    assert re.fullmatch(rf"  {re.escape(shown_path(cut.parent))}: {why}", out[-2]), out[-2]

@@ -1,6 +1,8 @@
 """make add_system on a copy of the repo: stubs that import, validate and resolve; a system description."""
 
 import json
+import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -87,6 +89,9 @@ def test_keyword_or_invalid_system_name_is_refused_before_anything_is_written(tm
     before = _tree_state(root)
     for name, fix in [("class", "try --system_name=class_system"), ("None", "try --system_name=None_system"),
                       ("2box", "try --system_name=box"), ("ConfigRegistry", "pick another"),
+                      ("H100_SXM_80GB", "names a GPU model, not a system (its classes hold one GPU's values for every "
+                       "system of it): name the system with its GPU count, --system_name=H100_SXM_80GBx<count>, or "
+                       "give it a name of its own with --gpu_model=H100_SXM_80GB --gpu_count=<count>"),
                       ("Box_HighAccuracy", "pick another")]:
         refused = subprocess.run([sys.executable, "-m", "scripts.add_system", f"--system_name={name}"], cwd=root,
                                  capture_output=True, text=True, timeout=120)
@@ -240,3 +245,45 @@ def test_an_unknown_benchmark_is_refused_with_the_list_before_anything_is_writte
     assert "error: --benchmarks=bert,resnet: unknown benchmark 'resnet'; valid choices: bert, gptj" in refused.stderr
     assert "Traceback" not in refused.stderr and refused.stdout == ""
     assert _tree_state(root) == before
+
+
+def make_add_system(*variables: str, dry: bool = False) -> subprocess.CompletedProcess:
+    """`make add_system ...` in the checkout (``dry``: make -n, what it would run)."""
+    return subprocess.run(["make", "--no-print-directory", *(["-n"] if dry else []), "-C", str(REPO_ROOT),
+                           "add_system", *variables], capture_output=True, text=True, timeout=300)
+
+
+def test_make_add_system_passes_a_name_with_a_space_whole_to_be_refused():
+    before = _tree_state(REPO_ROOT)
+    refused = make_add_system("SYSTEM=My Box")
+    assert refused.returncode == 2 and "unrecognized arguments" not in refused.stderr, refused.stderr
+    assert ("error: --system_name=My Box must be a valid Python class name (letters, digits, _; not starting with a "
+            "digit): try --system_name=My_Box") in refused.stderr
+    assert _tree_state(REPO_ROOT) == before
+
+
+def test_a_named_system_on_a_machine_without_gpus_says_it_gets_none_and_how_to_name_them(tmp_path):
+    """MyBox on a machine without GPUs: CPU stubs and no accelerators, said on stderr with the make variables that
+    name its GPUs; given them, its classes derive from the model's and state the count."""
+    root = _repo_copy(tmp_path)
+    no_gpu = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # this machine as one without GPUs, whatever it has
+    plain = subprocess.run([sys.executable, "-m", "scripts.add_system", "--system_name=MyBox", "--benchmarks=bert"],
+                           cwd=root, capture_output=True, text=True, timeout=120, env=no_gpu)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stderr.startswith("warning: MyBox is written as a machine without GPUs (CPU stubs; "
+                                   "accelerators_per_node 0 in its description): this machine has none, and none was "
+                                   "named. For a system of GPUs: make add_system SYSTEM=MyBox GPU_MODEL=<model> "
+                                   "GPU_COUNT=<count> (--gpu_model/--gpu_count; models: H100_SXM_80GB, ")
+    assert json.loads((root / "systems" / "MyBox.json").read_text())["accelerators_per_node"] == "0"
+
+    command = shlex.split(make_add_system("SYSTEM=MyGpuBox", "GPU_MODEL=A100_SXM4_40GB", "GPU_COUNT=8",
+                                          dry=True).stdout.splitlines()[-1])
+    assert command[1:] == ["-m", "scripts.add_system", "--system_name=MyGpuBox", "--gpu_model=A100_SXM4_40GB",
+                           "--gpu_count=8"]
+    named = subprocess.run([sys.executable, *command[1:], "--benchmarks=bert"], cwd=root, capture_output=True,
+                           text=True, timeout=120, env=no_gpu)
+    assert named.returncode == 0 and "warning" not in named.stderr, named.stderr
+    assert "[add_system] system: MyGpuBox, 8x A100_SXM4_40GB (" in named.stdout
+    custom = (root / "configs" / "bert" / "Offline" / "custom.py").read_text()
+    assert "class MyGpuBox(Offline.A100_SXM4_40GB):" in custom and "    gpu_count = 8" in custom
+    assert json.loads((root / "systems" / "MyGpuBox.json").read_text())["accelerators_per_node"] == "8"

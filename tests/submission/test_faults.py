@@ -67,8 +67,8 @@ def test_a_failing_truncation_tool_is_one_line_and_exit_1(tmp_path):
     assert "starting" in log.read_text()
 
 
-def test_an_unreadable_metadata_json_is_an_unfinished_test_not_a_crash(tmp_path):
-    """A full disk leaves metadata.json cut short; staging lists that test as unfinished and goes on."""
+def test_an_unreadable_metadata_json_is_named_with_why_not_a_crash(tmp_path):
+    """A full disk or a hand edit leaves metadata.json unreadable; staging names that test and why, and goes on."""
     run = tmp_path / "2026.11.24-10.00.00"
     cut = run / "CPU" / "bert-99" / "Offline"
     cut.mkdir(parents=True)
@@ -76,8 +76,10 @@ def test_an_unreadable_metadata_json_is_an_unfinished_test_not_a_crash(tmp_path)
     other = run / "CPU" / "bert-99" / "SingleStream"
     other.mkdir(parents=True)
     (other / "metadata.json").write_text("[]")
-    tests, unfinished = find_tests([run])
-    assert tests == [] and unfinished == [cut, other]
+    found = find_tests([run])
+    assert found.tests == [] and found.unfinished == [] and list(found.unreadable) == [cut, other]
+    assert found.unreadable[cut] == "no readable metadata.json (Expecting value: line 1 column 25 (char 24))"
+    assert found.unreadable[other] == "its metadata.json is not a run record (a JSON object with a result object)"
 
 
 def test_a_test_is_read_with_its_loadgen_mode_and_an_unknown_mode_is_unfinished(tmp_path):
@@ -89,11 +91,11 @@ def test_a_test_is_read_with_its_loadgen_mode_and_an_unknown_mode_is_unfinished(
         folders[scenario].mkdir(parents=True)
         (folders[scenario] / "metadata.json").write_text(json.dumps(
             {"config": {}, "result": {"complete": True, "valid": True, "mode": mode}}))
-    tests, unfinished = find_tests([run])
-    assert [(test.scenario, test.mode) for test in tests] == [
+    found = find_tests([run])
+    assert [(test.scenario, test.mode) for test in found.tests] == [
         ("Offline", TestMode.AccuracyOnly), ("Server", TestMode.PerformanceOnly)]
-    assert unfinished == [folders["SingleStream"]]
-    assert list(newest(tests)) == [("bert-99", "Offline", TestMode.AccuracyOnly),
+    assert found.unfinished == [folders["SingleStream"]]
+    assert list(newest(found.tests)) == [("bert-99", "Offline", TestMode.AccuracyOnly),
                                    ("bert-99", "Server", TestMode.PerformanceOnly)]
 
 

@@ -359,6 +359,47 @@ def test_bad_inputs_are_named_with_their_fix(pipeline, tmp_path, monkeypatch):
     assert _tree_digest(logs) == before
 
 
+def test_staging_again_replaces_its_own_tree_and_keeps_an_edited_one(pipeline, tmp_path):
+    """A tree as staging and truncation left it is made again from the logs (saying so, the truncation backup too);
+    one edited by hand is moved aside whole, never deleted."""
+    logs, work = sorted(pipeline["logs"].iterdir()), tmp_path / "work"
+    out = {"out_dir": tmp_path / "submission", "work_dir": work, "systems_dir": pipeline["systems"]}
+    first = stage(SUBMITTER, logs=logs, allow_incomplete=True, **out)
+    truncate(SUBMITTER, ROUND, out["out_dir"], work)
+    again = stage(SUBMITTER, logs=logs, allow_incomplete=True, **out)
+    assert (f"replaced the earlier tree {first.tree}, unchanged since staging and truncation, and its truncation "
+            f"backup {work / SUBMITTER / 'originals'} (the new tree holds the accuracy logs whole)") in again.notes
+    assert not list(work.glob(f"{SUBMITTER}.replaced-*"))
+
+    edited = again.tree / "systems" / f"{SYSTEM}.json"
+    edited.write_text(edited.read_text().replace('"pipeline test"', '"edited by hand"', 1))
+    text = edited.read_text()
+    third = stage(SUBMITTER, logs=logs, allow_incomplete=True, **out)
+    (kept,) = work.glob(f"{SUBMITTER}.replaced-*")
+    assert (kept / "tree" / "systems" / f"{SYSTEM}.json").read_text() == text and (kept / "work").is_dir()
+    assert (f"the earlier tree is kept, not replaced (1 file(s) changed since staging: systems/{SYSTEM}.json): "
+            f"moved to {kept / 'tree'}, with its truncation backup and checker logs in {kept / 'work'}. A staged "
+            f"tree is made again from the run logs and systems/{SYSTEM}.json + systems/{SYSTEM}.user.json: make "
+            "edits there, then stage") in third.notes
+    assert "edited by hand" not in (third.tree / "systems" / f"{SYSTEM}.json").read_text()
+
+
+def test_a_checker_that_stops_without_a_verdict_is_quoted(pipeline, tmp_path):
+    """The shipped systems/CPU.json has no status: staged anyway, the round's checker stops on it with a traceback,
+    whose last line is the verdict's reason (the whole log stays beside the tree)."""
+    out, work = tmp_path / "submission", tmp_path / "work"
+    staged = stage(SUBMITTER, logs=sorted(pipeline["logs"].iterdir()), allow_incomplete=True, out_dir=out,
+                   work_dir=work, systems_dir=REPO_ROOT / "systems")
+    assert any(problem.startswith(f"the description of {SYSTEM} would fail the checker") and "status: missing" in
+               problem for problem in staged.problems), staged.problems
+    truncate(SUBMITTER, ROUND, out, work)
+    result = check(SUBMITTER, ROUND, out, work)
+    assert not result.passed and "Traceback (most recent call last)" in result.output
+    assert result.verdict == f"no verdict: the checker stopped (exit status {result.returncode}) on {result.last_error}"
+    assert result.last_error == result.output.strip().splitlines()[-1].strip()
+    assert result.last_error.startswith(("AttributeError", "KeyError", "TypeError")), result.output[-2000:]
+
+
 def test_audit_logs_are_copied_as_they_are(pipeline, tmp_path):
     """An audit folder in build/compliance_logs' layout lands in compliance/ unchanged, for staged scenarios only."""
     audits = tmp_path / "compliance_logs" / "2026.11.24-10.00.00" / SYSTEM

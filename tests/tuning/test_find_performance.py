@@ -23,6 +23,9 @@ from code.common.run_logs import TestResult
 from code.common.supervision import Interrupted
 from code.common.user_conf import loaded_samples, user_conf_entries, write_user_conf
 from code.main import main
+from code.report.pages import write_run_report
+from code.submission.runs import find_tests
+from code.submission.stage import StageError, stage
 from code.tuning import search
 from configs.configuration import resolve_config
 
@@ -301,6 +304,16 @@ def test_find_performance_then_a_run_that_uses_it(harness_built, tmp_path):
         assert result["value"] > stored, (result["value"], stored)
     else:
         assert "[VALID but not submittable]" in run.stdout
+    # The tries are steps of the search, not tests: staging, make results and the run page see no test in its folder
+    # (its <system>/<bench>/<Scenario>/<try> would read as a system "bert-99"), and the run's test beside it only.
+    assert vars(find_tests([tmp_path / "find"])) == {"tests": [], "unfinished": [], "unreadable": {}}
+    with pytest.raises(StageError, match=f"no finished runs in {tmp_path / 'find'}: run the tests first"):
+        stage("MyOrg", logs=[tmp_path / "find"], out_dir=tmp_path / "submission", work_dir=tmp_path / "work")
+    staged = stage("MyOrg", logs=[tmp_path / "find", tmp_path / "run"], out_dir=tmp_path / "submission",
+                   work_dir=tmp_path / "work")
+    assert staged.system == "CPU" and not (tmp_path / "submission").exists()  # not submittable: nothing written
+    assert not [p for p in staged.problems if str(tmp_path / "find") in p], staged.problems
+    assert "No test of the run itself: only the steps below." in write_run_report(tmp_path / "find").read_text()
 
 
 @pytest.mark.slow
@@ -327,6 +340,11 @@ def test_a_test_run_without_a_tuned_value_probes_first(harness_built, tmp_path):
         assert metadata["result"]["invalid_reasons"][0] == "min duration not met"
         assert "its query ended before the minimum duration; next: make run" in done.stdout
     assert not (tmp_path / "tuned").exists()  # a probe stores nothing: only make find_performance does
+    # The probes are steps of the test, not tests: staging and make results see the test alone.
+    found = find_tests([tmp_path / "run"])
+    assert [test.directory for test in found.tests] == [test_dir] and not found.unfinished
+    staged = stage("MyOrg", logs=[tmp_path / "run"], out_dir=tmp_path / "submission", work_dir=tmp_path / "work")
+    assert not [p for p in staged.problems if "/probes/" in p or "Offline-" in p], staged.problems
 
 
 def test_a_probe_whose_process_failed_stands_for_the_test(monkeypatch, tmp_path):

@@ -33,6 +33,19 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE_S = 5.0
 
 
+def how_it_ended(returncode: int) -> str:
+    """A child's exit status in words: "exited with status 1", "was killed by SIGKILL (...)". A negative status is
+    the signal that ended it, which a bare "exit -9" leaves the reader to decode."""
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    hint = " (the out-of-memory killer, or kill -9)" if name == "SIGKILL" else ""
+    return f"was killed by {name}{hint}"
+
+
 class Interrupted(Exception):
     """The parent got a stop signal (Ctrl-C, a timeout's SIGTERM, a closed terminal's SIGHUP)."""
 

@@ -96,3 +96,21 @@ def test_a_killed_parent_leaves_no_test_running(build_dir, tmp_path):
     wait_for(lambda: not processes_mentioning(str(test_dir)), 5, "the test process ending")
     result = json.loads((test_dir / "metadata.json").read_text())["result"]
     assert result["complete"] is False and result["invalid_reasons"][0].startswith("the test has not finished")
+
+
+def test_a_killed_test_process_is_named_by_its_signal_and_incomplete(build_dir, tmp_path):
+    """The out-of-memory killer (or kill -9) ends the test process alone: the harness goes on, and the test says
+    which signal ended it and that it is INCOMPLETE, never a bare exit status beside ``complete: true``."""
+    harness, test_dir = start_and_wait_for_loadgen(build_dir, tmp_path)
+    (pid,) = processes_mentioning(str(test_dir / "test_spec.json"))
+    os.kill(pid, signal.SIGKILL)
+    assert harness.wait(timeout=60) == 1
+    output = (tmp_path / "harness.out").read_text()
+    assert "Traceback" not in output and "(exit -9)" not in output
+    result = json.loads((test_dir / "metadata.json").read_text())["result"]
+    assert result["complete"] is False and result["valid"] is None
+    assert result["invalid_reasons"][-1] == (
+        "the test process was killed by SIGKILL (the out-of-memory killer, or kill -9); its LoadGen logs are "
+        f"partial; see {test_dir / 'stdout.txt'}")
+    summary = (test_dir.parents[2] / "summary.txt").read_text()
+    assert "Server        PerformanceOnly  INCOMPLETE: the test process was killed by SIGKILL" in summary

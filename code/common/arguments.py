@@ -200,15 +200,16 @@ def _unknown_flag(name: str) -> ArgumentError:
 MAKE_VARIABLES = {"round": "ROUND", "log_dir": "LOG_DIR"}
 
 
-def _passed_by_make(name: str, value: str | None) -> str:
-    """The end of the "given twice" error where make passed the first value from a variable (make puts the
+def _passed_by_make(name: str, first: str | None, second: str | None) -> str:
+    """The end of the "given twice" error where make passed one of the values from a variable (make puts the
     variables of its command line in its recipes' environment): the user typed ROUND=, not the --round it became,
     so the fix names ROUND=. Empty otherwise."""
     variable = MAKE_VARIABLES.get(name)
-    if variable is None or "MAKELEVEL" not in os.environ or os.environ.get(variable) != value:
+    value = os.environ.get(variable or "")
+    if variable is None or "MAKELEVEL" not in os.environ or value not in (first, second):
         return ""
-    return f": make's {variable}={value} passes --{name}={value} before RUN_ARGS; give it once, as {variable}= or " \
-        f"as --{name} in RUN_ARGS"
+    return f": make's {variable}={value} passes --{name}={value} along with RUN_ARGS; give it once, as {variable}= " \
+        f"or as --{name} in RUN_ARGS"
 
 
 def parse_run_args(argv: list[str]) -> RunRequest:
@@ -228,7 +229,7 @@ def parse_run_args(argv: list[str]) -> RunRequest:
         if name in given and given[name] != value:
             # make passes ROUND as --round before RUN_ARGS: two different values must not silently pick one.
             both = f"--{name}" if spelled[name] == typed else f"--{name} (as --{spelled[name]} and --{typed})"
-            fix = _passed_by_make(name, given[name]) or "; give it once"
+            fix = _passed_by_make(name, given[name], value) or "; give it once"
             raise ArgumentError(f"{both} is given twice ({given[name]} and {value}){fix}")
         given[name] = value
         spelled.setdefault(name, typed)

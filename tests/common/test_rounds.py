@@ -90,8 +90,8 @@ def test_a_round_given_by_make_and_run_args_names_round():
                            "RUN_ARGS=--benchmarks=bert --scenarios=offline --test_run --round=v4.1"], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
-    assert ("ERROR: --round is given twice (v5.0 and v4.1): make's ROUND=v5.0 passes --round=v5.0 before RUN_ARGS; "
-            "give it once, as ROUND= or as --round in RUN_ARGS") in done.stderr.splitlines()
+    assert ("ERROR: --round is given twice (v5.0 and v4.1): make's ROUND=v5.0 passes --round=v5.0 along with "
+            "RUN_ARGS; give it once, as ROUND= or as --round in RUN_ARGS") in done.stderr.splitlines()
     assert "Traceback" not in done.stderr and "code.harness.build" not in done.stdout  # refused before the build
 
 

@@ -4,10 +4,12 @@
 # LOG_DIR=<folder> (NVIDIA's make variable) is --log_dir for the targets that run tests: a new or empty folder, so a
 # run never writes into an earlier run's. RUN_ARGS naming another --log_dir is refused as a flag given twice. Only
 # make's command line counts: a LOG_DIR exported by a job script would send every run to one folder.
+# It reaches the shell as one quoted word, so a folder with spaces is one --log_dir (a ' in it written as '\'').
 LOG_DIR      ?=
-LOG_DIR_ARG  := $(if $(filter command line,$(origin LOG_DIR)),$(if $(LOG_DIR),--log_dir=$(LOG_DIR)))
-# What the targets that run tests pass: the round, the log folder, RUN_ARGS; one space apart.
-TEST_ARGS     = $(strip $(ROUND_ARG) $(LOG_DIR_ARG) $(RUN_ARGS))
+LOG_DIR_ARG  := $(if $(filter command line,$(origin LOG_DIR)),$(if $(LOG_DIR),'--log_dir=$(subst ','\'',$(LOG_DIR))'))
+# What the targets that run tests pass: the round, RUN_ARGS, the log folder; one space apart (the folder last and
+# outside $(strip), which would join the spaces of its name into one).
+TEST_ARGS     = $(strip $(ROUND_ARG) $(RUN_ARGS))$(if $(LOG_DIR_ARG), $(LOG_DIR_ARG))
 
 # Each target that runs tests sets HARNESS_ARGS, the arguments of its `python -m code.main`; check_args, its
 # prerequisite, inherits them (make passes a target's variables to its prerequisites), so the check reads exactly

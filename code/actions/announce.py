@@ -60,8 +60,8 @@ def planned_tests(gate_plan: GatePlan) -> list[TestMode]:
     return modes
 
 
-def _duration(seconds: float) -> str:
-    """42 s, 3 min, 1.5 h: as precise as an estimate deserves."""
+def duration_text(seconds: float) -> str:
+    """42 s, 3 min, 1.5 h: as precise as an estimate deserves (the bench says its plan in these words too)."""
     if seconds < 90:
         return f"{max(1, round(seconds))} s"
     if seconds < 90 * 60:
@@ -95,7 +95,7 @@ def plan_lines(request: RunRequest, system: str, gate_plans: list[GatePlan]) -> 
             total += seconds
             gate = " (the accuracy gate's)" if gate_plan.applies and mode is TestMode.AccuracyOnly else ""
             lines.append(f"  {config.benchmark_name} {config.scenario.value} {mode.value}{gate}: about "
-                         f"{_duration(seconds)}")
+                         f"{duration_text(seconds)}")
     taken = [f"--{name}={MAIN_DEFAULTS[name]}" for name in SAID_DEFAULTS if name in request.defaulted]
     if "test_mode" not in request.overrides:
         taken.append(f"--test_mode={configs[0]['test_mode']}" if configs else "")
@@ -105,7 +105,7 @@ def plan_lines(request: RunRequest, system: str, gate_plans: list[GatePlan]) -> 
         lines.append(f"taken by default: {', '.join(item for item in taken if item)} (make run RUN_ARGS=--help "
                      "lists every flag and its default)")
     tries = "; find_performance repeats tests while it searches, so more" if request.find_performance else ""
-    lines.append(f"estimated time: at least {_duration(total)} of LoadGen tests (an estimate from the configs' "
+    lines.append(f"estimated time: at least {duration_text(total)} of LoadGen tests (an estimate from the configs' "
                  f"expected rates and min_duration; engine builds and model loading come on top{tries})")
     return lines
 

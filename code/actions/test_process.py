@@ -26,7 +26,7 @@ from code.common.rounds import RoundError
 from code.common.run_logs import TestResult
 from code.common.run_record import RunRecord, RunRecordError, mark_incomplete, read_record, write_record
 from code.common.summary import RanTest, format_summary, write_summary
-from code.common.supervision import start_in_own_group, stop_group, stop_signals_ignored
+from code.common.supervision import how_it_ended, start_in_own_group, stop_group, stop_signals_ignored
 from code.common.verdicts import round_refusal
 from code.harness.build import module_path
 from code.harness.progress import PREFIX as PROGRESS_PREFIX
@@ -141,8 +141,12 @@ def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestRes
     if status == 0 and record.complete:
         return record.result, record
     reasons = [error_line.removeprefix("ERROR: ")] if error_line else []
-    reasons.append(f"the test process failed (exit {status}); see {log_dir / 'stdout.txt'}")
-    result = TestResult(spec["scenario"], spec["mode"], str(log_dir), valid=None, invalid_reasons=reasons)
+    # A test killed by a signal (the out-of-memory killer, kill -9) stopped mid-way: its LoadGen logs are partial.
+    killed = status < 0
+    partial = "; its LoadGen logs are partial" if killed else ""
+    reasons.append(f"the test process {how_it_ended(status)}{partial}; see {log_dir / 'stdout.txt'}")
+    result = TestResult(spec["scenario"], spec["mode"], str(log_dir), valid=None, complete=not killed,
+                        invalid_reasons=reasons)
     _save(lambda: write_record(log_dir, RunRecord.of(result, test_spec=spec)), "metadata.json",
           log_dir / "metadata.json")
     return result, RunRecord({})

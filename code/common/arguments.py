@@ -7,6 +7,7 @@ lists the valid choices, so a typo never silently runs the wrong thing.
 
 from __future__ import annotations
 
+import os
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,6 +196,22 @@ def _unknown_flag(name: str) -> ArgumentError:
     return ArgumentError(f"unknown flag --{name}{hint}; valid flags: {', '.join('--' + v for v in valid)}")
 
 
+# The make variables that pass a flag before RUN_ARGS (make/const.mk, make/run.mk).
+MAKE_VARIABLES = {"round": "ROUND", "log_dir": "LOG_DIR"}
+
+
+def _passed_by_make(name: str, first: str | None, second: str | None) -> str:
+    """The end of the "given twice" error where make passed one of the values from a variable (make puts the
+    variables of its command line in its recipes' environment): the user typed ROUND=, not the --round it became,
+    so the fix names ROUND=. Empty otherwise."""
+    variable = MAKE_VARIABLES.get(name)
+    value = os.environ.get(variable or "")
+    if variable is None or "MAKELEVEL" not in os.environ or value not in (first, second):
+        return ""
+    return f": make's {variable}={value} passes --{name}={value} along with RUN_ARGS; give it once, as {variable}= " \
+        f"or as --{name} in RUN_ARGS"
+
+
 def parse_run_args(argv: list[str]) -> RunRequest:
     """Parse ``--name=value`` or ``--name value`` tokens (a bare ``--flag`` means true for switches and boolean
     fields)."""
@@ -212,7 +229,8 @@ def parse_run_args(argv: list[str]) -> RunRequest:
         if name in given and given[name] != value:
             # make passes ROUND as --round before RUN_ARGS: two different values must not silently pick one.
             both = f"--{name}" if spelled[name] == typed else f"--{name} (as --{spelled[name]} and --{typed})"
-            raise ArgumentError(f"{both} is given twice ({given[name]} and {value}); give it once")
+            fix = _passed_by_make(name, given[name], value) or "; give it once"
+            raise ArgumentError(f"{both} is given twice ({given[name]} and {value}){fix}")
         given[name] = value
         spelled.setdefault(name, typed)
         if name in MAIN_ARGUMENTS:

@@ -45,7 +45,9 @@ SPACE_MARGIN = 64 * 2**20
 
 
 def _size(count: int) -> str:
-    return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.1f} MiB"
+    if count >= 2**30:
+        return f"{count / 2**30:.2f} GiB"
+    return f"{count / 2**20:.1f} MiB" if count >= 2**20 else f"{count / 2**10:.1f} KiB"
 
 
 def check_free_space(folder: Path, needed: int, what: str) -> None:
@@ -56,8 +58,11 @@ def check_free_space(folder: Path, needed: int, what: str) -> None:
         existing = existing.parent
     free = shutil.disk_usage(existing).free
     if free < needed + SPACE_MARGIN:
-        raise NoSpaceError(f"{what} needs {_size(needed + SPACE_MARGIN)} free in {folder}, and {_size(free)} is "
-                           f"free there; {FREE_SPACE}, then run again (nothing was written)")
+        # Both parts said: a small set refused for the margin alone must not read as a set of that size.
+        raise NoSpaceError(f"{what} needs {_size(needed + SPACE_MARGIN)} free in {folder} ({_size(needed)} of its "
+                           f"own and a {_size(SPACE_MARGIN)} margin kept free for the file system and other "
+                           f"writers), and {_size(free)} is free there; {FREE_SPACE}, then run again (nothing was "
+                           "written)")
 
 
 def is_no_space(error: BaseException) -> bool:

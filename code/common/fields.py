@@ -375,6 +375,42 @@ def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dic
     problem = declared.check(values, origin) if declared.check else None
     if problem:
         raise FieldError(problem)
+    _check_durations(values, origin)
+    _check_cluster(values, sources, origin)
+
+
+def _check_durations(values: dict[str, Any], origin: Origin) -> None:
+    """A maximum duration below the minimum: LoadGen stops at the maximum, so the minimum is never met and every
+    performance test is INVALID, with a hint (raise the target QPS) that does not apply."""
+    maximum = values.get("max_duration")
+    if not maximum or values.get("test_mode") == "AccuracyOnly":
+        return  # 0: no maximum; an accuracy test issues each sample once, whatever the durations
+    minimum = min_duration_ms(values)
+    if maximum < minimum:
+        by = (origin("min_duration") if values.get("min_duration") is not None else
+              "--test_run's" if values.get("test_run") else "mlperf.conf's")
+        raise FieldError(f"{origin('max_duration')} = {maximum:,} ms is below the minimum duration, {minimum:,} ms "
+                         f"({by}): LoadGen would stop before the minimum is met and the test would be INVALID; "
+                         f"raise --max_duration to at least {minimum}, lower --min_duration, or leave --max_duration "
+                         "out")
+
+
+def _check_cluster(values: dict[str, Any], sources: dict[str, str], origin: Origin) -> None:
+    """A cluster address whose port no TCP connection can have (the pattern takes 5 digits), and the fields of a
+    cluster run given without --cluster, which a run on this machine alone would silently not use."""
+    cluster = values.get("cluster")
+    if cluster and cluster != "auto":
+        port = int(cluster.rpartition(":")[2])
+        if not 0 < port <= 65535:
+            raise FieldError(f"{origin('cluster')} = {cluster!r}: port {port} is not a TCP port (1 to 65,535); give "
+                             "the host:port of the cluster's head, as `ray start --head` printed it (its port is "
+                             "6379 unless --port was given)")
+    if not cluster:
+        for name in FIELDS:
+            if name.startswith("cluster_") and sources.get(name) == "RUN_ARGS":
+                raise FieldError(f"{origin(name)} = {values[name]} applies with --cluster only, and this run has "
+                                 f"none (it runs on this machine alone): add --cluster=<the head's host:port>, or "
+                                 f"leave --{name} out")
 
 
 def min_duration_ms(values: dict[str, Any]) -> int:

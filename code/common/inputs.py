@@ -2,11 +2,15 @@
 
 The embedded default: a performance run without the real data set or checkpoint runs on synthetic inputs and
 random weights of the configured architecture, and says so loudly; an accuracy run refuses and names the make
-step that fetches what is missing. Each benchmark passes where its make steps put things.
+step that fetches what is missing. A set or checkpoint that is there but unusable (no manifest, another
+benchmark's set, a scratch link that leads nowhere) is named with its fix, never passed over in silence. Each
+benchmark passes where its make steps put things.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,10 @@ from code.common.benchmark_errors import InputsUnavailableError
 from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, TestMode
 from code.common.fields import FieldError
+from code.common.log import get_logger
+
+log = get_logger("inputs")
+_said: set[str] = set()  # the fallbacks this process has warned of
 
 # Fields that only shape synthetic inputs: given for a run on the real data set, they would be recorded but not used.
 SYNTHETIC_FIELDS = ("synthetic_sample_count", "synthetic_lengths", "synthetic_length_scale")  # output lengths: gptj
@@ -39,6 +47,9 @@ class InputChoice:
 
     data_dir: Path | None  # None: synthetic inputs
     checkpoint: str  # a path, "random", or "none (...)" for backends that run no model
+    # Why the real set or checkpoint is not used where it is there but unusable (no manifest, a link that leads
+    # nowhere), with the fix: a run falls back to synthetic inputs or random weights, and says so.
+    fallbacks: tuple[str, ...] = ()
 
     @property
     def synthetic(self) -> bool:
@@ -54,18 +65,25 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations)
     accuracy = mode is not TestMode.PerformanceOnly
     uses_weights = runs_model(config.benchmark, config["backend"])
 
+    fallbacks = []
     data_field = config["input_data"]
     if data_field == "synthetic":
         data_dir = None
     elif data_field == "auto":
-        data_dir = where.preprocessed_dir if (where.preprocessed_dir / where.manifest_name).exists() else None
+        problem = set_problem(where.preprocessed_dir, where)
+        data_dir = where.preprocessed_dir if problem is None else None
+        if problem and (where.preprocessed_dir.exists() or broken_link(where.preprocessed_dir)):
+            # A folder that is there but unusable, or a link that leads nowhere: never synthetic without a word.
+            if accuracy:
+                raise InputsUnavailableError(f"an accuracy run needs the real {where.data_name} data set: {problem}")
+            fallbacks.append(f"synthetic inputs, not the {where.data_name} set: {problem}")
     else:
         data_dir = Path(data_field)
-        if not (data_dir / where.manifest_name).exists():
-            raise InputsUnavailableError(f"--input_data={data_field} holds no preprocessed {where.data_name} set "
-                                         f"({where.manifest_name}); run {where.fetch_step}")
+        problem = set_problem(data_dir, where)
+        if problem:
+            raise InputsUnavailableError(f"--input_data={data_field}: {problem}")
     if accuracy and data_dir is None:
-        present = (where.preprocessed_dir / where.manifest_name).exists()
+        present = set_problem(where.preprocessed_dir, where) is None
         if data_field == "synthetic":  # asked for: say so, and say where the real set is when it is there
             fix = (f"leave --input_data out to use the set in {where.preprocessed_dir}" if present else
                    f"run {where.fetch_step}, then leave --input_data out")
@@ -84,15 +102,66 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations)
         checkpoint = "random"
     elif weights_field == "auto":
         checkpoint = str(where.checkpoint) if where.checkpoint.exists() else "random"
+        unreachable = unreachable_because(where.checkpoint)
         if accuracy and uses_weights and checkpoint == "random":
             raise InputsUnavailableError(f"an accuracy run needs the {where.model_name}, which is not at "
-                                         f"{where.checkpoint}; run {where.fetch_step}")
+                                         f"{where.checkpoint}; {unreachable or f'run {where.fetch_step}'}")
+        if uses_weights and unreachable:
+            fallbacks.append(f"random weights, not the {where.model_name}: {unreachable}")
     else:
         if not Path(weights_field).exists():
             raise InputsUnavailableError(f"--weights={weights_field} does not exist; run {where.fetch_step} or "
                                          "pass --weights=random")
         checkpoint = weights_field
-    return InputChoice(data_dir, checkpoint if uses_weights else f"none ({config['backend']} backend)")
+    return InputChoice(data_dir, checkpoint if uses_weights else f"none ({config['backend']} backend)",
+                       tuple(fallbacks))
+
+
+def broken_link(path: Path) -> tuple[Path, str] | None:
+    """The first link on ``path``, from the root down, whose target does not exist, and that target: a scratch
+    folder (``make link_dirs``) moved, renamed or not mounted makes build/data, build/models and
+    build/preprocessed_data lead nowhere."""
+    for part in [*reversed(path.parents), path]:
+        if part.is_symlink() and not part.exists():
+            return part, os.readlink(part)
+    return None
+
+
+def unreachable_because(path: Path) -> str | None:
+    """Why ``path`` cannot be reached when a link on it leads nowhere, with the fix; None otherwise."""
+    found = broken_link(path)
+    if found is None:
+        return None
+    link, target = found
+    return (f"{link} links to {target}, which does not exist (the scratch folder was moved, renamed or is not "
+            f"mounted): mount or restore it, or point the links at another with MLPERF_SCRATCH_PATH=<folder> make "
+            "link_dirs")
+
+
+def set_problem(directory: Path, where: InputLocations) -> str | None:
+    """Why ``directory`` is not a preprocessed set of this benchmark, with the fix; None when it is one. Its manifest
+    marks a finished set (preprocess_data writes it last) and names the data set, so another benchmark's set is
+    told apart here, before a test loads it."""
+    unreachable = unreachable_because(directory)
+    if unreachable:
+        return unreachable
+    if not directory.is_dir():
+        return f"{directory} is not a folder; run {where.fetch_step}"
+    manifest = directory / where.manifest_name
+    try:
+        stored = json.loads(manifest.read_text())
+        dataset = str(stored.get("dataset", "")) if isinstance(stored, dict) else ""
+    except FileNotFoundError:
+        return (f"{directory} holds no {where.manifest_name}, which a finished preprocessing writes last (it was "
+                f"stopped, or the file was moved); run {where.fetch_step}")
+    except (OSError, ValueError) as error:
+        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        return f"{manifest} cannot be read ({why}); run {where.fetch_step} again"
+    if dataset and not dataset.startswith(where.data_name):
+        return (f"{directory} holds a preprocessed {dataset} set (its {where.manifest_name}), not "
+                f"{where.data_name}; give a {where.data_name} set (the one {where.fetch_step} writes to "
+                f"{where.preprocessed_dir}), or leave --input_data out")
+    return None
 
 
 @dataclass(frozen=True)
@@ -117,7 +186,12 @@ class ModelProvenance:
 def model_provenance(config: ResolvedConfig, choice: InputChoice, naming: ModelNaming) -> ModelProvenance:
     """Which model and weights a run uses, and why its figure is not an MLPerf result where it is not: synthetic
     inputs, the oracle backend, a small test model, random weights (in that order). A benchmark appends its own
-    reasons after these."""
+    reasons after these. A fallback from a real set or checkpoint that is there but unusable is warned of, once
+    per process (the harness and each test process describe their inputs several times)."""
+    for line in choice.fallbacks:
+        if line not in _said:
+            _said.add(line)
+            log.warning("%s", line)
     label = f"{naming.prefix}{config['model_name']}"
     small = config["model_name"] != naming.mlperf_model
     model = f"{label} (a small test model, not {naming.mlperf_label})" if small else label

@@ -16,6 +16,7 @@ when the thread that started the child ends, so workers are started from the tes
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 import subprocess
@@ -25,12 +26,27 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from code.common.benchmark_errors import BenchmarkError
+
 # The parent's pid, given to the child so it can tell whether the parent died before PR_SET_PDEATHSIG took hold.
 PARENT_PID_ENV = "MLPERF_HARNESS_PARENT_PID"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # How long a stopped test may take to exit after SIGTERM before it gets SIGKILL.
 STOP_GRACE_S = 5.0
+
+
+def how_it_ended(returncode: int) -> str:
+    """A child's exit status in words: "exited with status 1", "was killed by SIGKILL (...)". A negative status is
+    the signal that ended it, which a bare "exit -9" leaves the reader to decode."""
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    hint = " (the out-of-memory killer, or kill -9)" if name == "SIGKILL" else ""
+    return f"was killed by {name}{hint}"
 
 
 class Interrupted(Exception):
@@ -68,17 +84,38 @@ def stop_signals_ignored() -> Iterator[None]:
             signal.signal(signum, action)
 
 
+class StartError(BenchmarkError):
+    """A child process could not be started at all (its program cannot be run); the message names the fix."""
+
+
 def start_in_own_group(command: list[str], **popen_args: Any) -> subprocess.Popen:
     """Start a child in a new process group, told our pid (see ``die_with_parent``); stdin is closed."""
     env = {**popen_args.pop("env", os.environ), PARENT_PID_ENV: str(os.getpid())}
-    return subprocess.Popen(command, process_group=0, stdin=subprocess.DEVNULL, env=env, **popen_args)
+    return _started(command, process_group=0, stdin=subprocess.DEVNULL, env=env, **popen_args)
 
 
 def start_child(command: list[str], **popen_args: Any) -> subprocess.Popen:
     """Start a helper process of a test (a device's worker) in the test's own process group, told our pid (see
     ``die_with_parent``): a stop of the group stops it with the test, and it dies with the test process."""
     env = {**popen_args.pop("env", os.environ), PARENT_PID_ENV: str(os.getpid())}
-    return subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env, **popen_args)
+    return _started(command, stdin=subprocess.DEVNULL, env=env, **popen_args)
+
+
+def _started(command: list[str], **popen_args: Any) -> subprocess.Popen:
+    """``Popen``, whose failure to run the program is a ``StartError`` naming the program, not a bare OSError that
+    reads as a file that cannot be written (exec's EACCES is about running a file, or searching its folders)."""
+    try:
+        return subprocess.Popen(command, **popen_args)
+    except OSError as error:
+        program = command[0]
+        real = os.path.realpath(program)
+        leads = f", which leads to {real}" if real != os.path.abspath(program) else ""
+        why = error.strerror or str(error)
+        if error.errno in (errno.EACCES, errno.EPERM):
+            raise StartError(f"cannot run {program}{leads} ({why}): this user (uid {os.getuid()}) may not execute "
+                             "it, or not enter a folder on its path; run as the user who set up the environment, "
+                             "or give this user read and execute access there (chmod o+rx)") from None
+        raise StartError(f"cannot run {program}{leads} ({why}); run make setup (or make build) again") from None
 
 
 def stop_group(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> bool:

@@ -152,8 +152,9 @@ def write_tuned(system: str, benchmark_name: str, scenario: Scenario, value: flo
                 kept = _records(path.read_text())
             except FileNotFoundError:
                 kept = []
-            except (OSError, ValueError) as error:  # unreadable or corrupt: the new value replaces it, said so
-                log.warning("%s: replacing a file it cannot read (%s)", shown(path), error)
+            except (OSError, ValueError) as error:  # unreadable or corrupt: kept aside for a person, said so
+                log.warning("%s: cannot read it (%s); moved it to %s, and a new file holds the new value",
+                            shown(path), error, shown(set_aside(path)))
                 kept = []
             for earlier in kept:
                 if _key(earlier) == _key(asdict(record)):
@@ -165,6 +166,17 @@ def write_tuned(system: str, benchmark_name: str, scenario: Scenario, value: flo
     except OSError as error:
         raise TunedStoreError(not_writable(path.parent, error)) from None
     return path
+
+
+def set_aside(path: Path) -> Path:
+    """Move a store that cannot be read to ``<name>.corrupt`` beside it (``.corrupt-2``, ... when taken), under the
+    store's lock: the values it held stay where a person can recover them, and no earlier copy is overwritten."""
+    aside, index = path.with_name(f"{path.name}.corrupt"), 1
+    while aside.exists():
+        index += 1
+        aside = path.with_name(f"{path.name}.corrupt-{index}")
+    os.replace(path, aside)
+    return aside
 
 
 def _number(value: Any) -> str:
@@ -285,10 +297,12 @@ def _no_record(path: Path, records: list[dict[str, Any]], settings: dict[str, st
 def tuned_fields(system: str, benchmark_name: str, scenario: Scenario, warn: bool = True,
                  overrides: dict[str, Any] | None = None, engine: str = "") -> dict[str, tuple[Any, str]]:
     """``{field: (value, "tuned (<path>)")}`` for config resolution of a run with this engine; a file it cannot use
-    is warned about once per process (``warn``) and ignored."""
+    is warned about once per process (``warn``), unless RUN_ARGS give the field, and ignored."""
     tuned, problem = read_tuned(system, benchmark_name, scenario, run_settings(overrides or {}), engine)
     if problem:
-        if warn and problem not in _warned:
+        # A value RUN_ARGS give wins over a stored one: a stored one that cannot be used then changes nothing.
+        given = TUNED_FIELDS[scenario] in (overrides or {})
+        if warn and not given and problem not in _warned:
             _warned.add(problem)
             log.warning("%s", problem)
         return {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -42,6 +43,8 @@ from code.harness.workers import (
     tune_tcp,
 )
 
+# An address a TCP connection can be made to: host:port (Ray's client addresses, ray://..., are not checked here).
+HOST_PORT = re.compile(r"[A-Za-z0-9._-]+:[0-9]{1,5}")
 # How long the cluster's head may take to accept a connection before the run is refused.
 JOIN_TIMEOUT_S = 10.0
 # How long a connection may take to send its HELLO once accepted (a stranger that says nothing is dropped).
@@ -122,14 +125,42 @@ def passed_env(environ: dict[str, str] | os._Environ) -> dict[str, str]:
     return {name: environ[name] for name in PASSED_ENV if name in environ}
 
 
+def auto_address(environ: dict[str, str] | os._Environ = os.environ) -> tuple[str, str] | None:
+    """Where ``--cluster=auto`` leads, found in Ray's order (ray._private.services.get_ray_address_from_environment)
+    and what names it: RAY_ADDRESS, else the file the last ``ray start`` on this node wrote
+    (``<RAY_TMPDIR, else TMPDIR, else /tmp>/ray/ray_current_cluster``). None when neither names a host:port: Ray
+    then looks for a running cluster itself, and says at once when it finds none."""
+    given = environ.get("RAY_ADDRESS", "")
+    if given and given != "auto":
+        return (given, "RAY_ADDRESS") if HOST_PORT.fullmatch(given) else None
+    temp = environ["RAY_TMPDIR"] if "RAY_TMPDIR" in environ else environ.get("TMPDIR", "/tmp")
+    written = os.path.join(temp, "ray", "ray_current_cluster")
+    try:
+        with open(written) as file:
+            found = file.read().strip()
+    except OSError:
+        return None
+    return (found, f"{written}, which the last `ray start` on this node wrote") if HOST_PORT.fullmatch(found) else None
+
+
 def reachable(address: str, timeout_s: float = JOIN_TIMEOUT_S) -> None:
-    """Refuse at once a cluster address where nothing listens: Ray itself retries such an address for minutes."""
+    """Refuse at once a cluster address where nothing listens: Ray itself retries such an address for minutes, and
+    ``auto`` leads to the cluster this node last joined, which may have stopped since (a stale address)."""
+    where, named_by = address, ""
     if address == "auto":
-        return
-    host, _, port = address.rpartition(":")
+        found = auto_address()
+        if found is None:
+            return
+        where, named_by = found
+    host, _, port = where.rpartition(":")
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as error:
+        if named_by:
+            raise ClusterError(f"--cluster=auto leads to {where} (from {named_by}), and nothing answers there "
+                               f"({error}): that cluster has stopped; start it again (ray start --head: "
+                               "documentation/cluster.md), or give a running head's host:port with "
+                               "--cluster=<host:port>") from None
         raise ClusterError(f"--cluster={address}: nothing answers there ({error}); start the cluster first (ray "
                            "start --head on one node: documentation/cluster.md), or give its head's host:port") \
             from None

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import selectors
-import signal
 import socket
 import struct
 import subprocess
@@ -38,7 +37,7 @@ import numpy as np
 
 from code.common.benchmark_errors import BenchmarkError
 from code.common.gc_pauses import frozen_heap
-from code.common.supervision import start_child
+from code.common.supervision import how_it_ended, start_child
 
 HEADER = struct.Struct("<IIQQ")  # type, reserved, count, payload bytes (worker_channel.h's MessageHeader)
 TIMEOUT = struct.Struct("<d")
@@ -341,17 +340,9 @@ def exit_status(process: subprocess.Popen) -> str:
     why = getattr(process, "why", "")
     if why:
         return why
-    code = process.returncode
-    if code is None:
+    if process.returncode is None:
         return "is still running"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        hint = " (the out-of-memory killer, or kill -9)" if name == "SIGKILL" else ""
-        return f"was killed by {name}{hint}"
-    return f"exited with status {code}"
+    return how_it_ended(process.returncode)
 
 
 # -- the worker's side ---------------------------------------------------------------------------------------------

@@ -291,6 +291,81 @@ def plan_bench(args: argparse.Namespace) -> BenchPlan:
     )
 
 
+def _test_seconds(plan: BenchPlan, benchmark: str, scenario: Scenario, quick: bool,
+                  duration_ms: int | None = None) -> tuple[float, Any]:
+    """One LoadGen test of the bench at the config's expected rate (the product's estimate,
+    code/actions/announce.py), with the flags and duration (``duration_ms``: a probe's) the bench gives it; and
+    the resolved config."""
+    from code.actions.announce import seconds_of_test
+    from code.actions.common import resolved_configs, system_name
+    from code.common.arguments import parse_run_args
+    from code.common.constants import TestMode
+    from code.common.tuned import TUNED_FIELDS
+
+    profile = profile_of(benchmark)
+    fields: dict[str, Any] = {**_scenario_fields(profile, scenario, quick),
+                              "min_duration": duration_ms or plan.durations[scenario]}
+    hint = plan.hints.get(TUNED_FIELDS[scenario])
+    if scenario is Scenario.SingleStream:
+        hint = hint or profile.single_stream_hint_ns
+    if hint is not None:
+        fields[TUNED_FIELDS[scenario]] = hint
+    flags = merge_flags(plan.run_args[profile.family], [f"--{name}={value}" for name, value in fields.items()])
+    request = parse_run_args(["--action=info", f"--benchmarks={benchmark}", f"--scenarios={SCENARIO_NAMES[scenario]}",
+                              "--input_data=synthetic", "--weights=random", *flags])
+    (config,) = resolved_configs(request, system_name(request))
+    return seconds_of_test(config, TestMode.PerformanceOnly), config
+
+
+def plan_lines(plan: BenchPlan, args: argparse.Namespace) -> list[str]:
+    """What the bench will run and for about how long, said before anything runs, as ``make run`` says its plan:
+    the tests of each benchmark with its model, precision and device, and a lower bound of their time at the
+    configs' expected rates (the probes and searches then measure the real ones; a model the flags change has no
+    config rate, so no estimate). On a CPU, which runs the bench's full-length tests for hours, ``--quick`` is
+    named as the check of the bench itself."""
+    from code.actions.announce import duration_text
+    from code.common.benchmarks import load_benchmark
+    from code.common.constants import TestMode
+
+    lines, total, unknown = [], 0.0, []
+    for benchmark in plan.benchmarks:
+        profile = profile_of(benchmark)
+        tests, config = [], None
+        for scenario in plan.scenarios:
+            seconds, config = _test_seconds(plan, benchmark, scenario, args.quick)
+            runs = len(_cases(profile, plan.chosen_cases)) if scenario is Scenario.Offline else 1
+            total += runs * seconds
+            if scenario is Scenario.Offline:  # a run of each case, after a probe unless a hint gives the rate
+                probe = "offline_expected_qps" not in plan.hints
+                total += _test_seconds(plan, benchmark, scenario, args.quick, plan.probe_ms)[0] if probe else 0
+                tests.append(f"Offline {', '.join(_cases(profile, plan.chosen_cases))}: {'a probe, then ' * probe}"
+                             f"{runs} run{'s' * (runs > 1)}")
+            elif scenario is Scenario.Server:
+                tests.append(f"Server: a search of up to {args.server_max_runs} runs")
+            else:
+                tests.append("SingleStream: 1 run")
+            if config.sources.get("model_name") != "RUN_ARGS":
+                tests[-1] += f" of about {duration_text(seconds)}"
+        assert config is not None, "parse_list refuses an empty --scenarios"
+        if config.sources.get("model_name") == "RUN_ARGS":
+            unknown.append(benchmark)
+        model = load_benchmark(config.benchmark).describe_inputs(config, TestMode.PerformanceOnly)["model"]
+        lines.append(f"{benchmark}: {model}, {config['precision']}, on {plan.devices[profile.family]}; "
+                     f"{'; '.join(tests)}")
+    baseline = "" if args.skip_baseline else ", then the HF baseline"
+    if len(unknown) < len(plan.benchmarks):
+        lines.append(f"estimated time: at least {duration_text(total)} of LoadGen tests at the configs' expected "
+                     f"rates (model loading, engine builds and further Server runs come on top{baseline})")
+    if unknown:
+        lines.append(f"{', '.join(unknown)}: no estimate (the configs' rates are not of the model the flags give); "
+                     "the probes measure the rates")
+    on_cpu = [benchmark for benchmark in plan.benchmarks if plan.devices[profile_of(benchmark).family] == "cpu"]
+    if on_cpu and not args.quick:
+        lines.append(f"{', '.join(on_cpu)} on a CPU: the bench measures the GPU work; make bench BENCH_ARGS=--quick "
+                     "checks the bench itself with tiny models in minutes")
+    return lines
+
+
 class BenchRecord:
     """The bench's report (bench.json, bench.md) and each benchmark's measurements, written after every step so an
     interrupted bench keeps what it measured."""
@@ -400,6 +475,8 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
     """Per benchmark its Offline cases, Server, SingleStream; then each family's baseline; then the table. Exit 1
     when a run did not finish."""
     plan = plan_bench(args)
+    for line in plan_lines(plan, args):  # what runs and for how long, before anything runs
+        print(f"[bench] plan: {line}", flush=True)
     bench_dir = new_bench_dir()
     runner = HarnessRunner(bench_dir, plan.run_args, args.verbose)
     device_text = ", ".join(f"{PROFILES[f].title} {d}" for f, d in plan.devices.items())

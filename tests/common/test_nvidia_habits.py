@@ -4,7 +4,9 @@ it is not; LOG_DIR= on the make command line; --help and `make help` grouped, wi
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
+import sys
 
 import pytest
 
@@ -115,13 +117,31 @@ def make_dry_run(*args: str, env: dict[str, str] | None = None) -> list[str]:
 def test_make_log_dir_is_the_log_dir_of_a_run(target):
     command = [line for line in make_dry_run(target, "LOG_DIR=build/logs/mine", "RUN_ARGS=--help")
                if "-m code.main" in line][-1]
-    assert "--log_dir=build/logs/mine" in command.split()
+    assert "--log_dir=build/logs/mine" in shlex.split(command)
     without = [line for line in make_dry_run(target, "RUN_ARGS=--help") if "-m code.main" in line][-1]
     assert "--log_dir" not in without
     # A LOG_DIR exported by a job script is not a request: every run would go to one folder.
     exported = [line for line in make_dry_run(target, "RUN_ARGS=--help", env={**os.environ, "LOG_DIR": "/tmp/x"})
                 if "-m code.main" in line][-1]
     assert "--log_dir" not in exported
+
+
+@pytest.mark.slow
+def test_make_log_dir_with_spaces_and_a_quote_is_one_folder(tmp_path, harness_built):
+    """LOG_DIR reaches the run as one --log_dir whatever its characters: the run's logs land in that folder, not
+    an error that blames RUN_ARGS for a word of it."""
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "lib").symlink_to(harness_built.parents[1], target_is_directory=True)
+    log_dir = tmp_path / "my runs" / "it's  the first"
+    run_args = ("--benchmarks=bert --scenarios=offline --model_name=tiny --input_data=synthetic --min_duration=1000 "
+                "--min_query_count=1 --offline_expected_qps=100")
+    done = subprocess.run(["make", "--no-print-directory", "-o", "build", "run", f"LOG_DIR={log_dir}",
+                           f"RUN_ARGS={run_args}", f"PY={sys.executable}"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, env={**os.environ, "MLPERF_BUILD_DIR": str(build)}, timeout=600)
+    assert "expected --name=value" not in done.stderr and "Traceback" not in done.stdout + done.stderr
+    assert (log_dir / "CPU" / "bert-99" / "Offline" / "metadata.json").is_file(), done.stdout + done.stderr
+    assert f"Logs: {log_dir}" in done.stdout
 
 
 def test_make_log_dir_and_another_run_args_log_dir_are_refused():

@@ -49,6 +49,18 @@ def test_too_little_space_is_refused_before_anything_is_written(earlier, monkeyp
     assert not (folder.parent / "prompts").exists()
 
 
+def test_a_small_set_refused_for_the_margin_says_its_own_size_and_the_margin(tmp_path, monkeypatch, capsys):
+    """A 4 MiB disk and the 0.25 MB test set: the refusal names the set's own size beside the margin, never the sum
+    alone as what the data needs."""
+    monkeypatch.setattr(faults.shutil, "disk_usage", lambda path: Usage(4 * 2**20, 0, 4 * 2**20))
+    assert run_bert(tmp_path) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: the preprocessed SQuAD set (53 features) needs 64.2 MiB free in {tmp_path} (")
+    assert " KiB of its own and a 64.0 MiB margin kept free for the file system and other writers), and 4.0 MiB is " \
+        "free there;" in line
+    assert not (tmp_path / TOKENIZED_SUBDIR).exists()
+
+
 def test_a_disk_that_fills_while_writing_leaves_the_earlier_set_whole(earlier, monkeypatch, capsys):
     folder, before = earlier
     real_save = np.save

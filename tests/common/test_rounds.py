@@ -85,6 +85,17 @@ def test_make_passes_round_once():
     assert "code.harness.build --round=v4.1" in done.stdout
 
 
+def test_a_round_given_by_make_and_run_args_names_round():
+    """ROUND= becomes --round before RUN_ARGS: the error names the make variable the user typed."""
+    done = subprocess.run(["make", "--no-print-directory", "run", "ROUND=v5.0",
+                           "RUN_ARGS=--benchmarks=bert --scenarios=offline --test_run --round=v4.1"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert ("ERROR: --round is given twice (v5.0 and v4.1): make's ROUND=v5.0 passes --round=v5.0 along with "
+            "RUN_ARGS; give it once, as ROUND= or as --round in RUN_ARGS") in done.stderr.splitlines()
+    assert "Traceback" not in done.stderr and "code.harness.build" not in done.stdout  # refused before the build
+
+
 def _fake_sdist(folder: Path, version: str, seed_lines: str) -> Path:
     """A tarball shaped like the mlcommons-loadgen sdist, with the given seeds in its mlperf.conf."""
     root = folder / f"mlcommons_loadgen-{version}"

@@ -85,6 +85,25 @@ def test_a_corrupt_file_is_ignored_with_a_warning_not_a_traceback(store, capsys,
     assert len(lines) == 1 and "it is corrupt" in lines[0] and "or delete the file" in lines[0]
 
 
+def test_a_damaged_store_is_kept_beside_before_a_new_value_replaces_it(store, capsys):
+    """find_performance on a store cut in half: its text is moved to a .corrupt copy the warning names, never
+    deleted, and a second damaged store does not overwrite the first copy."""
+    path = tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 11.2, "probe", {"gpu_batch_size": "8"})
+    tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 15.0, "probe", {"gpu_batch_size": "16"})
+    damaged = path.read_text()[: len(path.read_text()) // 2]
+    path.write_text(damaged)
+    capsys.readouterr()
+    tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 3.0, "probe")
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "cannot read it" in line]
+    aside = path.with_name("Offline.json.corrupt")
+    assert f"moved it to {aside}, and a new file holds the new value" in line
+    assert aside.read_text() == damaged
+    assert tuned.read_tuned("CPU", "bert-99", Scenario.Offline)[0].value == 3.0
+    path.write_text("{")
+    tuned.write_tuned("CPU", "bert-99", Scenario.Offline, 4.0, "probe")
+    assert aside.read_text() == damaged and path.with_name("Offline.json.corrupt-2").read_text() == "{"
+
+
 def test_an_unwritable_folder_names_the_fix(tmp_path, monkeypatch):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
@@ -164,6 +183,28 @@ def test_a_value_holds_only_for_the_settings_it_was_measured_with(store, capsys)
     (warning,) = [line for line in capsys.readouterr().out.splitlines() if "ignoring" in line]
     assert "measured with --gpu_batch_size=2 --precision=fp32, this run gives --precision=fp32" in warning
     assert "run `make find_performance` with this run's RUN_ARGS" in warning
+
+
+def test_no_warning_of_a_stored_value_when_run_args_give_it(tmp_path):
+    """A stored value measured with other settings is warned about only when the run would have used it: the
+    warning's own fix is to give the value, and a run that gives it must not hear it again."""
+    env = {**os.environ, "MLPERF_TUNED_DIR": str(tmp_path / "tuned")}
+    code = ("import sys; from code.common import paths, tuned; from pathlib import Path; from code.common.constants "
+            "import Scenario; paths.TUNED_DIR = Path(sys.argv[1]); "
+            "tuned.write_tuned('CPU', 'bert-99', Scenario.Offline, 11.2, 'probe', {'gpu_batch_size': '8'})")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "tuned")], cwd=REPO_ROOT, check=True, env=env)
+    info = ["--action=info", "--system_name=CPU", "--benchmarks=bert", "--scenarios=offline", "--model_name=tiny",
+            "--gpu_batch_size=16"]
+
+    def run(*args):
+        done = subprocess.run([sys.executable, "-m", "code.main", *info, *args], cwd=REPO_ROOT, capture_output=True,
+                              text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout + done.stderr
+
+    assert "or give the value with --offline_expected_qps" in run()  # the value would be the config's: said
+    given = run("--offline_expected_qps=100")
+    assert "ignoring" not in given and "[tuned]" not in given
 
 
 def _miss(engine: str) -> tuned.EngineMiss:

@@ -41,6 +41,23 @@ ISSUE_CASES = [
     (["--backend=inflight"], "'inflight' is not a bert backend; bert has: pytorch, oracle"),
 ]
 
+# Values each valid alone that cannot work together: a run would be INVALID with a wrong hint, blame the cluster for
+# a port no address has, or run on this machine alone without a word.
+ISSUE_CASES += [
+    (["--scenarios=server", "--model_name=tiny", "--input_data=synthetic", "--min_duration=5000", "--max_duration=1",
+      "--min_query_count=1", "--server_target_qps=20"],
+     "--max_duration = 1 ms is below the minimum duration, 5,000 ms (--min_duration): LoadGen would stop before the "
+     "minimum is met and the test would be INVALID; raise --max_duration to at least 5000"),
+    (["--max_duration=1000", "--test_run"], "below the minimum duration, 60,000 ms (--test_run's)"),
+    (["--model_name=tiny", "--input_data=synthetic", "--cluster=127.0.0.1:99999"],
+     "--cluster = '127.0.0.1:99999': port 99999 is not a TCP port (1 to 65,535); give the host:port of the "
+     "cluster's head"),
+    (["--model_name=tiny", "--input_data=synthetic", "--cluster_port=7000"],
+     "--cluster_port = 7000 applies with --cluster only, and this run has none (it runs on this machine alone): add "
+     "--cluster=<the head's host:port>, or leave --cluster_port out"),
+    (["--cluster_ready_timeout_s=60"], "--cluster_ready_timeout_s = 60 applies with --cluster only"),
+]
+
 
 @pytest.mark.parametrize(("args", "message"), ISSUE_CASES, ids=[" ".join(a) for a, _ in ISSUE_CASES])
 def test_bad_values_stop_before_anything_is_written(tmp_path, args, message):

@@ -131,6 +131,35 @@ def test_a_cluster_address_where_nothing_listens_is_refused_at_once() -> None:
         cluster.reachable(f"127.0.0.1:{head.getsockname()[1]}")
 
 
+def test_a_stale_auto_address_is_refused_at_once_naming_where_it_came_from(tmp_path, monkeypatch) -> None:
+    """--cluster=auto leads where the last `ray start` on this node wrote (<RAY_TMPDIR>/ray/ray_current_cluster), a
+    file a head that died without `ray stop` leaves behind; Ray retries its address for minutes. Nothing listens
+    there: refused at once, naming the file and the fix."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    cluster.reachable("auto")  # no file: Ray looks for a running cluster itself
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        free = probe.getsockname()[1]  # closed below: nothing listens there any more
+    written = tmp_path / "ray" / "ray_current_cluster"
+    written.parent.mkdir()
+    written.write_text(f"127.0.0.1:{free}\n")
+    with pytest.raises(cluster.ClusterError) as refused:
+        cluster.reachable("auto", timeout_s=2.0)
+    assert str(refused.value).startswith(
+        f"--cluster=auto leads to 127.0.0.1:{free} (from {written}, which the last `ray start` on this node wrote), "
+        "and nothing answers there (")
+    assert str(refused.value).endswith("that cluster has stopped; start it again (ray start --head: "
+                                       "documentation/cluster.md), or give a running head's host:port with "
+                                       "--cluster=<host:port>")
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{free}")  # Ray reads RAY_ADDRESS first
+    with pytest.raises(cluster.ClusterError, match=f"leads to 127.0.0.1:{free} \\(from RAY_ADDRESS\\)"):
+        cluster.reachable("auto", timeout_s=2.0)
+    with socket.create_server(("127.0.0.1", 0)) as head:
+        written.write_text(f"127.0.0.1:{head.getsockname()[1]}")
+        monkeypatch.delenv("RAY_ADDRESS")
+        cluster.reachable("auto")
+
+
 class _Task:
     """A worker's Ray task that runs on and on (what ``RayTaskProcess`` shows the pool), without Ray."""
 

@@ -96,3 +96,44 @@ def test_a_killed_parent_leaves_no_test_running(build_dir, tmp_path):
     wait_for(lambda: not processes_mentioning(str(test_dir)), 5, "the test process ending")
     result = json.loads((test_dir / "metadata.json").read_text())["result"]
     assert result["complete"] is False and result["invalid_reasons"][0].startswith("the test has not finished")
+
+
+def test_a_killed_test_process_is_named_by_its_signal_and_incomplete(build_dir, tmp_path):
+    """The out-of-memory killer (or kill -9) ends the test process alone: the harness goes on, and the test says
+    which signal ended it and that it is INCOMPLETE, never a bare exit status beside ``complete: true``."""
+    harness, test_dir = start_and_wait_for_loadgen(build_dir, tmp_path)
+    (pid,) = processes_mentioning(str(test_dir / "test_spec.json"))
+    os.kill(pid, signal.SIGKILL)
+    assert harness.wait(timeout=60) == 1
+    output = (tmp_path / "harness.out").read_text()
+    assert "Traceback" not in output and "(exit -9)" not in output
+    result = json.loads((test_dir / "metadata.json").read_text())["result"]
+    assert result["complete"] is False and result["valid"] is None
+    assert result["invalid_reasons"][-1] == (
+        "the test process was killed by SIGKILL (the out-of-memory killer, or kill -9); its LoadGen logs are "
+        f"partial; see {test_dir / 'stdout.txt'}")
+    summary = (test_dir.parents[2] / "summary.txt").read_text()
+    assert "Server        PerformanceOnly  INCOMPLETE: the test process was killed by SIGKILL" in summary
+
+
+def test_a_program_that_cannot_be_run_is_named_not_called_unwritable(tmp_path):
+    """exec's EACCES (a file without execute permission, or a folder on its path this user may not enter) means
+    the program cannot be run; it once read "cannot write <the venv's python>"."""
+    from code.common.supervision import StartError, start_child, start_in_own_group
+
+    program = tmp_path / "python3"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o644)  # no execute bit: refused even to root
+    link = tmp_path / "venv" / "bin" / "python"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(program)
+    for start in (start_in_own_group, start_child):
+        with pytest.raises(StartError) as refused:
+            start([str(link), "-m", "code.actions.run_single_test"])
+        assert str(refused.value) == (
+            f"cannot run {link}, which leads to {program} (Permission denied): this user (uid {os.getuid()}) may "
+            "not execute it, or not enter a folder on its path; run as the user who set up the environment, or give "
+            "this user read and execute access there (chmod o+rx)")
+    with pytest.raises(StartError, match=f"cannot run {tmp_path / 'gone'} \\(No such file or directory\\); run make "
+                                         "setup"):
+        start_in_own_group([str(tmp_path / "gone")])

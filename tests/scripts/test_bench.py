@@ -247,6 +247,27 @@ def test_gptj_baseline_times_hf_generate_on_the_harness_weights_on_cpu():
 
 
 @pytest.mark.slow
+def test_the_bench_says_what_it_runs_and_for_how_long_first():
+    """make bench on a CPU once started BERT-large for hours without a word: the plan names each benchmark's model,
+    device and tests, an estimate at the configs' rates (8.4 h on the 2-core dev VM), and --quick as the check of
+    the bench."""
+    from scripts.bench.cli import parse_args, plan_bench, plan_lines
+
+    args = parse_args(["--extra_run_args=--device=cpu"])
+    lines = plan_lines(plan_bench(args), args)
+    assert [line.split(":")[0] for line in lines] == ["bert-99", "bert-99.9", "estimated time", "bert-99, bert-99.9 on "
+                                                                                                 "a CPU"]
+    assert lines[0].startswith("bert-99: BERT-large, ")
+    assert ", on cpu; Offline dataset, max: a probe, then 2 runs of about " in lines[0]
+    assert "; Server: a search of up to 6 runs of about " in lines[0] and "; SingleStream: 1 run of about " in lines[0]
+    assert lines[2].startswith("estimated time: at least ") and lines[2].split()[5] in ("min", "h")
+    assert lines[3].endswith("make bench BENCH_ARGS=--quick checks the bench itself with tiny models in minutes")
+    quick = parse_args(["--quick", "--scenarios=offline"])
+    assert plan_lines(plan_bench(quick), quick)[-1] == ("bert-99, bert-99.9: no estimate (the configs' rates are "
+                                                        "not of the model the flags give); the probes measure the "
+                                                        "rates")
+
+
 def test_quick_bench_runs_offline_through_the_harness(tmp_path, harness_built):
     build = tmp_path / "build"
     build.mkdir()
@@ -287,6 +308,10 @@ def test_quick_bench_runs_offline_through_the_harness(tmp_path, harness_built):
         and "--input_data=synthetic" in payload["runs"][0]["command"]
     )
     assert "BERT bench" in done.stdout and "(shortened; MLPerf: 600,000 ms)" in done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("[bench] plan: bert-99: BERT-tiny (a small test model, not BERT-large), fp32, on cpu")
+    first_run = next(index for index, line in enumerate(lines) if line.startswith("[bench] 01-"))
+    assert max(index for index, line in enumerate(lines) if line.startswith("[bench] plan:")) < first_run
     assert (bench_dir / "bench.md").is_file() and (
         bench_dir / "runs" / "01-bert-99-offline-dataset-probe.log"
     ).is_file()

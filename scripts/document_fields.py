@@ -1,4 +1,5 @@
-"""Rewrite the field table in documentation/configs.md from code/common/fields.py (the one place fields live).
+"""Rewrite the field table in documentation/configs.md from the field table (code/common/fields.py: the harness's
+fields and every backend's switches, taken from the backends' declarations).
 
 Usage: ``python -m scripts.document_fields`` (``--check`` exits 1 when the page is out of date; a test runs that).
 """
@@ -17,7 +18,9 @@ HEADER = "| field | accepts | default | applies to | description |\n| --- | --- 
 
 def _applies(field: Field) -> str:
     parts = []
-    if field.benchmarks:
+    if field.owners:  # a switch: the backends that read it
+        parts.append(f"{field.owner_text()} backend{'s' if len(field.owners) > 1 else ''}")
+    elif field.benchmarks:
         parts.append(", ".join(b.value for b in field.benchmarks))
     if field.scenarios:
         parts.append(", ".join(s.value for s in field.scenarios))

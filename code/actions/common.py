@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from code.common.arguments import ArgumentError, BenchmarkRequest, RunRequest
-from code.common.config import ResolvedConfig, WorkloadSetting
+from code.common.config import ResolvedConfig, WorkloadSetting, check_run_args_used
 from code.common.constants import Scenario
 from code.common.fields import FIELDS
 from code.common.gpu_models import by_name
@@ -55,21 +55,29 @@ def scenarios_of(request: RunRequest, bench: BenchmarkRequest, system: str) -> l
     return list(accepted)
 
 
-def resolved_configs(request: RunRequest, system: str) -> Iterator[ResolvedConfig]:
+def resolved_configs(request: RunRequest, system: str, whole_run: bool = True) -> Iterator[ResolvedConfig]:
     """Every (benchmark, scenario) the request names, resolved RUN_ARGS > tuned > rung > config > default, with the
-    engine a run starts with (``gate_plans`` says how it was chosen)."""
-    for gate_plan in gate_plans(request, system):
+    engine a run starts with (``gate_plans`` says how it was chosen, and what ``whole_run`` means)."""
+    for gate_plan in gate_plans(request, system, whole_run=whole_run):
         yield gate_plan.config
 
 
-def gate_plans(request: RunRequest, system: str, clear_stale: bool = False) -> Iterator[GatePlan]:
+def gate_plans(request: RunRequest, system: str, clear_stale: bool = False,
+               whole_run: bool = True) -> Iterator[GatePlan]:
     """Each (benchmark, scenario) the request names, with the rung of its engine ladder the run starts at and
     whether the accuracy gate decides its engine (code/actions/accuracy_gate.py; ``clear_stale``: a run's, which
-    clears the misses recorded for another checkpoint)."""
+    clears the misses recorded for another checkpoint). ``whole_run``: the request is the whole run, so a field
+    RUN_ARGS give that none of its tests reads is refused first (``check_run_args_used``); a caller that asks for
+    one test of a larger run at a time checks the run itself."""
     from code.actions.accuracy_gate import plan
 
+    configs = []
     for bench in request.benchmarks:
         workload = WorkloadSetting(request.harness_type, bench.accuracy_target, request.power_setting)
         for scenario in scenarios_of(request, bench, system):
-            config = resolve_config(bench.benchmark, scenario, system, workload, request.overrides, warn_tuned=False)
-            yield plan(config, request.overrides, clear_stale)
+            configs.append(resolve_config(bench.benchmark, scenario, system, workload, request.overrides,
+                                          warn_tuned=False))
+    if whole_run:
+        check_run_args_used(request.overrides, configs, request.all_scenarios)
+    for config in configs:
+        yield plan(config, request.overrides, clear_stale)

@@ -9,7 +9,7 @@ from dataclasses import replace
 from code.actions.common import resolved_configs, scenarios_of, system_name
 from code.common.arguments import RunRequest
 from code.common.benchmarks import InputsUnavailableError, load_benchmark
-from code.common.config import NoEngineError, ResolvedConfig
+from code.common.config import NoEngineError, ResolvedConfig, check_run_args_used
 from code.common.constants import TestMode
 from code.common.system_description import (
     DescriptionFiles,
@@ -42,7 +42,7 @@ def _each_config(request: RunRequest, system: str) -> Iterator[ResolvedConfig | 
         for scenario in scenarios_of(request, bench, system):
             one = replace(request, benchmarks=[bench], scenarios=[scenario], all_scenarios=False)
             try:
-                yield from resolved_configs(one, system)
+                yield from resolved_configs(one, system, whole_run=False)
             except NoEngineError as error:
                 yield f"\n== {system} {bench.benchmark.value}-{bench.accuracy_target.suffix} {scenario.value}: {error}"
 
@@ -61,7 +61,11 @@ def info(request: RunRequest) -> None:
         print(f"GPU model {gpu.name}: {gpu.describe()} ({gpu.source})")
     for line in describe_description(system):
         print(line)
-    for config in _each_config(request, system):
+    each = list(_each_config(request, system))
+    resolved = [config for config in each if not isinstance(config, str)]
+    if len(resolved) == len(each):  # a test that could not resolve might have read a field the others do not
+        check_run_args_used(request.overrides, resolved, request.all_scenarios)
+    for config in each:
         if isinstance(config, str):
             print(config)
             continue

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from code.common.audits import AUDIT_TESTS, AuditError, parse_audit_tests
+from code.common.backends import declarations
 from code.common.constants import (
     CONFIG_VER_TO_ACCURACY,
     AccuracyTarget,
@@ -371,18 +372,15 @@ MAIN_GROUPS = (
                      "power_setting", "system_name", "verbose", "find_performance", "check_args")),
     ("Compliance audits (make run_audit_harness)", ("audit_test", "audit_results_dir")),
 )
-# Config fields by what they set. The last group holds what exists to test the harness itself, apart, so a user
-# reading for a benchmark run can skip it; a field in no group still shows, under "Other fields", and a test
-# (tests/common/test_nvidia_habits.py) keeps that group empty.
+# The harness's config fields by what they set. The last group holds what exists to test the harness itself, apart,
+# so a user reading for a benchmark run can skip it; a field in no group still shows, under "Other fields", and a
+# test (tests/common/test_nvidia_habits.py) keeps that group empty. A backend's switches are grouped by the backend
+# that declares them (``field_groups``), those of a backend that runs no model (the oracles) with the test-only ones.
 FIELD_GROUPS = (
     ("Model, data and device", ("round", "backend", "precision", "model_name", "weights", "input_data", "device",
                                 "devices", "gpu_as", "cpu_threads", "num_beams", "seed", "synthetic_sample_count",
-                                "synthetic_lengths", "synthetic_output_lengths")),
+                                "synthetic_lengths")),
     ("Batching (the C++ core)", ("gpu_batch_size", "num_workers", "sort_by_length", "batch_timeout_us")),
-    ("GPU paths (BERT packed path, GPT-J inflight engine)", ("fast_path", "cuda_graphs", "graph_max_tokens",
-                                                             "fp8_fast_accum", "fp8_gemms", "attention_kernel",
-                                                             "gelu_in_gemm", "fp8_residual", "fp8_attention",
-                                                             "kv_cache_dtype")),
     ("LoadGen (written to user.conf)", ("test_mode", "test_run", "offline_expected_qps", "server_target_qps",
                                         "single_stream_expected_latency_ns", "min_duration", "max_duration",
                                         "min_query_count", "max_query_count", "performance_sample_count_override",
@@ -390,8 +388,7 @@ FIELD_GROUPS = (
     ("Logs", ("log_dir", "log_enable_trace")),
     ("Several nodes (documentation/cluster.md)", ("cluster", "cluster_host", "cluster_port",
                                                   "cluster_ready_timeout_s")),
-    ("Test-only: for testing the harness, not for a benchmark run", ("cpu_workers", "oracle_shift", "oracle_drop",
-                                                                      "oracle_batch_ms", "synthetic_length_scale")),
+    ("Test-only: for testing the harness, not for a benchmark run", ("cpu_workers", "synthetic_length_scale")),
 )
 OTHER_FIELDS = "Other fields"
 
@@ -416,15 +413,30 @@ def _field_text(name: str) -> str:
     """What a field accepts, what it does and its default (where its description does not say it already)."""
     fld = FIELDS[name]
     text = f"{fld.accepted()}. {fld.description}"
+    if len(fld.owners) > 1:  # listed under its first backend: say which others read it
+        text += f" (read by the {fld.owner_text()} backends)"
     return text if "(default" in fld.description else f"{text} (default: {fld.default_text()})"
 
 
 def field_groups() -> list[tuple[str, list[str]]]:
-    """FIELD_GROUPS as --help shows them: every field once, those in no group under OTHER_FIELDS."""
+    """The fields as --help shows them, every field once: FIELD_GROUPS, each backend's switches under that backend
+    (a switch several declare under the first) before the test-only group, an oracle's in it, and those in no group
+    under OTHER_FIELDS."""
     grouped = {name for _, names in FIELD_GROUPS for name in names}
-    groups = [(title, [name for name in names if name in FIELDS]) for title, names in FIELD_GROUPS]
+    *harness, (test_title, test_only) = [(title, [name for name in names if name in FIELDS])
+                                         for title, names in FIELD_GROUPS]
+    backends: list[tuple[str, list[str]]] = []
+    oracles: list[str] = []
+    for benchmark in Benchmark:
+        for declared in declarations(benchmark):
+            names = [switch.name for switch in declared.switches if switch.name not in grouped]
+            grouped.update(names)
+            if not declared.runs_model:
+                oracles += names
+            elif names:
+                backends.append((f"Switches of the {benchmark.value} {declared.name} backend", names))
     others = [name for name in FIELDS if name not in grouped]
-    return groups + ([(OTHER_FIELDS, others)] if others else [])
+    return [*harness, *backends, (test_title, test_only + oracles)] + ([(OTHER_FIELDS, others)] if others else [])
 
 
 def format_help() -> str:

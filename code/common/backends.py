@@ -1,10 +1,10 @@
-"""What a backend declares to the configuration: its name, where its code is, the precisions it runs, and the
-rules its own switches follow.
+"""What a backend declares to the configuration: its name, where its code is, the precisions it runs, its own
+switches and the rules they follow.
 
 Each benchmark lists its backends' declarations in ``code/<bench>/backends/__init__.py``, a module that imports no
-backend, so the configuration validates a resolved config against them (``code/common/fields.py``) without loading
-torch or naming a backend itself. A backend's code (its options, engine and batches) stays in its own module,
-imported only when a run uses it.
+backend, so the configuration builds its field table from them and validates a resolved config against them
+(``code/common/fields.py``) without loading torch or naming a backend itself. A backend's code (its options, engine
+and batches) stays in its own module, imported only when a run uses it.
 
 What a benchmark asks of a backend class is the same for every benchmark (``BackendClass``): its options from the
 resolved config, the engine a run loads, building that engine, and an instance. Only the context the benchmark
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from code.common.constants import Benchmark
+from code.common.field_spec import Field
 from code.common.registry import LazyRegistry
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ class BackendClass(Protocol[ContextT, BackendT]):
 Requirement = tuple[tuple[int, int], str]
 # field name -> how an error names where its value came from ("--precision", "precision (set by <config>)")
 Origin = Callable[[str], str]
+# field name -> how an error names its value and where it came from ("--precision=fp8",
+# "precision=fp8 (set by <config>)")
+Given = Callable[[str], str]
 
 
 @dataclass(frozen=True)
@@ -62,16 +66,32 @@ class BackendDeclaration:
     target: str  # "package.module:Class", imported only when a run uses the backend
     precisions: tuple[str, ...] | None  # the precisions it runs; None: it runs no model, so precision and device
     # mean nothing to it
+    # The switches only it reads (one declared by several backends is one field, code/common/fields.py): each joins
+    # the field table with its name, type, default and help, applies to the benchmark, and is refused when given in
+    # RUN_ARGS for a run on another backend.
+    switches: tuple[Field, ...] = ()
     check: Callable[[Mapping[str, Any], Origin], str | None] | None = None  # rules between its own switches
-    check_device: Callable[[Mapping[str, Any], str, str], str | None] | None = None  # (values, device, "on ...")
+    # (values, device, "on --device=cpu", given): rules between its values and the device
+    check_device: Callable[[Mapping[str, Any], str, str, Given], str | None] | None = None
     # The GPU an engine of these values needs: (the lowest compute capability, what needs it), None where any GPU
     # PyTorch runs on will do. Engine ladders skip a rung the system's GPU cannot run, and a run refuses such an
     # engine before it loads anything (code/common/capabilities.py).
     needs: Callable[[Mapping[str, Any]], Requirement | None] | None = None
+    needs_from: tuple[str, ...] = ("precision",)  # the fields ``needs`` reads, which a refusal names
 
     @property
     def runs_model(self) -> bool:
         return self.precisions is not None
+
+
+def needs_gpu(name: str, value: Any, default: Any, device: str, on: str, given: Given) -> str | None:
+    """The refusal of an 8-bit value of ``name`` (fp8: e4m3 tensor cores; int8: the INT8 GEMMs) on the CPU, which
+    would otherwise run something else than its label says; None when the value or the device is fine."""
+    if value not in ("fp8", "int8") or device != "cpu":
+        return None
+    where = ("FP8 needs compute capability 8.9: Ada, Hopper, Blackwell" if value == "fp8"
+             else "INT8 GEMMs run on the packed CUDA path, compute capability 8.0 or newer")
+    return f"{given(name)} needs a GPU ({where}) and this run is on {on}; set --{name}={default}, or run on a GPU"
 
 
 def backend_registry(kind: str, declarations: tuple[BackendDeclaration, ...]) -> LazyRegistry[str]:

@@ -59,7 +59,8 @@ def check_runs_on(benchmark: Benchmark, values: Mapping[str, Any], sources: Mapp
     why = missing(benchmark, values, gpu.capability)
     if why is None:
         return
-    chosen = [name for name in ("precision", "kv_cache_dtype", "fast_path") if name in values]
+    declared = declaration(benchmark, values["backend"])
+    chosen = [name for name in (declared.needs_from if declared else ()) if name in values]
     given = ", ".join(f"--{name}={values[name]}" if sources.get(name) == "RUN_ARGS"
                       else f"{name}={values[name]} (set by {sources.get(name, 'default')})" for name in chosen)
     raise FieldError(f"this engine ({given}) cannot run on {device}, {gpu.name} ({gpu.describe()}): {why}; leave "

@@ -14,12 +14,14 @@ reused without the registry.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from code.common.fields import FIELDS, Field, check_combination, check_plan
+from code.common.fields import FIELDS, Field, FieldError, check_combination, check_plan
 from code.common.ladder import Ladder, Rung
+from code.common.log import get_logger
 
 
 class ConfigError(ValueError):
@@ -134,3 +136,45 @@ def resolve_fields(
     check_combination(benchmark, resolved.values, resolved.sources)
     check_plan(scenario, resolved.values, resolved.sources)
     return resolved
+
+
+def check_run_args_used(overrides: Mapping[str, Any], configs: Sequence[ResolvedConfig],
+                        all_scenarios: bool = False) -> None:
+    """Refuse a field RUN_ARGS give that no test of the run reads, before anything runs: a flag that silently does
+    nothing (``--fp8_gemms`` for GPT-J, ``--server_target_qps`` for an Offline run, ``--kv_cache_dtype=fp8`` without
+    the in-flight engine) leaves a submitter believing a run measured what it did not.
+
+    A field is read by a test when it applies to its benchmark and scenario and, a backend's switch, when the test's
+    backend declares it (``Field.used_by``). One test reading it is enough: ``--cuda_graphs=false`` with
+    ``--benchmarks=bert,gptj`` is BERT's, and a Server field with ``--scenarios=all`` is the Server test's. A switch
+    set to its default is a reset, not a wish (it clears a config class's value meant for another backend), and
+    passes. With ``--scenarios=all`` a field of a scenario the system's type does not run is only noted: the same
+    command serves every system type."""
+    if not configs:
+        return
+    run = ", ".join(dict.fromkeys(f"{config.benchmark_name} {config.scenario.value}" for config in configs))
+    for name, value in overrides.items():
+        fld = FIELDS[name]
+        holding = [config for config in configs if name in config.values]
+        if any(fld.used_by(config.benchmark, config["backend"]) for config in holding):
+            continue
+        flag = f"--{name}={str(value).lower() if isinstance(value, bool) else value}"
+        if holding:
+            if value == fld.default:
+                continue
+            benchmarks = {config.benchmark for config in holding}
+            owners = list(dict.fromkeys(backend for benchmark, backend in fld.owners if benchmark in benchmarks))
+            used = ", ".join(dict.fromkeys(config["backend"] for config in holding))
+            raise FieldError(f"{flag} is an option of the {' and '.join(owners)} backend, not of {used}: set "
+                             f"--backend={owners[0]}, or leave --{name} out")
+        if not any(fld.benchmarks is None or config.benchmark in fld.benchmarks for config in configs):
+            whose = (f"the {fld.owner_text()} backend" if fld.owners
+                     else ", ".join(benchmark.value for benchmark in fld.benchmarks or ()))
+            raise FieldError(f"--{name} is an option of {whose}, and this run has {run}: leave --{name} out")
+        scenarios = ", ".join(scenario.value for scenario in fld.scenarios or ())
+        if all_scenarios:
+            get_logger("config").warning("--%s applies to %s only, and --scenarios=all runs %s on this system: no "
+                                         "test reads it", name, scenarios, run)
+            continue
+        raise FieldError(f"--{name} applies to {scenarios} only, and this run has {run}: leave --{name} out, or add "
+                         f"the scenario (--scenarios={(fld.scenarios or (Scenario.Offline,))[0].value.lower()})")

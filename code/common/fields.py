@@ -1,8 +1,13 @@
-"""The one table of configuration fields.
+"""The one table of configuration fields: the harness's own, listed here, and each backend's switches.
 
-A config class (configs/) may set only the fields listed here, RUN_ARGS may override any of them, and each has
+A config class (configs/) may set only the fields in the table, RUN_ARGS may override any of them, and each has
 one default. Keeping name, type, default, description and where a field applies in one table is what lets the
 registry reject a misspelt field at import time and lets ``make info`` explain every resolved value.
+
+A switch that only one backend reads (the BERT packed path's kernels, the GPT-J in-flight engine's KV cache, an
+oracle's failure modes) is declared by that backend, with the rules between its switches, beside its declaration
+(``code/<bench>/backends/__init__.py``); the table takes it from there (``switches_of``), so a new switch is a
+change to its backend alone and this module names none.
 
 This is also the one validation layer: every value, from a config class or RUN_ARGS, is checked here before
 anything runs. Every numeric field has a range (NaN and infinity are outside every range), because LoadGen
@@ -13,12 +18,11 @@ sample count below the benchmark's hang a run, exhaust memory or make a result t
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass
 from typing import Any
 
-from code.common.backends import Origin, declaration, declarations
+from code.common.backends import BackendDeclaration, Origin, declaration, declarations, needs_gpu
 from code.common.constants import DATASET_SIZE, Benchmark, ChoiceError, Scenario
+from code.common.field_spec import Field, FieldError, Range
 from code.common.gpu_models import model_names
 from code.common.loadgen_rules import OFFLINE_SLACK, offline_query_samples
 from code.common.rounds import DEFAULT_ROUND, ROUNDS
@@ -32,7 +36,6 @@ SEED_MAX = 2**32 - 1
 # LoadGen plans every query of a performance run before it starts: about rate x min_duration of them. A rate
 # (or an expected latency) far from the system's real one costs memory and time in proportion, hence the bounds.
 MAX_RATE = 1_000_000.0  # samples/s; 1 us per sample
-FP8_GEMMS = frozenset(("qkv", "wo", "w1", "w2"))  # BERT's GEMMs of a layer (fp8_gemms names a subset)
 MIN_LATENCY_NS = 1_000
 # What LoadGen runs with where user.conf sets nothing: mlperf.conf's minimums (both rounds), and --test_run's.
 MLPERF_MIN_DURATION_MS = 600_000
@@ -58,260 +61,116 @@ PLAN_FIELDS = ("offline_expected_qps", "server_target_qps", "single_stream_expec
                "min_query_count")  # what sizes the plan
 
 
-class FieldError(ValueError):
-    """A field name or value that is not valid; the message says which and what is allowed."""
+HARNESS_FIELDS: tuple[Field, ...] = (
+    # Which round the result is for.
+    Field("round", str, DEFAULT_ROUND, "MLPerf round the run is for: its LoadGen build (and so its RNG seeds) "
+          "and what a SubmissionRun may run (documentation/rounds.md)", choices=tuple(ROUNDS)),
+    # What runs.
+    Field("backend", str, "pytorch", "Backend that runs the model: pytorch (our model), inflight (GPT-J: "
+          "continuous batching of beam search, code/gptj/inflight), oracle (gold answers; checks the pipeline, "
+          "not a model)", choices=("pytorch", "inflight", "oracle"), engine=True),
+    Field("precision", str, "fp32", "Numeric precision of the engine's matrix products (fp8: FP8 GEMMs with "
+          "calibrated scales, 16-bit elsewhere, GPU only; int8, BERT: INT8 GEMMs with calibrated scales, 16-bit "
+          "elsewhere, GPU only, for GPUs without FP8)", choices=("fp32", "fp16", "bf16", "fp8", "int8"),
+          engine=True),
+    Field("device", str, "auto", "Where the model runs: auto (cuda when present, else cpu), cpu, cuda, cuda:N",
+          pattern=r"auto|cpu|cuda(:[0-9]{1,3})?"),
+    Field("devices", str, "all", "GPUs a run uses, one backend instance each (NVIDIA's --devices): all (every "
+          "GPU PyTorch sees, after CUDA_VISIBLE_DEVICES) or a comma list of their indices, e.g. 0,1 "
+          "(documentation/multi_gpu.md)", pattern=r"all|[0-9]{1,3}(,[0-9]{1,3})*"),
+    Field("gpu_as", str, None, "Run as if on this GPU model (code/common/gpu_models.py), a stand-in for a GPU "
+          "no one at hand has: its system name and configs, the engines its compute capability runs, its memory "
+          "as a cap on each GPU; the result says so and is not submittable (documentation/adding_a_system.md)",
+          choices=tuple(model_names())),
+    Field("cpu_threads", int, 0, "On a CPU device: torch's intra-op threads; 0: torch's default capped at "
+          "the CPUs the process may use, one fewer in Server (LoadGen's threads need a free core; "
+          "code/common/devices.py)", range=Range(0, 4096)),
+    Field("cpu_workers", int, 1, "On the CPU: worker processes, each a device with its share of the CPUs, as a "
+          "GPU run has one per GPU (for tests of the several-device path; 1: the model runs in the LoadGen "
+          "process)", range=Range(1, 64)),
+    Field("cluster", str, None, "A Ray cluster's address (host:port of its head, or auto): the run's workers "
+          "are one per GPU of every node (on the CPU: cpu_workers per node), LoadGen stays here; not given: this "
+          "machine alone (documentation/cluster.md)", pattern=r"auto|[A-Za-z0-9._-]+:[0-9]{1,5}"),
+    Field("cluster_host", str, None, "With --cluster: the IP address of this node that the workers connect "
+          "back to; not given: the address Ray knows this node by",
+          pattern=r"[0-9]{1,3}(\.[0-9]{1,3}){3}"),
+    Field("cluster_port", int, 0, "With --cluster: the port the workers connect back to; 0: a free one "
+          "(give one where a firewall lets only known ports through)", range=Range(0, 65535)),
+    Field("cluster_ready_timeout_s", int, 1800, "With --cluster: seconds every worker has to connect and load "
+          "before the run stops, naming the late node", range=Range(1, 86400)),
+    Field("model_name", str, None, "Model architecture: the MLPerf model (bert: large, gptj: 6b; set by each "
+          "benchmark's base config) or a small one for tests (tiny)"),
+    Field("weights", str, "auto", "auto: the downloaded checkpoint, else random weights (performance only); "
+          "random; or a checkpoint path"),
+    Field("input_data", str, "auto", "auto: the preprocessed data set, else synthetic inputs (performance "
+          "only); synthetic; or a preprocessed-data folder"),
+    Field("synthetic_sample_count", int, None, "Samples in the synthetic data set (default: the real set's "
+          "size)", range=Range(1, 1_000_000)),
+    Field("synthetic_lengths", str, "dataset", "Lengths of synthetic samples: dataset (like the real set's) or "
+          "max (every sample at the longest input: the worst case)", choices=("dataset", "max")),
+    Field("seed", int, 0, "Seed for random weights and synthetic inputs", range=Range(0, SEED_MAX)),
+    Field("synthetic_length_scale", float, 1.0, "GPT-J: multiplies synthetic prompt lengths (e.g. 0.05 "
+          "for quick CPU tests)", benchmarks=(Benchmark.GPTJ,), range=Range(0, 1, above_low=True)),
+    Field("num_beams", int, 4, "GPT-J beam width: 4 is the closed-division rule; 1 is greedy search (open "
+          "division, debugging)", benchmarks=(Benchmark.GPTJ,), range=Range(1, 64), engine=True),
+    # How the C++ core batches.
+    Field("gpu_batch_size", int, None, "Largest batch the batcher hands to the backend", required=True,
+          range=Range(1, 65_536)),
+    Field("num_workers", int, 1, "Batcher threads per device, each driving the backend (alias "
+          "--gpu_inference_streams, NVIDIA's name)", range=Range(1, 256)),
+    Field("sort_by_length", bool, True, "Sort each query's samples longest first before batching"),
+    Field("batch_timeout_us", int, 0, "Server: how long a worker waits to fill a batch once it holds a sample",
+          scenarios=(Scenario.Server,), range=Range(0, 60_000_000)),
+    # LoadGen (written to user.conf).
+    Field("offline_expected_qps", float, None, "Offline: expected samples/s of the whole system, of one GPU in a "
+          "GPU model's class; LoadGen sizes the query from it (set it at or above the real throughput)",
+          scenarios=(Scenario.Offline,), required=True, range=Range(0, MAX_RATE, above_low=True),
+          system_rate=True),
+    Field("server_target_qps", float, None, "Server: the Poisson arrival rate LoadGen issues at, in queries/s, "
+          "for the whole system; of one GPU in a GPU model's class", scenarios=(Scenario.Server,),
+          required=True, range=Range(0, MAX_RATE, above_low=True), system_rate=True),
+    Field("single_stream_expected_latency_ns", int, None, "SingleStream: expected latency in ns, a hint to "
+          "LoadGen", scenarios=(Scenario.SingleStream,), required=True,
+          range=Range(MIN_LATENCY_NS, 1_000_000_000_000)),
+    Field("min_duration", int, None, "LoadGen minimum duration in ms (mlperf.conf: 600000)",
+          range=Range(0, LOADGEN_MAX_MS)),
+    Field("max_duration", int, None, "LoadGen maximum duration in ms (0 = none)", range=Range(0, LOADGEN_MAX_MS)),
+    Field("min_query_count", int, None, "LoadGen minimum query count", range=Range(0, INT64_MAX)),
+    Field("max_query_count", int, None, "LoadGen maximum query count (0 = none)", range=Range(0, INT64_MAX)),
+    Field("performance_sample_count_override", int, None, "Samples LoadGen loads for performance runs; "
+          "may only go up from the benchmark's (mlperf.conf: bert 10,833, gptj 13,368); a smaller data set "
+          "gets its own size without it", range=Range(1, INT64_MAX)),
+    Field("test_mode", str, "PerformanceOnly", "PerformanceOnly, AccuracyOnly, or SubmissionRun (accuracy "
+          "then performance)", choices=("PerformanceOnly", "AccuracyOnly", "SubmissionRun")),
+    Field("test_run", bool, False, "Short run: min_duration 60 s, min_query_count 1 (alias --fast); "
+          "not a valid submission"),
+    Field("num_samples", int, None, "AccuracyOnly: run and score only the first N real samples, a quick "
+          "accuracy check; never a valid result (default: the whole data set)", range=Range(1, 1_000_000)),
+    # Where results go.
+    Field("log_enable_trace", bool, False, "LoadGen's trace (mlperf_log_trace.json, for debugging): GBs at GPU "
+          "rates, written during the timed run; the submission checker rejects files over 50 MB"),
+    Field("log_dir", str, None, "Log folder (default build/logs/<timestamp>); must not hold an earlier run"),
+)
 
 
-@dataclass(frozen=True)
-class Range:
-    """The values a numeric field accepts: ``low`` to ``high``, ``low`` itself excluded when ``above_low``."""
-
-    low: float
-    high: float
-    above_low: bool = False  # a rate must be > 0, not >= 0
-
-    def __contains__(self, value: float) -> bool:  # NaN compares false, so it is never inside
-        return (value > self.low if self.above_low else value >= self.low) and value <= self.high
-
-    def __str__(self) -> str:
-        if self.above_low:
-            return f"greater than {_number(self.low)} and at most {_number(self.high)}"
-        return f"{_number(self.low)} to {_number(self.high)}"
-
-
-def _number(value: float) -> str:
-    """1000000.0 -> 1,000,000; 0.5 -> 0.5."""
-    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+def switches_of(harness: tuple[Field, ...]) -> dict[str, Field]:
+    """The field table: the harness's fields, then every backend's switches in the order the benchmarks and their
+    declarations list them, each once with the backends that declare it (``Field.owners``)."""
+    table = {fld.name: fld for fld in harness}
+    switches: dict[str, Field] = {}
+    for benchmark in Benchmark:
+        for declared in declarations(benchmark):
+            owner = (benchmark, declared.name)
+            for switch in declared.switches:
+                if switch.name in table:
+                    raise TypeError(f"the {benchmark.value} {declared.name} backend declares switch '{switch.name}', "
+                                    "a field of the harness (code/common/fields.py): give the switch another name")
+                known = switches.get(switch.name)
+                switches[switch.name] = switch.owned_by(owner) if known is None else known.merged(switch, owner)
+    return table | switches
 
 
-@dataclass(frozen=True)
-class Field:
-    """One setting: how it is typed, what it defaults to, and which benchmarks/scenarios it applies to."""
-
-    name: str
-    type: type
-    default: Any
-    description: str
-    benchmarks: tuple[Benchmark, ...] | None = None  # None: every benchmark
-    scenarios: tuple[Scenario, ...] | None = None  # None: every scenario
-    required: bool = False  # a registered config class must set it (where it applies)
-    choices: tuple[str, ...] | None = None
-    range: Range | None = None  # every int and float field has one
-    pattern: str | None = None  # a str field with open-ended values: the regular expression they match in full
-    # A throughput of the whole system. A config class named after a GPU model (configs/configuration.py) gives it
-    # for one GPU, and a system of N such GPUs resolves N times it; nothing else scales with the GPU count.
-    system_rate: bool = False
-    # It makes the engine: it changes the answers a run gives (the arithmetic, the backend), so an accuracy run with
-    # one value says nothing of another. A rung of an engine ladder names its engine by these (code/common/ladder.py),
-    # and one given in RUN_ARGS chooses the engine itself, skipping the ladder and its accuracy gate.
-    engine: bool = False
-
-    def accepted(self) -> str:
-        """What values the field takes, as ``--help`` and the docs say it."""
-        if self.choices is not None:
-            return "one of " + ", ".join(self.choices)
-        if self.pattern is not None:
-            return f"str matching {self.pattern}"
-        if self.range is not None:
-            return f"{self.type.__name__}, {self.range}"
-        return self.type.__name__
-
-    def default_text(self) -> str:
-        """The default as --help says it: the value, or who sets it where the field has none of its own."""
-        if self.default is None:
-            return "set by the config class" if self.required else "unset"
-        if isinstance(self.default, bool):
-            return str(self.default).lower()
-        return _number(self.default) if isinstance(self.default, (int, float)) else str(self.default)
-
-    def applies_to(self, benchmark: Benchmark, scenario: Scenario) -> bool:
-        return (self.benchmarks is None or benchmark in self.benchmarks) and (
-            self.scenarios is None or scenario in self.scenarios
-        )
-
-    def check(self, value: Any, where: str) -> Any:
-        """Check a value's type, choice and range; ints are accepted for float fields."""
-        ok = isinstance(value, self.type) and not (self.type is int and isinstance(value, bool))
-        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
-            value, ok = float(value), True
-        if value is None and self.default is None:
-            ok = True
-        if not ok:
-            raise FieldError(f"{where}: field '{self.name}' must be {self.type.__name__}, got {value!r}")
-        if isinstance(value, str) and not value.strip():  # "" would pass for a path: Path("") is the current folder
-            raise FieldError(f"{where}: field '{self.name}' is empty; give {self.accepted()}, or leave it out")
-        if self.choices is not None and value is not None and value not in self.choices:
-            raise FieldError(f"{where}: field '{self.name}' = {value!r}; valid choices: {', '.join(self.choices)}")
-        if self.pattern is not None and value is not None and not re.fullmatch(self.pattern, value):
-            raise FieldError(f"{where}: field '{self.name}' = {value!r} is not {self.accepted()} "
-                             f"({self.description})")
-        problem = self._range_problem(value)
-        if problem:
-            raise FieldError(f"{where}: field '{self.name}' = {value!r} {problem}; set a value in that range")
-        return value
-
-    def _range_problem(self, value: Any) -> str | None:
-        if self.range is None or value is None or value in self.range:
-            return None
-        return f"is out of range: allowed {self.range} ({self.description})"
-
-    def parse(self, text: str) -> Any:
-        """Turn a RUN_ARGS string into a typed value, with an error that names the field."""
-        try:
-            if self.type is bool:
-                lowered = text.strip().lower()
-                if lowered in ("1", "true", "yes", "on", ""):
-                    return True
-                if lowered in ("0", "false", "no", "off"):
-                    return False
-                raise ValueError
-            value = self.type(text)
-        except ValueError:
-            raise FieldError(f"--{self.name}={text}: expected {self.accepted()}") from None
-        problem = self._range_problem(value)
-        if problem:
-            raise FieldError(f"--{self.name}={text} {problem}; give a value in that range, or leave --{self.name} "
-                             "out to use the config's")
-        return self.check(value, f"--{self.name}")
-
-
-FIELDS: dict[str, Field] = {
-    f.name: f
-    for f in [
-        # Which round the result is for.
-        Field("round", str, DEFAULT_ROUND, "MLPerf round the run is for: its LoadGen build (and so its RNG seeds) "
-              "and what a SubmissionRun may run (documentation/rounds.md)", choices=tuple(ROUNDS)),
-        # What runs.
-        Field("backend", str, "pytorch", "Backend that runs the model: pytorch (our model), inflight (GPT-J: "
-              "continuous batching of beam search, code/gptj/inflight), oracle (gold answers; checks the pipeline, "
-              "not a model)", choices=("pytorch", "inflight", "oracle"), engine=True),
-        Field("precision", str, "fp32", "Numeric precision of the engine's matrix products (fp8: FP8 GEMMs with "
-              "calibrated scales, 16-bit elsewhere, GPU only; int8, BERT: INT8 GEMMs with calibrated scales, 16-bit "
-              "elsewhere, GPU only, for GPUs without FP8)", choices=("fp32", "fp16", "bf16", "fp8", "int8"),
-              engine=True),
-        Field("device", str, "auto", "Where the model runs: auto (cuda when present, else cpu), cpu, cuda, cuda:N",
-              pattern=r"auto|cpu|cuda(:[0-9]{1,3})?"),
-        Field("devices", str, "all", "GPUs a run uses, one backend instance each (NVIDIA's --devices): all (every "
-              "GPU PyTorch sees, after CUDA_VISIBLE_DEVICES) or a comma list of their indices, e.g. 0,1 "
-              "(documentation/multi_gpu.md)", pattern=r"all|[0-9]{1,3}(,[0-9]{1,3})*"),
-        Field("gpu_as", str, None, "Run as if on this GPU model (code/common/gpu_models.py), a stand-in for a GPU "
-              "no one at hand has: its system name and configs, the engines its compute capability runs, its memory "
-              "as a cap on each GPU; the result says so and is not submittable (documentation/adding_a_system.md)",
-              choices=tuple(model_names())),
-        Field("cpu_threads", int, 0, "On a CPU device: torch's intra-op threads; 0: torch's default capped at "
-              "the CPUs the process may use, one fewer in Server (LoadGen's threads need a free core; "
-              "code/common/devices.py)", range=Range(0, 4096)),
-        Field("cpu_workers", int, 1, "On the CPU: worker processes, each a device with its share of the CPUs, as a "
-              "GPU run has one per GPU (for tests of the several-device path; 1: the model runs in the LoadGen "
-              "process)", range=Range(1, 64)),
-        Field("cluster", str, None, "A Ray cluster's address (host:port of its head, or auto): the run's workers "
-              "are one per GPU of every node (on the CPU: cpu_workers per node), LoadGen stays here; not given: this "
-              "machine alone (documentation/cluster.md)", pattern=r"auto|[A-Za-z0-9._-]+:[0-9]{1,5}"),
-        Field("cluster_host", str, None, "With --cluster: the IP address of this node that the workers connect "
-              "back to; not given: the address Ray knows this node by",
-              pattern=r"[0-9]{1,3}(\.[0-9]{1,3}){3}"),
-        Field("cluster_port", int, 0, "With --cluster: the port the workers connect back to; 0: a free one "
-              "(give one where a firewall lets only known ports through)", range=Range(0, 65535)),
-        Field("cluster_ready_timeout_s", int, 1800, "With --cluster: seconds every worker has to connect and load "
-              "before the run stops, naming the late node", range=Range(1, 86400)),
-        Field("model_name", str, None, "Model architecture: the MLPerf model (bert: large, gptj: 6b; set by each "
-              "benchmark's base config) or a small one for tests (tiny)"),
-        Field("weights", str, "auto", "auto: the downloaded checkpoint, else random weights (performance only); "
-              "random; or a checkpoint path"),
-        Field("input_data", str, "auto", "auto: the preprocessed data set, else synthetic inputs (performance "
-              "only); synthetic; or a preprocessed-data folder"),
-        Field("synthetic_sample_count", int, None, "Samples in the synthetic data set (default: the real set's "
-              "size)", range=Range(1, 1_000_000)),
-        Field("synthetic_lengths", str, "dataset", "Lengths of synthetic samples: dataset (like the real set's) or "
-              "max (every sample at the longest input: the worst case)", choices=("dataset", "max")),
-        Field("seed", int, 0, "Seed for random weights and synthetic inputs", range=Range(0, SEED_MAX)),
-        Field("synthetic_length_scale", float, 1.0, "GPT-J: multiplies synthetic prompt lengths (e.g. 0.05 "
-              "for quick CPU tests)", benchmarks=(Benchmark.GPTJ,), range=Range(0, 1, above_low=True)),
-        Field("num_beams", int, 4, "GPT-J beam width: 4 is the closed-division rule; 1 is greedy search (open "
-              "division, debugging)", benchmarks=(Benchmark.GPTJ,), range=Range(1, 64), engine=True),
-        Field("oracle_shift", int, 0, "oracle backend, a deliberately failing oracle: move the gold answer by "
-              "this many tokens", benchmarks=(Benchmark.BERT,), range=Range(0, 1024), engine=True),
-        Field("oracle_drop", int, 0, "oracle backend, a deliberately failing oracle: drop this many tokens from the "
-              "end of every reference summary", benchmarks=(Benchmark.GPTJ,), range=Range(0, 1024), engine=True),
-        Field("oracle_batch_ms", float, 0.0, "oracle backend: each batch takes at least this long, a throughput "
-              "set by the batch size rather than by the machine's load, for pipeline checks that compare two runs' "
-              "performance (a TEST01 audit with its reference run, a full-length pipeline run)",
-              benchmarks=(Benchmark.BERT, Benchmark.GPTJ), range=Range(0.0, 10_000.0)),
-        # How the C++ core batches.
-        Field("gpu_batch_size", int, None, "Largest batch the batcher hands to the backend", required=True,
-              range=Range(1, 65_536)),
-        Field("num_workers", int, 1, "Batcher threads per device, each driving the backend (alias "
-              "--gpu_inference_streams, NVIDIA's name)", range=Range(1, 256)),
-        Field("sort_by_length", bool, True, "Sort each query's samples longest first before batching"),
-        Field("batch_timeout_us", int, 0, "Server: how long a worker waits to fill a batch once it holds a sample",
-              scenarios=(Scenario.Server,), range=Range(0, 60_000_000)),
-        # BERT GPU path (code/bert/packed; documentation/bert_gpu.md). Only the pytorch backend on CUDA reads these.
-        Field("fast_path", bool, True, "BERT on CUDA: the packed path (fused kernels, varlen attention, 8-bit "
-              "GEMMs, CUDA graphs) for fp16/bf16/fp8/int8 engines; off: the eager padded model",
-              benchmarks=(Benchmark.BERT,), engine=True),
-        Field("cuda_graphs", bool, True, "CUDA graphs: BERT packed path, one per token bucket for small batches; "
-              "GPT-J inflight, one per decode step (alias --use_graphs, NVIDIA's name)"),
-        Field("graph_max_tokens", int, 16384, "BERT packed path: largest token bucket with a CUDA graph (larger "
-              "batches run eagerly; 0: none)", benchmarks=(Benchmark.BERT,), range=Range(0, 1_048_576)),
-        Field("fp8_fast_accum", bool, False, "fp8 engines (BERT packed path, GPT-J inflight): cuBLASLt fast "
-              "accumulation in the FP8 GEMMs", benchmarks=(Benchmark.BERT, Benchmark.GPTJ), engine=True),
-        Field("fp8_gemms", str, "qkv+wo+w1+w2", "BERT packed path, fp8 or int8: which GEMMs of every layer run in "
-              "8 bits (FP8 or INT8, as the precision says), '+'-joined from qkv, wo, w1, w2 (the others stay 16-bit)",
-              benchmarks=(Benchmark.BERT,),
-              pattern=r"(qkv|wo|w1|w2)(\+(qkv|wo|w1|w2))*", engine=True),
-        Field("attention_kernel", str, "triton", "BERT packed path: varlen attention kernel (triton: ours, "
-              "code/bert/packed/attention.py, which also adds the QKV bias; flash: torch's FlashAttention-2)",
-              benchmarks=(Benchmark.BERT,), choices=("triton", "flash"), engine=True),
-        Field("gelu_in_gemm", bool, False, "BERT packed path: bias + GELU in the first FFN GEMM's epilogue "
-              "(cuBLASLt's, or the INT8 GEMM's: tanh form; an 8-bit w1 also writes w2's 8-bit input); off: a "
-              "separate erf-GELU kernel, the reference's form (the 99.9% target needs it)",
-              benchmarks=(Benchmark.BERT,), engine=True),
-        Field("fp8_residual", bool, False, "BERT packed path, fp8 with every GEMM in FP8: the residual stream "
-              "between LayerNorms kept only as the next GEMM's e4m3 input (an 8-bit residual read and output "
-              "write, as TensorRT's 8-bit skip-LayerNorm); off: a 16-bit residual", benchmarks=(Benchmark.BERT,),
-              engine=True),
-        Field("fp8_attention", bool, False, "BERT packed path, fp8 with qkv in FP8: the QKV GEMM writes e4m3 q, k, "
-              "v (bias added, calibrated scale) and attention runs q.k on FP8 tensor cores, as NVIDIA's FP8 "
-              "encoder; off: 16-bit q, k, v", benchmarks=(Benchmark.BERT,), engine=True),
-        # GPT-J in-flight engine (code/gptj/inflight; documentation/gptj_gpu.md).
-        Field("kv_cache_dtype", str, "auto", "GPT-J inflight: what the KV cache stores: auto (the model's 16-bit "
-              "type) or fp8 (e4m3, per-layer scales from calibration; GPU only)", benchmarks=(Benchmark.GPTJ,),
-              choices=("auto", "fp8"), engine=True),
-        Field("synthetic_output_lengths", str, "model", "GPT-J inflight on synthetic inputs: model (outputs end "
-              "where the model chooses EOS; random weights never do, so every output is 128 tokens) or forced "
-              "(EOS forced at lengths drawn with mean ~70, what real weights produce; code/gptj/dataset.py)",
-              benchmarks=(Benchmark.GPTJ,), choices=("model", "forced")),
-        # LoadGen (written to user.conf).
-        Field("offline_expected_qps", float, None, "Offline: expected samples/s of the whole system, of one GPU in a "
-              "GPU model's class; LoadGen sizes the query from it (set it at or above the real throughput)",
-              scenarios=(Scenario.Offline,), required=True, range=Range(0, MAX_RATE, above_low=True),
-              system_rate=True),
-        Field("server_target_qps", float, None, "Server: the Poisson arrival rate LoadGen issues at, in queries/s, "
-              "for the whole system; of one GPU in a GPU model's class", scenarios=(Scenario.Server,),
-              required=True, range=Range(0, MAX_RATE, above_low=True), system_rate=True),
-        Field("single_stream_expected_latency_ns", int, None, "SingleStream: expected latency in ns, a hint to "
-              "LoadGen", scenarios=(Scenario.SingleStream,), required=True,
-              range=Range(MIN_LATENCY_NS, 1_000_000_000_000)),
-        Field("min_duration", int, None, "LoadGen minimum duration in ms (mlperf.conf: 600000)",
-              range=Range(0, LOADGEN_MAX_MS)),
-        Field("max_duration", int, None, "LoadGen maximum duration in ms (0 = none)", range=Range(0, LOADGEN_MAX_MS)),
-        Field("min_query_count", int, None, "LoadGen minimum query count", range=Range(0, INT64_MAX)),
-        Field("max_query_count", int, None, "LoadGen maximum query count (0 = none)", range=Range(0, INT64_MAX)),
-        Field("performance_sample_count_override", int, None, "Samples LoadGen loads for performance runs; "
-              "may only go up from the benchmark's (mlperf.conf: bert 10,833, gptj 13,368); a smaller data set "
-              "gets its own size without it", range=Range(1, INT64_MAX)),
-        Field("test_mode", str, "PerformanceOnly", "PerformanceOnly, AccuracyOnly, or SubmissionRun (accuracy "
-              "then performance)", choices=("PerformanceOnly", "AccuracyOnly", "SubmissionRun")),
-        Field("test_run", bool, False, "Short run: min_duration 60 s, min_query_count 1 (alias --fast); "
-              "not a valid submission"),
-        Field("num_samples", int, None, "AccuracyOnly: run and score only the first N real samples, a quick "
-              "accuracy check; never a valid result (default: the whole data set)", range=Range(1, 1_000_000)),
-        # Where results go.
-        Field("log_enable_trace", bool, False, "LoadGen's trace (mlperf_log_trace.json, for debugging): GBs at GPU "
-              "rates, written during the timed run; the submission checker rejects files over 50 MB"),
-        Field("log_dir", str, None, "Log folder (default build/logs/<timestamp>); must not hold an earlier run"),
-    ]
-}
+FIELDS: dict[str, Field] = switches_of(HARNESS_FIELDS)
 
 
 def get_field(name: str) -> Field:
@@ -354,24 +213,9 @@ def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dic
     precision = values.get("precision")
     if declared.precisions is not None and precision not in declared.precisions:
         raise FieldError(_precision_elsewhere(benchmark, backend, precision, origin))
-    if values.get("fp8_fast_accum") and precision != "fp8":
-        raise FieldError(f"{origin('fp8_fast_accum')} = True sets how FP8 GEMMs accumulate, and {origin('precision')} "
-                         f"= {precision!r} runs none: add --precision=fp8, or leave fp8_fast_accum out")
-    for name in ("fp8_residual", "fp8_attention"):
-        if values.get(name) and precision == "int8":
-            raise FieldError(f"{origin(name)} = True keeps e4m3 tensors for FP8 kernels, and {origin('precision')} = "
-                             f"'int8' runs INT8 GEMMs, which have no FP8 form: leave {name} out with int8, or set "
-                             "--precision=fp8 on a GPU that has FP8")
-    if values.get("fp8_residual") and (precision != "fp8" or set(values["fp8_gemms"].split("+")) != FP8_GEMMS):
-        raise FieldError(f"{origin('fp8_residual')} = True keeps the residual only as the next GEMM's FP8 input, so "
-                         f"every GEMM must run in FP8: add --precision=fp8 and --fp8_gemms=qkv+wo+w1+w2 (now "
-                         f"{precision!r}, {values['fp8_gemms']!r}), or leave fp8_residual out")
-    if values.get("fp8_attention") and (precision != "fp8" or "qkv" not in values["fp8_gemms"].split("+")
-                                        or values.get("attention_kernel") != "triton"):
-        raise FieldError(f"{origin('fp8_attention')} = True has the FP8 QKV GEMM write e4m3 for the triton attention "
-                         f"kernel: add --precision=fp8, qkv in --fp8_gemms and --attention_kernel=triton (now "
-                         f"{precision!r}, {values['fp8_gemms']!r}, {values.get('attention_kernel')!r}), or leave "
-                         "fp8_attention out")
+    problem = _foreign_switch(benchmark, declared, values, sources)
+    if problem:
+        raise FieldError(problem)
     problem = declared.check(values, origin) if declared.check else None
     if problem:
         raise FieldError(problem)
@@ -503,6 +347,26 @@ def check_plan(scenario: Scenario, values: dict[str, Any], sources: dict[str, st
         f"--min_duration{'' if scenario is Scenario.Offline else ' or a --max_query_count'}")
 
 
+def _foreign_switch(benchmark: Benchmark, declared: BackendDeclaration, values: dict[str, Any],
+                    sources: dict[str, str]) -> str | None:
+    """A config class's (or rung's, or tuned) value for a switch of another backend, away from its default, on a
+    backend that runs a model: the run would be labelled with an engine option its backend does not have, so it is
+    refused. A backend that runs no model (the oracle) reads no engine option and is labelled with none, so the config
+    class's engine stays as it is. A value given in RUN_ARGS is judged over the whole run (``check_run_args_used``)."""
+    if not declared.runs_model:
+        return None
+    for name, value in values.items():
+        fld = FIELDS[name]
+        source = sources.get(name, "default")
+        if fld.used_by(benchmark, declared.name) or value == fld.default or source == "RUN_ARGS":
+            continue
+        owners = [backend for owner, backend in fld.owners if owner is benchmark]
+        value_text = str(value).lower() if isinstance(value, bool) else value
+        return (f"{name}={value_text} (set by {source}) is an option of the {' and '.join(owners)} backend, not of "
+                f"{declared.name}: set --backend={owners[0]}, or --{name}={fld.default_text()}")
+    return None
+
+
 def _precision_elsewhere(benchmark: Benchmark, backend: str, precision: str, origin: Origin) -> str:
     """The error for a precision the chosen backend does not run: which of the benchmark's backends do."""
     default = FIELDS["precision"].default
@@ -521,19 +385,18 @@ def check_device(benchmark: Benchmark, values: dict[str, Any], sources: dict[str
     if declared is None or not declared.runs_model:
         return  # runs no model: precision and device mean nothing to it
     on = "--device=cpu" if device == "cpu" else f"device {device}"
-    for name in ("precision", "kv_cache_dtype"):
+
+    def given(name: str) -> str:
+        source = sources.get(name, "default")
         value = values.get(name)
-        if value in ("fp8", "int8") and device == "cpu":
-            source = sources.get(name, "default")
-            given = f"--{name}={value}" if source == "RUN_ARGS" else f"{name}={value} (set by {source})"
-            where = ("FP8 needs compute capability 8.9: Ada, Hopper, Blackwell" if value == "fp8"
-                     else "INT8 GEMMs run on the packed CUDA path, compute capability 8.0 or newer")
-            raise FieldError(f"{given} needs a GPU ({where}) and this run is on {on}; set "
-                             f"--{name}={FIELDS[name].default}, or run on a GPU")
-    problem = declared.check_device(values, device, on) if declared.check_device else None
+        return f"--{name}={value}" if source == "RUN_ARGS" else f"{name}={value} (set by {source})"
+
+    problem = needs_gpu("precision", values.get("precision"), FIELDS["precision"].default, device, on, given)
+    if problem is None and declared.check_device:
+        problem = declared.check_device(values, device, on, given)
     if problem:
         raise FieldError(problem)
 
 
-__all__ = ["FIELDS", "ChoiceError", "Field", "FieldError", "Range", "applicable_fields", "check_combination",
-           "check_device", "get_field", "plan_note"]
+__all__ = ["FIELDS", "HARNESS_FIELDS", "ChoiceError", "Field", "FieldError", "Range", "applicable_fields",
+           "check_combination", "check_device", "get_field", "plan_note", "switches_of"]

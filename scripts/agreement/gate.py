@@ -231,7 +231,7 @@ def backend_options(
     a precision variant: ``what`` says which, for errors) typed by the field's annotation."""
     from code.bert.backends.pytorch import PackedKernels, PytorchOptions
 
-    fixed = ("device", "engine_dir", "engine_spec", "kernels")
+    fixed = ("device", "engine_dir", "engine_spec", "kernels", "precision")
     known = {f.name: str(f.type) for f in (*dataclasses.fields(PytorchOptions), *dataclasses.fields(PackedKernels))}
     options: dict[str, Any] = {"device": device, "max_batch_size": batch_size}
     for name, text in overrides.items():
@@ -329,15 +329,19 @@ def run_engine(
     """Build the engine (once per ``engines`` cache) of BERT config ``model`` and run every feature through the
     backend: float32 [N, 384, 2] logits (PAD_LOGIT past each end) and the path the backend took."""
     from code.bert.backends import create_backend
-    from code.bert.backends.pytorch import PackedKernels, PytorchOptions
+    from code.bert.backends.pytorch import PytorchOptions
     from code.bert.backends.pytorch_engine import EngineSpec
+    from code.bert.packed.spec import PACKED_PRECISIONS, PackedKernels
 
     engines = {} if engines is None else engines
     try:
         spec = EngineSpec(model_name=model, precision=precision, checkpoint=checkpoint, seed=seed)
         engine_dir = cached_engine(spec, work_dir, engines, calibration if precision in QUANTIZED else None)
         kernel_names = {f.name for f in dataclasses.fields(PackedKernels)}
-        kernels = PackedKernels(**{k: v for k, v in options.items() if k in kernel_names})
+        # the packed path's spec of this precision: the options an engine of it has (an fp8 one on a 16-bit engine
+        # would be refused; it means nothing there, as engine_item says)
+        own = {k: v for k, v in options.items() if k in kernel_names and applies(k, precision)}
+        kernels = PackedKernels(precision=precision, **own) if precision in PACKED_PRECISIONS else None
         runner = create_backend(backend, PytorchOptions(engine_dir=engine_dir, engine_spec=spec, kernels=kernels,
                                                         **{k: v for k, v in options.items() if k not in kernel_names}))
         path = describe_path(runner)
@@ -502,6 +506,13 @@ def parse_require(text: str, labels: list[str], configs: Callable[[], dict[str, 
     return bars
 
 
+def applies(name: str, precision: str) -> bool:
+    """Whether engine option ``name`` means anything to an engine of ``precision``: 8-bit options to fp8 and int8
+    engines, FP8's own to fp8 engines, the others to every engine."""
+    return not ((name in EIGHT_BIT_OPTIONS and precision not in QUANTIZED)
+                or (name in FP8_ONLY_OPTIONS and precision != "fp8"))
+
+
 def engine_item(values: Any) -> str:
     """A config's engine as a ``--precisions`` item: its precision and the ENGINE_OPTIONS it sets away from their
     defaults (``fp16:gelu_in_gemm=true``); 8-bit options are left out of a 16-bit engine's item, FP8's own out of an
@@ -511,8 +522,7 @@ def engine_item(values: Any) -> str:
     precision = values["precision"]
     parts = [precision]
     for name in ENGINE_OPTIONS:
-        if (name in EIGHT_BIT_OPTIONS and precision not in QUANTIZED) or (name in FP8_ONLY_OPTIONS
-                                                                            and precision != "fp8"):
+        if not applies(name, precision):
             continue
         value, default = values[name], FIELDS[name].default
         if value != default:

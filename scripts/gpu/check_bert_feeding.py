@@ -43,7 +43,8 @@ from code.bert.dataset import BertFeatures
 from code.bert.model import BERT_CONFIGS, random_weights
 from code.bert.packed.packed_model import collect_amax, packed_tensors, upload_packed
 from code.bert.packed.packing import pack_into, unpack
-from code.bert.packed.runner import PackedKernels, PackedRunner
+from code.bert.packed.runner import PackedRunner
+from code.bert.packed.spec import PackedKernels
 from code.bert.squad import PAD_LOGIT
 
 ROWS: list[str] = []
@@ -240,7 +241,8 @@ def main() -> None:
         model, manifest = model.to("cuda", torch.float16), {"calibration": {"amax": amax}}
     details["amax"] = manifest["calibration"]["amax"]
     switches = {k: True for k in args.kernels.split(",") if k}
-    runner = PackedRunner(model, manifest, "fp8", args.batch, max(threads), True, 16384, PackedKernels(**switches))
+    runner = PackedRunner(model, manifest, PackedKernels(precision="fp8", **switches), args.batch, max(threads), True,
+                          16384)
     features = BertFeatures.synthetic(max(args.loaded, args.samples), seed=7)
     harness = BertRunner(features, _Backend(runner))
 

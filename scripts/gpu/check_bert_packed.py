@@ -35,7 +35,6 @@ import torch
 from code.bert.dataset import BertFeatures
 from code.bert.model import BERT_CONFIGS, BertQA, random_weights
 from code.bert.packed.packed_model import (
-    ALL_FP8_GEMMS,
     PackedBert,
     TorchOps,
     collect_amax,
@@ -44,6 +43,8 @@ from code.bert.packed.packed_model import (
     sdpa_varlen,
 )
 from code.bert.packed.packing import unpack
+from code.bert.packed.spec import ALL_FP8_GEMMS, PackedKernels
+from scripts.gpu.packed_variants import packed_bert
 from scripts.gpu.steps import run_steps
 
 ROWS: list[str] = []  # the short table printed last
@@ -167,7 +168,7 @@ def run_model(fn: Any, features: BertFeatures, order: np.ndarray, batch: int) ->
 
 
 def accuracy_variants(calib_amax: dict[str, float]) -> dict[str, dict[str, Any]]:
-    """The packed models the accuracy step compares with float32, as ``PackedBert`` keyword arguments."""
+    """The packed models the accuracy step compares with float32, as ``packed_bert`` keyword arguments."""
     variants: dict[str, dict[str, Any]] = {
         "packed fp16": dict(dtype=torch.float16),
         "packed bf16": dict(dtype=torch.bfloat16),
@@ -246,7 +247,7 @@ def check_accuracy(details: dict[str, Any], model: BertQA, count: int, variants:
         del m16
     for name, kw in variants.items():
         try:
-            pm = PackedBert(m32, device="cuda", **kw)
+            pm = packed_bert(m32, **kw)
             results[name] = span_stats(run_model(packed(pm), features, order, 256), ref, lengths)
             del pm
         except Exception as e:  # one broken variant must not hide the others
@@ -293,7 +294,7 @@ def time_variants(
     for prec in ("fp16", "fp8"):
         for graphs in (False, True):
             t0 = time.perf_counter()
-            fp = PackedRunner(m16, manifest, prec, max_batch, 1, graphs, graph_max_tokens)
+            fp = PackedRunner(m16, manifest, PackedKernels(precision=prec), max_batch, 1, graphs, graph_max_tokens)
             details.setdefault("setup_s", {})[f"{prec} graphs={graphs}"] = time.perf_counter() - t0
             paths[f"packed {prec}{' +graphs' if graphs else ''}"] = fp.run
     timing: dict[str, dict[str, float]] = {}
@@ -370,7 +371,7 @@ def profile_forward(details: dict[str, Any], model: BertQA, calib_amax: dict[str
                      ("fp8_bert99", {"amax": calib_amax, "fast_accum": True, "gelu_in_gemm": True}),
                      ("fp8_bert99_attention", {"amax": calib_amax, "fast_accum": True, "gelu_in_gemm": True,
                                                "fp8_residual": True, "fp8_attention": True})):
-        pm = PackedBert(model, torch.float16, "cuda", **kw)
+        pm = packed_bert(model, **kw)
         with torch.inference_mode():
             run_packed(pm, ids, seg, mask)
             torch.cuda.synchronize()
@@ -386,7 +387,7 @@ def profile_forward(details: dict[str, Any], model: BertQA, calib_amax: dict[str
 
 
 def forward_variants(amax: dict[str, float]) -> dict[str, dict[str, Any]]:
-    """The fast path's switches, each as PackedBert keyword arguments (``--variants`` picks by name). ``fp8[...]``
+    """The fast path's switches, each as ``packed_bert`` keyword arguments (``--variants`` picks by name). ``fp8[...]``
     names the GEMMs in FP8 (the others 16-bit); ``gelu-in-gemm``: bias + tanh GELU in w1's GEMM epilogue;
     ``fp8-residual``: the residual stream kept as e4m3; ``fp8-attention``: e4m3 q, k, v and an FP8 q.k dot;
     ``int8``: INT8 GEMMs (our Triton kernel, dequantization in its epilogue) with the same calibration."""
@@ -532,7 +533,7 @@ def time_forward_variants(
     results, tables = {}, []
     for name in names:
         try:
-            pm = PackedBert(model, torch.float16, "cuda", **variants[name])
+            pm = packed_bert(model, **variants[name])
             pm.attention_config = fastest(timings)
             if sustain_s > 0:
                 time.sleep(5.0)  # the short timing starts from a rested GPU, not the previous variant's settled clock
@@ -783,7 +784,6 @@ def check_int8_runner(details: dict[str, Any]) -> None:
     from code.bert.backends import create_backend
     from code.bert.backends.pytorch import PytorchOptions
     from code.bert.backends.pytorch_engine import CalibrationSet, EngineSpec, build_engine
-    from code.bert.packed.runner import PackedKernels
     from code.numerics.int8_linear import Int8Linear
 
     spec = EngineSpec("large", "int8", "random", seed=0)
@@ -795,7 +795,7 @@ def check_int8_runner(details: dict[str, Any]) -> None:
                                                               "synthetic:seed=0"), device="cuda")
         backend = create_backend("pytorch", PytorchOptions(
             engine_dir=engine, engine_spec=spec, device="cuda", max_batch_size=64, cuda_graphs=True,
-            graph_max_tokens=graph_max_tokens, kernels=PackedKernels(gelu_in_gemm=True)))
+            graph_max_tokens=graph_max_tokens, kernels=PackedKernels(precision="int8", gelu_in_gemm=True)))
     setup_s = time.perf_counter() - started
     runner = backend.packed
     if runner is None:

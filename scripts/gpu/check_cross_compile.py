@@ -55,7 +55,7 @@ GPTJ_OUTPUT = (3, 4)  # forced output lengths: a few decode steps each
 
 # -- exercising the product ------------------------------------------------------------------------------------------
 def bert_engines(amax: dict[str, float]) -> list[tuple[str, torch.dtype, dict[str, Any]]]:
-    """The packed path's engines as ``(name, dtype, PackedBert keyword arguments)``: every precision and every switch
+    """The packed path's engines as ``(name, dtype, packed_bert keyword arguments)``: every precision and every switch
     of ``PackedKernels`` that changes which kernel specializations run (fp8_gemms subsets change which LayerNorms
     write an e4m3 copy and which attention writes e4m3; flash attention has the separate quantize pass)."""
     fp8 = {"amax": amax}
@@ -85,7 +85,8 @@ def exercise_bert(device: str, layers: int = BERT_LAYERS, config_name: str = "la
     """One packed forward per engine and attention tile (each tile a tuning may keep on some GPU)."""
     from code.bert.dataset import BertFeatures
     from code.bert.model import BERT_CONFIGS, random_weights
-    from code.bert.packed.packed_model import PackedBert, collect_amax, run_packed
+    from code.bert.packed.packed_model import collect_amax, run_packed
+    from scripts.gpu.packed_variants import packed_bert
 
     config = dataclasses.replace(BERT_CONFIGS[config_name], num_layers=layers)
     model = random_weights(config, 0)
@@ -99,7 +100,7 @@ def exercise_bert(device: str, layers: int = BERT_LAYERS, config_name: str = "la
     done = []
     for name, dtype, kw in bert_engines(amax):
         try:
-            packed = PackedBert(model, dtype, device, **kw)
+            packed = packed_bert(model, dtype, device, **kw)
             for tile in tiles if packed.triton_attention is not None else [None]:
                 packed.attention_config = tile
                 run_packed(packed, ids, seg, mask)

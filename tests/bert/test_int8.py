@@ -32,6 +32,7 @@ from code.bert.backends.pytorch_engine import (
 from code.bert.model import BERT_CONFIGS, random_weights
 from code.bert.packed.packed_model import PackedBert, TorchOps, collect_amax, run_packed
 from code.bert.packed.packing import unpack
+from code.bert.packed.spec import PackedKernels
 from code.numerics import int8
 from code.numerics.eight_bit import eight_bit_format
 from code.numerics.int8 import INT8, INT8_MAX, dequantize, quantize, quantize_weight, reference_gemm
@@ -281,14 +282,15 @@ def test_packed_int8_forward_agrees_with_float32(tiny, options):
     within 1% (relative L2) and closer than the FP8 engine's; the same best span for as many sequences as the FP8
     engine, and at least 7 of 8 (the tiny random model's start/end logits are nearly flat, so a near tie may flip)."""
     model, amax, inputs, ref, packed = tiny
-    pm = PackedBert(model, torch.float32, "cpu", amax=amax, eight_bit="int8", **options)
+    pm = PackedBert(model, torch.float32, "cpu", amax=amax, kernels=PackedKernels(precision="int8", **options))
     gemms = options.get("fp8_gemms", "qkv+wo+w1+w2").split("+")
     assert all(sorted(layer.q8) == sorted(gemms) and all(isinstance(q, Int8Linear) for q in layer.q8.values())
                for layer in pm.layers)
     got, _ = run_packed(pm, *inputs)
     t = packed.total
     rel = float(np.linalg.norm(got[:t] - ref[:t]) / np.linalg.norm(ref[:t]))
-    fp8, _ = run_packed(PackedBert(model, torch.float32, "cpu", amax=amax, **options), *inputs)
+    fp8, _ = run_packed(PackedBert(model, torch.float32, "cpu", amax=amax,
+                                   kernels=PackedKernels(precision="fp8", **options)), *inputs)
     rel_fp8 = float(np.linalg.norm(fp8[:t] - ref[:t]) / np.linalg.norm(ref[:t]))
     assert 0 < rel < min(0.01, rel_fp8), (rel, rel_fp8)
     want = spans(unpack(ref, packed))
@@ -300,21 +302,25 @@ def test_packed_int8_forward_agrees_with_float32(tiny, options):
 @torch.no_grad()
 def test_packed_int8_gelu_gemm_needs_an_int8_w1(tiny):
     model, amax, *_ = tiny
-    fused = PackedBert(model, torch.float32, "cpu", amax=amax, eight_bit="int8", gelu_in_gemm=True)
+    fused = PackedBert(model, torch.float32, "cpu", amax=amax,
+                       kernels=PackedKernels(precision="int8", gelu_in_gemm=True))
     assert all(callable(layer.gelu_gemm) for layer in fused.layers)
-    w2_only = PackedBert(model, torch.float32, "cpu", amax=amax, eight_bit="int8", gelu_in_gemm=True, fp8_gemms="w2")
+    w2_only = PackedBert(model, torch.float32, "cpu", amax=amax,
+                         kernels=PackedKernels(precision="int8", gelu_in_gemm=True, fp8_gemms="w2"))
     assert all(layer.gelu_gemm is None for layer in w2_only.layers)  # no 16-bit GEMM writes int8
 
 
-def test_packed_int8_refuses_fp8_only_options(tiny):
-    model, amax, *_ = tiny
+def test_packed_int8_refuses_fp8_only_options():
+    """The int8 spec refuses FP8's own switches when it is made, with the configuration's rule (one set of rules)."""
     for option in ("fp8_residual", "fp8_attention"):
-        with pytest.raises(ValueError, match=f"{option} keeps e4m3 tensors for FP8 kernels and is FP8's only"):
-            PackedBert(model, torch.float32, "cpu", amax=amax, eight_bit="int8", **{option: True})
-    with pytest.raises(ValueError, match="accumulate exactly in int32"):
-        PackedBert(model, torch.float32, "cpu", amax=amax, eight_bit="int8", fast_accum=True)
-    with pytest.raises(ValueError, match="no 8-bit GEMM format 'int4'"):
-        PackedBert(model, torch.float32, "cpu", amax=amax, eight_bit="int4")
+        with pytest.raises(ValueError, match=f"{option} = True keeps e4m3 tensors for FP8 kernels, and precision = "
+                                             "'int8' runs INT8 GEMMs, which have no FP8 form"):
+            PackedKernels(precision="int8", **{option: True})
+    with pytest.raises(ValueError, match="fp8_fast_accum = True sets how FP8 GEMMs accumulate, and precision = 'int8' "
+                                         "runs none"):
+        PackedKernels(precision="int8", fp8_fast_accum=True)
+    with pytest.raises(ValueError, match="runs fp16, bf16, fp8, int8 engines, not 'int4'"):
+        PackedKernels(precision="int4")
 
 
 # ------------------------------------------------------------------------------------------------------ engines

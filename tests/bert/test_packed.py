@@ -22,7 +22,7 @@ from code.bert.backends.pytorch_engine import (
     load_engine_manifest,
 )
 from code.bert.model import BERT_CONFIGS, BertQA, random_weights
-from code.bert.packed.packed_model import PackedBert, calibration_names, collect_amax, parse_fp8_gemms, run_packed
+from code.bert.packed.packed_model import PackedBert, calibration_names, collect_amax, run_packed
 from code.bert.packed.packing import (
     PAD_LOGIT,
     choose_bucket,
@@ -34,9 +34,17 @@ from code.bert.packed.packing import (
     unpack,
     unpack_samples,
 )
+from code.bert.packed.spec import PackedKernels
 from code.numerics.fp8 import E4M3_MAX, E4M3_REL_ERROR, E4M3_SUBNORMAL_STEP, dequantize, quantize, scale_from_amax
 
 TINY = BERT_CONFIGS["tiny"]
+
+
+def packed_bert(model: BertQA, amax: dict[str, float] | None = None, **switches: object) -> PackedBert:
+    """The float32 packed model on the CPU: an FP8 engine (its spec's precision) where ``amax`` is given, else a
+    16-bit one, running the packed path's ``switches``."""
+    kernels = PackedKernels(precision="fp8" if amax is not None else "fp16", **switches)  # type: ignore[arg-type]
+    return PackedBert(model, torch.float32, "cpu", amax=amax, kernels=kernels)
 
 
 def batch(lengths: list[int], seq_len: int | None = None, seed: int = 0) -> tuple[np.ndarray, ...]:
@@ -130,7 +138,7 @@ def test_cpu_fallback_matches_eager():
 
 
 class TinyFp8Case(NamedTuple):
-    """A tiny random model, its FP8 calibration on three packed sequences, and ``rel_error(**PackedBert options)``:
+    """A tiny random model, its FP8 calibration on three packed sequences, and ``rel_error(amax, **switches)``:
     the relative L2 distance of that packed model's logits from the float32 packed model's on the same inputs."""
 
     model: BertQA
@@ -148,8 +156,8 @@ def tiny_fp8() -> TinyFp8Case:
     t = packed.total
 
     @torch.no_grad()
-    def rel_error(**options: object) -> float:
-        got, _ = run_packed(PackedBert(model, torch.float32, "cpu", **options), ids, seg, mask)
+    def rel_error(amax: dict[str, float] | None = None, **switches: object) -> float:
+        got, _ = run_packed(packed_bert(model, amax, **switches), ids, seg, mask)
         return float(np.linalg.norm(got[:t] - ref[:t]) / np.linalg.norm(ref[:t]))
 
     return TinyFp8Case(model, amax, rel_error)
@@ -161,12 +169,17 @@ def test_fp8_emulation_close_to_fp32(tiny_fp8):
     rel = tiny_fp8.rel_error(amax=amax)
     assert 0 < rel < 0.05
     with pytest.raises(ValueError, match="activation scale"):
-        PackedBert(tiny_fp8.model, torch.float32, "cpu", amax={"0.qkv": 1.0})
+        packed_bert(tiny_fp8.model, {"0.qkv": 1.0})
+    # the calibration is the engine's: an 8-bit spec needs one, a 16-bit spec takes none
+    with pytest.raises(ValueError, match="a fp8 engine needs activation magnitudes"):
+        PackedBert(tiny_fp8.model, torch.float32, "cpu", kernels=PackedKernels(precision="fp8"))
+    with pytest.raises(ValueError, match="a fp16 engine takes no activation magnitudes"):
+        PackedBert(tiny_fp8.model, torch.float32, "cpu", amax=amax)
 
 
 def test_fp8_gemm_subset_runs_the_rest_in_16_bits(tiny_fp8):
     model, amax, rel_error = tiny_fp8
-    ffn_only = PackedBert(model, torch.float32, "cpu", amax=amax, fp8_gemms="w1+w2")
+    ffn_only = packed_bert(model, amax, fp8_gemms="w1+w2")
     assert all(sorted(layer.q8) == ["w1", "w2"] and sorted(layer.w16) == ["qkv", "wo"] for layer in ffn_only.layers)
     everything, ffn = rel_error(amax=amax), rel_error(amax=amax, fp8_gemms="w1+w2")
     assert 0 < ffn < everything  # fewer FP8 GEMMs, less rounding noise, but still FP8 in the FFN
@@ -179,13 +192,13 @@ def test_gelu_in_gemm_emulation(tiny_fp8):
     model, amax, rel_error = tiny_fp8
     cases = {"fp16": {}, "fp8 all": {"amax": amax}, "fp8 w1": {"amax": amax, "fp8_gemms": "qkv+w1"}}
     for name, kwargs in cases.items():
-        fused_model = PackedBert(model, torch.float32, "cpu", gelu_in_gemm=True, **kwargs)
+        fused_model = packed_bert(model, gelu_in_gemm=True, **kwargs)
         assert all(callable(layer.gelu_gemm) for layer in fused_model.layers), name
         fused, plain = rel_error(gelu_in_gemm=True, **kwargs), rel_error(gelu_in_gemm=False, **kwargs)
         assert 0 < fused < 1.5 * plain + 1e-3, (name, fused, plain)
-    fp16_w1 = PackedBert(model, torch.float32, "cpu", amax=amax, gelu_in_gemm=True, fp8_gemms="w2")
+    fp16_w1 = packed_bert(model, amax, gelu_in_gemm=True, fp8_gemms="w2")
     assert all(layer.gelu_gemm is None for layer in fp16_w1.layers)
-    off = PackedBert(model, torch.float32, "cpu", amax=amax)
+    off = packed_bert(model, amax)
     assert all(layer.gelu_gemm is None for layer in off.layers)  # off by default: erf GELU, the reference's form
 
 
@@ -206,7 +219,7 @@ def test_fp8_residual_emulation(tiny_fp8):
     assert plain < rel_error(amax=wide_w1, fp8_residual=True) < E4M3_REL_ERROR
     for bad in ({}, {"amax": amax, "fp8_gemms": "w1+w2"}):
         with pytest.raises(ValueError, match="fp8_gemms=qkv\\+wo\\+w1\\+w2"):
-            PackedBert(model, torch.float32, "cpu", fp8_residual=True, **bad)
+            packed_bert(model, fp8_residual=True, **bad)
 
 
 def test_fp8_attention_emulation(tiny_fp8):
@@ -223,8 +236,8 @@ def test_fp8_attention_emulation(tiny_fp8):
     narrow = {name: value / 16 if name.endswith(".attn") else value for name, value in amax.items()}
     assert rel_error(amax=narrow, fp8_attention=True) > 2 * attention
     for bad in ({}, {"amax": amax, "fp8_gemms": "wo+w1+w2"}):
-        with pytest.raises(ValueError, match="qkv in fp8_gemms"):
-            PackedBert(model, torch.float32, "cpu", fp8_attention=True, **bad)
+        with pytest.raises(ValueError, match="qkv in --fp8_gemms"):
+            packed_bert(model, fp8_attention=True, **bad)
 
 
 def test_add_ln_reads_an_fp8_residual():
@@ -249,20 +262,26 @@ def test_add_ln_reads_an_fp8_residual():
 
 
 def test_fp8_gemms_option_is_checked():
-    assert parse_fp8_gemms("qkv+wo+w1+w2") == {"qkv", "wo", "w1", "w2"}
-    assert parse_fp8_gemms(" w2 + w1 ") == {"w1", "w2"}
-    for bad in ("", "w3", "qkv,w1"):
+    """The spec takes what the field takes ('+'-joined GEMM names) and runs those GEMMs of an 8-bit engine in 8 bits;
+    a 16-bit engine runs none."""
+    assert PackedKernels(precision="fp8").gemms == {"qkv", "wo", "w1", "w2"}
+    assert PackedKernels(precision="int8", fp8_gemms="w2+w1").gemms == {"w1", "w2"}
+    assert PackedKernels(precision="fp16", fp8_gemms="w2+w1").gemms == frozenset()
+    for bad in ("", "w3", "qkv,w1", " w2 + w1 "):
         with pytest.raises(ValueError, match="fp8_gemms"):
-            parse_fp8_gemms(bad)
+            PackedKernels(precision="fp8", fp8_gemms=bad)
+    with pytest.raises(ValueError, match="runs fp16, bf16, fp8, int8 engines, not 'fp32'"):
+        PackedKernels(precision="fp32")
 
 
 def test_attention_options_on_the_cpu():
+    """Off CUDA both attention kernels are the float32 per-sequence SDPA; a kernel the field does not name is refused
+    when the spec is made."""
     model = random_weights(TINY, 3)
     assert PackedBert(model, torch.float32, "cpu").attention == "sdpa"
-    with pytest.raises(ValueError, match="needs a CUDA device"):
-        PackedBert(model, torch.float32, "cpu", attention="triton")
-    with pytest.raises(ValueError, match="attention="):
-        PackedBert(model, torch.float32, "cpu", attention="xformers")
+    assert packed_bert(model, attention_kernel="flash").attention == "sdpa"
+    with pytest.raises(ValueError, match="attention_kernel' = 'xformers'; valid choices: triton, flash"):
+        PackedKernels(attention_kernel="xformers")
 
 
 def _calibration() -> CalibrationSet:

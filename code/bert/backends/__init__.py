@@ -3,11 +3,13 @@
 The benchmark depends on this module only: the ``BertBackendClass`` protocol, the declarations and
 ``backend_class``, never on a concrete backend. A backend owns its options (a frozen dataclass its
 ``options_from`` builds from the resolved config), its engine (if it has one) and its switches; its declaration
-here tells the configuration which precisions it runs and the rules its switches follow. Each backend module is
-imported only when asked for, so the oracle runs without torch weights and validating a config imports no backend.
+here tells the configuration which precisions it runs, which switches it reads (the configuration's field table
+takes them from here) and the rules they follow. Each backend module is imported only when asked for, so the oracle
+runs without torch weights and validating a config imports no backend.
 
-Adding a backend: its module (class + options), one declaration below. Adding a switch: one field in
-``code/common/fields.py`` and the line of the backend's ``options_from`` that reads it.
+Adding a backend: its module (class + options), one declaration below. Adding a switch of the packed path: its
+``Field`` and ``PackedKernels`` attribute in ``code/bert/packed/spec.py`` and the kernel that reads it; of the
+backend itself: its ``Field`` below and the line of its ``options_from`` that reads it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from code.bert.packed.spec import KERNEL_SWITCHES, QUANTIZED, kernel_rules
 from code.common.backends import BackendClass, BackendDeclaration, Origin, Requirement, backend_registry
+from code.common.field_spec import Field, Range
 from code.common.gpu_models import BF16_CAPABILITY, FP8_CAPABILITY, TRITON_CAPABILITY
 
 if TYPE_CHECKING:
@@ -49,17 +53,33 @@ BertBackendClass = BackendClass[BackendContext, BertBackend]
 context and batches."""
 
 
-QUANTIZED = ("fp8", "int8")  # the precisions with 8-bit GEMMs: calibrated engines, run on the packed GPU path only
+# The pytorch backend's own switches; the packed path's kernels add theirs (code/bert/packed/spec.py).
+PYTORCH_SWITCHES = (
+    Field("fast_path", bool, True, "BERT on CUDA: the packed path (fused kernels, varlen attention, 8-bit GEMMs, "
+          "CUDA graphs) for fp16/bf16/fp8/int8 engines; off: the eager padded model", engine=True),
+    Field("cuda_graphs", bool, True, "BERT packed path: CUDA graphs, one per token bucket for small batches (alias "
+          "--use_graphs, NVIDIA's name)"),
+    Field("graph_max_tokens", int, 16384, "BERT packed path: largest token bucket with a CUDA graph (larger batches "
+          "run eagerly; 0: none)", range=Range(0, 1_048_576)),
+    *KERNEL_SWITCHES,
+)
+ORACLE_SWITCHES = (
+    Field("oracle_shift", int, 0, "oracle backend, a deliberately failing oracle: move the gold answer by this many "
+          "tokens", range=Range(0, 1024), engine=True),
+    Field("oracle_batch_ms", float, 0.0, "oracle backend: each batch takes at least this long, a throughput set by "
+          "the batch size rather than by the machine's load, for pipeline checks that compare two runs' performance "
+          "(a TEST01 audit with its reference run, a full-length pipeline run)", range=Range(0.0, 10_000.0)),
+)
 
 
-def _eight_bit_needs_fast_path(values: Mapping[str, Any], origin: Origin) -> str | None:
+def _pytorch_rules(values: Mapping[str, Any], origin: Origin) -> str | None:
     """8-bit GEMMs (fp8, int8) exist only on the packed path; without it such an engine runs 16-bit, not the
-    precision recorded."""
+    precision recorded. Then the packed path's own rules (``kernel_rules``)."""
     precision = values.get("precision")
     if precision in QUANTIZED and not values.get("fast_path", True):
         return (f"{origin('precision')} = {precision!r} runs {precision.upper()} GEMMs on the packed path only, and "
                 f"{origin('fast_path')} is off; turn the packed path on or set --precision=fp16")
-    return None
+    return kernel_rules(values, origin)
 
 
 def _pytorch_needs(values: Mapping[str, Any]) -> Requirement | None:
@@ -79,9 +99,10 @@ def _pytorch_needs(values: Mapping[str, Any]) -> Requirement | None:
 
 DECLARATIONS = (
     BackendDeclaration("pytorch", "code.bert.backends.pytorch:PytorchBertBackend",
-                       precisions=("fp32", "fp16", "bf16", "fp8", "int8"), check=_eight_bit_needs_fast_path,
-                       needs=_pytorch_needs),
-    BackendDeclaration("oracle", "code.bert.backends.oracle:OracleBertBackend", precisions=None),
+                       precisions=("fp32", "fp16", "bf16", "fp8", "int8"), switches=PYTORCH_SWITCHES,
+                       check=_pytorch_rules, needs=_pytorch_needs, needs_from=("precision", "fast_path")),
+    BackendDeclaration("oracle", "code.bert.backends.oracle:OracleBertBackend", precisions=None,
+                       switches=ORACLE_SWITCHES),
 )
 BACKENDS = backend_registry("BERT backend", DECLARATIONS)
 

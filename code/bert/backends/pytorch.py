@@ -14,7 +14,7 @@ The backend owns its engine (``code/bert/backends/pytorch_engine.py``): where a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from code.bert.backends import QUANTIZED
 from code.bert.backends.pytorch_engine import EngineSpec, engine_key, ensure_engine, load_engine_manifest
-from code.bert.packed.runner import PackedKernels, PackedRunner
+from code.bert.packed.runner import PackedRunner
+from code.bert.packed.spec import PACKED_PRECISIONS, QUANTIZED, PackedKernels
 from code.common.benchmark_errors import BenchmarkError
 
 if TYPE_CHECKING:
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 # Attention kernels allowed on the GPU. cuDNN's is left out: it builds a new plan for every new sequence length,
 # and BERT's lengths vary per batch, so a forward costs ten times more while lengths are new (performance.md).
 ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-PACKED_PRECISIONS = ("fp16", "bf16", "fp8", "int8")
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class PytorchOptions:
     num_workers: int = 1  # threads calling run_batch at once: one stream + buffers + graphs each
     cuda_graphs: bool = True  # capture the forward per token bucket up to graph_max_tokens
     graph_max_tokens: int = 16384  # larger batches run eagerly (launch costs are noise there)
-    kernels: PackedKernels = field(default_factory=PackedKernels)
+    kernels: PackedKernels | None = None  # the packed path's spec (fp16/bf16/fp8/int8 engines); None: the eager model
     run_args: str | None = None  # makes an engine error's rebuild command copy-pasteable
 
 
@@ -78,9 +77,8 @@ class PytorchBertBackend:
     @classmethod
     def options_from(cls, config: ResolvedConfig, context: BackendContext) -> PytorchOptions:
         spec = cls.engine_spec(config, context)
-        kernels = PackedKernels(fp8_fast_accum=config["fp8_fast_accum"], fp8_gemms=config["fp8_gemms"],
-                                attention_kernel=config["attention_kernel"], gelu_in_gemm=config["gelu_in_gemm"],
-                                fp8_residual=config["fp8_residual"], fp8_attention=config["fp8_attention"])
+        # The packed path's spec, built once from the config it was validated as (code/bert/packed/spec.py).
+        kernels = PackedKernels.from_values(config.values) if config["precision"] in PACKED_PRECISIONS else None
         return PytorchOptions(engine_dir=context.engines_dir / engine_key(spec), engine_spec=spec,
                               device=context.device, cpu_threads=context.cpu_threads, fast_path=config["fast_path"],
                               max_batch_size=config["gpu_batch_size"], num_workers=config["num_workers"],
@@ -94,16 +92,15 @@ class PytorchBertBackend:
             torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/devices.py
         model, manifest = load_engine_manifest(options.engine_dir, spec, self.device, run_args=options.run_args)
         self.packed: PackedRunner | None = None
-        if self.device.type == "cuda" and options.fast_path and spec.precision in PACKED_PRECISIONS:
+        if self.device.type == "cuda" and options.fast_path and options.kernels is not None:
             self.packed = PackedRunner(
                 model,
                 manifest,
-                spec.precision,
+                options.kernels,
                 options.max_batch_size,
                 options.num_workers,
                 options.cuda_graphs,
                 options.graph_max_tokens,
-                options.kernels,
             )
             del model
             self.model = None

@@ -25,29 +25,15 @@ from torch import Tensor
 from code.bert.model import BertQA
 from code.bert.packed.layernorm_args import check_ln_args
 from code.bert.packed.packing import layout_words, pack_into
+from code.bert.packed.spec import GEMM_INPUTS, PackedKernels
 from code.numerics import eight_bit
 from code.numerics.eight_bit import FP8, EightBitFormat, Linear8, eight_bit_format
 from code.numerics.fp8 import E4M3, dequantize, quantize, scale_from_amax
 from code.numerics.int8_linear import Int8Linear
 
-GEMM_INPUTS = ("qkv", "wo", "w1", "w2")  # calibration points: the input of each 8-bit GEMM of a layer,
-# and one more per layer: the attention's input, the QKV GEMM's output with its bias (its e4m3 scale with fp8_attention)
+# The calibration points: the input of each 8-bit GEMM of a layer (GEMM_INPUTS), and one more per layer: the
+# attention's input, the QKV GEMM's output with its bias (its e4m3 scale with fp8_attention).
 ATTENTION_INPUT = "attn"
-ALL_FP8_GEMMS = "+".join(GEMM_INPUTS)
-ATTENTION_KERNELS = ("flash", "triton", "sdpa")
-
-
-def parse_fp8_gemms(text: str) -> frozenset[str]:
-    """``"w1+w2"`` -> {"w1", "w2"}: the GEMMs of every layer an 8-bit engine (fp8 or int8) runs in 8 bits (the rest
-    stay 16-bit)."""
-    names = [part.strip() for part in text.split("+") if part.strip()]
-    unknown = sorted(set(names) - set(GEMM_INPUTS))
-    if unknown or not names:
-        raise ValueError(
-            f"fp8_gemms={text!r}: expected '+'-joined names from {', '.join(GEMM_INPUTS)} (e.g. {ALL_FP8_GEMMS} or "
-            "w1+w2); to run no GEMM in 8 bits use an fp16 engine"
-        )
-    return frozenset(names)
 
 
 def calibration_names(num_layers: int) -> list[str]:
@@ -247,20 +233,21 @@ class PackedLayer:
 class PackedBert:
     """The packed encoder + QA head. ``forward`` takes device tensors of one packed batch; see ``run_packed``.
 
-    8-bit engines: ``amax`` (the calibrated magnitude of each ``calibration_names`` point) and ``eight_bit`` (the
-    GEMMs' format: ``fp8``, e4m3 with per-tensor weight scales and cuBLASLt, or ``int8``, per-channel weight scales
-    and our Triton GEMM with the dequantization in its epilogue; ``code.numerics.eight_bit``). Every kernel that
-    produces an 8-bit GEMM's input writes it in that format with the input's static scale.
+    8-bit engines: ``amax`` (the calibrated magnitude of each ``calibration_names`` point), and the GEMMs' format
+    their precision names (``fp8``, e4m3 with per-tensor weight scales and cuBLASLt, or ``int8``, per-channel weight
+    scales and our Triton GEMM with the dequantization in its epilogue; ``code.numerics.eight_bit``). Every kernel
+    that produces an 8-bit GEMM's input writes it in that format with the input's static scale.
 
-    Options of the GPU path: ``fp8_gemms`` (8-bit engines: the GEMMs of each layer that run in 8 bits), ``attention``
-    (triton: ours, which also adds the QKV bias and can write the 8-bit input of the output projection; flash: torch's
-    FA2 varlen; sdpa: per-sequence SDPA, the CPU fallback), ``gelu_in_gemm`` (bias + GELU in ``w1``'s GEMM epilogue,
-    cuBLASLt's tanh form, instead of a separate erf-GELU kernel; see ``PackedLayer._gelu_gemm``). Off by default:
-    the tanh form moves more best answer spans away from float32's than the 99.9% target's 0.1% allows, though
-    fewer than the 99% target's 1% (figures: documentation/performance.md). ``fp8_residual`` (FP8 engines with all
-    four GEMMs in FP8): the residual stream between LayerNorms is kept only as the next GEMM's e4m3 input, so each
-    add + LayerNorm reads an 8-bit residual and writes one 8-bit copy instead of a 16-bit one and an 8-bit one (the
-    last layer still writes 16 bits for the QA head); rounds the residual to e4m3 48 times per forward.
+    What runs is the engine's spec, ``kernels`` (``code.bert.packed.spec.PackedKernels``, checked when it was made):
+    ``fp8_gemms`` (8-bit engines: the GEMMs of each layer that run in 8 bits), ``attention_kernel`` (triton: ours,
+    which also adds the QKV bias and can write the 8-bit input of the output projection; flash: torch's FA2 varlen;
+    off CUDA both are per-sequence SDPA, the float32 reference), ``gelu_in_gemm`` (bias + GELU in ``w1``'s GEMM
+    epilogue, cuBLASLt's tanh form, instead of a separate erf-GELU kernel; see ``PackedLayer._gelu_gemm``). Off by
+    default: the tanh form moves more best answer spans away from float32's than the 99.9% target's 0.1% allows,
+    though fewer than the 99% target's 1% (figures: documentation/performance.md). ``fp8_residual`` (FP8 engines with
+    all four GEMMs in FP8): the residual stream between LayerNorms is kept only as the next GEMM's e4m3 input, so
+    each add + LayerNorm reads an 8-bit residual and writes one 8-bit copy instead of a 16-bit one and an 8-bit one
+    (the last layer still writes 16 bits for the QA head); rounds the residual to e4m3 48 times per forward.
     ``fp8_attention`` (FP8 engines with ``qkv`` in FP8): the QKV GEMM adds its bias and writes e4m3 with the
     calibrated scale of the attention's input (``{layer}.attn``), and attention reads 8-bit q, k, v and runs q.k on
     FP8 tensor cores (p.v in fp16: the kernel widens v); one more e4m3 rounding per layer. Both are FP8's only: they
@@ -274,45 +261,27 @@ class PackedBert:
         device: str | torch.device,
         amax: dict[str, float] | None = None,
         ops: Any = None,
-        attention: str | None = None,
-        fast_accum: bool = False,
-        fp8_gemms: str = ALL_FP8_GEMMS,
-        gelu_in_gemm: bool = False,
-        fp8_residual: bool = False,
-        fp8_attention: bool = False,
-        eight_bit: str = "fp8",
+        kernels: PackedKernels | None = None,
     ) -> None:
+        kernels = kernels or PackedKernels()
+        self.kernels = kernels
         self.config = config = model.config
         self.device = torch.device(device)
         self.dtype = dtype
-        self.quantized = amax is not None
-        self.fmt = eight_bit_format(eight_bit)
+        self.quantized = kernels.eight_bit is not None
+        self.fmt = eight_bit_format(kernels.eight_bit or "fp8")
         self.q_dtype = self.fmt.dtype
-        if self.quantized:
+        # The calibration is the engine's data, not a switch: an 8-bit engine has one for every point, a 16-bit
+        # engine none.
+        if (amax is not None) != self.quantized:
+            raise ValueError(f"a {kernels.precision} engine {'needs' if self.quantized else 'takes no'} activation "
+                             "magnitudes (amax): pass its calibration with an fp8 or int8 spec only")
+        if amax is not None:
             missing = sorted(set(calibration_names(config.num_layers)) - set(amax))
             if missing:
-                raise ValueError(f"{eight_bit} GEMMs need an activation scale for every calibration point; missing "
-                                 f"{missing[:4]}...")
-        gemms = parse_fp8_gemms(fp8_gemms)
-        engine = f"an {eight_bit} engine with fp8_gemms={fp8_gemms}" if self.quantized else "a 16-bit engine"
-        for option, on in (("fp8_residual", fp8_residual), ("fp8_attention", fp8_attention)):
-            if on and self.quantized and self.fmt is not FP8:
-                raise ValueError(f"{option} keeps e4m3 tensors for FP8 kernels and is FP8's only; got {engine}: use "
-                                 f"an fp8 engine, or leave {option} off")
-        if fast_accum and self.quantized and self.fmt is not FP8:
-            raise ValueError(f"fast_accum is cuBLASLt's FP8 fast accumulation; {eight_bit} GEMMs accumulate exactly "
-                             "in int32: leave it off")
-        if fp8_residual and (not self.quantized or gemms != frozenset(GEMM_INPUTS)):
-            raise ValueError(
-                f"fp8_residual keeps the residual only as the next GEMM's FP8 input: it needs an FP8 engine with "
-                f"fp8_gemms={ALL_FP8_GEMMS} (got {engine})"
-            )
-        self.fp8_residual = fp8_residual
-        if fp8_attention and (not self.quantized or "qkv" not in gemms):
-            raise ValueError(
-                "fp8_attention has the FP8 QKV GEMM write e4m3 for attention: it needs an FP8 engine with qkv in "
-                f"fp8_gemms (got {engine})"
-            )
+                raise ValueError(f"{kernels.precision} GEMMs need an activation scale for every calibration point; "
+                                 f"missing {missing[:4]}...")
+        self.fp8_residual = kernels.fp8_residual
         if ops is None:
             if self.device.type == "cuda":
                 from code.bert.packed.kernels import TritonOps
@@ -321,13 +290,8 @@ class PackedBert:
             else:
                 ops = TorchOps
         self.ops = ops
-        self.attention = attention or ("triton" if self.device.type == "cuda" else "sdpa")
-        if self.attention not in ATTENTION_KERNELS:
-            raise ValueError(f"attention={self.attention!r}: expected one of {', '.join(ATTENTION_KERNELS)}")
-        if self.attention != "sdpa" and self.device.type != "cuda":
-            raise ValueError(f"attention={self.attention} needs a CUDA device; on {self.device} use sdpa")
-        if fp8_attention and self.attention == "flash":
-            raise ValueError("fp8_attention reads e4m3 q, k, v, which only the triton kernel (sdpa off CUDA) takes")
+        # The spec's kernel on CUDA; elsewhere per-sequence SDPA, the float32 reference that stands in for either.
+        self.attention = kernels.attention_kernel if self.device.type == "cuda" else "sdpa"
         self.triton_attention: Callable[..., Tensor] | None = None
         # The Triton kernel's tile shape: None is its default; the runner sets the one tuning chose on this GPU.
         self.attention_config: Any = None
@@ -345,8 +309,8 @@ class PackedBert:
         )
         self.emb_ln = (get("embeddings.norm.weight"), get("embeddings.norm.bias"))
         self.layers = [
-            PackedLayer(state, f"layers.{i}.", dtype, self.device, amax, i, fast_accum, gemms, gelu_in_gemm,
-                        fp8_attention, self.fmt)
+            PackedLayer(state, f"layers.{i}.", dtype, self.device, amax, i, kernels.fp8_fast_accum, kernels.gemms,
+                        kernels.gelu_in_gemm, kernels.fp8_attention, self.fmt)
             for i in range(config.num_layers)
         ]
         # The QA head runs in float32: 16-bit logits of magnitude ~10 are off by up to 2**-8 in their last bit, enough

@@ -10,27 +10,13 @@ and unpacks while another's batch runs on the GPU.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from code.bert.packed.packed_model import ALL_FP8_GEMMS
 from code.bert.packed.packing import TOKEN_ALIGN, PackedBatch, layout_words, pack_into, round_up, token_buckets, unpack
+from code.bert.packed.spec import PackedKernels
 from code.bert.squad import MAX_SEQ_LENGTH
-from code.numerics.eight_bit import FORMATS
-
-
-@dataclass(frozen=True)
-class PackedKernels:
-    """Which kernels the packed path runs (code/bert/packed, documentation/bert_gpu.md)."""
-
-    fp8_fast_accum: bool = False  # FP8 GEMMs: cuBLASLt fast accumulation (faster, less exact)
-    fp8_gemms: str = ALL_FP8_GEMMS  # fp8/int8 engines: the GEMMs of each layer that run in 8 bits
-    attention_kernel: str = "triton"  # "triton" (code/bert/packed/attention.py) | "flash" (torch FA2 varlen)
-    gelu_in_gemm: bool = False  # bias + tanh GELU in w1's GEMM epilogue (off: erf-GELU kernel)
-    fp8_residual: bool = False  # fp8, every GEMM in FP8: the residual stream kept as e4m3 (off: 16-bit)
-    fp8_attention: bool = False  # fp8, qkv in FP8: e4m3 q, k, v and an FP8 q.k dot (off: 16-bit q, k, v)
 
 
 class _Context:
@@ -60,35 +46,20 @@ class PackedRunner:
         self,
         model: torch.nn.Module,
         manifest: dict,
-        precision: str,
+        kernels: PackedKernels,
         max_batch: int,
         contexts: int,
         cuda_graphs: bool,
         graph_max_tokens: int,
-        kernels: PackedKernels | None = None,
     ) -> None:
-        """``kernels``: which kernels run (defaults if None)."""
+        """``kernels``: the engine's spec (its precision and which kernels run), passed whole to ``PackedBert``."""
         from code.bert.packed.packed_model import PackedBert
 
-        kernels = kernels or PackedKernels()
         # an 8-bit engine (fp8, int8) runs its GEMMs in the format its precision names, scaled from its calibration
-        eight_bit = precision if precision in FORMATS else "fp8"
-        amax = (manifest.get("calibration") or {}).get("amax") if precision in FORMATS else None
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        amax = (manifest.get("calibration") or {}).get("amax") if kernels.eight_bit else None
+        dtype = torch.bfloat16 if kernels.precision == "bf16" else torch.float16
         device = next(model.parameters()).device
-        self.model = PackedBert(
-            model,
-            dtype,
-            device,
-            amax=amax,
-            eight_bit=eight_bit,
-            fast_accum=kernels.fp8_fast_accum,
-            fp8_gemms=kernels.fp8_gemms,
-            attention=kernels.attention_kernel,
-            gelu_in_gemm=kernels.gelu_in_gemm,
-            fp8_residual=kernels.fp8_residual,
-            fp8_attention=kernels.fp8_attention,
-        )
+        self.model = PackedBert(model, dtype, device, amax=amax, kernels=kernels)
         if kernels.attention_kernel == "triton":
             from code.bert.packed.tuning import fastest, tune
 

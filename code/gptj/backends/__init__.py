@@ -3,8 +3,9 @@
 The benchmark depends on this module only: the protocols, the declarations and ``backend_class``. A backend builds
 its own frozen options from the resolved config (``options_from``) and says which engine a config loads
 (``engine_dir``, ``generate_engine``: the inflight backend's FP8 calibration); its declaration here tells the
-configuration which precisions it runs and the rules its switches follow. Each backend module is imported when
-asked for, so the oracle runs without loading a model.
+configuration which precisions it runs, which switches it reads (the configuration's field table takes them from
+here) and the rules they follow. Each backend module is imported when asked for, so the oracle runs without loading
+a model.
 """
 
 from __future__ import annotations
@@ -16,8 +17,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from code.common.backends import BackendClass, BackendDeclaration, Origin, Requirement, backend_registry
+from code.common.backends import (
+    BackendClass,
+    BackendDeclaration,
+    Given,
+    Origin,
+    Requirement,
+    backend_registry,
+    needs_gpu,
+)
+from code.common.field_spec import Field, Range
 from code.common.gpu_models import BF16_CAPABILITY, FP8_CAPABILITY, TRITON_CAPABILITY
+from code.numerics.switches import FP8_FAST_ACCUM, fast_accum_needs_fp8
 
 if TYPE_CHECKING:
     from code.common.benchmarks import EngineReport
@@ -48,13 +59,26 @@ GptjBackendClass = BackendClass[BackendContext, GptjBackend]
 context and batches."""
 
 
-def _inflight_options_refused(values: Mapping[str, Any], origin: Origin) -> str | None:
-    """The inflight engine's own switches mean nothing to the other backends: refused, not ignored."""
-    for field, value in (("synthetic_output_lengths", "forced"), ("kv_cache_dtype", "fp8")):
-        if values.get(field) == value:
-            return (f"--{field}={value} is an option of the inflight backend, not of {values.get('backend')}: "
-                    f"set --backend=inflight or leave --{field} out")
-    return None
+KV_CACHE_DTYPE = Field("kv_cache_dtype", str, "auto", "GPT-J inflight: what the KV cache stores: auto (the model's "
+                       "16-bit type) or fp8 (e4m3, per-layer scales from calibration; GPU only)",
+                       choices=("auto", "fp8"), engine=True)
+# The in-flight engine's switches; the other backends' configs hold them at their defaults (code/common/fields.py
+# refuses another value for a backend that runs a model, and RUN_ARGS that give them to a run without the engine).
+INFLIGHT_SWITCHES = (
+    KV_CACHE_DTYPE,
+    FP8_FAST_ACCUM,
+    Field("cuda_graphs", bool, True, "GPT-J inflight: CUDA graphs, one per decode step"),
+    Field("synthetic_output_lengths", str, "model", "GPT-J inflight on synthetic inputs: model (outputs end where "
+          "the model chooses EOS; random weights never do, so every output is 128 tokens) or forced (EOS forced at "
+          "lengths drawn with mean ~70, what real weights produce; code/gptj/dataset.py)", choices=("model", "forced")),
+)
+ORACLE_SWITCHES = (
+    Field("oracle_drop", int, 0, "oracle backend, a deliberately failing oracle: drop this many tokens from the end "
+          "of every reference summary", range=Range(0, 1024), engine=True),
+    Field("oracle_batch_ms", float, 0.0, "oracle backend: each batch takes at least this long, a throughput set by "
+          "the batch size rather than by the machine's load, for pipeline checks that compare two runs' performance "
+          "(a TEST01 audit with its reference run, a full-length pipeline run)", range=Range(0.0, 10_000.0)),
+)
 
 
 def no_engine(config: ResolvedConfig) -> EngineReport:
@@ -75,14 +99,20 @@ class WithoutEngine:
         return no_engine(config)
 
 
-def _inflight_runs_beam_search(values: Mapping[str, Any], origin: Origin) -> str | None:
+def _inflight_rules(values: Mapping[str, Any], origin: Origin) -> str | None:
+    """The engine runs beam search only, and fast accumulation needs its FP8 GEMMs."""
     if values.get("num_beams", 2) < 2:
         return (f"{origin('num_beams')} = {values['num_beams']}: the inflight backend runs beam search "
                 "(num_beams >= 2); for greedy search (num_beams=1) use --backend=pytorch")
-    return None
+    return fast_accum_needs_fp8(values, origin)
 
 
-def _inflight_on_gpu(values: Mapping[str, Any], device: str, on: str) -> str | None:
+def _inflight_on_device(values: Mapping[str, Any], device: str, on: str, given: Given) -> str | None:
+    """An FP8 KV cache needs e4m3 tensor cores, and FlashAttention on the GPU has no float32."""
+    problem = needs_gpu(KV_CACHE_DTYPE.name, values.get(KV_CACHE_DTYPE.name), KV_CACHE_DTYPE.default, device, on,
+                        given)
+    if problem:
+        return problem
     if device != "cpu" and values.get("precision") == "fp32":
         return (f"the inflight backend on {on} runs bf16, fp16 or fp8 (FlashAttention has no float32); "
                 "set --precision=bf16")
@@ -103,12 +133,13 @@ def _pytorch_needs(values: Mapping[str, Any]) -> Requirement | None:
 # What the configuration checks a GPT-J config against (code/common/fields.py); the order is the error's.
 DECLARATIONS = (
     BackendDeclaration("pytorch", "code.gptj.backends.pytorch:PytorchGptjBackend", precisions=("fp32", "bf16", "fp16"),
-                       check=_inflight_options_refused, needs=_pytorch_needs),
+                       needs=_pytorch_needs),
     BackendDeclaration("inflight", "code.gptj.backends.inflight:InflightGptjBackend",
-                       precisions=("fp32", "bf16", "fp16", "fp8"), check=_inflight_runs_beam_search,
-                       check_device=_inflight_on_gpu, needs=_inflight_needs),
+                       precisions=("fp32", "bf16", "fp16", "fp8"), switches=INFLIGHT_SWITCHES, check=_inflight_rules,
+                       check_device=_inflight_on_device, needs=_inflight_needs,
+                       needs_from=("precision", KV_CACHE_DTYPE.name)),
     BackendDeclaration("oracle", "code.gptj.backends.oracle:OracleGptjBackend", precisions=None,
-                       check=_inflight_options_refused),
+                       switches=ORACLE_SWITCHES),
 )
 # name -> "module:class", imported only when backend_class asks for it
 BACKENDS = backend_registry("GPT-J backend", DECLARATIONS)

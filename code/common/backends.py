@@ -6,48 +6,19 @@ backend, so the configuration builds its field table from them and validates a r
 (``code/common/fields.py``) without loading torch or naming a backend itself. A backend's code (its options, engine
 and batches) stays in its own module, imported only when a run uses it.
 
-What a benchmark asks of a backend class is the same for every benchmark (``BackendClass``): its options from the
-resolved config, the engine a run loads, building that engine, and an instance. Only the context the benchmark
-hands it and the batches the instance runs differ, so a benchmark names its protocol as
-``BackendClass[<its context>, <its backend>]``.
+What a benchmark asks of a backend class is ``code.common.backend_class.BackendClass``: it names resolved configs and
+engine reports, which this module must not know, as the configuration is built from its declarations.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any
 
 from code.common.constants import Benchmark
 from code.common.field_spec import Field
 from code.common.registry import LazyRegistry
-
-if TYPE_CHECKING:
-    from code.common.benchmarks import EngineReport
-    from code.common.config import ResolvedConfig
-
-ContextT = TypeVar("ContextT", contravariant=True)  # what the benchmark prepared: device, engines folder, data
-BackendT = TypeVar("BackendT", covariant=True)  # an instance: the benchmark's own ``run_batch`` protocol
-
-
-class BackendClass(Protocol[ContextT, BackendT]):
-    """What a benchmark asks of a backend before one exists: its options, its engine, then an instance."""
-
-    def options_from(self, config: ResolvedConfig, context: ContextT) -> Any:
-        """The backend's own frozen options, read from the resolved config and the context."""
-        ...
-
-    def engine_dir(self, config: ResolvedConfig, context: ContextT) -> Path | None:
-        """The engine folder a run of this config loads; None for a backend without an engine."""
-        ...
-
-    def generate_engine(self, config: ResolvedConfig, context: ContextT) -> EngineReport:
-        """Build the engine a run of this config loads (or say why there is none)."""
-        ...
-
-    def __call__(self, options: Any) -> BackendT: ...
-
 
 # (the lowest compute capability, what needs it): ((8, 9), "FP8 tensor cores")
 Requirement = tuple[tuple[int, int], str]

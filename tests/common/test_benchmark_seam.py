@@ -9,7 +9,8 @@ import typing
 
 import pytest
 
-from code.common.backends import BackendClass, declarations
+from code.common.backend_class import BackendClass
+from code.common.backends import declarations
 from code.common.benchmarks import BENCHMARK_MODULES, AccuracyReport, BenchmarkModule, load_benchmark
 
 
@@ -32,7 +33,7 @@ def test_accuracy_report_records_common_keys_then_figures():
 
 @pytest.mark.parametrize("benchmark", list(BENCHMARK_MODULES))
 def test_backend_classes_offer_the_one_backend_protocol(benchmark):
-    """Every declared backend class of every benchmark answers ``code.common.backends.BackendClass``'s calls, and
+    """Every declared backend class of every benchmark answers ``code.common.backend_class.BackendClass``'s calls, and
     each benchmark's protocol is that generic one with its own context and batches."""
     package = importlib.import_module(f"code.{benchmark.value}.backends")
     protocol = next(value for name, value in vars(package).items()

@@ -8,9 +8,10 @@ data: a harness installed without scripts/ and tests/ runs the same. Reading the
 level or inside a function) rather than importing it also catches the lazy imports that a run would only reach on
 some paths.
 
-No two modules of code/ import each other, not even lazily: such a pair is one idea split over two files (or a
-shared piece living in the wrong one), and a lazy import that dodges the circle at load time leaves it in the
-design. Shared pieces go below both (errors in their own module, a format's records in its library).
+No modules of code/ import each other in a circle of any size, not even lazily or for types only: such a circle
+is one idea split over several files (or a shared piece living in the wrong one), and a lazy or type-only import
+that dodges the circle at load time leaves it in the design. Shared pieces go below them (errors in their own
+module, a format's records in its library).
 """
 
 from __future__ import annotations
@@ -74,6 +75,39 @@ def import_graph(paths: list[Path], root: Path = REPO_ROOT) -> dict[str, set[str
 def two_file_cycles(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     """Every pair of modules that import each other, each pair once (in name order)."""
     return sorted((a, b) for a, imports in graph.items() for b in imports if a < b and a in graph[b])
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every set of modules that reach each other through imports (a strongly connected component of two or more,
+    Tarjan's algorithm), each sorted: a circle of any size, type-only and lazy imports included."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(graph.get(module, ())):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
 
 
 CODE_GRAPH = import_graph(PRODUCT_MODULES)
@@ -161,6 +195,25 @@ def test_the_rules_see_imports_and_paths(tmp_path):
 def test_no_two_modules_import_each_other(package):
     inside = [pair for pair in CODE_CYCLES if any(m.startswith(f"code.{package}.") for m in pair)]
     assert not inside, f"{inside} import each other: move what both need into a module below them"
+
+
+def test_no_modules_of_code_import_each_other_in_a_circle():
+    """No circle of any size: three modules that import each other in turn are one idea split in three."""
+    found = circles(CODE_GRAPH)
+    assert not found, f"these modules import each other in a circle: {found}; move what they share below them"
+
+
+def test_the_circle_check_sees_a_planted_three_file_circle(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.b import g\n")
+    (package / "b.py").write_text("def g():\n    from pkg.c import h\n    return h\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import f\n")
+    (package / "d.py").write_text("from pkg.a import f\n")
+    graph = import_graph(sorted(package.glob("*.py")), tmp_path)
+    assert two_file_cycles(graph) == []
+    assert circles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
 
 
 @pytest.mark.parametrize("pair", BROKEN_CIRCLES, ids=lambda pair: pair[1])

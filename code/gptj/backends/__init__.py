@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from code.common.backend_class import BackendClass
 from code.common.backends import (
-    BackendClass,
     BackendDeclaration,
     Given,
     Origin,
@@ -55,7 +55,7 @@ class GptjBackend(Protocol):
 
 
 GptjBackendClass = BackendClass[BackendContext, GptjBackend]
-"""What the benchmark asks of a backend class (``code.common.backends.BackendClass``), with this benchmark's
+"""What the benchmark asks of a backend class (``code.common.backend_class.BackendClass``), with this benchmark's
 context and batches."""
 
 

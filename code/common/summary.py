@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from code.common import atomic, loadgen_rules
+from code.common.beside_published import published_line
 from code.common.constants import ExitCode
 from code.common.power import power_note
 from code.common.run_logs import TestResult
@@ -179,6 +180,9 @@ def format_summary(system: str, root: Path, results: list[RanTest],
             lines.append(f"  {benchmark_name}:")
             current = benchmark_name
         lines.append(f"    {result.scenario:<13} {result.mode:<16} {_describe(result)}")
+        beside = published_line(record)
+        if beside:  # the figure per GPU beside the best published one (code/common/beside_published.py)
+            lines.append(f"      {beside}")
         power = power_note(record)
         if power:  # under the figure: watts and samples per joule over the timed part (code/common/power.py)
             lines.append(f"      {power}")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from code.common.atomic import write_text
+from code.common.beside_published import beside_published
 from code.common.constants import SERVER_LATENCY_BOUND_NS, Benchmark
 from code.common.power import power_note
 from code.common.run_logs import read_detail_log
@@ -30,6 +31,7 @@ class TestReport:
     verdict: str
     figure: str  # the test's metric as the summary states it
     stats: SampleStats | None  # None: no sample_times.npz (a run from before the core kept it)
+    published: str = "-"  # the figure beside the best published one per GPU (``Beside.cell``)
 
 
 def latency_bound_ms(benchmark: str, scenario: str) -> float | None:
@@ -69,6 +71,9 @@ def write_test_report(folder: Path, draw: bool = True) -> TestReport:
     reasons = result.get("invalid_reasons", [])
     lines = [f"# {title}", "", f"- verdict: **{verdict}**" + (f" ({'; '.join(reasons)})" if reasons else ""),
              f"- {_figure(result)}"]
+    beside = beside_published(record)
+    if beside:
+        lines.append(f"- {beside.line()}")
     power = power_note(record)
     if power:
         lines.append(f"- {power}")
@@ -97,7 +102,7 @@ def write_test_report(folder: Path, draw: bool = True) -> TestReport:
         lines.append(f"No {SAMPLE_TIMES_FILE} in this folder (the run predates it): LoadGen's figures only.")
         lines += _power_table(record.power)
     write_text(folder / REPORT_FILE, "\n".join(lines) + "\n")
-    return TestReport(folder, title, verdict, _figure(result), stats)
+    return TestReport(folder, title, verdict, _figure(result), stats, beside.cell() if beside else "-")
 
 
 def _stats_table(stats: SampleStats, detail: dict[str, Any], bound_ms: float | None) -> list[str]:
@@ -169,15 +174,16 @@ def write_run_report(root: Path, redraw: bool = True) -> Path:
     if not folders:
         raise ReportError(f"no test folder under {root} (none holds metadata.json and mlperf_log_detail.txt)")
     reports = [write_test_report(folder, draw=redraw) for folder in folders]
-    lines = [f"# Run report: {root.name}", "", "| test | verdict | figure | samples | p50 / p90 / p99 (ms) |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = [f"# Run report: {root.name}", "",
+             "| test | verdict | figure | vs best published | samples | p50 / p90 / p99 (ms) |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for report in reports:
         link = report.folder.relative_to(root) / REPORT_FILE
         percentiles = (" / ".join(f"{report.stats.percentiles_ms[p]:,.1f}" for p in PERCENTILES)
                        if report.stats and report.stats.samples else "-")
         samples = f"{report.stats.samples:,}" if report.stats else "-"
-        lines.append(f"| [{report.title}]({link}) | {report.verdict} | {report.figure} | {samples} | "
-                     f"{percentiles} |")
+        lines.append(f"| [{report.title}]({link}) | {report.verdict} | {report.figure} | {report.published} | "
+                     f"{samples} | {percentiles} |")
     drawn = [r for r in reports if r.stats and r.stats.samples]
     if drawn:
         lines += ["", "| " + " | ".join(r.title for r in drawn) + " |", "|" + " --- |" * len(drawn)]

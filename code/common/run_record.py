@@ -140,6 +140,13 @@ class RunRecord:
         return self.data.get("role")
 
     @property
+    def host_load(self) -> dict[str, Any] | None:
+        """The host's load over the performance test's timed part (code/common/host_load.py); None when it was not
+        read (another test, a record from before it was read)."""
+        value = self.data.get("host_load")
+        return value if isinstance(value, dict) else None
+
+    @property
     def gpu_count(self) -> int:
         """The GPUs the test ran on: the CUDA devices it used (a CPU run's devices are ``cpu`` or ``cpu:N``)."""
         return sum(1 for device in self.devices.get("used") or [] if str(device).startswith("cuda"))

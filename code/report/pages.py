@@ -9,6 +9,8 @@ from typing import Any
 from code.common.atomic import write_text
 from code.common.beside_published import beside_published
 from code.common.constants import SERVER_LATENCY_BOUND_NS, Benchmark
+from code.common.host_load import host_line
+from code.common.noise import noise_line
 from code.common.power import power_note
 from code.common.run_logs import read_detail_log
 from code.common.run_record import RunRecord, RunRecordError, read_record, record_path
@@ -77,6 +79,11 @@ def write_test_report(folder: Path, draw: bool = True) -> TestReport:
     power = power_note(record)
     if power:
         lines.append(f"- {power}")
+    if record.host_load:
+        lines.append(f"- {host_line(record.host_load)}")
+    noise = noise_line(record)
+    if noise:
+        lines.append(f"- {noise}")
     not_submittable = result.get("not_submittable") or []
     if not_submittable:
         lines.append(f"- not submittable: {'; '.join(not_submittable)}")

@@ -30,6 +30,7 @@ from code.common.constants import (
 )
 from code.common.faults import describe
 from code.common.fields import plan_note
+from code.common.host_load import HostReader
 from code.common.log import configure, get_logger
 from code.common.paths import REPO_ROOT
 from code.common.power import NoPower, PowerSampler, power_sampler
@@ -127,8 +128,10 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
         log.info("loaded in %.1f s; starting LoadGen", loaded - started)
         if mode is TestMode.PerformanceOnly and (note := plan_note(config.scenario, config.values)):
             log.info("%s", note)  # a large plan is silent for seconds to minutes before the first progress line
-        # Read from here, every device ready, to after LoadGen returns: the readings bracket its timed part.
-        power = power_sampler(device_names, why_not_power(mode, cluster))
+        # Read from here, every device ready, to after LoadGen returns: the readings bracket its timed part. The
+        # host's load is read during a performance test, whose figure it can lower.
+        host = HostReader() if mode is TestMode.PerformanceOnly else None
+        power = power_sampler(device_names, why_not_power(mode, cluster), host=host)
         with power, ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf),
                                      progress_period_s()):
             run_test(settings, prepared.sample_lengths, runners, device_names=device_names)
@@ -173,7 +176,8 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
         "command": sys.argv,
         "devices": {"used": report.devices, "expected_qps_share": share, "completed": times.per_device(),
                     "loadgen_process": report.loadgen_host, **({"workers": report.workers} if report.workers else {})},
-        # GPU power over the timed part and samples per joule (code/common/power.py); null, with why, if not read.
+        # GPU power over the timed part and samples per joule (code/common/power.py); null, with why, if not read;
+        # and the host's load over it (code/common/host_load.py).
         **power.section(read_detail_log(log_dir), len(times.index)),
         **({"engine_stats": report.engine_stats} if report.engine_stats else {}),
         **({"audit_accuracy": audit_accuracy} if audit_accuracy else {}),

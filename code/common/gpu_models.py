@@ -7,15 +7,17 @@ SM count, power limit and memory bandwidth the first estimate of its rates. For 
 from NVIDIA's datasheets; for any other GPU from NVML on the machine itself (``code.common.systems.GpuInfo.model``).
 
 A model's ``published`` ratio is the best published MLPerf result per GPU of that model divided by the H100 SXM's
-in the same benchmark and scenario (sources in ``PUBLISHED_SOURCES``): where one exists, a config's first rate is
-the H100's measured rate times that ratio, and says so. None of these rates was measured here: each is an estimate
-that the first ``--test_run``'s probe, or ``make find_performance``, replaces.
+in the same benchmark and scenario (code/common/published_results.csv names each result's source): where one
+exists, a config's first rate is the H100's measured rate times that ratio, and says so. None of these rates was
+measured here: each is an estimate that the first ``--test_run``'s probe, or ``make find_performance``, replaces.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from code.common import published
 
 Capability = tuple[int, int]
 
@@ -65,35 +67,29 @@ class GpuModel:
         return ", ".join(parts)
 
 
-# The published per-GPU results the ratios come from (../published-per-gpu: MLCommons' inference_results repos).
-PUBLISHED_SOURCES = {
-    "H100_SXM_80GB": "v4.1 Supermicro SYS_421GE (bert-99 9,109.5 Offline, 7,366.1 Server per GPU); v5.0 HPE/Dell "
-                     "(gptj-99 38.03 Offline, 38.29 Server)",
-    "A100_SXM4_40GB": "none for the 40 GB model: the A100 SXM4 80GB's (the same chip and clocks)",
-    "A100_SXM4_80GB": "v3.1 HPE ProLiant XL675d (bert-99 3,558.0 / 3,175.8 per GPU); its only GPT-J result (v3.1 Dell "
-                      "XE9680, 5.29 / 4.15) predates TensorRT-LLM and is not used",
-    "A100_PCIe_80GB": "v4.0 Dell R750xa (bert-99 Offline 3,167.4 per GPU)",
-    "L40S": "v4.1 Dell R760xa (bert-99 3,476.0 / 3,463.4 per GPU), v4.1 Cisco C240M7 (gptj-99 12.66 / 12.56)",
-    "L4": "v3.1 NVIDIA L4x1 (bert-99 1,029.0 / 898.9, gptj-99 1.301 / 0.89)",
-    "RTX_4090_24GB": "v5.0 GATEOverflow RTX4090x1 (bert-99 Offline 1,672.3, edge)",
-}
-
-_BERT_H100 = {"bert-99 Offline": 9109.5, "bert-99 Server": 7366.1}
-_GPTJ_H100 = {"gptj-99 Offline": 38.03, "gptj-99 Server": 38.29}
+ESTIMATED_BENCHMARKS = ("bert-99", "gptj-99")
+"""The benchmarks a published ratio is kept for: one ratio serves both accuracy targets of each."""
 
 
-def _ratios(bert: tuple[float, float] | None = None, gptj: tuple[float, float] | None = None) -> dict[str, float]:
-    """Per-GPU results as ratios to the H100 SXM's: (Offline, Server) of each benchmark; a Server result of 0 (none
-    published) takes the Offline ratio."""
+def _ratios(name: str, benchmarks: tuple[str, ...] = ESTIMATED_BENCHMARKS) -> dict[str, float]:
+    """The best published result per GPU of the model ``name`` (code/common/published_results.csv) over the H100
+    SXM's, for each scenario of ``benchmarks`` that has one: ``{"bert-99 Offline": 0.391, ...}``. A Server result
+    none published takes the Offline ratio."""
     ratios: dict[str, float] = {}
-    for given, h100 in ((bert, _BERT_H100), (gptj, _GPTJ_H100)):
-        if given is None:
+    for benchmark in benchmarks:
+        offline = published.best(benchmark, "Offline", name)
+        if offline is None:
             continue
-        (offline_key, server_key), (offline, server) = h100, given
-        ratios[offline_key] = round(offline / h100[offline_key], 3)
-        ratios[server_key] = round(server / h100[server_key], 3) if server else ratios[offline_key]
+        for scenario in ("Offline", "Server"):
+            mine, h100 = published.best(benchmark, scenario, name), published.best(benchmark, scenario, REFERENCE)
+            assert h100 is not None, f"published_results.csv has no {REFERENCE} {benchmark} {scenario} row"
+            ratios[f"{benchmark} {scenario}"] = (round(mine.per_gpu / h100.per_gpu, 3) if mine is not None
+                                                 else ratios[f"{benchmark} Offline"])
     return ratios
 
+
+REFERENCE = "H100_SXM_80GB"
+"""The model whose rates were measured here for every engine; other models' rates are estimated from it."""
 
 MODELS: tuple[GpuModel, ...] = (
     GpuModel("H100_SXM_80GB", ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB"), (9, 0), 79.2, 132, 700, 3.35,
@@ -105,21 +101,21 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel("GH200_96GB", ("NVIDIA GH200 480GB", "NVIDIA GH200 96GB HBM3"), (9, 0), 95.0, 132, 900, 4.0,
              aliases=("GH200-GraceHopper-Superchip_GH200-96GB",)),
     GpuModel("A100_SXM4_40GB", ("NVIDIA A100-SXM4-40GB",), (8, 0), 39.6, 108, 400, 1.555,
-             published=_ratios(bert=(3558.0, 3175.8))),  # no 40 GB result: the 80 GB's (same chip and clocks)
+             published=_ratios("A100_SXM4_80GB", ("bert-99",))),  # no 40 GB result: the 80 GB's (same chip, clocks)
     GpuModel("A100_SXM4_80GB", ("NVIDIA A100-SXM4-80GB",), (8, 0), 79.2, 108, 400, 2.039, aliases=("A100_SXM_80GB",),
-             published=_ratios(bert=(3558.0, 3175.8))),  # its GPT-J result predates TensorRT-LLM: not comparable
+             published=_ratios("A100_SXM4_80GB", ("bert-99",))),  # its GPT-J result predates TensorRT-LLM
     GpuModel("A100_PCIe_80GB", ("NVIDIA A100 80GB PCIe",), (8, 0), 79.2, 108, 300, 1.935,
-             published=_ratios(bert=(3167.4, 0.0))),
+             published=_ratios("A100_PCIe_80GB")),
     GpuModel("A100_PCIe_40GB", ("NVIDIA A100-PCIE-40GB",), (8, 0), 39.4, 108, 250, 1.555),
     GpuModel("A30_24GB", ("NVIDIA A30",), (8, 0), 23.5, 56, 165, 0.933),
     GpuModel("A10_24GB", ("NVIDIA A10",), (8, 6), 22.0, 72, 150, 0.6, aliases=("A10",)),
     GpuModel("L4", ("NVIDIA L4",), (8, 9), 22.0, 58, 72, 0.3, aliases=("L4_24GB",),
-             published=_ratios(bert=(1028.95, 898.94), gptj=(1.301, 0.89))),
+             published=_ratios("L4")),
     GpuModel("L40S", ("NVIDIA L40S",), (8, 9), 44.4, 142, 350, 0.864, aliases=("L40S_48GB",),
-             published=_ratios(bert=(3475.95, 3463.43), gptj=(12.66, 12.56))),
+             published=_ratios("L40S")),
     GpuModel("L40", ("NVIDIA L40",), (8, 9), 44.4, 142, 300, 0.864, aliases=("L40_48GB",)),
     GpuModel("RTX_4090_24GB", ("NVIDIA GeForce RTX 4090",), (8, 9), 23.6, 128, 450, 1.008,
-             aliases=("RTX4090",), published=_ratios(bert=(1672.31, 0.0))),
+             aliases=("RTX4090",), published=_ratios("RTX_4090_24GB")),
     GpuModel("B200_SXM_180GB", ("NVIDIA B200",), (10, 0), 178.4, 148, 1000, 8.0, aliases=("B200-SXM-180GB",)),
     GpuModel("T4_16GB", ("Tesla T4", "NVIDIA T4"), (7, 5), 14.6, 40, 70, 0.32, aliases=("T4",)),
 )
@@ -129,9 +125,6 @@ from the datasheet less ``NVML_OVER_CUDA``."""
 
 NVML_OVER_CUDA_GIB = 0.5
 """What NVML's total memory counts beyond what CUDA offers a process (the driver's share), about."""
-
-REFERENCE = "H100_SXM_80GB"
-"""The model whose rates were measured here for every engine; other models' rates are estimated from it."""
 
 
 def _key(name: str) -> str:

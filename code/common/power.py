@@ -1,4 +1,5 @@
 """GPU power and energy over the timed part of a LoadGen performance test, from NVML; and the line that states them.
+The same sampler thread reads the host's load (code/common/host_load.py): one thread per test reads the machine.
 
 Why: a GPU that runs at its power limit gains speed only by doing more work per joule, so samples per joule is the
 figure a run at the limit improves, and the clock and throttle reasons say whether the limit held the GPU back.
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from code.common.constants import TestMode
+from code.common.host_load import HostReader, HostReading, host_summary
 from code.common.log import get_logger
 from code.common.periodic import Periodic
 from code.common.run_record import RunRecord
@@ -128,6 +130,7 @@ class PowerTrace:
     ticks: list[Tick] = field(default_factory=list)
     error: str | None = None
     period_s: float = PERIOD_S
+    host: list[HostReading] = field(default_factory=list)  # the host's readings, one a tick
 
     def summarize(self, window: tuple[float, float] | None, samples: int | None) -> dict[str, Any]:
         """The test's power figures over ``window`` (``timed_window``), with ``samples`` completed in it; raises
@@ -155,6 +158,9 @@ class PowerTrace:
             "max_w": round(max(sum(r.power_w for r in tick.readings) for tick in shown), 1),
             "limit_w": limits.pop() if len(limits) == 1 else None,
             "sm_clock_mhz_median": statistics.median(clocks) if clocks else None,
+            # How far the clock moved: the 5th and 95th percentiles, so one reading at a step does not count.
+            "sm_clock_mhz_p5": round(float(np.percentile(clocks, 5)), 1) if clocks else None,
+            "sm_clock_mhz_p95": round(float(np.percentile(clocks, 95)), 1) if clocks else None,
             "throttle_reasons": _shares([r.reasons for tick in shown for r in tick.readings]),
             "samples": samples,
             "samples_per_joule": float(f"{samples / energy:.4g}") if samples and energy > 0 else None,
@@ -214,20 +220,40 @@ def _shares(masks: list[int | None]) -> dict[str, float] | None:
 
 
 class PowerSampler:
-    """Reads the test's GPUs every ``period_s`` while the ``with`` block runs (the LoadGen test): one object per
-    test, holding its NVML and its GPUs' handles. The first reading is taken on entry and the last on exit, so the
-    readings bracket everything in between. An NVML error ends the reading (``trace.error``), never the test."""
+    """Reads the test's GPUs, and the host where ``host`` is given, every ``period_s`` while the ``with`` block runs
+    (the LoadGen test): one object per test, holding its NVML and its GPUs' handles. The first reading is taken on
+    entry and the last on exit, so the readings bracket everything in between. An NVML error ends the GPU readings
+    (``trace.error``), never the test nor the host's readings. ``power_missing``: why no GPU is read (a CPU run,
+    no NVML), for a sampler of the host alone."""
 
     def __init__(self, nvml: Any, gpus: list[Gpu], period_s: float = PERIOD_S,
-                 clock: Callable[[], float] = time.time) -> None:
-        self._nvml, self._clock = nvml, clock
+                 clock: Callable[[], float] = time.time, host: HostReader | None = None,
+                 power_missing: str | None = None) -> None:
+        self._nvml, self._clock, self._host = nvml, clock, host
+        self._host_failed = False
+        self.power_missing = power_missing
         self.trace = PowerTrace(gpus, period_s=period_s)
         self._periodic = Periodic(self.tick, period_s, "power", on_error=self._failed)
 
     def tick(self) -> None:
-        """Read every GPU once. Its time is the middle of the reads (eight GPUs take a few milliseconds)."""
+        """Read the host and every GPU once. A GPU reading's time is the middle of the reads (eight GPUs take a few
+        milliseconds)."""
         started = self._clock()
-        readings = tuple(self._read(gpu) for gpu in self.trace.gpus)
+        if self._host is not None and not self._host_failed:
+            try:
+                reading = self._host(started)
+            except Exception as error:  # noqa: BLE001 - the host's load never fails a test
+                log.warning("host load reading stopped (%s: %s); the test goes on", type(error).__name__, error)
+                self._host_failed, reading = True, None
+            if reading is not None:
+                self.trace.host.append(reading)
+        if not self.trace.gpus or self.trace.error is not None:
+            return
+        try:
+            readings = tuple(self._read(gpu) for gpu in self.trace.gpus)
+        except Exception as error:  # noqa: BLE001 - power never fails a test, nor stops the host's readings
+            self._failed(error)
+            return
         self.trace.ticks.append(Tick((started + self._clock()) / 2, readings))
 
     def _read(self, gpu: Gpu) -> Reading:
@@ -246,31 +272,32 @@ class PowerSampler:
                     self.trace.error)
 
     def __enter__(self) -> PowerSampler:
-        try:
-            self.tick()
-        except Exception as error:  # noqa: BLE001 - power never fails a test
-            self._failed(error)
-            return self
+        self.tick()
         self._periodic.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._periodic.stop()
         try:
-            if self.trace.error is None:
-                self.tick()
-        except Exception as error:  # noqa: BLE001 - power never fails a test
-            self._failed(error)
+            self.tick()
         finally:
-            _shutdown(self._nvml)
+            if self._nvml is not None:
+                _shutdown(self._nvml)
 
     def section(self, detail: dict[str, Any], samples: int | None) -> dict[str, Any]:
         """metadata.json's ``power`` (and ``power_missing``) for the test, from its detail log
-        (``read_detail_log``) and its completed samples."""
-        try:
-            return {"power": self.trace.summarize(timed_window(detail), samples)}
-        except PowerUnavailableError as error:
-            return {"power": None, "power_missing": str(error)}
+        (``read_detail_log``) and its completed samples; with the host read, its ``host_load`` too."""
+        window = timed_window(detail)
+        if self.power_missing is not None:
+            power: dict[str, Any] = {"power": None, "power_missing": self.power_missing}
+        else:
+            try:
+                power = {"power": self.trace.summarize(window, samples)}
+            except PowerUnavailableError as error:
+                power = {"power": None, "power_missing": str(error)}
+        if self._host is None:
+            return power
+        return {**power, "host_load": host_summary(self.trace.host, window, len(self._host.cpus))}
 
 
 class NoPower:
@@ -290,18 +317,21 @@ class NoPower:
 
 
 def power_sampler(devices: Sequence[str], why_not: str | None = None, nvml: Any = None, period_s: float = PERIOD_S,
-                  clock: Callable[[], float] = time.time) -> PowerSampler | NoPower:
-    """A sampler of the GPUs among ``devices`` (the run's names: ``cuda:0``, ...); ``NoPower`` saying why when
-    ``why_not`` is given, no device is a GPU, or NVML cannot read them. Pass a stand-in for ``pynvml`` (and a
-    clock) to test."""
-    if why_not:
-        return NoPower(why_not)
-    try:
-        nvml, gpus = _open_gpus(devices, nvml)
-    except PowerUnavailableError as error:
-        log.debug("GPU power not read: %s", error)
-        return NoPower(str(error))
-    return PowerSampler(nvml, gpus, period_s, clock)
+                  clock: Callable[[], float] = time.time, host: HostReader | None = None) -> PowerSampler | NoPower:
+    """A sampler of the GPUs among ``devices`` (the run's names: ``cuda:0``, ...) and, where ``host`` is given, of
+    the host; without GPUs to read (``why_not`` given, no device is a GPU, or NVML cannot read them) a sampler of
+    the host alone that says why power is missing, or ``NoPower`` saying why when there is no host to read either.
+    Pass a stand-in for ``pynvml`` (and a clock) to test."""
+    gpus: list[Gpu] = []
+    if why_not is None:
+        try:
+            nvml, gpus = _open_gpus(devices, nvml)
+        except PowerUnavailableError as error:
+            log.debug("GPU power not read: %s", error)
+            why_not = str(error)
+    if why_not is not None:
+        return NoPower(why_not) if host is None else PowerSampler(None, [], period_s, clock, host, why_not)
+    return PowerSampler(nvml, gpus, period_s, clock, host)
 
 
 def _import_nvml() -> Any:

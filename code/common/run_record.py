@@ -18,6 +18,10 @@ from code.common import atomic
 from code.common.run_logs import TestResult
 
 METADATA_FILE = "metadata.json"
+# How provenance's "model" (code/common/inputs.py's model_provenance) words a model that is not the MLPerf one, and a
+# backend that runs no model: the record's caveats read these words.
+SMALL_MODEL = "(a small test model"
+NO_MODEL = "none ("
 
 
 class RunRecordError(ValueError):
@@ -139,6 +143,51 @@ class RunRecord:
     def role(self) -> str | None:
         """"probe" for a --test_run's probe, which only sized the test's query."""
         return self.data.get("role")
+
+    @property
+    def host_load(self) -> dict[str, Any] | None:
+        """The host's load over the performance test's timed part (code/common/host_load.py); None when it was not
+        read (another test, a record from before it was read)."""
+        value = self.data.get("host_load")
+        return value if isinstance(value, dict) else None
+
+    @property
+    def gpu_count(self) -> int:
+        """The GPUs the test ran on: the CUDA devices it used (a CPU run's devices are ``cpu`` or ``cpu:N``)."""
+        return sum(1 for device in self.devices.get("used") or [] if str(device).startswith("cuda"))
+
+    @property
+    def stand_in(self) -> str | None:
+        """The GPU model the test ran as on another GPU (``--gpu_as``); None for a run as itself."""
+        value = self.fields.get("gpu_as")
+        return str(value) if value else None
+
+    @property
+    def model_label(self) -> str:
+        """The model the figure is from, short: ``BERT-large``, ``BERT-tiny``, ``GPT-J 6B``, ``none (oracle
+        backend)``; "?" in a record without provenance (a test that never started)."""
+        model = str(self.provenance.get("model") or "?")
+        return model if model.startswith(NO_MODEL) else model.split(" (")[0]
+
+    @property
+    def caveats(self) -> list[str]:
+        """What keeps the figure from being a full-length run of the MLPerf model on real inputs, in a word each:
+        ``stand-in for L4``, ``no model``, ``small model``, ``synthetic`` (synthetic inputs or random weights),
+        ``shortened`` (--test_run, or a min_duration or query below the submission rules'). Read from the record's
+        provenance (code/common/inputs.py's ``model_provenance`` words it), config and not-submittable reasons
+        (code/common/verdicts.py's)."""
+        provenance, model = self.provenance, str(self.provenance.get("model") or "")
+        caveats = [f"stand-in for {self.stand_in}"] if self.stand_in else []
+        if model.startswith(NO_MODEL):
+            caveats.append("no model")
+        elif SMALL_MODEL in model:
+            caveats.append("small model")
+        if provenance.get("synthetic_inputs") or str(provenance.get("weights") or "").startswith("random"):
+            caveats.append("synthetic")
+        if self.fields.get("test_run") or any(str(reason).startswith("shortened")
+                                              for reason in self.result_dict.get("not_submittable") or []):
+            caveats.append("shortened")
+        return caveats
 
     def update_engine(self, **changes: Any) -> None:
         """Add to the engine section: the accuracy gate marks the run of an engine that missed its target."""

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from code.common import atomic, loadgen_rules
+from code.common.beside_published import published_line
 from code.common.constants import ExitCode
+from code.common.noise import noise_line
 from code.common.power import power_note
 from code.common.run_logs import TestResult
 from code.common.run_record import RunRecord
@@ -179,9 +181,15 @@ def format_summary(system: str, root: Path, results: list[RanTest],
             lines.append(f"  {benchmark_name}:")
             current = benchmark_name
         lines.append(f"    {result.scenario:<13} {result.mode:<16} {_describe(result)}")
+        beside = published_line(record)
+        if beside:  # the figure per GPU beside the best published one (code/common/beside_published.py)
+            lines.append(f"      {beside}")
         power = power_note(record)
         if power:  # under the figure: watts and samples per joule over the timed part (code/common/power.py)
             lines.append(f"      {power}")
+        noise = noise_line(record)
+        if noise:  # a loaded host or a throttled GPU during the test (code/common/noise.py)
+            lines.append(f"      {noise}")
         if record.engine.get("summary"):  # which engine of the config's ladder ran, and why
             lines.append(f"      engine: {record.engine['summary']}")
         lines += _device_lines(record.devices)

@@ -1,9 +1,9 @@
 """Two runs side by side (``make results COMPARE=<a>,<b>``): each result of either run, its figure in both and
 the ratio b / a, as a table and a CSV file.
 
-Results match when system, benchmark, scenario, GPU count and test (performance, accuracy) are the same; within
-one run the newest test of each is taken. A result only one run has shows ``-`` for the other, and no ratio; so do
-figures in different units. The ratio is b's figure over a's: above 1 means b's is higher (for a throughput,
+Results match when system, benchmark, scenario, GPU count, test (performance, accuracy) and model are the same;
+within one run the newest test of each is taken. A result only one run has shows ``-`` for the other, and no ratio;
+so do figures in different units. The ratio is b's figure over a's: above 1 means b's is higher (for a throughput,
 faster; for SingleStream's latency in ms, slower).
 """
 
@@ -18,15 +18,15 @@ from code.common import atomic
 from code.report.results import Result, ResultsError, format_figure, format_table, run_results, shown_path
 
 COMPARE_CSV = "results_compare.csv"
-CSV_COLUMNS = ("system", "benchmark", "scenario", "gpus", "test", "unit", "figure_a", "figure_b", "ratio_b_over_a",
-               "verdict_a", "verdict_b")
+CSV_COLUMNS = ("system", "benchmark", "scenario", "gpus", "test", "model", "unit", "figure_a", "figure_b",
+               "ratio_b_over_a", "verdict_a", "verdict_b")
 
 
 @dataclass(frozen=True)
 class Comparison:
     """One result of either run, with each run's test (None: that run has none)."""
 
-    key: tuple[str, str, str, int, str]
+    key: tuple[str, str, str, int, str, str]
     a: Result | None
     b: Result | None
 
@@ -63,9 +63,9 @@ def parse_pair(text: str, logs_dir: Path) -> tuple[Path, Path]:
     return resolve_run(names[0], logs_dir), resolve_run(names[1], logs_dir)
 
 
-def newest_by_key(run_folder: Path) -> dict[tuple[str, str, str, int, str], Result]:
+def newest_by_key(run_folder: Path) -> dict[tuple[str, str, str, int, str, str], Result]:
     """A run's results by key; where a key repeats, the test that started last."""
-    chosen: dict[tuple[str, str, str, int, str], Result] = {}
+    chosen: dict[tuple[str, str, str, int, str, str], Result] = {}
     for result in sorted(run_results(run_folder), key=lambda r: (r.started, str(r.folder))):
         chosen[result.key] = result
     if not chosen:
@@ -85,14 +85,14 @@ def format_ratio(ratio: float | None) -> str:
 
 
 def comparison_table(run_a: Path, run_b: Path, rows: list[Comparison]) -> str:
-    headers = ("system", "benchmark", "scenario", "GPUs", "test", "a", "b", "unit", "b / a", "verdict a",
+    headers = ("system", "benchmark", "model", "scenario", "GPUs", "test", "a", "b", "unit", "b / a", "verdict a",
                "verdict b")
-    cells = [(*map(str, row.key[:3]), str(row.key[3]), row.key[4],
+    cells = [(system, benchmark, model, scenario, str(gpus), test,
               format_figure(row.a.figure if row.a else None), format_figure(row.b.figure if row.b else None),
               row.unit, format_ratio(row.ratio), row.a.verdict if row.a else "-", row.b.verdict if row.b else "-")
-             for row in rows]
+             for row in rows for system, benchmark, scenario, gpus, test, model in [row.key]]
     return "\n".join([f"a: {shown_path(run_a)}", f"b: {shown_path(run_b)}",
-                      format_table(headers, cells, right={3, 5, 6, 8})])
+                      format_table(headers, cells, right={4, 6, 7, 9})])
 
 
 def comparison_csv(rows: list[Comparison]) -> str:

@@ -7,7 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from code.common.atomic import write_text
+from code.common.beside_published import beside_published
 from code.common.constants import SERVER_LATENCY_BOUND_NS, Benchmark
+from code.common.host_load import host_line
+from code.common.noise import noise_line
 from code.common.power import power_note
 from code.common.run_logs import read_detail_log, run_test_parts
 from code.common.run_record import RunRecord, RunRecordError, read_record, record_path
@@ -30,6 +33,7 @@ class TestReport:
     verdict: str
     figure: str  # the test's metric as the summary states it
     stats: SampleStats | None  # None: no sample_times.npz (a run from before the core kept it)
+    published: str = "-"  # the figure beside the best published one per GPU (``Beside.cell``)
 
 
 def latency_bound_ms(benchmark: str, scenario: str) -> float | None:
@@ -69,9 +73,17 @@ def write_test_report(folder: Path, draw: bool = True) -> TestReport:
     reasons = result.get("invalid_reasons", [])
     lines = [f"# {title}", "", f"- verdict: **{verdict}**" + (f" ({'; '.join(reasons)})" if reasons else ""),
              f"- {_figure(result)}"]
+    beside = beside_published(record)
+    if beside:
+        lines.append(f"- {beside.line()}")
     power = power_note(record)
     if power:
         lines.append(f"- {power}")
+    if record.host_load:
+        lines.append(f"- {host_line(record.host_load)}")
+    noise = noise_line(record)
+    if noise:
+        lines.append(f"- {noise}")
     not_submittable = result.get("not_submittable") or []
     if not_submittable:
         lines.append(f"- not submittable: {'; '.join(not_submittable)}")
@@ -97,7 +109,7 @@ def write_test_report(folder: Path, draw: bool = True) -> TestReport:
         lines.append(f"No {SAMPLE_TIMES_FILE} in this folder (the run predates it): LoadGen's figures only.")
         lines += _power_table(record.power)
     write_text(folder / REPORT_FILE, "\n".join(lines) + "\n")
-    return TestReport(folder, title, verdict, _figure(result), stats)
+    return TestReport(folder, title, verdict, _figure(result), stats, beside.cell() if beside else "-")
 
 
 def _stats_table(stats: SampleStats, detail: dict[str, Any], bound_ms: float | None) -> list[str]:
@@ -196,13 +208,14 @@ def write_run_report(root: Path, redraw: bool = True) -> Path:
 
 def _report_table(root: Path, reports: list[TestReport], by_folder: bool = False) -> list[str]:
     """One row per report, linking it by its title (``by_folder``: by its folder, which tells the steps apart)."""
-    lines = ["| test | verdict | figure | samples | p50 / p90 / p99 (ms) |", "| --- | --- | --- | --- | --- |"]
+    lines = ["| test | verdict | figure | vs best published | samples | p50 / p90 / p99 (ms) |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for report in reports:
         folder = report.folder.relative_to(root)
         percentiles = (" / ".join(f"{report.stats.percentiles_ms[p]:,.1f}" for p in PERCENTILES)
                        if report.stats and report.stats.samples else "-")
         samples = f"{report.stats.samples:,}" if report.stats else "-"
         label = folder.as_posix() if by_folder else report.title
-        lines.append(f"| [{label}]({folder / REPORT_FILE}) | {report.verdict} | {report.figure} | {samples} | "
-                     f"{percentiles} |")
+        lines.append(f"| [{label}]({folder / REPORT_FILE}) | {report.verdict} | {report.figure} | {report.published} | "
+                     f"{samples} | {percentiles} |")
     return lines

@@ -1,8 +1,11 @@
 """The results of every run at a glance (``make results``): the newest result per system, benchmark, scenario, GPU
-count and test, as a table and a CSV file (the command: code/report/make_results.py).
+count, test and model, as a table and a CSV file (the command: code/report/make_results.py).
 
 A result is what a finished test recorded in its ``metadata.json`` (code/common/run_logs.py): the figure, its unit,
-the verdict and, where its GPU power was read, samples per joule. Only a run's own tests count, the folders
+the verdict and, where its GPU power was read, samples per joule; the model it is from and the caveats that keep it
+from being a full run of that model on real inputs (synthetic, small model, shortened, a stand-in:
+``RunRecord.caveats``); and a performance figure beside the best published one per GPU of its GPU model
+(code/common/beside_published.py). Only a run's own tests count, the folders
 ``<run>/<system>/<bench>/<Scenario>/`` (with ``accuracy/`` and ``performance/run_1/`` for a SubmissionRun); the
 steps inside a run that lead to them (a ``--test_run``'s probe, ``--find_performance``'s tries, an engine the
 accuracy gate moved aside) sit deeper and are left out. A test is dated by when it started (its ``test_spec.json``).
@@ -19,13 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from code.common import atomic
+from code.common.beside_published import Beside, beside_published
 from code.common.constants import TestMode
-from code.common.run_record import RunRecord
 from code.submission.runs import TestRun, find_tests, run_folders
 
 RESULTS_CSV = "results.csv"
 CSV_COLUMNS = ("system", "benchmark", "scenario", "gpus", "test", "metric", "figure", "unit", "samples_per_joule",
-               "verdict", "date", "log_folder")
+               "verdict", "date", "log_folder", "model", "caveats", "published_per_gpu", "published_ratio",
+               "published_by", "published_source")
 
 
 class ResultsError(RuntimeError):
@@ -48,11 +52,15 @@ class Result:
     started: float  # seconds since the epoch
     folder: Path
     samples_per_joule: float | None = None  # a performance test whose GPU power was read (code/common/power.py)
+    model: str = "?"  # the model the figure is from: BERT-large, BERT-tiny (RunRecord.model_label)
+    caveats: tuple[str, ...] = ()  # synthetic, small model, shortened, stand-in for <GPU> (RunRecord.caveats)
+    published: Beside | None = None  # the figure beside the best published one per GPU
 
     @property
-    def key(self) -> tuple[str, str, str, int, str]:
-        """What "the same result" means across runs: a newer test with this key replaces an older one."""
-        return self.system, self.benchmark, self.scenario, self.gpus, self.test
+    def key(self) -> tuple[str, str, str, int, str, str]:
+        """What "the same result" means across runs: a newer test with this key replaces an older one. The model is
+        part of it: a quick run of a small model does not hide the last figure of the MLPerf model."""
+        return self.system, self.benchmark, self.scenario, self.gpus, self.test, self.model
 
     @property
     def date(self) -> str:
@@ -78,7 +86,7 @@ def newest_results(logs_dir: Path) -> Newest:
     """Per system, benchmark, scenario, GPU count and test, the newest finished test under ``logs_dir``, sorted by
     that key; and the tests that did not finish or cannot be read."""
     found = find_tests(run_folders(logs_dir))
-    chosen: dict[tuple[str, str, str, int, str], Result] = {}
+    chosen: dict[tuple[str, str, str, int, str, str], Result] = {}
     for result in sorted(map(_result, found.tests), key=lambda r: (r.started, str(r.folder))):
         chosen[result.key] = result
     return Newest([chosen[key] for key in sorted(chosen)], len(found.unfinished), found.unreadable)
@@ -87,18 +95,13 @@ def newest_results(logs_dir: Path) -> Newest:
 def _result(test: TestRun) -> Result:
     record = test.record.result_dict
     value = record.get("value")
-    return Result(system=test.system, benchmark=test.benchmark, scenario=test.scenario,
-                  gpus=gpu_count(test.record),
+    return Result(system=test.system, benchmark=test.benchmark, scenario=test.scenario, gpus=test.record.gpu_count,
                   test="accuracy" if test.mode is TestMode.AccuracyOnly else "performance",
                   metric=str(record.get("metric") or ""), figure=None if value is None else float(value),
                   unit=str(record.get("unit") or ""), verdict=test.verdict, started=started(test.directory),
-                  folder=test.directory, samples_per_joule=(test.record.power or {}).get("samples_per_joule"))
-
-
-def gpu_count(record: RunRecord) -> int:
-    """The GPUs a test ran on: the CUDA devices it used (a CPU run's devices are ``cpu`` or ``cpu:N``)."""
-    used = record.devices.get("used") or []
-    return sum(1 for device in used if str(device).startswith("cuda"))
+                  folder=test.directory, samples_per_joule=(test.record.power or {}).get("samples_per_joule"),
+                  model=test.record.model_label, caveats=tuple(test.record.caveats),
+                  published=beside_published(test.record))
 
 
 def started(folder: Path) -> float:
@@ -135,16 +138,15 @@ def format_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], right: s
 
 def results_table(results: list[Result]) -> str:
     """The table; with a samples/J column after the unit when a result has one (a GPU test whose power was read):
-    a table of CPU runs has none to show."""
-    headers = ("system", "benchmark", "scenario", "GPUs", "test", "metric", "figure", "unit", "verdict", "date",
-               "log folder")
-    rows = [(r.system, r.benchmark, r.scenario, str(r.gpus), r.test, r.metric, format_figure(r.figure), r.unit,
-             r.verdict, r.date, shown_path(r.folder)) for r in results]
-    if not any(r.samples_per_joule is not None for r in results):
-        return format_table(headers, rows, right={3, 6})
-    headers = (*headers[:8], "samples/J", *headers[8:])
-    rows = [(*row[:8], format_figure(r.samples_per_joule), *row[8:]) for row, r in zip(rows, results, strict=True)]
-    return format_table(headers, rows, right={3, 6, 8})
+    a table of CPU runs has none to show. Beside each figure, its caveats and how it compares with the best
+    published one per GPU."""
+    joules = any(r.samples_per_joule is not None for r in results)
+    headers = ("system", "benchmark", "model", "scenario", "GPUs", "test", "metric", "figure", "unit",
+               *(("samples/J",) if joules else ()), "caveats", "vs best published", "verdict", "date", "log folder")
+    rows = [(r.system, r.benchmark, r.model, r.scenario, str(r.gpus), r.test, r.metric, format_figure(r.figure),
+             r.unit, *((format_figure(r.samples_per_joule),) if joules else ()), ", ".join(r.caveats) or "-",
+             r.published.cell() if r.published else "-", r.verdict, r.date, shown_path(r.folder)) for r in results]
+    return format_table(headers, rows, right={4, 7, 9} if joules else {4, 7})
 
 
 def results_csv(results: list[Result]) -> str:
@@ -153,10 +155,15 @@ def results_csv(results: list[Result]) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for r in results:
+        beside = r.published
         writer.writerow((r.system, r.benchmark, r.scenario, r.gpus, r.test, r.metric,
                          "" if r.figure is None else r.figure,
                          r.unit, "" if r.samples_per_joule is None else r.samples_per_joule, r.verdict,
-                         time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(r.started)), r.folder.resolve()))
+                         time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(r.started)), r.folder.resolve(),
+                         r.model, "; ".join(r.caveats),
+                         *(("", "", "", "") if beside is None else
+                           (beside.best.per_gpu, "" if beside.not_comparable else round(beside.ratio, 4),
+                            beside.best.describe(), beside.best.source_url))))
     return buffer.getvalue()
 
 

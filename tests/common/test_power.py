@@ -291,7 +291,7 @@ def test_make_results_shows_samples_per_joule_where_a_record_has_power(tmp_path)
 
     assert "samples/J" not in results_table([result("CPU", None)])
     lines = results_table([result("CPU", None), result("H200_SXM_141GBx1", 11.94)]).splitlines()
-    assert lines[0].split()[7:9] == ["unit", "samples/J"]
-    assert lines[2].split()[8] == "-" and lines[3].split()[8] == "11.94"
+    assert lines[0].split()[8:10] == ["unit", "samples/J"]
+    assert lines[2].split()[9] == "-" and lines[3].split()[9] == "11.94"
     rows = results_csv([result("H200_SXM_141GBx1", 11.94)]).splitlines()
     assert rows[0].split(",")[8] == "samples_per_joule" and rows[1].split(",")[8] == "11.94"

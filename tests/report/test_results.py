@@ -72,13 +72,17 @@ def test_make_log_dir_is_where_the_run_writes_and_a_second_run_is_refused(real_r
                                     "new folder or leave --log_dir out to get build/logs/<timestamp>")
 
 
-def edit_test(folder: Path, started: float, devices: list[str] | None = None, **result: object) -> None:
-    """Change a copied test's start time (test_spec.json), its devices and fields of its result (metadata.json)."""
+def edit_test(folder: Path, started: float, devices: list[str] | None = None, system: str | None = None,
+              **result: object) -> None:
+    """Change a copied test's start time (test_spec.json), its devices, system and fields of its result
+    (metadata.json)."""
     spec = json.loads((folder / "test_spec.json").read_text())
     (folder / "test_spec.json").write_text(json.dumps({**spec, "started": started}))
     metadata = json.loads((folder / "metadata.json").read_text())
     if devices is not None:
         metadata["devices"]["used"] = devices
+    if system is not None:
+        metadata["system_name"] = system
     metadata["result"].update(result)
     (folder / "metadata.json").write_text(json.dumps(metadata))
 
@@ -92,8 +96,8 @@ def copy_run(source: Path, logs: Path, name: str, started: float, system: str = 
     if system != "CPU":
         (run / "CPU").rename(run / system)
     test = run / system / "bert-99" / "Offline"
-    edit_test(test / "accuracy", started, devices=devices)
-    edit_test(test / "performance" / "run_1", started + 60, devices=devices)
+    edit_test(test / "accuracy", started, devices=devices, system=system)
+    edit_test(test / "performance" / "run_1", started + 60, devices=devices, system=system)
     return run
 
 
@@ -141,17 +145,24 @@ def test_newest_result_per_system_benchmark_scenario_gpus_and_test(logs):
     assert newest.unfinished == 1 and newest.unreadable == {}
 
 
+def cells(line: str) -> list[str]:
+    """A table line's cells: columns are two or more spaces apart, and no cell holds two spaces."""
+    return re.split(r"\s{2,}", line.strip())
+
+
 def test_make_results_prints_the_table_and_writes_the_csv(logs, capsys):
     before = digest(logs)
     assert main(["--build_dir", str(logs.parent)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["system", "benchmark", "scenario", "GPUs", "test", "metric", "figure", "unit",
-                              "verdict", "date", "log", "folder"]
-    assert out[3].split()[:9] == ["CPU", "bert-99", "Offline", "0", "performance", "samples_per_second", "250",
-                                  "samples/s", "VALID"]
-    assert out[3].split()[-3:-1] == ["2026-01-02", "10:01:00"]
-    assert out[5].split()[:7] == ["H100_SXM_80GBx2", "bert-99", "Offline", "2", "performance",
-                                  "samples_per_second", "20,000"]
+    assert cells(out[0]) == ["system", "benchmark", "model", "scenario", "GPUs", "test", "metric", "figure", "unit",
+                             "caveats", "vs best published", "verdict", "date", "log folder"]
+    assert cells(out[3])[:12] == ["CPU", "bert-99", "none (oracle backend)", "Offline", "0", "performance",
+                                  "samples_per_second", "250", "samples/s", "no model, shortened", "-",
+                                  "VALID but not submittable"]
+    assert cells(out[3])[12] == "2026-01-02 10:01:00"
+    assert cells(out[5])[:8] == ["H100_SXM_80GBx2", "bert-99", "none (oracle backend)", "Offline", "2",
+                                 "performance", "samples_per_second", "20,000"]
+    assert cells(out[5])[10] == "not comparable"  # the oracle backend runs no model
     assert out[-2] == ("not shown: 1 test(s) that did not finish (FAILED or stopped: no figure; each run's "
                        "summary.txt says why)")
     csv_path = logs.parent / "results.csv"
@@ -163,7 +174,11 @@ def test_make_results_prints_the_table_and_writes_the_csv(logs, capsys):
         "metric": "samples_per_second", "figure": "250.0", "unit": "samples/s", "samples_per_joule": "",
         "verdict": "VALID but not submittable",
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(T0 + DAY + 60)),
-        "log_folder": str((logs / "2026.01.02-10.00.00/CPU/bert-99/Offline/performance/run_1").resolve())}
+        "log_folder": str((logs / "2026.01.02-10.00.00/CPU/bert-99/Offline/performance/run_1").resolve()),
+        "model": "none (oracle backend)", "caveats": "no model; shortened", "published_per_gpu": "",
+        "published_ratio": "", "published_by": "", "published_source": ""}
+    assert rows[3]["published_per_gpu"] == "9109.5" and rows[3]["published_ratio"] == ""
+    assert rows[3]["published_source"].endswith("/closed/Supermicro/results/SYS_421GE_TNHR2_LCC_H100_SXM_80GBx8_TRT")
     assert digest(logs) == before  # the logs are read, never written
 
 
@@ -171,26 +186,28 @@ def test_make_results_compares_two_runs(logs, capsys):
     run_a, run_b = logs / "2026.01.01-10.00.00", logs / "2026.01.03-10.00.00"
     rows = compare_runs(logs / "2026.01.01-10.00.00", logs / "2026.01.02-10.00.00")
     assert [(row.key[4], row.ratio) for row in rows] == [("accuracy", 1.0), ("performance", 2.5)]
+    assert {row.key[5] for row in rows} == {"none (oracle backend)"}  # the model is part of what matches
 
     assert main(["--build_dir", str(logs.parent), "--compare", f"{run_a},2026.01.03-10.00.00"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[:2] == [f"a: {run_a}", f"b: {run_b}"]
-    assert out[2].split() == ["system", "benchmark", "scenario", "GPUs", "test", "a", "b", "unit", "b", "/", "a",
-                              "verdict", "a", "verdict", "b"]
+    assert cells(out[2]) == ["system", "benchmark", "model", "scenario", "GPUs", "test", "a", "b", "unit", "b / a",
+                             "verdict a", "verdict b"]
     # Another system: each of its results in b only, each of a's in a only, no ratio.
-    assert out[5].split() == ["CPU", "bert-99", "Offline", "0", "performance", "100", "-", "samples/s", "-",
-                              "INVALID", "-"]
-    assert out[7].split()[:9] == ["H100_SXM_80GBx2", "bert-99", "Offline", "2", "performance", "-", "20,000",
-                                  "samples/s", "-"]
+    assert cells(out[5]) == ["CPU", "bert-99", "none (oracle backend)", "Offline", "0", "performance", "100", "-",
+                             "samples/s", "-", "INVALID", "-"]
+    assert cells(out[7])[:10] == ["H100_SXM_80GBx2", "bert-99", "none (oracle backend)", "Offline", "2",
+                                  "performance", "-", "20,000", "samples/s", "-"]
     rows = list(csv.DictReader((logs.parent / "results_compare.csv").open()))
+    assert {row["model"] for row in rows} == {"none (oracle backend)"}
     assert [(row["system"], row["test"], row["figure_a"], row["figure_b"], row["ratio_b_over_a"]) for row in rows] == [
         ("CPU", "accuracy", "100.0", "", ""), ("CPU", "performance", "100.0", "", ""),
         ("H100_SXM_80GBx2", "accuracy", "", "100.0", ""), ("H100_SXM_80GBx2", "performance", "", "20000.0", "")]
 
     assert main(["--build_dir", str(logs.parent), "--compare", "2026.01.01-10.00.00,2026.01.02-10.00.00"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[5].split() == ["CPU", "bert-99", "Offline", "0", "performance", "100", "250", "samples/s", "2.500",
-                              "INVALID", "VALID", "but", "not", "submittable"]
+    assert cells(out[5]) == ["CPU", "bert-99", "none (oracle backend)", "Offline", "0", "performance", "100", "250",
+                             "samples/s", "2.500", "INVALID", "VALID but not submittable"]
 
 
 @pytest.mark.parametrize("compare,message", [
@@ -239,8 +256,9 @@ def test_an_unreadable_metadata_json_is_named_with_why(logs, capsys):
     cut.write_bytes(cut.read_bytes()[:300])
     assert main(["--build_dir", str(logs.parent)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[3].split()[:9] == ["CPU", "bert-99", "Offline", "0", "performance", "samples_per_second", "100",
-                                  "samples/s", "INVALID"]  # the older run's, and said to be so below
+    assert cells(out[3])[:8] + cells(out[3])[11:12] == [
+        "CPU", "bert-99", "none (oracle backend)", "Offline", "0", "performance", "samples_per_second", "100",
+        "INVALID"]  # the older run's, and said to be so below
     assert out[-4:-2] == [
         "not shown: 1 test(s) that did not finish (FAILED or stopped: no figure; each run's summary.txt says why)",
         "not shown: 1 test(s) whose metadata.json cannot be read (cut short or edited; a row above may be older than "

@@ -50,7 +50,7 @@ help:
 	@echo "  make results [COMPARE=<run a>,<run b>]   newest figure per system, benchmark, scenario, GPUs"
 	@echo "Submission:"
 	@echo "  make add_system [SUBMITTER=org]      config classes and the system description for this machine"
-	@echo "    [SYSTEM=MyBox GPU_MODEL=<model> GPU_COUNT=<n>]   another name, and GPUs the name does not say"
+	@echo "    [SYSTEM=MyBox GPU_MODEL=<model> GPU_COUNT=<n>]   a name, and its GPUs if it does not say"
 	@echo "  make check_system_json [SYSTEM=name] [SUBMITTER=org]   check it as the submission checker will"
 	@echo "  make stage_results SUBMITTER=<org>   build/submission/closed/<org> from the newest runs"
 	@echo "  make truncate_results SUBMITTER=<org>, make check_submission SUBMITTER=<org>   the round's tools"

@@ -62,6 +62,7 @@ import numpy as np
 
 from code.bert.accuracy import PAD_LOGIT
 from code.bert.backends import QUANTIZED
+from code.bert.packed.spec import KERNEL_SWITCHES
 from code.bert.squad import MAX_SEQ_LENGTH, PostprocessData
 from code.common.paths import BUILD_DIR
 from code.common.run_logs import LogDirError, new_timestamped_dir
@@ -84,8 +85,9 @@ DEFAULT_MODELS = ("minilm-l6-qa", "large", "minilm-l6")
 DEFAULT_PRECISIONS = ("fp16", "bf16", "fp8")
 DEFAULT_REQUIRE = "none"  # the proxy's figures are information; the real accuracy run is the gate
 CONFIG_SYSTEMS = ("H100", "H200")  # the systems whose configs' ladders ``--require configs`` reads
-ENGINE_OPTIONS = ("fp8_fast_accum", "fp8_gemms", "attention_kernel", "gelu_in_gemm", "fp8_residual", "fp8_attention")
-"""Config fields that change an engine's arithmetic, in the order a config's engine item names them."""
+ENGINE_OPTIONS = tuple(switch.name for switch in KERNEL_SWITCHES)
+"""Config fields that change an engine's arithmetic (the packed path's switches), in the order a config's engine item
+names them."""
 # no effect on a 16-bit engine: left out of its item; fp8_gemms also applies to int8 engines, the others to fp8 only
 EIGHT_BIT_OPTIONS = ("fp8_fast_accum", "fp8_gemms", "fp8_residual", "fp8_attention")
 FP8_ONLY_OPTIONS = ("fp8_fast_accum", "fp8_residual", "fp8_attention")

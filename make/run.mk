@@ -21,20 +21,23 @@ check_args: setup
 generate_engines: setup
 	$(PY) -m code.main --action=generate_engines $(ROUND_ARG) $(RUN_ARGS)
 
+# check_args said the plan before the build; the run itself does not say it again (code/actions/announce.py).
+PLAN_SAID := $(if $(HELP_ASKED),,MLPERF_PLAN_SAID=1)
+
 run_harness: HARNESS_ARGS = --action=run_harness $(TEST_ARGS)
 run_harness: $(RUN_DEPS)
-	$(PY) -m code.main $(HARNESS_ARGS)
+	$(PLAN_SAID) $(PY) -m code.main $(HARNESS_ARGS)
 
 # generate_engines then run_harness, in one process.
 run: HARNESS_ARGS = --action=run $(TEST_ARGS)
 run: $(RUN_DEPS)
-	$(PY) -m code.main $(HARNESS_ARGS)
+	$(PLAN_SAID) $(PY) -m code.main $(HARNESS_ARGS)
 
 # Measure this system and store what later runs use: build/tuned/<system>/<bench>/<Scenario>.json
 # (documentation/performance_tuning_guide.md).
 find_performance: HARNESS_ARGS = --action=run $(TEST_ARGS) --find_performance
 find_performance: $(RUN_DEPS)
-	$(PY) -m code.main $(HARNESS_ARGS)
+	$(PLAN_SAID) $(PY) -m code.main $(HARNESS_ARGS)
 
 info: setup
 	$(PY) -m code.main --action=info $(ROUND_ARG) $(RUN_ARGS)

@@ -11,6 +11,8 @@ loading, a --test_run probe and a rate far from the machine's own come on top.
 
 from __future__ import annotations
 
+import os
+
 from code.actions.accuracy_gate import GatePlan
 from code.common.arguments import MAIN_DEFAULTS, RunRequest
 from code.common.config import ResolvedConfig
@@ -110,10 +112,15 @@ def plan_lines(request: RunRequest, system: str, gate_plans: list[GatePlan]) -> 
     return lines
 
 
+PLAN_SAID_ENV = "MLPERF_PLAN_SAID"
+"""Set by make for a run whose ``check_args`` step already said the plan before the build: the run checks the same
+things again but does not repeat the lines."""
+
+
 def announce(request: RunRequest) -> None:
-    """Resolve what the request runs and say it, one ``[plan]`` line each; refuse first what the run itself would
-    refuse before its first test (a config error, a SubmissionRun its round does not accept), so that a check
-    before the build catches it too."""
+    """Resolve what the request runs and say it, one ``[plan]`` line each (not again when ``PLAN_SAID_ENV`` says
+    make's check before the build said it); refuse first what the run itself would refuse before its first test (a
+    config error, a SubmissionRun its round does not accept), so that a check before the build catches it too."""
     from code.actions.common import gate_plans, system_name
     from code.actions.test_process import check_round
 
@@ -121,5 +128,7 @@ def announce(request: RunRequest) -> None:
     plans = list(gate_plans(request, system))
     for gate_plan in plans:
         check_round(gate_plan.config)
+    if os.environ.get(PLAN_SAID_ENV) and not request.check_args:
+        return
     for line in plan_lines(request, system, plans):
         log.info("%s", line)

@@ -99,6 +99,17 @@ def test_check_args_says_the_plan_and_stops_before_any_model_code():
     assert result.stdout.strip().endswith("LOADED 0 []")
 
 
+def test_a_run_whose_plan_make_said_checks_again_but_says_it_once(monkeypatch, capsys):
+    from code.actions.announce import PLAN_SAID_ENV, announce
+
+    request = parse_run_args(["--benchmarks=bert", "--scenarios=offline", "--test_run", "--system_name=CPU"])
+    announce(request)
+    assert "[plan] run on CPU, round v5.0" in capsys.readouterr().out
+    monkeypatch.setenv(PLAN_SAID_ENV, "1")
+    announce(request)
+    assert "[plan]" not in capsys.readouterr().out
+
+
 def make(*args: str, cwd=REPO_ROOT) -> subprocess.CompletedProcess:
     # --no-print-directory: under `make test` this is a nested make, which would add "Entering directory" lines.
     return subprocess.run(["make", "--no-print-directory", *args], cwd=cwd, capture_output=True, text=True,
@@ -113,8 +124,9 @@ def test_make_checks_run_args_after_setup_and_before_the_build(target):
     build = next(index for index, line in enumerate(lines) if "-m code.harness.build" in line)
     run = [index for index, line in enumerate(lines) if "-m code.main" in line][-1]
     assert check < build < run
-    # The check reads exactly what the run will.
-    assert lines[check].replace(" --check_args", "") == lines[run]
+    # The check reads exactly what the run will; a run that make checked does not say the plan again.
+    said = "MLPERF_PLAN_SAID=1 " if target in ("run", "run_harness", "find_performance") else ""
+    assert said + lines[check].replace(" --check_args", "") == lines[run]
     # Under make -j as well: build waits for the check.
     assert "check_args" in make("-p", "-n", target).stdout.split("\nbuild: ")[1].splitlines()[0]
 

@@ -34,10 +34,14 @@ T0 = time.mktime((2026, 1, 1, 10, 0, 0, 0, 0, -1))
 
 
 def make_command(target: str, *variables: str) -> list[str]:
-    """The command `make <target>` runs, as make prints it (the C++ core and venv are already built here)."""
+    """The command `make <target>` runs, as make prints it (the C++ core and venv are already built here), as the
+    recipe's shell reads it (LOG_DIR is quoted), without the environment assignments before it."""
     lines = subprocess.run(["make", "-n", "--no-print-directory", target, *variables], cwd=REPO_ROOT,
                            capture_output=True, text=True, check=True).stdout.splitlines()
-    return shlex.split([line for line in lines if "-m code." in line][-1])  # as the recipe's shell reads it
+    words = shlex.split([line for line in lines if "-m code." in line][-1])
+    while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):  # e.g. MLPERF_PLAN_SAID=1 (code/actions/announce.py)
+        words.pop(0)
+    return words
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import csv
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -35,7 +36,7 @@ def make_command(target: str, *variables: str) -> list[str]:
     """The command `make <target>` runs, as make prints it (the C++ core and venv are already built here)."""
     lines = subprocess.run(["make", "-n", "--no-print-directory", target, *variables], cwd=REPO_ROOT,
                            capture_output=True, text=True, check=True).stdout.splitlines()
-    return [line for line in lines if "-m code." in line][-1].split()
+    return shlex.split([line for line in lines if "-m code." in line][-1])  # as the shell reads it: LOG_DIR is quoted
 
 
 @pytest.fixture(scope="module")

@@ -66,7 +66,8 @@ def worker_overrides(overrides: dict[str, Any], device: str) -> dict[str, Any]:
     """The test's RUN_ARGS as the worker of ``device`` resolves them: it runs one device, the one GPU it sees
     (cuda, never ``auto``: a worker that sees no usable GPU must fail, not run on the CPU) or the CPU share it is
     pinned to, whatever devices the run as a whole uses."""
-    own = {name: value for name, value in overrides.items() if name != "cluster"}  # it never joins the cluster
+    # It never joins the cluster, so it takes none of the cluster's fields (given without --cluster, they are refused).
+    own = {name: value for name, value in overrides.items() if name != "cluster" and not name.startswith("cluster_")}
     return {**own, "devices": "all", "cpu_workers": 1, "device": "cuda" if device.startswith("cuda") else "cpu"}
 
 

@@ -144,7 +144,9 @@ def test_a_worker_runs_its_own_device_and_nothing_else() -> None:
                                                  "gpu_batch_size": 64}
     assert worker_overrides({"cpu_workers": 2}, "cpu:1") == {"devices": "all", "device": "cpu", "cpu_workers": 1}
     # A worker on a cluster node runs its one device there: it never joins the cluster itself.
-    assert worker_overrides({"cluster": "head:6379"}, "cuda:3@node2").get("cluster") is None
+    cluster = {"cluster": "head:6379", "cluster_host": "10.0.0.2", "cluster_port": 7000, "gpu_batch_size": 8}
+    assert worker_overrides(cluster, "cuda:3@node2") == {"devices": "all", "device": "cuda", "cpu_workers": 1,
+                                                         "gpu_batch_size": 8}  # nor takes the cluster's fields
     assert worker_overrides({}, "cuda:3@node2")["device"] == "cuda"
 
 

@@ -203,15 +203,22 @@ def test_no_modules_of_code_import_each_other_in_a_circle():
     assert not found, f"these modules import each other in a circle: {found}; move what they share below them"
 
 
-def test_the_circle_check_sees_a_planted_three_file_circle(tmp_path):
-    package = tmp_path / "pkg"
+def planted_graph(root: Path, modules: dict[str, str]) -> dict[str, set[str]]:
+    """The import graph of a package ``pkg`` under ``root`` holding these modules (name -> source)."""
+    package = root / "pkg"
     package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "a.py").write_text("from pkg.b import g\n")
-    (package / "b.py").write_text("def g():\n    from pkg.c import h\n    return h\n")
-    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import f\n")
-    (package / "d.py").write_text("from pkg.a import f\n")
-    graph = import_graph(sorted(package.glob("*.py")), tmp_path)
+    for name, source in {"__init__": "", **modules}.items():
+        (package / f"{name}.py").write_text(source)
+    return import_graph(sorted(package.glob("*.py")), root)
+
+
+def test_the_circle_check_sees_a_planted_three_file_circle(tmp_path):
+    graph = planted_graph(tmp_path, {
+        "a": "from pkg.b import g\n",
+        "b": "def g():\n    from pkg.c import h\n    return h\n",
+        "c": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import f\n",
+        "d": "from pkg.a import f\n",
+    })
     assert two_file_cycles(graph) == []
     assert circles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
 
@@ -225,12 +232,10 @@ def test_broken_circles_stay_broken(pair):
 
 def test_the_cycle_check_sees_a_lazy_circle(tmp_path):
     """Two files that import each other, one of them inside a function, make a circle; a one-way import does not."""
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "a.py").write_text("from pkg.b import g\nfrom pkg.c import h\n")
-    (package / "b.py").write_text("def g():\n    from pkg.a import f\n    return f\n")
-    (package / "c.py").write_text("import pkg\n")
-    graph = import_graph(sorted(package.glob("*.py")), tmp_path)
+    graph = planted_graph(tmp_path, {
+        "a": "from pkg.b import g\nfrom pkg.c import h\n",
+        "b": "def g():\n    from pkg.a import f\n    return f\n",
+        "c": "import pkg\n",
+    })
     assert graph["pkg.c"] == {"pkg"}
     assert two_file_cycles(graph) == [("pkg.a", "pkg.b")]

@@ -11,6 +11,9 @@ documentation/notes/bert_gpu_notes.md).
     python3 scripts/gpu/check_gemm_algos.py --out build/bench/gemm_algos.json [--tokens 85296] [--candidates 16]
     python3 scripts/gpu/check_gemm_algos.py --model gptj --tokens 1024,4096 --out build/bench/gemm_gptj.json
 
+``--graph 24``: each GEMM timed inside a CUDA graph of 24 copies with their own weights (as a forward's layers), in
+microseconds per GEMM: at SingleStream's few hundred rows one launch at a time times the launch, not the GEMM.
+
 ``--model gptj``: the in-flight engine's two FP8 GEMMs per layer at the given row counts (decode steps: 4 rows per
 slot), with and without the bias epilogue, against ``torch._scaled_mm`` (the engine's call).
 """
@@ -59,8 +62,9 @@ def rel(got: torch.Tensor, ref: torch.Tensor) -> float:
     return float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
 
 
-def case_16bit(name: str, n: int, k: int, tokens: int, gelu: bool) -> tuple[LtGemm, Callable, torch.Tensor]:
-    g = torch.Generator(device="cuda").manual_seed(n + k)
+def case_16bit(name: str, n: int, k: int, tokens: int, gelu: bool, copy: int = 0
+               ) -> tuple[LtGemm, Callable, torch.Tensor]:
+    g = torch.Generator(device="cuda").manual_seed(n + k + 7919 * copy)
     x = torch.randn(tokens, k, generator=g, device="cuda").half()
     w = (torch.randn(n, k, generator=g, device="cuda") * 0.03).half()
     b = (torch.randn(n, generator=g, device="cuda") * 0.1).half()
@@ -72,11 +76,12 @@ def case_16bit(name: str, n: int, k: int, tokens: int, gelu: bool) -> tuple[LtGe
 
 
 def fp8_operands(
-    n: int, k: int, tokens: int, dtype: torch.dtype, weight_std: float, bias: bool, fast_accum: bool = False
+    n: int, k: int, tokens: int, dtype: torch.dtype, weight_std: float, bias: bool, fast_accum: bool = False,
+    copy: int = 0,
 ) -> tuple[Fp8Linear, torch.Tensor, torch.Tensor | None]:
     """A random FP8 GEMM (``dtype`` weight and output, the input's scale from its own amax), its quantized input and
-    its bias (None without ``bias``); seeded by the shape, so every candidate sees the same operands."""
-    g = torch.Generator(device="cuda").manual_seed(n + k)
+    its bias (None without ``bias``); seeded by the shape and ``copy``, so every candidate sees the same operands."""
+    g = torch.Generator(device="cuda").manual_seed(n + k + 7919 * copy)
     x = torch.randn(tokens, k, generator=g, device="cuda")
     w = (torch.randn(n, k, generator=g, device="cuda") * weight_std).to(dtype)
     b = (torch.randn(n, generator=g, device="cuda") * 0.1).to(dtype) if bias else None
@@ -84,8 +89,9 @@ def fp8_operands(
     return lin, lin.quantize_input(x), b
 
 
-def case_fp8(name: str, n: int, k: int, tokens: int, gelu: bool) -> tuple[LtGemm, Callable, torch.Tensor]:
-    lin, xq, b = fp8_operands(n, k, tokens, torch.float16, 0.03, bias=True)
+def case_fp8(name: str, n: int, k: int, tokens: int, gelu: bool, copy: int = 0
+             ) -> tuple[LtGemm, Callable, torch.Tensor]:
+    lin, xq, b = fp8_operands(n, k, tokens, torch.float16, 0.03, bias=True, copy=copy)
     if gelu:  # writes e4m3 for w2: compare dequantized against the same GEMM's 16-bit output + torch's tanh GELU
         out_scale = 0.01
         lt = LtGemm(lin.weight_q, b, gelu=True, weight_scale=lin.weight_scale, act_scale=lin.act_scale,
@@ -100,13 +106,58 @@ def case_fp8(name: str, n: int, k: int, tokens: int, gelu: bool) -> tuple[LtGemm
     return lt, lambda: lin(xq), xq
 
 
-def case_gptj(name: str, n: int, k: int, tokens: int, bias: bool) -> tuple[LtGemm, Callable, torch.Tensor]:
+def case_gptj(name: str, n: int, k: int, tokens: int, bias: bool, copy: int = 0
+              ) -> tuple[LtGemm, Callable, torch.Tensor]:
     """A GPT-J decode GEMM as the in-flight engine runs it: e4m3 in, bf16 out, cuBLASLt fast accumulation, bias in
     the epilogue (torch's ``_scaled_mm``, the engine's call) or none (the bias folded into the next kernel)."""
-    lin, xq, b = fp8_operands(n, k, tokens, torch.bfloat16, 0.02, bias, fast_accum=True)
+    lin, xq, b = fp8_operands(n, k, tokens, torch.bfloat16, 0.02, bias, fast_accum=True, copy=copy)
     lt = LtGemm(lin.weight_q, b, weight_scale=lin.weight_scale, act_scale=lin.act_scale, out_dtype=torch.bfloat16,
                 fast_accum=True)  # fmt: skip
     return lt, lambda: lin(xq, b), xq
+
+
+def graph_ms(calls: list[Callable[[], Any]], reps: int) -> float:
+    """Per-call time of ``calls`` captured in one CUDA graph and replayed: no launch gaps, as in the engine's graph
+    path, where a GEMM of a few hundred rows takes a few microseconds and one launch at a time would time the launch."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture (workspaces, lazy init)
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    return gpu_ms(graph.replay, reps) / len(calls)
+
+
+def time_case_graph(label: str, make: Callable, n: int, k: int, m: int, flag: bool, args: Any) -> dict:
+    """``time_case`` in a CUDA graph of ``args.graph`` GEMMs of the shape, each with its own weights (as a forward's
+    layers: no weight stays in L2 from one call to the next); microseconds per GEMM."""
+    copies = [make(label, n, k, m, flag, copy) for copy in range(args.graph)]
+    lt0, torch0, x0 = copies[0]
+    ref = torch0()
+    torch_us = graph_ms([fn for _, fn, _ in copies], args.reps) * 1e3
+    results = []
+    for i, heuristic in enumerate(lt0.heuristics(m, args.candidates)):
+        try:
+            err = rel(lt0.run(x0, heuristic), ref)
+            us = graph_ms([lambda lt=lt, x=x, h=heuristic: lt.run(x, h) for lt, _, x in copies], args.reps) * 1e3
+        except Exception as error:  # an algorithm cuBLASLt offers but cannot run or capture: note it, go on
+            results.append({"index": i, "error": str(error)[:200]})
+            continue
+        results.append({"index": i, "us": us, "rel": err, "waves": heuristic.waves_count})
+    ok = [r for r in results if "us" in r and r["rel"] < args.max_rel]
+    first = next((r for r in results if r["index"] == 0 and "us" in r), None)
+    best = min(ok, key=lambda r: r["us"]) if ok else None
+    weight_mb = n * k * copies[0][0].weight.element_size() / 1e6
+    first_text = f"{first['us']:.2f}" if first else "-"
+    best_text = f"#{best['index']} {best['us']:.2f} ({weight_mb / best['us']:.2f} TB/s)" if best else "-"
+    gain = f"{first['us'] / best['us']:.2f}x" if best and first else "-"
+    ROWS.append(f"  {label:<18} {torch_us:8.2f}  {first_text:>10}  {best_text:>24}  {gain:>6}  "
+                f"{len(ok)}/{len(results)} ok")
+    return {"torch_us": torch_us, "first": first, "best": best, "candidates": results, "weight_mb": weight_mb}
 
 
 def time_case(label: str, lt: LtGemm, torch_fn: Callable, x: torch.Tensor, n: int, k: int, args: Any) -> dict:
@@ -149,6 +200,9 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=16, help="cuBLASLt heuristic results per GEMM")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--max_rel", type=float, default=2e-2, help="an algorithm further from torch's is wrong")
+    parser.add_argument("--graph", type=int, default=0,
+                        help="time each GEMM inside a CUDA graph of this many copies with their own weights (24: "
+                             "BERT-large's layers), in us per GEMM, instead of one launch at a time")
     args = parser.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     details: dict[str, Any] = {
@@ -168,12 +222,19 @@ def main() -> None:
             for name, n, k in SHAPES:
                 cases += [(f"M{m} {precision} {name}{' gelu' if gelu else ''}", make, n, k, gelu, m)
                           for gelu in ((False, True) if name == "w1" else (False,))]  # fmt: skip
-    ROWS.append(f"GEMM algorithms ({args.model}): ms (TFLOP/s)")
-    ROWS.append(f"  {'gemm':<18} {'torch':>15}  {'lt heuristic #0':>16}  {'lt best':>20}  {'torch/best':>7}")
+    if args.graph:
+        ROWS.append(f"GEMM algorithms ({args.model}) in a CUDA graph of {args.graph}: us per GEMM")
+        ROWS.append(f"  {'gemm':<18} {'torch':>8}  {'lt #0':>10}  {'lt best (weight bytes)':>24}  {'#0/best':>6}")
+    else:
+        ROWS.append(f"GEMM algorithms ({args.model}): ms (TFLOP/s)")
+        ROWS.append(f"  {'gemm':<18} {'torch':>15}  {'lt heuristic #0':>16}  {'lt best':>20}  {'torch/best':>7}")
     for label, make, n, k, flag, m in cases:
         try:
-            lt, torch_fn, x = make(label, n, k, m, flag)
-            details["cases"][label] = time_case(label, lt, torch_fn, x, n, k, args)
+            if args.graph:
+                details["cases"][label] = time_case_graph(label, make, n, k, m, flag, args)
+            else:
+                lt, torch_fn, x = make(label, n, k, m, flag)
+                details["cases"][label] = time_case(label, lt, torch_fn, x, n, k, args)
         except Exception as error:  # keep the other shapes' figures
             ROWS.append(f"  {label:<18} FAILED {type(error).__name__}: {str(error)[:200]}")
         args.out.write_text(json.dumps(details, indent=1, default=str))

@@ -70,3 +70,13 @@ def test_the_journal_index_lists_every_day_newest_first():
     days = sorted((page.stem for page in JOURNAL.glob("2*.md")), reverse=True)
     listed = re.findall(r"^- \[(\d{4}-\d\d-\d\d)\]\(\1\.md\)", (JOURNAL / "README.md").read_text(), re.MULTILINE)
     assert days and listed == days, f"documentation/notes/journal/README.md lists {listed}, the folder holds {days}"
+
+
+def test_user_guides_tables_carry_no_run_results():
+    """A guide says what an engine is; how fast it ran is the journal's (performance.md's table, generated from run
+    records, is the one exception)."""
+    result = re.compile(r"\d[\d,.]*\s?(?:samples/s|tokens/s)|\bVALID at \d")
+    pages = [ROOT / "README.md", *(page for page in user_guides() if page.name != "performance.md")]
+    found = [f"{page.relative_to(ROOT)}: {line[:100]}" for page in pages
+             for line in page.read_text().splitlines() if line.startswith("|") and result.search(line)]
+    assert not found, "run results in guides' tables (move them to documentation/notes/journal/):\n" + "\n".join(found)

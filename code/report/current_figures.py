@@ -189,8 +189,8 @@ def add_run(rows: list[Row], run_folder: Path, measurement: str, command: str | 
 
 
 def row_of(test: TestRun, measurement: str, command: str | None = None, device: str | None = None) -> Row:
-    """A test's row: its figure to four significant digits (whole numbers from 1,000 up), its power where it was
-    read, and the command that measures it again unless ``command`` says it."""
+    """A test's row: its figure to four significant digits (whole numbers from 1,000 up), its power in whole watts
+    where it was read, and the command that measures it again unless ``command`` says it."""
     record = test.record
     result = record.result_dict
     power = record.power or {}
@@ -202,7 +202,7 @@ def row_of(test: TestRun, measurement: str, command: str | None = None, device: 
                date=time.strftime("%Y-%m-%d", time.localtime(started(test.directory))),
                command=command or rerun_command(test), measurement=measurement,
                note="p90" if metric.startswith("90th") else "",
-               watts=shown(power["mean_w"]) if power.get("mean_w") else "",
+               watts=str(round(power["mean_w"])) if power.get("mean_w") else "",
                samples_per_joule=f"{power['samples_per_joule']:.3g}" if power.get("samples_per_joule") else "")
 
 

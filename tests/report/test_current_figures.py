@@ -4,6 +4,7 @@ cites a measurement id the journal defines, and a real run's logs add or replace
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -140,3 +141,25 @@ def test_a_folder_without_a_finished_test_or_an_id_changes_nothing(cpu_run, copi
     assert main(args(copies, f"--add={cpu_run}", "--measurement=not-in-the-journal")) == 2
     assert "no journal entry defines measurement id not-in-the-journal" in capsys.readouterr().err
     assert copies["records"].read_text() == records
+
+
+@pytest.mark.slow
+def test_a_stand_in_run_on_a_gpu_is_named_by_both_gpus_with_its_power(cpu_run, copies, tmp_path):
+    """The CPU run's record edited to what a --gpu_as run on one H200 records: its system, GPU, power."""
+    run = tmp_path / "2026.11.28-16.00.00"
+    shutil.copytree(cpu_run, run)
+    (run / "CPU").rename(run / "A100_SXM4_40GBx1")
+    metadata = run / "A100_SXM4_40GBx1" / "bert-99" / "Offline" / "metadata.json"
+    record = json.loads(metadata.read_text())
+    record["system_name"] = "A100_SXM4_40GBx1"
+    record["devices"]["used"] = ["cuda:0"]
+    record["system"]["gpus"] = [{"name": "NVIDIA H200", "memory_gib": 139.8}]
+    record["config"]["fields"]["gpu_as"] = "A100_SXM4_40GB"
+    record["power"] = {"mean_w": 669.2, "samples_per_joule": 0.034712}
+    record["result"]["value"] = 23.1867
+    metadata.write_text(json.dumps(record))
+    assert main(args(copies, f"--add={run}", f"--measurement={NEW_ID}")) == 0
+    row = next(row for row in read_rows(copies["records"]) if row.measurement == NEW_ID)
+    assert (row.device, row.gpus, row.figure, row.watts, row.samples_per_joule) == (
+        "H200 as A100 40GB", 1, "23.19", "669", "0.0347")
+    assert row.cell() == "23.19 (669 W: 0.0347 samples/J)"

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from code.common import atomic
+from code.common.constants import TestMode
 from code.common.paths import REPO_ROOT
 from code.common.systems import gpu_model_and_count
 from code.report.results import started
@@ -178,7 +179,7 @@ def add_run(rows: list[Row], run_folder: Path, measurement: str, command: str | 
     the new rows. A run whose tests all failed or hold no figure gives FiguresError: a failed run is no figure."""
     if not run_folder.is_dir():
         raise FiguresError(f"{run_folder} is not a folder: give a run's folder, e.g. build/logs/<timestamp>")
-    tests = [test for test in find_tests([run_folder]).tests if test.mode.value == "PerformanceOnly"]
+    tests = [test for test in find_tests([run_folder]).tests if test.mode is TestMode.PerformanceOnly]
     new = [row_of(test, measurement, command, device) for test in tests
            if test.record.result_dict.get("value") is not None and test.record.result.valid is not None]
     if not new:

@@ -48,6 +48,8 @@ help:
 	@echo "Results:"
 	@echo "  make report [LOG_DIR=build/logs/<ts>]   report.md + plots of a run (default: the newest)"
 	@echo "  make results [COMPARE=<run a>,<run b>]   newest figure per system, benchmark, scenario, GPUs"
+	@echo "  make figures [ADD=<run folder> MEASUREMENT=<journal id>]   performance.md's Current figures from"
+	@echo "                                       documentation/figures/current.csv (ADD: a run's rows first)"
 	@echo "Submission:"
 	@echo "  make add_system [SUBMITTER=org]      config classes and the system description for this machine"
 	@echo "    [SYSTEM=MyBox GPU_MODEL=<model> GPU_COUNT=<n>]   a name, and its GPUs if it does not say"

@@ -1,6 +1,6 @@
 # Engines and LoadGen runs; RUN_ARGS are parsed by `python -m code.main` (make run RUN_ARGS=--help).
 
-.PHONY: generate_engines run_harness run info report results find_performance
+.PHONY: generate_engines run_harness run info report results figures find_performance
 # LOG_DIR=<folder> (NVIDIA's make variable) is --log_dir for the targets that run tests: a new or empty folder, so a
 # run never writes into an earlier run's. RUN_ARGS naming another --log_dir is refused as a flag given twice. Only
 # make's command line counts: a LOG_DIR exported by a job script would send every run to one folder.
@@ -53,3 +53,16 @@ report: setup
 COMPARE      ?=
 results: setup
 	$(PY) -m code.report.make_results --build_dir=$(BUILD_DIR) $(if $(COMPARE),--compare=$(call shell_word,$(COMPARE)))
+
+# The Current figures table of documentation/performance.md, written from its records
+# (documentation/figures/current.csv). ADD=<run folder> MEASUREMENT=<journal id> first adds or replaces the rows of
+# that run's performance tests (COMMAND="..." when the row's command is not the make run its record implies);
+# CHECK=1 only compares, and fails when the page differs from the records.
+ADD          ?=
+MEASUREMENT  ?=
+COMMAND      ?=
+CHECK        ?=
+figures: setup
+	$(PY) -m code.report.current_figures $(if $(ADD),--add=$(call shell_word,$(ADD))) \
+	  $(if $(MEASUREMENT),--measurement=$(call shell_word,$(MEASUREMENT))) \
+	  $(if $(COMMAND),--command=$(call shell_word,$(COMMAND))) $(if $(CHECK),--check)

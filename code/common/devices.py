@@ -22,7 +22,8 @@ for a run:
   are slower, so the default is capped at the allowed CPUs.
 - In Server, LoadGen's issue thread and the C++ batchers must be scheduled the moment a query arrives. With every
   allowed core busy in torch (whose OpenMP threads also spin-wait between ops), they are not, and p99 latency
-  swings by several times (``documentation/performance.md``, "CPU threads in Server"). So Server leaves one core
+  swings by several times (``documentation/notes/journal/2026-11-22.md``, "CPU threads in Server"). So Server leaves
+  one core
   free; Offline and SingleStream use them all.
 
 torch is imported inside the functions: only runs that resolve a device or a thread count pay for the import.

@@ -3,7 +3,8 @@
 A full (generation 2) collection walks every object the collector tracks. A process that has loaded a data set, an
 engine and LoadGen's samples tracks millions, and one such pass took 30-244 ms on an H200 host during a bert-99
 Server test: each pass stalled every thread that needs the interpreter, and each stall pushed thousands of queries
-past the 130 ms bound at once (documentation/performance.md). ``gc.freeze()`` moves every object alive at the start
+past the 130 ms bound at once (documentation/notes/journal/2026-11-26.md). ``gc.freeze()`` moves every object alive at
+the start
 into a permanent generation that collections skip, so cycles made during the test are still collected, by passes
 over the test's own objects only; reference counting frees the rest as before.
 """

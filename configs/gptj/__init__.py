@@ -17,12 +17,11 @@ def gptj_ladder(fp8: dict[str, Any], fp8_gemms: dict[str, Any], bf16: dict[str, 
     ladder for gptj-99 and gptj-99.9 (``fast``: the fast-accumulation engine's, where they differ from ``fp8``'s).
 
     FP8 GEMMs and KV cache first: every NVIDIA-code GPT-J submission serves both targets from such an engine, and it
-    ran ~1.75x bf16's Offline rate on an H200 when both were measured (34.9 vs 20 samples/s; its half-size cache
-    holds 256 samples in flight). No proxy settles whether it keeps 99.9% of the reference's ROUGE
-    (documentation/performance.md: the proxies' own float32 and bf16 differ by more), so the real accuracy run
-    decides. The top rung adds cuBLASLt's fast accumulation: the engine x1.04 on an H200 and x1.05 on an H100, its
-    prefill logits as far from the float32 model's as with float32 accumulation (relative error 9.93e-2 against
-    9.86e-2, random weights). Then FP8 GEMMs with a bf16 KV cache, then bf16 throughout (the class's own values)."""
+    runs well above bf16's rate (its half-size cache holds 256 samples in flight). No proxy settles whether it keeps
+    99.9% of the reference's ROUGE (the proxies' own float32 and bf16 differ by more), so the real accuracy run
+    decides. The top rung adds cuBLASLt's fast accumulation: a faster engine whose prefill logits are as far from
+    the float32 model's as with float32 accumulation. Then FP8 GEMMs with a bf16 KV cache, then bf16 throughout
+    (the class's own values). Measured: gptj-ladder-2026-11-28 (documentation/notes/journal/)."""
     return (
         Rung("fp8-fast-accum", "FP8 GEMMs with cuBLASLt fast accumulation and an FP8 KV cache", precision="fp8",
              kv_cache_dtype="fp8", fp8_fast_accum=True, **(fp8 if fast is None else fast)),

@@ -58,7 +58,8 @@ WORKLOADS: dict[str, str] = {
                    "--gpu_batch_size=256 --synthetic_output_lengths=forced --synthetic_sample_count=1000",
 }
 # The rate each workload is given per GPU, by GPU model: Offline above what one GPU does (the query must outlast the
-# minimum duration), Server a target one GPU sustains (documentation/performance.md). The H100's come from runs on
+# minimum duration), Server a target one GPU sustains (documentation/notes/journal/2026-11-26.md). The H100's come from
+# runs on
 # one H100; its GPT-J Server target sits below the 32.87 measured at the config's 192 slots, as these runs force 256
 # (the engine ran 4% slower there).
 RATES_PER_GPU: dict[str, dict[str, tuple[str, float]]] = {

@@ -1,11 +1,13 @@
 """Time cuBLASLt's candidate algorithms for BERT-large's (or GPT-J's) GEMMs against the kernels torch picks (GPU).
 
 Why: in the profile of the packed forward the ``w1`` GEMMs with the bias + GELU epilogue (16-bit and FP8) run
-below the plain GEMMs' rate (figures: documentation/performance.md). Both are cuBLASLt's first heuristic guess
+below the plain GEMMs' rate (figures: documentation/notes/journal/2026-11-22.md). Both are cuBLASLt's first heuristic
+guess
 (torch's ``_addmm_activation``, our ``cublaslt.LtGemm``). This script lists up to ``--candidates`` algorithms per
 GEMM, checks each one's output against torch's (so a fast wrong algorithm cannot win), times them with CUDA events,
 and prints each GEMM's torch time, heuristic-first time and best time. It changes nothing in the engine. The engine
-keeps cuBLASLt's first guess because inside a full forward a tuned choice is no faster (documentation/performance.md,
+keeps cuBLASLt's first guess because inside a full forward a tuned choice is no faster
+(documentation/notes/journal/2026-11-22.md,
 documentation/notes/bert_gpu_notes.md).
 
     python3 scripts/gpu/check_gemm_algos.py --out build/bench/gemm_algos.json [--tokens 85296] [--candidates 16]

@@ -24,7 +24,8 @@ def test_every_shipped_system_resolves(system, scenario, target):
     assert config.benchmark_name == f"bert-{target.suffix}"
     configured_by = system.rpartition("x")[0] or system  # a GPU system's class is its GPU model's
     assert config.config_class == configured_by + ("_HighAccuracy" if target is AccuracyTarget.k_99_9 else "")
-    if system != "CPU":  # the tanh GELU epilogue keeps >= 99% span agreement, not 99.9% (performance.md)
+    if system != "CPU":  # the tanh GELU epilogue keeps >= 99% span agreement, not 99.9%
+                         # (documentation/notes/journal/2026-11-22.md)
         assert config["gelu_in_gemm"] is (target is AccuracyTarget.k_99)
 
 

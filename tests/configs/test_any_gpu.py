@@ -2,7 +2,7 @@
 resolved for every benchmark and scenario a round accepts, with the engine ladder its GPU runs asserted row by row.
 
 The fake tests detection and the configs derived from what NVML says; it is no evidence that the engines run on
-those GPUs (the stand-in runs of documentation/performance.md and the cross-compile table of
+those GPUs (the stand-in runs of documentation/notes/journal/2026-11-28.md and the cross-compile table of
 documentation/gpu_architectures.md are)."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Without a GPU the kernels run in Triton's CPU interpreter (tests/triton_interpre
 equal the plain functions up to float32 rounding; on a GPU in bf16, where rotary and the page write must be bit for
 bit the torch operations' results, and GELU within one bf16 unit (or 1e-6 where 1 + tanh cancels). Without triton
 the kernel tests are skipped. What they gain: the engine's rate (``python3 -m scripts.gpu.check_gptj_inflight
---steps=variants``) against the tree before them, in documentation/performance.md.
+--steps=variants``) against the tree before them, in documentation/notes/journal/2026-11-26.md.
 """
 
 from __future__ import annotations

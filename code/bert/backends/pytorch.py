@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from code.common.config import ResolvedConfig
 
 # Attention kernels allowed on the GPU. cuDNN's is left out: it builds a new plan for every new sequence length,
-# and BERT's lengths vary per batch, so a forward costs ten times more while lengths are new (performance.md).
+# and BERT's lengths vary per batch, so a forward costs ten times more while lengths are new
+# (documentation/notes/journal/2026-11-22.md, "Figures behind config comments").
 ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 

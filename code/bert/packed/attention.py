@@ -2,7 +2,8 @@
 """Variable-length (packed) attention forward for BERT on Hopper: one Triton kernel, tiles sized for short sequences.
 
 Why not FA2 (``aten._flash_attention_forward``): at BERT-large's shapes (head_dim 64, sequences of 30-384 tokens,
-mean ~170) it runs far below the GPU's tensor rate (documentation/performance.md). Its 128-row query tiles spend
+mean ~170) it runs far below the GPU's tensor rate (documentation/notes/journal/2026-11-22.md). Its 128-row query tiles
+spend
 most of their work on rows past the end of a ~170-token sequence (2 x 2 tiles of 128 x 128 cover 44% useful scores,
 3 x 3 tiles of 64 x 64 cover 78%), and on sm90 it issues mma.sync, not wgmma. This kernel reads the fused QKV GEMM
 output in place and:
@@ -33,7 +34,7 @@ output in place and:
   FP8 dot (``fp8_qk_dot``; both operands are K-major as loaded, which FP8 wgmma needs) or on q and k widened to fp16;
   v is widened to fp16 for the PV dot (FP8 wgmma would need v K-major, i.e. stored transposed). The q and k scales
   fold into the score multiplier, v's into the output's. Half the bytes of each K/V tile: ~0.38 against ~0.49 ms
-  per layer at BERT-large's lengths on an H200 (documentation/performance.md).
+  per layer at BERT-large's lengths on an H200 (documentation/notes/journal/2026-11-22.md).
 - **Output** 16-bit, or 8-bit for an 8-bit output projection (``out_q_scale``): e4m3
   ``clamp(o * (1 / out_q_scale), -448, 448)``, or int8 rounded half to even within +-127 (``out_q_dtype``, an INT8
   engine): one multiply, clamp and cast at the store, the same arithmetic as ``kernels.TritonOps.quantize`` (the
@@ -99,7 +100,7 @@ CANDIDATE_CONFIGS: list[AttentionConfig] = [
 ]
 # Not candidates, because each is slower than M64/N64/w4/s2 with prefetch at BERT's lengths: 128-key tiles (4 or 8
 # warps), one stage, one program per (sequence, head) looping over its query blocks, and a persistent grid striding
-# over (sequence, head) pairs (timings: documentation/performance.md, "Figures behind code and config comments").
+# over (sequence, head) pairs (timings: documentation/notes/journal/2026-11-22.md, "Figures behind code comments").
 
 
 @triton.jit

@@ -248,7 +248,7 @@ class LtGemm:
     def _plan(self, m: int) -> tuple:
         """Layouts and the heuristic's best algorithm for ``m`` rows (kept: the buckets repeat). The heuristic's first
         guess is used, not the fastest candidate by timing: in a full forward the first guess is as fast as the best
-        (scripts/gpu/check_gemm_algos.py; figures in documentation/performance.md)."""
+        (scripts/gpu/check_gemm_algos.py; figures in documentation/notes/journal/2026-11-22.md)."""
         plan = self.plans.get(m)
         if plan is None:
             found = self.heuristics(m)

@@ -137,8 +137,8 @@ def _add_ln_kernel(
 @triton.jit
 def _erf(x):
     """erf to ~1.5e-7 absolute (Abramowitz & Stegun 7.1.26): one reciprocal, one exp2, five FMAs. libdevice's erf
-    makes the GELU kernel compute-bound at BERT-large shapes, far below memory bandwidth (documentation/performance.md,
-    "Figures behind code and config comments")."""
+    makes the GELU kernel compute-bound at BERT-large shapes, far below memory bandwidth
+    (documentation/notes/journal/2026-11-22.md, "Figures behind code comments")."""
     a = tl.abs(x)
     t = tl.fdiv(1.0, 1.0 + 0.3275911 * a, ieee_rounding=False)
     p = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))

@@ -244,7 +244,8 @@ class PackedBert:
     off CUDA both are per-sequence SDPA, the float32 reference), ``gelu_in_gemm`` (bias + GELU in ``w1``'s GEMM
     epilogue, cuBLASLt's tanh form, instead of a separate erf-GELU kernel; see ``PackedLayer._gelu_gemm``). Off by
     default: the tanh form moves more best answer spans away from float32's than the 99.9% target's 0.1% allows,
-    though fewer than the 99% target's 1% (figures: documentation/performance.md). ``fp8_residual`` (FP8 engines with
+    though fewer than the 99% target's 1% (figures: documentation/notes/journal/2026-11-22.md). ``fp8_residual`` (FP8
+    engines with
     all four GEMMs in FP8): the residual stream between LayerNorms is kept only as the next GEMM's e4m3 input, so
     each add + LayerNorm reads an 8-bit residual and writes one 8-bit copy instead of a 16-bit one and an 8-bit one
     (the last layer still writes 16 bits for the QA head); rounds the residual to e4m3 48 times per forward.

@@ -6,7 +6,8 @@ is the class's. ``_HighAccuracy`` subclasses are the bert-99.9 variants. GPU cla
 (documentation/bert_gpu.md). Each GPU class's expected QPS is the throughput measured on one such GPU for its
 variant, rounded. Each GPU class lists its engines fastest first (``engine_ladder``, configs/bert/__init__.py), each
 with its expected QPS; the real accuracy run picks one (documentation/bert_gpu.md, "Which engine each target runs"),
-and the class's own values are its last engine's. The measurements are in documentation/performance.md.
+and the class's own values are its last engine's. Each number cites the measurement journal's entry
+(documentation/notes/journal/) by its id: ``# measured: <id>``.
 """
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
@@ -48,15 +49,12 @@ class CPU_HighAccuracy(CPU):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 @on_gpu
 class H100_SXM_80GB(OfflineBaseConfig):
-    # FP8 attention over the e4m3 residual: 8,289-8,315 samples/s measured, rounded up; fp8: 7,323 (7,432 with
-    # batches of 1,024, one run each), rounded up; fp16: the measured throughput, rounded (performance.md, H100 SXM,
-    # bert-99). The e4m3 residual without FP8 attention is not measured on an H100, so it is no rung here.
-    # int8: measured on an H200 (6,348 samples/s, make run), whose BERT rates equal the H100's at the 700 W limit
+    # measured: bert-offline-2026-11-28 (the e4m3 residual without FP8 attention is not measured here: no rung)
     engine_ladder = bert_99_ladder(fp8={"offline_expected_qps": 7500.0}, fp16={"offline_expected_qps": 4900.0},
                                    int8={"offline_expected_qps": 6400.0},
                                    fp8_attention={"offline_expected_qps": 8700.0})
-    # Packed batches: 512 samples of mean length ~166 are ~85k tokens, enough to saturate the GEMMs; larger batches
-    # double memory for no gain (performance.md). Two workers: one packs/unpacks while the other's batch runs.
+    # Packed batches of 512 samples (~85k tokens) saturate the GEMMs; larger ones double memory for no gain
+    # (measured: bert-offline-2026-11-28). Two workers: one packs/unpacks while the other's batch runs.
     gpu_batch_size = 512
     num_workers = 2
     offline_expected_qps = 4900.0
@@ -65,16 +63,14 @@ class H100_SXM_80GB(OfflineBaseConfig):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 @high_accuracy_on_gpu
 class H100_SXM_80GB_HighAccuracy(H100_SXM_80GB):
-    # fp8: 6,657 samples/s measured, rounded up (an Offline query must outlast the minimum duration); fp16: the
-    # measured throughput, rounded (performance.md, H100 SXM, bert-99.9)
+    # measured: bert-offline-2026-11-28 (rounded up: an Offline query must outlast the minimum duration)
     engine_ladder = bert_99_9_ladder(fp8={"offline_expected_qps": 7000.0}, fp16={"offline_expected_qps": 4600.0})
     offline_expected_qps = 4600.0
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GB(H100_SXM_80GB):
-    # the measured throughputs, rounded; the e4m3 residual's 7,866-8,089 samples/s and FP8 attention's 8,339
-    # rounded up (performance.md, H200)
+    # measured: bert-offline-2026-11-28
     engine_ladder = bert_99_ladder(fp8={"offline_expected_qps": 7500.0}, fp16={"offline_expected_qps": 5000.0},
                                    int8={"offline_expected_qps": 6400.0},
                                    fp8_residual={"offline_expected_qps": 8500.0},
@@ -86,8 +82,7 @@ class H200_SXM_141GB(H100_SXM_80GB):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 @high_accuracy_on_gpu
 class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
-    # FP8 with the erf GELU kernel measured 7,056-7,250 samples/s with exact accumulation; 7,500 bounds both FP8
-    # engines from above (fast accumulation adds ~8%). fp16: the measured throughput, rounded (performance.md, H200)
+    # measured: bert-offline-2026-11-28 (7,500 bounds both FP8 engines from above)
     engine_ladder = bert_99_9_ladder(fp8={"offline_expected_qps": 7500.0}, fp16={"offline_expected_qps": 4700.0})
     offline_expected_qps = 4700.0
 

@@ -5,8 +5,9 @@ for at most 2 ms, two workers so one batch is packed while the other runs; batch
 graph. A GPU class is a GPU model: each engine of its ladder (``engine_ladder``, configs/bert/__init__.py) targets a
 little under the highest VALID rate measured on one such GPU with that engine, and a system ``<model>x<count>``
 targets the count times it; every other value is the class's (configs/configuration.py), whose own values are its
-last engine's. The measurements are in documentation/performance.md. On a CPU, BERT-large cannot meet 130 ms per
-query; the CPU class exists so the flow runs everywhere (its result is INVALID, and says why).
+last engine's. Each number cites the measurement journal's entry (documentation/notes/journal/) by its id:
+``# measured: <id>``. On a CPU, BERT-large cannot meet 130 ms per query; the CPU class exists so the flow runs
+everywhere (its result is INVALID, and says why).
 """
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
@@ -43,19 +44,18 @@ class CPU_HighAccuracy(CPU):
     server_target_qps = 0.5
 
 
-# FP8's shorter batches leave Server latency to spare, so its fastest engines batch more (measured VALID up to a
-# higher rate on an H200, and with FP8 attention on an H100: performance.md)
+# FP8's shorter batches leave Server latency to spare, so its fastest engines batch more
+# (measured: bert-server-2026-11-28)
 FP8_BATCHING = {"gpu_batch_size": 256, "batch_timeout_us": 4000}
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 @on_gpu
 class H100_SXM_80GB(ServerBaseConfig):
-    # under the highest VALID rate, with p99 margin (performance.md, H100 SXM): FP8 attention over the e4m3 residual
-    # VALID at 7,800 (60 s, p99 118 ms); fp8 VALID at 6,900 and 7,200 (p99 100 and 90 ms), INVALID at 7,500. The
-    # e4m3 residual without FP8 attention is not measured on an H100, so it is no rung here.
+    # Each engine a little under its highest VALID rate, with p99 margin (measured: bert-server-2026-11-28); the e4m3
+    # residual without FP8 attention is not measured here: no rung.
     engine_ladder = bert_99_ladder(fp8={"server_target_qps": 7000.0}, fp16={"server_target_qps": 4400.0},
-                                   int8={"server_target_qps": 5000.0, **FP8_BATCHING},  # VALID at 5,078 on an H200
+                                   int8={"server_target_qps": 5000.0, **FP8_BATCHING},
                                    fp8_attention={"server_target_qps": 7600.0, **FP8_BATCHING})
     gpu_batch_size = 128
     num_workers = 2
@@ -66,19 +66,17 @@ class H100_SXM_80GB(ServerBaseConfig):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 @high_accuracy_on_gpu
 class H100_SXM_80GB_HighAccuracy(H100_SXM_80GB):
-    # both under the highest VALID rate (performance.md, H100 SXM, bert-99.9): fp8 VALID at 6,000 and 6,400 (p99 54
-    # and 70 ms), INVALID at 6,800
+    # both under the highest VALID rate (measured: bert-server-2026-11-28)
     engine_ladder = bert_99_9_ladder(fp8={"server_target_qps": 6200.0}, fp16={"server_target_qps": 4000.0})
     server_target_qps = 4000.0
 
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GB(H100_SXM_80GB):
-    # under the highest VALID rates (performance.md, H200); 60 s tests: FP8 attention VALID at 8,000 (p99 94 ms),
-    # INVALID at 8,200; the e4m3 residual VALID at 7,300-7,900 (p99 79-100 ms), FP8 without it at 6,800 and 7,100
+    # under the highest VALID rates (measured: bert-server-2026-11-28)
     engine_ladder = bert_99_ladder(fp8={"server_target_qps": 7100.0, **FP8_BATCHING},
                                    fp16={"server_target_qps": 4700.0},
-                                   int8={"server_target_qps": 5000.0, **FP8_BATCHING},  # VALID at 5,078 (20 s)
+                                   int8={"server_target_qps": 5000.0, **FP8_BATCHING},
                                    fp8_residual={"server_target_qps": 7800.0, **FP8_BATCHING},
                                    fp8_attention={"server_target_qps": 8000.0, **FP8_BATCHING})
     server_target_qps = 4700.0
@@ -87,8 +85,7 @@ class H200_SXM_141GB(H100_SXM_80GB):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
 @high_accuracy_on_gpu
 class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
-    # FP8 with the erf GELU kernel and exact accumulation measured VALID at 6,500-6,750 (performance.md, H200); fast
-    # accumulation is faster. fp16: under the highest VALID rate (performance.md, H200, bert-99.9)
+    # under the highest VALID rates (measured: bert-server-2026-11-28)
     engine_ladder = bert_99_9_ladder(fp8={"server_target_qps": 6500.0, **FP8_BATCHING},
                                      fp16={"server_target_qps": 4400.0})
     server_target_qps = 4400.0

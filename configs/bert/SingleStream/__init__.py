@@ -1,11 +1,11 @@
 """BERT SingleStream: one sample at a time; the 90th-percentile latency is the metric.
 
-GPU classes run the packed path with a CUDA graph per token bucket (documentation/bert_gpu.md). The expected
-latency is set near the p90 measured on H100 and H200 (documentation/performance.md) so LoadGen pre-generates enough
-queries to fill the minimum duration. A GPU class is a GPU model and serves ``<model>x<count>`` of any count with
-its values as they are: one sample at a time runs on one GPU, so the latency does not depend on the count
-(configs/configuration.py). The engine ladders (configs/bert/__init__.py) share one expected latency: a hint, near
-enough for every engine.
+GPU classes run the packed path with a CUDA graph per token bucket (documentation/bert_gpu.md). The expected latency
+is set near the p90 measured on H100 and H200 (measured: bert-singlestream-2026-11-28, in
+documentation/notes/journal/) so LoadGen pre-generates enough queries to fill the minimum duration. A GPU class is a
+GPU model and serves ``<model>x<count>`` of any count with its values as they are: one sample at a time runs on one
+GPU, so the latency does not depend on the count (configs/configuration.py). The engine ladders
+(configs/bert/__init__.py) share one expected latency: a hint, near enough for every engine.
 """
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
@@ -44,8 +44,7 @@ class CPU_HighAccuracy(CPU):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 @on_gpu
 class H100_SXM_80GB(SingleStreamBaseConfig):
-    # FP8 attention over the e4m3 residual first, as Offline and Server: p90 1.27 ms on an H100; on an H200 1.28 ms
-    # against 1.34 for the FP8 engine below it, one run each in one call (performance.md)
+    # FP8 attention over the e4m3 residual first, as Offline and Server (measured: bert-singlestream-2026-11-28)
     engine_ladder = bert_99_ladder(fp8={}, fp16={}, int8={}, fp8_attention={})
     single_stream_expected_latency_ns = 1_400_000
 

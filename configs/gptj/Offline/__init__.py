@@ -3,8 +3,9 @@
 H100 SXM and H200 classes list their engines fastest first (``engine_ladder``, configs/gptj/__init__.py); the real
 accuracy run picks one (documentation/gptj_gpu.md). The bf16 engine's values (the class's own) come from shortened
 runs with 128 new tokens per sample, the worst case; the FP8 engine's from runs with realistic output lengths
-(documentation/performance.md). An expected QPS may sit above the real rate, not below: LoadGen sizes the one query
-from it, and a query that ends before the minimum duration is INVALID.
+(``# measured: <id>``: the measurement journal's entry, documentation/notes/journal/). An expected QPS may sit
+above the real rate, not below: LoadGen sizes the one query from it, and a query that ends before the minimum
+duration is INVALID.
 A GPU class is a GPU model and holds one GPU's values; it serves ``<model>x<count>`` of any count, whose expected
 QPS is the class's times the count; every other value is the class's (configs/configuration.py).
 """
@@ -39,11 +40,8 @@ class CPU_HighAccuracy(CPU):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H100_SXM_80GB(OfflineBaseConfig):
-    # fp8: 192 slots, realistic output lengths: 40.02 samples/s measured with fast accumulation (4,000 prompts, a
-    # 300 s run), 37.0-37.5 with float32 accumulation (the engine alone before the prompt-pass kernels: 30.4 at 128
-    # and 192 slots, 30.1 at 224, 28.9 at 256, whose prompts outgrow the KV pool; performance.md, H100 SXM), an
-    # upper bound for the latter (safe for Offline); FP8 GEMMs with a bf16 cache are not measured on their own: the
-    # same upper bound
+    # fp8: 192 slots, realistic output lengths; an upper bound for float32 accumulation (safe for Offline), and for
+    # FP8 GEMMs with a bf16 cache, not measured on their own (measured: gptj-offline-2026-11-28)
     engine_ladder = gptj_ladder(fp8={"gpu_batch_size": 192, "offline_expected_qps": 40.0},
                                 fp8_gemms={"offline_expected_qps": 40.0}, bf16={})
     backend = "inflight"
@@ -60,9 +58,8 @@ class H100_SXM_80GB_HighAccuracy(H100_SXM_80GB):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GB(H100_SXM_80GB):
-    # fp8: 256 slots, realistic output lengths: 43.99 samples/s with fast accumulation (a 200 s test), 41.43 with
-    # float32 accumulation (400 s; performance.md, H200); 44 issues enough samples for either (LoadGen adds 10%: an
-    # upper bound is safe for Offline, a lower one is not); FP8 GEMMs with a bf16 cache: the same upper bound
+    # fp8: 256 slots, realistic output lengths; 44 issues enough samples for every FP8 engine (LoadGen adds 10%: an
+    # upper bound is safe for Offline, a lower one is not) (measured: gptj-offline-2026-11-28)
     engine_ladder = gptj_ladder(fp8={"gpu_batch_size": 256, "offline_expected_qps": 44.0},
                                 fp8_gemms={"offline_expected_qps": 44.0}, bf16={})
     gpu_batch_size = 128

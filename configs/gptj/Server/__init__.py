@@ -3,7 +3,7 @@
 H100 SXM and H200 classes list their engines fastest first (``engine_ladder``, configs/gptj/__init__.py); the real
 accuracy run picks one (documentation/gptj_gpu.md). The bf16 engine's values (the class's own) come from shortened
 runs with 128 new tokens per sample, the worst case; the FP8 engine's target from runs with realistic output lengths,
-what the real data set gives (documentation/performance.md): synthetic prompts hold it only with
+what the real data set gives (``# measured: <id>``, documentation/notes/journal/): synthetic prompts hold it only with
 ``--synthetic_output_lengths=forced``. A Server target may sit below the real rate (it then reports less), not above.
 A GPU class is a GPU model and holds one GPU's values; it serves ``<model>x<count>`` of any count, whose target
 QPS is the class's times the count; every other value is the class's (configs/configuration.py).
@@ -40,9 +40,8 @@ class CPU_HighAccuracy(CPU):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H100_SXM_80GB(ServerBaseConfig):
-    # 192 slots, realistic output lengths (performance.md, H100 SXM): with fast accumulation VALID at 38 for 300 s
-    # (37.92 scheduled, 37.73 completed per second, p99 7.87 s; at 36: p99 7.05 s), with float32 accumulation at 33
-    # (32.87, p99 6.9 s); FP8 GEMMs with a bf16 cache: bf16's target, a lower bound
+    # 192 slots, realistic output lengths; FP8 GEMMs with a bf16 cache: bf16's target, a lower bound
+    # (measured: gptj-server-2026-11-28)
     engine_ladder = gptj_ladder(fast={"gpu_batch_size": 192, "server_target_qps": 38.0},
                                 fp8={"gpu_batch_size": 192, "server_target_qps": 32.0},
                                 fp8_gemms={"server_target_qps": 8.0}, bf16={})
@@ -60,9 +59,8 @@ class H100_SXM_80GB_HighAccuracy(H100_SXM_80GB):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GB(H100_SXM_80GB):
-    # 256 slots, realistic output lengths (performance.md, H200): with fast accumulation VALID at 42 for 240 s
-    # (41.91 scheduled, p99 10.4 s), with float32 accumulation at 40 for 300 s (39.91, p99 10.9 s); FP8 GEMMs
-    # with a bf16 cache are not measured on their own: bf16's target, a lower bound
+    # 256 slots, realistic output lengths; FP8 GEMMs with a bf16 cache: bf16's target, a lower bound
+    # (measured: gptj-server-2026-11-28)
     engine_ladder = gptj_ladder(fast={"gpu_batch_size": 256, "server_target_qps": 42.0},
                                 fp8={"gpu_batch_size": 256, "server_target_qps": 40.0},
                                 fp8_gemms={"server_target_qps": 15.5}, bf16={})

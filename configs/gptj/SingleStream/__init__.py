@@ -3,7 +3,7 @@
 H100 SXM and H200 classes list their engines fastest first (``engine_ladder``, configs/gptj/__init__.py); the real
 accuracy run picks one (documentation/gptj_gpu.md). The bf16 engine's values (the class's own) come from shortened
 runs with 128 new tokens per sample, the worst case; the FP8 engine's from a run with realistic output lengths
-(documentation/performance.md).
+(``# measured: <id>``: the measurement journal's entry, documentation/notes/journal/).
 A GPU class is a GPU model and serves ``<model>x<count>`` of any count with its values as they are: one sample
 at a time runs on one GPU, so the latency does not depend on the count (configs/configuration.py).
 The expected latency is set below the measured p90, so LoadGen plans enough queries to fill the minimum duration.
@@ -40,6 +40,7 @@ class CPU_HighAccuracy(CPU):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H100_SXM_80GB(SingleStreamBaseConfig):
     # FP8 is not measured on an H100: the H200's p90 times the two GPUs' bf16 ratio, less a margin
+    # (measured: gptj-singlestream-2026-11-28)
     engine_ladder = gptj_ladder(fp8={"single_stream_expected_latency_ns": 700_000_000}, fp8_gemms={}, bf16={})
     backend = "inflight"
     precision = "bf16"
@@ -54,7 +55,7 @@ class H100_SXM_80GB_HighAccuracy(H100_SXM_80GB):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GB(H100_SXM_80GB):
-    # fp8: p90 584 ms measured (performance.md, H200)
+    # measured: gptj-singlestream-2026-11-28
     engine_ladder = gptj_ladder(fp8={"single_stream_expected_latency_ns": 550_000_000}, fp8_gemms={}, bf16={})
     single_stream_expected_latency_ns = 800_000_000
 

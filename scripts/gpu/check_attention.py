@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from scripts.gpu.steps import run_steps
+from scripts.gpu.steps import print_summary, run_steps
 
 ROWS: list[str] = []  # the short table printed last
 HEADS, HEAD_DIM, LAYERS = 16, 64, 24
@@ -330,11 +330,7 @@ def main() -> None:
         ("timing", lambda: run_timing(setup, details)),
     ]
     run_steps(steps, skip, details, ROWS, lambda: args.out.write_text(json.dumps(details, indent=1, default=str)))
-    print(
-        f"\n=== check_attention {details['date']} {details['device']} torch {details['torch']} "
-        f"triton {details['triton']} steps {details.get('step_s')}"
-    )
-    print("\n".join(ROWS))
+    print_summary("check_attention", details, ROWS, f"triton {details['triton']}")
 
 
 if __name__ == "__main__":

@@ -95,10 +95,6 @@ class GptjSamples:
         return int(self.lengths.shape[0])
 
     @property
-    def count(self) -> int:
-        return len(self)
-
-    @property
     def max_length(self) -> int:
         """Width of the padded array (1,919 for preprocessed data)."""
         return int(self.input_ids.shape[1])

@@ -46,7 +46,7 @@ from code.bert.packed.packed_model import (
 from code.bert.packed.packing import unpack
 from code.bert.packed.spec import ALL_FP8_GEMMS, PackedKernels
 from scripts.gpu.packed_variants import packed_bert
-from scripts.gpu.steps import print_summary, run_steps
+from scripts.gpu.steps import print_summary, result_rows, run_steps
 
 ROWS: list[str] = []  # the short table printed last
 
@@ -268,14 +268,9 @@ def check_accuracy(details: dict[str, Any], model: BertQA, count: int, variants:
     details[key] = results
     ROWS.append(f"{key} vs eager fp32 on {count} synthetic features (random weights):")
     ROWS.append(f"  {'variant':<26} {'max err':>8} {'mean err':>9} {'rel':>8} {'start':>7} {'end':>7} {'span':>7}")
-    for name, r in results.items():
-        if "error" in r:
-            ROWS.append(f"  {name:<26} FAILED {r['error'][:150]}")
-            continue
-        ROWS.append(
-            f"  {name:<26} {r['max_err']:8.4f} {r['mean_err']:9.5f} {r['rel']:8.2e} "
-            f"{r['start_agree']:7.2%} {r['end_agree']:7.2%} {r['span_agree']:7.2%}"
-        )
+    result_rows(ROWS, results, 26, lambda name, r: (
+        f"  {name:<26} {r['max_err']:8.4f} {r['mean_err']:9.5f} {r['rel']:8.2e} "
+        f"{r['start_agree']:7.2%} {r['end_agree']:7.2%} {r['span_agree']:7.2%}"))
 
 
 def time_variants(
@@ -691,14 +686,10 @@ def check_int8_kernels(details: dict[str, Any], device: str = "cuda", rows: int 
     details["int8_kernels"] = results
     ROWS.append(f"int8 kernels vs float32 definitions ({rows} rows; rel: dequantized output vs float32 before "
                 "rounding):")
-    for key, r in results.items():
-        if "error" in r:
-            ROWS.append(f"  {key:<30} FAILED {r['error'][:150]}")
-        elif "off_share" in r:
-            ROWS.append(f"  {key:<30} rel {r['rel']:.2e}, {r['off_share']:.3%} one level off (max {r['max_levels']})")
-        else:
-            ROWS.append(f"  {key:<30} rel {r['rel']:.2e} (max {r['max']:.2e}), vs unquantized float32 "
-                        f"{r['rel_vs_unquantized']:.2e}")
+    result_rows(ROWS, results, 30, lambda key, r: (
+        f"  {key:<30} rel {r['rel']:.2e}, {r['off_share']:.3%} one level off (max {r['max_levels']})"
+        if "off_share" in r else
+        f"  {key:<30} rel {r['rel']:.2e} (max {r['max']:.2e}), vs unquantized float32 {r['rel_vs_unquantized']:.2e}"))
 
 
 def _gemm_fns(a: torch.Tensor, w: torch.Tensor, b: torch.Tensor, gelu: bool) -> dict[str, Any]:

@@ -37,3 +37,11 @@ def print_summary(script: str, details: dict[str, Any], rows: list[str], extra: 
     print(f"\n=== {script} {details['date']} {details['device']} torch {details['torch']} {extra} "
           f"steps {details.get('step_s')}")
     print("\n".join(rows))
+
+
+def result_rows(rows: list[str], results: dict[str, dict[str, Any]], width: int, row: Callable[[str, dict], str],
+                cut: int = 150) -> None:
+    """Append one table row per result: ``row(name, result)``, or for a failed case (an "error" entry) its name,
+    FAILED and the error cut to ``cut`` characters, so one broken case reads as such beside the others' figures."""
+    for name, result in results.items():
+        rows.append(f"  {name:<{width}} FAILED {result['error'][:cut]}" if "error" in result else row(name, result))

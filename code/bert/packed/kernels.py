@@ -177,46 +177,25 @@ class TritonOps:
     name = "triton"
 
     @staticmethod
-    def embed_ln(
-        ids: Tensor,
-        segs: Tensor,
-        pos: Tensor,
-        word: Tensor,
-        token_type: Tensor,
-        position: Tensor,
-        weight: Tensor,
-        bias: Tensor,
-        eps: float,
-        q_scale: float | None,
-        keep_out: bool = True,
-        q_dtype: torch.dtype = E4M3,
-    ) -> tuple[Tensor | None, Tensor | None]:
+    def embed_ln(ids: Tensor, segs: Tensor, pos: Tensor, word: Tensor, token_type: Tensor, position: Tensor,
+                 weight: Tensor, bias: Tensor, eps: float, q_scale: float | None, keep_out: bool = True,
+                 q_dtype: torch.dtype = E4M3) -> tuple[Tensor | None, Tensor | None]:
         check_ln_args(keep_out, q_scale)
         inputs = (ids, segs, pos, word, token_type, position, weight, bias)
         shape = (ids.shape[0], word.shape[1])
         return _launch(_embed_ln_kernel, inputs, (_inv(q_scale), eps), shape, word, keep_out, q_scale, q_dtype)
 
     @staticmethod
-    def add_ln(
-        x: Tensor,
-        x_bias: Tensor,
-        residual: Tensor,
-        weight: Tensor,
-        bias: Tensor,
-        eps: float,
-        q_scale: float | None,
-        residual_scale: float | None = None,
-        keep_out: bool = True,
-        q_dtype: torch.dtype = E4M3,
-    ) -> tuple[Tensor | None, Tensor | None]:
+    def add_ln(x: Tensor, x_bias: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, eps: float,
+               q_scale: float | None, residual_scale: float | None = None, keep_out: bool = True,
+               q_dtype: torch.dtype = E4M3) -> tuple[Tensor | None, Tensor | None]:
         check_ln_args(keep_out, q_scale, residual, residual_scale)
         inputs, scalars = (x, x_bias, residual, weight, bias), (residual_scale or 1.0, _inv(q_scale), eps)
         return _launch(_add_ln_kernel, inputs, scalars, x.shape, x, keep_out, q_scale, q_dtype)
 
     @staticmethod
-    def bias_gelu(
-        x: Tensor, bias: Tensor, q_scale: float | None, keep_out: bool, q_dtype: torch.dtype = E4M3
-    ) -> tuple[Tensor | None, Tensor | None]:
+    def bias_gelu(x: Tensor, bias: Tensor, q_scale: float | None, keep_out: bool,
+                  q_dtype: torch.dtype = E4M3) -> tuple[Tensor | None, Tensor | None]:
         return _launch(_bias_gelu_kernel, (x, bias), (_inv(q_scale),), x.shape, x, keep_out, q_scale, q_dtype, spare=x)
 
     @staticmethod

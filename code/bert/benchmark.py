@@ -79,20 +79,8 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription
     context = backend_context(config, choice)
     engine = backend_class(config["backend"]).engine_dir(config, context)
     named = model_provenance(config, choice, NAMING)
-    described: InputsDescription = {
-        "model": named.model,
-        "inputs": str(choice.data_dir) if choice.data_dir else
-        f"synthetic ({synthetic_count(config)} samples, "
-        f"{'all 384 tokens' if config['synthetic_lengths'] == 'max' else 'SQuAD-like lengths'})",
-        "weights": named.weights,
-        "device": context.device,
-        "invalid_because": named.invalid_because,
-        "checkpoint": choice.checkpoint,
-        "synthetic_inputs": choice.synthetic,
-    }
-    if engine is not None:
-        described["engine"] = str(engine)
-    return described
+    lengths = "all 384 tokens" if config["synthetic_lengths"] == "max" else "SQuAD-like lengths"
+    return named.described(choice, f"{synthetic_count(config)} samples, {lengths}", context.device, engine)
 
 
 def generate_engine(config: ResolvedConfig) -> EngineReport:

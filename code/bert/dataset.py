@@ -60,10 +60,6 @@ class BertFeatures:
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 
-    @property
-    def count(self) -> int:
-        return len(self)
-
     @classmethod
     def load(cls, preprocessed_dir: Path) -> BertFeatures:
         """Load `squad_tokenized/` from `preprocessed_dir` (or that folder itself, under any name)."""

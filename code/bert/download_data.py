@@ -52,15 +52,17 @@ def download_squad(data_dir: Path = DATA_DIR) -> list[Path]:
     return [fetch(remote, target, hint=RETRY_HINT) for remote in SQUAD_FILES]
 
 
+# What the command's --help says it does.
+HELP = (
+    "Download the SQuAD v1.1 dev set (dev-v1.1.json) and the MLCommons BERT calibration feature list "
+    "into <data_dir>/squad/, verifying each file's checksum. Interrupted downloads resume; files already "
+    "present and valid are kept without touching the network."
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the process exit code (0 on success)."""
-    parser = download_parser(
-        "code.bert.download_data",
-        "Download the SQuAD v1.1 dev set (dev-v1.1.json) and the MLCommons BERT calibration feature list "
-        "into <data_dir>/squad/, verifying each file's checksum. Interrupted downloads resume; files already "
-        "present and valid are kept without touching the network.",
-        "data_dir",
-    )
+    parser = download_parser("code.bert.download_data", HELP, "data_dir")
     args = parser.parse_args(argv)
     return download_command(lambda: download_squad(args.data_dir))
 

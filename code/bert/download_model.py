@@ -98,15 +98,17 @@ def download_bert_model(model_dir: Path = MODELS_DIR, formats: tuple[str, ...] =
     return paths
 
 
+# What the command's --help says it does.
+HELP = (
+    "Download the MLCommons BERT-Large SQuAD v1.1 checkpoint (fp32, F1 90.874) and vocab.txt from zenodo "
+    "into <model_dir>/bert/, verify each file's md5, and write bert_config.json. Interrupted downloads "
+    "resume; files already present and valid are kept without touching the network."
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the process exit code (0 on success)."""
-    parser = download_parser(
-        "code.bert.download_model",
-        "Download the MLCommons BERT-Large SQuAD v1.1 checkpoint (fp32, F1 90.874) and vocab.txt from zenodo "
-        "into <model_dir>/bert/, verify each file's md5, and write bert_config.json. Interrupted downloads "
-        "resume; files already present and valid are kept without touching the network.",
-        "model_dir",
-    )
+    parser = download_parser("code.bert.download_model", HELP, "model_dir")
     parser.add_argument(
         "--formats",
         default=",".join(DEFAULT_FORMATS),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from code.common.faults import CheckpointError
+from code.common.registry import pick
 
 
 @dataclass(frozen=True)
@@ -43,12 +44,10 @@ class BertConfig:
 
     @classmethod
     def from_name(cls, name: str) -> BertConfig:
-        if name not in BERT_CONFIGS:
-            raise ValueError(f"unknown BERT config {name!r}; known: {', '.join(sorted(BERT_CONFIGS))}")
-        return BERT_CONFIGS[name]
+        return pick("BERT config", BERT_CONFIGS, name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return asdict(self)
 
 
 BERT_CONFIGS: dict[str, BertConfig] = {

@@ -28,7 +28,7 @@ from code.bert.squad import (
 from code.bert.vocab import BertTokenizer, find_vocab
 from code.common.constants import DATASET_SIZE, Benchmark
 from code.common.download import file_checksum
-from code.common.faults import NoSpaceError, describe
+from code.common.faults import fault_exit
 from code.common.paths import DATA_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
 
 SQUAD_DEV_FILE = "dev-v1.1.json"
@@ -93,27 +93,17 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     try:
         manifest = preprocess(squad_json, out_dir, find_vocab(args.model_dir))
-    except (FileNotFoundError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except (NoSpaceError, OSError) as error:  # a full disk or a read-only folder: one line naming the fix
-        if (line := describe(error, writing_in=args.preprocessed_data_dir)) is None:
-            raise
-        print(f"error: {line}", file=sys.stderr)
-        return 2
+    except Exception as error:  # a missing or bad input, a full disk, a read-only folder: one line naming the fix
+        return fault_exit(error, writing_in=args.preprocessed_data_dir)
     print(
         f"SQuAD: {manifest['num_examples']} questions, {manifest['num_paragraphs']} paragraphs -> "
         f"{manifest['num_features']} features (mean length {manifest['mean_length']}, "
         f"max {manifest['max_length']}) in {time.monotonic() - start:.1f} s -> {out_dir}"
     )
-    if squad_json.name == SQUAD_DEV_FILE and (
-        manifest["num_examples"] != EXPECTED_DEV_EXAMPLES or manifest["num_features"] != EXPECTED_DEV_FEATURES
-    ):
-        print(
-            f"WARNING: expected {EXPECTED_DEV_EXAMPLES} questions -> {EXPECTED_DEV_FEATURES} features for the "
-            "SQuAD v1.1 dev set (MLPerf's QSL size)",
-            file=sys.stderr,
-        )
+    counts = (manifest["num_examples"], manifest["num_features"])
+    if squad_json.name == SQUAD_DEV_FILE and counts != (EXPECTED_DEV_EXAMPLES, EXPECTED_DEV_FEATURES):
+        print(f"WARNING: expected {EXPECTED_DEV_EXAMPLES} questions -> {EXPECTED_DEV_FEATURES} features for the "
+              "SQuAD v1.1 dev set (MLPerf's QSL size)", file=sys.stderr)
         return 1
     return 0
 

@@ -19,6 +19,7 @@ import gzip
 import json
 import pickle
 import shutil
+import sys
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -165,3 +166,14 @@ def describe(error: BaseException, writing_in: Path | None = None) -> str | None
         return f"no space left writing {where} ({reason}); {FREE_SPACE}, then run again"
     return (f"cannot write {where} ({reason}): the folder is read-only or not yours; make it writable, or write "
             "elsewhere (--log_dir, MLPERF_SCRATCH_PATH), then run again")
+
+
+def fault_exit(error: Exception, writing_in: Path | None = None, code: int = 2) -> int:
+    """For a command's ``except Exception``: print the one line of a fault the user fixes (a missing or malformed
+    input file, any ``describe``-d error) and return ``code``; re-raise anything else, a bug whose traceback is the
+    report. ``writing_in``: the folder the command writes, as for ``describe``."""
+    line = str(error) if isinstance(error, (FileNotFoundError, ValueError)) else describe(error, writing_in)
+    if line is None:
+        raise error
+    print(f"error: {line}", file=sys.stderr)
+    return code

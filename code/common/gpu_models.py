@@ -25,7 +25,6 @@ Capability = tuple[int, int]
 FP8_CAPABILITY: Capability = (8, 9)  # e4m3 tensor cores: Ada (8.9), Hopper (9.0), Blackwell (10.0)
 TRITON_CAPABILITY: Capability = (8, 0)  # our Triton kernels (and Triton itself) target Ampere and newer
 BF16_CAPABILITY: Capability = (8, 0)  # bf16 tensor cores: Ampere and newer
-FP16_CAPABILITY: Capability = (7, 0)  # fp16 tensor cores: Volta and newer
 
 
 def capability_text(capability: Capability) -> str:

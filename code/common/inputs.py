@@ -17,6 +17,7 @@ from typing import Any
 
 from code.common.backends import runs_model
 from code.common.benchmark_errors import InputsUnavailableError
+from code.common.benchmarks import InputsDescription
 from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, TestMode
 from code.common.fields import FieldError
@@ -181,6 +182,25 @@ class ModelProvenance:
     model: str
     weights: str
     invalid_because: list[str]
+
+    def described(self, choice: InputChoice, synthetic: str, device: str, engine: Path | None,
+                  **extra: Any) -> InputsDescription:
+        """The description ``describe_inputs`` returns, in the order ``make info`` prints it: ``synthetic`` says
+        what a synthetic set is made of, ``extra`` holds the benchmark's own entries (GPT-J's generation),
+        ``engine`` the engine folder the run loads, if any."""
+        described: InputsDescription = {
+            "model": self.model,
+            "inputs": str(choice.data_dir) if choice.data_dir else f"synthetic ({synthetic})",
+            "weights": self.weights,
+            **extra,  # type: ignore[typeddict-item]
+            "device": device,
+            "invalid_because": self.invalid_because,
+            "checkpoint": choice.checkpoint,
+            "synthetic_inputs": choice.synthetic,
+        }
+        if engine is not None:
+            described["engine"] = str(engine)
+        return described
 
 
 def model_provenance(config: ResolvedConfig, choice: InputChoice, naming: ModelNaming) -> ModelProvenance:

@@ -12,6 +12,15 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 K = TypeVar("K")
+V = TypeVar("V")
+
+
+def pick(kind: str, table: Mapping[K, V], name: K) -> V:
+    """``table[name]``, or a ValueError naming the known entries: how every lookup by a user's name fails."""
+    if name not in table:
+        known = ", ".join(sorted(str(getattr(key, "value", key)) for key in table))
+        raise ValueError(f"unknown {kind} {name!r}; known: {known}")
+    return table[name]
 
 
 class LazyRegistry(Mapping[K, str], Generic[K]):
@@ -35,9 +44,6 @@ class LazyRegistry(Mapping[K, str], Generic[K]):
 
     def load(self, name: K) -> Any:
         """Import and return what ``name`` is registered as; ValueError naming the known entries if none."""
-        if name not in self._targets:
-            known = ", ".join(sorted(str(getattr(key, "value", key)) for key in self._targets))
-            raise ValueError(f"unknown {self.kind} {name!r}; known: {known}")
-        module, _, attribute = self._targets[name].partition(":")
+        module, _, attribute = pick(self.kind, self._targets, name).partition(":")
         loaded = importlib.import_module(module)
         return getattr(loaded, attribute) if attribute else loaded

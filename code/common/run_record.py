@@ -33,6 +33,21 @@ class RunRecordError(ValueError):
         self.reason = reason
 
 
+def _section(key: str, doc: str) -> Any:
+    """A read-only accessor of the record's dict ``key``: {} where the test recorded none (older records)."""
+    return property(lambda self: self.data.get(key) or {}, doc=doc)
+
+
+def _entry(key: str, doc: str) -> Any:
+    """A read-only accessor of the record's value ``key``: None where the test recorded none."""
+    return property(lambda self: self.data.get(key), doc=doc)
+
+
+def _reading(key: str, doc: str) -> Any:
+    """A read-only accessor of a measurement's dict ``key``: None where it was not read (its absence is news)."""
+    return property(lambda self: value if isinstance(value := self.data.get(key), dict) else None, doc=doc)
+
+
 @dataclass
 class RunRecord:
     """One test's record as metadata.json holds it; a section a test did not record reads as empty (or None)."""
@@ -61,18 +76,10 @@ class RunRecord:
         value = self.data.get("round")
         return None if value is None else str(value)
 
-    @property
-    def loadgen_version(self) -> str | None:
-        return self.data.get("loadgen_version")
-
-    @property
-    def system_name(self) -> str | None:
-        return self.data.get("system_name")
-
-    @property
-    def config(self) -> dict[str, Any]:
-        """The resolved config: ``benchmark``, ``fields`` (values), ``sources`` (where each came from), ..."""
-        return self.data.get("config") or {}
+    loadgen_version = _entry("loadgen_version", "The LoadGen version that ran the test.")
+    system_name = _entry("system_name", "The system the test ran on, as its config names it.")
+    config = _section(
+        "config", "The resolved config: ``benchmark``, ``fields`` (values), ``sources`` (where each came from), ...")
 
     @property
     def has_config(self) -> bool:
@@ -96,60 +103,24 @@ class RunRecord:
         """The resolved config's field values."""
         return self.config.get("fields") or {}
 
-    @property
-    def provenance(self) -> dict[str, Any]:
-        return self.data.get("provenance") or {}
+    provenance = _section("provenance", "What the test ran on: ``describe_inputs``' description.")
+    engine = _section("engine", "Which engine of the config's ladder ran and why; {} before ladders existed.")
+    devices = _section("devices", "The devices the test ran on.")
+    versions = _section("versions", "The software versions that ran the test.")
+    engine_stats = _section(
+        "engine_stats", "A continuous engine's counters (completed samples, generated tokens, ...); {} for a batch "
+        "runner.")
 
-    @property
-    def engine(self) -> dict[str, Any]:
-        """Which engine of the config's ladder ran and why; {} before ladders existed."""
-        return self.data.get("engine") or {}
-
-    @property
-    def devices(self) -> dict[str, Any]:
-        return self.data.get("devices") or {}
-
-    @property
-    def versions(self) -> dict[str, Any]:
-        return self.data.get("versions") or {}
-
-    @property
-    def engine_stats(self) -> dict[str, Any]:
-        """A continuous engine's counters (completed samples, generated tokens, ...); {} for a batch runner."""
-        return self.data.get("engine_stats") or {}
-
-    @property
-    def power(self) -> dict[str, Any] | None:
-        """GPU power over the performance test's timed part (code/common/power.py); None when it was not read."""
-        value = self.data.get("power")
-        return value if isinstance(value, dict) else None
-
-    @property
-    def power_missing(self) -> str | None:
-        """Why ``power`` is None; None in records from before power was read."""
-        return self.data.get("power_missing")
-
-    @property
-    def audit_accuracy(self) -> dict[str, Any]:
-        """A TEST01 audit's accuracy scores of its logged responses; {} otherwise."""
-        return self.data.get("audit_accuracy") or {}
-
-    @property
-    def tuning(self) -> Any:
-        """How the harness tuned the test's expected rate or latency first, if it did."""
-        return self.data.get("tuning")
-
-    @property
-    def role(self) -> str | None:
-        """"probe" for a --test_run's probe, which only sized the test's query."""
-        return self.data.get("role")
-
-    @property
-    def host_load(self) -> dict[str, Any] | None:
-        """The host's load over the performance test's timed part (code/common/host_load.py); None when it was not
-        read (another test, a record from before it was read)."""
-        value = self.data.get("host_load")
-        return value if isinstance(value, dict) else None
+    power = _reading("power", "GPU power over the performance test's timed part (code/common/power.py); None when "
+                     "it was not read.")
+    power_missing = _entry("power_missing", "Why ``power`` is None; None in records from before power was read.")
+    audit_accuracy = _section("audit_accuracy", "A TEST01 audit's accuracy scores of its logged responses; {} "
+                              "otherwise.")
+    tuning = _entry("tuning", "How the harness tuned the test's expected rate or latency first, if it did.")
+    role = _entry("role", '"probe" for a --test_run\'s probe, which only sized the test\'s query.')
+    host_load = _reading("host_load", "The host's load over the performance test's timed part "
+                         "(code/common/host_load.py); None when it was not read (another test, a record from before "
+                         "it was read).")
 
     @property
     def gpu_count(self) -> int:

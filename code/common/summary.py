@@ -9,6 +9,7 @@ from typing import Any
 from code.common import atomic, loadgen_rules
 from code.common.beside_published import published_line
 from code.common.constants import ExitCode
+from code.common.host_load import host_line
 from code.common.noise import noise_line
 from code.common.power import power_note
 from code.common.run_logs import TestResult
@@ -168,6 +169,16 @@ def accuracy_gate_lines(results: list[RanTest]) -> list[str]:
     return lines
 
 
+def figure_notes(record: RunRecord, host: bool = False) -> list[str]:
+    """The lines under a test's figure, each where it has something to say: the figure per GPU beside the best
+    published one (code/common/beside_published.py), watts and samples per joule over the timed part
+    (code/common/power.py), with ``host`` the host's load (code/common/host_load.py), and a loaded host or a
+    throttled GPU (code/common/noise.py). The summary and report.md show the same lines."""
+    notes = [published_line(record), power_note(record), host_line(record.host_load) if host and record.host_load
+             else None, noise_line(record)]
+    return [note for note in notes if note]
+
+
 def format_summary(system: str, root: Path, results: list[RanTest],
                    interrupted_by: tuple[str, int] | None = None, stopped: str | None = None) -> str:
     """The summary table; ``interrupted_by`` (signal name, exit status) when a stop signal ended the run, whose
@@ -181,15 +192,7 @@ def format_summary(system: str, root: Path, results: list[RanTest],
             lines.append(f"  {benchmark_name}:")
             current = benchmark_name
         lines.append(f"    {result.scenario:<13} {result.mode:<16} {_describe(result)}")
-        beside = published_line(record)
-        if beside:  # the figure per GPU beside the best published one (code/common/beside_published.py)
-            lines.append(f"      {beside}")
-        power = power_note(record)
-        if power:  # under the figure: watts and samples per joule over the timed part (code/common/power.py)
-            lines.append(f"      {power}")
-        noise = noise_line(record)
-        if noise:  # a loaded host or a throttled GPU during the test (code/common/noise.py)
-            lines.append(f"      {noise}")
+        lines += [f"      {note}" for note in figure_notes(record)]
         if record.engine.get("summary"):  # which engine of the config's ladder ran, and why
             lines.append(f"      engine: {record.engine['summary']}")
         lines += _device_lines(record.devices)

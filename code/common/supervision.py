@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,29 +59,28 @@ class Interrupted(Exception):
 
 
 @contextmanager
-def stop_signals_raise() -> Iterator[None]:
+def _on_stop_signals(action: Any) -> Iterator[None]:
+    """Within the block, the stop signals get ``action``; after it, what they had before."""
+    previous = {signum: signal.signal(signum, action) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, earlier in previous.items():
+            signal.signal(signum, earlier)
+
+
+def stop_signals_raise() -> AbstractContextManager[None]:
     """Within the block, SIGINT, SIGTERM and SIGHUP raise ``Interrupted`` (a killed parent could clean nothing)."""
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, _frame: Any) -> None:
         raise Interrupted(signum)
 
-    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, action in previous.items():
-            signal.signal(signum, action)
+    return _on_stop_signals(handler)
 
 
-@contextmanager
-def stop_signals_ignored() -> Iterator[None]:
+def stop_signals_ignored() -> AbstractContextManager[None]:
     """Within the block, a second Ctrl-C cannot cut short the cleanup that the first one started."""
-    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, action in previous.items():
-            signal.signal(signum, action)
+    return _on_stop_signals(signal.SIG_IGN)
 
 
 class StartError(BenchmarkError):

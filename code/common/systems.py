@@ -117,10 +117,6 @@ class DetectedSystem:
         (kind, count), = kinds.items()
         return gpu_system_name(kind, count)
 
-    @property
-    def accelerator_name(self) -> str:
-        return self.gpus[0].name if self.gpus else "none"
-
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,

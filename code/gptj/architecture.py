@@ -8,8 +8,10 @@ plan (``code/gptj/memory_plan.py``, which a config resolves without loading torc
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
+
+from code.common.registry import pick
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,7 @@ class GptjConfig:
 
     @classmethod
     def from_name(cls, name: str) -> GptjConfig:
-        if name not in GPTJ_CONFIGS:
-            raise ValueError(f"unknown GPT-J config {name!r}; known: {', '.join(sorted(GPTJ_CONFIGS))}")
-        return GPTJ_CONFIGS[name]
+        return pick("GPT-J config", GPTJ_CONFIGS, name)
 
     @classmethod
     def from_hf(cls, hf: Mapping[str, Any]) -> GptjConfig:
@@ -66,7 +66,7 @@ class GptjConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return asdict(self)
 
 
 GPTJ_CONFIGS: dict[str, GptjConfig] = {

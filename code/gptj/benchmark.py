@@ -89,20 +89,8 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription
     generation = "greedy" if config["num_beams"] == 1 else f"beam search, width {config['num_beams']}"
     if config["synthetic_output_lengths"] == "forced":
         generation += "; EOS forced at drawn output lengths (mean ~70 tokens)"
-    described: InputsDescription = {
-        "model": named.model,
-        "inputs": str(choice.data_dir) if choice.data_dir else f"synthetic ({synthetic_count(config)} prompts, "
-                                                               f"{lengths})",
-        "weights": named.weights,
-        "generation": generation,
-        "device": context.device,
-        "invalid_because": invalid_because,
-        "checkpoint": choice.checkpoint,
-        "synthetic_inputs": choice.synthetic,
-    }
-    if engine is not None:
-        described["engine"] = str(engine)
-    return described
+    return named.described(choice, f"{synthetic_count(config)} prompts, {lengths}", context.device, engine,
+                           generation=generation)
 
 
 def check_model_name(config: ResolvedConfig) -> None:

@@ -33,15 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from code.common.faults import DataFileError, reading
-from code.gptj.prompt import (
-    FORMAT_VERSION,
-    INPUT_IDS_FILE,
-    INPUT_LENGTHS_FILE,
-    MANIFEST_FILE,
-    MAX_INPUT_TOKENS,
-    PROMPT_TEMPLATE,
-    TOKENIZED_SUBDIR,
-)
+from code.gptj import prompt as layout  # the tokenized folder preprocess_data writes
 from code.gptj.tokenizer import EOS_TOKEN_ID, PAD_TOKEN_ID, VOCAB_SIZE, GptjTokenizer, load_tokenizer
 from code.llm.cnn_dailymail import INSTRUCTION
 
@@ -67,7 +59,7 @@ def _template_ids(tokenizer: GptjTokenizer | None = None) -> tuple[np.ndarray, n
         tokenizer = tokenizer or load_tokenizer()
     except (FileNotFoundError, ValueError, ImportError):
         return None
-    before, after = PROMPT_TEMPLATE.split("{input}")
+    before, after = layout.PROMPT_TEMPLATE.split("{input}")
     return (
         np.array(tokenizer.encode(before.format(instruction=INSTRUCTION)), dtype=np.int32),
         np.array(tokenizer.encode(after), dtype=np.int32),
@@ -95,10 +87,6 @@ class GptjSamples:
         return int(self.lengths.shape[0])
 
     @property
-    def count(self) -> int:
-        return len(self)
-
-    @property
     def max_length(self) -> int:
         """Width of the padded array (1,919 for preprocessed data)."""
         return int(self.input_ids.shape[1])
@@ -108,31 +96,33 @@ class GptjSamples:
         """Load ``cnn_dailymail_tokenized_gptj/`` from ``preprocessed_dir`` (or that folder itself, or any folder
         of that layout such as the calibration set's), checked."""
         root = Path(preprocessed_dir)
-        own_layout = root.name == TOKENIZED_SUBDIR or (root / MANIFEST_FILE).is_file()
-        directory = root if own_layout else root / TOKENIZED_SUBDIR
-        names = (INPUT_IDS_FILE, INPUT_LENGTHS_FILE, MANIFEST_FILE)
+        own_layout = root.name == layout.TOKENIZED_SUBDIR or (root / layout.MANIFEST_FILE).is_file()
+        directory = root if own_layout else root / layout.TOKENIZED_SUBDIR
+        names = (layout.INPUT_IDS_FILE, layout.INPUT_LENGTHS_FILE, layout.MANIFEST_FILE)
         missing = [name for name in names if not (directory / name).is_file()]
         if missing:
             raise DataFileError(
                 f"GPT-J preprocessed data in {directory} is missing or incomplete ({', '.join(missing)}); "
                 "run `make preprocess_data BENCHMARKS=gptj`"
             )
-        with reading(directory / MANIFEST_FILE, _RELOAD_HINT):
-            manifest = json.loads((directory / MANIFEST_FILE).read_text(encoding="utf-8"))
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
-            raise DataFileError(f"{directory / MANIFEST_FILE} is not format {FORMAT_VERSION}; {_RELOAD_HINT}")
-        with reading(directory / INPUT_IDS_FILE, _RELOAD_HINT, also=(ValueError,)):
-            input_ids = np.load(directory / INPUT_IDS_FILE)
-        with reading(directory / INPUT_LENGTHS_FILE, _RELOAD_HINT, also=(ValueError,)):
-            lengths = np.load(directory / INPUT_LENGTHS_FILE)
+        with reading(directory / layout.MANIFEST_FILE, _RELOAD_HINT):
+            manifest = json.loads((directory / layout.MANIFEST_FILE).read_text(encoding="utf-8"))
+        if not isinstance(manifest, dict) or manifest.get("format") != layout.FORMAT_VERSION:
+            raise DataFileError(f"{directory / layout.MANIFEST_FILE} is not format {layout.FORMAT_VERSION}; "
+                                f"{_RELOAD_HINT}")
+        with reading(directory / layout.INPUT_IDS_FILE, _RELOAD_HINT, also=(ValueError,)):
+            input_ids = np.load(directory / layout.INPUT_IDS_FILE)
+        with reading(directory / layout.INPUT_LENGTHS_FILE, _RELOAD_HINT, also=(ValueError,)):
+            lengths = np.load(directory / layout.INPUT_LENGTHS_FILE)
         expected = (int(manifest["count"]), int(manifest["max_length"]))
         if input_ids.dtype != np.int32 or input_ids.shape != expected:
             raise DataFileError(
-                f"{directory / INPUT_IDS_FILE} is {input_ids.dtype} {input_ids.shape}, manifest says int32 "
+                f"{directory / layout.INPUT_IDS_FILE} is {input_ids.dtype} {input_ids.shape}, manifest says int32 "
                 f"{expected}; {_RELOAD_HINT}"
             )
         if lengths.dtype != np.int32 or lengths.shape != expected[:1]:
-            raise DataFileError(f"{directory / INPUT_LENGTHS_FILE} is {lengths.dtype} {lengths.shape}; {_RELOAD_HINT}")
+            raise DataFileError(f"{directory / layout.INPUT_LENGTHS_FILE} is {lengths.dtype} {lengths.shape}; "
+                                f"{_RELOAD_HINT}")
         pad = int(manifest.get("pad_token_id", PAD_TOKEN_ID))
         _check_layout(input_ids, lengths, pad, directory)
         eval_json = Path(manifest["eval_json"]) if manifest.get("eval_json") else None
@@ -144,7 +134,7 @@ class GptjSamples:
         count: int,
         seed: int = 0,
         length_scale: float = 1.0,
-        max_length: int = MAX_INPUT_TOKENS,
+        max_length: int = layout.MAX_INPUT_TOKENS,
         tokenizer: GptjTokenizer | None = None,
     ) -> GptjSamples:
         """``count`` prompts with CNN/DailyMail-like lengths (module docstring), deterministic in ``seed``.
@@ -175,7 +165,7 @@ class GptjSamples:
         return cls(_read_only(input_ids), _read_only(lengths), True, None, manifest)
 
     @classmethod
-    def full_length(cls, count: int, seed: int = 0, length: int = MAX_INPUT_TOKENS) -> GptjSamples:
+    def full_length(cls, count: int, seed: int = 0, length: int = layout.MAX_INPUT_TOKENS) -> GptjSamples:
         """``count`` random-token prompts all at ``length`` (the 1,919-token cap): the worst case for throughput."""
         rng = np.random.default_rng(seed)
         input_ids = rng.integers(*_ORDINARY_IDS, size=(count, length), dtype=np.int32)
@@ -248,9 +238,9 @@ def _check_layout(input_ids: np.ndarray, lengths: np.ndarray, pad: int, director
     """Lengths in [1, W], ids in the vocabulary, and every position past a row's length holding ``pad``."""
     width = input_ids.shape[1]
     if lengths.size and (int(lengths.min()) < 1 or int(lengths.max()) > width):
-        raise DataFileError(f"{directory / INPUT_LENGTHS_FILE} has lengths outside [1, {width}]; {_RELOAD_HINT}")
+        raise DataFileError(f"{directory / layout.INPUT_LENGTHS_FILE} has lengths outside [1, {width}]; {_RELOAD_HINT}")
     if input_ids.size and (int(input_ids.min()) < 0 or int(input_ids.max()) >= VOCAB_SIZE):
-        raise DataFileError(f"{directory / INPUT_IDS_FILE} has ids outside [0, {VOCAB_SIZE}); {_RELOAD_HINT}")
+        raise DataFileError(f"{directory / layout.INPUT_IDS_FILE} has ids outside [0, {VOCAB_SIZE}); {_RELOAD_HINT}")
     padding = np.arange(width, dtype=np.int32)[None, :] >= lengths[:, None]
     if not np.all(input_ids[padding] == pad):
-        raise DataFileError(f"{directory / INPUT_IDS_FILE} is not right-padded with {pad}; {_RELOAD_HINT}")
+        raise DataFileError(f"{directory / layout.INPUT_IDS_FILE} is not right-padded with {pad}; {_RELOAD_HINT}")

@@ -171,16 +171,17 @@ def download_cnn_dailymail(
     return eval_json
 
 
+# What the command's --help says it does.
+HELP = (
+    f"Write the MLPerf GPT-J eval set, CNN/DailyMail 3.0.0 validation ({CNN_DAILYMAIL_VALIDATION_SAMPLES:,} "
+    "articles), as <data_dir>/cnn-daily-mail/cnn_eval.json in the reference's format. The articles and "
+    "highlights come from MLCommons' R2-hosted llama3.1-8b cnn_eval.json (md5-verified) or from --source_json."
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the process exit code (0 on success)."""
-    parser = download_parser(
-        "code.gptj.download_data",
-        f"Write the MLPerf GPT-J eval set, CNN/DailyMail 3.0.0 validation ({CNN_DAILYMAIL_VALIDATION_SAMPLES:,} "
-        "articles), as <data_dir>/cnn-daily-mail/cnn_eval.json in the reference's format. The articles and "
-        "highlights come from MLCommons' R2-hosted llama3.1-8b cnn_eval.json (md5-verified) or from --source_json.",
-        "data_dir",
-        r2_metadata=True,
-    )
+    parser = download_parser("code.gptj.download_data", HELP, "data_dir", r2_metadata=True)
     parser.add_argument("--uri", default=CNN_EVAL_URI, help=f"R2 metadata URL of the source (default: {CNN_EVAL_URI})")
     parser.add_argument(
         "--source_json",

@@ -131,16 +131,17 @@ def download_gptj_model(
     return paths
 
 
+# What the command's --help says it does.
+HELP = (
+    "Download the MLCommons fine-tuned GPT-J-6B checkpoint (fp32, HF format, ~24 GB) from MLCommons R2 "
+    "storage into <model_dir>/GPTJ-6B/checkpoint-final/, verifying each file against the published md5 "
+    "list. Interrupted downloads resume; verified files are kept without downloading them again."
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the process exit code (0 on success)."""
-    parser = download_parser(
-        "code.gptj.download_model",
-        "Download the MLCommons fine-tuned GPT-J-6B checkpoint (fp32, HF format, ~24 GB) from MLCommons R2 "
-        "storage into <model_dir>/GPTJ-6B/checkpoint-final/, verifying each file against the published md5 "
-        "list. Interrupted downloads resume; verified files are kept without downloading them again.",
-        "model_dir",
-        r2_metadata=True,
-    )
+    parser = download_parser("code.gptj.download_model", HELP, "model_dir", r2_metadata=True)
     parser.add_argument("--uri", default=GPTJ_CHECKPOINT_URI, help=f"R2 metadata URL (default: {GPTJ_CHECKPOINT_URI})")
     parser.add_argument("--list", action="store_true", help="print the files and URLs, download nothing else")
     args = parser.parse_args(argv)

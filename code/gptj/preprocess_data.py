@@ -29,7 +29,7 @@ import numpy as np
 
 from code.common import atomic
 from code.common.download import file_checksum
-from code.common.faults import NoSpaceError, check_free_space, describe
+from code.common.faults import check_free_space, fault_exit
 from code.common.paths import DATA_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
 from code.common.periodic import track
 from code.gptj.prompt import (
@@ -160,14 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                                     dataset="CNN/DailyMail 3.0.0 train: the MLPerf GPT-J calibration list")
             print(f"CNN/DailyMail calibration: {calibrated['count']} prompts (mean {calibrated['mean_length']} "
                   f"tokens) -> {calibration_dir}")
-    except (FileNotFoundError, ValueError) as error:  # CnnDailyMailError is a ValueError
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except (NoSpaceError, OSError) as error:  # a full disk or a read-only folder: one line naming the fix
-        if (line := describe(error, writing_in=args.preprocessed_data_dir)) is None:
-            raise
-        print(f"error: {line}", file=sys.stderr)
-        return 2
+    except Exception as error:  # a missing or bad input (CnnDailyMailError is a ValueError), a full disk, a
+        # read-only folder: one line naming the fix
+        return fault_exit(error, writing_in=args.preprocessed_data_dir)
     print(
         f"CNN/DailyMail: {manifest['count']} prompts (mean {manifest['mean_length']} tokens, max "
         f"{manifest['max_real_length']}, {manifest['num_truncated']} truncated to {manifest['max_length']}) in "

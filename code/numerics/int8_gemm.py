@@ -221,18 +221,9 @@ def _check(xq: Tensor, weight_q: Tensor, dequant_scale: Tensor, bias: Tensor | N
         raise ValueError(f"int8_gemm's tensors are on several devices: {sorted(map(str, devices))}")
 
 
-def int8_gemm(
-    xq: Tensor,
-    weight_q: Tensor,
-    dequant_scale: Tensor,
-    bias: Tensor | None = None,
-    *,
-    gelu: bool = False,
-    out_scale: float | None = None,
-    out_dtype: torch.dtype = torch.float16,
-    method: str = "triton",
-    tile: Int8Tile | None = None,
-) -> Tensor:
+def int8_gemm(xq: Tensor, weight_q: Tensor, dequant_scale: Tensor, bias: Tensor | None = None, *, gelu: bool = False,
+              out_scale: float | None = None, out_dtype: torch.dtype = torch.float16, method: str = "triton",
+              tile: Int8Tile | None = None) -> Tensor:
     """``reference_gemm``'s arithmetic on the GPU (``code.numerics.int8``): int8 ``xq [M, K]`` and ``weight_q
     [N, K]``, float32 ``dequant_scale [N]``, 16-bit ``bias [N]``; returns ``[M, N]`` int8 (``out_scale``) or
     ``out_dtype``. ``method``: ``triton`` (one fused kernel) or ``int_mm`` (cuBLAS's int8 GEMM, then the epilogue as

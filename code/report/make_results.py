@@ -23,13 +23,13 @@ def main(argv: list[str] | None = None) -> int:
     logs_dir = args.build_dir / "logs"
     try:
         if args.compare is None:
-            print(write_results(logs_dir, args.build_dir / RESULTS_CSV))
+            written = write_results(logs_dir, args.build_dir / RESULTS_CSV)
         else:
-            run_a, run_b = parse_pair(args.compare, logs_dir)
-            print(write_comparison(run_a, run_b, args.build_dir / COMPARE_CSV))
+            written = write_comparison(*parse_pair(args.compare, logs_dir), args.build_dir / COMPARE_CSV)
     except ResultsError as error:
         print(f"ERROR: {error}", file=sys.stderr)
         return 2
+    print(written)
     return 0
 
 

@@ -9,11 +9,9 @@ from typing import Any
 from code.common.atomic import write_text
 from code.common.beside_published import beside_published
 from code.common.constants import SERVER_LATENCY_BOUND_NS, Benchmark
-from code.common.host_load import host_line
-from code.common.noise import noise_line
-from code.common.power import power_note
 from code.common.run_logs import read_detail_log, run_test_parts
 from code.common.run_record import RunRecord, RunRecordError, read_record, record_path
+from code.common.summary import figure_notes
 from code.harness.core import SAMPLE_TIMES_FILE, SampleTimes
 from code.report.figures import PERCENTILES, SampleStats, draw_latency, draw_timeline, sample_stats
 
@@ -73,17 +71,7 @@ def write_test_report(folder: Path, draw: bool = True) -> TestReport:
     reasons = result.get("invalid_reasons", [])
     lines = [f"# {title}", "", f"- verdict: **{verdict}**" + (f" ({'; '.join(reasons)})" if reasons else ""),
              f"- {_figure(result)}"]
-    beside = beside_published(record)
-    if beside:
-        lines.append(f"- {beside.line()}")
-    power = power_note(record)
-    if power:
-        lines.append(f"- {power}")
-    if record.host_load:
-        lines.append(f"- {host_line(record.host_load)}")
-    noise = noise_line(record)
-    if noise:
-        lines.append(f"- {noise}")
+    lines += [f"- {note}" for note in figure_notes(record, host=True)]
     not_submittable = result.get("not_submittable") or []
     if not_submittable:
         lines.append(f"- not submittable: {'; '.join(not_submittable)}")
@@ -109,6 +97,7 @@ def write_test_report(folder: Path, draw: bool = True) -> TestReport:
         lines.append(f"No {SAMPLE_TIMES_FILE} in this folder (the run predates it): LoadGen's figures only.")
         lines += _power_table(record.power)
     write_text(folder / REPORT_FILE, "\n".join(lines) + "\n")
+    beside = beside_published(record)
     return TestReport(folder, title, verdict, _figure(result), stats, beside.cell() if beside else "-")
 
 

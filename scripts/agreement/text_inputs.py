@@ -42,7 +42,7 @@ import random
 import re
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,15 +199,18 @@ def _distribution(name: str) -> importlib.metadata.Distribution | None:
         return None
 
 
+def _files(name: str, keep: Callable[[str], bool]) -> Iterator[tuple[str, importlib.metadata.PackagePath]]:
+    """The files of an installed distribution whose path ``keep`` takes, as (path, file), in path order; none when
+    it is not installed."""
+    dist = _distribution(name)
+    for file in sorted(dist.files or [], key=str) if dist is not None else []:
+        if keep(str(file)):
+            yield str(file), file
+
+
 def _prose_file_documents(name: str) -> Iterator[Document]:
     """License texts, READMEs and the package description of one installed distribution."""
-    dist = _distribution(name)
-    if dist is None:
-        return
-    for file in sorted(dist.files or [], key=str):
-        path = str(file)
-        if not _PROSE_FILE.search(path) or _NOT_PROSE_FILE.search(path):
-            continue
+    for path, file in _files(name, lambda path: bool(_PROSE_FILE.search(path)) and not _NOT_PROSE_FILE.search(path)):
         try:
             text = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError, ValueError):
@@ -218,13 +221,7 @@ def _prose_file_documents(name: str) -> Iterator[Document]:
 
 def _docstring_documents(name: str) -> Iterator[Document]:
     """One document per module of a distribution: its docstrings in source order (module, classes, functions)."""
-    dist = _distribution(name)
-    if dist is None:
-        return
-    for file in sorted(dist.files or [], key=str):
-        path = str(file)
-        if not path.endswith(".py") or "/test" in path:
-            continue
+    for path, file in _files(name, lambda path: path.endswith(".py") and "/test" not in path):
         try:
             tree = ast.parse(file.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError):

@@ -20,6 +20,8 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +71,16 @@ class CpuClock:
         self.calls = 0
         self._lock = threading.Lock()
 
-    def add(self, seconds: float) -> None:
-        with self._lock:
-            self.cpu_s += seconds
-            self.calls += 1
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        """Around one call of the runner: add the CPU seconds of this thread, also when the call raises."""
+        started = time.thread_time()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.cpu_s += time.thread_time() - started
+                self.calls += 1
 
 
 class TimedBatchRunner:
@@ -80,11 +88,8 @@ class TimedBatchRunner:
         self.inner, self.clock = inner, CpuClock()
 
     def run_batch(self, sample_indices: Any) -> Any:
-        started = time.thread_time()
-        try:
+        with self.clock.call():
             return self.inner.run_batch(sample_indices)
-        finally:
-            self.clock.add(time.thread_time() - started)
 
 
 class TimedContinuousRunner:
@@ -92,11 +97,8 @@ class TimedContinuousRunner:
         self.inner, self.clock = inner, CpuClock()
 
     def run_continuous(self, session: Any) -> None:
-        started = time.thread_time()
-        try:
+        with self.clock.call():
             self.inner.run_continuous(session)
-        finally:
-            self.clock.add(time.thread_time() - started)
 
 
 def timed(runner: Any) -> TimedBatchRunner | TimedContinuousRunner:

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from scripts.gpu.steps import run_steps
+from scripts.gpu.steps import print_summary, result_rows, run_steps
 
 ROWS: list[str] = []  # the short table printed last
 HEADS, HEAD_DIM, LAYERS = 16, 64, 24
@@ -206,17 +206,15 @@ def check_correctness(s: Setup, details: dict[str, Any]) -> None:
     details["correctness"] = results
     ROWS.append(f"correctness on {len(s.lengths)} sequences, {n} tokens ({s.source}), max len {s.max_len}:")
     ROWS.append(f"  {'case':<48} {'max err':>9} {'rel':>9} {'vs FA2 max':>11} {'FA2 max':>9} pad")
-    for name, r in results.items():
-        if "error" in r:
-            ROWS.append(f"  {name:<48} FAILED {r['error'][:80]}")
-            continue
+
+    def row(name: str, r: dict[str, Any]) -> str:
         other = r.get("vs_fa2") or r.get("vs_fa2_quantized") or r.get("vs_dequantized_ref") or {}
         fa = r.get("fa2_quantized_vs_ref") or r.get("fa2_vs_ref") or {}
         pad = r.get("padding_untouched", r.get("empty_untouched"))
-        ROWS.append(
-            f"  {name:<48} {r['vs_ref']['max']:9.2e} {r['vs_ref']['rel']:9.2e} "
-            f"{other.get('max', float('nan')):11.2e} {fa.get('max', float('nan')):9.2e} {pad}"
-        )
+        return (f"  {name:<48} {r['vs_ref']['max']:9.2e} {r['vs_ref']['rel']:9.2e} "
+                f"{other.get('max', float('nan')):11.2e} {fa.get('max', float('nan')):9.2e} {pad}")
+
+    result_rows(ROWS, results, 48, row, cut=80)
 
 
 def run_tune(s: Setup, details: dict[str, Any]) -> None:
@@ -330,11 +328,7 @@ def main() -> None:
         ("timing", lambda: run_timing(setup, details)),
     ]
     run_steps(steps, skip, details, ROWS, lambda: args.out.write_text(json.dumps(details, indent=1, default=str)))
-    print(
-        f"\n=== check_attention {details['date']} {details['device']} torch {details['torch']} "
-        f"triton {details['triton']} steps {details.get('step_s')}"
-    )
-    print("\n".join(ROWS))
+    print_summary("check_attention", details, ROWS, f"triton {details['triton']}")
 
 
 if __name__ == "__main__":

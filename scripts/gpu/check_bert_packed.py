@@ -27,6 +27,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,7 @@ from code.bert.packed.packed_model import (
 from code.bert.packed.packing import unpack
 from code.bert.packed.spec import ALL_FP8_GEMMS, PackedKernels
 from scripts.gpu.packed_variants import packed_bert
-from scripts.gpu.steps import run_steps
+from scripts.gpu.steps import print_summary, result_rows, run_steps
 
 ROWS: list[str] = []  # the short table printed last
 
@@ -53,6 +54,25 @@ ROWS: list[str] = []  # the short table printed last
 def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     return float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref))
+
+
+def elementwise_inputs(g: torch.Generator, dev: str, dtype: torch.dtype, rows: int, h: int, f: int) -> SimpleNamespace:
+    """Random inputs of the LayerNorm, GELU and quantize kernels at width ``h`` (FFN width ``f``), ``rows`` tokens,
+    with BERT's vocabulary, token types and positions: one set both kernel checks draw, so both test the same
+    value ranges."""
+
+    def rnd(*shape: int, std: float = 1.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=g, device=dev) * std).to(dtype)
+
+    def ints(high: int) -> torch.Tensor:
+        return torch.randint(0, high, (rows,), generator=g, device=dev, dtype=torch.int32)
+
+    word, typ, pos = rnd(30522, h, std=0.05), rnd(2, h, std=0.05), rnd(512, h, std=0.05)
+    w, b = 1 + rnd(h, std=0.1), rnd(h, std=0.1)
+    x, res, bias = rnd(rows, h, std=3.0), rnd(rows, h), rnd(h, std=0.5)
+    return SimpleNamespace(embed_ln=(ints(30522), ints(2), ints(384), word, typ, pos, w, b, 1e-12),
+                           add_ln=(x, bias, res, w, b, 1e-12), x=x, res=res, bias=bias, w=w, b=b,
+                           hh=rnd(rows, f, std=2.0), b1=rnd(f, std=0.5))
 
 
 def check_kernels(details: dict[str, Any]) -> None:
@@ -68,20 +88,13 @@ def check_kernels(details: dict[str, Any]) -> None:
         def rnd(*shape: int, std: float = 1.0, dt: torch.dtype = dtype) -> torch.Tensor:
             return (torch.randn(*shape, generator=g, device=dev) * std).to(dt)
 
-        word, typ, pos = rnd(30522, h, std=0.05), rnd(2, h, std=0.05), rnd(512, h, std=0.05)
-        w, b = 1 + rnd(h, std=0.1), rnd(h, std=0.1)
-        ids = torch.randint(0, 30522, (rows,), generator=g, device=dev, dtype=torch.int32)
-        segs = torch.randint(0, 2, (rows,), generator=g, device=dev, dtype=torch.int32)
-        poss = torch.randint(0, 384, (rows,), generator=g, device=dev, dtype=torch.int32)
-        x, res, bias = rnd(rows, h, std=3.0), rnd(rows, h), rnd(h, std=0.5)
-        hh, b1 = rnd(rows, f, std=2.0), rnd(f, std=0.5)
+        inputs = elementwise_inputs(g, dev, dtype, rows, h, f)
+        x, res, bias, w, b, hh, b1 = inputs.x, inputs.res, inputs.bias, inputs.w, inputs.b, inputs.hh, inputs.b1
         scale = 8.0 / 448
-        for name, args, kw in (
-            ("embed_ln", (ids, segs, poss, word, typ, pos, w, b, 1e-12), {}),
-            ("add_ln", (x, bias, res, w, b, 1e-12), {}),
-        ):
+        for name in ("embed_ln", "add_ln"):
+            args = getattr(inputs, name)
             for q in (None, scale):
-                out, oq = getattr(TritonOps, name)(*args, q, **kw)
+                out, oq = getattr(TritonOps, name)(*args, q)
                 ref, rq = getattr(TorchOps, name)(
                     *(a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args), q
                 )
@@ -255,14 +268,9 @@ def check_accuracy(details: dict[str, Any], model: BertQA, count: int, variants:
     details[key] = results
     ROWS.append(f"{key} vs eager fp32 on {count} synthetic features (random weights):")
     ROWS.append(f"  {'variant':<26} {'max err':>8} {'mean err':>9} {'rel':>8} {'start':>7} {'end':>7} {'span':>7}")
-    for name, r in results.items():
-        if "error" in r:
-            ROWS.append(f"  {name:<26} FAILED {r['error'][:150]}")
-            continue
-        ROWS.append(
-            f"  {name:<26} {r['max_err']:8.4f} {r['mean_err']:9.5f} {r['rel']:8.2e} "
-            f"{r['start_agree']:7.2%} {r['end_agree']:7.2%} {r['span_agree']:7.2%}"
-        )
+    result_rows(ROWS, results, 26, lambda name, r: (
+        f"  {name:<26} {r['max_err']:8.4f} {r['mean_err']:9.5f} {r['rel']:8.2e} "
+        f"{r['start_agree']:7.2%} {r['end_agree']:7.2%} {r['span_agree']:7.2%}"))
 
 
 def time_variants(
@@ -634,15 +642,10 @@ def check_int8_kernels(details: dict[str, Any], device: str = "cuda", rows: int 
         return tuple(a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
 
     results: dict[str, dict[str, Any]] = {}
-    word, typ, pos = rnd(30522, h, std=0.05), rnd(2, h, std=0.05), rnd(512, h, std=0.05)
-    w, b = 1 + rnd(h, std=0.1), rnd(h, std=0.1)
-    ids = torch.randint(0, 30522, (rows,), generator=g, device=dev, dtype=torch.int32)
-    segs = torch.randint(0, 2, (rows,), generator=g, device=dev, dtype=torch.int32)
-    poss = torch.randint(0, 384, (rows,), generator=g, device=dev, dtype=torch.int32)
-    x, res, bias = rnd(rows, h, std=3.0), rnd(rows, h), rnd(h, std=0.5)
-    hh, b1 = rnd(rows, f, std=2.0), rnd(f, std=0.5)
-    for name, args in (("embed_ln", (ids, segs, poss, word, typ, pos, w, b, 1e-12)),
-                       ("add_ln", (x, bias, res, w, b, 1e-12))):
+    inputs = elementwise_inputs(g, dev, torch.float16, rows, h, f)
+    x, hh, b1 = inputs.x, inputs.hh, inputs.b1
+    for name in ("embed_ln", "add_ln"):
+        args = getattr(inputs, name)
         exact, _ = getattr(TorchOps, name)(*f32(args), None)
         scale = int8.scale_from_amax(float(exact.abs().max()))
         _, got = getattr(TritonOps, name)(*args, scale, keep_out=False, q_dtype=i8)
@@ -683,14 +686,10 @@ def check_int8_kernels(details: dict[str, Any], device: str = "cuda", rows: int 
     details["int8_kernels"] = results
     ROWS.append(f"int8 kernels vs float32 definitions ({rows} rows; rel: dequantized output vs float32 before "
                 "rounding):")
-    for key, r in results.items():
-        if "error" in r:
-            ROWS.append(f"  {key:<30} FAILED {r['error'][:150]}")
-        elif "off_share" in r:
-            ROWS.append(f"  {key:<30} rel {r['rel']:.2e}, {r['off_share']:.3%} one level off (max {r['max_levels']})")
-        else:
-            ROWS.append(f"  {key:<30} rel {r['rel']:.2e} (max {r['max']:.2e}), vs unquantized float32 "
-                        f"{r['rel_vs_unquantized']:.2e}")
+    result_rows(ROWS, results, 30, lambda key, r: (
+        f"  {key:<30} rel {r['rel']:.2e}, {r['off_share']:.3%} one level off (max {r['max_levels']})"
+        if "off_share" in r else
+        f"  {key:<30} rel {r['rel']:.2e} (max {r['max']:.2e}), vs unquantized float32 {r['rel_vs_unquantized']:.2e}"))
 
 
 def _gemm_fns(a: torch.Tensor, w: torch.Tensor, b: torch.Tensor, gelu: bool) -> dict[str, Any]:
@@ -907,11 +906,7 @@ def main() -> None:
     ]
     report = args.out / "check_bert_packed.json"
     run_steps(steps, skip, details, ROWS, lambda: report.write_text(json.dumps(details, indent=1, default=str)))
-    print(
-        f"\n=== check_bert_packed {details['date']} {details['device']} torch {details['torch']} "
-        f"varlen_attn={details['varlen_attn']} steps {details.get('step_s')}"
-    )
-    print("\n".join(ROWS))
+    print_summary("check_bert_packed", details, ROWS, f"varlen_attn={details['varlen_attn']}")
 
 
 if __name__ == "__main__":

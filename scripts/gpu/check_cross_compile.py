@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from scripts.gpu import cross_compile as xc
-from scripts.gpu.steps import run_steps
+from scripts.gpu.steps import print_summary, run_steps
 
 ROWS: list[str] = []  # the summary printed before the table
 BERT_LAYERS = 2  # BERT-large's widths; two layers: the first and the last differ (fp8_residual)
@@ -420,9 +420,7 @@ def main() -> None:
             run_steps(steps, set(filter(None, args.skip.split(","))) - {"compile"}, details, ROWS, save)
         finally:
             compiler.close()
-    print(f"\n=== check_cross_compile {details['date']} {details['device']} torch {details['torch']} "
-          f"triton {details['triton']} steps {details.get('step_s')}")
-    print("\n".join(ROWS))
+    print_summary("check_cross_compile", details, ROWS, f"triton {details['triton']}")
     print("\n".join(details.get("table", [])))
 
 

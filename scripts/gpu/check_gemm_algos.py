@@ -134,6 +134,25 @@ def graph_ms(calls: list[Callable[[], Any]], reps: int) -> float:
     return gpu_ms(graph.replay, reps) / len(calls)
 
 
+
+def try_candidates(heuristics: list[Any], measure: Callable[[Any], tuple[float, float]], unit: str,
+                   max_rel: float) -> tuple[list[dict], list[dict], dict | None, dict | None]:
+    """Each algorithm cuBLASLt offers, measured (``measure``: its error against torch's output and its time in
+    ``unit``), or the error it raised (one it offers but cannot run or capture is noted and skipped); then those
+    within ``max_rel``, the heuristic's first choice and the fastest of those (None where there is none)."""
+    results = []
+    for i, heuristic in enumerate(heuristics):
+        try:
+            err, took = measure(heuristic)
+        except Exception as error:  # noqa: BLE001 - the other algorithms' figures still count
+            results.append({"index": i, "error": str(error)[:200]})
+            continue
+        results.append({"index": i, unit: took, "rel": err, "waves": heuristic.waves_count})
+    ok = [r for r in results if unit in r and r["rel"] < max_rel]
+    first = next((r for r in results if r["index"] == 0 and unit in r), None)
+    return results, ok, first, min(ok, key=lambda r: r[unit]) if ok else None
+
+
 def time_case_graph(label: str, make: Callable, n: int, k: int, m: int, flag: bool, args: Any) -> dict:
     """``time_case`` in a CUDA graph of ``args.graph`` GEMMs of the shape, each with its own weights (as a forward's
     layers: no weight stays in L2 from one call to the next); microseconds per GEMM."""
@@ -141,18 +160,12 @@ def time_case_graph(label: str, make: Callable, n: int, k: int, m: int, flag: bo
     lt0, torch0, x0 = copies[0]
     ref = torch0()
     torch_us = graph_ms([fn for _, fn, _ in copies], args.reps) * 1e3
-    results = []
-    for i, heuristic in enumerate(lt0.heuristics(m, args.candidates)):
-        try:
-            err = rel(lt0.run(x0, heuristic), ref)
-            us = graph_ms([lambda lt=lt, x=x, h=heuristic: lt.run(x, h) for lt, _, x in copies], args.reps) * 1e3
-        except Exception as error:  # an algorithm cuBLASLt offers but cannot run or capture: note it, go on
-            results.append({"index": i, "error": str(error)[:200]})
-            continue
-        results.append({"index": i, "us": us, "rel": err, "waves": heuristic.waves_count})
-    ok = [r for r in results if "us" in r and r["rel"] < args.max_rel]
-    first = next((r for r in results if r["index"] == 0 and "us" in r), None)
-    best = min(ok, key=lambda r: r["us"]) if ok else None
+
+    def measure(heuristic: Any) -> tuple[float, float]:
+        err = rel(lt0.run(x0, heuristic), ref)
+        return err, graph_ms([lambda lt=lt, x=x: lt.run(x, heuristic) for lt, _, x in copies], args.reps) * 1e3
+
+    results, ok, first, best = try_candidates(lt0.heuristics(m, args.candidates), measure, "us", args.max_rel)
     weight_mb = n * k * copies[0][0].weight.element_size() / 1e6
     first_text = f"{first['us']:.2f}" if first else "-"
     best_text = f"#{best['index']} {best['us']:.2f} ({weight_mb / best['us']:.2f} TB/s)" if best else "-"
@@ -167,19 +180,11 @@ def time_case(label: str, lt: LtGemm, torch_fn: Callable, x: torch.Tensor, n: in
     flop = 2.0 * tokens * n * k
     ref = torch_fn()
     torch_ms = gpu_ms(torch_fn, args.reps)
-    results = []
-    for i, heuristic in enumerate(lt.heuristics(tokens, args.candidates)):
-        try:
-            got = lt.run(x, heuristic)
-            err = rel(got, ref)
-            ms = gpu_ms(lambda h=heuristic: lt.run(x, h), args.reps)
-        except Exception as error:  # an algorithm cuBLASLt offers but cannot run: note it, try the next
-            results.append({"index": i, "error": str(error)[:200]})
-            continue
-        results.append({"index": i, "ms": ms, "rel": err, "waves": heuristic.waves_count})
-    ok = [r for r in results if "ms" in r and r["rel"] < args.max_rel]
-    first = next((r for r in results if r["index"] == 0 and "ms" in r), None)
-    best = min(ok, key=lambda r: r["ms"]) if ok else None
+
+    def measure(heuristic: Any) -> tuple[float, float]:
+        return rel(lt.run(x, heuristic), ref), gpu_ms(lambda: lt.run(x, heuristic), args.reps)
+
+    results, ok, first, best = try_candidates(lt.heuristics(tokens, args.candidates), measure, "ms", args.max_rel)
     row = {"torch_ms": torch_ms, "first": first, "best": best, "candidates": results, "gflop": flop / 1e9}
     tf = lambda ms: flop / ms / 1e9  # noqa: E731 - TFLOP/s from ms
     first_text = f"{first['ms']:.3f} ({tf(first['ms']):.0f})" if first else "-"

@@ -312,7 +312,7 @@ def test_preprocess_truncates_and_pads_like_the_reference(
 def test_loader_round_trip(preprocessed: tuple[Path, dict], records: list[dict], tokenizer: GptjTokenizer) -> None:
     out, _ = preprocessed
     samples = GptjSamples.load(out.parent)  # the parent folder works too
-    assert len(samples) == samples.count == 6 and not samples.is_synthetic
+    assert len(samples) == 6 and not samples.is_synthetic
     assert samples.eval_json == FIXTURE.resolve() and samples.max_length == 1919
     for i, record in enumerate(records):
         prompt = samples.prompt(i)
@@ -354,7 +354,7 @@ def test_preprocess_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     args = ["--eval_json", str(FIXTURE), "--preprocessed_data_dir", str(tmp_path)]
     assert preprocess_data.main(args) == 0
     assert "6 prompts" in capsys.readouterr().out
-    assert GptjSamples.load(tmp_path).count == 6
+    assert len(GptjSamples.load(tmp_path)) == 6
     # a cnn_eval.json with the wrong number of records is flagged (QSL size 13368)
     short = tmp_path / "data" / "cnn-daily-mail" / "cnn_eval.json"
     short.parent.mkdir(parents=True)
@@ -710,7 +710,7 @@ def test_preprocess_tokenizes_the_calibration_set_and_engines_calibrate_on_it(tm
     assert preprocess_data.main(args) == 0
     calibration_dir = pre / CALIBRATION_TOKENIZED_SUBDIR
     samples = GptjSamples.load(calibration_dir)
-    assert samples.count == 6 and samples.manifest["dataset"].endswith("the MLPerf GPT-J calibration list")
+    assert len(samples) == 6 and samples.manifest["dataset"].endswith("the MLPerf GPT-J calibration list")
     validation = GptjSamples.load(pre)
     assert [samples.prompt(i).tolist() for i in range(6)] == [validation.prompt(i).tolist() for i in range(6)]
     assert calibration_source(0, calibration_dir).startswith("mlperf:")

@@ -42,31 +42,9 @@ def _store_q(q_ptr, offs, y, inv_scale, mask, Q_INT8: tl.constexpr):
 
 
 @triton.jit
-def _layernorm_store(
-    x,
-    cols,
-    mask,
-    row,
-    w_ptr,
-    b_ptr,
-    out_ptr,
-    q_ptr,
-    inv_scale,
-    eps,
-    N: tl.constexpr,
-    WRITE_OUT: tl.constexpr,
-    WRITE_Q: tl.constexpr,
-    Q_INT8: tl.constexpr,
-):
-    """LayerNorm of one float32 row; stores the 16-bit result (the next residual, unless the residual stream is
-    kept in e4m3) and, for an 8-bit GEMM that reads it, its 8-bit copy."""
-    mean = tl.sum(x, axis=0) / N
-    d = tl.where(mask, x - mean, 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / N + eps)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    y = d * rstd * w + b
-    offs = row * N + cols
+def _store_outputs(y, offs, mask, out_ptr, q_ptr, inv_scale, WRITE_OUT: tl.constexpr, WRITE_Q: tl.constexpr,
+                   Q_INT8: tl.constexpr):
+    """Store a kernel's float32 result: the 16-bit output (``WRITE_OUT``) and the 8-bit copy (``WRITE_Q``)."""
     if WRITE_OUT:
         tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
     if WRITE_Q:
@@ -74,25 +52,22 @@ def _layernorm_store(
 
 
 @triton.jit
-def _embed_ln_kernel(
-    ids_ptr,
-    seg_ptr,
-    pos_ptr,
-    word_ptr,
-    type_ptr,
-    posemb_ptr,
-    w_ptr,
-    b_ptr,
-    out_ptr,
-    q_ptr,
-    inv_scale,
-    eps,
-    N: tl.constexpr,
-    BLOCK: tl.constexpr,
-    WRITE_OUT: tl.constexpr,
-    WRITE_Q: tl.constexpr,
-    Q_INT8: tl.constexpr,
-):
+def _layernorm_store(x, cols, mask, row, w_ptr, b_ptr, out_ptr, q_ptr, inv_scale, eps, N: tl.constexpr,
+                     WRITE_OUT: tl.constexpr, WRITE_Q: tl.constexpr, Q_INT8: tl.constexpr):
+    """LayerNorm of one float32 row; stores the 16-bit result (the next residual, unless the residual stream is
+    kept in e4m3) and, for an 8-bit GEMM that reads it, its 8-bit copy."""
+    mean = tl.sum(x, axis=0) / N
+    d = tl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / N + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    _store_outputs(d * rstd * w + b, row * N + cols, mask, out_ptr, q_ptr, inv_scale, WRITE_OUT, WRITE_Q, Q_INT8)
+
+
+@triton.jit
+def _embed_ln_kernel(ids_ptr, seg_ptr, pos_ptr, word_ptr, type_ptr, posemb_ptr, w_ptr, b_ptr, out_ptr, q_ptr,
+                     inv_scale, eps, N: tl.constexpr, BLOCK: tl.constexpr, WRITE_OUT: tl.constexpr,
+                     WRITE_Q: tl.constexpr, Q_INT8: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < N
@@ -106,30 +81,24 @@ def _embed_ln_kernel(
 
 
 @triton.jit
-def _add_ln_kernel(
-    x_ptr,
-    bias_ptr,
-    res_ptr,
-    w_ptr,
-    b_ptr,
-    out_ptr,
-    q_ptr,
-    res_scale,
-    inv_scale,
-    eps,
-    N: tl.constexpr,
-    BLOCK: tl.constexpr,
-    WRITE_OUT: tl.constexpr,
-    WRITE_Q: tl.constexpr,
-    Q_INT8: tl.constexpr,
-):
-    """``res_scale``: the residual is e4m3 stored with that scale (1.0: the residual is 16-bit)."""
+def _row_plus_bias(x_ptr, bias_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
+    """This program's row of ``x`` plus the bias vector, in float32, with the row's column indices, mask and offsets
+    (the start of the add + LayerNorm and bias + GELU kernels)."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < N
     offs = row * N + cols
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     x += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    return row, cols, mask, offs, x
+
+
+@triton.jit
+def _add_ln_kernel(x_ptr, bias_ptr, res_ptr, w_ptr, b_ptr, out_ptr, q_ptr, res_scale, inv_scale, eps,
+                   N: tl.constexpr, BLOCK: tl.constexpr, WRITE_OUT: tl.constexpr, WRITE_Q: tl.constexpr,
+                   Q_INT8: tl.constexpr):
+    """``res_scale``: the residual is e4m3 stored with that scale (1.0: the residual is 16-bit)."""
+    row, cols, mask, offs, x = _row_plus_bias(x_ptr, bias_ptr, N, BLOCK)
     x += tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32) * res_scale
     _layernorm_store(x, cols, mask, row, w_ptr, b_ptr, out_ptr, q_ptr, inv_scale, eps, N, WRITE_OUT, WRITE_Q, Q_INT8)
 
@@ -147,29 +116,11 @@ def _erf(x):
 
 
 @triton.jit
-def _bias_gelu_kernel(
-    x_ptr,
-    bias_ptr,
-    out_ptr,
-    q_ptr,
-    inv_scale,
-    N: tl.constexpr,
-    BLOCK: tl.constexpr,
-    WRITE_OUT: tl.constexpr,
-    WRITE_Q: tl.constexpr,
-    Q_INT8: tl.constexpr,
-):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < N
-    offs = row * N + cols
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    x += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+def _bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, q_ptr, inv_scale, N: tl.constexpr, BLOCK: tl.constexpr,
+                      WRITE_OUT: tl.constexpr, WRITE_Q: tl.constexpr, Q_INT8: tl.constexpr):
+    row, cols, mask, offs, x = _row_plus_bias(x_ptr, bias_ptr, N, BLOCK)
     y = 0.5 * x * (1.0 + _erf(x * 0.7071067811865476))
-    if WRITE_OUT:
-        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
-    if WRITE_Q:
-        _store_q(q_ptr, offs, y, inv_scale, mask, Q_INT8)
+    _store_outputs(y, offs, mask, out_ptr, q_ptr, inv_scale, WRITE_OUT, WRITE_Q, Q_INT8)
 
 
 def _warps(n: int) -> int:
@@ -186,6 +137,39 @@ def _q_dtype(q_dtype: torch.dtype) -> torch.dtype:
     return q_dtype
 
 
+def _launch(
+    kernel,
+    inputs: tuple,
+    scalars: tuple,
+    shape: tuple[int, int],
+    like: Tensor,
+    keep_out: bool,
+    q_scale: float | None,
+    q_dtype: torch.dtype,
+    spare: Tensor | None = None,
+) -> tuple[Tensor | None, Tensor | None]:
+    """Run one of the row-wise kernels above, one program per row of ``shape`` (``scalars``: its arguments after
+    the two output pointers): its 16-bit output, ``like``'s dtype (with ``keep_out``), and 8-bit copy (with
+    ``q_scale``), each None when not written. A pointer the kernel does not write still takes a tensor, never
+    written: ``spare``, else the other output (the kernels' compiled variants are named by those dtypes)."""
+    rows, n = shape
+    out = torch.empty((rows, n), dtype=like.dtype, device=like.device) if keep_out else None
+    q = torch.empty((rows, n), dtype=_q_dtype(q_dtype), device=like.device) if q_scale else None
+    kernel[(rows,)](
+        *inputs,
+        out if out is not None else (spare if spare is not None else q),
+        q if q is not None else (spare if spare is not None else out),
+        *scalars,
+        N=n,
+        BLOCK=triton.next_power_of_2(n),
+        WRITE_OUT=keep_out,
+        WRITE_Q=bool(q_scale),
+        Q_INT8=bool(q_scale) and q_dtype == INT8,
+        num_warps=_warps(n),
+    )
+    return out, q
+
+
 class TritonOps:
     """The CUDA implementations of ``packed_model.TorchOps``' interface (same arguments, same results). ``q_scale``:
     also write the 8-bit copy, of dtype ``q_dtype`` (e4m3 or int8), quantized with that scale."""
@@ -193,105 +177,26 @@ class TritonOps:
     name = "triton"
 
     @staticmethod
-    def embed_ln(
-        ids: Tensor,
-        segs: Tensor,
-        pos: Tensor,
-        word: Tensor,
-        token_type: Tensor,
-        position: Tensor,
-        weight: Tensor,
-        bias: Tensor,
-        eps: float,
-        q_scale: float | None,
-        keep_out: bool = True,
-        q_dtype: torch.dtype = E4M3,
-    ) -> tuple[Tensor | None, Tensor | None]:
-        rows, n = ids.shape[0], word.shape[1]
+    def embed_ln(ids: Tensor, segs: Tensor, pos: Tensor, word: Tensor, token_type: Tensor, position: Tensor,
+                 weight: Tensor, bias: Tensor, eps: float, q_scale: float | None, keep_out: bool = True,
+                 q_dtype: torch.dtype = E4M3) -> tuple[Tensor | None, Tensor | None]:
         check_ln_args(keep_out, q_scale)
-        out = torch.empty((rows, n), dtype=word.dtype, device=word.device) if keep_out else None
-        q = torch.empty((rows, n), dtype=_q_dtype(q_dtype), device=word.device) if q_scale else out
-        block = triton.next_power_of_2(n)
-        _embed_ln_kernel[(rows,)](
-            ids,
-            segs,
-            pos,
-            word,
-            token_type,
-            position,
-            weight,
-            bias,
-            out if keep_out else q,  # never written without keep_out
-            q,
-            _inv(q_scale),
-            eps,
-            N=n,
-            BLOCK=block,
-            WRITE_OUT=keep_out,
-            WRITE_Q=bool(q_scale),
-            Q_INT8=bool(q_scale) and q_dtype == INT8,
-            num_warps=_warps(n),
-        )
-        return out, (q if q_scale else None)
+        inputs = (ids, segs, pos, word, token_type, position, weight, bias)
+        shape = (ids.shape[0], word.shape[1])
+        return _launch(_embed_ln_kernel, inputs, (_inv(q_scale), eps), shape, word, keep_out, q_scale, q_dtype)
 
     @staticmethod
-    def add_ln(
-        x: Tensor,
-        x_bias: Tensor,
-        residual: Tensor,
-        weight: Tensor,
-        bias: Tensor,
-        eps: float,
-        q_scale: float | None,
-        residual_scale: float | None = None,
-        keep_out: bool = True,
-        q_dtype: torch.dtype = E4M3,
-    ) -> tuple[Tensor | None, Tensor | None]:
-        rows, n = x.shape
+    def add_ln(x: Tensor, x_bias: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, eps: float,
+               q_scale: float | None, residual_scale: float | None = None, keep_out: bool = True,
+               q_dtype: torch.dtype = E4M3) -> tuple[Tensor | None, Tensor | None]:
         check_ln_args(keep_out, q_scale, residual, residual_scale)
-        out = torch.empty((rows, n), dtype=x.dtype, device=x.device) if keep_out else None
-        q = torch.empty((rows, n), dtype=_q_dtype(q_dtype), device=x.device) if q_scale else out
-        _add_ln_kernel[(rows,)](
-            x,
-            x_bias,
-            residual,
-            weight,
-            bias,
-            out if keep_out else q,  # never written without keep_out
-            q,
-            residual_scale or 1.0,
-            _inv(q_scale),
-            eps,
-            N=n,
-            BLOCK=triton.next_power_of_2(n),
-            WRITE_OUT=keep_out,
-            WRITE_Q=bool(q_scale),
-            Q_INT8=bool(q_scale) and q_dtype == INT8,
-            num_warps=_warps(n),
-        )
-        return out, (q if q_scale else None)
+        inputs, scalars = (x, x_bias, residual, weight, bias), (residual_scale or 1.0, _inv(q_scale), eps)
+        return _launch(_add_ln_kernel, inputs, scalars, x.shape, x, keep_out, q_scale, q_dtype)
 
     @staticmethod
-    def bias_gelu(
-        x: Tensor, bias: Tensor, q_scale: float | None, keep_out: bool, q_dtype: torch.dtype = E4M3
-    ) -> tuple[Tensor | None, Tensor | None]:
-        rows, n = x.shape
-        out = torch.empty_like(x) if keep_out else x
-        q = torch.empty((rows, n), dtype=_q_dtype(q_dtype), device=x.device) if q_scale else x
-        _bias_gelu_kernel[(rows,)](
-            x,
-            bias,
-            out,
-            q,
-            _inv(q_scale),
-            N=n,
-            BLOCK=triton.next_power_of_2(n),
-            WRITE_OUT=keep_out,
-            WRITE_Q=bool(q_scale),
-            Q_INT8=bool(q_scale) and q_dtype == INT8,
-            num_warps=_warps(n),
-        )
-        return (out if keep_out else None), (q if q_scale else None)
+    def bias_gelu(x: Tensor, bias: Tensor, q_scale: float | None, keep_out: bool,
+                  q_dtype: torch.dtype = E4M3) -> tuple[Tensor | None, Tensor | None]:
+        return _launch(_bias_gelu_kernel, (x, bias), (_inv(q_scale),), x.shape, x, keep_out, q_scale, q_dtype, spare=x)
 
     @staticmethod
     def quantize(x: Tensor, scale: float, q_dtype: torch.dtype = E4M3) -> Tensor:

@@ -6,10 +6,6 @@ import json
 from collections.abc import Iterator
 from dataclasses import replace
 
-from code.actions.common import resolved_configs, scenarios_of, system_name
-from code.common.arguments import RunRequest
-from code.common.benchmarks import InputsUnavailableError, load_benchmark
-from code.common.config import NoEngineError, ResolvedConfig, check_run_args_used
 from code.common.constants import TestMode
 from code.common.system_description import (
     DescriptionFiles,
@@ -19,6 +15,10 @@ from code.common.system_description import (
     shown,
 )
 from code.common.systems import detect_system, gpu_model_for_system
+from code.config.resolved import NoEngineError, ResolvedConfig, check_run_args_used
+from code.mlperf.arguments import RunRequest
+from code.mlperf.benchmarks import InputsUnavailableError, load_benchmark
+from code.tuning.plans import resolved_configs, scenarios_of, system_name
 
 
 def describe_description(system: str) -> list[str]:

@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from code.common.atomic import write_text
-from code.common.beside_published import beside_published
 from code.common.constants import SERVER_LATENCY_BOUND_NS, Benchmark
 from code.common.host_load import host_line
-from code.common.noise import noise_line
-from code.common.power import power_note
-from code.common.run_logs import read_detail_log, run_test_parts
-from code.common.run_record import RunRecord, RunRecordError, read_record, record_path
 from code.harness.core import SAMPLE_TIMES_FILE, SampleTimes
+from code.mlperf.beside_published import beside_published
+from code.mlperf.noise import noise_line
+from code.mlperf.power import power_note
+from code.mlperf.run_logs import read_detail_log, run_test_parts
+from code.mlperf.run_record import RunRecord, RunRecordError, read_record, record_path
 from code.report.figures import PERCENTILES, SampleStats, draw_latency, draw_timeline, sample_stats
 
 REPORT_FILE = "report.md"

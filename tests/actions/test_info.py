@@ -8,7 +8,8 @@ import pytest
 
 from code.common.constants import AccuracyTarget, Benchmark, Scenario
 from code.common.paths import REPO_ROOT
-from configs.configuration import ConfigRegistry, WorkloadSetting
+from code.config.registry import ConfigRegistry
+from code.config.resolved import WorkloadSetting
 
 RATES = {Scenario.Offline: "offline_expected_qps", Scenario.Server: "server_target_qps"}
 
@@ -44,7 +45,7 @@ def test_info_resolves_x2_and_x4_with_their_rates_and_says_where_they_came_from(
 def test_info_shows_each_scenario_once_and_a_benchmark_that_fits_no_engine(capsys):
     """--scenarios=all names each scenario once; GPT-J on a GPU too small for it says so and BERT is still shown."""
     from code.actions.info import info
-    from code.common.arguments import parse_run_args
+    from code.mlperf.arguments import parse_run_args
 
     info(parse_run_args(["--action=info", "--benchmarks=gptj-99,bert-99", "--scenarios=all",
                          "--system_name=A10_24GBx1"]))

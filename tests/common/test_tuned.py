@@ -1,4 +1,4 @@
-"""The tuned-value store (code/common/tuned.py) and where config resolution puts it: round trip, stale and corrupt
+"""The tuned-value store (code/config/tuned.py) and where config resolution puts it: round trip, stale and corrupt
 files (ignored with one warning naming the fix), a folder that cannot be written, and RUN_ARGS > tuned > config
 class > default, as ``make info`` shows it."""
 
@@ -9,11 +9,12 @@ import sys
 
 import pytest
 
-from code.common import paths, tuned
-from code.common.config import WorkloadSetting
+from code.common import paths
 from code.common.constants import Benchmark, Scenario
 from code.common.paths import REPO_ROOT
-from configs.configuration import resolve_config
+from code.config import tuned
+from code.config.resolve import resolve_config
+from code.config.resolved import WorkloadSetting
 
 
 @pytest.fixture
@@ -153,7 +154,8 @@ def test_a_tuned_value_is_the_whole_systems_and_never_scaled(store):
 
 def test_make_info_shows_the_tuned_source(tmp_path):
     env = {**os.environ, "MLPERF_TUNED_DIR": str(tmp_path / "tuned")}
-    code = ("import sys; from code.common import paths, tuned; from pathlib import Path; from code.common.constants "
+    code = ("import sys; from code.common import paths; from code.config import tuned; from pathlib import Path; "
+            "from code.common.constants "
             "import Scenario; paths.TUNED_DIR = Path(sys.argv[1]); "
             "tuned.write_tuned('CPU', 'bert-99', Scenario.Offline, 11.2, 'probe')")
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "tuned")], cwd=REPO_ROOT, check=True, env=env)
@@ -189,7 +191,8 @@ def test_no_warning_of_a_stored_value_when_run_args_give_it(tmp_path):
     """A stored value measured with other settings is warned about only when the run would have used it: the
     warning's own fix is to give the value, and a run that gives it must not hear it again."""
     env = {**os.environ, "MLPERF_TUNED_DIR": str(tmp_path / "tuned")}
-    code = ("import sys; from code.common import paths, tuned; from pathlib import Path; from code.common.constants "
+    code = ("import sys; from code.common import paths; from code.config import tuned; from pathlib import Path; "
+            "from code.common.constants "
             "import Scenario; paths.TUNED_DIR = Path(sys.argv[1]); "
             "tuned.write_tuned('CPU', 'bert-99', Scenario.Offline, 11.2, 'probe', {'gpu_batch_size': '8'})")
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "tuned")], cwd=REPO_ROOT, check=True, env=env)
@@ -240,8 +243,8 @@ def test_corrupt_engine_misses_are_ignored_naming_the_fix(store):
 
 
 def test_a_moved_test_folder_points_its_records_at_the_new_place(tmp_path):
-    from code.common.run_logs import relocate_test
-    from code.common.run_record import write_metadata
+    from code.mlperf.run_logs import relocate_test
+    from code.mlperf.run_record import write_metadata
 
     old = tmp_path / "run" / "CPU" / "bert-99" / "Offline"
     old.mkdir(parents=True)
@@ -303,7 +306,8 @@ def test_a_file_of_one_value_is_still_read(store):
 WRITER = """
 import sys
 from pathlib import Path
-from code.common import paths, tuned
+from code.common import paths
+from code.config import tuned
 from code.common.constants import Scenario
 
 paths.TUNED_DIR = Path(sys.argv[1])

@@ -10,8 +10,7 @@ and the class's own values are its last engine's. The measurements are in docume
 """
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from code.common.cpu_features import BestCpuPrecision
-from configs.any_gpu import gpu_model_classes
+from code.config.cpu_features import BestCpuPrecision
 from configs.bert import (
     BertBaseConfig,
     bert_99_9_ladder,
@@ -20,7 +19,7 @@ from configs.bert import (
     high_accuracy_on_gpu,
     on_gpu,
 )
-from configs.configuration import ConfigRegistry
+from configs.configuration import ConfigRegistry, gpu_model_classes
 
 
 class OfflineBaseConfig(BertBaseConfig):
@@ -31,7 +30,7 @@ class OfflineBaseConfig(BertBaseConfig):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class CPU(OfflineBaseConfig):
     """Any machine without an NVIDIA GPU: the embedded default and CI. Its precision is the CPU's choice
-    (bf16 only with AMX or AVX512-BF16: code/common/cpu_features.py)."""
+    (bf16 only with AMX or AVX512-BF16: code/config/cpu_features.py)."""
 
     precision = BestCpuPrecision()  # bf16 where the CPU has bf16 arithmetic, else fp32
     device = "cpu"
@@ -93,5 +92,5 @@ class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
 
 
 # Every other GPU model's classes (A100_SXM4_40GB, L4, ...; code/common/gpu_models.py) are derived from the H100 SXM's
-# and the GPU (configs/any_gpu.py), and named here as if written: configs.bert.Offline.A100_SXM4_40GB.
+# and the GPU (code/config/any_gpu.py), and named here as if written: configs.bert.Offline.A100_SXM4_40GB.
 __getattr__ = gpu_model_classes(Benchmark.BERT, Scenario.Offline)

@@ -10,8 +10,7 @@ query; the CPU class exists so the flow runs everywhere (its result is INVALID, 
 """
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from code.common.cpu_features import BestCpuPrecision
-from configs.any_gpu import gpu_model_classes
+from code.config.cpu_features import BestCpuPrecision
 from configs.bert import (
     BertBaseConfig,
     bert_99_9_ladder,
@@ -20,7 +19,7 @@ from configs.bert import (
     high_accuracy_on_gpu,
     on_gpu,
 )
-from configs.configuration import ConfigRegistry
+from configs.configuration import ConfigRegistry, gpu_model_classes
 
 
 class ServerBaseConfig(BertBaseConfig):
@@ -95,5 +94,5 @@ class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
 
 
 # Every other GPU model's classes (A100_SXM4_40GB, L4, ...; code/common/gpu_models.py) are derived from the H100 SXM's
-# and the GPU (configs/any_gpu.py), and named here as if written: configs.bert.Server.A100_SXM4_40GB.
+# and the GPU (code/config/any_gpu.py), and named here as if written: configs.bert.Server.A100_SXM4_40GB.
 __getattr__ = gpu_model_classes(Benchmark.BERT, Scenario.Server)

@@ -10,8 +10,7 @@ QPS is the class's times the count; every other value is the class's (configs/co
 """
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from configs.any_gpu import gpu_model_classes
-from configs.configuration import ConfigRegistry
+from configs.configuration import ConfigRegistry, gpu_model_classes
 from configs.gptj import CPU_MODEL, GptjBaseConfig, gptj_ladder
 
 
@@ -75,5 +74,5 @@ class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
 
 
 # Every other GPU model's classes (A100_SXM4_40GB, L4, ...; code/common/gpu_models.py) are derived from the H100 SXM's
-# and the GPU (configs/any_gpu.py), and named here as if written: configs.gptj.Offline.A100_SXM4_40GB.
+# and the GPU (code/config/any_gpu.py), and named here as if written: configs.gptj.Offline.A100_SXM4_40GB.
 __getattr__ = gpu_model_classes(Benchmark.GPTJ, Scenario.Offline)

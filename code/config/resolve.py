@@ -1,0 +1,233 @@
+"""The resolution of one config: a registered class's fields as a system's values, laid under the tuned values and
+RUN_ARGS.
+
+A system ``<model>x<count>`` uses its own class when there is one, else its GPU model's, and its throughputs (the
+fields marked ``system_rate``: Offline's expected and Server's target QPS) are the per-GPU ones times the count;
+every other value, latencies included, is the class's as it is. A name without a count (``MyBox``) whose class
+derives from a GPU model's takes the count from its class, its description or the machine (``system_gpus``), or
+says its rates are one GPU's and why; a rate a system's own class sets is the whole system's, and a GPU model's own
+name is one GPU. ``resolve_config`` looks the class up, turns its fields into the system's values
+(``system_values``) and hands them to ``code.config.resolved.resolve_fields``, which holds the one precedence rule
+(RUN_ARGS > tuned > rung > config class > field default; tuned values were measured on the whole system and are
+never scaled).
+
+A class may list the engines it can run for its accuracy target, fastest first: ``engine_ladder = (Rung(...), ...)``
+(code/config/ladder.py). A rung's values are the class's for that engine and come between the tuned values and the
+class's own (RUN_ARGS > tuned > rung > config class > default); a subclass's own value of a field that is not an
+engine field (a rate of its own system) wins over the rung of a ladder it inherits, as the nearest class wins
+anywhere, while an engine field set below the ladder is refused: it would make every rung the same engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from code.common import systems
+from code.common.constants import Benchmark, Scenario
+from code.common.gpu_models import by_name
+from code.common.system_description import DescriptionFiles, described_gpu_count, shown
+from code.common.systems import gpu_model_and_count, gpu_model_for_system
+from code.config.capabilities import runnable_rungs
+from code.config.classes import BenchmarkConfiguration
+from code.config.cpu_features import BestCpuPrecision
+from code.config.fields import FIELDS, FieldError
+from code.config.ladder import Ladder, Rung, engine_fields, given_engine_fields, matching_rung
+from code.config.registry import ConfigRegistry
+from code.config.resolved import ConfigError, NoEngineError, ResolvedConfig, WorkloadSetting, resolve_fields
+from code.config.tuned import tuned_fields
+
+
+def system_gpus(config: type[BenchmarkConfiguration], system: str) -> tuple[int | None, str]:
+    """How many GPUs ``system`` has, which the per-GPU rates it inherits are multiplied by, and where a count its
+    name does not give comes from ("" where the name or its class gives it); None, with why, when nothing does.
+
+    In order: the count its name gives (``<model>x<count>``); its class's ``gpu_count`` (what make add_system
+    writes for ``MyBox``); ``accelerators_per_node`` of its description (systems/<system>.json, its user file over
+    it), where a person states the system; this machine's GPUs, which a run of it uses. A name without a count
+    asks the last two only when a rate is to be scaled (``_per_gpu_on``), so a CPU system never asks NVML."""
+    found = gpu_model_and_count(system)
+    if found:
+        return found[1], ""
+    if config.gpu_count:
+        return config.gpu_count, ""
+    described = described_gpu_count(system)
+    if described:
+        return described, f"accelerators_per_node of {shown(DescriptionFiles.of(system).base)}"
+    here = len(systems.this_machine().gpus)
+    if here:
+        return here, "this machine's GPUs, which a run uses"
+    return None, (f"{system} states no GPU count and this machine has no GPU: set gpu_count in its class (make "
+                  f"add_system SYSTEM={system} GPU_MODEL=<model> GPU_COUNT=<count> writes it) or "
+                  f"accelerators_per_node in systems/{system}.json")
+
+
+def _per_gpu_on(config: type[BenchmarkConfiguration], owner: type[BenchmarkConfiguration], system: str) -> bool:
+    """Whether the rates ``owner`` sets are one GPU's on ``system``, to be multiplied by its GPU count: ``owner``
+    is named after a GPU model, or is a base class (``per_gpu``), and is not the system's own class, whose rates
+    are the whole system's (``MyBox``'s as ``H200_SXM_141GBx2``'s). A name without a count is a system of GPUs
+    unless its class runs on the CPU (``CPU``, make add_system's stubs), whose rates are the machine's; a name
+    that is a GPU model's (``H200_SXM_141GB``) is one GPU, as its class describes."""
+    if not owner.per_gpu() or owner.system_name() == system:
+        return False
+    if gpu_model_and_count(system) is not None:
+        return True
+    return by_name(system) is None and config.fields().get("device") != "cpu"
+
+
+def _scaled_rate(name: str, value: Any, source: str, gpus: tuple[int | None, str]) -> tuple[Any, str]:
+    """A per-GPU rate as the system's, its source saying by how many GPUs (and where that count came from), or, with
+    no count, that it stays one GPU's and why."""
+    count, where = gpus
+    if not count:
+        return value, f"{source}, one GPU's: {where}"
+    source = f"{source} x {count} GPU{'s' if count != 1 else ''}"
+    value = FIELDS[name].check(value * count, f"config class {source}")
+    return value, f"{source} ({where})" if where else source
+
+
+def system_values(config: type[BenchmarkConfiguration], system: str) -> dict[str, tuple[Any, str]]:
+    """The config class's fields as ``system``'s values, each with its source as `make info` shows it.
+
+    A throughput (``system_rate`` field) set by a per-GPU class (``per_gpu``: named after a GPU model) is one
+    GPU's: on a system ``<model>x<count>`` it is multiplied by the count, its source saying so
+    (``H200_SXM_141GB x 2 GPUs``). The rule follows where the value was set, not which class was looked up, so a
+    user's ``H200_SXM_141GBx2`` derived from ``H200_SXM_141GB`` gets two GPUs' worth of what it inherits, and what
+    it sets itself is the whole system's. A ``BestCpuPrecision`` is this machine's choice, its source saying why.
+    A value the setting class notes (``value_notes``: an estimate, a value derived from the GPU) says so after its
+    source."""
+    owners = config.field_owners()
+    scaled = {name for name, (_, owner) in owners.items()
+              if FIELDS[name].system_rate and _per_gpu_on(config, owner, system)}
+    gpus = system_gpus(config, system) if scaled else (None, "")
+    values: dict[str, tuple[Any, str]] = {}
+    for name, (value, owner) in owners.items():
+        if name in scaled:
+            value, source = _scaled_rate(name, value, owner.__name__, gpus)
+            values[name] = (value, noted(owner, name, source))
+        elif isinstance(value, BestCpuPrecision):  # the CPU decides: bf16 only with bf16 arithmetic
+            chosen, why = value.choose()
+            values[name] = (chosen, f"{owner.__name__}: {why}")
+        else:
+            values[name] = (value, noted(owner, name, owner.__name__))
+    return values
+
+
+def noted(owner: type[BenchmarkConfiguration], name: str, source: str) -> str:
+    """``source`` with the note ``owner`` itself keeps for field ``name`` (``value_notes``), if it keeps one."""
+    note = vars(owner).get("value_notes", {}).get(name)
+    return f"{source} ({note})" if note else source
+
+
+def rung_values(config: type[BenchmarkConfiguration], rung: Rung, system: str,
+                below: dict[str, tuple[Any, str]]) -> dict[str, tuple[Any, str]]:
+    """The rung's values as ``system``'s, each with its source (``H200_SXM_141GB engine_ladder[fp8]``), over
+    ``below`` (the class's ``system_values``). A rate is scaled as the class that set the ladder scales its own
+    (``system_values``); a value a subclass of that class sets itself stays (the nearest class wins)."""
+    owner = config.ladder_owner()
+    assert owner is not None, "a rung comes from a ladder"
+    setters = config.field_owners()
+    scaled = _per_gpu_on(config, owner, system) and any(FIELDS[name].system_rate for name in rung.values)
+    gpus = system_gpus(config, system) if scaled else (None, "")
+    values = dict(below)
+    for name, value in rung.values.items():
+        setter = setters.get(name, (None, None))[1]
+        if setter is not None and setter is not owner and issubclass(setter, owner):
+            continue  # set by a class below the ladder's: its own system's value
+        source = f"{owner.__name__} engine_ladder[{rung.name}]"
+        if scaled and FIELDS[name].system_rate:
+            value, source = _scaled_rate(name, value, source, gpus)
+        values[name] = (value, noted(owner, name, source))
+    return values
+
+
+def system_ladder(config: type[BenchmarkConfiguration], system: str,
+                  below: dict[str, tuple[Any, str]]) -> tuple[Ladder, tuple[tuple[str, str], ...]]:
+    """The class's engine ladder as ``system`` runs it: the rungs its GPU model can run (code/config/capabilities.py)
+    and the others, each with the reason it is skipped. A system of no known GPU model (``CPU``, ``MyBox``) runs the
+    ladder as it is. Refuses a ladder of which the GPU runs no rung, saying why for each."""
+    ladder = config.engine_ladder if config.ladder_owner() else ()
+    gpu = (gpu_model_for_system(system) or config.gpu_model) if ladder else None  # MyBox: its class's GPU model
+    if gpu is None:
+        return ladder, tuple(config.skipped_rungs)
+    kept, skipped = runnable_rungs(config.benchmark, ladder, {name: value for name, (value, _) in below.items()},
+                                   gpu.capability)
+    skipped = tuple(config.skipped_rungs) + skipped
+    if not kept:
+        reasons = "; ".join(f"{name}: {why}" for name, why in skipped)
+        raise NoEngineError(f"{system}: {gpu.name} ({gpu.describe()}) runs no engine of config class "
+                            f"{config.__name__}'s ladder ({reasons}); give the class an engine this GPU runs", skipped)
+    return kept, skipped
+
+
+def choose_rung(config: type[BenchmarkConfiguration], ladder: Ladder, name: str | None,
+                below: dict[str, tuple[Any, str]], overrides: dict[str, Any]) -> Rung | None:
+    """The rung of ``ladder`` (the class's, as the system runs it) a resolution applies: the one named (the accuracy
+    gate's choice, or a test process's from its parent); else, when RUN_ARGS give an engine field, the rung whose
+    engine they name (None if none does); else the ladder's first."""
+    if not ladder:
+        if name is not None:
+            raise ConfigError(f"engine {name!r} asked of config class {config.__name__}, which has no engine_ladder")
+        return None
+    if name is not None:
+        for rung in ladder:
+            if rung.name == name:
+                return rung
+        raise ConfigError(f"engine {name!r} is not a rung of config class {config.__name__}'s engine_ladder "
+                          f"({', '.join(rung.name for rung in ladder)})")
+    if given_engine_fields(ladder, overrides):
+        return matching_rung(ladder, {field: value for field, (value, _) in below.items()}, overrides)
+    return ladder[0]
+
+
+def resolve_config(
+    benchmark: Benchmark,
+    scenario: Scenario,
+    system: str,
+    workload: WorkloadSetting,
+    overrides: dict[str, Any],
+    warn_tuned: bool = True,
+    rung: str | None = None,
+) -> ResolvedConfig:
+    """Look the config class up, make its fields the system's values (``system_values``) and, with an engine
+    ladder, lay the rung's over them (``choose_rung``: ``rung`` names one, else the first, else the one RUN_ARGS
+    name), then apply RUN_ARGS > tuned > rung > config class > field default (``resolve_fields``); the tuned value is
+    the one ``make find_performance`` stored for this system and engine (``code/config/tuned.py``), a whole-system
+    value as it is, and ``warn_tuned`` says whether an unusable tuned file is warned about here (a test process
+    leaves that to its parent, which already did)."""
+    config = ConfigRegistry.get(benchmark, scenario, system, workload)
+    values = system_values(config, system)
+    ladder, skipped = system_ladder(config, system, values)
+    chosen = choose_rung(config, ladder, rung, values, overrides)
+    if chosen is not None:
+        values = rung_values(config, chosen, system, values)
+    tuned = tuned_fields(system, f"{benchmark.value}-{workload.accuracy_target.suffix}", scenario, warn=warn_tuned,
+                         overrides=overrides, engine=chosen.name if chosen else "")
+    resolved = resolve_fields(benchmark, scenario, system, workload, config.__name__, values, overrides, tuned)
+    resolved.ladder = ladder
+    resolved.skipped = skipped
+    resolved.rung = chosen
+    resolved.engine_given = tuple(given_engine_fields(resolved.ladder, overrides))
+    if rung is None and chosen is not None and not resolved.engine_given:
+        check_every_rung_takes(benchmark, scenario, system, workload, overrides, resolved.ladder, chosen)
+    return resolved
+
+
+def check_every_rung_takes(benchmark: Benchmark, scenario: Scenario, system: str, workload: WorkloadSetting,
+                           overrides: dict[str, Any], ladder: Ladder, first: Rung) -> None:
+    """RUN_ARGS that set an engine field no rung sets (``--fp8_residual``) apply to every rung, and the accuracy gate
+    may fall back to any of them: refuse them now, naming the rung that cannot take them, rather than after an
+    accuracy run has missed."""
+    extra = [name for name in overrides if FIELDS[name].engine and name not in engine_fields(ladder)]
+    if not extra:
+        return
+    for other in ladder:
+        if other is first:
+            continue
+        try:
+            resolve_config(benchmark, scenario, system, workload, overrides, warn_tuned=False, rung=other.name)
+        except FieldError as error:
+            given = ", ".join(f"--{name}" for name in extra)
+            raise FieldError(f"{given} applies to every engine of the ladder ({', '.join(r.name for r in ladder)}), "
+                             f"and its {other.name!r} engine, which the accuracy gate may fall back to, cannot take "
+                             f"it ({error}); to run one engine without the ladder, name it whole with the engine "
+                             f"fields of its rung (make info lists them), or leave {given} out") from None

@@ -1,0 +1,178 @@
+"""The config mechanism: workload settings, the resolved config, and the one precedence rule.
+
+A run's settings come from four places, and one rule orders them: RUN_ARGS > tuned > config class > field default
+("tuned": what ``make find_performance`` measured on this system, ``code/config/tuned.py``; it sits above the config
+class because it was measured on this very machine, and below RUN_ARGS so a flag always wins). A config class with an
+engine ladder (code/config/ladder.py) adds one more, the rung the run uses: RUN_ARGS > tuned > rung > config class >
+default, a rung's values being the config class's for that engine.
+This module holds that rule and what it produces, so everything in ``code/`` that reads a resolved config depends
+on this module and the fields alone, never on the config classes under ``configs/``; ``code/config/resolve.py``
+looks a class up (``code/config/registry.py``) and hands its field values to ``resolve_fields`` here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
+from code.common.log import get_logger
+from code.config.fields import FIELDS, Field, FieldError, check_combination, check_plan
+from code.config.ladder import Ladder, Rung
+
+
+class ConfigError(ValueError):
+    """A config class that breaks the rules, or a lookup that finds no config; the message names the fix."""
+
+
+class NoEngineError(ConfigError):
+    """A GPU that runs no engine of a config's ladder; ``skipped`` holds each engine with why (for tables)."""
+
+    def __init__(self, message: str, skipped: tuple[tuple[str, str], ...]) -> None:
+        super().__init__(message)
+        self.skipped = skipped
+
+
+@dataclass(frozen=True)
+class WorkloadSetting:
+    """Which variant of a benchmark's config: harness, accuracy target, power setting."""
+
+    harness_type: HarnessType = HarnessType.Custom
+    accuracy_target: AccuracyTarget = AccuracyTarget.k_99
+    power_setting: PowerSetting = PowerSetting.MaxP
+
+    def shortname(self) -> str:
+        """e.g. ``custom_k_99_MaxP``: used in engine folders and logs, like NVIDIA's config_ver."""
+        return f"{self.harness_type.value}_{self.accuracy_target.name}_{self.power_setting.value}"
+
+
+@dataclass
+class ResolvedConfig:
+    """Every applicable field's final value and where it came from (RUN_ARGS, the config class, the default)."""
+
+    benchmark: Benchmark
+    scenario: Scenario
+    system: str
+    workload: WorkloadSetting
+    config_class: str
+    values: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    # What a tuned value replaced: field -> (the config class's or default value, its source).
+    replaced: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    ladder: Ladder = ()  # the config class's engine ladder as the system's GPU runs it, fastest first; () when it
+    # pins its engine
+    skipped: tuple[tuple[str, str], ...] = ()  # the ladder's rungs the system's GPU cannot run: (name, why)
+    rung: Rung | None = None  # the rung whose values the config holds; None: no ladder, or RUN_ARGS name no rung
+    engine_given: tuple[str, ...] = ()  # the ladder's engine fields RUN_ARGS give: they skip the ladder and its gate
+    # Which engine the run uses and why, as metadata.json and the summary say it: set by the orchestration's accuracy
+    # gate (code/tuning/accuracy_gate.py), which alone knows what the accuracy runs decided.
+    engine_choice: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    @property
+    def benchmark_name(self) -> str:
+        """bert-99 or bert-99.9: the name a submission uses."""
+        return f"{self.benchmark.value}-{self.workload.accuracy_target.suffix}"
+
+    def run_args(self) -> str:
+        """RUN_ARGS that resolve this config again: benchmark, scenario and each field given on the command line,
+        so a message's command (rebuild an engine) can be pasted as it is."""
+        given = [f"--{name}={str(value).lower() if isinstance(value, bool) else value}"
+                 for name, value in sorted(self.values.items()) if self.sources.get(name) == "RUN_ARGS"]
+        return " ".join([f"--benchmarks={self.benchmark_name}", f"--scenarios={self.scenario.value.lower()}", *given])
+
+    def as_dict(self) -> dict[str, Any]:
+        """The config as metadata.json and ``make info`` record it: values and, beside them, their sources."""
+        return {
+            "benchmark": self.benchmark_name,
+            "scenario": self.scenario.value,
+            "system": self.system,
+            "workload": self.workload.shortname(),
+            "config_class": self.config_class,
+            "fields": dict(sorted(self.values.items())),
+            "sources": dict(sorted(self.sources.items())),
+            **({"engine_ladder": [rung.name for rung in self.ladder],
+                "rung": self.rung.name if self.rung else None} if self.ladder else {}),
+        }
+
+
+def resolve_fields(
+    benchmark: Benchmark,
+    scenario: Scenario,
+    system: str,
+    workload: WorkloadSetting,
+    config_class: str,
+    from_config: dict[str, tuple[Any, str]],
+    overrides: dict[str, Any],
+    tuned: dict[str, tuple[Any, str]] | None = None,
+) -> ResolvedConfig:
+    """RUN_ARGS > tuned > rung > config class > field default, for the fields that apply to this benchmark and
+    scenario.
+
+    ``from_config`` maps each field the config class sets (itself or by inheritance), with the chosen rung's values
+    of an engine ladder laid over them (code/config/registry.py), to its value and the name of what set it, so a
+    resolved value can say where it came from; ``tuned`` the same for the values ``make find_performance`` stored
+    (source ``tuned (<file>)``). The rules between fields (``check_combination``) and the bound on what LoadGen plans
+    (``check_plan``) run last, on the final values.
+    """
+    tuned = tuned or {}
+    resolved = ResolvedConfig(benchmark, scenario, system, workload, config_class)
+    applicable: list[Field] = [f for f in FIELDS.values() if f.applies_to(benchmark, scenario)]
+    for fld in applicable:
+        if fld.name in overrides:
+            resolved.values[fld.name], resolved.sources[fld.name] = overrides[fld.name], "RUN_ARGS"
+        else:
+            below = from_config.get(fld.name, (fld.default, "default"))
+            if fld.name in tuned:
+                resolved.values[fld.name], resolved.sources[fld.name] = tuned[fld.name]
+                resolved.replaced[fld.name] = below
+            else:
+                resolved.values[fld.name], resolved.sources[fld.name] = below
+    check_combination(benchmark, resolved.values, resolved.sources)
+    check_plan(scenario, resolved.values, resolved.sources)
+    return resolved
+
+
+def check_run_args_used(overrides: Mapping[str, Any], configs: Sequence[ResolvedConfig],
+                        all_scenarios: bool = False) -> None:
+    """Refuse a field RUN_ARGS give that no test of the run reads, before anything runs: a flag that silently does
+    nothing (``--fp8_gemms`` for GPT-J, ``--server_target_qps`` for an Offline run, ``--kv_cache_dtype=fp8`` without
+    the in-flight engine) leaves a submitter believing a run measured what it did not.
+
+    A field is read by a test when it applies to its benchmark and scenario and, a backend's switch, when the test's
+    backend declares it (``Field.used_by``). One test reading it is enough: ``--cuda_graphs=false`` with
+    ``--benchmarks=bert,gptj`` is BERT's, and a Server field with ``--scenarios=all`` is the Server test's. A switch
+    set to its default is a reset, not a wish (it clears a config class's value meant for another backend), and
+    passes. With ``--scenarios=all`` a field of a scenario the system's type does not run is only noted: the same
+    command serves every system type."""
+    if not configs:
+        return
+    run = ", ".join(dict.fromkeys(f"{config.benchmark_name} {config.scenario.value}" for config in configs))
+    for name, value in overrides.items():
+        fld = FIELDS[name]
+        holding = [config for config in configs if name in config.values]
+        if any(fld.used_by(config.benchmark, config["backend"]) for config in holding):
+            continue
+        flag = f"--{name}={str(value).lower() if isinstance(value, bool) else value}"
+        if holding:
+            if value == fld.default:
+                continue
+            benchmarks = {config.benchmark for config in holding}
+            owners = list(dict.fromkeys(backend for benchmark, backend in fld.owners if benchmark in benchmarks))
+            used = ", ".join(dict.fromkeys(config["backend"] for config in holding))
+            raise FieldError(f"{flag} is an option of the {' and '.join(owners)} backend, not of {used}: set "
+                             f"--backend={owners[0]}, or leave --{name} out")
+        if not any(fld.benchmarks is None or config.benchmark in fld.benchmarks for config in configs):
+            whose = (f"the {fld.owner_text()} backend" if fld.owners
+                     else ", ".join(benchmark.value for benchmark in fld.benchmarks or ()))
+            raise FieldError(f"--{name} is an option of {whose}, and this run has {run}: leave --{name} out")
+        scenarios = ", ".join(scenario.value for scenario in fld.scenarios or ())
+        if all_scenarios:
+            get_logger("config").warning("--%s applies to %s only, and --scenarios=all runs %s on this system: no "
+                                         "test reads it", name, scenarios, run)
+            continue
+        raise FieldError(f"--{name} applies to {scenarios} only, and this run has {run}: leave --{name} out, or add "
+                         f"the scenario (--scenarios={(fld.scenarios or (Scenario.Offline,))[0].value.lower()})")

@@ -198,11 +198,15 @@ def resolve_config(
     values = system_values(config, system)
     ladder, skipped = system_ladder(config, system, values)
     chosen = choose_rung(config, ladder, rung, values, overrides)
+    rung_fields: frozenset[str] = frozenset()
     if chosen is not None:
-        values = rung_values(config, chosen, system, values)
+        below, values = values, rung_values(config, chosen, system, values)
+        rung_fields = frozenset(name for name, setting in values.items() if setting != below.get(name))
     tuned = tuned_fields(system, f"{benchmark.value}-{workload.accuracy_target.suffix}", scenario, warn=warn_tuned,
                          overrides=overrides, engine=chosen.name if chosen else "")
-    resolved = resolve_fields(benchmark, scenario, system, workload, config.__name__, values, overrides, tuned)
+    resolved = resolve_fields(benchmark, scenario, system, workload, config.__name__, values, overrides, tuned,
+                              rung_fields)
+    share_of_devices(resolved, config)
     resolved.ladder = ladder
     resolved.skipped = skipped
     resolved.rung = chosen
@@ -210,6 +214,48 @@ def resolve_config(
     if rung is None and chosen is not None and not resolved.engine_given:
         check_every_rung_takes(benchmark, scenario, system, workload, overrides, resolved.ladder, chosen)
     return resolved
+
+
+# The whole-system rate of each scenario that has one, which a run on a share of the system's GPUs expects that
+# share of.
+RATE_FIELDS = {Scenario.Offline: "offline_expected_qps", Scenario.Server: "server_target_qps"}
+
+
+def device_share(devices: list[str], system_gpus: int) -> float:
+    """The share of the system's GPUs a run uses: a config's QPS is for the whole system (a GPU model's per-GPU
+    rate times the system's GPUs), so a run on fewer GPUs expects that share of it."""
+    gpus = [device for device in devices if device.startswith("cuda")]
+    if not gpus or system_gpus <= len(gpus):
+        return 1.0
+    return len(gpus) / system_gpus
+
+
+def scales_qps(config: ResolvedConfig) -> bool:
+    """Whether the test's QPS is the whole system's, to scale by the share of GPUs used: Offline's and Server's
+    from a config class, a rung or a tuned file; not one given in RUN_ARGS (the run's own) or measured by a probe on
+    the same devices, nor SingleStream's latency."""
+    name = RATE_FIELDS.get(config.scenario)
+    return name is not None and config.sources.get(name) not in ("RUN_ARGS", "probe")
+
+
+def share_of_devices(resolved: ResolvedConfig, config: type[BenchmarkConfiguration]) -> None:
+    """The last step of the system scaling: a run on the GPUs ``--devices`` names (``0,1``), fewer than the
+    system's, expects that share of the whole-system rate, so the rate is scaled here, once, and `make info` shows
+    the value the run uses. ``devices=all``, a CPU run and a rate that is the run's own (``scales_qps``) keep theirs.
+    A run whose devices turn out to be another share (``CUDA_VISIBLE_DEVICES`` hides some) scales the rest itself
+    (code/processes/run_single_test.py)."""
+    named = str(resolved.values.get("devices", "all"))
+    if named == "all" or resolved.values.get("device") == "cpu" or not scales_qps(resolved):
+        return
+    indices = named.split(",")
+    count, _ = system_gpus(config, resolved.system)
+    share = device_share([f"cuda:{index}" for index in indices], count or 0)
+    if share == 1.0:
+        return
+    name = RATE_FIELDS[resolved.scenario]
+    resolved.values[name] = resolved.values[name] * share
+    resolved.sources[name] = f"{resolved.sources[name]}, x {len(indices)}/{count} GPUs (--devices={named})"
+    resolved.device_share = share
 
 
 def check_every_rung_takes(benchmark: Benchmark, scenario: Scenario, system: str, workload: WorkloadSetting,

@@ -21,6 +21,10 @@ from code.common.log import get_logger
 from code.config.fields import FIELDS, Field, FieldError, check_combination, check_plan
 from code.config.ladder import Ladder, Rung
 
+# The layers of a resolution, lowest first: each lays its values over those below it. The system scaling (a GPU
+# model's per-GPU rates times the GPU count, then the share of the GPUs --devices names) follows them once.
+LAYERS = ("default", "class", "rung", "tuned", "RUN_ARGS")
+
 
 class ConfigError(ValueError):
     """A config class that breaks the rules, or a lookup that finds no config; the message names the fix."""
@@ -68,6 +72,10 @@ class ResolvedConfig:
     # Which engine the run uses and why, as metadata.json and the summary say it: set by the orchestration's accuracy
     # gate (code/tuning/accuracy_gate.py), which alone knows what the accuracy runs decided.
     engine_choice: dict[str, Any] = field(default_factory=dict)
+    layers: dict[str, str] = field(default_factory=dict)  # field -> the layer of ``LAYERS`` its value came from
+    # The share of the system's GPUs --devices names, by which the whole-system rate was scaled (1.0: all of them,
+    # or a rate that is the run's own)
+    device_share: float = 1.0
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -108,6 +116,7 @@ def resolve_fields(
     from_config: dict[str, tuple[Any, str]],
     overrides: dict[str, Any],
     tuned: dict[str, tuple[Any, str]] | None = None,
+    rung_fields: frozenset[str] = frozenset(),
 ) -> ResolvedConfig:
     """RUN_ARGS > tuned > rung > config class > field default, for the fields that apply to this benchmark and
     scenario.
@@ -115,7 +124,8 @@ def resolve_fields(
     ``from_config`` maps each field the config class sets (itself or by inheritance), with the chosen rung's values
     of an engine ladder laid over them (code/config/registry.py), to its value and the name of what set it, so a
     resolved value can say where it came from; ``tuned`` the same for the values ``make find_performance`` stored
-    (source ``tuned (<file>)``). The rules between fields (``check_combination``) and the bound on what LoadGen plans
+    (source ``tuned (<file>)``); ``rung_fields`` the fields the rung's values set, so each value's layer is known
+    (``where_from``). The rules between fields (``check_combination``) and the bound on what LoadGen plans
     (``check_plan``) run last, on the final values.
     """
     tuned = tuned or {}
@@ -124,16 +134,46 @@ def resolve_fields(
     for fld in applicable:
         if fld.name in overrides:
             resolved.values[fld.name], resolved.sources[fld.name] = overrides[fld.name], "RUN_ARGS"
+            resolved.layers[fld.name] = "RUN_ARGS"
         else:
             below = from_config.get(fld.name, (fld.default, "default"))
             if fld.name in tuned:
                 resolved.values[fld.name], resolved.sources[fld.name] = tuned[fld.name]
                 resolved.replaced[fld.name] = below
+                resolved.layers[fld.name] = "tuned"
             else:
                 resolved.values[fld.name], resolved.sources[fld.name] = below
+                resolved.layers[fld.name] = ("rung" if fld.name in rung_fields
+                                             else "class" if fld.name in from_config else "default")
     check_combination(benchmark, resolved.values, resolved.sources)
     check_plan(scenario, resolved.values, resolved.sources)
     return resolved
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where one resolved value comes from: its layer, the source within it, and what a tuned value replaced."""
+
+    name: str
+    value: Any
+    layer: str  # one of LAYERS
+    source: str  # the class, rung, tuned file or flag, with the system scaling it went through
+    replaced: tuple[Any, str] | None = None  # a tuned value's: the value below it and its source
+
+    def __str__(self) -> str:
+        text = f"{self.name} = {self.value!r}: {self.layer}, {self.source}"
+        if self.replaced is not None:
+            text += f" (over {self.replaced[0]!r} from {self.replaced[1]})"
+        return text
+
+
+def where_from(config: ResolvedConfig, name: str) -> Provenance:
+    """Where the value of field ``name`` comes from: the one answer `make info` and an error give. A field the
+    config does not hold (another benchmark's or scenario's) is a KeyError naming it."""
+    if name not in config.values:
+        raise KeyError(f"{name} is not a field of {config.benchmark_name} {config.scenario.value}")
+    return Provenance(name, config.values[name], config.layers.get(name, "default"), config.sources[name],
+                      config.replaced.get(name))
 
 
 def check_run_args_used(overrides: Mapping[str, Any], configs: Sequence[ResolvedConfig],

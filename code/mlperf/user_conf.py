@@ -12,6 +12,7 @@ from pathlib import Path
 
 from code.common.constants import DATASET_SIZE, Scenario
 from code.config.fields import TEST_RUN_MIN_DURATION_MS, TEST_RUN_MIN_QUERY_COUNT
+from code.config.resolve import scales_qps
 from code.config.resolved import ResolvedConfig
 
 
@@ -27,8 +28,9 @@ def loaded_samples(config: ResolvedConfig, sample_count: int) -> int:
 
 def user_conf_entries(config: ResolvedConfig, sample_count: int, device_share: float = 1.0,
                       probe_samples: int | None = None) -> dict[str, str]:
-    """The ``key = value`` pairs (without the ``model.scenario.`` prefix) this run needs. ``device_share``: the
-    share of the system's GPUs the run uses, which scales the config's whole-system QPS. ``probe_samples``: the
+    """The ``key = value`` pairs (without the ``model.scenario.`` prefix) this run needs. ``device_share``: what is
+    left to scale the config's QPS by, the share of the system's GPUs the run uses over the one the resolution
+    already applied (``ResolvedConfig.device_share``). ``probe_samples``: the
     Offline query of a --test_run's probe, which loads only that many samples. In equal-issue mode (GPT-J's
     ``sample_concatenate_permutation``) LoadGen pads an Offline query to a multiple of the loaded samples
     (loadgen.cc, GenerateQueries), so a probe that loaded the whole set would run at least the whole set, however
@@ -72,8 +74,9 @@ def write_user_conf(config: ResolvedConfig, sample_count: int, directory: Path, 
         lines.append("# --test_run: shortened durations; not a valid submission.")
     if probe_samples is not None:
         lines.append("# A --test_run's probe, never a result: it loads only the samples of its query.")
-    if device_share < 1.0:
-        lines.append(f"# target_qps: the config's whole-system value x {device_share:.4g} (the share of GPUs used).")
+    share = config.device_share * device_share
+    if share < 1.0 and scales_qps(config):
+        lines.append(f"# target_qps: the config's whole-system value x {share:.4g} (the share of GPUs used).")
     lines += [f"{prefix}.{key} = {value}"
               for key, value in user_conf_entries(config, sample_count, device_share, probe_samples).items()]
     path = directory / "user.conf"

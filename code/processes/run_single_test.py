@@ -30,6 +30,7 @@ from code.common.paths import REPO_ROOT
 from code.common.supervision import die_with_parent
 from code.common.systems import detect_system
 from code.config.fields import plan_note
+from code.config.resolve import device_share, scales_qps
 from code.config.resolved import ResolvedConfig
 from code.harness.cluster import ClusterSettings
 from code.harness.core import SAMPLE_TIMES_FILE, CoreSettings, SampleTimes
@@ -110,10 +111,13 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
     system = detect_system()
     system_gpus = len(system.gpus)
     share = device_share(prepared.devices, system_gpus) if scales_qps(config) else 1.0
+    # The resolution scaled the rate by the share --devices names; only a share it could not see (GPUs hidden by
+    # CUDA_VISIBLE_DEVICES) is left to scale here.
+    rest = share / config.device_share if scales_qps(config) else 1.0
     if share < 1.0:
         log.info("%d of the system's %d GPUs run: the config's expected QPS is scaled by %.3g", len(prepared.devices),
                  system_gpus, share)
-    user_conf = write_user_conf(config, prepared.total_sample_count, log_dir, device_share=share,
+    user_conf = write_user_conf(config, prepared.total_sample_count, log_dir, device_share=rest,
                                 probe_samples=spec.get("probe_samples"))
     settings = core_settings(config, mode, prepared, user_conf, log_dir)
     loaded = time.time()
@@ -226,23 +230,6 @@ def core_settings(config: ResolvedConfig, mode: TestMode, prepared: PreparedTest
         round=config["round"],
         log_enable_trace=config["log_enable_trace"],
     )
-
-
-def device_share(devices: list[str], system_gpus: int) -> float:
-    """The share of the system's GPUs a run uses: a config's QPS is for the whole system (a GPU model's per-GPU
-    rate times the system's GPUs), so a run on fewer GPUs expects that share of it."""
-    gpus = [device for device in devices if device.startswith("cuda")]
-    if not gpus or system_gpus <= len(gpus):
-        return 1.0
-    return len(gpus) / system_gpus
-
-
-def scales_qps(config: ResolvedConfig) -> bool:
-    """Whether the test's QPS is the whole system's, to scale by the share of GPUs used: Offline's and Server's
-    from a config class or a tuned file; not one given in RUN_ARGS (the run's own) or measured by a probe on the
-    same devices, nor SingleStream's latency."""
-    name = {Scenario.Offline: "offline_expected_qps", Scenario.Server: "server_target_qps"}.get(config.scenario)
-    return name is not None and config.sources.get(name) not in ("RUN_ARGS", "probe")
 
 
 def write_report(log_dir: Path) -> None:

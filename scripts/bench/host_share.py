@@ -106,8 +106,9 @@ def timed(runner: Any) -> TimedBatchRunner | TimedContinuousRunner:
 def measure(config: ResolvedConfig, log_dir: Path) -> dict[str, Any]:
     """One PerformanceOnly test with timed runners: throughput, wall time and each runner's CPU share."""
     from code.common.systems import detect_system
+    from code.config.resolve import device_share, scales_qps
     from code.harness.core import run_test, timeline
-    from code.processes.run_single_test import core_settings, device_share, scales_qps
+    from code.processes.run_single_test import core_settings
 
     benchmark = load_benchmark(config.benchmark)
     prepared = benchmark.prepare_test(config, TestMode.PerformanceOnly)
@@ -115,7 +116,7 @@ def measure(config: ResolvedConfig, log_dir: Path) -> dict[str, Any]:
     runners = [timed(prepared.runner_on(torch_device(device), device))]
     log_dir.mkdir(parents=True)
     # One GPU of the system: its share of the system's rate, as a run on one GPU of it expects.
-    share = device_share([device], len(detect_system().gpus)) if scales_qps(config) else 1.0
+    share = device_share([device], len(detect_system().gpus)) / config.device_share if scales_qps(config) else 1.0
     user_conf = write_user_conf(config, prepared.total_sample_count, log_dir, device_share=share)
     settings = core_settings(config, TestMode.PerformanceOnly, prepared, user_conf, log_dir)
     started = time.perf_counter()

@@ -52,3 +52,17 @@ def test_info_shows_each_scenario_once_and_a_benchmark_that_fits_no_engine(capsy
     heads = [line for line in capsys.readouterr().out.splitlines() if line.startswith("== ")]
     assert len(heads) == len(set(heads)) and any("GPT-J does not fit A10_24GB" in line for line in heads)
     assert any(line.startswith("== A10_24GBx1 bert-99 Offline (") for line in heads)
+
+
+def test_info_shows_the_rate_a_run_on_some_of_the_gpus_uses():
+    """--devices=0,1 on a system of eight GPUs: `make info` shows a quarter of the system's rate, the value the run
+    writes into user.conf, and says where it comes from and why it is scaled."""
+    info = subprocess.run([sys.executable, "-m", "code.main", "--action=info", "--benchmarks=bert",
+                           "--scenarios=offline", "--system_name=H200_SXM_141GBx8", "--devices=0,1"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert info.returncode == 0, info.stderr
+    (line,) = [line for line in info.stdout.splitlines() if line.strip().startswith("offline_expected_qps")]
+    rate, source = per_gpu(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GB")
+    assert float(line.split("=")[1].split()[0]) == rate * 8 * 2 / 8
+    assert line.endswith(f"[{source} x 8 GPUs, x 2/8 GPUs (--devices=0,1)]")
+    assert f"  -> offline_expected_qps = {rate * 2:.1f}: rung, {source} x 8 GPUs, x 2/8 GPUs" in info.stdout

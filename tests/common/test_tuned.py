@@ -13,8 +13,9 @@ from code.common import paths
 from code.common.constants import Benchmark, Scenario
 from code.common.paths import REPO_ROOT
 from code.config import tuned
-from code.config.resolve import resolve_config
-from code.config.resolved import WorkloadSetting
+from code.config.resolve import device_share, resolve_config
+from code.config.resolved import LAYERS, Provenance, WorkloadSetting, where_from
+from code.mlperf.user_conf import user_conf_entries
 
 
 @pytest.fixture
@@ -327,3 +328,47 @@ def test_writers_at_once_lose_no_value(store):
     for size in (1, 2, 4, 8):
         value, problem = tuned.read_tuned("CPU", "bert-99", Scenario.Offline, {"gpu_batch_size": str(size)})
         assert problem is None and value.value == size + 19
+
+
+def test_where_from_names_the_layer_of_each_value(store):
+    """One function answers where a number comes from: default, class, rung, tuned or RUN_ARGS, with the source
+    and, for a tuned value, what it replaced."""
+    def resolve(**overrides):
+        return resolve_config(Benchmark.BERT, Scenario.Server, "H200_SXM_141GBx2", WorkloadSetting(), overrides)
+
+    config = resolve(seed=7)
+    first = config.rung.name
+    assert where_from(config, "seed").layer == "RUN_ARGS"
+    assert where_from(config, "log_enable_trace") == Provenance("log_enable_trace", False, "default", "default")
+    assert where_from(config, "server_target_qps").layer == "rung"
+    assert where_from(config, "server_target_qps").source == f"H200_SXM_141GB engine_ladder[{first}] x 2 GPUs"
+    assert where_from(config, "sort_by_length").layer == "class"
+    assert {layer for layer in config.layers.values()} <= set(LAYERS)
+    below = config["server_target_qps"]
+    path = tuned.write_tuned("H200_SXM_141GBx2", "bert-99", Scenario.Server, 13_000.0, "search", engine=first)
+    found = where_from(resolve(), "server_target_qps")
+    assert (found.layer, found.value, found.source) == ("tuned", 13_000.0, f"tuned ({path})")
+    assert found.replaced == (below, f"H200_SXM_141GB engine_ladder[{first}] x 2 GPUs")
+    assert str(found).startswith("server_target_qps = 13000.0: tuned, tuned (") and "over " in str(found)
+    with pytest.raises(KeyError, match="offline_expected_qps is not a field of bert-99 Server"):
+        where_from(config, "offline_expected_qps")
+
+
+def test_devices_scale_the_rate_once(store):
+    """--devices=0,1 on a system of eight GPUs expects a quarter of its rate: the resolution scales it once, and the
+    run's user.conf writes it as it is (nothing left to scale on the devices it names). A tuned value measured
+    without --devices is ignored (a speed-changing flag), and a rate RUN_ARGS give is the run's own."""
+    def resolve(**overrides):
+        return resolve_config(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GBx8", WorkloadSetting(), overrides)
+
+    whole = resolve()
+    config = resolve(devices="0,1")
+    assert (config["offline_expected_qps"], config.device_share) == (whole["offline_expected_qps"] / 4, 0.25)
+    assert config.sources["offline_expected_qps"] == f"{whole.sources['offline_expected_qps']}, x 2/8 GPUs " \
+                                                      "(--devices=0,1)"
+    assert where_from(config, "offline_expected_qps").layer == "rung"
+    rest = device_share(["cuda:0", "cuda:1"], 8) / config.device_share
+    assert user_conf_entries(config, 10833, device_share=rest)["target_qps"] == repr(config["offline_expected_qps"])
+    given = resolve(devices="0,1", offline_expected_qps=5_000.0)
+    assert (given["offline_expected_qps"], given.device_share) == (5_000.0, 1.0)
+    assert resolve(devices="0,1,2,3,4,5,6,7").device_share == 1.0

@@ -183,8 +183,8 @@ def test_run_args_beat_the_scaled_rate():
 
 def test_a_run_on_part_of_the_gpus_expects_their_share_of_the_systems_rate():
     """``--devices``: values stay the whole system's; the run scales them by the share of GPUs it uses."""
+    from code.config.resolve import device_share, scales_qps
     from code.mlperf.user_conf import user_conf_entries
-    from code.processes.run_single_test import device_share, scales_qps
 
     config = resolve(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GBx8")
     per_gpu = first_engine(H200_SXM_141GB, "offline_expected_qps")

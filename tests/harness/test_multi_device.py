@@ -462,10 +462,9 @@ def test_runners_are_called_on_their_device() -> None:
 
 def test_expected_qps_follows_the_share_of_gpus_used() -> None:
     from code.common.constants import Benchmark, Scenario
-    from code.config.resolve import resolve_config
+    from code.config.resolve import device_share, resolve_config, scales_qps
     from code.config.resolved import WorkloadSetting
     from code.mlperf.user_conf import user_conf_entries
-    from code.processes.run_single_test import device_share, scales_qps
 
     assert device_share(["cuda:0"], 8) == 0.125
     assert device_share(["cuda:0", "cuda:1"], 2) == 1.0

@@ -20,6 +20,7 @@ anywhere, while an engine field set below the ladder is refused: it would make e
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from code.common import systems
@@ -85,63 +86,83 @@ def _scaled_rate(name: str, value: Any, source: str, gpus: tuple[int | None, str
     return value, f"{source} ({where})" if where else source
 
 
-def system_values(config: type[BenchmarkConfiguration], system: str) -> dict[str, tuple[Any, str]]:
-    """The config class's fields as ``system``'s values, each with its source as `make info` shows it.
+@dataclass(frozen=True)
+class Setting:
+    """One layer's value of a field before the system scaling: what set it, the note the setting class keeps for it
+    (``value_notes``), and whether it is one GPU's rate, which the scaling multiplies by the system's GPU count."""
+
+    value: Any
+    source: str
+    note: str = ""
+    per_gpu: bool = False
+
+
+def class_layer(config: type[BenchmarkConfiguration], system: str) -> dict[str, Setting]:
+    """The config class's fields as they are set, each with the class that set it.
 
     A throughput (``system_rate`` field) set by a per-GPU class (``per_gpu``: named after a GPU model) is one
-    GPU's: on a system ``<model>x<count>`` it is multiplied by the count, its source saying so
-    (``H200_SXM_141GB x 2 GPUs``). The rule follows where the value was set, not which class was looked up, so a
-    user's ``H200_SXM_141GBx2`` derived from ``H200_SXM_141GB`` gets two GPUs' worth of what it inherits, and what
-    it sets itself is the whole system's. A ``BestCpuPrecision`` is this machine's choice, its source saying why.
-    A value the setting class notes (``value_notes``: an estimate, a value derived from the GPU) says so after its
-    source."""
-    owners = config.field_owners()
-    scaled = {name for name, (_, owner) in owners.items()
-              if FIELDS[name].system_rate and _per_gpu_on(config, owner, system)}
-    gpus = system_gpus(config, system) if scaled else (None, "")
-    values: dict[str, tuple[Any, str]] = {}
-    for name, (value, owner) in owners.items():
-        if name in scaled:
-            value, source = _scaled_rate(name, value, owner.__name__, gpus)
-            values[name] = (value, noted(owner, name, source))
-        elif isinstance(value, BestCpuPrecision):  # the CPU decides: bf16 only with bf16 arithmetic
+    GPU's (``_per_gpu_on``): the rule follows where the value was set, not which class was looked up, so a user's
+    ``H200_SXM_141GBx2`` derived from ``H200_SXM_141GB`` gets two GPUs' worth of what it inherits, and what it sets
+    itself is the whole system's. A ``BestCpuPrecision`` is this machine's choice, its source saying why."""
+    layer: dict[str, Setting] = {}
+    for name, (value, owner) in config.field_owners().items():
+        if isinstance(value, BestCpuPrecision):  # the CPU decides: bf16 only with bf16 arithmetic
             chosen, why = value.choose()
-            values[name] = (chosen, f"{owner.__name__}: {why}")
+            layer[name] = Setting(chosen, f"{owner.__name__}: {why}")
         else:
-            values[name] = (value, noted(owner, name, owner.__name__))
-    return values
+            layer[name] = Setting(value, owner.__name__, _note(owner, name),
+                                  FIELDS[name].system_rate and _per_gpu_on(config, owner, system))
+    return layer
 
 
-def noted(owner: type[BenchmarkConfiguration], name: str, source: str) -> str:
-    """``source`` with the note ``owner`` itself keeps for field ``name`` (``value_notes``), if it keeps one."""
-    note = vars(owner).get("value_notes", {}).get(name)
-    return f"{source} ({note})" if note else source
-
-
-def rung_values(config: type[BenchmarkConfiguration], rung: Rung, system: str,
-                below: dict[str, tuple[Any, str]]) -> dict[str, tuple[Any, str]]:
-    """The rung's values as ``system``'s, each with its source (``H200_SXM_141GB engine_ladder[fp8]``), over
-    ``below`` (the class's ``system_values``). A rate is scaled as the class that set the ladder scales its own
-    (``system_values``); a value a subclass of that class sets itself stays (the nearest class wins)."""
+def rung_layer(config: type[BenchmarkConfiguration], rung: Rung, system: str) -> dict[str, Setting]:
+    """The rung's values, each with its source (``H200_SXM_141GB engine_ladder[fp8]``); a rate is one GPU's as the
+    class that set the ladder's own are. A value a subclass of that class sets itself is left out: the nearest class
+    wins, so the class layer's value stays."""
     owner = config.ladder_owner()
     assert owner is not None, "a rung comes from a ladder"
     setters = config.field_owners()
-    scaled = _per_gpu_on(config, owner, system) and any(FIELDS[name].system_rate for name in rung.values)
-    gpus = system_gpus(config, system) if scaled else (None, "")
-    values = dict(below)
+    per_gpu = _per_gpu_on(config, owner, system)
+    layer: dict[str, Setting] = {}
     for name, value in rung.values.items():
         setter = setters.get(name, (None, None))[1]
         if setter is not None and setter is not owner and issubclass(setter, owner):
             continue  # set by a class below the ladder's: its own system's value
-        source = f"{owner.__name__} engine_ladder[{rung.name}]"
-        if scaled and FIELDS[name].system_rate:
+        layer[name] = Setting(value, f"{owner.__name__} engine_ladder[{rung.name}]", _note(owner, name),
+                              per_gpu and FIELDS[name].system_rate)
+    return layer
+
+
+def _note(owner: type[BenchmarkConfiguration], name: str) -> str:
+    """The note ``owner`` itself keeps for field ``name`` (``value_notes``: an estimate, a value derived from the
+    GPU), "" without one."""
+    note: str = vars(owner).get("value_notes", {}).get(name, "")
+    return note
+
+
+def system_scaled(config: type[BenchmarkConfiguration], system: str,
+                  laid: dict[str, Setting]) -> dict[str, tuple[Any, str]]:
+    """The system scaling of the class and rung layers, in one place: each per-GPU rate times the system's GPU count
+    (``system_gpus``), its source saying by how many (``H200_SXM_141GB x 2 GPUs``), then the setting class's note.
+    The count is asked only when a rate is to be scaled, so a CPU system never asks NVML."""
+    gpus = system_gpus(config, system) if any(setting.per_gpu for setting in laid.values()) else (None, "")
+    values: dict[str, tuple[Any, str]] = {}
+    for name, setting in laid.items():
+        value, source = setting.value, setting.source
+        if setting.per_gpu:
             value, source = _scaled_rate(name, value, source, gpus)
-        values[name] = (value, noted(owner, name, source))
+        values[name] = (value, f"{source} ({setting.note})" if setting.note else source)
     return values
 
 
+def system_values(config: type[BenchmarkConfiguration], system: str) -> dict[str, tuple[Any, str]]:
+    """The config class's fields as ``system``'s values (its layer, scaled), each with its source as `make info`
+    shows it."""
+    return system_scaled(config, system, class_layer(config, system))
+
+
 def system_ladder(config: type[BenchmarkConfiguration], system: str,
-                  below: dict[str, tuple[Any, str]]) -> tuple[Ladder, tuple[tuple[str, str], ...]]:
+                  below: dict[str, Setting]) -> tuple[Ladder, tuple[tuple[str, str], ...]]:
     """The class's engine ladder as ``system`` runs it: the rungs its GPU model can run (code/config/capabilities.py)
     and the others, each with the reason it is skipped. A system of no known GPU model (``CPU``, ``MyBox``) runs the
     ladder as it is. Refuses a ladder of which the GPU runs no rung, saying why for each."""
@@ -149,7 +170,7 @@ def system_ladder(config: type[BenchmarkConfiguration], system: str,
     gpu = (gpu_model_for_system(system) or config.gpu_model) if ladder else None  # MyBox: its class's GPU model
     if gpu is None:
         return ladder, tuple(config.skipped_rungs)
-    kept, skipped = runnable_rungs(config.benchmark, ladder, {name: value for name, (value, _) in below.items()},
+    kept, skipped = runnable_rungs(config.benchmark, ladder, {name: setting.value for name, setting in below.items()},
                                    gpu.capability)
     skipped = tuple(config.skipped_rungs) + skipped
     if not kept:
@@ -160,7 +181,7 @@ def system_ladder(config: type[BenchmarkConfiguration], system: str,
 
 
 def choose_rung(config: type[BenchmarkConfiguration], ladder: Ladder, name: str | None,
-                below: dict[str, tuple[Any, str]], overrides: dict[str, Any]) -> Rung | None:
+                below: dict[str, Setting], overrides: dict[str, Any]) -> Rung | None:
     """The rung of ``ladder`` (the class's, as the system runs it) a resolution applies: the one named (the accuracy
     gate's choice, or a test process's from its parent); else, when RUN_ARGS give an engine field, the rung whose
     engine they name (None if none does); else the ladder's first."""
@@ -175,7 +196,7 @@ def choose_rung(config: type[BenchmarkConfiguration], ladder: Ladder, name: str 
         raise ConfigError(f"engine {name!r} is not a rung of config class {config.__name__}'s engine_ladder "
                           f"({', '.join(rung.name for rung in ladder)})")
     if given_engine_fields(ladder, overrides):
-        return matching_rung(ladder, {field: value for field, (value, _) in below.items()}, overrides)
+        return matching_rung(ladder, {field: setting.value for field, setting in below.items()}, overrides)
     return ladder[0]
 
 
@@ -188,24 +209,26 @@ def resolve_config(
     warn_tuned: bool = True,
     rung: str | None = None,
 ) -> ResolvedConfig:
-    """Look the config class up, make its fields the system's values (``system_values``) and, with an engine
-    ladder, lay the rung's over them (``choose_rung``: ``rung`` names one, else the first, else the one RUN_ARGS
-    name), then apply RUN_ARGS > tuned > rung > config class > field default (``resolve_fields``); the tuned value is
-    the one ``make find_performance`` stored for this system and engine (``code/config/tuned.py``), a whole-system
-    value as it is, and ``warn_tuned`` says whether an unusable tuned file is warned about here (a test process
-    leaves that to its parent, which already did)."""
+    """One config's resolution, one pipeline: the layers in order (``LAYERS``: the field's default, the config
+    class's value, the rung of its engine ladder, the tuned value, RUN_ARGS), each laid over those below it, then
+    the system scaling once (``system_scaled``: a per-GPU rate of the class or rung times the system's GPU count;
+    ``share_of_devices``: the share of the GPUs ``--devices`` names).
+
+    The class is looked up for the system (``ConfigRegistry.get``); the rung is the one ``rung`` names, else the one
+    RUN_ARGS' engine fields name, else the ladder's first (``choose_rung``); the tuned value is the one ``make
+    find_performance`` stored for this system and engine (``code/config/tuned.py``), a whole-system value as it is,
+    and ``warn_tuned`` says whether an unusable tuned file is warned about here (a test process leaves that to its
+    parent, which already did). Each value keeps its layer and source (``where_from``)."""
     config = ConfigRegistry.get(benchmark, scenario, system, workload)
-    values = system_values(config, system)
-    ladder, skipped = system_ladder(config, system, values)
-    chosen = choose_rung(config, ladder, rung, values, overrides)
-    rung_fields: frozenset[str] = frozenset()
-    if chosen is not None:
-        below, values = values, rung_values(config, chosen, system, values)
-        rung_fields = frozenset(name for name, setting in values.items() if setting != below.get(name))
+    laid = class_layer(config, system)
+    ladder, skipped = system_ladder(config, system, laid)
+    chosen = choose_rung(config, ladder, rung, laid, overrides)
+    rung_laid = rung_layer(config, chosen, system) if chosen is not None else {}
+    values = system_scaled(config, system, {**laid, **rung_laid})
     tuned = tuned_fields(system, f"{benchmark.value}-{workload.accuracy_target.suffix}", scenario, warn=warn_tuned,
                          overrides=overrides, engine=chosen.name if chosen else "")
     resolved = resolve_fields(benchmark, scenario, system, workload, config.__name__, values, overrides, tuned,
-                              rung_fields)
+                              frozenset(rung_laid))
     share_of_devices(resolved, config)
     resolved.ladder = ladder
     resolved.skipped = skipped

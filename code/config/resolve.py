@@ -1,21 +1,25 @@
-"""The resolution of one config: a registered class's fields as a system's values, laid under the tuned values and
-RUN_ARGS.
+"""The resolution of one config, one pipeline: the layers in order, then the system scaling, then the rules.
 
-A system ``<model>x<count>`` uses its own class when there is one, else its GPU model's, and its throughputs (the
-fields marked ``system_rate``: Offline's expected and Server's target QPS) are the per-GPU ones times the count;
-every other value, latencies included, is the class's as it is. A name without a count (``MyBox``) whose class
-derives from a GPU model's takes the count from its class, its description or the machine (``system_gpus``), or
-says its rates are one GPU's and why; a rate a system's own class sets is the whole system's, and a GPU model's own
-name is one GPU. ``resolve_config`` looks the class up, turns its fields into the system's values
-(``system_values``) and hands them to ``code.config.resolved.resolve_fields``, which holds the one precedence rule
-(RUN_ARGS > tuned > rung > config class > field default; tuned values were measured on the whole system and are
-never scaled).
+The layers, lowest first (``LAYERS``): the field's default; the config class's value; the rung of its engine ladder
+the run uses; the tuned value ``make find_performance`` stored for the system (code/config/tuned.py); RUN_ARGS.
+Each lays its values over those below it (``resolve_fields``), and each value keeps its layer and source
+(``where_from``).
+
+The system scaling happens once. A system ``<model>x<count>`` uses its own class when there is one, else its GPU
+model's, and its throughputs (the fields marked ``system_rate``: Offline's expected and Server's target QPS) set by
+a class named after a GPU model are one GPU's: ``system_scaled`` multiplies them by the count, before the tuned value
+and RUN_ARGS, whole-system values, go over them; every other value, latencies included, is the class's as it is. A
+name without a count (``MyBox``) whose class derives from a GPU model's takes the count from its class, its
+description or the machine (``system_gpus``), or says its rates are one GPU's and why; a rate a system's own class
+sets is the whole system's, and a GPU model's own name is one GPU. Last, a run on the GPUs ``--devices`` names,
+fewer than the system's, expects that share of the rate (``share_of_devices``), so `make info` shows the rate the
+run uses.
 
 A class may list the engines it can run for its accuracy target, fastest first: ``engine_ladder = (Rung(...), ...)``
 (code/config/ladder.py). A rung's values are the class's for that engine and come between the tuned values and the
-class's own (RUN_ARGS > tuned > rung > config class > default); a subclass's own value of a field that is not an
-engine field (a rate of its own system) wins over the rung of a ladder it inherits, as the nearest class wins
-anywhere, while an engine field set below the ladder is refused: it would make every rung the same engine.
+class's own; a subclass's own value of a field that is not an engine field (a rate of its own system) wins over the
+rung of a ladder it inherits, as the nearest class wins anywhere, while an engine field set below the ladder is
+refused: it would make every rung the same engine.
 """
 
 from __future__ import annotations
@@ -31,10 +35,10 @@ from code.common.systems import gpu_model_and_count, gpu_model_for_system
 from code.config.capabilities import runnable_rungs
 from code.config.classes import BenchmarkConfiguration
 from code.config.cpu_features import BestCpuPrecision
-from code.config.fields import FIELDS, FieldError
+from code.config.fields import FIELDS, Field, FieldError, check_combination, check_plan
 from code.config.ladder import Ladder, Rung, engine_fields, given_engine_fields, matching_rung
 from code.config.registry import ConfigRegistry
-from code.config.resolved import ConfigError, NoEngineError, ResolvedConfig, WorkloadSetting, resolve_fields
+from code.config.resolved import ConfigError, NoEngineError, ResolvedConfig, WorkloadSetting
 from code.config.tuned import tuned_fields
 
 
@@ -159,6 +163,49 @@ def system_values(config: type[BenchmarkConfiguration], system: str) -> dict[str
     """The config class's fields as ``system``'s values (its layer, scaled), each with its source as `make info`
     shows it."""
     return system_scaled(config, system, class_layer(config, system))
+
+
+def resolve_fields(
+    benchmark: Benchmark,
+    scenario: Scenario,
+    system: str,
+    workload: WorkloadSetting,
+    config_class: str,
+    from_config: dict[str, tuple[Any, str]],
+    overrides: dict[str, Any],
+    tuned: dict[str, tuple[Any, str]] | None = None,
+    rung_fields: frozenset[str] = frozenset(),
+) -> ResolvedConfig:
+    """RUN_ARGS > tuned > rung > config class > field default, for the fields that apply to this benchmark and
+    scenario.
+
+    ``from_config`` maps each field the config class sets (itself or by inheritance), with the chosen rung's values
+    of an engine ladder laid over them (code/config/registry.py), to its value and the name of what set it, so a
+    resolved value can say where it came from; ``tuned`` the same for the values ``make find_performance`` stored
+    (source ``tuned (<file>)``); ``rung_fields`` the fields the rung's values set, so each value's layer is known
+    (``where_from``). The rules between fields (``check_combination``) and the bound on what LoadGen plans
+    (``check_plan``) run last, on the final values.
+    """
+    tuned = tuned or {}
+    resolved = ResolvedConfig(benchmark, scenario, system, workload, config_class)
+    applicable: list[Field] = [f for f in FIELDS.values() if f.applies_to(benchmark, scenario)]
+    for fld in applicable:
+        if fld.name in overrides:
+            resolved.values[fld.name], resolved.sources[fld.name] = overrides[fld.name], "RUN_ARGS"
+            resolved.layers[fld.name] = "RUN_ARGS"
+        else:
+            below = from_config.get(fld.name, (fld.default, "default"))
+            if fld.name in tuned:
+                resolved.values[fld.name], resolved.sources[fld.name] = tuned[fld.name]
+                resolved.replaced[fld.name] = below
+                resolved.layers[fld.name] = "tuned"
+            else:
+                resolved.values[fld.name], resolved.sources[fld.name] = below
+                resolved.layers[fld.name] = ("rung" if fld.name in rung_fields
+                                             else "class" if fld.name in from_config else "default")
+    check_combination(benchmark, resolved.values, resolved.sources)
+    check_plan(scenario, resolved.values, resolved.sources)
+    return resolved
 
 
 def system_ladder(config: type[BenchmarkConfiguration], system: str,

@@ -1,13 +1,12 @@
-"""The config mechanism: workload settings, the resolved config, and the one precedence rule.
+"""What a resolution produces: workload settings, the resolved config, where each of its values comes from, and the
+errors that name a fix.
 
-A run's settings come from four places, and one rule orders them: RUN_ARGS > tuned > config class > field default
-("tuned": what ``make find_performance`` measured on this system, ``code/config/tuned.py``; it sits above the config
-class because it was measured on this very machine, and below RUN_ARGS so a flag always wins). A config class with an
-engine ladder (code/config/ladder.py) adds one more, the rung the run uses: RUN_ARGS > tuned > rung > config class >
-default, a rung's values being the config class's for that engine.
-This module holds that rule and what it produces, so everything in ``code/`` that reads a resolved config depends
-on this module and the fields alone, never on the config classes under ``configs/``; ``code/config/resolve.py``
-looks a class up (``code/config/registry.py``) and hands its field values to ``resolve_fields`` here.
+A run's settings come from five layers, and one rule orders them: RUN_ARGS > tuned > rung > config class > field
+default ("tuned": what ``make find_performance`` measured on this system, ``code/config/tuned.py``; it sits above the
+config class because it was measured on this very machine, and below RUN_ARGS so a flag always wins; "rung": the
+engine of the class's ladder the run uses, its values the class's for that engine). Everything in ``code/`` that
+reads a resolved config depends on this module and the fields alone, never on the config classes under
+``configs/``; ``code/config/resolve.py`` is the rule itself, the one pipeline that makes a ``ResolvedConfig``.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from typing import Any
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from code.common.log import get_logger
-from code.config.fields import FIELDS, Field, FieldError, check_combination, check_plan
+from code.config.fields import FIELDS, FieldError
 from code.config.ladder import Ladder, Rung
 
 # The layers of a resolution, lowest first: each lays its values over those below it. The system scaling (a GPU
@@ -105,49 +104,6 @@ class ResolvedConfig:
             **({"engine_ladder": [rung.name for rung in self.ladder],
                 "rung": self.rung.name if self.rung else None} if self.ladder else {}),
         }
-
-
-def resolve_fields(
-    benchmark: Benchmark,
-    scenario: Scenario,
-    system: str,
-    workload: WorkloadSetting,
-    config_class: str,
-    from_config: dict[str, tuple[Any, str]],
-    overrides: dict[str, Any],
-    tuned: dict[str, tuple[Any, str]] | None = None,
-    rung_fields: frozenset[str] = frozenset(),
-) -> ResolvedConfig:
-    """RUN_ARGS > tuned > rung > config class > field default, for the fields that apply to this benchmark and
-    scenario.
-
-    ``from_config`` maps each field the config class sets (itself or by inheritance), with the chosen rung's values
-    of an engine ladder laid over them (code/config/registry.py), to its value and the name of what set it, so a
-    resolved value can say where it came from; ``tuned`` the same for the values ``make find_performance`` stored
-    (source ``tuned (<file>)``); ``rung_fields`` the fields the rung's values set, so each value's layer is known
-    (``where_from``). The rules between fields (``check_combination``) and the bound on what LoadGen plans
-    (``check_plan``) run last, on the final values.
-    """
-    tuned = tuned or {}
-    resolved = ResolvedConfig(benchmark, scenario, system, workload, config_class)
-    applicable: list[Field] = [f for f in FIELDS.values() if f.applies_to(benchmark, scenario)]
-    for fld in applicable:
-        if fld.name in overrides:
-            resolved.values[fld.name], resolved.sources[fld.name] = overrides[fld.name], "RUN_ARGS"
-            resolved.layers[fld.name] = "RUN_ARGS"
-        else:
-            below = from_config.get(fld.name, (fld.default, "default"))
-            if fld.name in tuned:
-                resolved.values[fld.name], resolved.sources[fld.name] = tuned[fld.name]
-                resolved.replaced[fld.name] = below
-                resolved.layers[fld.name] = "tuned"
-            else:
-                resolved.values[fld.name], resolved.sources[fld.name] = below
-                resolved.layers[fld.name] = ("rung" if fld.name in rung_fields
-                                             else "class" if fld.name in from_config else "default")
-    check_combination(benchmark, resolved.values, resolved.sources)
-    check_plan(scenario, resolved.values, resolved.sources)
-    return resolved
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """BERT Offline: one query with every sample; throughput is the metric.
 
 ``CPU`` is one machine; a GPU class is a GPU model and holds one GPU's values. It serves ``<model>x<count>`` of
-any count (configs/configuration.py): the system's expected QPS is the class's times the count; every other value
+any count (code/config/resolve.py): the system's expected QPS is the class's times the count; every other value
 is the class's. ``_HighAccuracy`` subclasses are the bert-99.9 variants. GPU classes run the packed path
 (documentation/bert_gpu.md). Each GPU class's expected QPS is the throughput measured on one such GPU for its
 variant, rounded. Each GPU class lists its engines fastest first (``engine_ladder``, configs/bert/__init__.py), each

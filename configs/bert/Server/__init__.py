@@ -4,7 +4,7 @@ GPU classes run the packed path (documentation/bert_gpu.md): batches of up to 12
 for at most 2 ms, two workers so one batch is packed while the other runs; batches up to 16k tokens replay a CUDA
 graph. A GPU class is a GPU model: each engine of its ladder (``engine_ladder``, configs/bert/__init__.py) targets a
 little under the highest VALID rate measured on one such GPU with that engine, and a system ``<model>x<count>``
-targets the count times it; every other value is the class's (configs/configuration.py), whose own values are its
+targets the count times it; every other value is the class's (code/config/resolve.py), whose own values are its
 last engine's. The measurements are in documentation/performance.md. On a CPU, BERT-large cannot meet 130 ms per
 query; the CPU class exists so the flow runs everywhere (its result is INVALID, and says why).
 """

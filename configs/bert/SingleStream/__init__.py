@@ -4,7 +4,7 @@ GPU classes run the packed path with a CUDA graph per token bucket (documentatio
 latency is set near the p90 measured on H100 and H200 (documentation/performance.md) so LoadGen pre-generates enough
 queries to fill the minimum duration. A GPU class is a GPU model and serves ``<model>x<count>`` of any count with
 its values as they are: one sample at a time runs on one GPU, so the latency does not depend on the count
-(configs/configuration.py). The engine ladders (configs/bert/__init__.py) share one expected latency: a hint, near
+(code/config/resolve.py). The engine ladders (configs/bert/__init__.py) share one expected latency: a hint, near
 enough for every engine.
 """
 

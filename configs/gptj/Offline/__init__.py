@@ -6,7 +6,7 @@ runs with 128 new tokens per sample, the worst case; the FP8 engine's from runs 
 (documentation/performance.md). An expected QPS may sit above the real rate, not below: LoadGen sizes the one query
 from it, and a query that ends before the minimum duration is INVALID.
 A GPU class is a GPU model and holds one GPU's values; it serves ``<model>x<count>`` of any count, whose expected
-QPS is the class's times the count; every other value is the class's (configs/configuration.py).
+QPS is the class's times the count; every other value is the class's (code/config/resolve.py).
 """
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario

@@ -6,7 +6,7 @@ runs with 128 new tokens per sample, the worst case; the FP8 engine's target fro
 what the real data set gives (documentation/performance.md): synthetic prompts hold it only with
 ``--synthetic_output_lengths=forced``. A Server target may sit below the real rate (it then reports less), not above.
 A GPU class is a GPU model and holds one GPU's values; it serves ``<model>x<count>`` of any count, whose target
-QPS is the class's times the count; every other value is the class's (configs/configuration.py).
+QPS is the class's times the count; every other value is the class's (code/config/resolve.py).
 """
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario

@@ -5,7 +5,7 @@ accuracy run picks one (documentation/gptj_gpu.md). The bf16 engine's values (th
 runs with 128 new tokens per sample, the worst case; the FP8 engine's from a run with realistic output lengths
 (documentation/performance.md).
 A GPU class is a GPU model and serves ``<model>x<count>`` of any count with its values as they are: one sample
-at a time runs on one GPU, so the latency does not depend on the count (configs/configuration.py).
+at a time runs on one GPU, so the latency does not depend on the count (code/config/resolve.py).
 The expected latency is set below the measured p90, so LoadGen plans enough queries to fill the minimum duration.
 """
 

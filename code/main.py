@@ -15,17 +15,17 @@ from __future__ import annotations
 import signal
 import sys
 
-from code.common.arguments import ArgumentError, format_help, parse_run_args
-from code.common.audits import AuditError
 from code.common.benchmark_errors import BenchmarkError
-from code.common.config import ConfigError
 from code.common.constants import ExitCode
 from code.common.faults import describe
-from code.common.fields import FieldError
 from code.common.log import configure, get_logger
 from code.common.rounds import RoundError
-from code.common.run_logs import LogDirError
 from code.common.systems import SystemDetectionError
+from code.config.fields import FieldError
+from code.config.resolved import ConfigError
+from code.mlperf.arguments import ArgumentError, format_help, parse_run_args
+from code.mlperf.audits import AuditError
+from code.mlperf.run_logs import LogDirError
 
 USER_ERRORS = (ArgumentError, FieldError, ConfigError, BenchmarkError, LogDirError, SystemDetectionError, RoundError,
                AuditError)
@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
             step = "generate_engines (an engine is renamed into place only when whole: none is left half-written)"
             generate_engines(request)
         if request.action in ("run_harness", "run") and request.find_performance:
-            from code.actions.find_performance import find_performance
+            from code.tuning.find_performance import find_performance
 
             step = "find_performance before its first try"
             return find_performance(request)

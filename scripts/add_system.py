@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from code.common import atomic
-from code.common.config import ConfigError
 from code.common.constants import AccuracyTarget, Benchmark, ChoiceError, Scenario
 from code.common.gpu_models import REFERENCE, GpuModel, by_name, model_names
 from code.common.paths import REPO_ROOT
@@ -52,12 +51,9 @@ from code.common.systems import (
     gpu_model_and_count,
     gpu_model_for_system,
 )
-from configs.configuration import (
-    VARIANT_SUFFIX,
-    BenchmarkConfiguration,
-    ConfigRegistry,
-    WorkloadSetting,
-)
+from code.config.classes import VARIANT_SUFFIX, BenchmarkConfiguration
+from code.config.registry import ConfigRegistry
+from code.config.resolved import ConfigError, WorkloadSetting
 
 HEADER = '''"""Configs of systems added with `make add_system` (scripts/add_system.py); edit them freely.
 
@@ -70,7 +66,7 @@ Fields are listed in documentation/configs.md.
 '''
 # The imports of custom.py files written before ``import_block``: their classes name the scenario's base class.
 EARLIER_IMPORTS = """from code.common.constants import AccuracyTarget, HarnessType, PowerSetting
-from configs.configuration import ConfigRegistry
+from code.config.registry import ConfigRegistry
 from configs.{bench}.{scenario} import {base}
 """
 
@@ -81,7 +77,7 @@ def import_block(benchmark: Benchmark, scenario: Scenario, earlier_base: bool = 
     unused; ``earlier_base`` adds the base class import that classes of earlier files name directly."""
     lines = ["from code.common.constants import AccuracyTarget, HarnessType, PowerSetting",
              f"from configs.{benchmark.value} import {scenario.value}",
-             "from configs.configuration import ConfigRegistry"]
+             "from code.config.registry import ConfigRegistry"]
     if earlier_base:
         lines.append(f"from configs.{benchmark.value}.{scenario.value} import {scenario.value}BaseConfig")
     return "\n".join(sorted(lines, key=lambda line: line.split()[1].lower())) + "\n"
@@ -160,7 +156,7 @@ def model_subclasses(system: str, scenario: Scenario,
 def model_classes_of(model: GpuModel, benchmark: Benchmark,
                      scenario: Scenario) -> dict[WorkloadSetting, type[BenchmarkConfiguration]]:
     """The GPU model's classes in this scenario by workload: the classes written for it, else those derived from the
-    GPU (configs/any_gpu.py), which its scenario module names (``Offline.A100_SXM4_40GB``) so that a class can
+    GPU (code/config/any_gpu.py), which its scenario module names (``Offline.A100_SXM4_40GB``) so that a class can
     derive from them."""
     classes = {key[3]: config for key, config in ConfigRegistry.registered().items()
                if key[:3] == (benchmark, scenario, model.name)}

@@ -1,6 +1,6 @@
 """``make clean_logs``: delete the run folders in build/logs, except those of runs still going.
 
-A run holds the lock file ``LIVE_RUN_LOCK`` in its folder while it lives (``code/common/run_logs.py``), so a folder
+A run holds the lock file ``LIVE_RUN_LOCK`` in its folder while it lives (``code/mlperf/run_logs.py``), so a folder
 whose lock is held belongs to a live run: deleting it would take the logs from under the run and end it in
 tracebacks. Such a folder is kept, and the output names it; the folders of ended or killed runs go.
 """

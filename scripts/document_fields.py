@@ -1,4 +1,4 @@
-"""Rewrite the field table in documentation/configs.md from the field table (code/common/fields.py: the harness's
+"""Rewrite the field table in documentation/configs.md from the field table (code/config/fields.py: the harness's
 fields and every backend's switches, taken from the backends' declarations).
 
 Usage: ``python -m scripts.document_fields`` (``--check`` exits 1 when the page is out of date; a test runs that).
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from code.common.fields import FIELDS, Field
 from code.common.paths import REPO_ROOT
+from code.config.fields import FIELDS, Field
 from scripts.page_table import PageTable
 
 PAGE = REPO_ROOT / "documentation" / "configs.md"

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import sys
 
-from code.common.config import NoEngineError, WorkloadSetting
 from code.common.constants import AccuracyTarget, Benchmark, Scenario
 from code.common.gpu_models import MODELS, capability_text
 from code.common.paths import REPO_ROOT
-from configs.configuration import resolve_config
+from code.config.resolve import resolve_config
+from code.config.resolved import NoEngineError, WorkloadSetting
 from scripts.page_table import PageTable
 
 PAGE = REPO_ROOT / "documentation" / "adding_a_system.md"

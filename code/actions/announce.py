@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 
-from code.actions.accuracy_gate import GatePlan
-from code.common.arguments import MAIN_DEFAULTS, RunRequest
-from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, Scenario, TestMode
-from code.common.fields import MLPERF_MIN_DURATION_MS, min_duration_ms, planned_samples
 from code.common.log import get_logger
+from code.config.fields import MLPERF_MIN_DURATION_MS, min_duration_ms, planned_samples
+from code.config.resolved import ResolvedConfig
+from code.mlperf.arguments import MAIN_DEFAULTS, RunRequest
+from code.tuning.accuracy_gate import GatePlan
 
 log = get_logger("plan")
 # The main arguments a newcomer most often leaves out; the plan names the value each took by default.
@@ -121,8 +121,8 @@ def announce(request: RunRequest) -> None:
     """Resolve what the request runs and say it, one ``[plan]`` line each (not again when ``PLAN_SAID_ENV`` says
     make's check before the build said it); refuse first what the run itself would refuse before its first test (a
     config error, a SubmissionRun its round does not accept), so that a check before the build catches it too."""
-    from code.actions.common import gate_plans, system_name
-    from code.actions.test_process import check_round
+    from code.processes.test_process import check_round
+    from code.tuning.plans import gate_plans, system_name
 
     system = system_name(request)
     plans = list(gate_plans(request, system))

@@ -3,11 +3,11 @@ ladder, the engine a run starts with (the first that has not missed its accuracy
 
 from __future__ import annotations
 
-from code.actions.common import gate_plans, system_name
-from code.common.arguments import RunRequest
-from code.common.benchmarks import load_benchmark
-from code.common.devices import release_cached_gpu_memory
 from code.common.log import get_logger
+from code.mlperf.arguments import RunRequest
+from code.mlperf.benchmarks import load_benchmark
+from code.mlperf.devices import release_cached_gpu_memory
+from code.tuning.plans import gate_plans, system_name
 
 log = get_logger("generate_engines")
 

@@ -6,10 +6,6 @@ import json
 from collections.abc import Iterator
 from dataclasses import replace
 
-from code.actions.common import resolved_configs, scenarios_of, system_name
-from code.common.arguments import RunRequest
-from code.common.benchmarks import InputsUnavailableError, load_benchmark
-from code.common.config import NoEngineError, ResolvedConfig, check_run_args_used
 from code.common.constants import TestMode
 from code.common.system_description import (
     DescriptionFiles,
@@ -19,6 +15,11 @@ from code.common.system_description import (
     shown,
 )
 from code.common.systems import detect_system, gpu_model_for_system
+from code.config.resolve import RATE_FIELDS
+from code.config.resolved import NoEngineError, ResolvedConfig, check_run_args_used, where_from
+from code.mlperf.arguments import RunRequest
+from code.mlperf.benchmarks import InputsUnavailableError, load_benchmark
+from code.tuning.plans import resolved_configs, scenarios_of, system_name
 
 
 def describe_description(system: str) -> list[str]:
@@ -74,6 +75,9 @@ def info(request: RunRequest) -> None:
         width = max(len(name) for name in config.values)
         for name, value in sorted(config.values.items()):
             print(f"  {name:<{width}} = {value!r:<24} [{config.sources[name]}]")
+        rate = RATE_FIELDS.get(config.scenario)
+        if rate is not None:  # the number a run's LoadGen plan follows, as the run uses it (share included)
+            print(f"  -> {where_from(config, rate)}")
         if config.ladder:  # which engine a run starts with, and whether its accuracy run decides it
             print(f"  -> engine ladder: {', '.join(rung.name for rung in config.ladder)}; a run starts with "
                   f"{config.engine_choice['summary']}")

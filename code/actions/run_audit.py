@@ -22,10 +22,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from code.actions.common import resolved_configs, system_name
-from code.actions.test_process import check_round, finish_run, require_built_core, run_child, test_spec
-from code.common.arguments import RunRequest
-from code.common.audits import (
+from code.common.constants import TestMode
+from code.common.log import get_logger
+from code.common.paths import COMPLIANCE_LOGS_DIR
+from code.common.rounds import RoundError, get_round
+from code.common.supervision import Interrupted, stop_signals_ignored, stop_signals_raise
+from code.config.resolved import ResolvedConfig
+from code.mlperf.arguments import RunRequest
+from code.mlperf.audits import (
     REFERENCE_ACCURACY_LOG,
     RESPONSE_DTYPES,
     RUNS_SUBDIR,
@@ -39,17 +43,13 @@ from code.common.audits import (
     read_verification,
     reference_problem,
 )
-from code.common.benchmarks import load_benchmark
-from code.common.constants import TestMode
-from code.common.log import get_logger
-from code.common.paths import COMPLIANCE_LOGS_DIR
-from code.common.rounds import RoundError, get_round
-from code.common.run_logs import TestResult, new_timestamped_dir
-from code.common.run_record import RunRecord
-from code.common.summary import RanTest, exit_code
-from code.common.supervision import Interrupted, stop_signals_ignored, stop_signals_raise
-from code.common.verdicts import round_refusal
-from configs.configuration import ResolvedConfig
+from code.mlperf.benchmarks import load_benchmark
+from code.mlperf.run_logs import TestResult, new_timestamped_dir
+from code.mlperf.run_record import RunRecord
+from code.mlperf.summary import RanTest, exit_code
+from code.mlperf.verdicts import round_refusal
+from code.processes.test_process import check_round, finish_run, require_built_core, run_child, test_spec
+from code.tuning.plans import resolved_configs, system_name
 
 log = get_logger("run_audit")
 

@@ -2,7 +2,7 @@
 
 LoadGen reads its configuration once per process (a second ``FromConfig`` logs ``error_invalid_config``, which
 the submission checker rejects) and keeps global state, so each (benchmark, scenario, mode) runs in a fresh
-``python -m code.actions.run_single_test``. Its output is shown and kept in the test's ``stdout.txt``. The child
+``python -m code.processes.run_single_test``. Its output is shown and kept in the test's ``stdout.txt``. The child
 never outlives this process (code/common/supervision.py): a stop signal ends the running test, marks its folder
 incomplete, skips the rest and still writes the summary.
 """
@@ -13,20 +13,20 @@ import json
 import time
 from pathlib import Path
 
-from code.actions.common import gate_plans, system_name
-from code.actions.test_process import check_round, finish_run, require_built_core, run_child, test_spec
-from code.common.arguments import RunRequest
-from code.common.benchmarks import load_benchmark
 from code.common.constants import TestMode
 from code.common.log import get_logger
-from code.common.run_logs import make_test_log_dir, new_run_root
-from code.common.run_record import RunRecord, mark_incomplete
-from code.common.summary import RanTest, counted, exit_code
 from code.common.supervision import (
     Interrupted,
     stop_signals_ignored,
     stop_signals_raise,
 )
+from code.mlperf.arguments import RunRequest
+from code.mlperf.benchmarks import load_benchmark
+from code.mlperf.run_logs import make_test_log_dir, new_run_root
+from code.mlperf.run_record import RunRecord, mark_incomplete
+from code.mlperf.summary import RanTest, counted, exit_code
+from code.processes.test_process import check_round, finish_run, require_built_core, run_child, test_spec
+from code.tuning.plans import gate_plans, system_name
 
 log = get_logger("run_harness")
 
@@ -35,13 +35,13 @@ def run_harness(request: RunRequest) -> int:
     """Run the tests; returns the exit status (``ExitCode``: non-zero when a test did not finish, is INVALID or
     FAILs its accuracy target, or every engine of a ladder missed it; 128 + the signal when the run was
     interrupted)."""
-    from code.actions.accuracy_gate import Gate
-    from code.actions.find_performance import Probe, needs_probe, probe_setting, rerun_setting, tuned_note
+    from code.tuning.accuracy_gate import Gate
+    from code.tuning.find_performance import Probe, needs_probe, probe_setting, rerun_setting, tuned_note
 
     system = system_name(request)
     # Resolve every test first, so a config error stops the run before any test starts, and refuse then what
     # cannot run or cannot count (an unbuilt round, a SubmissionRun the round lacks, accuracy without real data).
-    # Each config starts at the engine of its ladder the accuracy gate begins with (code/actions/accuracy_gate.py).
+    # Each config starts at the engine of its ladder the accuracy gate begins with (code/tuning/accuracy_gate.py).
     plans = list(gate_plans(request, system, clear_stale=True))
     tests = [(gate_plan.config, loadgen_mode) for gate_plan in plans
              for loadgen_mode in TestMode.parse(gate_plan.config["test_mode"]).loadgen_modes]

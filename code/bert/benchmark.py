@@ -25,7 +25,10 @@ from code.bert.squad import (
     load_postprocess_data,
     tokenized_dir,
 )
-from code.common.benchmarks import (
+from code.common.constants import DATASET_SIZE, Benchmark, TestMode
+from code.common.paths import DATA_DIR, ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
+from code.config.resolved import ResolvedConfig
+from code.mlperf.benchmarks import (
     AccuracyReport,
     EngineReport,
     InputsDescription,
@@ -33,12 +36,9 @@ from code.common.benchmarks import (
     PreparedTest,
     prepared_test,
 )
-from code.common.config import ResolvedConfig
-from code.common.constants import DATASET_SIZE, Benchmark, TestMode
-from code.common.devices import backend_on, resolve_cpu_threads, resolve_devices, torch_device
-from code.common.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
-from code.common.inputs import choose_inputs as choose_inputs_at
-from code.common.paths import DATA_DIR, ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
+from code.mlperf.devices import backend_on, resolve_cpu_threads, resolve_devices, torch_device
+from code.mlperf.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
+from code.mlperf.inputs import choose_inputs as choose_inputs_at
 
 if TYPE_CHECKING:
     from code.bert.backends import BackendContext
@@ -57,7 +57,7 @@ INPUTS = InputLocations(preprocessed_dir=PREPROCESSED_DIR, manifest_name=MANIFES
 
 
 def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
-    """The shared fallback rule (code/common/inputs.py) with BERT's locations."""
+    """The shared fallback rule (code/mlperf/inputs.py) with BERT's locations."""
     return choose_inputs_at(config, mode, INPUTS)
 
 

@@ -1,1 +1,1 @@
-"""Infrastructure shared by every benchmark: enums, fields, arguments, systems, paths, logs."""
+"""The plumbing every room stands on: constants, paths, logs, files and locks, downloads, faults, systems, rounds."""

@@ -50,7 +50,7 @@ def replacing_folder(path: Path) -> Iterator[Path]:
     error (the earlier folder renamed away, the new one renamed in, the earlier one removed), removed otherwise.
 
     Between the two renames ``path`` is absent for an instant: a reader that must never see that holds a lock the
-    writer holds too (code/common/engine_manifest.py). What a killed writer left is ``leftovers(path)``.
+    writer holds too (code/mlperf/engine_manifest.py). What a killed writer left is ``leftovers(path)``.
     """
     path = Path(path)
     token = f"{os.getpid()}.{secrets.token_hex(4)}"

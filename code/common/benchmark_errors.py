@@ -1,4 +1,4 @@
-"""The errors a benchmark raises for the user to fix, apart from the benchmark seam (``code/common/benchmarks.py``).
+"""The errors a benchmark raises for the user to fix, apart from the benchmark seam (``code/mlperf/benchmarks.py``).
 
 They live in their own module because the modules below the seam (devices, inputs, run logs, engine manifests)
 raise them too, and the seam itself uses those modules: with the errors inside ``benchmarks.py``, importing them

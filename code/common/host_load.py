@@ -3,9 +3,9 @@
 
 Why: a figure measured while other programs used the CPUs, or while a hypervisor gave the CPUs' time to other
 machines (steal), is below what the machine can do, and nothing in the figure says so. The summary names such a host
-(code/common/noise.py), and metadata.json's ``host_load`` keeps the numbers.
+(code/mlperf/noise.py), and metadata.json's ``host_load`` keeps the numbers.
 
-What is read, every period on the test's one sampler thread (code/common/power.py's, which reads the GPUs in the same
+What is read, every period on the test's one sampler thread (code/mlperf/power.py's, which reads the GPUs in the same
 tick): ``/proc/loadavg``'s 1-minute load average (runnable and uninterruptible tasks of the whole machine, a
 container's host included, averaged with a one-minute decay); ``/proc/stat``'s CPU times of the CPUs this process
 may use (its affinity mask); ``/proc/self/stat``'s CPU time of this process, all its threads, so a CPU run's own

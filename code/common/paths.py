@@ -21,7 +21,7 @@ HARNESS_BUILD_DIR = BUILD_DIR / "harness"
 # keeps them and a machine without network builds again; `make clean_all` deletes them.
 DOWNLOADS_DIR = BUILD_DIR / "downloads"
 LIB_DIR = BUILD_DIR / "lib"
-# What `make find_performance` measured, one file per system, benchmark and scenario (code/common/tuned.py).
+# What `make find_performance` measured, one file per system, benchmark and scenario (code/config/tuned.py).
 TUNED_DIR = Path(os.environ.get("MLPERF_TUNED_DIR", BUILD_DIR / "tuned"))
 
 

@@ -4,7 +4,7 @@ thread of its own while something else runs (``Periodic``).
 A loop's progress is a tqdm bar on a terminal, a plain line at least every ``EVERY_S`` seconds otherwise (a pipe,
 CI, a log file), so a step of minutes is never silent. Downloads print their own lines (``code/common/download.py``:
 every few seconds and every 10 %); LoadGen tests theirs (``code/harness/progress.py``, on a ``Periodic``), and GPU
-power is read on one during a test (``code/common/power.py``).
+power is read on one during a test (``code/mlperf/power.py``).
 """
 
 from __future__ import annotations

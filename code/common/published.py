@@ -1,7 +1,7 @@
 """The best published MLPerf Inference results per GPU (closed division), read from ``published_results.csv``.
 
 Why: a figure alone does not say whether it is good; set beside the best result MLCommons published for the same
-benchmark, scenario and GPU model (the summary, report.md and ``make results`` do, code/common/beside_published.py),
+benchmark, scenario and GPU model (the summary, report.md and ``make results`` do, code/mlperf/beside_published.py),
 it does. The same figures give the ratios a config estimates another GPU's first rates from
 (code/common/gpu_models.py).
 

@@ -159,7 +159,7 @@ def cuda_visible_entries(count: int) -> list[str]:
 
 def nvml_handle(nvml: Any, entry: str) -> Any:
     """The NVML device of a CUDA_VISIBLE_DEVICES entry (an index or a UUID): detection and the power sampler
-    (code/common/power.py) find a GPU the same way."""
+    (code/mlperf/power.py) find a GPU the same way."""
     if entry.isdigit():
         return nvml.nvmlDeviceGetHandleByIndex(int(entry))
     return nvml.nvmlDeviceGetHandleByUUID(entry)

@@ -1,6 +1,6 @@
 """GPT-J as the orchestration sees it: which data and weights a run uses, and its batch runner.
 
-Same fallback rule as BERT (code/common/inputs.py): a performance run without the preprocessed CNN/DailyMail set
+Same fallback rule as BERT (code/mlperf/inputs.py): a performance run without the preprocessed CNN/DailyMail set
 or the checkpoint runs on synthetic prompts and random weights of the configured GPT-J architecture, and says so;
 an accuracy run refuses and names the make step that fetches what is missing. The responses LoadGen logs are the
 generated token ids (int32), which the accuracy scorer decodes for ROUGE.
@@ -13,8 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from code.common.backends import runs_model
-from code.common.benchmarks import (
+from code.common.constants import DATASET_SIZE, Benchmark, TestMode
+from code.common.paths import ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
+from code.config.backends import runs_model
+from code.config.resolved import ResolvedConfig
+from code.gptj.download_model import CHECKPOINT_SUBDIR, MODEL_SUBDIR
+from code.gptj.prompt import MANIFEST_FILE, TOKENIZED_SUBDIR
+from code.mlperf.benchmarks import (
     AccuracyReport,
     BenchmarkError,
     EngineReport,
@@ -23,14 +28,9 @@ from code.common.benchmarks import (
     PreparedTest,
     prepared_test,
 )
-from code.common.config import ResolvedConfig
-from code.common.constants import DATASET_SIZE, Benchmark, TestMode
-from code.common.devices import backend_on, resolve_cpu_threads, resolve_devices, torch_device
-from code.common.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
-from code.common.inputs import choose_inputs as choose_inputs_at
-from code.common.paths import ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
-from code.gptj.download_model import CHECKPOINT_SUBDIR, MODEL_SUBDIR
-from code.gptj.prompt import MANIFEST_FILE, TOKENIZED_SUBDIR
+from code.mlperf.devices import backend_on, resolve_cpu_threads, resolve_devices, torch_device
+from code.mlperf.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
+from code.mlperf.inputs import choose_inputs as choose_inputs_at
 
 PREPROCESSED_DIR = PREPROCESSED_DATA_DIR / TOKENIZED_SUBDIR
 CHECKPOINT = MODELS_DIR / MODEL_SUBDIR / CHECKPOINT_SUBDIR

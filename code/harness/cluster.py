@@ -7,7 +7,7 @@ The C++ core takes a connected socket per batcher thread and cannot tell the two
 - ``join`` connects this process to the cluster (``--cluster``) and plans one worker per GPU of every node that
   has GPUs (a CPU run: ``cpu_workers`` per node).
 - ``ClusterPool`` is a ``WorkerPool`` whose workers run as Ray tasks (``num_gpus=1``, pinned to their node,
-  never retried): each task runs the same worker program (``code.actions.device_worker``) with ``--connect``; the
+  never retried): each task runs the same worker program (``code.processes.device_worker``) with ``--connect``; the
   pool listens, takes each worker's HELLO (the run's token, its slot, its device as ``cuda:3@node``), then waits
   for READY as on one machine. Every wait has a deadline: a worker that never connects, a node that never runs its
   task, a node that leaves before it is ready, each stops the run before LoadGen starts, naming the node.

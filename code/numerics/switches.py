@@ -2,7 +2,7 @@
 
 A backend whose engines run cuBLASLt FP8 GEMMs (BERT's packed path, GPT-J's in-flight engine) lists
 ``FP8_FAST_ACCUM`` among its switches and ``fast_accum_needs_fp8`` among its rules; the two declarations are one
-field of the configuration (``code/common/fields.py`` joins them). Torch-free: the configuration imports it.
+field of the configuration (``code/config/fields.py`` joins them). Torch-free: the configuration imports it.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from code.common.backends import Origin
-from code.common.field_spec import Field
+from code.config.backends import Origin
+from code.config.field_spec import Field
 
 FP8_FAST_ACCUM = Field("fp8_fast_accum", bool, False, "fp8 engines: cuBLASLt fast accumulation in the FP8 GEMMs "
                        "(faster, less exact)", engine=True)

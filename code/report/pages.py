@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from code.common.atomic import write_text
-from code.common.beside_published import beside_published
 from code.common.constants import SERVER_LATENCY_BOUND_NS, Benchmark
-from code.common.run_logs import read_detail_log, run_test_parts
-from code.common.run_record import RunRecord, RunRecordError, read_record, record_path
-from code.common.summary import figure_notes
 from code.harness.core import SAMPLE_TIMES_FILE, SampleTimes
+from code.mlperf.beside_published import beside_published
+from code.mlperf.run_logs import read_detail_log, run_test_parts
+from code.mlperf.run_record import RunRecord, RunRecordError, read_record, record_path
+from code.mlperf.summary import figure_notes
 from code.report.figures import PERCENTILES, SampleStats, draw_latency, draw_timeline, sample_stats
 
 REPORT_FILE = "report.md"

@@ -1,11 +1,11 @@
 """The results of every run at a glance (``make results``): the newest result per system, benchmark, scenario, GPU
 count, test and model, as a table and a CSV file (the command: code/report/make_results.py).
 
-A result is what a finished test recorded in its ``metadata.json`` (code/common/run_logs.py): the figure, its unit,
+A result is what a finished test recorded in its ``metadata.json`` (code/mlperf/run_logs.py): the figure, its unit,
 the verdict and, where its GPU power was read, samples per joule; the model it is from and the caveats that keep it
 from being a full run of that model on real inputs (synthetic, small model, shortened, a stand-in:
 ``RunRecord.caveats``); and a performance figure beside the best published one per GPU of its GPU model
-(code/common/beside_published.py). Only a run's own tests count, the folders
+(code/mlperf/beside_published.py). Only a run's own tests count, the folders
 ``<run>/<system>/<bench>/<Scenario>/`` (with ``accuracy/`` and ``performance/run_1/`` for a SubmissionRun); the
 steps inside a run that lead to them (a ``--test_run``'s probe, ``--find_performance``'s tries, an engine the
 accuracy gate moved aside) sit deeper and are left out. A test is dated by when it started (its ``test_spec.json``).
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from code.common import atomic
-from code.common.beside_published import Beside, beside_published
 from code.common.constants import TestMode
+from code.mlperf.beside_published import Beside, beside_published
 from code.submission.runs import TestRun, find_tests, run_folders
 
 RESULTS_CSV = "results.csv"
@@ -51,7 +51,7 @@ class Result:
     verdict: str
     started: float  # seconds since the epoch
     folder: Path
-    samples_per_joule: float | None = None  # a performance test whose GPU power was read (code/common/power.py)
+    samples_per_joule: float | None = None  # a performance test whose GPU power was read (code/mlperf/power.py)
     model: str = "?"  # the model the figure is from: BERT-large, BERT-tiny (RunRecord.model_label)
     caveats: tuple[str, ...] = ()  # synthetic, small model, shortened, stand-in for <GPU> (RunRecord.caveats)
     published: Beside | None = None  # the figure beside the best published one per GPU

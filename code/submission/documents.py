@@ -21,7 +21,7 @@ from pathlib import Path
 
 from code.common.paths import BUILD_DIR, REPO_ROOT
 from code.common.rounds import LoadgenSource, get_round
-from code.common.run_record import RunRecord
+from code.mlperf.run_record import RunRecord
 from code.submission.model_info import implementation, ran_no_model
 from code.submission.runs import TestRun
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from code.common.backends import runs_model
 from code.common.constants import Benchmark
-from code.common.run_record import RunRecord
+from code.config.backends import runs_model
+from code.mlperf.run_record import RunRecord
 
 # Every input this harness feeds a model is token ids (BERT: input_ids, segment_ids, input_mask; GPT-J: prompts).
 INPUT_DATA_TYPES = "int32"

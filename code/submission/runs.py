@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from code.common.constants import TestMode
-from code.common.run_logs import run_test_parts
-from code.common.run_record import RunRecord, RunRecordError, read_record
+from code.mlperf.run_logs import run_test_parts
+from code.mlperf.run_record import RunRecord, RunRecordError, read_record
 
 
 @dataclass(frozen=True)

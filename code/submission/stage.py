@@ -17,13 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from code.common.audits import RUNS_SUBDIR
 from code.common.constants import TestMode
 from code.common.download import file_checksum
 from code.common.paths import BUILD_DIR, COMPLIANCE_LOGS_DIR, LOGS_DIR, REPO_ROOT
 from code.common.rounds import get_round
-from code.common.run_logs import new_timestamped_dir
-from code.common.run_record import RunRecordError, read_record
 from code.common.system_description import (
     DescriptionFiles,
     SystemDescriptionError,
@@ -31,6 +28,9 @@ from code.common.system_description import (
     load_description,
 )
 from code.harness.fetch_loadgen import source_dir
+from code.mlperf.audits import RUNS_SUBDIR
+from code.mlperf.run_logs import new_timestamped_dir
+from code.mlperf.run_record import RunRecordError, read_record
 from code.submission.documents import (
     CALIBRATION_DOC,
     calibration_entry,

@@ -4,7 +4,7 @@ Every function takes ``run(label, fields) -> outcome``: one LoadGen performance 
 (``min_duration``, ``offline_expected_qps``, ...) over the caller's own, returning an object with ``valid`` (None:
 the try crashed), ``value`` (the figure: samples/s, scheduled QPS, latency in ms), ``reasons`` (why INVALID) and
 ``extra`` (LoadGen's other figures: ``result_mean_latency_ns``, ``result_completed_samples_per_sec``, ...).
-The product (code/actions/find_performance.py) and the bench (scripts/bench) both run these; neither has a copy.
+The product (code/tuning/find_performance.py) and the bench (scripts/bench) both run these; neither has a copy.
 """
 
 from __future__ import annotations

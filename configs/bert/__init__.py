@@ -1,15 +1,15 @@
 """BERT-large on SQuAD v1.1: settings every BERT config shares, and the engine ladders of the H100/H200 classes.
 
-An engine ladder (code/common/ladder.py) lists the engines a class may run for its accuracy target, fastest first;
+An engine ladder (code/config/ladder.py) lists the engines a class may run for its accuracy target, fastest first;
 with the real checkpoint and data set a run takes the first one whose AccuracyOnly run meets the target on this
-system (code/actions/accuracy_gate.py). ``make agreement``'s proxy figures (documentation/bert_gpu.md) are
+system (code/tuning/accuracy_gate.py). ``make agreement``'s proxy figures (documentation/bert_gpu.md) are
 information: they say which engines are worth a rung, not which one runs.
 """
 
 from typing import Any
 
 from code.common.constants import Benchmark
-from code.common.ladder import Rung
+from code.config.ladder import Rung
 from configs.configuration import BenchmarkConfiguration, shared_values
 
 
@@ -29,7 +29,7 @@ def bert_99_ladder(
     faster than the FP8 engine below it (8-bit residual reads and LayerNorm writes), F1 within the bar. Then FP8
     with fast accumulation, F1 within the bar. Measured: bert-ladders-2026-11-28 (documentation/notes/journal/).
     Then INT8 (``int8``), the 8-bit engine of a GPU without FP8, where the ladder skips the FP8 rungs
-    (code/common/capabilities.py). fp16 is the way back."""
+    (code/config/capabilities.py). fp16 is the way back."""
     attention = () if fp8_attention is None else (
         Rung("fp8-attention", "the fp8-residual engine with FP8 attention: the QKV GEMM writes e4m3 q, k, v and "
              "q.k runs on FP8 tensor cores", precision="fp8", fp8_fast_accum=True, fp8_residual=True,

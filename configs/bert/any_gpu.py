@@ -1,4 +1,4 @@
-"""BERT's rules for a GPU without a class of its own (configs/any_gpu.py derives the class with them).
+"""BERT's rules for a GPU without a class of its own (code/config/any_gpu.py derives the class with them).
 
 - Engines: the H100 SXM class's ladder; resolution skips the rungs the GPU cannot run (FP8 below compute capability
   8.9, the packed path's Triton kernels below 8.0), so an A100 runs INT8 then fp16, as NVIDIA's bert-99 does there.
@@ -12,11 +12,9 @@
 
 from __future__ import annotations
 
-from code.common.config import WorkloadSetting
 from code.common.constants import Scenario
 from code.common.gpu_models import TRITON_CAPABILITY, GpuModel, reference
-from code.common.ladder import Rung
-from configs.any_gpu import (
+from code.config.any_gpu import (
     Derivation,
     Factor,
     own_rates,
@@ -26,6 +24,8 @@ from configs.any_gpu import (
     scaled,
     scaled_rung,
 )
+from code.config.ladder import Rung
+from code.config.resolved import WorkloadSetting
 from configs.configuration import BenchmarkConfiguration
 
 EAGER_RUNG = Rung("fp16-eager", "the padded fp16 model (no packed path): GPUs older than Ampere, which our Triton "

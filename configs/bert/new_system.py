@@ -1,5 +1,5 @@
 """Starting values of a new BERT system without GPUs (``make add_system`` writes them into ``custom.py``); a system
-of GPUs derives from its GPU model's classes instead (configs/any_gpu.py).
+of GPUs derives from its GPU model's classes instead (code/config/any_gpu.py).
 
 Why here: the values that fit a benchmark belong to its configs, so a new benchmark brings its own and
 scripts/add_system.py stays generic. They are meant to run, not to be fast: a person tunes them with ``--test_run``.
@@ -8,7 +8,7 @@ scripts/add_system.py stays generic. They are meant to run, not to be fast: a pe
 from typing import Any
 
 from code.common.constants import Scenario
-from code.common.cpu_features import BestCpuPrecision
+from code.config.cpu_features import BestCpuPrecision
 
 STARTING_VALUES: dict[Scenario, dict[str, Any]] = {
     Scenario.Offline: {"gpu_batch_size": 8, "offline_expected_qps": 2.0},
@@ -19,4 +19,4 @@ STARTING_VALUES: dict[Scenario, dict[str, Any]] = {
 
 PRECISION: tuple[str, str] = (BestCpuPrecision().choose()[0], "fp32")
 """The engine precision of the 99% and the 99.9% class: the 99% class gets bf16 only when this machine's CPU has
-bf16 arithmetic (code/common/cpu_features.py)."""
+bf16 arithmetic (code/config/cpu_features.py)."""

@@ -7,7 +7,7 @@ the open division and debugging, and a run with another width is marked as not a
 from typing import Any
 
 from code.common.constants import Benchmark
-from code.common.ladder import Rung
+from code.config.ladder import Rung
 from configs.configuration import BenchmarkConfiguration
 
 

@@ -1,4 +1,4 @@
-"""GPT-J's rules for a GPU without a class of its own (configs/any_gpu.py derives the class with them).
+"""GPT-J's rules for a GPU without a class of its own (code/config/any_gpu.py derives the class with them).
 
 - Engines: the H100 SXM class's ladder (FP8 GEMMs and cache, FP8 GEMMs, bf16); resolution skips what the GPU's
   compute capability cannot run (FP8 below 8.9, the in-flight engine below 8.0), and a rung whose engine does not
@@ -13,12 +13,12 @@
 
 from __future__ import annotations
 
-from code.common.capabilities import missing
-from code.common.config import NoEngineError, WorkloadSetting
 from code.common.constants import Benchmark, Scenario
 from code.common.gpu_models import GpuModel, reference
+from code.config.any_gpu import Derivation, Factor, own_rates, published_or, rate_notes, scaled, scaled_rung
+from code.config.capabilities import missing
+from code.config.resolved import NoEngineError, WorkloadSetting
 from code.gptj.memory_plan import decode_step_bytes, gptj_memory_plan
-from configs.any_gpu import Derivation, Factor, own_rates, published_or, rate_notes, scaled, scaled_rung
 from configs.configuration import BenchmarkConfiguration
 
 MOST_USEFUL_SLOTS = 256  # an H200 ran no faster with 320 or 384 samples in flight (documentation/gptj_gpu.md)

@@ -1,5 +1,5 @@
 """Starting values of a new GPT-J system without GPUs (``make add_system`` writes them into ``custom.py``); a system
-of GPUs derives from its GPU model's classes instead (configs/any_gpu.py).
+of GPUs derives from its GPU model's classes instead (code/config/any_gpu.py).
 
 Why here: the values that fit a benchmark belong to its configs, so a new benchmark brings its own and
 scripts/add_system.py stays generic. They are meant to run, not to be fast: a person tunes them with ``--test_run``.

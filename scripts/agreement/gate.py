@@ -21,7 +21,7 @@ and 99.9% of the real checkpoint's; the margin covers the proxy). Every row of a
 its engine qualifies for. Random-head models (``large``, ``minilm-l6``) have no meaningful F1: they report logit
 errors and agreement and are never gated. These figures are information: which engine a run uses is decided by the
 AccuracyOnly run on the real checkpoint, the first rung of the config's engine ladder that meets the target
-(code/actions/accuracy_gate.py; documentation/bert_gpu.md). ``--require`` names bars that decide this tool's exit
+(code/tuning/accuracy_gate.py; documentation/bert_gpu.md). ``--require`` names bars that decide this tool's exit
 status, none by default; ``configs`` requires of each engine of the H100/H200 configs' ladders (its precision and
 engine options) the target its ladder serves, to say which rungs the proxy expects to pass.
 
@@ -65,7 +65,7 @@ from code.bert.backends import QUANTIZED
 from code.bert.packed.spec import KERNEL_SWITCHES
 from code.bert.squad import MAX_SEQ_LENGTH, PostprocessData
 from code.common.paths import BUILD_DIR
-from code.common.run_logs import LogDirError, new_timestamped_dir
+from code.mlperf.run_logs import LogDirError, new_timestamped_dir
 from scripts.agreement.comparison import compare, position_view
 from scripts.agreement.report import (
     EXIT_USAGE,
@@ -519,7 +519,7 @@ def engine_item(values: Any) -> str:
     """A config's engine as a ``--precisions`` item: its precision and the ENGINE_OPTIONS it sets away from their
     defaults (``fp16:gelu_in_gemm=true``); 8-bit options are left out of a 16-bit engine's item, FP8's own out of an
     int8 engine's."""
-    from code.common.fields import FIELDS
+    from code.config.fields import FIELDS
 
     precision = values["precision"]
     parts = [precision]
@@ -537,7 +537,8 @@ def config_requirements(systems: tuple[str, ...] = CONFIG_SYSTEMS) -> dict[str, 
     target of the configs that use it, the stricter one where both targets use the same engine. ``--require configs``
     checks these, so a rung added to a ladder is measured against its target without a new command line."""
     from code.common.constants import Benchmark, Scenario
-    from configs.configuration import ConfigRegistry, resolve_config
+    from code.config.registry import ConfigRegistry
+    from code.config.resolve import resolve_config
 
     for scenario in Scenario:
         ConfigRegistry.load(Benchmark.BERT, scenario)
@@ -685,7 +686,7 @@ def _overrides(items: list[str]) -> dict[str, str]:
 def make_plan(args: argparse.Namespace) -> Plan:
     """Every option checked before any work starts (a bad one is exit status 2, not a failure an hour in)."""
     from code.bert.model import BERT_CONFIGS
-    from code.common.fields import FIELDS
+    from code.config.fields import FIELDS
 
     models = _choices(args.models, sorted(BERT_CONFIGS) + sorted(FINETUNED_MODELS), "models")
     valid = [p for p in FIELDS["precision"].choices if p != REFERENCE_PRECISION]

@@ -17,7 +17,7 @@ from typing import Any
 
 from code.common.constants import Scenario
 from code.common.paths import BUILD_DIR
-from code.common.run_logs import LogDirError, new_timestamped_dir
+from code.mlperf.run_logs import LogDirError, new_timestamped_dir
 from scripts.bench.baseline import measure_baseline, measure_gptj_baseline
 from scripts.bench.report import Figure, build_figures, format_table, render_text, write_reports
 from scripts.bench.runs import HarnessRunner, OfflineResult, measure_offline, measure_singlestream, merge_flags
@@ -234,8 +234,8 @@ def _server_start(benchmark: str, offline: OfflineResult | None, hints: dict[str
         return float(hints["server_target_qps"])
     if offline and offline.samples_per_second:
         return SERVER_START_FRACTION * offline.samples_per_second
-    from code.actions.common import resolved_configs, system_name
-    from code.common.arguments import parse_run_args
+    from code.mlperf.arguments import parse_run_args
+    from code.tuning.plans import resolved_configs, system_name
 
     request = parse_run_args(["--action=info", f"--benchmarks={benchmark}", "--scenarios=server", *run_args])
     (config,) = resolved_configs(request, system_name(request))
@@ -297,10 +297,10 @@ def _test_seconds(plan: BenchPlan, benchmark: str, scenario: Scenario, quick: bo
     code/actions/announce.py), with the flags and duration (``duration_ms``: a probe's) the bench gives it; and
     the resolved config."""
     from code.actions.announce import seconds_of_test
-    from code.actions.common import resolved_configs, system_name
-    from code.common.arguments import parse_run_args
     from code.common.constants import TestMode
-    from code.common.tuned import TUNED_FIELDS
+    from code.config.tuned import TUNED_FIELDS
+    from code.mlperf.arguments import parse_run_args
+    from code.tuning.plans import resolved_configs, system_name
 
     profile = profile_of(benchmark)
     fields: dict[str, Any] = {**_scenario_fields(profile, scenario, quick),
@@ -324,8 +324,8 @@ def plan_lines(plan: BenchPlan, args: argparse.Namespace) -> list[str]:
     config rate, so no estimate). On a CPU, which runs the bench's full-length tests for hours, ``--quick`` is
     named as the check of the bench itself."""
     from code.actions.announce import duration_text
-    from code.common.benchmarks import load_benchmark
     from code.common.constants import TestMode
+    from code.mlperf.benchmarks import load_benchmark
 
     lines, total, unknown = [], 0.0, []
     for benchmark in plan.benchmarks:

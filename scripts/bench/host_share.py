@@ -25,14 +25,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from code.common.arguments import parse_run_args
-from code.common.benchmarks import load_benchmark
-from code.common.config import ResolvedConfig
 from code.common.constants import TestMode
-from code.common.devices import torch_device
 from code.common.paths import BUILD_DIR
-from code.common.run_logs import new_timestamped_dir
-from code.common.user_conf import write_user_conf
+from code.config.resolved import ResolvedConfig
+from code.mlperf.arguments import parse_run_args
+from code.mlperf.benchmarks import load_benchmark
+from code.mlperf.devices import torch_device
+from code.mlperf.run_logs import new_timestamped_dir
+from code.mlperf.user_conf import write_user_conf
 
 BLOCKING_SYNC = 0x04  # cudaDeviceScheduleBlockingSync
 
@@ -107,9 +107,10 @@ def timed(runner: Any) -> TimedBatchRunner | TimedContinuousRunner:
 
 def measure(config: ResolvedConfig, log_dir: Path) -> dict[str, Any]:
     """One PerformanceOnly test with timed runners: throughput, wall time and each runner's CPU share."""
-    from code.actions.run_single_test import core_settings, device_share, scales_qps
     from code.common.systems import detect_system
+    from code.config.resolve import device_share, scales_qps
     from code.harness.core import run_test, timeline
+    from code.processes.run_single_test import core_settings
 
     benchmark = load_benchmark(config.benchmark)
     prepared = benchmark.prepare_test(config, TestMode.PerformanceOnly)
@@ -117,13 +118,13 @@ def measure(config: ResolvedConfig, log_dir: Path) -> dict[str, Any]:
     runners = [timed(prepared.runner_on(torch_device(device), device))]
     log_dir.mkdir(parents=True)
     # One GPU of the system: its share of the system's rate, as a run on one GPU of it expects.
-    share = device_share([device], len(detect_system().gpus)) if scales_qps(config) else 1.0
+    share = device_share([device], len(detect_system().gpus)) / config.device_share if scales_qps(config) else 1.0
     user_conf = write_user_conf(config, prepared.total_sample_count, log_dir, device_share=share)
     settings = core_settings(config, TestMode.PerformanceOnly, prepared, user_conf, log_dir)
     started = time.perf_counter()
-    from code.actions.run_single_test import progress_shape
     from code.harness.core import progress
     from code.harness.progress import PERIOD_S, ProgressReporter
+    from code.processes.run_single_test import progress_shape
 
     with ProgressReporter(lambda: progress(config["round"]), progress_shape(config, user_conf), PERIOD_S):
         run_test(settings, prepared.sample_lengths, runners, device_names=[device])
@@ -150,8 +151,9 @@ def main(argv: list[str]) -> int:
 
     configure()
     how = block_on_cuda_waits()
-    from code.actions.common import scenarios_of, system_name
-    from configs.configuration import WorkloadSetting, resolve_config
+    from code.config.resolve import resolve_config
+    from code.config.resolved import WorkloadSetting
+    from code.tuning.plans import scenarios_of, system_name
 
     system = system_name(request)
     out = Path(options["--out"]) if "--out" in options else new_timestamped_dir(BUILD_DIR / "host_share")

@@ -19,7 +19,7 @@ from typing import Any
 
 from code.common.constants import Scenario
 from code.common.paths import REPO_ROOT
-from code.common.run_record import read_record
+from code.mlperf.run_record import read_record
 from code.tuning import search
 from scripts.bench.settings import SCENARIO_NAMES, profile_of
 

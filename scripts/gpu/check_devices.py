@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from code.common.paths import BUILD_DIR, REPO_ROOT
-from code.common.run_record import read_record
+from code.mlperf.run_record import read_record
 from scripts.gpu.steps import run_steps
 from scripts.local_cluster import LOOPBACK_ENV, local_cluster
 
@@ -176,11 +176,11 @@ def same_process(details: dict[str, Any]) -> None:
     import numpy as np
     import torch
 
-    from code.common.benchmarks import load_benchmark
-    from code.common.config import WorkloadSetting
     from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
     from code.common.systems import detect_system
-    from configs.configuration import resolve_config
+    from code.config.resolve import resolve_config
+    from code.config.resolved import WorkloadSetting
+    from code.mlperf.benchmarks import load_benchmark
 
     if gpu_count() < 2:
         raise RuntimeError("same_process needs two GPUs")

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import torch
 
-from code.common.devices import usable_gpu_bytes
 from code.gptj.backends.inflight import calibrate
 from code.gptj.backends.inflight_engine import EngineSpec, load_model
 from code.gptj.dataset import GptjSamples
 from code.gptj.inflight.engine import EngineOptions, InflightEngine
 from code.gptj.memory_plan import GIB, MAX_SLOTS, gptj_memory_plan
 from code.llm.generation import GenerationConfig
+from code.mlperf.devices import usable_gpu_bytes
 from code.numerics.fp8 import E4M3
 
 LONGEST = 1919

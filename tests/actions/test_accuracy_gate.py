@@ -1,4 +1,4 @@
-"""The accuracy gate of an engine ladder, end to end through ``python -m code.main`` (code/actions/accuracy_gate.py).
+"""The accuracy gate of an engine ladder, end to end through ``python -m code.main`` (code/tuning/accuracy_gate.py).
 
 The runs use a copy of the product with a user's ``custom.py``: ladders whose engines are the oracle backend with
 and without a forced miss (BERT ``oracle_shift``, GPT-J ``oracle_drop``) on the fixtures' real data sets, and the
@@ -24,8 +24,8 @@ from code.gptj.prompt import TOKENIZED_SUBDIR as GPTJ_TOKENIZED
 pytestmark = pytest.mark.slow
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 HEADER = '''from code.common.constants import AccuracyTarget, HarnessType, PowerSetting
-from code.common.ladder import Rung
-from configs.configuration import ConfigRegistry
+from code.config.ladder import Rung
+from code.config.registry import ConfigRegistry
 '''
 BERT_CUSTOM = HEADER + '''from configs.bert.Offline import CPU
 

@@ -183,7 +183,7 @@ def _cluster_workers() -> list[int]:
             command = (entry / "cmdline").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if "code.actions.device_worker" in command and "--connect=127.0.0.1:" in command:
+        if "code.processes.device_worker" in command and "--connect=127.0.0.1:" in command:
             found.append(int(entry.name))
     return found
 

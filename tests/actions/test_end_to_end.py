@@ -15,10 +15,10 @@ import pytest
 
 from code.bert.accuracy import CHECKER_F1_PATTERN
 from code.common.constants import ExitCode
-from code.common.devices import default_cpu_threads
 from code.common.paths import LIB_DIR, REPO_ROOT
 from code.common.rounds import ROUNDS
-from code.common.run_record import read_record
+from code.mlperf.devices import default_cpu_threads
+from code.mlperf.run_record import read_record
 from tests.conftest import round_core
 
 pytestmark = pytest.mark.slow
@@ -151,7 +151,7 @@ def test_tiny_model_valid_in_every_scenario(build_dir, tmp_path, scenario):
     metadata = json.loads((test_dir / "metadata.json").read_text())
     assert metadata["result"]["valid"] is True and metadata["result"]["value"] > 0
     assert "synthetic inputs" in metadata["provenance"]["invalid_because"]
-    # Server leaves LoadGen's threads a free core (code/common/devices.py); without it p99 here reached 204 ms
+    # Server leaves LoadGen's threads a free core (code/mlperf/devices.py); without it p99 here reached 204 ms
     cpus = default_cpu_threads()
     assert metadata["provenance"]["cpu_threads"] == (max(1, cpus - 1) if scenario == "server" else cpus)
     assert f"bert.{test_dir.name}.min_duration = 1000" in (test_dir / "user.conf").read_text()
@@ -197,7 +197,7 @@ def test_submission_run_the_round_lacks_is_refused_before_running(build_dir, tmp
 
 def test_run_of_another_round_records_it_and_its_seeds(build_dir, tmp_path, harness_built):
     """Round v4.1 runs on its own LoadGen build, whose seeds are the ones v4.1's checker expects."""
-    from code.common.run_logs import read_detail_log
+    from code.mlperf.run_logs import read_detail_log
 
     round_core("v4.1")
     logs = tmp_path / "logs"

@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from code.actions import common
 from code.actions.announce import plan_lines, seconds_of_test
-from code.actions.common import gate_plans, scenarios_of
-from code.common.arguments import ArgumentError, parse_run_args
 from code.common.constants import DATASET_SIZE, Scenario, TestMode
 from code.common.paths import REPO_ROOT
+from code.mlperf.arguments import ArgumentError, parse_run_args
+from code.tuning import plans
+from code.tuning.plans import gate_plans, scenarios_of
 
 OFFLINE_SINGLESTREAM = [Scenario.Offline, Scenario.SingleStream]
 
@@ -39,7 +39,7 @@ def test_scenarios_all_without_a_system_type_is_all_three():
 
 
 def test_scenarios_all_refuses_a_benchmark_the_round_has_none_of(monkeypatch):
-    monkeypatch.setattr(common, "system_type", lambda system: "datacenter")
+    monkeypatch.setattr(plans, "system_type", lambda system: "datacenter")
     with pytest.raises(ArgumentError, match="round v5.0 accepts no bert-99 scenario on datacenter systems"):
         scenarios(["--scenarios=all"], "CPU")
 

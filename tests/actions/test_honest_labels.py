@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
-from code.common.fields import FieldError, check_device
 from code.common.paths import LIB_DIR, REPO_ROOT
-from configs.configuration import WorkloadSetting, resolve_config
+from code.config.fields import FieldError, check_device
+from code.config.resolve import resolve_config
+from code.config.resolved import WorkloadSetting
 
 CASES = [
     (["--precision=fp8", "--device=cpu"], "--precision=fp8 needs a GPU (FP8 needs compute capability 8.9: Ada, "
@@ -106,7 +107,7 @@ def test_the_oracle_runs_no_model_so_any_precision_is_fine():
 
 @pytest.mark.parametrize("benchmark", [Benchmark.BERT, Benchmark.GPTJ])
 def test_the_device_that_runs_is_recorded(benchmark):
-    from code.common.benchmarks import load_benchmark
+    from code.mlperf.benchmarks import load_benchmark
 
     resolved = config(benchmark, device="cpu", model_name="tiny", input_data="synthetic", weights="random")
     assert load_benchmark(benchmark).describe_inputs(resolved, TestMode.PerformanceOnly)["device"] == "cpu"

@@ -8,7 +8,8 @@ import pytest
 
 from code.common.constants import AccuracyTarget, Benchmark, Scenario
 from code.common.paths import REPO_ROOT
-from configs.configuration import ConfigRegistry, WorkloadSetting
+from code.config.registry import ConfigRegistry
+from code.config.resolved import WorkloadSetting
 
 RATES = {Scenario.Offline: "offline_expected_qps", Scenario.Server: "server_target_qps"}
 
@@ -44,10 +45,24 @@ def test_info_resolves_x2_and_x4_with_their_rates_and_says_where_they_came_from(
 def test_info_shows_each_scenario_once_and_a_benchmark_that_fits_no_engine(capsys):
     """--scenarios=all names each scenario once; GPT-J on a GPU too small for it says so and BERT is still shown."""
     from code.actions.info import info
-    from code.common.arguments import parse_run_args
+    from code.mlperf.arguments import parse_run_args
 
     info(parse_run_args(["--action=info", "--benchmarks=gptj-99,bert-99", "--scenarios=all",
                          "--system_name=A10_24GBx1"]))
     heads = [line for line in capsys.readouterr().out.splitlines() if line.startswith("== ")]
     assert len(heads) == len(set(heads)) and any("GPT-J does not fit A10_24GB" in line for line in heads)
     assert any(line.startswith("== A10_24GBx1 bert-99 Offline (") for line in heads)
+
+
+def test_info_shows_the_rate_a_run_on_some_of_the_gpus_uses():
+    """--devices=0,1 on a system of eight GPUs: `make info` shows a quarter of the system's rate, the value the run
+    writes into user.conf, and says where it comes from and why it is scaled."""
+    info = subprocess.run([sys.executable, "-m", "code.main", "--action=info", "--benchmarks=bert",
+                           "--scenarios=offline", "--system_name=H200_SXM_141GBx8", "--devices=0,1"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert info.returncode == 0, info.stderr
+    (line,) = [line for line in info.stdout.splitlines() if line.strip().startswith("offline_expected_qps")]
+    rate, source = per_gpu(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GB")
+    assert float(line.split("=")[1].split()[0]) == rate * 8 * 2 / 8
+    assert line.endswith(f"[{source} x 8 GPUs, x 2/8 GPUs (--devices=0,1)]")
+    assert f"  -> offline_expected_qps = {rate * 2:.1f}: rung, {source} x 8 GPUs, x 2/8 GPUs" in info.stdout

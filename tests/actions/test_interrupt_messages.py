@@ -41,9 +41,9 @@ def test_ctrl_c_during_the_cpp_build_is_one_line_and_130(monkeypatch, capsys, ro
 
 def test_summary_of_an_interrupted_run_gives_the_signal_status(tmp_path):
     """The summary's exit line matches what the process exits with (130), not the tests' own status (1)."""
-    from code.common.run_logs import TestResult
-    from code.common.run_record import RunRecord
-    from code.common.summary import format_summary
+    from code.mlperf.run_logs import TestResult
+    from code.mlperf.run_record import RunRecord
+    from code.mlperf.summary import format_summary
 
     stopped = TestResult("Server", "PerformanceOnly", str(tmp_path), complete=False,
                          invalid_reasons=["interrupted by SIGINT after 3.0 s; its LoadGen logs are partial"])

@@ -15,11 +15,11 @@ import sys
 
 import pytest
 
-from code.common.config import WorkloadSetting, check_run_args_used
 from code.common.constants import Benchmark, Scenario
-from code.common.fields import FieldError
 from code.common.paths import REPO_ROOT
-from configs.configuration import resolve_config
+from code.config.fields import FieldError
+from code.config.resolve import resolve_config
+from code.config.resolved import WorkloadSetting, check_run_args_used
 
 G = ["--action=run", "--benchmarks=gptj", "--scenarios=offline", "--input_data=synthetic", "--weights=random"]
 
@@ -90,7 +90,7 @@ def test_a_config_class_value_of_another_backends_switch():
     """A config class's FP8 KV cache is refused for GPT-J's pytorch backend, which would run without it under its
     label, naming where it came from and the fix; the oracle, which runs no model, keeps the class's engine as it is
     (the H200's GPT-J ladder: FP8 GEMMs and KV cache), as BERT's oracle keeps its FP8 switches."""
-    from code.common.fields import FIELDS, check_combination
+    from code.config.fields import FIELDS, check_combination
 
     values = {name: fld.default for name, fld in FIELDS.items() if fld.applies_to(Benchmark.GPTJ, Scenario.Offline)}
     values |= {"backend": "pytorch", "precision": "bf16", "kv_cache_dtype": "fp8"}

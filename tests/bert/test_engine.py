@@ -246,7 +246,7 @@ def test_pytorch_option_defaults_are_the_fields():
     import dataclasses
 
     from code.bert.backends.pytorch import PackedKernels
-    from code.common.fields import FIELDS
+    from code.config.fields import FIELDS
 
     options = [*dataclasses.fields(PytorchOptions), *dataclasses.fields(PackedKernels)]
     # device: the context's, made concrete; precision: a packed spec's, and the packed path runs no fp32
@@ -265,7 +265,7 @@ import sys
 import time
 from pathlib import Path
 from code.bert.backends.pytorch_engine import EngineSpec, build_engine, ensure_engine, load_engine
-from code.common.engine_manifest import EngineError
+from code.mlperf.engine_manifest import EngineError
 
 role, engine, rounds, checkpoint = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 spec = EngineSpec("tiny", "fp32", checkpoint)

@@ -367,7 +367,8 @@ def test_cpu_backend_runs_an_int8_engine_eagerly(tmp_path):
 
 def resolved(benchmark: object, **overrides: object) -> object:
     from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
-    from configs.configuration import WorkloadSetting, resolve_config
+    from code.config.resolve import resolve_config
+    from code.config.resolved import WorkloadSetting
 
     workload = WorkloadSetting(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
     return resolve_config(benchmark, Scenario.Offline, "CPU", workload, overrides)
@@ -375,7 +376,7 @@ def resolved(benchmark: object, **overrides: object) -> object:
 
 def test_int8_is_a_gpu_precision_of_bert():
     from code.common.constants import Benchmark
-    from code.common.fields import FIELDS, check_device
+    from code.config.fields import FIELDS, check_device
 
     assert "int8" in FIELDS["precision"].choices and "INT8 GEMMs with calibrated scales" in FIELDS[
         "precision"].description

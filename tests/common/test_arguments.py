@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from code.common.arguments import ArgumentError, parse_run_args
 from code.common.constants import AccuracyTarget, Benchmark, Scenario
 from code.common.paths import REPO_ROOT
+from code.mlperf.arguments import ArgumentError, parse_run_args
 
 
 def test_defaults():
@@ -36,7 +36,7 @@ def test_accuracy_target_spellings(args, target):
 
 
 def test_trace_is_off_unless_asked_for():
-    from code.common.fields import FIELDS
+    from code.config.fields import FIELDS
 
     assert FIELDS["log_enable_trace"].default is False
     assert parse_run_args(["--log_enable_trace"]).overrides == {"log_enable_trace": True}

@@ -10,8 +10,11 @@ import sys
 import pytest
 
 from code.actions.run_audit import ship_test01_accuracy
-from code.common.arguments import ArgumentError, parse_run_args
-from code.common.audits import (
+from code.common.constants import Benchmark, ExitCode, Scenario
+from code.common.paths import LIB_DIR, REPO_ROOT
+from code.common.rounds import ROUNDS
+from code.mlperf.arguments import ArgumentError, parse_run_args
+from code.mlperf.audits import (
     AuditError,
     AuditVerdict,
     audit_refusal,
@@ -20,9 +23,6 @@ from code.common.audits import (
     parse_audit_tests,
     reference_problem,
 )
-from code.common.constants import Benchmark, ExitCode, Scenario
-from code.common.paths import LIB_DIR, REPO_ROOT
-from code.common.rounds import ROUNDS
 from tests.actions.test_end_to_end import _env, build_dir, run_main  # noqa: F401 - build_dir is a fixture
 from tests.common.test_rounds import OUR_BENCHMARKS, official_checker
 from tests.conftest import official_tools

@@ -1,4 +1,4 @@
-"""The benchmark seam (code/common/benchmarks.py): every benchmark module offers BenchmarkModule's functions with
+"""The benchmark seam (code/mlperf/benchmarks.py): every benchmark module offers BenchmarkModule's functions with
 its parameters, and what crosses the seam keeps the shape metadata.json records."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import typing
 
 import pytest
 
-from code.common.backend_class import BackendClass
-from code.common.backends import declarations
-from code.common.benchmarks import BENCHMARK_MODULES, AccuracyReport, BenchmarkModule, load_benchmark
+from code.config.backends import declarations
+from code.mlperf.backend_class import BackendClass
+from code.mlperf.benchmarks import BENCHMARK_MODULES, AccuracyReport, BenchmarkModule, load_benchmark
 
 
 @pytest.mark.parametrize("benchmark", list(BENCHMARK_MODULES))
@@ -33,7 +33,7 @@ def test_accuracy_report_records_common_keys_then_figures():
 
 @pytest.mark.parametrize("benchmark", list(BENCHMARK_MODULES))
 def test_backend_classes_offer_the_one_backend_protocol(benchmark):
-    """Every declared backend class of every benchmark answers ``code.common.backend_class.BackendClass``'s calls, and
+    """Every declared backend class of every benchmark answers ``code.mlperf.backend_class.BackendClass``'s calls, and
     each benchmark's protocol is that generic one with its own context and batches."""
     package = importlib.import_module(f"code.{benchmark.value}.backends")
     protocol = next(value for name, value in vars(package).items()

@@ -1,4 +1,4 @@
-"""A run's figure set beside the best published one per GPU (code/common/beside_published.py) in the summary and
+"""A run's figure set beside the best published one per GPU (code/mlperf/beside_published.py) in the summary and
 report.md. Records are written and read back as metadata.json; their provenance is the one the benchmark's
 ``describe_inputs`` makes for the run's config, so the caveats read the words a real run records."""
 
@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from code.bert.benchmark import describe_inputs
-from code.common.beside_published import beside_published, published_line
 from code.common.constants import Benchmark, Scenario, TestMode
-from code.common.run_logs import TestResult
-from code.common.run_record import RunRecord, read_record, write_record
-from code.common.summary import format_summary
+from code.config.resolve import resolve_config
+from code.config.resolved import WorkloadSetting
+from code.mlperf.beside_published import beside_published, published_line
+from code.mlperf.run_logs import TestResult
+from code.mlperf.run_record import RunRecord, read_record, write_record
+from code.mlperf.summary import format_summary
 from code.report.pages import REPORT_FILE, write_test_report
-from configs.configuration import WorkloadSetting, resolve_config
 
 
 def provenance(**overrides: object) -> dict:

@@ -12,7 +12,7 @@ from code.common.paths import REPO_ROOT
 # A run as far as its log folder goes: it creates its run root the way every run does, says where, and waits.
 RUN = """
 import sys
-from code.common.run_logs import new_run_root
+from code.mlperf.run_logs import new_run_root
 print(new_run_root(), flush=True)
 sys.stdin.read()
 """

@@ -15,7 +15,7 @@ import pytest
 
 from code.common.constants import ExitCode
 from code.common.paths import LIB_DIR, REPO_ROOT
-from code.common.run_logs import read_detail_log
+from code.mlperf.run_logs import read_detail_log
 
 pytestmark = pytest.mark.slow
 TINY_SERVER = ["--scenarios=server", "--model_name=tiny", "--precision=fp32", "--device=cpu", "--gpu_batch_size=8",

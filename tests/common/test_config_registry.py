@@ -4,9 +4,12 @@ import pytest
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
 from code.common.systems import DetectedSystem
+from code.config.classes import shared_values
+from code.config.registry import ConfigRegistry
+from code.config.resolve import resolve_config
+from code.config.resolved import ConfigError, WorkloadSetting
 from configs.bert.Offline import OfflineBaseConfig
 from configs.bert.Server import ServerBaseConfig
-from configs.configuration import ConfigError, ConfigRegistry, WorkloadSetting, resolve_config, shared_values
 
 register = ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 register_999 = ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99_9, PowerSetting.MaxP)
@@ -135,7 +138,7 @@ def test_precedence_run_args_over_config_over_default():
 
 
 def test_cpu_threads_leave_server_a_free_core(monkeypatch):
-    from code.common import devices
+    from code.mlperf import devices
 
     def threads(scenario, **overrides):
         config = resolve_config(Benchmark.BERT, scenario, "CPU", WorkloadSetting(), overrides)
@@ -153,8 +156,8 @@ def test_cpu_threads_leave_server_a_free_core(monkeypatch):
 
 def test_more_cpu_threads_than_the_cpus_can_use_is_refused_naming_a_value_that_fits(monkeypatch):
     """Bad input x40: --cpu_threads=4096 on 2 CPUs ended in a MemoryError traceback from thread stacks."""
-    from code.common import devices
-    from code.common.fields import FieldError
+    from code.config.fields import FieldError
+    from code.mlperf import devices
 
     monkeypatch.setattr(devices, "allowed_cpus", lambda: 2)
 
@@ -192,8 +195,8 @@ def test_field_table_in_the_docs_is_current():
 def test_backend_field_choices_are_the_declared_backends():
     """The ``backend`` and ``precision`` fields are one table for every benchmark: their choices must cover what
     the benchmarks' backends declare, and name no backend that none declares."""
-    from code.common.backends import declarations
-    from code.common.fields import FIELDS
+    from code.config.backends import declarations
+    from code.config.fields import FIELDS
 
     declared = [backend for benchmark in Benchmark for backend in declarations(benchmark)]
     assert set(FIELDS["backend"].choices) == {backend.name for backend in declared}
@@ -203,7 +206,7 @@ def test_backend_field_choices_are_the_declared_backends():
 
 def test_run_args_resolve_the_same_config_again():
     """An engine error's rebuild command quotes ``run_args()``: pasted back, it must parse to the same fields."""
-    from code.common.arguments import parse_run_args
+    from code.mlperf.arguments import parse_run_args
 
     workload = WorkloadSetting(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
     given = {"model_name": "tiny", "fast_path": False, "gpu_batch_size": 8}
@@ -231,7 +234,7 @@ def test_gptj_declared_precisions_are_what_the_backends_run():
 def test_a_slip_in_a_config_file_is_one_line_naming_file_and_line(tmp_path, monkeypatch, source, error):
     """What a hand edit of a config class can raise while its module is imported: one ConfigError naming the file,
     the line, the error and the fix, never a traceback from the importer."""
-    from configs.configuration import import_config_module
+    from code.config.registry import import_config_module
 
     package = tmp_path / "edited_configs"
     package.mkdir()
@@ -247,10 +250,10 @@ def test_a_slip_in_a_config_file_is_one_line_naming_file_and_line(tmp_path, monk
 
 
 def test_a_registry_error_in_a_config_file_passes_unchanged(tmp_path, monkeypatch):
-    from configs.configuration import import_config_module
+    from code.config.registry import import_config_module
 
     (tmp_path / "registered_twice.py").write_text(
-        "from configs.configuration import ConfigError\nraise ConfigError('class X registers CPU twice')\n")
+        "from code.config.registry import ConfigError\nraise ConfigError('class X registers CPU twice')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError, match="^class X registers CPU twice$"):
         import_config_module("registered_twice", tmp_path / "registered_twice.py", "fix")

@@ -3,15 +3,16 @@ AVX512-BF16, else fp32; RUN_ARGS still win, and `make info` and the summary say 
 
 import pytest
 
-from code.actions.common import system_name
 from code.actions.info import info
-from code.common import cpu_features
-from code.common.arguments import parse_run_args
 from code.common.constants import AccuracyTarget, Benchmark, Scenario
-from code.common.run_logs import TestResult
-from code.common.run_record import RunRecord
-from code.common.summary import cpu_precision_note, format_summary
-from configs.configuration import WorkloadSetting, resolve_config
+from code.config import cpu_features
+from code.config.resolve import resolve_config
+from code.config.resolved import WorkloadSetting
+from code.mlperf.arguments import parse_run_args
+from code.mlperf.run_logs import TestResult
+from code.mlperf.run_record import RunRecord
+from code.mlperf.summary import cpu_precision_note, format_summary
+from code.tuning.plans import system_name
 
 AVX2_ONLY = frozenset({"sse4_2", "avx", "avx2", "fma"})
 

@@ -25,7 +25,7 @@ from code.bert.squad import ARRAY_FILES, EVAL_FILE, MANIFEST_FILE, MAX_SEQ_LENGT
 from code.common.constants import ExitCode
 from code.common.faults import DataFileError, describe, reading
 from code.common.paths import LIB_DIR, REPO_ROOT
-from code.common.run_record import RunRecord
+from code.mlperf.run_record import RunRecord
 from tests.actions.test_end_to_end import build_dir, run_main  # noqa: F401 - build_dir is a fixture
 
 
@@ -128,7 +128,7 @@ def test_a_full_disk_and_a_read_only_folder_are_one_line(tmp_path):
 
 
 def test_the_test_process_prints_one_line_on_a_full_disk(tmp_path, monkeypatch, capsys):
-    from code.actions import run_single_test
+    from code.processes import run_single_test
 
     def full_disk(spec, spec_file):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -145,7 +145,7 @@ def test_the_test_process_prints_one_line_on_a_full_disk(tmp_path, monkeypatch, 
 
 
 def test_the_harness_prints_its_summary_when_the_disk_is_full(tmp_path, monkeypatch, capsys):
-    from code.actions import test_process
+    from code.processes import test_process
 
     def full_disk(*args):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "summary.txt"))
@@ -180,9 +180,10 @@ def test_the_summary_quotes_the_test_process_error_line(tmp_path, harness_built)
 
 def test_the_audits_print_their_summary_when_the_disk_is_full(tmp_path, monkeypatch, capsys):
     """run_audit ends as run_harness does: a summary that cannot be saved is still printed, with one line why."""
-    from code.actions import run_audit, test_process
-    from code.common.arguments import parse_run_args
-    from code.common.run_logs import TestResult
+    from code.actions import run_audit
+    from code.mlperf.arguments import parse_run_args
+    from code.mlperf.run_logs import TestResult
+    from code.processes import test_process
 
     def full_disk(*args):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "summary.txt"))
@@ -406,8 +407,8 @@ FREED = {"cpu": "the CPU's memory", "cuda:1": "the GPU (nvidia-smi shows what el
 def test_a_batch_that_runs_out_of_memory_names_the_batch_size(device, monkeypatch):
     """Bad input x27: --gpu_batch_size=65536 on the CPU asked the allocator for 6.5 GB in one batch; the run stops
     in one line naming --gpu_batch_size and a smaller value, not the allocator's traceback."""
-    from code.common import devices
     from code.common.benchmark_errors import BenchmarkError
+    from code.mlperf import devices
 
     class Hungry:
         def run_batch(self, sample_indices):

@@ -16,8 +16,8 @@ import pytest
 
 from code import main as entry
 from code.actions import run_harness
-from code.common.fields import FIELDS, Field
 from code.common.paths import LIB_DIR, REPO_ROOT
+from code.config.fields import FIELDS, Field
 
 SEED = 18
 DRAWS = 4  # bad values per field

@@ -1,5 +1,5 @@
 """A noisy machine is named: the host's load from /proc (code/common/host_load.py), read on the power sampler's one
-thread (code/common/power.py), and the summary's ``noise:`` line (code/common/noise.py).
+thread (code/mlperf/power.py), and the summary's ``noise:`` line (code/mlperf/noise.py).
 
 The logic is tested with recorded inputs: /proc files written to a folder (as a 2-CPU virtual machine with steal
 shows them) and a stand-in for NVML. The real /proc of the machine running the tests is read once too.
@@ -23,11 +23,11 @@ from code.common.host_load import (
     parse_cpu_times,
     parse_own_ticks,
 )
-from code.common.noise import gpu_findings, host_findings, noise_line
-from code.common.power import PowerSampler, power_sampler
-from code.common.run_logs import TestResult
-from code.common.run_record import RunRecord, read_record, write_record
-from code.common.summary import format_summary
+from code.mlperf.noise import gpu_findings, host_findings, noise_line
+from code.mlperf.power import PowerSampler, power_sampler
+from code.mlperf.run_logs import TestResult
+from code.mlperf.run_record import RunRecord, read_record, write_record
+from code.mlperf.summary import format_summary
 from tests.common.test_power import POWER_CAP, Clock, FakeNvml
 
 # /proc/stat of a machine with three CPUs; the run may use CPUs 0 and 2. Columns: user nice system idle iowait irq

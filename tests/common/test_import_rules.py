@@ -1,17 +1,22 @@
-"""Dependencies point one way: code/common depends on nothing above it, and the product (code/) on no tool or test.
+"""Dependencies point one way: each room of code/ (and configs/) stands on a floor and imports only rooms below it,
+and the product (code/) imports no tool or test.
 
-configs -> code/common and benchmarks -> code/llm -> code/common; code/llm is a library that benchmarks share (no
-benchmark.py), so it imports no benchmark either; an import against that arrow makes a package cycle, so
-code/common could no longer be imported or reused without the registry or a benchmark. The tools under scripts/
-(the bench, the agreement check, add_system) use the product, never the reverse, and the product reads no test
-data: a harness installed without scripts/ and tests/ runs the same. Reading the source (every ``import``, at module
-level or inside a function) rather than importing it also catches the lazy imports that a run would only reach on
-some paths.
+A room is a package of code/ (``code.common``, ``code.config``, ...), ``code.main`` or ``configs``; its floor is
+stated in ``FLOORS`` and a room imports only rooms on a lower floor. The plumbing (code/common) is the ground; the
+config mechanism (code/config) stands on it, MLPerf's rules and records (code/mlperf) on both; the benchmarks and
+their libraries above those; the config classes (configs/), the programs of one LoadGen test (code/processes), the
+tuning that runs them (code/tuning), the actions (code/actions) and the entry point (code/main.py) on top. A room
+that names a higher one does so by a registry's text (``code/common/registry.py``), never by an import, so a lower
+room can be imported, tested and reused without what stands above it. A benchmark imports no other benchmark: what
+two share is a library (code/llm) below both. The tools under scripts/ (the bench, the agreement check, add_system)
+use the product, never the reverse, and the product reads no test data: a harness installed without scripts/ and
+tests/ runs the same. Reading the source (every ``import``, at module level or inside a function) rather than
+importing it also catches the lazy imports that a run would only reach on some paths.
 
-No modules of code/ import each other in a circle of any size, not even lazily or for types only: such a circle
-is one idea split over several files (or a shared piece living in the wrong one), and a lazy or type-only import
-that dodges the circle at load time leaves it in the design. Shared pieces go below them (errors in their own
-module, a format's records in its library).
+No modules import each other in a circle of any size, not even lazily or for types only: such a circle is one idea
+split over several files (or a shared piece living in the wrong one), and a lazy or type-only import that dodges the
+circle at load time leaves it in the design. Shared pieces go below them (errors in their own module, a format's
+records in its library).
 """
 
 from __future__ import annotations
@@ -24,26 +29,41 @@ import pytest
 
 from code.common.paths import REPO_ROOT
 
-COMMON = REPO_ROOT / "code" / "common"
-# Packages code/common must not import: the config classes and every benchmark (a folder under code/ with a
-# benchmark.py), plus the orchestration that sits above it.
+# Each room's floor: a room imports only rooms on a lower floor (the ground is 1).
+FLOORS = {
+    "code.common": 1,  # plumbing: paths, logs, locks, files, downloads, faults, systems and GPU models, rounds
+    "code.config": 2,  # the config mechanism: fields, classes, registry, ladders, tuned values, resolution
+    "code.harness": 2,  # the C++ core over LoadGen and the workers that feed it
+    "code.mlperf": 3,  # MLPerf's rules and records: arguments, benchmarks seam, devices, inputs, logs, verdicts
+    "code.numerics": 3,  # numeric building blocks (8-bit GEMMs) and their switches
+    "code.llm": 4,  # what the LLM benchmarks share
+    "code.bert": 4,
+    "code.submission": 4,
+    "code.gptj": 5,
+    "code.report": 5,
+    "configs": 6,  # the config classes
+    "code.processes": 6,  # the programs of one LoadGen test
+    "code.tuning": 7,  # what a run runs: the accuracy gate's engine, the probe's and searches' LoadGen settings
+    "code.actions": 8,  # one module per ``--action``
+    "code.main": 9,
+}
+# Rooms that are benchmarks (a folder under code/ with a benchmark.py): none imports another.
 BENCHMARK_PACKAGES = sorted(f"code.{p.parent.name}" for p in (REPO_ROOT / "code").glob("*/benchmark.py"))
-# Libraries for benchmarks: above code/common, below every benchmark.
-BENCHMARK_LIBRARIES = ("code.llm",)
-FORBIDDEN = ("configs", "code.actions", "code.submission", "code.harness", *BENCHMARK_LIBRARIES, *BENCHMARK_PACKAGES)
-COMMON_MODULES = sorted(COMMON.glob("*.py"))
-LIBRARY_MODULES = sorted(p for lib in BENCHMARK_LIBRARIES for p in (REPO_ROOT / lib.replace(".", "/")).rglob("*.py"))
+LOWER_ROOMS = ("common", "config", "mlperf")  # each module of these imports on its own
+LOWER_MODULES = sorted(p for room in LOWER_ROOMS for p in (REPO_ROOT / "code" / room).glob("*.py"))
 PRODUCT_MODULES = sorted((REPO_ROOT / "code").rglob("*.py"))
+# Every module that stands in a room (code/__init__.py only marks the package).
+ROOMED_MODULES = [p for p in PRODUCT_MODULES if p != REPO_ROOT / "code" / "__init__.py"] + sorted(
+    (REPO_ROOT / "configs").rglob("*.py"))
 # Packages the product must not import: the tools and the tests.
 TOOLS = ("scripts", "tests")
-# The top-level packages of code/, each checked for two-file circles.
-CODE_PACKAGES = sorted(p.parent.name for p in (REPO_ROOT / "code").glob("*/__init__.py"))
 # Circles broken once and kept broken: each pair's second module moved a shared piece below both.
 BROKEN_CIRCLES = (
-    ("code.common.benchmarks", "code.common.devices"),  # the benchmark errors: code/common/benchmark_errors.py
+    ("code.mlperf.benchmarks", "code.mlperf.devices"),  # the benchmark errors: code/common/benchmark_errors.py
     ("code.gptj.download_data", "code.gptj.calibration_data"),  # record conversion: code/llm/cnn_dailymail.py
-    ("code.actions.run_harness", "code.actions.find_performance"),  # the child test: code/actions/test_process.py
-    ("code.actions.run_harness", "code.actions.accuracy_gate"),
+    ("code.actions.run_harness", "code.tuning.find_performance"),  # the child test: code/processes/test_process.py
+    ("code.actions.run_harness", "code.tuning.accuracy_gate"),
+    ("code.config.registry", "code.config.any_gpu"),  # the class and its rules: code/config/classes.py
 )
 
 
@@ -70,11 +90,6 @@ def import_graph(paths: list[Path], root: Path = REPO_ROOT) -> dict[str, set[str
     modules = {module_name(path, root): path for path in paths}
     return {name: {other for other in imported_modules(path) if other in modules and other != name}
             for name, path in modules.items()}
-
-
-def two_file_cycles(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
-    """Every pair of modules that import each other, each pair once (in name order)."""
-    return sorted((a, b) for a, imports in graph.items() for b in imports if a < b and a in graph[b])
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -110,34 +125,58 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
-CODE_GRAPH = import_graph(PRODUCT_MODULES)
-CODE_CYCLES = two_file_cycles(CODE_GRAPH)
+CODE_GRAPH = import_graph(ROOMED_MODULES)
+
+
+def room_of(module: str) -> str:
+    """The room a module stands in: its package under code/ (``code.config``), ``code.main``, or ``configs``."""
+    parts = module.split(".")
+    return "configs" if parts[0] == "configs" else ".".join(parts[:2])
+
+
+def imports_down(module: str, imported: list[str], floors: dict[str, int]) -> list[str]:
+    """The imports of ``module`` (into other rooms among ``floors``) that do not run down to a lower floor."""
+    here = floors[room_of(module)]
+    return [name for name in imported
+            if room_of(name) in floors and room_of(name) != room_of(module) and floors[room_of(name)] >= here]
+
+
+def test_every_room_has_a_floor():
+    rooms = {room_of(module_name(path)) for path in ROOMED_MODULES}
+    assert rooms == set(FLOORS), f"rooms without a floor: {sorted(rooms - set(FLOORS))}; gone: " \
+                                 f"{sorted(set(FLOORS) - rooms)}: state each room's floor in FLOORS"
+
+
+@pytest.mark.parametrize("path", ROOMED_MODULES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_a_room_imports_only_rooms_below_it(path):
+    module = module_name(path)
+    bad = imports_down(module, imported_modules(path), FLOORS)
+    assert not bad, (f"{path.relative_to(REPO_ROOT)} (floor {FLOORS[room_of(module)]}) imports {bad}, which stand "
+                     "on its floor or above: move what it needs below it")
+
+
+def test_the_floor_check_sees_an_import_running_back_up():
+    floors = {"code.common": 1, "code.config": 2, "code.mlperf": 3}
+    assert imports_down("code.config.fields", ["code.common.paths", "code.config.ladder"], floors) == []
+    assert imports_down("code.config.fields", ["code.mlperf.devices"], floors) == ["code.mlperf.devices"]
 
 
 def test_benchmark_packages_are_found():
     assert {"code.bert", "code.gptj"} <= set(BENCHMARK_PACKAGES)
-    assert not set(BENCHMARK_LIBRARIES) & set(BENCHMARK_PACKAGES), "a library for benchmarks has no benchmark.py"
-    assert LIBRARY_MODULES
+    assert "code.llm" not in BENCHMARK_PACKAGES, "a library for benchmarks has no benchmark.py"
 
 
-@pytest.mark.parametrize("path", LIBRARY_MODULES, ids=lambda p: str(p.relative_to(REPO_ROOT / "code")))
-def test_libraries_import_no_benchmark(path):
-    above = ("configs", "code.actions", "code.submission", "code.harness", *BENCHMARK_PACKAGES)
-    bad = [name for name in imported_modules(path)
-           if any(name == root or name.startswith(root + ".") for root in above)]
-    assert not bad, f"{path.relative_to(REPO_ROOT)} imports {bad}: a library for benchmarks depends on none of them"
+@pytest.mark.parametrize("path", [p for p in PRODUCT_MODULES if room_of(module_name(p)) in BENCHMARK_PACKAGES],
+                         ids=lambda p: str(p.relative_to(REPO_ROOT / "code")))
+def test_a_benchmark_imports_no_other_benchmark(path):
+    own = room_of(module_name(path))
+    bad = [name for name in imported_modules(path) if room_of(name) in BENCHMARK_PACKAGES and room_of(name) != own]
+    assert not bad, f"{path.relative_to(REPO_ROOT)} imports {bad}: what two benchmarks share goes into a library"
 
 
-@pytest.mark.parametrize("path", COMMON_MODULES, ids=lambda p: p.name)
-def test_common_imports_nothing_above_it(path):
-    bad = [name for name in imported_modules(path)
-           if any(name == root or name.startswith(root + ".") for root in FORBIDDEN)]
-    assert not bad, f"code/common/{path.name} imports {bad}: code/common must not depend on configs/ or a benchmark"
-
-
-@pytest.mark.parametrize("path", COMMON_MODULES, ids=lambda p: p.name)
-def test_common_module_imports(path):
-    importlib.import_module(f"code.common.{path.stem}")
+@pytest.mark.parametrize("path", LOWER_MODULES, ids=lambda p: str(p.relative_to(REPO_ROOT / "code")))
+def test_a_lower_module_imports_on_its_own(path):
+    importlib.import_module(module_name(path))
 
 
 def _test_data_paths(path: Path) -> list[str]:
@@ -162,7 +201,7 @@ def _test_data_paths(path: Path) -> list[str]:
 
 
 def test_product_modules_are_found():
-    assert len(PRODUCT_MODULES) > 20 and COMMON / "paths.py" in PRODUCT_MODULES
+    assert len(PRODUCT_MODULES) > 20 and REPO_ROOT / "code" / "common" / "paths.py" in PRODUCT_MODULES
 
 
 @pytest.mark.parametrize("path", PRODUCT_MODULES, ids=lambda p: str(p.relative_to(REPO_ROOT / "code")))
@@ -191,13 +230,7 @@ def test_the_rules_see_imports_and_paths(tmp_path):
     assert sorted(_test_data_paths(module)) == ["fixtures", "tests"]
 
 
-@pytest.mark.parametrize("package", CODE_PACKAGES)
-def test_no_two_modules_import_each_other(package):
-    inside = [pair for pair in CODE_CYCLES if any(m.startswith(f"code.{package}.") for m in pair)]
-    assert not inside, f"{inside} import each other: move what both need into a module below them"
-
-
-def test_no_modules_of_code_import_each_other_in_a_circle():
+def test_no_modules_import_each_other_in_a_circle():
     """No circle of any size: three modules that import each other in turn are one idea split in three."""
     found = circles(CODE_GRAPH)
     assert not found, f"these modules import each other in a circle: {found}; move what they share below them"
@@ -219,7 +252,6 @@ def test_the_circle_check_sees_a_planted_three_file_circle(tmp_path):
         "c": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import f\n",
         "d": "from pkg.a import f\n",
     })
-    assert two_file_cycles(graph) == []
     assert circles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
 
 
@@ -238,4 +270,4 @@ def test_the_cycle_check_sees_a_lazy_circle(tmp_path):
         "c": "import pkg\n",
     })
     assert graph["pkg.c"] == {"pkg"}
-    assert two_file_cycles(graph) == [("pkg.a", "pkg.b")]
+    assert circles(graph) == [["pkg.a", "pkg.b"]]

@@ -1,4 +1,4 @@
-"""Which data set and weights a run uses (code/common/inputs.py), where the real ones are there but unusable: a
+"""Which data set and weights a run uses (code/mlperf/inputs.py), where the real ones are there but unusable: a
 folder without its manifest, another benchmark's set, a scratch link that leads nowhere. A performance run falls
 back to synthetic inputs or random weights and says why, naming the fix; an accuracy run, or a set named with
 --input_data, is refused before an engine is built or a test starts, with the same reason.

@@ -22,8 +22,8 @@ import pytest
 
 from code.common.paths import LIB_DIR, OFFICIAL_TOOLS_DIR, REPO_ROOT
 from code.common.rounds import ROUNDS, get_round
-from code.common.run_logs import read_detail_log
 from code.harness.fetch_loadgen import mlperf_conf_seeds
+from code.mlperf.run_logs import read_detail_log
 from tests.common.test_rounds import official_checker
 from tests.conftest import round_core, round_sources
 

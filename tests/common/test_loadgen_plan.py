@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from code.common import fields
-from code.common.config import WorkloadSetting
 from code.common.constants import Benchmark, Scenario
-from code.common.fields import FieldError, plan_note, planned_samples
-from configs.configuration import resolve_config
+from code.config import fields
+from code.config.fields import FieldError, plan_note, planned_samples
+from code.config.resolve import resolve_config
+from code.config.resolved import WorkloadSetting
 
 GIB = 2**30
 

@@ -10,7 +10,10 @@ import sys
 
 import pytest
 
-from code.common.arguments import (
+from code.common.constants import AccuracyTarget, Benchmark
+from code.common.paths import REPO_ROOT
+from code.config.fields import FIELDS
+from code.mlperf.arguments import (
     ALIASES,
     FIELD_GROUPS,
     HELP_WIDTH,
@@ -24,9 +27,6 @@ from code.common.arguments import (
     format_help,
     parse_run_args,
 )
-from code.common.constants import AccuracyTarget, Benchmark
-from code.common.fields import FIELDS
-from code.common.paths import REPO_ROOT
 
 
 @pytest.mark.parametrize("nvidia,ours", [

@@ -1,4 +1,4 @@
-"""GPU power over a test's timed part (code/common/power.py): energy from the counter or from integrated power, the
+"""GPU power over a test's timed part (code/mlperf/power.py): energy from the counter or from integrated power, the
 throttle reasons' names and shares, the timed window, an NVML failure during the test, and how the summary,
 metadata.json, report.md and `make results` state it.
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from code.common.power import (
+from code.mlperf.power import (
     NoPower,
     PowerSampler,
     loadgen_time,
@@ -23,9 +23,9 @@ from code.common.power import (
     reason_names,
     timed_window,
 )
-from code.common.run_logs import TestResult
-from code.common.run_record import RunRecord, read_record, write_record
-from code.common.summary import format_summary
+from code.mlperf.run_logs import TestResult
+from code.mlperf.run_record import RunRecord, read_record, write_record
+from code.mlperf.summary import format_summary
 from code.report.pages import REPORT_FILE, write_test_report
 from code.report.results import Result, results_csv, results_table
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from code.common.arguments import ArgumentError, parse_run_args
 from code.common.constants import Scenario
 from code.common.paths import REPO_ROOT
 from code.common.rounds import DEFAULT_ROUND, ROUNDS, RoundError, get_round
 from code.harness.fetch_loadgen import SOURCE_ENV_VAR, FetchError, fetch_loadgen, manifest, mlperf_conf_seeds
+from code.mlperf.arguments import ArgumentError, parse_run_args
 from tests.conftest import official_tools, round_core
 
 OUR_BENCHMARKS = ("bert-99", "bert-99.9", "gptj-99", "gptj-99.9")

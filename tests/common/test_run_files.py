@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from code.common.constants import Benchmark, Scenario, TestMode
-from code.common.run_logs import LogDirError, make_test_log_dir, new_run_root, performance_result
-from code.common.run_record import write_metadata
-from code.common.user_conf import user_conf_entries, write_user_conf
-from configs.configuration import WorkloadSetting, resolve_config
+from code.config.resolve import resolve_config
+from code.config.resolved import WorkloadSetting
+from code.mlperf.run_logs import LogDirError, make_test_log_dir, new_run_root, performance_result
+from code.mlperf.run_record import write_metadata
+from code.mlperf.user_conf import user_conf_entries, write_user_conf
 
 
 def resolved(scenario, **overrides):
@@ -39,7 +40,7 @@ def test_explicit_durations_win_over_test_run_and_small_sets_override_sample_cou
 
 
 def test_log_folders_are_never_reused(tmp_path, monkeypatch):
-    monkeypatch.setattr("code.common.run_logs.LOGS_DIR", tmp_path / "logs")
+    monkeypatch.setattr("code.mlperf.run_logs.LOGS_DIR", tmp_path / "logs")
     first, second = new_run_root(), new_run_root()
     assert first != second and first.exists() and second.exists()
     test_dir = make_test_log_dir(first, "CPU", "bert-99", Scenario.Offline, TestMode.PerformanceOnly, False)
@@ -127,7 +128,7 @@ def test_metadata_json_has_the_usual_permissions(tmp_path):
 
 def test_cut_short_loadgen_logs_are_refused_before_they_are_read(tmp_path):
     """Whole logs pass; one cut mid-line (with room on the disk) is an IncompleteLogError naming it."""
-    from code.common.run_logs import IncompleteLogError, check_loadgen_logs
+    from code.mlperf.run_logs import IncompleteLogError, check_loadgen_logs
 
     (tmp_path / "mlperf_log_summary.txt").write_text("Result is : VALID\n")
     (tmp_path / "mlperf_log_detail.txt").write_text(':::MLLOG {"key": "result_validity", "value": "VALID"}\n')

@@ -1,12 +1,12 @@
-"""The run record (code/common/run_record.py): metadata.json written and read by one module, in today's format."""
+"""The run record (code/mlperf/run_record.py): metadata.json written and read by one module, in today's format."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from code.common.run_logs import TestResult
-from code.common.run_record import RunRecord, RunRecordError, mark_incomplete, read_record, write_record
+from code.mlperf.run_logs import TestResult
+from code.mlperf.run_record import RunRecord, RunRecordError, mark_incomplete, read_record, write_record
 
 
 def test_a_record_reads_back_as_written(tmp_path: Path) -> None:

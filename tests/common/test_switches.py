@@ -1,7 +1,7 @@
 """A backend's switches: declared once beside the backend, joined into the field table, checked by one set of rules.
 
-The table is the harness's fields (code/common/fields.py) and each backend's switches (its declaration in
-code/<bench>/backends/__init__.py; the BERT packed path's kernels in code/bert/packed/spec.py). code/common names
+The table is the harness's fields (code/config/fields.py) and each backend's switches (its declaration in
+code/<bench>/backends/__init__.py; the BERT packed path's kernels in code/bert/packed/spec.py). code/config names
 no switch, so a new one is a change to its backend alone; the last test adds one the way a real change would and
 follows it through the command line, the resolved config, the rules, --help and the docs.
 """
@@ -17,14 +17,14 @@ import pytest
 
 import code.bert.backends as bert_backends
 from code.bert.packed.spec import KERNEL_SWITCHES, PackedKernels
-from code.common.arguments import ALIASES, field_groups, format_help, parse_run_args
-from code.common.backends import BackendDeclaration, declarations
-from code.common.config import WorkloadSetting, check_run_args_used
 from code.common.constants import Benchmark, Scenario
-from code.common.field_spec import Field
-from code.common.fields import FIELDS, HARNESS_FIELDS, FieldError, check_combination, switches_of
 from code.common.paths import REPO_ROOT
-from configs.configuration import resolve_config
+from code.config.backends import BackendDeclaration, declarations
+from code.config.field_spec import Field
+from code.config.fields import FIELDS, HARNESS_FIELDS, FieldError, check_combination, switches_of
+from code.config.resolve import resolve_config
+from code.config.resolved import WorkloadSetting, check_run_args_used
+from code.mlperf.arguments import ALIASES, field_groups, format_help, parse_run_args
 
 SWITCHES = {name: fld for name, fld in FIELDS.items() if fld.owners}
 
@@ -59,13 +59,14 @@ def _literals(path: Path) -> set[str]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings}
 
 
-def test_code_common_names_no_switch():
-    """code/common knows fields, not backends: no switch's name is written in it (NVIDIA's spelling of one, in
-    the aliases table, aside), so adding, renaming or removing a switch never touches it."""
-    named = {path.name: sorted(_literals(path) & set(SWITCHES))
-             for path in sorted((REPO_ROOT / "code" / "common").glob("*.py"))}
+def test_the_lower_rooms_name_no_switch():
+    """code/common, code/config and code/mlperf know fields, not backends: no switch's name is written in them
+    (NVIDIA's spelling of one, in the aliases table, aside), so adding, renaming or removing a switch never touches
+    them."""
+    named = {f"{path.parent.name}/{path.name}": sorted(_literals(path) & set(SWITCHES))
+             for room in ("common", "config", "mlperf") for path in sorted((REPO_ROOT / "code" / room).glob("*.py"))}
     named = {module: names for module, names in named.items() if names}
-    assert named == {"arguments.py": sorted(set(ALIASES.values()) & set(SWITCHES))}
+    assert named == {"mlperf/arguments.py": sorted(set(ALIASES.values()) & set(SWITCHES))}
 
 
 def test_one_switch_declared_differently_or_as_a_harness_field_is_refused(monkeypatch):
@@ -126,7 +127,7 @@ def test_the_config_and_the_engine_spec_follow_one_set_of_rules():
 def test_a_new_engine_switch_is_a_change_to_its_backend_alone(monkeypatch):
     """A new switch of the BERT packed path, added as a real change adds it: its ``Field`` in the pytorch backend's
     switches and its attribute on the spec (code/bert/packed/spec.py, here a test backend's own), and the rule between
-    it and the precision in the backend's rules. Nothing in code/common changes, and the switch is then a flag, a
+    it and the precision in the backend's rules. Nothing in code/config changes, and the switch is then a flag, a
     resolved value with its source, a refused combination, a --help entry and a row of the docs' table; a run on a
     backend or benchmark without it refuses it."""
     pytorch, oracle = bert_backends.DECLARATIONS

@@ -1,4 +1,4 @@
-"""The tuned-value store (code/common/tuned.py) and where config resolution puts it: round trip, stale and corrupt
+"""The tuned-value store (code/config/tuned.py) and where config resolution puts it: round trip, stale and corrupt
 files (ignored with one warning naming the fix), a folder that cannot be written, and RUN_ARGS > tuned > config
 class > default, as ``make info`` shows it."""
 
@@ -9,11 +9,13 @@ import sys
 
 import pytest
 
-from code.common import paths, tuned
-from code.common.config import WorkloadSetting
+from code.common import paths
 from code.common.constants import Benchmark, Scenario
 from code.common.paths import REPO_ROOT
-from configs.configuration import resolve_config
+from code.config import tuned
+from code.config.resolve import device_share, resolve_config
+from code.config.resolved import LAYERS, Provenance, WorkloadSetting, where_from
+from code.mlperf.user_conf import user_conf_entries
 
 
 @pytest.fixture
@@ -153,7 +155,8 @@ def test_a_tuned_value_is_the_whole_systems_and_never_scaled(store):
 
 def test_make_info_shows_the_tuned_source(tmp_path):
     env = {**os.environ, "MLPERF_TUNED_DIR": str(tmp_path / "tuned")}
-    code = ("import sys; from code.common import paths, tuned; from pathlib import Path; from code.common.constants "
+    code = ("import sys; from code.common import paths; from code.config import tuned; from pathlib import Path; "
+            "from code.common.constants "
             "import Scenario; paths.TUNED_DIR = Path(sys.argv[1]); "
             "tuned.write_tuned('CPU', 'bert-99', Scenario.Offline, 11.2, 'probe')")
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "tuned")], cwd=REPO_ROOT, check=True, env=env)
@@ -189,7 +192,8 @@ def test_no_warning_of_a_stored_value_when_run_args_give_it(tmp_path):
     """A stored value measured with other settings is warned about only when the run would have used it: the
     warning's own fix is to give the value, and a run that gives it must not hear it again."""
     env = {**os.environ, "MLPERF_TUNED_DIR": str(tmp_path / "tuned")}
-    code = ("import sys; from code.common import paths, tuned; from pathlib import Path; from code.common.constants "
+    code = ("import sys; from code.common import paths; from code.config import tuned; from pathlib import Path; "
+            "from code.common.constants "
             "import Scenario; paths.TUNED_DIR = Path(sys.argv[1]); "
             "tuned.write_tuned('CPU', 'bert-99', Scenario.Offline, 11.2, 'probe', {'gpu_batch_size': '8'})")
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "tuned")], cwd=REPO_ROOT, check=True, env=env)
@@ -240,8 +244,8 @@ def test_corrupt_engine_misses_are_ignored_naming_the_fix(store):
 
 
 def test_a_moved_test_folder_points_its_records_at_the_new_place(tmp_path):
-    from code.common.run_logs import relocate_test
-    from code.common.run_record import write_metadata
+    from code.mlperf.run_logs import relocate_test
+    from code.mlperf.run_record import write_metadata
 
     old = tmp_path / "run" / "CPU" / "bert-99" / "Offline"
     old.mkdir(parents=True)
@@ -303,7 +307,8 @@ def test_a_file_of_one_value_is_still_read(store):
 WRITER = """
 import sys
 from pathlib import Path
-from code.common import paths, tuned
+from code.common import paths
+from code.config import tuned
 from code.common.constants import Scenario
 
 paths.TUNED_DIR = Path(sys.argv[1])
@@ -323,3 +328,47 @@ def test_writers_at_once_lose_no_value(store):
     for size in (1, 2, 4, 8):
         value, problem = tuned.read_tuned("CPU", "bert-99", Scenario.Offline, {"gpu_batch_size": str(size)})
         assert problem is None and value.value == size + 19
+
+
+def test_where_from_names_the_layer_of_each_value(store):
+    """One function answers where a number comes from: default, class, rung, tuned or RUN_ARGS, with the source
+    and, for a tuned value, what it replaced."""
+    def resolve(**overrides):
+        return resolve_config(Benchmark.BERT, Scenario.Server, "H200_SXM_141GBx2", WorkloadSetting(), overrides)
+
+    config = resolve(seed=7)
+    first = config.rung.name
+    assert where_from(config, "seed").layer == "RUN_ARGS"
+    assert where_from(config, "log_enable_trace") == Provenance("log_enable_trace", False, "default", "default")
+    assert where_from(config, "server_target_qps").layer == "rung"
+    assert where_from(config, "server_target_qps").source == f"H200_SXM_141GB engine_ladder[{first}] x 2 GPUs"
+    assert where_from(config, "sort_by_length").layer == "class"
+    assert {layer for layer in config.layers.values()} <= set(LAYERS)
+    below = config["server_target_qps"]
+    path = tuned.write_tuned("H200_SXM_141GBx2", "bert-99", Scenario.Server, 13_000.0, "search", engine=first)
+    found = where_from(resolve(), "server_target_qps")
+    assert (found.layer, found.value, found.source) == ("tuned", 13_000.0, f"tuned ({path})")
+    assert found.replaced == (below, f"H200_SXM_141GB engine_ladder[{first}] x 2 GPUs")
+    assert str(found).startswith("server_target_qps = 13000.0: tuned, tuned (") and "over " in str(found)
+    with pytest.raises(KeyError, match="offline_expected_qps is not a field of bert-99 Server"):
+        where_from(config, "offline_expected_qps")
+
+
+def test_devices_scale_the_rate_once(store):
+    """--devices=0,1 on a system of eight GPUs expects a quarter of its rate: the resolution scales it once, and the
+    run's user.conf writes it as it is (nothing left to scale on the devices it names). A tuned value measured
+    without --devices is ignored (a speed-changing flag), and a rate RUN_ARGS give is the run's own."""
+    def resolve(**overrides):
+        return resolve_config(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GBx8", WorkloadSetting(), overrides)
+
+    whole = resolve()
+    config = resolve(devices="0,1")
+    assert (config["offline_expected_qps"], config.device_share) == (whole["offline_expected_qps"] / 4, 0.25)
+    assert config.sources["offline_expected_qps"] == f"{whole.sources['offline_expected_qps']}, x 2/8 GPUs " \
+                                                      "(--devices=0,1)"
+    assert where_from(config, "offline_expected_qps").layer == "rung"
+    rest = device_share(["cuda:0", "cuda:1"], 8) / config.device_share
+    assert user_conf_entries(config, 10833, device_share=rest)["target_qps"] == repr(config["offline_expected_qps"])
+    given = resolve(devices="0,1", offline_expected_qps=5_000.0)
+    assert (given["offline_expected_qps"], given.device_share) == (5_000.0, 1.0)
+    assert resolve(devices="0,1,2,3,4,5,6,7").device_share == 1.0

@@ -1,4 +1,4 @@
-"""The one validation layer (code/common/fields.py): every bad value stops the run before anything runs.
+"""The one validation layer (code/config/fields.py): every bad value stops the run before anything runs.
 
 The cases of issue 18 run through `python -m code.main --action=run` as a user runs them, in a private build
 folder: each must end with one line naming the field, the value, what is allowed and the fix, exit status 2,
@@ -12,12 +12,14 @@ import sys
 
 import pytest
 
-from code.common.arguments import ArgumentError, format_help, parse_run_args
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from code.common.fields import FIELDS, FieldError
 from code.common.paths import REPO_ROOT
+from code.config.fields import FIELDS, FieldError
+from code.config.registry import ConfigRegistry
+from code.config.resolve import resolve_config
+from code.config.resolved import ConfigError, WorkloadSetting
+from code.mlperf.arguments import ArgumentError, format_help, parse_run_args
 from configs.bert.Offline import OfflineBaseConfig
-from configs.configuration import ConfigError, ConfigRegistry, WorkloadSetting, resolve_config
 
 NUMERIC = [f for f in FIELDS.values() if f.type in (int, float)]
 

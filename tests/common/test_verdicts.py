@@ -4,11 +4,12 @@ import pytest
 
 from code.common.constants import Benchmark, ExitCode, Scenario, TestMode
 from code.common.rounds import ROUNDS
-from code.common.run_logs import TestResult
-from code.common.run_record import RunRecord
-from code.common.summary import counted, exit_code, format_summary
-from code.common.verdicts import not_submittable_reasons
-from configs.configuration import WorkloadSetting, resolve_config
+from code.config.resolve import resolve_config
+from code.config.resolved import WorkloadSetting
+from code.mlperf.run_logs import TestResult
+from code.mlperf.run_record import RunRecord
+from code.mlperf.summary import counted, exit_code, format_summary
+from code.mlperf.verdicts import not_submittable_reasons
 
 V50_SEEDS = {f"effective_{key}": value for key, value in vars(ROUNDS["v5.0"].seeds).items()}
 FULL_RUN = {"effective_min_duration_ms": 600_000, "effective_samples_per_query": 10833 * 11 // 10,
@@ -64,8 +65,8 @@ def test_a_scenario_the_round_lacks_is_a_wrong_round():
 
 
 def test_a_system_without_a_description_cannot_say_its_round(tmp_path, monkeypatch, harness_built):
-    from code.actions.test_process import check_round
     from code.common.systems import SystemDetectionError
+    from code.processes.test_process import check_round
 
     monkeypatch.setattr("code.common.systems.SYSTEMS_DIR", tmp_path)
     reasons = not_submittable_reasons(resolved(Scenario.Offline), TestMode.PerformanceOnly, {}, FULL_RUN, 10833)

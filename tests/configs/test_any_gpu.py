@@ -12,11 +12,11 @@ import sys
 import pytest
 
 from code.common import systems
-from code.common.config import ConfigError, NoEngineError, WorkloadSetting
 from code.common.constants import AccuracyTarget, Benchmark, Scenario
 from code.common.gpu_models import MODELS
 from code.common.rounds import ROUNDS
-from configs.configuration import resolve_config
+from code.config.resolve import resolve_config
+from code.config.resolved import ConfigError, NoEngineError, WorkloadSetting
 from tests.fake_nvml import FakeGpu, FakeNvml
 
 GIB = 2**30
@@ -121,9 +121,9 @@ def test_a_gpu_older_than_ampere_runs_bert_without_triton_and_no_gptj(machine):
 
 
 def test_an_engine_the_gpu_cannot_run_is_refused_before_it_loads():
-    from code.common.capabilities import check_runs_on
-    from code.common.fields import FieldError
     from code.common.gpu_models import by_name
+    from code.config.capabilities import check_runs_on
+    from code.config.fields import FieldError
 
     a100 = by_name("A100_SXM4_40GB")
     with pytest.raises(FieldError, match=r"--precision=fp8.*need compute capability 8\.9, the GPU has 8\.0"):
@@ -174,7 +174,7 @@ def test_a_class_written_twice_for_one_system_names_both_files(tmp_path):
     (scenario / "__init__.py").write_text((scenario / "__init__.py").read_text() + block)
     (scenario / "custom.py").write_text("from code.common.constants import AccuracyTarget, HarnessType, PowerSetting\n"
                                         "from configs.bert.Offline import OfflineBaseConfig\n"
-                                        "from configs.configuration import ConfigRegistry\n" + block)
+                                        "from code.config.registry import ConfigRegistry\n" + block)
     info = subprocess.run([sys.executable, "-m", "code.main", "--action=info", "--benchmarks=bert-99",
                            "--scenarios=offline", "--system_name=A100_SXM4_40GBx8"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)

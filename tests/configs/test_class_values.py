@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from code.common.constants import Benchmark, Scenario
-from configs.configuration import ConfigRegistry
+from code.config.registry import ConfigRegistry
 
 PINNED = Path(__file__).resolve().parents[1] / "fixtures" / "config_classes.json"
 

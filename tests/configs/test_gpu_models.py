@@ -1,4 +1,4 @@
-"""A config class of a GPU model serves any count of it (configs/configuration.py): lookup, what is scaled, what is
+"""A config class of a GPU model serves any count of it (code/config/registry.py): lookup, what is scaled, what is
 not, a system's own class, and the errors that name the fix."""
 
 import json
@@ -7,11 +7,13 @@ import pytest
 
 from code.common import systems
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from code.common.fields import FIELDS, FieldError
 from code.common.system_description import shown
 from code.common.systems import CPU_SYSTEM, DetectedSystem, GpuInfo, gpu_model_and_count
+from code.config.fields import FIELDS, FieldError
+from code.config.registry import ConfigRegistry
+from code.config.resolve import resolve_config
+from code.config.resolved import ConfigError, WorkloadSetting
 from configs.bert.Offline import H200_SXM_141GB, H200_SXM_141GB_HighAccuracy, OfflineBaseConfig
-from configs.configuration import ConfigError, ConfigRegistry, WorkloadSetting, resolve_config
 
 RATES = {Scenario.Offline: "offline_expected_qps", Scenario.Server: "server_target_qps"}
 COUNTS = (1, 2, 4, 8)
@@ -181,8 +183,8 @@ def test_run_args_beat_the_scaled_rate():
 
 def test_a_run_on_part_of_the_gpus_expects_their_share_of_the_systems_rate():
     """``--devices``: values stay the whole system's; the run scales them by the share of GPUs it uses."""
-    from code.actions.run_single_test import device_share, scales_qps
-    from code.common.user_conf import user_conf_entries
+    from code.config.resolve import device_share, scales_qps
+    from code.mlperf.user_conf import user_conf_entries
 
     config = resolve(Benchmark.BERT, Scenario.Offline, "H200_SXM_141GBx8")
     per_gpu = first_engine(H200_SXM_141GB, "offline_expected_qps")

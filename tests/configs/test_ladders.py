@@ -1,15 +1,18 @@
-"""Engine ladders in config classes (code/common/ladder.py, configs/configuration.py): what a class may list, where a
+"""Engine ladders in config classes (code/config/ladder.py, code/config/registry.py): what a class may list, where a
 rung's values sit (RUN_ARGS > tuned > rung > config class > default), how RUN_ARGS choose an engine themselves, the
 tuned values of each engine, and the shipped H100/H200 ladders (FP8 first)."""
 
 import pytest
 
-from code.common import paths, tuned
+from code.common import paths
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from code.common.fields import FIELDS, FieldError
-from code.common.ladder import Rung, engine_values, same_engine
+from code.config import tuned
+from code.config.fields import FIELDS, FieldError
+from code.config.ladder import Rung, engine_values, same_engine
+from code.config.registry import ConfigRegistry
+from code.config.resolve import resolve_config
+from code.config.resolved import ConfigError, WorkloadSetting
 from configs.bert.Offline import OfflineBaseConfig
-from configs.configuration import ConfigError, ConfigRegistry, WorkloadSetting, resolve_config
 
 register = ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 LADDER = (Rung("fast", "FP8 GEMMs", precision="fp8", fp8_fast_accum=True, offline_expected_qps=90.0),
@@ -216,7 +219,7 @@ def test_fp8_attention_without_an_fp8_qkv_gemm_is_refused_with_the_fix():
 def test_the_engine_line_names_every_engine_field_run_args_give():
     """RUN_ARGS naming an engine whole may set engine fields the ladder's rungs never set (--fp8_attention beside
     bert-99.9's SingleStream ladder): the line that says which engine runs names them too, not only the rung's."""
-    from code.actions.accuracy_gate import plan
+    from code.tuning.accuracy_gate import plan
 
     overrides = {"precision": "fp8", "fp8_fast_accum": True, "fp8_residual": True, "fp8_attention": True}
     config = resolve("H100_SXM_80GBx1", overrides, scenario=Scenario.SingleStream, target=AccuracyTarget.k_99_9)

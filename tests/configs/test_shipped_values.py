@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from code.common.constants import AccuracyTarget, Benchmark, Scenario
-from configs.configuration import WorkloadSetting, resolve_config
+from code.config.resolve import resolve_config
+from code.config.resolved import WorkloadSetting
 
 PINNED = Path(__file__).resolve().parents[1] / "fixtures" / "configs_x1_x8.json"
 SYSTEMS = [f"{model}x{count}" for model in ("H100_SXM_80GB", "H200_SXM_141GB") for count in (1, 8)]

@@ -183,9 +183,10 @@ def test_generate_engines_builds_what_the_run_expects_and_labels_the_calibration
     description points at that folder, and the not-submittable reason tracks the calibration set. FP8 needs a GPU,
     so the device check is stood in for (the engine itself builds on the CPU)."""
     from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
+    from code.config.resolve import resolve_config
+    from code.config.resolved import WorkloadSetting
     from code.gptj import benchmark
     from code.gptj.backends import inflight_engine as engine
-    from configs.configuration import WorkloadSetting, resolve_config
 
     monkeypatch.setattr(benchmark, "resolve_devices", lambda config: ["cpu"])
     monkeypatch.setattr(benchmark, "ENGINES_DIR", tmp_path / "engines")
@@ -219,9 +220,10 @@ def test_the_backend_options_carry_fast_accumulation_from_the_chosen_engine(tmp_
     """The ladder's first GPT-J engine runs FP8 GEMMs with fast accumulation; naming the FP8 options alone picks the
     `fp8` engine, whose GEMMs accumulate in float32 (what InflightGptjBackend passes to use_fp8_gemms)."""
     from code.common.constants import AccuracyTarget, Benchmark, Scenario
+    from code.config.resolve import resolve_config
+    from code.config.resolved import WorkloadSetting
     from code.gptj.backends import BackendContext
     from code.gptj.backends.inflight import InflightGptjBackend
-    from configs.configuration import WorkloadSetting, resolve_config
 
     context = BackendContext(device="cuda", cpu_threads=0, checkpoint="random", engines_dir=tmp_path)
 

@@ -1,7 +1,7 @@
 """The GPT-J memory plan (code/gptj/memory_plan.py): the slots it gives at the measured points (H100: 96 bf16 and
 192 FP8 slots ran; H200: 128 and 256), refusals that name what would fit, and that the plan counts what the engine
 allocates: the same weights, per-slot state and KV cache bytes, and the same prompt pool from the same room. Also
-the GPU memory the engine sizes from (code/common/devices.py), with a per-process memory fraction, and the table in
+the GPU memory the engine sizes from (code/mlperf/devices.py), with a per-process memory fraction, and the table in
 documentation/gptj_gpu.md. CPU only, no torch at the plan's import."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from code.common import devices
 from code.gptj.architecture import GPTJ_CONFIGS, GptjConfig
 from code.gptj.inflight import engine as engine_module
 from code.gptj.inflight.engine import EngineOptions, InflightEngine
@@ -33,6 +32,7 @@ from code.gptj.memory_plan import (
 )
 from code.gptj.model import random_weights
 from code.llm.generation import GenerationConfig
+from code.mlperf import devices
 from code.numerics.fp8 import E4M3
 
 MIB = 1 << 20
@@ -257,10 +257,10 @@ def test_documented_table_is_the_plans():
 def test_a_gpu_the_engine_cannot_run_on_is_refused_before_loading(capability, values, message):
     """The in-flight engine's needs (its declaration) against the GPU, checked before a run loads anything: a clear
     error instead of a kernel failing mid-run."""
-    from code.common.capabilities import check_runs_on
     from code.common.constants import Benchmark
-    from code.common.fields import FieldError
     from code.common.gpu_models import GpuModel
+    from code.config.capabilities import check_runs_on
+    from code.config.fields import FieldError
 
     gpu = GpuModel("Old_GPU", (), capability, 16.0, 40, 70, 0.3)
     with pytest.raises(FieldError, match=message):

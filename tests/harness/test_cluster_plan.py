@@ -57,7 +57,7 @@ def test_a_cluster_worker_pins_itself_to_its_share() -> None:
 
 
 def test_a_worker_takes_fds_or_an_address_not_both() -> None:
-    from code.actions.device_worker import parse_args
+    from code.processes.device_worker import parse_args
 
     assert parse_args(["spec.json", "--device=cpu:0@a", "--connect=127.0.0.1:5000", "--slot=3"]).slot == 3
     for wrong in ([], ["--fds=3", "--connect=127.0.0.1:5000"]):

@@ -322,7 +322,8 @@ def test_runner_lists_are_checked(tmp_path: Path) -> None:
 
 def gptj_config(scenario: str = "Offline", **overrides: object):  # noqa: ANN201 - ResolvedConfig
     from code.common.constants import Benchmark, Scenario
-    from configs.configuration import WorkloadSetting, resolve_config
+    from code.config.resolve import resolve_config
+    from code.config.resolved import WorkloadSetting
 
     tiny = {"model_name": "tiny", "precision": "fp32", "input_data": "synthetic", "weights": "random",
             "synthetic_length_scale": 0.05, "synthetic_sample_count": 6}
@@ -330,8 +331,8 @@ def gptj_config(scenario: str = "Offline", **overrides: object):  # noqa: ANN201
 
 
 def test_devices_on_a_cpu_run() -> None:
-    from code.common.benchmarks import InputsUnavailableError
-    from code.common.devices import resolve_devices
+    from code.mlperf.benchmarks import InputsUnavailableError
+    from code.mlperf.devices import resolve_devices
 
     assert resolve_devices(gptj_config(device="cpu")) == ["cpu"]
     with pytest.raises(InputsUnavailableError, match="--devices=0,1 names GPUs.*leave --devices out"):
@@ -339,8 +340,8 @@ def test_devices_on_a_cpu_run() -> None:
 
 
 def test_devices_name_visible_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    from code.common import devices as module
-    from code.common.benchmarks import InputsUnavailableError
+    from code.mlperf import devices as module
+    from code.mlperf.benchmarks import InputsUnavailableError
 
     monkeypatch.setattr(module, "visible_gpus", lambda: 2)
     monkeypatch.setattr(module, "gpu_of", lambda device: by_name("H100_SXM_80GB"))  # what PyTorch would say
@@ -360,7 +361,7 @@ def test_devices_name_visible_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_bad_device_list_is_refused_as_a_field() -> None:
-    from code.common.fields import FIELDS, FieldError
+    from code.config.fields import FIELDS, FieldError
 
     assert FIELDS["devices"].parse("0,1,7") == "0,1,7"
     for bad in ("gpu0", "0,", "cuda:0", "0;1"):
@@ -372,8 +373,8 @@ def test_out_of_memory_on_one_device_names_it(monkeypatch: pytest.MonkeyPatch) -
     from contextlib import nullcontext
     from dataclasses import dataclass
 
-    from code.common import devices
-    from code.common.benchmarks import BenchmarkError
+    from code.mlperf import devices
+    from code.mlperf.benchmarks import BenchmarkError
 
     monkeypatch.setattr(devices, "current_device", lambda device: nullcontext())  # no GPU here
 
@@ -418,9 +419,9 @@ def test_one_backend_instance_per_device() -> None:
 
 
 def test_cpu_workers_are_devices_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    from code.common import devices
-    from code.common.benchmarks import InputsUnavailableError
-    from code.common.devices import resolve_devices, torch_device
+    from code.mlperf import devices
+    from code.mlperf.benchmarks import InputsUnavailableError
+    from code.mlperf.devices import resolve_devices, torch_device
 
     assert resolve_devices(gptj_config(device="cpu", cpu_workers=3)) == ["cpu:0", "cpu:1", "cpu:2"]
     assert resolve_devices(gptj_config("SingleStream", device="cpu", cpu_workers=3)) == ["cpu"], "one in flight"
@@ -434,9 +435,9 @@ def test_cpu_workers_are_devices_of_their_own(monkeypatch: pytest.MonkeyPatch) -
 def test_a_gpu_runs_only_the_engines_it_has_and_a_stand_in_no_more_than_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """Before anything loads: an FP8 engine on an A100 (compute capability 8.0) is refused, naming the field; a
     stand-in of higher capability than the GPU too (its engines would not run there); one of lower runs as itself."""
-    from code.common import devices
-    from code.common.benchmarks import InputsUnavailableError
-    from code.common.fields import FieldError
+    from code.config.fields import FieldError
+    from code.mlperf import devices
+    from code.mlperf.benchmarks import InputsUnavailableError
 
     monkeypatch.setattr(devices, "visible_gpus", lambda: 1)
     monkeypatch.setattr(devices, "gpu_of", lambda device: by_name("A100_SXM4_80GB"))
@@ -449,7 +450,7 @@ def test_a_gpu_runs_only_the_engines_it_has_and_a_stand_in_no_more_than_it(monke
 
 
 def test_runners_are_called_on_their_device() -> None:
-    from code.common.devices import on_device
+    from code.mlperf.devices import on_device
 
     batch, engine = SleepyRunner(0, 0, None), SleepyEngine(1, 0, None)
     assert on_device(batch, "cpu").runner is batch  # on the CPU too: an out-of-memory batch names the fix
@@ -460,10 +461,10 @@ def test_runners_are_called_on_their_device() -> None:
 
 
 def test_expected_qps_follows_the_share_of_gpus_used() -> None:
-    from code.actions.run_single_test import device_share, scales_qps
     from code.common.constants import Benchmark, Scenario
-    from code.common.user_conf import user_conf_entries
-    from configs.configuration import WorkloadSetting, resolve_config
+    from code.config.resolve import device_share, resolve_config, scales_qps
+    from code.config.resolved import WorkloadSetting
+    from code.mlperf.user_conf import user_conf_entries
 
     assert device_share(["cuda:0"], 8) == 0.125
     assert device_share(["cuda:0", "cuda:1"], 2) == 1.0
@@ -476,8 +477,8 @@ def test_expected_qps_follows_the_share_of_gpus_used() -> None:
 
 
 def test_summary_and_report_show_each_device(tmp_path: Path) -> None:
-    from code.common.summary import _device_lines
     from code.harness.core import SampleTimes
+    from code.mlperf.summary import _device_lines
     from code.report.pages import _device_table
 
     times = SampleTimes(index=np.arange(4), issued_s=np.zeros(4), completed_s=np.array([1.0, 1.0, 2.0, 2.0]),

@@ -129,7 +129,7 @@ def test_a_program_that_cannot_be_run_is_named_not_called_unwritable(tmp_path):
     link.symlink_to(program)
     for start in (start_in_own_group, start_child):
         with pytest.raises(StartError) as refused:
-            start([str(link), "-m", "code.actions.run_single_test"])
+            start([str(link), "-m", "code.processes.run_single_test"])
         assert str(refused.value) == (
             f"cannot run {link}, which leads to {program} (Permission denied): this user (uid {os.getuid()}) may "
             "not execute it, or not enter a folder on its path; run as the user who set up the environment, or give "

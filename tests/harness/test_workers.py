@@ -137,7 +137,7 @@ def test_one_reading_of_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_a_worker_runs_its_own_device_and_nothing_else() -> None:
-    from code.actions.device_worker import worker_overrides
+    from code.processes.device_worker import worker_overrides
 
     given = {"devices": "0,1", "device": "auto", "gpu_batch_size": 64}
     assert worker_overrides(given, "cuda:1") == {"devices": "all", "device": "cuda", "cpu_workers": 1,
@@ -151,7 +151,7 @@ def test_a_worker_runs_its_own_device_and_nothing_else() -> None:
 
 
 def test_what_the_loadgen_process_says_of_its_workers() -> None:
-    from code.actions.run_devices import device_failure, engine_stats_of
+    from code.processes.run_devices import device_failure, engine_stats_of
 
     one = {"completed": 10, "generated_tokens": 700, "seconds": 3.0}
     two = {"completed": 12, "generated_tokens": 800, "seconds": 3.5}
@@ -171,8 +171,8 @@ def test_what_the_loadgen_process_says_of_its_workers() -> None:
 
 def test_a_ready_worker_is_logged_with_the_cpus_it_runs_on(monkeypatch: pytest.MonkeyPatch) -> None:
     # A worker on another node of a cluster pins itself there: the LoadGen process planned no CPUs for it.
-    from code.actions import run_devices
     from code.harness.workers import WorkerPlan
+    from code.processes import run_devices
 
     lines: list[str] = []
 

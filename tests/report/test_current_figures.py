@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from code.common.arguments import parse_run_args
 from code.common.paths import LIB_DIR, REPO_ROOT
-from code.common.run_record import read_record
+from code.mlperf.arguments import parse_run_args
+from code.mlperf.run_record import read_record
 from code.report.current_figures import JOURNAL, PAGE, RECORDS, journal_ids, main, read_rows, shown, thousands
 from tests.report.test_results import make_command
 

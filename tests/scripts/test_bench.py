@@ -374,8 +374,8 @@ def test_gpu_check_steps_survive_a_failing_step():
 
 def test_a_run_outcome_is_read_from_the_tests_record(tmp_path):
     """The bench and the device check read a test's metadata.json through the run record."""
-    from code.common.run_logs import TestResult
-    from code.common.run_record import RunRecord, write_record
+    from code.mlperf.run_logs import TestResult
+    from code.mlperf.run_record import RunRecord, write_record
     from scripts.bench.runs import read_outcome
     from scripts.gpu.check_devices import read_test
 

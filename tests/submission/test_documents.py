@@ -13,7 +13,7 @@ import pytest
 
 from code.common.constants import TestMode
 from code.common.paths import BUILD_DIR, REPO_ROOT
-from code.common.run_record import RunRecord
+from code.mlperf.run_record import RunRecord
 from code.submission.documents import CALIBRATION_DOC, host_paths, portable, write_calibration
 from code.submission.runs import TestRun
 

@@ -1,6 +1,6 @@
 """What the staged system description says of a test's model: the backend's declaration decides whether one ran."""
 
-from code.common.run_record import RunRecord
+from code.mlperf.run_record import RunRecord
 from code.submission.model_info import ran_no_model, starting_weights, weight_data_types, weight_transformations
 
 

@@ -417,7 +417,7 @@ def test_audit_logs_are_copied_as_they_are(pipeline, tmp_path):
 
 
 def test_model_info_names_what_ran():
-    from code.common.run_record import RunRecord
+    from code.mlperf.run_record import RunRecord
     from code.submission.model_info import model_info
 
     real = RunRecord({"config": {"benchmark": "bert-99", "fields": {"backend": "pytorch", "precision": "fp16"}},

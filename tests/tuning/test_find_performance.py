@@ -1,4 +1,4 @@
-"""Find performance (code/tuning/search.py, code/actions/find_performance.py) with fake runners: the Server
+"""Find performance (code/tuning/search.py, code/tuning/find_performance.py) with fake runners: the Server
 bisection, the probe -> expected value arithmetic, what is refused, what a Server search that finds nothing says,
 and what a Ctrl-C keeps. The slow test runs ``--find_performance`` for real on the tiny CPU BERT."""
 
@@ -12,22 +12,23 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from code.actions import find_performance as fp
-from code.common import paths, tuned
-from code.common.arguments import ArgumentError, parse_run_args
-from code.common.config import WorkloadSetting
+from code.common import paths
 from code.common.constants import Benchmark, ExitCode, Scenario
 from code.common.loadgen_rules import offline_query_samples
 from code.common.paths import REPO_ROOT
-from code.common.run_logs import TestResult
 from code.common.supervision import Interrupted
-from code.common.user_conf import loaded_samples, user_conf_entries, write_user_conf
+from code.config import tuned
+from code.config.resolve import resolve_config
+from code.config.resolved import WorkloadSetting
 from code.main import main
+from code.mlperf.arguments import ArgumentError, parse_run_args
+from code.mlperf.run_logs import TestResult
+from code.mlperf.user_conf import loaded_samples, user_conf_entries, write_user_conf
 from code.report.pages import write_run_report
 from code.submission.runs import find_tests
 from code.submission.stage import StageError, stage
+from code.tuning import find_performance as fp
 from code.tuning import search
-from configs.configuration import resolve_config
 
 
 @dataclass
@@ -348,7 +349,7 @@ def test_a_test_run_without_a_tuned_value_probes_first(harness_built, tmp_path):
 
 
 def test_a_probe_whose_process_failed_stands_for_the_test(monkeypatch, tmp_path):
-    from code.common.run_logs import TestResult
+    from code.mlperf.run_logs import TestResult
 
     failed = TestResult("Offline", "PerformanceOnly", str(tmp_path), valid=None,
                         invalid_reasons=["weights.safetensors is truncated or corrupt"])
@@ -373,7 +374,7 @@ class FakeMachine:
 
     def run_child(self, spec, folder):
         from code.common.loadgen_rules import offline_query_samples
-        from code.common.run_logs import TestResult
+        from code.mlperf.run_logs import TestResult
 
         self.specs.append(spec)
         overrides = spec["overrides"]
@@ -516,7 +517,7 @@ def test_a_gptj_probe_loads_only_its_query_so_loadgen_cannot_pad_it(machine, tmp
     # GPT-J's mlperf.conf sets sample_concatenate_permutation: LoadGen pads an Offline query to a multiple of the
     # loaded samples (64 in the test run's set, 13,368 in the real one). A probe that loaded them all would run at
     # least that many, however slow the machine; each probe loads only the query LoadGen plans for it.
-    from code.actions.test_process import resolve_from_spec
+    from code.processes.test_process import resolve_from_spec
 
     fake = machine(rate, batch=16)
     overrides = {"test_run": True}
@@ -549,7 +550,7 @@ def test_only_a_probe_loads_fewer_samples_than_the_data_set():
 def test_a_gptj_singlestream_probe_loads_a_few_samples_so_loadgen_cannot_pad_it(monkeypatch, tmp_path):
     # In equal-issue mode LoadGen rounds a SingleStream query count up to a multiple of the loaded samples: the
     # probe loads SINGLESTREAM_PROBE_SAMPLES, so it ends within that many latencies of its duration.
-    from code.actions.test_process import resolve_from_spec
+    from code.processes.test_process import resolve_from_spec
 
     specs = []
     failed = TestResult("SingleStream", "PerformanceOnly", str(tmp_path), valid=None, invalid_reasons=["stop here"])

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from code.bert.packed.spec import KERNEL_SWITCHES, QUANTIZED, kernel_rules
-from code.common.backend_class import BackendClass
-from code.common.backends import BackendDeclaration, Origin, Requirement, backend_registry
-from code.common.field_spec import Field, Range
 from code.common.gpu_models import BF16_CAPABILITY, FP8_CAPABILITY, TRITON_CAPABILITY
+from code.config.backends import BackendDeclaration, Origin, Requirement, backend_registry
+from code.config.field_spec import Field, Range
+from code.mlperf.backend_class import BackendClass
 
 if TYPE_CHECKING:
     from code.bert.dataset import BertFeatures
@@ -50,7 +50,7 @@ class BertBackend(Protocol):
 
 
 BertBackendClass = BackendClass[BackendContext, BertBackend]
-"""What the benchmark asks of a backend class (``code.common.backend_class.BackendClass``), with this benchmark's
+"""What the benchmark asks of a backend class (``code.mlperf.backend_class.BackendClass``), with this benchmark's
 context and batches."""
 
 

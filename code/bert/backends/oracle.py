@@ -18,8 +18,8 @@ import numpy as np
 if TYPE_CHECKING:
     from code.bert.backends import BackendContext
     from code.bert.dataset import BertFeatures
-    from code.common.benchmarks import EngineReport
-    from code.common.config import ResolvedConfig
+    from code.config.resolved import ResolvedConfig
+    from code.mlperf.benchmarks import EngineReport
 
 LOW_LOGIT = -10.0
 HIGH_LOGIT = 10.0

@@ -29,8 +29,8 @@ from code.common.benchmark_errors import BenchmarkError
 
 if TYPE_CHECKING:
     from code.bert.backends import BackendContext
-    from code.common.benchmarks import EngineReport
-    from code.common.config import ResolvedConfig
+    from code.config.resolved import ResolvedConfig
+    from code.mlperf.benchmarks import EngineReport
 
 # Attention kernels allowed on the GPU. cuDNN's is left out: it builds a new plan for every new sequence length,
 # and BERT's lengths vary per batch, so a forward costs ten times more while lengths are new
@@ -90,7 +90,7 @@ class PytorchBertBackend:
         self.device = torch.device(options.device)
         spec = options.engine_spec
         if self.device.type == "cpu" and options.cpu_threads:
-            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/devices.py
+            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/mlperf/devices.py
         model, manifest = load_engine_manifest(options.engine_dir, spec, self.device, run_args=options.run_args)
         self.packed: PackedRunner | None = None
         if self.device.type == "cuda" and options.fast_path and options.kernels is not None:

@@ -19,7 +19,7 @@ For ``checkpoint="random"`` only the manifest is stored and the weights are re-d
 are deterministic, and skipping a 1.3 GB write keeps the embedded CPU default fast.
 
 ``ensure_engine`` (what ``make generate_engines`` calls) reuses an engine that is current, and runs that share an
-engine folder build it once (``code/common/engine_manifest.py``).
+engine folder build it once (``code/mlperf/engine_manifest.py``).
 
 ``load_engine`` refuses a stale engine (other spec, old format, changed checkpoint) with an ``EngineError`` that
 names the fix, instead of benchmarking something other than what the run asked for.
@@ -40,12 +40,12 @@ import torch
 from code.bert.backends import QUANTIZED
 from code.bert.model import BERT_CONFIGS, BertConfig, BertQA, empty_model, load_checkpoint, random_weights
 from code.bert.squad import MANIFEST_FILE, SQUAD_SUBDIR, TOKENIZED_SUBDIR
-from code.common import engine_manifest
-from code.common.devices import auto_device
 from code.common.download import file_checksum
-from code.common.engine_manifest import MANIFEST, EngineError, rebuild_hint  # noqa: F401 - MANIFEST: for callers
 from code.common.faults import reading, writing_folder
 from code.common.paths import DATA_DIR, PREPROCESSED_DATA_DIR
+from code.mlperf import engine_manifest
+from code.mlperf.devices import auto_device
+from code.mlperf.engine_manifest import MANIFEST, EngineError, rebuild_hint  # noqa: F401 - MANIFEST: for callers
 
 FORMAT_VERSION = 2  # 2: fp8 engines and their calibration
 WEIGHTS = "weights.safetensors"

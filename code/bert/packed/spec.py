@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from code.common.backends import Origin
-from code.common.field_spec import Field
+from code.config.backends import Origin
+from code.config.field_spec import Field
 from code.numerics.switches import FP8_FAST_ACCUM, fast_accum_needs_fp8
 
 GEMM_INPUTS = ("qkv", "wo", "w1", "w2")  # the GEMMs of a layer, each of which may run in 8 bits

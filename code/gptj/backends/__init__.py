@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from code.common.backend_class import BackendClass
-from code.common.backends import (
+from code.common.gpu_models import BF16_CAPABILITY, FP8_CAPABILITY, TRITON_CAPABILITY
+from code.config.backends import (
     BackendDeclaration,
     Given,
     Origin,
@@ -26,13 +26,13 @@ from code.common.backends import (
     backend_registry,
     needs_gpu,
 )
-from code.common.field_spec import Field, Range
-from code.common.gpu_models import BF16_CAPABILITY, FP8_CAPABILITY, TRITON_CAPABILITY
+from code.config.field_spec import Field, Range
+from code.mlperf.backend_class import BackendClass
 from code.numerics.switches import FP8_FAST_ACCUM, fast_accum_needs_fp8
 
 if TYPE_CHECKING:
-    from code.common.benchmarks import EngineReport
-    from code.common.config import ResolvedConfig
+    from code.config.resolved import ResolvedConfig
+    from code.mlperf.benchmarks import EngineReport
 
 
 @dataclass(frozen=True)
@@ -55,14 +55,14 @@ class GptjBackend(Protocol):
 
 
 GptjBackendClass = BackendClass[BackendContext, GptjBackend]
-"""What the benchmark asks of a backend class (``code.common.backend_class.BackendClass``), with this benchmark's
+"""What the benchmark asks of a backend class (``code.mlperf.backend_class.BackendClass``), with this benchmark's
 context and batches."""
 
 
 KV_CACHE_DTYPE = Field("kv_cache_dtype", str, "auto", "GPT-J inflight: what the KV cache stores: auto (the model's "
                        "16-bit type) or fp8 (e4m3, per-layer scales from calibration; GPU only)",
                        choices=("auto", "fp8"), engine=True)
-# The in-flight engine's switches; the other backends' configs hold them at their defaults (code/common/fields.py
+# The in-flight engine's switches; the other backends' configs hold them at their defaults (code/config/fields.py
 # refuses another value for a backend that runs a model, and RUN_ARGS that give them to a run without the engine).
 INFLIGHT_SWITCHES = (
     KV_CACHE_DTYPE,
@@ -130,7 +130,7 @@ def _pytorch_needs(values: Mapping[str, Any]) -> Requirement | None:
     return (BF16_CAPABILITY, "bf16 tensor cores") if values.get("precision") == "bf16" else None
 
 
-# What the configuration checks a GPT-J config against (code/common/fields.py); the order is the error's.
+# What the configuration checks a GPT-J config against (code/config/fields.py); the order is the error's.
 DECLARATIONS = (
     BackendDeclaration("pytorch", "code.gptj.backends.pytorch:PytorchGptjBackend", precisions=("fp32", "bf16", "fp16"),
                        needs=_pytorch_needs),

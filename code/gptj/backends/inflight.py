@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from code.common.devices import usable_gpu_bytes
 from code.gptj.backends import no_engine
 from code.gptj.backends.inflight_engine import (
     EngineSpec,
@@ -38,12 +37,13 @@ from code.gptj.inflight.engine import EngineOptions, ForcedLengthOf, InflightEng
 from code.gptj.inflight.layers import Amax, InflightModel
 from code.gptj.memory_plan import KV_CACHE_DTYPES, PRECISIONS
 from code.llm.generation import GenerationConfig
+from code.mlperf.devices import usable_gpu_bytes
 from code.numerics.fp8 import E4M3
 
 if TYPE_CHECKING:
-    from code.common.benchmarks import EngineReport
-    from code.common.config import ResolvedConfig
+    from code.config.resolved import ResolvedConfig
     from code.gptj.backends import BackendContext
+    from code.mlperf.benchmarks import EngineReport
 
 
 @dataclass(frozen=True)
@@ -102,10 +102,10 @@ class InflightGptjBackend:
         if device.type == "cuda" and options.precision == "fp32":
             raise ValueError("the inflight backend on CUDA runs bf16, fp16 or fp8 (FlashAttention has no float32): "
                              "set --precision=bf16")
-        # What GPU each engine needs is checked before a run loads anything (code/common/capabilities.py, from this
+        # What GPU each engine needs is checked before a run loads anything (code/config/capabilities.py, from this
         # backend's declaration); FP8 off a GPU is refused by the fields' device rules.
         if device.type == "cpu" and options.cpu_threads:
-            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/devices.py
+            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/mlperf/devices.py
         dtype = torch.bfloat16 if options.precision == "fp8" else DTYPES[options.precision]
         generation = GenerationConfig(num_beams=options.num_beams)
         inflight = load_model(EngineSpec(options.model_name, options.precision, options.kv_cache_dtype,

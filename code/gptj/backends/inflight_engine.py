@@ -15,7 +15,7 @@ and a 6 GB FP8 copy in every scenario's engine folder would cost more disk and l
 A run refuses an engine that is missing, of another format, built for another spec, from a changed checkpoint, or
 calibrated on another set than the one now present (the MLPerf calibration set appearing after a synthetic build
 makes the engine stale), with an ``EngineError`` naming ``make generate_engines``. A build writes the engine into a
-temporary folder and renames it into place (``code/common/engine_manifest.py``): a folder holds a whole engine or
+temporary folder and renames it into place (``code/mlperf/engine_manifest.py``): a folder holds a whole engine or
 none. ``ensure_engine`` (what ``make generate_engines`` calls) reuses an engine that is current, and runs sharing a
 folder build it once.
 """
@@ -32,10 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from code.common import engine_manifest
 from code.common.download import file_checksum
-from code.common.engine_manifest import MANIFEST, EngineError, rebuild_hint  # noqa: F401 - MANIFEST: for callers
-from code.common.inputs import checkpoint_identity
 from code.common.paths import PREPROCESSED_DATA_DIR
 from code.gptj.inflight.layers import Amax, InflightModel
 from code.gptj.prompt import (
@@ -45,6 +42,9 @@ from code.gptj.prompt import (
     MAX_INPUT_TOKENS,
     MAX_NEW_TOKENS,
 )
+from code.mlperf import engine_manifest
+from code.mlperf.engine_manifest import MANIFEST, EngineError, rebuild_hint  # noqa: F401 - MANIFEST: for callers
+from code.mlperf.inputs import checkpoint_identity
 
 FORMAT_VERSION = 1
 RANDOM = "random"

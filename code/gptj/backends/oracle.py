@@ -19,7 +19,7 @@ import numpy as np
 from code.gptj.backends import WithoutEngine
 
 if TYPE_CHECKING:
-    from code.common.config import ResolvedConfig
+    from code.config.resolved import ResolvedConfig
     from code.gptj.backends import BackendContext
 
 SYNTHETIC_ANSWER_TOKENS = 69

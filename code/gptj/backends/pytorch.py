@@ -18,7 +18,7 @@ from code.gptj.model import GptjConfig, load_checkpoint, random_weights
 from code.llm.generation import GenerationConfig, cache_shape, generate
 
 if TYPE_CHECKING:
-    from code.common.config import ResolvedConfig
+    from code.config.resolved import ResolvedConfig
     from code.gptj.backends import BackendContext
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -57,7 +57,7 @@ class PytorchGptjBackend(WithoutEngine):
         dtype = DTYPES[options.precision]
         self.device = torch.device(options.device)
         if self.device.type == "cpu" and options.cpu_threads:
-            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/common/devices.py
+            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/mlperf/devices.py
         if options.checkpoint == "random":
             self.model = random_weights(GptjConfig.from_name(options.model_name), options.seed, dtype, self.device)
         else:

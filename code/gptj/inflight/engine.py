@@ -21,12 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from code.common.devices import allocatable_gpu_bytes, usable_gpu_bytes
 from code.gptj.inflight.layers import Amax, InflightModel
 from code.gptj.memory_plan import GIB, PAGE_SIZE, RESERVE_SHARE, cache_shape, prompt_pool_pages
 from code.llm.beam_search import BeamState
 from code.llm.generation import GenerationConfig
 from code.llm.kv_cache import CacheShape, KVCache
+from code.mlperf.devices import allocatable_gpu_bytes, usable_gpu_bytes
 
 Take = Callable[[int, float], "tuple[np.ndarray, np.ndarray] | None"]
 Complete = Callable[[np.ndarray, list[np.ndarray]], None]

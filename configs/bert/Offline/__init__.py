@@ -1,7 +1,7 @@
 """BERT Offline: one query with every sample; throughput is the metric.
 
 ``CPU`` is one machine; a GPU class is a GPU model and holds one GPU's values. It serves ``<model>x<count>`` of
-any count (configs/configuration.py): the system's expected QPS is the class's times the count; every other value
+any count (code/config/resolve.py): the system's expected QPS is the class's times the count; every other value
 is the class's. ``_HighAccuracy`` subclasses are the bert-99.9 variants. GPU classes run the packed path
 (documentation/bert_gpu.md). Each GPU class's expected QPS is the throughput measured on one such GPU for its
 variant, rounded. Each GPU class lists its engines fastest first (``engine_ladder``, configs/bert/__init__.py), each
@@ -11,8 +11,7 @@ and the class's own values are its last engine's. Each number cites the measurem
 """
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from code.common.cpu_features import BestCpuPrecision
-from configs.any_gpu import gpu_model_classes
+from code.config.cpu_features import BestCpuPrecision
 from configs.bert import (
     BertBaseConfig,
     bert_99_9_ladder,
@@ -21,7 +20,7 @@ from configs.bert import (
     high_accuracy_on_gpu,
     on_gpu,
 )
-from configs.configuration import ConfigRegistry
+from configs.configuration import ConfigRegistry, gpu_model_classes
 
 
 class OfflineBaseConfig(BertBaseConfig):
@@ -32,7 +31,7 @@ class OfflineBaseConfig(BertBaseConfig):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class CPU(OfflineBaseConfig):
     """Any machine without an NVIDIA GPU: the embedded default and CI. Its precision is the CPU's choice
-    (bf16 only with AMX or AVX512-BF16: code/common/cpu_features.py)."""
+    (bf16 only with AMX or AVX512-BF16: code/config/cpu_features.py)."""
 
     precision = BestCpuPrecision()  # bf16 where the CPU has bf16 arithmetic, else fp32
     device = "cpu"
@@ -88,5 +87,5 @@ class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
 
 
 # Every other GPU model's classes (A100_SXM4_40GB, L4, ...; code/common/gpu_models.py) are derived from the H100 SXM's
-# and the GPU (configs/any_gpu.py), and named here as if written: configs.bert.Offline.A100_SXM4_40GB.
+# and the GPU (code/config/any_gpu.py), and named here as if written: configs.bert.Offline.A100_SXM4_40GB.
 __getattr__ = gpu_model_classes(Benchmark.BERT, Scenario.Offline)

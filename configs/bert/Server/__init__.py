@@ -4,15 +4,14 @@ GPU classes run the packed path (documentation/bert_gpu.md): batches of up to 12
 for at most 2 ms, two workers so one batch is packed while the other runs; batches up to 16k tokens replay a CUDA
 graph. A GPU class is a GPU model: each engine of its ladder (``engine_ladder``, configs/bert/__init__.py) targets a
 little under the highest VALID rate measured on one such GPU with that engine, and a system ``<model>x<count>``
-targets the count times it; every other value is the class's (configs/configuration.py), whose own values are its
+targets the count times it; every other value is the class's (code/config/resolve.py), whose own values are its
 last engine's. Each number cites the measurement journal's entry (documentation/notes/journal/) by its id:
 ``# measured: <id>``. On a CPU, BERT-large cannot meet 130 ms per query; the CPU class exists so the flow runs
 everywhere (its result is INVALID, and says why).
 """
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from code.common.cpu_features import BestCpuPrecision
-from configs.any_gpu import gpu_model_classes
+from code.config.cpu_features import BestCpuPrecision
 from configs.bert import (
     BertBaseConfig,
     bert_99_9_ladder,
@@ -21,7 +20,7 @@ from configs.bert import (
     high_accuracy_on_gpu,
     on_gpu,
 )
-from configs.configuration import ConfigRegistry
+from configs.configuration import ConfigRegistry, gpu_model_classes
 
 
 class ServerBaseConfig(BertBaseConfig):
@@ -92,5 +91,5 @@ class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
 
 
 # Every other GPU model's classes (A100_SXM4_40GB, L4, ...; code/common/gpu_models.py) are derived from the H100 SXM's
-# and the GPU (configs/any_gpu.py), and named here as if written: configs.bert.Server.A100_SXM4_40GB.
+# and the GPU (code/config/any_gpu.py), and named here as if written: configs.bert.Server.A100_SXM4_40GB.
 __getattr__ = gpu_model_classes(Benchmark.BERT, Scenario.Server)

@@ -4,13 +4,12 @@ GPU classes run the packed path with a CUDA graph per token bucket (documentatio
 is set near the p90 measured on H100 and H200 (measured: bert-singlestream-2026-11-28, in
 documentation/notes/journal/) so LoadGen pre-generates enough queries to fill the minimum duration. A GPU class is a
 GPU model and serves ``<model>x<count>`` of any count with its values as they are: one sample at a time runs on one
-GPU, so the latency does not depend on the count (configs/configuration.py). The engine ladders
+GPU, so the latency does not depend on the count (code/config/resolve.py). The engine ladders
 (configs/bert/__init__.py) share one expected latency: a hint, near enough for every engine.
 """
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from code.common.cpu_features import BestCpuPrecision
-from configs.any_gpu import gpu_model_classes
+from code.config.cpu_features import BestCpuPrecision
 from configs.bert import (
     BertBaseConfig,
     bert_99_9_ladder,
@@ -19,7 +18,7 @@ from configs.bert import (
     high_accuracy_on_gpu,
     on_gpu,
 )
-from configs.configuration import ConfigRegistry
+from configs.configuration import ConfigRegistry, gpu_model_classes
 
 
 class SingleStreamBaseConfig(BertBaseConfig):
@@ -67,5 +66,5 @@ class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
 
 
 # Every other GPU model's classes (A100_SXM4_40GB, L4, ...; code/common/gpu_models.py) are derived from the H100 SXM's
-# and the GPU (configs/any_gpu.py), and named here as if written: configs.bert.SingleStream.A100_SXM4_40GB.
+# and the GPU (code/config/any_gpu.py), and named here as if written: configs.bert.SingleStream.A100_SXM4_40GB.
 __getattr__ = gpu_model_classes(Benchmark.BERT, Scenario.SingleStream)

@@ -7,12 +7,11 @@ runs with 128 new tokens per sample, the worst case; the FP8 engine's from runs 
 above the real rate, not below: LoadGen sizes the one query from it, and a query that ends before the minimum
 duration is INVALID.
 A GPU class is a GPU model and holds one GPU's values; it serves ``<model>x<count>`` of any count, whose expected
-QPS is the class's times the count; every other value is the class's (configs/configuration.py).
+QPS is the class's times the count; every other value is the class's (code/config/resolve.py).
 """
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from configs.any_gpu import gpu_model_classes
-from configs.configuration import ConfigRegistry
+from configs.configuration import ConfigRegistry, gpu_model_classes
 from configs.gptj import CPU_MODEL, GptjBaseConfig, gptj_ladder
 
 
@@ -72,5 +71,5 @@ class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
 
 
 # Every other GPU model's classes (A100_SXM4_40GB, L4, ...; code/common/gpu_models.py) are derived from the H100 SXM's
-# and the GPU (configs/any_gpu.py), and named here as if written: configs.gptj.Offline.A100_SXM4_40GB.
+# and the GPU (code/config/any_gpu.py), and named here as if written: configs.gptj.Offline.A100_SXM4_40GB.
 __getattr__ = gpu_model_classes(Benchmark.GPTJ, Scenario.Offline)

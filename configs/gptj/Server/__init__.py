@@ -6,12 +6,11 @@ runs with 128 new tokens per sample, the worst case; the FP8 engine's target fro
 what the real data set gives (``# measured: <id>``, documentation/notes/journal/): synthetic prompts hold it only with
 ``--synthetic_output_lengths=forced``. A Server target may sit below the real rate (it then reports less), not above.
 A GPU class is a GPU model and holds one GPU's values; it serves ``<model>x<count>`` of any count, whose target
-QPS is the class's times the count; every other value is the class's (configs/configuration.py).
+QPS is the class's times the count; every other value is the class's (code/config/resolve.py).
 """
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from configs.any_gpu import gpu_model_classes
-from configs.configuration import ConfigRegistry
+from configs.configuration import ConfigRegistry, gpu_model_classes
 from configs.gptj import CPU_MODEL, GptjBaseConfig, gptj_ladder
 
 
@@ -74,5 +73,5 @@ class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
 
 
 # Every other GPU model's classes (A100_SXM4_40GB, L4, ...; code/common/gpu_models.py) are derived from the H100 SXM's
-# and the GPU (configs/any_gpu.py), and named here as if written: configs.gptj.Server.A100_SXM4_40GB.
+# and the GPU (code/config/any_gpu.py), and named here as if written: configs.gptj.Server.A100_SXM4_40GB.
 __getattr__ = gpu_model_classes(Benchmark.GPTJ, Scenario.Server)

@@ -5,13 +5,12 @@ accuracy run picks one (documentation/gptj_gpu.md). The bf16 engine's values (th
 runs with 128 new tokens per sample, the worst case; the FP8 engine's from a run with realistic output lengths
 (``# measured: <id>``: the measurement journal's entry, documentation/notes/journal/).
 A GPU class is a GPU model and serves ``<model>x<count>`` of any count with its values as they are: one sample
-at a time runs on one GPU, so the latency does not depend on the count (configs/configuration.py).
+at a time runs on one GPU, so the latency does not depend on the count (code/config/resolve.py).
 The expected latency is set below the measured p90, so LoadGen plans enough queries to fill the minimum duration.
 """
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario
-from configs.any_gpu import gpu_model_classes
-from configs.configuration import ConfigRegistry
+from configs.configuration import ConfigRegistry, gpu_model_classes
 from configs.gptj import CPU_MODEL, GptjBaseConfig, gptj_ladder
 
 
@@ -66,5 +65,5 @@ class H200_SXM_141GB_HighAccuracy(H200_SXM_141GB):
 
 
 # Every other GPU model's classes (A100_SXM4_40GB, L4, ...; code/common/gpu_models.py) are derived from the H100 SXM's
-# and the GPU (configs/any_gpu.py), and named here as if written: configs.gptj.SingleStream.A100_SXM4_40GB.
+# and the GPU (code/config/any_gpu.py), and named here as if written: configs.gptj.SingleStream.A100_SXM4_40GB.
 __getattr__ = gpu_model_classes(Benchmark.GPTJ, Scenario.SingleStream)

@@ -113,7 +113,8 @@ def test_the_proxy_figures_are_information_by_default():
 
 def test_config_requirements_follow_the_h100_h200_ladders():
     from code.common.constants import AccuracyTarget, Benchmark, Scenario
-    from configs.configuration import WorkloadSetting, resolve_config
+    from code.config.resolve import resolve_config
+    from code.config.resolved import WorkloadSetting
 
     bars = gate.config_requirements()
     for system in ("H100_SXM_80GBx1", "H200_SXM_141GBx1", "H200_SXM_141GBx8"):

@@ -1,0 +1,1 @@
+"""The config mechanism: the fields, the config classes and their registry, ladders, tuned values, the resolution."""

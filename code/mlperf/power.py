@@ -1,0 +1,464 @@
+"""GPU power and energy over the timed part of a LoadGen performance test, from NVML; and the line that states them.
+The same sampler thread reads the host's load (code/common/host_load.py): one thread per test reads the machine.
+
+Why: a GPU that runs at its power limit gains speed only by doing more work per joule, so samples per joule is the
+figure a run at the limit improves, and the clock and throttle reasons say whether the limit held the GPU back.
+
+What is read: every GPU the test runs on, found as detection finds it (the run's ``cuda:N`` is PyTorch's number,
+which CUDA_VISIBLE_DEVICES maps to NVML's: ``code/common/systems.py``), every ``PERIOD_S`` on a thread of the LoadGen
+process (``code/common/periodic.py``): the board's power, its total-energy counter where the GPU has one, the SM
+clock, the enforced power limit and the clock event (throttle) reasons. Reading starts before LoadGen starts and
+ends after it returns, so readings bracket the timed part.
+
+What counts: only LoadGen's timed part, the interval its detail log names ``power_begin`` and ``power_end`` (the first
+query's issue to the last sample's completion: the interval of the samples-per-second figure, without loading the
+samples; the MLPerf power rules measure the same one). Energy is the counter's rise between those two instants
+(interpolated between readings), else the integral of the power readings; mean watts are that energy over the
+interval's length, so samples per joule and the mean agree with the figure. The samples are the test's completed
+samples, the count LoadGen's figure divides.
+
+Power never fails a run: without NVML or a GPU nothing is read, and an NVML error during the test stops the reading;
+either way metadata.json says ``"power": null`` and ``power_missing`` says why, and no figure is made up.
+"""
+
+from __future__ import annotations
+
+import calendar
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from code.common.constants import TestMode
+from code.common.host_load import HostReader, HostReading, host_summary
+from code.common.log import get_logger
+from code.common.periodic import Periodic
+from code.common.systems import cuda_visible_entries, nvml_handle
+from code.mlperf.run_record import RunRecord
+
+log = get_logger("power")
+
+PERIOD_S = 0.1
+# NVML's clock event reasons (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*; the bits are the same),
+# named as the summary writes them.
+THROTTLE_REASONS = {
+    0x1: "idle",
+    0x2: "application clocks",
+    0x4: "power cap",
+    0x8: "hardware slowdown",
+    0x10: "sync boost",
+    0x20: "thermal",
+    0x40: "hardware thermal",
+    0x80: "power brake",
+    0x100: "display clock",
+    0x200: "board limit",
+    0x400: "reliability",
+}
+# LoadGen's power_begin and power_end: UTC, to the millisecond (loadgen/utils.cc DateTimeStringForPower).
+LOADGEN_TIME_FORMAT = "%m-%d-%Y %H:%M:%S"
+
+
+class PowerUnavailableError(RuntimeError):
+    """Nothing can be read for this test (no GPU, no NVML, a GPU without a power reading); the message says why."""
+
+
+def reason_names(bits: int) -> list[str]:
+    """The names of the reasons set in an NVML clock event bit mask; a bit this table does not know as its hex."""
+    names = [name for bit, name in THROTTLE_REASONS.items() if bits & bit]
+    unknown = bits & ~sum(THROTTLE_REASONS)
+    return names + ([f"0x{unknown:x}"] if unknown else [])
+
+
+def loadgen_time(text: str) -> float:
+    """Seconds since the epoch of a LoadGen power timestamp (``07-15-2025 10:11:12.345``, UTC)."""
+    whole, _, millis = text.strip().partition(".")
+    return calendar.timegm(time.strptime(whole, LOADGEN_TIME_FORMAT)) + (int(millis) / 1000 if millis else 0.0)
+
+
+def timed_window(detail: dict[str, Any]) -> tuple[float, float] | None:
+    """The timed part of the test as LoadGen logged it (``read_detail_log``'s ``power_begin``, ``power_end``), in
+    seconds since the epoch; None when the log has no such pair (the test did not get that far)."""
+    try:
+        begin, end = loadgen_time(str(detail["power_begin"])), loadgen_time(str(detail["power_end"]))
+    except (KeyError, ValueError):
+        return None
+    return (begin, end) if end >= begin else None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One GPU read once; a value its GPU does not report is None."""
+
+    power_w: float
+    energy_j: float | None  # the board's energy counter since the driver loaded
+    sm_mhz: float | None
+    limit_w: float | None
+    reasons: int | None  # clock event reasons, a bit mask
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Every GPU read once, at ``time_s`` (seconds since the epoch: LoadGen's power timestamps' clock)."""
+
+    time_s: float
+    readings: tuple[Reading, ...]  # one per GPU, in the sampler's order
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU of the test, and which of the optional readings its driver gives."""
+
+    device: str  # as the run names it: cuda:0
+    nvml_device: str  # its CUDA_VISIBLE_DEVICES entry: NVML's index or the GPU's UUID
+    handle: Any
+    pci_bus_id: str = ""
+    energy_counter: bool = False
+    clock: bool = False
+    limit: bool = False
+    reasons: Callable[[Any], int] | None = None  # the driver's clock event reasons call
+
+
+@dataclass
+class PowerTrace:
+    """What a sampler read: each GPU and its ticks, and the NVML error that stopped it, if one did."""
+
+    gpus: list[Gpu]
+    ticks: list[Tick] = field(default_factory=list)
+    error: str | None = None
+    period_s: float = PERIOD_S
+    host: list[HostReading] = field(default_factory=list)  # the host's readings, one a tick
+
+    def summarize(self, window: tuple[float, float] | None, samples: int | None) -> dict[str, Any]:
+        """The test's power figures over ``window`` (``timed_window``), with ``samples`` completed in it; raises
+        PowerUnavailableError when the readings do not cover the window (an NVML error stopped them, or the test
+        logged no timed part)."""
+        if window is None or not self.ticks or self.ticks[0].time_s > window[0] or self.ticks[-1].time_s < window[1]:
+            raise PowerUnavailableError(self._why_missing(window))
+        begin, end = window
+        times = np.array([tick.time_s for tick in self.ticks])
+        # The last reading at or before the timed part and the first at or after it: they bracket it.
+        first, last = int(np.searchsorted(times, begin, side="right")) - 1, int(np.searchsorted(times, end))
+        inside = [tick for tick in self.ticks[first:last + 1] if begin <= tick.time_s <= end]
+        # A timed part shorter than a period holds no reading: the two around it stand for it.
+        shown = inside or [self.ticks[first], self.ticks[last]]
+        seconds = end - begin
+        gpus = [self._gpu(index, times, shown, begin, end) for index in range(len(self.gpus))]
+        energy = sum(gpu["energy_j"] for gpu in gpus)
+        limits = {gpu["limit_w"] for gpu in gpus}
+        clocks = [r.sm_mhz for tick in shown for r in tick.readings if r.sm_mhz is not None]
+        summary: dict[str, Any] = {
+            "begin": begin, "end": end, "seconds": round(seconds, 3), "period_s": self.period_s,
+            "readings": len(inside), "longest_gap_s": round(float(np.diff(times[first:last + 1]).max(initial=0.0)), 3),
+            "energy_j": round(energy, 1),
+            "mean_w": round(energy / seconds, 1) if seconds > 0 else round(sum(g["mean_w"] for g in gpus), 1),
+            "max_w": round(max(sum(r.power_w for r in tick.readings) for tick in shown), 1),
+            "limit_w": limits.pop() if len(limits) == 1 else None,
+            "sm_clock_mhz_median": statistics.median(clocks) if clocks else None,
+            # How far the clock moved: the 5th and 95th percentiles, so one reading at a step does not count.
+            "sm_clock_mhz_p5": round(float(np.percentile(clocks, 5)), 1) if clocks else None,
+            "sm_clock_mhz_p95": round(float(np.percentile(clocks, 95)), 1) if clocks else None,
+            "throttle_reasons": _shares([r.reasons for tick in shown for r in tick.readings]),
+            "samples": samples,
+            "samples_per_joule": float(f"{samples / energy:.4g}") if samples and energy > 0 else None,
+            "gpus": gpus,
+        }
+        if self.error:  # after the timed part (else the readings would not cover it): the figures stand
+            summary["note"] = f"NVML failed after the timed part: {self.error}"
+        return summary
+
+    def _why_missing(self, window: tuple[float, float] | None) -> str:
+        if self.error:
+            return f"NVML failed during the test ({self.error}); the readings do not cover its timed part"
+        if window is None:
+            return "LoadGen's detail log has no power_begin/power_end: the test has no timed part to measure"
+        return "the readings do not cover the test's timed part"
+
+    def _gpu(self, index: int, times: np.ndarray, shown: list[Tick], begin: float, end: float) -> dict[str, Any]:
+        gpu = self.gpus[index]
+        readings = [tick.readings[index] for tick in self.ticks]
+        mine = [tick.readings[index] for tick in shown]
+        if gpu.energy_counter:
+            counter = np.array([r.energy_j for r in readings], dtype=float)
+            energy = float(np.interp(end, times, counter) - np.interp(begin, times, counter))
+        else:
+            energy = integrate(times, np.array([r.power_w for r in readings]), begin, end)
+        seconds = end - begin
+        limits = [r.limit_w for r in mine if r.limit_w is not None]
+        clocks = [r.sm_mhz for r in mine if r.sm_mhz is not None]
+        return {
+            "device": gpu.device, "nvml_device": gpu.nvml_device, "pci_bus_id": gpu.pci_bus_id,
+            "energy_from": "energy counter" if gpu.energy_counter else "integrated power",
+            "energy_j": round(energy, 1),
+            "mean_w": round(energy / seconds, 1) if seconds > 0 else round(mine[0].power_w, 1),
+            "max_w": round(max(r.power_w for r in mine), 1),
+            "limit_w": max(limits) if limits else None,
+            "sm_clock_mhz_median": statistics.median(clocks) if clocks else None,
+            "throttle_reasons": _shares([r.reasons for r in mine]),
+        }
+
+
+def integrate(times: np.ndarray, values: np.ndarray, begin: float, end: float) -> float:
+    """The integral over [begin, end] of the line through (times, values): watts to joules. ``times`` ascend and
+    bracket the interval."""
+    inner = (times > begin) & (times < end)
+    at = np.concatenate(([begin], times[inner], [end]))
+    level = np.interp(at, times, values)
+    return float(np.sum((level[1:] + level[:-1]) / 2 * np.diff(at)))
+
+
+def _shares(masks: list[int | None]) -> dict[str, float] | None:
+    """Each reason's share of the readings that report reasons, most frequent first; None when none report."""
+    known = [mask for mask in masks if mask is not None]
+    if not known:
+        return None
+    counts = Counter(name for mask in known for name in reason_names(mask))
+    return {name: round(count / len(known), 4) for name, count in counts.most_common()}
+
+
+class PowerSampler:
+    """Reads the test's GPUs, and the host where ``host`` is given, every ``period_s`` while the ``with`` block runs
+    (the LoadGen test): one object per test, holding its NVML and its GPUs' handles. The first reading is taken on
+    entry and the last on exit, so the readings bracket everything in between. An NVML error ends the GPU readings
+    (``trace.error``), never the test nor the host's readings. ``power_missing``: why no GPU is read (a CPU run,
+    no NVML), for a sampler of the host alone."""
+
+    def __init__(self, nvml: Any, gpus: list[Gpu], period_s: float = PERIOD_S,
+                 clock: Callable[[], float] = time.time, host: HostReader | None = None,
+                 power_missing: str | None = None) -> None:
+        self._nvml, self._clock, self._host = nvml, clock, host
+        self._host_failed = False
+        self.power_missing = power_missing
+        self.trace = PowerTrace(gpus, period_s=period_s)
+        self._periodic = Periodic(self.tick, period_s, "power", on_error=self._failed)
+
+    def tick(self) -> None:
+        """Read the host and every GPU once. A GPU reading's time is the middle of the reads (eight GPUs take a few
+        milliseconds)."""
+        started = self._clock()
+        if self._host is not None and not self._host_failed:
+            try:
+                reading = self._host(started)
+            except Exception as error:  # noqa: BLE001 - the host's load never fails a test
+                log.warning("host load reading stopped (%s: %s); the test goes on", type(error).__name__, error)
+                self._host_failed, reading = True, None
+            if reading is not None:
+                self.trace.host.append(reading)
+        if not self.trace.gpus or self.trace.error is not None:
+            return
+        try:
+            readings = tuple(self._read(gpu) for gpu in self.trace.gpus)
+        except Exception as error:  # noqa: BLE001 - power never fails a test, nor stops the host's readings
+            self._failed(error)
+            return
+        self.trace.ticks.append(Tick((started + self._clock()) / 2, readings))
+
+    def _read(self, gpu: Gpu) -> Reading:
+        nvml, handle = self._nvml, gpu.handle
+        return Reading(
+            power_w=nvml.nvmlDeviceGetPowerUsage(handle) / 1000,
+            energy_j=nvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000 if gpu.energy_counter else None,
+            sm_mhz=float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)) if gpu.clock else None,
+            limit_w=nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000 if gpu.limit else None,
+            reasons=int(gpu.reasons(handle)) if gpu.reasons else None,
+        )
+
+    def _failed(self, error: BaseException) -> None:
+        self.trace.error = f"{type(error).__name__}: {error}"
+        log.warning("GPU power reading stopped (%s); the test goes on, and metadata.json says what is missing",
+                    self.trace.error)
+
+    def __enter__(self) -> PowerSampler:
+        self.tick()
+        self._periodic.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._periodic.stop()
+        try:
+            self.tick()
+        finally:
+            if self._nvml is not None:
+                _shutdown(self._nvml)
+
+    def section(self, detail: dict[str, Any], samples: int | None) -> dict[str, Any]:
+        """metadata.json's ``power`` (and ``power_missing``) for the test, from its detail log
+        (``read_detail_log``) and its completed samples; with the host read, its ``host_load`` too."""
+        window = timed_window(detail)
+        if self.power_missing is not None:
+            power: dict[str, Any] = {"power": None, "power_missing": self.power_missing}
+        else:
+            try:
+                power = {"power": self.trace.summarize(window, samples)}
+            except PowerUnavailableError as error:
+                power = {"power": None, "power_missing": str(error)}
+        if self._host is None:
+            return power
+        return {**power, "host_load": host_summary(self.trace.host, window, len(self._host.cpus))}
+
+
+class NoPower:
+    """A test whose power is not read, and why: the sampler's stand-in, so the caller has one path."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def __enter__(self) -> NoPower:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def section(self, detail: dict[str, Any], samples: int | None) -> dict[str, Any]:
+        return {"power": None, "power_missing": self.why}
+
+
+def power_sampler(devices: Sequence[str], why_not: str | None = None, nvml: Any = None, period_s: float = PERIOD_S,
+                  clock: Callable[[], float] = time.time, host: HostReader | None = None) -> PowerSampler | NoPower:
+    """A sampler of the GPUs among ``devices`` (the run's names: ``cuda:0``, ...) and, where ``host`` is given, of
+    the host; without GPUs to read (``why_not`` given, no device is a GPU, or NVML cannot read them) a sampler of
+    the host alone that says why power is missing, or ``NoPower`` saying why when there is no host to read either.
+    Pass a stand-in for ``pynvml`` (and a clock) to test."""
+    gpus: list[Gpu] = []
+    if why_not is None:
+        try:
+            nvml, gpus = _open_gpus(devices, nvml)
+        except PowerUnavailableError as error:
+            log.debug("GPU power not read: %s", error)
+            why_not = str(error)
+    if why_not is not None:
+        return NoPower(why_not) if host is None else PowerSampler(None, [], period_s, clock, host, why_not)
+    return PowerSampler(nvml, gpus, period_s, clock, host)
+
+
+def _import_nvml() -> Any:
+    try:
+        import pynvml  # nvidia-ml-py
+    except ImportError:
+        raise PowerUnavailableError("nvidia-ml-py is not installed") from None
+    return pynvml
+
+
+def _open_gpus(devices: Sequence[str], nvml: Any) -> tuple[Any, list[Gpu]]:
+    """NVML, started (the sampler shuts it down), and each GPU of ``devices`` with the readings it gives."""
+    indices = [int(device.split(":")[1]) if ":" in device else 0 for device in devices if device.startswith("cuda")]
+    if not indices:
+        raise PowerUnavailableError(f"no GPU among the test's devices ({', '.join(devices) or 'none'})")
+    nvml = nvml or _import_nvml()
+    try:
+        nvml.nvmlInit()
+    except Exception as error:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        raise PowerUnavailableError(f"NVML unavailable: {error}") from None
+    try:
+        entries = cuda_visible_entries(nvml.nvmlDeviceGetCount())
+        gpus = []
+        for device, index in zip((d for d in devices if d.startswith("cuda")), indices, strict=True):
+            if index >= len(entries):
+                raise PowerUnavailableError(f"{device} is not among the GPUs CUDA_VISIBLE_DEVICES shows NVML")
+            gpus.append(_probe(nvml, device, entries[index]))
+        return nvml, gpus
+    except Exception as error:
+        _shutdown(nvml)
+        if isinstance(error, PowerUnavailableError):
+            raise
+        raise PowerUnavailableError(f"NVML cannot read the test's GPUs: {type(error).__name__}: {error}") from None
+
+
+def _probe(nvml: Any, device: str, entry: str) -> Gpu:
+    """The GPU of a CUDA_VISIBLE_DEVICES entry and the optional readings its driver gives: each is tried once, here,
+    so a GPU or driver without one reads without it rather than failing every tick."""
+    handle = nvml_handle(nvml, entry)
+    try:
+        nvml.nvmlDeviceGetPowerUsage(handle)
+    except Exception as error:  # noqa: BLE001 - NVMLError_NotSupported (a MIG slice, a vGPU), ...
+        raise PowerUnavailableError(f"NVML gives no power reading for {device}: {error}") from None
+
+    def works(call: Callable[[], object]) -> bool:
+        try:
+            call()
+        except Exception:  # noqa: BLE001 - not supported by this GPU or driver
+            return False
+        return True
+
+    reasons = None  # the newer name first; drivers before 535 have only the older one
+    for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        call = getattr(nvml, name, None)
+        if call is not None and works(lambda call=call: call(handle)):
+            reasons = call
+            break
+    try:
+        bus_id = nvml.nvmlDeviceGetPciInfo(handle).busId
+        bus_id = bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
+    except Exception:  # noqa: BLE001 - not said by this GPU or stand-in
+        bus_id = ""
+    return Gpu(device, entry, handle, bus_id,
+               energy_counter=works(lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle)),
+               clock=works(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
+               limit=works(lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle)),
+               reasons=reasons)
+
+
+def _shutdown(nvml: Any) -> None:
+    try:
+        nvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - nothing is left to read
+        pass
+
+
+def _watts(value: float) -> str:
+    return f"{value:,.0f} W"
+
+
+def _per_joule(value: float) -> str:
+    return f"{value:,.1f}" if value >= 100 else f"{value:.3g}"
+
+
+def _share(value: float) -> str:
+    return "<1%" if 0 < value < 0.005 else f"{value:.0%}"
+
+
+def power_line(power: dict[str, Any]) -> str:
+    """One line for the summary and report.md: ``power: 693 W mean (limit 700 W), 11.9 samples/J, SM clock 1,515 MHz
+    median; throttled by power cap 97% of readings``; with several GPUs the mean is their sum, and each one's mean
+    follows in brackets."""
+    gpus = power.get("gpus") or []
+    limits = sorted({gpu["limit_w"] for gpu in gpus if gpu.get("limit_w") is not None})
+    if not limits:
+        limit = ""
+    elif len(limits) == 1:
+        limit = f"limit {_watts(limits[0])}" + (" each" if len(gpus) > 1 else "")
+    else:
+        limit = f"limits {_watts(limits[0]).removesuffix(' W')}-{_watts(limits[-1])}"
+    if len(gpus) > 1:
+        each = ", ".join(_watts(gpu["mean_w"]).removesuffix(" W") for gpu in gpus)
+        head = f"power: {_watts(power['mean_w'])} mean over {len(gpus)} GPUs ({each} W" + (f"; {limit})" if limit
+                                                                                           else ")")
+    else:
+        head = f"power: {_watts(power['mean_w'])} mean" + (f" ({limit})" if limit else "")
+    parts = [head]
+    if power.get("samples_per_joule") is not None:
+        parts.append(f"{_per_joule(power['samples_per_joule'])} samples/J")
+    if power.get("sm_clock_mhz_median") is not None:
+        parts.append(f"SM clock {power['sm_clock_mhz_median']:,.0f} MHz median")
+    line = ", ".join(parts)
+    reasons = power.get("throttle_reasons")
+    if reasons is not None:
+        ranked = sorted(reasons.items(), key=lambda item: -item[1])  # metadata.json sorts its keys by name
+        line += ("; throttled by " + ", ".join(f"{name} {_share(share)}" for name, share in ranked)
+                 + " of readings") if ranked else "; no clock throttling"
+    return line
+
+
+def power_note(record: RunRecord) -> str | None:
+    """The power line of a test (``power_line``), or why it has none where one was expected: a performance test on
+    GPUs. Nothing for a CPU run or an accuracy test, which have no power to state."""
+    if record.power:
+        return power_line(record.power)
+    used = record.devices.get("used") or []
+    gpus = any(str(device).startswith("cuda") for device in used)
+    if gpus and record.power_missing and record.result.mode == TestMode.PerformanceOnly.value:
+        return f"power: not measured ({record.power_missing})"
+    return None

@@ -1,4 +1,4 @@
-"""The PyTorch backend: our GPT-J (code/gptj/model.py) with beam search (code/gptj/generation.py).
+"""The PyTorch backend: our GPT-J (code/gptj/model.py) with beam search (code/llm/generation.py).
 
 Eager, batched: each batch's prompts share one KV cache of batch x beams rows, sized once for the largest batch
 and longest prompt. The correctness baseline and the embedded CPU default; GPU speed work builds on it.

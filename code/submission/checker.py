@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from code.common.rounds import get_round
 from code.submission.stage import DIVISION, SUBMISSION_DIR, WORK_DIR, record_tree
 from code.submission.tools import submission_tools
 
@@ -121,12 +122,12 @@ def truncate(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_
 
 def check(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR,
           skip_compliance: bool = False) -> CheckResult:
-    """Run the round's submission_checker.py on the tree; its log and CSV summary go beside it, never inside."""
+    """Run the round's submission checker on the tree; its log and CSV summary go beside it, never inside."""
     tools = submission_tools(round_name)
     check_dir = work_dir / submitter / "check"
     check_dir.mkdir(parents=True, exist_ok=True)
     csv = check_dir / "summary.csv"
-    command = [sys.executable, "submission_checker.py", "--input", str(submission_dir.resolve()),
+    command = [sys.executable, *get_round(round_name).tools.checker, "--input", str(submission_dir.resolve()),
                "--version", round_name, "--submitter", submitter, "--csv", str(csv.resolve())]
     if skip_compliance:
         command.append("--skip_compliance")

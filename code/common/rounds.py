@@ -119,6 +119,9 @@ class Round:
     scenarios: ScenarioTable
     audits: AuditTable
     tools: OfficialTools
+    # Whether the checker wants documentation/calibration.md of every closed submission, quantized or not (v5.1's
+    # checks it; v6.1's main branch takes --skip-calibration-check too, so it is written there as well).
+    calibration_doc_required: bool = False
 
     def scenarios_for(self, system_type: str, benchmark_name: str) -> tuple[Scenario, ...]:
         """The scenarios the round requires of ``benchmark_name`` (bert-99, ...) on a system type; () if none."""
@@ -216,6 +219,7 @@ ROUNDS: dict[str, Round] = {
                    "datacenter,edge": _same_for(BERT, OFFLINE_SINGLESTREAM)},
         audits={name: ("TEST01",) for name in BERT},
         tools=OfficialTools(folder="v5.1", ref="v5.1"),
+        calibration_doc_required=True,
     ),
     "v6.1": Round(
         name="v6.1",
@@ -234,6 +238,7 @@ ROUNDS: dict[str, Round] = {
         # No v6.1 tag yet: the main branch's commit whose checker holds v6.0's and v6.1's rules.
         tools=OfficialTools(folder="main", ref="b66003e10e2db4b8c36a448b0545ec90fcc6e9e9", compliance="compliance",
                             checker=("-m", "submission_checker.main")),
+        calibration_doc_required=True,
     ),
 }
 

@@ -274,11 +274,20 @@ INT8_RULES = [
     "- Rounding is to nearest even; values beyond the calibrated range saturate.", ""]
 
 
-def write_calibration(tree: Path, tests: list[TestRun]) -> list[str]:
-    """``documentation/calibration.md`` for the staged 8-bit tests (none: no file); returns what is missing. The
-    rules of each format the tests used (FP8, INT8) come first, then one entry per test's engine."""
+def write_calibration(tree: Path, tests: list[TestRun], required: bool = False) -> list[str]:
+    """``documentation/calibration.md`` for the staged 8-bit tests; returns what is missing. The rules of each
+    format the tests used (FP8, INT8) come first, then one entry per test's engine. Without 8-bit tests there is no
+    file, unless the round's checker ``required`` one of every closed submission: then it says nothing was
+    calibrated, and at which precisions the runs ran."""
     quantized = [t for t in tests if uses_quantization(t.record)]
     if not quantized:
+        if required:
+            precisions = sorted({str(t.record.fields.get("precision", "?")) for t in tests})
+            path = tree / CALIBRATION_DOC
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("# Calibration and quantization\n\nNo staged run uses an FP8 or INT8 engine: they ran "
+                            f"at {', '.join(precisions)} (each scenario's `measurements/.../README.md` gives its "
+                            "precision), so nothing was calibrated or quantized.\n")
         return []
     int8 = [t for t in quantized if t.record.fields.get("precision") == "int8"]
     lines = ["# Calibration and quantization", ""]

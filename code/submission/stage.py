@@ -414,14 +414,15 @@ def _given_flags(test: TestRun) -> str:
 
 def _write_code(staged: Staged, tests: list[TestRun], commit: str | None) -> None:
     """code/: the harness's source at the runs' commit, a README per benchmark and implementation, and the
-    calibration write-up of the FP8 and INT8 engines (documentation/calibration.md)."""
+    calibration write-up of the FP8 and INT8 engines (documentation/calibration.md; from v5.1 always)."""
     if commit:
         staged.problems += write_source(staged.tree, commit)
     url = repository_url()
     quantized = {test.benchmark for test in tests if uses_quantization(test.record)}
     for test in tests:
         write_code_readme(staged.tree, test, commit, url, test.benchmark in quantized)
-    write_calibration(staged.tree, [test for test in tests if test.mode is TestMode.PerformanceOnly])
+    write_calibration(staged.tree, [test for test in tests if test.mode is TestMode.PerformanceOnly],
+                      required=get_round(staged.round).calibration_doc_required)
 
 
 def _write_tree_readme(staged: Staged, chosen: dict[tuple[str, str, TestMode], TestRun]) -> None:

@@ -105,6 +105,31 @@ class OfficialTools:
         return f"git clone {CLONE_URL} {where} && git -C {where} checkout {self.ref}"
 
 
+@dataclass(frozen=True)
+class TreeLayout:
+    """Where the round's checker looks, in ``closed/<submitter>/``, for what staging writes beside ``results/``
+    (its ``submission_structure.md``). Up to v5.1: ``measurements/<system>/<benchmark>/<Scenario>/`` (user.conf,
+    README.md, ``<system>_<implementation>_<Scenario>.json``), ``compliance/<system>/<benchmark>/<Scenario>/<TEST>/``
+    and ``code/``. From v6.0 the first two sit in the results' own scenario folder (the model information named
+    ``measurements.json``) and the source folder is ``src/``."""
+
+    measurements: str = "measurements"
+    compliance: str = "compliance"
+    source: str = "code"
+    model_info: str = "{system}_{implementation}_{scenario}.json"
+
+    def measurements_dir(self, system: str, benchmark: str, scenario: str) -> Path:
+        return Path(self.measurements, system, benchmark, scenario)
+
+    def audit_dir(self, system: str, benchmark: str, scenario: str, test: str) -> Path:
+        return Path(self.compliance, system, benchmark, scenario, test)
+
+
+# The results' scenario folder holds the measurements and the audits; src/ holds the code (v6.0 and later).
+SCENARIO_FOLDER_LAYOUT = TreeLayout(measurements="results", compliance="results", source="src",
+                                    model_info="measurements.json")
+
+
 ScenarioTable = dict[str, dict[str, tuple[Scenario, ...]]]  # system type -> benchmark name -> required scenarios
 AuditTable = dict[str, tuple[str, ...]]  # benchmark name -> the compliance tests (TEST01, ...) a closed result needs
 
@@ -122,6 +147,7 @@ class Round:
     # Whether the checker wants documentation/calibration.md of every closed submission, quantized or not (v5.1's
     # checks it; v6.1's main branch takes --skip-calibration-check too, so it is written there as well).
     calibration_doc_required: bool = False
+    layout: TreeLayout = TreeLayout()
 
     def scenarios_for(self, system_type: str, benchmark_name: str) -> tuple[Scenario, ...]:
         """The scenarios the round requires of ``benchmark_name`` (bert-99, ...) on a system type; () if none."""
@@ -239,8 +265,28 @@ ROUNDS: dict[str, Round] = {
         tools=OfficialTools(folder="main", ref="b66003e10e2db4b8c36a448b0545ec90fcc6e9e9", compliance="compliance",
                             checker=("-m", "submission_checker.main")),
         calibration_doc_required=True,
+        layout=SCENARIO_FOLDER_LAYOUT,
     ),
 }
+
+
+def newest_round(benchmark_name: str, scenario: Scenario, system_type: str) -> str | None:
+    """The newest round whose checker takes ``benchmark_name`` in ``scenario`` from a system of this type (ROUNDS is
+    oldest first); None when no round does."""
+    having = [name for name, round_ in ROUNDS.items() if scenario in round_.scenarios_for(system_type, benchmark_name)]
+    return having[-1] if having else None
+
+
+def round_choice(round_name: str, source: str, benchmark_name: str, scenario: Scenario, system_type: str) -> str:
+    """Which round a test is for and why, for the run's plan and ``make info``: where the value came from (the
+    default, RUN_ARGS, a config class) and, when another round is the newest to take the test, that round."""
+    newest = newest_round(benchmark_name, scenario, system_type)
+    test = f"{benchmark_name} {scenario.value} on {system_type} systems"
+    if newest is None:
+        return f"round {round_name} ({source}; no round takes {test})"
+    if newest == round_name:
+        return f"round {round_name} ({source}; the newest round that takes {test})"
+    return f"round {round_name} ({source}; the newest round that takes {test} is {newest}: --round={newest})"
 
 
 def get_round(name: str) -> Round:

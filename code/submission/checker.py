@@ -21,9 +21,10 @@ from code.submission.tools import submission_tools
 # The checker logs one line per complaint: "[<date> <time> submission_checker.py:<line> ERROR] <message>" (the
 # format its log_parser import sets), or logging's default "ERROR:main:<message>" should that import change.
 ERROR_LINE = re.compile(r"^(?:\[[^\]]* ERROR\] |ERROR:main:)(.*)$", re.MULTILINE)
-# Errors that only repeat an earlier complaint about the same folder: the complaints are the others.
+# Errors that only repeat an earlier complaint about the same folder: the complaints are the others (v6.1's package
+# checker closes each failed group of checks with "Some <group> checks Checks failed for: <path>").
 FOLLOW_ON_ERRORS = ("has issues", "NoResults ", "does not have all required scenarios", "SUMMARY: ",
-                    "is OK but accuracy has issues")
+                    "is OK but accuracy has issues", " Checks failed for: ")
 HASH_LINE = re.compile(r"^hash=\w+$", re.MULTILINE)
 CHECK_RECORD = "result.json"  # beside the checker's log: its verdict and the tree it judged (make pack_submission)
 

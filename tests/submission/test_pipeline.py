@@ -59,7 +59,7 @@ SUBMITTER = "PipelineTest"
 SYSTEM = "CPU"
 ROUND = os.environ.get("SUBMISSION_PIPELINE_ROUND") or DEFAULT_ROUND  # make test_submission ROUND=v4.1
 # The later rounds have BERT on edge only, and no GPT-J: their shortened bert-99 trees are checked too, in every run.
-LATER_ROUNDS = [name for name in ("v5.1",) if name != ROUND]
+LATER_ROUNDS = [name for name in ("v5.1", "v6.1") if name != ROUND]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 
 # Per scenario, LoadGen settings that end VALID in a few seconds with the oracle, which answers up to ~350,000
@@ -300,20 +300,23 @@ def test_pipeline_passes_the_official_checker(pipeline, monkeypatch):
 
 
 def test_a_later_rounds_bert_edge_tree_passes_its_checker(later_pipeline):
-    """v5.1 (BERT on edge only, no GPT-J): bert-99 Offline and SingleStream SubmissionRuns built with the round's
-    LoadGen, its TEST01 audits passing its own scripts, staged, truncated and checked by its unmodified checker,
-    which says only what it says of any shortened run."""
+    """v5.1 and v6.1 (BERT on edge only, no GPT-J): bert-99 Offline and SingleStream SubmissionRuns built with the
+    round's LoadGen, its TEST01 audits passing its own scripts, staged in the round's layout, truncated and checked
+    by its unmodified checker (v6.1: the main branch's package), which says only what it says of a shortened run."""
     round_name, runs = later_pipeline
     build = runs["build"]
     submission, work = build / "submission", build / "submission_work"
     staged = stage(SUBMITTER, logs=sorted(runs["logs"].iterdir()), compliance=sorted((build / "compliance_logs").glob(
         "*")), allow_incomplete=True, out_dir=submission, work_dir=work, systems_dir=runs["systems"])
     assert (staged.round, staged.system) == (round_name, SYSTEM)
+    layout = get_round(round_name).layout
     for scenario in ("Offline", "SingleStream"):
         logged = read_detail_log(staged.tree / "results" / SYSTEM / "bert-99" / scenario / "performance" / "run_1")
         assert logged["loadgen_version"].startswith(get_round(round_name).loadgen.version), logged["loadgen_version"]
-        assert (staged.tree / "compliance" / SYSTEM / "bert-99" / scenario / "TEST01" / "verify_performance.txt"
-                ).read_text().rstrip().endswith("TEST PASS")
+        audit = staged.tree / layout.audit_dir(SYSTEM, "bert-99", scenario, "TEST01")
+        assert (audit / "verify_performance.txt").read_text().rstrip().endswith("TEST PASS")
+        assert (staged.tree / layout.measurements_dir(SYSTEM, "bert-99", scenario) / "user.conf").is_file()
+    assert (staged.tree / layout.source / "bert-99" / "oracle" / "README.md").is_file()
     assert not (staged.tree / "results" / SYSTEM / "gptj-99").exists()
     assert "nothing was calibrated" in (staged.tree / CALIBRATION_DOC).read_text()  # v5.1's checker requires one
     truncate(SUBMITTER, round_name, submission, work)

@@ -19,6 +19,7 @@ from code.common.config import ResolvedConfig
 from code.common.constants import DATASET_SIZE, Scenario, TestMode
 from code.common.fields import MLPERF_MIN_DURATION_MS, min_duration_ms, planned_samples
 from code.common.log import get_logger
+from code.common.verdicts import round_reason
 
 log = get_logger("plan")
 # The main arguments a newcomer most often leaves out; the plan names the value each took by default.
@@ -98,6 +99,7 @@ def plan_lines(request: RunRequest, system: str, gate_plans: list[GatePlan]) -> 
             gate = " (the accuracy gate's)" if gate_plan.applies and mode is TestMode.AccuracyOnly else ""
             lines.append(f"  {config.benchmark_name} {config.scenario.value} {mode.value}{gate}: about "
                          f"{duration_text(seconds)}")
+    lines += [f"  {reason}" for reason in dict.fromkeys(round_reason(config) for config in configs)]
     taken = [f"--{name}={MAIN_DEFAULTS[name]}" for name in SAID_DEFAULTS if name in request.defaulted]
     if "test_mode" not in request.overrides:
         taken.append(f"--test_mode={configs[0]['test_mode']}" if configs else "")

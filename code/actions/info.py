@@ -19,6 +19,7 @@ from code.common.system_description import (
     shown,
 )
 from code.common.systems import detect_system, gpu_model_for_system
+from code.common.verdicts import round_reason
 
 
 def describe_description(system: str) -> list[str]:
@@ -74,6 +75,7 @@ def info(request: RunRequest) -> None:
         width = max(len(name) for name in config.values)
         for name, value in sorted(config.values.items()):
             print(f"  {name:<{width}} = {value!r:<24} [{config.sources[name]}]")
+        print(f"  -> {round_reason(config)}")
         if config.ladder:  # which engine a run starts with, and whether its accuracy run decides it
             print(f"  -> engine ladder: {', '.join(rung.name for rung in config.ladder)}; a run starts with "
                   f"{config.engine_choice['summary']}")

@@ -51,3 +51,16 @@ def test_info_shows_each_scenario_once_and_a_benchmark_that_fits_no_engine(capsy
     heads = [line for line in capsys.readouterr().out.splitlines() if line.startswith("== ")]
     assert len(heads) == len(set(heads)) and any("GPT-J does not fit A10_24GB" in line for line in heads)
     assert any(line.startswith("== A10_24GBx1 bert-99 Offline (") for line in heads)
+
+
+def test_info_says_which_round_each_test_is_for_and_the_newest_that_takes_it(capsys):
+    """The round of each test, where it came from, and the newest round that takes the test from the system's type:
+    from the CPU system (an edge system), v5.0 for GPT-J and v6.1 for BERT."""
+    from code.actions.info import info
+    from code.common.arguments import parse_run_args
+
+    info(parse_run_args(["--action=info", "--benchmarks=gptj-99,bert-99", "--scenarios=offline", "--system_name=CPU"]))
+    out = capsys.readouterr().out
+    assert "  -> round v5.0 (default; the newest round that takes gptj-99 Offline on edge systems)" in out
+    assert ("  -> round v5.0 (default; the newest round that takes bert-99 Offline on edge systems is v6.1: "
+            "--round=v6.1)") in out

@@ -14,7 +14,7 @@ import pytest
 from code.common.arguments import ArgumentError, parse_run_args
 from code.common.constants import Scenario
 from code.common.paths import REPO_ROOT
-from code.common.rounds import DEFAULT_ROUND, ROUNDS, RoundError, get_round
+from code.common.rounds import DEFAULT_ROUND, ROUNDS, RoundError, get_round, newest_round, round_choice
 from code.harness.fetch_loadgen import SOURCE_ENV_VAR, FetchError, fetch_loadgen, manifest, mlperf_conf_seeds
 from tests.conftest import official_tools, round_core
 
@@ -68,6 +68,22 @@ def test_bert_stays_edge_only_and_gptj_ends_with_v5_0():
             f"round {name} has no gptj-99 Offline for datacenter systems: it has no gptj-99 (rounds v4.1, v5.0 have "
             "it: --round=v5.0)")
         assert get_round(name).scenarios_for("edge", "bert-99.9") == (Scenario.Offline, Scenario.SingleStream)
+
+
+def test_the_newest_round_of_each_test():
+    """GPT-J's newest round is v5.0; BERT's is v6.1 on edge, v4.1 for datacenter Server; no round has BERT
+    SingleStream from a datacenter-only system."""
+    assert newest_round("gptj-99", Scenario.Server, "datacenter") == "v5.0"
+    assert newest_round("bert-99", Scenario.Offline, "edge") == "v6.1"
+    assert newest_round("bert-99.9", Scenario.Server, "datacenter") == "v4.1"
+    assert newest_round("bert-99", Scenario.SingleStream, "datacenter") is None
+    assert round_choice("v5.0", "default", "bert-99", Scenario.Offline, "edge") == (
+        "round v5.0 (default; the newest round that takes bert-99 Offline on edge systems is v6.1: --round=v6.1)")
+    assert round_choice("v5.0", "RUN_ARGS", "gptj-99", Scenario.Offline, "edge") == (
+        "round v5.0 (RUN_ARGS; the newest round that takes gptj-99 Offline on edge systems)")
+    assert round_choice("v6.1", "RUN_ARGS", "bert-99", Scenario.Server, "datacenter") == (
+        "round v6.1 (RUN_ARGS; the newest round that takes bert-99 Server on datacenter systems is v4.1: "
+        "--round=v4.1)")
 
 
 def test_the_clone_command_names_the_tag_or_the_commit(tmp_path):

@@ -56,7 +56,9 @@ def audit_refusal(round_name: str, benchmark_name: str, test: str) -> str | None
         return None
     asks = f"it requires {', '.join(required)}" if required else "it requires no audit of it"
     elsewhere = [name for name, other in ROUNDS.items() if test in other.audits_for(benchmark_name)]
-    hint = f" (round {', '.join(elsewhere)} requires it: --round={elsewhere[0]})" if elsewhere else ""
+    rounds_do = (f"rounds {', '.join(elsewhere)} require" if len(elsewhere) > 1
+                 else f"round {''.join(elsewhere)} requires")
+    hint = f" ({rounds_do} it: --round={elsewhere[-1]})" if elsewhere else ""  # the newest of them
     return f"round {round_name}'s checker does not require {test} of {benchmark_name}: {asks}{hint}"
 
 

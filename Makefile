@@ -69,7 +69,7 @@ help:
 	@echo "                                       build/compliance_logs, build/tuned, build/submission, ...;"
 	@echo "                                       each says what it deleted and kept"
 	@echo "  make clean_logs                      delete the logs in build/logs of runs no longer running"
-	@echo "ROUND=v4.1|v5.0 picks the MLPerf round of build and run targets (documentation/rounds.md)"
+	@echo "ROUND=v4.1|v5.0|v5.1|v6.1 picks the MLPerf round of build and run targets (documentation/rounds.md)"
 	@echo "RUN_ARGS help: make run RUN_ARGS=--help (every flag and its default); make from the repository root"
 
 .PHONY: clean clean_all clean_logs

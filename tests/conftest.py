@@ -23,22 +23,24 @@ def pytest_report_header() -> str:
     from code.common.paths import OFFICIAL_TOOLS_DIR
     from code.common.rounds import ROUNDS
 
-    missing = [name for name in ROUNDS if not (OFFICIAL_TOOLS_DIR / name).is_dir()]
+    missing = [name for name, round_ in ROUNDS.items() if not (OFFICIAL_TOOLS_DIR / round_.tools.folder).is_dir()]
     state = f"missing for {', '.join(missing)}: the tests that need them fail" if missing else "every round's present"
     return f"official MLCommons tools: {OFFICIAL_TOOLS_DIR} ({state})"
 
 
 def official_tools(round_name: str, part: str) -> Path:
-    """``<tools>/<round>/<part>`` (``tools/submission``, ``compliance``) of the round's clone of mlcommons/inference;
-    the calling test fails, naming the clone command and MLPERF_INFERENCE_TOOLS, when it is missing."""
+    """``<tools>/<clone>/<part>`` (``tools/submission``, ``compliance``, ...) of the round's clone of
+    mlcommons/inference (``<round>/``; ``main/`` for v6.1); the calling test fails, naming the clone command and
+    MLPERF_INFERENCE_TOOLS, when it is missing."""
     from code.common.paths import OFFICIAL_TOOLS_DIR
-    from code.harness.fetch_loadgen import CLONE_URL
+    from code.common.rounds import get_round
 
-    folder = OFFICIAL_TOOLS_DIR / round_name / part
+    official = get_round(round_name).tools
+    folder = OFFICIAL_TOOLS_DIR / official.folder / part
     if not folder.is_dir():
-        pytest.fail(f"no official MLCommons tools of round {round_name} at {folder}: run `git clone --branch "
-                    f"{round_name} {CLONE_URL} {OFFICIAL_TOOLS_DIR / round_name}`, or set MLPERF_INFERENCE_TOOLS to "
-                    "the folder holding one such clone per round", pytrace=False)
+        pytest.fail(f"no official MLCommons tools of round {round_name} at {folder}: run "
+                    f"`{official.clone_command(OFFICIAL_TOOLS_DIR)}`, or set MLPERF_INFERENCE_TOOLS to the folder "
+                    "holding one such clone per round", pytrace=False)
     return folder
 
 

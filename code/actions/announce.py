@@ -18,6 +18,7 @@ from code.common.log import get_logger
 from code.config.fields import MLPERF_MIN_DURATION_MS, min_duration_ms, planned_samples
 from code.config.resolved import ResolvedConfig
 from code.mlperf.arguments import MAIN_DEFAULTS, RunRequest
+from code.mlperf.verdicts import round_reason
 from code.tuning.accuracy_gate import GatePlan
 
 log = get_logger("plan")
@@ -98,6 +99,7 @@ def plan_lines(request: RunRequest, system: str, gate_plans: list[GatePlan]) -> 
             gate = " (the accuracy gate's)" if gate_plan.applies and mode is TestMode.AccuracyOnly else ""
             lines.append(f"  {config.benchmark_name} {config.scenario.value} {mode.value}{gate}: about "
                          f"{duration_text(seconds)}")
+    lines += [f"  {reason}" for reason in dict.fromkeys(round_reason(config) for config in configs)]
     taken = [f"--{name}={MAIN_DEFAULTS[name]}" for name in SAID_DEFAULTS if name in request.defaulted]
     if "test_mode" not in request.overrides:
         taken.append(f"--test_mode={configs[0]['test_mode']}" if configs else "")

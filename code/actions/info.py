@@ -19,6 +19,7 @@ from code.config.resolve import RATE_FIELDS
 from code.config.resolved import NoEngineError, ResolvedConfig, check_run_args_used, where_from
 from code.mlperf.arguments import RunRequest
 from code.mlperf.benchmarks import InputsUnavailableError, load_benchmark
+from code.mlperf.verdicts import round_reason
 from code.tuning.plans import resolved_configs, scenarios_of, system_name
 
 
@@ -78,6 +79,7 @@ def info(request: RunRequest) -> None:
         rate = RATE_FIELDS.get(config.scenario)
         if rate is not None:  # the number a run's LoadGen plan follows, as the run uses it (share included)
             print(f"  -> {where_from(config, rate)}")
+        print(f"  -> {round_reason(config)}")
         if config.ladder:  # which engine a run starts with, and whether its accuracy run decides it
             print(f"  -> engine ladder: {', '.join(rung.name for rung in config.ladder)}; a run starts with "
                   f"{config.engine_choice['summary']}")

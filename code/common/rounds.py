@@ -8,19 +8,26 @@ release will do, the round's tag of mlcommons/inference, which the user clones (
 run time, and ``audit.config`` as an audit). tests/common/test_loadgen_pins.py runs each pin against the round's
 tools. The scenario tables are those of each round's official checker (``MODEL_CONFIG``, its required scenarios
 per system type), for the benchmarks this harness runs, and so are the compliance audits it requires of each
-benchmark (its ``check_compliance_dir``); tests/common/test_rounds.py and tests/common/test_audits.py compare them
-with the checker itself. Adding a round is one entry in ``ROUNDS``.
+benchmark (its ``check_compliance_dir``, or from v6.0 its ``models_TEST*`` lists); tests/common/test_rounds.py and
+tests/common/test_audits.py compare them with the checker itself. Each round also names where its official tools sit
+(``OfficialTools``): a clone of mlcommons/inference at the round's tag, or, for a round with no tag yet (v6.1), at
+the commit of the main branch that holds its rules. Adding a round is one entry in ``ROUNDS``.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from code.common.constants import Scenario
 
 DEFAULT_ROUND = "v5.0"
 # The system types a systems/<system>.json may declare, as the checker spells them.
 SYSTEM_TYPES = ("datacenter", "edge", "datacenter,edge")
+
+
+CLONE_URL = "https://github.com/mlcommons/inference"
 
 
 class RoundError(ValueError):
@@ -72,6 +79,57 @@ class RngSeeds:
     schedule_rng_seed: int
 
 
+@dataclass(frozen=True)
+class OfficialTools:
+    """Where the round's unmodified tools sit in a clone of mlcommons/inference, and how to get that clone.
+
+    Up to v5.1 a round's tools are at its tag, the checker is ``tools/submission/submission_checker.py`` and the
+    audits are under ``compliance/nvidia/``; the main branch that holds v6.0 and v6.1 made the checker a package
+    (``tools/submission/submission_checker/``, run as ``-m submission_checker.main``) and moved the audits to
+    ``compliance/``. A round with no tag is pinned to the commit whose rules it was built against."""
+
+    folder: str  # the clone's folder under MLPERF_INFERENCE_TOOLS
+    ref: str  # the tag to clone, or the commit to check out
+    compliance: str = "compliance/nvidia"  # the folder of TEST01/, TEST04/, ... in the clone
+    checker: tuple[str, ...] = ("submission_checker.py",)  # what python runs in tools/submission/
+
+    @property
+    def is_tag(self) -> bool:
+        return not re.fullmatch(r"[0-9a-f]{40}", self.ref)
+
+    def clone_command(self, root: Path) -> str:
+        """The shell command that puts the round's tools where the harness looks for them."""
+        where = root / self.folder
+        if self.is_tag:
+            return f"git clone --branch {self.ref} {CLONE_URL} {where}"
+        return f"git clone {CLONE_URL} {where} && git -C {where} checkout {self.ref}"
+
+
+@dataclass(frozen=True)
+class TreeLayout:
+    """Where the round's checker looks, in ``closed/<submitter>/``, for what staging writes beside ``results/``
+    (its ``submission_structure.md``). Up to v5.1: ``measurements/<system>/<benchmark>/<Scenario>/`` (user.conf,
+    README.md, ``<system>_<implementation>_<Scenario>.json``), ``compliance/<system>/<benchmark>/<Scenario>/<TEST>/``
+    and ``code/``. From v6.0 the first two sit in the results' own scenario folder (the model information named
+    ``measurements.json``) and the source folder is ``src/``."""
+
+    measurements: str = "measurements"
+    compliance: str = "compliance"
+    source: str = "code"
+    model_info: str = "{system}_{implementation}_{scenario}.json"
+
+    def measurements_dir(self, system: str, benchmark: str, scenario: str) -> Path:
+        return Path(self.measurements, system, benchmark, scenario)
+
+    def audit_dir(self, system: str, benchmark: str, scenario: str, test: str) -> Path:
+        return Path(self.compliance, system, benchmark, scenario, test)
+
+
+# The results' scenario folder holds the measurements and the audits; src/ holds the code (v6.0 and later).
+SCENARIO_FOLDER_LAYOUT = TreeLayout(measurements="results", compliance="results", source="src",
+                                    model_info="measurements.json")
+
+
 ScenarioTable = dict[str, dict[str, tuple[Scenario, ...]]]  # system type -> benchmark name -> required scenarios
 AuditTable = dict[str, tuple[str, ...]]  # benchmark name -> the compliance tests (TEST01, ...) a closed result needs
 
@@ -85,13 +143,18 @@ class Round:
     seeds: RngSeeds
     scenarios: ScenarioTable
     audits: AuditTable
+    tools: OfficialTools
+    # Whether the checker wants documentation/calibration.md of every closed submission, quantized or not (v5.1's
+    # checks it; v6.1's main branch takes --skip-calibration-check too, so it is written there as well).
+    calibration_doc_required: bool = False
+    layout: TreeLayout = TreeLayout()
 
     def scenarios_for(self, system_type: str, benchmark_name: str) -> tuple[Scenario, ...]:
         """The scenarios the round requires of ``benchmark_name`` (bert-99, ...) on a system type; () if none."""
         if system_type not in SYSTEM_TYPES:
             raise RoundError(f"unknown system_type '{system_type}'; valid: {', '.join(SYSTEM_TYPES)} (set it in "
                              "systems/<system>.json)")
-        return self.scenarios[system_type].get(benchmark_name, ())
+        return self.scenarios.get(system_type, {}).get(benchmark_name, ())
 
     def audits_for(self, benchmark_name: str) -> tuple[str, ...]:
         """The compliance tests the round's checker requires of ``benchmark_name`` in every scenario; () if none."""
@@ -106,7 +169,8 @@ class Round:
         has = f"it has {benchmark_name} for " + "; ".join(offered) if offered else f"it has no {benchmark_name}"
         elsewhere = [other.name for other in ROUNDS.values()
                      if other is not self and scenario in other.scenarios_for(system_type, benchmark_name)]
-        hint = f" (round {', '.join(elsewhere)} has it: --round={elsewhere[0]})" if elsewhere else ""
+        rounds_have = f"rounds {', '.join(elsewhere)} have" if len(elsewhere) > 1 else f"round {''.join(elsewhere)} has"
+        hint = f" ({rounds_have} it: --round={elsewhere[-1]})" if elsewhere else ""  # the newest of them
         return (f"round {self.name} has no {benchmark_name} {scenario.value} for {system_type} systems: "
                 f"{has}{hint}")
 
@@ -141,6 +205,7 @@ ROUNDS: dict[str, Round] = {
         },
         # GPT-J needs no audit; TEST04 is not required of BERT.
         audits={name: ("TEST01", "TEST05") for name in BERT},
+        tools=OfficialTools(folder="v4.1", ref="v4.1"),
     ),
     "v5.0": Round(
         name="v5.0",
@@ -162,12 +227,70 @@ ROUNDS: dict[str, Round] = {
         },
         # TEST05 ended with v4.1.
         audits={name: ("TEST01",) for name in BERT},
+        tools=OfficialTools(folder="v5.0", ref="v5.0"),
+    ),
+    "v5.1": Round(
+        name="v5.1",
+        # The newest 5.1.x. Every release from 5.0.22 to 6.0.4 carries v5.1's seeds; all of them write "90.0th",
+        # which the round's TEST04 reads, and its TEST01 reads the detail log's early_stopping_latency_ss.
+        loadgen=LoadgenRelease(
+            version="5.1.2",
+            sha256="cd686a6223c978d1056e38a417e4807bfa21c855189f7882d24c8313174bca74",
+            url="https://files.pythonhosted.org/packages/ab/09/"
+                "e9da133330792bac27bdb1c41caa81626f7fe96b19548a9c88694ebac074/mlcommons_loadgen-5.1.2.tar.gz",
+        ),
+        seeds=RngSeeds(1780908523862526354, 14771362308971278857, 18209322760996052031),
+        # GPT-J left after v5.0 (llama3.1-8b took its place); BERT stays edge-only.
+        scenarios={"datacenter": {}, "edge": _same_for(BERT, OFFLINE_SINGLESTREAM),
+                   "datacenter,edge": _same_for(BERT, OFFLINE_SINGLESTREAM)},
+        audits={name: ("TEST01",) for name in BERT},
+        tools=OfficialTools(folder="v5.1", ref="v5.1"),
+        calibration_doc_required=True,
+    ),
+    "v6.1": Round(
+        name="v6.1",
+        # The LoadGen the checker's main branch names (6.0.16 and 6.0.17 carry v6.1's seeds; 6.0.5 to 6.0.15
+        # v6.0's). Its summary and detail log word the scores as 5.1.x's do.
+        loadgen=LoadgenRelease(
+            version="6.0.17",
+            sha256="a2e85d09e3cc0c606f89bfe1fbf97537c8b5b238ae0afbd923ad9c710fcf2ca8",
+            url="https://files.pythonhosted.org/packages/a5/bf/"
+                "f48063c9cada7fab76044acfa7b424a9cec2a13878c64c8c4532bca4572b/mlcommons_loadgen-6.0.17.tar.gz",
+        ),
+        seeds=RngSeeds(2085463073848966840, 2747215439041700203, 16159082839903944936),
+        scenarios={"datacenter": {}, "edge": _same_for(BERT, OFFLINE_SINGLESTREAM),
+                   "datacenter,edge": _same_for(BERT, OFFLINE_SINGLESTREAM)},
+        audits={name: ("TEST01",) for name in BERT},
+        # No v6.1 tag yet: the main branch's commit whose checker holds v6.0's and v6.1's rules.
+        tools=OfficialTools(folder="main", ref="b66003e10e2db4b8c36a448b0545ec90fcc6e9e9", compliance="compliance",
+                            checker=("-m", "submission_checker.main")),
+        calibration_doc_required=True,
+        layout=SCENARIO_FOLDER_LAYOUT,
     ),
 }
 
 
+def newest_round(benchmark_name: str, scenario: Scenario, system_type: str) -> str | None:
+    """The newest round whose checker takes ``benchmark_name`` in ``scenario`` from a system of this type (ROUNDS is
+    oldest first); None when no round does."""
+    having = [name for name, round_ in ROUNDS.items() if scenario in round_.scenarios_for(system_type, benchmark_name)]
+    return having[-1] if having else None
+
+
+def round_choice(round_name: str, source: str, benchmark_name: str, scenario: Scenario, system_type: str) -> str:
+    """Which round a test is for and why, for the run's plan and ``make info``: where the value came from (the
+    default, RUN_ARGS, a config class) and, when another round is the newest to take the test, that round."""
+    newest = newest_round(benchmark_name, scenario, system_type)
+    test = f"{benchmark_name} {scenario.value} on {system_type} systems"
+    if newest is None:
+        return f"round {round_name} ({source}; no round takes {test})"
+    if newest == round_name:
+        return f"round {round_name} ({source}; the newest round that takes {test})"
+    return f"round {round_name} ({source}; the newest round that takes {test} is {newest}: --round={newest})"
+
+
 def get_round(name: str) -> Round:
-    """The round called ``name`` (v4.1, v5.0); an unknown name gets the list."""
+    """The round called ``name`` (v4.1, v5.0, ...); an unknown name gets the list."""
     try:
         return ROUNDS[name]
     except KeyError:

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from code.common.download import DownloadError, download, file_checksum
 from code.common.paths import DOWNLOADS_DIR, harness_build_dir
-from code.common.rounds import DEFAULT_ROUND, ROUNDS, LoadgenSource, RngSeeds, Round, RoundError, get_round
+from code.common.rounds import CLONE_URL, DEFAULT_ROUND, ROUNDS, LoadgenSource, RngSeeds, Round, RoundError, get_round
 
 # Fallback when the pinned URL moves: the PEP 691 JSON simple index lists every file of the project.
 SIMPLE_INDEX_URL = "https://pypi.org/simple/mlcommons-loadgen/"
@@ -49,7 +49,6 @@ SDIST_ENV_VAR = "MLPERF_LOADGEN_SDIST"
 SOURCE_ENV_VAR = "LOADGEN_SRC"
 # Per source-built round, the sha256 of each file its build uses, as at the round's tag (paths from the clone's root).
 MANIFESTS_DIR = Path(__file__).resolve().parent / "loadgen_sources"
-CLONE_URL = "https://github.com/mlcommons/inference"
 
 # Files the build needs; checked after extraction so a truncated tree fails here, not deep inside CMake.
 LOADGEN_SOURCES = (

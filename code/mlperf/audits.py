@@ -22,7 +22,6 @@ from code.mlperf.run_record import RunRecordError, read_record
 
 # Every audit test the official checkers know; a round requires some of them of each benchmark (rounds.py).
 AUDIT_TESTS = ("TEST01", "TEST04", "TEST05", "TEST06")
-CLONE_URL = "https://github.com/mlcommons/inference"
 # TEST01's audit.config lives in a folder per benchmark, named as the reference implementation names it.
 TEST01_CONFIG_DIRS = {Benchmark.BERT: "bert", Benchmark.GPTJ: "gpt-j"}
 # verify_accuracy.py --dtype: the element type of a LoadGen response (it compares the first element of each).
@@ -57,7 +56,9 @@ def audit_refusal(round_name: str, benchmark_name: str, test: str) -> str | None
         return None
     asks = f"it requires {', '.join(required)}" if required else "it requires no audit of it"
     elsewhere = [name for name, other in ROUNDS.items() if test in other.audits_for(benchmark_name)]
-    hint = f" (round {', '.join(elsewhere)} requires it: --round={elsewhere[0]})" if elsewhere else ""
+    rounds_do = (f"rounds {', '.join(elsewhere)} require" if len(elsewhere) > 1
+                 else f"round {''.join(elsewhere)} requires")
+    hint = f" ({rounds_do} it: --round={elsewhere[-1]})" if elsewhere else ""  # the newest of them
     return f"round {round_name}'s checker does not require {test} of {benchmark_name}: {asks}{hint}"
 
 
@@ -65,23 +66,25 @@ def audit_refusal(round_name: str, benchmark_name: str, test: str) -> str | None
 class AuditTools:
     """The round's official files of one audit test, used as they are."""
 
-    folder: Path  # compliance/nvidia/<TEST>/
+    folder: Path  # compliance/nvidia/<TEST>/ (compliance/<TEST>/ from v6.0)
     audit_config: Path
     verification: Path  # run_verification.py
 
 
 def audit_tools(round_name: str, test: str, benchmark: Benchmark, tools_dir: Path = OFFICIAL_TOOLS_DIR) -> AuditTools:
-    """Where ``tools_dir/<round>/compliance/nvidia/<test>/`` keeps the audit's files; an error naming the clone
-    command and MLPERF_INFERENCE_TOOLS when they are missing."""
-    folder = tools_dir / round_name / "compliance" / "nvidia" / test
+    """Where the round's clone under ``tools_dir`` keeps the audit's files (``<round>/compliance/nvidia/<test>/``;
+    ``main/compliance/<test>/`` for v6.1); an error naming the clone command and MLPERF_INFERENCE_TOOLS when they
+    are missing."""
+    official = get_round(round_name).tools
+    folder = tools_dir / official.folder / official.compliance / test
     config_dir = folder / TEST01_CONFIG_DIRS[benchmark] if test == "TEST01" else folder
     tools = AuditTools(folder, config_dir / "audit.config", folder / "run_verification.py")
     missing = [path for path in (tools.audit_config, tools.verification) if not path.is_file()]
     if missing:
         raise AuditError(
             f"the official {test} files of round {round_name} are missing ({', '.join(map(str, missing))}): run "
-            f"`git clone --branch {round_name} {CLONE_URL} {tools_dir / round_name}`, or set MLPERF_INFERENCE_TOOLS "
-            f"to a folder holding one such clone per round (<folder>/{round_name}/compliance/nvidia/{test}/)")
+            f"`{official.clone_command(tools_dir)}`, or set MLPERF_INFERENCE_TOOLS to a folder holding one such clone "
+            f"per round (<folder>/{official.folder}/{official.compliance}/{test}/)")
     return tools
 
 

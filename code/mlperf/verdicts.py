@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from code.common.constants import DATASET_SIZE, Scenario, TestMode
-from code.common.rounds import RoundError, get_round
+from code.common.rounds import RoundError, get_round, round_choice
 from code.common.system_description import system_type
 from code.common.systems import SystemDetectionError
 from code.config.resolved import ResolvedConfig
@@ -26,6 +26,17 @@ def round_refusal(config: ResolvedConfig) -> str | None:
     Raises SystemDetectionError or RoundError when systems/<system>.json does not say the system's type."""
     kind = system_type(config.system)
     return get_round(config["round"]).refusal(config.benchmark_name, config.scenario, kind)
+
+
+def round_reason(config: ResolvedConfig) -> str:
+    """Which round the test is for, where that came from, and the newest round that takes it (rounds.round_choice);
+    where systems/<system>.json does not say the system's type, only the first two."""
+    source = config.sources.get("round", "default")
+    try:
+        kind = system_type(config.system)
+    except (SystemDetectionError, RoundError):
+        return f"round {config['round']} ({source})"
+    return round_choice(config["round"], source, config.benchmark_name, config.scenario, kind)
 
 
 def not_submittable_reasons(config: ResolvedConfig, mode: TestMode, provenance: dict[str, Any],

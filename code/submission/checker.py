@@ -14,15 +14,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from code.common.rounds import get_round
 from code.submission.stage import DIVISION, SUBMISSION_DIR, WORK_DIR, record_tree
 from code.submission.tools import submission_tools
 
 # The checker logs one line per complaint: "[<date> <time> submission_checker.py:<line> ERROR] <message>" (the
 # format its log_parser import sets), or logging's default "ERROR:main:<message>" should that import change.
 ERROR_LINE = re.compile(r"^(?:\[[^\]]* ERROR\] |ERROR:main:)(.*)$", re.MULTILINE)
-# Errors that only repeat an earlier complaint about the same folder: the complaints are the others.
+# Errors that only repeat an earlier complaint about the same folder: the complaints are the others (v6.1's package
+# checker closes each failed group of checks with "Some <group> checks Checks failed for: <path>").
 FOLLOW_ON_ERRORS = ("has issues", "NoResults ", "does not have all required scenarios", "SUMMARY: ",
-                    "is OK but accuracy has issues")
+                    "is OK but accuracy has issues", " Checks failed for: ")
 HASH_LINE = re.compile(r"^hash=\w+$", re.MULTILINE)
 CHECK_RECORD = "result.json"  # beside the checker's log: its verdict and the tree it judged (make pack_submission)
 
@@ -121,12 +123,12 @@ def truncate(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_
 
 def check(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR,
           skip_compliance: bool = False) -> CheckResult:
-    """Run the round's submission_checker.py on the tree; its log and CSV summary go beside it, never inside."""
+    """Run the round's submission checker on the tree; its log and CSV summary go beside it, never inside."""
     tools = submission_tools(round_name)
     check_dir = work_dir / submitter / "check"
     check_dir.mkdir(parents=True, exist_ok=True)
     csv = check_dir / "summary.csv"
-    command = [sys.executable, "submission_checker.py", "--input", str(submission_dir.resolve()),
+    command = [sys.executable, *get_round(round_name).tools.checker, "--input", str(submission_dir.resolve()),
                "--version", round_name, "--submitter", submitter, "--csv", str(csv.resolve())]
     if skip_compliance:
         command.append("--skip_compliance")

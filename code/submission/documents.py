@@ -62,12 +62,12 @@ def portable(text: str) -> str:
     return ABSOLUTE_PATH.sub(relative, text)
 
 
-def host_paths(tree: Path) -> list[str]:
+def host_paths(tree: Path, source: Path = SOURCE_DIR) -> list[str]:
     """Each shipped text file of the tree that names an absolute path, with the first such path."""
     found = []
     for path in sorted(tree.rglob("*")):
         relative = path.relative_to(tree)
-        if not path.is_file() or relative.parts[:2] == SOURCE_DIR.parts or path.name.startswith(NOT_SCANNED):
+        if not path.is_file() or relative.parts[:2] == source.parts or path.name.startswith(NOT_SCANNED):
             continue
         try:
             text = path.read_text(encoding="utf-8")
@@ -100,7 +100,7 @@ def repository_url() -> str | None:
     return url if done.returncode == 0 and re.match(r"(https://|git@|ssh://)", url) else None
 
 
-def write_source(tree: Path, commit: str) -> list[str]:
+def write_source(tree: Path, commit: str, source: Path = SOURCE_DIR) -> list[str]:
     """``code/source/``: the harness at ``commit``, from git (the tracked files of that commit), without its
     dotfiles (CI, git and Docker settings), which the checker rejects as "git unfriendly" names, and without the
     folders that leaves empty, which it rejects too."""
@@ -108,7 +108,7 @@ def write_source(tree: Path, commit: str) -> list[str]:
     if done.returncode != 0:
         return [f"the runs' harness commit {commit[:10]} is not in this checkout ({done.stderr.decode().strip()}): "
                 "stage from the checkout that made them"]
-    target = tree / SOURCE_DIR
+    target = tree / source  # src/source/ from v6.0 (the round's TreeLayout)
     target.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
         members = [m for m in archive.getmembers() if not any(part.startswith(".") for part in Path(m.name).parts)]
@@ -123,9 +123,11 @@ def write_source(tree: Path, commit: str) -> list[str]:
 
 
 def write_code_readme(tree: Path, test: TestRun, commit: str | None, url: str | None, quantized: bool) -> None:
-    """``code/<benchmark>/<implementation>/README.md``: where the source is and how to run this benchmark with it."""
+    """``code/<benchmark>/<implementation>/README.md`` (``src/`` from v6.0): where the source is and how to run
+    this benchmark with it."""
     impl = implementation(test.record)
-    folder = tree / "code" / test.benchmark / impl
+    code_dir = get_round(test.round).layout.source
+    folder = tree / code_dir / test.benchmark / impl
     if (folder / "README.md").exists():
         return
     folder.mkdir(parents=True, exist_ok=True)
@@ -141,7 +143,7 @@ def write_code_readme(tree: Path, test: TestRun, commit: str | None, url: str | 
                  "`make build` downloads and checks")
         build = f"make build ROUND={test.round}"
     where = f"commit `{commit}`" if commit else "the commit the runs recorded"
-    source = f"`code/source/` of this tree: the harness at {where}" + (f" of {url}" if url else "")
+    source = f"`{code_dir}/source/` of this tree: the harness at {where}" + (f" of {url}" if url else "")
     oracle = ("\n**The staged runs of this implementation are a pipeline test**: the oracle backend answers with the "
               "data set's gold answers and runs no model.\n" if ran_no_model(test.record) else "")
     calibration = (f"\nFP8 and INT8 engines: how they are calibrated is in `{CALIBRATION_DOC.as_posix()}`.\n"
@@ -149,9 +151,10 @@ def write_code_readme(tree: Path, test: TestRun, commit: str | None, url: str | 
     (folder / "README.md").write_text(
         f"# {test.benchmark}, implementation `{impl}`\n\n"
         f"Source: {source}. The harness is Python orchestration, a C++/pybind11 core over the official LoadGen, "
-        f"and PyTorch backends; `code/source/documentation/{family}.md` describes the benchmark. Round "
+        f"and PyTorch backends; `{code_dir}/source/documentation/{family}.md` describes the benchmark. Round "
         f"{test.round}: {built}.\n{oracle}{calibration}\n"
-        "How to run it (from `code/source/`; `README.md` there has the setup, Docker or a virtual environment):\n\n"
+        f"How to run it (from `{code_dir}/source/`; `README.md` there has the setup, Docker or a virtual "
+        "environment):\n\n"
         f"```bash\nmake setup\nmake download_data download_model preprocess_data BENCHMARKS=\"{family}\"\n"
         f"{build}\n"
         f"make run ROUND={test.round} RUN_ARGS=\"--benchmarks={test.benchmark} --scenarios=<scenario> "
@@ -274,11 +277,20 @@ INT8_RULES = [
     "- Rounding is to nearest even; values beyond the calibrated range saturate.", ""]
 
 
-def write_calibration(tree: Path, tests: list[TestRun]) -> list[str]:
-    """``documentation/calibration.md`` for the staged 8-bit tests (none: no file); returns what is missing. The
-    rules of each format the tests used (FP8, INT8) come first, then one entry per test's engine."""
+def write_calibration(tree: Path, tests: list[TestRun], required: bool = False) -> list[str]:
+    """``documentation/calibration.md`` for the staged 8-bit tests; returns what is missing. The rules of each
+    format the tests used (FP8, INT8) come first, then one entry per test's engine. Without 8-bit tests there is no
+    file, unless the round's checker ``required`` one of every closed submission: then it says nothing was
+    calibrated, and at which precisions the runs ran."""
     quantized = [t for t in tests if uses_quantization(t.record)]
     if not quantized:
+        if required:
+            precisions = sorted({str(t.record.fields.get("precision", "?")) for t in tests})
+            path = tree / CALIBRATION_DOC
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("# Calibration and quantization\n\nNo staged run uses an FP8 or INT8 engine: they ran "
+                            f"at {', '.join(precisions)} (each scenario's `measurements/.../README.md` gives its "
+                            "precision), so nothing was calibrated or quantized.\n")
         return []
     int8 = [t for t in quantized if t.record.fields.get("precision") == "int8"]
     lines = ["# Calibration and quantization", ""]

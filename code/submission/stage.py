@@ -122,6 +122,7 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
         return staged  # reported by the caller; nothing written
 
     mlperf_conf = _mlperf_conf(round_name)
+    layout = get_round(round_name).layout
     _reset(staged.tree, work_dir / submitter, staged)
     _write_json(staged.tree / "systems" / f"{system}.json", description)
     for (benchmark, scenario, mode), test in chosen.items():
@@ -130,17 +131,19 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
             _copy_files(test.directory, results / "accuracy", ACCURACY_FILES)
         else:
             _copy_files(test.directory, results / "performance" / "run_1", PERFORMANCE_FILES)
-            _write_measurements(staged.tree / "measurements" / system / benchmark / scenario, test, mlperf_conf)
+            _write_measurements(staged.tree / layout.measurements_dir(system, benchmark, scenario), test,
+                                mlperf_conf)
     _write_code(staged, list(chosen.values()), commit)
     for (benchmark, scenario, test_name), folder in sorted(audits.items()):
         if any((benchmark, scenario, mode) in chosen for mode in TestMode):
-            shutil.copytree(folder, staged.tree / "compliance" / system / benchmark / scenario / test_name)
+            shutil.copytree(folder, staged.tree / layout.audit_dir(system, benchmark, scenario, test_name))
     if not audits:
         where = COMPLIANCE_LOGS_DIR if compliance is None else ", ".join(map(str, compliance)) or "no folder"
         staged.notes.append(f"no compliance audit logs for {system} in {where}: the checker will ask for "
                             "compliance/ (make run_audit_harness)")
     staged.problems += [f"{found} is a folder of this machine, in a file the submission ships (write it "
-                        "relative to the checkout)" for found in host_paths(staged.tree)]
+                        "relative to the checkout)"
+                        for found in host_paths(staged.tree, Path(layout.source) / "source")]
     _write_tree_readme(staged, chosen)
     record_tree(staged.tree, work_dir / submitter)
     _write_json(work_dir / submitter / STAGE_RECORD, {"round": round_name, "system": system, "tree": str(staged.tree),
@@ -387,11 +390,12 @@ def _write_measurements(folder: Path, test: TestRun, mlperf_conf: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy2(mlperf_conf, folder / "mlperf.conf")
     shutil.copy2(test.directory / "user.conf", folder / "user.conf")
-    _write_json(folder / f"{test.system}_{implementation(test.record)}_{test.scenario}.json",
-                model_info(test.record))
+    layout = get_round(test.round).layout
+    _write_json(folder / layout.model_info.format(system=test.system, implementation=implementation(test.record),
+                                                  scenario=test.scenario), model_info(test.record))
     fields = test.record.fields
     provenance = test.record.provenance
-    code = f"code/{test.benchmark}/{implementation(test.record)}/README.md"
+    code = f"{layout.source}/{test.benchmark}/{implementation(test.record)}/README.md"
     # Paths a run was given or found are written relative to the checkout (build/...): no folder of this machine.
     (folder / "README.md").write_text(portable(
         f"# {test.benchmark} {test.scenario} on {test.system}\n\n"
@@ -414,14 +418,16 @@ def _given_flags(test: TestRun) -> str:
 
 def _write_code(staged: Staged, tests: list[TestRun], commit: str | None) -> None:
     """code/: the harness's source at the runs' commit, a README per benchmark and implementation, and the
-    calibration write-up of the FP8 and INT8 engines (documentation/calibration.md)."""
+    calibration write-up of the FP8 and INT8 engines (documentation/calibration.md; from v5.1 always)."""
+    layout = get_round(staged.round).layout
     if commit:
-        staged.problems += write_source(staged.tree, commit)
+        staged.problems += write_source(staged.tree, commit, Path(layout.source) / "source")
     url = repository_url()
     quantized = {test.benchmark for test in tests if uses_quantization(test.record)}
     for test in tests:
         write_code_readme(staged.tree, test, commit, url, test.benchmark in quantized)
-    write_calibration(staged.tree, [test for test in tests if test.mode is TestMode.PerformanceOnly])
+    write_calibration(staged.tree, [test for test in tests if test.mode is TestMode.PerformanceOnly],
+                      required=get_round(staged.round).calibration_doc_required)
 
 
 def _write_tree_readme(staged: Staged, chosen: dict[tuple[str, str, TestMode], TestRun]) -> None:
@@ -429,11 +435,12 @@ def _write_tree_readme(staged: Staged, chosen: dict[tuple[str, str, TestMode], T
              "Staged by `make stage_results` from these tests:", ""]
     lines += [f"- {test.describe()}: {test.verdict} ({test.directory})" for test in
               sorted(chosen.values(), key=lambda t: (t.benchmark, t.scenario, t.mode.value))]
-    documents = [("code/source/", "the harness's source, at the commit the runs recorded"),
-                 ("code/<benchmark>/<implementation>/README.md", "how to run each benchmark with it"),
+    layout = get_round(staged.round).layout
+    documents = [(f"{layout.source}/source/", "the harness's source, at the commit the runs recorded"),
+                 (f"{layout.source}/<benchmark>/<implementation>/README.md", "how to run each benchmark with it"),
                  (CALIBRATION_DOC.as_posix(), "how each FP8 engine was calibrated"),
-                 ("measurements/<system>/<benchmark>/<Scenario>/", "mlperf.conf, user.conf, the model-info JSON and "
-                                                                   "the command of each run"),
+                 (f"{layout.measurements}/<system>/<benchmark>/<Scenario>/", "mlperf.conf, user.conf, the model-info "
+                                                                             "JSON and the command of each run"),
                  (f"systems/{staged.system}.json", "the system description")]
     lines += ["", "Beside the logs (results/, compliance/):", ""]
     lines += [f"- `{path}`: {what}" for path, what in documents

@@ -1,7 +1,8 @@
 """Where a round's official MLCommons tools live: a submission is judged by its round's unmodified checker.
 
-The tools are never copied into the project; a submitter clones ``mlcommons/inference`` at the round's tag, and
-our machines use the shared copy beside the checkout (``MLPERF_INFERENCE_TOOLS`` points elsewhere).
+The tools are never copied into the project; a submitter clones ``mlcommons/inference`` at the round's tag (or,
+for a round with no tag yet, at the commit ``rounds.py`` names), and our machines use the shared copy beside the
+checkout (``MLPERF_INFERENCE_TOOLS`` points elsewhere).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 from pathlib import Path
 
 from code.common.paths import REPO_ROOT
+from code.common.rounds import get_round
 
 TOOLS_VARIABLE = "MLPERF_INFERENCE_TOOLS"
 DEFAULT_TOOLS_ROOT = REPO_ROOT.parent / "shared" / "mlcommons-inference"
@@ -20,17 +22,24 @@ class ToolsError(RuntimeError):
 
 
 def tools_root() -> Path:
-    """The folder holding one ``<round>/`` clone of mlcommons/inference per round."""
+    """The folder holding one clone of mlcommons/inference per round (``<round>/``; ``main/`` for v6.1)."""
     return Path(os.environ.get(TOOLS_VARIABLE) or DEFAULT_TOOLS_ROOT)
 
 
+def checker_path(folder: Path, command: tuple[str, ...]) -> Path:
+    """The file that ``python <command>`` runs from ``folder``: a script, or a package's module (``-m a.b``)."""
+    if command[0] == "-m":
+        return folder.joinpath(*command[1].split(".")).with_suffix(".py")
+    return folder / command[0]
+
+
 def submission_tools(round_name: str) -> Path:
-    """``<root>/<round>/tools/submission``: the round's submission_checker.py and truncate_accuracy_log.py."""
+    """``<root>/<clone>/tools/submission``: the round's submission checker and truncate_accuracy_log.py."""
     root = tools_root()
-    folder = root / round_name / "tools" / "submission"
-    if not (folder / "submission_checker.py").is_file() or not (folder / "truncate_accuracy_log.py").is_file():
+    official = get_round(round_name).tools
+    folder = root / official.folder / "tools" / "submission"
+    if not checker_path(folder, official.checker).is_file() or not (folder / "truncate_accuracy_log.py").is_file():
         raise ToolsError(
             f"no official submission tools for round {round_name} at {folder}: run "
-            f"`git clone --branch {round_name} https://github.com/mlcommons/inference {root / round_name}` "
-            f"(or set {TOOLS_VARIABLE} to the folder holding <round>/ clones)")
+            f"`{official.clone_command(root)}` (or set {TOOLS_VARIABLE} to the folder holding the rounds' clones)")
     return folder

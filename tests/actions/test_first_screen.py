@@ -61,6 +61,9 @@ def test_a_run_without_run_args_says_its_test_length_defaults_and_estimate():
                                "--test_mode=PerformanceOnly, full length (add --test_run") for line in lines)
     assert lines[-1].startswith("estimated time: at least ")
     assert "(an estimate from the configs' expected rates and min_duration" in lines[-1]
+    # Which round, why, and the newest round that takes the test (the CPU system is an edge system).
+    assert ("  round v5.0 (default; the newest round that takes bert-99 Offline on edge systems is v6.1: "
+            "--round=v6.1)") in lines
 
 
 def test_a_test_run_says_so_and_names_no_default_it_did_not_take():

@@ -66,3 +66,16 @@ def test_info_shows_the_rate_a_run_on_some_of_the_gpus_uses():
     assert float(line.split("=")[1].split()[0]) == rate * 8 * 2 / 8
     assert line.endswith(f"[{source} x 8 GPUs, x 2/8 GPUs (--devices=0,1)]")
     assert f"  -> offline_expected_qps = {rate * 2:.1f}: rung, {source} x 8 GPUs, x 2/8 GPUs" in info.stdout
+
+
+def test_info_says_which_round_each_test_is_for_and_the_newest_that_takes_it(capsys):
+    """The round of each test, where it came from, and the newest round that takes the test from the system's type:
+    from the CPU system (an edge system), v5.0 for GPT-J and v6.1 for BERT."""
+    from code.actions.info import info
+    from code.mlperf.arguments import parse_run_args
+
+    info(parse_run_args(["--action=info", "--benchmarks=gptj-99,bert-99", "--scenarios=offline", "--system_name=CPU"]))
+    out = capsys.readouterr().out
+    assert "  -> round v5.0 (default; the newest round that takes gptj-99 Offline on edge systems)" in out
+    assert ("  -> round v5.0 (default; the newest round that takes bert-99 Offline on edge systems is v6.1: "
+            "--round=v6.1)") in out

@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from code.common.paths import LIB_DIR, OFFICIAL_TOOLS_DIR, REPO_ROOT
+from code.common.constants import Benchmark
+from code.common.paths import LIB_DIR, REPO_ROOT
 from code.common.rounds import ROUNDS, get_round
 from code.harness.fetch_loadgen import mlperf_conf_seeds
+from code.mlperf.audits import audit_tools
 from code.mlperf.run_logs import read_detail_log
 from tests.common.test_rounds import official_checker
 from tests.conftest import round_core, round_sources
@@ -47,6 +49,12 @@ def audited_scenarios(round_name: str) -> list[str]:
 
 
 CASES = [(name, scenario) for name in ROUNDS for scenario in audited_scenarios(name)]
+
+
+def verified_log(verification: Path) -> str:
+    """The log file run_verification.py hands verify_performance.py: the summary up to v5.0, the detail log after."""
+    text = verification.read_text(encoding="utf-8")
+    return re.search(r"mlperf_log_(?:summary|detail)\.txt", text[text.index("verify_performance.py"):]).group(0)
 
 
 def checker_seeds(round_name: str) -> dict[str, int]:
@@ -95,14 +103,15 @@ def test_the_rounds_tools_read_the_pins_logs(fixture_build, tmp_path, round_name
     assert "Result is : VALID" in summary.read_text()
 
     for test in get_round(round_name).audits_for("bert-99"):
-        script = OFFICIAL_TOOLS_DIR / round_name / "compliance" / "nvidia" / test / "verify_performance.py"
-        verified = subprocess.run([sys.executable, str(script), "-r", str(summary), "-t", str(summary)],
-                                  capture_output=True, text=True, cwd=tmp_path)
-        print(f"{round_name} {scenario} {test}: {' | '.join(verified.stdout.strip().splitlines()[-3:])}")
-        score = re.search(r"^reference score = (\S+)$", verified.stdout, re.MULTILINE)
+        tools = audit_tools(round_name, test, Benchmark.BERT)
+        log = test_dir / verified_log(tools.verification)
+        verified = subprocess.run([sys.executable, str(tools.folder / "verify_performance.py"), "-r", str(log), "-t",
+                                   str(log)], capture_output=True, text=True, cwd=tmp_path)
+        print(f"{round_name} {scenario} {test} ({log.name}): {' | '.join(verified.stdout.strip().splitlines()[-3:])}")
+        score = re.search(r"^reference score = (\S+)$", verified.stdout, re.MULTILINE | re.IGNORECASE)
         version = get_round(round_name).loadgen.version
         assert score and float(score.group(1)) > 0, (
-            f"{test}'s verify_performance.py read no {scenario} score from LoadGen {version}'s summary:\n"
+            f"{test}'s verify_performance.py read no {scenario} score from LoadGen {version}'s {log.name}:\n"
             f"{verified.stdout}{verified.stderr}")
         assert "TEST PASS" in verified.stdout, verified.stdout + verified.stderr
 

@@ -13,7 +13,7 @@ import pytest
 
 from code.common.constants import Scenario
 from code.common.paths import REPO_ROOT
-from code.common.rounds import DEFAULT_ROUND, ROUNDS, RoundError, get_round
+from code.common.rounds import DEFAULT_ROUND, ROUNDS, RoundError, get_round, newest_round, round_choice
 from code.harness.fetch_loadgen import SOURCE_ENV_VAR, FetchError, fetch_loadgen, manifest, mlperf_conf_seeds
 from code.mlperf.arguments import ArgumentError, parse_run_args
 from tests.conftest import official_tools, round_core
@@ -22,10 +22,13 @@ OUR_BENCHMARKS = ("bert-99", "bert-99.9", "gptj-99", "gptj-99.9")
 
 
 def official_checker(round_name: str):  # noqa: ANN201 - the checker module
-    """Import the round's submission_checker.py as it is (it imports log_parser from its own folder)."""
+    """Import the round's checker as it is: submission_checker.py (it imports log_parser from its own folder), or,
+    where the checker is a package (v6.1), its ``constants`` module (MODEL_CONFIG, the system description fields)."""
     folder = official_tools(round_name, "tools/submission")
     sys.path.insert(0, str(folder))
     try:
+        if get_round(round_name).tools.checker[0] == "-m":
+            return importlib.import_module("submission_checker.constants")
         spec = importlib.util.spec_from_file_location(f"checker_{round_name.replace('.', '_')}",
                                                       folder / "submission_checker.py")
         module = importlib.util.module_from_spec(spec)
@@ -57,9 +60,44 @@ def test_v5_0_has_bert_only_on_edge():
     assert v5.refusal("gptj-99", Scenario.Server, "datacenter") is None
 
 
+def test_bert_stays_edge_only_and_gptj_ends_with_v5_0():
+    """From v5.1 the small LLM is llama3.1-8b: a GPT-J SubmissionRun for v5.1 is refused, naming the rounds that
+    have it; BERT has Offline and SingleStream on edge systems in every round from v5.0."""
+    for name in ("v5.1", "v6.1"):
+        assert get_round(name).refusal("gptj-99", Scenario.Offline, "datacenter") == (
+            f"round {name} has no gptj-99 Offline for datacenter systems: it has no gptj-99 (rounds v4.1, v5.0 have "
+            "it: --round=v5.0)")
+        assert get_round(name).scenarios_for("edge", "bert-99.9") == (Scenario.Offline, Scenario.SingleStream)
+
+
+def test_the_newest_round_of_each_test():
+    """GPT-J's newest round is v5.0; BERT's is v6.1 on edge, v4.1 for datacenter Server; no round has BERT
+    SingleStream from a datacenter-only system."""
+    assert newest_round("gptj-99", Scenario.Server, "datacenter") == "v5.0"
+    assert newest_round("bert-99", Scenario.Offline, "edge") == "v6.1"
+    assert newest_round("bert-99.9", Scenario.Server, "datacenter") == "v4.1"
+    assert newest_round("bert-99", Scenario.SingleStream, "datacenter") is None
+    assert round_choice("v5.0", "default", "bert-99", Scenario.Offline, "edge") == (
+        "round v5.0 (default; the newest round that takes bert-99 Offline on edge systems is v6.1: --round=v6.1)")
+    assert round_choice("v5.0", "RUN_ARGS", "gptj-99", Scenario.Offline, "edge") == (
+        "round v5.0 (RUN_ARGS; the newest round that takes gptj-99 Offline on edge systems)")
+    assert round_choice("v6.1", "RUN_ARGS", "bert-99", Scenario.Server, "datacenter") == (
+        "round v6.1 (RUN_ARGS; the newest round that takes bert-99 Server on datacenter systems is v4.1: "
+        "--round=v4.1)")
+
+
+def test_the_clone_command_names_the_tag_or_the_commit(tmp_path):
+    """A round with a tag is cloned at it; v6.1, which has none, at the main branch's commit that holds its rules."""
+    assert get_round("v5.1").tools.clone_command(tmp_path) == (
+        f"git clone --branch v5.1 https://github.com/mlcommons/inference {tmp_path / 'v5.1'}")
+    assert get_round("v6.1").tools.clone_command(tmp_path) == (
+        f"git clone https://github.com/mlcommons/inference {tmp_path / 'main'} && git -C {tmp_path / 'main'} "
+        "checkout b66003e10e2db4b8c36a448b0545ec90fcc6e9e9")
+
+
 def test_unknown_round_and_system_type_name_the_choices():
-    with pytest.raises(RoundError, match=r"unknown round 'v6.1'; valid rounds: v4.1, v5.0"):
-        get_round("v6.1")
+    with pytest.raises(RoundError, match=r"unknown round 'v6.0'; valid rounds: v4.1, v5.0, v5.1, v6.1"):
+        get_round("v6.0")
     with pytest.raises(RoundError, match=r"unknown system_type 'cloud'; valid: datacenter, edge, datacenter,edge"):
         get_round("v5.0").scenarios_for("cloud", "bert-99")
 
@@ -68,7 +106,7 @@ def test_round_flag_field_and_errors():
     assert parse_run_args([]).overrides == {}
     assert parse_run_args(["--round=v4.1"]).overrides == {"round": "v4.1"}
     assert parse_run_args(["--round=v4.1", "--round=v4.1"]).overrides == {"round": "v4.1"}
-    with pytest.raises(ArgumentError, match=r"valid choices: v4.1, v5.0"):
+    with pytest.raises(ArgumentError, match=r"valid choices: v4.1, v5.0, v5.1, v6.1"):
         parse_run_args(["--round=v6.0"])
     with pytest.raises(ArgumentError, match=r"--round is given twice \(v5.0 and v4.1\); give it once"):
         parse_run_args(["--round=v5.0", "--round=v4.1"])

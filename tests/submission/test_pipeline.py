@@ -14,8 +14,10 @@ whose lengths are those of real summaries, so GEN_LEN is reached because the ans
 model's, not because anything is scaled.
 
 Every audit the round requires (v5.0: TEST01; v4.1: TEST01 and TEST05) must pass the round's own verification
-scripts. ROUND=v4.1 builds LoadGen from the clone of mlcommons/inference at tag v4.1 that LOADGEN_SRC names, and is
-skipped, saying so, without one.
+scripts. The later rounds, v5.1 and v6.1, which have BERT on edge only and no GPT-J, get the same flow for bert-99
+in every run of the module (their own fixture): SubmissionRuns, TEST01 audits, staging in the round's layout,
+truncation and their unmodified checker. ROUND=v4.1 builds LoadGen from the clone of mlcommons/inference at tag
+v4.1 that LOADGEN_SRC names, and is skipped, saying so, without one.
 
 The bad-input tests reuse the same logs: each names its fix, and nothing under the logs is ever changed.
 """
@@ -44,6 +46,7 @@ from code.gptj.prompt import TOKENIZED_SUBDIR, build_prompt
 from code.gptj.tokenizer import load_tokenizer
 from code.llm.cnn_dailymail import CNN_DAILYMAIL_VALIDATION_SAMPLES, EVAL_FILE
 from code.llm.sentence_split import newline_sentences
+from code.mlperf.run_logs import read_detail_log
 from code.submission.checker import AlreadyTruncated, check, truncate
 from code.submission.documents import ABSOLUTE_PATH, CALIBRATION_DOC, host_paths
 from code.submission.pack import pack
@@ -57,7 +60,8 @@ FULL = os.environ.get("SUBMISSION_PIPELINE_FULL") == "1"
 SUBMITTER = "PipelineTest"
 SYSTEM = "CPU"
 ROUND = os.environ.get("SUBMISSION_PIPELINE_ROUND") or DEFAULT_ROUND  # make test_submission ROUND=v4.1
-BENCHMARKS = ("bert-99", "gptj-99")
+# The later rounds have BERT on edge only, and no GPT-J: their shortened bert-99 trees are checked too, in every run.
+LATER_ROUNDS = [name for name in ("v5.1", "v6.1") if name != ROUND]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 
 # Per scenario, LoadGen settings that end VALID in a few seconds with the oracle, which answers up to ~350,000
@@ -87,11 +91,10 @@ def _paced(scenario: str) -> list[str]:
     return ["--backend=oracle", *PACED[scenario], *([] if FULL else PACED_SHORT[scenario])]
 
 
-# The audits the round's checker requires of BERT (check_compliance_dir); GPT-J has none in these rounds.
-AUDITS = {"v4.1": ("TEST01", "TEST05"), "v5.0": ("TEST01",)}
-# What the checker may say of a shortened run, by its own words.
+# What the checker may say of a shortened run, by its own words (from v5.1 it also counts the accuracy run's samples:
+# the fixture's 53 questions are not SQuAD's 10,833).
 SHORTENED_COMPLAINTS = ("Test duration less than 600s in user config", "Required minimum Query Count not met",
-                        "Required minimum samples per query not met")
+                        "Required minimum samples per query not met", "accurcy run does not cover all dataset")
 
 
 def _env(build: Path) -> dict[str, str]:
@@ -132,57 +135,67 @@ def _system_description(folder: Path) -> Path:
     return folder
 
 
-def _scenarios(benchmark: str) -> list[str]:
+def _scenarios(benchmark: str, round_name: str = ROUND) -> list[str]:
     system_type = json.loads((REPO_ROOT / "systems" / f"{SYSTEM}.json").read_text())["system_type"]
-    return [s.value for s in get_round(ROUND).scenarios_for(system_type, benchmark)]
+    return [s.value for s in get_round(round_name).scenarios_for(system_type, benchmark)]
 
 
-def _common_args(build: Path, benchmark: str, scenario: str, made_up: bool = False, batch: int = 4) -> list[str]:
-    return [f"--benchmarks={benchmark}", f"--scenarios={scenario.lower()}", f"--round={ROUND}",
+def _benchmarks(round_name: str = ROUND) -> list[str]:
+    """bert-99 and gptj-99, where the round has them for the CPU system (GPT-J ended with v5.0)."""
+    return [name for name in ("bert-99", "gptj-99") if _scenarios(name, round_name)]
+
+
+BENCHMARKS = _benchmarks()
+
+
+def _common_args(build: Path, benchmark: str, scenario: str, made_up: bool = False, batch: int = 4,
+                 round_name: str = ROUND) -> list[str]:
+    return [f"--benchmarks={benchmark}", f"--scenarios={scenario.lower()}", f"--round={round_name}",
             f"--gpu_batch_size={batch}", *_data_args(build, benchmark, made_up),
             f"--performance_sample_count_override={_sample_count(benchmark)}"]
 
 
-def _run(build: Path, logs: Path, benchmark: str, scenario: str) -> None:
+def _run(build: Path, logs: Path, benchmark: str, scenario: str, round_name: str = ROUND) -> None:
     """One SubmissionRun (accuracy, then performance) of the scenario, with the oracle: paced for bert-99, whose
     audits compare their figures with its, and for every FULL run, whose 600 s query must be of a sane size; FULL's
     GPT-J runs read the made-up full-size set."""
     if benchmark == "bert-99" or FULL:
         common = _common_args(build, benchmark, scenario, made_up=FULL and benchmark.startswith("gptj"),
-                              batch=AUDIT_BATCH[scenario])
+                              batch=AUDIT_BATCH[scenario], round_name=round_name)
         extra = ["--test_mode=SubmissionRun", *_paced(scenario)]
     else:
-        common = _common_args(build, benchmark, scenario)
+        common = _common_args(build, benchmark, scenario, round_name=round_name)
         extra = ["--backend=oracle", "--test_mode=SubmissionRun", *SHORT[scenario]]
     log_dir = logs / f"{benchmark}-{scenario}-0"
     done = _python(build, "-m", "code.main", "--action=run", *common, *extra, f"--log_dir={log_dir}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
-def _run_audits(build: Path) -> None:
-    """The audits the round's checker asks of bert-99 (GPT-J has none), through make run_audit_harness, as a
-    submitter runs them; their logs land in the private build's compliance_logs/."""
-    for scenario in _scenarios("bert-99"):
-        for audit in AUDITS[ROUND]:
-            run_args = [*_common_args(build, "bert-99", scenario, batch=AUDIT_BATCH[scenario]), *_paced(scenario),
-                        f"--audit_test={audit}"]
+def _run_audits(build: Path, round_name: str = ROUND) -> None:
+    """The audits the round's checker asks of bert-99 (Round.audits, which tests/common/test_audits.py compares with
+    the checker; GPT-J has none), through make run_audit_harness, as a submitter runs them; their logs land in the
+    private build's compliance_logs/."""
+    for scenario in _scenarios("bert-99", round_name):
+        for audit in get_round(round_name).audits_for("bert-99"):
+            run_args = [*_common_args(build, "bert-99", scenario, batch=AUDIT_BATCH[scenario], round_name=round_name),
+                        *_paced(scenario), f"--audit_test={audit}"]
             # -o build: the session built the core already (harness_built). Its build step here would compile
             # one anew in the private build folder and link it through the lib link into the checkout's, under
             # any other session loading it.
             done = subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "-o", "build",
-                                   "run_audit_harness", f"ROUND={ROUND}", f"RUN_ARGS={' '.join(run_args)}"],
+                                   "run_audit_harness", f"ROUND={round_name}", f"RUN_ARGS={' '.join(run_args)}"],
                                   capture_output=True, text=True, env=_env(build), timeout=1800)
             assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-            _print_verification(build, scenario, audit)
+            _print_verification(build, scenario, audit, round_name)
 
 
-def _print_verification(build: Path, scenario: str, audit: str) -> None:
+def _print_verification(build: Path, scenario: str, audit: str, round_name: str = ROUND) -> None:
     """The round's own verification scripts passed the audit, in the files the checker reads: their last lines."""
     verified = sorted((build / "compliance_logs").glob(f"*/{SYSTEM}/bert-99/{scenario}/{audit}"))[-1]
     for name in ("verify_performance.txt", *(["verify_accuracy.txt"] if audit == "TEST01" else [])):
         text = (verified / name).read_text()
         assert "TEST PASS" in text, text
-        print(f"{ROUND} bert-99 {scenario} {audit} {name}: {' | '.join(text.strip().splitlines()[-3:])}")
+        print(f"{round_name} bert-99 {scenario} {audit} {name}: {' | '.join(text.strip().splitlines()[-3:])}")
 
 
 def _tree_digest(folder: Path) -> str:
@@ -194,33 +207,44 @@ def _tree_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
-@pytest.fixture(scope="module")
-def pipeline(tmp_path_factory, harness_built) -> dict[str, Path]:
-    """The runs of the pipeline, in a private build folder (the compiled core linked in)."""
-    official_tools(ROUND, "tools/submission")  # the flow is judged by the official checker: without it, a failure
-    round_core(ROUND)
-    build = tmp_path_factory.mktemp("build")
+def _make_pipeline(build: Path, round_name: str) -> dict[str, Path]:
+    """The round's runs of the pipeline and its audits, in the private build folder ``build``."""
+    official_tools(round_name, "tools/submission")  # the flow is judged by the official checker: without it, a fail
+    round_core(round_name)
     (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
+    benchmarks = _benchmarks(round_name)
     for module, flag, fixture in (("code.bert.preprocess_data", "--squad_json", "squad_tiny.json"),
-                                  ("code.gptj.preprocess_data", "--eval_json", "cnn_tiny.json")):
+                                  ("code.gptj.preprocess_data", "--eval_json", "cnn_tiny.json"))[:len(benchmarks)]:
         done = _python(build, "-m", module, flag, str(FIXTURES / fixture), "--preprocessed_data_dir",
                        str(build / "preprocessed_data"))
         assert done.returncode == 0, done.stdout + done.stderr
-    if FULL:  # the made-up full-size CNN/DailyMail set, for GPT-J's accuracy runs
+    if FULL and "gptj-99" in benchmarks:  # the made-up full-size CNN/DailyMail set, for GPT-J's accuracy runs
         eval_json = write_made_up_eval_json(build / MADE_UP_DATA / "cnn-daily-mail" / EVAL_FILE)
         done = _python(build, "-m", "code.gptj.preprocess_data", "--eval_json", str(eval_json),
                        "--preprocessed_data_dir", str(build / MADE_UP_DATA))
         assert done.returncode == 0, done.stdout + done.stderr
     logs = build / "logs"
     logs.mkdir()
-    for scenario in _scenarios("bert-99"):
-        _run(build, logs, "bert-99", scenario)
-    _run_audits(build)  # verified against the SubmissionRuns just made; before GPT-J, so a failure shows early
-    for benchmark in BENCHMARKS[1:]:
-        for scenario in _scenarios(benchmark):
-            _run(build, logs, benchmark, scenario)
+    for scenario in _scenarios("bert-99", round_name):
+        _run(build, logs, "bert-99", scenario, round_name)
+    _run_audits(build, round_name)  # verified against the SubmissionRuns just made; before GPT-J, so a failure shows
+    for benchmark in benchmarks[1:]:
+        for scenario in _scenarios(benchmark, round_name):
+            _run(build, logs, benchmark, scenario, round_name)
     assert not (build / "harness").exists()  # no core compiled in the private folder
     return {"build": build, "logs": logs, "systems": _system_description(build / "systems")}
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory, harness_built) -> dict[str, Path]:
+    """The runs of the pipeline of ROUND, in a private build folder (the compiled core linked in)."""
+    return _make_pipeline(tmp_path_factory.mktemp("build"), ROUND)
+
+
+@pytest.fixture(scope="module", params=LATER_ROUNDS)
+def later_pipeline(request, tmp_path_factory, harness_built) -> tuple[str, dict[str, Path]]:
+    """A later round's shortened bert-99 edge runs and audits (what it has of our benchmarks), in their own folder."""
+    return request.param, _make_pipeline(tmp_path_factory.mktemp(f"build-{request.param}"), request.param)
 
 
 def test_pipeline_passes_the_official_checker(pipeline, monkeypatch):
@@ -275,6 +299,34 @@ def test_pipeline_passes_the_official_checker(pipeline, monkeypatch):
         assert any("Test duration less than 600s" in c for c in rest)
     _assert_packs(build, submission, work, result.passed)
     assert _tree_digest(logs) == before  # staging and truncation never touch the run logs
+
+
+def test_a_later_rounds_bert_edge_tree_passes_its_checker(later_pipeline):
+    """v5.1 and v6.1 (BERT on edge only, no GPT-J): bert-99 Offline and SingleStream SubmissionRuns built with the
+    round's LoadGen, its TEST01 audits passing its own scripts, staged in the round's layout, truncated and checked
+    by its unmodified checker (v6.1: the main branch's package), which says only what it says of a shortened run."""
+    round_name, runs = later_pipeline
+    build = runs["build"]
+    submission, work = build / "submission", build / "submission_work"
+    staged = stage(SUBMITTER, logs=sorted(runs["logs"].iterdir()), compliance=sorted((build / "compliance_logs").glob(
+        "*")), allow_incomplete=True, out_dir=submission, work_dir=work, systems_dir=runs["systems"])
+    assert (staged.round, staged.system) == (round_name, SYSTEM)
+    layout = get_round(round_name).layout
+    for scenario in ("Offline", "SingleStream"):
+        logged = read_detail_log(staged.tree / "results" / SYSTEM / "bert-99" / scenario / "performance" / "run_1")
+        assert logged["loadgen_version"].startswith(get_round(round_name).loadgen.version), logged["loadgen_version"]
+        audit = staged.tree / layout.audit_dir(SYSTEM, "bert-99", scenario, "TEST01")
+        assert (audit / "verify_performance.txt").read_text().rstrip().endswith("TEST PASS")
+        assert (staged.tree / layout.measurements_dir(SYSTEM, "bert-99", scenario) / "user.conf").is_file()
+    assert (staged.tree / layout.source / "bert-99" / "oracle" / "README.md").is_file()
+    assert not (staged.tree / "results" / SYSTEM / "gptj-99").exists()
+    assert "nothing was calibrated" in (staged.tree / CALIBRATION_DOC).read_text()  # v5.1's checker requires one
+    truncate(SUBMITTER, round_name, submission, work)
+    result = check(SUBMITTER, round_name, submission, work)
+    complaints = result.complaints
+    print(f"{round_name}: {result.verdict}\n" + "\n".join(complaints))
+    assert complaints and all(_shortened(c) for c in complaints), "\n".join(complaints) + result.output[-3000:]
+    assert any("Test duration less than 600s" in c for c in complaints)
 
 
 def _assert_documents(tree: Path, problems: list[str]) -> None:

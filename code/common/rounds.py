@@ -27,9 +27,6 @@ DEFAULT_ROUND = "v5.0"
 SYSTEM_TYPES = ("datacenter", "edge", "datacenter,edge")
 
 
-CLONE_URL = "https://github.com/mlcommons/inference"
-
-
 class RoundError(ValueError):
     """A round that does not exist, or that does not accept what a run asks for; the message names the fix."""
 
@@ -77,6 +74,9 @@ class RngSeeds:
     qsl_rng_seed: int
     sample_index_rng_seed: int
     schedule_rng_seed: int
+
+
+CLONE_URL = "https://github.com/mlcommons/inference"  # where every round's tools and tagged LoadGen come from
 
 
 @dataclass(frozen=True)

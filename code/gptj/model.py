@@ -16,7 +16,6 @@ produces fluent-looking text.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -29,6 +28,8 @@ from torch import Tensor, nn
 
 from code.common.faults import CheckpointError
 from code.gptj.architecture import GPTJ_CONFIGS, GptjConfig  # noqa: F401 - GPTJ_CONFIGS: for callers
+from code.llm.checkpoint import checkpoint_files, empty_module, init_weights, read_config, read_tensors
+from code.llm.contiguous_cache import KVCache
 
 Device = torch.device | str
 
@@ -49,29 +50,6 @@ def apply_rotary(x: Tensor, rope: Tensor) -> Tensor:
     cos, sin = rope.unbind(-1)
     rotated = torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), dim=-1).flatten(-2)
     return torch.cat((rotated, x[..., rot:]), dim=-1)
-
-
-class KVCache(nn.Module):
-    """Keys and values ``[rows, heads, max_seq_len, head_dim]``; row r of a batch uses row r of the cache."""
-
-    def __init__(self, rows: int, heads: int, seq_len: int, head_dim: int, dtype: torch.dtype, device: Device) -> None:
-        super().__init__()
-        shape = (rows, heads, seq_len, head_dim)
-        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-
-    def update(self, start: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write ``k``/``v`` at columns ``start...``; return every column up to the new end for the batch's rows."""
-        rows, end = k.shape[0], start + k.shape[2]
-        self.k[:rows, :, start:end] = k
-        self.v[:rows, :, start:end] = v
-        return self.k[:rows, :, :end], self.v[:rows, :, :end]
-
-    def reorder(self, rows: Tensor, start: int, end: int) -> None:
-        """Row i of columns [start, end) becomes old row ``rows[i]`` (the right side is gathered before writing)."""
-        n = rows.numel()
-        self.k[:n, :, start:end] = self.k[rows, :, start:end]
-        self.v[:n, :, start:end] = self.v[rows, :, start:end]
 
 
 class Attention(nn.Module):
@@ -310,67 +288,9 @@ def load_state(model: Gptj, tensors: Mapping[str, Tensor] | Iterator[tuple[str, 
     return model.eval()
 
 
-_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-_SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
-_TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".pytorch")
-
-
-def checkpoint_files(path: Path) -> list[Path]:
-    """The weight files of a checkpoint: a file itself, or a folder's shards (by index) or single file, safetensors
-    preferred when a folder has both."""
-    if not path.is_dir():
-        if path.suffix != ".safetensors" and path.suffix not in _TORCH_SUFFIXES:
-            raise CheckpointError(
-                f"{path}: unknown checkpoint format {path.suffix!r} (a folder, .safetensors, or "
-                f"{'/'.join(_TORCH_SUFFIXES)})"
-            )
-        if not path.is_file():
-            raise CheckpointError(f"{path}: no such checkpoint file")
-        return [path]
-    for index in _INDEXES:
-        if (path / index).is_file():
-            weight_map = json.loads((path / index).read_text()).get("weight_map")
-            if not isinstance(weight_map, dict):
-                raise CheckpointError(f"{path / index} has no weight_map: not a checkpoint index")
-            files = [path / f for f in sorted(set(weight_map.values()))]
-            if absent := [str(f) for f in files if not f.is_file()]:
-                raise CheckpointError(f"{path / index} names shards that are not there: {', '.join(absent)}")
-            return files
-    for single in _SINGLE_FILES:
-        if (path / single).is_file():
-            return [path / single]
-    raise CheckpointError(
-        f"{path}: no checkpoint (looked for a file, or a folder with one of {', '.join(_INDEXES + _SINGLE_FILES)})"
-    )
-
-
-def _read(files: list[Path]) -> Iterator[tuple[str, Tensor]]:
-    for file in files:
-        if file.suffix == ".safetensors":
-            from safetensors import safe_open
-
-            with safe_open(str(file), framework="pt", device="cpu") as f:
-                for name in f.keys():
-                    yield name, f.get_tensor(name)
-            continue
-        # weights_only: a checkpoint is data, never code. mmap: page in one tensor at a time (zip format only).
-        try:
-            state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError:
-            state = torch.load(file, map_location="cpu", weights_only=True)
-        if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
-            state = state["state_dict"]
-        if not isinstance(state, Mapping):
-            raise CheckpointError(f"{file}: expected a state dict, found {type(state).__name__}")
-        yield from state.items()
-        del state
-
-
 def empty_model(config: GptjConfig, dtype: torch.dtype = torch.float32, device: Device = "cpu") -> Gptj:
-    """A model with uninitialised storage in ``dtype`` on ``device``: built on the meta device, so no init is paid."""
-    with torch.device("meta"):
-        model = Gptj(config).to(dtype)
-    return model.to_empty(device=device)
+    """A model with uninitialised storage in ``dtype`` on ``device`` (no init paid)."""
+    return empty_module(lambda: Gptj(config), dtype, device)
 
 
 def load_checkpoint(
@@ -391,11 +311,9 @@ def load_checkpoint(
         return load_state(empty_model(config, dtype, device), path_or_state_dict, "state dict")
     path = Path(path_or_state_dict)
     if config is None:
-        if not (path / "config.json").is_file():
-            raise CheckpointError(f"{path}: no config.json beside the weights (a checkpoint folder holds one)")
-        config = GptjConfig.from_hf(json.loads((path / "config.json").read_text()))
+        config = GptjConfig.from_hf(read_config(path))
     files = checkpoint_files(path)
-    return load_state(empty_model(config, dtype, device), _read(files), str(path))
+    return load_state(empty_model(config, dtype, device), read_tensors(files), str(path))
 
 
 def random_weights(
@@ -413,14 +331,4 @@ def random_weights(
     there instead of minutes on a few CPU cores, but the values then depend on the device's generator. For speed
     measurements, where the values do not matter."""
     model = empty_model(config, dtype, device)
-    draw_device = torch.device(device) if draw_on_device else torch.device("cpu")
-    generator = torch.Generator(device=draw_device).manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if ".norm." in f".{name}" and name.endswith("weight"):
-                param.fill_(1.0)
-            elif name.endswith("bias"):
-                param.zero_()
-            else:
-                param.copy_(torch.empty(param.shape, device=draw_device).normal_(0.0, 0.02, generator=generator))
-    return model.eval()
+    return init_weights(model, seed, torch.device(device) if draw_on_device else torch.device("cpu")).eval()

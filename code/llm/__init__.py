@@ -5,9 +5,11 @@
 - ``sentence_split.py``: one sentence per line for ROUGE-Lsum (``nltk.sent_tokenize`` with pinned punkt data).
 - ``generation.py``: beam search and greedy decoding with HF ``generate``'s results, over any ``CausalLM``.
 - ``beam_search.py``: one beam-search step for many slots at once, each at its own step (in-flight batching).
+- ``contiguous_cache.py``: the KV cache of batch-at-a-time generation (one row per sequence);
+  ``checkpoint.py``: HF checkpoint files read tensor by tensor, seeded random weights.
 - ``kv_cache.py``: a paged KV cache whose prompt pages a sample's beams share, FP8 storage optional;
   ``cache_shape.py``: its shape and bytes, without torch (what a memory plan counts).
 
-A benchmark keeps its model, tokenizer, prompt, reference scores and targets (GPT-J: ``code/gptj/``) and imports
-these. code/llm imports ``code/common`` and ``code/numerics`` only, never a benchmark.
+A benchmark keeps its model, tokenizer, prompt, reference scores and targets (GPT-J: ``code/gptj/``, Llama 3.1:
+``code/llama31/``) and imports these. code/llm imports ``code/common`` and ``code/numerics`` only, never a benchmark.
 """

@@ -2,6 +2,8 @@
 
 - ``cnn_dailymail.py``: the CNN/DailyMail eval file (``cnn_eval.json``), its records and reference summaries.
 - ``rouge.py``: a LoadGen accuracy log's token ids, and ROUGE/gen_len of decoded predictions, as MLCommons scores.
+- ``summary_accuracy.py``: an accuracy log scored against a reference's ROUGE and gen_len, and accuracy.txt;
+  ``detokenize.py``: transformers 4.x's clean-up of decoded text, which the references' scores include.
 - ``sentence_split.py``: one sentence per line for ROUGE-Lsum (``nltk.sent_tokenize`` with pinned punkt data).
 - ``generation.py``: beam search and greedy decoding with HF ``generate``'s results, over any ``CausalLM``.
 - ``beam_search.py``: one beam-search step for many slots at once, each at its own step (in-flight batching).

@@ -120,13 +120,13 @@ def derived_class(benchmark: Benchmark, scenario: Scenario, workload: WorkloadSe
     key = (benchmark, scenario, gpu.name, workload)
     if key not in _DERIVED:
         reference = ConfigRegistry.get(benchmark, scenario, REFERENCE, workload)
-        rules = importlib.import_module(f"configs.{benchmark.value}.any_gpu")
+        rules = importlib.import_module(f"configs.{benchmark.package}.any_gpu")
         derivation: Derivation = rules.derive(reference, gpu, scenario, workload)
         suffix = "_HighAccuracy" if workload.accuracy_target is AccuracyTarget.k_99_9 else ""
         namespace = {
             "__doc__": f"{gpu.name}, derived from {reference.__name__} and the GPU ({gpu.describe()}; "
                        f"{gpu.source}).",
-            "__module__": f"configs.{benchmark.value}.any_gpu",
+            "__module__": f"configs.{benchmark.package}.any_gpu",
             "engine_ladder": derivation.ladder,
             "value_notes": derivation.notes,
             "skipped_rungs": derivation.skipped,
@@ -152,7 +152,7 @@ def gpu_model_classes(benchmark: Benchmark, scenario: Scenario) -> Callable[[str
             raise AttributeError(name)
         gpu = gpu_model_for_system(f"{model_name}x1")
         if gpu is None or gpu.name != model_name:
-            raise AttributeError(f"module configs.{benchmark.value}.{scenario.value} has no attribute {name!r} (no "
+            raise AttributeError(f"module configs.{benchmark.package}.{scenario.value} has no attribute {name!r} (no "
                                  f"config class, and no GPU model of that name in code/common/gpu_models.py)")
         target = AccuracyTarget.k_99_9 if name.endswith("_HighAccuracy") else AccuracyTarget.k_99
         workload = WorkloadSetting(accuracy_target=target)

@@ -205,8 +205,8 @@ class ConfigRegistry:
     @classmethod
     def load(cls, benchmark: Benchmark, scenario: Scenario) -> None:
         """Import a scenario's configs and, when present, the user's ``custom.py`` beside them."""
-        package = f"configs.{benchmark.value}.{scenario.value}"
-        folder = REPO_ROOT / "configs" / benchmark.value / scenario.value
+        package = f"configs.{benchmark.package}.{scenario.value}"
+        folder = REPO_ROOT / "configs" / benchmark.package / scenario.value
         shipped = folder / "__init__.py"
         import_config_module(package, shipped, f"fix that line (`git diff {shipped}` shows what changed from the "
                              "shipped file)")
@@ -220,7 +220,7 @@ class ConfigRegistry:
         """Import a scenario's ``custom.py`` again after it was rewritten (``make add_system``): a module is imported
         once per process, so without this the classes added to a file already imported would not register. The
         file's earlier classes are dropped first, as they register anew."""
-        module = f"configs.{benchmark.value}.{scenario.value}.custom"
+        module = f"configs.{benchmark.package}.{scenario.value}.custom"
         for key in [key for key, config in cls._classes.items() if config.__module__ == module]:
             del cls._classes[key]
         sys.modules.pop(module, None)
@@ -257,7 +257,7 @@ class ConfigRegistry:
             f"configured: {', '.join(configured)} (a GPU model's class serves any count of it: "
             f"<model>x<count>; a model of code/common/gpu_models.py, or this machine's GPU, has a class derived "
             f"from the GPU). Add yours with `make add_system` (writes a stub class into "
-            f"configs/{benchmark.value}/{scenario.value}/custom.py), or pick one with --system_name"
+            f"configs/{benchmark.package}/{scenario.value}/custom.py), or pick one with --system_name"
         )
 
     @classmethod
@@ -520,7 +520,7 @@ def resolve_config(
     chosen = choose_rung(config, ladder, rung, values, overrides)
     if chosen is not None:
         values = rung_values(config, chosen, system, values)
-    tuned = tuned_fields(system, f"{benchmark.value}-{workload.accuracy_target.suffix}", scenario, warn=warn_tuned,
+    tuned = tuned_fields(system, benchmark.submission_name(workload.accuracy_target), scenario, warn=warn_tuned,
                          overrides=overrides, engine=chosen.name if chosen else "")
     resolved = resolve_fields(benchmark, scenario, system, workload, config.__name__, values, overrides, tuned)
     resolved.ladder = ladder

@@ -143,3 +143,38 @@ def test_accuracy_fails_below_the_targets_and_names_each_metric(tmp_path, checkp
     assert result.targets["GEN_LEN"] == pytest.approx(3051113 * 0.9)
     assert data_set_of(5000) == "edge" and data_set_of(13368) == data_set_of(100) == "datacenter"
     assert set(REFERENCES) == {"datacenter", "edge"}
+
+
+def test_model_download_fetches_the_reference_revision_and_checks_it(tmp_path, checkpoint, monkeypatch, capsys):
+    """Without a token the gated checkpoint is refused with the fix; with one, the reference's revision is fetched
+    (huggingface_hub stands in: nothing can be downloaded here) and every shard its index names is checked."""
+    import shutil
+
+    import huggingface_hub
+
+    from code.llama31 import download_model
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    assert download_model.main(["--model_dir", str(tmp_path)]) == 1
+    assert "is gated: accept Meta's license" in capsys.readouterr().err
+    calls = []
+
+    def fake_snapshot(repo_id, *, revision, local_dir, allow_patterns, token):
+        calls.append((repo_id, revision, token))
+        shutil.copytree(checkpoint, local_dir, dirs_exist_ok=True)
+        for name in ("config.json", "generation_config.json"):
+            (Path(local_dir) / name).write_text("{}")
+        index = {"weight_map": {"lm_head.weight": "model-00001-of-00002.safetensors",
+                                "model.norm.weight": "model-00002-of-00002.safetensors"}}
+        (Path(local_dir) / "model.safetensors.index.json").write_text(json.dumps(index))
+        (Path(local_dir) / "model-00001-of-00002.safetensors").write_bytes(b"")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
+    monkeypatch.setenv("HF_TOKEN", "hf_made_up")
+    assert download_model.main(["--model_dir", str(tmp_path)]) == 1
+    assert calls == [("meta-llama/Llama-3.1-8B-Instruct", "be673f326cab4cd22ccfef76109faf68e41aa5f1", "hf_made_up")]
+    assert "model-00002-of-00002.safetensors" in capsys.readouterr().err  # the missing shard is named
+    folder = download_model.checkpoint_dir(tmp_path)
+    (folder / "model-00002-of-00002.safetensors").write_bytes(b"")
+    assert download_model.main(["--model_dir", str(tmp_path)]) == 0
+    assert len(calls) == 1  # complete: not fetched again

@@ -211,7 +211,8 @@ def with_imports(text: str, path: Path, benchmark: Benchmark, scenario: Scenario
     missing = [line for line in import_block(benchmark, scenario).splitlines() if line not in lines]
     if not missing:
         return text
-    earlier = EARLIER_IMPORTS.format(bench=benchmark.value, scenario=scenario.value, base=f"{scenario.value}BaseConfig")
+    earlier = EARLIER_IMPORTS.format(bench=benchmark.package, scenario=scenario.value,
+                                     base=f"{scenario.value}BaseConfig")
     if earlier in text:
         return text.replace(earlier, import_block(benchmark, scenario, earlier_base=True), 1)
     raise ConfigError(f"{path} lacks imports that the classes make add_system writes need: add "

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from code.common.faults import CheckpointError
 from code.gptj.architecture import GPTJ_CONFIGS, GptjConfig  # noqa: F401 - GPTJ_CONFIGS: for callers
 from code.llm.checkpoint import checkpoint_files, empty_module, init_weights, read_config, read_tensors
-from code.llm.contiguous_cache import KVCache
+from code.llm.contiguous_cache import CachedModel, KVCache
 
 Device = torch.device | str
 
@@ -98,7 +98,7 @@ class Block(nn.Module):
         return self.attention(h, rope, mask, start) + self.feed_forward(h) + x  # HF's summation order
 
 
-class Gptj(nn.Module):
+class Gptj(CachedModel):
     """The equivalent of HF ``GPTJForCausalLM`` (inference only: no dropout, no loss)."""
 
     def __init__(self, config: GptjConfig) -> None:
@@ -109,31 +109,7 @@ class Gptj(nn.Module):
         self.norm = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.output = nn.Linear(config.n_embd, config.vocab_size)
         self._rope: Tensor | None = None  # plain attribute, not a buffer: model.to(bfloat16) must not round it
-
-    def setup_caches(
-        self, max_rows: int, max_seq_len: int, dtype: torch.dtype | None = None, device: Device | None = None
-    ) -> None:
-        """Allocate one KV cache per layer for up to ``max_rows`` rows (samples × beams) and ``max_seq_len`` columns
-        (padded prompt + new tokens - 1); dtype and device default to the model's. From then on ``forward`` reads
-        and writes the caches. Made as ordinary tensors even under inference mode, so any caller may use them."""
-        dtype = dtype or self.output.weight.dtype
-        device = device or self.output.weight.device
-        with torch.inference_mode(False):
-            for layer in self.layers:
-                layer.attention.kv_cache = KVCache(
-                    max_rows, self.config.n_head, max_seq_len, self.config.head_dim, dtype, device
-                )
-
-    def cache_shape(self) -> tuple[int, int] | None:
-        """(rows, columns) of the caches, or None before ``setup_caches``."""
-        cache = self.layers[0].attention.kv_cache
-        return None if cache is None else (cache.k.shape[0], cache.k.shape[2])
-
-    def reorder_cache(self, rows: Tensor, start: int, end: int) -> None:
-        """Beam search: cache row i, columns [start, end), takes the contents of row ``rows[i]``."""
-        if end > start:
-            for layer in self.layers:
-                layer.attention.kv_cache.reorder(rows, start, end)
+        self.kv_heads = config.n_head
 
     def forward(self, tokens: Tensor, start: int = 0, pad: Tensor | None = None, last_only: bool = False) -> Tensor:
         """Logits ``[B, T, vocab]`` (``[B, vocab]`` with ``last_only``) in the model's dtype.
@@ -142,23 +118,11 @@ class Gptj(nn.Module):
         each row's number of padding columns. Without caches only ``start == 0`` makes sense (a full forward); with
         them, a prefill is ``start=0`` and a decode step of one token is ``start`` = its column.
         """
-        bsz, seqlen = tokens.shape
-        end = start + seqlen
         device = tokens.device
-        shape = self.cache_shape()
-        if shape is None and start != 0:
-            raise ValueError("forward with start > 0 needs the KV caches: call setup_caches first")
-        if shape is not None and (bsz > shape[0] or end > shape[1]):
-            raise ValueError(f"batch of {bsz} rows up to column {end} does not fit the caches {shape}")
-        pad = torch.zeros(bsz, dtype=torch.long, device=device) if pad is None else pad.to(device, torch.long)
+        positions, mask = self.batch_layout(tokens, start, pad)
         if self._rope is None or self._rope.device != device:
             self._rope = rope_table(self.config.n_positions, self.config.rotary_dim).to(device)
-
-        columns = torch.arange(start, end, device=device)
-        positions = (columns[None, :] - pad[:, None]).clamp(min=0)  # padding columns reuse position 0
         rope = self._rope[positions].to(self.output.weight.dtype)[:, :, None]  # [B, T, 1, R/2, 2]
-        keys = torch.arange(end, device=device)
-        mask = (keys[None, :] <= columns[:, None])[None, None] & (keys >= pad[:, None])[:, None, None, :]
 
         x = self.tok_embeddings(tokens)
         for layer in self.layers:

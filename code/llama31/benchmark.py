@@ -12,8 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from code.common.backends import runs_model
 from code.common.benchmarks import (
     AccuracyReport,
@@ -108,26 +106,16 @@ def load_samples(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 -
                                   length_scale=config["synthetic_length_scale"])
 
 
-class LlamaRunner:
-    """The C++ core's batch runner: gather the batch's prompts, generate, return int32 token ids per sample."""
-
-    def __init__(self, samples: Any, backend: Any) -> None:
-        self.samples = samples
-        self.backend = backend
-
-    def run_batch(self, sample_indices: np.ndarray) -> list[np.ndarray]:
-        outputs = self.backend.run_batch(sample_indices, self.samples.gather(sample_indices))
-        return [np.ascontiguousarray(tokens, dtype=np.int32) for tokens in outputs]
-
-
 def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     """Load prompts, backend and scorer for one LoadGen test of llama3.1-8b."""
     from code.llama31.backends import backend_class
+    from code.llama31.dataset import load_targets
+    from code.llm.runner import TokenRunner, reference_summaries
 
     provenance = describe_inputs(config, mode)
     choice = choose_inputs(config, mode)
     samples = load_samples(config, choice)
-    references = None if choice.synthetic else _references(samples)
+    references = None if choice.synthetic else reference_summaries(samples, load_targets, FETCH_STEP)
     if config["num_samples"] is not None:
         samples = samples.first(config["num_samples"])
         references = None if references is None else references[:len(samples)]
@@ -144,8 +132,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     chosen = backend_class(config["backend"])
     full_set = data_set(config)
 
-    def runner_on(device: str, name: str) -> LlamaRunner:
-        return LlamaRunner(samples, backend_on(device, config, chosen, context, name))
+    def runner_on(device: str, name: str) -> TokenRunner:
+        return TokenRunner(samples, backend_on(device, config, chosen, context, name))
 
     def evaluate(log_dir: Path) -> AccuracyReport:
         from code.llama31.accuracy import REFERENCES, evaluate
@@ -169,16 +157,3 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
 
     return prepared_test(samples.lengths, runner_on, evaluate, provenance, input_lengths=samples.describe_lengths(),
                          devices=resolve_devices(config), cpu_threads=context.cpu_threads, token_responses=True)
-
-
-def _references(samples: Any) -> list[str]:
-    from code.llama31.dataset import load_targets
-
-    if samples.eval_json is None or not Path(samples.eval_json).exists():
-        raise InputsUnavailableError(f"the file behind the preprocessed prompts ({samples.eval_json}) is missing; "
-                                     f"run {FETCH_STEP}")
-    references = load_targets(Path(samples.eval_json))
-    if len(references) != len(samples):
-        raise InputsUnavailableError(f"{samples.eval_json} has {len(references)} records but the preprocessed set "
-                                     f"has {len(samples)} prompts; run {FETCH_STEP} again")
-    return references

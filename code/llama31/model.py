@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from code.common.faults import CheckpointError
 from code.llama31.architecture import LLAMA_CONFIGS, LlamaConfig, RopeScaling  # noqa: F401 - for callers
 from code.llm.checkpoint import checkpoint_files, empty_module, init_weights, read_config, read_tensors
-from code.llm.contiguous_cache import KVCache
+from code.llm.contiguous_cache import CachedModel, KVCache
 
 Device = torch.device | str
 
@@ -139,7 +139,7 @@ class Block(nn.Module):
         return h + self.feed_forward(self.ffn_norm(h))
 
 
-class Llama(nn.Module):
+class Llama(CachedModel):
     """The equivalent of HF ``LlamaForCausalLM`` (inference only: no dropout, no loss)."""
 
     def __init__(self, config: LlamaConfig) -> None:
@@ -150,30 +150,7 @@ class Llama(nn.Module):
         self.norm = RMSNorm(config.dim, config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
         self._rope: Tensor | None = None  # plain attribute, not a buffer: model.to(bfloat16) must not round it
-
-    def setup_caches(
-        self, max_rows: int, max_seq_len: int, dtype: torch.dtype | None = None, device: Device | None = None
-    ) -> None:
-        """One KV cache per layer of ``max_rows`` rows and ``max_seq_len`` columns, of the key/value heads only;
-        dtype and device default to the model's. From then on ``forward`` reads and writes them."""
-        dtype = dtype or self.output.weight.dtype
-        device = device or self.output.weight.device
-        with torch.inference_mode(False):
-            for layer in self.layers:
-                layer.attention.kv_cache = KVCache(
-                    max_rows, self.config.n_kv_heads, max_seq_len, self.config.head_dim, dtype, device
-                )
-
-    def cache_shape(self) -> tuple[int, int] | None:
-        """(rows, columns) of the caches, or None before ``setup_caches``."""
-        cache = self.layers[0].attention.kv_cache
-        return None if cache is None else (cache.k.shape[0], cache.k.shape[2])
-
-    def reorder_cache(self, rows: Tensor, start: int, end: int) -> None:
-        """Beam search (which llama3.1-8b does not use, but ``generate`` may): row i takes row ``rows[i]``."""
-        if end > start:
-            for layer in self.layers:
-                layer.attention.kv_cache.reorder(rows, start, end)
+        self.kv_heads = config.n_kv_heads  # grouped-query attention: the caches hold the key/value heads only
 
     def _rope_for(self, end: int, device: torch.device) -> Tensor:
         """The (cos, sin) table on ``device`` covering positions below ``end``, grown by doubling."""
@@ -189,21 +166,9 @@ class Llama(nn.Module):
         each row's count of padding columns. Without caches only ``start == 0`` (a full forward); with them a
         prefill is ``start=0`` and a decode step of one token is ``start`` = its column.
         """
-        bsz, seqlen = tokens.shape
-        end = start + seqlen
-        device = tokens.device
-        shape = self.cache_shape()
-        if shape is None and start != 0:
-            raise ValueError("forward with start > 0 needs the KV caches: call setup_caches first")
-        if shape is not None and (bsz > shape[0] or end > shape[1]):
-            raise ValueError(f"batch of {bsz} rows up to column {end} does not fit the caches {shape}")
-        pad = torch.zeros(bsz, dtype=torch.long, device=device) if pad is None else pad.to(device, torch.long)
-
-        columns = torch.arange(start, end, device=device)
-        positions = (columns[None, :] - pad[:, None]).clamp(min=0)  # padding columns reuse position 0
-        rope = self._rope_for(end, device)[positions].to(self.output.weight.dtype)[:, :, None]  # [B, T, 1, D/2, 2]
-        keys = torch.arange(end, device=device)
-        mask = (keys[None, :] <= columns[:, None])[None, None] & (keys >= pad[:, None])[:, None, None, :]
+        positions, mask = self.batch_layout(tokens, start, pad)
+        rope = self._rope_for(start + tokens.shape[1], tokens.device)[positions].to(self.output.weight.dtype)
+        rope = rope[:, :, None]  # [B, T, 1, D/2, 2]
 
         x = self.tok_embeddings(tokens)
         for layer in self.layers:
@@ -231,7 +196,6 @@ _IN_LAYER: dict[str, tuple[str, int | None]] = {
     "mlp.up_proj.weight": ("feed_forward.w3.weight", None),
     "mlp.down_proj.weight": ("feed_forward.w2.weight", None),
 }
-_LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
 _IGNORED = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")  # a buffer older versions saved
 
 

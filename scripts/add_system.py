@@ -76,10 +76,10 @@ def import_block(benchmark: Benchmark, scenario: Scenario, earlier_base: bool = 
     module (``Offline.H200_SXM_141GB``), so the block is the same whatever classes the file holds and none is
     unused; ``earlier_base`` adds the base class import that classes of earlier files name directly."""
     lines = ["from code.common.constants import AccuracyTarget, HarnessType, PowerSetting",
-             f"from configs.{benchmark.value} import {scenario.value}",
+             f"from configs.{benchmark.package} import {scenario.value}",
              "from code.config.registry import ConfigRegistry"]
     if earlier_base:
-        lines.append(f"from configs.{benchmark.value}.{scenario.value} import {scenario.value}BaseConfig")
+        lines.append(f"from configs.{benchmark.package}.{scenario.value} import {scenario.value}BaseConfig")
     return "\n".join(sorted(lines, key=lambda line: line.split()[1].lower())) + "\n"
 
 
@@ -101,7 +101,7 @@ def stub_classes(system: str, benchmark: Benchmark, scenario: Scenario) -> str:
 
     The values live with the benchmark's configs so that this script knows no benchmark by name.
     """
-    start = importlib.import_module(f"configs.{benchmark.value}.new_system")
+    start = importlib.import_module(f"configs.{benchmark.package}.new_system")
     values = start.STARTING_VALUES[scenario]
     precision, high_accuracy_precision = start.PRECISION
     lines = [
@@ -162,7 +162,7 @@ def model_classes_of(model: GpuModel, benchmark: Benchmark,
                if key[:3] == (benchmark, scenario, model.name)}
     if classes:
         return classes
-    module = importlib.import_module(f"configs.{benchmark.value}.{scenario.value}")
+    module = importlib.import_module(f"configs.{benchmark.package}.{scenario.value}")
     workloads = [key[3] for key in ConfigRegistry.registered() if key[:3] == (benchmark, scenario, REFERENCE)]
     return {workload: getattr(module, model.name + ("_HighAccuracy" if workload.accuracy_target is
                                                     AccuracyTarget.k_99_9 else "")) for workload in workloads}
@@ -207,7 +207,8 @@ def with_imports(text: str, path: Path, benchmark: Benchmark, scenario: Scenario
     missing = [line for line in import_block(benchmark, scenario).splitlines() if line not in lines]
     if not missing:
         return text
-    earlier = EARLIER_IMPORTS.format(bench=benchmark.value, scenario=scenario.value, base=f"{scenario.value}BaseConfig")
+    earlier = EARLIER_IMPORTS.format(bench=benchmark.package, scenario=scenario.value,
+                                     base=f"{scenario.value}BaseConfig")
     if earlier in text:
         return text.replace(earlier, import_block(benchmark, scenario, earlier_base=True), 1)
     raise ConfigError(f"{path} lacks imports that the classes make add_system writes need: add "
@@ -257,7 +258,7 @@ def add_configs(system: str, benchmark: Benchmark, gpus: tuple[GpuModel, int] | 
         for scenario in Scenario:
             ConfigRegistry.load(benchmark, scenario)
             registered = {key[2] for key in ConfigRegistry.registered() if key[:2] == (benchmark, scenario)}
-            path = REPO_ROOT / "configs" / benchmark.value / scenario.value / "custom.py"
+            path = REPO_ROOT / "configs" / benchmark.package / scenario.value / "custom.py"
             if system in registered:
                 done.append(f"{path}: {system} already configured, left as is")
                 continue
@@ -284,7 +285,7 @@ def add_configs(system: str, benchmark: Benchmark, gpus: tuple[GpuModel, int] | 
             ConfigRegistry.reload_custom(benchmark, scenario)
             config = ConfigRegistry.get(benchmark, scenario, system, WorkloadSetting())
             if config.system_name() != system:
-                raise ConfigError(f"{system}'s class in configs/{benchmark.value}/{scenario.value}/custom.py did "
+                raise ConfigError(f"{system}'s class in configs/{benchmark.package}/{scenario.value}/custom.py did "
                                   f"not register (the system resolves to {config.__name__}); check that file")
     except Exception:
         for path, before in previous.items():

@@ -46,7 +46,7 @@ def _each_config(request: RunRequest, system: str) -> Iterator[ResolvedConfig | 
             try:
                 yield from resolved_configs(one, system, whole_run=False)
             except NoEngineError as error:
-                yield f"\n== {system} {bench.benchmark.value}-{bench.accuracy_target.suffix} {scenario.value}: {error}"
+                yield f"\n== {system} {bench.name} {scenario.value}: {error}"
 
 
 def info(request: RunRequest) -> None:

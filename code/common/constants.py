@@ -42,11 +42,28 @@ class Benchmark(Enum):
 
     BERT = "bert"
     GPTJ = "gptj"
+    LLAMA31 = "llama3.1-8b"
 
     @property
     def loadgen_model(self) -> str:
         """The key mlperf.conf uses for this benchmark (the same for the 99% and 99.9% variants)."""
-        return self.value
+        return "llama3_1-8b" if self is Benchmark.LLAMA31 else self.value
+
+    @property
+    def package(self) -> str:
+        """Its folder under code/ and configs/: a Python package name, which ``llama3.1-8b`` cannot be."""
+        return "llama31" if self is Benchmark.LLAMA31 else self.value
+
+    @property
+    def accuracy_targets(self) -> tuple[AccuracyTarget, ...]:
+        """The targets MLPerf defines for it: llama3.1-8b has one (99%), and its name no suffix."""
+        return (AccuracyTarget.k_99,) if self is Benchmark.LLAMA31 else tuple(AccuracyTarget)
+
+    def submission_name(self, target: AccuracyTarget) -> str:
+        """bert-99, bert-99.9, gptj-99, llama3.1-8b: the name a round's tables and a submission use."""
+        if len(self.accuracy_targets) == 1:
+            return self.value
+        return f"{self.value}-{target.suffix}"
 
     @classmethod
     def parse(cls, text: str) -> tuple[Benchmark, AccuracyTarget | None]:
@@ -55,10 +72,11 @@ class Benchmark(Enum):
         for benchmark in cls:
             if name == benchmark.value:
                 return benchmark, None
-            for target in AccuracyTarget:
-                if name == f"{benchmark.value}-{target.suffix}":
+            for target in benchmark.accuracy_targets:
+                if name == benchmark.submission_name(target):
                     return benchmark, target
-        valid = [b.value for b in cls] + [f"{b.value}-{t.suffix}" for b in cls for t in AccuracyTarget]
+        valid = list(dict.fromkeys([b.value for b in cls] + [b.submission_name(t) for b in cls
+                                                              for t in b.accuracy_targets]))
         raise choice_error("benchmark", text, valid)
 
 
@@ -155,8 +173,9 @@ class ExitCode(IntEnum):
 CONFIG_VER_TO_ACCURACY = {"default": AccuracyTarget.k_99, "high_accuracy": AccuracyTarget.k_99_9}
 
 # Samples in each benchmark's data set: the QSL size, LoadGen's performance sample count and Offline's minimum.
-DATASET_SIZE = {Benchmark.BERT: 10833, Benchmark.GPTJ: 13368}
+DATASET_SIZE = {Benchmark.BERT: 10833, Benchmark.GPTJ: 13368, Benchmark.LLAMA31: 13368}  # llama3.1-8b edge: 5,000
 
 # MLPerf's latency bounds for the Server scenario, as mlperf.conf sets them (tests/common/test_rounds.py checks them
 # against each fetched round's mlperf.conf and against scripts/bench/settings.py's copy).
+# llama3.1-8b has none: from v5.1 its Server limits time to first token (2 s) and per output token (100 ms).
 SERVER_LATENCY_BOUND_NS = {Benchmark.BERT: 130_000_000, Benchmark.GPTJ: 20_000_000_000}

@@ -128,3 +128,14 @@ def fetch_r2_listing(uri_url: str, metadata_dir: Path, refresh: bool = False, **
             path.unlink(missing_ok=True)
         raise
     return R2Listing(name=name, base_url=base_url, entries=entries)
+
+
+def fetch_r2_file(uri_url: str, folder: Path, file_name: str, hint: str, refresh_metadata: bool = False,
+                  **kwargs: object) -> tuple[Path, dict]:
+    """The one file named ``file_name`` of an R2 dataset, md5-checked, in ``folder`` beside the dataset's metadata;
+    returns it and its provenance (URL, md5, metadata URL). ``hint`` says what to run when its bytes are bad."""
+    listing = fetch_r2_listing(uri_url, folder, refresh=refresh_metadata, **kwargs)
+    entry = listing.find(file_name)
+    kwargs.setdefault("hint", hint)
+    path = download(listing.url_of(entry), Path(folder) / entry.path, md5=entry.md5, **kwargs)  # type: ignore[arg-type]
+    return path, {"source_url": listing.url_of(entry), "source_md5": entry.md5, "source_metadata": uri_url}

@@ -119,13 +119,13 @@ def derived_class(reference: type[BenchmarkConfiguration], benchmark: Benchmark,
     compares equal to itself. Raises ``ConfigError`` where the benchmark does not fit the GPU, saying why."""
     key = (benchmark, scenario, gpu.name, workload)
     if key not in _DERIVED:
-        rules = importlib.import_module(f"configs.{benchmark.value}.any_gpu")
+        rules = importlib.import_module(f"configs.{benchmark.package}.any_gpu")
         derivation: Derivation = rules.derive(reference, gpu, scenario, workload)
         suffix = "_HighAccuracy" if workload.accuracy_target is AccuracyTarget.k_99_9 else ""
         namespace = {
             "__doc__": f"{gpu.name}, derived from {reference.__name__} and the GPU ({gpu.describe()}; "
                        f"{gpu.source}).",
-            "__module__": f"configs.{benchmark.value}.any_gpu",
+            "__module__": f"configs.{benchmark.package}.any_gpu",
             "engine_ladder": derivation.ladder,
             "value_notes": derivation.notes,
             "skipped_rungs": derivation.skipped,

@@ -74,6 +74,7 @@ def backend_registry(kind: str, declarations: tuple[BackendDeclaration, ...]) ->
 DECLARATIONS: LazyRegistry[Benchmark] = LazyRegistry("benchmark", {
     Benchmark.BERT: "code.bert.backends:DECLARATIONS",
     Benchmark.GPTJ: "code.gptj.backends:DECLARATIONS",
+    Benchmark.LLAMA31: "code.llama31.backends:DECLARATIONS",
 })
 
 

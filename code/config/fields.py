@@ -98,8 +98,8 @@ HARNESS_FIELDS: tuple[Field, ...] = (
           "(give one where a firewall lets only known ports through)", range=Range(0, 65535)),
     Field("cluster_ready_timeout_s", int, 1800, "With --cluster: seconds every worker has to connect and load "
           "before the run stops, naming the late node", range=Range(1, 86400)),
-    Field("model_name", str, None, "Model architecture: the MLPerf model (bert: large, gptj: 6b; set by each "
-          "benchmark's base config) or a small one for tests (tiny)"),
+    Field("model_name", str, None, "Model architecture: the MLPerf model (bert: large, gptj: 6b, llama3.1-8b: "
+          "8b; set by each benchmark's base config) or a small one for tests (tiny)"),
     Field("weights", str, "auto", "auto: the downloaded checkpoint, else random weights (performance only); "
           "random; or a checkpoint path"),
     Field("input_data", str, "auto", "auto: the preprocessed data set, else synthetic inputs (performance "
@@ -109,8 +109,9 @@ HARNESS_FIELDS: tuple[Field, ...] = (
     Field("synthetic_lengths", str, "dataset", "Lengths of synthetic samples: dataset (like the real set's) or "
           "max (every sample at the longest input: the worst case)", choices=("dataset", "max")),
     Field("seed", int, 0, "Seed for random weights and synthetic inputs", range=Range(0, SEED_MAX)),
-    Field("synthetic_length_scale", float, 1.0, "GPT-J: multiplies synthetic prompt lengths (e.g. 0.05 "
-          "for quick CPU tests)", benchmarks=(Benchmark.GPTJ,), range=Range(0, 1, above_low=True)),
+    Field("synthetic_length_scale", float, 1.0, "GPT-J, llama3.1-8b: multiplies synthetic prompt lengths (e.g. "
+          "0.05 for quick CPU tests)", benchmarks=(Benchmark.GPTJ, Benchmark.LLAMA31),
+          range=Range(0, 1, above_low=True)),
     Field("num_beams", int, 4, "GPT-J beam width: 4 is the closed-division rule; 1 is greedy search (open "
           "division, debugging)", benchmarks=(Benchmark.GPTJ,), range=Range(1, 64), engine=True),
     # How the C++ core batches.

@@ -90,8 +90,8 @@ class ConfigRegistry:
     @classmethod
     def load(cls, benchmark: Benchmark, scenario: Scenario) -> None:
         """Import a scenario's configs and, when present, the user's ``custom.py`` beside them."""
-        package = f"configs.{benchmark.value}.{scenario.value}"
-        folder = REPO_ROOT / "configs" / benchmark.value / scenario.value
+        package = f"configs.{benchmark.package}.{scenario.value}"
+        folder = REPO_ROOT / "configs" / benchmark.package / scenario.value
         shipped = folder / "__init__.py"
         import_config_module(package, shipped, f"fix that line (`git diff {shipped}` shows what changed from the "
                              "shipped file)")
@@ -105,7 +105,7 @@ class ConfigRegistry:
         """Import a scenario's ``custom.py`` again after it was rewritten (``make add_system``): a module is imported
         once per process, so without this the classes added to a file already imported would not register. The
         file's earlier classes are dropped first, as they register anew."""
-        module = f"configs.{benchmark.value}.{scenario.value}.custom"
+        module = f"configs.{benchmark.package}.{scenario.value}.custom"
         for key in [key for key, config in cls._classes.items() if config.__module__ == module]:
             del cls._classes[key]
         sys.modules.pop(module, None)
@@ -141,7 +141,7 @@ class ConfigRegistry:
             f"configured: {', '.join(configured)} (a GPU model's class serves any count of it: "
             f"<model>x<count>; a model of code/common/gpu_models.py, or this machine's GPU, has a class derived "
             f"from the GPU). Add yours with `make add_system` (writes a stub class into "
-            f"configs/{benchmark.value}/{scenario.value}/custom.py), or pick one with --system_name"
+            f"configs/{benchmark.package}/{scenario.value}/custom.py), or pick one with --system_name"
         )
 
     @classmethod
@@ -168,7 +168,7 @@ def gpu_model_classes(benchmark: Benchmark, scenario: Scenario) -> Callable[[str
             raise AttributeError(name)
         gpu = gpu_model_for_system(f"{model_name}x1")
         if gpu is None or gpu.name != model_name:
-            raise AttributeError(f"module configs.{benchmark.value}.{scenario.value} has no attribute {name!r} (no "
+            raise AttributeError(f"module configs.{benchmark.package}.{scenario.value} has no attribute {name!r} (no "
                                  f"config class, and no GPU model of that name in code/common/gpu_models.py)")
         target = AccuracyTarget.k_99_9 if name.endswith("_HighAccuracy") else AccuracyTarget.k_99
         workload = WorkloadSetting(accuracy_target=target)

@@ -272,7 +272,7 @@ def resolve_config(
     chosen = choose_rung(config, ladder, rung, laid, overrides)
     rung_laid = rung_layer(config, chosen, system) if chosen is not None else {}
     values = system_scaled(config, system, {**laid, **rung_laid})
-    tuned = tuned_fields(system, f"{benchmark.value}-{workload.accuracy_target.suffix}", scenario, warn=warn_tuned,
+    tuned = tuned_fields(system, benchmark.submission_name(workload.accuracy_target), scenario, warn=warn_tuned,
                          overrides=overrides, engine=chosen.name if chosen else "")
     resolved = resolve_fields(benchmark, scenario, system, workload, config.__name__, values, overrides, tuned,
                               frozenset(rung_laid))

@@ -81,8 +81,8 @@ class ResolvedConfig:
 
     @property
     def benchmark_name(self) -> str:
-        """bert-99 or bert-99.9: the name a submission uses."""
-        return f"{self.benchmark.value}-{self.workload.accuracy_target.suffix}"
+        """bert-99, bert-99.9, llama3.1-8b: the name a submission uses."""
+        return self.benchmark.submission_name(self.workload.accuracy_target)
 
     def run_args(self) -> str:
         """RUN_ARGS that resolve this config again: benchmark, scenario and each field given on the command line,

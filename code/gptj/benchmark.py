@@ -11,8 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from code.common.constants import DATASET_SIZE, Benchmark, TestMode
 from code.common.paths import ENGINES_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
 from code.config.backends import runs_model
@@ -128,18 +126,6 @@ def load_samples(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 -
     return samples
 
 
-class GptjRunner:
-    """The C++ core's batch runner: gather the batch's prompts, generate, return int32 token ids per sample."""
-
-    def __init__(self, samples: Any, backend: Any) -> None:
-        self.samples = samples
-        self.backend = backend
-
-    def run_batch(self, sample_indices: np.ndarray) -> list[np.ndarray]:
-        outputs = self.backend.run_batch(sample_indices, self.samples.gather(sample_indices))
-        return [np.ascontiguousarray(tokens, dtype=np.int32) for tokens in outputs]
-
-
 class GptjContinuousRunner:
     """The C++ core's continuous runner: the backend's engine pulls samples from the core's session itself."""
 
@@ -167,29 +153,18 @@ def first_samples(samples: Any, count: int) -> Any:
                                forced_lengths=None if forced is None else forced[:count])
 
 
-def _references(samples: Any) -> list[str]:
-    from code.llm.cnn_dailymail import load_targets
-
-    if samples.eval_json is None or not Path(samples.eval_json).exists():
-        raise InputsUnavailableError(f"the CNN/DailyMail file behind the preprocessed prompts "
-                                     f"({samples.eval_json}) is missing; run {FETCH_STEP}")
-    references = load_targets(Path(samples.eval_json))
-    if len(references) != len(samples):
-        raise InputsUnavailableError(f"{samples.eval_json} has {len(references)} records but the preprocessed set has "
-                                     f"{len(samples)} prompts; run {FETCH_STEP} again")
-    return references
-
-
 def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     """Load prompts, backend and scorer for one LoadGen test of GPT-J."""
     from code.gptj.backends import backend_class
     from code.gptj.tokenizer import load_tokenizer
+    from code.llm.cnn_dailymail import load_targets
+    from code.llm.runner import TokenRunner, reference_summaries
 
     provenance = describe_inputs(config, mode)
     choice = choose_inputs(config, mode)
     samples = load_samples(config, choice)
-    references_text = None if choice.synthetic else _references(samples)
-    if config["num_samples"] is not None:  # after _references, which checks the whole set against its file
+    references_text = None if choice.synthetic else reference_summaries(samples, load_targets, FETCH_STEP)
+    if config["num_samples"] is not None:  # after reference_summaries, which checks the whole set against its file
         samples = first_samples(samples, config["num_samples"])
         references_text = None if references_text is None else references_text[:len(samples)]
         provenance["invalid_because"] = [*provenance.get("invalid_because", []),
@@ -204,9 +179,9 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                               references_text=references_text if tokenizer else None, tokenizer=tokenizer)
     chosen = backend_class(config["backend"])
 
-    def runner_on(device: str, name: str) -> GptjRunner | GptjContinuousRunner:
+    def runner_on(device: str, name: str) -> TokenRunner | GptjContinuousRunner:
         backend = backend_on(device, config, chosen, context, name)
-        return GptjContinuousRunner(samples, backend) if hasattr(backend, "serve") else GptjRunner(samples, backend)
+        return GptjContinuousRunner(samples, backend) if hasattr(backend, "serve") else TokenRunner(samples, backend)
 
     def evaluate(log_dir: Path) -> AccuracyReport:
         from code.gptj.accuracy import GEN_LEN_TARGET, evaluate_accuracy_log

@@ -35,7 +35,7 @@ import numpy as np
 from code.common.faults import DataFileError, reading
 from code.gptj import prompt as layout  # the tokenized folder preprocess_data writes
 from code.gptj.tokenizer import EOS_TOKEN_ID, PAD_TOKEN_ID, VOCAB_SIZE, GptjTokenizer, load_tokenizer
-from code.llm.cnn_dailymail import INSTRUCTION
+from code.llm.cnn_dailymail import INSTRUCTION, describe_lengths
 
 SYNTH_TEMPLATE_TOKENS = 52
 """Tokens of the prompt template around the article (47 before, 5 after), checked by the tests."""
@@ -219,19 +219,7 @@ class GptjSamples:
 
     def describe_lengths(self) -> dict[str, float]:
         """Count, mean/min/p50/p90/p99/max prompt length and total prompt tokens, for logs."""
-        if len(self) == 0:
-            return {"count": 0, "mean": 0.0, "min": 0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0, "total": 0}
-        lengths = self.lengths.astype(np.float64)
-        return {
-            "count": len(self),
-            "mean": round(float(lengths.mean()), 2),
-            "min": int(self.lengths.min()),
-            "p50": float(np.percentile(lengths, 50)),
-            "p90": float(np.percentile(lengths, 90)),
-            "p99": float(np.percentile(lengths, 99)),
-            "max": int(self.lengths.max()),
-            "total": int(self.lengths.sum(dtype=np.int64)),
-        }
+        return describe_lengths(self.lengths)
 
 
 def _check_layout(input_ids: np.ndarray, lengths: np.ndarray, pad: int, directory: Path) -> None:

@@ -27,9 +27,9 @@ import os
 import sys
 from pathlib import Path
 
-from code.common.download import download, download_command, download_parser, file_checksum
+from code.common.download import download_command, download_parser, file_checksum
 from code.common.paths import DATA_DIR
-from code.common.r2_download import fetch_r2_listing
+from code.common.r2_download import fetch_r2_file
 from code.llm.cnn_dailymail import (
     CNN_DAILYMAIL_VALIDATION_SAMPLES,
     DATASET_SUBDIR,
@@ -108,16 +108,6 @@ def _usable_count(eval_json: Path, lock: dict | None, expected_count: int | None
         return None
 
 
-def _fetch_source(out_dir: Path, uri_url: str, refresh_metadata: bool, **kwargs: object) -> tuple[Path, dict]:
-    """Download the MLCommons-hosted source file (md5 from its R2 listing); returns it and its provenance."""
-    source_dir = out_dir / SOURCE_SUBDIR
-    listing = fetch_r2_listing(uri_url, source_dir, refresh=refresh_metadata, **kwargs)
-    entry = listing.find(SOURCE_FILE)
-    kwargs.setdefault("hint", RETRY_HINT)
-    path = download(listing.url_of(entry), source_dir / entry.path, md5=entry.md5, **kwargs)  # type: ignore[arg-type]
-    return path, {"source_url": listing.url_of(entry), "source_md5": entry.md5, "source_metadata": uri_url}
-
-
 def download_cnn_dailymail(
     data_dir: Path = DATA_DIR,
     uri_url: str = CNN_EVAL_URI,
@@ -150,7 +140,8 @@ def download_cnn_dailymail(
             raise FileNotFoundError(f"--source_json {source_path} does not exist")
         provenance = {"source": str(source_path.resolve())}
     else:
-        source_path, provenance = _fetch_source(out_dir, uri_url, refresh_metadata, **kwargs)
+        source_path, provenance = fetch_r2_file(uri_url, out_dir / SOURCE_SUBDIR, SOURCE_FILE, RETRY_HINT,
+                                                refresh_metadata, **kwargs)
     provenance["source_sha256"] = file_checksum(source_path, "sha256")
 
     records = check_records(convert_records(_read_json(source_path), source_path), source_path, expected_count)

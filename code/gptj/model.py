@@ -16,7 +16,6 @@ produces fluent-looking text.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -29,6 +28,8 @@ from torch import Tensor, nn
 
 from code.common.faults import CheckpointError
 from code.gptj.architecture import GPTJ_CONFIGS, GptjConfig  # noqa: F401 - GPTJ_CONFIGS: for callers
+from code.llm.checkpoint import checkpoint_files, empty_module, init_weights, read_config, read_tensors
+from code.llm.contiguous_cache import CachedModel, KVCache
 
 Device = torch.device | str
 
@@ -49,29 +50,6 @@ def apply_rotary(x: Tensor, rope: Tensor) -> Tensor:
     cos, sin = rope.unbind(-1)
     rotated = torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), dim=-1).flatten(-2)
     return torch.cat((rotated, x[..., rot:]), dim=-1)
-
-
-class KVCache(nn.Module):
-    """Keys and values ``[rows, heads, max_seq_len, head_dim]``; row r of a batch uses row r of the cache."""
-
-    def __init__(self, rows: int, heads: int, seq_len: int, head_dim: int, dtype: torch.dtype, device: Device) -> None:
-        super().__init__()
-        shape = (rows, heads, seq_len, head_dim)
-        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-
-    def update(self, start: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write ``k``/``v`` at columns ``start...``; return every column up to the new end for the batch's rows."""
-        rows, end = k.shape[0], start + k.shape[2]
-        self.k[:rows, :, start:end] = k
-        self.v[:rows, :, start:end] = v
-        return self.k[:rows, :, :end], self.v[:rows, :, :end]
-
-    def reorder(self, rows: Tensor, start: int, end: int) -> None:
-        """Row i of columns [start, end) becomes old row ``rows[i]`` (the right side is gathered before writing)."""
-        n = rows.numel()
-        self.k[:n, :, start:end] = self.k[rows, :, start:end]
-        self.v[:n, :, start:end] = self.v[rows, :, start:end]
 
 
 class Attention(nn.Module):
@@ -120,7 +98,7 @@ class Block(nn.Module):
         return self.attention(h, rope, mask, start) + self.feed_forward(h) + x  # HF's summation order
 
 
-class Gptj(nn.Module):
+class Gptj(CachedModel):
     """The equivalent of HF ``GPTJForCausalLM`` (inference only: no dropout, no loss)."""
 
     def __init__(self, config: GptjConfig) -> None:
@@ -131,31 +109,7 @@ class Gptj(nn.Module):
         self.norm = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.output = nn.Linear(config.n_embd, config.vocab_size)
         self._rope: Tensor | None = None  # plain attribute, not a buffer: model.to(bfloat16) must not round it
-
-    def setup_caches(
-        self, max_rows: int, max_seq_len: int, dtype: torch.dtype | None = None, device: Device | None = None
-    ) -> None:
-        """Allocate one KV cache per layer for up to ``max_rows`` rows (samples × beams) and ``max_seq_len`` columns
-        (padded prompt + new tokens - 1); dtype and device default to the model's. From then on ``forward`` reads
-        and writes the caches. Made as ordinary tensors even under inference mode, so any caller may use them."""
-        dtype = dtype or self.output.weight.dtype
-        device = device or self.output.weight.device
-        with torch.inference_mode(False):
-            for layer in self.layers:
-                layer.attention.kv_cache = KVCache(
-                    max_rows, self.config.n_head, max_seq_len, self.config.head_dim, dtype, device
-                )
-
-    def cache_shape(self) -> tuple[int, int] | None:
-        """(rows, columns) of the caches, or None before ``setup_caches``."""
-        cache = self.layers[0].attention.kv_cache
-        return None if cache is None else (cache.k.shape[0], cache.k.shape[2])
-
-    def reorder_cache(self, rows: Tensor, start: int, end: int) -> None:
-        """Beam search: cache row i, columns [start, end), takes the contents of row ``rows[i]``."""
-        if end > start:
-            for layer in self.layers:
-                layer.attention.kv_cache.reorder(rows, start, end)
+        self.kv_heads = config.n_head
 
     def forward(self, tokens: Tensor, start: int = 0, pad: Tensor | None = None, last_only: bool = False) -> Tensor:
         """Logits ``[B, T, vocab]`` (``[B, vocab]`` with ``last_only``) in the model's dtype.
@@ -164,23 +118,11 @@ class Gptj(nn.Module):
         each row's number of padding columns. Without caches only ``start == 0`` makes sense (a full forward); with
         them, a prefill is ``start=0`` and a decode step of one token is ``start`` = its column.
         """
-        bsz, seqlen = tokens.shape
-        end = start + seqlen
         device = tokens.device
-        shape = self.cache_shape()
-        if shape is None and start != 0:
-            raise ValueError("forward with start > 0 needs the KV caches: call setup_caches first")
-        if shape is not None and (bsz > shape[0] or end > shape[1]):
-            raise ValueError(f"batch of {bsz} rows up to column {end} does not fit the caches {shape}")
-        pad = torch.zeros(bsz, dtype=torch.long, device=device) if pad is None else pad.to(device, torch.long)
+        positions, mask = self.batch_layout(tokens, start, pad)
         if self._rope is None or self._rope.device != device:
             self._rope = rope_table(self.config.n_positions, self.config.rotary_dim).to(device)
-
-        columns = torch.arange(start, end, device=device)
-        positions = (columns[None, :] - pad[:, None]).clamp(min=0)  # padding columns reuse position 0
         rope = self._rope[positions].to(self.output.weight.dtype)[:, :, None]  # [B, T, 1, R/2, 2]
-        keys = torch.arange(end, device=device)
-        mask = (keys[None, :] <= columns[:, None])[None, None] & (keys >= pad[:, None])[:, None, None, :]
 
         x = self.tok_embeddings(tokens)
         for layer in self.layers:
@@ -310,67 +252,9 @@ def load_state(model: Gptj, tensors: Mapping[str, Tensor] | Iterator[tuple[str, 
     return model.eval()
 
 
-_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-_SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
-_TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".pytorch")
-
-
-def checkpoint_files(path: Path) -> list[Path]:
-    """The weight files of a checkpoint: a file itself, or a folder's shards (by index) or single file, safetensors
-    preferred when a folder has both."""
-    if not path.is_dir():
-        if path.suffix != ".safetensors" and path.suffix not in _TORCH_SUFFIXES:
-            raise CheckpointError(
-                f"{path}: unknown checkpoint format {path.suffix!r} (a folder, .safetensors, or "
-                f"{'/'.join(_TORCH_SUFFIXES)})"
-            )
-        if not path.is_file():
-            raise CheckpointError(f"{path}: no such checkpoint file")
-        return [path]
-    for index in _INDEXES:
-        if (path / index).is_file():
-            weight_map = json.loads((path / index).read_text()).get("weight_map")
-            if not isinstance(weight_map, dict):
-                raise CheckpointError(f"{path / index} has no weight_map: not a checkpoint index")
-            files = [path / f for f in sorted(set(weight_map.values()))]
-            if absent := [str(f) for f in files if not f.is_file()]:
-                raise CheckpointError(f"{path / index} names shards that are not there: {', '.join(absent)}")
-            return files
-    for single in _SINGLE_FILES:
-        if (path / single).is_file():
-            return [path / single]
-    raise CheckpointError(
-        f"{path}: no checkpoint (looked for a file, or a folder with one of {', '.join(_INDEXES + _SINGLE_FILES)})"
-    )
-
-
-def _read(files: list[Path]) -> Iterator[tuple[str, Tensor]]:
-    for file in files:
-        if file.suffix == ".safetensors":
-            from safetensors import safe_open
-
-            with safe_open(str(file), framework="pt", device="cpu") as f:
-                for name in f.keys():
-                    yield name, f.get_tensor(name)
-            continue
-        # weights_only: a checkpoint is data, never code. mmap: page in one tensor at a time (zip format only).
-        try:
-            state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError:
-            state = torch.load(file, map_location="cpu", weights_only=True)
-        if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
-            state = state["state_dict"]
-        if not isinstance(state, Mapping):
-            raise CheckpointError(f"{file}: expected a state dict, found {type(state).__name__}")
-        yield from state.items()
-        del state
-
-
 def empty_model(config: GptjConfig, dtype: torch.dtype = torch.float32, device: Device = "cpu") -> Gptj:
-    """A model with uninitialised storage in ``dtype`` on ``device``: built on the meta device, so no init is paid."""
-    with torch.device("meta"):
-        model = Gptj(config).to(dtype)
-    return model.to_empty(device=device)
+    """A model with uninitialised storage in ``dtype`` on ``device`` (no init paid)."""
+    return empty_module(lambda: Gptj(config), dtype, device)
 
 
 def load_checkpoint(
@@ -391,11 +275,9 @@ def load_checkpoint(
         return load_state(empty_model(config, dtype, device), path_or_state_dict, "state dict")
     path = Path(path_or_state_dict)
     if config is None:
-        if not (path / "config.json").is_file():
-            raise CheckpointError(f"{path}: no config.json beside the weights (a checkpoint folder holds one)")
-        config = GptjConfig.from_hf(json.loads((path / "config.json").read_text()))
+        config = GptjConfig.from_hf(read_config(path))
     files = checkpoint_files(path)
-    return load_state(empty_model(config, dtype, device), _read(files), str(path))
+    return load_state(empty_model(config, dtype, device), read_tensors(files), str(path))
 
 
 def random_weights(
@@ -413,14 +295,4 @@ def random_weights(
     there instead of minutes on a few CPU cores, but the values then depend on the device's generator. For speed
     measurements, where the values do not matter."""
     model = empty_model(config, dtype, device)
-    draw_device = torch.device(device) if draw_on_device else torch.device("cpu")
-    generator = torch.Generator(device=draw_device).manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if ".norm." in f".{name}" and name.endswith("weight"):
-                param.fill_(1.0)
-            elif name.endswith("bias"):
-                param.zero_()
-            else:
-                param.copy_(torch.empty(param.shape, device=draw_device).normal_(0.0, 0.02, generator=generator))
-    return model.eval()
+    return init_weights(model, seed, torch.device(device) if draw_on_device else torch.device("cpu")).eval()

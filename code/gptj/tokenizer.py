@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from code.common.paths import MODELS_DIR
+from code.llm.detokenize import clean_up_tokenization  # noqa: F401 - GPT-J's decode and its tests
 
 BASE_VOCAB_SIZE = 50257
 """GPT-2's vocabulary: ids 0 .. 50256."""
@@ -43,29 +44,6 @@ PACKAGE_FILES = ("encoder.json", "vocab.bpe")
 CHECKPOINT_FILES = ("vocab.json", "merges.txt")
 MODEL_SUBDIR = "GPTJ-6B"
 CHECKPOINT_SUBDIR = "checkpoint-final"
-
-# What transformers 4.x did to decoded text when ``clean_up_tokenization_spaces`` was on (its default until 4.45,
-# which the reference's unpinned environment used when GPT-J was scored; see ``clean_up_tokenization``).
-_CLEANUP_REPLACEMENTS = (
-    (" .", "."),
-    (" ?", "?"),
-    (" !", "!"),
-    (" ,", ","),
-    (" ' ", "'"),
-    (" n't", "n't"),
-    (" 'm", "'m"),
-    (" 's", "'s"),
-    (" 've", "'ve"),
-    (" 're", "'re"),
-)
-
-
-def clean_up_tokenization(text: str) -> str:
-    """Remove the space before punctuation and English contractions, as transformers' ``clean_up_tokenization``."""
-    for old, new in _CLEANUP_REPLACEMENTS:
-        text = text.replace(old, new)
-    return text
-
 
 def _package_files() -> tuple[Path, Path] | None:
     """The GPT-2 files inside the installed package, found without importing it."""

@@ -24,7 +24,7 @@ from code.common.paths import harness_lib_dir
 from code.common.rounds import DEFAULT_ROUND, get_round
 from code.harness.build import MODULE_NAME, module_path, runtime_mlperf_conf
 
-MODELS = ("bert", "gptj")
+MODELS = ("bert", "gptj", "llama3_1-8b")
 SCENARIOS = ("Offline", "Server", "SingleStream")
 MODES = ("PerformanceOnly", "AccuracyOnly")
 
@@ -39,7 +39,7 @@ class CoreSettings:
     settings: ``run_test`` hands this object to the C++ core, whose binding (src/bindings.cc) reads each field by
     its name into the RunConfig field of the same name, so a new setting is a field here plus its use in C++."""
 
-    model: str  # mlperf.conf key: "bert" | "gptj"
+    model: str  # mlperf.conf key: "bert" | "gptj" | "llama3_1-8b"
     scenario: str  # "Offline" | "Server" | "SingleStream"
     mode: str  # "PerformanceOnly" | "AccuracyOnly"
     user_conf: Path  # read once with TestSettings::FromConfig(user_conf, model, scenario)
@@ -52,6 +52,7 @@ class CoreSettings:
     batch_timeout_us: int = 0  # Server: how long a worker waits to fill a batch once it holds one sample
     round: str = DEFAULT_ROUND  # which round's build of the core (and so which LoadGen and seeds) runs the test
     log_enable_trace: bool = False  # LoadGen's mlperf_log_trace.json; GBs at GPU rates, written during the timed run
+    token_responses: bool = False  # responses are int32 token ids: the core reports each one's count to LoadGen
 
     def __post_init__(self) -> None:
         get_round(self.round)

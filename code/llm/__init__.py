@@ -2,12 +2,16 @@
 
 - ``cnn_dailymail.py``: the CNN/DailyMail eval file (``cnn_eval.json``), its records and reference summaries.
 - ``rouge.py``: a LoadGen accuracy log's token ids, and ROUGE/gen_len of decoded predictions, as MLCommons scores.
+- ``summary_accuracy.py``: an accuracy log scored against a reference's ROUGE and gen_len, and accuracy.txt;
+  ``detokenize.py``: transformers 4.x's clean-up of decoded text, which the references' scores include.
 - ``sentence_split.py``: one sentence per line for ROUGE-Lsum (``nltk.sent_tokenize`` with pinned punkt data).
 - ``generation.py``: beam search and greedy decoding with HF ``generate``'s results, over any ``CausalLM``.
 - ``beam_search.py``: one beam-search step for many slots at once, each at its own step (in-flight batching).
+- ``contiguous_cache.py``: the KV cache of batch-at-a-time generation (one row per sequence);
+  ``checkpoint.py``: HF checkpoint files read tensor by tensor, seeded random weights.
 - ``kv_cache.py``: a paged KV cache whose prompt pages a sample's beams share, FP8 storage optional;
   ``cache_shape.py``: its shape and bytes, without torch (what a memory plan counts).
 
-A benchmark keeps its model, tokenizer, prompt, reference scores and targets (GPT-J: ``code/gptj/``) and imports
-these. code/llm imports ``code/common`` and ``code/numerics`` only, never a benchmark.
+A benchmark keeps its model, tokenizer, prompt, reference scores and targets (GPT-J: ``code/gptj/``, Llama 3.1:
+``code/llama31/``) and imports these. code/llm imports ``code/common`` and ``code/numerics`` only, never a benchmark.
 """

@@ -5,16 +5,22 @@ The MLCommons reference (`language/gpt-j/download_cnndm.py`) stores the HF `cnn_
 "input": <article>, "output": <highlights>}``. A benchmark turns each record into its model's prompt (GPT-J:
 ``code/gptj/prompt.py``); the accuracy script scores generated summaries against ``output``.
 
-Everything here is plain data and standard library, so the accuracy code can import it without numpy or tokenizers.
+Everything here but ``describe_lengths`` is plain data and standard library, so the accuracy code can import it
+without numpy or tokenizers.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from code.common.constants import DATASET_SIZE, Benchmark
 from code.common.paths import DATA_DIR
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DATASET_SUBDIR = "cnn-daily-mail"
 """Folder under ``DATA_DIR`` (NVIDIA's layout: ``build/data/cnn-daily-mail/cnn_eval.json``)."""
@@ -100,3 +106,23 @@ def load_eval_records(path: Path, expected_count: int | None = None) -> list[dic
 def load_targets(path: Path) -> list[str]:
     """The reference summaries (``output``, the highlights) in QSL order, for ROUGE."""
     return [record["output"] for record in load_eval_records(path)]
+
+
+def describe_lengths(lengths: Sequence[int] | np.ndarray) -> dict[str, float]:
+    """Count, mean/min/p50/p90/p99/max prompt length and total prompt tokens of a set of prompts, for logs."""
+    import numpy as np
+
+    if len(lengths) == 0:
+        return {"count": 0, "mean": 0.0, "min": 0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0, "total": 0}
+    ints = np.asarray(lengths, dtype=np.int64)
+    floats = ints.astype(np.float64)
+    return {
+        "count": len(ints),
+        "mean": round(float(floats.mean()), 2),
+        "min": int(ints.min()),
+        "p50": float(np.percentile(floats, 50)),
+        "p90": float(np.percentile(floats, 90)),
+        "p99": float(np.percentile(floats, 99)),
+        "max": int(ints.max()),
+        "total": int(ints.sum()),
+    }

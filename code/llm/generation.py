@@ -67,12 +67,20 @@ class GenerationConfig:
     length_penalty: float = 1.0
     eos_token_id: int = 50256
     pad_token_id: int = 50256
+    more_eos_token_ids: tuple[int, ...] = ()  # greedy only: other tokens that end a row (Llama 3.1 has three)
 
     def __post_init__(self) -> None:
         if self.num_beams < 1 or self.max_new_tokens < 1 or self.min_new_tokens < 0:
             raise ValueError(f"need num_beams >= 1, max_new_tokens >= 1, min_new_tokens >= 0: {self}")
         if self.early_stopping not in (True, False, "never"):
             raise ValueError(f"early_stopping must be True, False or 'never', not {self.early_stopping!r}")
+        if self.more_eos_token_ids and self.num_beams != 1:
+            raise ValueError("more_eos_token_ids is for greedy decoding (num_beams=1)")
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """Every token that ends a row, ``eos_token_id`` first."""
+        return [self.eos_token_id, *self.more_eos_token_ids]
 
 
 def cache_shape(prompt_lengths: Sequence[int], config: GenerationConfig) -> tuple[int, int]:
@@ -129,16 +137,17 @@ def generate(
 def _greedy(model: CausalLM, tokens: Tensor, pad: Tensor, cfg: GenerationConfig) -> list[np.ndarray]:
     """HF's greedy ``_sample``: argmax of the logits (EOS barred before ``min_new_tokens``); a row stops at EOS."""
     batch, width = tokens.shape
+    eos = torch.tensor(cfg.eos_token_ids, device=tokens.device)
     out = torch.full((batch, cfg.max_new_tokens), cfg.pad_token_id, dtype=torch.long, device=tokens.device)
     lengths = torch.full((batch,), cfg.max_new_tokens, dtype=torch.long, device=tokens.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=tokens.device)
     logits = model(tokens, 0, pad, last_only=True).float()
     for step in range(cfg.max_new_tokens):
         if step < cfg.min_new_tokens:
-            logits[:, cfg.eos_token_id] = -torch.inf
+            logits[:, eos] = -torch.inf
         next_tokens = torch.where(finished, cfg.pad_token_id, logits.argmax(dim=-1))
         out[:, step] = next_tokens
-        ends = (next_tokens == cfg.eos_token_id) & ~finished
+        ends = torch.isin(next_tokens, eos) & ~finished
         lengths[ends] = step + 1
         finished |= ends
         if step == cfg.max_new_tokens - 1 or bool(finished.all()):

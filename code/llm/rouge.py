@@ -6,7 +6,7 @@ checks that catch a log written in the other width. ``compute_rouge`` is HF eval
 rougeLsum, use_stemmer=True).score(reference, prediction)`` per sample on text put one sentence per line
 (``sentence_split``), F-measures averaged, x100 and rounded to 4 places; gen_len counts the characters of the
 post-processed predictions. A benchmark adds its tokenizer's decode, its reference scores and its targets
-(``code/gptj/accuracy.py``).
+(``summary_accuracy.py``; GPT-J: ``code/gptj/accuracy.py``, Llama: ``code/llama31/accuracy.py``).
 """
 
 from __future__ import annotations

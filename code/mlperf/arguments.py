@@ -29,7 +29,8 @@ from code.mlperf.audits import AUDIT_TESTS, AuditError, parse_audit_tests
 
 ACTIONS = ("generate_engines", "run_harness", "run", "info", "run_audit")
 # Every spelling Benchmark.parse accepts, so help and errors never fall behind a new benchmark.
-BENCHMARK_NAMES = [b.value for b in Benchmark] + [f"{b.value}-{t.suffix}" for b in Benchmark for t in AccuracyTarget]
+BENCHMARK_NAMES = list(dict.fromkeys([b.value for b in Benchmark] + [b.submission_name(t) for b in Benchmark
+                                                                     for t in b.accuracy_targets]))
 # --scenarios=all: every scenario the round accepts for each benchmark on the system (code/tuning/plans.py).
 SCENARIOS_ALL = "all"
 SCENARIO_NAMES = [s.value.lower() for s in Scenario]
@@ -126,8 +127,8 @@ class BenchmarkRequest:
 
     @property
     def name(self) -> str:
-        """bert-99 or bert-99.9: the name a round's tables and a submission use."""
-        return f"{self.benchmark.value}-{self.accuracy_target.suffix}"
+        """bert-99, bert-99.9, llama3.1-8b: the name a round's tables and a submission use."""
+        return self.benchmark.submission_name(self.accuracy_target)
 
 
 @dataclass

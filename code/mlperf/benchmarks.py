@@ -30,7 +30,8 @@ from code.mlperf.devices import on_device
 
 # Benchmark -> its module, imported when a run asks for that benchmark (code/mlperf imports no benchmark itself).
 BENCHMARK_MODULES: LazyRegistry[Benchmark] = LazyRegistry(
-    "benchmark", {Benchmark.BERT: "code.bert.benchmark", Benchmark.GPTJ: "code.gptj.benchmark"})
+    "benchmark", {Benchmark.BERT: "code.bert.benchmark", Benchmark.GPTJ: "code.gptj.benchmark",
+                  Benchmark.LLAMA31: "code.llama31.benchmark"})
 
 
 class InputsDescription(TypedDict, total=False):
@@ -96,6 +97,9 @@ class PreparedTest:
     devices: list[str]  # the run's devices, one runner each ("cpu", "cuda:0", "cuda:1", "cpu:0", ...)
     evaluate_accuracy: Callable[[Path], AccuracyReport]  # log folder -> score (writes accuracy.txt there)
     provenance: InputsDescription  # inputs/weights used, and whether a result is valid
+    # Responses are int32 token ids whose count LoadGen gets with each (n_tokens): llama3.1-8b's token latencies and
+    # TEST06 read it. GPT-J's LoadGen infers its tokens from a fixed factor instead.
+    token_responses: bool = False
 
     @property
     def total_sample_count(self) -> int:
@@ -123,6 +127,7 @@ def prepared_test(
     input_lengths: dict[str, Any],
     devices: list[str],
     cpu_threads: int,
+    token_responses: bool = False,
 ) -> PreparedTest:
     """The end of every benchmark's ``prepare_test``: record the inputs' lengths, the devices (and, on a CPU,
     torch's threads, which change the figure) in the provenance, and hand the core int32 lengths of every sample
@@ -145,6 +150,7 @@ def prepared_test(
         devices=list(devices),
         evaluate_accuracy=evaluate_accuracy,
         provenance=provenance,
+        token_responses=token_responses,
     )
 
 

@@ -229,6 +229,7 @@ def core_settings(config: ResolvedConfig, mode: TestMode, prepared: PreparedTest
         batch_timeout_us=config.values.get("batch_timeout_us", 0),
         round=config["round"],
         log_enable_trace=config["log_enable_trace"],
+        token_responses=prepared.token_responses,
     )
 
 
@@ -245,7 +246,8 @@ def write_report(log_dir: Path) -> None:
 
 def progress_shape(config: ResolvedConfig, user_conf: Path) -> ProgressShape:
     scenario = config.scenario
-    bound = SERVER_LATENCY_BOUND_NS[config.benchmark] / 1e9 if scenario is Scenario.Server else None
+    bound_ns = SERVER_LATENCY_BOUND_NS.get(config.benchmark) if scenario is Scenario.Server else None
+    bound = None if bound_ns is None else bound_ns / 1e9
     return ProgressShape(scenario.value, min_duration_s(user_conf, scenario.value), bound)
 
 

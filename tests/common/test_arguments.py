@@ -58,7 +58,8 @@ def test_fast_is_an_alias_of_test_run():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--benchmarks=resnet"], "unknown benchmark 'resnet'; valid choices: bert, gptj, bert-99, bert-99.9, gptj-99"),
+    (["--benchmarks=resnet"],
+     "unknown benchmark 'resnet'; valid choices: bert, gptj, llama3.1-8b, bert-99, bert-99.9, gptj-99"),
     (["--scenarios=multistream"], "unknown scenario 'multistream' (did you mean singlestream?); valid choices: "
                                   "offline, server, singlestream, all"),
     (["--accuracy_target=0.9"], "valid choices: 0.99, 0.999"),
@@ -101,7 +102,7 @@ def test_main_exits_nonzero_with_one_line_error():
                             cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.strip() == ("ERROR: unknown benchmark 'bret' (did you mean bert?); valid choices: bert, gptj, "
-                                     "bert-99, bert-99.9, gptj-99, gptj-99.9")
+                                     "llama3.1-8b, bert-99, bert-99.9, gptj-99, gptj-99.9")
     assert "Traceback" not in result.stderr
 
 
@@ -112,7 +113,7 @@ def test_help_lists_every_benchmark_and_loads_no_model_code():
              "if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert "comma list: bert, gptj, bert-99, bert-99.9, gptj-99, gptj-99.9" in result.stdout
+    assert "comma list: bert, gptj, llama3.1-8b, bert-99, bert-99.9, gptj-99," in result.stdout
     assert result.stdout.strip().endswith("LOADED 0 []")
 
 

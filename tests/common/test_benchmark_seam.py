@@ -35,7 +35,7 @@ def test_accuracy_report_records_common_keys_then_figures():
 def test_backend_classes_offer_the_one_backend_protocol(benchmark):
     """Every declared backend class of every benchmark answers ``code.mlperf.backend_class.BackendClass``'s calls, and
     each benchmark's protocol is that generic one with its own context and batches."""
-    package = importlib.import_module(f"code.{benchmark.value}.backends")
+    package = importlib.import_module(f"code.{benchmark.package}.backends")
     protocol = next(value for name, value in vars(package).items()
                     if name.endswith("BackendClass") and value is not BackendClass)
     assert typing.get_origin(protocol) is BackendClass

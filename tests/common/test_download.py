@@ -386,5 +386,5 @@ def test_make_data_steps_refuse_an_unknown_benchmark_with_the_list(tmp_path, tar
                            f"BUILD_DIR={build}"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.startswith('ERROR: BENCHMARKS="bert resnet": no benchmark resnet here; the benchmarks are '
-                                  "bert gptj: ")
+                                  "bert gptj llama31: ")
     assert "No module named" not in done.stderr and not build.exists() and done.stdout == ""

@@ -40,6 +40,7 @@ FLOORS = {
     "code.bert": 4,
     "code.submission": 4,
     "code.gptj": 5,
+    "code.llama31": 5,
     "code.report": 5,
     "configs": 6,  # the config classes
     "code.processes": 6,  # the programs of one LoadGen test

@@ -20,11 +20,11 @@ from code.config.resolved import WorkloadSetting
 PINNED = Path(__file__).resolve().parents[1] / "fixtures" / "configs_x1_x8.json"
 SYSTEMS = [f"{model}x{count}" for model in ("H100_SXM_80GB", "H200_SXM_141GB") for count in (1, 8)]
 CASES = [(benchmark, scenario, target, system) for benchmark in Benchmark for scenario in Scenario
-         for target in AccuracyTarget for system in SYSTEMS]
+         for target in benchmark.accuracy_targets for system in SYSTEMS]
 
 
 def key(benchmark: Benchmark, scenario: Scenario, target: AccuracyTarget, system: str) -> str:
-    return f"{benchmark.value}-{target.suffix} {scenario.value} {system}"
+    return f"{benchmark.submission_name(target)} {scenario.value} {system}"
 
 
 def set_by_configs(benchmark: Benchmark, scenario: Scenario, target: AccuracyTarget, system: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -150,6 +151,7 @@ def _child_main(job: dict) -> int:
         sort_by_length=job.get("sort_by_length", True),
         batch_timeout_us=job.get("batch_timeout_us", 0),
         log_enable_trace=job.get("log_enable_trace", False),
+        token_responses=job.get("token_responses", False),
     )
     lengths = np.array([sample_length(i) for i in range(QSL_SIZE)], dtype=np.int64)
     result: dict = {}
@@ -263,8 +265,8 @@ def test_missing_module_says_how_to_build(tmp_path: Path, monkeypatch: pytest.Mo
 def test_settings_reject_an_unknown_round(tmp_path: Path) -> None:
     from code.harness.core import CoreSettings
 
-    with pytest.raises(ValueError, match=r"unknown round 'v6.1'; valid rounds: v4.1, v5.0"):
-        CoreSettings("bert", "Offline", "PerformanceOnly", tmp_path / "u.conf", tmp_path, 4, 4, 2, round="v6.1")
+    with pytest.raises(ValueError, match=r"unknown round 'v9.1'; valid rounds: v4.1, v5.0, v5.1, v6.1"):
+        CoreSettings("bert", "Offline", "PerformanceOnly", tmp_path / "u.conf", tmp_path, 4, 4, 2, round="v9.1")
 
 
 def test_every_setting_reaches_the_core() -> None:
@@ -480,3 +482,18 @@ def test_a_compiler_replaced_once_is_not_tried_again(tmp_path: Path, monkeypatch
     built_with.clear()
     assert builder._build_or_rebuild(round_, static, 2, False).name == "shared.so"
     assert built_with == [(system, False)], "the next build goes straight to the replacement, incrementally"
+
+
+@pytest.mark.parametrize("token_responses", [True, False])
+def test_token_responses_report_each_response_count_to_loadgen(tmp_path, token_responses):
+    """With token responses on, every response tells LoadGen its count of int32 tokens (its bytes / 4; the fake
+    answers 1 to 7 four-byte values, 4 on average), which LoadGen's token latencies sum (llama3.1-8b, TEST06)."""
+    conf = USER_CONF + "bert.Offline.use_token_latencies = 1\n"
+    result = run_child(tmp_path, conf, scenario="Offline", token_responses=token_responses)
+    text = summary(result)
+    samples = float(re.search(r"Samples per second: ([\d.]+)", text).group(1))
+    tokens = float(re.search(r"Tokens per second: ([\d.]+)", text).group(1))
+    if token_responses:
+        assert 3.5 < tokens / samples < 4.5
+    else:
+        assert tokens == 0.0

@@ -66,7 +66,7 @@ def test_every_benchmark_brings_its_starting_values():
     from code.common.constants import Benchmark, Scenario
 
     for benchmark in Benchmark:
-        start = importlib.import_module(f"configs.{benchmark.value}.new_system")
+        start = importlib.import_module(f"configs.{benchmark.package}.new_system")
         assert set(start.STARTING_VALUES) == set(Scenario), benchmark
         assert len(start.PRECISION) == 2
 

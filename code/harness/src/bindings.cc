@@ -56,6 +56,7 @@ PYBIND11_MODULE(_mlperf_harness, m) {
         Read(settings, "sort_by_length", config.sort_by_length);
         Read(settings, "batch_timeout_us", config.batch_timeout_us);
         Read(settings, "log_enable_trace", config.log_enable_trace);
+        Read(settings, "token_responses", config.token_responses);
         config.mlperf_conf = mlperf_conf;
         harness::RunTest(config, sample_lengths, runners, device_names, load_samples, unload_samples);
       },

@@ -153,6 +153,7 @@ void RunTest(const RunConfig& config,
     }
   }
   Validate(config, static_cast<std::size_t>(lengths.size()), continuous);
+  SetTokenResponses(config.token_responses);
   std::vector<std::vector<int>> worker_fds(runners.size());
   bool any_python = false;
   for (std::size_t d = 0; d < runners.size(); ++d) {

@@ -29,6 +29,7 @@ struct RunConfig {
   bool sort_by_length = true;
   std::int64_t batch_timeout_us = 0;
   bool log_enable_trace = false;  // LoadGen's mlperf_log_trace.json: off unless asked for (GBs at GPU rates)
+  bool token_responses = false;   // responses are int32 token ids: each reports its count (n_tokens) to LoadGen
 };
 
 // Called with the GIL held; releases it for the duration of LoadGen's StartTest. Raises the first error of a

@@ -3,6 +3,8 @@
 #include <loadgen.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 
 namespace harness {
 
@@ -61,7 +63,18 @@ Timeline& ProcessTimeline() {
   return timeline;
 }
 
+namespace {
+std::atomic<bool> token_responses{false};
+}  // namespace
+
+void SetTokenResponses(bool on) { token_responses.store(on); }
+
 void CompleteSamples(mlperf::QuerySampleResponse* responses, std::size_t count, std::size_t device) {
+  if (token_responses.load(std::memory_order_relaxed)) {
+    for (std::size_t i = 0; i < count; ++i) {
+      responses[i].n_tokens = static_cast<std::int64_t>(responses[i].size / sizeof(std::int32_t));
+    }
+  }
   ProcessTimeline().Completed(responses, count, device);
   mlperf::QuerySamplesComplete(responses, count);
 }

@@ -57,7 +57,13 @@ class Timeline {
 Timeline& ProcessTimeline();
 
 // Records the completions (by `device`'s runner) in the process timeline, then hands them to LoadGen
-// (QuerySamplesComplete). Every completion in the core goes through here.
+// (QuerySamplesComplete). Every completion in the core goes through here; with token responses on, each response
+// first gets its token count (n_tokens: its bytes / 4, int32 token ids), which LoadGen's token latencies and the
+// TEST06 audit read.
 void CompleteSamples(mlperf::QuerySampleResponse* responses, std::size_t count, std::size_t device);
+
+// Whether this process's responses are int32 token ids whose count LoadGen must get (llama3.1-8b: mlperf.conf's
+// use_token_latencies). Set by RunTest from RunConfig::token_responses before LoadGen starts.
+void SetTokenResponses(bool on);
 
 }  // namespace harness

@@ -1,0 +1,83 @@
+"""The PyTorch backend: our Llama (code/llama31/model.py) with the reference's greedy decoding.
+
+The reference (``SUT_VLLM.py``, v5.1) asks vLLM for ``temperature=0`` (greedy), ``max_tokens=128`` and
+``min_tokens=1``, stopping at the checkpoint's EOS tokens (generation_config.json: ``<|end_of_text|>``,
+``<|eom_id|>``, ``<|eot_id|>``); the response is every generated token, the final EOS included. Eager and batched:
+one KV cache of batch rows, sized once for the largest batch and longest prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from code.common.faults import reading
+from code.llama31.backends import no_engine
+from code.llama31.model import LlamaConfig, load_checkpoint, random_weights
+from code.llm.generation import GenerationConfig, cache_shape, generate
+
+if TYPE_CHECKING:
+    from code.config.resolved import ResolvedConfig
+    from code.llama31.backends import BackendContext
+    from code.mlperf.benchmarks import EngineReport
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+MAX_NEW_TOKENS = 128
+MIN_NEW_TOKENS = 1
+REDOWNLOAD = "re-download it: make download_model BENCHMARKS=llama31"
+
+
+def generation_config(model: LlamaConfig) -> GenerationConfig:
+    """Greedy, 1 to 128 new tokens, stopping at any of the model's EOS ids (padding with the first)."""
+    first, *more = model.eos_token_ids
+    return GenerationConfig(num_beams=1, min_new_tokens=MIN_NEW_TOKENS, max_new_tokens=MAX_NEW_TOKENS,
+                            eos_token_id=first, pad_token_id=first, more_eos_token_ids=tuple(more))
+
+
+@dataclass(frozen=True)
+class PytorchOptions:
+    device: str = "cpu"
+    cpu_threads: int = 0  # on a CPU device: torch's intra-op threads (0: leave torch's default)
+    model_name: str = "8b"  # architecture of random weights (a checkpoint brings its own)
+    checkpoint: str = "random"
+    precision: str = "bf16"
+    seed: int = 0
+    max_batch_size: int = 1  # KV caches are sized for this many prompts
+    max_prompt_length: int = 2048  # and for prompts this long
+
+
+class PytorchLlamaBackend:
+    @staticmethod
+    def options_from(config: ResolvedConfig, context: BackendContext) -> PytorchOptions:
+        return PytorchOptions(device=context.device, cpu_threads=context.cpu_threads, model_name=config["model_name"],
+                              checkpoint=context.checkpoint, precision=config["precision"], seed=config["seed"],
+                              max_batch_size=config["gpu_batch_size"], max_prompt_length=context.max_prompt_length)
+
+    @staticmethod
+    def engine_dir(config: ResolvedConfig, context: BackendContext) -> Path | None:
+        return None
+
+    @staticmethod
+    def generate_engine(config: ResolvedConfig, context: BackendContext) -> EngineReport:
+        return no_engine(config)
+
+    def __init__(self, options: PytorchOptions) -> None:
+        dtype = DTYPES[options.precision]
+        self.device = torch.device(options.device)
+        if self.device.type == "cpu" and options.cpu_threads:
+            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/mlperf/devices.py
+        if options.checkpoint == "random":
+            self.model = random_weights(LlamaConfig.from_name(options.model_name), options.seed, dtype, self.device)
+        else:
+            with reading(options.checkpoint, REDOWNLOAD):
+                self.model = load_checkpoint(options.checkpoint, dtype=dtype, device=self.device)
+        self.generation = generation_config(self.model.config)
+        rows, columns = cache_shape([max(1, options.max_prompt_length)] * options.max_batch_size, self.generation)
+        self.model.setup_caches(rows, columns)
+
+    def run_batch(self, sample_indices: np.ndarray, prompts: list[np.ndarray]) -> list[np.ndarray]:
+        return generate(self.model, prompts, self.generation)

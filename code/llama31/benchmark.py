@@ -1,0 +1,159 @@
+"""llama3.1-8b as the orchestration sees it: which data and weights a run uses, its batch runner and its scorer.
+
+The fallback rule every benchmark shares (code/mlperf/inputs.py): a performance run without the preprocessed set or
+the checkpoint runs synthetic prompts and random weights of the configured architecture and says so; an accuracy
+run refuses and names the make step. An edge system (systems/<system>.json) runs the 5,000-sample edge set, any
+other the 13,368-sample datacenter set. Responses are the generated int32 token ids, the final EOS included, with
+their count reported to LoadGen (``token_responses``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from code.common.constants import TestMode
+from code.common.paths import ENGINES_DIR, PREPROCESSED_DATA_DIR
+from code.config.backends import runs_model
+from code.config.resolved import ResolvedConfig
+from code.llama31.dataset import MANIFEST_FILE, SAMPLE_COUNTS, TOKENIZED_SUBDIR
+from code.llama31.tokenizer import CHECKPOINT
+from code.mlperf.benchmarks import (
+    AccuracyReport,
+    BenchmarkError,
+    EngineReport,
+    InputsDescription,
+    InputsUnavailableError,
+    PreparedTest,
+    prepared_test,
+)
+from code.mlperf.devices import backend_on, resolve_cpu_threads, resolve_devices, torch_device
+from code.mlperf.inputs import InputChoice, InputLocations, ModelNaming, model_provenance, synthetic_count
+from code.mlperf.inputs import choose_inputs as choose_inputs_at
+
+FETCH_STEP = "make download_data download_model preprocess_data BENCHMARKS=llama31"
+NAMING = ModelNaming(prefix="Llama 3.1 ", mlperf_model="8b", mlperf_label="Llama-3.1-8B-Instruct",
+                     oracle_gives="reference summaries")
+
+
+def data_set(config: ResolvedConfig) -> str:
+    """``edge`` on an edge system, else ``datacenter`` (a system whose type is not known yet runs the larger)."""
+    from code.common.system_description import system_type
+
+    try:
+        return "edge" if system_type(config.system) == "edge" else "datacenter"
+    except ValueError:  # SystemDetectionError, RoundError: the run's own checks name the fix
+        return "datacenter"
+
+
+def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:
+    """The shared fallback rule with llama3.1-8b's locations."""
+    where = InputLocations(preprocessed_dir=PREPROCESSED_DATA_DIR / TOKENIZED_SUBDIR / data_set(config),
+                           manifest_name=MANIFEST_FILE, checkpoint=CHECKPOINT, fetch_step=FETCH_STEP,
+                           data_name="CNN/DailyMail (llama3.1-8b)", model_name="Llama-3.1-8B-Instruct checkpoint")
+    return choose_inputs_at(config, mode, where)
+
+
+def backend_context(config: ResolvedConfig, choice: InputChoice, max_prompt_length: int = 0) -> Any:
+    from code.llama31.backends import BackendContext
+
+    return BackendContext(device=torch_device(resolve_devices(config)[0]), cpu_threads=resolve_cpu_threads(config),
+                          checkpoint=choice.checkpoint, max_prompt_length=max_prompt_length,
+                          engines_dir=ENGINES_DIR / config.system / "llama31" / config.scenario.value)
+
+
+def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription:
+    """What a run would use, without loading anything heavy; what it cannot run stops here."""
+    from code.llama31.architecture import LlamaConfig
+
+    choice = choose_inputs(config, mode)
+    if runs_model(config.benchmark, config["backend"]) and choice.random_weights:
+        try:
+            LlamaConfig.from_name(config["model_name"])
+        except ValueError as error:
+            raise BenchmarkError(f"model_name = {config['model_name']!r}: {error}") from None
+    named = model_provenance(config, choice, NAMING)
+    scale = config["synthetic_length_scale"]
+    lengths = "the data set's lengths" + (f" x {scale}" if scale != 1.0 else "")
+    return {
+        "model": named.model,
+        "inputs": str(choice.data_dir) if choice.data_dir else f"synthetic ({synthetic_count(config)} prompts, "
+                                                               f"{lengths})",
+        "weights": named.weights,
+        "generation": "greedy, 1 to 128 new tokens",
+        "device": backend_context(config, choice).device,
+        "invalid_because": named.invalid_because,
+        "checkpoint": choice.checkpoint,
+        "synthetic_inputs": choice.synthetic,
+    }
+
+
+def generate_engine(config: ResolvedConfig) -> EngineReport:
+    """Nothing to build yet: the PyTorch backend loads the checkpoint or draws random weights when a run starts."""
+    from code.llama31.backends import backend_class
+
+    describe_inputs(config, TestMode.PerformanceOnly)
+    choice = choose_inputs(config, TestMode.PerformanceOnly)
+    return backend_class(config["backend"]).generate_engine(config, backend_context(config, choice))
+
+
+def load_samples(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 - LlamaSamples, imported lazily
+    from code.llama31.dataset import LlamaSamples
+
+    if choice.data_dir is not None:
+        return LlamaSamples.load(choice.data_dir)
+    return LlamaSamples.synthetic(synthetic_count(config), seed=config["seed"],
+                                  length_scale=config["synthetic_length_scale"])
+
+
+def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
+    """Load prompts, backend and scorer for one LoadGen test of llama3.1-8b."""
+    from code.llama31.backends import backend_class
+    from code.llama31.dataset import load_targets
+    from code.llm.runner import TokenRunner, reference_summaries
+
+    provenance = describe_inputs(config, mode)
+    choice = choose_inputs(config, mode)
+    samples = load_samples(config, choice)
+    references = None if choice.synthetic else reference_summaries(samples, load_targets, FETCH_STEP)
+    if config["num_samples"] is not None:
+        samples = samples.first(config["num_samples"])
+        references = None if references is None else references[:len(samples)]
+        provenance["invalid_because"] = [*provenance["invalid_because"], f"--num_samples={config['num_samples']}: "
+                                         f"a quick check on the first {len(samples)} samples"]
+    decode = None
+    if references is not None and mode is not TestMode.PerformanceOnly:
+        from code.llama31.tokenizer import decoder, load_tokenizer
+        from code.llm.sentence_split import splitter_name
+
+        decode = decoder(load_tokenizer(Path(choice.checkpoint)))  # the tokenizer comes with the checkpoint
+        splitter_name()  # scoring needs nltk's punkt data: stop before the run, not after it
+    context = backend_context(config, choice, max_prompt_length=samples.max_length)
+    chosen = backend_class(config["backend"])
+    full_set = data_set(config)
+
+    def runner_on(device: str, name: str) -> TokenRunner:
+        return TokenRunner(samples, backend_on(device, config, chosen, context, name))
+
+    def evaluate(log_dir: Path) -> AccuracyReport:
+        from code.llama31.accuracy import REFERENCES, evaluate
+
+        if references is None or decode is None:
+            raise InputsUnavailableError(f"accuracy needs the real data set and checkpoint; run {FETCH_STEP}")
+        # The checker's gen_len bar is absolute (the whole set's): a subset is held to its share of it.
+        share = min(1.0, len(samples) / SAMPLE_COUNTS[full_set])
+        result = evaluate(log_dir / "mlperf_log_accuracy.json", references, decode, log_dir / "accuracy.txt",
+                          full_set, gen_len_target=REFERENCES[full_set].gen_len_target * share)
+        targets = result.targets
+        summary = (f"rouge1 = {result.rouge1}, rouge2 = {result.rouge2}, rougeL = {result.rougeL}, rougeLsum = "
+                   f"{result.rougeLsum}, gen_len = {result.gen_len:,} (targets {targets['ROUGE1']:.3f} / "
+                   f"{targets['ROUGE2']:.3f} / {targets['ROUGEL']:.3f} / {targets['ROUGELSUM']:.3f} / "
+                   f"{targets['GEN_LEN']:,.0f})")
+        return AccuracyReport(
+            metric="rouge1", value=float(result.rouge1), unit="", passed=result.passed,
+            failures=list(result.failures), summary=summary,
+            figures={**result.metrics(), "targets": targets, "data_set": full_set,
+                     "sentence_splitter": result.splitter})
+
+    return prepared_test(samples.lengths, runner_on, evaluate, provenance, input_lengths=samples.describe_lengths(),
+                         devices=resolve_devices(config), cpu_threads=context.cpu_threads, token_responses=True)

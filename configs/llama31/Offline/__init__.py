@@ -1,0 +1,47 @@
+"""llama3.1-8b Offline: one query with every sample; LoadGen reports samples/s and tokens/s.
+
+An expected QPS may sit above the real rate, not below: LoadGen sizes the one query from it, and a query that ends
+before the minimum duration is INVALID. A GPU class holds one GPU's values and serves ``<model>x<count>``, whose
+expected QPS is the class's times the count (code/config/resolve.py).
+"""
+
+from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
+from configs.configuration import ConfigRegistry
+from configs.llama31 import CPU_LENGTH_SCALE, CPU_MODEL, LlamaBaseConfig
+
+
+class OfflineBaseConfig(LlamaBaseConfig):
+    scenario = Scenario.Offline
+    num_workers = 1
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class CPU(OfflineBaseConfig):
+    """Any machine without an NVIDIA GPU: the embedded default and CI."""
+
+    model_name = CPU_MODEL
+    precision = "fp32"
+    device = "cpu"
+    synthetic_sample_count = 64
+    synthetic_length_scale = CPU_LENGTH_SCALE
+    gpu_batch_size = 16
+    # the first --test_run's rate on the 2-core development machine, rounded up (configs/llama31/__init__.py)
+    offline_expected_qps = 6.0
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H100_SXM_80GB(OfflineBaseConfig):
+    backend = "pytorch"
+    precision = "bf16"
+    device = "cuda"
+    # 64 prompts of up to ~2,600 tokens + 128 new: 22 GB of KV cache (131 kB a token) beside the 16 GB of weights
+    gpu_batch_size = 64
+    # estimate, set above it as Offline needs (configs/llama31/__init__.py)
+    offline_expected_qps = 20.0
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H200_SXM_141GB(H100_SXM_80GB):
+    # 141 GB holds twice the H100's batch, each step faster by the bandwidth ratio (configs/llama31/__init__.py)
+    gpu_batch_size = 128
+    offline_expected_qps = 45.0

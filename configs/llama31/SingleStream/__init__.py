@@ -1,0 +1,41 @@
+"""llama3.1-8b SingleStream (edge): one sample at a time; the 90th-percentile latency is the metric.
+
+The expected latency is set below the p90, so LoadGen plans enough queries to fill the minimum duration. A GPU
+class serves ``<model>x<count>`` with its values as they are: one sample at a time runs on one GPU.
+"""
+
+from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
+from configs.configuration import ConfigRegistry
+from configs.llama31 import CPU_LENGTH_SCALE, CPU_MODEL, LlamaBaseConfig
+
+
+class SingleStreamBaseConfig(LlamaBaseConfig):
+    scenario = Scenario.SingleStream
+    num_workers = 1
+    gpu_batch_size = 1
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class CPU(SingleStreamBaseConfig):
+    """Any machine without an NVIDIA GPU: the embedded default and CI."""
+
+    model_name = CPU_MODEL
+    precision = "fp32"
+    device = "cpu"
+    synthetic_sample_count = 64
+    synthetic_length_scale = CPU_LENGTH_SCALE
+    single_stream_expected_latency_ns = 200_000_000
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H100_SXM_80GB(SingleStreamBaseConfig):
+    backend = "pytorch"
+    precision = "bf16"
+    device = "cuda"
+    # estimate, set below it as SingleStream needs (configs/llama31/__init__.py)
+    single_stream_expected_latency_ns = 2_000_000_000
+
+
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class H200_SXM_141GB(H100_SXM_80GB):
+    single_stream_expected_latency_ns = 1_400_000_000  # the H100's over the bandwidth ratio

@@ -1,0 +1,66 @@
+"""llama3.1-8b through `python -m code.main`: RUN_ARGS -> config -> C++ core + LoadGen -> the tiny Llama -> logs ->
+ROUGE, on a made data file in the reference's format and a checkpoint folder (tiny random weights in HF's layout,
+the tiny tokenizer) in a private build folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from code.common.constants import ExitCode
+from code.common.paths import LIB_DIR, REPO_ROOT
+from tests.llama31.made_data import reference_records, write_reference_file, write_tiny_tokenizer
+
+pytestmark = pytest.mark.slow
+EOS_IDS = {128001, 128008, 128009}
+SAMPLES = 8
+
+
+def _env(build):
+    return {**os.environ, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="module")
+def build_dir(tmp_path_factory, harness_built):
+    """A private build/ with the compiled core linked in, a preprocessed made set and a tiny checkpoint."""
+    from safetensors.torch import save_file
+
+    from code.llama31.architecture import LLAMA_CONFIGS
+    from code.llama31.model import hf_config, hf_state, random_weights
+    from code.llama31.preprocess_data import preprocess
+
+    build = tmp_path_factory.mktemp("build")
+    (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
+    checkpoint = write_tiny_tokenizer(build / "models" / "Llama3.1-8B" / "Llama-3.1-8B-Instruct")
+    model = random_weights(LLAMA_CONFIGS["tiny"], seed=5)
+    save_file({name: t.contiguous() for name, t in hf_state(model).items()}, checkpoint / "model.safetensors")
+    (checkpoint / "config.json").write_text(json.dumps(hf_config(LLAMA_CONFIGS["tiny"]).to_dict()))
+    source = write_reference_file(build / "data" / "cnn_eval.json", reference_records(checkpoint, SAMPLES))
+    preprocess(source, build / "preprocessed" / "datacenter", "datacenter", expected_count=None)
+    return build
+
+
+def test_accuracy_run_scores_the_generated_tokens(build_dir, tmp_path):
+    """An AccuracyOnly run on the made set: every sample answered with 1 to 128 int32 token ids, ending at an EOS id
+    when shorter, scored into an accuracy.txt the checker reads; random weights miss the targets (exit 3)."""
+    logs = tmp_path / "logs"
+    done = subprocess.run(
+        [sys.executable, "-m", "code.main", "--action=run", "--benchmarks=llama3.1-8b", "--scenarios=offline",
+         "--test_mode=AccuracyOnly", "--gpu_batch_size=4", f"--input_data={build_dir / 'preprocessed' / 'datacenter'}",
+         f"--weights={build_dir / 'models' / 'Llama3.1-8B' / 'Llama-3.1-8B-Instruct'}", f"--log_dir={logs}"],
+        cwd=REPO_ROOT, capture_output=True, text=True, env=_env(build_dir), timeout=600)
+    assert done.returncode == ExitCode.INVALID, done.stdout + done.stderr
+    test_dir = logs / "CPU" / "llama3.1-8b" / "Offline"
+    entries = json.loads((test_dir / "mlperf_log_accuracy.json").read_text())
+    outputs = [np.frombuffer(bytes.fromhex(e["data"]), np.int32) for e in entries]
+    assert sorted(e["qsl_idx"] for e in entries) == list(range(SAMPLES))
+    assert all(1 <= len(o) <= 128 and (len(o) == 128 or int(o[-1]) in EOS_IDS) for o in outputs)
+    first = (test_dir / "accuracy.txt").read_text().splitlines()[0]
+    assert re.match(r".*'rougeLsum':\s([\d.]+).*", first) and f"'gen_num': {SAMPLES}" in first
+    assert "FAIL" in (test_dir / "accuracy.txt").read_text()

@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from code.common.paths import LIB_DIR, REPO_ROOT
 from code.mlperf.arguments import parse_run_args
 from code.mlperf.run_record import read_record
 from code.report.current_figures import JOURNAL, PAGE, RECORDS, journal_ids, main, read_rows, shown, thousands
-from tests.report.test_results import make_command
+from tests.report.test_results import PrivateBuild
 
-FIXTURE = REPO_ROOT / "tests" / "fixtures" / "squad_tiny.json"
 RUN_ARGS = ("--backend=oracle --scenarios=offline --test_run --gpu_batch_size=4 --offline_expected_qps=4000 "
             "--oracle_batch_ms=1 --min_duration=1000 --min_query_count=1")
 NEW_ID = "cpu-oracle-test"
@@ -83,17 +78,9 @@ def test_a_row_citing_an_undefined_id_is_refused(copies, capsys):
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory, harness_built) -> Path:
     """One real CPU run, made with the command `make run LOG_DIR=<folder>` runs, in a private build folder."""
-    build = tmp_path_factory.mktemp("build")
-    (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
-    env = {**os.environ, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run([sys.executable, "-m", "code.bert.preprocess_data", "--squad_json", str(FIXTURE),
-                           "--preprocessed_data_dir", str(build / "preprocessed_data")], cwd=REPO_ROOT,
-                          capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr
-    log_dir = build / "logs" / "2026.11.28-15.00.00"
-    command = make_command("run", f"LOG_DIR={log_dir}", f"RUN_ARGS={RUN_ARGS}")
-    done = subprocess.run([sys.executable, *command[1:]], cwd=REPO_ROOT, capture_output=True, text=True, env=env,
-                          timeout=300)
+    build = PrivateBuild(tmp_path_factory.mktemp("build"))
+    log_dir = build.build / "logs" / "2026.11.28-15.00.00"
+    done = build.run(build.run_command(log_dir, RUN_ARGS))
     assert done.returncode in (0, 3), done.stdout + done.stderr  # VALID, or INVALID on a loaded machine
     return log_dir
 

@@ -44,24 +44,38 @@ def make_command(target: str, *variables: str) -> list[str]:
     return words
 
 
+class PrivateBuild:
+    """A build folder of its own (the C++ core linked in) with the tiny SQuAD set preprocessed, where the command
+    `make run LOG_DIR=<folder> RUN_ARGS=...` runs really run: the report tests read what a real CPU run writes."""
+
+    def __init__(self, build: Path) -> None:
+        (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
+        self.build = build
+        self.env = {**os.environ, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
+        done = subprocess.run([sys.executable, "-m", "code.bert.preprocess_data", "--squad_json", str(FIXTURE),
+                               "--preprocessed_data_dir", str(build / "preprocessed_data")], cwd=REPO_ROOT,
+                              capture_output=True, text=True, env=self.env)
+        assert done.returncode == 0, done.stderr
+
+    def run_command(self, log_dir: Path, run_args: str) -> list[str]:
+        command = make_command("run", f"LOG_DIR={log_dir}", f"RUN_ARGS={run_args}")
+        assert f"--log_dir={log_dir}" in command
+        return command
+
+    def run(self, command: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *command[1:]], cwd=REPO_ROOT, capture_output=True, text=True,
+                              env=self.env, timeout=300)
+
+
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory, harness_built):
     """One real CPU run, made with the command `make run LOG_DIR=<folder>` runs, in a private build folder."""
-    build = tmp_path_factory.mktemp("build")
-    (build / "lib").symlink_to(LIB_DIR, target_is_directory=True)
-    env = {**os.environ, "MLPERF_BUILD_DIR": str(build), "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run([sys.executable, "-m", "code.bert.preprocess_data", "--squad_json", str(FIXTURE),
-                           "--preprocessed_data_dir", str(build / "preprocessed_data")], cwd=REPO_ROOT,
-                          capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr
-    log_dir = build / "mine"
-    command = make_command("run", f"LOG_DIR={log_dir}", f"RUN_ARGS={RUN_ARGS}")
-    assert f"--log_dir={log_dir}" in command
-    done = subprocess.run([sys.executable, *command[1:]], cwd=REPO_ROOT, capture_output=True, text=True, env=env,
-                          timeout=300)
+    build = PrivateBuild(tmp_path_factory.mktemp("build"))
+    log_dir = build.build / "mine"
+    command = build.run_command(log_dir, RUN_ARGS)
+    done = build.run(command)
     assert done.returncode in (0, 3), done.stdout + done.stderr  # VALID, or INVALID on a loaded machine
-    again = subprocess.run([sys.executable, *command[1:]], cwd=REPO_ROOT, capture_output=True, text=True, env=env,
-                           timeout=300)
+    again = build.run(command)
     return log_dir, done, again
 
 

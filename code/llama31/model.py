@@ -5,7 +5,7 @@ final RMSNorm, LM head without bias (not tied to the embedding). A block is pre-
 grouped-query attention -> residual, RMSNorm -> SwiGLU feed-forward -> residual. Attention has no biases and fuses
 q/k/v into one matmul; ``n_heads / n_kv_heads`` query heads share each key/value head, so the KV cache holds only
 the key/value heads. RoPE turns dims (i, i + head_dim/2) as a pair ("rotate half", not GPT-J's interleaved pairs)
-at frequencies slowed by Llama 3's scaling for long wavelengths; like HF, softmax is in float32.
+at frequencies slowed by Llama 3's scaling for long wavelengths; attention is PyTorch's SDPA, as HF's default.
 
 Batches are left-padded as for GPT-J (``code/gptj/model.py``): ``pad[b]`` counts row b's padding columns, its
 positions start at 0 on its first real token, its padding is never attended, so a row's logits are those of its
@@ -102,12 +102,14 @@ class Attention(nn.Module):
         v = v.view(bsz, seqlen, self.n_kv_heads, self.head_dim).transpose(1, 2)
         if self.kv_cache is not None:
             k, v = self.kv_cache.update(start, k, v)
-        group = self.n_heads // self.n_kv_heads
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # HF's repeat_kv
-        scores = torch.matmul(q, k.transpose(-1, -2)) * self.head_dim**-0.5  # HF's scaling
-        # finfo.min rather than -inf: a padding query with no visible key gets a uniform (finite) row, not NaN
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        y = torch.matmul(scores.float().softmax(dim=-1).to(q.dtype), v)
+        # SDPA with a boolean mask runs a fused kernel on a GPU: no [B, heads, T, T] score tensor (a 128-prompt
+        # prefill of 2,048 tokens would need 64 GiB for it). A fused kernel gives NaN to a query with no visible key,
+        # and a padding column's NaN would reach real rows through its key and value (0 x NaN), so a padding query
+        # sees its own column; real queries see what they saw before.
+        group = self.n_heads // self.n_kv_heads  # HF's repeat_kv: SDPA's mask-taking kernel has no GQA of its own
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        own = torch.arange(seqlen, device=x.device)[:, None] + start == torch.arange(mask.shape[-1], device=x.device)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | own, scale=self.head_dim**-0.5)
         return self.wo(y.transpose(1, 2).reshape(bsz, seqlen, -1))
 
 

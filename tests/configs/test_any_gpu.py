@@ -21,7 +21,7 @@ from tests.fake_nvml import FakeGpu, FakeNvml
 
 GIB = 2**30
 BERT_FP8 = ["fp8-attention", "fp8-fast-accum", "int8", "fp16"]
-BERT_99_9_FP8 = ["fp8-fast-accum", "fp8", "fp16"]
+BERT_99_9_FP8 = ["fp8-fast-accum", "fp8-exact-attention", "fp8", "fp16"]
 GPTJ_FP8 = ["fp8-fast-accum", "fp8", "fp8-gemms", "bf16"]
 
 # (what NVML says: name, memory, capability, SMs, power limit in mW; count) -> the system's name and, per benchmark,

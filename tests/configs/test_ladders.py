@@ -139,7 +139,7 @@ def test_the_shipped_gpu_ladders_start_with_fp8_and_end_with_a_16_bit_engine(sys
     # FP8 attention tops bert-99's ladders; the e4m3 residual alone is a rung where it is measured (H200 Offline and
     # Server); INT8 sits under the FP8 engines, where its throughput on an H200 puts it
     expected = {("bert", AccuracyTarget.k_99): ["fp8-attention", "fp8-fast-accum", "int8", "fp16"],
-                ("bert", AccuracyTarget.k_99_9): ["fp8-fast-accum", "fp8", "fp16"],
+                ("bert", AccuracyTarget.k_99_9): ["fp8-fast-accum", "fp8-exact-attention", "fp8", "fp16"],
                 ("gptj", AccuracyTarget.k_99): ["fp8-fast-accum", "fp8", "fp8-gemms", "bf16"],
                 ("gptj", AccuracyTarget.k_99_9): ["fp8-fast-accum", "fp8", "fp8-gemms", "bf16"]}
     if system.startswith("H200") and scenario is not Scenario.SingleStream:
@@ -181,8 +181,8 @@ def test_an_engine_field_a_lower_rung_cannot_take_is_refused_up_front():
     the fix."""
     high = AccuracyTarget.k_99_9
     with pytest.raises(FieldError, match=r"--fp8_residual applies to every engine of the ladder \(fp8-fast-accum, "
-                                         r"fp8, fp16\), and its 'fp16' engine, which the accuracy gate may fall back "
-                                         r"to, cannot take it .*name it whole"):
+                                         r"fp8-exact-attention, fp8, fp16\), and its 'fp16' engine, which the "
+                                         r"accuracy gate may fall back to, cannot take it .*name it whole"):
         resolve("H100_SXM_80GBx1", {"fp8_residual": True}, target=high)
     whole = resolve("H100_SXM_80GBx1", {"precision": "fp8", "fp8_fast_accum": True, "fp8_residual": True},
                     target=high)
@@ -213,7 +213,7 @@ def test_fp8_attention_without_an_fp8_qkv_gemm_is_refused_with_the_fix():
                                              r"--attention_kernel=triton"):
             resolve("H100_SXM_80GBx1", named | wrong)
     chosen = resolve("H100_SXM_80GBx1", named, target=AccuracyTarget.k_99_9)
-    assert chosen["fp8_attention"] is True and chosen.rung.name == "fp8-fast-accum"
+    assert chosen["fp8_attention"] is True and chosen.rung is None  # fast accumulation + FP8 attention: no rung
 
 
 def test_the_engine_line_names_every_engine_field_run_args_give():
@@ -224,6 +224,6 @@ def test_the_engine_line_names_every_engine_field_run_args_give():
     overrides = {"precision": "fp8", "fp8_fast_accum": True, "fp8_residual": True, "fp8_attention": True}
     config = resolve("H100_SXM_80GBx1", overrides, scenario=Scenario.SingleStream, target=AccuracyTarget.k_99_9)
     summary = plan(config, overrides).config.engine_choice["summary"]
-    assert summary == ("fp8-fast-accum, given in RUN_ARGS (--precision=fp8 --fp8_fast_accum=true --fp8_residual=true "
-                       "--fp8_attention=true): the engine ladder (fp8-fast-accum, fp8, fp16) and its accuracy gate "
-                       "are skipped")
+    assert summary == ("given in RUN_ARGS (--precision=fp8 --fp8_fast_accum=true --fp8_attention=true "
+                       "--fp8_residual=true): the engine ladder (fp8-fast-accum, fp8-exact-attention, fp8, fp16) and "
+                       "its accuracy gate are skipped")

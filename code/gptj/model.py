@@ -26,9 +26,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from code.common.faults import CheckpointError
 from code.gptj.architecture import GPTJ_CONFIGS, GptjConfig  # noqa: F401 - GPTJ_CONFIGS: for callers
-from code.llm.checkpoint import checkpoint_files, empty_module, init_weights, read_config, read_tensors
+from code.llm.checkpoint import (
+    HfNames,
+    checkpoint_files,
+    empty_module,
+    init_weights,
+    load_named,
+    read_config,
+    read_tensors,
+)
 from code.llm.contiguous_cache import CachedModel, KVCache
 
 Device = torch.device | str
@@ -156,32 +163,23 @@ _IN_LAYER: dict[str, tuple[str, int | None]] = {
     "mlp.fc_out.weight": ("feed_forward.w2.weight", None),
     "mlp.fc_out.bias": ("feed_forward.w2.bias", None),
 }
-_LAYER = re.compile(r"transformer\.h\.(\d+)\.(.+)")
 # Buffers, not weights, that older transformers saved with GPT-J checkpoints (the causal mask, its fill value, the
 # rotary table); we rebuild all of them.
 _IGNORED = re.compile(r"transformer\.h\.\d+\.attn\.(bias|masked_bias|embed_positions)")
 
 
-def _target(name: str) -> tuple[str, int | None] | None:
-    """Where an HF tensor goes in our model; our own names map to themselves; None if unknown."""
-    if name in _TOP_LEVEL:
-        return _TOP_LEVEL[name]
-    if (m := _LAYER.fullmatch(name)) and m[2] in _IN_LAYER:
-        ours, part = _IN_LAYER[m[2]]
-        return f"layers.{m[1]}.{ours}", part
-    return (name, None) if not name.startswith(("transformer.", "lm_head.")) else None
+def hf_names(config: GptjConfig) -> HfNames:
+    """Every HF tensor name of the architecture -> (our parameter, part of wqkv or None)."""
+    names = dict(_TOP_LEVEL)
+    for layer in range(config.n_layer):
+        names |= {f"transformer.h.{layer}.{hf}": (f"layers.{layer}.{ours}", part) for hf, (ours, part) in
+                  _IN_LAYER.items()}
+    return names
 
 
-def hf_name(our_name: str, part: int | None = None) -> str | None:
-    """The HF name of one of our tensors (or of part of wqkv); used to say what a checkpoint lacks."""
-    for hf, target in _TOP_LEVEL.items():
-        if target == (our_name, part):
-            return hf
-    if m := re.fullmatch(r"layers\.(\d+)\.(.+)", our_name):
-        for hf, target in _IN_LAYER.items():
-            if target == (m[2], part):
-                return f"transformer.h.{m[1]}.{hf}"
-    return None
+def _part_of(param: Tensor, part: int | None) -> Tensor:
+    """The rows of ``param`` that one HF tensor fills: q, k or v of wqkv (equal widths), or all of it."""
+    return param if part is None else param.chunk(3)[part]
 
 
 def hf_config(config: GptjConfig, **extra: Any) -> Any:  # transformers.GPTJConfig, imported only when asked for
@@ -199,57 +197,14 @@ def hf_state(model: Gptj) -> dict[str, Tensor]:
     """Our tensors under HF ``GPTJForCausalLM``'s names (views; wqkv split in three), the inverse of
     ``load_state``: the bench's HF baseline runs the very weights our random-weight runs draw."""
     params = dict(model.named_parameters())
-    names = dict(_TOP_LEVEL)
-    for layer in range(model.config.n_layer):
-        names |= {f"transformer.h.{layer}.{hf}": (f"layers.{layer}.{ours}", part) for hf, (ours, part) in
-                  _IN_LAYER.items()}
-    return {hf: params[ours] if part is None else params[ours].chunk(3)[part]
-            for hf, (ours, part) in names.items() if ours in params}
-
-
-def _parts(name: str) -> int:
-    return 3 if name.endswith("wqkv.weight") else 1
+    return {hf: _part_of(params[ours], part) for hf, (ours, part) in hf_names(model.config).items() if ours in params}
 
 
 def load_state(model: Gptj, tensors: Mapping[str, Tensor] | Iterator[tuple[str, Tensor]], source: str) -> Gptj:
-    """Copy HF-named (or our-named) tensors into ``model`` (converting dtype and device), then insist every
-    parameter was filled exactly once over: raises ``CheckpointError`` listing all missing, unexpected and wrongly
-    shaped tensors. Takes an iterator so a 24 GB checkpoint streams through one tensor at a time."""
-    params = dict(model.named_parameters())
-    filled: dict[str, set[int]] = {name: set() for name in params}
-    unexpected: list[str] = []
-    wrong_shape: list[str] = []
-    wrong_dtype: list[str] = []
-    items = tensors.items() if isinstance(tensors, Mapping) else tensors
-    with torch.no_grad():
-        for name, tensor in items:
-            if _IGNORED.fullmatch(name):
-                continue
-            target = _target(name)
-            if target is None or target[0] not in params:
-                unexpected.append(name)
-                continue
-            ours, part = target
-            dst = params[ours] if part is None else params[ours].chunk(3)[part]
-            # A refused tensor is listed once, by why it was refused, not also as missing.
-            filled[ours] |= set(range(_parts(ours))) if part is None else {part}
-            if tuple(tensor.shape) != tuple(dst.shape):
-                wrong_shape.append(f"{name}: checkpoint {tuple(tensor.shape)}, model {tuple(dst.shape)}")
-            elif not tensor.is_floating_point():  # copy_ would cast it silently: a quantized or foreign file
-                wrong_dtype.append(f"{name}: checkpoint {tensor.dtype}, model {dst.dtype}")
-            else:
-                dst.copy_(tensor)
-    missing = [
-        hf_name(n, None if _parts(n) == 1 else p) or n for n in params for p in range(_parts(n)) if p not in filled[n]
-    ]
-    if missing or unexpected or wrong_shape or wrong_dtype:
-        lines = [f"checkpoint {source} does not match GPT-J config {model.config}:"]
-        lines += [f"  missing: {k}" for k in missing]
-        lines += [f"  unexpected: {k}" for k in unexpected]
-        lines += [f"  wrong shape: {s}" for s in wrong_shape]
-        lines += [f"  wrong dtype: {s}" for s in wrong_dtype]
-        raise CheckpointError("\n".join(lines))
-    return model.eval()
+    """Copy HF-named (or our-named) tensors into ``model``, every parameter filled exactly once over
+    (``code.llm.checkpoint.load_named``: one error lists all that is missing, unexpected or wrongly shaped)."""
+    return load_named(model, hf_names(model.config), _part_of, tensors, _IGNORED,
+                      f"checkpoint {source} does not match GPT-J config {model.config}:")
 
 
 def empty_model(config: GptjConfig, dtype: torch.dtype = torch.float32, device: Device = "cpu") -> Gptj:

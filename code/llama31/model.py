@@ -24,9 +24,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from code.common.faults import CheckpointError
 from code.llama31.architecture import LLAMA_CONFIGS, LlamaConfig, RopeScaling  # noqa: F401 - for callers
-from code.llm.checkpoint import checkpoint_files, empty_module, init_weights, read_config, read_tensors
+from code.llm.checkpoint import (
+    HfNames,
+    checkpoint_files,
+    empty_module,
+    init_weights,
+    load_named,
+    read_config,
+    read_tensors,
+)
 from code.llm.contiguous_cache import CachedModel, KVCache
 
 Device = torch.device | str
@@ -201,7 +208,7 @@ _IN_LAYER: dict[str, tuple[str, int | None]] = {
 _IGNORED = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")  # a buffer older versions saved
 
 
-def hf_names(config: LlamaConfig) -> dict[str, tuple[str, int | None]]:
+def hf_names(config: LlamaConfig) -> HfNames:
     """Every HF tensor name of the architecture -> (our parameter, part of wqkv or None)."""
     names = {hf: (ours, None) for hf, ours in _TOP_LEVEL.items()}
     for layer in range(config.n_layers):
@@ -242,37 +249,10 @@ def hf_config(config: LlamaConfig, **extra: Any) -> Any:  # transformers.LlamaCo
 
 
 def load_state(model: Llama, tensors: Mapping[str, Tensor] | Iterator[tuple[str, Tensor]], source: str) -> Llama:
-    """Copy HF-named tensors into ``model`` (converting dtype and device), then insist every HF tensor of the
-    architecture came exactly once: raises ``CheckpointError`` listing all missing, unexpected and wrongly shaped
-    ones. Takes an iterator, so a 16 GB checkpoint streams through one tensor at a time."""
-    params = dict(model.named_parameters())
-    expected = hf_names(model.config)
-    seen: set[str] = set()
-    unexpected, wrong = [], []
-    items = tensors.items() if isinstance(tensors, Mapping) else tensors
-    with torch.no_grad():
-        for name, tensor in items:
-            if _IGNORED.fullmatch(name):
-                continue
-            if name not in expected:
-                unexpected.append(name)
-                continue
-            seen.add(name)
-            ours, part = expected[name]
-            dst = _part_of(params[ours], part, model)
-            if tuple(tensor.shape) != tuple(dst.shape):
-                wrong.append(f"wrong shape: {name}: checkpoint {tuple(tensor.shape)}, model {tuple(dst.shape)}")
-            elif not tensor.is_floating_point():  # copy_ would cast it silently: a quantized or foreign file
-                wrong.append(f"wrong dtype: {name}: checkpoint {tensor.dtype}")
-            else:
-                dst.copy_(tensor)
-    missing = [name for name in expected if name not in seen]
-    if missing or unexpected or wrong:
-        lines = [f"checkpoint {source} does not match Llama config {model.config}:"]
-        lines += [f"  missing: {k}" for k in missing] + [f"  unexpected: {k}" for k in unexpected]
-        lines += [f"  {w}" for w in wrong]
-        raise CheckpointError("\n".join(lines))
-    return model.eval()
+    """Copy HF-named (or our-named) tensors into ``model``, every parameter filled exactly once over
+    (``code.llm.checkpoint.load_named``: one error lists all that is missing, unexpected or wrongly shaped)."""
+    return load_named(model, hf_names(model.config), lambda param, part: _part_of(param, part, model), tensors,
+                      _IGNORED, f"checkpoint {source} does not match Llama config {model.config}:")
 
 
 def empty_model(config: LlamaConfig, dtype: torch.dtype = torch.float32, device: Device = "cpu") -> Llama:

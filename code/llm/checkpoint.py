@@ -1,13 +1,15 @@
 """Weights of our PyTorch LLMs (GPT-J's, Llama's): HF checkpoint files read one tensor at a time, models built
 without paying for an init, and seeded random weights that are the same on every machine.
 
-Each model keeps its own table of HF names -> its parameters; what is read here is name/tensor pairs.
+Each model keeps its own table of HF names -> its parameters (``HfNames``); ``load_named`` copies a checkpoint's
+name/tensor pairs into a model by that table.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -17,6 +19,9 @@ from torch import Tensor, nn
 from code.common.faults import CheckpointError
 
 Module = TypeVar("Module", bound=nn.Module)
+# HF tensor name -> (our parameter, part): part i is the i-th row block of a fused parameter (q, k, v of wqkv) that
+# one HF tensor fills; None the whole parameter.
+HfNames = Mapping[str, tuple[str, int | None]]
 
 _INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 _SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -106,3 +111,46 @@ def read_config(path: Path) -> dict:
     if not (path / "config.json").is_file():
         raise CheckpointError(f"{path}: no config.json beside the weights (a checkpoint folder holds one)")
     return json.loads((path / "config.json").read_text())
+
+
+def load_named(model: Module, hf_names: HfNames, part_of: Callable[[Tensor, int | None], Tensor],
+               tensors: Mapping[str, Tensor] | Iterable[tuple[str, Tensor]], ignored: re.Pattern[str],
+               mismatch: str) -> Module:
+    """Copy a checkpoint's tensors into ``model`` (converting dtype and device) and return it in eval mode.
+
+    A tensor is named as HF names it (``hf_names``) or as we do (a state dict of ours); ``ignored`` names buffers
+    older checkpoints carry. Every parameter must be filled exactly once over, or ``CheckpointError`` lists at once
+    all missing, unexpected and wrongly shaped or typed tensors under the line ``mismatch``: one run says all that
+    is wrong with a download. Takes an iterator, so a checkpoint of many GB streams through one tensor at a time.
+    """
+    params = dict(model.named_parameters())
+    targets: dict[str, tuple[str, int | None]] = {ours: (ours, None) for ours in params} | dict(hf_names)
+    parts: dict[str, set[int | None]] = {}
+    for ours, part in hf_names.values():
+        parts.setdefault(ours, set()).add(part)
+    filled: dict[str, set[int | None]] = {ours: set() for ours in params}
+    unexpected: list[str] = []
+    wrong: list[str] = []
+    with torch.no_grad():
+        for name, tensor in tensors.items() if isinstance(tensors, Mapping) else tensors:
+            if ignored.fullmatch(name):
+                continue
+            if name not in targets:
+                unexpected.append(name)
+                continue
+            ours, part = targets[name]
+            dst = part_of(params[ours], part)
+            # A refused tensor is listed once, by why it was refused, not also as missing.
+            filled[ours] |= parts.get(ours, {None}) if part is None else {part}
+            if tuple(tensor.shape) != tuple(dst.shape):
+                wrong.append(f"wrong shape: {name}: checkpoint {tuple(tensor.shape)}, model {tuple(dst.shape)}")
+            elif not tensor.is_floating_point():  # copy_ would cast it silently: a quantized or foreign file
+                wrong.append(f"wrong dtype: {name}: checkpoint {tensor.dtype}, model {dst.dtype}")
+            else:
+                dst.copy_(tensor)
+    missing = [hf for hf, (ours, part) in hf_names.items() if part not in filled[ours]]
+    missing += [ours for ours in params if ours not in parts and not filled[ours]]
+    if missing or unexpected or wrong:
+        lines = [mismatch] + [f"  missing: {k}" for k in missing] + [f"  unexpected: {k}" for k in unexpected]
+        raise CheckpointError("\n".join(lines + [f"  {w}" for w in wrong]))
+    return model.eval()

@@ -10,7 +10,8 @@ import pytest
 import torch
 import transformers
 
-from code.gptj.model import GPTJ_CONFIGS, CheckpointError, GptjConfig, hf_config, load_checkpoint, random_weights
+from code.common.faults import CheckpointError
+from code.gptj.model import GPTJ_CONFIGS, GptjConfig, hf_config, load_checkpoint, random_weights
 from code.llm.generation import GenerationConfig, cache_shape, generate, left_pad
 
 TINY = GPTJ_CONFIGS["tiny"]

@@ -33,7 +33,7 @@ LATENCY_UNITS = ("ms",)
 class Published:
     """One published result, per GPU."""
 
-    benchmark: str  # bert-99, bert-99.9, gptj-99
+    benchmark: str  # bert-99, bert-99.9, gptj-99, llama3.1-8b
     scenario: str  # Offline, Server, SingleStream
     gpu_model: str  # code/common/gpu_models.py's name: H200_SXM_141GB
     per_gpu: float

@@ -71,9 +71,18 @@ void SetTokenResponses(bool on) { token_responses.store(on); }
 
 void CompleteSamples(mlperf::QuerySampleResponse* responses, std::size_t count, std::size_t device) {
   if (token_responses.load(std::memory_order_relaxed)) {
+    // LoadGen's token latencies need each sample's first token before its completion; the backends hand over
+    // whole responses, so the first token is reported when the response is, and a time to first token is the
+    // sample's whole latency: what the harness can vouch for, never less.
+    std::vector<mlperf::QuerySampleResponse> first_tokens;
+    first_tokens.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
       responses[i].n_tokens = static_cast<std::int64_t>(responses[i].size / sizeof(std::int32_t));
+      if (responses[i].n_tokens > 0) {
+        first_tokens.push_back({responses[i].id, responses[i].data, sizeof(std::int32_t), 1});
+      }
     }
+    mlperf::FirstTokenComplete(first_tokens.data(), first_tokens.size());
   }
   ProcessTimeline().Completed(responses, count, device);
   mlperf::QuerySamplesComplete(responses, count);

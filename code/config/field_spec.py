@@ -13,6 +13,8 @@ from typing import Any
 from code.common.constants import Benchmark, Scenario
 
 Owner = tuple[Benchmark, str]
+BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "": True, "0": False, "false": False, "no": False,
+            "off": False}  # a RUN_ARGS bool, lower-cased
 
 
 class FieldError(ValueError):
@@ -118,18 +120,17 @@ class Field:
 
     def check(self, value: Any, where: str) -> Any:
         """The value, checked for type, choice and range (an int passes as a float)."""
-        ok = isinstance(value, self.type) and not (self.type is int and isinstance(value, bool))
         if self.type is float and isinstance(value, int) and not isinstance(value, bool):
-            value, ok = float(value), True
+            value = float(value)
         if value is None and self.default is None:
-            ok = True
-        if not ok:
+            return None
+        if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
             raise FieldError(f"{where}: field '{self.name}' must be {self.type.__name__}, got {value!r}")
         if isinstance(value, str) and not value.strip():  # "" would pass for a path: Path("") is the current folder
             raise FieldError(f"{where}: field '{self.name}' is empty; give {self.accepted()}, or leave it out")
-        if self.choices is not None and value is not None and value not in self.choices:
+        if self.choices is not None and value not in self.choices:
             raise FieldError(f"{where}: field '{self.name}' = {value!r}; valid choices: {', '.join(self.choices)}")
-        if self.pattern is not None and value is not None and not re.fullmatch(self.pattern, value):
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
             raise FieldError(f"{where}: field '{self.name}' = {value!r} is not {self.accepted()} "
                              f"({self.description})")
         problem = self._range_problem(value)
@@ -146,14 +147,9 @@ class Field:
         """A RUN_ARGS string as a typed value, or an error that names the field."""
         try:
             if self.type is bool:
-                lowered = text.strip().lower()
-                if lowered in ("1", "true", "yes", "on", ""):
-                    return True
-                if lowered in ("0", "false", "no", "off"):
-                    return False
-                raise ValueError
+                return BOOLEANS[text.strip().lower()]
             value = self.type(text)
-        except ValueError:
+        except (ValueError, KeyError):
             raise FieldError(f"--{self.name}={text}: expected {self.accepted()}") from None
         problem = self._range_problem(value)
         if problem:

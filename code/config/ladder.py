@@ -1,14 +1,10 @@
 """Engine ladders: the engines a config class may run for its accuracy target, fastest first.
 
-MLPerf's accuracy rule (99% or 99.9% of the reference's score) is settled only by the AccuracyOnly run of the real
-checkpoint on the real data set, so a config class need not pin the safest engine: its ``engine_ladder`` lists
-engines (rungs), fastest first, and a run takes the first that has not missed the target on this system and
-checkpoint (code/tuning/accuracy_gate.py).
-
-A rung is a name, a line saying what the engine is, and field values: those that make the engine (fields marked
-``engine``) and those that go with it (rates, batching). They resolve as RUN_ARGS > tuned > rung > config class >
-default. An engine field given in RUN_ARGS chooses the engine itself and skips the ladder and its gate; the rung
-whose engine the RUN_ARGS name (if one does) still brings its rates and batching.
+MLPerf's accuracy rule (99% or 99.9% of the reference's score) is settled only by the real checkpoint's AccuracyOnly
+run, so a class need not pin the safest engine: its ``engine_ladder`` lists rungs, fastest first, and a run takes the
+first that has not missed on this system and checkpoint (code/tuning/accuracy_gate.py). A rung is a name, what the
+engine is, and field values: those that make the engine (``engine`` fields) and those that go with it (rates,
+batching). An engine field in RUN_ARGS chooses the engine itself; the rung it names still brings its rates.
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
 """The resolution of one config, one pipeline: the layers in order, then the system scaling, then the rules.
 
-The layers, lowest first (``LAYERS``): the field's default; the config class's value; the rung of its engine ladder
-the run uses (code/config/ladder.py); the tuned value ``make find_performance`` stored for the system
-(code/config/tuned.py); RUN_ARGS. Each lays its values over those below it, and each value keeps its layer and
-source (``where_from``).
+The layers, lowest first (``LAYERS``): the field's default, the config class's value, the rung of its engine ladder
+the run uses, the tuned value ``make find_performance`` stored, RUN_ARGS; each value keeps its layer and source.
 
-The system scaling happens once. A throughput (``system_rate``) set by a class named after a GPU model is one GPU's:
-``system_scaled`` multiplies it by the system's GPU count before the tuned value and RUN_ARGS, whole-system values,
-go over it; every other value is the class's as it is. A name without a count (``MyBox``) takes the count from its
-class, its description or the machine (``system_gpus``). Last, a run on fewer GPUs than the system's (``--devices``)
-expects that share of the rate (``share_of_devices``), so `make info` shows the rate the run uses.
+The system scaling happens once. A throughput (``system_rate``) set by a class named after a GPU model is one GPU's,
+multiplied by the system's GPU count (``system_scaled``) before the tuned value and RUN_ARGS, whole-system values, go
+over it. A name without a count (``MyBox``) takes it from its class, its description or the machine. A run on fewer
+GPUs than the system's (``--devices``) expects that share of the rate, so `make info` shows the rate the run uses.
 
-A subclass's own value of a field that is not an engine field wins over the rung of a ladder it inherits, as the
-nearest class wins anywhere; an engine field set below the ladder is refused, as it would make every rung the same.
+A subclass's own value of a non-engine field wins over the rung of a ladder it inherits (the nearest class wins);
+an engine field set below the ladder is refused, as it would make every rung the same engine.
 """
 
 from __future__ import annotations

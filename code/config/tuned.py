@@ -1,19 +1,14 @@
 """Tuned values: what ``make find_performance`` measured on a system, and the engines that missed their accuracy
 target there, stored for later runs to pick up.
 
-One file per system, benchmark and scenario, ``build/tuned/<system>/<bench-99|bench-99.9>/<Scenario>.json``
-(``MLPERF_TUNED_DIR`` moves the folder), holding one record per measurement key: the speed-changing RUN_ARGS
-(``run_settings``) and the engine it was measured with, so a value found with other flags is stored beside the
-earlier ones, and one found again with the same key replaces the earlier one and says so. A record holds the one
-setting that depends on the machine's speed (``TUNED_FIELDS``), how and when it was found, by which code version
-(``git describe``), for which system and on which hardware (``system_id``). Resolution takes the record of the run's
-key between RUN_ARGS and the config class. A file that cannot be read, or a record found by another code version,
-for another system or on other hardware, is ignored with one warning naming the fix, never a traceback. Writers
-replace a file under its lock (``.<Scenario>.json.lock`` beside it), so two find_performance runs keep both values.
-
-Beside it, ``<Scenario>.misses.json`` records each engine of the config's ladder whose AccuracyOnly run on the real
-checkpoint missed the target here, with its score and the checkpoint's identity, so a later run starts at the first
-engine that has not missed (code/tuning/accuracy_gate.py; a changed checkpoint clears the record).
+``build/tuned/<system>/<bench>/<Scenario>.json`` (``MLPERF_TUNED_DIR`` moves the folder) holds one record per key:
+the speed-changing RUN_ARGS (``run_settings``) and the engine a value was measured with, so values found with other
+flags sit side by side. A record holds the one machine-speed setting (``TUNED_FIELDS``), how and when it was found,
+by which code version, for which system and on which hardware; one found by other code, for another system or on
+other hardware is ignored with one warning naming the fix, never a traceback. Writers replace a file under its lock,
+so two find_performance runs keep both values. ``<Scenario>.misses.json`` beside it records the ladder's engines
+whose accuracy run on this checkpoint missed, so a later run starts at the first that has not
+(code/tuning/accuracy_gate.py).
 """
 
 from __future__ import annotations

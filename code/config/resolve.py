@@ -33,10 +33,8 @@ from code.config.tuned import tuned_fields
 
 
 def system_gpus(config: type[BenchmarkConfiguration], system: str) -> tuple[int | None, str]:
-    """How many GPUs ``system`` has, and where a count its name does not give comes from; None, with why, when
-    nothing says. In order: its name (``<model>x<count>``); its class's ``gpu_count``; ``accelerators_per_node`` of
-    its description; this machine's GPUs. The last two are asked only when a rate is to be scaled, so a CPU system
-    never asks NVML."""
+    """How many GPUs ``system`` has, from its name, its class's ``gpu_count``, its description or this machine, and
+    where a count its name does not give comes from; None, with why, when nothing says."""
     found = gpu_model_and_count(system)
     if found:
         return found[1], ""
@@ -180,10 +178,8 @@ def resolve_config(
     rung: str | None = None,
 ) -> ResolvedConfig:
     """RUN_ARGS > tuned > rung > config class > default for the fields that apply, the system scaling, then the
-    rules between fields (``check_combination``) and the bound on LoadGen's plan (``check_plan``).
-
-    ``rung`` names the engine (else ``choose_rung``); ``warn_tuned`` says whether an unusable tuned file is warned
-    about here (a test process leaves that to its parent)."""
+    rules between fields and the bound on LoadGen's plan. ``rung`` names the engine, else ``choose_rung`` picks it;
+    ``warn_tuned``: whether an unusable tuned file is warned about here (a test process leaves that to its parent)."""
     config = ConfigRegistry.get(benchmark, scenario, system, workload)
     laid = class_layer(config, system)
     ladder, skipped = system_ladder(config, system, laid)

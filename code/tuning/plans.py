@@ -54,8 +54,7 @@ def scenarios_of(request: RunRequest, bench: BenchmarkRequest, system: str) -> l
 
 def resolved_configs(request: RunRequest, system: str, whole_run: bool = True) -> Iterator[ResolvedConfig]:
     """Every (benchmark, scenario) the request names, resolved with the engine a run starts with (``gate_plans``)."""
-    for gate_plan in gate_plans(request, system, whole_run=whole_run):
-        yield gate_plan.config
+    return (gate_plan.config for gate_plan in gate_plans(request, system, whole_run=whole_run))
 
 
 def gate_plans(request: RunRequest, system: str, clear_stale: bool = False,

@@ -1,13 +1,9 @@
 """What a backend declares to the configuration: its name, where its code is, the precisions it runs, its own
 switches and the rules they follow.
 
-Each benchmark lists its backends' declarations in ``code/<bench>/backends/__init__.py``, a module that imports no
-backend, so the configuration builds its field table from them and validates a resolved config against them
-(``code/config/fields.py``) without loading torch or naming a backend itself. A backend's code (its options, engine
-and batches) stays in its own module, imported only when a run uses it.
-
-What a benchmark asks of a backend class is ``code.mlperf.backend_class.BackendClass``: it names resolved configs and
-engine reports, which this module must not know, as the configuration is built from its declarations.
+Each benchmark lists its declarations in ``code/<bench>/backends/__init__.py``, a module that imports no backend, so
+the configuration builds its field table and validates against them without loading torch or naming a backend. What
+a benchmark asks of a backend class is ``code.mlperf.backend_class.BackendClass``, which this module must not know.
 """
 
 from __future__ import annotations
@@ -22,10 +18,9 @@ from code.config.field_spec import Field
 
 # (the lowest compute capability, what needs it): ((8, 9), "FP8 tensor cores")
 Requirement = tuple[tuple[int, int], str]
-# field name -> how an error names where its value came from ("--precision", "precision (set by <config>)")
+# field name -> where its value came from, for an error: "--precision", "precision (set by <config>)"
 Origin = Callable[[str], str]
-# field name -> how an error names its value and where it came from ("--precision=fp8",
-# "precision=fp8 (set by <config>)")
+# field name -> its value and where it came from, for an error: "--precision=fp8", "precision=fp8 (set by <config>)"
 Given = Callable[[str], str]
 
 
@@ -35,18 +30,14 @@ class BackendDeclaration:
 
     name: str  # the ``backend`` field's value that selects it
     target: str  # "package.module:Class", imported only when a run uses the backend
-    precisions: tuple[str, ...] | None  # the precisions it runs; None: it runs no model, so precision and device
-    # mean nothing to it
-    # The switches only it reads (one declared by several backends is one field, code/config/fields.py): each joins
-    # the field table with its name, type, default and help, applies to the benchmark, and is refused when given in
-    # RUN_ARGS for a run on another backend.
+    precisions: tuple[str, ...] | None  # None: it runs no model, so precision and device mean nothing to it
+    # The switches only it reads: each joins the field table and is refused in RUN_ARGS for a run on another backend.
     switches: tuple[Field, ...] = ()
     check: Callable[[Mapping[str, Any], Origin], str | None] | None = None  # rules between its own switches
     # (values, device, "on --device=cpu", given): rules between its values and the device
     check_device: Callable[[Mapping[str, Any], str, str, Given], str | None] | None = None
-    # The GPU an engine of these values needs: (the lowest compute capability, what needs it), None where any GPU
-    # PyTorch runs on will do. Engine ladders skip a rung the system's GPU cannot run, and a run refuses such an
-    # engine before it loads anything (code/config/capabilities.py).
+    # The lowest compute capability an engine of these values needs, and what needs it; None: any GPU will do.
+    # Ladders skip a rung the GPU cannot run, and a run refuses such an engine before it loads anything.
     needs: Callable[[Mapping[str, Any]], Requirement | None] | None = None
     needs_from: tuple[str, ...] = ("precision",)  # the fields ``needs`` reads, which a refusal names
 
@@ -56,8 +47,7 @@ class BackendDeclaration:
 
 
 def needs_gpu(name: str, value: Any, default: Any, device: str, on: str, given: Given) -> str | None:
-    """The refusal of an 8-bit value of ``name`` (fp8: e4m3 tensor cores; int8: the INT8 GEMMs) on the CPU, which
-    would otherwise run something else than its label says; None when the value or the device is fine."""
+    """The refusal of an 8-bit value of ``name`` on the CPU, which would run something else than its label says."""
     if value not in ("fp8", "int8") or device != "cpu":
         return None
     where = ("FP8 needs compute capability 8.9: Ada, Hopper, Blackwell" if value == "fp8"
@@ -66,7 +56,7 @@ def needs_gpu(name: str, value: Any, default: Any, device: str, on: str, given: 
 
 
 def backend_registry(kind: str, declarations: tuple[BackendDeclaration, ...]) -> LazyRegistry[str]:
-    """The lazy ``{name: target}`` registry a benchmark creates its backends from, in declaration order."""
+    """The lazy ``{name: target}`` registry a benchmark creates its backends from."""
     return LazyRegistry(kind, {declared.name: declared.target for declared in declarations})
 
 
@@ -79,17 +69,14 @@ DECLARATIONS: LazyRegistry[Benchmark] = LazyRegistry("benchmark", {
 
 
 def declarations(benchmark: Benchmark) -> tuple[BackendDeclaration, ...]:
-    """The benchmark's backends, in the order its registry lists them."""
-    declared: tuple[BackendDeclaration, ...] = DECLARATIONS.load(benchmark)
-    return declared
+    return DECLARATIONS.load(benchmark)
 
 
 def declaration(benchmark: Benchmark, name: str) -> BackendDeclaration | None:
-    """The benchmark's backend called ``name``; None if it has none of that name."""
     return next((declared for declared in declarations(benchmark) if declared.name == name), None)
 
 
 def runs_model(benchmark: Benchmark, name: str) -> bool:
-    """Whether the benchmark's backend ``name`` runs a model (and so reads weights, precision and device)."""
+    """Whether the backend ``name`` runs a model (and so reads weights, precision and device)."""
     declared = declaration(benchmark, name)
     return declared is None or declared.runs_model

@@ -1,10 +1,8 @@
-"""What a config class is: a class whose attributes are settings (fields of ``code/config/fields.py``), a variant
-being a subclass, and the rules it is validated against when it registers (``validate_config_class``).
+"""What a config class is: a class whose attributes are fields of ``code/config/fields.py``, a variant being a
+subclass, and the rules it is validated against when it registers (``validate_config_class``).
 
-A class describes what it is named after. Named after a GPU model (``H200_SXM_141GB``), it holds one GPU's values
-and serves a system of any count of that GPU (``per_gpu``); named after a system (``H200_SXM_141GBx2``, ``CPU``), it
-holds that system's. The registry (``code/config/registry.py``) files classes by benchmark, scenario, system and
-workload; the resolution (``code/config/resolve.py``) turns one class's fields into a run's values.
+A class named after a GPU model (``H200_SXM_141GB``) holds one GPU's values and serves a system of any count of that
+GPU (``per_gpu``); one named after a system (``H200_SXM_141GBx2``, ``CPU``) holds that system's.
 """
 
 from __future__ import annotations
@@ -23,10 +21,8 @@ from code.config.fields import FIELDS, FieldError
 from code.config.ladder import Ladder, check_ladder
 from code.config.resolved import ConfigError
 
-# Class attributes that identify a config rather than set a field.
-IDENTITY_ATTRIBUTES = ("benchmark", "scenario", "system")
-# Class attributes that say where values come from: a note per field (``estimate: ...``), the GPU model derived from.
-NOTE_ATTRIBUTES = ("value_notes", "gpu_model", "gpu_count", "skipped_rungs")
+# Class attributes that identify a config or say where its values come from, rather than set a field.
+OTHER_ATTRIBUTES = ("benchmark", "scenario", "system", "value_notes", "gpu_model", "gpu_count", "skipped_rungs")
 LADDER_ATTRIBUTE = "engine_ladder"  # the engines the class may run, fastest first (code/config/ladder.py)
 # Suffixes of variant classes: H100_SXM_80GB_HighAccuracy configures H100_SXM_80GB, for bert-99.9.
 VARIANT_SUFFIX = re.compile(r"(_HighAccuracy|_MaxQ|_MaxP)+$")
@@ -50,9 +46,6 @@ class _ConfigMeta(type):
     def __prepare__(mcs, name: str, bases: tuple, **kwargs: Any) -> dict:  # noqa: ANN001
         return _NoReassignNamespace(name)
 
-    def __new__(mcs, name: str, bases: tuple, namespace: dict, **kwargs: Any):  # noqa: ANN001, ANN204
-        return super().__new__(mcs, name, bases, dict(namespace), **kwargs)
-
 
 class BenchmarkConfiguration(metaclass=_ConfigMeta):
     """Base of every config class. Subclasses set ``benchmark``, ``scenario`` and fields as class attributes."""
@@ -62,40 +55,29 @@ class BenchmarkConfiguration(metaclass=_ConfigMeta):
     system: ClassVar[str | None] = None  # default: the class name without variant suffixes
     engine_ladder: ClassVar[Ladder] = ()  # the engines it may run, fastest first; (): the class's own engine only
     # field -> where its value comes from when not measured on this GPU model ("estimate: H100_SXM_80GB's measured
-    # rate x 0.39 ..."), shown beside the value by `make info`; set by the class that sets the value or its ladder
+    # rate x 0.39 ..."), shown beside the value by `make info`
     value_notes: ClassVar[dict[str, str]] = {}
     gpu_model: ClassVar[GpuModel | None] = None  # a derived class's GPU model (code/config/any_gpu.py)
-    # The GPU count of a system whose name does not give it (``MyBox``, not ``<model>x<count>``): the per-GPU rates
-    # it inherits from a GPU model's class are multiplied by it, as a name's count does
+    # The GPU count of a system whose name does not give it (``MyBox``): the per-GPU rates it inherits are
+    # multiplied by it, as a name's count does
     gpu_count: ClassVar[int | None] = None
-    # Rungs a derived class left out of its ladder because the GPU cannot hold them (GPT-J's memory), with why:
-    # `make info` names them beside those its compute capability skips
+    # Rungs a derived class left out because the GPU cannot hold them (GPT-J's memory), with why, for `make info`
     skipped_rungs: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     @classmethod
     def fields(cls) -> dict[str, Any]:
         """The field values this class sets, its own and inherited (nearest class wins)."""
-        return {key: value for key, (value, _) in cls.field_origins().items()}
-
-    @classmethod
-    def field_origins(cls) -> dict[str, tuple[Any, str]]:
-        """Each field's value and the name of the class that set it, so `make info` can say where it came from."""
-        return {key: (value, owner.__name__) for key, (value, owner) in cls.field_owners().items()}
+        return {key: value for key, (value, _) in cls.field_owners().items()}
 
     @classmethod
     def field_owners(cls) -> dict[str, tuple[Any, type[BenchmarkConfiguration]]]:
-        """Each field's value and the class that set it (the nearest one in the class's ancestry)."""
-        owners: dict[str, tuple[Any, type[BenchmarkConfiguration]]] = {}
-        for klass in reversed(cls.__mro__):
-            for key, value in vars(klass).items():
-                if key in FIELDS:
-                    owners[key] = (value, klass)
-        return owners
+        """Each field's value and the nearest class that set it, so `make info` can say where it came from."""
+        return {key: (value, klass) for klass in reversed(cls.__mro__) for key, value in vars(klass).items()
+                if key in FIELDS}
 
     @classmethod
     def ladder_owner(cls) -> type[BenchmarkConfiguration] | None:
-        """The class that set the engine ladder this class uses (itself or the nearest base); None without one (an
-        ``engine_ladder = ()`` ends an inherited one)."""
+        """The class whose engine ladder this class uses; None without one (``engine_ladder = ()`` ends one)."""
         owner = next((klass for klass in cls.__mro__ if LADDER_ATTRIBUTE in vars(klass)), None)
         return owner if owner is not None and vars(owner)[LADDER_ATTRIBUTE] else None
 
@@ -105,16 +87,14 @@ class BenchmarkConfiguration(metaclass=_ConfigMeta):
 
     @classmethod
     def per_gpu(cls) -> bool:
-        """Whether the class's throughputs are one GPU's: it is named after a GPU model (``H200_SXM_141GB``), or is
-        a base class, not after a system with its GPU count (``H200_SXM_141GBx2``). A system multiplies them by its
-        GPU count where they are not its own class's (``_per_gpu_on``), so ``CPU`` and ``MyBox`` keep their own."""
+        """Whether the class's throughputs are one GPU's: it is named after a GPU model, or is a base class, not
+        after a system with its GPU count (``H200_SXM_141GBx2``), ``CPU`` or ``MyBox``."""
         return gpu_model_and_count(cls.system_name()) is None
 
 
 def source_file(config: type) -> str:
     """The file a class is written in, relative to the repository: an error about two classes names both files."""
-    module = sys.modules.get(config.__module__)
-    path = getattr(module, "__file__", None)
+    path = getattr(sys.modules.get(config.__module__), "__file__", None)
     if not path:
         return config.__module__
     try:
@@ -124,10 +104,9 @@ def source_file(config: type) -> str:
 
 
 def shared_values(**values: Any):  # noqa: ANN201 - a decorator factory
-    """A class decorator that sets fields several classes share across scenario files (a benchmark's values for an
-    accuracy target or a device), so they are stated once; it goes under ``@ConfigRegistry.register``. The class
-    keeps single inheritance and is the values' owner, as if it had set them. A class that sets one of those fields
-    itself is refused: two statements of one value would leave a reader to guess which one holds."""
+    """A class decorator (under ``@ConfigRegistry.register``) that sets fields several classes share across scenario
+    files, so they are stated once; the class keeps single inheritance and owns the values. A class that sets one of
+    them itself is refused: two statements of one value would leave a reader to guess which holds."""
     unknown = sorted(set(values) - set(FIELDS))
     if unknown:
         raise ConfigError(f"shared_values: unknown field(s) {', '.join(unknown)}")
@@ -152,30 +131,22 @@ def validate_config_class(config: type) -> None:
         raise ConfigError(f"config class {name}: single inheritance only (bases: {config.__bases__})")
     if not isinstance(config.benchmark, Benchmark) or not isinstance(config.scenario, Scenario):
         raise ConfigError(f"config class {name}: benchmark and scenario must be set (derive from a scenario base)")
-    for klass in config.__mro__:
-        if klass is BenchmarkConfiguration or klass is object:
-            continue
+    for klass in [klass for klass in config.__mro__ if klass not in (BenchmarkConfiguration, object)]:
+        where = f"config class {klass.__name__}"
         for key, value in vars(klass).items():
-            if (key.startswith("_") or key in IDENTITY_ATTRIBUTES or key in NOTE_ATTRIBUTES or callable(value)
-                    or isinstance(value, classmethod)):
+            if key.startswith("_") or key in OTHER_ATTRIBUTES or callable(value) or isinstance(value, classmethod):
                 continue
-            if key == LADDER_ATTRIBUTE:
-                try:
-                    check_ladder(value, config.benchmark, config.scenario, f"config class {klass.__name__}")
-                except FieldError as error:
-                    raise ConfigError(str(error)) from None
-                continue
-            if key not in FIELDS:
-                raise ConfigError(f"config class {klass.__name__}: unknown field '{key}'")
-            fld = FIELDS[key]
-            if not fld.applies_to(config.benchmark, config.scenario):
-                raise ConfigError(
-                    f"config class {klass.__name__}: field '{key}' does not apply to "
-                    f"{config.benchmark.value}/{config.scenario.value}"
-                )
             try:
+                if key == LADDER_ATTRIBUTE:
+                    check_ladder(value, config.benchmark, config.scenario, where)
+                    continue
+                if key not in FIELDS:
+                    raise ConfigError(f"{where}: unknown field '{key}'")
+                if not FIELDS[key].applies_to(config.benchmark, config.scenario):
+                    raise ConfigError(f"{where}: field '{key}' does not apply to "
+                                      f"{config.benchmark.value}/{config.scenario.value}")
                 for each in value.candidates if isinstance(value, BestCpuPrecision) else (value,):
-                    fld.check(each, f"config class {klass.__name__}")
+                    FIELDS[key].check(each, where)
             except FieldError as error:
                 raise ConfigError(str(error)) from None
     count = vars(config).get("gpu_count")

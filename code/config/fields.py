@@ -1,71 +1,59 @@
 """The one table of configuration fields: the harness's own, listed here, and each backend's switches.
 
-A config class (configs/) may set only the fields in the table, RUN_ARGS may override any of them, and each has
-one default. Keeping name, type, default, description and where a field applies in one table is what lets the
-registry reject a misspelt field at import time and lets ``make info`` explain every resolved value.
+A config class may set only the fields in the table, RUN_ARGS may override any of them, and each has one default:
+one table of name, type, default, description and scope lets the registry reject a misspelt field at import time
+and ``make info`` explain every resolved value. A switch only one backend reads is declared beside that backend
+(``code/<bench>/backends/__init__.py``) and joins the table from there (``switches_of``), so this module names none.
 
-A switch that only one backend reads (the BERT packed path's kernels, the GPT-J in-flight engine's KV cache, an
-oracle's failure modes) is declared by that backend, with the rules between its switches, beside its declaration
-(``code/<bench>/backends/__init__.py``); the table takes it from there (``switches_of``), so a new switch is a
-change to its backend alone and this module names none.
-
-This is also the one validation layer: every value, from a config class or RUN_ARGS, is checked here before
-anything runs. Every numeric field has a range (NaN and infinity are outside every range), because LoadGen
-and the C++ core take what they are given: a rate of 0, a negative duration (read as a huge unsigned one) or a
-sample count below the benchmark's hang a run, exhaust memory or make a result that cannot count.
+This is the one validation layer: every value is checked here before anything runs. Every numeric field has a range
+(NaN and infinity are outside all), because LoadGen and the C++ core take what they are given: a rate of 0, a
+negative duration (read as a huge unsigned one) or too few samples hang a run, exhaust memory or void the result.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
-from code.common.constants import DATASET_SIZE, Benchmark, ChoiceError, Scenario
+from code.common.constants import DATASET_SIZE, Benchmark, Scenario
 from code.common.gpu_models import model_names
 from code.common.loadgen_rules import OFFLINE_SLACK, offline_query_samples
 from code.common.rounds import DEFAULT_ROUND, ROUNDS
-from code.config.backends import BackendDeclaration, Origin, declaration, declarations, needs_gpu
+from code.config.backends import BackendDeclaration, Given, Origin, declaration, declarations, needs_gpu
 from code.config.field_spec import Field, FieldError, Range
 
-# Integer limits of what the values reach: LoadGen reads counts and durations as uint64 and keeps durations as
-# int64 nanoseconds; a seed feeds numpy's generators (no negative seeds) and torch's (at most 64 bits), and 32 bits
-# suit both.
+# LoadGen reads counts and durations as uint64 and keeps durations as int64 ns; a seed feeds numpy (no negative
+# seeds) and torch (at most 64 bits), and 32 bits suit both.
 INT64_MAX = 2**63 - 1
 LOADGEN_MAX_MS = INT64_MAX // 1_000_000
 SEED_MAX = 2**32 - 1
-# LoadGen plans every query of a performance run before it starts: about rate x min_duration of them. A rate
-# (or an expected latency) far from the system's real one costs memory and time in proportion, hence the bounds.
+# LoadGen plans every query before a performance run starts (about rate x min_duration): a rate or latency far
+# from the system's costs memory and time in proportion.
 MAX_RATE = 1_000_000.0  # samples/s; 1 us per sample
 MIN_LATENCY_NS = 1_000
-# What LoadGen runs with where user.conf sets nothing: mlperf.conf's minimums (both rounds), and --test_run's.
+# What LoadGen runs with where user.conf sets nothing: mlperf.conf's minimums; LoadGen's default min_query_count for
+# Server and SingleStream (Offline's one query holds the data set, far below any memory bound); --test_run's.
 MLPERF_MIN_DURATION_MS = 600_000
-# Server and SingleStream: LoadGen's default min_query_count (test_settings.h; mlperf.conf sets none for them).
-# Offline: its one query holds at least the data set (mlperf.conf's <bench>.Offline.min_query_count), far below any
-# memory bound, so the rate alone sizes it here.
 MLPERF_MIN_QUERY_COUNT = {Scenario.Offline: 1, Scenario.Server: 100, Scenario.SingleStream: 100}
 TEST_RUN_MIN_DURATION_MS = 60_000  # --test_run / --fast (NVIDIA's values)
 TEST_RUN_MIN_QUERY_COUNT = 1
-# The plan's cost, measured on the 2-core dev VM (BERT Offline, --test_run): the test process's peak memory grows
-# 166-178 bytes per planned sample from 1 M to 7.9 M samples (oracle backend: 419 MB, 947 MB, 1,604 MB at 0.99 M,
-# 3.96 M, 7.92 M), and 143 bytes for a 50.6 M plan before its first sample completes (7.2 GB, BERT-tiny). A plan may
-# take this share of the machine's memory, beside the model and the data.
+# Measured on the 2-core dev VM (BERT Offline, --test_run): peak memory grows 166-178 bytes per planned sample from
+# 1 M to 7.9 M samples, 143 bytes for 50.6 M (7.2 GB). A plan may take this share of the machine's memory.
 BYTES_PER_PLANNED_SAMPLE = 170
 PLAN_MEMORY_SHARE = 0.2
-# The time from LoadGen's start to the first completed sample, which no progress line can cover: LoadGen builds the
-# plan (65-86 ns a sample) and the core takes and orders the samples; measured 4 s for 10 M samples, 8 s for 20 M,
-# 30-45 s for 50.6 M (BERT-tiny, Offline). From PLAN_SAID_FROM samples on (about 0.4 s and 160 MiB) the test
-# process says so before LoadGen starts (``plan_note``).
+# LoadGen's start to the first completed sample, which no progress line covers: 4 s for 10 M samples, 8 s for 20 M,
+# 30-45 s for 50.6 M (BERT-tiny). From PLAN_SAID_FROM samples on the test says so first (``plan_note``).
 SECONDS_PER_PLANNED_SAMPLE = 0.4e-6
 PLAN_SAID_FROM = 1_000_000
 PLAN_FIELDS = ("offline_expected_qps", "server_target_qps", "single_stream_expected_latency_ns", "min_duration",
                "min_query_count")  # what sizes the plan
 
 
+
 HARNESS_FIELDS: tuple[Field, ...] = (
-    # Which round the result is for.
     Field("round", str, DEFAULT_ROUND, "MLPerf round the run is for: its LoadGen build (and so its RNG seeds) "
           "and what a SubmissionRun may run (documentation/rounds.md)", choices=tuple(ROUNDS)),
-    # What runs.
     Field("backend", str, "pytorch", "Backend that runs the model: pytorch (our model), inflight (GPT-J: "
           "continuous batching of beam search, code/gptj/inflight), oracle (gold answers; checks the pipeline, "
           "not a model)", choices=("pytorch", "inflight", "oracle"), engine=True),
@@ -147,7 +135,6 @@ HARNESS_FIELDS: tuple[Field, ...] = (
           "not a valid submission"),
     Field("num_samples", int, None, "AccuracyOnly: run and score only the first N real samples, a quick "
           "accuracy check; never a valid result (default: the whole data set)", range=Range(1, 1_000_000)),
-    # Where results go.
     Field("log_enable_trace", bool, False, "LoadGen's trace (mlperf_log_trace.json, for debugging): GBs at GPU "
           "rates, written during the timed run; the submission checker rejects files over 50 MB"),
     Field("log_dir", str, None, "Log folder (default build/logs/<timestamp>); must not hold an earlier run"),
@@ -155,8 +142,7 @@ HARNESS_FIELDS: tuple[Field, ...] = (
 
 
 def switches_of(harness: tuple[Field, ...]) -> dict[str, Field]:
-    """The field table: the harness's fields, then every backend's switches in the order the benchmarks and their
-    declarations list them, each once with the backends that declare it (``Field.owners``)."""
+    """The harness's fields, then every backend's switches in declaration order, each once with its declarers."""
     table = {fld.name: fld for fld in harness}
     switches: dict[str, Field] = {}
     for benchmark in Benchmark:
@@ -174,26 +160,16 @@ def switches_of(harness: tuple[Field, ...]) -> dict[str, Field]:
 FIELDS: dict[str, Field] = switches_of(HARNESS_FIELDS)
 
 
-def get_field(name: str) -> Field:
-    """Look a field up by name; an unknown name gets the list of fields."""
-    try:
-        return FIELDS[name]
-    except KeyError:
-        raise FieldError(f"unknown field '{name}'; valid fields: {', '.join(sorted(FIELDS))}") from None
-
-
-def applicable_fields(benchmark: Benchmark, scenario: Scenario) -> list[Field]:
-    return [f for f in FIELDS.values() if f.applies_to(benchmark, scenario)]
+def origin_of(sources: Mapping[str, str]) -> Origin:
+    """How an error names where a value came from: ``--name``, or ``name (set by <source>)``."""
+    return lambda name: (f"--{name}" if sources.get(name) == "RUN_ARGS"
+                         else f"{name} (set by {sources.get(name, 'default')})")
 
 
 def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dict[str, str]) -> None:
-    """The rules between fields and the benchmark, for a resolved config (each value already in its range); the
-    rules of a backend are those its declaration states (``code/<bench>/backends/__init__.py``)."""
-
-    def origin(name: str) -> str:
-        source = sources.get(name, "default")
-        return f"--{name}" if source == "RUN_ARGS" else f"{name} (set by {source})"
-
+    """The rules between a resolved config's fields (each already in its range), its benchmark and its backend's
+    declaration."""
+    origin = origin_of(sources)
     override = values.get("performance_sample_count_override")
     minimum = DATASET_SIZE[benchmark]
     if override is not None and override < minimum:
@@ -215,9 +191,7 @@ def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dic
     if declared.precisions is not None and precision not in declared.precisions:
         raise FieldError(_precision_elsewhere(benchmark, backend, precision, origin))
     problem = _foreign_switch(benchmark, declared, values, sources)
-    if problem:
-        raise FieldError(problem)
-    problem = declared.check(values, origin) if declared.check else None
+    problem = problem or (declared.check(values, origin) if declared.check else None)
     if problem:
         raise FieldError(problem)
     _check_durations(values, origin)
@@ -225,8 +199,8 @@ def check_combination(benchmark: Benchmark, values: dict[str, Any], sources: dic
 
 
 def _check_durations(values: dict[str, Any], origin: Origin) -> None:
-    """A maximum duration below the minimum: LoadGen stops at the maximum, so the minimum is never met and every
-    performance test is INVALID, with a hint (raise the target QPS) that does not apply."""
+    """A maximum duration below the minimum makes every performance test INVALID, with a hint (raise the target QPS)
+    that does not apply."""
     maximum = values.get("max_duration")
     if not maximum or values.get("test_mode") == "AccuracyOnly":
         return  # 0: no maximum; an accuracy test issues each sample once, whatever the durations
@@ -241,8 +215,8 @@ def _check_durations(values: dict[str, Any], origin: Origin) -> None:
 
 
 def _check_cluster(values: dict[str, Any], sources: dict[str, str], origin: Origin) -> None:
-    """A cluster address whose port no TCP connection can have (the pattern takes 5 digits), and the fields of a
-    cluster run given without --cluster, which a run on this machine alone would silently not use."""
+    """A cluster port no TCP connection can have (the pattern takes 5 digits), and cluster fields given without
+    --cluster, which a run on this machine alone would silently ignore."""
     cluster = values.get("cluster")
     if cluster and cluster != "auto":
         port = int(cluster.rpartition(":")[2])
@@ -259,8 +233,7 @@ def _check_cluster(values: dict[str, Any], sources: dict[str, str], origin: Orig
 
 
 def min_duration_ms(values: dict[str, Any]) -> int:
-    """The minimum duration LoadGen runs a performance test of these values for: min_duration where set, else
-    --test_run's or mlperf.conf's."""
+    """min_duration where set, else --test_run's or mlperf.conf's."""
     duration_ms = values.get("min_duration")
     if duration_ms is None:
         duration_ms = TEST_RUN_MIN_DURATION_MS if values.get("test_run") else MLPERF_MIN_DURATION_MS
@@ -268,9 +241,8 @@ def min_duration_ms(values: dict[str, Any]) -> int:
 
 
 def planned_samples(scenario: Scenario, values: dict[str, Any]) -> int:
-    """How many samples LoadGen plans before a performance run of these values starts (every one is held in
-    memory): the rate (or 1 / latency) x the minimum duration, at least the minimum query count, at most a maximum
-    query count when one is set (Server, SingleStream)."""
+    """The samples LoadGen plans (and holds in memory) before a performance run starts: rate (or 1 / latency) x
+    minimum duration, at least the minimum query count, at most a maximum query count (Server, SingleStream)."""
     duration_ms = min_duration_ms(values)
     if scenario is Scenario.Offline:
         return offline_query_samples(float(values["offline_expected_qps"]), duration_ms)
@@ -287,10 +259,9 @@ def planned_samples(scenario: Scenario, values: dict[str, Any]) -> int:
 
 
 def plan_note(scenario: Scenario, values: dict[str, Any]) -> str | None:
-    """The line a performance test prints before LoadGen starts when its plan is large (``PLAN_SAID_FROM``): how
-    many samples LoadGen plans, the memory they take and how long before the first one runs, a silence no progress
-    line can fill; and how long the test runs at the rate it was given, which a slower system stretches. None for a
-    small plan, and for an accuracy run (it issues each sample once)."""
+    """The line a performance test prints before a large plan (``PLAN_SAID_FROM``): the samples, their memory and
+    the wait before the first one runs, a silence no progress line can fill; None for a small plan or an accuracy
+    run."""
     if values.get("test_mode") == "AccuracyOnly":
         return None
     planned = planned_samples(scenario, values)
@@ -314,15 +285,14 @@ def memory_bytes() -> int:
 
 
 def check_plan(scenario: Scenario, values: dict[str, Any], sources: dict[str, str]) -> None:
-    """Refuse a performance run whose RUN_ARGS make its plan (``planned_samples``) take more than
-    ``PLAN_MEMORY_SHARE`` of this machine's memory: LoadGen would spend minutes and gigabytes on it before the first
-    sample, showing nothing, and the run would not end in any useful time. The message names the rate (or latency)
-    that fits, and the fix."""
+    """Refuse RUN_ARGS whose plan takes more than ``PLAN_MEMORY_SHARE`` of this machine's memory: LoadGen would
+    spend minutes and gigabytes on it before the first sample, showing nothing. The message names the value that
+    fits."""
     if values.get("test_mode") == "AccuracyOnly":
         return  # an accuracy run issues each sample once, whatever the rate
     if not any(sources.get(name) == "RUN_ARGS" for name in PLAN_FIELDS):
-        # A config class's or find_performance's values are sized for the system they describe, which need not be
-        # this machine (make info of an 8-GPU system on a laptop); what RUN_ARGS give is for a run here.
+        # A config class's or tuned value is sized for the system it describes, which need not be this machine
+        # (make info of an 8-GPU system on a laptop); what RUN_ARGS give is for a run here.
         return
     memory = memory_bytes()
     if not memory:
@@ -339,21 +309,19 @@ def check_plan(scenario: Scenario, values: dict[str, Any], sources: dict[str, st
         name = "offline_expected_qps" if scenario is Scenario.Offline else "server_target_qps"
         per_second = seconds * (OFFLINE_SLACK if scenario is Scenario.Offline else 1)
         fits = f"{math.floor(bound / per_second)} at most"
-    given = f"--{name}" if sources.get(name) == "RUN_ARGS" else f"{name} (set by {sources.get(name, 'default')})"
     raise FieldError(
-        f"{given} = {values[name]:g} with a {seconds:g} s minimum duration asks LoadGen to plan {planned:,} samples "
-        f"before the run starts (about {planned * BYTES_PER_PLANNED_SAMPLE / 2**30:.1f} GiB), more than "
-        f"{PLAN_MEMORY_SHARE:.0%} of this machine's {memory / 2**30:.1f} GiB: set it to what the system does "
-        f"(make find_performance measures it; --{name}={fits} here), or plan fewer samples with a shorter "
+        f"{origin_of(sources)(name)} = {values[name]:g} with a {seconds:g} s minimum duration asks LoadGen to plan "
+        f"{planned:,} samples before the run starts (about {planned * BYTES_PER_PLANNED_SAMPLE / 2**30:.1f} GiB), "
+        f"more than {PLAN_MEMORY_SHARE:.0%} of this machine's {memory / 2**30:.1f} GiB: set it to what the system "
+        f"does (make find_performance measures it; --{name}={fits} here), or plan fewer samples with a shorter "
         f"--min_duration{'' if scenario is Scenario.Offline else ' or a --max_query_count'}")
 
 
 def _foreign_switch(benchmark: Benchmark, declared: BackendDeclaration, values: dict[str, Any],
                     sources: dict[str, str]) -> str | None:
-    """A config class's (or rung's, or tuned) value for a switch of another backend, away from its default, on a
-    backend that runs a model: the run would be labelled with an engine option its backend does not have, so it is
-    refused. A backend that runs no model (the oracle) reads no engine option and is labelled with none, so the config
-    class's engine stays as it is. A value given in RUN_ARGS is judged over the whole run (``check_run_args_used``)."""
+    """A non-default value, not from RUN_ARGS (``check_run_args_used`` judges those over the whole run), of a switch
+    of another backend than this model-running one: the run would be labelled with an engine option it lacks. A
+    backend that runs no model reads no engine option and is labelled with none."""
     if not declared.runs_model:
         return None
     for name, value in values.items():
@@ -380,24 +348,21 @@ def _precision_elsewhere(benchmark: Benchmark, backend: str, precision: str, ori
             f"backend has no {precision.upper()}); set --backend={others[0]}, or --precision={default}")
 
 
+def given_of(values: Mapping[str, Any], sources: Mapping[str, str]) -> Given:
+    """How an error names a value and where it came from: ``--name=value``, or ``name=value (set by <source>)``."""
+    return lambda name: (f"--{name}={values.get(name)}" if sources.get(name) == "RUN_ARGS"
+                         else f"{name}={values.get(name)} (set by {sources.get(name, 'default')})")
+
+
 def check_device(benchmark: Benchmark, values: dict[str, Any], sources: dict[str, str], device: str) -> None:
     """The rules between a resolved config and the device it runs on (``auto`` already made concrete)."""
     declared = declaration(benchmark, values.get("backend"))
     if declared is None or not declared.runs_model:
         return  # runs no model: precision and device mean nothing to it
     on = "--device=cpu" if device == "cpu" else f"device {device}"
-
-    def given(name: str) -> str:
-        source = sources.get(name, "default")
-        value = values.get(name)
-        return f"--{name}={value}" if source == "RUN_ARGS" else f"{name}={value} (set by {source})"
-
+    given = given_of(values, sources)
     problem = needs_gpu("precision", values.get("precision"), FIELDS["precision"].default, device, on, given)
     if problem is None and declared.check_device:
         problem = declared.check_device(values, device, on, given)
     if problem:
         raise FieldError(problem)
-
-
-__all__ = ["FIELDS", "HARNESS_FIELDS", "ChoiceError", "Field", "FieldError", "Range", "applicable_fields",
-           "check_combination", "check_device", "get_field", "plan_note", "switches_of"]

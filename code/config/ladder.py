@@ -1,17 +1,10 @@
 """Engine ladders: the engines a config class may run for its accuracy target, fastest first.
 
-MLPerf's accuracy rule (99% or 99.9% of the reference's score) is met or missed by the AccuracyOnly run of the real
-checkpoint on the real data set; no proxy settles it for an engine close to the bar. So a config class need not pin
-the safest engine: its ``engine_ladder`` lists engines (rungs), fastest first, and a run takes the first one that
-has not missed the target on this system and checkpoint, with the real accuracy run as its gate
-(code/tuning/accuracy_gate.py; the misses are stored by code/config/tuned.py).
-
-A rung is a name, a line that says what the engine is and why it sits where it does, and field values: those that
-make the engine (the fields marked ``engine`` in code/config/fields.py: precision, KV cache type, FP8 options) and
-those that go with it (its expected rates, its batching). Config resolution (code/config/registry.py) puts a rung's
-values between the tuned values and the config class's own: RUN_ARGS > tuned > rung > config class > default. An
-engine field given in RUN_ARGS chooses the engine itself: the ladder and its gate are skipped, and the rung whose
-engine the RUN_ARGS name (if one does) still brings its rates and batching.
+MLPerf's accuracy rule (99% or 99.9% of the reference's score) is settled only by the real checkpoint's AccuracyOnly
+run, so a class need not pin the safest engine: its ``engine_ladder`` lists rungs, fastest first, and a run takes the
+first that has not missed on this system and checkpoint (code/tuning/accuracy_gate.py). A rung is a name, what the
+engine is, and field values: those that make the engine (``engine`` fields) and those that go with it (rates,
+batching). An engine field in RUN_ARGS chooses the engine itself; the rung it names still brings its rates.
 """
 
 from __future__ import annotations
@@ -25,8 +18,7 @@ from typing import Any
 from code.common.constants import Benchmark, Scenario
 from code.config.fields import FIELDS, FieldError
 
-RUNG_NAME = re.compile(r"[a-z0-9][a-z0-9.+-]{0,39}")
-"""A rung's name: it names a folder of the gate's logs and a key of the stored misses."""
+RUNG_NAME = re.compile(r"[a-z0-9][a-z0-9.+-]{0,39}")  # it names a log folder and a key of the stored misses
 
 
 @dataclass(frozen=True, init=False)
@@ -46,7 +38,6 @@ class Rung:
         return f"Rung({self.name!r}, {', '.join(f'{k}={v!r}' for k, v in self.values.items())})"
 
     def engine(self) -> dict[str, Any]:
-        """The values that make the engine (the rest go with it: rates, batching)."""
         return {name: value for name, value in self.values.items() if FIELDS[name].engine}
 
 
@@ -54,8 +45,7 @@ Ladder = tuple[Rung, ...]
 
 
 def check_ladder(ladder: Any, benchmark: Benchmark, scenario: Scenario, where: str) -> None:
-    """Refuse a ladder that could not run, naming the rung and the fix: a ``FieldError`` (the caller says which class
-    it is in ``where``)."""
+    """Refuse a ladder that could not run, naming the rung and the fix (``where``: the class)."""
     if not isinstance(ladder, tuple) or not all(isinstance(rung, Rung) for rung in ladder):
         raise FieldError(f"{where}: engine_ladder must be a tuple of Rung(...), fastest engine first, got {ladder!r}")
     seen: set[str] = set()
@@ -84,36 +74,31 @@ def check_ladder(ladder: Any, benchmark: Benchmark, scenario: Scenario, where: s
 
 
 def engine_fields(ladder: Ladder) -> list[str]:
-    """The engine fields any rung of the ladder sets, in the order the rungs name them."""
     return list(dict.fromkeys(name for rung in ladder for name in rung.engine()))
 
 
 def given_engine_fields(ladder: Ladder, overrides: Mapping[str, Any]) -> list[str]:
-    """The ladder's engine fields that RUN_ARGS give: any of them chooses the engine and skips the ladder."""
+    """The ladder's engine fields RUN_ARGS give: any of them chooses the engine and skips the ladder."""
     return [name for name in engine_fields(ladder) if name in overrides]
 
 
 def matching_rung(ladder: Ladder, below: Mapping[str, Any], overrides: Mapping[str, Any]) -> Rung | None:
-    """The rung whose engine the RUN_ARGS name: the one whose engine fields, over ``below`` (the config class's values
-    and the defaults), equal the run's (``overrides`` over ``below``); None when no rung does."""
+    """The rung whose engine fields over ``below`` (the class's values) equal ``overrides`` over ``below``."""
     names = engine_fields(ladder)
     run = {name: overrides.get(name, below.get(name, FIELDS[name].default)) for name in names}
-    for rung in ladder:
-        if all(rung.values.get(name, below.get(name, FIELDS[name].default)) == run[name] for name in names):
-            return rung
-    return None
+    return next((rung for rung in ladder
+                 if all(rung.values.get(name, below.get(name, FIELDS[name].default)) == run[name] for name in names)),
+                None)
 
 
 def engine_values(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Every engine field of a resolved config's values: what an accuracy run judged, and what a stored miss is
-    compared with (a rung whose values changed since is another engine)."""
+    """The engine fields of a resolved config: what an accuracy run judged, and a stored miss is compared with."""
     return {name: value for name, value in sorted(values.items()) if FIELDS[name].engine}
 
 
 def same_engine(stored: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
-    """Whether a stored miss's engine values (``engine_values`` then) are those of ``values`` (``engine_values``
-    now). A field the stored values lack did not apply to the benchmark when the miss was recorded, so it ran at
-    its default: a field that starts to apply later (fp8_fast_accum for GPT-J) leaves an old miss standing as long
-    as the rung keeps that default."""
+    """Whether a stored miss's ``engine_values`` are ``values``. A field the stored ones lack did not apply when the
+    miss was recorded, so it ran at its default: one that applies later (fp8_fast_accum for GPT-J) leaves the miss
+    standing while the rung keeps that default."""
     then = {name: FIELDS[name].default for name in values if name not in stored} | dict(stored)
     return then == dict(values)

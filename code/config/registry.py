@@ -1,10 +1,10 @@
 """The registry of config classes, keyed by benchmark, scenario, system and workload.
 
-``@ConfigRegistry.register(HarnessType, AccuracyTarget, PowerSetting)`` validates a class when its module is imported
-(``code/config/classes.py``), so a misspelt field or a missing required one fails at once, naming the class and
-field. The classes themselves live under ``configs/``, imported by name when a benchmark's scenario is first looked
-up, so this room never imports the floor that holds them. A system ``<model>x<count>`` uses its own class when there
-is one, else its GPU model's, else the class derived for its GPU (``code/config/any_gpu.py``).
+``@ConfigRegistry.register(HarnessType, AccuracyTarget, PowerSetting)`` validates a class when its module is imported,
+so a misspelt or missing field fails at once, naming the class. The classes live under ``configs/``, imported by name
+when a benchmark's scenario is first looked up, so this room never imports the floor that holds them. A system
+``<model>x<count>`` uses its own class when there is one, else its GPU model's, else the class derived for its GPU
+(``code/config/any_gpu.py``).
 """
 
 from __future__ import annotations
@@ -29,10 +29,9 @@ RegistryKey = tuple[Benchmark, Scenario, str, WorkloadSetting]
 
 
 def import_config_module(module: str, path: Path, fix: str) -> None:
-    """Import the config module ``module`` (the file ``path``), turning any error a hand edit can cause into one
-    ``ConfigError`` naming the file, the line, the error and ``fix``: every run imports these files, so a slip in
-    one (an unquoted value, a misspelt name) would otherwise end every command in a traceback. The registry's own
-    errors (a misspelt field, a class registered twice) already name the class and pass unchanged."""
+    """Import a config module, turning any error a hand edit can cause into a ``ConfigError`` naming the file, the
+    line and ``fix``: every run imports these files, so a slip would otherwise end every command in a traceback. The
+    registry's own errors already name the class and pass unchanged."""
     try:
         importlib.import_module(module)
     except (ConfigError, FieldError):
@@ -47,8 +46,7 @@ def import_config_module(module: str, path: Path, fix: str) -> None:
 
 
 def _edited_line(error: BaseException, path: Path) -> tuple[Path, int | str, str]:
-    """The file, line number and source of the innermost frame of ``error`` in ``path``'s folder or the configs
-    folder (where the hand edit is), else ``path`` with an unknown line."""
+    """The file, line and source of ``error``'s innermost frame in ``path``'s folder or configs/ (the hand edit)."""
     folders = (path.resolve().parent, (REPO_ROOT / "configs").resolve())
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
         file = Path(frame.filename).resolve()
@@ -89,7 +87,7 @@ class ConfigRegistry:
 
     @classmethod
     def load(cls, benchmark: Benchmark, scenario: Scenario) -> None:
-        """Import a scenario's configs and, when present, the user's ``custom.py`` beside them."""
+        """Import a scenario's configs and the user's ``custom.py`` beside them."""
         package = f"configs.{benchmark.package}.{scenario.value}"
         folder = REPO_ROOT / "configs" / benchmark.package / scenario.value
         shipped = folder / "__init__.py"
@@ -102,9 +100,8 @@ class ConfigRegistry:
 
     @classmethod
     def reload_custom(cls, benchmark: Benchmark, scenario: Scenario) -> None:
-        """Import a scenario's ``custom.py`` again after it was rewritten (``make add_system``): a module is imported
-        once per process, so without this the classes added to a file already imported would not register. The
-        file's earlier classes are dropped first, as they register anew."""
+        """Import a scenario's ``custom.py`` again after ``make add_system`` rewrote it (a module is imported once per
+        process), its earlier classes dropped first as they register anew."""
         module = f"configs.{benchmark.package}.{scenario.value}.custom"
         for key in [key for key, config in cls._classes.items() if config.__module__ == module]:
             del cls._classes[key]
@@ -116,10 +113,11 @@ class ConfigRegistry:
     def get(
         cls, benchmark: Benchmark, scenario: Scenario, system: str, workload: WorkloadSetting
     ) -> type[BenchmarkConfiguration]:
-        """The system's own class, else its GPU model's (``H200_SXM_141GB`` for ``H200_SXM_141GBx2``): a class a
-        user writes for one count wins over the model's."""
+        """The system's own class, else its GPU model's (``H200_SXM_141GB`` for ``H200_SXM_141GBx2``), else the one
+        derived for its GPU."""
         cls.load(benchmark, scenario)
-        names = candidate_names(system)
+        found = gpu_model_and_count(system)
+        names = [system, found[0]] if found else [system]
         for name in names:
             if (benchmark, scenario, name, workload) in cls._classes:
                 return cls._classes[(benchmark, scenario, name, workload)]
@@ -149,18 +147,9 @@ class ConfigRegistry:
         return dict(cls._classes)
 
 
-def candidate_names(system: str) -> list[str]:
-    """The registered names that may configure ``system``, the first found winning: its own name, then for a
-    ``<model>x<count>`` name its GPU model."""
-    found = gpu_model_and_count(system)
-    return [system, found[0]] if found else [system]
-
-
 def gpu_model_classes(benchmark: Benchmark, scenario: Scenario) -> Callable[[str], type[BenchmarkConfiguration]]:
     """A scenario module's ``__getattr__``: ``configs.bert.Offline.A100_SXM4_40GB`` (and ``..._HighAccuracy``) is
-    the class derived for that GPU model, so a derived class is named and subclassed like a written one (``make
-    add_system`` writes ``class A100_SXM4_40GBx8(Offline.A100_SXM4_40GB)``). Any model of code/common/gpu_models.py,
-    or this machine's GPU, has one; any other name is an AttributeError, as for a plain module."""
+    the class derived for that GPU model, so ``make add_system`` can subclass it like a written one."""
 
     def class_named(name: str) -> type[BenchmarkConfiguration]:
         model_name = name.removesuffix("_HighAccuracy")

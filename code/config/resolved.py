@@ -1,12 +1,9 @@
-"""What a resolution produces: workload settings, the resolved config, where each of its values comes from, and the
-errors that name a fix.
+"""What a resolution produces: workload settings, the resolved config, where each value comes from, and the errors
+that name a fix.
 
-A run's settings come from five layers, and one rule orders them: RUN_ARGS > tuned > rung > config class > field
-default ("tuned": what ``make find_performance`` measured on this system, ``code/config/tuned.py``; it sits above the
-config class because it was measured on this very machine, and below RUN_ARGS so a flag always wins; "rung": the
-engine of the class's ladder the run uses, its values the class's for that engine). Everything in ``code/`` that
-reads a resolved config depends on this module and the fields alone, never on the config classes under
-``configs/``; ``code/config/resolve.py`` is the rule itself, the one pipeline that makes a ``ResolvedConfig``.
+One rule orders a run's settings: RUN_ARGS > tuned > rung > config class > field default. A tuned value was measured
+on this very machine, so it sits above the class, and below RUN_ARGS so a flag always wins. Code that reads a
+resolved config depends on this module and the fields alone, never on the classes under ``configs/``.
 """
 
 from __future__ import annotations
@@ -20,8 +17,7 @@ from code.common.log import get_logger
 from code.config.fields import FIELDS, FieldError
 from code.config.ladder import Ladder, Rung
 
-# The layers of a resolution, lowest first: each lays its values over those below it. The system scaling (a GPU
-# model's per-GPU rates times the GPU count, then the share of the GPUs --devices names) follows them once.
+# The layers of a resolution, lowest first: each lays its values over those below it.
 LAYERS = ("default", "class", "rung", "tuned", "RUN_ARGS")
 
 
@@ -30,7 +26,7 @@ class ConfigError(ValueError):
 
 
 class NoEngineError(ConfigError):
-    """A GPU that runs no engine of a config's ladder; ``skipped`` holds each engine with why (for tables)."""
+    """A GPU that runs no engine of a config's ladder; ``skipped``: each engine with why."""
 
     def __init__(self, message: str, skipped: tuple[tuple[str, str], ...]) -> None:
         super().__init__(message)
@@ -52,7 +48,7 @@ class WorkloadSetting:
 
 @dataclass
 class ResolvedConfig:
-    """Every applicable field's final value and where it came from (RUN_ARGS, the config class, the default)."""
+    """Every applicable field's final value and where it came from."""
 
     benchmark: Benchmark
     scenario: Scenario
@@ -63,17 +59,15 @@ class ResolvedConfig:
     sources: dict[str, str] = field(default_factory=dict)
     # What a tuned value replaced: field -> (the config class's or default value, its source).
     replaced: dict[str, tuple[Any, str]] = field(default_factory=dict)
-    ladder: Ladder = ()  # the config class's engine ladder as the system's GPU runs it, fastest first; () when it
-    # pins its engine
+    ladder: Ladder = ()  # the class's engine ladder as the system's GPU runs it; () when it pins its engine
     skipped: tuple[tuple[str, str], ...] = ()  # the ladder's rungs the system's GPU cannot run: (name, why)
     rung: Rung | None = None  # the rung whose values the config holds; None: no ladder, or RUN_ARGS name no rung
     engine_given: tuple[str, ...] = ()  # the ladder's engine fields RUN_ARGS give: they skip the ladder and its gate
-    # Which engine the run uses and why, as metadata.json and the summary say it: set by the orchestration's accuracy
-    # gate (code/tuning/accuracy_gate.py), which alone knows what the accuracy runs decided.
+    # Which engine the run uses and why, for metadata.json and the summary: set by the accuracy gate, which alone
+    # knows what the accuracy runs decided.
     engine_choice: dict[str, Any] = field(default_factory=dict)
     layers: dict[str, str] = field(default_factory=dict)  # field -> the layer of ``LAYERS`` its value came from
-    # The share of the system's GPUs --devices names, by which the whole-system rate was scaled (1.0: all of them,
-    # or a rate that is the run's own)
+    # The share of the system's GPUs --devices names, by which the whole-system rate was scaled
     device_share: float = 1.0
 
     def __getitem__(self, name: str) -> Any:
@@ -85,14 +79,13 @@ class ResolvedConfig:
         return self.benchmark.submission_name(self.workload.accuracy_target)
 
     def run_args(self) -> str:
-        """RUN_ARGS that resolve this config again: benchmark, scenario and each field given on the command line,
-        so a message's command (rebuild an engine) can be pasted as it is."""
+        """RUN_ARGS that resolve this config again, so a message's command can be pasted as it is."""
         given = [f"--{name}={str(value).lower() if isinstance(value, bool) else value}"
                  for name, value in sorted(self.values.items()) if self.sources.get(name) == "RUN_ARGS"]
         return " ".join([f"--benchmarks={self.benchmark_name}", f"--scenarios={self.scenario.value.lower()}", *given])
 
     def as_dict(self) -> dict[str, Any]:
-        """The config as metadata.json and ``make info`` record it: values and, beside them, their sources."""
+        """The config as metadata.json and ``make info`` record it."""
         return {
             "benchmark": self.benchmark_name,
             "scenario": self.scenario.value,
@@ -108,7 +101,7 @@ class ResolvedConfig:
 
 @dataclass(frozen=True)
 class Provenance:
-    """Where one resolved value comes from: its layer, the source within it, and what a tuned value replaced."""
+    """Where one resolved value comes from."""
 
     name: str
     value: Any
@@ -124,8 +117,7 @@ class Provenance:
 
 
 def where_from(config: ResolvedConfig, name: str) -> Provenance:
-    """Where the value of field ``name`` comes from: the one answer `make info` and an error give. A field the
-    config does not hold (another benchmark's or scenario's) is a KeyError naming it."""
+    """Where the value of field ``name`` comes from: the one answer `make info` and an error give."""
     if name not in config.values:
         raise KeyError(f"{name} is not a field of {config.benchmark_name} {config.scenario.value}")
     return Provenance(name, config.values[name], config.layers.get(name, "default"), config.sources[name],
@@ -134,16 +126,11 @@ def where_from(config: ResolvedConfig, name: str) -> Provenance:
 
 def check_run_args_used(overrides: Mapping[str, Any], configs: Sequence[ResolvedConfig],
                         all_scenarios: bool = False) -> None:
-    """Refuse a field RUN_ARGS give that no test of the run reads, before anything runs: a flag that silently does
-    nothing (``--fp8_gemms`` for GPT-J, ``--server_target_qps`` for an Offline run, ``--kv_cache_dtype=fp8`` without
-    the in-flight engine) leaves a submitter believing a run measured what it did not.
-
-    A field is read by a test when it applies to its benchmark and scenario and, a backend's switch, when the test's
-    backend declares it (``Field.used_by``). One test reading it is enough: ``--cuda_graphs=false`` with
-    ``--benchmarks=bert,gptj`` is BERT's, and a Server field with ``--scenarios=all`` is the Server test's. A switch
-    set to its default is a reset, not a wish (it clears a config class's value meant for another backend), and
-    passes. With ``--scenarios=all`` a field of a scenario the system's type does not run is only noted: the same
-    command serves every system type."""
+    """Refuse a field RUN_ARGS give that no test of the run reads: a flag that silently does nothing (``--fp8_gemms``
+    for GPT-J) leaves a submitter believing a run measured what it did not. One test reading it is enough. A switch
+    set to its default is a reset (it clears a class's value meant for another backend) and passes. With
+    ``--scenarios=all`` a field of a scenario the system's type does not run is only noted: one command serves every
+    system type."""
     if not configs:
         return
     run = ", ".join(dict.fromkeys(f"{config.benchmark_name} {config.scenario.value}" for config in configs))

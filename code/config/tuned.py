@@ -1,22 +1,14 @@
 """Tuned values: what ``make find_performance`` measured on a system, and the engines that missed their accuracy
 target there, stored for later runs to pick up.
 
-One file per system, benchmark and scenario, ``build/tuned/<system>/<bench-99|bench-99.9>/<Scenario>.json``
-(``MLPERF_TUNED_DIR`` moves the folder), holding one record per measurement key: the speed-changing RUN_ARGS
-(``run_settings``) and the engine a value was measured with, so find_performance with other flags stores its value
-beside the earlier ones instead of over them, and a value found again with the same key replaces the earlier one
-and says so. A record holds the one setting that depends on the machine's speed (``TUNED_FIELDS``), how it was
-found, when, by which code version (``git describe``), for which system (the config's system name) and on which
-hardware (``system_id``). Config resolution (``code/config/resolved.py``) takes the record of the run's key between
-RUN_ARGS and the config class: RUN_ARGS > tuned > rung > config class > default. A file that cannot be read, or a record
-found by another code version, for another system or on other hardware, is ignored with one warning naming the fix,
-never a traceback. Writers read, change and replace the file under its lock (``.<Scenario>.json.lock`` beside it),
-so two find_performance runs at once both keep their values.
-
-Beside it, ``<Scenario>.misses.json`` records each engine of the config's engine ladder (code/config/ladder.py) whose
-AccuracyOnly run on the real checkpoint missed the target on this system, with its score and the checkpoint's
-identity, so a later run starts at the first engine that has not missed (code/tuning/accuracy_gate.py; a changed
-checkpoint clears the record there).
+``build/tuned/<system>/<bench>/<Scenario>.json`` (``MLPERF_TUNED_DIR`` moves the folder) holds one record per key:
+the speed-changing RUN_ARGS (``run_settings``) and the engine a value was measured with, so values found with other
+flags sit side by side. A record holds the one machine-speed setting (``TUNED_FIELDS``), how and when it was found,
+by which code version, for which system and on which hardware; one found by other code, for another system or on
+other hardware is ignored with one warning naming the fix, never a traceback. Writers replace a file under its lock,
+so two find_performance runs keep both values. ``<Scenario>.misses.json`` beside it records the ladder's engines
+whose accuracy run on this checkpoint missed, so a later run starts at the first that has not
+(code/tuning/accuracy_gate.py).
 """
 
 from __future__ import annotations
@@ -27,6 +19,7 @@ import os
 import subprocess
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +37,10 @@ TUNED_FIELDS = {
 }
 SCHEMA = 1  # of a record
 STORE_SCHEMA = 2  # of a file: {"schema": 2, "values": [record, ...]}; schema 1 files held one record
+MISSES_SCHEMA = 1  # of a misses file (one record)
+# RUN_ARGS fields that do not change how fast the system runs: a tuned value found with any of them holds without.
+NOT_SPEED = frozenset({"test_run", "test_mode", "min_duration", "max_duration", "min_query_count", "max_query_count",
+                       "log_dir", "log_enable_trace", "round", "num_samples", "performance_sample_count_override"})
 
 log = get_logger("tuned")
 _warned: set[str] = set()
@@ -73,8 +70,8 @@ def code_version() -> str:
 
 @functools.lru_cache(maxsize=1)
 def system_id() -> str:
-    """The hardware a value was measured on (CPU model and cores, GPUs): a file copied from another machine, or
-    kept after a GPU was swapped, is stale even when the config's system name is the same."""
+    """The hardware (CPU model and cores, GPUs): a file copied from another machine, or kept after a GPU was
+    swapped, is stale even when the config's system name is the same."""
     from code.common.systems import detect_system
 
     described = detect_system().describe()
@@ -87,6 +84,10 @@ def tuned_path(system: str, benchmark_name: str, scenario: Scenario) -> Path:
     return paths.TUNED_DIR / system / benchmark_name / f"{scenario.value}.json"
 
 
+def misses_path(system: str, benchmark_name: str, scenario: Scenario) -> Path:
+    return paths.TUNED_DIR / system / benchmark_name / f"{scenario.value}.misses.json"
+
+
 def shown(path: Path) -> str:
     """A path as messages show it: relative to the checkout when inside it."""
     try:
@@ -95,20 +96,11 @@ def shown(path: Path) -> str:
         return str(path)
 
 
-# RUN_ARGS fields that do not change how fast the system runs: a tuned value found with any of them holds without.
-NOT_SPEED = frozenset({"test_run", "test_mode", "min_duration", "max_duration", "min_query_count", "max_query_count",
-                       "log_dir", "log_enable_trace", "round", "num_samples", "performance_sample_count_override"})
-
-
 def run_settings(overrides: dict[str, Any]) -> dict[str, str]:
-    """The RUN_ARGS that may change the speed (precision, batch size, devices, inputs, ...): a tuned value holds
-    for the settings it was measured with, so it is stored with them and used only by runs that give the same."""
+    """The RUN_ARGS that may change the speed (precision, batch size, devices, inputs, ...): a tuned value holds only
+    for runs that give the settings it was measured with."""
     tuned = set(TUNED_FIELDS.values())
     return {name: str(value) for name, value in sorted(overrides.items()) if name not in NOT_SPEED | tuned}
-
-
-def find_command(benchmark_name: str, scenario: Scenario) -> str:
-    return f'make find_performance RUN_ARGS="--benchmarks={benchmark_name} --scenarios={scenario.value.lower()}"'
 
 
 @dataclass
@@ -126,51 +118,50 @@ class TunedValue:
     schema: int = SCHEMA
     engine: str = ""  # the engine ladder's rung it was measured with ("": a config without a ladder, or none named)
 
-    def source(self, path: Path) -> str:
-        return f"tuned ({shown(path)})"
 
-
-def lock_file(path: Path) -> Path:
-    """The lock a store's writers take turns on: ``.<name>.lock`` beside it."""
-    return path.with_name(f".{path.name}.lock")
-
-
-def write_tuned(system: str, benchmark_name: str, scenario: Scenario, value: float | int, how: str,
-                settings: dict[str, str] | None = None, engine: str = "") -> Path:
-    """Store a value found on this system now with these ``run_settings`` and this engine (the rung of the config's
-    engine ladder), beside the values of other settings and engines and in place of the one of the same; whole or
-    not at all, and under the store's lock so writers at once lose nothing. ``TunedStoreError`` names the fix when
-    the folder cannot be written."""
-    record = TunedValue(system, benchmark_name, scenario.value, TUNED_FIELDS[scenario], value, how,
-                        time.strftime("%Y-%m-%dT%H:%M:%S%z"), code_version(), system_id(), dict(settings or {}),
-                        engine=engine)
-    path = tuned_path(system, benchmark_name, scenario)
+def _rewrite(path: Path, change: Callable[[], Any]) -> Path:
+    """Replace ``path`` with the JSON of ``change()``, whole or not at all and under the store's lock (``.<name>.lock``
+    beside it), so writers at once lose nothing; ``TunedStoreError`` names the fix when the folder is not writable."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with holding(lock_file(path)):
-            try:
-                kept = _records(path.read_text())
-            except FileNotFoundError:
-                kept = []
-            except (OSError, ValueError) as error:  # unreadable or corrupt: kept aside for a person, said so
-                log.warning("%s: cannot read it (%s); moved it to %s, and a new file holds the new value",
-                            shown(path), error, shown(set_aside(path)))
-                kept = []
-            for earlier in kept:
-                if _key(earlier) == _key(asdict(record)):
-                    log.info("%s: %s replaces %s (found %s)%s", shown(path), _number(value),
-                             _number(earlier.get("value")), earlier.get("date", "at an unknown date"),
-                             _described(record.settings, engine))
-            values = [earlier for earlier in kept if _key(earlier) != _key(asdict(record))] + [asdict(record)]
-            atomic.write_text(path, json.dumps({"schema": STORE_SCHEMA, "values": values}, indent=2) + "\n")
+        with holding(path.with_name(f".{path.name}.lock")):
+            atomic.write_text(path, json.dumps(change(), indent=2, default=str) + "\n")
     except OSError as error:
         raise TunedStoreError(not_writable(path.parent, error)) from None
     return path
 
 
+def write_tuned(system: str, benchmark_name: str, scenario: Scenario, value: float | int, how: str,
+                settings: dict[str, str] | None = None, engine: str = "") -> Path:
+    """Store a value found now with these ``run_settings`` and engine, beside those of other settings and engines and
+    in place of the one of the same."""
+    record = asdict(TunedValue(system, benchmark_name, scenario.value, TUNED_FIELDS[scenario], value, how,
+                               time.strftime("%Y-%m-%dT%H:%M:%S%z"), code_version(), system_id(),
+                               dict(settings or {}), engine=engine))
+    path = tuned_path(system, benchmark_name, scenario)
+
+    def change() -> dict[str, Any]:
+        try:
+            kept = _records(path.read_text())
+        except FileNotFoundError:
+            kept = []
+        except (OSError, ValueError) as error:  # unreadable or corrupt: kept aside for a person, said so
+            log.warning("%s: cannot read it (%s); moved it to %s, and a new file holds the new value",
+                        shown(path), error, shown(set_aside(path)))
+            kept = []
+        for earlier in kept:
+            if _key(earlier) == _key(record):
+                log.info("%s: %s replaces %s (found %s)%s", shown(path), _number(value), _number(earlier.get("value")),
+                         earlier.get("date", "at an unknown date"), _described(record["settings"], engine))
+        return {"schema": STORE_SCHEMA, "values": [earlier for earlier in kept if _key(earlier) != _key(record)]
+                + [record]}
+
+    return _rewrite(path, change)
+
+
 def set_aside(path: Path) -> Path:
-    """Move a store that cannot be read to ``<name>.corrupt`` beside it (``.corrupt-2``, ... when taken), under the
-    store's lock: the values it held stay where a person can recover them, and no earlier copy is overwritten."""
+    """Move an unreadable store to ``<name>.corrupt`` (``.corrupt-2``, ... when taken), where a person can recover
+    its values."""
     aside, index = path.with_name(f"{path.name}.corrupt"), 1
     while aside.exists():
         index += 1
@@ -226,8 +217,7 @@ def check_writable(system: str) -> None:
 
 
 def _read_record(path: Path, fix: str) -> tuple[str | None, str | None]:
-    """A stored record's text, or None and why it is ignored (None, None: there is none). A record that cannot be
-    read is ignored, not trusted, with ``fix`` saying what to do."""
+    """A stored file's text, or None and why it is ignored (None, None: there is none)."""
     try:
         return path.read_text(), None
     except FileNotFoundError:
@@ -236,13 +226,19 @@ def _read_record(path: Path, fix: str) -> tuple[str | None, str | None]:
         return None, f"ignoring {shown(path)}: cannot read it ({error.strerror or error}); {fix}"
 
 
+def _corrupt(path: Path, error: Exception, fix: str) -> str:
+    why = (str(error).splitlines() or [type(error).__name__])[0]
+    return f"ignoring {shown(path)}: it is corrupt ({why}); {fix}"
+
+
 def read_tuned(system: str, benchmark_name: str, scenario: Scenario, settings: dict[str, str] | None = None,
                engine: str = "") -> tuple[TunedValue | None, str | None]:
-    """The stored value for a run with these ``run_settings`` and this engine (a rung's name, "" for none), or None
-    and why it cannot be used (None, None: there is none). Engines of one ladder differ in speed by up to 2x, so a
-    value measured with one is not another's."""
+    """The stored value for a run with these ``run_settings`` and engine (a rung's name, "" for none), or None and
+    why it cannot be used (None, None: there is none). Engines of one ladder differ in speed by up to 2x, so one's
+    value is not another's."""
     path = tuned_path(system, benchmark_name, scenario)
-    fix = f"run `{find_command(benchmark_name, scenario)}` again, or delete the file"
+    fix = (f'run `make find_performance RUN_ARGS="--benchmarks={benchmark_name} '
+           f'--scenarios={scenario.value.lower()}"` again, or delete the file')
     text, unreadable = _read_record(path, fix)
     if text is None:
         return None, unreadable
@@ -254,15 +250,12 @@ def read_tuned(system: str, benchmark_name: str, scenario: Scenario, settings: d
         if record is None:
             return None, _no_record(path, records, settings, engine, fix)
         tuned = TunedValue(**{key: record[key] for key in TunedValue.__dataclass_fields__ if key in record})
-        expected_field = TUNED_FIELDS[scenario]
-        if tuned.field != expected_field:
-            raise ValueError(f"it sets {tuned.field}, not {expected_field}")
-        fld = FIELDS[expected_field]
-        value = fld.parse(str(int(tuned.value) if fld.type is int else tuned.value))
-        tuned.value = value
+        if tuned.field != TUNED_FIELDS[scenario]:
+            raise ValueError(f"it sets {tuned.field}, not {TUNED_FIELDS[scenario]}")
+        fld = FIELDS[tuned.field]
+        tuned.value = fld.parse(str(int(tuned.value) if fld.type is int else tuned.value))
     except (ValueError, TypeError, FieldError) as error:
-        why = (str(error).splitlines() or [type(error).__name__])[0]
-        return None, f"ignoring {shown(path)}: it is corrupt ({why}); {fix}"
+        return None, _corrupt(path, error, fix)
     if tuned.system != system:
         return None, f"ignoring {shown(path)}: it was found on system {tuned.system}, not {system}; {fix}"
     if tuned.system_id != system_id():
@@ -296,27 +289,15 @@ def _no_record(path: Path, records: list[dict[str, Any]], settings: dict[str, st
 
 def tuned_fields(system: str, benchmark_name: str, scenario: Scenario, warn: bool = True,
                  overrides: dict[str, Any] | None = None, engine: str = "") -> dict[str, tuple[Any, str]]:
-    """``{field: (value, "tuned (<path>)")}`` for config resolution of a run with this engine; a file it cannot use
-    is warned about once per process (``warn``), unless RUN_ARGS give the field, and ignored."""
+    """``{field: (value, "tuned (<path>)")}`` for a run with this engine; a file it cannot use is ignored, with a
+    warning once per process (``warn``) unless RUN_ARGS give the field, as then it changes nothing."""
     tuned, problem = read_tuned(system, benchmark_name, scenario, run_settings(overrides or {}), engine)
-    if problem:
-        # A value RUN_ARGS give wins over a stored one: a stored one that cannot be used then changes nothing.
-        given = TUNED_FIELDS[scenario] in (overrides or {})
-        if warn and not given and problem not in _warned:
-            _warned.add(problem)
-            log.warning("%s", problem)
-        return {}
+    if problem and warn and TUNED_FIELDS[scenario] not in (overrides or {}) and problem not in _warned:
+        _warned.add(problem)
+        log.warning("%s", problem)
     if tuned is None:
         return {}
-    return {tuned.field: (tuned.value, tuned.source(tuned_path(system, benchmark_name, scenario)))}
-
-
-MISSES_SCHEMA = 1  # of a misses file (one record)
-
-
-def misses_path(system: str, benchmark_name: str, scenario: Scenario) -> Path:
-    """Beside the tuned value: ``build/tuned/<system>/<bench>/<Scenario>.misses.json``."""
-    return paths.TUNED_DIR / system / benchmark_name / f"{scenario.value}.misses.json"
+    return {tuned.field: (tuned.value, f"tuned ({shown(tuned_path(system, benchmark_name, scenario))})")}
 
 
 @dataclass
@@ -346,8 +327,8 @@ class EngineMisses:
 
 
 def read_misses(system: str, benchmark_name: str, scenario: Scenario) -> tuple[EngineMisses | None, str | None]:
-    """The stored misses, or None and why they cannot be used (None, None: there are none). A record that cannot be
-    read is ignored, not trusted: the ladder then starts at its first engine again."""
+    """The stored misses, or None and why they cannot be used (None, None: there are none); the ladder then starts
+    at its first engine again."""
     path = misses_path(system, benchmark_name, scenario)
     fix = "delete it (the accuracy gate then tries the ladder from its first engine again)"
     text, unreadable = _read_record(path, fix)
@@ -362,8 +343,7 @@ def read_misses(system: str, benchmark_name: str, scenario: Scenario) -> tuple[E
         stored = EngineMisses(**{key: record[key] for key in EngineMisses.__dataclass_fields__ if key != "misses"},
                               misses=misses)
     except (ValueError, TypeError, KeyError) as error:
-        why = (str(error).splitlines() or [type(error).__name__])[0]
-        return None, f"ignoring {shown(path)}: it is corrupt ({why}); {fix}"
+        return None, _corrupt(path, error, fix)
     if (stored.system, stored.benchmark, stored.scenario) != (system, benchmark_name, scenario.value):
         return None, (f"ignoring {shown(path)}: it is of {stored.system} {stored.benchmark} {stored.scenario}, not "
                       f"{system} {benchmark_name} {scenario.value}; {fix}")
@@ -372,21 +352,16 @@ def read_misses(system: str, benchmark_name: str, scenario: Scenario) -> tuple[E
 
 def record_miss(system: str, benchmark_name: str, scenario: Scenario, checkpoint: str, checkpoint_identity: Any,
                 miss: EngineMiss) -> Path:
-    """Add a miss on this checkpoint, whole or not at all and under the record's lock; misses stored for another
-    checkpoint are dropped (they said nothing of this one). ``TunedStoreError`` names the fix when the folder
-    cannot be written."""
-    path = misses_path(system, benchmark_name, scenario)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with holding(lock_file(path)):  # read, change and replace as one step for other writers
-            stored, _ = read_misses(system, benchmark_name, scenario)
-            if stored is None or (stored.checkpoint, stored.checkpoint_identity) != (checkpoint, checkpoint_identity):
-                stored = EngineMisses(system, benchmark_name, scenario.value, checkpoint, checkpoint_identity)
-            stored.misses = [kept for kept in stored.misses if kept.engine != miss.engine] + [miss]
-            atomic.write_text(path, json.dumps(asdict(stored), indent=2, default=str) + "\n")
-    except OSError as error:
-        raise TunedStoreError(not_writable(path.parent, error)) from None
-    return path
+    """Add a miss on this checkpoint; misses stored for another checkpoint are dropped (they say nothing of it)."""
+
+    def change() -> dict[str, Any]:
+        stored, _ = read_misses(system, benchmark_name, scenario)
+        if stored is None or (stored.checkpoint, stored.checkpoint_identity) != (checkpoint, checkpoint_identity):
+            stored = EngineMisses(system, benchmark_name, scenario.value, checkpoint, checkpoint_identity)
+        stored.misses = [kept for kept in stored.misses if kept.engine != miss.engine] + [miss]
+        return asdict(stored)
+
+    return _rewrite(misses_path(system, benchmark_name, scenario), change)
 
 
 def clear_misses(system: str, benchmark_name: str, scenario: Scenario) -> None:

@@ -1,22 +1,14 @@
 """The accuracy gate: which engine of a config's engine ladder a run uses, decided by the real accuracy run.
 
-A config class with an ``engine_ladder`` (code/config/ladder.py) lists its engines fastest first. With the real
-checkpoint and data set present, a run (``make run``, ``run_harness``, ``make find_performance``) first runs
-AccuracyOnly with the first engine of the ladder that has not missed the target on this system and checkpoint. A
-miss is said in one line (the score against the target, the engine), stored beside the tuned values with its score
-(``code/config/tuned.py``), and the next engine is built and tried; the performance tests then use the engine that
-passed, and their metadata.json and the summary say which and why. A miss of the last engine ends the run (exit
-status 3) with the fix. A later run starts at the first engine not recorded as missed; a changed checkpoint clears
-the record.
+With the real checkpoint and data set, a run first runs AccuracyOnly with the ladder's first engine that has not
+missed the target on this system and checkpoint. A miss is said in one line and stored (``code/config/tuned.py``),
+and the next engine is built and tried; the performance tests use the engine that passed, and metadata.json and the
+summary say which and why. A miss of the last engine ends the run (exit status 3) with the fix. On synthetic inputs,
+random weights or a ``--num_samples`` subset the figures mean nothing for the real model, so the gate is not
+applied; an engine field given in RUN_ARGS skips ladder and gate.
 
-Nothing is decided where the figures mean nothing for the real model: on synthetic inputs, random weights or a
-``--num_samples`` subset the ladder's first engine runs and the summary says the gate was not applied. An engine
-field given in RUN_ARGS (``--precision`` and the others a rung sets) chooses the engine: ladder and gate are
-skipped.
-
-Where the accuracy runs go: the run's own accuracy test (AccuracyOnly, SubmissionRun) is the gate's run, in its
-usual folder; an engine's run that missed is moved to ``<run>/gate/<engine>/<system>/<bench>/<Scenario>/``, as is
-the gate's run of a PerformanceOnly run, so the run's folder holds the accuracy run that counts.
+The run's own accuracy test is the gate's run, in its usual folder; a run that missed, and the gate's run of a
+PerformanceOnly run, go to ``<run>/gate/<engine>/<system>/<bench>/<Scenario>/``.
 """
 
 from __future__ import annotations
@@ -54,9 +46,9 @@ log = get_logger("accuracy_gate")
 GATE_SUBDIR = "gate"  # <run>/gate/<engine>/...: the gate's accuracy runs that are not the run's own accuracy test
 
 
-def resolve_rung(config: ResolvedConfig, overrides: dict[str, Any], rung: str, warn_tuned: bool = False
+def resolve_rung(config: ResolvedConfig, overrides: dict[str, Any], rung: str | None, warn_tuned: bool = False
                  ) -> ResolvedConfig:
-    """``config`` resolved again with the ladder's rung ``rung`` (RUN_ARGS still win over it)."""
+    """``config`` resolved again with the ladder's rung ``rung``."""
     return resolve_config(config.benchmark, config.scenario, config.system, config.workload, overrides,
                           warn_tuned=warn_tuned, rung=rung)
 
@@ -67,7 +59,7 @@ class GatePlan:
 
     config: ResolvedConfig  # resolved with the engine the run starts with; its ``engine_choice`` says why
     overrides: dict[str, Any]  # the RUN_ARGS it was resolved with
-    applies: bool = False  # an AccuracyOnly run decides the engine, moving down the ladder on a miss
+    applies: bool = False  # an AccuracyOnly run decides the engine
     rungs: list[Rung] = field(default_factory=list)  # the engines left to try, the first one first
     missed_before: list[EngineMiss] = field(default_factory=list)  # stored misses on this checkpoint
     checkpoint: str = ""
@@ -75,7 +67,6 @@ class GatePlan:
 
     @property
     def exhausted(self) -> bool:
-        """Every engine of the ladder has missed the target on this checkpoint."""
         return self.applies and not self.rungs
 
     @property
@@ -84,8 +75,7 @@ class GatePlan:
 
 
 def _given(config: ResolvedConfig, overrides: dict[str, Any]) -> str:
-    """The engine fields RUN_ARGS give, as flags: the ladder's first, then any other (``--fp8_attention`` beside a
-    ladder whose rungs never set it), so the line names the whole engine that runs."""
+    """The engine fields RUN_ARGS give, as flags: the ladder's, then any other, so the line names the whole engine."""
     names = [*config.engine_given,
              *(name for name in overrides if FIELDS[name].engine and name not in config.engine_given)]
     return " ".join(f"--{name}={str(config[name]).lower() if isinstance(config[name], bool) else config[name]}"
@@ -93,13 +83,20 @@ def _given(config: ResolvedConfig, overrides: dict[str, Any]) -> str:
 
 
 def _missed(misses: list[EngineMiss]) -> str:
-    """``fp8 (ROUGE1 42.1 < 42.944)``, for each miss."""
     return ", ".join(f"{miss.engine} ({'; '.join(miss.failures) or 'missed'})" for miss in misses)
 
 
+def _above(misses: list[EngineMiss]) -> str:
+    return f"; above it {_missed(misses)} missed" if misses else ""
+
+
+def _records(config: ResolvedConfig) -> str:
+    return shown(misses_path(config.system, config.benchmark_name, config.scenario))
+
+
 def choice(config: ResolvedConfig, gate: str, summary: str | None, **more: Any) -> dict[str, Any]:
-    """What metadata.json records of the engine (``engine``): which rung, its values, the ladder, what the gate did
-    (none, skipped, not applied, this run, passed, missed, exhausted) and the summary's line."""
+    """What metadata.json records of the engine: rung, values, ladder, what the gate did (none, skipped, not
+    applied, this run, passed, missed, exhausted) and the summary's line."""
     rung = config.rung
     return {"engine": rung.name if rung else None, "description": rung.why if rung else None,
             "ladder": [each.name for each in config.ladder], "values": engine_values(config.values), "gate": gate,
@@ -107,10 +104,8 @@ def choice(config: ResolvedConfig, gate: str, summary: str | None, **more: Any) 
 
 
 def plan(config: ResolvedConfig, overrides: dict[str, Any], clear_stale: bool = False) -> GatePlan:
-    """The engine a run of ``config`` (resolved from ``overrides`` without warnings) starts with, and whether the
-    gate applies; the plan's config is resolved again with that engine, warning about an unusable tuned value of it.
-    ``clear_stale`` drops misses stored for another checkpoint (a run does; ``make info`` and engine builds only
-    read)."""
+    """The engine a run of ``config`` starts with, and whether the gate applies. ``clear_stale`` drops misses stored
+    for another checkpoint (a run does; ``make info`` and engine builds only read)."""
     ladder = config.ladder
     gate_plan = GatePlan(config, overrides)
     if not ladder:
@@ -127,13 +122,10 @@ def plan(config: ResolvedConfig, overrides: dict[str, Any], clear_stale: bool = 
     except BenchmarkError as error:  # the run refuses it itself, with this message
         return _resolved(gate_plan, first, "not applied", f"{first.name}, the ladder's first: the accuracy gate was "
                          f"not applied ({error})")
-    reasons = []
-    if inputs["synthetic_inputs"]:
-        reasons.append("synthetic inputs")
-    if inputs["checkpoint"] == "random":
-        reasons.append("random weights")
-    if config["num_samples"] is not None:
-        reasons.append(f"--num_samples={config['num_samples']}, a quick check on part of the data set")
+    reasons = [reason for applies, reason in (
+        (inputs["synthetic_inputs"], "synthetic inputs"), (inputs["checkpoint"] == "random", "random weights"),
+        (config["num_samples"] is not None, f"--num_samples={config['num_samples']}, a quick check on part of the "
+         "data set")) if applies]
     if reasons:
         return _resolved(gate_plan, first, "not applied", f"{first.name}, the ladder's first ({names}): the accuracy "
                          f"gate was not applied: {', '.join(reasons)} decide nothing about accuracy")
@@ -161,7 +153,7 @@ def plan(config: ResolvedConfig, overrides: dict[str, Any], clear_stale: bool = 
             gate_plan.missed_before.append(miss)
         else:
             gate_plan.rungs.append(rung)
-    records = shown(misses_path(config.system, config.benchmark_name, config.scenario))
+    records = _records(config)
     misses = {"misses": [vars(miss) for miss in gate_plan.missed_before], "records": records}
     if not gate_plan.rungs:
         return _resolved(gate_plan, ladder[-1], "exhausted", "none: every engine of the ladder missed the accuracy "
@@ -174,19 +166,15 @@ def plan(config: ResolvedConfig, overrides: dict[str, Any], clear_stale: bool = 
 
 
 def _resolved(gate_plan: GatePlan, rung: Rung | None, gate: str, summary: str | None, **more: Any) -> GatePlan:
-    """The plan with its config resolved again for ``rung`` (with warnings now: this is the config that runs) and
-    the engine choice recorded on it."""
-    before = gate_plan.config
-    gate_plan.config = resolve_config(before.benchmark, before.scenario, before.system, before.workload,
-                                      gate_plan.overrides, rung=rung.name if rung else None)
+    """The plan with its config resolved again for ``rung`` (with warnings: this config runs) and its engine choice."""
+    gate_plan.config = resolve_rung(gate_plan.config, gate_plan.overrides, rung.name if rung else None, True)
     gate_plan.config.engine_choice = choice(gate_plan.config, gate, summary, **more)
     return gate_plan
 
 
 def exhausted_line(gate_plan: GatePlan, misses: list[EngineMiss]) -> str:
-    """Why a run ends when every engine missed, and the fix."""
     config = gate_plan.config
-    records = shown(misses_path(config.system, config.benchmark_name, config.scenario))
+    records = _records(config)
     return (f"every engine of the ladder of {gate_plan.name} ({', '.join(rung.name for rung in config.ladder)}) missed "
             f"the accuracy target on {gate_plan.checkpoint}: {_missed(misses)}; recorded in {records}. The last is the "
             f"safest engine the config has, so check the checkpoint and the data set (make download_model "
@@ -205,25 +193,21 @@ class GateOutcome:
 
 
 class Gate:
-    """Runs the accuracy runs of one run's gates, one child process each (as every test runs); remembers the
-    running one, so an interruption can mark it incomplete."""
+    """Runs the gates' accuracy runs, one child process each; remembers the running one, so an interruption can mark
+    it incomplete."""
 
     def __init__(self, system: str, root: Path) -> None:
         self.system, self.root = system, root
         self.running: dict | None = None
 
     def folder(self, config: ResolvedConfig, rung: Rung) -> Path:
-        """Where an engine's accuracy run goes when it is not the run's own accuracy test."""
         return self.root / GATE_SUBDIR / rung.name / self.system / config.benchmark_name / config.scenario.value
 
     def run(self, gate_plan: GatePlan, own: TestMode | None) -> GateOutcome:
-        """Try the plan's engines in order until one passes. ``own``: the run's own test mode when it has an
-        accuracy test (AccuracyOnly, SubmissionRun), whose folder the gate's runs take; else None."""
+        """Try the plan's engines in order until one passes. ``own``: the run's own test mode when it has an accuracy
+        test, whose folder the gate's runs take."""
         outcome = GateOutcome(None)
         misses = list(gate_plan.missed_before)
-        if gate_plan.exhausted:
-            outcome.stop = exhausted_line(gate_plan, misses)
-            return outcome
         for index, rung in enumerate(gate_plan.rungs):
             config = gate_plan.config if index == 0 else self.next_engine(gate_plan, rung)
             done = self.try_engine(config, rung, own, misses, gate_plan.overrides)
@@ -233,11 +217,9 @@ class Gate:
                 return outcome  # it did not finish: not a miss, and nothing to go on with (its ERROR is shown)
             accuracy = (result.accuracy or {}).get("summary", "")
             if result.valid:
-                above = f"; above it {_missed(misses)} missed" if misses else ""
                 config.engine_choice = choice(config, "passed", f"{rung.name}: passed the accuracy gate, {accuracy}"
-                                              f"{above}", accuracy_run=result.log_dir, misses=[vars(m) for m in misses],
-                                              records=shown(misses_path(config.system, config.benchmark_name,
-                                                                        config.scenario)))
+                                              f"{_above(misses)}", accuracy_run=result.log_dir,
+                                              misses=[vars(m) for m in misses], records=_records(config))
                 outcome.config = config
                 return outcome
             misses.append(self.record(gate_plan, config, rung, result, record,
@@ -246,7 +228,7 @@ class Gate:
         return outcome
 
     def next_engine(self, gate_plan: GatePlan, rung: Rung) -> ResolvedConfig:
-        """The config of the next engine, its engine built (as make generate_engines would) before it runs."""
+        """The next engine's config, its engine built (as make generate_engines would)."""
         config = resolve_rung(gate_plan.config, gate_plan.overrides, rung.name, warn_tuned=True)
         print(flush=True)
         report = load_benchmark(config.benchmark).generate_engine(config)
@@ -257,10 +239,8 @@ class Gate:
 
     def try_engine(self, config: ResolvedConfig, rung: Rung, own: TestMode | None, misses: list[EngineMiss],
                    overrides: dict[str, Any]) -> RanTest:
-        """One AccuracyOnly run of ``rung``'s engine."""
-        before = f"; above it {_missed(misses)} missed" if misses else ""
         config.engine_choice = choice(config, "this run", f"{rung.name}: this AccuracyOnly run is its accuracy gate"
-                                      f"{before}")
+                                      f"{_above(misses)}")
         if own is not None:
             log_dir = make_test_log_dir(self.root, self.system, config.benchmark_name, config.scenario,
                                         TestMode.AccuracyOnly, submission_layout=own is TestMode.SubmissionRun)

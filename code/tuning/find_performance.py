@@ -1,17 +1,10 @@
-"""``--find_performance`` (``make find_performance``): measure this system and store the settings that make its
-runs VALID, one LoadGen try per child process (as every test runs), the search itself in ``code/tuning/search.py``.
+"""``make find_performance``: measure this system and store the settings that make its runs VALID, one LoadGen try
+per child process (as every test runs); the searches are ``code/tuning/search.py``'s.
 
-- Offline: ``offline_expected_qps`` from a short probe, confirmed by a run at 1.1 x the measured rate (repeated at
-  1.1 x its own rate while it still ends early);
-- SingleStream: ``single_stream_expected_latency_ns`` from a probe's mean latency, confirmed the same way;
-- Server: the highest ``server_target_qps`` that stays VALID, a bisection within ``SERVER_TOLERANCE``; a try whose
-  queue grew (completed < 97 % of scheduled) does not count as VALID.
-
-Each value is stored as soon as it is found (``code/config/tuned.py``), with the engine it was measured with, so a
-Ctrl-C keeps what was found before it; the stopped try is marked incomplete and stores nothing. A config with an
-engine ladder first runs its accuracy gate (code/tuning/accuracy_gate.py) with the real checkpoint and data set:
-the search measures the engine that passed. ``probe_setting`` is the short probe a ``--test_run``
-takes first when no tuned value is stored (``run_harness``).
+Each value is stored as soon as it is found (``code/config/tuned.py``), with its engine, so a Ctrl-C keeps what was
+found before it; the stopped try is marked incomplete. A config with an engine ladder first runs its accuracy gate:
+the search measures the engine that passed. ``probe_setting`` is the short probe a ``--test_run`` takes first when
+no tuned value is stored.
 """
 
 from __future__ import annotations
@@ -49,20 +42,18 @@ from code.tuning.plans import gate_plans, system_name
 
 log = get_logger("find_performance")
 
-PROBE_MS = 10_000
-"""How long a probe runs (at most the tries' duration)."""
+PROBE_MS = 10_000  # how long a probe runs (at most the tries' duration)
+# How long each confirming run and Server try runs unless --min_duration says otherwise: long enough for LoadGen's
+# early stopping with MIN_QUERIES, short enough to search in minutes.
 TRY_MS = TEST_RUN_MIN_DURATION_MS
-"""How long each confirming run and Server try runs unless --min_duration says otherwise: long enough for LoadGen's
-early stopping with the tries' query counts below, short enough to search in minutes."""
+# min_query_count of the tries unless --min_query_count says otherwise (a probe runs with 1): Offline's one query is
+# sized by the rate; SingleStream's p90 and Server's p99 early-stopping estimates need these many.
 MIN_QUERIES = {Scenario.Offline: 1, Scenario.SingleStream: 64, Scenario.Server: search.SERVER_MIN_QUERIES}
-"""min_query_count of the tries unless --min_query_count says otherwise (a probe runs with 1): Offline's one query
-is sized by the expected rate; SingleStream's p90 and Server's p99 early-stopping estimates need these many."""
+# A --test_run's Offline probe is repeated (at most this many in all) while its query ends before half the probe
+# duration, each sized by the rate the last one measured.
 PROBES = 4
-"""A --test_run's Offline probe is repeated (at most this many in all) while its query ends before half the probe's
-duration, each sized by the rate the last one measured."""
+# The Server search tries no rate so low that its queries would take longer than this (min_query_count / rate).
 MAX_SERVER_TRY_S = 900
-"""The Server search tries no rate so low that its queries would take longer than this (min_query_count / rate):
-it says instead that nothing was VALID down to the lowest rate it tried."""
 
 
 @dataclass
@@ -117,19 +108,18 @@ def _fmt(value: Any) -> str:
 
 
 class Runner:
-    """Runs the tries of one (benchmark, scenario) in child processes under ``root``; remembers the running one
-    so an interruption can mark it incomplete."""
+    """Runs the tries of one (benchmark, scenario) in child processes; remembers the running one so an interruption
+    can mark it incomplete."""
 
     def __init__(self, system: str, config: ResolvedConfig, overrides: dict[str, Any], root: Path) -> None:
         self.system, self.config, self.overrides = system, config, overrides
         self.folder = root / "find_performance" / system / config.benchmark_name / config.scenario.value
-        self.count = 0
         self.running: dict | None = None
         self.log_dirs: list[str] = []
 
     def __call__(self, label: str, fields: dict[str, Any]) -> Try:
-        self.count += 1
-        log_dir = self.folder / f"{self.count:02d}-{label}"
+        count = len(self.log_dirs) + 1
+        log_dir = self.folder / f"{count:02d}-{label}"
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_dirs.append(str(log_dir))
         overrides = {**self.overrides, **fields, "test_mode": TestMode.PerformanceOnly.value}
@@ -137,7 +127,7 @@ class Runner:
         settings = ", ".join(f"{name}={_fmt(value)}" for name, value in fields.items())
         print(flush=True)
         log.info("%s %s %s try %d (%s): %s", self.system, self.config.benchmark_name, self.config.scenario.value,
-                 self.count, label, settings)
+                 count, label, settings)
         self.running = spec
         result, _ = run_child(spec, log_dir)
         self.running = None
@@ -148,8 +138,7 @@ class Runner:
 
 def try_fields(config: ResolvedConfig, overrides: dict[str, Any], label: str, duration_ms: int,
                probe_ms: int) -> dict[str, Any]:
-    """The durations and query counts of a try: a probe is short with one query, the others run ``duration_ms``
-    with ``MIN_QUERIES`` (or the user's --min_query_count)."""
+    """A try's durations and query counts: a probe is short with one query."""
     if label == "probe":
         return {"min_duration": probe_ms, "min_query_count": 1}
     return {"min_duration": duration_ms,
@@ -225,21 +214,19 @@ def find_performance(request: RunRequest) -> int:
 
 def _interrupted(stop: Interrupted, runner: Runner | None, found: list[Found], configs: list[ResolvedConfig],
                  gate_running: dict | None = None) -> str:
-    """``gate_running``: the accuracy gate's run in progress, if it was stopped."""
+    def mark(spec: dict, what: str) -> None:
+        mark_incomplete(Path(spec["log_dir"]), spec["scenario"], spec["mode"],
+                        f"interrupted by {stop.signal_name}; {what}", {"test_spec": spec})
+
     line = f"{stop} during find_performance"
     if gate_running is not None:
-        mark_incomplete(Path(gate_running["log_dir"]), gate_running["scenario"], gate_running["mode"],
-                        f"interrupted by {stop.signal_name}; the accuracy gate's run of find_performance",
-                        {"test_spec": gate_running})
+        mark(gate_running, "the accuracy gate's run of find_performance")
         line += f" (the accuracy gate's run in {gate_running['log_dir']}, marked incomplete)"
     if runner is not None:
         line += f" ({runner.config.benchmark_name} {runner.config.scenario.value})"
         if runner.running is not None:
-            spec = runner.running
-            mark_incomplete(Path(spec["log_dir"]), spec["scenario"], spec["mode"],
-                            f"interrupted by {stop.signal_name}; a find_performance try, not stored",
-                            {"test_spec": spec})
-            line += f": stopped the try in {spec['log_dir']} (marked incomplete; nothing stored from it)"
+            mark(runner.running, "a find_performance try, not stored")
+            line += f": stopped the try in {runner.running['log_dir']} (marked incomplete; nothing stored from it)"
     kept = [f"{item.benchmark} {item.scenario}" for item in found if item.stored]
     line += f"; kept what was found before: {', '.join(kept) if kept else 'nothing yet'}"
     left = len(configs) - len(found)
@@ -249,9 +236,8 @@ def _interrupted(stop: Interrupted, runner: Runner | None, found: list[Found], c
 
 
 def next_run_command(found: list[Found], overrides: dict[str, Any]) -> str:
-    """``make run`` of the benchmarks and scenarios whose values were stored, with the flags that make the run use
-    them: a tuned value holds only for the speed-changing RUN_ARGS it was measured with (``run_settings``:
-    ``--model_name=tiny``, a precision, a batch size...), and the round decides which LoadGen runs."""
+    """``make run`` of what was stored, with the flags that make the run use it: a tuned value holds only for the
+    speed-changing RUN_ARGS it was measured with, and the round decides which LoadGen runs."""
     benchmarks = ",".join(dict.fromkeys(item.benchmark for item in found if item.stored))
     scenarios = ",".join(dict.fromkeys(item.scenario.lower() for item in found if item.stored))
     kept = [name for name in sorted(overrides) if name in run_settings(overrides) or name == "round"]
@@ -359,9 +345,8 @@ def server_start(config: ResolvedConfig, earlier: list[Found]) -> float:
 
 @dataclass
 class Probe:
-    """What a --test_run's probe found: the field to override and the summary's note (``offline_expected_qps 6 ->
-    0.773 (probe: ...)``); neither when it measured nothing; ``failed`` when its process failed (the test would
-    fail the same way: its ERROR line is already shown, so the test is not run again)."""
+    """What a --test_run's probe found: the field to override and the summary's note; neither when it measured
+    nothing; ``failed`` when its process failed (the test would fail the same way, so it is not run)."""
 
     fields: dict[str, Any] = field(default_factory=dict)
     note: str | None = None
@@ -369,17 +354,15 @@ class Probe:
 
 
 def query_of(log_dir: Path) -> tuple[int, float]:
-    """(samples, seconds) of the Offline query a test ran: its planned samples and the latency of its last sample,
-    the time from the query's issue to its end (LoadGen's mlperf_log_detail.txt); (0, 0.0) when it does not say."""
+    """(samples, seconds) of the Offline query a test ran, from LoadGen's detail log; (0, 0.0) when it does not say."""
     detail = read_detail_log(log_dir)
     samples = detail.get("generated_samples_per_query") or detail.get("effective_samples_per_query") or 0
     return int(samples), float(detail.get("result_max_latency_ns") or 0) / 1e9
 
 
 def issued_query(samples: int, detail: dict[str, Any], loaded: int) -> tuple[int, str]:
-    """The samples LoadGen issues for an Offline query planned at ``samples`` by a test that loads ``loaded``
-    samples, in the equal-issue mode ``detail`` (a detail log of the same benchmark) says, and a note when that is
-    more: in equal-issue mode (GPT-J) LoadGen pads the query to a multiple of the loaded samples."""
+    """The samples LoadGen issues for an Offline query planned at ``samples``, and a note when equal-issue mode (GPT-J,
+    as ``detail`` says) pads it to a multiple of the ``loaded`` samples."""
     if not detail.get("effective_sample_concatenate_permutation"):
         return samples, ""
     issued = search.equal_issue_samples(samples, loaded)
@@ -389,31 +372,23 @@ def issued_query(samples: int, detail: dict[str, Any], loaded: int) -> tuple[int
 
 
 def _batch(config: ResolvedConfig) -> int:
-    """The samples one round of batches takes: a batch on each of the run's devices. A probe's first query is one
-    round, so every device gets work; a query of one batch on a machine of four GPUs measures one GPU's rate."""
+    """A batch on each of the run's devices: a probe's first query, so that it measures every device."""
     return int(config.values.get("gpu_batch_size") or 1) * len(resolve_devices(config))
 
 
+# The samples a SingleStream probe loads: enough prompt lengths for a mean latency like the test's (GPT-J's follows
+# its output length), and a bound on what equal-issue mode adds past the probe duration (a multiple of them).
 SINGLESTREAM_PROBE_SAMPLES = 16
-"""The samples a SingleStream probe loads: enough prompts of different lengths that their mean latency is the test's
-(GPT-J's latency follows its output length), and a bound on what equal-issue mode adds past the probe duration (a
-multiple of them)."""
 
 
 def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any], log_dir: Path) -> Probe:
     """A short PerformanceOnly probe before a ``--test_run`` whose config does not know this machine.
 
-    Offline: the config's rate may be far from this machine's, so the probe does not trust it: its first query is
-    one batch (or the config's query, if smaller), and while a query ends before half the probe duration the next
-    is sized by the rate just measured (at most ``search.PROBE_GROWTH`` times larger, ``PROBES`` in all). No probe
-    runs much past the probe duration, except where one batch alone takes longer: each probe loads only its query's
-    samples, so LoadGen's equal-issue mode (GPT-J) cannot pad it to the whole loaded set (``user_conf_entries``).
-    The test's query then holds the last probe's rate x its duration x ``search.PROBE_QPS_MARGIN`` in whole batches
-    (``search.probed_test_samples``).
-    SingleStream: LoadGen issues one sample at a time until the probe duration is spent; the test expects 0.9 x
-    the mean latency seen. The probe loads ``SINGLESTREAM_PROBE_SAMPLES`` samples: equal-issue mode rounds its
-    query count up to a multiple of the loaded samples, so it ends within that many latencies of the probe duration
-    whatever the machine."""
+    Offline: the config's rate may be far off, so the first query is one batch (or the config's query, if smaller),
+    and while a query ends before half the probe duration the next is sized by the rate just measured. Each probe
+    loads only its query's samples, so equal-issue mode (GPT-J) cannot pad it to the whole loaded set. The test's
+    query then holds the rate x its duration x ``search.PROBE_QPS_MARGIN``. SingleStream: the test expects 0.9 x the
+    mean latency seen."""
     scenario = config.scenario
     name = TUNED_FIELDS[scenario]
     duration_ms, probe_ms = durations(overrides)
@@ -479,8 +454,8 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
 
 
 def rerun_setting(config: ResolvedConfig, probe: Probe, result: TestResult) -> Probe | None:
-    """The one re-run of a probed --test_run whose Offline query still ended before its minimum duration: a query of
-    ``search.rerun_query_samples``, its note saying why (None when the test is not such a one)."""
+    """The one re-run of a probed --test_run whose Offline query still ended early, its note saying why (None when
+    the test is not such a one)."""
     if (config.scenario is not Scenario.Offline or not probe.fields or result.valid is not False
             or not search.ended_early(result.invalid_reasons)):
         return None
@@ -499,16 +474,15 @@ def rerun_setting(config: ResolvedConfig, probe: Probe, result: TestResult) -> P
 
 
 def needs_probe(config: ResolvedConfig, mode: TestMode) -> bool:
-    """A --test_run performance test of Offline or SingleStream whose rate or latency neither RUN_ARGS nor a
-    tuned file gives: the config's guess may end it INVALID on a machine of another speed. (Server is not probed:
-    its rate needs a search, ``make find_performance``.)"""
+    """A --test_run of Offline or SingleStream whose rate or latency neither RUN_ARGS nor a tuned file gives: the
+    config's guess may void it on a machine of another speed (Server's rate needs a search)."""
     name = TUNED_FIELDS.get(config.scenario)
     return (mode is TestMode.PerformanceOnly and bool(config["test_run"]) and config.scenario is not Scenario.Server
             and name is not None and config.sources.get(name) != "RUN_ARGS" and name not in config.replaced)
 
 
 def tuned_note(config: ResolvedConfig) -> str | None:
-    """``offline_expected_qps 6 -> 11.2 (tuned (build/tuned/...))`` when a stored value replaced the config's."""
+    """``offline_expected_qps 6 -> 11.2 (tuned (build/tuned/...); was ...)`` when a stored value replaced one."""
     name = TUNED_FIELDS.get(config.scenario)
     if name is None or name not in config.replaced:
         return None

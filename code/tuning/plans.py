@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 
 def system_name(request: RunRequest) -> str:
-    """--system_name when given, else the detected system (GPU model and count, or CPU); with --gpu_as, a system of
-    that many GPUs of the stand-in model (one on a machine without a GPU, where only ``make info`` can use it)."""
+    """--system_name, else the detected system; with --gpu_as, as many GPUs of the stand-in model (one on a machine
+    without a GPU, where only ``make info`` can use it)."""
     stand_in = request.overrides.get("gpu_as")
     if request.system_name and stand_in:
         raise ArgumentError(f"--system_name={request.system_name} and --gpu_as={stand_in} both name the system; give "
@@ -30,16 +30,13 @@ def system_name(request: RunRequest) -> str:
         return request.system_name
     detected = detect_system()
     if stand_in:
-        model = by_name(stand_in)
-        assert model is not None, "the field's choices are the table's names"
-        return gpu_system_name(model.name, max(1, len(detected.gpus)))
+        return gpu_system_name(by_name(stand_in).name, max(1, len(detected.gpus)))
     return detected.name
 
 
 def scenarios_of(request: RunRequest, bench: BenchmarkRequest, system: str) -> list[Scenario]:
-    """The scenarios the request runs of ``bench``: those RUN_ARGS name, or with --scenarios=all, every scenario the
-    run's round accepts of the benchmark on the system's type (systems/<system>.json), so that `all` never runs a
-    test the round would refuse; all three where the system declares no type, since then nothing is refused."""
+    """The scenarios RUN_ARGS name, or with --scenarios=all those the round accepts of the benchmark on the system's
+    type (systems/<system>.json), so `all` never runs a test the round would refuse; all three without a type."""
     if not request.all_scenarios:
         return request.scenarios
     try:
@@ -56,19 +53,15 @@ def scenarios_of(request: RunRequest, bench: BenchmarkRequest, system: str) -> l
 
 
 def resolved_configs(request: RunRequest, system: str, whole_run: bool = True) -> Iterator[ResolvedConfig]:
-    """Every (benchmark, scenario) the request names, resolved RUN_ARGS > tuned > rung > config > default, with the
-    engine a run starts with (``gate_plans`` says how it was chosen, and what ``whole_run`` means)."""
-    for gate_plan in gate_plans(request, system, whole_run=whole_run):
-        yield gate_plan.config
+    """Every (benchmark, scenario) the request names, resolved with the engine a run starts with (``gate_plans``)."""
+    return (gate_plan.config for gate_plan in gate_plans(request, system, whole_run=whole_run))
 
 
 def gate_plans(request: RunRequest, system: str, clear_stale: bool = False,
                whole_run: bool = True) -> Iterator[GatePlan]:
-    """Each (benchmark, scenario) the request names, with the rung of its engine ladder the run starts at and
-    whether the accuracy gate decides its engine (code/tuning/accuracy_gate.py; ``clear_stale``: a run's, which
-    clears the misses recorded for another checkpoint). ``whole_run``: the request is the whole run, so a field
-    RUN_ARGS give that none of its tests reads is refused first (``check_run_args_used``); a caller that asks for
-    one test of a larger run at a time checks the run itself."""
+    """Each (benchmark, scenario) the request names, with the rung the run starts at and whether the accuracy gate
+    decides its engine (``clear_stale``: a run's, which clears misses recorded for another checkpoint).
+    ``whole_run``: the request is the whole run, so a field none of its tests reads is refused first."""
     from code.tuning.accuracy_gate import plan
 
     configs = []

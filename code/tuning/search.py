@@ -1,10 +1,9 @@
-"""The probes and the Server search, independent of how a try runs.
+"""The probes and the Server search, independent of how a try runs, so the product (find_performance.py) and the
+bench (scripts/bench) share them.
 
-Every function takes ``run(label, fields) -> outcome``: one LoadGen performance test with these config fields
-(``min_duration``, ``offline_expected_qps``, ...) over the caller's own, returning an object with ``valid`` (None:
-the try crashed), ``value`` (the figure: samples/s, scheduled QPS, latency in ms), ``reasons`` (why INVALID) and
-``extra`` (LoadGen's other figures: ``result_mean_latency_ns``, ``result_completed_samples_per_sec``, ...).
-The product (code/tuning/find_performance.py) and the bench (scripts/bench) both run these; neither has a copy.
+Every search takes ``run(label, fields) -> Outcome``: one LoadGen performance test with these fields over the
+caller's own, returning ``valid`` (None: it crashed), ``value`` (samples/s, scheduled QPS, latency), ``reasons`` (why
+INVALID) and ``extra`` (LoadGen's other figures: ``result_mean_latency_ns``, ...).
 """
 
 from __future__ import annotations
@@ -16,41 +15,33 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from code.common.loadgen_rules import OFFLINE_SLACK, ended_early
 
+# offline_expected_qps = measured samples/s x this; a run that still ends early is repeated at 1.1 x its rate.
 QPS_MARGIN = 1.1
-"""offline_expected_qps = measured samples/s x this; a run that still ends early is repeated at 1.1 x its rate."""
+# A --test_run's Offline query holds its probe's samples/s x its minimum duration x this. A probe's short query
+# carries the start-up a longer run spreads thin, so it reads low: BERT-large on 2 cores of an AMD EPYC (Zen 5) ran
+# its 60 s test 1.68x faster than its probe. Too large a query only lengthens a run, too small a one voids it.
 PROBE_QPS_MARGIN = 2.0
-"""A --test_run's Offline query holds its probe's samples/s x its minimum duration x this. The probe's short query
-carries the start-up (first batches, each new sequence length's first kernels on a CPU) that a longer run spreads
-thin, so it reads low: BERT-large on 2 cores of an AMD EPYC (Zen 5) ran its 60 s test 1.68x faster than its probe.
-Too large a query only lengthens an Offline run, too small a one ends it before its minimum duration."""
+# A --test_run's Offline probe starts with one batch and grows its query at most this many times a probe, so no
+# probe runs much past the probe duration whatever the config's rate says.
 PROBE_GROWTH = 64
-"""A --test_run's Offline probe starts with one batch and grows its query at most this many times a probe, so no
-probe runs much longer than the probe duration whatever the config's rate says."""
+# A --test_run whose Offline query still ended early runs once more with at least this many times its samples.
 RERUN_GROWTH = 2
-"""A --test_run whose Offline query still ended before its minimum duration runs once more with at least this many
-times its samples (and whole batches): at the rate it just ran that lasts at least twice as long as it did."""
+# single_stream_expected_latency_ns = measured mean latency x this: a lower hint only makes LoadGen generate queries
+# it never issues, a higher one can end the run before its minimum duration.
 SINGLESTREAM_MARGIN = 0.9
-"""single_stream_expected_latency_ns = measured mean latency x this: a lower hint only makes LoadGen generate
-queries it never issues, a higher one can end the run before its minimum duration."""
-SERVER_START_FRACTION = 0.8
-"""The Server search starts at this share of the Offline throughput (Server adds a latency bound)."""
-SERVER_STEP = 1.25
-"""Up by this factor after a VALID try until one is INVALID (then bisect)."""
-SERVER_DOWN_STEP = 2.0
-"""Down by this factor while no try is VALID yet: a start far too high finds a VALID rate in a few tries."""
-SERVER_TOLERANCE = 0.05
-"""The search stops when the VALID and INVALID rates are within this share of each other."""
+SERVER_START_FRACTION = 0.8  # of the Offline throughput: Server adds a latency bound
+SERVER_STEP = 1.25  # up by this after a VALID try until one is INVALID (then bisect)
+SERVER_DOWN_STEP = 2.0  # down by this while no try is VALID: a start far too high finds a VALID rate in a few tries
+SERVER_TOLERANCE = 0.05  # the search stops when the VALID and INVALID rates are this close
 SERVER_MAX_TRIES = 6
+# A Server try counts as VALID only if it completed this share of the samples/s it scheduled (``unsustained_reason``).
 SUSTAINED_SHARE = 0.97
-"""A Server try counts as VALID for the search only if it completed at least this share of the samples per second
-it scheduled (``unsustained_reason``)."""
+# Server min_query_count of a try: LoadGen's early stopping at p99 needs ~500 queries even when none is late.
 SERVER_MIN_QUERIES = 1_000
-"""Server min_query_count of a try: LoadGen's early stopping at p99 needs ~500 queries even when none is late."""
+# Offline: a VALID run whose rate x 1.1 is below this share of its expected QPS ran far longer than needed, and is
+# repeated once at 1.1 x its own rate.
 OVERESTIMATE = 0.75
-"""Offline: a VALID run whose rate x 1.1 is below this share of its expected QPS ran far longer than needed, and is
-repeated once at 1.1 x its own rate."""
-MAX_RERUNS = 2
-"""Offline and SingleStream: confirming runs repeated at most this many times when they end early."""
+MAX_RERUNS = 2  # Offline and SingleStream: confirming runs repeated at most this many times when they end early
 
 
 class Outcome(Protocol):
@@ -72,35 +63,29 @@ def round_qps(qps: float) -> float:
     return round(qps, 2 - int(math.floor(math.log10(qps))))
 
 
-
-
 def qps_for_query(samples: int, duration_ms: int) -> float:
-    """The smallest readable ``offline_expected_qps`` (3 significant digits, rounded up) for which LoadGen plans an
-    Offline query of at least ``samples`` samples over ``duration_ms``."""
+    """The smallest ``offline_expected_qps`` of 3 significant digits for which LoadGen plans at least ``samples``."""
     exact = (samples + 0.5) / (OFFLINE_SLACK * duration_ms / 1000)
     step = 10.0 ** (math.floor(math.log10(exact)) - 2)
     return round(math.ceil(exact / step) * step, 10)
 
 
 def whole_batches(samples: float, batch: int) -> int:
-    """``samples`` rounded up to whole batches of ``batch`` (at least one): a partial last batch runs about as long
-    as a full one, so a query's duration grows with its batches, not its samples."""
+    """``samples`` rounded up to whole batches (at least one): a partial batch runs about as long as a full one."""
     batch = max(1, batch)
     return max(1, math.ceil(samples / batch)) * batch
 
 
 def equal_issue_samples(samples: int, loaded: int) -> int:
-    """The Offline query LoadGen runs for one of ``samples`` in equal-issue mode (``sample_concatenate_permutation``,
-    GPT-J's mlperf.conf): padded up to a multiple of the ``loaded`` performance samples, so every sample is issued
-    equally often (loadgen.cc, GenerateQueries)."""
+    """An Offline query in equal-issue mode (GPT-J's mlperf.conf), padded to a multiple of the ``loaded`` samples so
+    every sample is issued equally often (loadgen.cc, GenerateQueries)."""
     if loaded <= 0 or samples % loaded == 0:
         return samples
     return samples + loaded - samples % loaded
 
 
 def next_probe_samples(samples: int, rate: float, batch: int, probe_ms: int) -> int:
-    """The next Offline probe's query after one of ``samples`` samples measured ``rate`` samples/s: the whole batches
-    that rate runs in the probe duration, at most ``PROBE_GROWTH`` times the last query, and more than it."""
+    """The whole batches ``rate`` runs in the probe duration, more than ``samples`` and at most ``PROBE_GROWTH`` x."""
     batch = max(1, batch)
     fits = math.floor(rate * probe_ms / 1000 / batch) * batch
     return max(whole_batches(samples + 1, batch), min(samples * PROBE_GROWTH, fits))
@@ -108,8 +93,7 @@ def next_probe_samples(samples: int, rate: float, batch: int, probe_ms: int) -> 
 
 def sustained_rate(queries: list[tuple[int, float]]) -> float | None:
     """The samples/s of Offline probe queries (samples, seconds) past their start-up: the last two queries'
-    difference in samples over their difference in time, which the start-up every query pays (the first batches,
-    the last partial one) cancels out of. None with fewer than two queries, or when the larger one was not longer."""
+    difference in samples over their difference in time, which the start-up each pays cancels out of."""
     if len(queries) < 2:
         return None
     (before, before_s), (last, last_s) = queries[-2], queries[-1]
@@ -119,26 +103,22 @@ def sustained_rate(queries: list[tuple[int, float]]) -> float | None:
 
 
 def probed_test_samples(rate: float, probe_samples: int, batch: int, duration_ms: int) -> int:
-    """The samples of a --test_run's Offline query after a probe that ran ``probe_samples`` at ``rate`` samples/s:
-    the rate x the duration x ``PROBE_QPS_MARGIN``, never fewer than the probe's own query, in whole batches."""
+    """A --test_run's Offline query: rate x duration x ``PROBE_QPS_MARGIN``, at least the probe's, in whole batches."""
     return whole_batches(max(rate * duration_ms / 1000 * PROBE_QPS_MARGIN, probe_samples), batch)
 
 
 def rerun_query_samples(samples: int, seconds: float, batch: int, duration_ms: int) -> int:
-    """The query of the one re-run of a --test_run whose Offline query of ``samples`` ended after ``seconds``, before
-    its minimum ``duration_ms``: its own rate x the duration x ``PROBE_QPS_MARGIN``, at least ``RERUN_GROWTH`` x its
-    samples, in whole batches."""
+    """The re-run of a --test_run whose Offline query ended early: its own rate x the duration x
+    ``PROBE_QPS_MARGIN``, at least ``RERUN_GROWTH`` x its samples, in whole batches."""
     scaled = samples * duration_ms / 1000 / max(seconds, 1e-3) * PROBE_QPS_MARGIN
     return whole_batches(max(scaled, RERUN_GROWTH * samples), batch)
 
 
 def offline_expected_qps(measured_qps: float) -> float:
-    """The ``offline_expected_qps`` for a system measured at ``measured_qps`` samples/s."""
     return round_qps(measured_qps * QPS_MARGIN)
 
 
 def singlestream_expected_latency_ns(mean_latency_ns: float) -> int:
-    """The ``single_stream_expected_latency_ns`` for a system whose mean latency is ``mean_latency_ns``."""
     return max(1, int(mean_latency_ns * SINGLESTREAM_MARGIN))
 
 
@@ -177,10 +157,9 @@ def _run(measurement: Measurement[R], run: Callable[[str, dict[str, Any]], R], l
 
 def measure_offline(run: Callable[[str, dict[str, Any]], R], probe_ms: int, duration_ms: int,
                     hint_qps: float | None = None) -> Measurement[R]:
-    """Probe for ``probe_ms`` (unless ``hint_qps`` is known), run ``duration_ms`` at 1.1 x the measured samples/s,
-    and repeat (at most ``MAX_RERUNS`` times) at 1.1 x the run's own rate while it still ends early, or once when
-    it ran far slower than expected (a probe too short to be steady: the value would make every run longer than it
-    needs). The value kept is the last VALID run's."""
+    """Probe (unless ``hint_qps`` is known), run at 1.1 x the measured samples/s, and repeat at 1.1 x the run's own
+    rate while it ends early, or once when it ran far slower than expected (an unsteady probe would make every run
+    longer than needed). The value kept is the last VALID run's."""
     measurement: Measurement[R] = Measurement("offline_expected_qps")
     if hint_qps is None:
         probe = _run(measurement, run, "probe", {"min_duration": probe_ms})
@@ -208,8 +187,8 @@ def measure_offline(run: Callable[[str, dict[str, Any]], R], probe_ms: int, dura
 
 def measure_singlestream(run: Callable[[str, dict[str, Any]], R], probe_ms: int, duration_ms: int,
                          hint_ns: int | None = None) -> Measurement[R]:
-    """Probe the mean latency (unless ``hint_ns`` is known), run ``duration_ms`` expecting 0.9 x it, and halve
-    the expectation while the run still ends early (at most ``MAX_RERUNS`` times)."""
+    """Probe the mean latency (unless ``hint_ns`` is known), run expecting 0.9 x it, and halve the expectation while
+    the run ends early."""
     measurement: Measurement[R] = Measurement("single_stream_expected_latency_ns")
     if hint_ns is None:
         probe = _run(measurement, run, "probe", {"min_duration": probe_ms})
@@ -229,9 +208,6 @@ def measure_singlestream(run: Callable[[str, dict[str, Any]], R], probe_ms: int,
             break
         expected = max(1, min(expected, int(float(mean_ns))) // 2)
     return measurement
-
-
-# -------------------------------------------------------------------------------------------------------- Server
 
 
 @dataclass
@@ -257,10 +233,6 @@ class ServerSearch:
     def best_try(self) -> ServerTry | None:
         return next((t for t in self.tries if t.valid and t.target_qps == self.best_qps), None)
 
-    @property
-    def lowest_tried(self) -> float | None:
-        return min((t.target_qps for t in self.tries), default=None)
-
     def nothing_valid(self) -> str:
         """The line that says no rate was VALID, with the lowest rate tried and why it failed."""
         lowest = min(self.tries, key=lambda t: t.target_qps, default=None)
@@ -280,13 +252,9 @@ def search_server_qps(
     down_step: float | None = None,
     floor_qps: float = 0.0,
 ) -> ServerSearch:
-    """Highest VALID target QPS, assuming validity falls monotonically with QPS.
-
-    From ``start_qps``: multiply by ``step`` after a VALID try, divide by ``down_step`` (default ``step``) after an
-    INVALID one, until one of each brackets the answer; then bisect until the bracket is within ``tolerance``
-    (relative) or ``max_runs`` are spent. A crashed try (valid None) ends the search; so does a rate below
-    ``floor_qps`` with nothing VALID yet.
-    """
+    """The highest VALID target QPS, validity falling monotonically with QPS: up by ``step`` after a VALID try, down
+    by ``down_step`` after an INVALID one until the answer is bracketed, then bisect to within ``tolerance`` or until
+    ``max_runs`` are spent. A crashed try ends the search; so does a rate below ``floor_qps`` with nothing VALID."""
     down = down_step or step
     tries: list[ServerTry] = []
     low: float | None = None  # highest VALID
@@ -323,9 +291,8 @@ def search_server_qps(
 
 
 def unsustained_reason(scheduled_qps: float | None, completed_qps: float | None) -> str | None:
-    """Why a VALID try would not hold for 600 s: the system completed clearly fewer samples per second than were
-    scheduled, so its queue grew during the try and would reach the latency bound in a longer run. A short try
-    ends before that happens, so LoadGen alone calls it VALID."""
+    """Why a VALID try would not hold for 600 s: it completed clearly fewer samples/s than scheduled, so its queue
+    grew and a longer run would reach the latency bound."""
     if not scheduled_qps or completed_qps is None or completed_qps >= SUSTAINED_SHARE * scheduled_qps:
         return None
     return (f"not sustained: completed {completed_qps:.4g} samples/s of {scheduled_qps:.4g} scheduled (below "
@@ -338,14 +305,13 @@ TOO_SHORT = ("too few queries for LoadGen's early stopping at this rate: give th
 
 def judge_server_try(qps: float, outcome: Outcome, log_dir: str | None = None,
                      tokens_per_sample: float | None = None) -> ServerTry:
-    """A Server try from its run: LoadGen's verdict, refused when the queue grew (``unsustained_reason``); a try
-    INVALID only for early stopping was too short to judge its rate (valid None: the search stops, ``TOO_SHORT``)."""
+    """A Server try from its run: LoadGen's verdict, refused when the queue grew; one INVALID only for early stopping
+    was too short to judge its rate, so it stops the search (valid None, ``TOO_SHORT``)."""
     p99 = outcome.extra.get("result_99.00_percentile_latency_ns")
     reasons = [r for r in outcome.reasons if not r.startswith("not a valid MLPerf result")]
     valid = outcome.valid
     if valid is False and reasons and all("early stopping" in reason for reason in reasons):
-        # The latency bound held, but too few queries ran for LoadGen to be sure it holds at p99: a lower rate
-        # would run even fewer. The try says nothing about the rate, so the search stops and says why.
+        # The latency bound held, but too few queries ran to be sure at p99, and a lower rate would run fewer.
         valid = None
         reasons.append(TOO_SHORT)
     unsustained = unsustained_reason(outcome.value, outcome.extra.get("result_completed_samples_per_sec"))

@@ -84,7 +84,7 @@ def test_a_try_invalid_only_for_early_stopping_was_too_short_and_stops_the_searc
 def test_a_search_with_nothing_valid_names_the_lowest_rate_tried():
     result = search.search_server_qps(lambda q: search.ServerTry(q, False, ["latency constraint not met"]), 64.0,
                                       max_runs=4, down_step=2.0)
-    assert result.best_qps is None and result.lowest_tried == 8.0
+    assert result.best_qps is None and min(t.target_qps for t in result.tries) == 8.0
     line = result.nothing_valid()
     assert "not even the lowest tried, 8 QPS (latency constraint not met)" in line and "used all 4 runs" in line
     floored = search.search_server_qps(lambda q: search.ServerTry(q, False, ["x"]), 4.0, max_runs=9, floor_qps=1.5)

@@ -129,12 +129,8 @@ def described_gpu_count(system: str, systems_dir: Path | None = None) -> int | N
     description, or one that states no whole number (a run does not need the description: it is not refused here,
     ``make check_system_json`` names what is wrong with it)."""
     try:
-        value = load_description(system, systems_dir).get("accelerators_per_node")
-    except SystemDescriptionError:
-        return None
-    try:
-        return int(str(value).strip())
-    except ValueError:
+        return int(str(load_description(system, systems_dir).get("accelerators_per_node")).strip())
+    except (SystemDescriptionError, ValueError):
         return None
 
 
@@ -170,18 +166,15 @@ def description_problems(description: dict[str, Any], files: DescriptionFiles) -
             problems.append(f"{name}: placeholder {value!r}; {fix}")
         elif name in MEANINGFUL_FIELDS and (not value or (isinstance(value, str) and not value.strip())):
             problems.append(f"{name}: empty, and the checker requires a meaningful value; {fix}")
-    status = description.get("status")
-    if status and str(status).lower() not in STATUSES and not _PLACEHOLDER.match(str(status)):
-        problems.append(f"status: {status!r} is not one of {', '.join(STATUSES)}; set \"status\" in "
-                        f"{shown(files.user)}")
-    kind = description.get("system_type")
-    if kind and kind not in SYSTEM_TYPES and not _PLACEHOLDER.match(str(kind)):
-        problems.append(f"system_type: {kind!r} is not one of {', '.join(SYSTEM_TYPES)}; set \"system_type\" in "
-                        f"{shown(files.base)} or {shown(files.user)}")
-    division = description.get("division")
-    if division and division not in DIVISIONS and not _PLACEHOLDER.match(str(division)):
-        problems.append(f"division: {division!r} is not one of {', '.join(DIVISIONS)}; set \"division\" in "
-                        f"{shown(files.base)} or {shown(files.user)}")
+    # Fields with a closed set of values, and the files that may set them: status is the submitter's alone.
+    both = [files.base, files.user]
+    for name, valid, where in (("status", STATUSES, [files.user]), ("system_type", SYSTEM_TYPES, both),
+                               ("division", DIVISIONS, both)):
+        value = description.get(name)
+        compared = str(value).lower() if name == "status" else value  # the checker lower-cases the status alone
+        if value and compared not in valid and not _PLACEHOLDER.match(str(value)):
+            problems.append(f"{name}: {value!r} is not one of {', '.join(valid)}; set \"{name}\" in "
+                            f"{' or '.join(shown(path) for path in where)}")
     return problems
 
 

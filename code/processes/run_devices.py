@@ -94,19 +94,25 @@ def _run_pool(pool: WorkerPool, round_name: str, run: Callable[[list[Any], list[
         finished = pool.finish()
         for note in pool.exit_notes():  # after a test that passed: its figures stand, but say what went wrong
             log.warning("after the test, %s", note)
-    workers = [{**describe_plan(plan), **said, **stats} for plan, said, stats in zip(plans, ready, finished,
-                                                                                      strict=True)]
+    workers = [{"device": plan.device, "numa_node": plan.numa_node, "cpus": format_cpu_list(plan.cpus), **said,
+                **stats} for plan, said, stats in zip(plans, ready, finished, strict=True)]
     return DevicesReport(devices=names, workers=workers, engine_stats=engine_stats_of(finished),
                          loadgen_host=loadgen_host)
 
 
 def engine_stats_of(finished: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The workers' engine counters, combined; None where the runners count nothing. A worker that sent none (it
-    failed after the test) makes the sum a part: said, so no figure reads as the whole run's."""
+    """The workers' engine counters for metadata.json; None where the runners count nothing. One engine's are kept
+    as they are; several engines' counts are summed (they ran side by side, so the time is the longest), each
+    engine's beside them (``per_device``). A worker that sent none (it failed after the test) makes the sum a part:
+    said, so no figure reads as the whole run's."""
     engines = [stats["engine"] for stats in finished if "engine" in stats]
     if not engines:
         return None
-    combined = combined_engine_stats(engines)
+    combined = engines[0]
+    if len(engines) > 1:
+        total = {key: sum(one.get(key, 0) for one in engines) for key, value in engines[0].items()
+                 if isinstance(value, int | float) and not isinstance(value, bool) and key != "seconds"}
+        combined = {**total, "seconds": max(one.get("seconds", 0.0) for one in engines), "per_device": engines}
     silent = [stats.get("error", "") for stats in finished if "engine" not in stats]
     if silent:
         combined = {"incomplete": f"{len(silent)} of {len(finished)} workers sent no counters ({'; '.join(silent)})",
@@ -132,10 +138,6 @@ def worker_plans(devices: list[str]) -> list[WorkerPlan]:
     return plans
 
 
-def describe_plan(plan: WorkerPlan) -> dict[str, Any]:
-    return {"device": plan.device, "numa_node": plan.numa_node, "cpus": format_cpu_list(plan.cpus)}
-
-
 def _check_placement(plan: WorkerPlan, said: dict[str, Any]) -> None:
     """A worker whose GPU is not the one NVML placed (CUDA and NVML number GPUs differently) runs pinned to the
     wrong node's CPUs: said, not fatal."""
@@ -159,16 +161,6 @@ def device_failure(error: BaseException, exit_notes: list[str]) -> DeviceFailedE
     ended = f" ({'; '.join(exit_notes)})" if exit_notes else ""
     return DeviceFailedError(f"{summary}{ended}; the test ended there and is not valid: the samples after the "
                              "failure were answered empty (LoadGen's logs are kept)")
-
-
-def combined_engine_stats(each: list[dict[str, Any]]) -> dict[str, Any]:
-    """The engines' counters for metadata.json: one engine's as they are; several engines' counts summed (they
-    ran side by side, so the time is the longest), each engine's beside them (``per_device``)."""
-    if len(each) == 1:
-        return each[0]
-    total = {key: sum(one.get(key, 0) for one in each) for key, value in each[0].items()
-             if isinstance(value, int | float) and not isinstance(value, bool) and key != "seconds"}
-    return {**total, "seconds": max(one.get("seconds", 0.0) for one in each), "per_device": each}
 
 
 def _timed(call: Callable[[], None]) -> dict[str, float]:

@@ -17,12 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from code.common.constants import (
-    SERVER_LATENCY_BOUND_NS,
-    ExitCode,
-    Scenario,
-    TestMode,
-)
+from code.common.constants import SERVER_LATENCY_BOUND_NS, ExitCode, Scenario, TestMode
 from code.common.faults import describe
 from code.common.host_load import HostReader
 from code.common.log import configure, get_logger
@@ -45,12 +40,7 @@ from code.harness.progress import (
 from code.mlperf.audits import write_baseline_log
 from code.mlperf.benchmarks import AccuracyReport, PreparedTest, load_benchmark
 from code.mlperf.power import NoPower, PowerSampler, power_sampler
-from code.mlperf.run_logs import (
-    TestResult,
-    check_loadgen_logs,
-    performance_result,
-    read_detail_log,
-)
+from code.mlperf.run_logs import TestResult, check_loadgen_logs, performance_result, read_detail_log
 from code.mlperf.run_record import RunRecord, write_record
 from code.mlperf.user_conf import write_user_conf
 from code.mlperf.verdicts import not_submittable_reasons
@@ -123,7 +113,8 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
     loaded = time.time()
     log.debug("LoadGen settings: %s; user.conf: %s", settings, user_conf)
 
-    cluster = cluster_settings(config)
+    cluster = ClusterSettings(config["cluster"], config["cluster_host"], config["cluster_port"],
+                              float(config["cluster_ready_timeout_s"])) if config["cluster"] else None
     power: PowerSampler | NoPower = NoPower("the test did not reach LoadGen")
 
     def run_loadgen(runners: list[Any], device_names: list[str]) -> None:
@@ -136,8 +127,9 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
         # host's load is read during a performance test, whose figure it can lower.
         host = HostReader() if mode is TestMode.PerformanceOnly else None
         power = power_sampler(device_names, why_not_power(mode, cluster), host=host)
-        with power, ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf),
-                                     progress_period_s()):
+        # Lines every 15 s; every second when the parent redraws them in place on a terminal.
+        period_s = TTY_PERIOD_S if os.environ.get(PROGRESS_TTY_ENV) else PERIOD_S
+        with power, ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf), period_s):
             run_test(settings, prepared.sample_lengths, runners, device_names=device_names)
 
     report = run_on_devices(prepared, spec_file, config["num_workers"], config["round"], run_loadgen,
@@ -167,17 +159,10 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
     software = versions(config["round"])
     write_record(log_dir, RunRecord.of(result, **{
         # What staging and audits read to match runs to a round's tools: the round and the LoadGen that ran.
-        "round": config["round"],
-        "loadgen_version": software["loadgen"],
-        "config": config.as_dict(),
-        "system": system.describe(),
-        "system_name": config.system,
-        "provenance": provenance,
+        "round": config["round"], "loadgen_version": software["loadgen"],
+        "config": config.as_dict(), "system": system.describe(), "system_name": config.system, "provenance": provenance,
         # Which engine of the config's ladder ran and why (code/tuning/accuracy_gate.py); {} before ladders existed.
-        "engine": engine,
-        "versions": software,
-        "user_conf": user_conf.read_text(),
-        "command": sys.argv,
+        "engine": engine, "versions": software, "user_conf": user_conf.read_text(), "command": sys.argv,
         "devices": {"used": report.devices, "expected_qps_share": share, "completed": times.per_device(),
                     "loadgen_process": report.loadgen_host, **({"workers": report.workers} if report.workers else {})},
         # GPU power over the timed part and samples per joule (code/mlperf/power.py); null, with why, if not read;
@@ -204,33 +189,16 @@ def why_not_power(mode: TestMode, cluster: ClusterSettings | None) -> str | None
     return None
 
 
-def cluster_settings(config: ResolvedConfig) -> ClusterSettings | None:
-    """The run's cluster (``--cluster`` and its fields), or None for a run on this machine alone."""
-    if not config["cluster"]:
-        return None
-    return ClusterSettings(config["cluster"], config["cluster_host"], config["cluster_port"],
-                           float(config["cluster_ready_timeout_s"]))
-
-
 def core_settings(config: ResolvedConfig, mode: TestMode, prepared: PreparedTest, user_conf: Path,
                   log_dir: Path) -> CoreSettings:
     """What the C++ core runs one test of this config with."""
-    return CoreSettings(
-        model=config.benchmark.loadgen_model,
-        scenario=config.scenario.value,
-        mode=mode.value,
-        user_conf=user_conf,
-        log_dir=log_dir,
-        total_sample_count=prepared.total_sample_count,
-        performance_sample_count=prepared.performance_sample_count,
-        max_batch_size=config["gpu_batch_size"],
-        num_workers=config["num_workers"],
-        sort_by_length=config["sort_by_length"],
-        batch_timeout_us=config.values.get("batch_timeout_us", 0),
-        round=config["round"],
-        log_enable_trace=config["log_enable_trace"],
-        token_responses=prepared.token_responses,
-    )
+    return CoreSettings(model=config.benchmark.loadgen_model, scenario=config.scenario.value, mode=mode.value,
+                        user_conf=user_conf, log_dir=log_dir, total_sample_count=prepared.total_sample_count,
+                        performance_sample_count=prepared.performance_sample_count,
+                        max_batch_size=config["gpu_batch_size"], num_workers=config["num_workers"],
+                        sort_by_length=config["sort_by_length"],
+                        batch_timeout_us=config.values.get("batch_timeout_us", 0), round=config["round"],
+                        log_enable_trace=config["log_enable_trace"], token_responses=prepared.token_responses)
 
 
 def write_report(log_dir: Path) -> None:
@@ -249,11 +217,6 @@ def progress_shape(config: ResolvedConfig, user_conf: Path) -> ProgressShape:
     bound_ns = SERVER_LATENCY_BOUND_NS.get(config.benchmark) if scenario is Scenario.Server else None
     bound = None if bound_ns is None else bound_ns / 1e9
     return ProgressShape(scenario.value, min_duration_s(user_conf, scenario.value), bound)
-
-
-def progress_period_s() -> float:
-    """Lines every 15 s; every second when the parent redraws them in place on a terminal."""
-    return TTY_PERIOD_S if os.environ.get(PROGRESS_TTY_ENV) else PERIOD_S
 
 
 def save_sample_times(times: SampleTimes, log_dir: Path) -> None:

@@ -7,6 +7,7 @@ stopped whenever ``run_child`` returns or raises; its output reaches the termina
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
 from code.common.faults import describe
@@ -42,22 +43,14 @@ def test_spec(system: str, config: ResolvedConfig, mode: TestMode, overrides: di
     the harness set the test's expected rate or latency first (a stored value, a probe), for the summary;
     ``probed``: the overrides a probe measured, whose source metadata.json gives as ``probe``, not RUN_ARGS."""
     return {
-        **({"tuning": tuning} if tuning else {}),
-        **({"probed": sorted(probed)} if probed else {}),
-        "system": system,
-        "benchmark": config.benchmark.value,
-        "benchmark_name": config.benchmark_name,
-        "accuracy_target": config.workload.accuracy_target.value,
-        "harness_type": config.workload.harness_type.value,
-        "power_setting": config.workload.power_setting.value,
-        "scenario": config.scenario.value,
-        "mode": mode.value,
+        **({"tuning": tuning} if tuning else {}), **({"probed": sorted(probed)} if probed else {}),
+        "system": system, "benchmark": config.benchmark.value, "benchmark_name": config.benchmark_name,
+        "accuracy_target": config.workload.accuracy_target.value, "harness_type": config.workload.harness_type.value,
+        "power_setting": config.workload.power_setting.value, "scenario": config.scenario.value, "mode": mode.value,
         "overrides": overrides,
         # The engine ladder's rung the parent chose (the child resolves the same one) and why, for metadata.json.
-        "rung": config.rung.name if config.rung else None,
-        "engine": config.engine_choice,
-        "log_dir": str(log_dir),
-        "started": time.time(),
+        "rung": config.rung.name if config.rung else None, "engine": config.engine_choice,
+        "log_dir": str(log_dir), "started": time.time(),
     }
 
 
@@ -137,7 +130,10 @@ def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestRes
             transcript.close()
     if transcript.error is not None:
         log.warning("%s not saved whole: %s", transcript.path.name, transcript.error)
-    record = _read_record(log_dir)
+    try:
+        record = read_record(log_dir)
+    except RunRecordError:  # unreadable: the test counts as failed
+        record = RunRecord({})
     if status == 0 and record.complete:
         return record.result, record
     reasons = [error_line.removeprefix("ERROR: ")] if error_line else []
@@ -159,38 +155,32 @@ class Transcript:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.error: str | None = None
-        self._file = None
-        try:
-            self._file = open(path, "w", buffering=1)  # line-buffered: a failed write fails at once, here
-        except OSError as error:
-            self._failed(error)
+        self._file: TextIO | None = None
+        self._file = self._guarded(lambda: open(path, "w", buffering=1))  # line-buffered: a write fails at once
 
     def write(self, line: str) -> None:
-        if self._file is not None:
-            try:
-                self._file.write(line)
-            except OSError as error:
-                self._failed(error)
+        if (file := self._file) is not None:
+            self._guarded(lambda: file.write(line))
 
     def close(self) -> None:
-        if self._file is not None:
-            try:
-                self._file.close()
-            except OSError as error:
-                self._failed(error)
-            self._file = None
+        file, self._file = self._file, None
+        if file is not None:
+            self._guarded(file.close)
 
-    def _failed(self, error: OSError) -> None:
-        message = describe(error, writing_in=self.path)
-        if message is None:
-            raise error
-        self.error = self.error or message
-        if self._file is not None:
-            try:
-                self._file.close()
-            except OSError:  # the buffered rest cannot be written either: the error above says why
-                pass
-            self._file = None
+    def _guarded(self, act: Callable[[], Any]) -> Any:
+        """``act()``; an OSError the user fixes ends the copy, and ``error`` keeps the first one's line."""
+        try:
+            return act()
+        except OSError as error:
+            message = describe(error, writing_in=self.path)
+            if message is None:
+                raise
+            self.error = self.error or message
+            file, self._file = self._file, None
+            if file is not None:
+                with contextlib.suppress(OSError):  # the buffered rest cannot be written either: the error says why
+                    file.close()
+            return None
 
 
 def _save(write: Callable[[], object], what: str, where: Path, who: str = "run_harness") -> None:
@@ -203,14 +193,6 @@ def _save(write: Callable[[], object], what: str, where: Path, who: str = "run_h
         if message is None:
             raise
         get_logger(who).warning("%s not saved: %s", what, message)
-
-
-def _read_record(log_dir: Path) -> RunRecord:
-    """The test's metadata.json, or an empty record when it is unreadable (the test then counts as failed)."""
-    try:
-        return read_record(log_dir)
-    except RunRecordError:
-        return RunRecord({})
 
 
 def resolve_from_spec(spec: dict[str, Any]) -> ResolvedConfig:

@@ -5,23 +5,19 @@ Why: a figure measured while other programs used the CPUs, or while a hypervisor
 machines (steal), is below what the machine can do, and nothing in the figure says so. The summary names such a host
 (code/mlperf/noise.py), and metadata.json's ``host_load`` keeps the numbers.
 
-What is read, every period on the test's one sampler thread (code/mlperf/power.py's, which reads the GPUs in the same
-tick): ``/proc/loadavg``'s 1-minute load average (runnable and uninterruptible tasks of the whole machine, a
-container's host included, averaged with a one-minute decay); ``/proc/stat``'s CPU times of the CPUs this process
-may use (its affinity mask); ``/proc/self/stat``'s CPU time of this process, all its threads, so a CPU run's own
-threads are not taken for another program's. Another process of the run itself (a several-GPU run's device workers)
-counts as another program.
-
-What counts: the readings of the timed part (as for power, ``timed_window``), CPU times as their difference between
-the last reading at or before it and the first at or after it. Reading /proc never fails a test: a machine without
-it reads nothing, and metadata.json says ``"host_load": null``.
+Read every period on the test's sampler thread (code/mlperf/power.py's, which reads the GPUs in the same tick):
+``/proc/loadavg``'s 1-minute load average (the whole machine, a container's host included); ``/proc/stat``'s CPU
+times of the CPUs this process may use; ``/proc/self/stat``'s CPU time of this process, so a CPU run's own threads
+are not taken for another program's (a several-GPU run's device workers count as other programs). CPU times count
+as their difference across the timed part. Reading /proc never fails a test: without it metadata.json says
+``"host_load": null``.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,11 +46,6 @@ class HostReading:
     load_1m: float
     cpu: CpuTimes | None  # None: /proc/stat names none of the usable CPUs
     own_ticks: int | None  # this process's user + system time; None: /proc/self/stat unreadable
-
-
-def parse_loadavg(text: str) -> float:
-    """The 1-minute load average of ``/proc/loadavg`` (``1.34 1.07 1.12 7/118 25573``)."""
-    return float(text.split()[0])
 
 
 def parse_cpu_times(text: str, cpus: Sequence[int]) -> CpuTimes | None:
@@ -91,19 +82,18 @@ class HostReader:
         self.cpus = tuple(cpus) if cpus is not None else allowed_cpu_set()
 
     def __call__(self, time_s: float) -> HostReading | None:
+        load = self._parsed("loadavg", lambda text: float(text.split()[0]))  # "1.34 1.07 1.12 7/118 25573"
+        if load is None:
+            return None
+        return HostReading(time_s, load, self._parsed("stat", lambda text: parse_cpu_times(text, self.cpus)),
+                           self._parsed("self/stat", parse_own_ticks))
+
+    def _parsed(self, name: str, parse: Callable[[str], Any]) -> Any:
+        """``parse`` of the file ``name`` under ``proc``; None where it does not read or parse."""
         try:
-            load = parse_loadavg((self.proc / "loadavg").read_text())
+            return parse((self.proc / name).read_text())
         except (OSError, ValueError, IndexError):
             return None
-        try:
-            cpu = parse_cpu_times((self.proc / "stat").read_text(), self.cpus)
-        except (OSError, ValueError):
-            cpu = None
-        try:
-            own: int | None = parse_own_ticks((self.proc / "self" / "stat").read_text())
-        except (OSError, ValueError, IndexError):
-            own = None
-        return HostReading(time_s, load, cpu, own)
 
 
 def host_summary(readings: Sequence[HostReading], window: tuple[float, float] | None,

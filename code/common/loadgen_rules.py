@@ -1,7 +1,5 @@
-"""What LoadGen does with a performance test's settings, where the harness must predict it: the size of the Offline
-query it plans, and the INVALID reasons that mean the query was sized for a slower machine. One definition each, for
-the config checks, the probes and the summaries.
-"""
+"""What LoadGen does with a performance test's settings, where the harness must predict it (the config checks, the
+probes, the summaries): the Offline query it plans, and the INVALID reasons of a query sized for a slower machine."""
 
 from __future__ import annotations
 

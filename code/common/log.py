@@ -1,13 +1,9 @@
 """The harness's own messages: Python ``logging``, one ``[step] message`` line each, quiet unless ``--verbose``.
 
-Levels: INFO is what a run has always said (where the logs go, which test starts, how long loading took);
-DEBUG (``--verbose``, NVIDIA's flag) adds what helps when something is off (the resolved config of each test, the
-child's command line); WARNING and ERROR are things that went wrong but did not stop the run. The final summary
-table and ``info``'s report are results, not diagnostics, so they stay plain output.
-
-Messages go to stdout, the stream the test processes write to: the harness copies each test's output through in
-order, so one stream keeps the harness's lines and the test's lines in the order they happened. A test process
-inherits the level through the environment (``VERBOSE_ENV``), so ``--verbose`` reaches every process of a run.
+INFO is what a run says (where the logs go, which test starts); DEBUG (``--verbose``) adds what helps when something
+is off (each test's resolved config, the child's command line). The summary table and ``info``'s report are results,
+not diagnostics: plain output. Messages go to stdout, the stream the test processes write to, so the harness's lines
+and the tests' keep their order; a test process inherits the level through ``VERBOSE_ENV``.
 """
 
 from __future__ import annotations
@@ -40,16 +36,16 @@ class _CurrentStdout(logging.StreamHandler):
 
 
 def get_logger(step: str) -> logging.Logger:
-    """The logger of one step of the harness (``run_harness``, ``run_single_test`` ...): its name is the prefix.
-    Set up on first use when no entry point did (a test, a script), so an INFO line is never lost."""
+    """The logger of one step (``run_harness`` ...), its name the prefix; set up on first use where no entry point
+    did (a test, a script), so an INFO line is never lost."""
     if not logging.getLogger(ROOT).handlers:
         configure()
     return logging.getLogger(f"{ROOT}.{step}")
 
 
 def configure(verbose: bool | None = None) -> None:
-    """Set the level of every harness logger; ``None`` takes it from ``VERBOSE_ENV`` (a test process), and a
-    given value also sets that variable, so the processes this one starts log at the same level."""
+    """Set the level of every harness logger; ``None`` takes it from ``VERBOSE_ENV`` (a test process), a given value
+    also sets it, for the processes this one starts."""
     if verbose is None:
         verbose = os.environ.get(VERBOSE_ENV, "") == "1"
     else:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 
 SYS_PCI_DEVICES = Path("/sys/bus/pci/devices")
@@ -50,17 +51,8 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
 
 def format_cpu_list(cpus: tuple[int, ...] | list[int]) -> str:
     """CPU numbers in the kernel's list format, ranges collapsed: (0, 1, 2, 3, 8) -> "0-3,8"."""
-    parts: list[str] = []
-    ordered = sorted(set(cpus))
-    start = previous = None
-    for cpu in [*ordered, None]:
-        if cpu is not None and previous is not None and cpu == previous + 1:
-            previous = cpu
-            continue
-        if start is not None:
-            parts.append(str(start) if start == previous else f"{start}-{previous}")
-        start = previous = cpu
-    return ",".join(parts)
+    runs = [[cpu for _, cpu in run] for _, run in groupby(enumerate(sorted(set(cpus))), lambda pair: pair[1] - pair[0])]
+    return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
 
 
 def sysfs_bus_id(nvml_bus_id: str) -> str:

@@ -59,12 +59,8 @@ class Published:
 def published_results(path: Path = PUBLISHED_CSV) -> tuple[Published, ...]:
     """Every row of the file; read once per process (the file ships with the code and does not change under it)."""
     with path.open(newline="", encoding="utf-8") as file:
-        return tuple(Published(benchmark=row["benchmark"], scenario=row["scenario"], gpu_model=row["gpu_model"],
-                               per_gpu=float(row["per_gpu"]), unit=row["unit"], round=row["round"],
-                               submitter=row["submitter"], system=row["system"], gpus=int(row["gpus"]),
-                               system_figure=float(row["system_figure"]), source_url=row["source_url"],
-                               note=row["note"])
-                     for row in csv.DictReader(file))
+        return tuple(Published(**{**row, "per_gpu": float(row["per_gpu"]), "gpus": int(row["gpus"]),
+                                  "system_figure": float(row["system_figure"])}) for row in csv.DictReader(file))
 
 
 def best(benchmark: str, scenario: str, gpu_model: str, rows: tuple[Published, ...] | None = None) -> Published | None:

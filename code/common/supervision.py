@@ -15,6 +15,7 @@ when the thread that started the child ends, so workers are started from the tes
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -89,22 +90,18 @@ class StartError(BenchmarkError):
 
 def start_in_own_group(command: list[str], **popen_args: Any) -> subprocess.Popen:
     """Start a child in a new process group, told our pid (see ``die_with_parent``); stdin is closed."""
-    env = {**popen_args.pop("env", os.environ), PARENT_PID_ENV: str(os.getpid())}
-    return _started(command, process_group=0, stdin=subprocess.DEVNULL, env=env, **popen_args)
+    return start_child(command, process_group=0, **popen_args)
 
 
 def start_child(command: list[str], **popen_args: Any) -> subprocess.Popen:
     """Start a helper process of a test (a device's worker) in the test's own process group, told our pid (see
-    ``die_with_parent``): a stop of the group stops it with the test, and it dies with the test process."""
+    ``die_with_parent``): a stop of the group stops it with the test, and it dies with the test process.
+
+    A program that cannot be run is a ``StartError`` naming it, not a bare OSError that reads as a file that
+    cannot be written (exec's EACCES is about running a file, or searching its folders)."""
     env = {**popen_args.pop("env", os.environ), PARENT_PID_ENV: str(os.getpid())}
-    return _started(command, stdin=subprocess.DEVNULL, env=env, **popen_args)
-
-
-def _started(command: list[str], **popen_args: Any) -> subprocess.Popen:
-    """``Popen``, whose failure to run the program is a ``StartError`` naming the program, not a bare OSError that
-    reads as a file that cannot be written (exec's EACCES is about running a file, or searching its folders)."""
     try:
-        return subprocess.Popen(command, **popen_args)
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env, **popen_args)
     except OSError as error:
         program = command[0]
         real = os.path.realpath(program)
@@ -136,10 +133,8 @@ def stop_group(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> bool
 
 
 def _signal_group(pgid: int, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # the group is empty: nothing left to stop
         os.killpg(pgid, signum)
-    except ProcessLookupError:  # the group is empty: nothing left to stop
-        pass
 
 
 def die_with_parent() -> None:

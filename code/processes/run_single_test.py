@@ -1,8 +1,7 @@
 """One LoadGen test in this process: ``python -m code.processes.run_single_test <test_spec.json>``.
 
-Started by run_harness, one per (benchmark, scenario, mode), because LoadGen may read its config only once
-per process. Writes user.conf, runs the C++ core, scores accuracy runs, and leaves metadata.json for the parent's
-summary, all in the test's log folder: it writes nothing anywhere else.
+One process per test, because LoadGen reads its config once per process. It writes user.conf, runs the C++ core,
+scores accuracy runs and leaves metadata.json for the parent's summary, all in the test's log folder alone.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from code.config.fields import plan_note
 from code.config.resolve import device_share, scales_qps
 from code.config.resolved import ResolvedConfig
 from code.harness.cluster import ClusterSettings
-from code.harness.core import SAMPLE_TIMES_FILE, CoreSettings, SampleTimes
+from code.harness.core import SAMPLE_TIMES_FILE, CoreSettings
 from code.harness.progress import (
     PERIOD_S,
     PROGRESS_TTY_ENV,
@@ -136,7 +135,10 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
                             cluster=cluster)
     log.info("LoadGen finished in %.1f s", time.time() - loaded)
     times = timeline(settings.round).with_lengths(prepared.sample_lengths).with_device_names(report.devices)
-    save_sample_times(times, log_dir)
+    try:  # the core's per-sample times, for the run report: a full disk costs the file, not the result
+        times.save(log_dir / SAMPLE_TIMES_FILE)
+    except OSError as error:
+        log.warning("%s not saved: %s", SAMPLE_TIMES_FILE, error)
     check_loadgen_logs(log_dir)  # before any figure is read from them: a full disk leaves them cut short
 
     audit = spec.get("audit")  # {"test": "TEST01", "reference_accuracy_log": path} for a compliance audit
@@ -175,7 +177,12 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
         # "probe": a --test_run's probe, which only sized the test's query (its report's title says so).
         **({"role": spec["role"]} if spec.get("role") else {}),
     }))
-    write_report(log_dir)
+    from code.report.pages import write_test_report
+
+    try:
+        write_test_report(log_dir)
+    except Exception as error:  # noqa: BLE001 - the result is recorded; the report is a convenience
+        log.warning("report.md not written: %s: %s", type(error).__name__, error)
     return result
 
 
@@ -201,38 +208,16 @@ def core_settings(config: ResolvedConfig, mode: TestMode, prepared: PreparedTest
                         log_enable_trace=config["log_enable_trace"], token_responses=prepared.token_responses)
 
 
-def write_report(log_dir: Path) -> None:
-    """The test's report.md and plots (code/report); a report that cannot be drawn costs the report, never the
-    run's result, and says why in one line."""
-    from code.report.pages import write_test_report
-
-    try:
-        write_test_report(log_dir)
-    except Exception as error:  # noqa: BLE001 - the result is already recorded; the report is a convenience
-        log.warning("report.md not written: %s: %s", type(error).__name__, error)
-
-
 def progress_shape(config: ResolvedConfig, user_conf: Path) -> ProgressShape:
-    scenario = config.scenario
-    bound_ns = SERVER_LATENCY_BOUND_NS.get(config.benchmark) if scenario is Scenario.Server else None
-    bound = None if bound_ns is None else bound_ns / 1e9
-    return ProgressShape(scenario.value, min_duration_s(user_conf, scenario.value), bound)
-
-
-def save_sample_times(times: SampleTimes, log_dir: Path) -> None:
-    """The core's per-sample times beside LoadGen's logs, for the run report; a full disk costs the file, not the
-    run's result."""
-    try:
-        times.save(log_dir / SAMPLE_TIMES_FILE)
-    except OSError as error:
-        log.warning("%s not saved: %s", SAMPLE_TIMES_FILE, error)
+    bound_ns = SERVER_LATENCY_BOUND_NS.get(config.benchmark) if config.scenario is Scenario.Server else None
+    return ProgressShape(config.scenario.value, min_duration_s(user_conf, config.scenario.value),
+                         bound_ns / 1e9 if bound_ns else None)
 
 
 def score_test01(evaluate_accuracy: Callable[[Path], AccuracyReport], log_dir: Path,
                  reference_accuracy_log: Path) -> dict[str, Any]:
-    """Score TEST01's logged responses (accuracy.txt beside them) and the accuracy run's responses to the same
-    samples (baseline/accuracy.txt): the submission ships both when the responses differ, and the checker compares
-    the two scores."""
+    """Score TEST01's logged responses and the accuracy run's to the same samples (baseline/): the checker compares
+    the two scores where the responses differ."""
     baseline_dir = log_dir / "baseline"
     baseline_dir.mkdir()
     write_baseline_log(reference_accuracy_log, log_dir / "mlperf_log_accuracy.json",

@@ -1,8 +1,5 @@
 """One LoadGen test in a child process, and the run's summary: what every action that runs tests shares
-(run_harness, find_performance, run_audit and the accuracy gate), kept below them so none imports another.
-
-A test's child (``python -m code.processes.run_single_test <test_spec.json>``) runs in its own process group, which is
-stopped whenever ``run_child`` returns or raises; its output reaches the terminal and the test's ``stdout.txt``.
+(run_harness, find_performance, run_audit, the accuracy gate), kept below them so none imports another.
 """
 
 from __future__ import annotations
@@ -72,17 +69,12 @@ def finish_run(system: str, root: Path, results: list[RanTest], who: str = "run_
     """Write the summary files in ``root`` and print the summary; it reaches the terminal even when the disk is
     full or the folder read-only (``who`` prefixes the line that says it was not saved). ``stopped``: why the run
     ended before its last test (every engine of a ladder missed its accuracy target), with the fix."""
+    from code.report.pages import ReportError, write_run_report
+
     summary = format_summary(system, root, results, interrupted_by, stopped)
     _save(lambda: write_summary(root, summary, results), "the summary", root, who)
     print(summary, flush=True)
-    write_run_page(root, who)
-
-
-def write_run_page(root: Path, who: str) -> None:
-    """The run's report.md beside its summary (each test drew its own plots); without it the run still stands."""
-    from code.report.pages import ReportError, write_run_report
-
-    try:
+    try:  # the run's report.md beside its summary (each test drew its own plots)
         print(f"[{who}] report: {write_run_report(root, redraw=False)}", flush=True)
     except ReportError:
         return  # no test left a folder to report on (all refused or stopped before LoadGen)

@@ -17,8 +17,7 @@ class ChoiceError(ValueError):
 
 
 def closest(value: str, choices: list[str]) -> str | None:
-    """The choice ``value`` is most likely a typo of (difflib's nearest, case-insensitive), or None when none is
-    close: one rule for every name a user types (flags, benchmarks, scenarios, modes), so a typo costs one try."""
+    """The choice ``value`` is most likely a typo of (case-insensitive), or None: a typo costs one try."""
     by_lower = {choice.lower(): choice for choice in choices}
     found = difflib.get_close_matches(value.strip().lower(), list(by_lower), n=1)
     return by_lower[found[0]] if found else None

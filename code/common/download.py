@@ -175,11 +175,10 @@ def download(url: str, dest: Path, *, md5: str | None = None, sha256: str | None
              progress: bool = True) -> Path:
     """Download ``url`` to ``dest`` unless a verified copy is already there; return ``dest``.
 
-    ``dest`` only ever holds a file that matched ``md5``/``sha256``/``size`` (those given). A mismatch raises
-    ``DownloadError`` with both checksums and ``hint`` (what the user should run), and leaves the bytes at
-    ``<dest>.corrupt``. Up to ``retries`` consecutive attempts that make no progress are made, waiting
-    ``backoff_s``, then twice that, and so on; an attempt that fetched bytes resets the count, so a long download over
-    a flaky link still finishes. ``timeout_s`` bounds each socket operation, not the whole file.
+    A mismatch raises ``DownloadError`` with both checksums and ``hint`` (what to run) and leaves the bytes at
+    ``<dest>.corrupt``. Up to ``retries`` attempts in a row that make no progress are made, waiting ``backoff_s``,
+    then twice that...; one that fetched bytes resets the count, so a long download over a flaky link finishes.
+    ``timeout_s`` bounds each socket operation, not the whole file.
     """
     dest = Path(dest)
     part, corrupt, name = dest.with_suffix(dest.suffix + ".part"), dest.with_suffix(dest.suffix + ".corrupt"), dest.name
@@ -235,9 +234,8 @@ DOWNLOAD_ROOTS = {"data_dir": ("the raw data", DATA_DIR), "model_dir": ("the mod
 
 
 def download_parser(module: str, description: str, root: str, r2_metadata: bool = False) -> argparse.ArgumentParser:
-    """The command line every ``python -m code.<bench>.download_*`` starts from: its name and description, the root
-    folder it writes under (``--data_dir`` or ``--model_dir``, which may be a link into $MLPERF_SCRATCH_PATH) and,
-    for files listed on MLCommons' R2 storage, ``--refresh_metadata``. The command adds its own options."""
+    """The command line every ``python -m code.<bench>.download_*`` starts from: its root folder (``--data_dir`` or
+    ``--model_dir``) and, for files on MLCommons' R2 storage, ``--refresh_metadata``."""
     if root not in DOWNLOAD_ROOTS:
         raise ValueError(f"unknown download root {root!r}; valid roots: {', '.join(DOWNLOAD_ROOTS)}")
     holds, default = DOWNLOAD_ROOTS[root]
@@ -251,10 +249,9 @@ def download_parser(module: str, description: str, root: str, r2_metadata: bool 
 
 
 def download_command(fetch_all: Callable[[], Path | Iterable[Path]], errors: tuple[type[Exception], ...] = ()) -> int:
-    """The end of every ``python -m code.<bench>.download_*`` command: run ``fetch_all``, print each path it returns
-    and exit 0, or print the error in one line and exit 1. ``DownloadError`` and ``OSError`` (a target folder that
-    cannot be created or written) are always caught, ``errors`` adds a command's own; a traceback would bury the
-    message that says what to run next."""
+    """The end of every download command: print each path ``fetch_all`` returns and exit 0, or the error in one line
+    and exit 1 (a traceback would bury what to run next). ``errors``: a command's own, beside ``DownloadError`` and
+    ``OSError``."""
     try:
         fetched = fetch_all()
     except (DownloadError, OSError, *errors) as e:

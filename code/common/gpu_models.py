@@ -2,12 +2,9 @@
 
 A config for a model with no config class of its own is derived from what the GPU is (configs/<bench>/any_gpu.py):
 its compute capability decides which engines it can run, its memory the batch sizes, its SM count, power limit and
-bandwidth the first estimate of its rates. The models below come from NVIDIA's datasheets; any other GPU from NVML
-(``code.common.systems.GpuInfo.model``).
-
-A model's ``published`` ratio is its best published result per GPU over the H100 SXM's (published_results.csv):
-a config's first rate is the H100's measured rate times that ratio, an estimate the first ``--test_run``'s probe
-or ``make find_performance`` replaces.
+bandwidth the first estimate of its rates. The models below come from NVIDIA's datasheets; any other GPU from NVML.
+A model's ``published`` ratio (its best published result per GPU over the H100 SXM's) scales the H100's measured
+rate into its first rate, an estimate the first ``--test_run``'s probe or ``make find_performance`` replaces.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""The host's load during a performance test: the load average, CPU steal and this process's own CPU use, from
-/proc, over LoadGen's timed part.
+"""The host's load during a performance test, from /proc, over LoadGen's timed part.
 
-Why: a figure measured while other programs used the CPUs, or while a hypervisor gave the CPUs' time to other
-machines (steal), is below what the machine can do, and nothing in the figure says so. The summary names such a host
-(code/mlperf/noise.py), and metadata.json's ``host_load`` keeps the numbers.
-
-Read every period on the test's sampler thread (code/mlperf/power.py's, which reads the GPUs in the same tick):
-``/proc/loadavg``'s 1-minute load average (the whole machine, a container's host included); ``/proc/stat``'s CPU
-times of the CPUs this process may use; ``/proc/self/stat``'s CPU time of this process, so a CPU run's own threads
-are not taken for another program's (a several-GPU run's device workers count as other programs). CPU times count
-as their difference across the timed part. Reading /proc never fails a test: without it metadata.json says
-``"host_load": null``.
+A figure measured while other programs used the CPUs, or while a hypervisor gave their time away (steal), is below
+what the machine can do, and nothing in it says so: the summary names such a host (code/mlperf/noise.py), and
+metadata.json's ``host_load`` keeps the numbers. Read each period on the test's sampler thread (code/mlperf/power.py):
+the 1-minute load average of the whole machine, the CPU times of the CPUs this process may use, and this process's
+own CPU time, so its threads are not taken for another program's. Reading /proc never fails a test.
 """
 
 from __future__ import annotations
@@ -67,15 +61,13 @@ def parse_cpu_times(text: str, cpus: Sequence[int]) -> CpuTimes | None:
 
 
 def parse_own_ticks(text: str) -> int:
-    """utime + stime of ``/proc/self/stat``: fields 14 and 15, counted after the command's closing parenthesis (a
-    command may hold spaces and parentheses)."""
+    """utime + stime of ``/proc/self/stat``, counted after the command's ``)`` (a command may hold spaces)."""
     fields = text[text.rindex(")") + 2:].split()
     return int(fields[11]) + int(fields[12])
 
 
 class HostReader:
-    """Reads the host once per call; ``proc`` and ``cpus`` stand in for /proc and the affinity mask in tests. A
-    file that does not read leaves its part None (a machine without /proc reads nothing, and says so once)."""
+    """Reads the host once per call; ``proc`` and ``cpus`` stand in for /proc and the affinity mask in tests."""
 
     def __init__(self, proc: Path = PROC, cpus: Sequence[int] | None = None) -> None:
         self.proc = proc
@@ -132,8 +124,7 @@ def host_summary(readings: Sequence[HostReading], window: tuple[float, float] | 
 
 
 def host_line(host: dict[str, Any]) -> str:
-    """report.md's line of ``host_summary``'s numbers: ``host: load average 4.6 (max 4.7) over 2 usable CPUs; the
-    test's process used 0.7 CPUs; steal 0%, busy 99% of the usable CPUs' time``."""
+    """report.md's line of ``host_summary``'s numbers."""
     load = host["load_avg_1m"]
     parts = [f"host: load average {load['mean']:.1f} (max {load['max']:.1f}) over {host['usable_cpus']} usable CPUs"]
     if host.get("own_cpus") is not None:

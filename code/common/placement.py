@@ -1,14 +1,9 @@
 """Which CPUs a device's worker process runs on: the CPUs of its GPU's NUMA node.
 
-On two-socket machines (DGX H100/H200, Azure ND H100 v5) half the GPUs hang off each socket. A worker whose
-threads run on the far socket pays an extra hop on every host-to-device copy, and the pinned buffers it allocates
-land in the far socket's memory. So each GPU's worker is pinned to the CPUs of the node its GPU is attached to, as
-NVIDIA's harness binds each GPU's process (several GPUs of one node share that node's CPUs). Where the machine does
-not say (one node, a virtual machine that reports no node), a worker may run on every CPU the run may use. CPU
-workers (tests of the several-device path without GPUs) split the allowed CPUs between them.
-
-Read from sysfs, which the kernel fills from the firmware's tables: ``/sys/bus/pci/devices/<bus id>/numa_node``
-and ``/sys/devices/system/node/node<N>/cpulist``.
+On two-socket machines half the GPUs hang off each socket, and a worker on the far socket pays a hop on every copy
+to its GPU, so each worker is pinned to its GPU's node, as NVIDIA's harness does; where the machine does not say
+(one node, a VM), it may run on every allowed CPU. CPU workers split the allowed CPUs. Read from sysfs:
+``/sys/bus/pci/devices/<bus id>/numa_node`` and ``/sys/devices/system/node/node<N>/cpulist``.
 """
 
 from __future__ import annotations
@@ -90,8 +85,7 @@ def gpu_placement(nvml_bus_id: str | None, allowed: tuple[int, ...], pci_devices
 
 
 def cpu_shares(allowed: tuple[int, ...], workers: int) -> list[Placement]:
-    """CPU workers' placements: the allowed CPUs cut into ``workers`` contiguous shares (at least one CPU each;
-    with fewer CPUs than workers, the shares overlap)."""
+    """The allowed CPUs cut into ``workers`` contiguous shares of at least one CPU (overlapping where too few)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, not {workers}")
     shares = []

@@ -1,16 +1,10 @@
 """Test processes that never outlive the run that started them.
 
-run_harness starts one process per LoadGen test. Two rules keep such a process from running on alone:
-
-- It runs in its own process group. Ctrl-C at a terminal then reaches only the parent, which stops the whole
-  group (the test and anything it started) and records what it stopped; a signal the parent gets (SIGINT,
-  SIGTERM from a timeout or a job scheduler, SIGHUP) becomes an ``Interrupted`` exception so it can do that.
-- It asks the kernel for SIGKILL when its parent dies (Linux ``PR_SET_PDEATHSIG``). That covers a parent killed
-  outright (SIGKILL, the out-of-memory killer), which can run no cleanup of its own.
-
-A test of several devices starts one worker process per device (code/harness/workers.py) the same way, one level
-down: in the test's process group, killed by the kernel when the test process dies. The kernel sends that signal
-when the thread that started the child ends, so workers are started from the test's main thread.
+Each LoadGen test runs in its own process group: Ctrl-C at a terminal reaches only the parent, which stops the whole
+group and records what it stopped (its stop signals become ``Interrupted``). The test also asks the kernel for
+SIGKILL when its parent dies (``PR_SET_PDEATHSIG``), which covers a parent killed outright. A several-device test's
+workers (code/harness/workers.py) are started the same way one level down, from the test's main thread: the kernel
+sends that signal when the thread that started the child ends.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """MLPerf system descriptions: ``systems/<system>.json`` plus the submitter's values, checked as the checker does.
 
-A submission ships one JSON per system. The official submission checker (rounds v4.1 and v5.0 alike) wants every
-field of REQUIRED_FIELDS present and those of MEANINGFUL_FIELDS non-empty, ``status`` one of STATUSES, a
-``system_type`` it knows, and ``submitter`` and ``division`` equal to the folders they are staged in. An empty string
-passes "present" but fails "meaningful"; a placeholder such as ``FILL_ME`` passes both and is wrong, so it is refused
-here too. tests/common/test_system_description.py compares these lists with each round's checker.
-
-Where the values come from, a later source winning:
-1. ``systems/<system>.json``: facts of the hardware (the shipped H100/H200 files) and what ``make add_system``
-   detected on the machine when it wrote the file;
-2. ``systems/<system>.user.json``: what only the submitter knows, or what the first file lacks (``make add_system``
-   writes it: detected values where detection knows them, ``null`` where a person must answer);
-3. the ``SUBMITTER`` variable (make or environment): the submitter.
+The official checker wants every REQUIRED_FIELDS field present, those of MEANINGFUL_FIELDS non-empty, ``status`` one
+of STATUSES, a ``system_type`` it knows, and ``submitter`` and ``division`` equal to their staging folders; a
+placeholder such as ``FILL_ME`` passes it and is wrong, so it is refused here too. Values come from, a later source
+winning: ``systems/<system>.json`` (the hardware's facts, or what ``make add_system`` detected),
+``systems/<system>.user.json`` (what only the submitter knows; ``null`` where a person must answer), and the
+``SUBMITTER`` variable.
 """
 
 from __future__ import annotations
@@ -125,9 +119,8 @@ def load_description(system: str, systems_dir: Path | None = None, submitter: st
 
 
 def described_gpu_count(system: str, systems_dir: Path | None = None) -> int | None:
-    """The GPUs the system's description states (``accelerators_per_node``, its user file over it); None without a
-    description, or one that states no whole number (a run does not need the description: it is not refused here,
-    ``make check_system_json`` names what is wrong with it)."""
+    """The description's ``accelerators_per_node``; None without one or a whole number there (a run does not need
+    the description; ``make check_system_json`` names what is wrong with it)."""
     try:
         return int(str(load_description(system, systems_dir).get("accelerators_per_node")).strip())
     except (SystemDescriptionError, ValueError):
@@ -135,8 +128,7 @@ def described_gpu_count(system: str, systems_dir: Path | None = None) -> int | N
 
 
 def system_type(system: str, systems_dir: Path | None = None) -> str:
-    """The ``system_type`` (datacenter, edge, datacenter,edge) of the system's description: with the round, it decides
-    which scenarios a submission must and may have."""
+    """The description's ``system_type``: with the round, it decides which scenarios a submission must and may have."""
     value = load_description(system, systems_dir).get("system_type")
     if not value:
         raise SystemDescriptionError(f"{DescriptionFiles.of(system, systems_dir).base} has no system_type: set it to "

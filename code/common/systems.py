@@ -69,8 +69,7 @@ class GpuInfo:
 
     @property
     def short_name(self) -> str:
-        """``H100_SXM_80GB`` for a model code/common/gpu_models.py names; else the NVML name made identifier-safe
-        plus its memory in GB."""
+        """``H100_SXM_80GB`` for a model gpu_models.py names; else the NVML name made identifier-safe plus its GB."""
         known = by_nvml_name(self.name)
         if known is not None:
             return known.name
@@ -132,10 +131,9 @@ class DetectedSystem:
 
 
 def cuda_visible_entries(count: int) -> list[str]:
-    """What CUDA_VISIBLE_DEVICES shows, one entry per GPU PyTorch will number 0, 1, ...: indices below ``count``
-    (the GPUs NVML sees) and GPU UUIDs (``GPU-...``), in order, up to the first entry CUDA would not accept (it
-    ignores the rest); every GPU when the variable is unset. The one reading of the variable: detection names the
-    GPUs it shows, and a several-GPU run gives each worker its entry (NVML itself ignores the variable)."""
+    """What CUDA_VISIBLE_DEVICES shows, one entry per GPU PyTorch numbers: indices below ``count`` and UUIDs, up to
+    the first entry CUDA would not accept (it ignores the rest); every GPU when unset. The one reading of the
+    variable, which NVML itself ignores: detection and a several-GPU run's workers use it."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return [str(index) for index in range(count)]
@@ -291,15 +289,13 @@ def detect_software() -> dict[str, str]:
 
 @functools.cache
 def this_machine() -> DetectedSystem:
-    """This machine, detected once per process: config lookup asks it of a GPU model no table row names, which can
-    happen for every config a run resolves, and the machine does not change under a run."""
+    """This machine, detected once per process: config lookup may ask it for every config a run resolves."""
     return detect_system()
 
 
 def gpu_model_for_system(system: str) -> GpuModel | None:
-    """The GPU model a system ``<model>x<count>`` is made of: the row code/common/gpu_models.py has for it, else, when
-    this machine is a system of that model, what NVML says of its GPU (NVML is asked only then); None for a system of
-    no GPU model (``CPU``, a name without a count) or of a model neither knows."""
+    """The GPU model of a system ``<model>x<count>``: gpu_models.py's row, else, when this machine has that model,
+    what NVML says of it (asked only then); None for any other system."""
     found = gpu_model_and_count(system)
     if found is None:
         return None

@@ -1,11 +1,9 @@
 """The devices of one test: one runner in this process, or one worker process per device.
 
-One device runs in the LoadGen process, exactly as it always has: its runner is called by the core's threads, with
-no copy of its responses. Several devices run one worker each (code/processes/device_worker.py), pinned to the CPUs
-of its GPU's NUMA node, and the core exchanges batches and responses with them over sockets; every worker must be
-ready before LoadGen starts, and a worker that fails during the test ends it with its device named and its exit
-status said. documentation/multi_gpu.md explains the design; with ``--cluster`` the workers are those of every
-node of a Ray cluster (code/harness/cluster.py, documentation/cluster.md).
+One device runs in the LoadGen process, its runner called by the core's threads. Several run one worker each
+(code/processes/device_worker.py), pinned to their GPU's NUMA node, exchanging batches and responses with the core over
+sockets; all must be ready before LoadGen starts, and one that fails during the test ends it with its device named.
+documentation/multi_gpu.md and documentation/cluster.md explain the design.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ log = get_logger("run_single_test")
 
 
 class DeviceFailedError(BenchmarkError):
-    """A worker failed during the test: the test ended, every sample after the failure was answered empty, and
-    LoadGen's logs (kept) are not valid."""
+    """A worker failed during the test: the samples after it were answered empty, and LoadGen's logs are invalid."""
 
 
 @dataclass
@@ -101,10 +98,8 @@ def _run_pool(pool: WorkerPool, round_name: str, run: Callable[[list[Any], list[
 
 
 def engine_stats_of(finished: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The workers' engine counters for metadata.json; None where the runners count nothing. One engine's are kept
-    as they are; several engines' counts are summed (they ran side by side, so the time is the longest), each
-    engine's beside them (``per_device``). A worker that sent none (it failed after the test) makes the sum a part:
-    said, so no figure reads as the whole run's."""
+    """The workers' engine counters for metadata.json, or None: several engines' summed (side by side, so the time
+    is the longest), each beside them. A worker that sent none makes the sum a part, said so."""
     engines = [stats["engine"] for stats in finished if "engine" in stats]
     if not engines:
         return None
@@ -152,8 +147,7 @@ def _check_placement(plan: WorkerPlan, said: dict[str, Any]) -> None:
 
 
 def device_failure(error: BaseException, exit_notes: list[str]) -> DeviceFailedError:
-    """One line for a device that failed during the test: where, the error's last line (the whole traceback was
-    printed when it happened), and how each failed worker ended."""
+    """One line for a device that failed during the test: where, the error's last line, and how each worker ended."""
     text = str(error).strip()
     head, _, trace = text.partition("Traceback (most recent call last):")
     lines = [line for line in trace.splitlines() if line.strip()]
@@ -164,8 +158,7 @@ def device_failure(error: BaseException, exit_notes: list[str]) -> DeviceFailedE
 
 
 def _timed(call: Callable[[], None]) -> dict[str, float]:
-    """Run ``call``; the CPU seconds this process used per wall second meanwhile (the LoadGen process's host
-    cost: LoadGen, the core's dispatch, and any runner it runs itself)."""
+    """Run ``call``; the CPU this (LoadGen) process used meanwhile, per wall second."""
     cpu, wall = time.process_time(), time.monotonic()
     call()
     return cpu_figures(time.process_time() - cpu, time.monotonic() - wall)

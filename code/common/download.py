@@ -52,11 +52,8 @@ class RemoteFile:
 
 def file_checksum(path: Path, algorithm: str = "md5") -> str:
     """Hex digest of a file, read in chunks so a 1.3 GB checkpoint does not need 1.3 GB of memory."""
-    digest = hashlib.new(algorithm)
     with open(path, "rb") as f:
-        while chunk := f.read(CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, algorithm).hexdigest()
 
 
 def _problems(path: Path, md5: str | None, sha256: str | None, size: int | None) -> list[str]:
@@ -67,20 +64,6 @@ def _problems(path: Path, md5: str | None, sha256: str | None, size: int | None)
               for algorithm, expected in (("md5", md5), ("sha256", sha256)) if expected is not None]
     return [f"{algorithm}: expected {expected}, got {actual}" for algorithm, expected, actual in checks
             if actual.lower() != expected]
-
-
-def file_matches(path: Path, *, md5: str | None = None, sha256: str | None = None, size: int | None = None) -> bool:
-    """True if ``path`` exists and has the given size and checksums (those that are not None)."""
-    return path.is_file() and not _problems(path, md5, sha256, size)
-
-
-def verify_file(path: Path, *, md5: str | None = None, sha256: str | None = None, size: int | None = None) -> None:
-    """Raise ``DownloadError`` naming the file and each expected/actual value unless ``path`` matches."""
-    if not path.is_file():
-        raise DownloadError(f"{path}: file not found")
-    problems = _problems(path, md5, sha256, size)
-    if problems:
-        raise DownloadError(f"{path} does not verify: " + "; ".join(problems))
 
 
 def _say(line: str) -> None:

@@ -16,16 +16,9 @@ ROOT = "mlperf"
 VERBOSE_ENV = "MLPERF_HARNESS_VERBOSE"
 
 
-class _StepFormatter(logging.Formatter):
-    """``[run_harness] message`` at every level: the level decides whether a line is shown, not how it reads,
-    so scripts that match the harness's lines read the same text with or without ``--verbose``."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return f"[{record.name.rsplit('.', 1)[-1]}] {record.getMessage()}"
-
-
 class _CurrentStdout(logging.StreamHandler):
-    """A handler that writes to whatever ``sys.stdout`` is at the time (pytest's capture swaps it)."""
+    """Writes to whatever ``sys.stdout`` is at the time (pytest's capture swaps it), ``[run_harness] message`` at
+    every level: the level decides whether a line is shown, not how it reads, so scripts match it either way."""
 
     def __init__(self) -> None:
         super().__init__(sys.stdout)
@@ -33,6 +26,9 @@ class _CurrentStdout(logging.StreamHandler):
     def emit(self, record: logging.LogRecord) -> None:
         self.stream = sys.stdout  # not setStream: that flushes the old stream, which may be closed by now
         super().emit(record)
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"[{record.name.rsplit('.', 1)[-1]}] {record.getMessage()}"
 
 
 def get_logger(step: str) -> logging.Logger:
@@ -52,8 +48,6 @@ def configure(verbose: bool | None = None) -> None:
         os.environ[VERBOSE_ENV] = "1" if verbose else "0"
     root = logging.getLogger(ROOT)
     if not any(isinstance(handler, _CurrentStdout) for handler in root.handlers):
-        handler = _CurrentStdout()
-        handler.setFormatter(_StepFormatter())
-        root.addHandler(handler)
+        root.addHandler(_CurrentStdout())
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     root.propagate = False  # a library's logging.basicConfig must not print our lines twice

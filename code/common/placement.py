@@ -8,6 +8,7 @@ to its GPU, so each worker is pinned to its GPU's node, as NVIDIA's harness does
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from itertools import groupby
@@ -56,31 +57,17 @@ def sysfs_bus_id(nvml_bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{rest}"
 
 
-def numa_node_of(nvml_bus_id: str, pci_devices: Path = SYS_PCI_DEVICES) -> int | None:
-    """The NUMA node the PCI device is attached to; None where the kernel reports none (-1) or no such device."""
-    try:
-        node = int((pci_devices / sysfs_bus_id(nvml_bus_id) / "numa_node").read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return node if node >= 0 else None
-
-
-def cpus_of_node(node: int, nodes: Path = SYS_NODES) -> tuple[int, ...]:
-    """The CPUs of a NUMA node (empty when the kernel does not list them)."""
-    try:
-        return parse_cpu_list((nodes / f"node{node}" / "cpulist").read_text())
-    except (OSError, ValueError):
-        return ()
-
-
 def gpu_placement(nvml_bus_id: str | None, allowed: tuple[int, ...], pci_devices: Path = SYS_PCI_DEVICES,
                   nodes: Path = SYS_NODES) -> Placement:
     """The CPUs of the GPU's node that this run may use; every allowed CPU where the node is unknown or none of
     its CPUs is allowed (a container pinned elsewhere: pinning to nothing would stop the worker)."""
-    node = numa_node_of(nvml_bus_id, pci_devices) if nvml_bus_id else None
-    if node is None:
-        return Placement(allowed, None)
-    near = tuple(cpu for cpu in cpus_of_node(node, nodes) if cpu in allowed)
+    node, near = -1, ()
+    with contextlib.suppress(OSError, ValueError):  # no such device, or a node the kernel does not list (-1: none)
+        if nvml_bus_id:
+            node = int((pci_devices / sysfs_bus_id(nvml_bus_id) / "numa_node").read_text().strip())
+        if node >= 0:
+            near = tuple(cpu for cpu in parse_cpu_list((nodes / f"node{node}" / "cpulist").read_text())
+                         if cpu in allowed)
     return Placement(near, node) if near else Placement(allowed, None)
 
 
@@ -88,9 +75,6 @@ def cpu_shares(allowed: tuple[int, ...], workers: int) -> list[Placement]:
     """The allowed CPUs cut into ``workers`` contiguous shares of at least one CPU (overlapping where too few)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, not {workers}")
-    shares = []
-    for worker in range(workers):
-        start, stop = worker * len(allowed) // workers, (worker + 1) * len(allowed) // workers
-        share = allowed[start:stop] or (allowed[worker % len(allowed)],)
-        shares.append(Placement(tuple(share), None))
-    return shares
+    size = len(allowed)
+    cut = [allowed[worker * size // workers:(worker + 1) * size // workers] for worker in range(workers)]
+    return [Placement(tuple(share or (allowed[worker % len(allowed)],)), None) for worker, share in enumerate(cut)]

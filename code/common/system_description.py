@@ -205,12 +205,12 @@ def detected_fields(detected: DetectedSystem) -> dict[str, str]:
     values["accelerators_per_node"] = str(len(detected.gpus))
     if detected.gpus:
         gpu = detected.gpus[0]
-        values["accelerator_model_name"] = gpu.name
-        values["accelerator_memory_capacity"] = f"{round(gpu.memory_bytes / 2**30)} GB"
-        values["accelerator_host_interconnect"] = gpu.pcie
-        values["accelerator_memory_configuration"] = MEMORY_TYPES.get(gpu.short_name, "")
+        values.update({"accelerator_model_name": gpu.name,
+                       "accelerator_memory_capacity": f"{round(gpu.memory_bytes / 2**30)} GB",
+                       "accelerator_host_interconnect": gpu.pcie,
+                       "accelerator_memory_configuration": MEMORY_TYPES.get(gpu.short_name, "")})
     else:
-        for name in ("accelerator_model_name", "accelerator_memory_capacity", "accelerator_host_interconnect",
-                     "accelerator_memory_configuration", "accelerator_interconnect"):
-            values[name] = "N/A"
+        values.update(dict.fromkeys(("accelerator_model_name", "accelerator_memory_capacity",
+                                     "accelerator_host_interconnect", "accelerator_memory_configuration",
+                                     "accelerator_interconnect"), "N/A"))
     return {name: value for name, value in values.items() if value}

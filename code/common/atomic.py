@@ -46,8 +46,7 @@ FOLDER_REPLACED = "old"  # the folder it replaces, until removed: .<name>.<pid>.
 @contextmanager
 def replacing_folder(path: Path) -> Iterator[Path]:
     """A fresh empty folder beside ``path`` for the block to fill; put in ``path``'s place when the block ends without
-    error, removed otherwise. Between its two renames ``path`` is absent for an instant: a reader that must never see
-    that shares a lock with the writer (code/mlperf/engine_manifest.py)."""
+    error, removed otherwise. ``path`` is absent for an instant between the two renames (readers share a lock)."""
     path = Path(path)
     token = f"{os.getpid()}.{secrets.token_hex(4)}"
     building = path.with_name(f".{path.name}.{token}.{FOLDER_TEMPORARY}")

@@ -47,8 +47,7 @@ def _size(count: int) -> str:
 
 
 def check_free_space(folder: Path, needed: int, what: str) -> None:
-    """``NoSpaceError`` unless the disk of ``folder`` (or its nearest existing parent) has ``needed`` bytes free
-    beyond ``SPACE_MARGIN``."""
+    """``NoSpaceError`` unless the disk of ``folder`` has ``needed`` bytes free beyond ``SPACE_MARGIN``."""
     existing = Path(folder).absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -87,9 +86,8 @@ def writing_folder(folder: Path, what: str, needed: int | None = None) -> Iterat
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that is not there, or reads but does not fill the model exactly (missing, unexpected, wrongly
-    shaped or non-floating-point weights). Raised by the model loaders, which name the file and list every
-    mismatch but do not know how the file was made; ``reading`` adds that fix."""
+    """A checkpoint that is missing or does not fill the model exactly; the loaders list every mismatch but do not
+    know how the file was made, so ``reading`` adds that fix."""
 
 
 # How many of a CheckpointError's listed mismatches the one-paragraph message quotes.
@@ -124,8 +122,7 @@ def reading(path: Path | str, fix: str, also: tuple[type[BaseException], ...] = 
 
 
 def _paragraph(text: str) -> str:
-    """A loader's message (a head line, then one indented line per mismatch) as one paragraph quoting the first
-    few mismatches and counting the rest."""
+    """A loader's message as one paragraph: its head line, the first few mismatches, and how many more."""
     head, *items = [line.strip() for line in text.splitlines() if line.strip()]
     if not items:
         return head
@@ -151,8 +148,7 @@ def describe(error: BaseException, writing_in: Path | None = None) -> str | None
 
 def fault_exit(error: Exception, writing_in: Path | None = None, code: int = 2) -> int:
     """For a command's ``except Exception``: print the one line of a fault the user fixes (a missing or malformed
-    input file, any ``describe``-d error) and return ``code``; re-raise anything else, a bug whose traceback is the
-    report. ``writing_in``: the folder the command writes, as for ``describe``."""
+    input, any ``describe``-d error) and return ``code``; re-raise a bug, whose traceback is the report."""
     line = str(error) if isinstance(error, (FileNotFoundError, ValueError)) else describe(error, writing_in)
     if line is None:
         raise error

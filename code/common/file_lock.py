@@ -22,8 +22,7 @@ class LockPathError(BenchmarkError):
 
 
 def _not_a_folder(lock_file: Path) -> None:
-    """Opening a folder would raise IsADirectoryError, which says neither what the path is for nor that removing it
-    is safe."""
+    """Opening a folder would raise IsADirectoryError, which says neither what the path is for nor what to do."""
     if lock_file.is_dir():
         raise LockPathError(f"{lock_file} is a folder, where the lock file that lets runs take turns belongs; "
                             f"remove it (rmdir {lock_file}, or rm -r if it holds files: a lock file holds nothing), "

@@ -9,8 +9,7 @@ kSlack), so that the system runs past the minimum duration."""
 
 
 def offline_query_samples(expected_qps: float, duration_ms: float) -> int:
-    """The samples of the Offline query LoadGen plans for ``expected_qps`` over ``duration_ms`` (truncated, as
-    LoadGen's conversion to an integer does)."""
+    """The samples of the Offline query LoadGen plans (truncated, as LoadGen's conversion to an integer does)."""
     return int(OFFLINE_SLACK * duration_ms / 1000 * expected_qps)
 
 

@@ -40,8 +40,7 @@ def get_logger(step: str) -> logging.Logger:
 
 
 def configure(verbose: bool | None = None) -> None:
-    """Set the level of every harness logger; ``None`` takes it from ``VERBOSE_ENV`` (a test process), a given value
-    also sets it, for the processes this one starts."""
+    """Set the harness's level; ``None`` reads ``VERBOSE_ENV``, a value also sets it for the processes started."""
     if verbose is None:
         verbose = os.environ.get(VERBOSE_ENV, "") == "1"
     else:

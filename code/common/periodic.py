@@ -57,13 +57,11 @@ def progress_line(what: str, done: int, total: int | None, unit: str, elapsed_s:
 
 
 class Periodic:
-    """Calls ``tick`` every ``period_s`` on a daemon thread (which cannot keep the process alive), from ``start``
-    until ``stop`` (or the ``with`` block).
+    """Calls ``tick`` every ``period_s`` on a daemon thread, from ``start`` until ``stop`` (or the ``with`` block).
 
     Ticks keep to whole periods from the start: a slow tick shifts no later one, and one that overruns skips the
     ticks it missed. A tick that raises ends the thread (the error would only repeat): ``error`` keeps it and
-    ``on_error`` hears it once, on the thread.
-    """
+    ``on_error`` hears it once, on the thread."""
 
     def __init__(self, tick: Callable[[], None], period_s: float, name: str,
                  on_error: Callable[[BaseException], None] | None = None) -> None:

@@ -88,11 +88,9 @@ def start_in_own_group(command: list[str], **popen_args: Any) -> subprocess.Pope
 
 
 def start_child(command: list[str], **popen_args: Any) -> subprocess.Popen:
-    """Start a helper process of a test (a device's worker) in the test's own process group, told our pid (see
-    ``die_with_parent``): a stop of the group stops it with the test, and it dies with the test process.
-
-    A program that cannot be run is a ``StartError`` naming it, not a bare OSError that reads as a file that
-    cannot be written (exec's EACCES is about running a file, or searching its folders)."""
+    """Start a helper of a test (a device's worker) in the test's process group, told our pid (see
+    ``die_with_parent``). A program that cannot be run is a ``StartError`` naming it, not a bare OSError that reads
+    as a file that cannot be written (exec's EACCES is about running a file, or searching its folders)."""
     env = {**popen_args.pop("env", os.environ), PARENT_PID_ENV: str(os.getpid())}
     try:
         return subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env, **popen_args)
@@ -109,12 +107,9 @@ def start_child(command: list[str], **popen_args: Any) -> subprocess.Popen:
 
 
 def stop_group(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> bool:
-    """Stop a child started by ``start_in_own_group`` and everything in its group; True if it was still running.
-
-    SIGTERM first (the test process has no handler for it, so it ends at once), SIGKILL for whatever is left after
-    ``grace_s``. The group is signalled even when its leader is gone, for children the leader left behind; Linux
-    keeps a process group's id from being reused while any member lives.
-    """
+    """Stop a child of ``start_in_own_group`` and its whole group; True if it was still running. SIGTERM first (the
+    test has no handler for it), SIGKILL after ``grace_s``; the group is signalled even when its leader is gone, for
+    what it left behind (Linux reuses no group's id while a member lives)."""
     was_running = process.poll() is None
     _signal_group(process.pid, signal.SIGTERM)
     try:
@@ -132,11 +127,8 @@ def _signal_group(pgid: int, signum: int) -> None:
 
 
 def die_with_parent() -> None:
-    """In a child of ``start_in_own_group``: have the kernel SIGKILL us when the parent dies.
-
-    If the parent died before the request took hold, we were re-parented already and exit at once. Only Linux has
-    PR_SET_PDEATHSIG; elsewhere only the parent's own cleanup stops a test.
-    """
+    """In a child of ``start_in_own_group``: have the kernel SIGKILL us when the parent dies (Linux only), and exit
+    at once if it died before the request took hold."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
@@ -150,8 +142,7 @@ def die_with_parent() -> None:
 
 
 def processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line contains ``text`` (zombies have an empty one): how the checks of this
-    module's promise (no test process outlives the harness) find a test's processes by its folder."""
+    """Live processes whose command line contains ``text``: how tests find a test's processes by its folder."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():

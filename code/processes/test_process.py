@@ -36,9 +36,8 @@ log = get_logger("run_harness")
 
 def test_spec(system: str, config: ResolvedConfig, mode: TestMode, overrides: dict, log_dir: Path,
               tuning: str | None = None, probed: dict | None = None) -> dict:
-    """What the child process of one LoadGen test needs to rebuild its config (its test_spec.json). ``tuning``: how
-    the harness set the test's expected rate or latency first (a stored value, a probe), for the summary;
-    ``probed``: the overrides a probe measured, whose source metadata.json gives as ``probe``, not RUN_ARGS."""
+    """What a test's child needs to rebuild its config (test_spec.json). ``tuning``: how the harness set its expected
+    rate or latency first, for the summary; ``probed``: the overrides a probe measured (metadata.json's ``probe``)."""
     return {
         **({"tuning": tuning} if tuning else {}), **({"probed": sorted(probed)} if probed else {}),
         "system": system, "benchmark": config.benchmark.value, "benchmark_name": config.benchmark_name,
@@ -66,9 +65,8 @@ def require_built_core(round_name: str) -> None:
 
 def finish_run(system: str, root: Path, results: list[RanTest], who: str = "run_harness",
                interrupted_by: tuple[str, int] | None = None, stopped: str | None = None) -> None:
-    """Write the summary files in ``root`` and print the summary; it reaches the terminal even when the disk is
-    full or the folder read-only (``who`` prefixes the line that says it was not saved). ``stopped``: why the run
-    ended before its last test (every engine of a ladder missed its accuracy target), with the fix."""
+    """Write the summary files in ``root`` and print the summary, which reaches the terminal even when they cannot
+    be written. ``stopped``: why the run ended before its last test, with the fix."""
     from code.report.pages import ReportError, write_run_report
 
     summary = format_summary(system, root, results, interrupted_by, stopped)
@@ -176,8 +174,7 @@ class Transcript:
 
 
 def _save(write: Callable[[], object], what: str, where: Path, who: str = "run_harness") -> None:
-    """Write a record of the run to ``where``; on a full disk or a read-only folder say so in one line and go on,
-    so the summary still reaches the terminal."""
+    """Write a record of the run; where the user must fix the disk or folder, say so in one line and go on."""
     try:
         write()
     except OSError as error:

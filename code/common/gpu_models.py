@@ -52,12 +52,9 @@ class GpuModel:
 
     def describe(self) -> str:
         """``compute capability 8.0, 40 GB, 108 SMs, 400 W`` for make info's sources."""
-        parts = [f"compute capability {capability_text(self.capability)}", f"{round(self.memory_gib)} GB"]
-        if self.sm_count:
-            parts.append(f"{self.sm_count} SMs")
-        if self.power_w:
-            parts.append(f"{self.power_w} W")
-        return ", ".join(parts)
+        parts = [f"compute capability {capability_text(self.capability)}", f"{round(self.memory_gib)} GB",
+                 f"{self.sm_count} SMs" if self.sm_count else "", f"{self.power_w} W" if self.power_w else ""]
+        return ", ".join(part for part in parts if part)
 
 
 ESTIMATED_BENCHMARKS = ("bert-99", "gptj-99")
@@ -141,6 +138,4 @@ def model_names() -> list[str]:
 
 
 def reference() -> GpuModel:
-    found = by_name(REFERENCE)
-    assert found is not None
-    return found
+    return _BY_NAME[_key(REFERENCE)]

@@ -19,6 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -137,20 +138,14 @@ def cuda_visible_entries(count: int) -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return [str(index) for index in range(count)]
-    entries: list[str] = []
-    for item in (item.strip() for item in visible.split(",")):
-        if not (item.isdigit() and int(item) < count) and not item.startswith("GPU-"):
-            break
-        entries.append(item)
-    return entries
+    items = [item.strip() for item in visible.split(",")]
+    return list(takewhile(lambda item: (item.isdigit() and int(item) < count) or item.startswith("GPU-"), items))
 
 
 def nvml_handle(nvml: Any, entry: str) -> Any:
     """The NVML device of a CUDA_VISIBLE_DEVICES entry (an index or a UUID): detection and the power sampler
     (code/mlperf/power.py) find a GPU the same way."""
-    if entry.isdigit():
-        return nvml.nvmlDeviceGetHandleByIndex(int(entry))
-    return nvml.nvmlDeviceGetHandleByUUID(entry)
+    return nvml.nvmlDeviceGetHandleByIndex(int(entry)) if entry.isdigit() else nvml.nvmlDeviceGetHandleByUUID(entry)
 
 
 def _text(value: Any) -> str:

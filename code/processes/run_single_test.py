@@ -6,6 +6,7 @@ scores accuracy runs and leaves metadata.json for the parent's summary, all in t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -52,13 +53,10 @@ log = get_logger("run_single_test")
 def versions(round_name: str) -> dict[str, Any]:
     """Software that shaped the result, for metadata.json."""
     found: dict[str, Any] = {"python": platform.python_version()}
-    try:
+    with contextlib.suppress(ImportError):
         import torch
 
-        found["torch"] = torch.__version__
-        found["cuda"] = torch.version.cuda
-    except ImportError:
-        pass
+        found.update(torch=torch.__version__, cuda=torch.version.cuda)
     try:
         from code.harness.core import loadgen_version
 

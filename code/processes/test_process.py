@@ -99,8 +99,7 @@ def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestRes
                                  text=True, bufsize=1)
     try:
         assert process.stdout is not None
-        error_line = None
-        last_progress = None
+        error_line = last_progress = None
         for line in process.stdout:
             screen.write(line)
             if screen.redraws and line.startswith(PROGRESS_PREFIX):

@@ -20,10 +20,9 @@ from pathlib import Path
 @contextmanager
 def replacing(path: Path) -> Iterator[Path]:
     """A fresh temporary path beside ``path`` for the block to write; renamed over ``path`` when the block ends
-    without error, removed otherwise (whatever the exception, KeyboardInterrupt included)."""
+    without error, removed otherwise (KeyboardInterrupt included)."""
     path = Path(path)
-    # Unique per process and call, and created by the block's writer, so the file gets the usual permissions
-    # (the umask's), not mkstemp's owner-only ones.
+    # Unique per call, and made by the writer, so the file gets the umask's permissions, not mkstemp's owner-only.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         yield tmp
@@ -47,11 +46,7 @@ FOLDER_REPLACED = "old"  # the folder it replaces, until removed: .<name>.<pid>.
 @contextmanager
 def replacing_folder(path: Path) -> Iterator[Path]:
     """A fresh empty folder beside ``path`` for the block to fill; put in ``path``'s place when the block ends without
-    error (the earlier folder renamed away, the new one renamed in, the earlier one removed), removed otherwise.
-
-    Between the two renames ``path`` is absent for an instant: a reader that must never see that holds a lock the
-    writer holds too (code/mlperf/engine_manifest.py). What a killed writer left is ``leftovers(path)``.
-    """
+    error, removed otherwise. ``path`` is absent for an instant between the two renames (readers share a lock)."""
     path = Path(path)
     token = f"{os.getpid()}.{secrets.token_hex(4)}"
     building = path.with_name(f".{path.name}.{token}.{FOLDER_TEMPORARY}")
@@ -71,9 +66,8 @@ def replacing_folder(path: Path) -> Iterator[Path]:
 
 
 def leftovers(path: Path) -> list[Path]:
-    """The temporary and replaced folders of ``replacing_folder(path)`` that a killed writer left beside ``path``.
-    Only the writer of ``path`` may remove them (another may be filling one now): a caller holds a lock, or owns
-    the folder."""
+    """The folders a killed ``replacing_folder(path)`` left beside ``path``; only the writer of ``path`` may remove
+    them (another may be filling one now)."""
     path = Path(path)
     pattern = re.compile(rf"\.{re.escape(path.name)}\.\d+\.[0-9a-f]{{8}}\.({FOLDER_TEMPORARY}|{FOLDER_REPLACED})")
     if not path.parent.is_dir():
@@ -82,9 +76,8 @@ def leftovers(path: Path) -> list[Path]:
 
 
 def recover(path: Path) -> None:
-    """Undo what a killed ``replacing_folder(path)`` left beside ``path``: where the kill fell between its two renames
-    ``path`` is missing and its earlier folder waits as a replaced one, which is put back; every other leftover is
-    removed. Only the writer of ``path`` calls it (under its lock: another writer may be filling a folder now)."""
+    """Undo what a killed ``replacing_folder(path)`` left: a kill between its two renames left ``path`` missing and
+    its earlier folder renamed away, which is put back; every other leftover is removed. The writer's alone to call."""
     path = Path(path)
     found = leftovers(path)
     replaced = [entry for entry in found if entry.name.endswith(f".{FOLDER_REPLACED}")]
@@ -98,8 +91,8 @@ def recover(path: Path) -> None:
 
 @contextmanager
 def replacing_folder_alone(path: Path) -> Iterator[Path]:
-    """``replacing_folder`` for a writer that other writers of ``path`` may run beside (two ``make preprocess_data``):
-    one at a time, under a lock file beside ``path``, each first recovering what a killed one left (``recover``)."""
+    """``replacing_folder`` for writers that may run side by side (two ``make preprocess_data``): one at a time,
+    under a lock file beside ``path``, each first recovering what a killed one left."""
     from code.common.file_lock import holding
 
     path = Path(path)

@@ -1,9 +1,5 @@
-"""The errors a benchmark raises for the user to fix, apart from the benchmark seam (``code/mlperf/benchmarks.py``).
-
-They live in their own module because the modules below the seam (devices, inputs, run logs, engine manifests)
-raise them too, and the seam itself uses those modules: with the errors inside ``benchmarks.py``, importing them
-from below would make a circle.
-"""
+"""The errors a benchmark raises for the user to fix, apart from the benchmark seam (``code/mlperf/benchmarks.py``):
+the modules below the seam raise them too, and importing them from the seam would make a circle."""
 
 from __future__ import annotations
 

@@ -7,7 +7,9 @@ enums in a single place, so the rest of the code compares enums, never strings.
 from __future__ import annotations
 
 import difflib
+import re
 from enum import Enum, IntEnum
+from typing import Self
 
 
 class ChoiceError(ValueError):
@@ -15,8 +17,7 @@ class ChoiceError(ValueError):
 
 
 def closest(value: str, choices: list[str]) -> str | None:
-    """The choice ``value`` is most likely a typo of (difflib's nearest, case-insensitive), or None when none is
-    close: one rule for every name a user types (flags, benchmarks, scenarios, modes), so a typo costs one try."""
+    """The choice ``value`` is most likely a typo of (case-insensitive), or None: a typo costs one try."""
     by_lower = {choice.lower(): choice for choice in choices}
     found = difflib.get_close_matches(value.strip().lower(), list(by_lower), n=1)
     return by_lower[found[0]] if found else None
@@ -28,13 +29,16 @@ def choice_error(kind: str, value: str, choices: list[str]) -> ChoiceError:
     return ChoiceError(f"unknown {kind} '{value}'{hint}; valid choices: {', '.join(choices)}")
 
 
-def _parse_by_value(enum: type[Enum], kind: str, text: str, shown: list[str] | None = None) -> Enum:
-    """The member whose value matches ``text``, ignoring case and surrounding spaces; else an error listing
-    ``shown`` (default: the values)."""
-    for member in enum:
-        if text.strip().lower() == str(member.value).lower():
-            return member
-    raise choice_error(kind, text, shown or [str(member.value) for member in enum])
+class _Choice(Enum):
+    """An enum a user names by its value, in any case; an unknown name gets the valid values listed."""
+
+    @classmethod
+    def parse(cls, text: str) -> Self:
+        for member in cls:
+            if text.strip().lower() == str(member.value).lower():
+                return member
+        kind = re.sub(r"(?<!^)(?=[A-Z])", " ", cls.__name__).lower()  # HarnessType -> "harness type"
+        raise choice_error(kind, text, [str(member.value) for member in cls])
 
 
 class Benchmark(Enum):
@@ -80,17 +84,12 @@ class Benchmark(Enum):
         raise choice_error("benchmark", text, valid)
 
 
-class Scenario(Enum):
+class Scenario(_Choice):
     """LoadGen scenarios this harness runs (datacenter Offline/Server, edge SingleStream)."""
 
     Offline = "Offline"
     Server = "Server"
     SingleStream = "SingleStream"
-
-    @classmethod
-    def parse(cls, text: str) -> Scenario:
-        """Case-insensitive: ``offline``, ``Offline`` and ``OFFLINE`` are all Offline."""
-        return _parse_by_value(cls, "scenario", text, shown=[s.value.lower() for s in cls])
 
 
 class AccuracyTarget(Enum):
@@ -118,28 +117,20 @@ class AccuracyTarget(Enum):
         raise choice_error("accuracy target", text, ["0.99", "0.999"])
 
 
-class HarnessType(Enum):
+class HarnessType(_Choice):
     """Which harness runs a benchmark. Only our C++ core (Custom) exists; the enum keeps NVIDIA's spelling."""
 
     Custom = "custom"
 
-    @classmethod
-    def parse(cls, text: str) -> HarnessType:
-        return _parse_by_value(cls, "harness type", text)
 
-
-class PowerSetting(Enum):
+class PowerSetting(_Choice):
     """MaxP: run for speed. MaxQ: run for energy efficiency (power-measured submissions)."""
 
     MaxP = "MaxP"
     MaxQ = "MaxQ"
 
-    @classmethod
-    def parse(cls, text: str) -> PowerSetting:
-        return _parse_by_value(cls, "power setting", text)
 
-
-class TestMode(Enum):
+class TestMode(_Choice):
     """What a run measures. SubmissionRun is an accuracy run followed by a performance run."""
 
     __test__ = False  # not a pytest test class despite its name
@@ -154,10 +145,6 @@ class TestMode(Enum):
         if self is TestMode.SubmissionRun:
             return [TestMode.AccuracyOnly, TestMode.PerformanceOnly]
         return [self]
-
-    @classmethod
-    def parse(cls, text: str) -> TestMode:
-        return _parse_by_value(cls, "test mode", text)
 
 
 class ExitCode(IntEnum):

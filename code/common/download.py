@@ -26,26 +26,11 @@ from pathlib import Path
 
 from code.common.paths import DATA_DIR, MODELS_DIR
 
-__all__ = [
-    "DownloadError",
-    "RemoteFile",
-    "download",
-    "download_command",
-    "fetch",
-    "file_checksum",
-    "file_matches",
-    "verify_file",
-]
-
 CHUNK_BYTES = 1 << 20
-DEFAULT_RETRIES = 5  # consecutive failed attempts (without progress) before giving up
-DEFAULT_BACKOFF_S = 1.0  # first wait; doubles after each failed attempt (1+2+4+8+16 s in all)
-DEFAULT_TIMEOUT_S = 60.0  # per socket operation, not for the whole file
 PROGRESS_EVERY_S = 5.0
 USER_AGENT = "mlperf-harness-download/1.0 (python-urllib)"
 DEFAULT_HINT = "delete it and re-run the download (`make download_data` / `make download_model`)"
-
-# Errors worth retrying: the connection broke or timed out, or the server had a transient failure.
+# HTTP statuses worth retrying: the server had a transient failure (a broken connection is an OSError).
 _TRANSIENT_HTTP = {408, 425, 429, 500, 502, 503, 504}
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
@@ -56,11 +41,7 @@ class DownloadError(RuntimeError):
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """One entry of a module's download table: where a file comes from and how to recognise it.
-
-    At least one of ``md5``/``sha256`` should be set; ``size`` alone is accepted only where no published checksum
-    exists (the table's comment must say so).
-    """
+    """One entry of a download table. ``size`` alone is for a file with no published checksum (the table says so)."""
 
     name: str  # file name under the destination folder
     url: str
@@ -69,80 +50,47 @@ class RemoteFile:
     size: int | None = None
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# Verification
-
-
 def file_checksum(path: Path, algorithm: str = "md5") -> str:
     """Hex digest of a file, read in chunks so a 1.3 GB checkpoint does not need 1.3 GB of memory."""
-    digest = hashlib.new(algorithm)
     with open(path, "rb") as f:
-        while chunk := f.read(CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, algorithm).hexdigest()
 
 
 def _problems(path: Path, md5: str | None, sha256: str | None, size: int | None) -> list[str]:
-    """What is wrong with ``path`` against the expectations, cheapest check first (size before hashing)."""
-    problems: list[str] = []
-    actual_size = path.stat().st_size
-    if size is not None and actual_size != size:
-        problems.append(f"size: expected {size} bytes, got {actual_size}")
-        return problems  # a wrong size settles it; no need to hash gigabytes
-    for algorithm, expected in (("md5", md5), ("sha256", sha256)):
-        if expected is not None:
-            actual = file_checksum(path, algorithm)
-            if actual.lower() != expected.lower():
-                problems.append(f"{algorithm}: expected {expected.lower()}, got {actual}")
-    return problems
+    """What is wrong with ``path``; a wrong size settles it before gigabytes are hashed."""
+    if size is not None and path.stat().st_size != size:
+        return [f"size: expected {size} bytes, got {path.stat().st_size}"]
+    checks = [(algorithm, expected.lower(), file_checksum(path, algorithm))
+              for algorithm, expected in (("md5", md5), ("sha256", sha256)) if expected is not None]
+    return [f"{algorithm}: expected {expected}, got {actual}" for algorithm, expected, actual in checks
+            if actual.lower() != expected]
 
 
-def file_matches(path: Path, *, md5: str | None = None, sha256: str | None = None, size: int | None = None) -> bool:
-    """True if ``path`` exists and has the given size and checksums (those that are not None)."""
-    return path.is_file() and not _problems(path, md5, sha256, size)
-
-
-def verify_file(path: Path, *, md5: str | None = None, sha256: str | None = None, size: int | None = None) -> None:
-    """Raise ``DownloadError`` naming the file and each expected/actual value unless ``path`` matches."""
-    if not path.is_file():
-        raise DownloadError(f"{path}: file not found")
-    problems = _problems(path, md5, sha256, size)
-    if problems:
-        raise DownloadError(f"{path} does not verify: " + "; ".join(problems))
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Download
+def _say(line: str) -> None:
+    print(f"  {line}", file=sys.stderr, flush=True)
 
 
 class _Progress:
     """Prints a line every few seconds or every 10 %, whichever comes first, so logs stay short."""
 
     def __init__(self, name: str, total: int | None, start: int, enabled: bool) -> None:
-        self.name, self.total, self.enabled = name, total, enabled
-        self.start_bytes = start
+        self.name, self.total, self.enabled, self.start_bytes = name, total, enabled, start
         self.t0 = self.last_t = time.monotonic()
-        self.last_decile = self._decile(start)
-        self.last_done = -1
+        self.last_decile, self.last_done = self._decile(start), -1
 
     def _decile(self, done: int) -> int:
         return done * 10 // self.total if self.total else 0
 
     def update(self, done: int, final: bool = False) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        decile = self._decile(done)
+        now, decile = time.monotonic(), self._decile(done)
         quiet = decile == self.last_decile and now - self.last_t < PROGRESS_EVERY_S
-        if done == self.last_done or (quiet and not final):
+        if not self.enabled or done == self.last_done or (quiet and not final):
             return
         self.last_t, self.last_decile, self.last_done = now, decile, done
         rate = (done - self.start_bytes) / max(now - self.t0, 1e-6) / 1e6
-        if self.total:
-            what = f"{100 * done // self.total:3d}% ({done / 1e6:.1f}/{self.total / 1e6:.1f} MB)"
-        else:
-            what = f"{done / 1e6:.1f} MB"
-        print(f"  {self.name}: {what} {rate:.1f} MB/s", file=sys.stderr, flush=True)
+        what = (f"{100 * done // self.total:3d}% ({done / 1e6:.1f}/{self.total / 1e6:.1f} MB)" if self.total
+                else f"{done / 1e6:.1f} MB")
+        _say(f"{self.name}: {what} {rate:.1f} MB/s")
 
 
 def _move_aside(path: Path, corrupt: Path) -> None:
@@ -151,32 +99,20 @@ def _move_aside(path: Path, corrupt: Path) -> None:
     os.replace(path, corrupt)
 
 
-def _expected(md5: str | None, sha256: str | None, size: int | None) -> str:
-    parts = [f"md5 {md5}" if md5 else "", f"sha256 {sha256}" if sha256 else "", f"{size} bytes" if size else ""]
-    return ", ".join(p for p in parts if p) or "nothing (unverified)"
-
-
-def _open(url: str, offset: int, timeout_s: float) -> http.client.HTTPResponse:
-    headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
-    if offset:
-        headers["Range"] = f"bytes={offset}-"
-    # urllib keeps these headers across redirects (zenodo and GitHub redirect to their storage hosts).
-    return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout_s)
-
-
 def _attempt(url: str, part: Path, size: int | None, timeout_s: float, progress: bool, name: str) -> None:
-    """One HTTP request that appends to (or restarts) ``part``; returns once the body is complete.
-
-    Raises ``OSError``/``HTTPException`` for failures worth retrying and ``DownloadError`` for those that are not.
-    """
+    """One HTTP request that appends to (or restarts) ``part``; returns once the body is complete. Raises
+    ``OSError``/``HTTPException`` for failures worth retrying and ``DownloadError`` for those that are not."""
     offset = part.stat().st_size if part.exists() else 0
     if size is not None and offset > size:  # longer than the file can be: not ours to resume
         part.unlink()
         offset = 0
     if size is not None and offset == size:
         return  # a previous attempt finished the body; verification decides
-    try:
-        response = _open(url, offset, timeout_s)
+    headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    try:  # urllib keeps the headers across redirects (zenodo and GitHub redirect to their storage hosts)
+        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout_s)
     except urllib.error.HTTPError as e:
         if e.code == 416 and offset:  # Range not satisfiable: the .part already holds the whole file (or more)
             return
@@ -184,26 +120,24 @@ def _attempt(url: str, part: Path, size: int | None, timeout_s: float, progress:
             raise OSError(f"HTTP {e.code} {e.reason}") from e
         raise DownloadError(f"{url}: HTTP {e.code} {e.reason}; check the URL or try again later") from e
     with response:
-        status = response.status
         length = response.headers.get("Content-Length")
-        if offset and status == 206:
+        if offset and response.status == 206:
             match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
             if not match or int(match.group(1)) != offset:  # not the piece we asked for: start over
-                print(f"  {name}: unexpected Content-Range, restarting from zero", file=sys.stderr, flush=True)
+                _say(f"{name}: unexpected Content-Range, restarting from zero")
                 part.unlink()
                 raise OSError("unexpected Content-Range")
             total = None if match.group(3) == "*" else int(match.group(3))
             mode = "ab"
-            print(f"  {name}: resuming at {offset / 1e6:.1f} MB", file=sys.stderr, flush=True)
+            _say(f"{name}: resuming at {offset / 1e6:.1f} MB")
         else:
             if offset:
-                print(f"  {name}: server ignored the Range request, restarting from zero", file=sys.stderr, flush=True)
+                _say(f"{name}: server ignored the Range request, restarting from zero")
             offset, mode = 0, "wb"
             total = int(length) if length is not None else None
-            if status != 200:
-                raise DownloadError(f"{url}: unexpected HTTP status {status}")
-        if total is None:
-            total = size
+            if response.status != 200:
+                raise DownloadError(f"{url}: unexpected HTTP status {response.status}")
+        total = size if total is None else total
         meter = _Progress(name, total, offset, progress)
         done = offset
         with open(part, mode) as f:
@@ -219,46 +153,27 @@ def _attempt(url: str, part: Path, size: int | None, timeout_s: float, progress:
         meter.update(done, final=True)
 
 
-def download(
-    url: str,
-    dest: Path,
-    *,
-    md5: str | None = None,
-    sha256: str | None = None,
-    size: int | None = None,
-    retries: int = DEFAULT_RETRIES,
-    backoff_s: float = DEFAULT_BACKOFF_S,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    hint: str = DEFAULT_HINT,
-    progress: bool = True,
-) -> Path:
+def download(url: str, dest: Path, *, md5: str | None = None, sha256: str | None = None, size: int | None = None,
+             retries: int = 5, backoff_s: float = 1.0, timeout_s: float = 60.0, hint: str = DEFAULT_HINT,
+             progress: bool = True) -> Path:
     """Download ``url`` to ``dest`` unless a verified copy is already there; return ``dest``.
 
-    ``dest`` only ever holds a file that matched ``md5``/``sha256``/``size`` (those given). A mismatch raises
-    ``DownloadError`` with both checksums and ``hint`` (what the user should run), and leaves the bytes at
-    ``<dest>.corrupt``. Up to ``retries`` consecutive attempts that make no progress are made, waiting
-    ``backoff_s``, then twice that, and so on; an attempt that fetched bytes resets the count, so a long download over
-    a flaky link still finishes.
+    A mismatch raises ``DownloadError`` with both checksums and ``hint`` (what to run) and leaves the bytes at
+    ``<dest>.corrupt``. Up to ``retries`` attempts in a row that make no progress are made, waiting ``backoff_s``,
+    then twice that...; one that fetched bytes resets the count, so a long download over a flaky link finishes.
+    ``timeout_s`` bounds each socket operation, not the whole file.
     """
     dest = Path(dest)
-    part = dest.with_suffix(dest.suffix + ".part")
-    corrupt = dest.with_suffix(dest.suffix + ".corrupt")
-    name = dest.name
-
+    part, corrupt, name = dest.with_suffix(dest.suffix + ".part"), dest.with_suffix(dest.suffix + ".corrupt"), dest.name
     if dest.exists():
         problems = _problems(dest, md5, sha256, size)
         if not problems:
-            print(f"  {name}: present and verified ({dest})", file=sys.stderr, flush=True)
+            _say(f"{name}: present and verified ({dest})")
             return dest
         _move_aside(dest, corrupt)
-        print(
-            f"  {name}: existing file is corrupt ({'; '.join(problems)}); moved to {corrupt}, downloading again",
-            file=sys.stderr,
-            flush=True,
-        )
-
+        _say(f"{name}: existing file is corrupt ({'; '.join(problems)}); moved to {corrupt}, downloading again")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    print(f"  {name}: downloading {url}", file=sys.stderr, flush=True)
+    _say(f"{name}: downloading {url}")
     failures = 0
     while True:
         before = part.stat().st_size if part.exists() else 0
@@ -269,41 +184,32 @@ def download(
             after = part.stat().st_size if part.exists() else 0
             failures = 1 if after > before else failures + 1
             if failures > retries:
-                raise DownloadError(
-                    f"{url}: giving up after {failures} failed attempts in a row ({type(e).__name__}: {e}); any "
-                    f"partial file is kept at {part}: re-run the same command to resume"
-                ) from e
+                raise DownloadError(f"{url}: giving up after {failures} failed attempts in a row ({type(e).__name__}: "
+                                    f"{e}); any partial file is kept at {part}: re-run the same command to resume"
+                                    ) from e
             wait = backoff_s * 2 ** (failures - 1)
-            print(f"  {name}: {type(e).__name__}: {e}; retrying in {wait:.1f} s", file=sys.stderr, flush=True)
+            _say(f"{name}: {type(e).__name__}: {e}; retrying in {wait:.1f} s")
             time.sleep(wait)
-
     if not part.exists():
         raise DownloadError(f"{url}: the server sent nothing for {dest}")
     problems = _problems(part, md5, sha256, size)
     if problems:
         _move_aside(part, corrupt)
-        raise DownloadError(
-            f"{dest}: downloaded file does not verify ({'; '.join(problems)}). The bytes were moved to {corrupt}; "
-            f"{hint}. If it fails again the upstream file ({url}) may have changed: compare with the source named "
-            f"in the download table."
-        )
+        raise DownloadError(f"{dest}: downloaded file does not verify ({'; '.join(problems)}). The bytes were moved to "
+                            f"{corrupt}; {hint}. If it fails again the upstream file ({url}) may have changed: compare "
+                            "with the source named in the download table.")
     if md5 is None and sha256 is None:
-        print(f"  {name}: no published checksum, verified by size only", file=sys.stderr, flush=True)
+        _say(f"{name}: no published checksum, verified by size only")
     os.replace(part, dest)  # atomic on one filesystem: readers see either no file or the verified one
-    print(f"  {name}: done, verified ({_expected(md5, sha256, size)})", file=sys.stderr, flush=True)
+    expected = [f"md5 {md5}" if md5 else "", f"sha256 {sha256}" if sha256 else "", f"{size} bytes" if size else ""]
+    _say(f"{name}: done, verified ({', '.join(piece for piece in expected if piece) or 'nothing (unverified)'})")
     return dest
 
 
 def fetch(remote: RemoteFile, directory: Path, **kwargs: object) -> Path:
     """``download`` one table entry into ``directory / remote.name``; keyword arguments go to ``download``."""
-    return download(
-        remote.url,
-        Path(directory) / remote.name,
-        md5=remote.md5,
-        sha256=remote.sha256,
-        size=remote.size,
-        **kwargs,  # type: ignore[arg-type]
-    )
+    return download(remote.url, Path(directory) / remote.name, md5=remote.md5, sha256=remote.sha256, size=remote.size,
+                    **kwargs)  # type: ignore[arg-type]
 
 
 # The root folder a download command writes under: its flag -> (what it holds, its default).
@@ -311,9 +217,8 @@ DOWNLOAD_ROOTS = {"data_dir": ("the raw data", DATA_DIR), "model_dir": ("the mod
 
 
 def download_parser(module: str, description: str, root: str, r2_metadata: bool = False) -> argparse.ArgumentParser:
-    """The command line every ``python -m code.<bench>.download_*`` starts from: its name and description, the root
-    folder it writes under (``--data_dir`` or ``--model_dir``, which may be a link into $MLPERF_SCRATCH_PATH) and,
-    for files listed on MLCommons' R2 storage, ``--refresh_metadata``. The command adds its own options."""
+    """The command line every ``python -m code.<bench>.download_*`` starts from: its root folder (``--data_dir`` or
+    ``--model_dir``) and, for files on MLCommons' R2 storage, ``--refresh_metadata``."""
     if root not in DOWNLOAD_ROOTS:
         raise ValueError(f"unknown download root {root!r}; valid roots: {', '.join(DOWNLOAD_ROOTS)}")
     holds, default = DOWNLOAD_ROOTS[root]
@@ -326,14 +231,10 @@ def download_parser(module: str, description: str, root: str, r2_metadata: bool 
     return parser
 
 
-def download_command(
-    fetch_all: Callable[[], Path | Iterable[Path]],
-    errors: tuple[type[Exception], ...] = (),
-) -> int:
-    """The end of every ``python -m code.<bench>.download_*`` command: run ``fetch_all``, print each path it returns
-    and exit 0, or print the error in one line and exit 1. ``DownloadError`` and ``OSError`` (a target folder that
-    cannot be created or written) are always caught, ``errors`` adds a command's own; a traceback would bury the
-    message that says what to run next."""
+def download_command(fetch_all: Callable[[], Path | Iterable[Path]], errors: tuple[type[Exception], ...] = ()) -> int:
+    """The end of every download command: print each path ``fetch_all`` returns and exit 0, or the error in one line
+    and exit 1 (a traceback would bury what to run next). ``errors``: a command's own, beside ``DownloadError`` and
+    ``OSError``."""
     try:
         fetched = fetch_all()
     except (DownloadError, OSError, *errors) as e:

@@ -1,19 +1,14 @@
 """Faults a user fixes outside the harness, each as one line that names the file and the fix.
 
 A truncated download, an engine cut short by a full disk, a read-only log folder: none of them is a bug, so none
-of them should end in a traceback. This is the one place that turns such exceptions into messages:
-
-- ``reading(path, fix)`` wraps the read of one file; what its decoder raises on bad bytes, and a
-  ``CheckpointError`` from a model loader, becomes a ``DataFileError`` naming the file and the fix (re-download,
-  rebuild the engine, preprocess again) in one paragraph.
-- ``check_free_space(folder, needed, what)`` refuses a write that the disk cannot hold, before it starts, so a
-  full disk never leaves half a file set behind.
-- ``describe(error)`` gives the line for any error a user can fix (a ``BenchmarkError``, a full disk, a folder
-  that cannot be written), and None for anything else: an unknown error is a bug, and its traceback is the report.
+of them should end in a traceback. ``reading`` turns bad bytes into a ``DataFileError`` naming the file and the fix;
+``check_free_space`` refuses a write the disk cannot hold before it starts, so no half file set is left behind;
+``describe`` gives the line for any error a user can fix, and None for a bug, whose traceback is the report.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gzip
 import json
@@ -52,8 +47,7 @@ def _size(count: int) -> str:
 
 
 def check_free_space(folder: Path, needed: int, what: str) -> None:
-    """``NoSpaceError`` unless the disk of ``folder`` (or of its nearest existing parent) has ``needed`` bytes free,
-    plus ``SPACE_MARGIN``, for ``what``."""
+    """``NoSpaceError`` unless the disk of ``folder`` has ``needed`` bytes free beyond ``SPACE_MARGIN``."""
     existing = Path(folder).absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -77,9 +71,8 @@ def is_no_space(error: BaseException) -> bool:
 
 @contextmanager
 def writing_folder(folder: Path, what: str, needed: int | None = None) -> Iterator[None]:
-    """Around the writing of ``what`` into ``folder``: a full disk becomes one ``NoSpaceError`` naming the folder,
-    the space ``needed`` where known, and the fix. The caller writes into a temporary folder that is removed on
-    error (``code/common/atomic.py``), so the message can promise that nothing half-written is left."""
+    """A full disk while writing ``what`` into ``folder`` becomes one ``NoSpaceError`` naming the folder and the fix.
+    The caller writes a temporary folder removed on error (code/common/atomic.py): nothing half-written is left."""
     try:
         yield
     except NoSpaceError:
@@ -93,41 +86,30 @@ def writing_folder(folder: Path, what: str, needed: int | None = None) -> Iterat
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that is not there, or reads but does not fill the model exactly (missing, unexpected, wrongly
-    shaped or non-floating-point weights). Raised by the model loaders, which name the file and list every
-    mismatch but do not know how the file was made; ``reading`` adds that fix."""
+    """A checkpoint that is missing or does not fill the model exactly; the loaders list every mismatch but do not
+    know how the file was made, so ``reading`` adds that fix."""
 
 
 # How many of a CheckpointError's listed mismatches the one-paragraph message quotes.
 QUOTED_MISMATCHES = 3
 
 
-def _decode_errors() -> tuple[type[BaseException], ...]:
-    """What decoders raise on bad bytes (torch's zip reader raises a plain RuntimeError: see _is_decode_error)."""
-    found: list[type[BaseException]] = [EOFError, pickle.UnpicklingError, zlib.error, gzip.BadGzipFile,
-                                        json.JSONDecodeError, UnicodeDecodeError]
-    try:
+def _is_decode_error(error: BaseException, also: tuple[type[BaseException], ...]) -> bool:
+    """Whether a decoder raised ``error`` on bad bytes (torch's zip reader raises a plain RuntimeError)."""
+    decoders = [EOFError, pickle.UnpicklingError, zlib.error, gzip.BadGzipFile, json.JSONDecodeError,
+                UnicodeDecodeError, *also]
+    with contextlib.suppress(ImportError):  # without safetensors no .safetensors file is ever read
         from safetensors import SafetensorError
 
-        found.append(SafetensorError)
-    except ImportError:  # without safetensors no .safetensors file is ever read
-        pass
-    return tuple(found)
-
-
-def _is_decode_error(error: BaseException, also: tuple[type[BaseException], ...]) -> bool:
-    if isinstance(error, _decode_errors() + also):
-        return True
-    return isinstance(error, RuntimeError) and "PytorchStreamReader" in str(error)
+        decoders.append(SafetensorError)
+    return isinstance(error, tuple(decoders)) or isinstance(error, RuntimeError) and "PytorchStreamReader" in str(error)
 
 
 @contextmanager
 def reading(path: Path | str, fix: str, also: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
-    """Around the read of ``path``: bad bytes become one ``DataFileError`` saying which file and ``fix``.
-
-    ``also``: further exceptions that mean bad bytes for this reader only (numpy's ``np.load`` raises ValueError
-    on a short file); keep the wrapped block to the read itself, so a bug around it is not blamed on the file.
-    """
+    """Around the read of ``path``: bad bytes become one ``DataFileError`` saying which file and ``fix``. ``also``:
+    what means bad bytes for this reader only (np.load's ValueError on a short file); wrap the read alone, so a bug
+    around it is not blamed on the file."""
     try:
         yield
     except CheckpointError as error:
@@ -140,8 +122,7 @@ def reading(path: Path | str, fix: str, also: tuple[type[BaseException], ...] = 
 
 
 def _paragraph(text: str) -> str:
-    """A loader's message (a head line, then one indented line per mismatch) as one paragraph quoting the first
-    few mismatches and counting the rest."""
+    """A loader's message as one paragraph: its head line, the first few mismatches, and how many more."""
     head, *items = [line.strip() for line in text.splitlines() if line.strip()]
     if not items:
         return head
@@ -151,11 +132,8 @@ def _paragraph(text: str) -> str:
 
 
 def describe(error: BaseException, writing_in: Path | None = None) -> str | None:
-    """The one line for an error a user can fix, or None for a bug.
-
-    ``writing_in``: the folder being written, named when the operating system's error names no file (a failed
-    ``write`` on an open file does not).
-    """
+    """The one line for an error a user can fix, or None for a bug. ``writing_in``: the folder being written, named
+    when the error names no file (a failed ``write`` on an open file does not)."""
     if isinstance(error, BenchmarkError):
         return str(error)
     if not isinstance(error, OSError) or error.errno not in NO_SPACE + NOT_WRITABLE:
@@ -170,8 +148,7 @@ def describe(error: BaseException, writing_in: Path | None = None) -> str | None
 
 def fault_exit(error: Exception, writing_in: Path | None = None, code: int = 2) -> int:
     """For a command's ``except Exception``: print the one line of a fault the user fixes (a missing or malformed
-    input file, any ``describe``-d error) and return ``code``; re-raise anything else, a bug whose traceback is the
-    report. ``writing_in``: the folder the command writes, as for ``describe``."""
+    input, any ``describe``-d error) and return ``code``; re-raise a bug, whose traceback is the report."""
     line = str(error) if isinstance(error, (FileNotFoundError, ValueError)) else describe(error, writing_in)
     if line is None:
         raise error

@@ -18,13 +18,11 @@ from code.common.benchmark_errors import BenchmarkError
 
 
 class LockPathError(BenchmarkError):
-    """A lock file's path that cannot hold a lock file (a folder made there by hand or by a stray ``mkdir``); the
-    message names it and the fix."""
+    """A folder where a lock file belongs (made by hand or a stray ``mkdir``); the message names it and the fix."""
 
 
 def _not_a_folder(lock_file: Path) -> None:
-    """``LockPathError`` when ``lock_file`` is a folder: opening it would raise IsADirectoryError, which names
-    neither what the path is for nor that removing it is safe (a lock file holds nothing; see above)."""
+    """Opening a folder would raise IsADirectoryError, which says neither what the path is for nor what to do."""
     if lock_file.is_dir():
         raise LockPathError(f"{lock_file} is a folder, where the lock file that lets runs take turns belongs; "
                             f"remove it (rmdir {lock_file}, or rm -r if it holds files: a lock file holds nothing), "
@@ -75,13 +73,11 @@ def _lock(descriptor: int, lock_file: Path, operation: int) -> None:
         raise
 
 
-# The locks this process holds until it exits (``hold_for_life``): their files stay open, so their locks stay held.
-_held_for_life: list[IO[str]] = []
+_held_for_life: list[IO[str]] = []  # open files, so their locks stay held
 
 
 def hold_for_life(lock_file: Path) -> None:
-    """Holds ``lock_file`` exclusively until this process exits (or is killed): a mark that says "in use" to other
-    processes for exactly as long as this one lives (``is_held``)."""
+    """Holds ``lock_file`` exclusively until this process exits or is killed: "in use" for exactly its life."""
     lock_file = Path(lock_file)
     _not_a_folder(lock_file)
     lock = open(lock_file, "a")  # noqa: SIM115 - kept open on purpose: closing it would release the lock

@@ -1,15 +1,10 @@
 """What each NVIDIA GPU model is: the facts a config is derived from, for the models MLPerf submitters run.
 
-A system's name is ``<model>x<count>`` (code/common/systems.py). A config for a model with no config class of its own
-is derived from what the GPU is (configs/<bench>/any_gpu.py): its compute capability decides which engines it can run
-(FP8 from 8.9, bf16 and our Triton kernels from 8.0), its memory the batch sizes and GPT-J's samples in flight, its
-SM count, power limit and memory bandwidth the first estimate of its rates. For the models below those facts come
-from NVIDIA's datasheets; for any other GPU from NVML on the machine itself (``code.common.systems.GpuInfo.model``).
-
-A model's ``published`` ratio is the best published MLPerf result per GPU of that model divided by the H100 SXM's
-in the same benchmark and scenario (code/common/published_results.csv names each result's source): where one
-exists, a config's first rate is the H100's measured rate times that ratio, and says so. None of these rates was
-measured here: each is an estimate that the first ``--test_run``'s probe, or ``make find_performance``, replaces.
+A config for a model with no config class of its own is derived from what the GPU is (configs/<bench>/any_gpu.py):
+its compute capability decides which engines it can run, its memory the batch sizes, its SM count, power limit and
+bandwidth the first estimate of its rates. The models below come from NVIDIA's datasheets; any other GPU from NVML.
+A model's ``published`` ratio (its best published result per GPU over the H100 SXM's) scales the H100's measured
+rate into its first rate, an estimate the first ``--test_run``'s probe or ``make find_performance`` replaces.
 """
 
 from __future__ import annotations
@@ -33,9 +28,8 @@ def capability_text(capability: Capability) -> str:
 
 @dataclass(frozen=True)
 class GpuModel:
-    """One GPU model as a config sees it. ``memory_gib``: the GPU's memory as CUDA reports it (PyTorch's
-    ``total_memory``), which is what a process can use and what a stand-in's cap is: about half a GiB under NVML's
-    total, which also counts what the driver keeps."""
+    """One GPU model as a config sees it. ``memory_gib``: what CUDA reports (PyTorch's ``total_memory``), what a
+    process can use: about half a GiB under NVML's total, which also counts the driver's share."""
 
     name: str  # the short name systems are named after: A100_SXM4_40GB
     nvml_names: tuple[str, ...]  # what NVML calls it (nvmlDeviceGetName)
@@ -58,12 +52,9 @@ class GpuModel:
 
     def describe(self) -> str:
         """``compute capability 8.0, 40 GB, 108 SMs, 400 W`` for make info's sources."""
-        parts = [f"compute capability {capability_text(self.capability)}", f"{round(self.memory_gib)} GB"]
-        if self.sm_count:
-            parts.append(f"{self.sm_count} SMs")
-        if self.power_w:
-            parts.append(f"{self.power_w} W")
-        return ", ".join(parts)
+        parts = [f"compute capability {capability_text(self.capability)}", f"{round(self.memory_gib)} GB",
+                 f"{self.sm_count} SMs" if self.sm_count else "", f"{self.power_w} W" if self.power_w else ""]
+        return ", ".join(part for part in parts if part)
 
 
 ESTIMATED_BENCHMARKS = ("bert-99", "gptj-99")
@@ -71,9 +62,8 @@ ESTIMATED_BENCHMARKS = ("bert-99", "gptj-99")
 
 
 def _ratios(name: str, benchmarks: tuple[str, ...] = ESTIMATED_BENCHMARKS) -> dict[str, float]:
-    """The best published result per GPU of the model ``name`` (code/common/published_results.csv) over the H100
-    SXM's, for each scenario of ``benchmarks`` that has one: ``{"bert-99 Offline": 0.391, ...}``. A Server result
-    none published takes the Offline ratio."""
+    """``{"bert-99 Offline": 0.391, ...}``: the model's best published result per GPU over the H100 SXM's; a Server
+    result none published takes the Offline ratio."""
     ratios: dict[str, float] = {}
     for benchmark in benchmarks:
         offline = published.best(benchmark, "Offline", name)
@@ -118,9 +108,8 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel("B200_SXM_180GB", ("NVIDIA B200",), (10, 0), 178.4, 148, 1000, 8.0, aliases=("B200-SXM-180GB",)),
     GpuModel("T4_16GB", ("Tesla T4", "NVIDIA T4"), (7, 5), 14.6, 40, 70, 0.32, aliases=("T4",)),
 )
-"""The GPU models named here; any other NVIDIA GPU is described by NVML on its machine. Memory: PyTorch's
-``total_memory`` where it was read on such a GPU (H100 SXM 79.2, H200 139.8, A100 40GB 39.6 GiB), else NVML's total
-from the datasheet less ``NVML_OVER_CUDA``."""
+"""Memory: PyTorch's ``total_memory`` where it was read on such a GPU (H100 SXM, H200, A100 40GB), else the
+datasheet's total less ``NVML_OVER_CUDA_GIB``."""
 
 NVML_OVER_CUDA_GIB = 0.5
 """What NVML's total memory counts beyond what CUDA offers a process (the driver's share), about."""
@@ -135,8 +124,7 @@ _BY_NVML = {nvml_name: model for model in MODELS for nvml_name in model.nvml_nam
 
 
 def by_name(name: str) -> GpuModel | None:
-    """The model called ``name`` (its short name or an alias, case and punctuation ignored); None if no row names
-    it."""
+    """The model called ``name`` (its short name or an alias, case and punctuation ignored), or None."""
     return _BY_NAME.get(_key(name))
 
 
@@ -150,6 +138,4 @@ def model_names() -> list[str]:
 
 
 def reference() -> GpuModel:
-    found = by_name(REFERENCE)
-    assert found is not None
-    return found
+    return _BY_NAME[_key(REFERENCE)]

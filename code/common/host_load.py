@@ -1,27 +1,17 @@
-"""The host's load during a performance test: the load average, CPU steal and this process's own CPU use, from
-/proc, over LoadGen's timed part.
+"""The host's load during a performance test, from /proc, over LoadGen's timed part.
 
-Why: a figure measured while other programs used the CPUs, or while a hypervisor gave the CPUs' time to other
-machines (steal), is below what the machine can do, and nothing in the figure says so. The summary names such a host
-(code/mlperf/noise.py), and metadata.json's ``host_load`` keeps the numbers.
-
-What is read, every period on the test's one sampler thread (code/mlperf/power.py's, which reads the GPUs in the same
-tick): ``/proc/loadavg``'s 1-minute load average (runnable and uninterruptible tasks of the whole machine, a
-container's host included, averaged with a one-minute decay); ``/proc/stat``'s CPU times of the CPUs this process
-may use (its affinity mask); ``/proc/self/stat``'s CPU time of this process, all its threads, so a CPU run's own
-threads are not taken for another program's. Another process of the run itself (a several-GPU run's device workers)
-counts as another program.
-
-What counts: the readings of the timed part (as for power, ``timed_window``), CPU times as their difference between
-the last reading at or before it and the first at or after it. Reading /proc never fails a test: a machine without
-it reads nothing, and metadata.json says ``"host_load": null``.
+A figure measured while other programs used the CPUs, or while a hypervisor gave their time away (steal), is below
+what the machine can do, and nothing in it says so: the summary names such a host (code/mlperf/noise.py), and
+metadata.json's ``host_load`` keeps the numbers. Read each period on the test's sampler thread (code/mlperf/power.py):
+the 1-minute load average of the whole machine, the CPU times of the CPUs this process may use, and this process's
+own CPU time, so its threads are not taken for another program's. Reading /proc never fails a test.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,11 +42,6 @@ class HostReading:
     own_ticks: int | None  # this process's user + system time; None: /proc/self/stat unreadable
 
 
-def parse_loadavg(text: str) -> float:
-    """The 1-minute load average of ``/proc/loadavg`` (``1.34 1.07 1.12 7/118 25573``)."""
-    return float(text.split()[0])
-
-
 def parse_cpu_times(text: str, cpus: Sequence[int]) -> CpuTimes | None:
     """The CPU times of ``/proc/stat`` summed over ``cpus`` (its ``cpuN`` lines); None when it names none of them."""
     wanted = {f"cpu{cpu}" for cpu in cpus}
@@ -76,34 +61,31 @@ def parse_cpu_times(text: str, cpus: Sequence[int]) -> CpuTimes | None:
 
 
 def parse_own_ticks(text: str) -> int:
-    """utime + stime of ``/proc/self/stat``: fields 14 and 15, counted after the command's closing parenthesis (a
-    command may hold spaces and parentheses)."""
+    """utime + stime of ``/proc/self/stat``, counted after the command's ``)`` (a command may hold spaces)."""
     fields = text[text.rindex(")") + 2:].split()
     return int(fields[11]) + int(fields[12])
 
 
 class HostReader:
-    """Reads the host once per call; ``proc`` and ``cpus`` stand in for /proc and the affinity mask in tests. A
-    file that does not read leaves its part None (a machine without /proc reads nothing, and says so once)."""
+    """Reads the host once per call; ``proc`` and ``cpus`` stand in for /proc and the affinity mask in tests."""
 
     def __init__(self, proc: Path = PROC, cpus: Sequence[int] | None = None) -> None:
         self.proc = proc
         self.cpus = tuple(cpus) if cpus is not None else allowed_cpu_set()
 
     def __call__(self, time_s: float) -> HostReading | None:
+        load = self._parsed("loadavg", lambda text: float(text.split()[0]))  # "1.34 1.07 1.12 7/118 25573"
+        if load is None:
+            return None
+        return HostReading(time_s, load, self._parsed("stat", lambda text: parse_cpu_times(text, self.cpus)),
+                           self._parsed("self/stat", parse_own_ticks))
+
+    def _parsed(self, name: str, parse: Callable[[str], Any]) -> Any:
+        """``parse`` of the file ``name`` under ``proc``; None where it does not read or parse."""
         try:
-            load = parse_loadavg((self.proc / "loadavg").read_text())
+            return parse((self.proc / name).read_text())
         except (OSError, ValueError, IndexError):
             return None
-        try:
-            cpu = parse_cpu_times((self.proc / "stat").read_text(), self.cpus)
-        except (OSError, ValueError):
-            cpu = None
-        try:
-            own: int | None = parse_own_ticks((self.proc / "self" / "stat").read_text())
-        except (OSError, ValueError, IndexError):
-            own = None
-        return HostReading(time_s, load, cpu, own)
 
 
 def host_summary(readings: Sequence[HostReading], window: tuple[float, float] | None,
@@ -142,8 +124,7 @@ def host_summary(readings: Sequence[HostReading], window: tuple[float, float] | 
 
 
 def host_line(host: dict[str, Any]) -> str:
-    """report.md's line of ``host_summary``'s numbers: ``host: load average 4.6 (max 4.7) over 2 usable CPUs; the
-    test's process used 0.7 CPUs; steal 0%, busy 99% of the usable CPUs' time``."""
+    """report.md's line of ``host_summary``'s numbers."""
     load = host["load_avg_1m"]
     parts = [f"host: load average {load['mean']:.1f} (max {load['max']:.1f}) over {host['usable_cpus']} usable CPUs"]
     if host.get("own_cpus") is not None:

@@ -1,7 +1,5 @@
-"""What LoadGen does with a performance test's settings, where the harness must predict it: the size of the Offline
-query it plans, and the INVALID reasons that mean the query was sized for a slower machine. One definition each, for
-the config checks, the probes and the summaries.
-"""
+"""What LoadGen does with a performance test's settings, where the harness must predict it (the config checks, the
+probes, the summaries): the Offline query it plans, and the INVALID reasons of a query sized for a slower machine."""
 
 from __future__ import annotations
 
@@ -11,8 +9,7 @@ kSlack), so that the system runs past the minimum duration."""
 
 
 def offline_query_samples(expected_qps: float, duration_ms: float) -> int:
-    """The samples of the Offline query LoadGen plans for ``expected_qps`` over ``duration_ms`` (truncated, as
-    LoadGen's conversion to an integer does)."""
+    """The samples of the Offline query LoadGen plans (truncated, as LoadGen's conversion to an integer does)."""
     return int(OFFLINE_SLACK * duration_ms / 1000 * expected_qps)
 
 

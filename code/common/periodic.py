@@ -1,10 +1,8 @@
 """Work done every so often: progress of a long loop outside LoadGen (preprocessing), and a call repeated on a
-thread of its own while something else runs (``Periodic``).
+thread of its own (``Periodic``: LoadGen's progress lines, GPU power during a test).
 
 A loop's progress is a tqdm bar on a terminal, a plain line at least every ``EVERY_S`` seconds otherwise (a pipe,
-CI, a log file), so a step of minutes is never silent. Downloads print their own lines (``code/common/download.py``:
-every few seconds and every 10 %); LoadGen tests theirs (``code/harness/progress.py``, on a ``Periodic``), and GPU
-power is read on one during a test (``code/mlperf/power.py``).
+CI, a log file), so a step of minutes is never silent.
 """
 
 from __future__ import annotations
@@ -23,9 +21,8 @@ T = TypeVar("T")
 
 def track(items: Iterable[T], total: int | None, what: str, unit: str = "items", step: str = "progress",
           every_s: float = EVERY_S, stream: TextIO | None = None) -> Iterator[T]:
-    """Yield ``items``, reporting how far the loop is: a bar when ``stream`` (stderr) is a terminal, else a
-    ``[step] what: done/total unit (pct), rate/s, elapsed, ETA`` line every ``every_s`` seconds and one at the
-    end (the end line only when an earlier one was printed: a loop of a second stays quiet)."""
+    """Yield ``items``: a bar when ``stream`` (stderr) is a terminal, else a progress line every ``every_s`` seconds
+    and one at the end (only after an earlier one: a loop of a second stays quiet)."""
     stream = stream or sys.stderr
     if stream.isatty():
         from tqdm import tqdm
@@ -62,12 +59,9 @@ def progress_line(what: str, done: int, total: int | None, unit: str, elapsed_s:
 class Periodic:
     """Calls ``tick`` every ``period_s`` on a daemon thread, from ``start`` until ``stop`` (or the ``with`` block).
 
-    Ticks keep to a schedule of whole periods from the start, so a slow tick does not shift every later one; a
-    tick that overruns its period skips the ticks it missed rather than running them back to back. A tick that
-    raises ends the thread: an error that repeats every period would only repeat, so ``error`` keeps the first and
-    ``on_error`` (if given) hears it once, on the thread. A daemon thread, so a caller that never stops it cannot
-    keep the process alive.
-    """
+    Ticks keep to whole periods from the start: a slow tick shifts no later one, and one that overruns skips the
+    ticks it missed. A tick that raises ends the thread (the error would only repeat): ``error`` keeps it and
+    ``on_error`` hears it once, on the thread."""
 
     def __init__(self, tick: Callable[[], None], period_s: float, name: str,
                  on_error: Callable[[BaseException], None] | None = None) -> None:

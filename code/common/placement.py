@@ -1,20 +1,17 @@
 """Which CPUs a device's worker process runs on: the CPUs of its GPU's NUMA node.
 
-On two-socket machines (DGX H100/H200, Azure ND H100 v5) half the GPUs hang off each socket. A worker whose
-threads run on the far socket pays an extra hop on every host-to-device copy, and the pinned buffers it allocates
-land in the far socket's memory. So each GPU's worker is pinned to the CPUs of the node its GPU is attached to, as
-NVIDIA's harness binds each GPU's process (several GPUs of one node share that node's CPUs). Where the machine does
-not say (one node, a virtual machine that reports no node), a worker may run on every CPU the run may use. CPU
-workers (tests of the several-device path without GPUs) split the allowed CPUs between them.
-
-Read from sysfs, which the kernel fills from the firmware's tables: ``/sys/bus/pci/devices/<bus id>/numa_node``
-and ``/sys/devices/system/node/node<N>/cpulist``.
+On two-socket machines half the GPUs hang off each socket, and a worker on the far socket pays a hop on every copy
+to its GPU, so each worker is pinned to its GPU's node, as NVIDIA's harness does; where the machine does not say
+(one node, a VM), it may run on every allowed CPU. CPU workers split the allowed CPUs. Read from sysfs:
+``/sys/bus/pci/devices/<bus id>/numa_node`` and ``/sys/devices/system/node/node<N>/cpulist``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 
 SYS_PCI_DEVICES = Path("/sys/bus/pci/devices")
@@ -50,17 +47,8 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
 
 def format_cpu_list(cpus: tuple[int, ...] | list[int]) -> str:
     """CPU numbers in the kernel's list format, ranges collapsed: (0, 1, 2, 3, 8) -> "0-3,8"."""
-    parts: list[str] = []
-    ordered = sorted(set(cpus))
-    start = previous = None
-    for cpu in [*ordered, None]:
-        if cpu is not None and previous is not None and cpu == previous + 1:
-            previous = cpu
-            continue
-        if start is not None:
-            parts.append(str(start) if start == previous else f"{start}-{previous}")
-        start = previous = cpu
-    return ",".join(parts)
+    runs = [[cpu for _, cpu in run] for _, run in groupby(enumerate(sorted(set(cpus))), lambda pair: pair[1] - pair[0])]
+    return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
 
 
 def sysfs_bus_id(nvml_bus_id: str) -> str:
@@ -69,42 +57,24 @@ def sysfs_bus_id(nvml_bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{rest}"
 
 
-def numa_node_of(nvml_bus_id: str, pci_devices: Path = SYS_PCI_DEVICES) -> int | None:
-    """The NUMA node the PCI device is attached to; None where the kernel reports none (-1) or no such device."""
-    try:
-        node = int((pci_devices / sysfs_bus_id(nvml_bus_id) / "numa_node").read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return node if node >= 0 else None
-
-
-def cpus_of_node(node: int, nodes: Path = SYS_NODES) -> tuple[int, ...]:
-    """The CPUs of a NUMA node (empty when the kernel does not list them)."""
-    try:
-        return parse_cpu_list((nodes / f"node{node}" / "cpulist").read_text())
-    except (OSError, ValueError):
-        return ()
-
-
 def gpu_placement(nvml_bus_id: str | None, allowed: tuple[int, ...], pci_devices: Path = SYS_PCI_DEVICES,
                   nodes: Path = SYS_NODES) -> Placement:
     """The CPUs of the GPU's node that this run may use; every allowed CPU where the node is unknown or none of
     its CPUs is allowed (a container pinned elsewhere: pinning to nothing would stop the worker)."""
-    node = numa_node_of(nvml_bus_id, pci_devices) if nvml_bus_id else None
-    if node is None:
-        return Placement(allowed, None)
-    near = tuple(cpu for cpu in cpus_of_node(node, nodes) if cpu in allowed)
+    node, near = -1, ()
+    with contextlib.suppress(OSError, ValueError):  # no such device, or a node the kernel does not list (-1: none)
+        if nvml_bus_id:
+            node = int((pci_devices / sysfs_bus_id(nvml_bus_id) / "numa_node").read_text().strip())
+        if node >= 0:
+            near = tuple(cpu for cpu in parse_cpu_list((nodes / f"node{node}" / "cpulist").read_text())
+                         if cpu in allowed)
     return Placement(near, node) if near else Placement(allowed, None)
 
 
 def cpu_shares(allowed: tuple[int, ...], workers: int) -> list[Placement]:
-    """CPU workers' placements: the allowed CPUs cut into ``workers`` contiguous shares (at least one CPU each;
-    with fewer CPUs than workers, the shares overlap)."""
+    """The allowed CPUs cut into ``workers`` contiguous shares of at least one CPU (overlapping where too few)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, not {workers}")
-    shares = []
-    for worker in range(workers):
-        start, stop = worker * len(allowed) // workers, (worker + 1) * len(allowed) // workers
-        share = allowed[start:stop] or (allowed[worker % len(allowed)],)
-        shares.append(Placement(tuple(share), None))
-    return shares
+    size = len(allowed)
+    cut = [allowed[worker * size // workers:(worker + 1) * size // workers] for worker in range(workers)]
+    return [Placement(tuple(share or (allowed[worker % len(allowed)],)), None) for worker, share in enumerate(cut)]

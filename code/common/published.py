@@ -1,20 +1,11 @@
 """The best published MLPerf Inference results per GPU (closed division), read from ``published_results.csv``.
 
-Why: a figure alone does not say whether it is good; set beside the best result MLCommons published for the same
-benchmark, scenario and GPU model (the summary, report.md and ``make results`` do, code/mlperf/beside_published.py),
-it does. The same figures give the ratios a config estimates another GPU's first rates from
-(code/common/gpu_models.py).
-
-The file holds one row per benchmark, scenario and GPU model (the names of code/common/gpu_models.py), each naming
-its round, submitter, system and the results folder it comes from (MLCommons' ``inference_results_<round>``
-repositories). ``per_gpu`` is the system's figure over its GPU count, except a SingleStream latency, which is one
-GPU's and is not divided. Two conventions of the published figures:
-
-- GPT-J: since v4.1 the results tables state tokens/s, LoadGen's inferred tokens, which are samples x 69
-  (mlperf.conf's token_latency_scaling_factor for gptj); the file keeps samples/s (tokens / 69), this harness's
-  figure, and its ``note`` gives the tokens.
-- Server: v4.1 and later state completed samples/s, earlier rounds scheduled samples/s; the two differ by well under
-  1% in a VALID run, so they are compared as one.
+A figure alone does not say whether it is good; beside the best result MLCommons published for the same benchmark,
+scenario and GPU model (the summary, report.md, ``make results``) it does, and the same figures give the ratios a
+config estimates another GPU's first rates from (code/common/gpu_models.py). Each row names its round, submitter,
+system and results folder; ``per_gpu`` is the system's figure over its GPUs, except a SingleStream latency. GPT-J
+rows keep samples/s (v4.1 and later tables state tokens/s, samples x 69: ``note`` gives them); Server's completed
+and scheduled samples/s (v4.1 and later vs earlier) differ by well under 1% in a VALID run and compare as one.
 """
 
 from __future__ import annotations
@@ -59,18 +50,13 @@ class Published:
 def published_results(path: Path = PUBLISHED_CSV) -> tuple[Published, ...]:
     """Every row of the file; read once per process (the file ships with the code and does not change under it)."""
     with path.open(newline="", encoding="utf-8") as file:
-        return tuple(Published(benchmark=row["benchmark"], scenario=row["scenario"], gpu_model=row["gpu_model"],
-                               per_gpu=float(row["per_gpu"]), unit=row["unit"], round=row["round"],
-                               submitter=row["submitter"], system=row["system"], gpus=int(row["gpus"]),
-                               system_figure=float(row["system_figure"]), source_url=row["source_url"],
-                               note=row["note"])
-                     for row in csv.DictReader(file))
+        return tuple(Published(**{**row, "per_gpu": float(row["per_gpu"]), "gpus": int(row["gpus"]),
+                                  "system_figure": float(row["system_figure"])}) for row in csv.DictReader(file))
 
 
 def best(benchmark: str, scenario: str, gpu_model: str, rows: tuple[Published, ...] | None = None) -> Published | None:
-    """The best published result per GPU of ``gpu_model`` (its name in code/common/gpu_models.py) for the benchmark
-    and scenario among ``rows`` (the file's unless given): the highest rate, or the lowest latency; None where none
-    is on file."""
+    """The best published result per GPU of ``gpu_model`` among ``rows`` (the file's unless given): the highest
+    rate, or the lowest latency; None where none is on file."""
     matching = [row for row in (published_results() if rows is None else rows)
                 if (row.benchmark, row.scenario, row.gpu_model) == (benchmark, scenario, gpu_model)]
     if not matching:

@@ -1,12 +1,8 @@
-"""MLCommons' Cloudflare R2 storage, as its own tool ``mlc-r2-downloader.sh`` (github.com/mlcommons/r2-downloader)
-reads it: a dataset is described by two small metadata files next to each other,
+"""MLCommons' Cloudflare R2 storage, read as its ``mlc-r2-downloader.sh`` (github.com/mlcommons/r2-downloader) does.
 
-- ``<name>.uri`` (the URL given to the tool): one line, the base URL of the dataset's files;
-- ``<name>.md5`` (same folder, same stem): ``md5sum`` output, one ``<32 hex md5>  <relative path>`` line per file
-  (an optional ``*`` binary marker or ``./`` prefix is allowed). File ``p`` is fetched from ``<base URL>/p``.
-
-Benchmark-agnostic: GPT-J's checkpoint and its CNN/DailyMail source both come this way. Only public datasets (no
-Cloudflare Access login) are supported.
+A dataset is two metadata files side by side: ``<name>.uri`` holds the base URL of its files, and ``<name>.md5``
+is ``md5sum`` output, one ``<md5>  <relative path>`` line per file, fetched from ``<base URL>/<path>``. GPT-J's
+checkpoint and its CNN/DailyMail source come this way. Only public datasets (no Cloudflare Access login).
 """
 
 from __future__ import annotations
@@ -105,11 +101,8 @@ def parse_md5_text(text: str, source: str) -> tuple[R2Entry, ...]:
 
 
 def fetch_r2_listing(uri_url: str, metadata_dir: Path, refresh: bool = False, **kwargs: object) -> R2Listing:
-    """Read an R2 dataset's ``.uri`` and ``.md5``, keeping both in ``metadata_dir`` for later runs.
-
-    Cached copies are reused unless ``refresh``; a copy that does not parse is deleted so the next run fetches it
-    again. Keyword arguments go to ``code.common.download.download`` (retries, timeouts, progress).
-    """
+    """Read an R2 dataset's ``.uri`` and ``.md5``, kept in ``metadata_dir`` for later runs unless ``refresh``; a
+    copy that does not parse is deleted, so the next run fetches it again. ``kwargs`` go to ``download``."""
     name, uri_url, md5_url = metadata_urls(uri_url)
     metadata_dir = Path(metadata_dir)
     paths = (metadata_dir / f"{name}.uri", metadata_dir / f"{name}.md5")

@@ -24,10 +24,8 @@ def pick(kind: str, table: Mapping[K, V], name: K) -> V:
 
 
 class LazyRegistry(Mapping[K, str], Generic[K]):
-    """``{name: "package.module:Attribute"}`` (``"package.module"`` alone: the module itself), read-only.
-
-    As a mapping it holds the targets as text, so listing names imports nothing; ``load(name)`` imports one.
-    """
+    """``{name: "package.module:Attribute"}`` (a module alone: the module), read-only; listing names imports
+    nothing, ``load(name)`` imports one."""
 
     def __init__(self, kind: str, targets: Mapping[K, str]) -> None:
         self.kind = kind  # "BERT backend", "benchmark": what an error calls an entry

@@ -1,20 +1,15 @@
 """Test processes that never outlive the run that started them.
 
-run_harness starts one process per LoadGen test. Two rules keep such a process from running on alone:
-
-- It runs in its own process group. Ctrl-C at a terminal then reaches only the parent, which stops the whole
-  group (the test and anything it started) and records what it stopped; a signal the parent gets (SIGINT,
-  SIGTERM from a timeout or a job scheduler, SIGHUP) becomes an ``Interrupted`` exception so it can do that.
-- It asks the kernel for SIGKILL when its parent dies (Linux ``PR_SET_PDEATHSIG``). That covers a parent killed
-  outright (SIGKILL, the out-of-memory killer), which can run no cleanup of its own.
-
-A test of several devices starts one worker process per device (code/harness/workers.py) the same way, one level
-down: in the test's process group, killed by the kernel when the test process dies. The kernel sends that signal
-when the thread that started the child ends, so workers are started from the test's main thread.
+Each LoadGen test runs in its own process group: Ctrl-C at a terminal reaches only the parent, which stops the whole
+group and records what it stopped (its stop signals become ``Interrupted``). The test also asks the kernel for
+SIGKILL when its parent dies (``PR_SET_PDEATHSIG``), which covers a parent killed outright. A several-device test's
+workers (code/harness/workers.py) are started the same way one level down, from the test's main thread: the kernel
+sends that signal when the thread that started the child ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -89,22 +84,16 @@ class StartError(BenchmarkError):
 
 def start_in_own_group(command: list[str], **popen_args: Any) -> subprocess.Popen:
     """Start a child in a new process group, told our pid (see ``die_with_parent``); stdin is closed."""
-    env = {**popen_args.pop("env", os.environ), PARENT_PID_ENV: str(os.getpid())}
-    return _started(command, process_group=0, stdin=subprocess.DEVNULL, env=env, **popen_args)
+    return start_child(command, process_group=0, **popen_args)
 
 
 def start_child(command: list[str], **popen_args: Any) -> subprocess.Popen:
-    """Start a helper process of a test (a device's worker) in the test's own process group, told our pid (see
-    ``die_with_parent``): a stop of the group stops it with the test, and it dies with the test process."""
+    """Start a helper of a test (a device's worker) in the test's process group, told our pid (see
+    ``die_with_parent``). A program that cannot be run is a ``StartError`` naming it, not a bare OSError that reads
+    as a file that cannot be written (exec's EACCES is about running a file, or searching its folders)."""
     env = {**popen_args.pop("env", os.environ), PARENT_PID_ENV: str(os.getpid())}
-    return _started(command, stdin=subprocess.DEVNULL, env=env, **popen_args)
-
-
-def _started(command: list[str], **popen_args: Any) -> subprocess.Popen:
-    """``Popen``, whose failure to run the program is a ``StartError`` naming the program, not a bare OSError that
-    reads as a file that cannot be written (exec's EACCES is about running a file, or searching its folders)."""
     try:
-        return subprocess.Popen(command, **popen_args)
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env, **popen_args)
     except OSError as error:
         program = command[0]
         real = os.path.realpath(program)
@@ -118,12 +107,9 @@ def _started(command: list[str], **popen_args: Any) -> subprocess.Popen:
 
 
 def stop_group(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> bool:
-    """Stop a child started by ``start_in_own_group`` and everything in its group; True if it was still running.
-
-    SIGTERM first (the test process has no handler for it, so it ends at once), SIGKILL for whatever is left after
-    ``grace_s``. The group is signalled even when its leader is gone, for children the leader left behind; Linux
-    keeps a process group's id from being reused while any member lives.
-    """
+    """Stop a child of ``start_in_own_group`` and its whole group; True if it was still running. SIGTERM first (the
+    test has no handler for it), SIGKILL after ``grace_s``; the group is signalled even when its leader is gone, for
+    what it left behind (Linux reuses no group's id while a member lives)."""
     was_running = process.poll() is None
     _signal_group(process.pid, signal.SIGTERM)
     try:
@@ -136,18 +122,13 @@ def stop_group(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> bool
 
 
 def _signal_group(pgid: int, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # the group is empty: nothing left to stop
         os.killpg(pgid, signum)
-    except ProcessLookupError:  # the group is empty: nothing left to stop
-        pass
 
 
 def die_with_parent() -> None:
-    """In a child of ``start_in_own_group``: have the kernel SIGKILL us when the parent dies.
-
-    If the parent died before the request took hold, we were re-parented already and exit at once. Only Linux has
-    PR_SET_PDEATHSIG; elsewhere only the parent's own cleanup stops a test.
-    """
+    """In a child of ``start_in_own_group``: have the kernel SIGKILL us when the parent dies (Linux only), and exit
+    at once if it died before the request took hold."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
@@ -161,8 +142,7 @@ def die_with_parent() -> None:
 
 
 def processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line contains ``text`` (zombies have an empty one): how the checks of this
-    module's promise (no test process outlives the harness) find a test's processes by its folder."""
+    """Live processes whose command line contains ``text``: how tests find a test's processes by its folder."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():

@@ -1,17 +1,11 @@
 """MLPerf system descriptions: ``systems/<system>.json`` plus the submitter's values, checked as the checker does.
 
-A submission ships one JSON per system. The official submission checker (rounds v4.1 and v5.0 alike) wants every
-field of REQUIRED_FIELDS present and those of MEANINGFUL_FIELDS non-empty, ``status`` one of STATUSES, a
-``system_type`` it knows, and ``submitter`` and ``division`` equal to the folders they are staged in. An empty string
-passes "present" but fails "meaningful"; a placeholder such as ``FILL_ME`` passes both and is wrong, so it is refused
-here too. tests/common/test_system_description.py compares these lists with each round's checker.
-
-Where the values come from, a later source winning:
-1. ``systems/<system>.json``: facts of the hardware (the shipped H100/H200 files) and what ``make add_system``
-   detected on the machine when it wrote the file;
-2. ``systems/<system>.user.json``: what only the submitter knows, or what the first file lacks (``make add_system``
-   writes it: detected values where detection knows them, ``null`` where a person must answer);
-3. the ``SUBMITTER`` variable (make or environment): the submitter.
+The official checker wants every REQUIRED_FIELDS field present, those of MEANINGFUL_FIELDS non-empty, ``status`` one
+of STATUSES, a ``system_type`` it knows, and ``submitter`` and ``division`` equal to their staging folders; a
+placeholder such as ``FILL_ME`` passes it and is wrong, so it is refused here too. Values come from, a later source
+winning: ``systems/<system>.json`` (the hardware's facts, or what ``make add_system`` detected),
+``systems/<system>.user.json`` (what only the submitter knows; ``null`` where a person must answer), and the
+``SUBMITTER`` variable.
 """
 
 from __future__ import annotations
@@ -125,22 +119,16 @@ def load_description(system: str, systems_dir: Path | None = None, submitter: st
 
 
 def described_gpu_count(system: str, systems_dir: Path | None = None) -> int | None:
-    """The GPUs the system's description states (``accelerators_per_node``, its user file over it); None without a
-    description, or one that states no whole number (a run does not need the description: it is not refused here,
-    ``make check_system_json`` names what is wrong with it)."""
+    """The description's ``accelerators_per_node``; None without one or a whole number there (a run does not need
+    the description; ``make check_system_json`` names what is wrong with it)."""
     try:
-        value = load_description(system, systems_dir).get("accelerators_per_node")
-    except SystemDescriptionError:
-        return None
-    try:
-        return int(str(value).strip())
-    except ValueError:
+        return int(str(load_description(system, systems_dir).get("accelerators_per_node")).strip())
+    except (SystemDescriptionError, ValueError):
         return None
 
 
 def system_type(system: str, systems_dir: Path | None = None) -> str:
-    """The ``system_type`` (datacenter, edge, datacenter,edge) of the system's description: with the round, it decides
-    which scenarios a submission must and may have."""
+    """The description's ``system_type``: with the round, it decides which scenarios a submission must and may have."""
     value = load_description(system, systems_dir).get("system_type")
     if not value:
         raise SystemDescriptionError(f"{DescriptionFiles.of(system, systems_dir).base} has no system_type: set it to "
@@ -170,18 +158,15 @@ def description_problems(description: dict[str, Any], files: DescriptionFiles) -
             problems.append(f"{name}: placeholder {value!r}; {fix}")
         elif name in MEANINGFUL_FIELDS and (not value or (isinstance(value, str) and not value.strip())):
             problems.append(f"{name}: empty, and the checker requires a meaningful value; {fix}")
-    status = description.get("status")
-    if status and str(status).lower() not in STATUSES and not _PLACEHOLDER.match(str(status)):
-        problems.append(f"status: {status!r} is not one of {', '.join(STATUSES)}; set \"status\" in "
-                        f"{shown(files.user)}")
-    kind = description.get("system_type")
-    if kind and kind not in SYSTEM_TYPES and not _PLACEHOLDER.match(str(kind)):
-        problems.append(f"system_type: {kind!r} is not one of {', '.join(SYSTEM_TYPES)}; set \"system_type\" in "
-                        f"{shown(files.base)} or {shown(files.user)}")
-    division = description.get("division")
-    if division and division not in DIVISIONS and not _PLACEHOLDER.match(str(division)):
-        problems.append(f"division: {division!r} is not one of {', '.join(DIVISIONS)}; set \"division\" in "
-                        f"{shown(files.base)} or {shown(files.user)}")
+    # Fields with a closed set of values, and the files that may set them: status is the submitter's alone.
+    both = [files.base, files.user]
+    for name, valid, where in (("status", STATUSES, [files.user]), ("system_type", SYSTEM_TYPES, both),
+                               ("division", DIVISIONS, both)):
+        value = description.get(name)
+        compared = str(value).lower() if name == "status" else value  # the checker lower-cases the status alone
+        if value and compared not in valid and not _PLACEHOLDER.match(str(value)):
+            problems.append(f"{name}: {value!r} is not one of {', '.join(valid)}; set \"{name}\" in "
+                            f"{' or '.join(shown(path) for path in where)}")
     return problems
 
 
@@ -220,12 +205,12 @@ def detected_fields(detected: DetectedSystem) -> dict[str, str]:
     values["accelerators_per_node"] = str(len(detected.gpus))
     if detected.gpus:
         gpu = detected.gpus[0]
-        values["accelerator_model_name"] = gpu.name
-        values["accelerator_memory_capacity"] = f"{round(gpu.memory_bytes / 2**30)} GB"
-        values["accelerator_host_interconnect"] = gpu.pcie
-        values["accelerator_memory_configuration"] = MEMORY_TYPES.get(gpu.short_name, "")
+        values.update({"accelerator_model_name": gpu.name,
+                       "accelerator_memory_capacity": f"{round(gpu.memory_bytes / 2**30)} GB",
+                       "accelerator_host_interconnect": gpu.pcie,
+                       "accelerator_memory_configuration": MEMORY_TYPES.get(gpu.short_name, "")})
     else:
-        for name in ("accelerator_model_name", "accelerator_memory_capacity", "accelerator_host_interconnect",
-                     "accelerator_memory_configuration", "accelerator_interconnect"):
-            values[name] = "N/A"
+        values.update(dict.fromkeys(("accelerator_model_name", "accelerator_memory_capacity",
+                                     "accelerator_host_interconnect", "accelerator_memory_configuration",
+                                     "accelerator_interconnect"), "N/A"))
     return {name: value for name, value in values.items() if value}

@@ -10,13 +10,16 @@ states anything about the machine that the machine does not say itself.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import os
 import platform
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +70,7 @@ class GpuInfo:
 
     @property
     def short_name(self) -> str:
-        """``H100_SXM_80GB`` for a model code/common/gpu_models.py names; else the NVML name made identifier-safe
-        plus its memory in GB."""
+        """``H100_SXM_80GB`` for a model gpu_models.py names; else the NVML name made identifier-safe plus its GB."""
         known = by_nvml_name(self.name)
         if known is not None:
             return known.name
@@ -110,72 +112,86 @@ class DetectedSystem:
         kinds = Counter(g.short_name for g in self.gpus)
         if len(kinds) > 1:
             listing = ", ".join(gpu_system_name(n, c) for n, c in kinds.items())
-            raise SystemDetectionError(
-                f"this machine mixes GPU models ({listing}); select one model with CUDA_VISIBLE_DEVICES "
-                "or name a configured system with --system_name"
-            )
+            raise SystemDetectionError(f"this machine mixes GPU models ({listing}); select one model with "
+                                       "CUDA_VISIBLE_DEVICES or name a configured system with --system_name")
         (kind, count), = kinds.items()
         return gpu_system_name(kind, count)
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "gpus": [
-                {"name": g.name, "memory_gib": round(g.memory_bytes / 2**30, 1),
+        """What metadata.json and ``make info`` say of the machine."""
+        gpus = [{"name": g.name, "memory_gib": round(g.memory_bytes / 2**30, 1),
                  "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}",
                  **({"sm_count": g.sm_count} if g.sm_count else {}),
-                 **({"power_limit_w": g.power_limit_w} if g.power_limit_w else {})}
-                for g in self.gpus
-            ],
-            "cpu_model": self.cpu_model,
-            "cpu_cores": self.cpu_cores,
-            "cpu_sockets": self.cpu_sockets,
-            "cores_per_socket": self.cores_per_socket,
-            "memory_gib": round(self.memory_bytes / 2**30, 1),
-            "storage": [f"{d.name}: {d.size_bytes / 1e12:.2f} TB {d.kind}" for d in self.storage],
-            "operating_system": self.operating_system,
-            "driver_version": self.driver_version,
-            "cuda_version": self.cuda_version,
-            "software": self.software,
-            "nvml": self.nvml_error or "ok",
-        }
+                 **({"power_limit_w": g.power_limit_w} if g.power_limit_w else {})} for g in self.gpus]
+        return {"name": self.name, "gpus": gpus, "cpu_model": self.cpu_model, "cpu_cores": self.cpu_cores,
+                "cpu_sockets": self.cpu_sockets, "cores_per_socket": self.cores_per_socket,
+                "memory_gib": round(self.memory_bytes / 2**30, 1),
+                "storage": [f"{d.name}: {d.size_bytes / 1e12:.2f} TB {d.kind}" for d in self.storage],
+                "operating_system": self.operating_system, "driver_version": self.driver_version,
+                "cuda_version": self.cuda_version, "software": self.software, "nvml": self.nvml_error or "ok"}
 
 
 def cuda_visible_entries(count: int) -> list[str]:
-    """What CUDA_VISIBLE_DEVICES shows, one entry per GPU PyTorch will number 0, 1, ...: indices below ``count``
-    (the GPUs NVML sees) and GPU UUIDs (``GPU-...``), in order, up to the first entry CUDA would not accept (it
-    ignores the rest); every GPU when the variable is unset. The one reading of the variable: detection names the
-    GPUs it shows, and a several-GPU run gives each worker its entry (NVML itself ignores the variable)."""
+    """What CUDA_VISIBLE_DEVICES shows, one entry per GPU PyTorch numbers: indices below ``count`` and UUIDs, up to
+    the first entry CUDA would not accept (it ignores the rest); every GPU when unset. The one reading of the
+    variable, which NVML itself ignores: detection and a several-GPU run's workers use it."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return [str(index) for index in range(count)]
-    entries: list[str] = []
-    for item in (item.strip() for item in visible.split(",")):
-        if not (item.isdigit() and int(item) < count) and not item.startswith("GPU-"):
-            break
-        entries.append(item)
-    return entries
+    items = [item.strip() for item in visible.split(",")]
+    return list(takewhile(lambda item: (item.isdigit() and int(item) < count) or item.startswith("GPU-"), items))
 
 
 def nvml_handle(nvml: Any, entry: str) -> Any:
     """The NVML device of a CUDA_VISIBLE_DEVICES entry (an index or a UUID): detection and the power sampler
     (code/mlperf/power.py) find a GPU the same way."""
-    if entry.isdigit():
-        return nvml.nvmlDeviceGetHandleByIndex(int(entry))
-    return nvml.nvmlDeviceGetHandleByUUID(entry)
+    return nvml.nvmlDeviceGetHandleByIndex(int(entry)) if entry.isdigit() else nvml.nvmlDeviceGetHandleByUUID(entry)
 
 
-def detect_gpus(nvml: Any = None) -> tuple[tuple[GpuInfo, ...], str | None]:
-    """GPUs through NVML (nvidia-ml-py). Returns (gpus, why-none) and never raises: no NVML means no GPUs."""
+def _text(value: Any) -> str:
+    """NVML's strings: bytes from older nvidia-ml-py, str from newer."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _nvml(nvml: Any) -> tuple[Any, str | None]:
+    """``pynvml`` (or the stand-in given) initialised, or None and why not; the caller shuts it down."""
     if nvml is None:
         try:
             import pynvml as nvml  # nvidia-ml-py
         except ImportError:
-            return (), "nvidia-ml-py is not installed"
+            return None, "nvidia-ml-py is not installed"
     try:
         nvml.nvmlInit()
     except Exception as error:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return (), f"NVML unavailable: {error}"
+        return None, f"NVML unavailable: {error}"
+    return nvml, None
+
+
+def _gpu_info(nvml: Any, handle: Any) -> GpuInfo:
+    """One GPU as NVML describes it; what this GPU, driver or stand-in does not answer is left empty."""
+
+    def optional(ask: Callable[[], Any], default: Any) -> Any:
+        try:
+            return ask()
+        except Exception:  # not supported by this GPU, driver or stand-in
+            return default
+
+    major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+    name, memory = _text(nvml.nvmlDeviceGetName(handle)), int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
+    return GpuInfo(
+        name, memory, (int(major), int(minor)),
+        pcie=optional(lambda: f"PCIe Gen{nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)} "
+                              f"x{nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)}", ""),
+        pci_bus_id=optional(lambda: _text(nvml.nvmlDeviceGetPciInfo(handle).busId), ""),
+        sm_count=optional(lambda: int(nvml.nvmlDeviceGetAttributes(handle).multiprocessorCount), 0),
+        power_limit_w=optional(lambda: round(nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle) / 1000), 0))
+
+
+def detect_gpus(nvml: Any = None) -> tuple[tuple[GpuInfo, ...], str | None]:
+    """GPUs through NVML (nvidia-ml-py). Returns (gpus, why-none) and never raises: no NVML means no GPUs."""
+    nvml, why = _nvml(nvml)
+    if nvml is None:
+        return (), why
     try:
         gpus = []
         for entry in cuda_visible_entries(nvml.nvmlDeviceGetCount()):
@@ -183,63 +199,20 @@ def detect_gpus(nvml: Any = None) -> tuple[tuple[GpuInfo, ...], str | None]:
                 handle = nvml_handle(nvml, entry)
             except Exception:  # a UUID NVML does not know (a prefix, or not this machine's): CUDA stops there too
                 break
-            name = nvml.nvmlDeviceGetName(handle)
-            name = name.decode() if isinstance(name, bytes) else name
-            memory = nvml.nvmlDeviceGetMemoryInfo(handle).total
-            major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-            gpus.append(GpuInfo(name, int(memory), (int(major), int(minor)), _pcie_link(nvml, handle),
-                                _bus_id(nvml, handle), _sm_count(nvml, handle), _power_limit_w(nvml, handle)))
+            gpus.append(_gpu_info(nvml, handle))
         return tuple(gpus), None
     finally:
         nvml.nvmlShutdown()
 
 
-def _pcie_link(nvml: Any, handle: Any) -> str:
-    try:
-        generation = nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)
-        return f"PCIe Gen{generation} x{nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)}"
-    except Exception:  # not supported by this GPU or stand-in
-        return ""
-
-
-def _sm_count(nvml: Any, handle: Any) -> int:
-    try:
-        return int(nvml.nvmlDeviceGetAttributes(handle).multiprocessorCount)
-    except Exception:  # not supported by this GPU, driver or stand-in
-        return 0
-
-
-def _power_limit_w(nvml: Any, handle: Any) -> int:
-    try:
-        return round(nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle) / 1000)
-    except Exception:  # not supported by this GPU, driver or stand-in
-        return 0
-
-
-def _bus_id(nvml: Any, handle: Any) -> str:
-    try:
-        bus_id = nvml.nvmlDeviceGetPciInfo(handle).busId
-        return bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
-    except Exception:  # not supported by this GPU or stand-in
-        return ""
-
-
 def detect_driver(nvml: Any = None) -> tuple[str, str]:
     """(NVIDIA driver version, CUDA version the driver supports) from NVML; ("", "") without NVML."""
+    nvml, _ = _nvml(nvml)
     if nvml is None:
-        try:
-            import pynvml as nvml  # nvidia-ml-py
-        except ImportError:
-            return "", ""
-    try:
-        nvml.nvmlInit()
-    except Exception:
         return "", ""
     try:
-        driver = nvml.nvmlSystemGetDriverVersion()
-        driver = driver.decode() if isinstance(driver, bytes) else str(driver)
         cuda = int(nvml.nvmlSystemGetCudaDriverVersion())  # 12040 -> 12.4
-        return driver, f"{cuda // 1000}.{cuda % 1000 // 10}"
+        return _text(nvml.nvmlSystemGetDriverVersion()), f"{cuda // 1000}.{cuda % 1000 // 10}"
     except Exception:
         return "", ""
     finally:
@@ -247,14 +220,8 @@ def detect_driver(nvml: Any = None) -> tuple[str, str]:
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    found = re.search(r"^model name\s*:(.*)$", _read(Path("/proc/cpuinfo")), flags=re.M)
+    return found[1].strip() if found else platform.processor() or platform.machine()
 
 
 def _cpu_topology(cpuinfo: str) -> tuple[int, int]:
@@ -310,24 +277,20 @@ def detect_software() -> dict[str, str]:
     """Python's version and the installed version of each of SOFTWARE_PACKAGES (missing ones left out)."""
     found = {"python": platform.python_version()}
     for name in SOFTWARE_PACKAGES:
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
     return found
 
 
 @functools.cache
 def this_machine() -> DetectedSystem:
-    """This machine, detected once per process: config lookup asks it of a GPU model no table row names, which can
-    happen for every config a run resolves, and the machine does not change under a run."""
+    """This machine, detected once per process: config lookup may ask it for every config a run resolves."""
     return detect_system()
 
 
 def gpu_model_for_system(system: str) -> GpuModel | None:
-    """The GPU model a system ``<model>x<count>`` is made of: the row code/common/gpu_models.py has for it, else, when
-    this machine is a system of that model, what NVML says of its GPU (NVML is asked only then); None for a system of
-    no GPU model (``CPU``, a name without a count) or of a model neither knows."""
+    """The GPU model of a system ``<model>x<count>``: gpu_models.py's row, else, when this machine has that model,
+    what NVML says of it (asked only then); None for any other system."""
     found = gpu_model_and_count(system)
     if found is None:
         return None
@@ -346,17 +309,7 @@ def detect_system(nvml: Any = None) -> DetectedSystem:
     driver, cuda = detect_driver(nvml) if not why else ("", "")
     sockets, cores_per_socket = _cpu_topology(_read(Path("/proc/cpuinfo")))
     logical = os.cpu_count() or 0
-    return DetectedSystem(
-        gpus=gpus,
-        cpu_model=_cpu_model(),
-        cpu_cores=logical,
-        memory_bytes=memory_bytes(),
-        nvml_error=why,
-        cpu_sockets=sockets or 1,
-        cores_per_socket=cores_per_socket or logical,
-        storage=detect_storage(),
-        operating_system=_operating_system(),
-        driver_version=driver,
-        cuda_version=cuda,
-        software=detect_software(),
-    )
+    return DetectedSystem(gpus=gpus, cpu_model=_cpu_model(), cpu_cores=logical, memory_bytes=memory_bytes(),
+                          nvml_error=why, cpu_sockets=sockets or 1, cores_per_socket=cores_per_socket or logical,
+                          storage=detect_storage(), operating_system=_operating_system(), driver_version=driver,
+                          cuda_version=cuda, software=detect_software())

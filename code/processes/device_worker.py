@@ -1,13 +1,10 @@
 """One device of a several-device test: ``python -m code.processes.device_worker <test_spec.json> --device=cuda:1
---fds=3,4 --cpus=0,1,2,3``; on a node of a cluster, ``--connect=host:port --token=... --slot=N --connections=N``
-instead of ``--fds`` (code/harness/cluster.py).
+--fds=3,4 --cpus=0,1,2,3``; on a cluster node ``--connect=host:port --token=... --slot=N --connections=N`` instead of
+``--fds`` (code/harness/cluster.py).
 
-run_single_test (the LoadGen process) starts one per device (code/harness/workers.py). A worker pins itself to its
-CPUs before anything else loads (threads started later inherit the mask), builds the backend a one-device run
-builds, on the one GPU ``CUDA_VISIBLE_DEVICES`` shows it (or on the CPU), loads the samples it needs itself, says
-it is ready, and serves the core until the test ends. A failure to start is sent to the LoadGen process with the
-device named, and the run stops before LoadGen starts. Its output goes to the test's output; its log lines carry
-its device.
+It pins itself to its CPUs before anything loads (later threads inherit the mask), builds the one-device backend on
+the GPU it is shown (or the CPU), loads its samples, says it is ready and serves the core until the test ends; a
+failure to start reaches the LoadGen process with the device named, before LoadGen starts.
 """
 
 from __future__ import annotations
@@ -63,17 +60,15 @@ def open_connections(args: argparse.Namespace) -> list[socket.socket]:
 
 
 def worker_overrides(overrides: dict[str, Any], device: str) -> dict[str, Any]:
-    """The test's RUN_ARGS as the worker of ``device`` resolves them: it runs one device, the one GPU it sees
-    (cuda, never ``auto``: a worker that sees no usable GPU must fail, not run on the CPU) or the CPU share it is
-    pinned to, whatever devices the run as a whole uses."""
+    """The test's RUN_ARGS for the worker of ``device``: one device, the GPU it sees (cuda, never ``auto``: a worker
+    that sees no usable GPU must fail, not run on the CPU) or its CPU share."""
     # It never joins the cluster, so it takes none of the cluster's fields (given without --cluster, they are refused).
     own = {name: value for name, value in overrides.items() if name != "cluster" and not name.startswith("cluster_")}
     return {**own, "devices": "all", "cpu_workers": 1, "device": "cuda" if device.startswith("cuda") else "cpu"}
 
 
 def gpu_identity(local_device: str) -> dict[str, Any]:
-    """The GPU the worker got (name and PCI bus id as CUDA reports them), to check against the plan; {} on a
-    CPU."""
+    """The GPU the worker got (name and PCI bus id), to check against the plan; {} on a CPU."""
     if not local_device.startswith("cuda"):
         return {}
     import torch
@@ -86,8 +81,7 @@ def gpu_identity(local_device: str) -> dict[str, Any]:
 
 
 def start_device(spec: dict[str, Any], device: str) -> tuple[Any, dict[str, Any]]:
-    """Resolve the test's config for this worker's one device, prepare the benchmark and build its runner; returns
-    the runner and what the worker reports when ready."""
+    """The runner of this worker's one device, and what the worker reports when ready."""
     from code.common.constants import TestMode
     from code.mlperf.benchmarks import load_benchmark
     from code.mlperf.devices import torch_device

@@ -1,11 +1,9 @@
 """The devices of one test: one runner in this process, or one worker process per device.
 
-One device runs in the LoadGen process, exactly as it always has: its runner is called by the core's threads, with
-no copy of its responses. Several devices run one worker each (code/processes/device_worker.py), pinned to the CPUs
-of its GPU's NUMA node, and the core exchanges batches and responses with them over sockets; every worker must be
-ready before LoadGen starts, and a worker that fails during the test ends it with its device named and its exit
-status said. documentation/multi_gpu.md explains the design; with ``--cluster`` the workers are those of every
-node of a Ray cluster (code/harness/cluster.py, documentation/cluster.md).
+One device runs in the LoadGen process, its runner called by the core's threads. Several run one worker each
+(code/processes/device_worker.py), pinned to their GPU's NUMA node, exchanging batches and responses with the core over
+sockets; all must be ready before LoadGen starts, and one that fails during the test ends it with its device named.
+documentation/multi_gpu.md and documentation/cluster.md explain the design.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ log = get_logger("run_single_test")
 
 
 class DeviceFailedError(BenchmarkError):
-    """A worker failed during the test: the test ended, every sample after the failure was answered empty, and
-    LoadGen's logs (kept) are not valid."""
+    """A worker failed during the test: the samples after it were answered empty, and LoadGen's logs are invalid."""
 
 
 @dataclass
@@ -94,19 +91,23 @@ def _run_pool(pool: WorkerPool, round_name: str, run: Callable[[list[Any], list[
         finished = pool.finish()
         for note in pool.exit_notes():  # after a test that passed: its figures stand, but say what went wrong
             log.warning("after the test, %s", note)
-    workers = [{**describe_plan(plan), **said, **stats} for plan, said, stats in zip(plans, ready, finished,
-                                                                                      strict=True)]
+    workers = [{"device": plan.device, "numa_node": plan.numa_node, "cpus": format_cpu_list(plan.cpus), **said,
+                **stats} for plan, said, stats in zip(plans, ready, finished, strict=True)]
     return DevicesReport(devices=names, workers=workers, engine_stats=engine_stats_of(finished),
                          loadgen_host=loadgen_host)
 
 
 def engine_stats_of(finished: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The workers' engine counters, combined; None where the runners count nothing. A worker that sent none (it
-    failed after the test) makes the sum a part: said, so no figure reads as the whole run's."""
+    """The workers' engine counters for metadata.json, or None: several engines' summed (side by side, so the time
+    is the longest), each beside them. A worker that sent none makes the sum a part, said so."""
     engines = [stats["engine"] for stats in finished if "engine" in stats]
     if not engines:
         return None
-    combined = combined_engine_stats(engines)
+    combined = engines[0]
+    if len(engines) > 1:
+        total = {key: sum(one.get(key, 0) for one in engines) for key, value in engines[0].items()
+                 if isinstance(value, int | float) and not isinstance(value, bool) and key != "seconds"}
+        combined = {**total, "seconds": max(one.get("seconds", 0.0) for one in engines), "per_device": engines}
     silent = [stats.get("error", "") for stats in finished if "engine" not in stats]
     if silent:
         combined = {"incomplete": f"{len(silent)} of {len(finished)} workers sent no counters ({'; '.join(silent)})",
@@ -132,10 +133,6 @@ def worker_plans(devices: list[str]) -> list[WorkerPlan]:
     return plans
 
 
-def describe_plan(plan: WorkerPlan) -> dict[str, Any]:
-    return {"device": plan.device, "numa_node": plan.numa_node, "cpus": format_cpu_list(plan.cpus)}
-
-
 def _check_placement(plan: WorkerPlan, said: dict[str, Any]) -> None:
     """A worker whose GPU is not the one NVML placed (CUDA and NVML number GPUs differently) runs pinned to the
     wrong node's CPUs: said, not fatal."""
@@ -150,8 +147,7 @@ def _check_placement(plan: WorkerPlan, said: dict[str, Any]) -> None:
 
 
 def device_failure(error: BaseException, exit_notes: list[str]) -> DeviceFailedError:
-    """One line for a device that failed during the test: where, the error's last line (the whole traceback was
-    printed when it happened), and how each failed worker ended."""
+    """One line for a device that failed during the test: where, the error's last line, and how each worker ended."""
     text = str(error).strip()
     head, _, trace = text.partition("Traceback (most recent call last):")
     lines = [line for line in trace.splitlines() if line.strip()]
@@ -161,19 +157,8 @@ def device_failure(error: BaseException, exit_notes: list[str]) -> DeviceFailedE
                              "failure were answered empty (LoadGen's logs are kept)")
 
 
-def combined_engine_stats(each: list[dict[str, Any]]) -> dict[str, Any]:
-    """The engines' counters for metadata.json: one engine's as they are; several engines' counts summed (they
-    ran side by side, so the time is the longest), each engine's beside them (``per_device``)."""
-    if len(each) == 1:
-        return each[0]
-    total = {key: sum(one.get(key, 0) for one in each) for key, value in each[0].items()
-             if isinstance(value, int | float) and not isinstance(value, bool) and key != "seconds"}
-    return {**total, "seconds": max(one.get("seconds", 0.0) for one in each), "per_device": each}
-
-
 def _timed(call: Callable[[], None]) -> dict[str, float]:
-    """Run ``call``; the CPU seconds this process used per wall second meanwhile (the LoadGen process's host
-    cost: LoadGen, the core's dispatch, and any runner it runs itself)."""
+    """Run ``call``; the CPU this (LoadGen) process used meanwhile, per wall second."""
     cpu, wall = time.process_time(), time.monotonic()
     call()
     return cpu_figures(time.process_time() - cpu, time.monotonic() - wall)

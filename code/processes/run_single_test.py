@@ -1,12 +1,12 @@
 """One LoadGen test in this process: ``python -m code.processes.run_single_test <test_spec.json>``.
 
-Started by run_harness, one per (benchmark, scenario, mode), because LoadGen may read its config only once
-per process. Writes user.conf, runs the C++ core, scores accuracy runs, and leaves metadata.json for the parent's
-summary, all in the test's log folder: it writes nothing anywhere else.
+One process per test, because LoadGen reads its config once per process. It writes user.conf, runs the C++ core,
+scores accuracy runs and leaves metadata.json for the parent's summary, all in the test's log folder alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -17,12 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from code.common.constants import (
-    SERVER_LATENCY_BOUND_NS,
-    ExitCode,
-    Scenario,
-    TestMode,
-)
+from code.common.constants import SERVER_LATENCY_BOUND_NS, ExitCode, Scenario, TestMode
 from code.common.faults import describe
 from code.common.host_load import HostReader
 from code.common.log import configure, get_logger
@@ -33,7 +28,7 @@ from code.config.fields import plan_note
 from code.config.resolve import device_share, scales_qps
 from code.config.resolved import ResolvedConfig
 from code.harness.cluster import ClusterSettings
-from code.harness.core import SAMPLE_TIMES_FILE, CoreSettings, SampleTimes
+from code.harness.core import SAMPLE_TIMES_FILE, CoreSettings
 from code.harness.progress import (
     PERIOD_S,
     PROGRESS_TTY_ENV,
@@ -45,12 +40,7 @@ from code.harness.progress import (
 from code.mlperf.audits import write_baseline_log
 from code.mlperf.benchmarks import AccuracyReport, PreparedTest, load_benchmark
 from code.mlperf.power import NoPower, PowerSampler, power_sampler
-from code.mlperf.run_logs import (
-    TestResult,
-    check_loadgen_logs,
-    performance_result,
-    read_detail_log,
-)
+from code.mlperf.run_logs import TestResult, check_loadgen_logs, performance_result, read_detail_log
 from code.mlperf.run_record import RunRecord, write_record
 from code.mlperf.user_conf import write_user_conf
 from code.mlperf.verdicts import not_submittable_reasons
@@ -63,13 +53,10 @@ log = get_logger("run_single_test")
 def versions(round_name: str) -> dict[str, Any]:
     """Software that shaped the result, for metadata.json."""
     found: dict[str, Any] = {"python": platform.python_version()}
-    try:
+    with contextlib.suppress(ImportError):
         import torch
 
-        found["torch"] = torch.__version__
-        found["cuda"] = torch.version.cuda
-    except ImportError:
-        pass
+        found.update(torch=torch.__version__, cuda=torch.version.cuda)
     try:
         from code.harness.core import loadgen_version
 
@@ -123,7 +110,8 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
     loaded = time.time()
     log.debug("LoadGen settings: %s; user.conf: %s", settings, user_conf)
 
-    cluster = cluster_settings(config)
+    cluster = ClusterSettings(config["cluster"], config["cluster_host"], config["cluster_port"],
+                              float(config["cluster_ready_timeout_s"])) if config["cluster"] else None
     power: PowerSampler | NoPower = NoPower("the test did not reach LoadGen")
 
     def run_loadgen(runners: list[Any], device_names: list[str]) -> None:
@@ -136,15 +124,19 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
         # host's load is read during a performance test, whose figure it can lower.
         host = HostReader() if mode is TestMode.PerformanceOnly else None
         power = power_sampler(device_names, why_not_power(mode, cluster), host=host)
-        with power, ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf),
-                                     progress_period_s()):
+        # Lines every 15 s; every second when the parent redraws them in place on a terminal.
+        period_s = TTY_PERIOD_S if os.environ.get(PROGRESS_TTY_ENV) else PERIOD_S
+        with power, ProgressReporter(lambda: progress(settings.round), progress_shape(config, user_conf), period_s):
             run_test(settings, prepared.sample_lengths, runners, device_names=device_names)
 
     report = run_on_devices(prepared, spec_file, config["num_workers"], config["round"], run_loadgen,
                             cluster=cluster)
     log.info("LoadGen finished in %.1f s", time.time() - loaded)
     times = timeline(settings.round).with_lengths(prepared.sample_lengths).with_device_names(report.devices)
-    save_sample_times(times, log_dir)
+    try:  # the core's per-sample times, for the run report: a full disk costs the file, not the result
+        times.save(log_dir / SAMPLE_TIMES_FILE)
+    except OSError as error:
+        log.warning("%s not saved: %s", SAMPLE_TIMES_FILE, error)
     check_loadgen_logs(log_dir)  # before any figure is read from them: a full disk leaves them cut short
 
     audit = spec.get("audit")  # {"test": "TEST01", "reference_accuracy_log": path} for a compliance audit
@@ -167,17 +159,10 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
     software = versions(config["round"])
     write_record(log_dir, RunRecord.of(result, **{
         # What staging and audits read to match runs to a round's tools: the round and the LoadGen that ran.
-        "round": config["round"],
-        "loadgen_version": software["loadgen"],
-        "config": config.as_dict(),
-        "system": system.describe(),
-        "system_name": config.system,
-        "provenance": provenance,
+        "round": config["round"], "loadgen_version": software["loadgen"],
+        "config": config.as_dict(), "system": system.describe(), "system_name": config.system, "provenance": provenance,
         # Which engine of the config's ladder ran and why (code/tuning/accuracy_gate.py); {} before ladders existed.
-        "engine": engine,
-        "versions": software,
-        "user_conf": user_conf.read_text(),
-        "command": sys.argv,
+        "engine": engine, "versions": software, "user_conf": user_conf.read_text(), "command": sys.argv,
         "devices": {"used": report.devices, "expected_qps_share": share, "completed": times.per_device(),
                     "loadgen_process": report.loadgen_host, **({"workers": report.workers} if report.workers else {})},
         # GPU power over the timed part and samples per joule (code/mlperf/power.py); null, with why, if not read;
@@ -190,7 +175,12 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
         # "probe": a --test_run's probe, which only sized the test's query (its report's title says so).
         **({"role": spec["role"]} if spec.get("role") else {}),
     }))
-    write_report(log_dir)
+    from code.report.pages import write_test_report
+
+    try:
+        write_test_report(log_dir)
+    except Exception as error:  # noqa: BLE001 - the result is recorded; the report is a convenience
+        log.warning("report.md not written: %s: %s", type(error).__name__, error)
     return result
 
 
@@ -204,72 +194,28 @@ def why_not_power(mode: TestMode, cluster: ClusterSettings | None) -> str | None
     return None
 
 
-def cluster_settings(config: ResolvedConfig) -> ClusterSettings | None:
-    """The run's cluster (``--cluster`` and its fields), or None for a run on this machine alone."""
-    if not config["cluster"]:
-        return None
-    return ClusterSettings(config["cluster"], config["cluster_host"], config["cluster_port"],
-                           float(config["cluster_ready_timeout_s"]))
-
-
 def core_settings(config: ResolvedConfig, mode: TestMode, prepared: PreparedTest, user_conf: Path,
                   log_dir: Path) -> CoreSettings:
     """What the C++ core runs one test of this config with."""
-    return CoreSettings(
-        model=config.benchmark.loadgen_model,
-        scenario=config.scenario.value,
-        mode=mode.value,
-        user_conf=user_conf,
-        log_dir=log_dir,
-        total_sample_count=prepared.total_sample_count,
-        performance_sample_count=prepared.performance_sample_count,
-        max_batch_size=config["gpu_batch_size"],
-        num_workers=config["num_workers"],
-        sort_by_length=config["sort_by_length"],
-        batch_timeout_us=config.values.get("batch_timeout_us", 0),
-        round=config["round"],
-        log_enable_trace=config["log_enable_trace"],
-        token_responses=prepared.token_responses,
-    )
-
-
-def write_report(log_dir: Path) -> None:
-    """The test's report.md and plots (code/report); a report that cannot be drawn costs the report, never the
-    run's result, and says why in one line."""
-    from code.report.pages import write_test_report
-
-    try:
-        write_test_report(log_dir)
-    except Exception as error:  # noqa: BLE001 - the result is already recorded; the report is a convenience
-        log.warning("report.md not written: %s: %s", type(error).__name__, error)
+    return CoreSettings(model=config.benchmark.loadgen_model, scenario=config.scenario.value, mode=mode.value,
+                        user_conf=user_conf, log_dir=log_dir, total_sample_count=prepared.total_sample_count,
+                        performance_sample_count=prepared.performance_sample_count,
+                        max_batch_size=config["gpu_batch_size"], num_workers=config["num_workers"],
+                        sort_by_length=config["sort_by_length"],
+                        batch_timeout_us=config.values.get("batch_timeout_us", 0), round=config["round"],
+                        log_enable_trace=config["log_enable_trace"], token_responses=prepared.token_responses)
 
 
 def progress_shape(config: ResolvedConfig, user_conf: Path) -> ProgressShape:
-    scenario = config.scenario
-    bound_ns = SERVER_LATENCY_BOUND_NS.get(config.benchmark) if scenario is Scenario.Server else None
-    bound = None if bound_ns is None else bound_ns / 1e9
-    return ProgressShape(scenario.value, min_duration_s(user_conf, scenario.value), bound)
-
-
-def progress_period_s() -> float:
-    """Lines every 15 s; every second when the parent redraws them in place on a terminal."""
-    return TTY_PERIOD_S if os.environ.get(PROGRESS_TTY_ENV) else PERIOD_S
-
-
-def save_sample_times(times: SampleTimes, log_dir: Path) -> None:
-    """The core's per-sample times beside LoadGen's logs, for the run report; a full disk costs the file, not the
-    run's result."""
-    try:
-        times.save(log_dir / SAMPLE_TIMES_FILE)
-    except OSError as error:
-        log.warning("%s not saved: %s", SAMPLE_TIMES_FILE, error)
+    bound_ns = SERVER_LATENCY_BOUND_NS.get(config.benchmark) if config.scenario is Scenario.Server else None
+    return ProgressShape(config.scenario.value, min_duration_s(user_conf, config.scenario.value),
+                         bound_ns / 1e9 if bound_ns else None)
 
 
 def score_test01(evaluate_accuracy: Callable[[Path], AccuracyReport], log_dir: Path,
                  reference_accuracy_log: Path) -> dict[str, Any]:
-    """Score TEST01's logged responses (accuracy.txt beside them) and the accuracy run's responses to the same
-    samples (baseline/accuracy.txt): the submission ships both when the responses differ, and the checker compares
-    the two scores."""
+    """Score TEST01's logged responses and the accuracy run's to the same samples (baseline/): the checker compares
+    the two scores where the responses differ."""
     baseline_dir = log_dir / "baseline"
     baseline_dir.mkdir()
     write_baseline_log(reference_accuracy_log, log_dir / "mlperf_log_accuracy.json",

@@ -1,12 +1,10 @@
 """One LoadGen test in a child process, and the run's summary: what every action that runs tests shares
-(run_harness, find_performance, run_audit and the accuracy gate), kept below them so none imports another.
-
-A test's child (``python -m code.processes.run_single_test <test_spec.json>``) runs in its own process group, which is
-stopped whenever ``run_child`` returns or raises; its output reaches the terminal and the test's ``stdout.txt``.
+(run_harness, find_performance, run_audit, the accuracy gate), kept below them so none imports another.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -14,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from code.common.constants import AccuracyTarget, Benchmark, HarnessType, PowerSetting, Scenario, TestMode
 from code.common.faults import describe
@@ -38,26 +36,17 @@ log = get_logger("run_harness")
 
 def test_spec(system: str, config: ResolvedConfig, mode: TestMode, overrides: dict, log_dir: Path,
               tuning: str | None = None, probed: dict | None = None) -> dict:
-    """What the child process of one LoadGen test needs to rebuild its config (its test_spec.json). ``tuning``: how
-    the harness set the test's expected rate or latency first (a stored value, a probe), for the summary;
-    ``probed``: the overrides a probe measured, whose source metadata.json gives as ``probe``, not RUN_ARGS."""
+    """What a test's child needs to rebuild its config (test_spec.json). ``tuning``: how the harness set its expected
+    rate or latency first, for the summary; ``probed``: the overrides a probe measured (metadata.json's ``probe``)."""
     return {
-        **({"tuning": tuning} if tuning else {}),
-        **({"probed": sorted(probed)} if probed else {}),
-        "system": system,
-        "benchmark": config.benchmark.value,
-        "benchmark_name": config.benchmark_name,
-        "accuracy_target": config.workload.accuracy_target.value,
-        "harness_type": config.workload.harness_type.value,
-        "power_setting": config.workload.power_setting.value,
-        "scenario": config.scenario.value,
-        "mode": mode.value,
+        **({"tuning": tuning} if tuning else {}), **({"probed": sorted(probed)} if probed else {}),
+        "system": system, "benchmark": config.benchmark.value, "benchmark_name": config.benchmark_name,
+        "accuracy_target": config.workload.accuracy_target.value, "harness_type": config.workload.harness_type.value,
+        "power_setting": config.workload.power_setting.value, "scenario": config.scenario.value, "mode": mode.value,
         "overrides": overrides,
         # The engine ladder's rung the parent chose (the child resolves the same one) and why, for metadata.json.
-        "rung": config.rung.name if config.rung else None,
-        "engine": config.engine_choice,
-        "log_dir": str(log_dir),
-        "started": time.time(),
+        "rung": config.rung.name if config.rung else None, "engine": config.engine_choice,
+        "log_dir": str(log_dir), "started": time.time(),
     }
 
 
@@ -76,20 +65,14 @@ def require_built_core(round_name: str) -> None:
 
 def finish_run(system: str, root: Path, results: list[RanTest], who: str = "run_harness",
                interrupted_by: tuple[str, int] | None = None, stopped: str | None = None) -> None:
-    """Write the summary files in ``root`` and print the summary; it reaches the terminal even when the disk is
-    full or the folder read-only (``who`` prefixes the line that says it was not saved). ``stopped``: why the run
-    ended before its last test (every engine of a ladder missed its accuracy target), with the fix."""
+    """Write the summary files in ``root`` and print the summary, which reaches the terminal even when they cannot
+    be written. ``stopped``: why the run ended before its last test, with the fix."""
+    from code.report.pages import ReportError, write_run_report
+
     summary = format_summary(system, root, results, interrupted_by, stopped)
     _save(lambda: write_summary(root, summary, results), "the summary", root, who)
     print(summary, flush=True)
-    write_run_page(root, who)
-
-
-def write_run_page(root: Path, who: str) -> None:
-    """The run's report.md beside its summary (each test drew its own plots); without it the run still stands."""
-    from code.report.pages import ReportError, write_run_report
-
-    try:
+    try:  # the run's report.md beside its summary (each test drew its own plots)
         print(f"[{who}] report: {write_run_report(root, redraw=False)}", flush=True)
     except ReportError:
         return  # no test left a folder to report on (all refused or stopped before LoadGen)
@@ -116,8 +99,7 @@ def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestRes
                                  text=True, bufsize=1)
     try:
         assert process.stdout is not None
-        error_line = None
-        last_progress = None
+        error_line = last_progress = None
         for line in process.stdout:
             screen.write(line)
             if screen.redraws and line.startswith(PROGRESS_PREFIX):
@@ -137,7 +119,10 @@ def run_child(spec: dict, log_dir: Path, cwd: Path = REPO_ROOT) -> tuple[TestRes
             transcript.close()
     if transcript.error is not None:
         log.warning("%s not saved whole: %s", transcript.path.name, transcript.error)
-    record = _read_record(log_dir)
+    try:
+        record = read_record(log_dir)
+    except RunRecordError:  # unreadable: the test counts as failed
+        record = RunRecord({})
     if status == 0 and record.complete:
         return record.result, record
     reasons = [error_line.removeprefix("ERROR: ")] if error_line else []
@@ -159,43 +144,36 @@ class Transcript:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.error: str | None = None
-        self._file = None
-        try:
-            self._file = open(path, "w", buffering=1)  # line-buffered: a failed write fails at once, here
-        except OSError as error:
-            self._failed(error)
+        self._file: TextIO | None = None
+        self._file = self._guarded(lambda: open(path, "w", buffering=1))  # line-buffered: a write fails at once
 
     def write(self, line: str) -> None:
-        if self._file is not None:
-            try:
-                self._file.write(line)
-            except OSError as error:
-                self._failed(error)
+        if (file := self._file) is not None:
+            self._guarded(lambda: file.write(line))
 
     def close(self) -> None:
-        if self._file is not None:
-            try:
-                self._file.close()
-            except OSError as error:
-                self._failed(error)
-            self._file = None
+        file, self._file = self._file, None
+        if file is not None:
+            self._guarded(file.close)
 
-    def _failed(self, error: OSError) -> None:
-        message = describe(error, writing_in=self.path)
-        if message is None:
-            raise error
-        self.error = self.error or message
-        if self._file is not None:
-            try:
-                self._file.close()
-            except OSError:  # the buffered rest cannot be written either: the error above says why
-                pass
-            self._file = None
+    def _guarded(self, act: Callable[[], Any]) -> Any:
+        """``act()``; an OSError the user fixes ends the copy, and ``error`` keeps the first one's line."""
+        try:
+            return act()
+        except OSError as error:
+            message = describe(error, writing_in=self.path)
+            if message is None:
+                raise
+            self.error = self.error or message
+            file, self._file = self._file, None
+            if file is not None:
+                with contextlib.suppress(OSError):  # the buffered rest cannot be written either: the error says why
+                    file.close()
+            return None
 
 
 def _save(write: Callable[[], object], what: str, where: Path, who: str = "run_harness") -> None:
-    """Write a record of the run to ``where``; on a full disk or a read-only folder say so in one line and go on,
-    so the summary still reaches the terminal."""
+    """Write a record of the run; where the user must fix the disk or folder, say so in one line and go on."""
     try:
         write()
     except OSError as error:
@@ -203,14 +181,6 @@ def _save(write: Callable[[], object], what: str, where: Path, who: str = "run_h
         if message is None:
             raise
         get_logger(who).warning("%s not saved: %s", what, message)
-
-
-def _read_record(log_dir: Path) -> RunRecord:
-    """The test's metadata.json, or an empty record when it is unreadable (the test then counts as failed)."""
-    try:
-        return read_record(log_dir)
-    except RunRecordError:
-        return RunRecord({})
 
 
 def resolve_from_spec(spec: dict[str, Any]) -> ResolvedConfig:

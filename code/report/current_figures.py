@@ -157,8 +157,6 @@ def render(page: str, rows: list[Row], ids: dict[str, Path]) -> str:
     return "\n".join([*lines[:first], table(rows, ids), *lines[end:]])
 
 
-
-
 def add_run(rows: list[Row], run_folder: Path, measurement: str, command: str | None = None,
             device: str | None = None) -> tuple[list[Row], list[Row]]:
     """The rows with those of the run's finished performance tests added, each replacing the row of its key; and

@@ -63,6 +63,7 @@ class Result:
         part of it: a quick run of a small model does not hide the last figure of the MLPerf model."""
         return self.system, self.benchmark, self.scenario, self.gpus, self.test, self.model
 
+
 def run_results(run_folder: Path) -> dict[tuple[str, str, str, int, str, str], Result]:
     """The newest finished test per key of one run folder (none of its probes, tries or set-aside engines)."""
     return newest(map(_result, find_tests([run_folder]).tests))

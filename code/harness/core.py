@@ -250,18 +250,16 @@ def run_test(
     unload_samples: Callable[[list[int]], None] | None = None,
     device_names: Sequence[str] | None = None,
 ) -> None:
-    """Run one LoadGen test and block until it ends; LoadGen's logs land in settings.log_dir.
+    """Run one LoadGen test (once per process) and block until it ends; LoadGen's logs land in settings.log_dir.
 
-    runner: one runner, or one per device (all of one kind); a runner is a Python runner in this process or a
-    worker process's connections (``WorkerConnections``). The core's batcher feeds them from one queue (the least
-    loaded device takes the next batch; each continuous engine takes what it has room for). device_names: one per
-    runner, for errors and per-device figures (default "device 0", ...).
-    sample_lengths: one length per QSL sample (the order Offline batches are cut in, longest first, when
-    settings.sort_by_length). load_samples / unload_samples get the QSL indices LoadGen loads or unloads.
-    An exception raised by a runner or a callback is re-raised here after LoadGen ends the test (the remaining
-    samples are answered with empty responses meanwhile, so the run's logs are not valid); with several devices,
-    a note on it names the device. May be called once per process. The process's heap is frozen for the test
-    (``code/common/gc_pauses.py``); a worker process freezes its own in ``workers.serve``.
+    runner: one runner, or one per device, all of one kind: a Python runner or a worker process's connections
+    (``WorkerConnections``), fed from one queue (the least loaded device takes the next batch; a continuous engine
+    takes what it has room for); device_names name them in errors and per-device figures (default "device 0", ...).
+    sample_lengths: one per QSL sample (Offline cuts batches longest first when settings.sort_by_length).
+    load_samples / unload_samples get the QSL indices LoadGen loads or unloads. A runner's or callback's exception
+    is re-raised after LoadGen ends the test (the rest are answered empty meanwhile, so the logs are not valid;
+    with several devices, a note names the device). The heap is frozen for the test (``code/common/gc_pauses.py``);
+    a worker process freezes its own in ``workers.serve``.
     """
     if not isinstance(settings, CoreSettings):
         raise ValueError(f"settings must be a CoreSettings, not {type(settings).__name__}")

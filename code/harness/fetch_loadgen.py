@@ -147,11 +147,8 @@ def _emptied(folder: Path) -> Path:
 
 
 def checked_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    """The members, refusing what the "data" filter refuses, for a Python without extraction filters.
-
-    Filters came with Python 3.11.4; Debian 12's python3 (3.11.2, the base of `make test_docker`'s image) lacks
-    them, so the same refusals are made here: absolute paths, paths or links that leave the tree, devices.
-    """
+    """The members, refusing what the "data" filter refuses (absolute paths, paths or links that leave the tree,
+    devices), for a Python without filters: Debian 12's 3.11.2, the base of `make test_docker`'s image."""
     for member in tar.getmembers():
         names = [member.name] + ([member.linkname] if member.issym() or member.islnk() else [])
         if any(name.startswith("/") or ".." in Path(name).parts for name in names) or member.isdev():

@@ -148,10 +148,8 @@ class _Worker:
 
 class WorkerPool:
     """The workers of one test, started by ``__enter__`` and stopped (whatever still runs) by ``__exit__``.
-
-    ``command`` starts one worker; it gets ``--device``, ``--fds`` and ``--cpus`` appended. ``connections``: sockets
-    per worker, one per batcher thread of the device (a continuous engine uses the first).
-    """
+    ``command`` starts one worker, ``--device``, ``--fds`` and ``--cpus`` appended; ``connections``: sockets per
+    worker, one per batcher thread of the device (a continuous engine uses the first)."""
 
     def __init__(self, command: list[str], plans: list[WorkerPlan], connections: int,
                  env: dict[str, str] | None = None) -> None:

@@ -88,11 +88,8 @@ def truncated(tree: Path) -> bool:
 
 
 def truncate(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR) -> str:
-    """Run the round's truncate_accuracy_log.py in place, the originals kept under ``<work_dir>/<submitter>/originals``.
-
-    The tool appends ``hash=...`` to each accuracy.txt and cuts mlperf_log_accuracy.json to its first and last 4 kB;
-    a tree where every accuracy.txt already has a hash was truncated before, and is refused.
-    """
+    """Run the round's truncate_accuracy_log.py in place, the originals kept under ``<work_dir>/<submitter>/originals``;
+    a tree whose every accuracy.txt already has the tool's hash was truncated before, and is refused."""
     tree = submission_dir / DIVISION / submitter
     originals = work_dir / submitter / "originals"
     if not any(tree.glob("results/*/*/*/accuracy/accuracy.txt")):

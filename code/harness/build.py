@@ -39,14 +39,13 @@ class BuildError(RuntimeError):
 
 
 def module_path(lib_dir: Path) -> Path:
-    """Where the built extension lands in lib_dir (its suffix names this interpreter's ABI)."""
+    """Where the built extension lands (its suffix names this interpreter's ABI)."""
     return lib_dir / (MODULE_NAME + sysconfig.get_config_var("EXT_SUFFIX"))
 
 
 def runtime_mlperf_conf(round_: Round, lib_dir: Path | None = None) -> Path | None:
-    """The mlperf.conf the core passes to LoadGen before user.conf, kept beside the module (which goes where the
-    module goes): the round's tree's, for a LoadGen that does not compile it in (v4.1); None for one that does (a
-    second configuration file would invalidate its runs)."""
+    """The mlperf.conf the core passes to LoadGen before user.conf, kept beside the module, for a LoadGen that does
+    not compile it in (v4.1); None for one that does (a second configuration file would invalidate its runs)."""
     if not round_.loadgen.conf_at_run_time:
         return None
     return (lib_dir or harness_lib_dir(round_.name)) / "mlperf.conf"
@@ -115,8 +114,9 @@ def _build_lock(round_name: str) -> Iterator[None]:
 
 
 def _build_or_rebuild(round_: Round, compiler: str, jobs: int, clean: bool) -> Path:
-    replacement = _known_replacement(round_.name, compiler)
-    if replacement is not None and not clean:
+    replacements = _replacements(round_.name)
+    replacement = replacements.get(os.path.realpath(compiler))
+    if isinstance(replacement, str) and shutil.which(replacement) and not clean:
         # This compiler was found to link a static C++ runtime before: build with what replaced it, so the build
         # stays up to date instead of being configured and compiled twice on every `make run`.
         return _build_with(round_, replacement, jobs, clean)
@@ -135,33 +135,18 @@ def _build_or_rebuild(round_: Round, compiler: str, jobs: int, clean: bool) -> P
     built = _build_with(round_, fallback, jobs, True)
     if not _has_shared_cxx_runtime(built):
         raise BuildError(f"{built.name} still has a static C++ runtime after rebuilding with {fallback}")
-    _remember_replacement(round_.name, compiler, fallback)
+    (harness_build_dir(round_.name) / COMPILER_REPLACEMENTS_FILE).write_text(
+        json.dumps({**replacements, os.path.realpath(compiler): fallback}, indent=1), encoding="utf-8")
     return built
 
 
-def _replacements_file(round_name: str) -> Path:
-    return harness_build_dir(round_name) / COMPILER_REPLACEMENTS_FILE
-
-
-def _known_replacement(round_name: str, compiler: str) -> str | None:
-    """The compiler that replaced ``compiler`` in an earlier build of the round (it linked a static C++ runtime),
-    if that one is still installed."""
+def _replacements(round_name: str) -> dict:
+    """The round's record of compilers that linked a static C++ runtime and the compiler that replaced each."""
     try:
-        replacements = json.loads(_replacements_file(round_name).read_text(encoding="utf-8"))
+        known = json.loads((harness_build_dir(round_name) / COMPILER_REPLACEMENTS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    replacement = replacements.get(os.path.realpath(compiler)) if isinstance(replacements, dict) else None
-    return replacement if isinstance(replacement, str) and shutil.which(replacement) else None
-
-
-def _remember_replacement(round_name: str, compiler: str, replacement: str) -> None:
-    path = _replacements_file(round_name)
-    try:
-        known = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        known = {}
-    known = known if isinstance(known, dict) else {}
-    path.write_text(json.dumps({**known, os.path.realpath(compiler): replacement}, indent=1), encoding="utf-8")
+        return {}
+    return known if isinstance(known, dict) else {}
 
 
 def _build_with(round_: Round, compiler: str, jobs: int, clean: bool) -> Path:
@@ -176,45 +161,21 @@ def _build_with(round_: Round, compiler: str, jobs: int, clean: bool) -> Path:
         raise BuildError(f"cannot get the LoadGen sources: {exc}") from exc
 
     generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
-    key = {
-        "generator": generator,
-        "compiler": compiler,
-        "python": sys.executable,
-        "pybind11_dir": _pybind11_cmake_dir(),
-        "loadgen_dir": str(loadgen_dir),
-        "lib_dir": str(lib_dir),
-        "source_dir": str(SOURCE_DIR),
-    }
+    # What the configured folder depends on: a change in any of them configures it again from scratch.
+    key = {"generator": generator, "compiler": compiler, "python": sys.executable,
+           "pybind11_dir": _pybind11_cmake_dir(), "loadgen_dir": str(loadgen_dir), "lib_dir": str(lib_dir),
+           "source_dir": str(SOURCE_DIR)}
     key_file = build_dir / _CONFIGURE_KEY_FILE
-    up_to_date_config = (
-        not clean
-        and (build_dir / "CMakeCache.txt").is_file()
-        and key_file.is_file()
-        and json.loads(key_file.read_text(encoding="utf-8")) == key
-    )
-    if not up_to_date_config:
+    if clean or not (build_dir / "CMakeCache.txt").is_file() or not key_file.is_file() \
+            or json.loads(key_file.read_text(encoding="utf-8")) != key:
         if build_dir.exists():
             shutil.rmtree(build_dir)
         build_dir.mkdir(parents=True)
         lib_dir.mkdir(parents=True, exist_ok=True)
-        _run(
-            [
-                cmake,
-                "-S",
-                str(SOURCE_DIR),
-                "-B",
-                str(build_dir),
-                "-G",
-                generator,
-                "-DCMAKE_BUILD_TYPE=Release",
-                f"-DCMAKE_CXX_COMPILER={compiler}",
-                f"-DPython_EXECUTABLE={sys.executable}",
-                f"-Dpybind11_DIR={key['pybind11_dir']}",
-                f"-DLOADGEN_SOURCE_DIR={loadgen_dir}",
-                f"-DHARNESS_LIB_DIR={lib_dir}",
-            ],
-            "CMake configure",
-        )
+        _run([cmake, "-S", str(SOURCE_DIR), "-B", str(build_dir), "-G", generator, "-DCMAKE_BUILD_TYPE=Release",
+              f"-DCMAKE_CXX_COMPILER={compiler}", f"-DPython_EXECUTABLE={sys.executable}",
+              f"-Dpybind11_DIR={key['pybind11_dir']}", f"-DLOADGEN_SOURCE_DIR={loadgen_dir}",
+              f"-DHARNESS_LIB_DIR={lib_dir}"], "CMake configure")
         key_file.write_text(json.dumps(key, indent=1), encoding="utf-8")
     _run([cmake, "--build", str(build_dir), "--parallel", str(jobs)], "CMake build")
 

@@ -1,17 +1,11 @@
 """Workers on the nodes of a Ray cluster: one LoadGen process, one worker per GPU (or CPU share) of every node.
 
 Ray starts, places and supervises the workers; the batches travel over this harness's own framed protocol
-(workers.py), on TCP connections the workers open back to the LoadGen process instead of inherited socketpairs.
-The C++ core takes a connected socket per batcher thread and cannot tell the two apart.
-
-- ``join`` connects this process to the cluster (``--cluster``) and plans one worker per GPU of every node that
-  has GPUs (a CPU run: ``cpu_workers`` per node).
-- ``ClusterPool`` is a ``WorkerPool`` whose workers run as Ray tasks (``num_gpus=1``, pinned to their node,
-  never retried): each task runs the same worker program (``code.processes.device_worker``) with ``--connect``; the
-  pool listens, takes each worker's HELLO (the run's token, its slot, its device as ``cuda:3@node``), then waits
-  for READY as on one machine. Every wait has a deadline: a worker that never connects, a node that never runs its
-  task, a node that leaves before it is ready, each stops the run before LoadGen starts, naming the node.
-
+(workers.py), on TCP connections the workers open back to the LoadGen process instead of inherited socketpairs,
+which the C++ core cannot tell apart. ``ClusterPool`` runs each worker program (``code.processes.device_worker
+--connect``) as a Ray task pinned to its node and never retried, takes each worker's HELLO (the run's token, its
+slot, its device as ``cuda:3@node``), then waits for READY as on one machine. Every wait has a deadline, so a
+worker that never connects or a node that leaves stops the run before LoadGen starts, naming the node.
 documentation/cluster.md says how to start a cluster, and what each node needs.
 """
 
@@ -37,7 +31,6 @@ from code.harness.workers import (
     Message,
     WorkerPlan,
     WorkerPool,
-    WorkerStartError,
     _Worker,
     receive,
     tune_tcp,
@@ -90,13 +83,13 @@ def plan_cluster(nodes: list[dict[str, Any]], on_gpus: bool, cpu_workers: int) -
     CPU; in the order of the nodes' names, so that the plan is the same from run to run."""
     alive = [node for node in nodes if node.get("Alive")]
     names = node_names(alive)
+    kind, local = ("cuda", "cuda:0") if on_gpus else ("cpu", "cpu")
     plans: list[RemotePlan] = []
     for node in sorted(alive, key=lambda node: names[node["NodeID"]]):
-        count = int(node.get("Resources", {}).get("GPU", 0)) if on_gpus else cpu_workers
-        for index in range(count):
-            kind = "cuda" if on_gpus else "cpu"
-            plans.append(RemotePlan(f"{kind}:{index}@{names[node['NodeID']]}", "cuda:0" if on_gpus else "cpu", "",
-                                    (), None, slot=len(plans), node_id=node["NodeID"], node=names[node["NodeID"]]))
+        name = names[node["NodeID"]]
+        for index in range(int(node.get("Resources", {}).get("GPU", 0)) if on_gpus else cpu_workers):
+            plans.append(RemotePlan(f"{kind}:{index}@{name}", local, "", (), None, slot=len(plans),
+                                    node_id=node["NodeID"], node=name))
     if not plans:
         what = "GPUs (Ray counts none: start each node's Ray with its GPUs visible)" if on_gpus else "nodes"
         raise ClusterError(f"the cluster has no {what}; documentation/cluster.md says how to start it")
@@ -120,8 +113,7 @@ def join(settings: ClusterSettings, on_gpus: bool, cpu_workers: int) -> list[Rem
 
 
 def passed_env(environ: dict[str, str] | os._Environ) -> dict[str, str]:
-    """What of this process's environment its workers get on their nodes (``PASSED_ENV``): --verbose, unbuffered
-    output; nothing that says where files are."""
+    """What of this process's environment its workers get on their nodes (``PASSED_ENV``)."""
     return {name: environ[name] for name in PASSED_ENV if name in environ}
 
 
@@ -189,9 +181,8 @@ def run_worker_task(command: list[str], cwd: str, spec_text: str, args: list[str
 
 
 class RayTaskProcess:
-    """A worker's Ray task seen as the ``subprocess.Popen`` a ``WorkerPool`` supervises: poll, wait, terminate,
-    kill, returncode, and ``why`` where the task ended without an exit status (its node left the cluster, or the
-    task was stopped). ``pid`` is the worker's, once its HELLO said it."""
+    """A worker's Ray task as the ``subprocess.Popen`` a ``WorkerPool`` supervises, with ``why`` where the task ended
+    without an exit status (its node left, or it was stopped); ``pid`` is the worker's, once its HELLO said it."""
 
     def __init__(self, ref: Any, node: str) -> None:
         self.ref, self.node = ref, node
@@ -289,8 +280,7 @@ class ClusterPool(WorkerPool):
         return f"{same.index(plan)}/{len(same)}"
 
     def wait_ready(self, timeout_s: float | None = None) -> list[dict[str, Any]]:
-        """Accept every worker's connections (each opened by its HELLO), then wait for READY as on one machine;
-        all within the cluster's ready deadline."""
+        """Accept every worker's connections, then wait for READY as on one machine, all within one deadline."""
         limit = self.settings.ready_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + limit
         self._accept_all(deadline)
@@ -388,6 +378,3 @@ def worker_cpus(spec: str) -> list[int] | None:
         return list(cpu_shares(allowed, count)[index].cpus)
     return None
 
-
-__all__ = ["ClusterError", "ClusterPool", "ClusterSettings", "RemotePlan", "WorkerStartError", "join", "leave",
-           "plan_cluster", "worker_cpus"]

@@ -30,7 +30,7 @@ MODES = ("PerformanceOnly", "AccuracyOnly")
 
 
 class HarnessNotBuiltError(ImportError):
-    """The extension module is missing or cannot be loaded."""
+    """The extension module is missing, stale or cannot be loaded."""
 
 
 @dataclass(frozen=True)
@@ -60,19 +60,13 @@ class CoreSettings:
             value = getattr(self, name)
             if value not in choices:
                 raise ValueError(f"CoreSettings.{name} must be one of {', '.join(choices)}, not {value!r}")
-        # Accept str paths too; frozen, so set through object.
-        for name in ("user_conf", "log_dir"):
+        for name in ("user_conf", "log_dir"):  # str paths too; frozen, so set through object
             value = getattr(self, name)
             if not isinstance(value, str | Path):
                 raise ValueError(f"CoreSettings.{name} must be a path, not {type(value).__name__}")
             object.__setattr__(self, name, Path(value))
-        for name, minimum in (
-            ("total_sample_count", 1),
-            ("performance_sample_count", 1),
-            ("max_batch_size", 1),
-            ("num_workers", 1),
-            ("batch_timeout_us", 0),
-        ):
+        for name, minimum in (("total_sample_count", 1), ("performance_sample_count", 1), ("max_batch_size", 1),
+                              ("num_workers", 1), ("batch_timeout_us", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
                 raise ValueError(f"CoreSettings.{name} must be an integer >= {minimum}, not {value!r}")
@@ -90,13 +84,11 @@ class CoreSettings:
 
 
 class BatchRunner(Protocol):
-    """What the core calls, on its worker threads with the GIL held, for each batch (static batching: the
-    batcher decides the batches). A runner may instead be a ``ContinuousRunner``."""
+    """What the core calls for each batch the batcher cuts, on its worker threads with the GIL held."""
 
     def run_batch(self, sample_indices: np.ndarray) -> Sequence[np.ndarray]:
-        """sample_indices: int64 QSL indices. Returns one array per sample (or one array whose first dimension is
-        the batch); the raw bytes of each are that sample's LoadGen response (BERT: float32 [384, 2]; GPT-J: int32
-        generated token ids)."""
+        """One array per int64 QSL index (or one whose first dimension is the batch); the raw bytes of each are that
+        sample's LoadGen response (BERT: float32 [384, 2]; GPT-J: int32 generated token ids)."""
         ...
 
 
@@ -105,16 +97,12 @@ class Session(Protocol):
 
     def take(self, max_samples: int, timeout_s: float) -> tuple[np.ndarray, np.ndarray] | None:
         """Up to ``max_samples`` issued samples as (response ids uint64, QSL indices int64), waiting up to
-        ``timeout_s`` for the first (possibly none); None once the test is over and nothing is left."""
+        ``timeout_s`` for the first; None once the test is over and nothing is left."""
         ...
 
-    def complete(self, ids: np.ndarray, responses: Sequence[np.ndarray]) -> None:
-        """Complete samples with LoadGen, each with the raw bytes of its array."""
-        ...
+    def complete(self, ids: np.ndarray, responses: Sequence[np.ndarray]) -> None: ...
 
-    def in_flight(self) -> int:
-        """Samples taken and not yet completed."""
-        ...
+    def in_flight(self) -> int: ...
 
 
 class ContinuousRunner(Protocol):
@@ -158,14 +146,13 @@ def loadgen_version(round_name: str = DEFAULT_ROUND) -> str:
 
 
 def progress(round_name: str = DEFAULT_ROUND) -> dict[str, Any]:
-    """Counters of the test running in this process (safe from another thread while ``run_test`` blocks): issued,
-    completed, late (Server: past the latency bound), elapsed_s, completed_by_device (one count per device)."""
+    """Counters of the test running in this process, safe to read while ``run_test`` blocks: issued, completed,
+    late (Server: past the latency bound), elapsed_s, completed_by_device."""
     return dict(_module(round_name).progress())
 
 
 def timeline(round_name: str = DEFAULT_ROUND) -> SampleTimes:
-    """Every completed sample of the last test: QSL index, issue and completion time (s since the test started),
-    and the index of the device that completed it."""
+    """Every completed sample of the last test."""
     index, issued, completed, device = _module(round_name).timeline()
     return SampleTimes(index=index, issued_s=issued, completed_s=completed, device=device)
 
@@ -185,17 +172,14 @@ class SampleTimes:
     device_names: tuple[str, ...] = ()  # the name of each device index ("cuda:0", ...), when the caller adds them
 
     def with_lengths(self, sample_lengths: np.ndarray) -> SampleTimes:
-        """The same record with each sample's input length, from the QSL's lengths."""
         return replace(self, length=np.asarray(sample_lengths)[self.index])
 
     def with_device_names(self, names: Sequence[str]) -> SampleTimes:
-        """The same record with the name of each device index (the run's devices, in order)."""
         return replace(self, device_names=tuple(names))
 
     def per_device(self) -> list[dict[str, Any]]:
-        """Each device's share of the test: samples (and input tokens, when lengths are known) it completed, its
-        rate over the whole test's duration and its share of the samples, so an imbalance shows. Empty when the
-        record has no device column."""
+        """Each device's samples (and input tokens), rate over the whole test and share of the samples, so an
+        imbalance shows; empty without a device column."""
         if self.device is None or len(self.index) == 0:
             return []
         duration = float(self.completed_s.max() - self.issued_s.min())
@@ -204,39 +188,32 @@ class SampleTimes:
         for d in range(count):
             mine = self.device == d
             samples = int(mine.sum())
-            row: dict[str, Any] = {
-                "device": self.device_names[d] if d < len(self.device_names) else f"device {d}",
-                "samples": samples,
-                "samples_per_s": samples / duration if duration > 0 else 0.0,
-                "share": samples / len(self.index),
-            }
+            row: dict[str, Any] = {"device": self.device_names[d] if d < len(self.device_names) else f"device {d}",
+                                   "samples": samples, "samples_per_s": samples / duration if duration > 0 else 0.0,
+                                   "share": samples / len(self.index)}
             if self.length is not None:
                 row["input_tokens"] = int(self.length[mine].sum())
             rows.append(row)
         return rows
 
     def save(self, path: Path) -> None:
-        arrays: dict[str, Any] = {"index": self.index, "issued_s": self.issued_s, "completed_s": self.completed_s}
-        if self.length is not None:
-            arrays["length"] = self.length
+        """Each array that is there; the device names only with the device column."""
+        arrays = {name: value for name, value in vars(self).items() if name != "device_names" and value is not None}
         if self.device is not None:
-            arrays["device"] = self.device
-            arrays["device_names"] = np.array(self.device_names or (), dtype=str)
+            arrays["device_names"] = np.array(self.device_names, dtype=str)
         np.savez_compressed(path, **arrays)
 
     @classmethod
     def load(cls, path: Path) -> SampleTimes:
         with np.load(path) as data:
-            return cls(index=data["index"], issued_s=data["issued_s"], completed_s=data["completed_s"],
-                       length=data["length"] if "length" in data else None,
-                       device=data["device"] if "device" in data else None,
-                       device_names=tuple(str(n) for n in data["device_names"]) if "device_names" in data else ())
+            arrays = {name: data[name] for name in data.files}
+        names = tuple(str(name) for name in arrays.pop("device_names", ()))
+        return cls(**arrays, device_names=names)
 
 
 class WorkerConnections(Protocol):
-    """A device whose backend runs in a worker process (code/harness/workers.py makes them: ``WorkerSockets``): the
-    core exchanges batches and responses with it over these sockets, with no Python in the per-sample path of this
-    process."""
+    """A device whose backend runs in a worker process (``workers.WorkerSockets``): the core talks to it over these
+    sockets, with no Python in this process's per-sample path."""
 
     worker_fds: list[int]  # one socket per batcher thread of the device (a continuous engine uses one)
     continuous: bool  # whether the worker runs a continuous engine (it pulls samples) or answers batches
@@ -253,16 +230,14 @@ def is_continuous(runner: Runner) -> bool:
 
 
 def device_error(round_name: str = DEFAULT_ROUND) -> type[RuntimeError]:
-    """The exception ``run_test`` raises, after the test, for a device that failed in it with a message (a worker's
-    error or end, a runner's answer that does not fit its batch): a RuntimeError of its own class, so a caller tells
-    it from a mistake in the arguments."""
+    """The class of what ``run_test`` raises after a test in which a device failed, so a caller tells it from a
+    mistake in the arguments."""
     error: type[RuntimeError] = _module(round_name).DeviceError
     return error
 
 
 def worker_messages(round_name: str = DEFAULT_ROUND) -> dict[str, int]:
-    """The worker protocol's message numbers as the core defines them (worker_channel.h), for checking the Python
-    end against, and the header's size under ``"HEADER_BYTES"``."""
+    """The worker protocol's message numbers as the core defines them, and the header's size (``HEADER_BYTES``)."""
     module = _module(round_name)
     return {**dict(module.WORKER_MESSAGES), "HEADER_BYTES": int(module.WORKER_HEADER_BYTES)}
 
@@ -275,18 +250,16 @@ def run_test(
     unload_samples: Callable[[list[int]], None] | None = None,
     device_names: Sequence[str] | None = None,
 ) -> None:
-    """Run one LoadGen test and block until it ends; LoadGen's logs land in settings.log_dir.
+    """Run one LoadGen test (once per process) and block until it ends; LoadGen's logs land in settings.log_dir.
 
-    runner: one runner, or one per device (all of one kind); a runner is a Python runner in this process or a
-    worker process's connections (``WorkerConnections``). The core's batcher feeds them from one queue (the least
-    loaded device takes the next batch; each continuous engine takes what it has room for). device_names: one per
-    runner, for errors and per-device figures (default "device 0", ...).
-    sample_lengths: one length per QSL sample (the order Offline batches are cut in, longest first, when
-    settings.sort_by_length). load_samples / unload_samples get the QSL indices LoadGen loads or unloads.
-    An exception raised by a runner or a callback is re-raised here after LoadGen ends the test (the remaining
-    samples are answered with empty responses meanwhile, so the run's logs are not valid); with several devices,
-    a note on it names the device. May be called once per process. The process's heap is frozen for the test
-    (``code/common/gc_pauses.py``); a worker process freezes its own in ``workers.serve``.
+    runner: one runner, or one per device, all of one kind: a Python runner or a worker process's connections
+    (``WorkerConnections``), fed from one queue (the least loaded device takes the next batch; a continuous engine
+    takes what it has room for); device_names name them in errors and per-device figures (default "device 0", ...).
+    sample_lengths: one per QSL sample (Offline cuts batches longest first when settings.sort_by_length).
+    load_samples / unload_samples get the QSL indices LoadGen loads or unloads. A runner's or callback's exception
+    is re-raised after LoadGen ends the test (the rest are answered empty meanwhile, so the logs are not valid;
+    with several devices, a note names the device). The heap is frozen for the test (``code/common/gc_pauses.py``);
+    a worker process freezes its own in ``workers.serve``.
     """
     if not isinstance(settings, CoreSettings):
         raise ValueError(f"settings must be a CoreSettings, not {type(settings).__name__}")
@@ -302,8 +275,7 @@ def run_test(
     if not runners:
         raise ValueError("runner: give one runner per device, at least one")
     for each in runners:
-        if not hasattr(each, "worker_fds") and not is_continuous(each) and not callable(getattr(each, "run_batch",
-                                                                                                  None)):
+        if not (hasattr(each, "worker_fds") or is_continuous(each) or callable(getattr(each, "run_batch", None))):
             raise ValueError(f"runner must have a run_batch or run_continuous method, or be a worker's connections "
                              f"({type(each).__name__} is none of them)")
     if len({is_continuous(each) for each in runners}) > 1:
@@ -319,12 +291,6 @@ def run_test(
 
     mlperf_conf = runtime_mlperf_conf(get_round(settings.round))  # a LoadGen that does not compile it in (v4.1)
     with frozen_heap():  # no collector pass over the loaded data and engines stalls the test (gc_pauses.py)
-        _module(settings.round).run_test(
-            settings,
-            sample_lengths=lengths.astype(np.int64, copy=False),
-            runners=runners,
-            device_names=names,
-            load_samples=load_samples,
-            unload_samples=unload_samples,
-            mlperf_conf=str(mlperf_conf) if mlperf_conf else "",
-        )
+        _module(settings.round).run_test(settings, sample_lengths=lengths.astype(np.int64, copy=False),
+                                         runners=runners, device_names=names, load_samples=load_samples,
+                                         unload_samples=unload_samples, mlperf_conf=str(mlperf_conf or ""))

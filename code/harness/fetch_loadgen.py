@@ -5,21 +5,17 @@ LoadGen's sources are never committed: MLPerf rules require an unmodified LoadGe
 round pins its LoadGen (code/common/rounds.py), and the seeds in its ``mlperf.conf`` are checked against the ones
 the round's checker expects, so a wrong pin fails here rather than in the checker.
 
-- A release (v5.0): the PyPI sdist of the pinned version, checked against its pinned sha256. It carries every
-  .cc/.h, ``generated/version_generated.cc`` and ``mlperf.conf``; ``mlperf_conf.h`` (mlperf.conf as a C string,
-  which LoadGen compiles in) is regenerated from ``mlperf.conf`` if it is missing or stale, the way the sdist's
-  setup.py does it. Machines without network (the GPU machines) can point ``MLPERF_LOADGEN_SDIST`` at a copy of the
-  round's tarball.
+- A release (v5.0): the PyPI sdist of the pinned version, checked against its pinned sha256; ``mlperf_conf.h``
+  (mlperf.conf as the C string LoadGen compiles in) is regenerated as the sdist's setup.py does it. Machines
+  without network can point ``MLPERF_LOADGEN_SDIST`` at a copy of the round's tarball.
 - A source tree (v4.1): ``LOADGEN_SRC`` names a clone of mlcommons/inference at the round's tag (or its
   ``loadgen/`` folder). Every file the build uses is checked against the tag's sha256 (code/harness/loadgen_sources/)
-  and copied here with the tree's ``mlperf.conf``, which this LoadGen reads at run time; the tree's own
-  ``version_generator.py`` writes ``generated/version_generated.cc`` here, with the clone's git revision and
-  status and the sha1 of its files, as LoadGen's own build does (a clone with local LoadGen changes logs the error
-  the checker rejects).
+  and copied here with ``mlperf.conf``, which this LoadGen reads at run time; the tree's own
+  ``version_generator.py`` describes the clone, as LoadGen's own build does (a clone with local LoadGen changes
+  logs the error the checker rejects).
 
-Idempotent: once the tree is in place and its marker records the pin, nothing is downloaded, copied or re-hashed
-(a later build needs neither network nor ``LOADGEN_SRC``; carrying build/harness/ along works too). The sdist is
-kept in build/downloads/, which ``make clean`` keeps: after it, the tree is extracted again without network.
+Idempotent: once the tree is in place and its marker records the pin, nothing is downloaded, copied or re-hashed.
+The sdist is kept in build/downloads/, which ``make clean`` keeps, so the tree comes back without network.
 
 Usage: ``python -m code.harness.fetch_loadgen [--round=v5.0]`` prints the source directory.
 """
@@ -51,24 +47,16 @@ SOURCE_ENV_VAR = "LOADGEN_SRC"
 MANIFESTS_DIR = Path(__file__).resolve().parent / "loadgen_sources"
 
 # Files the build needs; checked after extraction so a truncated tree fails here, not deep inside CMake.
-LOADGEN_SOURCES = (
-    "early_stopping.cc",
-    "issue_query_controller.cc",
-    "loadgen.cc",
-    "logging.cc",
-    "test_settings_internal.cc",
-    "utils.cc",
-    "version.cc",
-    "results.cc",
-    "generated/version_generated.cc",
-)
-LOADGEN_HEADERS = ("loadgen.h", "query_sample.h", "query_sample_library.h", "system_under_test.h", "test_settings.h")
+LOADGEN_FILES = ("early_stopping.cc", "issue_query_controller.cc", "loadgen.cc", "logging.cc",
+                 "test_settings_internal.cc", "utils.cc", "version.cc", "results.cc", "generated/version_generated.cc",
+                 "loadgen.h", "query_sample.h", "query_sample_library.h", "system_under_test.h", "test_settings.h",
+                 "mlperf.conf")
 
 MARKER_NAME = ".harness-verified"
 
 
 class FetchError(RuntimeError):
-    """The LoadGen sdist could not be obtained or did not match the pinned hash."""
+    """The round's LoadGen sources could not be obtained or do not match the pin."""
 
 
 def source_dir(round_: Round, build_dir: Path | None = None) -> Path:
@@ -90,8 +78,7 @@ def _url_from_simple_index(sdist_name: str) -> str:
 
 
 def _obtain_tarball(round_: Round, build_dir: Path, downloads: Path) -> Path:
-    """Return a verified tarball: a local copy (env var or the ``downloads`` cache) if it matches, else a fresh
-    download into the cache."""
+    """A verified tarball: the one ``MLPERF_LOADGEN_SDIST`` names, the cached one, or a fresh download."""
     release = round_.loadgen
     cached = downloads / release.sdist_name
     earlier = build_dir / release.sdist_name  # where builds before the cache kept it; `make clean` deletes it there
@@ -132,16 +119,6 @@ def mlperf_conf_header(conf_text: str) -> str:
     return f'const char* mlperf_conf =\n"{escaped}";\n'
 
 
-def _ensure_mlperf_conf_header(src: Path) -> None:
-    conf = src / "mlperf.conf"
-    if not conf.is_file():
-        raise FetchError(f"{conf} is missing from the sdist")
-    header = src / "mlperf_conf.h"
-    wanted = mlperf_conf_header(conf.read_text(encoding="utf-8"))
-    if not header.is_file() or header.read_text(encoding="utf-8") != wanted:
-        header.write_text(wanted, encoding="utf-8")
-
-
 def mlperf_conf_seeds(conf_text: str) -> RngSeeds:
     """The ``*.*.<name>_rng_seed`` values of an mlperf.conf: what LoadGen logs as ``effective_*_rng_seed``."""
     found = {}
@@ -153,19 +130,25 @@ def mlperf_conf_seeds(conf_text: str) -> RngSeeds:
     return RngSeeds(**found)
 
 
-def _check_seeds(round_: Round, src: Path) -> None:
+def _finish(round_: Round, src: Path) -> Path:
+    """Check the tree's seeds against the round's, then write the marker that says the tree is in place."""
     seeds = mlperf_conf_seeds((src / "mlperf.conf").read_text(encoding="utf-8"))
     if seeds != round_.seeds:
         raise FetchError(f"LoadGen {round_.loadgen.version} carries the seeds {seeds}, but round {round_.name}'s "
                          f"checker expects {round_.seeds}: the pin in code/common/rounds.py is wrong")
+    (src / MARKER_NAME).write_text(_pin(round_) + "\n", encoding="utf-8")
+    return src
+
+
+def _emptied(folder: Path) -> Path:
+    if folder.exists():
+        shutil.rmtree(folder)
+    return folder
 
 
 def checked_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    """The members, refusing what the "data" filter refuses, for a Python without extraction filters.
-
-    Filters came with Python 3.11.4; Debian 12's python3 (3.11.2, the base of `make test_docker`'s image) lacks
-    them, so the same refusals are made here: absolute paths, paths or links that leave the tree, devices.
-    """
+    """The members, refusing what the "data" filter refuses (absolute paths, paths or links that leave the tree,
+    devices), for a Python without filters: Debian 12's 3.11.2, the base of `make test_docker`'s image."""
     for member in tar.getmembers():
         names = [member.name] + ([member.linkname] if member.issym() or member.islnk() else [])
         if any(name.startswith("/") or ".." in Path(name).parts for name in names) or member.isdev():
@@ -174,9 +157,7 @@ def checked_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
 
 
 def _extract(round_: Round, tarball: Path, build_dir: Path) -> Path:
-    dest = source_dir(round_, build_dir)
-    if dest.exists():
-        shutil.rmtree(dest)
+    dest = _emptied(source_dir(round_, build_dir))
     with tempfile.TemporaryDirectory(dir=build_dir) as tmp, tarfile.open(tarball, "r:gz") as tar:
         if hasattr(tarfile, "data_filter"):
             tar.extractall(tmp, filter="data")  # "data" refuses absolute paths, links out of the tree, devices
@@ -186,13 +167,12 @@ def _extract(round_: Round, tarball: Path, build_dir: Path) -> Path:
         if not extracted.is_dir():
             raise FetchError(f"{tarball} does not contain {dest.name}/")
         extracted.rename(dest)
-    missing = [name for name in LOADGEN_SOURCES + LOADGEN_HEADERS if not (dest / name).is_file()]
+    missing = [name for name in LOADGEN_FILES if not (dest / name).is_file()]
     if missing:
         raise FetchError(f"the sdist lacks {', '.join(missing)}")
-    _check_seeds(round_, dest)
-    _ensure_mlperf_conf_header(dest)
-    (dest / MARKER_NAME).write_text(_pin(round_) + "\n", encoding="utf-8")
-    return dest
+    (dest / "mlperf_conf.h").write_text(mlperf_conf_header((dest / "mlperf.conf").read_text(encoding="utf-8")),
+                                        encoding="utf-8")
+    return _finish(round_, dest)
 
 
 def manifest(source: LoadgenSource) -> dict[str, str]:
@@ -257,9 +237,7 @@ def _source_tree(round_: Round, source: LoadgenSource) -> Path:
 
 def _copy_source(round_: Round, source: LoadgenSource, tree: Path, build_dir: Path) -> Path:
     """Copy the checked files here and have the tree's own version generator describe the clone."""
-    dest = source_dir(round_, build_dir)
-    if dest.exists():
-        shutil.rmtree(dest)
+    dest = _emptied(source_dir(round_, build_dir))
     (dest / "generated").mkdir(parents=True)
     for path in manifest(source):
         shutil.copy2(tree / path, dest / Path(path).name)
@@ -273,9 +251,7 @@ def _copy_source(round_: Round, source: LoadgenSource, tree: Path, build_dir: Pa
     if done.returncode != 0:
         raise FetchError(f"{loadgen / 'version_generator.py'} failed (exit {done.returncode}): "
                          f"{(done.stderr or done.stdout).strip()[-500:]}")
-    _check_seeds(round_, dest)
-    (dest / MARKER_NAME).write_text(_pin(round_) + "\n", encoding="utf-8")
-    return dest
+    return _finish(round_, dest)
 
 
 def main(argv: list[str] | None = None) -> int:

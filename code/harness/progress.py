@@ -64,21 +64,16 @@ def progress_line(counters: Counters, shape: ProgressShape) -> str:
     issued, done = int(counters["issued"]), int(counters["completed"])
     elapsed = float(counters["elapsed_s"])
     rate = done / elapsed if elapsed > 0 else 0.0
-    parts = [f"{PREFIX}{shape.scenario}"]
+    share = done / issued if issued else 0.0
+    filled = int(share * BAR_WIDTH)
+    left = shape.min_duration_s - elapsed
     if shape.scenario == "Offline":
-        share = done / issued if issued else 0.0
-        filled = int(share * BAR_WIDTH)
-        parts.append(f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {share:4.0%} {done:,}/{issued:,} samples")
+        what = f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {share:4.0%} {done:,}/{issued:,} samples"
+        end = [f"ETA {format_duration((issued - done) / rate)}"] if done and issued > done else []
     else:
-        parts.append(f"{done:,} samples done, {issued - done:,} in flight")
-    parts.append(f"{rate:,.1f} samples/s")
-    parts.append(f"elapsed {format_duration(elapsed)}")
-    if shape.scenario == "Offline":
-        if done and issued > done:
-            parts.append(f"ETA {format_duration((issued - done) / rate)}")
-    else:
-        left = shape.min_duration_s - elapsed
-        parts.append(f"min duration left {format_duration(left)}" if left > 0 else "min duration met")
+        what = f"{done:,} samples done, {issued - done:,} in flight"
+        end = [f"min duration left {format_duration(left)}" if left > 0 else "min duration met"]
+    parts = [f"{PREFIX}{shape.scenario}", what, f"{rate:,.1f} samples/s", f"elapsed {format_duration(elapsed)}", *end]
     if shape.latency_bound_s is not None:
         parts.append(f"{int(counters['late']):,} late (> {shape.latency_bound_s:g} s)")
     return ", ".join(parts)
@@ -88,8 +83,7 @@ class ProgressReporter:
     """A thread that prints ``progress_line`` every ``period_s`` while the ``with`` block runs (a test)."""
 
     def __init__(self, read: Read, shape: ProgressShape, period_s: float = PERIOD_S, out: TextIO | None = None) -> None:
-        self._read, self._shape = read, shape
-        self._out = out or sys.stdout
+        self._read, self._shape, self._out = read, shape, out or sys.stdout
         # Progress never stops a test: a failed read ends the lines, and the last one says why.
         self._periodic = Periodic(self._print_line, period_s, "progress", on_error=self._stopped)
 

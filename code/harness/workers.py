@@ -1,24 +1,17 @@
 """Worker processes: one per device, each running that device's backend, fed by the C++ core over sockets.
 
-A run on several devices keeps LoadGen, the queue and the dispatch in one process (the LoadGen process: LoadGen's
-settings and logs are per process) and runs each device's backend in a process of its own, so that no two GPUs
-share one Python interpreter (documentation/multi_gpu.md says why). The core talks to a worker through connected
-stream sockets (socketpairs the LoadGen process makes); the message format is the core's (worker_channel.h), whose
-numbers ``core.worker_messages`` exports, and this module is its Python end:
-
-- ``WorkerPool`` (LoadGen process): starts the workers, waits until every one reports ready or names the failure
-  of one, hands their connections to the core for the test (``connections``), then ends them and collects each
-  one's statistics (``finish``). Leaving its ``with`` block stops whatever still runs.
-- ``serve`` (worker process): reports ready, then answers the core's batches, one connection per batcher thread of
-  the device, or runs the continuous engine against a ``RemoteSession``, until the LoadGen process says the test is
-  over; then sends its statistics.
-
-A worker dies with the LoadGen process (``supervision.die_with_parent``) and sits in its process group, so Ctrl-C,
-SIGTERM or SIGKILL of the run leaves no worker behind.
+LoadGen, the queue and the dispatch stay in one process (LoadGen's settings and logs are per process); each
+device's backend runs in a process of its own, so no two GPUs share one Python interpreter
+(documentation/multi_gpu.md). The core talks to a worker over connected stream sockets in its own message format
+(worker_channel.h, whose numbers ``core.worker_messages`` exports); this module is the Python end: ``WorkerPool``
+in the LoadGen process (start, wait ready, hand the sockets to the core, collect statistics, stop), ``serve`` in
+the worker. A worker dies with the LoadGen process (``supervision.die_with_parent``) and sits in its process
+group, so Ctrl-C, SIGTERM or SIGKILL of the run leaves no worker behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -42,27 +35,11 @@ from code.common.supervision import how_it_ended, start_child
 HEADER = struct.Struct("<IIQQ")  # type, reserved, count, payload bytes (worker_channel.h's MessageHeader)
 TIMEOUT = struct.Struct("<d")
 MAX_PIECES = 256
-# How long ``finish`` waits for the workers' statistics and exits after the test before it stops them.
-FINISH_TIMEOUT_S = 60.0
-# How long stopped workers may take to exit after SIGTERM before they get SIGKILL.
-STOP_GRACE_S = 5.0
+FINISH_TIMEOUT_S = 60.0  # how long ``finish`` waits for the workers' statistics and exits before it stops them
+STOP_GRACE_S = 5.0  # how long stopped workers may take to exit after SIGTERM before they get SIGKILL
 
-
-class Message(IntEnum):
-    """The core's message numbers (worker_channel.h); tests check them against ``core.worker_messages``."""
-
-    BATCH = 1
-    RESPONSES = 2
-    ERROR = 3
-    TAKE = 4
-    TAKEN = 5
-    CLOSED = 6
-    COMPLETE = 7
-    DONE = 8
-    READY = 9
-    END = 10
-    STATS = 11
-    HELLO = 12
+# The core's message numbers, 1 to 12 in this order (worker_channel.h); tests check them against the core's.
+Message = IntEnum("Message", "BATCH RESPONSES ERROR TAKE TAKEN CLOSED COMPLETE DONE READY END STATS HELLO")
 
 
 class ConnectionClosed(ConnectionError):
@@ -78,8 +55,7 @@ class TestEnded(Exception):
 
 
 def byte_view(piece: bytes | bytearray | memoryview | np.ndarray) -> memoryview:
-    """The raw bytes of a payload piece, without a copy where the piece is contiguous already (an array of any
-    shape, an empty one too)."""
+    """The raw bytes of a payload piece, copied only where the piece is not contiguous."""
     if isinstance(piece, np.ndarray):
         return memoryview(np.ascontiguousarray(piece).reshape(-1).view(np.uint8))
     return memoryview(piece).cast("B")
@@ -119,9 +95,8 @@ def _receive_exactly(sock: socket.socket, size: int) -> bytearray:
 
 
 def responses_payload(result: Any, batch_size: int) -> list[np.ndarray]:
-    """A runner's answer to a batch as the payload of a RESPONSES message: uint64 sizes, then each response's
-    bytes. Accepts what the core accepts of an in-process runner (core.BatchRunner): one array per sample, or one
-    array whose first dimension is the batch."""
+    """A runner's answer as a RESPONSES payload (uint64 sizes, then each response's bytes); it accepts, and refuses
+    in the same words, what the core does of an in-process runner (core.BatchRunner)."""
     if isinstance(result, np.ndarray):
         if result.ndim == 0 or result.shape[0] != batch_size:
             raise ValueError(f"run_batch returned one array of shape {result.shape} for a batch of {batch_size} "
@@ -134,12 +109,11 @@ def responses_payload(result: Any, batch_size: int) -> list[np.ndarray]:
                          f"first dimension is the batch, not {type(result).__name__}")
     if len(result) != batch_size:
         raise ValueError(f"run_batch returned {len(result)} responses for a batch of {batch_size} samples")
-    arrays = []
     for position, item in enumerate(result):
         if not isinstance(item, np.ndarray):
             raise ValueError(f"run_batch returned an item that is not a numpy array at position {position} "
                              f"(type {type(item).__name__})")
-        arrays.append(np.ascontiguousarray(item))
+    arrays = [np.ascontiguousarray(item) for item in result]
     return [np.array([array.nbytes for array in arrays], dtype=np.uint64), *arrays]
 
 
@@ -158,8 +132,7 @@ class WorkerPlan:
 
 @dataclass
 class WorkerSockets:
-    """What the core is handed for one device (``core.WorkerConnections``): the worker's sockets (``worker_fds``)
-    and its kind."""
+    """What the core is handed for one device (``core.WorkerConnections``)."""
 
     worker_fds: list[int]
     continuous: bool
@@ -175,17 +148,11 @@ class _Worker:
 
 class WorkerPool:
     """The workers of one test, started by ``__enter__`` and stopped (whatever still runs) by ``__exit__``.
-
-    ``command`` starts one worker; it gets ``--device``, ``--fds`` and ``--cpus`` appended. ``connections``: sockets
-    per worker, one per batcher thread of the device (a continuous engine uses the first).
-    """
+    ``command`` starts one worker, ``--device``, ``--fds`` and ``--cpus`` appended; ``connections``: sockets per
+    worker, one per batcher thread of the device (a continuous engine uses the first)."""
 
     def __init__(self, command: list[str], plans: list[WorkerPlan], connections: int,
                  env: dict[str, str] | None = None) -> None:
-        if not plans:
-            raise ValueError("a pool runs one worker at least")
-        if connections < 1:
-            raise ValueError(f"connections must be >= 1, not {connections}")
         self.command, self.plans, self.connections = command, plans, connections
         self.env = dict(os.environ if env is None else env)
         self.workers: list[_Worker] = []
@@ -203,8 +170,7 @@ class WorkerPool:
         self.stop()
 
     def _start(self, plan: WorkerPlan) -> _Worker:
-        pairs = [socket.socketpair() for _ in range(self.connections)]
-        ours, theirs = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+        ours, theirs = zip(*(socket.socketpair() for _ in range(self.connections)), strict=True)
         fds = [end.fileno() for end in theirs]
         env = {**self.env, "CUDA_VISIBLE_DEVICES": plan.cuda_visible_devices}
         command = [*self.command, f"--device={plan.device}", f"--fds={','.join(map(str, fds))}",
@@ -218,13 +184,12 @@ class WorkerPool:
         finally:
             for end in theirs:
                 end.close()
-        return _Worker(plan, process, ours)
+        return _Worker(plan, process, list(ours))
 
     def wait_ready(self, timeout_s: float | None = None) -> list[dict[str, Any]]:
-        """Block until every worker reports ready; returns what each said (device, placement, load time). A worker
-        that reports an error, or ends first, or is not ready within ``timeout_s`` (None: no limit, for local
-        workers, whose death the kernel reports at once), stops every worker and raises ``WorkerStartError`` naming
-        its device and what it said."""
+        """What each worker said ready (device, placement, load time). A worker that reports an error, ends first
+        or is late (``timeout_s``; None for local workers, whose death the kernel reports at once) stops them all
+        with ``WorkerStartError`` naming its device."""
         waiting = {worker.sockets[0]: worker for worker in self.workers}
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with selectors.DefaultSelector() as selector:
@@ -248,10 +213,7 @@ class WorkerPool:
         try:
             message, _, payload = receive(worker.sockets[0])
         except ConnectionClosed:
-            try:
-                worker.process.wait(timeout=10.0)
-            except subprocess.TimeoutExpired:
-                pass  # it closed its end and lives on: stop() ends it
+            _ended(worker.process, 10.0)  # one that closed its end and lives on is ended by stop()
             raise self._start_failed(worker, f"its process ended ({exit_status(worker.process)}) before it was "
                                      "ready") from None
         if message is Message.ERROR:
@@ -270,21 +232,15 @@ class WorkerPool:
                               continuous) for worker in self.workers]
 
     def finish(self, timeout_s: float = FINISH_TIMEOUT_S) -> list[dict[str, Any]]:
-        """After the test: tell each worker it is over, collect its statistics and wait for it to exit. A worker
-        that is gone or silent gets ``{"error": ...}`` in its place."""
-        for worker in self.workers:
-            for sock in worker.sockets:
-                try:
-                    send(sock, Message.END)
-                except OSError:
-                    pass  # gone: its exit status says why
+        """After the test: END to each worker, then its statistics (``{"error": ...}`` when gone or silent), then
+        its exit."""
+        for sock in (sock for worker in self.workers for sock in worker.sockets):
+            with contextlib.suppress(OSError):  # gone: its exit status says why
+                send(sock, Message.END)
         deadline = time.monotonic() + timeout_s  # one for all: the workers finish side by side
         results = [self._stats(worker, deadline) for worker in self.workers]
         for worker in self.workers:
-            try:
-                worker.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass  # stop() ends it
+            _ended(worker.process, max(0.1, deadline - time.monotonic()))  # stop() ends one that is not
         return results
 
     def _stats(self, worker: _Worker, deadline: float) -> dict[str, Any]:
@@ -303,17 +259,12 @@ class WorkerPool:
             sock.settimeout(None)
 
     def exit_notes(self, grace_s: float = 2.0) -> list[str]:
-        """One line for each worker that has ended badly (an exit status other than 0, or a signal); a worker that
-        just failed may still be on its way out, so all of them get ``grace_s`` together to end."""
+        """One line per worker that ended badly; all get ``grace_s`` together to end (one that just failed may be on
+        its way out)."""
         notes = []
         deadline = time.monotonic() + grace_s
         for worker in self.workers:
-            if worker.process.poll() is None:
-                try:
-                    worker.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    continue
-            if worker.process.returncode != 0:
+            if _ended(worker.process, deadline - time.monotonic()) and worker.process.returncode != 0:
                 notes.append(f"the worker of {worker.plan.device} (pid {worker.process.pid}) "
                              f"{exit_status(worker.process)}")
         return notes
@@ -325,30 +276,33 @@ class WorkerPool:
                 worker.process.terminate()
         deadline = time.monotonic() + STOP_GRACE_S
         for worker in self.workers:
-            try:
-                worker.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            if not _ended(worker.process, deadline - time.monotonic()):
                 worker.process.kill()
                 worker.process.wait()
             for sock in worker.sockets:
                 sock.close()
 
 
+def _ended(process: subprocess.Popen, timeout_s: float) -> bool:
+    """Whether the process has ended, waiting up to ``timeout_s`` for it."""
+    try:
+        process.wait(timeout=max(0.0, timeout_s))
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
 def exit_status(process: subprocess.Popen) -> str:
-    """How a process ended, in words: "exited with status 1", "was killed by SIGKILL"; a process on another node
-    may say itself how it ended (``why``: "its node left the cluster")."""
-    why = getattr(process, "why", "")
-    if why:
-        return why
-    if process.returncode is None:
-        return "is still running"
-    return how_it_ended(process.returncode)
+    """How a process ended, in words; a Ray task says itself (``why``: "its node left the cluster")."""
+    if getattr(process, "why", ""):
+        return process.why  # type: ignore[attr-defined]
+    return "is still running" if process.returncode is None else how_it_ended(process.returncode)
 
 
 # -- the worker's side ---------------------------------------------------------------------------------------------
 class CpuWindow:
-    """The worker's CPU seconds (every thread's) and wall seconds from its first piece of work to the test's end:
-    the host CPU one device costs, for metadata.json."""
+    """The worker's CPU and wall seconds from its first piece of work to the test's end: the host CPU one device
+    costs, for metadata.json."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -366,15 +320,13 @@ class CpuWindow:
 
 
 def cpu_figures(cpu_s: float, wall_s: float) -> dict[str, float]:
-    """A process's host cost as metadata.json records it: CPU seconds (all threads), wall seconds, and their ratio
-    (CPU seconds per second)."""
+    """A process's host cost as metadata.json records it: CPU seconds, wall seconds, CPU seconds per second."""
     return {"cpu_s": round(cpu_s, 3), "wall_s": round(wall_s, 3),
             "cpu_per_s": round(cpu_s / wall_s, 4) if wall_s else 0.0}
 
 
 class RemoteSession:
-    """The core's ``ContinuousSession`` across the socket, for an engine in a worker: the same take, complete and
-    in_flight. The core checks the ids (taken, not yet completed) and ends the test on a wrong one."""
+    """The core's ``ContinuousSession`` across the socket, for an engine in a worker (the core checks the ids)."""
 
     def __init__(self, sock: socket.socket, window: CpuWindow) -> None:
         self.sock, self.window = sock, window
@@ -412,8 +364,8 @@ class RemoteSession:
 
 
 def serve(sockets: list[socket.socket], runner: Any, ready: dict[str, Any]) -> None:
-    """Worker side, once the runner is built: say ready, serve the test, then send the statistics (the runner's
-    own ``stats()`` if it has one, and the host CPU the worker used)."""
+    """Worker side, once the runner is built: say ready, serve the test, then send the statistics (the host CPU used,
+    and the runner's own ``stats()`` if it has one)."""
     from code.harness.core import is_continuous
 
     window = CpuWindow()
@@ -437,10 +389,8 @@ def serve(sockets: list[socket.socket], runner: Any, ready: dict[str, Any]) -> N
 
 
 def connect(address: tuple[str, int], count: int, hello: dict[str, Any], timeout_s: float) -> list[socket.socket]:
-    """Worker side, on a node other than the LoadGen process's: ``count`` TCP connections to the LoadGen process's
-    listening socket, each opened by a HELLO (``hello`` and the connection's ``index``), after which it carries the
-    same frames a socketpair does. No Nagle delay (a batch is one small message each way); keepalive probes, so a
-    LoadGen node that vanishes without closing ends the worker instead of leaving it waiting."""
+    """Worker side, on another node: ``count`` TCP connections to the LoadGen process, each opened by a HELLO
+    (``hello`` and the connection's ``index``), then carrying the same frames a socketpair does."""
     sockets = []
     for index in range(count):
         sock = socket.create_connection(address, timeout=timeout_s)
@@ -475,16 +425,13 @@ def _error_text(where: str) -> bytes:
 def _hang_up(sock: socket.socket) -> None:
     """End the connection, so the core sees an end of file at once instead of waiting for an answer that will
     not come (a thread of a living worker that ended unexpectedly)."""
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 def _serve_batches(sock: socket.socket, runner: Any, window: CpuWindow, where: str) -> None:
-    """One connection: answer each batch until the LoadGen process says the test is over (or goes away). Every
-    batch gets an answer or an error; a thread that ends any other way hangs up, so the core is never left
-    waiting."""
+    """One connection: every batch gets an answer or an error until END (or the LoadGen process goes away); a
+    thread that ends any other way hangs up, so the core is never left waiting."""
     try:
         while True:
             try:
@@ -510,9 +457,8 @@ def _serve_batches(sock: socket.socket, runner: Any, window: CpuWindow, where: s
 
 
 def _serve_engine(sock: socket.socket, runner: Any, window: CpuWindow, where: str) -> None:
-    """The continuous engine pulls and completes samples through a ``RemoteSession`` until the test is over, then
-    waits for the LoadGen process's END (unless that came already). Anything unexpected hangs up (see
-    ``_serve_batches``)."""
+    """The continuous engine runs against a ``RemoteSession``, then the worker waits for END (unless that came
+    already); anything unexpected hangs up, as in ``_serve_batches``."""
     try:
         try:
             runner.run_continuous(RemoteSession(sock, window))

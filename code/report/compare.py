@@ -9,13 +9,11 @@ faster; for SingleStream's latency in ms, slower).
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
 from code.common import atomic
-from code.report.results import Result, ResultsError, format_figure, format_table, run_results, shown_path
+from code.report.results import Result, ResultsError, csv_text, format_figure, format_table, run_results, shown_path
 
 COMPARE_CSV = "results_compare.csv"
 CSV_COLUMNS = ("system", "benchmark", "scenario", "gpus", "test", "model", "unit", "figure_a", "figure_b",
@@ -38,11 +36,12 @@ class Comparison:
     @property
     def ratio(self) -> float | None:
         """b's figure over a's; None without both figures, in one unit, a's non-zero."""
-        if self.a is None or self.b is None or self.a.unit != self.b.unit:
-            return None
-        if self.a.figure is None or self.b.figure is None or self.a.figure == 0:
-            return None
-        return self.b.figure / self.a.figure
+        if self.a and self.b and self.a.unit == self.b.unit and self.a.figure and self.b.figure is not None:
+            return self.b.figure / self.a.figure
+        return None
+
+    def verdicts(self, missing: str) -> tuple[str, str]:
+        return tuple(side.verdict if side else missing for side in (self.a, self.b))  # type: ignore[return-value]
 
 
 def resolve_run(name: str, logs_dir: Path) -> Path:
@@ -65,9 +64,7 @@ def parse_pair(text: str, logs_dir: Path) -> tuple[Path, Path]:
 
 def newest_by_key(run_folder: Path) -> dict[tuple[str, str, str, int, str, str], Result]:
     """A run's results by key; where a key repeats, the test that started last."""
-    chosen: dict[tuple[str, str, str, int, str, str], Result] = {}
-    for result in sorted(run_results(run_folder), key=lambda r: (r.started, str(r.folder))):
-        chosen[result.key] = result
+    chosen = run_results(run_folder)
     if not chosen:
         raise ResultsError(f"{run_folder} holds no finished test (no <system>/<benchmark>/<Scenario>/metadata.json "
                            "of a test that ended): compare two folders of runs that finished")
@@ -80,30 +77,21 @@ def compare_runs(run_a: Path, run_b: Path) -> list[Comparison]:
     return [Comparison(key, a.get(key), b.get(key)) for key in sorted(set(a) | set(b))]
 
 
-def format_ratio(ratio: float | None) -> str:
-    return "-" if ratio is None else f"{ratio:.3f}"
-
-
 def comparison_table(run_a: Path, run_b: Path, rows: list[Comparison]) -> str:
     headers = ("system", "benchmark", "model", "scenario", "GPUs", "test", "a", "b", "unit", "b / a", "verdict a",
                "verdict b")
     cells = [(system, benchmark, model, scenario, str(gpus), test,
               format_figure(row.a.figure if row.a else None), format_figure(row.b.figure if row.b else None),
-              row.unit, format_ratio(row.ratio), row.a.verdict if row.a else "-", row.b.verdict if row.b else "-")
+              row.unit, "-" if row.ratio is None else f"{row.ratio:.3f}", *row.verdicts("-"))
              for row in rows for system, benchmark, scenario, gpus, test, model in [row.key]]
     return "\n".join([f"a: {shown_path(run_a)}", f"b: {shown_path(run_b)}",
                       format_table(headers, cells, right={4, 6, 7, 9})])
 
 
 def comparison_csv(rows: list[Comparison]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for row in rows:
-        figures = [side.figure if side is not None and side.figure is not None else "" for side in (row.a, row.b)]
-        writer.writerow((*row.key, row.unit, *figures, "" if row.ratio is None else row.ratio,
-                         row.a.verdict if row.a else "", row.b.verdict if row.b else ""))
-    return buffer.getvalue()
+    return csv_text(CSV_COLUMNS, [
+        (*row.key, row.unit, *("" if side is None or side.figure is None else side.figure for side in (row.a, row.b)),
+         "" if row.ratio is None else row.ratio, *row.verdicts("")) for row in rows])
 
 
 def write_comparison(run_a: Path, run_b: Path, csv_path: Path) -> str:

@@ -16,14 +16,14 @@ import io
 import re
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
 from code.common import atomic
 from code.common.constants import TestMode
 from code.common.paths import REPO_ROOT
 from code.common.systems import gpu_model_and_count
-from code.report.results import started
+from code.report.results import csv_text, started
 from code.submission.runs import TestRun, find_tests
 
 RECORDS = REPO_ROOT / "documentation" / "figures" / "current.csv"
@@ -108,11 +108,7 @@ def read_rows(path: Path = RECORDS) -> list[Row]:
 
 
 def write_rows(rows: list[Row], path: Path = RECORDS) -> None:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(asdict(row) for row in ordered(rows))
-    atomic.write_text(path, buffer.getvalue())
+    atomic.write_text(path, csv_text(COLUMNS, (astuple(row) for row in ordered(rows))))
 
 
 def ordered(rows: list[Row]) -> list[Row]:
@@ -121,11 +117,8 @@ def ordered(rows: list[Row]) -> list[Row]:
     devices: dict[str, int] = {}
     for row in rows:
         devices.setdefault(row.device, len(devices))
-    return sorted(rows, key=lambda r: (devices[r.device], r.benchmark, _scenario_rank(r.scenario), r.gpus))
-
-
-def _scenario_rank(scenario: str) -> int:
-    return SCENARIOS.index(scenario) if scenario in SCENARIOS else len(SCENARIOS)
+    rank = {scenario: index for index, scenario in enumerate(SCENARIOS)}
+    return sorted(rows, key=lambda r: (devices[r.device], r.benchmark, rank.get(r.scenario, len(rank)), r.gpus))
 
 
 def journal_ids(journal: Path = JOURNAL) -> dict[str, Path]:
@@ -162,15 +155,6 @@ def render(page: str, rows: list[Row], ids: dict[str, Path]) -> str:
             from None
     end = next((i for i in range(first, len(lines)) if not lines[i].startswith("|")), len(lines))
     return "\n".join([*lines[:first], table(rows, ids), *lines[end:]])
-
-
-def write_page(rows: list[Row], page: Path = PAGE, journal: Path = JOURNAL) -> bool:
-    """Write the table into the page; whether it changed."""
-    before = page.read_text(encoding="utf-8")
-    after = render(before, rows, journal_ids(journal))
-    if after != before:
-        atomic.write_text(page, after)
-    return after != before
 
 
 def add_run(rows: list[Row], run_folder: Path, measurement: str, command: str | None = None,
@@ -263,15 +247,17 @@ def main(argv: list[str] | None = None) -> int:
             write_rows(rows, args.records)
             print("\n".join(f"[figures] {row.benchmark} {row.scenario}, {row.device} x{row.gpus}: {row.cell()} "
                             f"{row.unit} {row.verdict}" for row in new))
-        if args.check:
-            page = args.page.read_text(encoding="utf-8")
-            if render(page, rows, journal_ids(args.journal)) != page:
-                print(f"ERROR: the Current figures table of {args.page} differs from {args.records}: run make "
-                      "figures and commit both", file=sys.stderr)
-                return 1
-            return 0
-        changed = write_page(rows, args.page, args.journal)
-        print(f"[figures] {args.page}: {'table written' if changed else 'table unchanged'} ({len(rows)} rows)")
+        page = args.page.read_text(encoding="utf-8")
+        rendered = render(page, rows, journal_ids(args.journal))
+        if args.check and rendered != page:
+            print(f"ERROR: the Current figures table of {args.page} differs from {args.records}: run make "
+                  "figures and commit both", file=sys.stderr)
+            return 1
+        if not args.check:
+            if rendered != page:
+                atomic.write_text(args.page, rendered)
+            print(f"[figures] {args.page}: {'table written' if rendered != page else 'table unchanged'} "
+                  f"({len(rows)} rows)")
     except FiguresError as error:
         print(f"ERROR: {error}", file=sys.stderr)
         return 2

@@ -18,18 +18,16 @@ from code.harness.core import SampleTimes
 PERCENTILES = (50.0, 90.0, 99.0)
 TIME_BINS = 60  # throughput and latency over a test's time: at most this many bins
 HIST_BINS = 60  # latency and batch-size histograms: at most this many bins
+# A bin holds this many samples on average at least: a run of a few samples gets a few wide bars, not 60 bins
+# that are nearly all empty.
 SAMPLES_PER_BIN = 4
-"""A bin holds this many samples on average at least: a run of a few samples gets a few wide bars, not 60 bins
-that are nearly all empty."""
+# Scatter and CDF plots draw at most this many points (evenly spaced in completion order): a long run's millions
+# of samples would make a file of megabytes that draws no better.
 MAX_POINTS = 20_000
-"""Scatter and CDF plots draw at most this many points (evenly spaced in completion order): a long run's millions
-of samples would make a file of megabytes that draws no better."""
-FEW_POINTS = 200
-"""Up to this many points, scatter markers are drawn large enough to see one by one."""
+FEW_POINTS = 200  # up to this many points, scatter markers are drawn large enough to see one by one
 
 
 def bin_count(samples: int, most: int) -> int:
-    """Bins for a histogram of ``samples`` values: one per ``SAMPLES_PER_BIN`` samples, between 1 and ``most``."""
     return max(1, min(most, samples // SAMPLES_PER_BIN))
 
 
@@ -75,15 +73,10 @@ def sample_stats(times: SampleTimes) -> SampleStats:
     latency = latencies_ms(times)
     duration = float(times.completed_s.max() - times.issued_s.min())
     batches = batch_sizes(times)
-    return SampleStats(
-        samples=count,
-        duration_s=duration,
-        samples_per_s=count / duration if duration > 0 else 0.0,
-        mean_ms=float(latency.mean()),
-        percentiles_ms={p: float(np.percentile(latency, p)) for p in PERCENTILES},
-        batches=len(batches),
-        mean_batch=float(batches.mean()),
-    )
+    return SampleStats(samples=count, duration_s=duration, samples_per_s=count / duration if duration > 0 else 0.0,
+                       mean_ms=float(latency.mean()),
+                       percentiles_ms={p: float(np.percentile(latency, p)) for p in PERCENTILES},
+                       batches=len(batches), mean_batch=float(batches.mean()))
 
 
 def _pyplot():  # noqa: ANN202 - matplotlib.pyplot, imported only when a report is drawn
@@ -119,6 +112,10 @@ def draw_latency(times: SampleTimes, stats: SampleStats, bound_ms: float | None,
              marker="o" if len(kept) <= FEW_POINTS else None, markersize=4)
     cdf.set(xlabel="latency (ms)", ylabel="share of samples", title="latency CDF", ylim=(0, 1.01))
     _mark_percentiles(cdf, stats, bound_ms)
+    return _save(plt, figure, title, path)
+
+
+def _save(plt, figure, title: str, path: Path) -> Path:  # noqa: ANN001 - pyplot and its Figure
     figure.suptitle(title)
     figure.tight_layout()
     figure.savefig(path, dpi=90)
@@ -163,8 +160,4 @@ def draw_timeline(times: SampleTimes, scenario: str, bound_ms: float | None, tit
             lengths.set(xlabel="completion time (s)", ylabel="input length (tokens)", title="input lengths run")
         else:
             lengths.set_axis_off()
-    figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
-    return path
+    return _save(plt, figure, title, path)

@@ -72,8 +72,7 @@ def write_test_report(folder: Path, draw: bool = True) -> TestReport:
     lines = [f"# {title}", "", f"- verdict: **{verdict}**" + (f" ({'; '.join(reasons)})" if reasons else ""),
              f"- {_figure(result)}"]
     lines += [f"- {note}" for note in figure_notes(record, host=True)]
-    not_submittable = result.get("not_submittable") or []
-    if not_submittable:
+    if not_submittable := result.get("not_submittable"):
         lines.append(f"- not submittable: {'; '.join(not_submittable)}")
     provenance = record.provenance
     lines += [f"- model: {provenance.get('model', '?')}; inputs: {provenance.get('inputs', '?')}",
@@ -123,12 +122,10 @@ def _device_table(rows: list[dict[str, Any]]) -> list[str]:
     if len(rows) < 2:
         return []
     tokens = all("input_tokens" in row for row in rows)
-    table = ["", "| device | samples | samples/s | share |" + (" input tokens |" if tokens else ""),
-             "| --- | --- | --- | --- |" + (" --- |" if tokens else "")]
-    for row in rows:
-        table.append(f"| {row['device']} | {row['samples']:,} | {row['samples_per_s']:,.2f} | {row['share']:.1%} |"
-                     + (f" {row['input_tokens']:,} |" if tokens else ""))
-    return table
+    return ["", "| device | samples | samples/s | share |" + (" input tokens |" if tokens else ""),
+            "| --- | --- | --- | --- |" + (" --- |" if tokens else ""),
+            *(f"| {row['device']} | {row['samples']:,} | {row['samples_per_s']:,.2f} | {row['share']:.1%} |"
+              + (f" {row['input_tokens']:,} |" if tokens else "") for row in rows)]
 
 
 def _power_table(power: dict[str, Any] | None) -> list[str]:

@@ -1,15 +1,12 @@
 """The results of every run at a glance (``make results``): the newest result per system, benchmark, scenario, GPU
 count, test and model, as a table and a CSV file (the command: code/report/make_results.py).
 
-A result is what a finished test recorded in its ``metadata.json`` (code/mlperf/run_logs.py): the figure, its unit,
-the verdict and, where its GPU power was read, samples per joule; the model it is from and the caveats that keep it
-from being a full run of that model on real inputs (synthetic, small model, shortened, a stand-in:
-``RunRecord.caveats``); and a performance figure beside the best published one per GPU of its GPU model
-(code/mlperf/beside_published.py). Only a run's own tests count, the folders
-``<run>/<system>/<bench>/<Scenario>/`` (with ``accuracy/`` and ``performance/run_1/`` for a SubmissionRun); the
-steps inside a run that lead to them (a ``--test_run``'s probe, ``--find_performance``'s tries, an engine the
-accuracy gate moved aside) sit deeper and are left out. A test is dated by when it started (its ``test_spec.json``).
-The logs are only read, never written.
+A result is what a finished test recorded in its ``metadata.json``: the figure, unit, verdict and samples per
+joule; the model and the caveats that keep it from being a full run of that model on real inputs
+(``RunRecord.caveats``); and a performance figure beside the best published one per GPU of its GPU model
+(code/mlperf/beside_published.py). Only a run's own tests count, never the steps that led to them (probes, tries,
+engines the accuracy gate moved aside: ``run_test_parts``). A test is dated by when it started (its
+``test_spec.json``). The logs are only read, never written.
 """
 
 from __future__ import annotations
@@ -18,6 +15,7 @@ import csv
 import io
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,14 +60,15 @@ class Result:
         part of it: a quick run of a small model does not hide the last figure of the MLPerf model."""
         return self.system, self.benchmark, self.scenario, self.gpus, self.test, self.model
 
-    @property
-    def date(self) -> str:
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
+
+def run_results(run_folder: Path) -> dict[tuple[str, str, str, int, str, str], Result]:
+    """The newest finished test per key of one run folder (none of its probes, tries or set-aside engines)."""
+    return newest(map(_result, find_tests([run_folder]).tests))
 
 
-def run_results(run_folder: Path) -> list[Result]:
-    """The finished tests of one run folder (none of its probes, tries or set-aside engines)."""
-    return [_result(test) for test in find_tests([run_folder]).tests]
+def newest(results: Iterable[Result]) -> dict[tuple[str, str, str, int, str, str], Result]:
+    """The results by key; where a key repeats, the test that started last."""
+    return {result.key: result for result in sorted(results, key=lambda r: (r.started, str(r.folder)))}
 
 
 @dataclass
@@ -86,9 +85,7 @@ def newest_results(logs_dir: Path) -> Newest:
     """Per system, benchmark, scenario, GPU count and test, the newest finished test under ``logs_dir``, sorted by
     that key; and the tests that did not finish or cannot be read."""
     found = find_tests(run_folders(logs_dir))
-    chosen: dict[tuple[str, str, str, int, str, str], Result] = {}
-    for result in sorted(map(_result, found.tests), key=lambda r: (r.started, str(r.folder))):
-        chosen[result.key] = result
+    chosen = newest(map(_result, found.tests))
     return Newest([chosen[key] for key in sorted(chosen)], len(found.unfinished), found.unreadable)
 
 
@@ -145,44 +142,43 @@ def results_table(results: list[Result]) -> str:
                *(("samples/J",) if joules else ()), "caveats", "vs best published", "verdict", "date", "log folder")
     rows = [(r.system, r.benchmark, r.model, r.scenario, str(r.gpus), r.test, r.metric, format_figure(r.figure),
              r.unit, *((format_figure(r.samples_per_joule),) if joules else ()), ", ".join(r.caveats) or "-",
-             r.published.cell() if r.published else "-", r.verdict, r.date, shown_path(r.folder)) for r in results]
+             r.published.cell() if r.published else "-", r.verdict,
+             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started)), shown_path(r.folder)) for r in results]
     return format_table(headers, rows, right={4, 7, 9} if joules else {4, 7})
 
 
 def results_csv(results: list[Result]) -> str:
     """The table as CSV: figures in full, dates in ISO 8601, log folders absolute."""
+    return csv_text(CSV_COLUMNS, [
+        (r.system, r.benchmark, r.scenario, r.gpus, r.test, r.metric, "" if r.figure is None else r.figure, r.unit,
+         "" if r.samples_per_joule is None else r.samples_per_joule, r.verdict,
+         time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(r.started)), r.folder.resolve(), r.model,
+         "; ".join(r.caveats),
+         *(("", "", "", "") if r.published is None else
+           (r.published.best.per_gpu, "" if r.published.not_comparable else round(r.published.ratio, 4),
+            r.published.best.describe(), r.published.best.source_url))) for r in results])
+
+
+def csv_text(columns: tuple[str, ...], rows: Iterable[Iterable[object]]) -> str:
+    """A header and rows as CSV text, lines ending in a bare newline."""
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for r in results:
-        beside = r.published
-        writer.writerow((r.system, r.benchmark, r.scenario, r.gpus, r.test, r.metric,
-                         "" if r.figure is None else r.figure,
-                         r.unit, "" if r.samples_per_joule is None else r.samples_per_joule, r.verdict,
-                         time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(r.started)), r.folder.resolve(),
-                         r.model, "; ".join(r.caveats),
-                         *(("", "", "", "") if beside is None else
-                           (beside.best.per_gpu, "" if beside.not_comparable else round(beside.ratio, 4),
-                            beside.best.describe(), beside.best.source_url))))
+    csv.writer(buffer, lineterminator="\n").writerows([columns, *rows])
     return buffer.getvalue()
 
 
 def write_results(logs_dir: Path, csv_path: Path) -> str:
     """Write the CSV of the newest results (a header alone when there is none) and return what the terminal shows:
     the table, or the command that makes a first result, and the CSV's path."""
-    newest = newest_results(logs_dir)
+    found = newest_results(logs_dir)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(csv_path, results_csv(newest.results))
-    if not newest.results:
-        lines = [f"no finished test under {logs_dir}: run one first, e.g. "
-                 'make run RUN_ARGS="--benchmarks=bert --scenarios=offline --test_run"']
-    else:
-        lines = [results_table(newest.results)]
-    if newest.unfinished:
-        lines.append(f"not shown: {newest.unfinished} test(s) that did not finish (FAILED or stopped: no figure; "
+    atomic.write_text(csv_path, results_csv(found.results))
+    lines = [results_table(found.results) if found.results else f"no finished test under {logs_dir}: run one first, "
+             'e.g. make run RUN_ARGS="--benchmarks=bert --scenarios=offline --test_run"']
+    if found.unfinished:
+        lines.append(f"not shown: {found.unfinished} test(s) that did not finish (FAILED or stopped: no figure; "
                      "each run's summary.txt says why)")
-    if newest.unreadable:
-        lines.append(f"not shown: {len(newest.unreadable)} test(s) whose metadata.json cannot be read (cut short "
+    if found.unreadable:
+        lines.append(f"not shown: {len(found.unreadable)} test(s) whose metadata.json cannot be read (cut short "
                      "or edited; a row above may be older than such a test):")
-        lines += [f"  {shown_path(folder)}: {why}" for folder, why in newest.unreadable.items()]
+        lines += [f"  {shown_path(folder)}: {why}" for folder, why in found.unreadable.items()]
     return "\n".join([*lines, f"CSV: {csv_path}"])

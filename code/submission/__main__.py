@@ -5,6 +5,7 @@ found errors, a tool failed or the disk is full (one line each), 2 bad input (na
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 import textwrap
 from pathlib import Path
@@ -19,13 +20,12 @@ from code.submission.tools import ToolsError
 
 # The CSV columns that say what a result is; the checker writes 28.
 CSV_COLUMNS = ("SystemName", "Model", "Scenario", "Result", "Units", "Accuracy", "compliance", "errors")
-MESSAGE_WIDTH = 100
-"""Columns of a refusal's lines: one problem can name a dozen reasons and a folder, read in a terminal."""
+MESSAGE_WIDTH = 100  # a refusal's lines: one problem can name a dozen reasons and a folder, read in a terminal
 
 
 def wrapped(text: str, first: str, rest: str) -> str:
-    """``text`` in lines of at most ``MESSAGE_WIDTH`` columns (a word or path longer than that stays whole, so it
-    can be copied), the first line starting with ``first``, the others with ``rest``."""
+    """``text`` in lines of at most ``MESSAGE_WIDTH`` columns, a word or path longer than that whole (so it can be
+    copied), the first line starting with ``first``, the others with ``rest``."""
     return "\n".join(textwrap.wrap(text, MESSAGE_WIDTH, initial_indent=first, subsequent_indent=rest,
                                    break_long_words=False, break_on_hyphens=False))
 
@@ -121,8 +121,6 @@ def _print_check(result: CheckResult, round_name: str) -> None:
     print(f"[check_submission] round {round_name} checker: {result.verdict}; {len(result.errors)} error line(s), "
           f"{len(result.complaints)} complaint(s); whole log: {result.csv.parent / 'checker.log'}")
     if result.csv.is_file():
-        import csv
-
         with result.csv.open() as handle:
             rows = list(csv.DictReader(handle))
         print(f"[check_submission] {result.csv}: {len(rows)} result(s)")

@@ -57,8 +57,7 @@ class CheckResult:
 
     @property
     def verdict(self) -> str:
-        lines = [line for line in self.output.splitlines() if "SUMMARY:" in line]
-        if lines:
+        if lines := [line for line in self.output.splitlines() if "SUMMARY:" in line]:
             return lines[-1].split("SUMMARY:", 1)[1].strip()
         return f"no verdict: the checker stopped (exit status {self.returncode}) on {self.last_error}"
 
@@ -89,11 +88,8 @@ def truncated(tree: Path) -> bool:
 
 
 def truncate(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR) -> str:
-    """Run the round's truncate_accuracy_log.py in place, the originals kept under ``<work_dir>/<submitter>/originals``.
-
-    The tool appends ``hash=...`` to each accuracy.txt and cuts mlperf_log_accuracy.json to its first and last 4 kB;
-    a tree where every accuracy.txt already has a hash was truncated before, and is refused.
-    """
+    """Run the round's truncate_accuracy_log.py in place, the originals kept under ``<work_dir>/<submitter>/originals``;
+    a tree whose every accuracy.txt already has the tool's hash was truncated before, and is refused."""
     tree = submission_dir / DIVISION / submitter
     originals = work_dir / submitter / "originals"
     if not any(tree.glob("results/*/*/*/accuracy/accuracy.txt")):
@@ -102,21 +98,16 @@ def truncate(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_
         raise AlreadyTruncated(f"{tree} is already truncated (its accuracy.txt files carry the hash; the originals "
                                f"are in {originals / DIVISION / submitter}); nothing done. To truncate again, "
                                "stage again: make stage_results")
-    tools = submission_tools(round_name)
-    done = subprocess.run([sys.executable, "truncate_accuracy_log.py", "--input", str(submission_dir.resolve()),
-                           "--submitter", submitter, "--backup", str(originals.resolve())],
-                          cwd=tools, capture_output=True, text=True)
-    output = done.stdout + done.stderr
+    log = work_dir / submitter / "truncate.log"
+    returncode, output = _run_tool(round_name, ["truncate_accuracy_log.py", "--input", str(submission_dir.resolve()),
+                                                "--submitter", submitter, "--backup", str(originals.resolve())], log)
     # The tool walks compliance/ too, and says so as an error when a tree has no audits yet.
     errors = [line for line in output.splitlines() if line.startswith("ERROR:")
               and not (line.endswith(f"{DIVISION}/{submitter}/compliance") and not (tree / "compliance").exists())]
-    log = work_dir / submitter / "truncate.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text(output)
     record_tree(tree, work_dir / submitter)  # the tool's changes, even where it failed: not a hand edit
-    if done.returncode != 0 or errors:
+    if returncode != 0 or errors:
         lines = errors or [line for line in output.splitlines() if line.strip()] or ["no output"]
-        raise ToolFailed(f"truncate_accuracy_log.py (round {round_name}) failed (exit {done.returncode}): "
+        raise ToolFailed(f"truncate_accuracy_log.py (round {round_name}) failed (exit {returncode}): "
                          f"{lines[-1].strip()}; whole log: {log}")
     return output
 
@@ -124,19 +115,24 @@ def truncate(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_
 def check(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR,
           skip_compliance: bool = False) -> CheckResult:
     """Run the round's submission checker on the tree; its log and CSV summary go beside it, never inside."""
-    tools = submission_tools(round_name)
     check_dir = work_dir / submitter / "check"
-    check_dir.mkdir(parents=True, exist_ok=True)
     csv = check_dir / "summary.csv"
-    command = [sys.executable, *get_round(round_name).tools.checker, "--input", str(submission_dir.resolve()),
-               "--version", round_name, "--submitter", submitter, "--csv", str(csv.resolve())]
-    if skip_compliance:
-        command.append("--skip_compliance")
-    done = subprocess.run(command, cwd=tools, capture_output=True, text=True)
-    output = done.stdout + done.stderr
-    (check_dir / "checker.log").write_text(output)
-    result = CheckResult(done.returncode, ERROR_LINE.findall(output), output, csv)
+    returncode, output = _run_tool(round_name, [
+        *get_round(round_name).tools.checker, "--input", str(submission_dir.resolve()), "--version", round_name,
+        "--submitter", submitter, "--csv", str(csv.resolve()), *(["--skip_compliance"] if skip_compliance else [])],
+        check_dir / "checker.log")
+    result = CheckResult(returncode, ERROR_LINE.findall(output), output, csv)
     (check_dir / CHECK_RECORD).write_text(json.dumps({
         "round": round_name, "passed": result.passed, "verdict": result.verdict, "errors": len(result.errors),
         "tree_sha256": tree_digest(submission_dir / DIVISION / submitter)}, indent=1) + "\n")
     return result
+
+
+def _run_tool(round_name: str, arguments: list[str], log: Path) -> tuple[int, str]:
+    """Run one of the round's official tools from its folder; its exit status and output, which ``log`` keeps (its
+    folder is made first: the checker writes its CSV there)."""
+    tools = submission_tools(round_name)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([sys.executable, *arguments], cwd=tools, capture_output=True, text=True)
+    log.write_text(done.stdout + done.stderr)
+    return done.returncode, done.stdout + done.stderr

@@ -112,10 +112,8 @@ def write_source(tree: Path, commit: str, source: Path = SOURCE_DIR) -> list[str
     target.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
         members = [m for m in archive.getmembers() if not any(part.startswith(".") for part in Path(m.name).parts)]
-        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4; git's archive of our own commit either way
-            archive.extractall(target, members=members, filter="data")
-        else:
-            archive.extractall(target, members=members)
+        # The "data" filter where Python has it (3.11.4 on); git's archive of our own commit either way.
+        archive.extractall(target, members=members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     for folder in sorted((p for p in target.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
         if not any(folder.iterdir()):
             folder.rmdir()
@@ -168,10 +166,8 @@ def write_code_readme(tree: Path, test: TestRun, commit: str | None, url: str | 
 
 
 def uses_quantization(record: RunRecord) -> bool:
-    """Whether the test ran calibrated 8-bit arithmetic anywhere: FP8 or INT8 matrix products (precision) or GPT-J's
-    FP8 KV cache."""
-    fields = record.fields
-    return fields.get("precision") in ("fp8", "int8") or fields.get("kv_cache_dtype") == "fp8"
+    """Whether the test ran calibrated 8-bit arithmetic: FP8 or INT8 matrix products, or GPT-J's FP8 KV cache."""
+    return record.fields.get("precision") in ("fp8", "int8") or record.fields.get("kv_cache_dtype") == "fp8"
 
 
 # What each benchmark's 8-bit engines quantize and where they calibrate, as the code does it (code/numerics/fp8.py,
@@ -283,22 +279,20 @@ def write_calibration(tree: Path, tests: list[TestRun], required: bool = False) 
     file, unless the round's checker ``required`` one of every closed submission: then it says nothing was
     calibrated, and at which precisions the runs ran."""
     quantized = [t for t in tests if uses_quantization(t.record)]
-    if not quantized:
-        if required:
-            precisions = sorted({str(t.record.fields.get("precision", "?")) for t in tests})
-            path = tree / CALIBRATION_DOC
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("# Calibration and quantization\n\nNo staged run uses an FP8 or INT8 engine: they ran "
-                            f"at {', '.join(precisions)} (each scenario's `measurements/.../README.md` gives its "
-                            "precision), so nothing was calibrated or quantized.\n")
-        return []
-    int8 = [t for t in quantized if t.record.fields.get("precision") == "int8"]
     lines = ["# Calibration and quantization", ""]
+    problems: list[str] = []
+    if not quantized:
+        if not required:
+            return []
+        precisions = sorted({str(t.record.fields.get("precision", "?")) for t in tests})
+        lines.append(f"No staged run uses an FP8 or INT8 engine: they ran at {', '.join(precisions)} (each "
+                     "scenario's `measurements/.../README.md` gives its precision), so nothing was calibrated or "
+                     "quantized.")
+    int8 = [t for t in quantized if t.record.fields.get("precision") == "int8"]
     if len(int8) < len(quantized):
         lines += FP8_RULES
     if int8:
         lines += INT8_RULES
-    problems: list[str] = []
     for test in sorted(quantized, key=lambda t: (t.benchmark, t.scenario)):
         entry, missing = calibration_entry(test)
         lines += entry

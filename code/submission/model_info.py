@@ -18,6 +18,14 @@ from code.mlperf.run_record import RunRecord
 INPUT_DATA_TYPES = "int32"
 # The checkpoints are the MLCommons reference ones, stored in fp32.
 CHECKPOINT_DTYPE = "fp32"
+# How the checkpoint's weights became a run's, by precision (any other: a cast).
+TRANSFORMATIONS = {
+    CHECKPOINT_DTYPE: "none",
+    "fp8": "FP8 (e4m3) quantization of the matrix-product weights with calibrated per-tensor scales; other weights "
+           "cast to fp16",
+    "int8": "INT8 quantization of the matrix-product weights, symmetric with per-output-channel scales "
+            "(max |row| / 127); other weights cast to fp16",
+}
 
 
 def implementation(record: RunRecord) -> str:
@@ -34,10 +42,9 @@ def ran_no_model(record: RunRecord) -> bool:
 def weight_data_types(record: RunRecord) -> str:
     """The precision the weights were used in; fp8 and int8 runs keep 16-bit weights outside the 8-bit matrix
     products."""
-    fields = record.fields
     if ran_no_model(record):
         return "none (oracle backend: no model)"
-    precision = str(fields["precision"])
+    precision = str(record.fields["precision"])
     return f"{precision}, fp16" if precision in ("fp8", "int8") else precision
 
 
@@ -52,28 +59,14 @@ def starting_weights(record: RunRecord) -> str:
 
 
 def weight_transformations(record: RunRecord) -> str:
-    """How the checkpoint's fp32 weights became the run's: a cast, FP8 or INT8 quantization, or nothing."""
-    fields = record.fields
     if ran_no_model(record):
         return "none (no model)"
-    precision = str(fields["precision"])
-    if precision == CHECKPOINT_DTYPE:
-        return "none"
-    if precision == "fp8":
-        return ("FP8 (e4m3) quantization of the matrix-product weights with calibrated per-tensor scales; "
-                "other weights cast to fp16")
-    if precision == "int8":
-        return ("INT8 quantization of the matrix-product weights, symmetric with per-output-channel scales "
-                "(max |row| / 127); other weights cast to fp16")
-    return f"cast from {CHECKPOINT_DTYPE} to {precision}"
+    precision = str(record.fields["precision"])
+    return TRANSFORMATIONS.get(precision, f"cast from {CHECKPOINT_DTYPE} to {precision}")
 
 
 def model_info(record: RunRecord) -> dict[str, str]:
     """The model-info JSON of one staged scenario, from its performance run's metadata.json."""
-    return {
-        "input_data_types": INPUT_DATA_TYPES,
-        "retraining": "no",
-        "starting_weights_filename": starting_weights(record),
-        "weight_data_types": weight_data_types(record),
-        "weight_transformations": weight_transformations(record),
-    }
+    return {"input_data_types": INPUT_DATA_TYPES, "retraining": "no",
+            "starting_weights_filename": starting_weights(record), "weight_data_types": weight_data_types(record),
+            "weight_transformations": weight_transformations(record)}

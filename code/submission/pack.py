@@ -28,10 +28,6 @@ class Packed:
     files: int
 
 
-def archive_name(submitter: str) -> str:
-    return f"mlperf_submission_{submitter}.tar.gz"
-
-
 def pack(submitter: str, submission_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR,
          allow_incomplete: bool = False) -> Packed:
     """Write ``<work_dir>/<submitter>/mlperf_submission_<submitter>.tar.gz`` and its checksums; ``StageError``
@@ -55,12 +51,11 @@ def pack(submitter: str, submission_dir: Path = SUBMISSION_DIR, work_dir: Path =
     if checked.get("tree_sha256") != tree_digest(tree):
         raise StageError(f"{tree} changed after the checker passed it: make check_submission SUBMITTER={submitter} "
                          "again")
-    problems = staged.get("problems") or []
-    if problems and not allow_incomplete:
+    if (problems := staged.get("problems")) and not allow_incomplete:
         listed = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
         raise StageError(f"{tree} was staged with --allow_incomplete and is not a submittable set ({listed}); "
                          "its README lists why. ALLOW_INCOMPLETE=1 packs it anyway (a pipeline test)")
-    archive = work / archive_name(submitter)
+    archive = work / f"mlperf_submission_{submitter}.tar.gz"
     partial = archive.with_name(archive.name + ".partial")
     files = sorted(path for path in tree.rglob("*") if path.is_file())
     with tarfile.open(partial, "w:gz") as tar:

@@ -14,6 +14,9 @@ from code.common.constants import TestMode
 from code.mlperf.run_logs import run_test_parts
 from code.mlperf.run_record import RunRecord, RunRecordError, read_record
 
+# The modes a test folder's metadata.json may record: a SubmissionRun writes one folder per LoadGen test.
+LOADGEN_MODES = {mode.value for mode in TestMode if mode is not TestMode.SubmissionRun}
+
 
 @dataclass(frozen=True)
 class TestRun:
@@ -61,7 +64,7 @@ def find_tests(run_folders: list[Path]) -> FoundTests:
     found = FoundTests()
     for folder in run_folders:
         for path in sorted(folder.rglob("metadata.json")):
-            if run_test_parts(path.parent, folder) is None:
+            if (parts := run_test_parts(path.parent, folder)) is None:
                 continue
             try:
                 record = read_record(path.parent)
@@ -73,24 +76,13 @@ def find_tests(run_folders: list[Path]) -> FoundTests:
                     or result.get("mode") not in LOADGEN_MODES):
                 found.unfinished.append(path.parent)
                 continue
-            found.tests.append(_test_run(path.parent, folder, record))
+            found.tests.append(TestRun(path.parent, *parts, TestMode(result["mode"]), record))
     return found
-
-
-LOADGEN_MODES = {mode.value for mode in TestMode if mode is not TestMode.SubmissionRun}
-"""The modes a test folder's metadata.json may record: a SubmissionRun writes one folder per LoadGen test."""
-
-
-def _test_run(directory: Path, run_folder: Path, record: RunRecord) -> TestRun:
-    system, benchmark, scenario = run_test_parts(directory, run_folder) or ("", "", "")
-    return TestRun(directory, system, benchmark, scenario, TestMode(record.result_dict["mode"]), record)
 
 
 def run_folders(logs_dir: Path) -> list[Path]:
     """The run folders under ``build/logs`` (or another logs folder), oldest first: their names are timestamps."""
-    if not logs_dir.is_dir():
-        return []
-    return sorted(p for p in logs_dir.iterdir() if p.is_dir())
+    return sorted(p for p in logs_dir.iterdir() if p.is_dir()) if logs_dir.is_dir() else []
 
 
 def newest(tests: list[TestRun]) -> dict[tuple[str, str, TestMode], TestRun]:

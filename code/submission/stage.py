@@ -102,8 +102,7 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     system = _one_system(tests, system)
     tests = [t for t in tests if t.system == system]
     round_name = _one_round(tests, round_name)
-    tests = [t for t in tests if t.round == round_name]
-    chosen = newest(tests)
+    chosen = newest([t for t in tests if t.round == round_name])
 
     staged = Staged(out_dir / DIVISION / submitter, round_name, system)
     staged.notes += [f"a test that did not finish is left out: {path}" for path in logged.unfinished]
@@ -115,8 +114,8 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     staged.problems += _failed_audits(audits, {(benchmark, scenario) for benchmark, scenario, _ in chosen})
     commit, no_commit = harness_commit(list(chosen.values()))
     staged.problems += no_commit
-    performance = [test for (_, _, mode), test in chosen.items() if mode is TestMode.PerformanceOnly]
-    staged.problems += [problem for test in performance if uses_quantization(test.record)
+    staged.problems += [problem for (_, _, mode), test in chosen.items()
+                        if mode is TestMode.PerformanceOnly and uses_quantization(test.record)
                         for problem in calibration_entry(test)[1]]
     if staged.problems and not allow_incomplete:
         return staged  # reported by the caller; nothing written
@@ -203,13 +202,10 @@ def _one_round(tests: list[TestRun], round_name: str | None) -> str:
 
 def _check(chosen: dict[tuple[str, str, TestMode], TestRun], system_type: str, round_name: str) -> list[str]:
     """Every reason the chosen tests are not a complete, submittable set for the round, by name."""
-    the_round = get_round(round_name)
     problems: list[str] = []
-    benchmarks = sorted({benchmark for benchmark, _, _ in chosen})
-    for benchmark in benchmarks:
-        required = [s.value for s in the_round.scenarios_for(system_type, benchmark)]
-        present = sorted({scenario for b, scenario, _ in chosen if b == benchmark})
-        for scenario in sorted(set(required) | set(present)):
+    for benchmark in sorted({benchmark for benchmark, _, _ in chosen}):
+        required = [s.value for s in get_round(round_name).scenarios_for(system_type, benchmark)]
+        for scenario in sorted(set(required) | {scenario for b, scenario, _ in chosen if b == benchmark}):
             if scenario not in required:
                 problems.append(f"{benchmark} {scenario}: round {round_name} does not take it from a {system_type} "
                                 "system (its folder would be ignored or rejected)")
@@ -220,10 +216,8 @@ def _check(chosen: dict[tuple[str, str, TestMode], TestRun], system_type: str, r
                         f"{benchmark} {scenario}: no finished {what} run (run it: make run ROUND={round_name} "
                         f"RUN_ARGS=\"--benchmarks={benchmark} --scenarios={scenario.lower()} "
                         "--test_mode=SubmissionRun\")")
-    for test in chosen.values():
-        reasons = test.problems()
-        if reasons:
-            problems.append(f"{test.describe()} is {test.verdict}: {'; '.join(reasons)} ({test.directory})")
+    problems += [f"{test.describe()} is {test.verdict}: {'; '.join(reasons)} ({test.directory})"
+                 for test in chosen.values() if (reasons := test.problems())]
     return problems
 
 
@@ -240,8 +234,7 @@ def _system_description(systems_dir: Path, system: str, submitter: str, staged: 
     if description.get("division") != DIVISION:
         raise StageError(f"systems/{system}.json says division '{description.get('division')}'; this harness "
                          f"stages the {DIVISION} division: set \"division\": \"{DIVISION}\"")
-    problems = description_problems(description, DescriptionFiles.of(system, systems_dir))
-    if problems:
+    if problems := description_problems(description, DescriptionFiles.of(system, systems_dir)):
         staged.problems.append(f"the description of {system} would fail the checker (make check_system_json): "
                                + "; ".join(problems))
     return description
@@ -249,17 +242,17 @@ def _system_description(systems_dir: Path, system: str, submitter: str, staged: 
 
 def _newest_audits(compliance: list[Path] | None, system: str, round_name: str,
                    staged: Staged) -> dict[tuple[str, str, str], Path]:
-    """Per (benchmark, scenario, TEST), the newest audit folder ``<ts>/<system>/<bench>/<Scenario>/<TEST>/`` of the
-    staged round, so that audits run one invocation at a time all count; an audit that its run recorded as another
-    round's is left out with a note (the round's checker judges the tree, and another round's audit is not what it
-    asks for)."""
+    """Per (benchmark, scenario, TEST), the newest audit folder ``<ts>/<system>/<bench>/<Scenario>/<TEST>/``, so
+    that audits run one invocation at a time all count; one that its run recorded as another round's is left out
+    with a note (the round's checker judges the tree, and another round's audit is not what it asks for)."""
     folders = compliance if compliance is not None else run_folders(COMPLIANCE_LOGS_DIR)
     found: dict[tuple[str, str, str], Path] = {}
     for folder in folders:  # oldest first: a later folder replaces an earlier one
-        for test in sorted((folder / system).glob("*/*/TEST*")) if (folder / system).is_dir() else []:
-            if not test.is_dir():
-                continue
-            recorded = _recorded_round(folder / RUNS_SUBDIR / test.relative_to(folder))
+        for test in sorted(path for path in (folder / system).glob("*/*/TEST*") if path.is_dir()):
+            try:  # the round the audit's LoadGen run recorded; none when it has no readable record
+                recorded = read_record(folder / RUNS_SUBDIR / test.relative_to(folder)).round
+            except RunRecordError:
+                recorded = None
             if recorded not in (None, round_name):
                 staged.notes.append(f"audit of round {recorded} left out (staging round {round_name}): {test}")
                 continue
@@ -267,22 +260,12 @@ def _newest_audits(compliance: list[Path] | None, system: str, round_name: str,
     return found
 
 
-def _recorded_round(audit_run: Path) -> str | None:
-    """The round an audit's LoadGen run recorded in its metadata.json; None when there is no readable record."""
-    try:
-        return read_record(audit_run).round
-    except RunRecordError:
-        return None
-
-
 def _failed_audits(audits: dict[tuple[str, str, str], Path], staged_scenarios: set[tuple[str, str]]) -> list[str]:
     """Each staged audit that its compliance run's summary.json records as not PASSed, by name and reason."""
     problems: list[str] = []
     for (benchmark, scenario, test_name), test in sorted(audits.items()):
-        if (benchmark, scenario) not in staged_scenarios:
-            continue
         record = _audit_records(test.parents[3]).get(test.resolve())
-        if record is None:
+        if (benchmark, scenario) not in staged_scenarios or record is None:
             continue
         if not str(record.get("verdict", "")).startswith("PASS"):
             reasons = "; ".join(record.get("invalid_reasons") or []) or "no reason recorded"
@@ -305,7 +288,6 @@ def _audit_records(compliance_root: Path) -> dict[Path, dict[str, Any]]:
 
 
 def tree_files(tree: Path) -> dict[str, str]:
-    """The sha256 of each file of a staged tree, by its path in the tree."""
     return {path.relative_to(tree).as_posix(): file_checksum(path, "sha256") for path in sorted(tree.rglob("*"))
             if path.is_file()}
 
@@ -321,8 +303,6 @@ def _edits(tree: Path, work: Path) -> list[str] | None:
     try:
         recorded = json.loads((work / TREE_FILES).read_text())
     except (OSError, ValueError):
-        return None
-    if not isinstance(recorded, dict):
         return None
     current = tree_files(tree)
     return sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))
@@ -417,8 +397,8 @@ def _given_flags(test: TestRun) -> str:
 
 
 def _write_code(staged: Staged, tests: list[TestRun], commit: str | None) -> None:
-    """code/: the harness's source at the runs' commit, a README per benchmark and implementation, and the
-    calibration write-up of the FP8 and INT8 engines (documentation/calibration.md; from v5.1 always)."""
+    """code/: the harness's source at the runs' commit and a README per benchmark and implementation; the
+    calibration write-up of the 8-bit engines (documentation/calibration.md; from v5.1 always)."""
     layout = get_round(staged.round).layout
     if commit:
         staged.problems += write_source(staged.tree, commit, Path(layout.source) / "source")
@@ -445,8 +425,7 @@ def _write_tree_readme(staged: Staged, chosen: dict[tuple[str, str, TestMode], T
     lines += ["", "Beside the logs (results/, compliance/):", ""]
     lines += [f"- `{path}`: {what}" for path, what in documents
               if staged.tree.joinpath(path.split("<")[0]).exists()]
-    pipeline = any(ran_no_model(t.record) for t in chosen.values())
-    if pipeline:
+    if any(ran_no_model(t.record) for t in chosen.values()):
         lines += ["", "**This is a pipeline test, not a result**: the oracle backend (gold answers, no model) ran "
                   "some tests; it checks that staging, truncation and the checker work."]
     if staged.problems:

@@ -32,6 +32,9 @@ from code.mlperf.inputs import InputChoice, InputLocations, ModelNaming, model_p
 from code.mlperf.inputs import choose_inputs as choose_inputs_at
 
 FETCH_STEP = "make download_data download_model preprocess_data BENCHMARKS=llama31"
+# run_verification.py's arguments for a TEST06 audit: the responses end with at most one EOS, and the one the
+# instruct model ends its answer with is <|eot_id|> (the script's default, 2, is Llama 2's).
+TEST06_ARGS = ("--eos_token_id", "128009", "--dtype", "int32")
 NAMING = ModelNaming(prefix="Llama 3.1 ", mlperf_model="8b", mlperf_label="Llama-3.1-8B-Instruct",
                      oracle_gives="reference summaries")
 

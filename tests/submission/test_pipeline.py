@@ -16,8 +16,9 @@ model's, not because anything is scaled.
 Every audit the round requires (v5.0: TEST01; v4.1: TEST01 and TEST05) must pass the round's own verification
 scripts. The later rounds, v5.1 and v6.1, which have BERT on edge only and no GPT-J, get the same flow for bert-99
 in every run of the module (their own fixture): SubmissionRuns, TEST01 audits, staging in the round's layout,
-truncation and their unmodified checker. ROUND=v4.1 builds LoadGen from the clone of mlcommons/inference at tag
-v4.1 that LOADGEN_SRC names, and is skipped, saying so, without one.
+truncation and their unmodified checker; their trees carry the tiny llama3.1-8b's Offline too (with v5.1's
+TEST06). ROUND=v4.1 builds LoadGen from the clone of mlcommons/inference at tag v4.1 that LOADGEN_SRC names, and is
+skipped, saying so, without one.
 
 The bad-input tests reuse the same logs: each names its fix, and nothing under the logs is ever changed.
 """

@@ -159,8 +159,11 @@ def _verify(audit: Audit, work_dir: Path, output_dir: Path) -> AuditVerdict:
     """The round's run_verification.py, unmodified, in the audit's working directory (it writes its verify files
     there before copying them to ``output_dir/<TEST>/``). Its sub-scripts run as ``python3``: ours comes first on
     PATH, so they get this environment's numpy."""
-    command = [sys.executable, str(audit.tools.verification), "-r", str(audit.reference), "-c", str(work_dir),
-               "-o", str(output_dir)]
+    command = [sys.executable, str(audit.tools.verification), "-c", str(work_dir), "-o", str(output_dir)]
+    if audit.test == "TEST06":  # it reads the audit's own responses only; the benchmark names its EOS id
+        command += ["-s", audit.config.scenario.value, *load_benchmark(audit.config.benchmark).TEST06_ARGS]
+    else:
+        command += ["-r", str(audit.reference)]
     if audit.test == "TEST01":
         command += ["--dtype", RESPONSE_DTYPES[audit.config.benchmark]]
     env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}

@@ -17,7 +17,7 @@ the commit of the main branch that holds its rules. Adding a round is one entry 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from code.common.constants import Scenario
@@ -148,17 +148,24 @@ class Round:
     # checks it; v6.1's main branch takes --skip-calibration-check too, so it is written there as well).
     calibration_doc_required: bool = False
     layout: TreeLayout = TreeLayout()
+    # The checker's own name of a benchmark on an edge system where it differs (v6.1 checks llama3.1-8b's 5,000-sample
+    # edge set as llama3.1-8b-edge): the tables and a staged tree use it; runs and their logs keep ours.
+    edge_names: dict[str, str] = field(default_factory=dict)
+
+    def checker_name(self, benchmark_name: str, system_type: str) -> str:
+        """The name the round's checker gives ``benchmark_name`` on a system of this type."""
+        return self.edge_names.get(benchmark_name, benchmark_name) if system_type == "edge" else benchmark_name
 
     def scenarios_for(self, system_type: str, benchmark_name: str) -> tuple[Scenario, ...]:
         """The scenarios the round requires of ``benchmark_name`` (bert-99, ...) on a system type; () if none."""
         if system_type not in SYSTEM_TYPES:
             raise RoundError(f"unknown system_type '{system_type}'; valid: {', '.join(SYSTEM_TYPES)} (set it in "
                              "systems/<system>.json)")
-        return self.scenarios.get(system_type, {}).get(benchmark_name, ())
+        return self.scenarios.get(system_type, {}).get(self.checker_name(benchmark_name, system_type), ())
 
-    def audits_for(self, benchmark_name: str) -> tuple[str, ...]:
+    def audits_for(self, benchmark_name: str, system_type: str = "datacenter") -> tuple[str, ...]:
         """The compliance tests the round's checker requires of ``benchmark_name`` in every scenario; () if none."""
-        return self.audits.get(benchmark_name, ())
+        return self.audits.get(self.checker_name(benchmark_name, system_type), ())
 
     def refusal(self, benchmark_name: str, scenario: Scenario, system_type: str) -> str | None:
         """Why this round does not accept the test, naming what it does accept; None when it does."""
@@ -181,6 +188,8 @@ def _same_for(benchmarks: tuple[str, ...], scenarios: tuple[Scenario, ...]) -> d
 
 BERT = ("bert-99", "bert-99.9")
 GPTJ = ("gptj-99", "gptj-99.9")
+LLAMA = "llama3.1-8b"
+LLAMA_EDGE = "llama3.1-8b-edge"  # v6.1's name of its 5,000-sample edge set
 OFFLINE_SERVER = (Scenario.Offline, Scenario.Server)
 OFFLINE_SINGLESTREAM = (Scenario.Offline, Scenario.SingleStream)
 ALL_THREE = (Scenario.Offline, Scenario.Server, Scenario.SingleStream)
@@ -240,10 +249,12 @@ ROUNDS: dict[str, Round] = {
                 "e9da133330792bac27bdb1c41caa81626f7fe96b19548a9c88694ebac074/mlcommons_loadgen-5.1.2.tar.gz",
         ),
         seeds=RngSeeds(1780908523862526354, 14771362308971278857, 18209322760996052031),
-        # GPT-J left after v5.0 (llama3.1-8b took its place); BERT stays edge-only.
-        scenarios={"datacenter": {}, "edge": _same_for(BERT, OFFLINE_SINGLESTREAM),
-                   "datacenter,edge": _same_for(BERT, OFFLINE_SINGLESTREAM)},
-        audits={name: ("TEST01",) for name in BERT},
+        # GPT-J left after v5.0; llama3.1-8b took its place (one name and data set on every system type; its
+        # optional datacenter Server and Interactive are left out). BERT stays edge-only. LLMs have TEST06 only.
+        scenarios={"datacenter": {LLAMA: (Scenario.Offline,)},
+                   "edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), LLAMA: OFFLINE_SINGLESTREAM},
+                   "datacenter,edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), LLAMA: ALL_THREE}},
+        audits={**{name: ("TEST01",) for name in BERT}, LLAMA: ("TEST06",)},
         tools=OfficialTools(folder="v5.1", ref="v5.1"),
         calibration_doc_required=True,
     ),
@@ -258,9 +269,14 @@ ROUNDS: dict[str, Round] = {
                 "f48063c9cada7fab76044acfa7b424a9cec2a13878c64c8c4532bca4572b/mlcommons_loadgen-6.0.17.tar.gz",
         ),
         seeds=RngSeeds(2085463073848966840, 2747215439041700203, 16159082839903944936),
-        scenarios={"datacenter": {}, "edge": _same_for(BERT, OFFLINE_SINGLESTREAM),
-                   "datacenter,edge": _same_for(BERT, OFFLINE_SINGLESTREAM)},
-        audits={name: ("TEST01",) for name in BERT},
+        # llama3.1-8b-edge (the edge set) needs no audit; llama3.1-8b (datacenter) TEST06. A datacenter,edge system
+        # runs the datacenter set here, so its llama3.1-8b-edge is not offered.
+        scenarios={"datacenter": {LLAMA: (Scenario.Offline,)},
+                   "edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), LLAMA_EDGE: OFFLINE_SINGLESTREAM},
+                   "datacenter,edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), LLAMA: (Scenario.Offline,),
+                                       LLAMA_EDGE: OFFLINE_SINGLESTREAM}},
+        audits={**{name: ("TEST01",) for name in BERT}, LLAMA: ("TEST06",)},
+        edge_names={LLAMA: LLAMA_EDGE},
         # No v6.1 tag yet: the main branch's commit whose checker holds v6.0's and v6.1's rules.
         tools=OfficialTools(folder="main", ref="b66003e10e2db4b8c36a448b0545ec90fcc6e9e9", compliance="compliance",
                             checker=("-m", "submission_checker.main")),

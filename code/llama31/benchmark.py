@@ -2,9 +2,9 @@
 
 The fallback rule every benchmark shares (code/mlperf/inputs.py): a performance run without the preprocessed set or
 the checkpoint runs synthetic prompts and random weights of the configured architecture and says so; an accuracy
-run refuses and names the make step. An edge system (systems/<system>.json) runs the 5,000-sample edge set, any
-other the 13,368-sample datacenter set. Responses are the generated int32 token ids, the final EOS included, with
-their count reported to LoadGen (``token_responses``).
+run refuses and names the make step. An edge system (systems/<system>.json) runs the 5,000-sample edge set where
+the round's checker has one (v6.1), any other the 13,368-sample datacenter set. Responses are the generated int32
+token ids, the final EOS included, with their count reported to LoadGen (``token_responses``).
 """
 
 from __future__ import annotations
@@ -32,16 +32,24 @@ from code.mlperf.inputs import InputChoice, InputLocations, ModelNaming, model_p
 from code.mlperf.inputs import choose_inputs as choose_inputs_at
 
 FETCH_STEP = "make download_data download_model preprocess_data BENCHMARKS=llama31"
+# run_verification.py's arguments for a TEST06 audit: the responses end with at most one EOS, and the one the
+# instruct model ends its answer with is <|eot_id|> (the script's default, 2, is Llama 2's).
+TEST06_ARGS = ("--eos_token_id", "128009", "--dtype", "int32")
 NAMING = ModelNaming(prefix="Llama 3.1 ", mlperf_model="8b", mlperf_label="Llama-3.1-8B-Instruct",
                      oracle_gives="reference summaries")
 
 
 def data_set(config: ResolvedConfig) -> str:
-    """``edge`` on an edge system, else ``datacenter`` (a system whose type is not known yet runs the larger)."""
+    """``edge`` on an edge system of a round whose checker has an edge llama3.1-8b (v6.1's llama3.1-8b-edge, 5,000
+    samples), else ``datacenter``: v5.1's checker takes the 13,368 samples from edge systems too, and a system whose
+    type is not known yet runs the larger."""
+    from code.common.rounds import get_round
     from code.common.system_description import system_type
 
     try:
-        return "edge" if system_type(config.system) == "edge" else "datacenter"
+        kind = system_type(config.system)
+        return "edge" if get_round(config["round"]).checker_name(config.benchmark_name, kind) != config.benchmark_name \
+            else "datacenter"
     except ValueError:  # SystemDetectionError, RoundError: the run's own checks name the fix
         return "datacenter"
 

@@ -27,6 +27,9 @@ TEST01_CONFIG_DIRS = {Benchmark.BERT: "bert", Benchmark.GPTJ: "gpt-j"}
 # verify_accuracy.py --dtype: the element type of a LoadGen response (it compares the first element of each).
 RESPONSE_DTYPES = {Benchmark.BERT: "float32", Benchmark.GPTJ: "int32"}
 PASS_LINE = "TEST PASS"
+# TEST06 writes verify_accuracy.txt only, with no PASS_LINE: the checker wants each of these checks passed.
+TEST06_CHECKS = (("First token check pass: True", "First token check pass: Skipped"), ("EOS check pass: True",),
+                 ("Sample length check pass: True",))
 # Where a compliance run keeps each audit's own LoadGen run (its metadata.json names the round), beside the
 # checker's layout: build/compliance_logs/<timestamp>/audit_runs/<system>/<bench>/<Scenario>/<TEST>/.
 RUNS_SUBDIR = "audit_runs"
@@ -156,14 +159,17 @@ class AuditVerdict:
 
 
 def read_verification(test: str, output_dir: Path, transcript: str) -> AuditVerdict:
-    """Read verify_accuracy.txt (TEST01) and verify_performance.txt as the checker does (a ``TEST PASS`` line);
+    """Read verify_accuracy.txt (TEST01, TEST06) and verify_performance.txt as the checker does (a ``TEST PASS`` line;
+    TEST06's ``TEST06_CHECKS``);
     a failure's reasons are the scripts' ``TEST FAIL`` lines, some of which only reach the transcript."""
     verdict = AuditVerdict(test)
-    names = (["accuracy"] if test == "TEST01" else []) + ["performance"]
+    names = (["accuracy"] if test in ("TEST01", "TEST06") else []) + (["performance"] if test != "TEST06" else [])
     for name in names:
         path = output_dir / f"verify_{name}.txt"
         text = path.read_text(errors="replace") if path.is_file() else ""
-        verdict.checks[name] = any(PASS_LINE in line for line in text.splitlines())
+        lines = [line.strip() for line in text.splitlines()]
+        verdict.checks[name] = (all(any(ok in lines for ok in check) for check in TEST06_CHECKS) if test == "TEST06"
+                                else any(PASS_LINE in line for line in lines))
         if name == "accuracy":
             counts = dict(re.findall(r"^(num_\w+) = (\d+)", text, flags=re.M))
             if "num_perf_log_qsl_idx_match" in counts:

@@ -109,8 +109,11 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     staged.notes += [f"a test whose record cannot be read is left out (a newer test may hide behind it): {path}: "
                      f"{why}" for path, why in logged.unreadable.items()]
     description = _system_description(systems_dir, system, submitter, staged)
-    staged.problems += _check(chosen, description["system_type"], round_name)
-    audits = _newest_audits(compliance, system, round_name, staged)
+    named, kind = get_round(round_name).checker_name, description["system_type"]  # v6.1 edge: llama3.1-8b-edge
+    chosen = {(named(benchmark, kind), scenario, mode): test for (benchmark, scenario, mode), test in chosen.items()}
+    staged.problems += _check(chosen, kind, round_name)
+    audits = {(named(bench, kind), scenario, test): folder for (bench, scenario, test), folder
+              in _newest_audits(compliance, system, round_name, staged).items()}
     staged.problems += _failed_audits(audits, {(benchmark, scenario) for benchmark, scenario, _ in chosen})
     commit, no_commit = harness_commit(list(chosen.values()))
     staged.problems += no_commit

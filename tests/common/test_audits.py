@@ -23,6 +23,7 @@ from code.mlperf.audits import (
     audit_tools,
     find_reference_run,
     parse_audit_tests,
+    read_verification,
     reference_problem,
 )
 from tests.actions.test_end_to_end import _env, build_dir, run_main  # noqa: F401 - build_dir is a fixture
@@ -221,3 +222,14 @@ def test_a_test01_audit_that_logged_nothing_says_so(tmp_path):
     verdict = AuditVerdict("TEST01", checks={"accuracy": False, "performance": True}, compared=0)
     ship_test01_accuracy(verdict, work, tmp_path / "TEST01" / "accuracy", scores, "bert-99")
     assert not verdict.passed and verdict.reasons[0].startswith("the audit logged no response to compare")
+
+
+@pytest.mark.parametrize("first_token, eos, passed", [("Skipped", "True", True), ("True", "True", True),
+                                                      ("False", "True", False), ("Skipped", "False", False)])
+def test_a_test06_verdict_is_the_checkers_three_lines(tmp_path, first_token, eos, passed):
+    """TEST06's run_verification.py writes verify_accuracy.txt with no TEST PASS line and no performance file: the
+    audit passes when the lines the checker reads say so (first token True or Skipped, EOS and length True)."""
+    (tmp_path / "verify_accuracy.txt").write_text(f"First token check pass: {first_token}\nEOS check pass: {eos}\n"
+                                                  "Sample length check pass: True\nTEST06 verification complete\n")
+    verdict = read_verification("TEST06", tmp_path, "")
+    assert list(verdict.checks) == ["accuracy"] and verdict.passed is passed

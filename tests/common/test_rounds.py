@@ -18,7 +18,7 @@ from code.harness.fetch_loadgen import SOURCE_ENV_VAR, FetchError, fetch_loadgen
 from code.mlperf.arguments import ArgumentError, parse_run_args
 from tests.conftest import official_tools, round_core
 
-OUR_BENCHMARKS = ("bert-99", "bert-99.9", "gptj-99", "gptj-99.9")
+OUR_BENCHMARKS = ("bert-99", "bert-99.9", "gptj-99", "gptj-99.9", "llama3.1-8b", "llama3.1-8b-edge")
 
 
 def official_checker(round_name: str):  # noqa: ANN201 - the checker module
@@ -46,7 +46,7 @@ def test_table_matches_the_official_checker(round_name):
         theirs = checker[f"required-scenarios-{system_type.replace(',', '-')}"]
         for benchmark in OUR_BENCHMARKS:
             expected = sorted(theirs.get(benchmark, []))
-            assert sorted(s.value for s in ours.scenarios_for(system_type, benchmark)) == expected, (
+            assert sorted(s.value for s in ours.scenarios.get(system_type, {}).get(benchmark, ())) == expected, (
                 system_type, benchmark)
     assert vars(ours.seeds) == checker["seeds"]
 
@@ -290,3 +290,19 @@ def test_server_latency_bounds_are_the_rounds(round_name):
     for benchmark, bound_ns in SERVER_LATENCY_BOUND_NS.items():
         match = re.search(rf"^{benchmark.value}\.Server\.target_latency\s*=\s*(\d+)", text, re.MULTILINE)
         assert match and int(match.group(1)) * 1_000_000 == bound_ns, (round_name, benchmark)
+
+
+def test_llama_has_the_checkers_name_of_each_system_type():
+    """v5.1 checks llama3.1-8b under one name everywhere; v6.1 checks an edge system's (the 5,000-sample edge set) as
+    llama3.1-8b-edge, which needs no audit, and a datacenter one's with TEST06. A run keeps the name llama3.1-8b."""
+    v51, v61 = get_round("v5.1"), get_round("v6.1")
+    assert v51.checker_name("llama3.1-8b", "edge") == "llama3.1-8b"
+    assert v51.scenarios_for("edge", "llama3.1-8b") == (Scenario.Offline, Scenario.SingleStream)
+    assert v51.audits_for("llama3.1-8b", "edge") == ("TEST06",)
+    assert v61.checker_name("llama3.1-8b", "edge") == "llama3.1-8b-edge"
+    assert v61.scenarios_for("edge", "llama3.1-8b") == (Scenario.Offline, Scenario.SingleStream)
+    assert v61.audits_for("llama3.1-8b", "edge") == ()
+    assert v61.scenarios_for("datacenter", "llama3.1-8b") == (Scenario.Offline,)
+    assert v61.audits_for("llama3.1-8b") == ("TEST06",)
+    assert newest_round("llama3.1-8b", Scenario.SingleStream, "edge") == "v6.1"
+    assert newest_round("llama3.1-8b", Scenario.Server, "datacenter,edge") == "v5.1"

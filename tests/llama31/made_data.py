@@ -66,3 +66,23 @@ def write_reference_file(path: Path, records: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(records, indent=4, ensure_ascii=False), encoding="utf-8")
     return path
+
+
+def write_tiny_llama(build: Path, samples: int) -> tuple[Path, Path]:
+    """A tiny checkpoint (random weights of the ``tiny`` architecture in HF's layout, the tiny tokenizer) under
+    ``build/models/`` and a preprocessed made set of ``samples`` prompts under ``build/preprocessed/``: what a CPU
+    run of llama3.1-8b reads in seconds. Returns (checkpoint folder, preprocessed folder)."""
+    from safetensors.torch import save_file
+
+    from code.llama31.architecture import LLAMA_CONFIGS
+    from code.llama31.model import hf_config, hf_state, random_weights
+    from code.llama31.preprocess_data import preprocess
+
+    checkpoint = write_tiny_tokenizer(build / "models" / "Llama3.1-8B" / "Llama-3.1-8B-Instruct")
+    model = random_weights(LLAMA_CONFIGS["tiny"], seed=5)
+    save_file({name: t.contiguous() for name, t in hf_state(model).items()}, checkpoint / "model.safetensors")
+    (checkpoint / "config.json").write_text(json.dumps(hf_config(LLAMA_CONFIGS["tiny"]).to_dict()))
+    source = write_reference_file(build / "data" / "cnn_eval.json", reference_records(checkpoint, samples))
+    preprocessed = build / "preprocessed" / "datacenter"
+    preprocess(source, preprocessed, "datacenter", expected_count=None)
+    return checkpoint, preprocessed

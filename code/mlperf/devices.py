@@ -29,6 +29,7 @@ from typing import Any
 from code.common.benchmark_errors import BenchmarkError, InputsUnavailableError
 from code.common.constants import Scenario
 from code.common.gpu_models import GpuModel, by_name, capability_text
+from code.common.placement import allowed_cpu_set
 from code.config.capabilities import check_runs_on
 from code.config.fields import FieldError, check_device
 from code.config.resolved import ResolvedConfig
@@ -274,11 +275,8 @@ def allocatable_gpu_bytes(device: Any, usable: int | None = None) -> int:
 
 
 def allowed_cpus() -> int:
-    """CPUs this process may run on: the affinity mask, which containers and taskset narrow below os.cpu_count()."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+    """How many CPUs this process may run on (containers and taskset narrow them below os.cpu_count())."""
+    return max(1, len(allowed_cpu_set()))
 
 
 # The most intra-op threads a run may ask for on each CPU it may use: beyond one a CPU they only take turns, and

@@ -70,7 +70,7 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations)
     elif data_field == "auto":
         problem = set_problem(where.preprocessed_dir, where)
         data_dir = where.preprocessed_dir if problem is None else None
-        if problem and (where.preprocessed_dir.exists() or broken_link(where.preprocessed_dir)):
+        if problem and (where.preprocessed_dir.exists() or unreachable_because(where.preprocessed_dir)):
             # A folder that is there but unusable, or a link that leads nowhere: never synthetic without a word.
             if accuracy:
                 raise InputsUnavailableError(f"an accuracy run needs the real {where.data_name} data set: {problem}")
@@ -115,24 +115,15 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations)
                        tuple(fallbacks))
 
 
-def broken_link(path: Path) -> tuple[Path, str] | None:
-    """The first link on ``path``, from the root down, whose target does not exist, and that target (a scratch
-    folder of ``make link_dirs`` moved, renamed or not mounted)."""
-    for part in [*reversed(path.parents), path]:
-        if part.is_symlink() and not part.exists():
-            return part, os.readlink(part)
-    return None
-
-
 def unreachable_because(path: Path) -> str | None:
-    """Why ``path`` cannot be reached when a link on it leads nowhere, with the fix."""
-    found = broken_link(path)
-    if found is None:
-        return None
-    link, target = found
-    return (f"{link} links to {target}, which does not exist (the scratch folder was moved, renamed or is not "
-            f"mounted): mount or restore it, or point the links at another with MLPERF_SCRATCH_PATH=<folder> make "
-            "link_dirs")
+    """Why ``path`` cannot be reached, with the fix: the first link on it, from the root down, that leads nowhere (a
+    scratch folder of ``make link_dirs`` moved, renamed or not mounted); None when none does."""
+    for link in [*reversed(path.parents), path]:
+        if link.is_symlink() and not link.exists():
+            return (f"{link} links to {os.readlink(link)}, which does not exist (the scratch folder was moved, "
+                    "renamed or is not mounted): mount or restore it, or point the links at another with "
+                    "MLPERF_SCRATCH_PATH=<folder> make link_dirs")
+    return None
 
 
 def set_problem(directory: Path, where: InputLocations) -> str | None:

@@ -3,10 +3,8 @@
 A newcomer who types ``make run`` with no RUN_ARGS, or with a typo that happens to be valid, learns at once what is
 about to run and for about how long, instead of after a C++ build and a model load. The make targets that run tests
 say it before building the core (``--check_args``); a run says it again as it starts, for ``python -m code.main``.
-
-The time is an estimate, a rough lower bound: each LoadGen test at the config's expected rate (offline_expected_qps,
-server_target_qps, single_stream_expected_latency_ns) for its minimum duration or sample count. Engine builds, model
-loading, a --test_run probe and a rate far from the machine's own come on top.
+The time is a rough lower bound: each LoadGen test at the config's expected rate for its minimum duration or
+sample count; engine builds, model loading, a --test_run probe and a rate far from the machine's come on top.
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ import os
 from code.common.constants import DATASET_SIZE, Scenario, TestMode
 from code.common.log import get_logger
 from code.config.fields import MLPERF_MIN_DURATION_MS, min_duration_ms, planned_samples
+from code.config.resolve import RATE_FIELDS
 from code.config.resolved import ResolvedConfig
 from code.mlperf.arguments import MAIN_DEFAULTS, RunRequest
 from code.mlperf.verdicts import round_reason
@@ -26,20 +25,9 @@ log = get_logger("plan")
 SAID_DEFAULTS = ("benchmarks", "scenarios")
 
 
-def samples_per_second(config: ResolvedConfig) -> float:
-    """The rate the config expects of this system: Offline's samples/s, Server's queries/s, or 1 / SingleStream's
-    latency."""
-    if config.scenario is Scenario.Offline:
-        return float(config["offline_expected_qps"])
-    if config.scenario is Scenario.Server:
-        return float(config["server_target_qps"])
-    return 1e9 / int(config["single_stream_expected_latency_ns"])
-
-
 def seconds_of_test(config: ResolvedConfig, mode: TestMode) -> float:
-    """The seconds one LoadGen test of ``mode`` (AccuracyOnly or PerformanceOnly) takes at the config's expected
-    rate: an accuracy test issues each sample of its set once; a performance test the samples LoadGen plans, which
-    a full-length Offline query raises to at least the data set (mlperf.conf's Offline min_query_count)."""
+    """The seconds one LoadGen test takes at the config's expected rate: an accuracy test issues each sample once; a
+    performance test the samples LoadGen plans, at least the data set in a full-length Offline query."""
     values = config.values
     if mode is TestMode.AccuracyOnly:
         samples = values.get("num_samples") or DATASET_SIZE[config.benchmark]
@@ -48,23 +36,22 @@ def seconds_of_test(config: ResolvedConfig, mode: TestMode) -> float:
         full_offline = config.scenario is Scenario.Offline and not values.get("test_run")
         if full_offline and values.get("min_query_count") is None:
             samples = max(samples, DATASET_SIZE[config.benchmark])
-    seconds = samples / samples_per_second(config)
+    rate = RATE_FIELDS.get(config.scenario)  # samples/s; SingleStream: 1 / its latency
+    seconds = samples / (float(config[rate]) if rate else 1e9 / int(config["single_stream_expected_latency_ns"]))
     if mode is not TestMode.AccuracyOnly and values.get("max_duration"):
         seconds = min(seconds, values["max_duration"] / 1000)
     return seconds
 
 
 def planned_tests(gate_plan: GatePlan) -> list[TestMode]:
-    """The LoadGen tests a config runs, in order: its test mode's, after the accuracy gate's AccuracyOnly test where
-    the gate decides the engine and the mode has none of its own."""
+    """The LoadGen tests a config runs, in order: the accuracy gate's AccuracyOnly test first where the gate decides
+    the engine and the mode has none of its own."""
     modes = TestMode.parse(gate_plan.config["test_mode"]).loadgen_modes
-    if gate_plan.applies and TestMode.AccuracyOnly not in modes:
-        return [TestMode.AccuracyOnly, *modes]
-    return modes
+    return [TestMode.AccuracyOnly, *modes] if gate_plan.applies and TestMode.AccuracyOnly not in modes else modes
 
 
 def duration_text(seconds: float) -> str:
-    """42 s, 3 min, 1.5 h: as precise as an estimate deserves (the bench says its plan in these words too)."""
+    """42 s, 3 min, 1.5 h: as precise as an estimate deserves."""
     if seconds < 90:
         return f"{max(1, round(seconds))} s"
     if seconds < 90 * 60:
@@ -114,15 +101,13 @@ def plan_lines(request: RunRequest, system: str, gate_plans: list[GatePlan]) -> 
     return lines
 
 
+# Set by make for a run whose ``check_args`` step said the plan before the build: the run checks again, silently.
 PLAN_SAID_ENV = "MLPERF_PLAN_SAID"
-"""Set by make for a run whose ``check_args`` step already said the plan before the build: the run checks the same
-things again but does not repeat the lines."""
 
 
 def announce(request: RunRequest) -> None:
-    """Resolve what the request runs and say it, one ``[plan]`` line each (not again when ``PLAN_SAID_ENV`` says
-    make's check before the build said it); refuse first what the run itself would refuse before its first test (a
-    config error, a SubmissionRun its round does not accept), so that a check before the build catches it too."""
+    """Resolve what the request runs and say it, one ``[plan]`` line each; refuse first what the run itself would
+    refuse before its first test (a config error, a round's refusal), so a check before the build catches it too."""
     from code.processes.test_process import check_round
     from code.tuning.plans import gate_plans, system_name
 

@@ -23,18 +23,18 @@ from code.mlperf.verdicts import round_reason
 from code.tuning.plans import resolved_configs, scenarios_of, system_name
 
 
-def describe_description(system: str) -> list[str]:
+def describe_description(system: str) -> str:
     """Whether systems/<system>.json (with its user file and SUBMITTER) would pass the submission checker."""
     files = DescriptionFiles.of(system)
     try:
         problems = description_problems(load_description(system), files)
     except SystemDescriptionError as error:
-        return [f"System description: {error}"]
+        return f"System description: {error}"
     if not problems:
-        return [f"System description {shown(files.base)}: complete (make check_system_json)"]
+        return f"System description {shown(files.base)}: complete (make check_system_json)"
     missing = ", ".join(problem.split(":", 1)[0] for problem in problems)
-    return [f"System description {shown(files.base)}: {len(problems)} field(s) to fill before submitting: {missing} "
-            "(make check_system_json says where)"]
+    return (f"System description {shown(files.base)}: {len(problems)} field(s) to fill before submitting: {missing} "
+            "(make check_system_json says where)")
 
 
 def _each_config(request: RunRequest, system: str) -> Iterator[ResolvedConfig | str]:
@@ -50,9 +50,7 @@ def _each_config(request: RunRequest, system: str) -> Iterator[ResolvedConfig | 
 
 
 def info(request: RunRequest) -> None:
-    detected = detect_system()
-    print("Detected system:")
-    print(json.dumps(detected.describe(), indent=2))
+    print("Detected system:\n" + json.dumps(detect_system().describe(), indent=2))
     system = system_name(request)
     if request.system_name:
         print(f"Using configs of --system_name={system}")
@@ -61,8 +59,7 @@ def info(request: RunRequest) -> None:
     gpu = gpu_model_for_system(system)
     if gpu is not None:
         print(f"GPU model {gpu.name}: {gpu.describe()} ({gpu.source})")
-    for line in describe_description(system):
-        print(line)
+    print(describe_description(system))
     each = list(_each_config(request, system))
     resolved = [config for config in each if not isinstance(config, str)]
     if len(resolved) == len(each):  # a test that could not resolve might have read a field the others do not

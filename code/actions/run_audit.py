@@ -1,10 +1,10 @@
 """``--action=run_audit``: the compliance audits a round's checker requires (TEST01; TEST05 in v4.1), verified by
 the round's official ``run_verification.py``, with their logs kept in the layout a submission ships.
 
-Each audit is one LoadGen performance test, run like any other (a child process, ``run_single_test``) but in its
-own working directory holding the round's ``audit.config``, which LoadGen reads from its working directory. Its
-verification compares it with the newest complete SubmissionRun of the same test in build/logs (or
-``--audit_results_dir``), which it only reads. Everything goes to a new ``build/compliance_logs/<timestamp>/``:
+Each audit is one LoadGen performance test, run like any other (a child process) but in its own working directory
+holding the round's ``audit.config``, where LoadGen reads it. Its verification compares it with the newest complete
+SubmissionRun of the same test in build/logs (or ``--audit_results_dir``), which it only reads. Everything goes to
+a new ``build/compliance_logs/<timestamp>/``:
 
 - ``<system>/<bench>/<Scenario>/<TEST>/``: what the submission checker reads under ``compliance/`` (verify files,
   ``accuracy/``, ``performance/run_1/``), nothing else; ``make stage_results`` copies it as it is.
@@ -122,7 +122,7 @@ def plan_audit(config: ResolvedConfig, test: str, results_dir: str | None) -> Au
 
 def _run_one(audit: Audit, system: str, root: Path, overrides: dict) -> tuple[TestResult, RunRecord]:
     """The audit's LoadGen test in its working directory, then the official verification into the checker's
-    layout; the result's verdict is the verification's. Also returns the LoadGen run's metadata.json."""
+    layout; the result's verdict is the verification's, the record the LoadGen run's."""
     config, test = audit.config, audit.test
     where = Path(system) / config.benchmark_name / config.scenario.value
     work_dir = root / RUNS_SUBDIR / where / test
@@ -143,10 +143,9 @@ def _run_one(audit: Audit, system: str, root: Path, overrides: dict) -> tuple[Te
         verdict.checks["LoadGen run"] = False
         verdict.reasons += [f"the audit's LoadGen run is INVALID: {reason}" for reason in run.invalid_reasons]
         verdict.reasons += run.loadgen_errors
-    accuracy_dir = output_dir / test / "accuracy"
     if test == "TEST01":
-        ship_test01_accuracy(verdict, work_dir, accuracy_dir, record.audit_accuracy,
-                              config.benchmark_name)
+        ship_test01_accuracy(verdict, work_dir, output_dir / test / "accuracy", record.audit_accuracy,
+                             config.benchmark_name)
     figures = "; ".join(verdict.figures) or "no figures"
     summary = f"{test}: " + ", ".join(f"{name} {'PASS' if ok else 'FAIL'}" for name, ok in verdict.checks.items())
     result = TestResult(config.scenario.value, test, str(output_dir / test), valid=verdict.passed,
@@ -156,9 +155,8 @@ def _run_one(audit: Audit, system: str, root: Path, overrides: dict) -> tuple[Te
 
 
 def _verify(audit: Audit, work_dir: Path, output_dir: Path) -> AuditVerdict:
-    """The round's run_verification.py, unmodified, in the audit's working directory (it writes its verify files
-    there before copying them to ``output_dir/<TEST>/``). Its sub-scripts run as ``python3``: ours comes first on
-    PATH, so they get this environment's numpy."""
+    """The round's run_verification.py, unmodified, in the audit's working directory (it copies its verify files to
+    ``output_dir/<TEST>/``). Its sub-scripts run as ``python3``: ours comes first on PATH, for this numpy."""
     command = [sys.executable, str(audit.tools.verification), "-c", str(work_dir), "-o", str(output_dir)]
     if audit.test == "TEST06":  # it reads the audit's own responses only; the benchmark names its EOS id
         command += ["-s", audit.config.scenario.value, *load_benchmark(audit.config.benchmark).TEST06_ARGS]
@@ -181,9 +179,8 @@ def _verify(audit: Audit, work_dir: Path, output_dir: Path) -> AuditVerdict:
 
 def ship_test01_accuracy(verdict: AuditVerdict, work_dir: Path, accuracy_dir: Path, scores: dict,
                           benchmark_name: str) -> None:
-    """TEST01/accuracy/ holds the score of the audit's logged responses (accuracy.txt); when they differ from the
-    accuracy run's, also the two scores the checker compares (baseline_accuracy.txt, compliance_accuracy.txt), and
-    the accuracy check passes if they are within the checker's delta."""
+    """TEST01/accuracy/ holds the score of the audit's logged responses; when they differ from the accuracy run's,
+    also the two scores the checker compares, and the accuracy check passes if they are within its delta."""
     accuracy_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy2(work_dir / "accuracy.txt", accuracy_dir / "accuracy.txt")
     if verdict.checks.get("accuracy", True):

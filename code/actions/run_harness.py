@@ -15,11 +15,7 @@ from pathlib import Path
 
 from code.common.constants import TestMode
 from code.common.log import get_logger
-from code.common.supervision import (
-    Interrupted,
-    stop_signals_ignored,
-    stop_signals_raise,
-)
+from code.common.supervision import Interrupted, stop_signals_ignored, stop_signals_raise
 from code.mlperf.arguments import RunRequest
 from code.mlperf.benchmarks import load_benchmark
 from code.mlperf.run_logs import make_test_log_dir, new_run_root
@@ -32,16 +28,13 @@ log = get_logger("run_harness")
 
 
 def run_harness(request: RunRequest) -> int:
-    """Run the tests; returns the exit status (``ExitCode``: non-zero when a test did not finish, is INVALID or
-    FAILs its accuracy target, or every engine of a ladder missed it; 128 + the signal when the run was
-    interrupted)."""
+    """Run the tests; returns the exit status (``ExitCode``; 128 + the signal when the run was interrupted)."""
     from code.tuning.accuracy_gate import Gate
     from code.tuning.find_performance import Probe, needs_probe, probe_setting, rerun_setting, tuned_note
 
     system = system_name(request)
-    # Resolve every test first, so a config error stops the run before any test starts, and refuse then what
-    # cannot run or cannot count (an unbuilt round, a SubmissionRun the round lacks, accuracy without real data).
-    # Each config starts at the engine of its ladder the accuracy gate begins with (code/tuning/accuracy_gate.py).
+    # Resolve and check every test first, so a config error or a test that cannot run or count (an unbuilt round, a
+    # SubmissionRun the round lacks, accuracy without real data) stops the run before any test starts.
     plans = list(gate_plans(request, system, clear_stale=True))
     tests = [(gate_plan.config, loadgen_mode) for gate_plan in plans
              for loadgen_mode in TestMode.parse(gate_plan.config["test_mode"]).loadgen_modes]
@@ -115,8 +108,7 @@ def run_harness(request: RunRequest) -> int:
     return int(exit_code(counted(results), stopped))
 
 
-def _record_interruption(stop: Interrupted, running: dict | None, results: list[RanTest],
-                         planned: int) -> str:
+def _record_interruption(stop: Interrupted, running: dict | None, results: list[RanTest], planned: int) -> str:
     """Mark the stopped test's folder incomplete, add it to the results, and say in one line what was stopped."""
     line = f"{stop}: "
     if running is None:

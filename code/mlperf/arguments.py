@@ -75,38 +75,28 @@ MAIN_DEFAULTS: dict[str, str] = {
     "find_performance": "false",
     "check_args": "false",
 }
-# NVIDIA's closed-division harness spells some flags differently. Where its flag means what one of ours means, it is
-# an alias: the value goes to our field, and "given twice" counts both spellings as one flag.
+# NVIDIA's harness flags that mean what one of ours means: the value goes to our field, and "given twice" counts
+# both spellings as one flag.
 ALIASES = {
     "fast": "test_run",  # NVIDIA's name of --test_run before v4.1
-    "use_graphs": "cuda_graphs",  # CUDA graphs on or off
-    # Batches in flight per GPU: NVIDIA gives each inference stream an execution context; here each worker thread
-    # drives the backend, on BERT's packed path with a CUDA stream, pinned buffers and graphs of its own.
+    "use_graphs": "cuda_graphs",
+    # NVIDIA's inference streams per GPU: here each worker thread drives the backend with a stream of its own.
     "gpu_inference_streams": "num_workers",
 }
-
-
-@dataclass(frozen=True)
-class NvidiaOnlyFlag:
-    """An NVIDIA harness flag with no same-meaning field here: what it does there and what to do here instead."""
-
-    meaning: str
-    instead: str
-
-
-# Refused with the equivalent named, rather than with the list of every flag, so a habit costs one try.
+# NVIDIA flags with no same-meaning field here: (what it does there, what to do here instead). Refused with the
+# equivalent named, rather than with the list of every flag, so a habit costs one try.
 NVIDIA_ONLY_FLAGS = {
-    "gpu_copy_streams": NvidiaOnlyFlag(
+    "gpu_copy_streams": (
         "NVIDIA's count of host-to-device copy streams per GPU",
         "here no stream only copies: each batcher worker copies its batch on the stream it runs it on (on BERT's "
         "packed path, a stream of its own), so --num_workers=N (NVIDIA's --gpu_inference_streams) sets how many "
         "copies overlap; give that instead"),
-    "power": NvidiaOnlyFlag(
+    "power": (
         "NVIDIA's run under a power meter (MLPerf's power tools)",
         "this harness runs under no power meter; it reads the GPUs' own power through NVML in every performance "
         "test, unasked (the summary's power line): leave --power out (--power_setting=MaxQ picks a system's MaxQ "
         "config classes, where it has some)"),
-    "force_calibration": NvidiaOnlyFlag(
+    "force_calibration": (
         "NVIDIA's calibration run even when a calibration cache exists",
         "here FP8 calibration is part of building an FP8 engine: remove its folder under build/engines/<system>/ "
         "(make generate_engines names it), then run make generate_engines RUN_ARGS=\"...\" with this run's "
@@ -147,47 +137,27 @@ class RunRequest:
     verbose: bool = False
     find_performance: bool = False
     check_args: bool = False
-    # --scenarios=all: each benchmark runs the scenarios its round accepts on the system (``scenarios`` holds all
-    # three until the system is known: code/tuning/plans.py's scenarios_of).
+    # --scenarios=all: ``scenarios`` holds all three until the system is known (code/tuning/plans.py's scenarios_of).
     all_scenarios: bool = False
     defaulted: tuple[str, ...] = ()  # the main arguments RUN_ARGS left out, so the run took MAIN_DEFAULTS' value
 
 
-def _split_flag(token: str) -> tuple[str, str | None]:
-    if not token.startswith("--"):
-        raise ArgumentError(f"expected --name=value (or --name value), got '{token}'")
-    name, sep, value = token[2:].partition("=")
-    return name.replace("-", "_"), (value if sep else None)
-
-
-def _takes_value(name: str) -> bool:
-    """Whether ``--name`` without ``=`` reads the next token as its value: every flag but a switch does."""
-    name = ALIASES.get(name, name)
-    if name in MAIN_ARGUMENTS:
-        return True
-    return name in FIELDS and FIELDS[name].type is not bool
-
-
-def _is_bool_word(token: str) -> bool:
-    return token.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off")
+TRUE_WORDS = ("1", "true", "yes", "on")
+BOOL_WORDS = (*TRUE_WORDS, "0", "false", "no", "off")
 
 
 def _join_space_form(argv: list[str]) -> list[str]:
-    """``--benchmarks bert`` -> ``--benchmarks=bert``: the space form means what the ``=`` form means. A switch
-    (``--test_run``, ``--verbose``) takes the next token only when it is a boolean word (``--test_run false``)."""
-    tokens: list[str] = []
-    index = 0
-    while index < len(argv):
-        token = argv[index]
-        following = argv[index + 1] if index + 1 < len(argv) else None
-        if token.startswith("--") and "=" not in token and following is not None and not following.startswith("--"):
-            name = token[2:].replace("-", "_")
-            if _takes_value(name) or _is_bool_word(following):
-                tokens.append(f"{token}={following}")
-                index += 2
-                continue
+    """``--benchmarks bert`` -> ``--benchmarks=bert``. A switch (``--test_run``, ``--verbose``) takes the next token
+    only when it is a boolean word (``--test_run false``)."""
+    tokens, rest = [], list(argv)
+    while rest:
+        token = rest.pop(0)
+        if token.startswith("--") and "=" not in token and rest and not rest[0].startswith("--"):
+            name = ALIASES.get(token[2:].replace("-", "_"), token[2:].replace("-", "_"))
+            takes_value = name in MAIN_ARGUMENTS or (name in FIELDS and FIELDS[name].type is not bool)
+            if takes_value or rest[0].strip().lower() in BOOL_WORDS:
+                token = f"{token}={rest.pop(0)}"
         tokens.append(token)
-        index += 1
     return tokens
 
 
@@ -203,9 +173,8 @@ MAKE_VARIABLES = {"round": "ROUND", "log_dir": "LOG_DIR"}
 
 
 def _passed_by_make(name: str, first: str | None, second: str | None) -> str:
-    """The end of the "given twice" error where make passed one of the values from a variable (make puts the
-    variables of its command line in its recipes' environment): the user typed ROUND=, not the --round it became,
-    so the fix names ROUND=. Empty otherwise."""
+    """The end of the "given twice" error where make passed one value from a variable of its command line: the user
+    typed ROUND=, not the --round it became, so the fix names ROUND=. Empty otherwise."""
     variable = MAKE_VARIABLES.get(name)
     value = os.environ.get(variable or "")
     if variable is None or "MAKELEVEL" not in os.environ or value not in (first, second):
@@ -223,10 +192,13 @@ def parse_run_args(argv: list[str]) -> RunRequest:
     given: dict[str, str | None] = {}
     spelled: dict[str, str] = {}  # our name -> the spelling first given (an alias or ours)
     for token in _join_space_form(argv):
-        typed, value = _split_flag(token)
+        if not token.startswith("--"):
+            raise ArgumentError(f"expected --name=value (or --name value), got '{token}'")
+        typed, sep, value = token[2:].partition("=")
+        typed, value = typed.replace("-", "_"), (value if sep else None)
         if typed in NVIDIA_ONLY_FLAGS:
-            flag = NVIDIA_ONLY_FLAGS[typed]
-            raise ArgumentError(f"--{typed} is {flag.meaning}; {flag.instead}")
+            meaning, instead = NVIDIA_ONLY_FLAGS[typed]
+            raise ArgumentError(f"--{typed} is {meaning}; {instead}")
         name = ALIASES.get(typed, typed)
         if name in given and given[name] != value:
             # make passes ROUND as --round before RUN_ARGS: two different values must not silently pick one.
@@ -240,9 +212,9 @@ def parse_run_args(argv: list[str]) -> RunRequest:
                 raise ArgumentError(f"--{name} needs a value: {MAIN_ARGUMENTS[name]}")
             main[name] = value
         elif name in MAIN_SWITCHES:
-            if value not in (None, "") and not _is_bool_word(value):
+            if value not in (None, "") and value.strip().lower() not in BOOL_WORDS:
                 raise ArgumentError(f"--{name}={value}: expected true or false ({MAIN_SWITCHES[name]})")
-            switches[name] = value in (None, "") or value.strip().lower() in ("1", "true", "yes", "on")
+            switches[name] = value in (None, "") or value.strip().lower() in TRUE_WORDS
         elif name in FIELDS:
             fld = FIELDS[name]
             if value is None and fld.type is not bool:
@@ -278,11 +250,7 @@ def parse_run_args(argv: list[str]) -> RunRequest:
                     benchmarks.append(request)
         scenario_names = _comma_list(main.get("scenarios", MAIN_DEFAULTS["scenarios"]))
         all_scenarios = any(text.strip().lower() == SCENARIOS_ALL for text in scenario_names)
-        scenarios = list(Scenario) if all_scenarios else []
-        for text in scenario_names if not all_scenarios else []:
-            scenario = _parse_scenario(text)
-            if scenario not in scenarios:
-                scenarios.append(scenario)
+        scenarios = list(Scenario) if all_scenarios else list(dict.fromkeys(map(_parse_scenario, scenario_names)))
         return RunRequest(
             action=action,
             benchmarks=benchmarks,
@@ -304,7 +272,7 @@ def parse_run_args(argv: list[str]) -> RunRequest:
 
 
 def _parse_scenario(text: str) -> Scenario:
-    """One scenario name; an unknown one gets the nearest, and the list with ``all``."""
+    """An unknown scenario gets the nearest, and the list with ``all``."""
     try:
         return Scenario.parse(text)
     except ChoiceError:
@@ -346,7 +314,9 @@ def _accuracy_targets(main: dict[str, str]) -> list[AccuracyTarget]:
     if "config_ver" not in main:
         return [target] if target else []
     targets: list[AccuracyTarget] = []
-    for config_ver in _expand_all(_comma_list(main["config_ver"])):
+    # ``all`` stands for every config_ver, in their order, wherever it is in the list.
+    for config_ver in [each for name in _comma_list(main["config_ver"])
+                       for each in (CONFIG_VER_TO_ACCURACY if name == CONFIG_VER_ALL else [name])]:
         if config_ver not in CONFIG_VER_TO_ACCURACY:
             raise choice_error("config_ver", config_ver, [*CONFIG_VER_TO_ACCURACY, CONFIG_VER_ALL])
         legacy = CONFIG_VER_TO_ACCURACY[config_ver]
@@ -357,14 +327,6 @@ def _accuracy_targets(main: dict[str, str]) -> list[AccuracyTarget]:
     return targets
 
 
-def _expand_all(config_vers: list[str]) -> list[str]:
-    """``all`` stands for every config_ver, in their order, wherever it is in the list."""
-    expanded: list[str] = []
-    for config_ver in config_vers:
-        expanded += list(CONFIG_VER_TO_ACCURACY) if config_ver == CONFIG_VER_ALL else [config_ver]
-    return expanded
-
-
 # --help: flags in groups, each line within HELP_WIDTH columns (a terminal's or a pasted page's), names in a column.
 HELP_WIDTH = 100
 NAME_COLUMN = 30
@@ -373,10 +335,8 @@ MAIN_GROUPS = (
                      "power_setting", "system_name", "verbose", "find_performance", "check_args")),
     ("Compliance audits (make run_audit_harness)", ("audit_test", "audit_results_dir")),
 )
-# The harness's config fields by what they set. The last group holds what exists to test the harness itself, apart,
-# so a user reading for a benchmark run can skip it; a field in no group still shows, under "Other fields", and a
-# test (tests/common/test_nvidia_habits.py) keeps that group empty. A backend's switches are grouped by the backend
-# that declares them (``field_groups``), those of a backend that runs no model (the oracles) with the test-only ones.
+# The config fields by what they set; the last group, apart, holds what exists to test the harness itself. A field in
+# no group still shows, under OTHER_FIELDS (a test keeps that group empty); backends' switches: ``field_groups``.
 FIELD_GROUPS = (
     ("Model, data and device", ("round", "backend", "precision", "model_name", "weights", "input_data", "device",
                                 "devices", "gpu_as", "cpu_threads", "num_beams", "seed", "synthetic_sample_count",
@@ -396,14 +356,10 @@ OTHER_FIELDS = "Other fields"
 
 def _help_entry(flag: str, text: str) -> list[str]:
     """One flag: its name in the first column, its text wrapped beside it (below it when the name is long)."""
-    indent = " " * NAME_COLUMN
-    head = f"  {flag}"
-
-    def wrap(first: str) -> list[str]:
-        return textwrap.wrap(text, HELP_WIDTH, initial_indent=first, subsequent_indent=indent,
-                             break_on_hyphens=False)
-
-    return [head, *wrap(indent)] if len(head) + 2 > NAME_COLUMN else wrap(head.ljust(NAME_COLUMN))
+    head, indent = f"  {flag}", " " * NAME_COLUMN
+    above = [head] if len(head) + 2 > NAME_COLUMN else []
+    return above + textwrap.wrap(text, HELP_WIDTH, initial_indent=indent if above else head.ljust(NAME_COLUMN),
+                                 subsequent_indent=indent, break_on_hyphens=False)
 
 
 def _main_text(name: str) -> str:
@@ -420,9 +376,8 @@ def _field_text(name: str) -> str:
 
 
 def field_groups() -> list[tuple[str, list[str]]]:
-    """The fields as --help shows them, every field once: FIELD_GROUPS, each backend's switches under that backend
-    (a switch several declare under the first) before the test-only group, an oracle's in it, and those in no group
-    under OTHER_FIELDS."""
+    """The fields as --help shows them, every field once: FIELD_GROUPS, each backend's switches under the first
+    backend that declares it, before the test-only group (an oracle's in it), the rest under OTHER_FIELDS."""
     grouped = {name for _, names in FIELD_GROUPS for name in names}
     *harness, (test_title, test_only) = [(title, [name for name in names if name in FIELDS])
                                          for title, names in FIELD_GROUPS]
@@ -465,8 +420,8 @@ def format_help() -> str:
     for alias, name in ALIASES.items():
         lines += _help_entry(f"--{alias}", f"= --{name}")
     lines += _help_entry(f"--config_ver={CONFIG_VER_ALL}", f"= --config_ver={','.join(CONFIG_VER_TO_ACCURACY)}")
-    for name, flag in NVIDIA_ONLY_FLAGS.items():
-        lines += _help_entry(f"--{name}", f"refused: {flag.instead}")
+    for name, (_, instead) in NVIDIA_ONLY_FLAGS.items():
+        lines += _help_entry(f"--{name}", f"refused: {instead}")
     lines += [""] + textwrap.wrap(
         "A value outside what a field accepts, or a combination the benchmark cannot run (a sample count below "
         "the benchmark's, a backend it lacks), stops the run before anything starts or is written (exit status 2).",

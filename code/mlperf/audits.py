@@ -1,11 +1,10 @@
 """Compliance audits: which tests a round requires, where its official audit files are, which SubmissionRun an
 audit is verified against, and what the official verification concluded.
 
-An audit is a LoadGen performance run with the round's ``audit.config`` in its working directory (LoadGen reads it
-from there and overrides its settings: TEST01 logs a sample of the responses, TEST05 changes the RNG seeds). The
-round's own ``run_verification.py`` then compares it with a SubmissionRun of the same test (the accuracy run's
-responses for TEST01, the performance run's figure for both) and copies the audit's logs into the layout the
-submission checker reads under ``compliance/<system>/<benchmark>/<Scenario>/<TEST>/``.
+An audit is a LoadGen performance run with the round's ``audit.config`` in its working directory, where LoadGen
+reads it (TEST01 logs a sample of the responses, TEST05 changes the RNG seeds). The round's own
+``run_verification.py`` compares it with a SubmissionRun of the same test and copies the audit's logs into the
+layout the submission checker reads under ``compliance/<system>/<benchmark>/<Scenario>/<TEST>/``.
 """
 
 from __future__ import annotations
@@ -41,14 +40,10 @@ class AuditError(ValueError):
 
 def parse_audit_tests(text: str) -> list[str]:
     """``TEST01,test05`` -> ["TEST01", "TEST05"]; an unknown name gets the list."""
-    tests: list[str] = []
-    for item in (part.strip().upper() for part in text.split(",")):
+    tests = list(dict.fromkeys(part.strip().upper() for part in text.split(",")))
+    for item in tests:
         if item not in AUDIT_TESTS:
             raise AuditError(f"unknown audit test '{item}'; valid choices: {', '.join(AUDIT_TESTS)}")
-        if item not in tests:
-            tests.append(item)
-    if not tests:
-        raise AuditError(f"--audit_test needs a value: one or more of {', '.join(AUDIT_TESTS)}")
     return tests
 
 
@@ -75,9 +70,8 @@ class AuditTools:
 
 
 def audit_tools(round_name: str, test: str, benchmark: Benchmark, tools_dir: Path = OFFICIAL_TOOLS_DIR) -> AuditTools:
-    """Where the round's clone under ``tools_dir`` keeps the audit's files (``<round>/compliance/nvidia/<test>/``;
-    ``main/compliance/<test>/`` for v6.1); an error naming the clone command and MLPERF_INFERENCE_TOOLS when they
-    are missing."""
+    """Where the round's clone under ``tools_dir`` keeps the audit's files; an error naming the clone command and
+    MLPERF_INFERENCE_TOOLS when they are missing."""
     official = get_round(round_name).tools
     folder = tools_dir / official.folder / official.compliance / test
     config_dir = folder / TEST01_CONFIG_DIRS[benchmark] if test == "TEST01" else folder
@@ -129,8 +123,8 @@ def find_reference_run(system: str, benchmark_name: str, scenario: Scenario, rou
 
 
 def write_baseline_log(accuracy_log: Path, compliance_log: Path, out: Path) -> Path:
-    """The accuracy run's entries for the samples the audit logged (every entry of each, in the accuracy log's
-    order): the baseline TEST01 scores when the audit's responses differ from the accuracy run's."""
+    """The accuracy run's entries for the samples the audit logged: the baseline TEST01 scores when the audit's
+    responses differ from the accuracy run's."""
     audited = {entry["qsl_idx"] for entry in json.loads(compliance_log.read_text())}
     entries = [entry for entry in json.loads(accuracy_log.read_text()) if entry["qsl_idx"] in audited]
     out.write_text(json.dumps(entries, indent=0) + "\n")
@@ -138,8 +132,7 @@ def write_baseline_log(accuracy_log: Path, compliance_log: Path, out: Path) -> P
 
 
 def accuracy_delta_limit(benchmark_name: str) -> float:
-    """How far (in %) the audit's accuracy may be from the baseline's when their responses differ: the checker's
-    default, 0.1 % for a 99.9 % target and 1 % otherwise."""
+    """How far (in %) the audit's accuracy may be from the baseline's when their responses differ (the checker's)."""
     return 0.1 if benchmark_name.endswith("99.9") else 1.0
 
 
@@ -183,7 +176,6 @@ def read_verification(test: str, output_dir: Path, transcript: str) -> AuditVerd
                 verdict.figures.append(f"performance {scores.get('test')} vs reference {scores.get('reference')}")
         if not path.is_file():
             verdict.reasons.append(f"{path.name} was not written")
-    fails = [line.strip() for line in transcript.splitlines()
-             if "TEST FAIL" in line or "do not match" in line]
+    fails = [line.strip() for line in transcript.splitlines() if "TEST FAIL" in line or "do not match" in line]
     verdict.reasons += [line for line in dict.fromkeys(fails) if line != "TEST FAIL"]
     return verdict

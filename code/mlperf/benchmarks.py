@@ -1,15 +1,8 @@
 """The seam between the orchestration and a benchmark: each benchmark is one package under code/.
 
 A benchmark module (``code/<bench>/benchmark.py``) provides the three functions of ``BenchmarkModule``; nothing
-else of it is known here:
-
-- ``generate_engine(config) -> EngineReport``: build (or skip) the engine this config needs; says what it did.
-- ``prepare_test(config, mode) -> PreparedTest``: load data and backend for one LoadGen test.
-- ``describe_inputs(config, mode) -> InputsDescription``: which data and weights a run would use, cheaply (for
-  ``make info``), and why its figure would not count as an MLPerf result.
-
-What crosses the seam is typed here (``TypedDict`` where the value is written to metadata.json as it is, a
-dataclass where the orchestration reads fields), so a key a reader expects is a name a type checker knows.
+else of it is known here. What crosses the seam is typed here (``TypedDict`` where the value goes to metadata.json
+as it is, a dataclass where the orchestration reads fields), so a key a reader expects is a name a type checker knows.
 """
 
 from __future__ import annotations
@@ -61,8 +54,7 @@ class EngineReport(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class AccuracyReport:
-    """A scored accuracy log: what the orchestration reads (metric, value, passed, failures, summary) and the
-    benchmark's own figures, kept for metadata.json."""
+    """A scored accuracy log: what the orchestration reads, and the benchmark's own figures for metadata.json."""
 
     metric: str  # "f1", "rouge1"
     value: float
@@ -84,12 +76,9 @@ RunnerFactory = Callable[[str, str], Any]
 
 @dataclass
 class PreparedTest:
-    """Everything the C++ core needs for one test, plus how to score its accuracy log.
-
-    The backend is not built here: ``runner_on`` builds one instance on one device when asked, in the LoadGen
-    process for a one-device run, in each worker process for several (code/harness/workers.py), so the LoadGen
-    process of a several-GPU run holds the data and the scorer, never a model.
-    """
+    """Everything the C++ core needs for one test, plus how to score its accuracy log. ``runner_on`` builds a backend
+    instance on one device when asked, in the LoadGen process for a one-device run, in each worker process for
+    several (code/harness/workers.py), so the LoadGen process of a several-GPU run never holds a model."""
 
     sample_lengths: np.ndarray  # int32, one per QSL sample: the batcher sorts by it
     performance_sample_count: int
@@ -107,15 +96,16 @@ class PreparedTest:
 
 
 class BenchmarkModule(Protocol):
-    """What the orchestration calls of ``code/<bench>/benchmark.py`` (a module: its functions are the methods).
+    """What the orchestration calls of ``code/<bench>/benchmark.py`` (a module: its functions are the methods)."""
 
-    Named BenchmarkModule, not Benchmark, because ``code.common.constants.Benchmark`` names the benchmarks."""
+    def describe_inputs(self, config: ResolvedConfig, mode: TestMode) -> InputsDescription:
+        """Which data and weights a run would use, cheaply (``make info``), and why its figure would not count."""
 
-    def describe_inputs(self, config: ResolvedConfig, mode: TestMode) -> InputsDescription: ...
+    def generate_engine(self, config: ResolvedConfig) -> EngineReport:
+        """Build (or skip) the engine this config needs; says what it did."""
 
-    def generate_engine(self, config: ResolvedConfig) -> EngineReport: ...
-
-    def prepare_test(self, config: ResolvedConfig, mode: TestMode) -> PreparedTest: ...
+    def prepare_test(self, config: ResolvedConfig, mode: TestMode) -> PreparedTest:
+        """Load data and backend for one LoadGen test."""
 
 
 def prepared_test(
@@ -130,11 +120,8 @@ def prepared_test(
     token_responses: bool = False,
 ) -> PreparedTest:
     """The end of every benchmark's ``prepare_test``: record the inputs' lengths, the devices (and, on a CPU,
-    torch's threads, which change the figure) in the provenance, and hand the core int32 lengths of every sample
-    (all of them fit in memory, so the performance sample count is the whole set) and the way to build a runner on
-    a device, called with that device current (``on_device``)."""
-    if not devices:
-        raise ValueError("a test runs on one device at least")
+    torch's threads, which change the figure) in the provenance; every sample fits in memory, so the performance
+    sample count is the whole set; each runner is called with its device current (``on_device``)."""
     provenance["input_lengths"] = input_lengths
     provenance["devices"] = list(devices)
     if devices == ["cpu"]:
@@ -156,5 +143,4 @@ def prepared_test(
 
 def load_benchmark(benchmark: Benchmark) -> BenchmarkModule:
     """The benchmark's module (``code/<bench>/benchmark.py``), imported on first use."""
-    module: BenchmarkModule = BENCHMARK_MODULES.load(benchmark)
-    return module
+    return BENCHMARK_MODULES.load(benchmark)

@@ -1,14 +1,9 @@
 """A performance test's figure beside the best published result per GPU of the same benchmark, scenario and GPU
-model (code/common/published.py): the line the summary and report.md show under the figure, and the cell of
-``make results``.
-
-Why: a newcomer reading ``8,264 samples/s`` cannot tell whether it is good; ``= 90% of the best published`` says.
-The run's figure counts per GPU: a run on N GPUs compares its figure / N. A rate compares as ours / theirs (above
-100%: faster); a latency (SingleStream's p90, in ms) as ours / theirs too, which reads the other way (above 100%:
-slower), and the line says "latency" and "lower is better". A figure from a stand-in (``--gpu_as``: another GPU ran
-as this model) or from no MLPerf model (a small test model, the oracle backend) measures another thing: its
-comparison says "not comparable" and gives no percentage. A GPU model with no published result on file, a CPU run, a
-system named without its GPU model (``--system_name=MyBox``) or an accuracy test get nothing.
+model (code/common/published.py): a newcomer reading ``8,264 samples/s`` cannot tell whether it is good; ``= 90% of
+the best published`` says. A run on N GPUs compares its figure / N. A latency (SingleStream's p90) compares as ours /
+theirs too, which reads the other way, so the line says "lower is better". A figure from a stand-in or from no MLPerf
+model measures another thing: "not comparable", no percentage. A GPU model with no published result, a CPU run, a
+system named without its GPU model or an accuracy test get nothing.
 """
 
 from __future__ import annotations
@@ -22,8 +17,8 @@ from code.common.published import Published
 from code.common.systems import gpu_model_and_count
 from code.mlperf.run_record import RunRecord
 
+# Caveats (``RunRecord.caveats``) of a figure that measures something else than the GPU running the MLPerf model.
 NOT_COMPARABLE = ("stand-in for ", "no model", "small model")
-"""Caveats (``RunRecord.caveats``) of a figure that measures something else than the GPU running the MLPerf model."""
 
 
 @dataclass(frozen=True)
@@ -45,8 +40,7 @@ class Beside:
         return self.per_gpu / self.best.per_gpu
 
     def line(self) -> str:
-        """``published: 8,264 samples/s per H200_SXM_141GB = 90% of the best published (9,224: Dell
-        XE9680_H200_SXM_141GBx8_TRT, v4.1)``, with the run's caveats after it."""
+        """``published: 8,264 samples/s per H200_SXM_141GB = 90% of the best published (9,224: Dell ..., v4.1)``."""
         theirs = f"{_number(self.best.per_gpu)} {self.unit}: {self.best.describe()}"
         if self.not_comparable:
             return (f"published: not comparable ({self.not_comparable}); the best published per {self.gpu_model} is "
@@ -62,7 +56,7 @@ class Beside:
         return line + (f"; this run: {', '.join(self.caveats)}" if self.caveats else "")
 
     def cell(self) -> str:
-        """``90% of Dell v4.1`` for a table (the run's caveats have a column of their own)."""
+        """``90% of Dell v4.1`` for a table."""
         if self.not_comparable:
             return "not comparable"
         kind = " latency" if self.best.lower_is_better else ""
@@ -75,7 +69,7 @@ def _number(value: float) -> str:
 
 
 def beside_published(record: RunRecord) -> Beside | None:
-    """The test's figure beside the best published one; None where there is nothing to compare (see the module)."""
+    """The test's figure beside the best published one; None where there is nothing to compare."""
     result = record.result_dict  # as recorded: a record of an earlier version may lack some of TestResult's keys
     value, unit, scenario = result.get("value"), result.get("unit"), str(result.get("scenario") or "")
     if result.get("mode") != TestMode.PerformanceOnly.value or value is None or not unit:
@@ -97,6 +91,5 @@ def beside_published(record: RunRecord) -> Beside | None:
 
 
 def published_line(record: RunRecord) -> str | None:
-    """The summary's and report.md's line (``Beside.line``), or None where there is nothing to compare."""
     beside = beside_published(record)
     return beside.line() if beside else None

@@ -2,29 +2,18 @@
 place.
 
 ``auto`` means the same everywhere (a run, engine calibration, the fine-tuning tool): cuda when PyTorch sees a
-GPU, else cpu. A run resolves its device once, here, and checks it, so that a GPU that is not there or a
-precision the device cannot run stops the run before it runs something other than what the config, the engine
-name and metadata.json say.
+GPU, else cpu. A run resolves and checks its device once, here, so that a missing GPU or a precision the device
+cannot run stops it before it runs something other than what the config, the engine name and metadata.json say.
 
-Devices: a GPU run uses every GPU PyTorch sees (``devices=all``; CUDA_VISIBLE_DEVICES narrows what it sees) or the
-indices ``devices`` lists; ``device=cuda:N`` is the one-GPU spelling of ``devices=N``. SingleStream has one sample
-in flight, so ``all`` means the first GPU there (more would only load more copies). A CPU run has one device, or
-``cpu_workers`` of them (``cpu:0``, ``cpu:1``, ...: worker processes that share the CPUs, which exercise the
-several-device path on a machine without GPUs). One device runs in the LoadGen process; several run in worker
-processes, one per device (code/harness/workers.py). An instance built in the LoadGen process is built, and its
-runner called, with its GPU as the thread's current device: kernels that launch on the current device (Triton's),
-and streams and graphs created without one, land on the instance's GPU.
+A GPU run uses every GPU PyTorch sees (``devices=all``) or the indices ``devices`` lists; SingleStream has one
+sample in flight, so ``all`` means the first GPU there. A CPU run has one device, or ``cpu_workers`` of them
+(``cpu:0``, ...: worker processes that exercise the several-device path without GPUs). An instance is built, and its
+runner called, with its GPU as the thread's current device, so kernels and streams created without one land there.
 
-CPU threads: torch's default is the machine's physical cores (or ``OMP_NUM_THREADS``). Two things make that wrong
-for a run:
-
-- A container, ``taskset`` or a worker's pinning may allow fewer CPUs than the machine has; oversubscribed threads
-  are slower, so the default is capped at the allowed CPUs.
-- In Server, LoadGen's issue thread and the C++ batchers must be scheduled the moment a query arrives. With every
-  allowed core busy in torch (whose OpenMP threads also spin-wait between ops), they are not, and p99 latency
-  swings by several times (``documentation/notes/journal/2026-11-22.md``, "CPU threads in Server"). So Server leaves
-  one core
-  free; Offline and SingleStream use them all.
+CPU threads: torch's default (the physical cores) is capped at the CPUs this process may use (a container or
+``taskset`` allows fewer; oversubscribed threads are slower), and Server leaves one core free: LoadGen's issue
+thread and the C++ batchers must be scheduled the moment a query arrives, and with every core busy in torch p99
+latency swings by several times (``documentation/notes/journal/2026-11-22.md``, "CPU threads in Server").
 
 torch is imported inside the functions: only runs that resolve a device or a thread count pay for the import.
 """
@@ -40,13 +29,13 @@ from typing import Any
 from code.common.benchmark_errors import BenchmarkError, InputsUnavailableError
 from code.common.constants import Scenario
 from code.common.gpu_models import GpuModel, by_name, capability_text
+from code.common.placement import allowed_cpu_set
 from code.config.capabilities import check_runs_on
 from code.config.fields import FieldError, check_device
 from code.config.resolved import ResolvedConfig
 
 
 def visible_gpus() -> int:
-    """GPUs PyTorch can use here (0 without CUDA)."""
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -58,17 +47,12 @@ def auto_device() -> str:
 
 
 def resolve_device(config: ResolvedConfig) -> str:
-    """The ``device`` field made concrete (``auto_device`` for ``auto``) and checked against the GPUs present and
-    against the rules between device and precision (``check_device``)."""
+    """The ``device`` field made concrete and checked against the GPUs present and the precision (``check_device``)."""
     device = config["device"]
-    if device == "cpu":
-        check_device(config.benchmark, config.values, config.sources, device)
-        refuse_stand_in_on_cpu(config)
-        return device
-    gpus = visible_gpus()
+    gpus = 0 if device == "cpu" else visible_gpus()  # a CPU run never imports torch here
     if device == "auto":
         device = "cuda" if gpus else "cpu"
-    elif gpus == 0:
+    elif device != "cpu" and gpus == 0:
         import torch
 
         raise InputsUnavailableError(f"--device={device}: PyTorch sees no GPU here (torch {torch.__version__}, "
@@ -76,23 +60,17 @@ def resolve_device(config: ResolvedConfig) -> str:
     elif ":" in device and int(device.split(":")[1]) >= gpus:
         raise InputsUnavailableError(f"--device={device}: PyTorch sees {gpus} GPU(s), cuda:0 to cuda:{gpus - 1}")
     check_device(config.benchmark, config.values, config.sources, device)
-    if device == "cpu":
-        refuse_stand_in_on_cpu(config)
-    else:
+    if device != "cpu":
         check_runs_on(config.benchmark, config.values, config.sources, running_as(config, device), device)
+    elif stand_in_of(config) is not None:
+        raise InputsUnavailableError(f"--gpu_as={config['gpu_as']} makes a GPU stand in for another, and this run is "
+                                     "on the CPU; leave --gpu_as out, or run on a GPU")
     return device
 
 
-def refuse_stand_in_on_cpu(config: ResolvedConfig) -> None:
-    if stand_in_of(config) is not None:
-        raise InputsUnavailableError(f"--gpu_as={config['gpu_as']} makes a GPU stand in for another, and this run is "
-                                     "on the CPU; leave --gpu_as out, or run on a GPU")
-
-
 def running_as(config: ResolvedConfig, device: str) -> GpuModel:
-    """The GPU a run on ``device`` runs as: the stand-in model (``gpu_as``), else the GPU itself as PyTorch sees it.
-    A stand-in must be no more than the GPU: a compute capability above the GPU's would choose engines whose kernels
-    it does not have, which would fail in the middle of the run."""
+    """The stand-in model (``gpu_as``), else the GPU itself. A stand-in's compute capability must be no more than the
+    GPU's: it would choose engines whose kernels the GPU does not have, which would fail in the middle of the run."""
     gpu = gpu_of(device)
     stand_in = stand_in_of(config)
     if stand_in is None:
@@ -106,12 +84,11 @@ def running_as(config: ResolvedConfig, device: str) -> GpuModel:
 
 
 def stand_in_of(config: ResolvedConfig) -> GpuModel | None:
-    """The GPU model ``gpu_as`` names (its choices are the table's names), None without one."""
     return by_name(config.values["gpu_as"]) if config.values.get("gpu_as") else None
 
 
 def gpu_of(device: str) -> GpuModel:
-    """The GPU ``device`` is, as PyTorch sees it (its memory as CUDA reports it, as code/common/gpu_models.py's)."""
+    """The GPU ``device`` is, as PyTorch sees it."""
     import torch
 
     properties = torch.cuda.get_device_properties(torch.device(device))
@@ -120,8 +97,8 @@ def gpu_of(device: str) -> GpuModel:
 
 
 def cap_memory_as_stand_in(config: ResolvedConfig, device: str) -> None:
-    """With ``gpu_as``, cap this process's use of ``device`` at the stand-in model's memory, so batch sizes, KV caches
-    and out-of-memory errors are the stand-in's. A stand-in with more memory than the GPU cannot be shown here."""
+    """With ``gpu_as``, cap this process's use of ``device`` at the stand-in's memory, so batch sizes, KV caches and
+    out-of-memory errors are the stand-in's."""
     stand_in = stand_in_of(config)
     if stand_in is None or not device.startswith("cuda"):
         return
@@ -136,9 +113,8 @@ def cap_memory_as_stand_in(config: ResolvedConfig, device: str) -> None:
 
 
 def resolve_devices(config: ResolvedConfig) -> list[str]:
-    """The devices a run puts one backend instance on: ``["cpu"]``, or ``cuda:N`` for each GPU the ``devices``
-    field names (every visible one for ``all``). Checked like ``resolve_device``; a GPU that is not there or not
-    visible, a repeated index, or a device list on a CPU run stops the run with the fix."""
+    """The devices a run puts one backend instance on: ``cpu`` or ``cpu:N`` each, or ``cuda:N`` for each GPU the
+    ``devices`` field names; a GPU that is not visible, a repeated index or a device list on a CPU run is refused."""
     device = resolve_device(config)
     devices = config["devices"]
     if device == "cpu":
@@ -183,9 +159,8 @@ def torch_device(name: str) -> str:
 
 def backend_on(device: str, config: ResolvedConfig, backend_class: Any, context: Any, name: str | None = None) -> Any:
     """One instance of the chosen backend on ``device`` (a torch device), its options read from the config and the
-    benchmark's context (a dataclass with a ``device`` field) on that device. A device that runs out of memory while
-    the instance loads stops the run with the device named (as ``name``, the run's name for it: a worker sees its
-    GPU as cuda:0) and the fix; other errors pass unchanged."""
+    benchmark's context on that device. Running out of memory while it loads stops the run naming the device (as
+    ``name``, the run's name for it: a worker sees its GPU as cuda:0) and the fix."""
     try:
         with current_device(device):
             cap_memory_as_stand_in(config, device)
@@ -193,18 +168,16 @@ def backend_on(device: str, config: ResolvedConfig, backend_class: Any, context:
     except Exception as error:
         if not is_out_of_memory(error):
             raise
-        if not device.startswith("cuda"):
-            raise BenchmarkError(f"{name or device} ran out of memory while its backend instance loaded "
-                                 f"({allocator_message(error)}); free memory, or lower --gpu_batch_size") from error
-        raise BenchmarkError(f"{name or device} ran out of memory while its backend instance loaded ({error}); free "
-                             "that GPU (nvidia-smi shows what holds it), leave it out with --devices, or lower "
-                             "--gpu_batch_size") from error
+        cuda = device.startswith("cuda")
+        fix = ("free that GPU (nvidia-smi shows what holds it), leave it out with --devices, or lower "
+               "--gpu_batch_size" if cuda else "free memory, or lower --gpu_batch_size")
+        raise BenchmarkError(f"{name or device} ran out of memory while its backend instance loaded "
+                             f"({error if cuda else allocator_message(error)}); {fix}") from error
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """Whether ``error`` is an allocator's out-of-memory: torch's ``OutOfMemoryError`` (a GPU's), or the plain
-    RuntimeError the CPU allocator raises ("DefaultCPUAllocator: can't allocate memory"). Told apart by name and
-    text, so that checking never imports torch."""
+    """torch's ``OutOfMemoryError`` (a GPU's) or the CPU allocator's RuntimeError, told apart by name and text so
+    that checking never imports torch."""
     return type(error).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(error)
 
 
@@ -212,14 +185,6 @@ def allocator_message(error: BaseException) -> str:
     """The allocator's words without c10's ``[enforce fail at ...] err == 0.`` prefix: what was asked for."""
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
     return text.split("err == 0. ", 1)[-1]
-
-
-def _batch_out_of_memory(device: str, error: BaseException, samples: int) -> BenchmarkError:
-    """The one line that stops a run whose batch did not fit: a batch size is the knob a user turns for it."""
-    where = "the GPU (nvidia-smi shows what else holds it)" if device.startswith("cuda") else "the CPU's memory"
-    return BenchmarkError(f"{device} ran out of memory running a batch of {samples:,} samples "
-                          f"({allocator_message(error)}); lower --gpu_batch_size below {samples:,} (try "
-                          f"--gpu_batch_size={max(1, samples // 2)}), or free {where}")
 
 
 @contextmanager
@@ -234,10 +199,15 @@ def current_device(device: str) -> Iterator[None]:
         yield
 
 
-class _BatchesOn:
+class _On:
     def __init__(self, runner: Any, device: str) -> None:
         self.runner, self.device = runner, device
 
+    def __getattr__(self, name: str) -> Any:  # the runner's other methods (stats) as they are
+        return getattr(self.runner, name)
+
+
+class _BatchesOn(_On):
     def run_batch(self, sample_indices: Any) -> Any:
         try:
             with current_device(self.device):
@@ -245,22 +215,19 @@ class _BatchesOn:
         except Exception as error:
             if not is_out_of_memory(error):
                 raise
-            raise _batch_out_of_memory(self.device, error, len(sample_indices)) from error
+            # One line naming the knob a user turns for a batch that did not fit: the batch size.
+            samples = len(sample_indices)
+            where = "the GPU (nvidia-smi shows what else holds it)" if self.device.startswith("cuda") else \
+                "the CPU's memory"
+            raise BenchmarkError(f"{self.device} ran out of memory running a batch of {samples:,} samples "
+                                 f"({allocator_message(error)}); lower --gpu_batch_size below {samples:,} (try "
+                                 f"--gpu_batch_size={max(1, samples // 2)}), or free {where}") from error
 
-    def __getattr__(self, name: str) -> Any:  # the runner's other methods (stats) as they are
-        return getattr(self.runner, name)
 
-
-class _ContinuousOn:
-    def __init__(self, runner: Any, device: str) -> None:
-        self.runner, self.device = runner, device
-
+class _ContinuousOn(_On):
     def run_continuous(self, session: Any) -> None:
         with current_device(self.device):
             self.runner.run_continuous(session)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.runner, name)
 
 
 def on_device(runner: Any, device: str) -> Any:
@@ -273,9 +240,8 @@ def on_device(runner: Any, device: str) -> Any:
 
 
 def release_cached_gpu_memory() -> None:
-    """Give the GPU memory PyTorch's allocator keeps cached in this process back to the driver. ``make run`` builds
-    engines in the process that then waits for the tests: the tests' processes need that memory (GPT-J sizes its KV
-    cache from what is free). Nothing to do where torch is not loaded or CUDA not started."""
+    """Give the GPU memory PyTorch's allocator caches back to the driver: ``make run`` builds engines in the process
+    that then waits for the tests, whose processes need that memory (GPT-J sizes its KV cache from what is free)."""
     import sys
 
     torch = sys.modules.get("torch")
@@ -284,9 +250,8 @@ def release_cached_gpu_memory() -> None:
 
 
 def usable_gpu_bytes(device: Any) -> int:
-    """The GPU memory this process may use: the GPU's total, or the share ``torch.cuda.set_per_process_memory_fraction``
-    allows, which is how a stand-in makes a larger GPU behave as a smaller one. The one place a GPU run reads its
-    memory from: ``torch.cuda.mem_get_info`` and ``total_memory`` ignore the fraction."""
+    """The GPU memory this process may use: the total, or the share ``set_per_process_memory_fraction`` allows (a
+    stand-in's), which ``torch.cuda.mem_get_info`` and ``total_memory`` ignore."""
     import torch
 
     device = torch.device(device)
@@ -299,9 +264,8 @@ def usable_gpu_bytes(device: Any) -> int:
 
 def allocatable_gpu_bytes(device: Any, usable: int | None = None) -> int:
     """What this process can still allocate on the GPU: the driver's free memory plus the blocks PyTorch's allocator
-    holds unused (it returns them when a request needs them), less what ``usable`` (``usable_gpu_bytes`` unless
-    given) keeps from it. So a GPU capped to ``usable`` sizes as a GPU of that total would: the CUDA context, which
-    the allocator's own cap does not count, takes its share of the smaller GPU too."""
+    holds unused, less what the cap to ``usable`` (``usable_gpu_bytes``) keeps from it, so a capped GPU sizes as a
+    GPU of that total would (the CUDA context, which the allocator's cap does not count, included)."""
     import torch
 
     usable = usable_gpu_bytes(device) if usable is None else usable
@@ -311,11 +275,8 @@ def allocatable_gpu_bytes(device: Any, usable: int | None = None) -> int:
 
 
 def allowed_cpus() -> int:
-    """CPUs this process may run on: the affinity mask, which containers and taskset narrow below os.cpu_count()."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+    """How many CPUs this process may run on (containers and taskset narrow them below os.cpu_count())."""
+    return max(1, len(allowed_cpu_set()))
 
 
 # The most intra-op threads a run may ask for on each CPU it may use: beyond one a CPU they only take turns, and

@@ -1,14 +1,11 @@
-"""What every benchmark's engine folder shares: the manifest file, the error a stale or missing engine raises, how
-that error tells the user to rebuild, and how a folder is built once and shared by runs at once.
+"""What every benchmark's engine folder shares: the manifest, the error a stale or missing engine raises (naming the
+rebuild), and how a folder is built once and shared by runs at once.
 
-An engine folder is complete exactly when its manifest is there, and it is replaced only whole: a build writes the
-new engine into a temporary folder beside it and renames that into place (``build_once``), so an interrupted build
-leaves the earlier engine as it was (a run still checks that it is current) and never a half-built one.
-
-Runs share an engine folder (two ``make run``s of one system, benchmark and scenario), so a lock file beside it
-(``.<name>.lock``) orders them: a build holds it exclusively from its check to its rename, so a second build waits,
-then finds the first one's engine current and reuses it; a run loading the engine holds it shared
-(``engine_lock``), so no build swaps the folder while its files are read.
+An engine folder is complete exactly when its manifest is there. A build writes into a temporary folder beside it
+and renames that into place (``build_once``), so an interrupted build leaves the earlier engine, never a half-built
+one. A lock file beside the folder (``.<name>.lock``) orders runs that share it: a build holds it exclusively from
+its check to its rename, so a second build waits and then reuses the first one's engine; a run loading the engine
+holds it shared (``engine_lock``), so no build swaps the folder while its files are read.
 """
 
 from __future__ import annotations
@@ -57,22 +54,17 @@ def write_manifest(engine_dir: Path, manifest: dict[str, Any]) -> None:
 
 @contextmanager
 def engine_lock(engine_dir: Path, *, shared: bool = False) -> Iterator[None]:
-    """Holds ``engine_dir``'s lock file: exclusively for a build, ``shared`` for a run reading the engine. Waits for
-    a holder of the other kind; the lock goes with the process, so a killed build never leaves it held."""
-    engine_dir = Path(engine_dir)
-    with holding(engine_dir.parent / f".{engine_dir.name}.lock", shared=shared):
+    """Holds ``engine_dir``'s lock file: exclusively for a build, ``shared`` for a run reading the engine. The lock
+    goes with the process, so a killed build never leaves it held."""
+    with holding(Path(engine_dir).parent / f".{Path(engine_dir).name}.lock", shared=shared):
         yield
 
 
 def build_once(engine_dir: Path, write: Callable[[Path], None],
                current: Callable[[Path], object] | None = None) -> bool:
     """Builds the engine at ``engine_dir`` unless ``current`` accepts the one there; True when it built.
-
     ``write(folder)`` writes a whole engine (its manifest last) into an empty folder; ``current(engine_dir)`` raises
-    ``EngineError`` when the engine there is missing or stale (None: always build). Under the exclusive lock the
-    check, the build into a temporary folder beside ``engine_dir`` and the renames that put it in place happen as
-    one step for other builds and runs; what a killed build left beside the engine is removed first.
-    """
+    ``EngineError`` when the engine there is missing or stale (None: always build)."""
     engine_dir = Path(engine_dir)
     with engine_lock(engine_dir):
         if current is not None:

@@ -1,10 +1,9 @@
 """Which data set and weights a run uses: the fallback rule every benchmark shares.
 
-The embedded default: a performance run without the real data set or checkpoint runs on synthetic inputs and
-random weights of the configured architecture, and says so loudly; an accuracy run refuses and names the make
-step that fetches what is missing. A set or checkpoint that is there but unusable (no manifest, another
-benchmark's set, a scratch link that leads nowhere) is named with its fix, never passed over in silence. Each
-benchmark passes where its make steps put things.
+A performance run without the real data set or checkpoint runs on synthetic inputs and random weights of the
+configured architecture, and says so loudly; an accuracy run refuses and names the make step that fetches what is
+missing. A set or checkpoint that is there but unusable (no manifest, another benchmark's set, a scratch link that
+leads nowhere) is named with its fix, never passed over in silence.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ SYNTHETIC_FIELDS = ("synthetic_sample_count", "synthetic_lengths", "synthetic_le
 
 @dataclass(frozen=True)
 class InputLocations:
-    """Where a benchmark's make steps put its inputs, and how to describe them in errors."""
+    """Where a benchmark's make steps put its inputs, and how errors name them."""
 
     preprocessed_dir: Path  # what preprocess_data writes
     manifest_name: str  # the file that marks a complete preprocessed set
@@ -48,9 +47,7 @@ class InputChoice:
 
     data_dir: Path | None  # None: synthetic inputs
     checkpoint: str  # a path, "random", or "none (...)" for backends that run no model
-    # Why the real set or checkpoint is not used where it is there but unusable (no manifest, a link that leads
-    # nowhere), with the fix: a run falls back to synthetic inputs or random weights, and says so.
-    fallbacks: tuple[str, ...] = ()
+    fallbacks: tuple[str, ...] = ()  # why a real set or checkpoint that is there is not used, with the fix
 
     @property
     def synthetic(self) -> bool:
@@ -73,7 +70,7 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations)
     elif data_field == "auto":
         problem = set_problem(where.preprocessed_dir, where)
         data_dir = where.preprocessed_dir if problem is None else None
-        if problem and (where.preprocessed_dir.exists() or broken_link(where.preprocessed_dir)):
+        if problem and (where.preprocessed_dir.exists() or unreachable_because(where.preprocessed_dir)):
             # A folder that is there but unusable, or a link that leads nowhere: never synthetic without a word.
             if accuracy:
                 raise InputsUnavailableError(f"an accuracy run needs the real {where.data_name} data set: {problem}")
@@ -118,31 +115,20 @@ def choose_inputs(config: ResolvedConfig, mode: TestMode, where: InputLocations)
                        tuple(fallbacks))
 
 
-def broken_link(path: Path) -> tuple[Path, str] | None:
-    """The first link on ``path``, from the root down, whose target does not exist, and that target: a scratch
-    folder (``make link_dirs``) moved, renamed or not mounted makes build/data, build/models and
-    build/preprocessed_data lead nowhere."""
-    for part in [*reversed(path.parents), path]:
-        if part.is_symlink() and not part.exists():
-            return part, os.readlink(part)
-    return None
-
-
 def unreachable_because(path: Path) -> str | None:
-    """Why ``path`` cannot be reached when a link on it leads nowhere, with the fix; None otherwise."""
-    found = broken_link(path)
-    if found is None:
-        return None
-    link, target = found
-    return (f"{link} links to {target}, which does not exist (the scratch folder was moved, renamed or is not "
-            f"mounted): mount or restore it, or point the links at another with MLPERF_SCRATCH_PATH=<folder> make "
-            "link_dirs")
+    """Why ``path`` cannot be reached, with the fix: the first link on it, from the root down, that leads nowhere (a
+    scratch folder of ``make link_dirs`` moved, renamed or not mounted); None when none does."""
+    for link in [*reversed(path.parents), path]:
+        if link.is_symlink() and not link.exists():
+            return (f"{link} links to {os.readlink(link)}, which does not exist (the scratch folder was moved, "
+                    "renamed or is not mounted): mount or restore it, or point the links at another with "
+                    "MLPERF_SCRATCH_PATH=<folder> make link_dirs")
+    return None
 
 
 def set_problem(directory: Path, where: InputLocations) -> str | None:
     """Why ``directory`` is not a preprocessed set of this benchmark, with the fix; None when it is one. Its manifest
-    marks a finished set (preprocess_data writes it last) and names the data set, so another benchmark's set is
-    told apart here, before a test loads it."""
+    marks a finished set (written last) and names the data set, so another benchmark's set is told apart here."""
     unreachable = unreachable_because(directory)
     if unreachable:
         return unreachable
@@ -177,7 +163,7 @@ class ModelNaming:
 
 @dataclass(frozen=True)
 class ModelProvenance:
-    """The model, weights and reasons a result cannot count that every benchmark's ``describe_inputs`` reports."""
+    """The model, weights and reasons a result cannot count, as every ``describe_inputs`` reports them."""
 
     model: str
     weights: str
@@ -185,9 +171,8 @@ class ModelProvenance:
 
     def described(self, choice: InputChoice, synthetic: str, device: str, engine: Path | None,
                   **extra: Any) -> InputsDescription:
-        """The description ``describe_inputs`` returns, in the order ``make info`` prints it: ``synthetic`` says
-        what a synthetic set is made of, ``extra`` holds the benchmark's own entries (GPT-J's generation),
-        ``engine`` the engine folder the run loads, if any."""
+        """``describe_inputs``' description, in the order ``make info`` prints it: ``synthetic`` says what a synthetic
+        set is made of, ``extra`` the benchmark's own entries, ``engine`` the engine folder the run loads."""
         described: InputsDescription = {
             "model": self.model,
             "inputs": str(choice.data_dir) if choice.data_dir else f"synthetic ({synthetic})",
@@ -204,10 +189,8 @@ class ModelProvenance:
 
 
 def model_provenance(config: ResolvedConfig, choice: InputChoice, naming: ModelNaming) -> ModelProvenance:
-    """Which model and weights a run uses, and why its figure is not an MLPerf result where it is not: synthetic
-    inputs, the oracle backend, a small test model, random weights (in that order). A benchmark appends its own
-    reasons after these. A fallback from a real set or checkpoint that is there but unusable is warned of, once
-    per process (the harness and each test process describe their inputs several times)."""
+    """Which model and weights a run uses, and why its figure is not an MLPerf result where it is not (a benchmark
+    appends its own reasons). A fallback is warned of once per process, which describes its inputs several times."""
     for line in choice.fallbacks:
         if line not in _said:
             _said.add(line)
@@ -232,10 +215,8 @@ def model_provenance(config: ResolvedConfig, choice: InputChoice, naming: ModelN
 
 def checkpoint_identity(path: Path) -> list[dict[str, Any]]:
     """Name, size and mtime of every file of a checkpoint (a folder of shards, or one file): what an engine built
-    from it and an accuracy run's verdict on it hold for.
-
-    Hashing GPT-J's 24 GB on every run is not affordable; a rewritten or replaced shard changes its size or mtime.
-    """
+    from it and an accuracy verdict on it hold for. Hashing GPT-J's 24 GB on every run is not affordable; a
+    rewritten or replaced shard changes its size or mtime."""
     path = Path(path)
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     return [{"file": str(p.relative_to(path)) if path.is_dir() else p.name, "size": p.stat().st_size,

@@ -1,17 +1,6 @@
 """Whether the machine was quiet during a performance test: the one summary line that names a loaded host or a
-throttled GPU, so a low figure is not taken for the harness's speed.
-
-It reads what the test's sampler recorded in metadata.json: ``host_load`` (code/common/host_load.py) and ``power``
-(code/mlperf/power.py: the GPU's clock and its clock event reasons). The line names, in that order:
-
-- a loaded host: the 1-minute load average above the CPUs the run may use, and more than ``OTHERS_MIN`` above the
-  test process's own CPU use (a CPU run keeps its CPUs busy itself);
-- CPU steal above ``STEAL_SHARE`` of the usable CPUs' time (a hypervisor ran other machines on them);
-- a throttled GPU: a clock event reason that slows the GPU (``SLOWING_REASONS``) in ``SLOWING_SHARE`` of the
-  readings or more, named with its share;
-- a moving GPU clock: the SM clock's 5th to 95th percentile spread above ``CLOCK_SPREAD`` of its 95th.
-
-A quiet machine gets no line; metadata.json keeps the numbers either way.
+throttled GPU, so a low figure is not taken for the harness's speed. It reads metadata.json's ``host_load``
+(code/common/host_load.py) and ``power`` (code/mlperf/power.py); a quiet machine gets no line.
 """
 
 from __future__ import annotations
@@ -20,16 +9,16 @@ from typing import Any
 
 from code.mlperf.run_record import RunRecord
 
+# A load average above the usable CPUs is the run's own (its threads waiting for a CPU count in it) unless the others'
+# load is above this many CPUs.
 OTHERS_MIN = 1.0
-"""CPUs' worth of load beyond the test process's own use below which a load average above the usable CPUs is put
-down to the run itself (its threads waiting for a CPU count in the load too)."""
-STEAL_SHARE = 0.03
+STEAL_SHARE = 0.03  # CPU steal above this share of the usable CPUs' time: a hypervisor ran other machines on them
+# Clock event reasons that hold the GPU's clock below what the work asks (idle, sync boost and the like do not), and
+# the share of the readings that makes one worth naming.
 SLOWING_REASONS = ("power cap", "thermal", "hardware slowdown", "hardware thermal", "power brake", "board limit",
                    "reliability")
-"""Clock event reasons that hold the GPU's clock below what the work asks (code/mlperf/power.py's names); idle,
-application clocks, sync boost and display clock do not."""
 SLOWING_SHARE = 0.05
-CLOCK_SPREAD = 0.05
+CLOCK_SPREAD = 0.05  # the SM clock's 5th to 95th percentile spread over its 95th above which the clock "moved"
 
 
 def host_findings(host: dict[str, Any] | None) -> list[str]:
@@ -65,7 +54,6 @@ def gpu_findings(power: dict[str, Any] | None) -> list[str]:
 
 
 def noise_line(record: RunRecord) -> str | None:
-    """``noise: host loaded (load average 4.6 over 2 usable CPUs; the test's process used 0.7 of them); GPU
-    throttled by power cap 97% of readings``; None for a quiet machine, or a test that read neither."""
+    """``noise: host loaded (...); GPU throttled by power cap 97% of readings``; None for a quiet machine."""
     findings = host_findings(record.host_load) + gpu_findings(record.power)
     return "noise: " + "; ".join(findings) if findings else None

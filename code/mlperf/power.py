@@ -1,24 +1,18 @@
 """GPU power and energy over the timed part of a LoadGen performance test, from NVML; and the line that states them.
 The same sampler thread reads the host's load (code/common/host_load.py): one thread per test reads the machine.
 
-Why: a GPU that runs at its power limit gains speed only by doing more work per joule, so samples per joule is the
-figure a run at the limit improves, and the clock and throttle reasons say whether the limit held the GPU back.
+Why: a GPU at its power limit gains speed only by doing more work per joule, so samples per joule is the figure a
+run at the limit improves, and the clock and throttle reasons say whether the limit held the GPU back.
 
-What is read: every GPU the test runs on, found as detection finds it (the run's ``cuda:N`` is PyTorch's number,
-which CUDA_VISIBLE_DEVICES maps to NVML's: ``code/common/systems.py``), every ``PERIOD_S`` on a thread of the LoadGen
-process (``code/common/periodic.py``): the board's power, its total-energy counter where the GPU has one, the SM
-clock, the enforced power limit and the clock event (throttle) reasons. Reading starts before LoadGen starts and
-ends after it returns, so readings bracket the timed part.
+Every ``PERIOD_S``, from before LoadGen starts to after it returns, each GPU of the test (found as detection finds
+it: ``code/common/systems.py``) gives its power, its energy counter where it has one, SM clock, enforced power limit
+and clock event (throttle) reasons. Only LoadGen's timed part counts: ``power_begin`` to ``power_end`` in its detail
+log, the interval of the samples-per-second figure (the MLPerf power rules measure the same one). Energy is the
+counter's rise over it (interpolated between readings), else the integral of the power readings; mean watts are
+that energy over the interval, so samples per joule and the mean agree with the figure.
 
-What counts: only LoadGen's timed part, the interval its detail log names ``power_begin`` and ``power_end`` (the first
-query's issue to the last sample's completion: the interval of the samples-per-second figure, without loading the
-samples; the MLPerf power rules measure the same one). Energy is the counter's rise between those two instants
-(interpolated between readings), else the integral of the power readings; mean watts are that energy over the
-interval's length, so samples per joule and the mean agree with the figure. The samples are the test's completed
-samples, the count LoadGen's figure divides.
-
-Power never fails a run: without NVML or a GPU nothing is read, and an NVML error during the test stops the reading;
-either way metadata.json says ``"power": null`` and ``power_missing`` says why, and no figure is made up.
+Power never fails a run: without NVML or a GPU nothing is read, and an NVML error stops the reading; either way
+metadata.json says ``"power": null`` and ``power_missing`` says why, and no figure is made up.
 """
 
 from __future__ import annotations
@@ -28,6 +22,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,7 +62,7 @@ class PowerUnavailableError(RuntimeError):
 
 
 def reason_names(bits: int) -> list[str]:
-    """The names of the reasons set in an NVML clock event bit mask; a bit this table does not know as its hex."""
+    """The reasons set in an NVML clock event bit mask; a bit the table does not know as its hex."""
     names = [name for bit, name in THROTTLE_REASONS.items() if bits & bit]
     unknown = bits & ~sum(THROTTLE_REASONS)
     return names + ([f"0x{unknown:x}"] if unknown else [])
@@ -80,8 +75,8 @@ def loadgen_time(text: str) -> float:
 
 
 def timed_window(detail: dict[str, Any]) -> tuple[float, float] | None:
-    """The timed part of the test as LoadGen logged it (``read_detail_log``'s ``power_begin``, ``power_end``), in
-    seconds since the epoch; None when the log has no such pair (the test did not get that far)."""
+    """The timed part of the test (``read_detail_log``'s ``power_begin``, ``power_end``) in seconds since the epoch;
+    None when the log has no such pair (the test did not get that far)."""
     try:
         begin, end = loadgen_time(str(detail["power_begin"])), loadgen_time(str(detail["power_end"]))
     except (KeyError, ValueError):
@@ -102,9 +97,7 @@ class Reading:
 
 @dataclass(frozen=True)
 class Tick:
-    """Every GPU read once, at ``time_s`` (seconds since the epoch: LoadGen's power timestamps' clock)."""
-
-    time_s: float
+    time_s: float  # seconds since the epoch: the clock of LoadGen's power timestamps
     readings: tuple[Reading, ...]  # one per GPU, in the sampler's order
 
 
@@ -133,11 +126,13 @@ class PowerTrace:
     host: list[HostReading] = field(default_factory=list)  # the host's readings, one a tick
 
     def summarize(self, window: tuple[float, float] | None, samples: int | None) -> dict[str, Any]:
-        """The test's power figures over ``window`` (``timed_window``), with ``samples`` completed in it; raises
-        PowerUnavailableError when the readings do not cover the window (an NVML error stopped them, or the test
-        logged no timed part)."""
+        """The power figures over ``window`` (``timed_window``) with ``samples`` completed in it; raises
+        PowerUnavailableError when the readings do not cover it."""
         if window is None or not self.ticks or self.ticks[0].time_s > window[0] or self.ticks[-1].time_s < window[1]:
-            raise PowerUnavailableError(self._why_missing(window))
+            raise PowerUnavailableError(
+                f"NVML failed during the test ({self.error}); the readings do not cover its timed part" if self.error
+                else "the readings do not cover the test's timed part" if window
+                else "LoadGen's detail log has no power_begin/power_end: the test has no timed part to measure")
         begin, end = window
         times = np.array([tick.time_s for tick in self.ticks])
         # The last reading at or before the timed part and the first at or after it: they bracket it.
@@ -170,13 +165,6 @@ class PowerTrace:
             summary["note"] = f"NVML failed after the timed part: {self.error}"
         return summary
 
-    def _why_missing(self, window: tuple[float, float] | None) -> str:
-        if self.error:
-            return f"NVML failed during the test ({self.error}); the readings do not cover its timed part"
-        if window is None:
-            return "LoadGen's detail log has no power_begin/power_end: the test has no timed part to measure"
-        return "the readings do not cover the test's timed part"
-
     def _gpu(self, index: int, times: np.ndarray, shown: list[Tick], begin: float, end: float) -> dict[str, Any]:
         gpu = self.gpus[index]
         readings = [tick.readings[index] for tick in self.ticks]
@@ -184,8 +172,9 @@ class PowerTrace:
         if gpu.energy_counter:
             counter = np.array([r.energy_j for r in readings], dtype=float)
             energy = float(np.interp(end, times, counter) - np.interp(begin, times, counter))
-        else:
-            energy = integrate(times, np.array([r.power_w for r in readings]), begin, end)
+        else:  # the integral of the line through the readings, from begin to end: watts to joules
+            at = np.concatenate(([begin], times[(times > begin) & (times < end)], [end]))
+            energy = float(np.trapezoid(np.interp(at, times, [r.power_w for r in readings]), at))
         seconds = end - begin
         limits = [r.limit_w for r in mine if r.limit_w is not None]
         clocks = [r.sm_mhz for r in mine if r.sm_mhz is not None]
@@ -201,15 +190,6 @@ class PowerTrace:
         }
 
 
-def integrate(times: np.ndarray, values: np.ndarray, begin: float, end: float) -> float:
-    """The integral over [begin, end] of the line through (times, values): watts to joules. ``times`` ascend and
-    bracket the interval."""
-    inner = (times > begin) & (times < end)
-    at = np.concatenate(([begin], times[inner], [end]))
-    level = np.interp(at, times, values)
-    return float(np.sum((level[1:] + level[:-1]) / 2 * np.diff(at)))
-
-
 def _shares(masks: list[int | None]) -> dict[str, float] | None:
     """Each reason's share of the readings that report reasons, most frequent first; None when none report."""
     known = [mask for mask in masks if mask is not None]
@@ -220,11 +200,9 @@ def _shares(masks: list[int | None]) -> dict[str, float] | None:
 
 
 class PowerSampler:
-    """Reads the test's GPUs, and the host where ``host`` is given, every ``period_s`` while the ``with`` block runs
-    (the LoadGen test): one object per test, holding its NVML and its GPUs' handles. The first reading is taken on
-    entry and the last on exit, so the readings bracket everything in between. An NVML error ends the GPU readings
-    (``trace.error``), never the test nor the host's readings. ``power_missing``: why no GPU is read (a CPU run,
-    no NVML), for a sampler of the host alone."""
+    """Reads the test's GPUs, and the host where ``host`` is given, every ``period_s`` while the ``with`` block runs,
+    once more on entry and on exit so the readings bracket it. An NVML error ends the GPU readings (``trace.error``),
+    never the test nor the host's readings. ``power_missing``: why no GPU is read, for a sampler of the host alone."""
 
     def __init__(self, nvml: Any, gpus: list[Gpu], period_s: float = PERIOD_S,
                  clock: Callable[[], float] = time.time, host: HostReader | None = None,
@@ -236,8 +214,7 @@ class PowerSampler:
         self._periodic = Periodic(self.tick, period_s, "power", on_error=self._failed)
 
     def tick(self) -> None:
-        """Read the host and every GPU once. A GPU reading's time is the middle of the reads (eight GPUs take a few
-        milliseconds)."""
+        """Read the host and every GPU once, at the middle of the reads (eight GPUs take a few milliseconds)."""
         started = self._clock()
         if self._host is not None and not self._host_failed:
             try:
@@ -285,8 +262,7 @@ class PowerSampler:
                 _shutdown(self._nvml)
 
     def section(self, detail: dict[str, Any], samples: int | None) -> dict[str, Any]:
-        """metadata.json's ``power`` (and ``power_missing``) for the test, from its detail log
-        (``read_detail_log``) and its completed samples; with the host read, its ``host_load`` too."""
+        """metadata.json's ``power`` (or ``power_missing``), and ``host_load`` where the host was read."""
         window = timed_window(detail)
         if self.power_missing is not None:
             power: dict[str, Any] = {"power": None, "power_missing": self.power_missing}
@@ -300,17 +276,12 @@ class PowerSampler:
         return {**power, "host_load": host_summary(self.trace.host, window, len(self._host.cpus))}
 
 
-class NoPower:
+class NoPower(nullcontext):
     """A test whose power is not read, and why: the sampler's stand-in, so the caller has one path."""
 
     def __init__(self, why: str) -> None:
+        super().__init__()
         self.why = why
-
-    def __enter__(self) -> NoPower:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        pass
 
     def section(self, detail: dict[str, Any], samples: int | None) -> dict[str, Any]:
         return {"power": None, "power_missing": self.why}
@@ -318,10 +289,8 @@ class NoPower:
 
 def power_sampler(devices: Sequence[str], why_not: str | None = None, nvml: Any = None, period_s: float = PERIOD_S,
                   clock: Callable[[], float] = time.time, host: HostReader | None = None) -> PowerSampler | NoPower:
-    """A sampler of the GPUs among ``devices`` (the run's names: ``cuda:0``, ...) and, where ``host`` is given, of
-    the host; without GPUs to read (``why_not`` given, no device is a GPU, or NVML cannot read them) a sampler of
-    the host alone that says why power is missing, or ``NoPower`` saying why when there is no host to read either.
-    Pass a stand-in for ``pynvml`` (and a clock) to test."""
+    """A sampler of the GPUs among ``devices`` (``cuda:0``, ...) and of ``host``; without GPUs to read (``why_not``,
+    or NVML cannot read them) one of the host alone, or ``NoPower`` without a host either. ``nvml``: for tests."""
     gpus: list[Gpu] = []
     if why_not is None:
         try:
@@ -344,8 +313,8 @@ def _import_nvml() -> Any:
 
 def _open_gpus(devices: Sequence[str], nvml: Any) -> tuple[Any, list[Gpu]]:
     """NVML, started (the sampler shuts it down), and each GPU of ``devices`` with the readings it gives."""
-    indices = [int(device.split(":")[1]) if ":" in device else 0 for device in devices if device.startswith("cuda")]
-    if not indices:
+    cuda = [device for device in devices if device.startswith("cuda")]
+    if not cuda:
         raise PowerUnavailableError(f"no GPU among the test's devices ({', '.join(devices) or 'none'})")
     nvml = nvml or _import_nvml()
     try:
@@ -355,7 +324,8 @@ def _open_gpus(devices: Sequence[str], nvml: Any) -> tuple[Any, list[Gpu]]:
     try:
         entries = cuda_visible_entries(nvml.nvmlDeviceGetCount())
         gpus = []
-        for device, index in zip((d for d in devices if d.startswith("cuda")), indices, strict=True):
+        for device in cuda:
+            index = int(device.split(":")[1]) if ":" in device else 0
             if index >= len(entries):
                 raise PowerUnavailableError(f"{device} is not among the GPUs CUDA_VISIBLE_DEVICES shows NVML")
             gpus.append(_probe(nvml, device, entries[index]))
@@ -402,22 +372,8 @@ def _probe(nvml: Any, device: str, entry: str) -> Gpu:
 
 
 def _shutdown(nvml: Any) -> None:
-    try:
+    with suppress(Exception):  # nothing is left to read
         nvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - nothing is left to read
-        pass
-
-
-def _watts(value: float) -> str:
-    return f"{value:,.0f} W"
-
-
-def _per_joule(value: float) -> str:
-    return f"{value:,.1f}" if value >= 100 else f"{value:.3g}"
-
-
-def _share(value: float) -> str:
-    return "<1%" if 0 < value < 0.005 else f"{value:.0%}"
 
 
 def power_line(power: dict[str, Any]) -> str:
@@ -426,29 +382,24 @@ def power_line(power: dict[str, Any]) -> str:
     follows in brackets."""
     gpus = power.get("gpus") or []
     limits = sorted({gpu["limit_w"] for gpu in gpus if gpu.get("limit_w") is not None})
-    if not limits:
-        limit = ""
-    elif len(limits) == 1:
-        limit = f"limit {_watts(limits[0])}" + (" each" if len(gpus) > 1 else "")
-    else:
-        limit = f"limits {_watts(limits[0]).removesuffix(' W')}-{_watts(limits[-1])}"
+    limit = (f"limits {limits[0]:,.0f}-{limits[-1]:,.0f} W" if len(limits) > 1 else
+             f"limit {limits[0]:,.0f} W" + (" each" if len(gpus) > 1 else "") if limits else "")
     if len(gpus) > 1:
-        each = ", ".join(_watts(gpu["mean_w"]).removesuffix(" W") for gpu in gpus)
-        head = f"power: {_watts(power['mean_w'])} mean over {len(gpus)} GPUs ({each} W" + (f"; {limit})" if limit
-                                                                                           else ")")
+        each = ", ".join(f"{gpu['mean_w']:,.0f}" for gpu in gpus)
+        line = f"power: {power['mean_w']:,.0f} W mean over {len(gpus)} GPUs ({each} W" + (f"; {limit})" if limit
+                                                                                          else ")")
     else:
-        head = f"power: {_watts(power['mean_w'])} mean" + (f" ({limit})" if limit else "")
-    parts = [head]
-    if power.get("samples_per_joule") is not None:
-        parts.append(f"{_per_joule(power['samples_per_joule'])} samples/J")
+        line = f"power: {power['mean_w']:,.0f} W mean" + (f" ({limit})" if limit else "")
+    per_joule = power.get("samples_per_joule")
+    if per_joule is not None:
+        line += f", {per_joule:,.1f} samples/J" if per_joule >= 100 else f", {per_joule:.3g} samples/J"
     if power.get("sm_clock_mhz_median") is not None:
-        parts.append(f"SM clock {power['sm_clock_mhz_median']:,.0f} MHz median")
-    line = ", ".join(parts)
+        line += f", SM clock {power['sm_clock_mhz_median']:,.0f} MHz median"
     reasons = power.get("throttle_reasons")
     if reasons is not None:
         ranked = sorted(reasons.items(), key=lambda item: -item[1])  # metadata.json sorts its keys by name
-        line += ("; throttled by " + ", ".join(f"{name} {_share(share)}" for name, share in ranked)
-                 + " of readings") if ranked else "; no clock throttling"
+        shares = ", ".join(f"{name} {'<1%' if 0 < share < 0.005 else f'{share:.0%}'}" for name, share in ranked)
+        line += f"; throttled by {shares} of readings" if ranked else "; no clock throttling"
     return line
 
 

@@ -1,11 +1,10 @@
 """Run log folders, LoadGen result parsing and metadata.json.
 
-Layout: ``build/logs/<timestamp>/<system>/<bench-99|bench-99.9>/<Scenario>/`` holds one test's LoadGen logs,
-``metadata.json`` and, for accuracy runs, ``accuracy.txt``. A SubmissionRun puts its two tests in
-``<Scenario>/accuracy/`` and ``<Scenario>/performance/run_1/``, the layout of an MLPerf submission. Folders are
-created exclusively: a run never writes into an earlier run's folder. A test's metadata.json is written before
-the test starts, marked incomplete, and replaced when it ends; a folder whose test was stopped or whose harness
-was killed says so.
+``build/logs/<timestamp>/<system>/<bench-99|bench-99.9>/<Scenario>/`` holds one test's LoadGen logs,
+``metadata.json`` and, for accuracy runs, ``accuracy.txt``; a SubmissionRun puts its two tests in ``accuracy/`` and
+``performance/run_1/`` below it, the layout of an MLPerf submission. Folders are created exclusively: a run never
+writes into an earlier run's. A test's metadata.json is written marked incomplete before the test starts and
+replaced when it ends, so a folder whose test was stopped or whose harness was killed says so.
 """
 
 from __future__ import annotations
@@ -32,25 +31,16 @@ class LogDirError(RuntimeError):
 def new_run_root(log_dir: str | None = None) -> Path:
     """A fresh folder for this invocation: build/logs/<timestamp>[-N], or --log_dir if it is new or empty. This
     process holds its ``LIVE_RUN_LOCK`` while it lives, so ``make clean_logs`` leaves the folder alone meanwhile."""
-    root = _new_run_root(log_dir)
+    root = Path(log_dir) if log_dir else new_timestamped_dir(LOGS_DIR)
+    if log_dir:
+        fix = "choose a new folder or leave --log_dir out to get build/logs/<timestamp>"
+        if root.exists() and not root.is_dir():
+            raise LogDirError(f"--log_dir={log_dir} is a file, not a folder; {fix}")
+        if root.exists() and any(root.iterdir()):
+            raise LogDirError(f"--log_dir={log_dir} already holds files from an earlier run; {fix}")
+        root.mkdir(parents=True, exist_ok=True)
     hold_for_life(root / LIVE_RUN_LOCK)
     return root
-
-
-def _new_run_root(log_dir: str | None) -> Path:
-    if log_dir:
-        root = Path(log_dir)
-        if root.exists() and not root.is_dir():
-            raise LogDirError(f"--log_dir={log_dir} is a file, not a folder; choose a new folder or leave --log_dir "
-                              "out to get build/logs/<timestamp>")
-        if root.exists() and any(root.iterdir()):
-            raise LogDirError(
-                f"--log_dir={log_dir} already holds files from an earlier run; choose a new folder or leave "
-                "--log_dir out to get build/logs/<timestamp>"
-            )
-        root.mkdir(parents=True, exist_ok=True)
-        return root
-    return new_timestamped_dir(LOGS_DIR)
 
 
 def new_timestamped_dir(parent: Path, prefix: str = "") -> Path:
@@ -68,7 +58,7 @@ def new_timestamped_dir(parent: Path, prefix: str = "") -> Path:
 
 
 def make_test_log_dir(root: Path, system: str, benchmark_name: str, scenario: Scenario, mode: TestMode,
-                 submission_layout: bool) -> Path:
+                      submission_layout: bool) -> Path:
     """The folder of one LoadGen test; created here and required to be new."""
     directory = root / system / benchmark_name / scenario.value
     if submission_layout:
@@ -88,20 +78,14 @@ def run_test_parts(directory: Path, run_folder: Path) -> tuple[str, str, str] | 
     """(system, benchmark, scenario) of a test of the run itself, ``<system>/<bench>/<Scenario>`` (with
     ``accuracy/`` or ``performance/run_1/`` below it for a SubmissionRun); None for a step that led to one.
 
-    The steps sit deeper, under a folder of their own: a ``--test_run``'s probes in
-    ``probes/<system>/<bench>/<Scenario>[-N|-short]``, ``--find_performance``'s tries in
-    ``find_performance/<system>/<bench>/<Scenario>/<NN-try>``, the engines the accuracy gate set aside in
-    ``gate/<engine>/<system>/<bench>/<Scenario>``. Their figures are not the run's results, so staging, reports
-    and ``make results`` tell them apart by this one rule."""
+    The steps sit deeper, under a folder of their own (``probes/``, ``find_performance/``, ``gate/<engine>/``): their
+    figures are not the run's results, so staging, reports and ``make results`` tell them apart by this one rule."""
     parts = Path(directory).relative_to(run_folder).parts
     if parts[-1:] == ("accuracy",):
         parts = parts[:-1]
     elif parts[-2:] == ("performance", "run_1"):
         parts = parts[:-2]
-    if len(parts) != TEST_DEPTH:
-        return None
-    system, benchmark, scenario = parts
-    return system, benchmark, scenario
+    return (parts[0], parts[1], parts[2]) if len(parts) == TEST_DEPTH else None
 
 
 class IncompleteLogError(BenchmarkError):
@@ -117,32 +101,24 @@ NEARLY_FULL_BYTES = 1 << 20
 
 
 def check_loadgen_logs(directory: Path) -> None:
-    """Raise unless LoadGen's logs in ``directory`` are whole.
-
-    LoadGen's logger drops what it cannot write without telling its caller, so a full disk leaves empty or cut-short
-    logs behind a test that looks finished; read as they are, such logs give a traceback or a wrong verdict. A
-    full disk is an ``OSError`` (ENOSPC) naming the first bad log, as the operating system would raise it; anything
-    else an ``IncompleteLogError``."""
+    """Raise unless LoadGen's logs in ``directory`` are whole: its logger drops what it cannot write without a word,
+    so a full disk leaves cut-short logs behind a test that looks finished. A full disk raises ``OSError`` (ENOSPC)
+    naming the first bad log, as the operating system would; anything else ``IncompleteLogError``."""
     for name, (ending, strip) in LOADGEN_LOGS_END_WITH.items():
         path = directory / name
         try:
-            tail = _last_bytes(path)
+            with path.open("rb") as file:
+                file.seek(max(0, path.stat().st_size - 64))
+                tail = file.read()
         except OSError:
             tail = b""
-        whole = (tail.rstrip() if strip else tail).endswith(ending)
-        if whole:
+        if (tail.rstrip() if strip else tail).endswith(ending):
             continue
         free = os.statvfs(directory)
         if free.f_bavail * free.f_frsize < NEARLY_FULL_BYTES:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         raise IncompleteLogError(f"{path} is missing or cut short: LoadGen could not write all of it (a disk quota "
                                  "or a file system error); free space or fix the folder, then run again")
-
-
-def _last_bytes(path: Path, count: int = 64) -> bytes:
-    with path.open("rb") as file:
-        file.seek(max(0, path.stat().st_size - count))
-        return file.read()
 
 
 def read_detail_log(directory: Path) -> dict[str, Any]:
@@ -174,12 +150,23 @@ METRICS = {
     Scenario.SingleStream: ("early_stopping_latency_ss", "90th_percentile_latency", "ms", 1e-6),
 }
 
-# Token throughput LoadGen reports for LLM benchmarks. For gptj, mlperf.conf has LoadGen infer tokens (a fixed
-# tokens-per-sample factor) instead of counting them; the submission checker reads these keys for GPT-J since v4.1.
+# LLMs' token throughput (GPT-J's LoadGen infers its tokens from a fixed factor); the checker reads it since v4.1.
 TOKEN_METRICS = {
     Scenario.Offline: "result_inferred_tokens_per_second",
     Scenario.Server: "result_inferred_completed_tokens_per_second",
 }
+
+
+# LoadGen's checks of a performance test, and the reason each gives when it is False.
+PERFORMANCE_CHECKS = {
+    "result_min_duration_met": "min duration not met",
+    "result_min_queries_met": "min queries not met",
+    "early_stopping_met": "early stopping not met",
+    "result_perf_constraints_met": "latency constraint not met",
+}
+# The detail log's figures metadata.json keeps beside the main metric.
+EXTRA_KEYS = ("result_99.00_percentile_latency_ns", "result_90.00_percentile_latency_ns", "result_mean_latency_ns",
+              "result_qps_with_loadgen_overhead", "result_completed_samples_per_sec", *TOKEN_METRICS.values())
 
 
 @dataclass
@@ -240,24 +227,14 @@ def performance_result(directory: Path, scenario: Scenario) -> TestResult:
     result.metric, result.unit = name, unit
     result.value = None if raw is None else float(raw) * scale
     result.valid = detail["result_validity"] == "VALID" and not result.loadgen_errors
-    checks = {
-        "result_min_duration_met": "min duration not met",
-        "result_min_queries_met": "min queries not met",
-        "early_stopping_met": "early stopping not met",
-        "result_perf_constraints_met": "latency constraint not met",
-    }
-    result.invalid_reasons = [text for key, text in checks.items() if detail.get(key) is False]
+    result.invalid_reasons = [text for key, text in PERFORMANCE_CHECKS.items() if detail.get(key) is False]
     if detail.get("result_invalid_reason"):
         result.invalid_reasons.append(str(detail["result_invalid_reason"]))
     if result.loadgen_errors:
         result.invalid_reasons.append(f"{len(result.loadgen_errors)} LoadGen error(s) in mlperf_log_detail.txt")
     if detail["result_validity"] != "VALID" and not result.invalid_reasons:
         result.invalid_reasons.append(f"LoadGen: {detail['result_validity']}")
-    for extra_key in ("result_99.00_percentile_latency_ns", "result_90.00_percentile_latency_ns",
-                      "result_mean_latency_ns", "result_qps_with_loadgen_overhead",
-                      "result_completed_samples_per_sec", *TOKEN_METRICS.values()):
-        if extra_key in detail:
-            result.extra[extra_key] = detail[extra_key]
+    result.extra = {key: detail[key] for key in EXTRA_KEYS if key in detail}
     tokens_key = TOKEN_METRICS.get(scenario)
     if tokens_key in detail:  # LLMs: LoadGen's (inferred) token throughput, the v4.1+ GPT-J metric
         result.extra["tokens_per_second"] = float(detail[tokens_key])
@@ -265,9 +242,8 @@ def performance_result(directory: Path, scenario: Scenario) -> TestResult:
 
 
 def relocate_test(directory: Path, to: Path) -> Path:
-    """Move a finished test's folder to ``to`` (new, in the same run folder) and point its records there: the
-    ``log_dir`` of metadata.json's result and of test_spec.json, and every other path under the old folder that
-    they name. The accuracy gate moves an engine's missed accuracy run out of the folder the passing one takes."""
+    """Move a finished test's folder to ``to`` (new, in the same run folder) and point every path under it that
+    metadata.json and test_spec.json name there: the accuracy gate moves a missed accuracy run out of the way."""
     directory, to = Path(directory), Path(to)
     to.parent.mkdir(parents=True, exist_ok=True)
     if to.exists():

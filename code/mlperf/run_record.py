@@ -1,10 +1,10 @@
 """A test's ``metadata.json``, the run record: the one module that writes and reads it.
 
 The record holds the test's result (``TestResult``), the resolved config, the system, provenance, the engine, the
-devices and the software that ran it. Readers take a ``RunRecord`` and its named accessors, never the file's string
-keys, so a renamed key is one edit here. The record keeps the file's JSON as it was read and writes it back the
-same way (sorted keys, two-space indent): files of earlier versions, with or without a later key, still read, and
-a record read and written again is byte for byte the file it came from.
+devices and the software that ran it. Readers use a ``RunRecord``'s named accessors, never the file's string keys,
+so a renamed key is one edit here. The record keeps the file's JSON as read and writes it back the same way (sorted
+keys, two-space indent): files of earlier versions still read, and a record read and written again is byte for
+byte the file it came from.
 """
 
 from __future__ import annotations
@@ -18,33 +18,31 @@ from code.common import atomic
 from code.mlperf.run_logs import TestResult
 
 METADATA_FILE = "metadata.json"
-# How provenance's "model" (code/mlperf/inputs.py's model_provenance) words a model that is not the MLPerf one, and a
-# backend that runs no model: the record's caveats read these words.
+# How provenance's "model" (code/mlperf/inputs.py) words a model that is not the MLPerf one, and a backend that runs
+# no model: the record's caveats read these words.
 SMALL_MODEL = "(a small test model"
 NO_MODEL = "none ("
 
 
 class RunRecordError(ValueError):
-    """A folder holds no readable run record; ``reason`` says why without naming the folder (a reader that lists
-    several folders names each itself)."""
+    """A folder holds no readable run record; ``reason`` says why without naming the folder (for lists of folders)."""
 
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
 
 
+# Read-only accessors of the record's entries: a section reads {} where the test recorded none (older records), an
+# entry None, a reading (a measurement's dict) None where it was not read (its absence is news).
 def _section(key: str, doc: str) -> Any:
-    """A read-only accessor of the record's dict ``key``: {} where the test recorded none (older records)."""
     return property(lambda self: self.data.get(key) or {}, doc=doc)
 
 
 def _entry(key: str, doc: str) -> Any:
-    """A read-only accessor of the record's value ``key``: None where the test recorded none."""
     return property(lambda self: self.data.get(key), doc=doc)
 
 
 def _reading(key: str, doc: str) -> Any:
-    """A read-only accessor of a measurement's dict ``key``: None where it was not read (its absence is news)."""
     return property(lambda self: value if isinstance(value := self.data.get(key), dict) else None, doc=doc)
 
 
@@ -72,9 +70,8 @@ class RunRecord:
 
     @property
     def round(self) -> str | None:
-        """The MLPerf round whose LoadGen and rules ran the test; None in records from before rounds were kept."""
-        value = self.data.get("round")
-        return None if value is None else str(value)
+        """The MLPerf round that ran the test; None in records from before rounds were kept."""
+        return None if self.data.get("round") is None else str(self.data["round"])
 
     loadgen_version = _entry("loadgen_version", "The LoadGen version that ran the test.")
     system_name = _entry("system_name", "The system the test ran on, as its config names it.")
@@ -83,8 +80,7 @@ class RunRecord:
 
     @property
     def has_config(self) -> bool:
-        """Whether the test recorded its resolved config: the test's own process wrote the record, not only its
-        parent's note of a failure."""
+        """Whether the test's own process wrote the record, not only its parent's note of a failure."""
         return "config" in self.data
 
     @property
@@ -94,9 +90,8 @@ class RunRecord:
 
     @property
     def benchmark(self) -> str | None:
-        """The benchmark and target the test ran ("bert-99", "gptj-99.9"), as its config records it."""
-        value = self.config.get("benchmark")
-        return None if value is None else str(value)
+        """The benchmark and target the test ran ("bert-99", "gptj-99.9")."""
+        return None if self.config.get("benchmark") is None else str(self.config["benchmark"])
 
     @property
     def fields(self) -> dict[str, Any]:
@@ -107,9 +102,6 @@ class RunRecord:
     engine = _section("engine", "Which engine of the config's ladder ran and why; {} before ladders existed.")
     devices = _section("devices", "The devices the test ran on.")
     versions = _section("versions", "The software versions that ran the test.")
-    engine_stats = _section(
-        "engine_stats", "A continuous engine's counters (completed samples, generated tokens, ...); {} for a batch "
-        "runner.")
 
     power = _reading("power", "GPU power over the performance test's timed part (code/mlperf/power.py); None when "
                      "it was not read.")
@@ -119,8 +111,7 @@ class RunRecord:
     tuning = _entry("tuning", "How the harness tuned the test's expected rate or latency first, if it did.")
     role = _entry("role", '"probe" for a --test_run\'s probe, which only sized the test\'s query.')
     host_load = _reading("host_load", "The host's load over the performance test's timed part "
-                         "(code/common/host_load.py); None when it was not read (another test, a record from before "
-                         "it was read).")
+                         "(code/common/host_load.py); None when it was not read.")
 
     @property
     def gpu_count(self) -> int:
@@ -130,8 +121,7 @@ class RunRecord:
     @property
     def stand_in(self) -> str | None:
         """The GPU model the test ran as on another GPU (``--gpu_as``); None for a run as itself."""
-        value = self.fields.get("gpu_as")
-        return str(value) if value else None
+        return str(self.fields["gpu_as"]) if self.fields.get("gpu_as") else None
 
     @property
     def model_label(self) -> str:
@@ -143,10 +133,7 @@ class RunRecord:
     @property
     def caveats(self) -> list[str]:
         """What keeps the figure from being a full-length run of the MLPerf model on real inputs, in a word each:
-        ``stand-in for L4``, ``no model``, ``small model``, ``synthetic`` (synthetic inputs or random weights),
-        ``shortened`` (--test_run, or a min_duration or query below the submission rules'). Read from the record's
-        provenance (code/mlperf/inputs.py's ``model_provenance`` words it), config and not-submittable reasons
-        (code/mlperf/verdicts.py's)."""
+        ``stand-in for L4``, ``no model``, ``small model``, ``synthetic`` (inputs or weights), ``shortened``."""
         provenance, model = self.provenance, str(self.provenance.get("model") or "")
         caveats = [f"stand-in for {self.stand_in}"] if self.stand_in else []
         if model.startswith(NO_MODEL):
@@ -178,15 +165,9 @@ def record_path(directory: Path) -> Path:
 
 
 def write_record(directory: Path, record: RunRecord) -> Path:
-    """Write the test folder's metadata.json, replaced whole (``atomic``): a write that fails (a full disk) or is
-    interrupted leaves the earlier record, the test's "not finished" marker, rather than a cut-short file that reads
-    as nothing."""
+    """Write the test folder's metadata.json, replaced whole (``atomic``): a write that fails (a full disk) leaves the
+    earlier record, the test's "not finished" marker, rather than a cut-short file that reads as nothing."""
     return atomic.write_text(record_path(directory), record.to_json())
-
-
-def write_metadata(directory: Path, payload: dict[str, Any]) -> Path:
-    """metadata.json from its JSON sections: ``write_record`` of ``RunRecord(payload)``."""
-    return write_record(directory, RunRecord(payload))
 
 
 def read_record(directory: Path) -> RunRecord:

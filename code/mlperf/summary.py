@@ -15,13 +15,11 @@ from code.mlperf.power import power_note
 from code.mlperf.run_logs import TestResult
 from code.mlperf.run_record import RunRecord
 
+# LoadGen's advice on a query that ended early names settings a user may never have set: the summary gives the
+# command to type instead (``next_command``).
 LOADGEN_ADVICE = ("Increase expected QPS", "Decrease expected latency")
-"""The starts of LoadGen's advice on a query that ended early, which names settings a user may never have set: the
-summary gives the command to type instead (``next_command``)."""
-RanTest = tuple[str, TestResult, RunRecord]
-"""One test of a run as the summary reads it: its benchmark name ("bert-99"), its result and its record."""
-NEXT_MARGIN = 1.5
-"""The next command's offline_expected_qps: the rate just measured x this, so the next query outlasts the minimum."""
+RanTest = tuple[str, TestResult, RunRecord]  # a test of the run: its benchmark name ("bert-99"), result and record
+NEXT_MARGIN = 1.5  # the next command's offline_expected_qps over the rate just measured: its query outlasts the minimum
 
 
 def ended_early(result: TestResult) -> bool:
@@ -31,14 +29,10 @@ def ended_early(result: TestResult) -> bool:
 
 def _given_flags(record: RunRecord, leave_out: str) -> str:
     """The run's RUN_ARGS as flags (from metadata.json's sources), without the log folder and ``leave_out``."""
-    fields, sources = record.fields, record.sources
-    flags = []
-    for name in sorted(name for name, source in sources.items() if source == "RUN_ARGS"):
-        if name in ("log_dir", leave_out) or name not in fields:
-            continue
-        value = fields[name]
-        flags.append(f" --{name}" if value is True else f" --{name}={value}")
-    return "".join(flags)
+    fields = record.fields
+    return "".join(f" --{name}" if fields[name] is True else f" --{name}={fields[name]}"
+                   for name, source in sorted(record.sources.items())
+                   if source == "RUN_ARGS" and name in fields and name not in ("log_dir", leave_out))
 
 
 def next_command(benchmark_name: str, result: TestResult, record: RunRecord) -> str | None:
@@ -59,10 +53,8 @@ def next_command(benchmark_name: str, result: TestResult, record: RunRecord) -> 
 
 def _describe(result: TestResult) -> str:
     """One test's figure, its verdict and the verdict's reasons."""
-    if not result.complete:
-        return "INCOMPLETE: " + "; ".join(result.invalid_reasons)
-    if result.valid is None:
-        return "FAILED: " + "; ".join(result.invalid_reasons)
+    if not result.complete or result.valid is None:  # INCOMPLETE or FAILED
+        return f"{result.verdict}: " + "; ".join(result.invalid_reasons)
     figure = "no figure" if result.value is None else f"{result.metric} = {result.value:,.3f} {result.unit}"
     tokens = result.extra.get("tokens_per_second")
     if tokens is not None:
@@ -78,8 +70,7 @@ def _describe(result: TestResult) -> str:
 
 
 def _device_lines(devices: dict[str, Any]) -> list[str]:
-    """With several devices, each one's rate and share of the samples (an imbalance shows here); with a share of
-    the system's GPUs, how the expected QPS was scaled."""
+    """Each device's rate and share of the samples (an imbalance shows here), and how the expected QPS was scaled."""
     lines = []
     completed = devices.get("completed") or []
     if len(completed) > 1:
@@ -93,8 +84,7 @@ def _device_lines(devices: dict[str, Any]) -> list[str]:
 
 
 def cpu_precision_note(record: RunRecord) -> str | None:
-    """``CPU precision: fp32 [CPU: this CPU has neither ...]``: on a CPU the precision decides the speed (bf16 is
-    fast only with bf16 arithmetic, code/config/cpu_features.py), so the summary says which ran and why."""
+    """``CPU precision: fp32 [CPU: ...]``: on a CPU the precision decides the speed (code/config/cpu_features.py)."""
     fields, sources = record.fields, record.sources
     used = record.devices.get("used") or [fields.get("device", "")]
     if "precision" not in fields or not all(str(device).startswith("cpu") for device in used):
@@ -103,8 +93,8 @@ def cpu_precision_note(record: RunRecord) -> str | None:
 
 
 def exit_code(results: list[TestResult], stopped: str | None = None) -> ExitCode:
-    """A test that did not finish outranks one that is INVALID or FAIL; VALID and PASS runs exit 0. ``stopped``: the
-    run ended because every engine of a ladder missed its accuracy target, a FAIL whether or not a test ran."""
+    """A test that did not finish outranks one that is INVALID or FAIL. ``stopped``: every engine of a ladder missed
+    its accuracy target, a FAIL whether or not a test ran."""
     if any(result.valid is None for result in results):
         return ExitCode.TEST_FAILED
     if stopped or any(result.valid is False for result in results):
@@ -113,8 +103,8 @@ def exit_code(results: list[TestResult], stopped: str | None = None) -> ExitCode
 
 
 def superseded(engine: dict[str, Any]) -> bool:
-    """An engine's accuracy run (its record's ``engine``) that missed its target while the ladder had a next engine
-    to try: the run's outcome is the next engine's, so this FAIL is shown but does not decide the exit status."""
+    """An engine's accuracy run that missed its target while the ladder had a next engine: the run's outcome is the
+    next engine's, so this FAIL is shown but does not decide the exit status."""
     return engine.get("gate") == "missed" and bool(engine.get("next"))
 
 
@@ -123,25 +113,15 @@ def counted(results: list[RanTest]) -> list[TestResult]:
     return [result for _, result, record in results if not superseded(record.engine)]
 
 
-def accuracy_gate_command(benchmark_name: str, scenarios: list[str]) -> str:
-    """The one command of the accuracy gate of a real submission for this benchmark and these scenarios."""
-    return (f'make run RUN_ARGS="--benchmarks={benchmark_name} --scenarios={",".join(s.lower() for s in scenarios)} '
-            '--test_mode=AccuracyOnly"')
-
-
 def accuracy_gate_lines(results: list[RanTest]) -> list[str]:
-    """What decided accuracy in this run, per benchmark, and what decides it for a real submission.
-
-    MLPerf's rule (99% or 99.9% of the reference's score) is met or missed by the AccuracyOnly run of the real
-    checkpoint on the real data set; ``make agreement``'s proxy figures are information. A config with an engine
-    ladder runs that accuracy run first (code/tuning/accuracy_gate.py): its engine lines say what it decided. For the
-    others, and where the gate was not applied or RUN_ARGS skipped it, the summary names the run that decides.
-    """
+    """What decided accuracy in this run, per benchmark, and what decides it for a real submission: the AccuracyOnly
+    run of the real checkpoint on the real data set (an engine ladder runs it first: code/tuning/accuracy_gate.py)."""
     lines = []
     for name in dict.fromkeys(name for name, _, _ in results):
         ran = [(result, record.engine) for benchmark, result, record in results if benchmark == name]
         gates = {engine.get("gate") for _, engine in ran if engine.get("ladder")}
-        command = accuracy_gate_command(name, list(dict.fromkeys(result.scenario for result, _ in ran)))
+        scenarios = ",".join(dict.fromkeys(result.scenario.lower() for result, _ in ran))
+        command = f'make run RUN_ARGS="--benchmarks={name} --scenarios={scenarios} --test_mode=AccuracyOnly"'
         real = [result for result, engine in ran if result.accuracy is not None and not result.not_submittable
                 and not superseded(engine)]
         passed = any(engine.get("gate") == "passed" or (engine.get("gate") == "this run" and result.valid)
@@ -170,10 +150,8 @@ def accuracy_gate_lines(results: list[RanTest]) -> list[str]:
 
 
 def figure_notes(record: RunRecord, host: bool = False) -> list[str]:
-    """The lines under a test's figure, each where it has something to say: the figure per GPU beside the best
-    published one (code/mlperf/beside_published.py), watts and samples per joule over the timed part
-    (code/mlperf/power.py), with ``host`` the host's load (code/common/host_load.py), and a loaded host or a
-    throttled GPU (code/mlperf/noise.py). The summary and report.md show the same lines."""
+    """The lines under a test's figure in the summary and report.md, each where it has something to say: beside the
+    best published, power, with ``host`` the host's load, and noise."""
     notes = [published_line(record), power_note(record), host_line(record.host_load) if host and record.host_load
              else None, noise_line(record)]
     return [note for note in notes if note]
@@ -181,9 +159,8 @@ def figure_notes(record: RunRecord, host: bool = False) -> list[str]:
 
 def format_summary(system: str, root: Path, results: list[RanTest],
                    interrupted_by: tuple[str, int] | None = None, stopped: str | None = None) -> str:
-    """The summary table; ``interrupted_by`` (signal name, exit status) when a stop signal ended the run, whose
-    exit status then is the signal's, not the tests'; ``stopped`` when every engine of a ladder missed its accuracy
-    target, which ended the run (the line says the fix)."""
+    """The summary table; ``interrupted_by`` (signal name, exit status): a stop signal ended the run; ``stopped``:
+    every engine of a ladder missed its accuracy target (the line says the fix)."""
     lines = ["", "=" * 30 + " Result summaries " + "=" * 30, f"{system}:"]
     current = None
     notes: set[str] = set()

@@ -1,9 +1,8 @@
 """Whether a test's figure could go into a submission, beyond LoadGen's VALID or accuracy's PASS.
 
-LoadGen calls a run VALID when it met the run's own settings, and accuracy PASSes when it reaches the target; a
-figure is also submittable only when it was run as the rules require: the real data set and model, full length,
-and the round's LoadGen (its seeds) for a benchmark and scenario the round accepts on the system's type. The
-summary shows both answers (``VALID but not submittable (reasons)``), so a quick run is never mistaken for a result.
+A figure is submittable only when it was run as the rules require: the real data set and model, full length, and
+the round's LoadGen (its seeds) for a benchmark and scenario the round accepts on the system's type. The summary
+shows both answers (``VALID but not submittable (reasons)``), so a quick run is never mistaken for a result.
 """
 
 from __future__ import annotations
@@ -24,13 +23,12 @@ SEED_KEYS = ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed")
 def round_refusal(config: ResolvedConfig) -> str | None:
     """Why the config's round does not take this benchmark and scenario on this system's type; None if it does.
     Raises SystemDetectionError or RoundError when systems/<system>.json does not say the system's type."""
-    kind = system_type(config.system)
-    return get_round(config["round"]).refusal(config.benchmark_name, config.scenario, kind)
+    return get_round(config["round"]).refusal(config.benchmark_name, config.scenario, system_type(config.system))
 
 
 def round_reason(config: ResolvedConfig) -> str:
-    """Which round the test is for, where that came from, and the newest round that takes it (rounds.round_choice);
-    where systems/<system>.json does not say the system's type, only the first two."""
+    """Which round the test is for, where that came from, and (where the system's type is known) the newest round
+    that takes it."""
     source = config.sources.get("round", "default")
     try:
         kind = system_type(config.system)
@@ -41,12 +39,8 @@ def round_reason(config: ResolvedConfig) -> str:
 
 def not_submittable_reasons(config: ResolvedConfig, mode: TestMode, provenance: dict[str, Any],
                             detail: dict[str, Any], sample_count: int, audit_test: str | None = None) -> list[str]:
-    """Every reason this test's figure could not be submitted as it is; empty when it could.
-
-    provenance: the benchmark's (its ``invalid_because``: synthetic inputs, random weights, a small model, ...);
-    detail: the test's mlperf_log_detail.txt values (``read_detail_log``); sample_count: the QSL size it ran;
-    audit_test: the compliance test the run is (TEST05 runs with other seeds than the round's on purpose).
-    """
+    """Every reason this test's figure could not be submitted as it is; empty when it could. ``detail``: the
+    test's ``read_detail_log``; ``audit_test``: TEST05 runs with other seeds than the round's on purpose."""
     reasons = list(provenance.get("invalid_because", []))
     if config["test_run"]:
         reasons.append("test run (--test_run)")
@@ -79,9 +73,8 @@ def _shortened(scenario: Scenario, detail: dict[str, Any], full_size: int) -> li
     if min_duration is not None and min_duration < SUBMISSION_MIN_DURATION_MS:
         reasons.append(f"shortened: min_duration {min_duration} ms (a submission needs "
                        f"{SUBMISSION_MIN_DURATION_MS})")
-    # The samples the query held: LoadGen pads an equal-issue query (GPT-J's sample_concatenate_permutation) to a
-    # multiple of the loaded samples and logs the padded size as generated_samples_per_query; the effective setting
-    # is the size before padding.
+    # LoadGen logs an equal-issue query (GPT-J's) padded to a multiple of the loaded samples as
+    # generated_samples_per_query; the effective setting is the size before padding.
     per_query = detail.get("generated_samples_per_query", detail.get("effective_samples_per_query"))
     if scenario is Scenario.Offline and per_query is not None and per_query < full_size:
         reasons.append(f"shortened: {per_query} samples in the Offline query (a submission needs {full_size})")

@@ -11,7 +11,7 @@ from code.common.constants import Benchmark, Scenario, TestMode
 from code.config.resolve import resolve_config
 from code.config.resolved import WorkloadSetting
 from code.mlperf.run_logs import LogDirError, make_test_log_dir, new_run_root, performance_result
-from code.mlperf.run_record import write_metadata
+from code.mlperf.run_record import RunRecord, write_record
 from code.mlperf.user_conf import user_conf_entries, write_user_conf
 
 
@@ -100,7 +100,7 @@ def test_link_dirs_local_and_scratch(tmp_path, monkeypatch):
 
 def test_metadata_json_is_whole_or_the_earlier_one_when_the_disk_fills(tmp_path, monkeypatch):
     """A full disk mid-write leaves the test's "not finished" record and no temporary file, never half a JSON."""
-    write_metadata(tmp_path, {"result": {"complete": False}})
+    write_record(tmp_path, RunRecord({"result": {"complete": False}}))
     real_write = Path.write_text
 
     def disk_fills_halfway(self, text, *args, **kwargs):
@@ -109,7 +109,8 @@ def test_metadata_json_is_whole_or_the_earlier_one_when_the_disk_fills(tmp_path,
 
     monkeypatch.setattr(Path, "write_text", disk_fills_halfway)
     with pytest.raises(OSError, match="No space left"):
-        write_metadata(tmp_path, {"result": {"complete": True, "valid": True}, "config": {"big": "x" * 10000}})
+        write_record(tmp_path, RunRecord({"result": {"complete": True, "valid": True},
+                                          "config": {"big": "x" * 10000}}))
     monkeypatch.undo()
     assert json.loads((tmp_path / "metadata.json").read_text()) == {"result": {"complete": False}}
     assert [p.name for p in tmp_path.iterdir()] == ["metadata.json"]
@@ -119,7 +120,7 @@ def test_metadata_json_has_the_usual_permissions(tmp_path):
     """Replaced whole, yet readable by the group and others as any file the run writes (the umask decides)."""
     umask = os.umask(0o022)
     try:
-        write_metadata(tmp_path, {"result": {}})
+        write_record(tmp_path, RunRecord({"result": {}}))
         (tmp_path / "plain.txt").write_text("")
     finally:
         os.umask(umask)

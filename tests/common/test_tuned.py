@@ -245,12 +245,12 @@ def test_corrupt_engine_misses_are_ignored_naming_the_fix(store):
 
 def test_a_moved_test_folder_points_its_records_at_the_new_place(tmp_path):
     from code.mlperf.run_logs import relocate_test
-    from code.mlperf.run_record import write_metadata
+    from code.mlperf.run_record import RunRecord, write_record
 
     old = tmp_path / "run" / "CPU" / "bert-99" / "Offline"
     old.mkdir(parents=True)
-    write_metadata(old, {"result": {"log_dir": str(old)}, "command": ["x", str(old / "test_spec.json")],
-                         "provenance": {"inputs": str(tmp_path / "data")}})
+    write_record(old, RunRecord({"result": {"log_dir": str(old)}, "command": ["x", str(old / "test_spec.json")],
+                                 "provenance": {"inputs": str(tmp_path / "data")}}))
     (old / "test_spec.json").write_text(json.dumps({"log_dir": str(old), "overrides": {"log_dir": str(tmp_path)}}))
     new = relocate_test(old, tmp_path / "run" / "gate" / "fp8" / "CPU" / "bert-99" / "Offline")
     assert not old.exists() and new.is_dir()

@@ -3,8 +3,8 @@ first token (2 s, p99) and time per output token (100 ms, p99) instead of its wh
 
 A Server target may sit below the real rate (it then reports less), not above. A GPU class holds one GPU's values
 and serves ``<model>x<count>``, whose target is the class's times the count (code/config/resolve.py). The PyTorch
-backend reports a sample's tokens when it completes, not its first token (``FirstTokenComplete``): that is the
-in-flight engine's to do, and until then a v5.1 Server run's TTFT is its whole latency.
+backend hands over whole responses, so the core reports a sample's first token (``FirstTokenComplete``) with it:
+until an engine streams first tokens, a Server run's TTFT is each sample's whole latency.
 """
 
 from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario

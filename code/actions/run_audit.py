@@ -1,9 +1,11 @@
-"""``--action=run_audit``: the compliance audits a round's checker requires (TEST01; TEST05 in v4.1), verified by
-the round's official ``run_verification.py``, with their logs kept in the layout a submission ships.
+"""``--action=run_audit``: the compliance audits a round's checker requires (TEST01; TEST05 in v4.1; TEST06 of
+llama3.1-8b from v5.1), verified by the round's official ``run_verification.py``, with their logs kept in the layout
+a submission ships.
 
 Each audit is one LoadGen performance test, run like any other (a child process) but in its own working directory
 holding the round's ``audit.config``, where LoadGen reads it. Its verification compares it with the newest complete
-SubmissionRun of the same test in build/logs (or ``--audit_results_dir``), which it only reads. Everything goes to
+SubmissionRun of the same test in build/logs (or ``--audit_results_dir``), which it only reads (TEST06 checks the
+audit's own responses). Everything goes to
 a new ``build/compliance_logs/<timestamp>/``:
 
 - ``<system>/<bench>/<Scenario>/<TEST>/``: what the submission checker reads under ``compliance/`` (verify files,
@@ -27,6 +29,7 @@ from code.common.log import get_logger
 from code.common.paths import COMPLIANCE_LOGS_DIR
 from code.common.rounds import RoundError, get_round
 from code.common.supervision import Interrupted, stop_signals_ignored, stop_signals_raise
+from code.common.system_description import system_type
 from code.config.resolved import ResolvedConfig
 from code.mlperf.arguments import RunRequest
 from code.mlperf.audits import (
@@ -91,7 +94,7 @@ def run_audit(request: RunRequest) -> int:
 
 
 def _required(config: ResolvedConfig) -> tuple[str, ...]:
-    tests = get_round(config["round"]).audits_for(config.benchmark_name)
+    tests = get_round(config["round"]).audits_for(config.benchmark_name, system_type(config.system))
     if not tests:
         raise RoundError(f"round {config['round']}'s checker requires no audit of {config.benchmark_name}: "
                          "nothing to run")
@@ -101,7 +104,8 @@ def _required(config: ResolvedConfig) -> tuple[str, ...]:
 def plan_audit(config: ResolvedConfig, test: str, results_dir: str | None) -> Audit:
     """Check that the audit can run and count, refusing it by name otherwise; find its tools and reference run."""
     round_name = config["round"]
-    refusal = round_refusal(config) or audit_refusal(round_name, config.benchmark_name, test)
+    refusal = round_refusal(config) or audit_refusal(round_name, config.benchmark_name, test,
+                                                     system_type(config.system))
     if refusal:  # before the built-core check: what the round refuses needs no build to say so
         raise RoundError(f"refusing a {test} audit that round {round_name} would not accept: {refusal}")
     check_round(config)

@@ -156,6 +156,10 @@ class Round:
         """The name the round's checker gives ``benchmark_name`` on a system of this type."""
         return self.edge_names.get(benchmark_name, benchmark_name) if system_type == "edge" else benchmark_name
 
+    def run_name(self, checker_name: str) -> str:
+        """Our benchmark name for one of the checker's (v6.1: llama3.1-8b-edge -> llama3.1-8b), for commands."""
+        return next((ours for ours, theirs in self.edge_names.items() if theirs == checker_name), checker_name)
+
     def scenarios_for(self, system_type: str, benchmark_name: str) -> tuple[Scenario, ...]:
         """The scenarios the round requires of ``benchmark_name`` (bert-99, ...) on a system type; () if none."""
         if system_type not in SYSTEM_TYPES:

@@ -47,13 +47,14 @@ def parse_audit_tests(text: str) -> list[str]:
     return tests
 
 
-def audit_refusal(round_name: str, benchmark_name: str, test: str) -> str | None:
-    """Why the round's checker does not ask ``test`` of the benchmark, naming what it asks; None when it does."""
-    required = get_round(round_name).audits_for(benchmark_name)
+def audit_refusal(round_name: str, benchmark_name: str, test: str, system_type: str) -> str | None:
+    """Why the round's checker does not ask ``test`` of the benchmark on a system of ``system_type`` (v6.1 asks
+    none of llama3.1-8b-edge), naming what it asks; None when it does."""
+    required = get_round(round_name).audits_for(benchmark_name, system_type)
     if test in required:
         return None
     asks = f"it requires {', '.join(required)}" if required else "it requires no audit of it"
-    elsewhere = [name for name, other in ROUNDS.items() if test in other.audits_for(benchmark_name)]
+    elsewhere = [name for name, other in ROUNDS.items() if test in other.audits_for(benchmark_name, system_type)]
     rounds_do = (f"rounds {', '.join(elsewhere)} require" if len(elsewhere) > 1
                  else f"round {''.join(elsewhere)} requires")
     hint = f" ({rounds_do} it: --round={elsewhere[-1]})" if elsewhere else ""  # the newest of them

@@ -217,7 +217,8 @@ def _check(chosen: dict[tuple[str, str, TestMode], TestRun], system_type: str, r
                 if (benchmark, scenario, mode) not in chosen:
                     problems.append(
                         f"{benchmark} {scenario}: no finished {what} run (run it: make run ROUND={round_name} "
-                        f"RUN_ARGS=\"--benchmarks={benchmark} --scenarios={scenario.lower()} "
+                        f"RUN_ARGS=\"--benchmarks={get_round(round_name).run_name(benchmark)} "
+                        f"--scenarios={scenario.lower()} "
                         "--test_mode=SubmissionRun\")")
     problems += [f"{test.describe()} is {test.verdict}: {'; '.join(reasons)} ({test.directory})"
                  for test in chosen.values() if (reasons := test.problems())]
@@ -306,6 +307,8 @@ def _edits(tree: Path, work: Path) -> list[str] | None:
     try:
         recorded = json.loads((work / TREE_FILES).read_text())
     except (OSError, ValueError):
+        return None
+    if not isinstance(recorded, dict):  # a record edited by hand says nothing staging can trust
         return None
     current = tree_files(tree)
     return sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))

@@ -54,7 +54,7 @@ def bert_99_ladder(
 
 
 def bert_99_9_ladder(fp8: dict[str, Any], fp16: dict[str, Any]) -> tuple[Rung, ...]:
-    """bert-99.9's engines on an H100/H200, each with its rates and batching (``fp8`` for both FP8 engines,
+    """bert-99.9's engines on an H100/H200, each with its rates and batching (``fp8`` for every FP8 engine,
     ``fp16``); all keep the separate erf-GELU kernel (the class's ``gelu_in_gemm = False``): the tanh epilogue misses
     the 99.9% bar on span agreement.
 

@@ -79,12 +79,20 @@ def test_audit_names_are_parsed_and_unknown_ones_listed():
 
 
 def test_a_test_the_round_does_not_require_is_refused_by_name():
-    assert audit_refusal("v5.0", "bert-99", "TEST01") is None
-    assert audit_refusal("v5.0", "bert-99", "TEST05") == (
+    assert audit_refusal("v5.0", "bert-99", "TEST01", "datacenter") is None
+    assert audit_refusal("v5.0", "bert-99", "TEST05", "datacenter") == (
         "round v5.0's checker does not require TEST05 of bert-99: it requires TEST01 (round v4.1 requires it: "
         "--round=v4.1)")
-    assert audit_refusal("v4.1", "gptj-99", "TEST01") == (
+    assert audit_refusal("v4.1", "gptj-99", "TEST01", "datacenter") == (
         "round v4.1's checker does not require TEST01 of gptj-99: it requires no audit of it")
+
+
+def test_test06_is_asked_of_llama_by_system_type():
+    """v6.1's checker asks TEST06 of datacenter llama3.1-8b and no audit of llama3.1-8b-edge, its edge name."""
+    assert audit_refusal("v6.1", "llama3.1-8b", "TEST06", "datacenter") is None
+    assert audit_refusal("v6.1", "llama3.1-8b", "TEST06", "edge") == (
+        "round v6.1's checker does not require TEST06 of llama3.1-8b: it requires no audit of it "
+        "(round v5.1 requires it: --round=v5.1)")
 
 
 def test_missing_tools_name_the_clone_command_and_the_variable(tmp_path):

@@ -306,3 +306,9 @@ def test_llama_has_the_checkers_name_of_each_system_type():
     assert v61.audits_for("llama3.1-8b") == ("TEST06",)
     assert newest_round("llama3.1-8b", Scenario.SingleStream, "edge") == "v6.1"
     assert newest_round("llama3.1-8b", Scenario.Server, "datacenter,edge") == "v5.1"
+
+
+def test_a_checker_name_maps_back_to_the_benchmark_a_run_takes():
+    """Commands name our benchmarks: v6.1's llama3.1-8b-edge is run as llama3.1-8b; other names are the same."""
+    assert ROUNDS["v6.1"].run_name("llama3.1-8b-edge") == "llama3.1-8b"
+    assert ROUNDS["v6.1"].run_name("bert-99") == "bert-99"

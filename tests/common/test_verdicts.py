@@ -209,3 +209,15 @@ def test_a_query_that_ended_early_gives_the_next_command_not_loadgens_advice(tmp
     late = TestResult("Server", "PerformanceOnly", "x", value=3.0, valid=False,
                       invalid_reasons=["latency constraint not met"])
     assert "next:" not in format_summary("CPU", tmp_path, [("bert-99", late, RunRecord({}))])
+
+
+def test_token_latencies_of_whole_responses_are_not_submittable():
+    """A first token reported with its whole response makes TTFT the whole latency and leaves TPOT unmeasured:
+    such a SingleStream or Server figure is not a result; Offline reads no token latencies."""
+    reason = ("first tokens reported with whole responses: TTFT is each sample's whole latency and the time per "
+              "output token is not measured")
+    detail = {**FULL_RUN, "requested_use_token_latencies": True}
+    for scenario, expected in ((Scenario.SingleStream, True), (Scenario.Offline, False)):
+        config = resolved(scenario, benchmark=Benchmark.LLAMA31, round="v5.1")
+        reasons = not_submittable_reasons(config, TestMode.PerformanceOnly, {}, detail, 13368)
+        assert (reason in reasons) is expected, (scenario, reasons)

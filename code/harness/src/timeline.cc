@@ -71,16 +71,17 @@ void SetTokenResponses(bool on) { token_responses.store(on); }
 
 void CompleteSamples(mlperf::QuerySampleResponse* responses, std::size_t count, std::size_t device) {
   if (token_responses.load(std::memory_order_relaxed)) {
-    // LoadGen's token latencies need each sample's first token before its completion; the backends hand over
-    // whole responses, so the first token is reported when the response is, and a time to first token is the
-    // sample's whole latency: what the harness can vouch for, never less.
+    // LoadGen's token latencies need each sample's first token before its completion, every sample's: LoadGen
+    // indexes its token records by sample, so an empty response (a failed batch) reports an empty first token.
+    // The backends hand over whole responses, so the first token is reported when the response is: a time to
+    // first token is the sample's whole latency, and the time per output token is not measured.
     std::vector<mlperf::QuerySampleResponse> first_tokens;
     first_tokens.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
-      responses[i].n_tokens = static_cast<std::int64_t>(responses[i].size / sizeof(std::int32_t));
-      if (responses[i].n_tokens > 0) {
-        first_tokens.push_back({responses[i].id, responses[i].data, sizeof(std::int32_t), 1});
-      }
+      const std::int64_t n_tokens = static_cast<std::int64_t>(responses[i].size / sizeof(std::int32_t));
+      responses[i].n_tokens = n_tokens;
+      first_tokens.push_back(
+          {responses[i].id, responses[i].data, n_tokens > 0 ? sizeof(std::int32_t) : 0, n_tokens > 0 ? 1 : 0});
     }
     mlperf::FirstTokenComplete(first_tokens.data(), first_tokens.size());
   }

@@ -102,6 +102,8 @@ class RunRecord:
     engine = _section("engine", "Which engine of the config's ladder ran and why; {} before ladders existed.")
     devices = _section("devices", "The devices the test ran on.")
     versions = _section("versions", "The software versions that ran the test.")
+    engine_stats = _section("engine_stats", "A continuous engine's counters (completed samples, generated tokens, "
+                            "...); {} for a batch runner.")
 
     power = _reading("power", "GPU power over the performance test's timed part (code/mlperf/power.py); None when "
                      "it was not read.")

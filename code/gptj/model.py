@@ -201,7 +201,7 @@ def hf_state(model: Gptj) -> dict[str, Tensor]:
 
 
 def load_state(model: Gptj, tensors: Mapping[str, Tensor] | Iterator[tuple[str, Tensor]], source: str) -> Gptj:
-    """Copy HF-named (or our-named) tensors into ``model``, every parameter filled exactly once over
+    """Copy HF-named (or our-named) tensors into ``model``, every parameter filled
     (``code.llm.checkpoint.load_named``: one error lists all that is missing, unexpected or wrongly shaped)."""
     return load_named(model, hf_names(model.config), _part_of, tensors, _IGNORED,
                       f"checkpoint {source} does not match GPT-J config {model.config}:")

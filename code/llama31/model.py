@@ -249,7 +249,7 @@ def hf_config(config: LlamaConfig, **extra: Any) -> Any:  # transformers.LlamaCo
 
 
 def load_state(model: Llama, tensors: Mapping[str, Tensor] | Iterator[tuple[str, Tensor]], source: str) -> Llama:
-    """Copy HF-named (or our-named) tensors into ``model``, every parameter filled exactly once over
+    """Copy HF-named (or our-named) tensors into ``model``, every parameter filled
     (``code.llm.checkpoint.load_named``: one error lists all that is missing, unexpected or wrongly shaped)."""
     return load_named(model, hf_names(model.config), lambda param, part: _part_of(param, part, model), tensors,
                       _IGNORED, f"checkpoint {source} does not match Llama config {model.config}:")

@@ -119,9 +119,10 @@ def load_named(model: Module, hf_names: HfNames, part_of: Callable[[Tensor, int 
     """Copy a checkpoint's tensors into ``model`` (converting dtype and device) and return it in eval mode.
 
     A tensor is named as HF names it (``hf_names``) or as we do (a state dict of ours); ``ignored`` names buffers
-    older checkpoints carry. Every parameter must be filled exactly once over, or ``CheckpointError`` lists at once
-    all missing, unexpected and wrongly shaped or typed tensors under the line ``mismatch``: one run says all that
-    is wrong with a download. Takes an iterator, so a checkpoint of many GB streams through one tensor at a time.
+    older checkpoints carry. Every parameter must be filled (a tensor given under both names is copied twice, the
+    later copy kept), or ``CheckpointError`` lists at once all missing, unexpected and wrongly shaped or typed
+    tensors under the line ``mismatch``: one run says all that is wrong with a download. Takes an iterator, so a
+    checkpoint of many GB streams through one tensor at a time.
     """
     params = dict(model.named_parameters())
     targets: dict[str, tuple[str, int | None]] = {ours: (ours, None) for ours in params} | dict(hf_names)

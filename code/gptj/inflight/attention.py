@@ -1,23 +1,35 @@
 # ruff: noqa: ANN001 - Triton kernel arguments are typed by the JIT, not annotations
 """Attention for the in-flight engine: prefill over packed prompts, decode over the shared-prompt KV cache.
 
-Decode, for every beam row (s, b) and head: softmax over the prompt's keys (slot s's pages) and the beam's own
-generated keys (through the ancestry table), in float32. On CUDA one Triton kernel, ``_decode_kernel``, does it
-with one program per (slot, head):
+Decode, for every beam row (s, b) and query head: softmax over the prompt's keys (slot s's pages) and the beam's own
+generated keys (through the ancestry table), in float32. With grouped-query attention (Llama 3.1: more query heads
+than the cache holds) query head h reads key/value head h // GROUP, GROUP = q_heads // kv_heads (HF's
+``repeat_kv``). On CUDA one Triton kernel, ``_decode_kernel``, does it with one program per (slot, HEADS key/value
+heads), ``HEADS = DECODE_LAUNCH["HEADS"]``:
 
-1. The slot's 4 beam queries go through the prompt pages together as one ``[16, head_dim]`` tile (rows 4-15
-   zero), so each prompt key and value is read **once for all beams**, the point of sharing the prompt (the prompt
-   is ~90% of the keys a decode step reads).
-2. The same online softmax continues over the generated tokens: a tile holds a few columns of each beam (column t
-   of beam b is row ``ancestry[s, b, t]``'s), and each beam's query row masks the other beams' columns, so both
-   loops run one tile shape and the state never leaves registers.
+1. The program's query rows, the slot's beams x the GROUP x HEADS query heads of its key/value heads (row
+   r = beam r // (GROUP x HEADS), query head r % (GROUP x HEADS) of the program's), go through the prompt pages
+   together as one tile of at least 16 rows (``tl.dot``'s minimum; padding rows zero), so each prompt key and value
+   is read **once for all beams and query heads that read it**, the point of sharing the prompt (the prompt is
+   ~90% of the keys a decode step reads). GPT-J (4 beams, GROUP 1) at HEADS 1 fills 4 of the 16 rows; at HEADS 4
+   all 16, and every tile's fixed work (online softmax over ``[16, KEYS]``, page-table gather) then serves 4 heads:
+   that fixed work, not the bytes, bounds the one-head kernel. Llama 3.1 8B (1 beam, GROUP 4) fills 16 rows at
+   HEADS 4.
+2. With HEADS > 1 a tile's scores are, for each head j, a dot of all query rows with head j's keys, of which each
+   row keeps its own head's (block-diagonal: the MMA work of HEADS one-head programs); the values take each head's
+   rows' probabilities alone, so the accumulator stays ``[rows, head_dim]``. A row's GROUP query heads share their
+   key/value head's keys unmasked.
+3. The same online softmax continues over the generated tokens: a tile holds a few columns of each beam (column t
+   of beam b is row ``ancestry[s, b, t]``'s), and each query row masks the other beams' columns, so both loops run
+   one tile shape and the state never leaves registers.
 
-With ``DECODE_LAUNCH["SPLITS"] > 1`` (TensorRT-LLM's multi-block mode) each (slot, head) gets that many programs,
+With ``DECODE_LAUNCH["SPLITS"] > 1`` (TensorRT-LLM's multi-block mode) each (slot, heads) gets that many programs,
 so a step of few slots still fills the GPU and each program's chain of dependent loads is shorter:
 ``_decode_split_kernel`` gives split i an equal run of the prompt in whole pages and key tiles (the last splits
-may get none) and the generated tokens to the last split, and writes each beam row's partial state (running max,
-sum, unnormalised accumulator; float32) to a workspace; ``_merge_kernel`` combines the partials by log-sum-exp and
-normalises. A split with no keys writes nothing and the merge skips it by the same rule (``_split_range``).
+may get none) and the generated tokens to the last split, and writes each (beam row, query head)'s partial state
+(running max, sum, unnormalised accumulator; float32) to a workspace; ``_merge_kernel`` combines the partials by
+log-sum-exp and normalises. A split with no keys writes nothing and the merge skips it by the same rule
+(``_split_range``). SPLITS and HEADS combine freely.
 
 Head dimensions go in two halves (two dots per product), which halves the registers a widened tile takes. With an
 FP8 cache the kernel loads e4m3 keys and values and widens them to fp16 in registers (one conversion instruction
@@ -43,12 +55,15 @@ try:
 except ImportError:  # CPU-only installs: the reference path runs instead
     triton = None
 
-BEAM_TILE = 16  # tl.dot needs at least 16 rows: the 4 beams of a slot, padded
+ROW_TILE = 16  # tl.dot needs at least 16 rows: a program's query rows (beams x query heads), padded to this
+MAX_ROWS = 64  # the most query rows one program takes: its accumulator is [rows, head_dim] float32 in registers
 # The kernel's launch settings; scripts/gpu/check_gptj_inflight.py times the choices. KEYS keys of the prompt per
-# iteration; the generated part takes KEYS // 4 columns of each of the 4 beams per iteration, so both loops run the
-# same tile shape. SPLITS: programs per (slot, head), each over its own run of the prompt (1: ``_decode_kernel``;
-# more: ``_decode_split_kernel`` then ``_merge_kernel``).
-DECODE_LAUNCH: dict[str, int] = {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1}
+# iteration; the generated part takes KEYS // beams columns of each beam per iteration (beams rounded up to a power
+# of two), so both loops run the same tile shape. SPLITS: programs per (slot, group of heads), each over its own
+# run of the prompt (1: ``_decode_kernel``; more: ``_decode_split_kernel`` then ``_merge_kernel``). HEADS: key/value
+# heads per program (1: one program per (slot, head); more: one softmax and one page-table gather for that many
+# heads' keys, their query rows filling the tile); it must divide the cache's head count.
+DECODE_LAUNCH: dict[str, int] = {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 1}
 
 
 def prefill_attention(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], cu_seqlens: Tensor) -> Tensor:
@@ -74,33 +89,51 @@ def prefill_attention(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], cu_se
 
 
 def decode_attention(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, gen_count: Tensor) -> Tensor:
-    """Attention of one new token per beam row. ``q [slots * beams, heads, head_dim]``; ``gen_count [slots]``:
-    generated tokens whose keys are in the cache, the current one included (at least 1 is read, so free slots
-    stay finite). Returns ``[slots * beams, heads, head_dim]`` in q's dtype."""
+    """Attention of one new token per beam row. ``q [slots * beams, q_heads, head_dim]``, q_heads a multiple of the
+    cache's heads (grouped-query attention: query head h reads key/value head h // (q_heads // kv_heads), as HF's
+    ``repeat_kv``); ``gen_count [slots]``: generated tokens whose keys are in the cache, the current one included
+    (at least 1 is read, so free slots stay finite). Returns ``[slots * beams, q_heads, head_dim]`` in q's dtype."""
     if q.is_cuda and triton is not None:
         return _decode_attention_triton(q, cache, layer, ancestry, gen_count)
     return decode_attention_reference(q, cache, layer, ancestry, gen_count)
 
 
-def decode_attention_reference(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, gen_count: Tensor) -> Tensor:
-    """The definition: gather each beam's keys and values, softmax in float32 (q·k, then / sqrt(d), as HF)."""
+def query_group(q: Tensor, cache: KVCache, ancestry: Tensor) -> int:
+    """The query heads that share each key/value head (1 without grouped-query attention). Raises ValueError for
+    queries the cache cannot serve, before any kernel runs (a mismatch would otherwise read wrong memory)."""
     slots, beams = ancestry.shape[:2]
-    heads, head_dim = q.shape[1:]
+    if q.dim() != 3 or q.shape[0] != slots * beams or q.shape[2] != cache.shape.head_dim:
+        raise ValueError(f"q must be [slots * beams = {slots * beams}, heads, head_dim = {cache.shape.head_dim}], "
+                         f"not {list(q.shape)}")
+    q_heads, kv_heads = q.shape[1], cache.shape.heads
+    if q_heads % kv_heads:
+        raise ValueError(f"{q_heads} query heads cannot share the cache's {kv_heads} key/value heads: grouped-query "
+                         f"attention needs a multiple of them")
+    return q_heads // kv_heads
+
+
+def decode_attention_reference(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, gen_count: Tensor) -> Tensor:
+    """The definition: gather each beam's keys and values, repeat each key/value head for its group of query heads
+    (HF's ``repeat_kv``), softmax in float32 (q·k, then / sqrt(d), as HF)."""
+    group = query_group(q, cache, ancestry)
+    slots, beams = ancestry.shape[:2]
+    kv_heads, head_dim = cache.shape.heads, cache.shape.head_dim
     page = cache.shape.page_size
     lengths, counts = cache.prompt_lengths.tolist(), gen_count.clamp(min=1).tolist()
     out = torch.empty_like(q)
     for s in range(slots):
         n, g = lengths[s], counts[s]
         pages = cache.block_table[s, : math.ceil(n / page)].long()
-        kp = cache.prompt_k[layer, pages].reshape(-1, heads, head_dim)[:n]
-        vp = cache.prompt_v[layer, pages].reshape(-1, heads, head_dim)[:n]
+        kp = cache.prompt_k[layer, pages].reshape(-1, kv_heads, head_dim)[:n]
+        vp = cache.prompt_v[layer, pages].reshape(-1, kv_heads, head_dim)[:n]
         columns = torch.arange(g, device=q.device)
         k_scale, v_scale = cache.k_scale[layer], cache.v_scale[layer]
         for b in range(beams):
             rows = ancestry[s, b, :g].long()
             k = cache.read(torch.cat((kp, cache.gen_k[layer, s, rows, columns])), k_scale).float()
-            v = cache.read(torch.cat((vp, cache.gen_v[layer, s, rows, columns])), v_scale)  # [keys, heads, dim]
-            query = q[s * beams + b].float()  # [heads, head_dim]
+            v = cache.read(torch.cat((vp, cache.gen_v[layer, s, rows, columns])), v_scale)  # [keys, kv_heads, dim]
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # [keys, q_heads, dim]
+            query = q[s * beams + b].float()  # [q_heads, head_dim]
             scores = torch.einsum("hd,khd->hk", query, k) / math.sqrt(head_dim)
             probs = scores.softmax(dim=-1).to(v.dtype)
             out[s * beams + b] = torch.einsum("hk,khd->hd", probs, v).to(q.dtype)
@@ -108,16 +141,22 @@ def decode_attention_reference(q: Tensor, cache: KVCache, layer: int, ancestry: 
 
 
 def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, gen_count: Tensor) -> Tensor:
+    group = query_group(q, cache, ancestry)
     slots, beams = ancestry.shape[:2]
-    heads, head_dim = q.shape[1:]
-    if beams > BEAM_TILE:
-        raise ValueError(f"the decode kernel takes at most {BEAM_TILE} beams, not {beams}")
+    q_heads, head_dim = q.shape[1:]
+    kv_heads = cache.shape.heads
     if head_dim % 2:
         raise ValueError(f"the decode kernel splits head_dim in halves; {head_dim} is odd")
     launch = dict(DECODE_LAUNCH)
-    keys, splits = launch.pop("KEYS"), launch.pop("SPLITS", 1)
+    keys, splits, heads = launch.pop("KEYS"), launch.pop("SPLITS", 1), launch.pop("HEADS", 1)
     if splits < 1:
         raise ValueError(f"DECODE_LAUNCH['SPLITS'] must be >= 1 (1: one program per slot and head), not {splits}")
+    if heads < 1 or kv_heads % heads:
+        raise ValueError(f"DECODE_LAUNCH['HEADS'] ({heads}) must divide the cache's {kv_heads} key/value heads")
+    rows = beams * group * heads  # a program's query rows
+    if rows > MAX_ROWS:
+        raise ValueError(f"a decode program takes at most {MAX_ROWS} query rows; {beams} beams x {group} query heads "
+                         f"a key/value head x HEADS {heads} make {rows}")
     pk, pv = cache.prompt_k[layer], cache.prompt_v[layer]
     gk, gv = cache.gen_k[layer], cache.gen_v[layer]
     out = torch.empty_like(q)
@@ -127,28 +166,30 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
         q.stride(0), q.stride(1), pk.stride(0), pk.stride(1), pk.stride(2), cache.block_table.stride(0),
         gk.stride(0), gk.stride(1), gk.stride(2), gk.stride(3), ancestry.stride(0), ancestry.stride(1),
     )
-    shapes = dict(BEAMS=beams, BEAM_TILE=BEAM_TILE, HALF=head_dim // 2, PAGE=cache.shape.page_size,
-                  F16=cache.is_fp8, KEYS=keys, COLUMNS=keys // triton.next_power_of_2(beams))
+    shapes = dict(BEAMS=beams, GROUP=group, HEADS=heads, ROW_TILE=max(ROW_TILE, triton.next_power_of_2(rows)),
+                  HALF=head_dim // 2, PAGE=cache.shape.page_size, F16=cache.is_fp8, KEYS=keys,
+                  COLUMNS=keys // triton.next_power_of_2(beams))
+    programs = kv_heads // heads
     if splits == 1:
-        _decode_kernel[(slots, heads)](
+        _decode_kernel[(slots, programs)](
             *cache_args, out, out.stride(0), out.stride(1), scale_log2, cache.v_scale[layer], **shapes, **launch,
         )
         return out
-    # The partials of every split: float32 accumulators [splits, rows, heads, head_dim], then the running max and
-    # sum [2, splits, rows, heads], in one allocation. Each call takes it from PyTorch's caching allocator like
+    # The partials of every split: float32 accumulators [splits, rows, q_heads, head_dim], then the running max and
+    # sum [2, splits, rows, q_heads], in one allocation. Each call takes it from PyTorch's caching allocator like
     # ``out`` (no cudaMalloc once warm); in the engine's CUDA graph it is a fixed block of the graph's pool that
     # every layer's call reuses, so a replay allocates nothing.
-    rows = slots * beams
-    partial = splits * rows * heads * head_dim
-    workspace = torch.empty(partial + 2 * splits * rows * heads, dtype=torch.float32, device=q.device)
-    acc = workspace[:partial].view(splits, rows, heads, head_dim)
-    stats = workspace[partial:].view(2, splits, rows, heads)
+    beam_rows = slots * beams
+    partial = splits * beam_rows * q_heads * head_dim
+    workspace = torch.empty(partial + 2 * splits * beam_rows * q_heads, dtype=torch.float32, device=q.device)
+    acc = workspace[:partial].view(splits, beam_rows, q_heads, head_dim)
+    stats = workspace[partial:].view(2, splits, beam_rows, q_heads)
     align = math.lcm(cache.shape.page_size, keys)
-    _decode_split_kernel[(slots, heads, splits)](
+    _decode_split_kernel[(slots, programs, splits)](
         *cache_args, acc, stats, acc.stride(0), acc.stride(1), acc.stride(2), stats.stride(0), stats.stride(1),
         stats.stride(2), scale_log2, splits, **shapes, ALIGN=align, **launch,
     )
-    _merge_kernel[(rows, heads)](
+    _merge_kernel[(beam_rows, q_heads)](
         acc, stats, cache.prompt_lengths, out, acc.stride(0), acc.stride(1), acc.stride(2), stats.stride(0),
         stats.stride(1), stats.stride(2), out.stride(0), out.stride(1), cache.v_scale[layer], splits,
         BEAMS=beams, HEAD=head_dim, SPLIT_TILE=triton.next_power_of_2(splits), ALIGN=align,
@@ -160,32 +201,67 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
 if triton is not None:
 
     @triton.jit
-    def _attend_tile(qa, qb, k_ptrs, v_ptrs, loaded, attended, m, s, acc_a, acc_b, scale_log2, HALF: tl.constexpr):
-        """One tile of the online softmax: the keys and values at ``k_ptrs``/``v_ptrs`` (the first half of head_dim;
-        the second is HALF further), rows ``loaded``; each query row attends to the keys ``attended`` allows it.
-        Returns the updated (max, sum, accumulator halves)."""
+    def _query_rows(ROW_TILE: tl.constexpr, BEAMS: tl.constexpr, GROUP: tl.constexpr, HEADS: tl.constexpr):
+        """Who each row of a program's query tile is: row r is beam r // (GROUP * HEADS), query head r % (GROUP *
+        HEADS) of the program's (so a beam's rows are adjacent, in the order of q's heads), which reads the
+        program's key/value head ``(r % (GROUP * HEADS)) // GROUP``; rows of beam >= BEAMS are padding."""
+        row = tl.arange(0, ROW_TILE)
+        beam = row // (GROUP * HEADS)
+        q_head = row % (GROUP * HEADS)
+        return beam, q_head, q_head // GROUP
+
+    @triton.jit
+    def _attend_tile(qa, qb, k_ptrs, v_ptrs, stride_head, kv_head, loaded, attended, m, s, acc_a, acc_b, scale_log2,
+                     HALF: tl.constexpr, HEADS: tl.constexpr):
+        """One tile of the online softmax: the keys and values at ``k_ptrs``/``v_ptrs`` (the first half of head_dim
+        of the program's first key/value head; the second half is HALF further, head j ``j * stride_head``), rows
+        ``loaded``; each query row attends to the keys ``attended`` allows it, of its own head ``kv_head``.
+        Returns the updated (max, sum, accumulator halves).
+
+        With HEADS > 1 every head's scores are a full dot of all query rows, and each row keeps its own head's
+        (block-diagonal: the same MMA work as HEADS programs of one head, whose 16-row dots are mostly padding), so
+        the softmax runs once over a tile of real rows; each head's values then take only its rows' probabilities.
+        """
         ka = tl.load(k_ptrs, mask=loaded[:, None], other=0.0).to(qa.dtype)
         kb = tl.load(k_ptrs + HALF, mask=loaded[:, None], other=0.0).to(qa.dtype)
-        scores = tl.dot(qb, tl.trans(kb), acc=tl.dot(qa, tl.trans(ka))) * scale_log2
-        scores = tl.where(attended, scores, float("-inf"))
+        scores = tl.dot(qb, tl.trans(kb), acc=tl.dot(qa, tl.trans(ka)))
+        for j in tl.static_range(1, HEADS):
+            ka = tl.load(k_ptrs + j * stride_head, mask=loaded[:, None], other=0.0).to(qa.dtype)
+            kb = tl.load(k_ptrs + j * stride_head + HALF, mask=loaded[:, None], other=0.0).to(qa.dtype)
+            scores = tl.where(kv_head[:, None] == j, tl.dot(qb, tl.trans(kb), acc=tl.dot(qa, tl.trans(ka))), scores)
+        scores = tl.where(attended, scores * scale_log2, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(scores - m_new[:, None])
         s = s * alpha + tl.sum(p, axis=1)
-        va = tl.load(v_ptrs, mask=loaded[:, None], other=0.0).to(qa.dtype)
-        vb = tl.load(v_ptrs + HALF, mask=loaded[:, None], other=0.0).to(qa.dtype)
         p = p.to(qa.dtype)
-        return m_new, s, acc_a * alpha[:, None] + tl.dot(p, va), acc_b * alpha[:, None] + tl.dot(p, vb)
+        if HEADS == 1:
+            va = tl.load(v_ptrs, mask=loaded[:, None], other=0.0).to(qa.dtype)
+            vb = tl.load(v_ptrs + HALF, mask=loaded[:, None], other=0.0).to(qa.dtype)
+            acc_a = acc_a * alpha[:, None] + tl.dot(p, va)
+            acc_b = acc_b * alpha[:, None] + tl.dot(p, vb)
+        else:
+            acc_a = acc_a * alpha[:, None]
+            acc_b = acc_b * alpha[:, None]
+            for j in tl.static_range(HEADS):
+                va = tl.load(v_ptrs + j * stride_head, mask=loaded[:, None], other=0.0).to(qa.dtype)
+                vb = tl.load(v_ptrs + j * stride_head + HALF, mask=loaded[:, None], other=0.0).to(qa.dtype)
+                pj = tl.where(kv_head[:, None] == j, p, tl.zeros_like(p))
+                acc_a = tl.dot(pj, va, acc=acc_a)
+                acc_b = tl.dot(pj, vb, acc=acc_b)
+        return m_new, s, acc_a, acc_b
 
     @triton.jit
-    def _load_queries(q_ptr, slot, head, stride_q_row, stride_q_head, BEAMS: tl.constexpr, BEAM_TILE: tl.constexpr,
-                      HALF: tl.constexpr, F16: tl.constexpr):
-        """The slot's beam queries as one ``[BEAM_TILE, head_dim]`` tile in two halves (rows past BEAMS zero), in
-        fp16 for an FP8 cache."""
-        beam = tl.arange(0, BEAM_TILE)
+    def _load_queries(q_ptr, slot, first_q_head, stride_q_row, stride_q_head, BEAMS: tl.constexpr,
+                      GROUP: tl.constexpr, HEADS: tl.constexpr, ROW_TILE: tl.constexpr, HALF: tl.constexpr,
+                      F16: tl.constexpr):
+        """The program's queries (the slot's beams x its GROUP * HEADS query heads, ``_query_rows``) as one
+        ``[ROW_TILE, head_dim]`` tile in two halves (padding rows zero), in fp16 for an FP8 cache."""
+        beam, q_head, _ = _query_rows(ROW_TILE, BEAMS, GROUP, HEADS)
         half = tl.arange(0, HALF)
         live = beam < BEAMS
-        q_rows = q_ptr + (slot * BEAMS + beam)[:, None] * stride_q_row + head * stride_q_head + half[None, :]
+        q_rows = (q_ptr + (slot * BEAMS + beam)[:, None] * stride_q_row
+                  + (first_q_head + q_head)[:, None] * stride_q_head + half[None, :])
         qa = tl.load(q_rows, mask=live[:, None], other=0.0)
         qb = tl.load(q_rows + HALF, mask=live[:, None], other=0.0)
         if F16:
@@ -194,30 +270,30 @@ if triton is not None:
         return qa, qb
 
     @triton.jit
-    def _attend_prompt(qa, qb, m, s, acc_a, acc_b, start, end, slot, head, pk_ptr, pv_ptr, table_ptr,
+    def _attend_prompt(qa, qb, kv_head, m, s, acc_a, acc_b, start, end, slot, first_head, pk_ptr, pv_ptr, table_ptr,
                        stride_k_page, stride_k_pos, stride_k_head, stride_table, scale_log2,
-                       HALF: tl.constexpr, PAGE: tl.constexpr, KEYS: tl.constexpr):
-        """The prompt keys ``start <= position < end`` of the slot, KEYS a tile, read once for all beams."""
+                       HALF: tl.constexpr, PAGE: tl.constexpr, KEYS: tl.constexpr, HEADS: tl.constexpr):
+        """The prompt keys ``start <= position < end`` of the slot, KEYS a tile, read once for all beams (and the
+        page table once for the program's HEADS heads)."""
         key = tl.arange(0, KEYS)
         half = tl.arange(0, HALF)
         for first in range(start, end, KEYS):
             position = first + key
             valid = position < end
             page = tl.load(table_ptr + slot * stride_table + position // PAGE, mask=valid, other=0).to(tl.int64)
-            base = page * stride_k_page + (position % PAGE) * stride_k_pos + head * stride_k_head
+            base = page * stride_k_page + (position % PAGE) * stride_k_pos + first_head * stride_k_head
             offsets = base[:, None] + half[None, :]
-            m, s, acc_a, acc_b = _attend_tile(qa, qb, pk_ptr + offsets, pv_ptr + offsets, valid, valid[None, :],
-                                              m, s, acc_a, acc_b, scale_log2, HALF)
+            m, s, acc_a, acc_b = _attend_tile(qa, qb, pk_ptr + offsets, pv_ptr + offsets, stride_k_head, kv_head,
+                                              valid, valid[None, :], m, s, acc_a, acc_b, scale_log2, HALF, HEADS)
         return m, s, acc_a, acc_b
 
     @triton.jit
-    def _attend_generated(qa, qb, m, s, acc_a, acc_b, g, slot, head, gk_ptr, gv_ptr, ancestry_ptr,
-                          stride_g_slot, stride_g_beam, stride_g_col, stride_g_head, stride_a_slot, stride_a_beam,
-                          scale_log2, BEAMS: tl.constexpr, BEAM_TILE: tl.constexpr, HALF: tl.constexpr,
-                          KEYS: tl.constexpr, COLUMNS: tl.constexpr):
+    def _attend_generated(qa, qb, beam, kv_head, m, s, acc_a, acc_b, g, slot, first_head, gk_ptr, gv_ptr,
+                          ancestry_ptr, stride_g_slot, stride_g_beam, stride_g_col, stride_g_head, stride_a_slot,
+                          stride_a_beam, scale_log2, BEAMS: tl.constexpr, HALF: tl.constexpr, KEYS: tl.constexpr,
+                          COLUMNS: tl.constexpr, HEADS: tl.constexpr):
         """Each beam's first ``g`` generated keys through the ancestry table (key j of a tile belongs to beam
-        j // COLUMNS; the other beams' rows mask it)."""
-        beam = tl.arange(0, BEAM_TILE)
+        j // COLUMNS; the rows of other beams mask it, whatever their head)."""
         half = tl.arange(0, HALF)
         key = tl.arange(0, KEYS)
         owner = key // COLUMNS  # the beam a generated key belongs to
@@ -227,10 +303,10 @@ if triton is not None:
             ok = (col < g) & (owner < BEAMS)
             src = tl.load(ancestry_ptr + slot * stride_a_slot + owner * stride_a_beam + col, mask=ok, other=0)
             base = (slot.to(tl.int64) * stride_g_slot + src.to(tl.int64) * stride_g_beam + col * stride_g_col
-                    + head * stride_g_head)
+                    + first_head * stride_g_head)
             offsets = base[:, None] + half[None, :]
-            m, s, acc_a, acc_b = _attend_tile(qa, qb, gk_ptr + offsets, gv_ptr + offsets, ok, own & ok[None, :],
-                                              m, s, acc_a, acc_b, scale_log2, HALF)
+            m, s, acc_a, acc_b = _attend_tile(qa, qb, gk_ptr + offsets, gv_ptr + offsets, stride_g_head, kv_head, ok,
+                                              own & ok[None, :], m, s, acc_a, acc_b, scale_log2, HALF, HEADS)
         return m, s, acc_a, acc_b
 
     @triton.jit
@@ -248,31 +324,34 @@ if triton is not None:
         stride_q_row, stride_q_head, stride_k_page, stride_k_pos, stride_k_head, stride_table,
         stride_g_slot, stride_g_beam, stride_g_col, stride_g_head, stride_a_slot, stride_a_beam,
         out_ptr, stride_o_row, stride_o_head, scale_log2, v_scale,
-        BEAMS: tl.constexpr, BEAM_TILE: tl.constexpr, HALF: tl.constexpr, PAGE: tl.constexpr, F16: tl.constexpr,
-        KEYS: tl.constexpr, COLUMNS: tl.constexpr,
+        BEAMS: tl.constexpr, GROUP: tl.constexpr, HEADS: tl.constexpr, ROW_TILE: tl.constexpr, HALF: tl.constexpr,
+        PAGE: tl.constexpr, F16: tl.constexpr, KEYS: tl.constexpr, COLUMNS: tl.constexpr,
     ):
-        """One program per (slot, head): the prompt's keys once for all beams, then each beam's generated keys."""
+        """One program per (slot, HEADS key/value heads): the prompt's keys once for all beams and query heads, then
+        each beam's generated keys."""
         slot = tl.program_id(0)
-        head = tl.program_id(1)
-        qa, qb = _load_queries(q_ptr, slot, head, stride_q_row, stride_q_head, BEAMS, BEAM_TILE, HALF, F16)
-        m = tl.full([BEAM_TILE], float("-inf"), tl.float32)
-        s = tl.zeros([BEAM_TILE], tl.float32)
-        acc_a = tl.zeros([BEAM_TILE, HALF], tl.float32)
-        acc_b = tl.zeros([BEAM_TILE, HALF], tl.float32)
+        first_head = tl.program_id(1) * HEADS
+        qa, qb = _load_queries(q_ptr, slot, first_head * GROUP, stride_q_row, stride_q_head, BEAMS, GROUP, HEADS,
+                               ROW_TILE, HALF, F16)
+        beam, q_head, kv_head = _query_rows(ROW_TILE, BEAMS, GROUP, HEADS)
+        m = tl.full([ROW_TILE], float("-inf"), tl.float32)
+        s = tl.zeros([ROW_TILE], tl.float32)
+        acc_a = tl.zeros([ROW_TILE, HALF], tl.float32)
+        acc_b = tl.zeros([ROW_TILE, HALF], tl.float32)
         n = tl.load(length_ptr + slot)
-        m, s, acc_a, acc_b = _attend_prompt(qa, qb, m, s, acc_a, acc_b, 0, n, slot, head, pk_ptr, pv_ptr, table_ptr,
-                                            stride_k_page, stride_k_pos, stride_k_head, stride_table, scale_log2,
-                                            HALF, PAGE, KEYS)
+        m, s, acc_a, acc_b = _attend_prompt(qa, qb, kv_head, m, s, acc_a, acc_b, 0, n, slot, first_head, pk_ptr,
+                                            pv_ptr, table_ptr, stride_k_page, stride_k_pos, stride_k_head,
+                                            stride_table, scale_log2, HALF, PAGE, KEYS, HEADS)
         g = tl.maximum(tl.load(count_ptr + slot), 1)
-        m, s, acc_a, acc_b = _attend_generated(qa, qb, m, s, acc_a, acc_b, g, slot, head, gk_ptr, gv_ptr,
-                                               ancestry_ptr, stride_g_slot, stride_g_beam, stride_g_col,
-                                               stride_g_head, stride_a_slot, stride_a_beam, scale_log2, BEAMS,
-                                               BEAM_TILE, HALF, KEYS, COLUMNS)
+        m, s, acc_a, acc_b = _attend_generated(qa, qb, beam, kv_head, m, s, acc_a, acc_b, g, slot, first_head,
+                                               gk_ptr, gv_ptr, ancestry_ptr, stride_g_slot, stride_g_beam,
+                                               stride_g_col, stride_g_head, stride_a_slot, stride_a_beam, scale_log2,
+                                               BEAMS, HALF, KEYS, COLUMNS, HEADS)
         norm = v_scale / s
-        beam = tl.arange(0, BEAM_TILE)
         half = tl.arange(0, HALF)
         live = beam < BEAMS
-        out_rows = out_ptr + (slot * BEAMS + beam)[:, None] * stride_o_row + head * stride_o_head + half[None, :]
+        out_rows = (out_ptr + (slot * BEAMS + beam)[:, None] * stride_o_row
+                    + (first_head * GROUP + q_head)[:, None] * stride_o_head + half[None, :])
         tl.store(out_rows, (acc_a * norm[:, None]).to(out_ptr.dtype.element_ty), mask=live[:, None])
         tl.store(out_rows + HALF, (acc_b * norm[:, None]).to(out_ptr.dtype.element_ty), mask=live[:, None])
 
@@ -283,38 +362,42 @@ if triton is not None:
         stride_g_slot, stride_g_beam, stride_g_col, stride_g_head, stride_a_slot, stride_a_beam,
         acc_ptr, stats_ptr, stride_w_split, stride_w_row, stride_w_head, stride_s_kind, stride_s_split, stride_s_row,
         scale_log2, splits,
-        BEAMS: tl.constexpr, BEAM_TILE: tl.constexpr, HALF: tl.constexpr, PAGE: tl.constexpr, F16: tl.constexpr,
-        KEYS: tl.constexpr, COLUMNS: tl.constexpr, ALIGN: tl.constexpr,
+        BEAMS: tl.constexpr, GROUP: tl.constexpr, HEADS: tl.constexpr, ROW_TILE: tl.constexpr, HALF: tl.constexpr,
+        PAGE: tl.constexpr, F16: tl.constexpr, KEYS: tl.constexpr, COLUMNS: tl.constexpr, ALIGN: tl.constexpr,
     ):
-        """One program per (slot, head, split): the split's run of prompt keys once for all beams, and in the last
-        split the generated keys too; writes the unnormalised partial (max, sum, accumulator) of each beam row
-        (nothing when the split has no keys: ``_merge_kernel`` skips it by the same rule)."""
+        """One program per (slot, HEADS key/value heads, split): the split's run of prompt keys once for all beams
+        and query heads, and in the last split the generated keys too; writes the unnormalised partial (max, sum,
+        accumulator) of each (beam row, query head) (nothing when the split has no keys: ``_merge_kernel`` skips it
+        by the same rule)."""
         slot = tl.program_id(0)
-        head = tl.program_id(1)
+        first_head = tl.program_id(1) * HEADS
         split = tl.program_id(2)
-        qa, qb = _load_queries(q_ptr, slot, head, stride_q_row, stride_q_head, BEAMS, BEAM_TILE, HALF, F16)
-        m = tl.full([BEAM_TILE], float("-inf"), tl.float32)
-        s = tl.zeros([BEAM_TILE], tl.float32)
-        acc_a = tl.zeros([BEAM_TILE, HALF], tl.float32)
-        acc_b = tl.zeros([BEAM_TILE, HALF], tl.float32)
+        qa, qb = _load_queries(q_ptr, slot, first_head * GROUP, stride_q_row, stride_q_head, BEAMS, GROUP, HEADS,
+                               ROW_TILE, HALF, F16)
+        beam, q_head, kv_head = _query_rows(ROW_TILE, BEAMS, GROUP, HEADS)
+        m = tl.full([ROW_TILE], float("-inf"), tl.float32)
+        s = tl.zeros([ROW_TILE], tl.float32)
+        acc_a = tl.zeros([ROW_TILE, HALF], tl.float32)
+        acc_b = tl.zeros([ROW_TILE, HALF], tl.float32)
         start, end = _split_range(tl.load(length_ptr + slot), split, splits, ALIGN)
-        m, s, acc_a, acc_b = _attend_prompt(qa, qb, m, s, acc_a, acc_b, start, end, slot, head, pk_ptr, pv_ptr,
-                                            table_ptr, stride_k_page, stride_k_pos, stride_k_head, stride_table,
-                                            scale_log2, HALF, PAGE, KEYS)
+        m, s, acc_a, acc_b = _attend_prompt(qa, qb, kv_head, m, s, acc_a, acc_b, start, end, slot, first_head,
+                                            pk_ptr, pv_ptr, table_ptr, stride_k_page, stride_k_pos, stride_k_head,
+                                            stride_table, scale_log2, HALF, PAGE, KEYS, HEADS)
         last = split == splits - 1
         g = tl.where(last, tl.maximum(tl.load(count_ptr + slot), 1), 0)
-        m, s, acc_a, acc_b = _attend_generated(qa, qb, m, s, acc_a, acc_b, g, slot, head, gk_ptr, gv_ptr,
-                                               ancestry_ptr, stride_g_slot, stride_g_beam, stride_g_col,
-                                               stride_g_head, stride_a_slot, stride_a_beam, scale_log2, BEAMS,
-                                               BEAM_TILE, HALF, KEYS, COLUMNS)
-        beam = tl.arange(0, BEAM_TILE)
+        m, s, acc_a, acc_b = _attend_generated(qa, qb, beam, kv_head, m, s, acc_a, acc_b, g, slot, first_head,
+                                               gk_ptr, gv_ptr, ancestry_ptr, stride_g_slot, stride_g_beam,
+                                               stride_g_col, stride_g_head, stride_a_slot, stride_a_beam, scale_log2,
+                                               BEAMS, HALF, KEYS, COLUMNS, HEADS)
         half = tl.arange(0, HALF)
         row = slot * BEAMS + beam
+        head = first_head * GROUP + q_head
         written = (beam < BEAMS) & ((start < end) | last)
         stats = stats_ptr + split * stride_s_split + row * stride_s_row + head
         tl.store(stats, m, mask=written)
         tl.store(stats + stride_s_kind, s, mask=written)
-        acc_rows = acc_ptr + split * stride_w_split + row[:, None] * stride_w_row + head * stride_w_head + half[None, :]
+        acc_rows = (acc_ptr + split * stride_w_split + row[:, None] * stride_w_row + head[:, None] * stride_w_head
+                    + half[None, :])
         tl.store(acc_rows, acc_a, mask=written[:, None])
         tl.store(acc_rows + HALF, acc_b, mask=written[:, None])
 

@@ -15,6 +15,13 @@ Steps (each timed; a failing step does not stop the others; ``--steps`` picks so
   the reference, timed (median), with its cache-read bandwidth and speed-up; and one split choice captured in a
   CUDA graph, whose replay must equal the eager call. Alone, well under 2 minutes:
   ``python3 -m scripts.gpu.check_gptj_inflight --out DIR --steps=decode_splits``.
+- ``decode_heads``: ``DECODE_LAUNCH["HEADS"]`` (key/value heads per program) at the same GPT-J shape, bf16 and FP8
+  caches: today's launch (the baseline of every speed-up) and k32w2s2, then HEADS 2 and 4 at the tiles a 16-row
+  tile of real rows may want (``DECODE_HEADS_CHOICES``: fewer keys a tile for the same bytes, 8 warps); then
+  grouped-query attention at Llama 3.1 8B's decode shape (256 slots, 1 beam, 32 query heads over 8 key/value
+  heads of 128, prompts of mean ~1,000 tokens; ``LLAMA_HEADS_CHOICES``), HEADS 1, 2 and 4. Each launch checked
+  against the reference and timed (median), with its cache-read bandwidth. Alone:
+  ``python3 -m scripts.gpu.check_gptj_inflight --out DIR --steps=decode_heads``.
 - ``agreement``: GPT-J 6B with random bf16 weights; the engine's beam-4 tokens vs ``generation.generate`` on the
   eager model for the same prompts (16-bit ties may flip a few).
 - ``variants``: the engine over synthetic CNN/DailyMail-like prompts, one row per variant
@@ -69,6 +76,33 @@ DECODE_SPLIT_CHOICES: list[dict[str, int]] = [
       for warps in (1, 2) for keys in (32, 64, 128) for stages in (2, 3, 4)),
     *({"KEYS": keys, "num_warps": 2, "num_stages": 3, "SPLITS": 2} for keys in (32, 64)),
 ]
+# decode_heads at GPT-J's shape: today's launch first (the baseline), the best other one-head launch, then HEADS 2
+# (8 real rows of 16) and HEADS 4 (16 real rows). HEADS h reads h heads' keys a tile, so KEYS 64 / h reads today's
+# bytes a tile (shared memory: 3 stages of bf16 HEADS 4 at KEYS 64 exceed the H200's 227 KB, and fail here as such);
+# 8 warps split the 255 registers a thread takes at 4 warps (ptxas, sm_90a: FP8 HEADS 4 k32 spills 120 B at 4
+# warps, none at 8)
+DECODE_HEADS_CHOICES: list[dict[str, int]] = [
+    {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 1},
+    {"KEYS": 32, "num_warps": 2, "num_stages": 2, "SPLITS": 1, "HEADS": 1},
+    *({"KEYS": keys, "num_warps": warps, "num_stages": 3, "SPLITS": 1, "HEADS": 2}
+      for keys, warps in ((32, 4), (64, 4), (32, 8))),
+    *({"KEYS": keys, "num_warps": warps, "num_stages": stages, "SPLITS": 1, "HEADS": 4}
+      for keys, warps, stages in ((16, 4, 3), (16, 8, 3), (16, 8, 4), (32, 4, 3), (32, 8, 2), (32, 8, 3),
+                                  (64, 8, 2))),
+    {"KEYS": 32, "num_warps": 8, "num_stages": 3, "SPLITS": 2, "HEADS": 4},
+]
+# decode_heads at Llama 3.1 8B's shape (1 beam, 4 query heads a key/value head of 128): HEADS 1 is 4 real rows of
+# 16, HEADS 2 8, HEADS 4 16; 256 slots x 8 / HEADS programs, so HEADS 4 (512 programs) may want splits
+LLAMA_HEADS_CHOICES: list[dict[str, int]] = [
+    {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 1},
+    {"KEYS": 32, "num_warps": 2, "num_stages": 2, "SPLITS": 1, "HEADS": 1},
+    *({"KEYS": keys, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 2} for keys in (32, 64)),
+    *({"KEYS": keys, "num_warps": warps, "num_stages": 3, "SPLITS": 1, "HEADS": 4}
+      for keys, warps in ((32, 4), (64, 4), (64, 8), (128, 8))),
+    *({"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": splits, "HEADS": 4} for splits in (2, 4)),
+]
+MODELS = ("gptj", "llama")  # decode_heads' shapes, in order
+LLAMA_DECODE = {"slots": 256, "q_heads": 32, "kv_heads": 8, "head_dim": 128, "mean_prompt": 1000, "max_new": 128}
 DEFAULT_VARIANTS = ("bf16/bf16/96/full,bf16/bf16/96/forced,bf16/fp8/96/full,fp8/fp8/96/full,fp8/fp8/192/full,"
                     "fp8/fp8/192/forced,fp8fast/fp8/192/full,fp8fast/fp8/192/forced")
 
@@ -88,10 +122,12 @@ def random_cache(slots: int, mean_prompt: int, device: torch.device, generator: 
     return cache, ancestry, counts
 
 
-def filled_cache(lengths: list[int], device: torch.device, fp8: bool) -> KVCache:
-    """A one-layer cache of GPT-J's head shape holding one prompt of each length, every key and value random."""
-    shape = CacheShape(layers=1, heads=16, head_dim=256, slots=len(lengths), beams=4, max_new_tokens=128,
-                       page_size=64, pages=int(sum(math.ceil(n / 64) for n in lengths)), max_prompt_length=1919)
+def filled_cache(lengths: list[int], device: torch.device, fp8: bool, heads: int = 16, head_dim: int = 256,
+                 beams: int = 4, longest: int = 1919) -> KVCache:
+    """A one-layer cache holding one prompt of each length, every key and value random; GPT-J's head shape, beams
+    and longest prompt (the block table's width) unless told."""
+    shape = CacheShape(layers=1, heads=heads, head_dim=head_dim, slots=len(lengths), beams=beams, max_new_tokens=128,
+                       page_size=64, pages=int(sum(math.ceil(n / 64) for n in lengths)), max_prompt_length=longest)
     cache = KVCache(shape, torch.bfloat16, device, E4M3 if fp8 else None)
     if fp8:  # different key and value scales, so a swapped scale in the kernels shows as an error
         cache.set_scales([4.5], [7.5])
@@ -177,10 +213,11 @@ def attention_case(check: Check, fp8: bool) -> None:
 
 
 def cache_read_gb(cache: KVCache, counts: torch.Tensor) -> float:
-    """The GB one layer's decode attention must read: keys and values of every prompt once (shared by the 4 beams)
-    and of each beam's generated tokens, 16 heads of 256."""
-    keys = int(cache.prompt_lengths.sum()) + 4 * int(counts.sum())
-    return keys * 2 * 16 * 256 * cache.prompt_k.element_size() / 1e9
+    """The GB one layer's decode attention must read: keys and values of every prompt once (shared by the beams)
+    and of each beam's generated tokens, every key/value head (the query heads sharing one read it once)."""
+    s = cache.shape
+    keys = int(cache.prompt_lengths.sum()) + s.beams * int(counts.sum())
+    return keys * 2 * s.heads * s.head_dim * cache.prompt_k.element_size() / 1e9
 
 
 def time_launches(attend: Callable[[], torch.Tensor]) -> dict[str, float | str]:
@@ -194,7 +231,8 @@ def time_launches(attend: Callable[[], torch.Tensor]) -> dict[str, float | str]:
 
 def launch_name(launch: dict[str, int]) -> str:
     name = f"k{launch['KEYS']}w{launch['num_warps']}s{launch['num_stages']}"
-    return name + (f"x{launch['SPLITS']}" if launch.get("SPLITS", 1) > 1 else "")
+    name += f"x{launch['SPLITS']}" if launch.get("SPLITS", 1) > 1 else ""
+    return name + (f"h{launch['HEADS']}" if launch.get("HEADS", 1) > 1 else "")
 
 
 def bench_ms(attend: Callable[[], torch.Tensor]) -> float:
@@ -224,31 +262,88 @@ def decode_splits_step(check: Check) -> None:
         decode_splits_case(check, fp8)
 
 
-def decode_splits_case(check: Check, fp8: bool) -> None:
-    label = "fp8" if fp8 else "bf16"
+@dataclass
+class DecodeCase:
+    """One layer's decode attention inputs at a shape, and what every launch is checked against."""
+
+    cache: KVCache
+    ancestry: torch.Tensor
+    counts: torch.Tensor
+    q: torch.Tensor
+    want: torch.Tensor  # decode_attention_reference's output
+    gb_read: float
+
+    @property
+    def attend(self) -> Callable[[], torch.Tensor]:
+        return functools.partial(decode_attention, self.q, self.cache, 0, self.ancestry, self.counts)
+
+
+def gptj_decode_case(check: Check, fp8: bool) -> DecodeCase:
+    """The engine's decode shape: 256 slots of CNN/DailyMail-like prompts, 4 beams of 16 heads of 256, each slot
+    somewhere between its first generated token and its forced last."""
     slots, device = DECODE_SLOTS, check.device
     gen = torch.Generator().manual_seed(0)
     lengths = np.resize(check.samples.lengths, slots).tolist()
     forced = np.resize(check.samples.forced_lengths, slots)
     cache = filled_cache(lengths, device, fp8)
-    # Mid-generation: each slot somewhere between its first generated token and its last
     counts = torch.from_numpy((np.random.default_rng(0).random(slots) * forced).astype(np.int64) + 1).to(device)
     ancestry = torch.randint(0, 4, (slots, 4, 128), generator=gen, dtype=torch.int32).to(device)
     q = torch.randn(slots * 4, 16, 256, device=device, dtype=torch.bfloat16)
-    want = decode_attention_reference(q, cache, 0, ancestry, counts)
-    attend = functools.partial(decode_attention, q, cache, 0, ancestry, counts)
-    gbytes = cache_read_gb(cache, counts)
+    return DecodeCase(cache, ancestry, counts, q, decode_attention_reference(q, cache, 0, ancestry, counts),
+                      cache_read_gb(cache, counts))
+
+
+def llama_decode_case(device: torch.device, fp8: bool) -> DecodeCase:
+    """Llama 3.1 8B's decode shape (``LLAMA_DECODE``): one beam, 32 query heads over 8 key/value heads of 128
+    (grouped-query attention), prompts drawn around a mean of ~1,000 tokens, up to 128 generated."""
+    shape = LLAMA_DECODE
+    slots, mean = shape["slots"], shape["mean_prompt"]
+    gen = torch.Generator().manual_seed(1)
+    lengths = torch.randint(mean // 2, 3 * mean // 2 + 1, (slots,), generator=gen).tolist()
+    cache = filled_cache(lengths, device, fp8, heads=shape["kv_heads"], head_dim=shape["head_dim"], beams=1,
+                         longest=max(lengths))
+    counts = torch.randint(1, shape["max_new"] + 1, (slots,), generator=gen).to(device)
+    ancestry = torch.zeros((slots, 1, shape["max_new"]), dtype=torch.int32, device=device)  # one beam: its own row
+    q = torch.randn(slots, shape["q_heads"], shape["head_dim"], device=device, dtype=torch.bfloat16)
+    return DecodeCase(cache, ancestry, counts, q, decode_attention_reference(q, cache, 0, ancestry, counts),
+                      cache_read_gb(cache, counts))
+
+
+def time_decode_launches(case: DecodeCase, choices: list[dict[str, int]]) -> dict[str, dict[str, float] | str]:
+    """Each launch of ``choices`` checked against the reference and timed (median); speed-ups against the first."""
+    attend = case.attend
 
     def measure_launch() -> dict[str, float]:
-        error = rel_error(attend(), want)
+        error = rel_error(attend(), case.want)
         ms = bench_ms(attend)
-        return {"rel_error": error, "ms": ms, "gb_per_s": gbytes / ms * 1e3}
+        return {"rel_error": error, "ms": ms, "gb_per_s": case.gb_read / ms * 1e3}
 
-    launches = {launch_name(launch): with_launch(launch, measure_launch) for launch in DECODE_SPLIT_CHOICES}
-    today = launches[launch_name(DECODE_SPLIT_CHOICES[0])]
+    launches = {launch_name(launch): with_launch(launch, measure_launch) for launch in choices}
+    baseline = launches[launch_name(choices[0])]
     for result in launches.values():
-        if isinstance(result, dict) and isinstance(today, dict):
-            result["speedup"] = today["ms"] / result["ms"]
+        if isinstance(result, dict) and isinstance(baseline, dict):
+            result["speedup"] = baseline["ms"] / result["ms"]
+    return launches
+
+
+def launch_rows(launches: dict[str, dict[str, float] | str]) -> list[str]:
+    rows = []
+    for name, result in launches.items():
+        if isinstance(result, dict):
+            rows.append(f"  {name:>12}: {result['ms']:.3f} ms {result['gb_per_s']:6.0f} GB/s "
+                        f"x{result.get('speedup', float('nan')):.2f}  rel error {result['rel_error']:.1e}")
+        else:
+            rows.append(f"  {name:>12}: {result}")
+    return rows
+
+
+def decode_splits_case(check: Check, fp8: bool) -> None:
+    label = "fp8" if fp8 else "bf16"
+    slots, device = DECODE_SLOTS, check.device
+    case = gptj_decode_case(check, fp8)
+    cache, counts, attend, gbytes = case.cache, case.counts, case.attend, case.gb_read
+    lengths = cache.prompt_lengths.tolist()
+    launches = time_decode_launches(case, DECODE_SPLIT_CHOICES)
     graph_launch = {**DECODE_SPLIT_CHOICES[0], "SPLITS": 4}
     graph_equal = with_launch(graph_launch, functools.partial(graph_replay_equals_eager, attend, device))
     check.details.setdefault("decode_splits", {})[label] = {
@@ -256,13 +351,36 @@ def decode_splits_case(check: Check, fp8: bool) -> None:
         "gb_read": gbytes, "launches": launches, f"graph_replay_equal_{launch_name(graph_launch)}": graph_equal}
     check.rows.append(f"decode splits {label} cache, {slots} slots, mean prompt {np.mean(lengths):.0f}, "
                       f"{gbytes:.2f} GB read; graph replay {launch_name(graph_launch)} equal to eager: {graph_equal}")
-    for name, result in launches.items():
-        if isinstance(result, dict):
-            check.rows.append(f"  {name:>12}: {result['ms']:.3f} ms {result['gb_per_s']:6.0f} GB/s "
-                              f"x{result.get('speedup', float('nan')):.2f}  rel error {result['rel_error']:.1e}")
-        else:
-            check.rows.append(f"  {name:>12}: {result}")
-    del cache
+    check.rows.extend(launch_rows(launches))
+    del cache, case
+
+
+def decode_heads_step(check: Check) -> None:
+    """HEADS key/value heads per decode program: GPT-J's shape, then Llama 3.1 8B's grouped-query shape, bf16 then
+    FP8 cache each."""
+    for model in MODELS:
+        for fp8 in (False, True):
+            decode_heads_case(check, model, fp8)
+
+
+def decode_heads_case(check: Check, model: str, fp8: bool) -> None:
+    label = "fp8" if fp8 else "bf16"
+    if model == "gptj":
+        case, choices = gptj_decode_case(check, fp8), DECODE_HEADS_CHOICES
+        shape = f"GPT-J, {DECODE_SLOTS} slots x 4 beams, 16 heads of 256"
+    else:
+        case, choices = llama_decode_case(check.device, fp8), LLAMA_HEADS_CHOICES
+        shape = (f"Llama 3.1 8B, {LLAMA_DECODE['slots']} slots x 1 beam, {LLAMA_DECODE['q_heads']} query heads over "
+                 f"{LLAMA_DECODE['kv_heads']} key/value heads of {LLAMA_DECODE['head_dim']}")
+    launches = time_decode_launches(case, choices)
+    mean_prompt = float(case.cache.prompt_lengths.float().mean())
+    check.details.setdefault("decode_heads", {})[f"{model}_{label}"] = {
+        "shape": shape, "mean_prompt": mean_prompt, "mean_generated": float(case.counts.float().mean()),
+        "gb_read": case.gb_read, "launches": launches}
+    check.rows.append(f"decode heads {label} cache, {shape}, mean prompt {mean_prompt:.0f}, {case.gb_read:.2f} GB "
+                      f"read (speed-ups against {launch_name(choices[0])})")
+    check.rows.extend(launch_rows(launches))
+    del case
 
 
 def graph_replay_equals_eager(attend: Callable[[], torch.Tensor], device: torch.device) -> bool:
@@ -472,8 +590,8 @@ def hf_step(check: Check) -> None:
 
 
 STEPS: dict[str, Callable[[Check], None]] = {"attention": attention_step, "decode_splits": decode_splits_step,
-                                             "load": load_step, "agreement": agreement_step,
-                                             "variants": variants_step, "hf": hf_step}
+                                             "decode_heads": decode_heads_step, "load": load_step,
+                                             "agreement": agreement_step, "variants": variants_step, "hf": hf_step}
 
 
 NEEDS_MODEL = ("agreement", "variants")  # the steps that take the model ``load`` draws

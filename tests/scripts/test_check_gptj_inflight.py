@@ -5,7 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.gpu.check_gptj_inflight import DEFAULT_VARIANTS, STEPS, main, parse_args, parse_variant, steps_in_order
+from code.gptj.inflight.attention import DECODE_LAUNCH
+from scripts.gpu.check_gptj_inflight import (
+    DECODE_HEADS_CHOICES,
+    DEFAULT_VARIANTS,
+    LLAMA_DECODE,
+    LLAMA_HEADS_CHOICES,
+    STEPS,
+    launch_name,
+    main,
+    parse_args,
+    parse_variant,
+    steps_in_order,
+)
 
 
 def test_help_runs_without_a_gpu(capsys):
@@ -45,3 +57,16 @@ def test_variants_name_fast_accumulation_and_the_defaults_parse():
     assert fp8 == list(range(fp8[0], len(defaults)))  # bf16 variants first: the FP8 switch frees their weights
     with pytest.raises(SystemExit, match=r"bf16\|fp8\|fp8fast"):
         parse_variant("fp8fast2/fp8/256/forced")
+
+
+def test_decode_heads_launches_start_from_todays_and_have_distinct_names():
+    """The first launch is each table's baseline (today's DECODE_LAUNCH), and a name says HEADS and SPLITS, so no
+    two launches share a row of the JSON."""
+    for choices, kv_heads in ((DECODE_HEADS_CHOICES, 16), (LLAMA_HEADS_CHOICES, LLAMA_DECODE["kv_heads"])):
+        assert choices[0] == DECODE_LAUNCH
+        names = [launch_name(launch) for launch in choices]
+        assert len(set(names)) == len(names)
+        assert {launch["HEADS"] for launch in choices} == {1, 2, 4}
+        assert all(kv_heads % launch["HEADS"] == 0 for launch in choices)
+    assert launch_name({"KEYS": 32, "num_warps": 8, "num_stages": 3, "SPLITS": 2, "HEADS": 4}) == "k32w8s3x2h4"
+    assert launch_name({"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 1}) == "k64w4s3"

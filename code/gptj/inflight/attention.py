@@ -229,18 +229,20 @@ if triton is not None:
             ka = tl.load(k_ptrs + j * stride_head, mask=loaded[:, None], other=0.0).to(qa.dtype)
             kb = tl.load(k_ptrs + j * stride_head + HALF, mask=loaded[:, None], other=0.0).to(qa.dtype)
             scores = tl.where(kv_head[:, None] == j, tl.dot(qb, tl.trans(kb), acc=tl.dot(qa, tl.trans(ka))), scores)
-        scores = tl.where(attended, scores * scale_log2, float("-inf"))
+        scores = scores * scale_log2
+        scores = tl.where(attended, scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(scores - m_new[:, None])
         s = s * alpha + tl.sum(p, axis=1)
-        p = p.to(qa.dtype)
-        if HEADS == 1:
+        if HEADS == 1:  # today's one-head kernel, instruction for instruction
             va = tl.load(v_ptrs, mask=loaded[:, None], other=0.0).to(qa.dtype)
             vb = tl.load(v_ptrs + HALF, mask=loaded[:, None], other=0.0).to(qa.dtype)
+            p = p.to(qa.dtype)
             acc_a = acc_a * alpha[:, None] + tl.dot(p, va)
             acc_b = acc_b * alpha[:, None] + tl.dot(p, vb)
         else:
+            p = p.to(qa.dtype)
             acc_a = acc_a * alpha[:, None]
             acc_b = acc_b * alpha[:, None]
             for j in tl.static_range(HEADS):

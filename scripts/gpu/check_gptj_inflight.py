@@ -316,7 +316,7 @@ def time_decode_launches(case: DecodeCase, choices: list[dict[str, int]]) -> dic
     def measure_launch() -> dict[str, float]:
         error = rel_error(attend(), case.want)
         ms = bench_ms(attend)
-        return {"rel_error": error, "ms": ms, "gb_per_s": case.gb_read / ms * 1e3}
+        return {"rel_error": error, "ms": ms, "gb_per_s": case.gb_read / ms * 1e3, **compiled_resources(attend)}
 
     launches = {launch_name(launch): with_launch(launch, measure_launch) for launch in choices}
     baseline = launches[launch_name(choices[0])]
@@ -326,12 +326,44 @@ def time_decode_launches(case: DecodeCase, choices: list[dict[str, int]]) -> dic
     return launches
 
 
+def compiled_resources(attend: Callable[[], torch.Tensor]) -> dict[str, int]:
+    """What the decode kernel that ``attend`` launches (``_decode_kernel``, or ``_decode_split_kernel`` when split)
+    was compiled to: registers a thread, local memory bytes a thread (the stack frame spills go to: ptxas's
+    "cumulative stack size"), shared memory bytes; read from the compiled kernel Triton's launch returns, so one call
+    tells a launch's time and why. Empty where no kernel runs."""
+    kernels = (attention_module._decode_kernel, attention_module._decode_split_kernel)
+    compiled: list[Any] = []
+
+    def recording(run: Callable[..., Any]) -> Callable[..., Any]:
+        def run_and_record(*args: Any, **kwargs: Any) -> Any:
+            kernel = run(*args, **kwargs)
+            compiled.append(kernel)
+            return kernel
+
+        return run_and_record
+
+    for kernel in kernels:
+        kernel.run = recording(kernel.run)  # an instance attribute over JITFunction.run, removed below
+    try:
+        attend()
+    finally:
+        for kernel in kernels:
+            kernel.__dict__.pop("run", None)
+    if not compiled or getattr(compiled[0], "n_regs", None) is None:
+        return {}
+    # Triton's n_spills is CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES / 4
+    return {"registers": compiled[0].n_regs, "local_bytes": 4 * compiled[0].n_spills,
+            "shared_bytes": compiled[0].metadata.shared}
+
+
 def launch_rows(launches: dict[str, dict[str, float] | str]) -> list[str]:
     rows = []
     for name, result in launches.items():
         if isinstance(result, dict):
+            compiled = (f"  {result['registers']} regs, {result['local_bytes']} B local, "
+                        f"{result['shared_bytes'] // 1024} KB shared" if "registers" in result else "")
             rows.append(f"  {name:>12}: {result['ms']:.3f} ms {result['gb_per_s']:6.0f} GB/s "
-                        f"x{result.get('speedup', float('nan')):.2f}  rel error {result['rel_error']:.1e}")
+                        f"x{result.get('speedup', float('nan')):.2f}  rel error {result['rel_error']:.1e}{compiled}")
         else:
             rows.append(f"  {name:>12}: {result}")
     return rows

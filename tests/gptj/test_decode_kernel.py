@@ -216,3 +216,12 @@ def test_query_heads_must_be_a_multiple_of_the_caches():
     for attend in (attention._decode_attention_triton, decode_attention_reference):
         with pytest.raises(ValueError, match="6 query heads cannot share the cache's 4 key/value heads"):
             attend(q, cache, 0, ancestry, counts)
+
+
+def test_a_key_tile_must_hold_a_column_of_every_beam(monkeypatch):
+    from code.gptj.inflight import attention
+
+    cache, ancestry, counts, q = random_cache(fp8=False)
+    monkeypatch.setitem(attention.DECODE_LAUNCH, "KEYS", 2)
+    with pytest.raises(ValueError, match=r"DECODE_LAUNCH\['KEYS'\] \(2\) must hold a generated column of each of 4"):
+        attention._decode_attention_triton(q, cache, 0, ancestry, counts)

@@ -132,7 +132,8 @@ def decode_attention_reference(q: Tensor, cache: KVCache, layer: int, ancestry: 
             rows = ancestry[s, b, :g].long()
             k = cache.read(torch.cat((kp, cache.gen_k[layer, s, rows, columns])), k_scale).float()
             v = cache.read(torch.cat((vp, cache.gen_v[layer, s, rows, columns])), v_scale)  # [keys, kv_heads, dim]
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # [keys, q_heads, dim]
+            if group > 1:  # [keys, q_heads, dim]
+                k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             query = q[s * beams + b].float()  # [q_heads, head_dim]
             scores = torch.einsum("hd,khd->hk", query, k) / math.sqrt(head_dim)
             probs = scores.softmax(dim=-1).to(v.dtype)
@@ -157,6 +158,8 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
     if rows > MAX_ROWS:
         raise ValueError(f"a decode program takes at most {MAX_ROWS} query rows; {beams} beams x {group} query heads "
                          f"a key/value head x HEADS {heads} make {rows}")
+    if 1 << (beams - 1).bit_length() > keys:  # a tile's generated keys are COLUMNS of each beam (beams padded)
+        raise ValueError(f"DECODE_LAUNCH['KEYS'] ({keys}) must hold a generated column of each of {beams} beams")
     pk, pv = cache.prompt_k[layer], cache.prompt_v[layer]
     gk, gv = cache.gen_k[layer], cache.gen_v[layer]
     out = torch.empty_like(q)

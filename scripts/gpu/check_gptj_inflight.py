@@ -20,7 +20,8 @@ Steps (each timed; a failing step does not stop the others; ``--steps`` picks so
   tile of real rows may want (``DECODE_HEADS_CHOICES``: fewer keys a tile for the same bytes, 8 warps); then
   grouped-query attention at Llama 3.1 8B's decode shape (256 slots, 1 beam, 32 query heads over 8 key/value
   heads of 128, prompts of mean ~1,000 tokens; ``LLAMA_HEADS_CHOICES``), HEADS 1, 2 and 4. Each launch checked
-  against the reference and timed (median), with its cache-read bandwidth. Alone:
+  against the reference and timed (median), with its cache-read bandwidth and what it compiled to (registers a
+  thread, local memory, shared memory; decode_splits' rows say the same). Alone:
   ``python3 -m scripts.gpu.check_gptj_inflight --out DIR --steps=decode_heads``.
 - ``agreement``: GPT-J 6B with random bf16 weights; the engine's beam-4 tokens vs ``generation.generate`` on the
   eager model for the same prompts (16-bit ties may flip a few).

@@ -79,28 +79,32 @@ DECODE_SPLIT_CHOICES: list[dict[str, int]] = [
 ]
 # decode_heads at GPT-J's shape: today's launch first (the baseline), the best other one-head launch, then HEADS 2
 # (8 real rows of 16) and HEADS 4 (16 real rows). HEADS h reads h heads' keys a tile, so KEYS 64 / h reads today's
-# bytes a tile (shared memory: 3 stages of bf16 HEADS 4 at KEYS 64 exceed the H200's 227 KB, and fail here as such);
-# 8 warps split the 255 registers a thread takes at 4 warps (ptxas, sm_90a: FP8 HEADS 4 k32 spills 120 B at 4
-# warps, none at 8)
+# bytes a tile. What each compiles to for sm_90a (ptxas -v, Triton 3.6; FP8 / bf16 cache): today's k64w4s3 255
+# registers with 280 B spilled / 206; HEADS 4 k16w4s3 255 + 48 B / 230, k16w8 210 / 160, k32w4s3 255 + 120 B /
+# 255 + 108 B, k32w8 255 / 226, none spilled at 8 warps but k64w8s2 (FP8 255 + 144 B; bf16 needs 272 KB of shared
+# memory, more than the H200's 227 KB: it fails here as such); HEADS 2 k32w4s3 255 + 4 B / 190, k32w8 194 / 139.
 DECODE_HEADS_CHOICES: list[dict[str, int]] = [
     {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 1},
     {"KEYS": 32, "num_warps": 2, "num_stages": 2, "SPLITS": 1, "HEADS": 1},
     *({"KEYS": keys, "num_warps": warps, "num_stages": 3, "SPLITS": 1, "HEADS": 2}
       for keys, warps in ((32, 4), (64, 4), (32, 8))),
     *({"KEYS": keys, "num_warps": warps, "num_stages": stages, "SPLITS": 1, "HEADS": 4}
-      for keys, warps, stages in ((16, 4, 3), (16, 8, 3), (16, 8, 4), (32, 4, 3), (32, 8, 2), (32, 8, 3),
+      for keys, warps, stages in ((16, 4, 3), (16, 8, 2), (16, 8, 3), (32, 4, 3), (32, 8, 2), (32, 8, 3),
                                   (64, 8, 2))),
-    {"KEYS": 32, "num_warps": 8, "num_stages": 3, "SPLITS": 2, "HEADS": 4},
+    {"KEYS": 16, "num_warps": 8, "num_stages": 3, "SPLITS": 2, "HEADS": 4},
 ]
 # decode_heads at Llama 3.1 8B's shape (1 beam, 4 query heads a key/value head of 128): HEADS 1 is 4 real rows of
-# 16, HEADS 2 8, HEADS 4 16; 256 slots x 8 / HEADS programs, so HEADS 4 (512 programs) may want splits
+# 16, HEADS 2 8, HEADS 4 16. 256 slots x 8 / HEADS programs: HEADS 4's 512 may want splits. sm_90a, FP8 / bf16:
+# HEADS 1 k64w4s3 194 / 115 registers; HEADS 4 k32w4s3 180 / 144, k64w4s3 255 + 280 B spilled / 158, k64w8s3
+# 182 / 112 (k128w8s3: FP8 spills 264 B, bf16 needs 270 KB of shared memory; left out).
 LLAMA_HEADS_CHOICES: list[dict[str, int]] = [
     {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 1},
     {"KEYS": 32, "num_warps": 2, "num_stages": 2, "SPLITS": 1, "HEADS": 1},
     *({"KEYS": keys, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 2} for keys in (32, 64)),
     *({"KEYS": keys, "num_warps": warps, "num_stages": 3, "SPLITS": 1, "HEADS": 4}
-      for keys, warps in ((32, 4), (64, 4), (64, 8), (128, 8))),
-    *({"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": splits, "HEADS": 4} for splits in (2, 4)),
+      for keys, warps in ((32, 4), (32, 8), (64, 4), (64, 8))),
+    *({"KEYS": keys, "num_warps": warps, "num_stages": 3, "SPLITS": splits, "HEADS": 4}
+      for keys, warps, splits in ((32, 4, 2), (32, 4, 4), (64, 8, 2))),
 ]
 MODELS = ("gptj", "llama")  # decode_heads' shapes, in order
 LLAMA_DECODE = {"slots": 256, "q_heads": 32, "kv_heads": 8, "head_dim": 128, "mean_prompt": 1000, "max_new": 128}

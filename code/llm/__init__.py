@@ -10,7 +10,8 @@
 - ``contiguous_cache.py``: the KV cache of batch-at-a-time generation (one row per sequence);
   ``checkpoint.py``: HF checkpoint files read tensor by tensor, seeded random weights.
 - ``kv_cache.py``: a paged KV cache whose prompt pages a sample's beams share, FP8 storage optional;
-  ``cache_shape.py``: its shape and bytes, without torch (what a memory plan counts).
+  ``cache_shape.py``: its shape and bytes, without torch (what a memory plan counts);
+  ``paged_attention.py``: attention over packed prompts and, for decode, over that cache (Triton on CUDA).
 
 A benchmark keeps its model, tokenizer, prompt, reference scores and targets (GPT-J: ``code/gptj/``, Llama 3.1:
 ``code/llama31/``) and imports these. code/llm imports ``code/common`` and ``code/numerics`` only, never a benchmark.

@@ -1,4 +1,4 @@
-"""The in-flight engine's Triton decode attention (code/gptj/inflight/attention.py: ``_decode_kernel``, and the
+"""The in-flight engine's Triton decode attention (code/llm/paged_attention.py: ``_decode_kernel``, and the
 split variant ``_decode_split_kernel`` + ``_merge_kernel``) against ``decode_attention_reference``.
 
 Without a GPU the kernels run in Triton's CPU interpreter (tests/triton_interpreter.py); without triton the module is
@@ -16,8 +16,8 @@ from types import ModuleType
 import pytest
 import torch
 
-from code.gptj.inflight.attention import decode_attention_reference
 from code.llm.kv_cache import CacheShape, KVCache
+from code.llm.paged_attention import decode_attention_reference
 from code.numerics.fp8 import E4M3
 from tests.triton_interpreter import interpreted_module
 
@@ -32,7 +32,7 @@ HEADS, HEAD_DIM, BEAMS, PAGE, MAX_NEW = 2, 32, 4, 16, 8
 
 @pytest.fixture(scope="module")
 def attention() -> Iterator[ModuleType]:
-    yield from interpreted_module("code.gptj.inflight.attention", "_decode_kernel")
+    yield from interpreted_module("code.llm.paged_attention", "_decode_kernel")
 
 
 def random_cache(fp8: bool, seed: int = 0) -> tuple[KVCache, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -106,7 +106,7 @@ def test_splits_agree_with_one_program_per_slot(attention, monkeypatch):
 
 def test_bad_split_count_names_the_setting(monkeypatch):
     # Checked before any kernel: it runs without Triton too.
-    from code.gptj.inflight import attention
+    from code.llm import paged_attention as attention
 
     cache, ancestry, counts, q = random_cache(fp8=False)
     monkeypatch.setitem(attention.DECODE_LAUNCH, "SPLITS", 0)

@@ -27,11 +27,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from code.gptj.inflight.attention import decode_attention, prefill_attention
 from code.gptj.inflight.elementwise import Elementwise, ElementwiseFunctions
 from code.gptj.memory_plan import HEAD_ROW_ALIGN  # LM-head rows are padded to this multiple (the module docstring)
 from code.gptj.model import Gptj, GptjConfig, rope_table
 from code.llm.kv_cache import KVCache
+from code.llm.paged_attention import decode_attention, prefill_attention
 from code.numerics.fp8 import Fp8Linear
 
 FP8_ROW_ALIGN = 16

@@ -49,10 +49,10 @@ import code.llm.paged_attention as attention_module
 from code.gptj.backends.inflight import calibrate
 from code.gptj.dataset import GptjSamples
 from code.gptj.inflight.elementwise import Elementwise
-from code.gptj.inflight.engine import EngineOptions, InflightEngine
 from code.gptj.inflight.layers import InflightModel
 from code.gptj.model import GptjConfig, hf_config, random_weights
 from code.llm.generation import GenerationConfig, cache_shape, generate
+from code.llm.inflight_engine import EngineOptions, InflightEngine
 from code.llm.kv_cache import CacheShape, KVCache
 from code.llm.paged_attention import decode_attention, decode_attention_reference
 from code.numerics.fp8 import E4M3, quantize

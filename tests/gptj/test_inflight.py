@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from code.gptj.dataset import GptjSamples
-from code.gptj.inflight.engine import EngineOptions, InflightEngine
 from code.gptj.inflight.layers import InflightModel
 from code.gptj.model import GPTJ_CONFIGS, random_weights
 from code.llm.beam_search import BeamState
 from code.llm.generation import GenerationConfig, cache_shape, generate
+from code.llm.inflight_engine import EngineOptions, InflightEngine
 from code.llm.kv_cache import CacheShape, KVCache
 from code.llm.paged_attention import decode_attention_reference
 

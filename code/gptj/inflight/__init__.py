@@ -14,5 +14,6 @@ slowest sample of a batch. The pieces, each in its own module:
 - ``elementwise.py``, ``prefill_kernels.py``: the work between the GEMMs, fused (Inductor for the decode step,
   hand-written Triton passes for prompt passes).
 - ``code/llm/beam_search.py``: one beam-search step for every slot at once, each slot at its own step.
-- ``engine.py``: the loop: take samples, admit, step, complete; CUDA graphs for the step.
+- ``code/llm/inflight_engine.py``: the loop, shared with Llama 3.1: take samples, admit, step, complete; CUDA
+  graphs for the step.
 """

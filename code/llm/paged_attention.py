@@ -54,6 +54,9 @@ DECODE_LAUNCH: dict[str, int] = {"KEYS": 64, "num_warps": 4, "num_stages": 3, "S
 def prefill_attention(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], cu_seqlens: Tensor) -> Tensor:
     """Causal attention of packed prompts ``[tokens, heads, head_dim]`` (sample i holds rows cu[i]..cu[i+1]).
 
+    k and v may have fewer heads than q (grouped-query attention: q head h reads key/value head h // group);
+    FlashAttention-2 takes them so natively.
+
     CUDA: FlashAttention-2's varlen kernel through torch (one launch for all prompts). Elsewhere: each prompt
     alone, scores in float32 as the reference model computes them."""
     if q.is_cuda:
@@ -63,8 +66,10 @@ def prefill_attention(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], cu_se
         )[0]
         return out
     outputs = []
+    group = q.shape[1] // k.shape[1]
     for start, end in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True):
         qs, ks, vs = (t[start:end].transpose(0, 1).float() for t in (q, k, v))
+        ks, vs = ks.repeat_interleave(group, dim=0), vs.repeat_interleave(group, dim=0)  # HF's repeat_kv
         scores = torch.matmul(qs, ks.transpose(-1, -2)) / math.sqrt(q.shape[-1])
         n = end - start
         causal = torch.ones(n, n, dtype=torch.bool).tril()
@@ -83,23 +88,27 @@ def decode_attention(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, ge
 
 
 def decode_attention_reference(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, gen_count: Tensor) -> Tensor:
-    """The definition: gather each beam's keys and values, softmax in float32 (q·k, then / sqrt(d), as HF)."""
+    """The definition: gather each beam's keys and values, softmax in float32 (q·k, then / sqrt(d), as HF). The
+    cache may hold fewer heads than q (grouped-query attention): q head h reads key/value head h // group."""
     slots, beams = ancestry.shape[:2]
     heads, head_dim = q.shape[1:]
+    kv_heads = cache.shape.heads
+    group = heads // kv_heads
     page = cache.shape.page_size
     lengths, counts = cache.prompt_lengths.tolist(), gen_count.clamp(min=1).tolist()
     out = torch.empty_like(q)
     for s in range(slots):
         n, g = lengths[s], counts[s]
         pages = cache.block_table[s, : math.ceil(n / page)].long()
-        kp = cache.prompt_k[layer, pages].reshape(-1, heads, head_dim)[:n]
-        vp = cache.prompt_v[layer, pages].reshape(-1, heads, head_dim)[:n]
+        kp = cache.prompt_k[layer, pages].reshape(-1, kv_heads, head_dim)[:n]
+        vp = cache.prompt_v[layer, pages].reshape(-1, kv_heads, head_dim)[:n]
         columns = torch.arange(g, device=q.device)
         k_scale, v_scale = cache.k_scale[layer], cache.v_scale[layer]
         for b in range(beams):
             rows = ancestry[s, b, :g].long()
             k = cache.read(torch.cat((kp, cache.gen_k[layer, s, rows, columns])), k_scale).float()
             v = cache.read(torch.cat((vp, cache.gen_v[layer, s, rows, columns])), v_scale)  # [keys, heads, dim]
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # HF's repeat_kv
             query = q[s * beams + b].float()  # [heads, head_dim]
             scores = torch.einsum("hd,khd->hk", query, k) / math.sqrt(head_dim)
             probs = scores.softmax(dim=-1).to(v.dtype)

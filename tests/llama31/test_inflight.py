@@ -161,3 +161,69 @@ def test_one_beam_state_ends_at_any_eos_id():
             beams.release(torch.tensor([0]))
     assert beams.finished.tolist() == [False, True]
     assert beams.result(1).tolist() == [5, 6, second]
+
+
+# -- the backend ----------------------------------------------------------------------------------------------------
+
+def test_inflight_backend_answers_as_the_pytorch_backend():
+    """The two backends on the same random weights (CPU, float32): the same tokens for every prompt."""
+    from code.llama31.backends.inflight import InflightLlamaBackend, InflightOptions
+    from code.llama31.backends.pytorch import PytorchLlamaBackend, PytorchOptions
+
+    rng = np.random.default_rng(2)
+    prompts = [rng.integers(0, 128000, size=n).astype(np.int32) for n in (5, 30, 12, 1, 19)]
+    common = dict(device="cpu", model_name="tiny", precision="fp32", seed=4, max_prompt_length=30)
+    eager = PytorchLlamaBackend(PytorchOptions(**common, max_batch_size=len(prompts)))
+    inflight = InflightLlamaBackend(InflightOptions(**common, max_batch_size=2))
+    indices = np.arange(len(prompts))
+    for g, e in zip(inflight.run_batch(indices, prompts), eager.run_batch(indices, prompts), strict=True):
+        np.testing.assert_array_equal(g, e)
+    assert inflight.stats()["completed"] == len(prompts)
+    with pytest.raises(ValueError, match="runs in fp32, bf16, fp16, not 'fp8'"):
+        InflightLlamaBackend(InflightOptions(**{**common, "precision": "fp8"}))
+
+
+# -- the memory plan ------------------------------------------------------------------------------------------------
+
+def test_the_plan_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys; import code.llama31.memory_plan; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_the_plan_fits_hundreds_of_slots_on_an_h100_and_the_cap_on_an_h200():
+    from code.llama31.memory_plan import MAX_SLOTS, llama_memory_plan
+    from code.llm.memory_plan import GIB
+
+    h100, h200 = 81_090 << 20, 150_109_880_320  # as torch reports their memory
+    plan = llama_memory_plan(h100)
+    assert plan.fits and plan.limited_by == "memory" and 384 <= plan.slots < MAX_SLOTS
+    assert 16.0e9 < plan.weights_bytes < 16.3e9  # 8.03 billion bf16 parameters and the RoPE table
+    assert llama_memory_plan(h200).slots == MAX_SLOTS
+    refused = llama_memory_plan(16 * GIB)
+    assert refused.slots == 0 and "Llama 3.1 in bf16 needs about" in refused.refusal
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_plan_counts_what_the_engine_holds(dtype):
+    from code.llama31.memory_plan import cache_shape as plan_shape
+    from code.llama31.memory_plan import weight_bytes
+    from code.llm.memory_plan import slot_state_bytes
+
+    def size(*tensors):
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    model = InflightLlama.from_model(random_weights(TINY, 0, dtype), consume=True)
+    held = [model.embedding, model.norm_weight, model.head_weight, model.rope,
+            *(t for layer in model.layers for t in vars(layer).values())]
+    precision = "fp32" if dtype == torch.float32 else "bf16"
+    assert size(*held) == weight_bytes(TINY, precision)
+    engine = InflightEngine(model, GENERATION, EngineOptions(slots=3, max_prompt_length=40, page_size=8, kv_pages=7))
+    beams = engine.beams
+    assert size(engine.logits, beams.run_tokens, beams.done_tokens, beams.ancestry) == slot_state_bytes(
+        TINY.vocab_size, 3, 1, 128)
+    shape = plan_shape(TINY, 3, 128, 8, 40)
+    assert shape == engine.cache.shape.__class__(**{**engine.cache.shape.__dict__, "pages": 1})
+    assert size(engine.cache.gen_k, engine.cache.gen_v) == shape.generated_bytes(dtype.itemsize)

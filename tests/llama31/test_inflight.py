@@ -227,3 +227,15 @@ def test_the_plan_counts_what_the_engine_holds(dtype):
     shape = plan_shape(TINY, 3, 128, 8, 40)
     assert shape == engine.cache.shape.__class__(**{**engine.cache.shape.__dict__, "pages": 1})
     assert size(engine.cache.gen_k, engine.cache.gen_v) == shape.generated_bytes(dtype.itemsize)
+
+
+def test_the_declaration_refuses_float32_on_a_gpu_and_needs_triton():
+    from code.common.constants import Benchmark
+    from code.config.backends import declaration
+
+    declared = declaration(Benchmark.LLAMA31, "inflight")
+    assert declared.precisions == ("fp32", "bf16", "fp16") and declared.switches[0].name == "cuda_graphs"
+    refusal = declared.check_device({"precision": "fp32"}, "cuda:0", "cuda:0", lambda name: name)
+    assert "FlashAttention has no float32" in refusal
+    assert declared.check_device({"precision": "fp32"}, "cpu", "the CPU", lambda name: name) is None
+    assert declared.needs({"precision": "bf16"})[0] == (8, 0)

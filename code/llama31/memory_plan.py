@@ -13,7 +13,7 @@ Llama-3.1-8B in bf16:
 
 Prompts of the CNN/DailyMail set (``code/llama31/dataset.py``) are ~1,000 tokens on average (the plan's typical
 prompt) and up to ~2,600 (the longest it guarantees one slot). A typical slot then takes ~145 MiB of cache: an H100
-(80 GB) fits ~390 slots beside the weights and reserve, an H200 (141 GB) ~780, so both reach ``MAX_SLOTS``.
+(80 GB) fits ~400 slots beside the weights and reserve, an H200 (141 GB) ~800, past ``MAX_SLOTS``.
 """
 
 from __future__ import annotations

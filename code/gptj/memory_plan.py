@@ -16,7 +16,7 @@ The engine (``code/llm/inflight_engine.py``) allocates, in this order:
    workspaces, fragmentation), capped at every slot holding the longest prompt (``prompt_pool_pages``).
 
 The engine measures 1 and 2 (what its process can still allocate, ``code.mlperf.devices.allocatable_gpu_bytes``)
-and sizes 3 and 4 with the functions here; ``gptj_memory_plan`` estimates 1 and 2 from the architecture
+and sizes 3 and 4 with code/llm/memory_plan.py's functions; ``gptj_memory_plan`` estimates 1 and 2 from the architecture
 (``weight_bytes``, ``slot_state_bytes``, plus ``CUDA_CONTEXT_BYTES`` outside PyTorch's allocator) and applies the
 same functions, so the plan and the engine cannot drift apart. ``gpu_batch_size`` (the slots) changes 2 and 3 and
 the pool's cap; the pool then takes whatever memory remains, so more slots leave fewer prompt pages for each.

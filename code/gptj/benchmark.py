@@ -126,22 +126,6 @@ def load_samples(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 -
     return samples
 
 
-class GptjContinuousRunner:
-    """The C++ core's continuous runner: the backend's engine pulls samples from the core's session itself."""
-
-    def __init__(self, samples: Any, backend: Any) -> None:
-        self.samples = samples
-        self.backend = backend
-
-    def run_continuous(self, session: Any) -> None:
-        self.backend.serve(session, self.samples.prompt, self.samples.forced_length)
-
-    def stats(self) -> dict[str, Any]:
-        """The engine's counters (generated tokens: LoadGen infers GPT-J's from a fixed factor, so only the engine
-        knows how many it generated), for metadata.json."""
-        return self.backend.stats() if hasattr(self.backend, "stats") else {}
-
-
 def first_samples(samples: Any, count: int) -> Any:
     """The first ``count`` prompts (all of them when there are fewer): ``--num_samples``."""
     if count >= len(samples):
@@ -158,7 +142,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     from code.gptj.backends import backend_class
     from code.gptj.tokenizer import load_tokenizer
     from code.llm.cnn_dailymail import load_targets
-    from code.llm.runner import TokenRunner, reference_summaries
+    from code.llm.runner import ContinuousTokenRunner, TokenRunner, reference_summaries, runner_for
 
     provenance = describe_inputs(config, mode)
     choice = choose_inputs(config, mode)
@@ -179,9 +163,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                               references_text=references_text if tokenizer else None, tokenizer=tokenizer)
     chosen = backend_class(config["backend"])
 
-    def runner_on(device: str, name: str) -> TokenRunner | GptjContinuousRunner:
-        backend = backend_on(device, config, chosen, context, name)
-        return GptjContinuousRunner(samples, backend) if hasattr(backend, "serve") else TokenRunner(samples, backend)
+    def runner_on(device: str, name: str) -> TokenRunner | ContinuousTokenRunner:
+        return runner_for(samples, backend_on(device, config, chosen, context, name), samples.forced_length)
 
     def evaluate(log_dir: Path) -> AccuracyReport:
         from code.gptj.accuracy import GEN_LEN_TARGET, evaluate_accuracy_log

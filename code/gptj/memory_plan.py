@@ -1,6 +1,9 @@
 """How much GPU memory the in-flight GPT-J engine takes, and how many samples in flight (slots) fit a GPU.
 
-The engine (``code/gptj/inflight/engine.py``) allocates, in this order:
+What every model's plan shares (the reserve, the prompt pool, the search for the most slots that fit) is
+``code/llm/memory_plan.py``'s; GPT-J's weights, its measured points and its refusals are here.
+
+The engine (``code/llm/inflight_engine.py``) allocates, in this order:
 
 1. **Weights** (``InflightModel``): the embedding, LM head (rows padded to ``HEAD_ROW_ALIGN``), LayerNorms and
    biases in the 16-bit dtype; the two GEMMs of every layer (``[wqkv; w1]``, ``[wo | w2]``) in 16 bits, or in e4m3
@@ -13,7 +16,7 @@ The engine (``code/gptj/inflight/engine.py``) allocates, in this order:
    workspaces, fragmentation), capped at every slot holding the longest prompt (``prompt_pool_pages``).
 
 The engine measures 1 and 2 (what its process can still allocate, ``code.mlperf.devices.allocatable_gpu_bytes``)
-and sizes 3 and 4 with the functions here; ``gptj_memory_plan`` estimates 1 and 2 from the architecture
+and sizes 3 and 4 with code/llm/memory_plan.py's functions; ``gptj_memory_plan`` estimates 1 and 2 from the architecture
 (``weight_bytes``, ``slot_state_bytes``, plus ``CUDA_CONTEXT_BYTES`` outside PyTorch's allocator) and applies the
 same functions, so the plan and the engine cannot drift apart. ``gpu_batch_size`` (the slots) changes 2 and 3 and
 the pool's cap; the pool then takes whatever memory remains, so more slots leave fewer prompt pages for each.
@@ -25,25 +28,26 @@ slots busy on average). Nothing here imports torch: a config derives its slots f
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
 
 from code.common.gpu_models import FP8_CAPABILITY, capability_text
 from code.gptj.architecture import GptjConfig
 from code.gptj.prompt import MAX_INPUT_TOKENS, MAX_NEW_TOKENS
+from code.llm import memory_plan as shared
 from code.llm.cache_shape import CacheShape
+from code.llm.memory_plan import (  # noqa: F401 - GPT-J's plan as its callers name it
+    CUDA_CONTEXT_BYTES,
+    GIB,
+    MIN_RESERVE_BYTES,
+    PAGE_SIZE,
+    RESERVE_SHARE,
+    MemoryPlan,
+    prompt_pool_pages,
+    reserve_bytes,
+)
 
-GIB = 1 << 30
-PAGE_SIZE = 64  # tokens per prompt page; the decode kernel reads one page per iteration
 HEAD_ROW_ALIGN = 64  # LM-head rows on a GPU are padded to this multiple (code/gptj/inflight/layers.py says why)
-# The reserve beside the KV cache: a share of the GPU (fragmentation grows with the pool), at least 6 GiB (by the
-# tensors' shapes a 16,384-token prefill pass holds ~2.5 GB of activations in bf16 and the step's CUDA graph pool
-# under 1 GB at 256 slots; the rest is fragmentation and headroom)
-MIN_RESERVE_BYTES = 6 * GIB
-RESERVE_SHARE = 0.07
-# What a CUDA process holds outside PyTorch's allocator (the context, cuBLAS handles, loaded kernels): an estimate;
-# the engine measures it instead, through the driver's free memory
-CUDA_CONTEXT_BYTES = 1 * GIB
 # A prompt's mean length in the CNN/DailyMail set (~930 tokens: documentation/notes/gptj_gpu_notes.md; synthetic
 # prompts are drawn to a mean of ~920, code/gptj/dataset.py); a prompt's last page is half empty on average
 TYPICAL_PROMPT_TOKENS = 930
@@ -58,7 +62,6 @@ MAX_SLOTS = 512
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")  # the inflight backend's; fp8: FP8 GEMMs, bf16 elsewhere
 KV_CACHE_DTYPES = ("auto", "fp8")  # auto: the model's 16-bit dtype
 _ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-_BEAM_STATE_BYTES = 8 + 8 + 4  # per beam and generated column: BeamState's run and done tokens (int64), ancestry
 
 
 def model_dtype(precision: str) -> str:
@@ -69,21 +72,6 @@ def model_dtype(precision: str) -> str:
 def kv_element_bytes(precision: str, kv_cache_dtype: str) -> int:
     """Bytes of one stored key or value element: e4m3 for an FP8 cache, else the model's dtype."""
     return 1 if kv_cache_dtype == "fp8" else _ELEMENT_BYTES[model_dtype(precision)]
-
-
-def reserve_bytes(memory_bytes: int, share: float = RESERVE_SHARE) -> int:
-    """Memory left beside the KV cache on a GPU of ``memory_bytes`` (see ``RESERVE_SHARE``)."""
-    return int(max(MIN_RESERVE_BYTES, share * memory_bytes))
-
-
-def prompt_pool_pages(room_bytes: int, memory_bytes: int, shape: CacheShape, element_bytes: int,
-                      reserve_share: float = RESERVE_SHARE) -> int:
-    """The prompt pool the engine allocates for ``shape`` (its ``pages`` aside): what is left of ``room_bytes``
-    (what the process can still allocate before the KV cache) after the generated rows and the reserve, in pages,
-    capped at every slot holding the longest prompt. 0 when nothing is left; the engine refuses fewer than
-    ``shape.pages_per_slot``."""
-    left = room_bytes - shape.generated_bytes(element_bytes) - reserve_bytes(memory_bytes, reserve_share)
-    return max(0, min(shape.slots * shape.pages_per_slot, left // shape.page_bytes(element_bytes)))
 
 
 def cache_shape(config: GptjConfig, slots: int, beams: int, max_new_tokens: int, page_size: int,
@@ -122,32 +110,7 @@ def decode_step_bytes(precision: str, kv_cache_dtype: str, num_beams: int = 4, *
 
 def slot_state_bytes(config: GptjConfig, slots: int, beams: int, max_new_tokens: int) -> int:
     """What the engine allocates per slot before its KV cache: the float32 logits and the beam-search state."""
-    return slots * beams * (config.vocab_size * 4 + max_new_tokens * _BEAM_STATE_BYTES)
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """Bytes of each part for ``slots`` samples in flight; when refused (``slots == 0``) the parts are those of
-    ``MIN_USEFUL_SLOTS``, which do not fit, and ``refusal`` says what would."""
-
-    memory_bytes: int
-    precision: str
-    kv_cache_dtype: str
-    slots: int  # samples in flight (gpu_batch_size); 0: refused
-    limited_by: str  # "memory", "cap" (MAX_SLOTS) or "refused"
-    context_bytes: int
-    weights_bytes: int
-    slot_state_bytes: int
-    generated_bytes: int
-    prompt_pool_pages: int
-    prompt_pool_bytes: int
-    reserve_bytes: int
-    needed_bytes: int  # the least GPU memory that holds the parts with typical prompts in every slot
-    refusal: str | None = None
-
-    @property
-    def fits(self) -> bool:
-        return self.refusal is None
+    return shared.slot_state_bytes(config.vocab_size, slots, beams, max_new_tokens)
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -182,40 +145,15 @@ def gptj_memory_plan(memory_bytes: int, precision: str, kv_cache_dtype: str = "a
         raise ValueError(f"typical_prompt_tokens must be in (0, max_prompt_length={max_prompt_length}], not "
                          f"{typical_prompt_tokens}")
     config = config or GptjConfig()
-    element = kv_element_bytes(precision, kv_cache_dtype)
-    weights = weight_bytes(config, precision)
-
-    def shape(slots: int) -> CacheShape:
-        return cache_shape(config, slots, num_beams, max_new_tokens, page_size, max_prompt_length)
-
-    def typical_pages(slots: int) -> int:
-        """Pages for a typical prompt in every slot (at least one longest prompt, as the engine requires)."""
-        return max(shape(slots).pages_per_slot, math.ceil(slots * (typical_prompt_tokens / page_size + 0.5)))
-
-    def parts(slots: int) -> dict[str, int]:
-        state = slot_state_bytes(config, slots, num_beams, max_new_tokens)
-        pages = prompt_pool_pages(memory_bytes - context_bytes - weights - state, memory_bytes, shape(slots), element)
-        page_bytes = shape(slots).page_bytes(element)
-        generated = shape(slots).generated_bytes(element)
-        # the least memory whose reserve (at least MIN_RESERVE_BYTES, else its share) leaves typical prompts room
-        base = context_bytes + weights + state + generated + typical_pages(slots) * page_bytes
-        needed = max(base + MIN_RESERVE_BYTES, math.ceil(base / (1 - RESERVE_SHARE)))
-        return dict(context_bytes=context_bytes, weights_bytes=weights, slot_state_bytes=state,
-                    generated_bytes=generated, prompt_pool_pages=pages, prompt_pool_bytes=pages * page_bytes,
-                    reserve_bytes=reserve_bytes(memory_bytes), needed_bytes=needed)
-
-    def fits(slots: int) -> bool:
-        return parts(slots)["prompt_pool_pages"] >= typical_pages(slots)
-
-    # fits is monotone (more slots: less room, more rows, more pages wanted): the largest that fits by bisection
-    low, high = 0, max_slots
-    while low < high:
-        mid = (low + high + 1) // 2
-        low, high = (mid, high) if fits(mid) else (low, mid - 1)
-    common = dict(memory_bytes=memory_bytes, precision=precision, kv_cache_dtype=kv_cache_dtype)
-    if low >= min_slots:
-        return MemoryPlan(**common, slots=low, limited_by="cap" if low == max_slots else "memory", **parts(low))
-    wanted = parts(min_slots)
+    plan = shared.largest_fit(
+        memory_bytes, precision, kv_cache_dtype, weights_bytes=weight_bytes(config, precision),
+        state_bytes=lambda slots: slot_state_bytes(config, slots, num_beams, max_new_tokens),
+        shape=lambda slots: cache_shape(config, slots, num_beams, max_new_tokens, page_size, max_prompt_length),
+        element_bytes=kv_element_bytes(precision, kv_cache_dtype), typical_prompt_tokens=typical_prompt_tokens,
+        context_bytes=context_bytes, min_slots=min_slots, max_slots=max_slots)
+    if plan.fits:
+        return plan
+    wanted = dataclasses.asdict(plan)
     label = _label(precision, kv_cache_dtype)
     fp8 = (precision, kv_cache_dtype) == ("fp8", "fp8")
     fix = f"use a GPU with at least {math.ceil(wanted['needed_bytes'] / GIB)} GiB"
@@ -229,5 +167,5 @@ def gptj_memory_plan(memory_bytes: int, precision: str, kv_cache_dtype: str = "a
                else f"{fix}, or a GPU of {fp8_gpu}, whose FP8 engine fits in this memory")
     refusal = (f"GPT-J in {label} needs about {wanted['needed_bytes'] / GIB:.0f} GiB for {min_slots} samples in "
                f"flight, and this GPU has {memory_bytes / GIB:.0f} GiB: {fix}")
-    return MemoryPlan(**common, slots=0, limited_by="refused", refusal=refusal, **wanted)
+    return dataclasses.replace(plan, refusal=refusal)
 

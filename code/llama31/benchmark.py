@@ -1,4 +1,5 @@
-"""llama3.1-8b as the orchestration sees it: which data and weights a run uses, its batch runner and its scorer.
+"""llama3.1-8b as the orchestration sees it: which data and weights a run uses, its runner (batch by batch, or the
+in-flight engine pulling samples from the C++ core's session) and its scorer.
 
 The fallback rule every benchmark shares (code/mlperf/inputs.py): a performance run without the preprocessed set or
 the checkpoint runs synthetic prompts and random weights of the configured architecture and says so; an accuracy
@@ -97,7 +98,7 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription
 
 
 def generate_engine(config: ResolvedConfig) -> EngineReport:
-    """Nothing to build yet: the PyTorch backend loads the checkpoint or draws random weights when a run starts."""
+    """Nothing to build yet: both backends load the checkpoint or draw random weights when a run starts."""
     from code.llama31.backends import backend_class
 
     describe_inputs(config, TestMode.PerformanceOnly)
@@ -118,7 +119,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     """Load prompts, backend and scorer for one LoadGen test of llama3.1-8b."""
     from code.llama31.backends import backend_class
     from code.llama31.dataset import load_targets
-    from code.llm.runner import TokenRunner, reference_summaries
+    from code.llm.runner import ContinuousTokenRunner, TokenRunner, reference_summaries, runner_for
 
     provenance = describe_inputs(config, mode)
     choice = choose_inputs(config, mode)
@@ -140,8 +141,9 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     chosen = backend_class(config["backend"])
     full_set = data_set(config)
 
-    def runner_on(device: str, name: str) -> TokenRunner:
-        return TokenRunner(samples, backend_on(device, config, chosen, context, name))
+    def runner_on(device: str, name: str) -> TokenRunner | ContinuousTokenRunner:
+        # the inflight backend's engine pulls samples from the core's session (serve); pytorch runs batch by batch
+        return runner_for(samples, backend_on(device, config, chosen, context, name))
 
     def evaluate(log_dir: Path) -> AccuracyReport:
         from code.llama31.accuracy import REFERENCES, evaluate

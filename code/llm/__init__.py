@@ -10,8 +10,12 @@
 - ``contiguous_cache.py``: the KV cache of batch-at-a-time generation (one row per sequence);
   ``checkpoint.py``: HF checkpoint files read tensor by tensor, seeded random weights.
 - ``kv_cache.py``: a paged KV cache whose prompt pages a sample's beams share, FP8 storage optional;
-  ``cache_shape.py``: its shape and bytes, without torch (what a memory plan counts).
+  ``cache_shape.py``: its shape and bytes, without torch (what a memory plan counts);
+  ``paged_attention.py``: attention over packed prompts and, for decode, over that cache (Triton on CUDA);
+  ``inflight_engine.py``: the in-flight batching loop over any model with prefill and decode over that cache;
+  ``memory_plan.py``: how many slots fit a GPU beside the weights (without torch).
 
 A benchmark keeps its model, tokenizer, prompt, reference scores and targets (GPT-J: ``code/gptj/``, Llama 3.1:
-``code/llama31/``) and imports these. code/llm imports ``code/common`` and ``code/numerics`` only, never a benchmark.
+``code/llama31/``) and imports these. code/llm imports ``code/common``, ``code/mlperf`` and ``code/numerics`` only,
+never a benchmark.
 """

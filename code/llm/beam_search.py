@@ -7,6 +7,11 @@ at different times advance together in one set of kernels (and one CUDA graph). 
 
 All state lives in preallocated tensors that are updated in place (the CUDA graph of a step replays on fixed
 addresses); ``BeamState.step`` allocates temporaries only.
+
+One beam (``num_beams=1``) is greedy decoding, as ``code/llm/generation.py::_greedy`` runs it: each step takes the
+argmax of the logits (every EOS id barred before ``min_new_tokens``), and a sample ends at any of its EOS ids
+(``GenerationConfig.eos_token_ids``: Llama 3.1 has three) or at ``max_new_tokens``. It keeps its tokens in
+``done_tokens[:, 0]`` as it goes, so ``result`` and the engine read it as a beam search's best hypothesis.
 """
 
 from __future__ import annotations
@@ -26,8 +31,6 @@ class BeamState:
     def __init__(self, slots: int, config: GenerationConfig, device: torch.device) -> None:
         if config.early_stopping is not True:
             raise ValueError("the in-flight engine implements early_stopping=True (the MLPerf setting) only")
-        if config.num_beams < 2:
-            raise ValueError("the in-flight engine runs beam search (num_beams >= 2); greedy uses the pytorch backend")
         self.config = config
         beams, max_new = config.num_beams, config.max_new_tokens
         long = dict(dtype=torch.long, device=device)
@@ -50,6 +53,7 @@ class BeamState:
         # generated rows.
         self.next_tokens = torch.full((slots, beams), config.pad_token_id, **long)
         self._beam_ids = torch.arange(beams, dtype=torch.int32, device=device)
+        self._eos_ids = torch.tensor(config.eos_token_ids, dtype=torch.long, device=device)
         self._top_ranks = (torch.arange(2 * beams, device=device) < beams)[None, :]
 
     def reset(self, slots: Tensor, forced_length: Tensor | None = None) -> None:
@@ -83,6 +87,9 @@ class BeamState:
     def step(self, logits: Tensor) -> None:
         """Choose every active slot's next tokens from ``logits [slots * beams, vocab]`` (float32), update the
         finished hypotheses, the ancestry and ``finished``; ``step_no`` advances for active slots."""
+        if self.config.num_beams == 1:
+            self._greedy_step(logits)
+            return
         cfg = self.config
         slots, beams = self.run_scores.shape
         cands, max_new = 2 * beams, cfg.max_new_tokens
@@ -154,6 +161,29 @@ class BeamState:
         self.next_tokens.copy_(torch.where(a1, next_token, self.next_tokens))
         self.finished.copy_(a3 & finished)
         self.step_no.add_(a3.long())
+
+
+    def _greedy_step(self, logits: Tensor) -> None:
+        """One beam: the argmax of ``logits [slots, vocab]``, the EOS ids barred before ``min_new_tokens`` (and, for
+        a forced length, before it; at it EOS is the choice). The ancestry stays all zeros: row s's history is its
+        own."""
+        cfg = self.config
+        step, act = self.step_no, self.active
+        max_new = cfg.max_new_tokens
+        forced = self.forced_length > 0
+        at_length = forced & (step + 1 == self.forced_length)
+        no_eos = (step < cfg.min_new_tokens) | (forced & ~at_length)
+        scores = logits.clone()
+        scores[:, self._eos_ids] = torch.where(no_eos[:, None], -torch.inf, scores[:, self._eos_ids])
+        token = torch.where(at_length, cfg.eos_token_id, scores.argmax(dim=-1))
+        ends = (token[:, None] == self._eos_ids[None, :]).any(dim=-1) | (step == max_new - 1)
+        column = step.clamp(max=max_new - 1)[:, None]
+        done_tokens = self.done_tokens[:, 0].scatter(1, column, token[:, None])
+        self.done_tokens[:, 0].copy_(torch.where(act[:, None], done_tokens, self.done_tokens[:, 0]))
+        self.done_lengths[:, 0].copy_(torch.where(act, step + 1, self.done_lengths[:, 0]))
+        self.next_tokens[:, 0].copy_(torch.where(act, token, self.next_tokens[:, 0]))
+        self.finished.copy_(act & ends)
+        self.step_no.add_(act.long())
 
 
 def _per_row(per_slot: Tensor, beams: int) -> Tensor:

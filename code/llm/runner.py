@@ -1,5 +1,6 @@
-"""What an LLM benchmark hands the C++ core, whatever the model: a batch runner over its prompts, and the reference
-summaries behind its preprocessed prompts (GPT-J's ``code/gptj/benchmark.py``, Llama's ``code/llama31/benchmark.py``).
+"""What an LLM benchmark hands the C++ core, whatever the model: a batch runner over its prompts, or a continuous
+runner over an in-flight engine's backend, and the reference summaries behind its preprocessed prompts (GPT-J's
+``code/gptj/benchmark.py``, Llama's ``code/llama31/benchmark.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,32 @@ class TokenRunner:
     def run_batch(self, sample_indices: np.ndarray) -> list[np.ndarray]:
         outputs = self.backend.run_batch(sample_indices, self.samples.gather(sample_indices))
         return [np.ascontiguousarray(tokens, dtype=np.int32) for tokens in outputs]
+
+
+class ContinuousTokenRunner:
+    """The C++ core's continuous runner: the backend's in-flight engine pulls samples from the core's session itself
+    (``backend.serve``). ``forced_length_of``: a synthetic sample's forced output length (0: the model decides)."""
+
+    def __init__(self, samples: Any, backend: Any, forced_length_of: Callable[[int], int] | None = None) -> None:
+        self.samples = samples
+        self.backend = backend
+        self.forced_length_of = forced_length_of
+
+    def run_continuous(self, session: Any) -> None:
+        self.backend.serve(session, self.samples.prompt, self.forced_length_of)
+
+    def stats(self) -> dict[str, Any]:
+        """The engine's counters (generated tokens: only the engine knows how many it generated), for
+        metadata.json."""
+        return self.backend.stats() if hasattr(self.backend, "stats") else {}
+
+
+def runner_for(samples: Any, backend: Any, forced_length_of: Callable[[int], int] | None = None
+               ) -> TokenRunner | ContinuousTokenRunner:
+    """A backend with ``serve`` (an in-flight engine) runs continuously; any other batch by batch."""
+    if hasattr(backend, "serve"):
+        return ContinuousTokenRunner(samples, backend, forced_length_of)
+    return TokenRunner(samples, backend)
 
 
 def reference_summaries(samples: Any, load_targets: Callable[[Path], list[str]], fetch_step: str) -> list[str]:

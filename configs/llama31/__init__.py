@@ -1,9 +1,9 @@
 """Llama 3.1 8B Instruct on CNN/DailyMail (llama3.1-8b): settings every llama3.1-8b config shares.
 
 The reference fixes generation (greedy, 1 to 128 new tokens) and has one accuracy target, 99%, so there are no
-``_HighAccuracy`` classes. The GPU classes run the PyTorch backend (bf16, eager) until the in-flight engine
-(grouped-query decode attention, FP8 GEMMs and KV cache) exists; their values are estimates from the H100's and
-H200's memory bandwidth, said where each is set, not measurements.
+``_HighAccuracy`` classes. The H100 and H200 Offline and Server classes run the in-flight engine (``inflight``: bf16,
+continuous batching; FP8 GEMMs and KV cache are to come), SingleStream the PyTorch backend (bf16, eager); their
+values are estimates, said where each is set, not measurements.
 """
 
 from code.common.constants import Benchmark
@@ -24,7 +24,7 @@ class LlamaBaseConfig(BenchmarkConfiguration):
 CPU_MODEL = "tiny"
 CPU_LENGTH_SCALE = 0.25
 
-# Where the classes' numbers come from (none is a GPU measurement yet: the PyTorch backend has not run on one).
+# Where the classes' numbers come from (none is a GPU measurement yet).
 # - CPU: the tiny model's first --test_run on the 2-core development machine (fp32, 16 a batch, prompts ~200 tokens,
 #   the machine shared with other work, load average 4.4): 5.2 samples/s; the Offline class sets 6.
 # - H100 SXM, bf16 eager: one decode step reads the 16 GB of weights, >= ~5 ms at 3.35 TB/s, ~20 ms eager (32 layers
@@ -32,5 +32,13 @@ CPU_LENGTH_SCALE = 0.25
 #   to ~2,600 tokens), ~130 steps plus ~1.5 s of prefill: ~15 samples/s; the class sets 20 (Offline may sit
 #   above). Server: batches of up to 16, a third of that, 5 (a lower bound). SingleStream: ~130 steps and a
 #   prefill, ~2.7 s; the class sets 2 s (below the p90).
-# - H200: memory bandwidth 4.8 TB/s, 1.4x the H100's: Offline 45 (twice the batch in 141 GB), Server 7,
-#   SingleStream 1.4 s.
+# - H200: memory bandwidth 4.8 TB/s, 1.4x the H100's: SingleStream 1.4 s.
+# - The in-flight engine (Offline, Server), bf16: slots from code/llama31/memory_plan.py (typical ~1,000-token
+#   prompts: ~400 fit an H100, the 512 cap an H200). A sample costs its prefill, ~16 TFLOP for 1,000 tokens (~25 ms
+#   at ~650 TFLOP/s, the same tensor cores on both GPUs), and its share of ~128 decode steps, each reading the 16 GB
+#   of weights and every slot's cache (~55-70 GB at 400-512 slots: ~20-25 ms on an H200) for 400-512 tokens, ~6 ms a
+#   sample: ~30 samples/s at best on either GPU (published H200 results, FP8, reach 64). Offline sets 25 (H100) and
+#   30 (H200), meant to sit above the rate. Server: the engine completes whole responses, so the core reports a
+#   sample's first token with it and its TTFT is its whole latency, which the 2 s p99 bounds: 64 slots keep a step
+#   near the weights' read (~5 ms H100, ~3.5 ms H200, plus the prefills of samples joining), 128 of them under 2 s;
+#   the targets, 6 (H100) and 8 (H200), are lower bounds until first tokens stream.

@@ -117,12 +117,12 @@ def exercise_gptj(device: str, config: Any = None) -> None:
 
     The decode step's elementwise functions run uncompiled: under ``torch.compile`` they are Inductor's generated
     kernels (torch's, not in ``code``), and compiling them would cost GPU time this check does not need."""
-    import code.gptj.inflight.attention as attention
+    import code.llm.paged_attention as attention
     from code.gptj.inflight.elementwise import Elementwise
-    from code.gptj.inflight.engine import EngineOptions, InflightEngine
     from code.gptj.inflight.layers import InflightModel
     from code.gptj.model import GptjConfig, random_weights
     from code.llm.generation import GenerationConfig
+    from code.llm.inflight_engine import EngineOptions, InflightEngine
     from code.numerics.fp8 import E4M3
 
     config = config or dataclasses.replace(GptjConfig(), n_layer=GPTJ_LAYERS)

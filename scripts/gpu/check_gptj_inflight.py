@@ -53,41 +53,44 @@ from typing import Any
 import numpy as np
 import torch
 
-import code.gptj.inflight.attention as attention_module
+import code.llm.paged_attention as attention_module
 from code.gptj.backends.inflight import calibrate
 from code.gptj.dataset import GptjSamples
-from code.gptj.inflight.attention import decode_attention, decode_attention_reference
 from code.gptj.inflight.elementwise import Elementwise
-from code.gptj.inflight.engine import EngineOptions, InflightEngine
 from code.gptj.inflight.layers import InflightModel
 from code.gptj.model import GptjConfig, hf_config, random_weights
+from code.llama31.inflight_model import DECODE_LAUNCH as LLAMA_LAUNCH
 from code.llm.generation import GenerationConfig, cache_shape, generate
+from code.llm.inflight_engine import EngineOptions, InflightEngine
 from code.llm.kv_cache import CacheShape, KVCache
+from code.llm.paged_attention import DECODE_LAUNCH, decode_attention, decode_attention_reference
 from code.numerics.fp8 import E4M3, quantize
 from scripts.gpu.steps import run_steps
 
 DECODE_SLOTS = 256  # the engine's FP8 batch (configs: gpu_batch_size)
-# decode_splits: today's launch first (the baseline of every speed-up), then SPLITS 2/4/8 at its tile, then one
+# decode_splits: the one-head launch first (the baseline of every speed-up), then SPLITS 2/4/8 at its tile, then one
 # program per (slot, head) with fewer warps (a 16-row tile split over 4 warps reduces each softmax row across warps
 # through shared memory) and other tiles and depths, then a few of those split 2 ways
 DECODE_SPLIT_CHOICES: list[dict[str, int]] = [
-    {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1},
-    *({"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": n} for n in (2, 4, 8)),
-    *({"KEYS": keys, "num_warps": warps, "num_stages": stages, "SPLITS": 1}
+    {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 1},
+    *({"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": n, "HEADS": 1} for n in (2, 4, 8)),
+    *({"KEYS": keys, "num_warps": warps, "num_stages": stages, "SPLITS": 1, "HEADS": 1}
       for warps in (1, 2) for keys in (32, 64, 128) for stages in (2, 3, 4)),
-    *({"KEYS": keys, "num_warps": 2, "num_stages": 3, "SPLITS": 2} for keys in (32, 64)),
+    *({"KEYS": keys, "num_warps": 2, "num_stages": 3, "SPLITS": 2, "HEADS": 1} for keys in (32, 64)),
 ]
-# decode_heads at GPT-J's shape: today's launch first (the baseline), the best other one-head launch, then HEADS 2
-# (8 real rows of 16) and HEADS 4 (16 real rows). HEADS h reads h heads' keys a tile, so KEYS 64 / h reads today's
-# bytes a tile. What each compiles to for sm_90a (ptxas -v, Triton 3.6; FP8 / bf16 cache): today's k64w4s3 255
-# registers with 280 B spilled / 206; HEADS 4 k16w4s3 255 + 48 B / 230, k16w8 210 / 160, k32w4s3 255 + 120 B /
+# decode_heads at GPT-J's shape: today's launch (DECODE_LAUNCH, two heads a program) first, the baseline; then the
+# one-head launches (k64w4s3, the default before it, and k32w2s2), HEADS 2 (8 real rows of 16) and HEADS 4 (16 real
+# rows). HEADS h reads h heads' keys a tile, so KEYS 64 / h reads one head's k64 bytes a tile. What each compiles
+# to for sm_90a (ptxas -v, Triton 3.6; FP8 / bf16 cache): k64w4s3 255 registers with 280 B spilled / 206; HEADS 4
+# k16w4s3 255 + 48 B / 230, k16w8 210 / 160, k32w4s3 255 + 120 B /
 # 255 + 108 B, k32w8 255 / 226, none spilled at 8 warps but k64w8s2 (FP8 255 + 144 B; bf16 needs 272 KB of shared
 # memory, more than the H200's 227 KB: it fails here as such); HEADS 2 k32w4s3 255 + 4 B / 190, k32w8 194 / 139.
 DECODE_HEADS_CHOICES: list[dict[str, int]] = [
+    dict(DECODE_LAUNCH),
     {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 1},
     {"KEYS": 32, "num_warps": 2, "num_stages": 2, "SPLITS": 1, "HEADS": 1},
     *({"KEYS": keys, "num_warps": warps, "num_stages": 3, "SPLITS": 1, "HEADS": 2}
-      for keys, warps in ((32, 4), (64, 4), (32, 8))),
+      for keys, warps in ((64, 4), (32, 8))),
     *({"KEYS": keys, "num_warps": warps, "num_stages": stages, "SPLITS": 1, "HEADS": 4}
       for keys, warps, stages in ((16, 4, 3), (16, 8, 2), (16, 8, 3), (32, 4, 3), (32, 8, 2), (32, 8, 3),
                                   (64, 8, 2))),
@@ -98,13 +101,14 @@ DECODE_HEADS_CHOICES: list[dict[str, int]] = [
 # HEADS 1 k64w4s3 194 / 115 registers; HEADS 4 k32w4s3 180 / 144, k64w4s3 255 + 280 B spilled / 158, k64w8s3
 # 182 / 112 (k128w8s3: FP8 spills 264 B, bf16 needs 270 KB of shared memory; left out).
 LLAMA_HEADS_CHOICES: list[dict[str, int]] = [
+    dict(LLAMA_LAUNCH),  # the engine's, first: the baseline
     {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 1},
     {"KEYS": 32, "num_warps": 2, "num_stages": 2, "SPLITS": 1, "HEADS": 1},
     *({"KEYS": keys, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 2} for keys in (32, 64)),
     *({"KEYS": keys, "num_warps": warps, "num_stages": 3, "SPLITS": 1, "HEADS": 4}
       for keys, warps in ((32, 4), (32, 8), (64, 4), (64, 8))),
     *({"KEYS": keys, "num_warps": warps, "num_stages": 3, "SPLITS": splits, "HEADS": 4}
-      for keys, warps, splits in ((32, 4, 2), (32, 4, 4), (64, 8, 2))),
+      for keys, warps, splits in ((32, 4, 4), (64, 8, 2))),
 ]
 MODELS = ("gptj", "llama")  # decode_heads' shapes, in order
 LLAMA_DECODE = {"slots": 256, "q_heads": 32, "kv_heads": 8, "head_dim": 128, "mean_prompt": 1000, "max_new": 128}

@@ -25,9 +25,9 @@ import torch
 from code.gptj.backends.inflight import calibrate
 from code.gptj.backends.inflight_engine import EngineSpec, load_model
 from code.gptj.dataset import GptjSamples
-from code.gptj.inflight.engine import EngineOptions, InflightEngine
 from code.gptj.memory_plan import GIB, MAX_SLOTS, gptj_memory_plan
 from code.llm.generation import GenerationConfig
+from code.llm.inflight_engine import EngineOptions, InflightEngine
 from code.mlperf.devices import usable_gpu_bytes
 from code.numerics.fp8 import E4M3
 

@@ -195,10 +195,10 @@ def train_eval(corpus_dir: Path, out: Path, steps: int, prompts: int, device_nam
     import torch.nn.functional as F
 
     from code.gptj.backends.inflight import calibrate_on
-    from code.gptj.inflight.engine import EngineOptions, InflightEngine
     from code.gptj.inflight.layers import InflightModel
     from code.gptj.model import Gptj, GptjConfig
     from code.llm.generation import GenerationConfig, cache_shape, generate
+    from code.llm.inflight_engine import EngineOptions, InflightEngine
 
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device(device_name)

@@ -40,8 +40,9 @@ def test_the_table_is_the_harness_fields_then_each_backends_switches():
                 assert fld.used_by(benchmark, declared.name)
     # one switch two backends declare is one field: both read it, its benchmarks are theirs, its help joins theirs
     graphs = FIELDS["cuda_graphs"]
-    assert graphs.owners == ((Benchmark.BERT, "pytorch"), (Benchmark.GPTJ, "inflight"))
-    assert graphs.benchmarks == (Benchmark.BERT, Benchmark.GPTJ) and not graphs.used_by(Benchmark.GPTJ, "pytorch")
+    assert graphs.owners == ((Benchmark.BERT, "pytorch"), (Benchmark.GPTJ, "inflight"), (Benchmark.LLAMA31, "inflight"))
+    assert graphs.benchmarks == (Benchmark.BERT, Benchmark.GPTJ, Benchmark.LLAMA31)
+    assert not graphs.used_by(Benchmark.GPTJ, "pytorch") and not graphs.used_by(Benchmark.LLAMA31, "pytorch")
     assert "one per token bucket" in graphs.description and "one per decode step" in graphs.description
     assert FIELDS["fp8_fast_accum"].owner_text() == "bert pytorch, gptj inflight"
     assert {name for name in SWITCHES} >= {"fast_path", "fp8_gemms", "attention_kernel", "gelu_in_gemm",

@@ -1,4 +1,4 @@
-"""The in-flight engine's Triton decode attention (code/gptj/inflight/attention.py: ``_decode_kernel``, and the
+"""The in-flight engine's Triton decode attention (code/llm/paged_attention.py: ``_decode_kernel``, and the
 split variant ``_decode_split_kernel`` + ``_merge_kernel``) against ``decode_attention_reference``.
 
 Without a GPU the kernels run in Triton's CPU interpreter (tests/triton_interpreter.py); without triton the module is
@@ -18,8 +18,8 @@ from types import ModuleType
 import pytest
 import torch
 
-from code.gptj.inflight.attention import decode_attention_reference
 from code.llm.kv_cache import CacheShape, KVCache
+from code.llm.paged_attention import decode_attention_reference
 from code.numerics.fp8 import E4M3
 from tests.triton_interpreter import interpreted_module
 
@@ -34,7 +34,7 @@ HEADS, HEAD_DIM, BEAMS, PAGE, MAX_NEW = 2, 32, 4, 16, 8
 
 @pytest.fixture(scope="module")
 def attention() -> Iterator[ModuleType]:
-    yield from interpreted_module("code.gptj.inflight.attention", "_decode_kernel")
+    yield from interpreted_module("code.llm.paged_attention", "_decode_kernel")
 
 
 def random_cache(fp8: bool, seed: int = 0, heads: int = HEADS, beams: int = BEAMS, group: int = 1
@@ -110,11 +110,11 @@ def test_splits_agree_with_one_program_per_slot(attention, monkeypatch):
 
 def test_bad_split_count_names_the_setting(monkeypatch):
     # Checked before any kernel: it runs without Triton too.
-    from code.gptj.inflight import attention
+    from code.llm import paged_attention as attention
 
     cache, ancestry, counts, q = random_cache(fp8=False)
     monkeypatch.setitem(attention.DECODE_LAUNCH, "SPLITS", 0)
-    with pytest.raises(ValueError, match=r"DECODE_LAUNCH\['SPLITS'\] must be >= 1"):
+    with pytest.raises(ValueError, match=r"decode launch's SPLITS must be >= 1"):
         attention._decode_attention_triton(q, cache, 0, ancestry, counts)
 
 
@@ -194,13 +194,13 @@ def test_grouped_query_reference_is_repeated_heads():
 
 
 @pytest.mark.parametrize(("heads", "group", "launch_heads", "message"), [
-    (4, 1, 3, r"DECODE_LAUNCH\['HEADS'\] \(3\) must divide the cache's 4"),
-    (4, 1, 0, r"DECODE_LAUNCH\['HEADS'\] \(0\) must divide"),
+    (4, 1, 3, r"decode launch's HEADS \(3\) must divide the cache's 4"),
+    (4, 1, 0, r"decode launch's HEADS \(0\) must divide"),
     (4, 8, 4, r"at most 64 query rows; 4 beams x 8 query heads a key/value head x HEADS 4 make 128"),
 ])
 def test_bad_heads_name_the_setting(monkeypatch, heads, group, launch_heads, message):
     # Checked before any kernel: it runs without Triton too.
-    from code.gptj.inflight import attention
+    from code.llm import paged_attention as attention
 
     cache, ancestry, counts, q = random_cache(fp8=False, heads=heads, group=group)
     monkeypatch.setitem(attention.DECODE_LAUNCH, "HEADS", launch_heads)
@@ -209,7 +209,7 @@ def test_bad_heads_name_the_setting(monkeypatch, heads, group, launch_heads, mes
 
 
 def test_query_heads_must_be_a_multiple_of_the_caches():
-    from code.gptj.inflight import attention
+    from code.llm import paged_attention as attention
 
     cache, ancestry, counts, q = random_cache(fp8=False, heads=4, group=2)
     q = q[:, :6]
@@ -219,9 +219,9 @@ def test_query_heads_must_be_a_multiple_of_the_caches():
 
 
 def test_a_key_tile_must_hold_a_column_of_every_beam(monkeypatch):
-    from code.gptj.inflight import attention
+    from code.llm import paged_attention as attention
 
     cache, ancestry, counts, q = random_cache(fp8=False)
     monkeypatch.setitem(attention.DECODE_LAUNCH, "KEYS", 2)
-    with pytest.raises(ValueError, match=r"DECODE_LAUNCH\['KEYS'\] \(2\) must hold a generated column of each of 4"):
+    with pytest.raises(ValueError, match=r"decode launch's KEYS \(2\) must hold a generated column of each of 4"):
         attention._decode_attention_triton(q, cache, 0, ancestry, counts)

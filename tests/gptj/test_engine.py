@@ -26,10 +26,10 @@ from code.gptj.backends.inflight_engine import (
     load_model,
     synthetic_calibration_prompts,
 )
-from code.gptj.inflight.engine import EngineOptions, InflightEngine
 from code.gptj.preprocess_data import save_arrays
 from code.gptj.prompt import FORMAT_VERSION as DATA_FORMAT
 from code.llm.generation import GenerationConfig
+from code.llm.inflight_engine import EngineOptions, InflightEngine
 
 SPEC = EngineSpec(model_name="tiny", precision="fp8", kv_cache_dtype="fp8", seed=3)
 CPU = torch.device("cpu")

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from code.gptj.dataset import GptjSamples
-from code.gptj.inflight.attention import decode_attention_reference
-from code.gptj.inflight.engine import EngineOptions, InflightEngine
 from code.gptj.inflight.layers import InflightModel
 from code.gptj.model import GPTJ_CONFIGS, random_weights
 from code.llm.beam_search import BeamState
 from code.llm.generation import GenerationConfig, cache_shape, generate
+from code.llm.inflight_engine import EngineOptions, InflightEngine
 from code.llm.kv_cache import CacheShape, KVCache
+from code.llm.paged_attention import decode_attention_reference
 
 TINY = GPTJ_CONFIGS["tiny"]
 EOS = 50256
@@ -108,8 +108,6 @@ def test_decode_attention_reads_prompt_pages_and_beam_ancestry():
 def test_engine_refuses_what_it_does_not_implement(model):
     with pytest.raises(ValueError, match="early_stopping=True"):
         BeamState(2, GenerationConfig(early_stopping=False), torch.device("cpu"))
-    with pytest.raises(ValueError, match="greedy"):
-        BeamState(2, GenerationConfig(num_beams=1), torch.device("cpu"))
     with pytest.raises(ValueError, match="exceed the model's 2048 positions"):
         InflightEngine(InflightModel.from_model(model), GenerationConfig(), EngineOptions(2, max_prompt_length=2000))
     with pytest.raises(ValueError, match="cannot hold one"):
@@ -304,3 +302,16 @@ def test_compiled_decode_elementwise_matches_the_plain_functions():
         mlp = compiled.mlp_in(fused, attended, scale, align)
         same(mlp, plain.mlp_in(fused, attended, scale, align))
         assert mlp.shape == (rows + (-rows % align), width + inner)
+
+
+def test_one_beam_is_greedy_decoding(model, prompts):
+    """``num_beams=1``: the engine's tokens are ``generate``'s greedy ones (code/llm/beam_search.py's one-beam
+    step), slots freed and refilled as samples end."""
+    config = GenerationConfig(num_beams=1)
+    model.setup_caches(*cache_shape(LENGTHS, config))
+    expected = generate(model, prompts, config)
+    engine = InflightEngine(InflightModel.from_model(model), config,
+                            EngineOptions(slots=3, max_prompt_length=72, page_size=16))
+    for g, e in zip(engine.generate(prompts), expected, strict=True):
+        np.testing.assert_array_equal(g, e)
+    assert len({len(e) for e in expected}) >= 3  # EOS after min_new_tokens at several lengths

@@ -14,8 +14,6 @@ import pytest
 import torch
 
 from code.gptj.architecture import GPTJ_CONFIGS, GptjConfig
-from code.gptj.inflight import engine as engine_module
-from code.gptj.inflight.engine import EngineOptions, InflightEngine
 from code.gptj.inflight.layers import Amax, InflightModel
 from code.gptj.memory_plan import (
     CUDA_CONTEXT_BYTES,
@@ -31,7 +29,9 @@ from code.gptj.memory_plan import (
     weight_bytes,
 )
 from code.gptj.model import random_weights
+from code.llm import inflight_engine as engine_module
 from code.llm.generation import GenerationConfig
+from code.llm.inflight_engine import EngineOptions, InflightEngine
 from code.mlperf import devices
 from code.numerics.fp8 import E4M3
 
@@ -175,7 +175,8 @@ def test_state_and_cache_bytes_are_what_the_engine_allocates(kv_dtype):
 def cuda_engine(memory_bytes: int = 0, kv_dtype: torch.dtype | None = None) -> SimpleNamespace:
     """What ``InflightEngine._pages_that_fit`` reads of an engine, as on a GPU (nothing is allocated)."""
     options = EngineOptions(slots=192, max_prompt_length=1919, kv_dtype=kv_dtype, memory_bytes=memory_bytes)
-    return SimpleNamespace(model=SimpleNamespace(device=torch.device("cuda"), dtype=torch.bfloat16), options=options)
+    model = SimpleNamespace(device=torch.device("cuda"), dtype=torch.bfloat16, memory_plan=InflightModel.memory_plan)
+    return SimpleNamespace(model=model, options=options)
 
 
 def test_the_engine_sizes_its_pool_as_the_plan_does(monkeypatch):

@@ -46,21 +46,40 @@ def build_dir(tmp_path_factory, harness_built):
     return build
 
 
-def test_accuracy_run_scores_the_generated_tokens(build_dir, tmp_path):
-    """An AccuracyOnly run on the made set: every sample answered with 1 to 128 int32 token ids, ending at an EOS id
-    when shorter, scored into an accuracy.txt the checker reads; random weights miss the targets (exit 3)."""
-    logs = tmp_path / "logs"
+def accuracy_run(build_dir, logs, *args):
+    """An AccuracyOnly Offline run on the made set; each sample's generated tokens by QSL index."""
     done = subprocess.run(
         [sys.executable, "-m", "code.main", "--action=run", "--benchmarks=llama3.1-8b", "--scenarios=offline",
          "--test_mode=AccuracyOnly", "--gpu_batch_size=4", f"--input_data={build_dir / 'preprocessed' / 'datacenter'}",
-         f"--weights={build_dir / 'models' / 'Llama3.1-8B' / 'Llama-3.1-8B-Instruct'}", f"--log_dir={logs}"],
+         f"--weights={build_dir / 'models' / 'Llama3.1-8B' / 'Llama-3.1-8B-Instruct'}", f"--log_dir={logs}", *args],
         cwd=REPO_ROOT, capture_output=True, text=True, env=_env(build_dir), timeout=600)
     assert done.returncode == ExitCode.INVALID, done.stdout + done.stderr
     test_dir = logs / "CPU" / "llama3.1-8b" / "Offline"
     entries = json.loads((test_dir / "mlperf_log_accuracy.json").read_text())
-    outputs = [np.frombuffer(bytes.fromhex(e["data"]), np.int32) for e in entries]
-    assert sorted(e["qsl_idx"] for e in entries) == list(range(SAMPLES))
-    assert all(1 <= len(o) <= 128 and (len(o) == 128 or int(o[-1]) in EOS_IDS) for o in outputs)
+    return {e["qsl_idx"]: np.frombuffer(bytes.fromhex(e["data"]), np.int32) for e in entries}
+
+
+def test_accuracy_run_scores_the_generated_tokens(build_dir, tmp_path):
+    """An AccuracyOnly run on the made set: every sample answered with 1 to 128 int32 token ids, ending at an EOS id
+    when shorter, scored into an accuracy.txt the checker reads; random weights miss the targets (exit 3)."""
+    logs = tmp_path / "logs"
+    outputs = accuracy_run(build_dir, logs)
+    assert sorted(outputs) == list(range(SAMPLES))
+    assert all(1 <= len(o) <= 128 and (len(o) == 128 or int(o[-1]) in EOS_IDS) for o in outputs.values())
+    test_dir = logs / "CPU" / "llama3.1-8b" / "Offline"
     first = (test_dir / "accuracy.txt").read_text().splitlines()[0]
     assert re.match(r".*'rougeLsum':\s([\d.]+).*", first) and f"'gen_num': {SAMPLES}" in first
     assert "FAIL" in (test_dir / "accuracy.txt").read_text()
+
+
+def test_inflight_backend_answers_as_the_pytorch_backend(build_dir, tmp_path):
+    """The inflight backend, driven by the core's continuous session with fewer slots than samples, logs the
+    pytorch backend's tokens for every sample, and the run records the engine's counters."""
+    eager = accuracy_run(build_dir, tmp_path / "eager")
+    inflight = accuracy_run(build_dir, tmp_path / "inflight", "--backend=inflight")
+    assert sorted(inflight) == sorted(eager) == list(range(SAMPLES))
+    for index, tokens in eager.items():
+        np.testing.assert_array_equal(inflight[index], tokens)
+    record = json.loads((tmp_path / "inflight" / "CPU" / "llama3.1-8b" / "Offline" / "metadata.json").read_text())
+    stats = record["engine_stats"]
+    assert stats["completed"] == SAMPLES and stats["generated_tokens"] == sum(len(t) for t in eager.values())

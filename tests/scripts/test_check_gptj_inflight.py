@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from code.gptj.inflight.attention import DECODE_LAUNCH
+from code.llama31.inflight_model import DECODE_LAUNCH as LLAMA_LAUNCH
+from code.llm.paged_attention import DECODE_LAUNCH
 from scripts.gpu.check_gptj_inflight import (
     DECODE_HEADS_CHOICES,
     DEFAULT_VARIANTS,
@@ -62,8 +63,9 @@ def test_variants_name_fast_accumulation_and_the_defaults_parse():
 def test_decode_heads_launches_start_from_todays_and_have_distinct_names():
     """The first launch is each table's baseline (today's DECODE_LAUNCH), and a name says HEADS and SPLITS, so no
     two launches share a row of the JSON."""
-    for choices, kv_heads in ((DECODE_HEADS_CHOICES, 16), (LLAMA_HEADS_CHOICES, LLAMA_DECODE["kv_heads"])):
-        assert choices[0] == DECODE_LAUNCH
+    for choices, kv_heads, today in ((DECODE_HEADS_CHOICES, 16, DECODE_LAUNCH),
+                                     (LLAMA_HEADS_CHOICES, LLAMA_DECODE["kv_heads"], LLAMA_LAUNCH)):
+        assert choices[0] == today
         names = [launch_name(launch) for launch in choices]
         assert len(set(names)) == len(names)
         assert {launch["HEADS"] for launch in choices} == {1, 2, 4}

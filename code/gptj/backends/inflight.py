@@ -33,10 +33,10 @@ from code.gptj.backends.inflight_engine import (
     synthetic_calibration_prompts,
 )
 from code.gptj.backends.pytorch import DTYPES, PytorchOptions
-from code.gptj.inflight.engine import EngineOptions, ForcedLengthOf, InflightEngine
 from code.gptj.inflight.layers import Amax, InflightModel
 from code.gptj.memory_plan import KV_CACHE_DTYPES, PRECISIONS
 from code.llm.generation import GenerationConfig
+from code.llm.inflight_engine import EngineOptions, ForcedLengthOf, InflightEngine
 from code.mlperf.devices import usable_gpu_bytes
 from code.numerics.fp8 import E4M3
 

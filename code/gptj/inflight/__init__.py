@@ -9,9 +9,11 @@ slowest sample of a batch. The pieces, each in its own module:
   is one GEMM) and the prefill / decode forwards.
 - ``code/llm/kv_cache.py``: the prompt's keys and values in pages shared by a sample's beams, each beam's generated
   tokens in its own rows, and the beam ancestry table through which a beam reads its history without copies.
-- ``attention.py``: decode attention over that cache (Triton on CUDA; a plain PyTorch reference elsewhere).
+- ``code/llm/paged_attention.py``: decode attention over that cache (Triton on CUDA; a plain PyTorch reference
+  elsewhere), and prefill attention over packed prompts.
 - ``elementwise.py``, ``prefill_kernels.py``: the work between the GEMMs, fused (Inductor for the decode step,
   hand-written Triton passes for prompt passes).
 - ``code/llm/beam_search.py``: one beam-search step for every slot at once, each slot at its own step.
-- ``engine.py``: the loop: take samples, admit, step, complete; CUDA graphs for the step.
+- ``code/llm/inflight_engine.py``: the loop, shared with Llama 3.1: take samples, admit, step, complete; CUDA
+  graphs for the step.
 """

@@ -27,11 +27,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from code.gptj.inflight.attention import decode_attention, prefill_attention
 from code.gptj.inflight.elementwise import Elementwise, ElementwiseFunctions
 from code.gptj.memory_plan import HEAD_ROW_ALIGN  # LM-head rows are padded to this multiple (the module docstring)
+from code.gptj.memory_plan import cache_shape as gptj_cache_shape
 from code.gptj.model import Gptj, GptjConfig, rope_table
-from code.llm.kv_cache import KVCache
+from code.llm.kv_cache import CacheShape, KVCache
+from code.llm.paged_attention import decode_attention, prefill_attention
 from code.numerics.fp8 import Fp8Linear
 
 FP8_ROW_ALIGN = 16
@@ -92,7 +93,10 @@ class Amax:
 
 
 class InflightModel:
-    """The model as the engine runs it. ``from_model`` takes a ``Gptj`` (on the target device and dtype)."""
+    """The model as the engine runs it (``code.llm.inflight_engine.EngineModel``). ``from_model`` takes a ``Gptj``
+    (on the target device and dtype)."""
+
+    memory_plan = "code/gptj/memory_plan.py: gptj_memory_plan"
 
     def __init__(self, config: GptjConfig, embedding: Tensor, layers: list[LayerWeights], norm_weight: Tensor,
                  norm_bias: Tensor, head_weight: Tensor, head_bias: Tensor) -> None:
@@ -115,6 +119,10 @@ class InflightModel:
     @property
     def device(self) -> torch.device:
         return self.embedding.device
+
+    def cache_shape(self, slots: int, beams: int, max_new_tokens: int, page_size: int,
+                    max_prompt_length: int) -> CacheShape:
+        return gptj_cache_shape(self.config, slots, beams, max_new_tokens, page_size, max_prompt_length)
 
     @classmethod
     @torch.no_grad()

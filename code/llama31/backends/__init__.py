@@ -1,15 +1,18 @@
-"""llama3.1-8b backends, looked up by name: the PyTorch model with greedy decoding (CPU and GPU, the correctness
-baseline). The GPU in-flight engine (GQA decode attention, FP8 GEMMs and KV cache) is to come, as GPT-J's
-``code/gptj/backends/inflight.py``."""
+"""llama3.1-8b backends, looked up by name: ``pytorch``, the eager model with greedy decoding in left-padded batches
+(CPU and GPU, the correctness baseline); ``inflight``, the in-flight engine (``code/llm/inflight_engine.py``:
+continuous batching of greedy decoding over a paged KV cache, CUDA graphs for the step) driven by the C++ core's
+continuous session, as GPT-J's. FP8 GEMMs and an FP8 KV cache are to come."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from code.common.gpu_models import BF16_CAPABILITY
-from code.config.backends import BackendDeclaration, Requirement, backend_registry
+from code.common.gpu_models import BF16_CAPABILITY, TRITON_CAPABILITY
+from code.config.backends import BackendDeclaration, Given, Requirement, backend_registry
+from code.config.field_spec import Field
 from code.mlperf.backend_class import BackendClass
 
 if TYPE_CHECKING:
@@ -31,14 +34,36 @@ class BackendContext:
 LlamaBackendClass = BackendClass[BackendContext, Any]
 
 
-def _pytorch_needs(values: dict[str, Any]) -> Requirement | None:
+def _pytorch_needs(values: Mapping[str, Any]) -> Requirement | None:
     return (BF16_CAPABILITY, "bf16 tensor cores") if values.get("precision") == "bf16" else None
+
+
+# The in-flight engine's switches; the pytorch backend's configs hold them at their defaults.
+INFLIGHT_SWITCHES = (
+    Field("cuda_graphs", bool, True, "llama3.1-8b inflight: CUDA graphs, one per decode step"),
+)
+
+
+def _inflight_on_device(values: Mapping[str, Any], device: str, on: str, given: Given) -> str | None:
+    """FlashAttention on the GPU has no float32."""
+    if device != "cpu" and values.get("precision") == "fp32":
+        return (f"the inflight backend on {on} runs bf16 or fp16 (FlashAttention has no float32); "
+                "set --precision=bf16")
+    return None
+
+
+def _inflight_needs(values: Mapping[str, Any]) -> Requirement | None:
+    """The engine's Triton kernels (decode attention, the prompt pages' write) need Ampere."""
+    return TRITON_CAPABILITY, "the in-flight engine's Triton kernels"
 
 
 # What the configuration checks a llama3.1-8b config against (code/config/fields.py).
 DECLARATIONS = (
     BackendDeclaration("pytorch", "code.llama31.backends.pytorch:PytorchLlamaBackend",
                        precisions=("fp32", "bf16", "fp16"), needs=_pytorch_needs),
+    BackendDeclaration("inflight", "code.llama31.backends.inflight:InflightLlamaBackend",
+                       precisions=("fp32", "bf16", "fp16"), switches=INFLIGHT_SWITCHES,
+                       check_device=_inflight_on_device, needs=_inflight_needs),
 )
 BACKENDS = backend_registry("llama3.1-8b backend", DECLARATIONS)
 

@@ -43,6 +43,7 @@ operation order; ``scripts/gpu/check_gptj_inflight.py`` compares the two on the 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor
@@ -63,11 +64,16 @@ MAX_ROWS = 64  # the most query rows one program takes: its accumulator is [rows
 # run of the prompt (1: ``_decode_kernel``; more: ``_decode_split_kernel`` then ``_merge_kernel``). HEADS: key/value
 # heads per program (1: one program per (slot, head); more: one softmax and one page-table gather for that many
 # heads' keys, their query rows filling the tile); it must divide the cache's head count.
-DECODE_LAUNCH: dict[str, int] = {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 1}
+# The default is GPT-J's (16 heads of 256, 4 beams, FP8 cache): two heads a program read the cache 1.23x as fast as
+# one (measured: decode-heads-2026-11-28); a model of another shape passes its own (``decode_attention``'s launch).
+DECODE_LAUNCH: dict[str, int] = {"KEYS": 32, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 2}
 
 
 def prefill_attention(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], cu_seqlens: Tensor) -> Tensor:
     """Causal attention of packed prompts ``[tokens, heads, head_dim]`` (sample i holds rows cu[i]..cu[i+1]).
+
+    k and v may have fewer heads than q (grouped-query attention: q head h reads key/value head h // group);
+    FlashAttention-2 takes them so natively.
 
     CUDA: FlashAttention-2's varlen kernel through torch (one launch for all prompts). Elsewhere: each prompt
     alone, scores in float32 as the reference model computes them."""
@@ -78,8 +84,10 @@ def prefill_attention(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], cu_se
         )[0]
         return out
     outputs = []
+    group = q.shape[1] // k.shape[1]
     for start, end in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True):
         qs, ks, vs = (t[start:end].transpose(0, 1).float() for t in (q, k, v))
+        ks, vs = ks.repeat_interleave(group, dim=0), vs.repeat_interleave(group, dim=0)  # HF's repeat_kv
         scores = torch.matmul(qs, ks.transpose(-1, -2)) / math.sqrt(q.shape[-1])
         n = end - start
         causal = torch.ones(n, n, dtype=torch.bool).tril()
@@ -88,13 +96,15 @@ def prefill_attention(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], cu_se
     return torch.cat(outputs)
 
 
-def decode_attention(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, gen_count: Tensor) -> Tensor:
+def decode_attention(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, gen_count: Tensor,
+                     launch: Mapping[str, int] | None = None) -> Tensor:
     """Attention of one new token per beam row. ``q [slots * beams, q_heads, head_dim]``, q_heads a multiple of the
     cache's heads (grouped-query attention: query head h reads key/value head h // (q_heads // kv_heads), as HF's
     ``repeat_kv``); ``gen_count [slots]``: generated tokens whose keys are in the cache, the current one included
-    (at least 1 is read, so free slots stay finite). Returns ``[slots * beams, q_heads, head_dim]`` in q's dtype."""
+    (at least 1 is read, so free slots stay finite). ``launch``: the Triton kernel's settings (``DECODE_LAUNCH``'s
+    keys; None: ``DECODE_LAUNCH``). Returns ``[slots * beams, q_heads, head_dim]`` in q's dtype."""
     if q.is_cuda and triton is not None:
-        return _decode_attention_triton(q, cache, layer, ancestry, gen_count)
+        return _decode_attention_triton(q, cache, layer, ancestry, gen_count, launch)
     return decode_attention_reference(q, cache, layer, ancestry, gen_count)
 
 
@@ -141,25 +151,26 @@ def decode_attention_reference(q: Tensor, cache: KVCache, layer: int, ancestry: 
     return out
 
 
-def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, gen_count: Tensor) -> Tensor:
+def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, gen_count: Tensor,
+                             launch_settings: Mapping[str, int] | None = None) -> Tensor:
     group = query_group(q, cache, ancestry)
     slots, beams = ancestry.shape[:2]
     q_heads, head_dim = q.shape[1:]
     kv_heads = cache.shape.heads
     if head_dim % 2:
         raise ValueError(f"the decode kernel splits head_dim in halves; {head_dim} is odd")
-    launch = dict(DECODE_LAUNCH)
+    launch = dict(DECODE_LAUNCH if launch_settings is None else launch_settings)
     keys, splits, heads = launch.pop("KEYS"), launch.pop("SPLITS", 1), launch.pop("HEADS", 1)
     if splits < 1:
-        raise ValueError(f"DECODE_LAUNCH['SPLITS'] must be >= 1 (1: one program per slot and head), not {splits}")
+        raise ValueError(f"the decode launch's SPLITS must be >= 1 (1: one program per slot and head), not {splits}")
     if heads < 1 or kv_heads % heads:
-        raise ValueError(f"DECODE_LAUNCH['HEADS'] ({heads}) must divide the cache's {kv_heads} key/value heads")
+        raise ValueError(f"the decode launch's HEADS ({heads}) must divide the cache's {kv_heads} key/value heads")
     rows = beams * group * heads  # a program's query rows
     if rows > MAX_ROWS:
         raise ValueError(f"a decode program takes at most {MAX_ROWS} query rows; {beams} beams x {group} query heads "
                          f"a key/value head x HEADS {heads} make {rows}")
     if 1 << (beams - 1).bit_length() > keys:  # a tile's generated keys are COLUMNS of each beam (beams padded)
-        raise ValueError(f"DECODE_LAUNCH['KEYS'] ({keys}) must hold a generated column of each of {beams} beams")
+        raise ValueError(f"the decode launch's KEYS ({keys}) must hold a generated column of each of {beams} beams")
     pk, pv = cache.prompt_k[layer], cache.prompt_v[layer]
     gk, gv = cache.gen_k[layer], cache.gen_v[layer]
     out = torch.empty_like(q)

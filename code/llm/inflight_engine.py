@@ -1,5 +1,9 @@
 """The in-flight batching loop: take samples, prefill them into free slots, step every slot, complete each sample
-as soon as its beam search ends.
+as soon as its search ends (beam search, or greedy decoding as beam search of one beam).
+
+The loop knows nothing of the model: it runs any ``EngineModel`` (GPT-J's ``code/gptj/inflight/layers.py``,
+Llama 3.1's ``code/llama31/inflight_model.py``), which says its cache's shape and runs prefill and decode over the
+paged KV cache (``code/llm/kv_cache.py``).
 
 One iteration: (1) take as many new samples as there are free slots (waiting only when nothing is running);
 (2) admit what fits: assign pages, prefill prompts in passes of at most ``prefill_tokens`` tokens, which leaves
@@ -17,15 +21,16 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import torch
+from torch import Tensor
 
-from code.gptj.inflight.layers import Amax, InflightModel
-from code.gptj.memory_plan import GIB, PAGE_SIZE, RESERVE_SHARE, cache_shape, prompt_pool_pages
 from code.llm.beam_search import BeamState
 from code.llm.generation import GenerationConfig
 from code.llm.kv_cache import CacheShape, KVCache
+from code.llm.memory_plan import GIB, PAGE_SIZE, RESERVE_SHARE, prompt_pool_pages
 from code.mlperf.devices import allocatable_gpu_bytes, usable_gpu_bytes
 
 Take = Callable[[int, float], "tuple[np.ndarray, np.ndarray] | None"]
@@ -33,6 +38,41 @@ Complete = Callable[[np.ndarray, list[np.ndarray]], None]
 ForcedLengthOf = Callable[[int], int]  # synthetic runs: a sample's forced output length (0: the model decides)
 
 IDLE_WAIT_S = 0.05  # how long take waits when nothing is running (keeps an idle Server loop off the CPU)
+
+
+class EngineModel(Protocol):
+    """What the engine asks of a model: its sizes, its cache's shape, and two forwards over the paged cache."""
+
+    config: Any  # ``n_positions`` (the longest prompt + new tokens) and ``vocab_size`` (the logits' width)
+    memory_plan: str  # where a too-small GPU's error sends the user, e.g. "code/gptj/memory_plan.py: gptj_memory_plan"
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def dtype(self) -> torch.dtype: ...  # what keys and values are computed in
+
+    def cache_shape(self, slots: int, beams: int, max_new_tokens: int, page_size: int,
+                    max_prompt_length: int) -> CacheShape:
+        """The KV cache's shape (layers, key/value heads, head size) before its pool is sized (``pages`` 1)."""
+        ...
+
+    def prefill(self, prompts: list[Tensor], slots: list[int], cache: KVCache) -> Tensor:
+        """Whole prompts (int64 on the device) into the slots' pages; float32 logits ``[prompts, vocab]`` of each
+        prompt's last token."""
+        ...
+
+    def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor) -> Tensor:
+        """One token per beam row; float32 logits ``[slots * beams, vocab]``, without host synchronisation (it is
+        captured in a CUDA graph)."""
+        ...
+
+
+class KvMagnitudes(Protocol):
+    """The calibration's largest key and value magnitudes per layer (an FP8 cache's scales)."""
+
+    k: list[float]
+    v: list[float]
 
 
 @dataclass(frozen=True)
@@ -48,7 +88,7 @@ class EngineOptions:
     prefill_tokens: int = 16384  # most prompt tokens in one prefill pass
     cuda_graphs: bool = True
     # CUDA: memory left beside the KV pool for a prefill pass's activations, the graph pool and fragmentation, as a
-    # share of memory_bytes (code/gptj/memory_plan.py: reserve_bytes)
+    # share of memory_bytes (code/llm/memory_plan.py: reserve_bytes)
     memory_reserve_share: float = RESERVE_SHARE
 
     def __post_init__(self) -> None:
@@ -85,16 +125,16 @@ class InflightEngine:
     """``kv_amax``: the calibration's key and value magnitudes, which an FP8 cache needs for its scales (fixed
     before the step is captured: the kernels take them as constants)."""
 
-    def __init__(self, model: InflightModel, generation: GenerationConfig, options: EngineOptions,
-                 kv_amax: Amax | None = None) -> None:
+    def __init__(self, model: EngineModel, generation: GenerationConfig, options: EngineOptions,
+                 kv_amax: KvMagnitudes | None = None) -> None:
         cfg = model.config
         if options.max_prompt_length + generation.max_new_tokens - 1 > cfg.n_positions:
             raise ValueError(f"prompts of {options.max_prompt_length} tokens + {generation.max_new_tokens} new "
                              f"tokens exceed the model's {cfg.n_positions} positions")
         self.model, self.generation, self.options = model, generation, options
         device = model.device
-        shape = cache_shape(cfg, options.slots, generation.num_beams, generation.max_new_tokens, options.page_size,
-                            options.max_prompt_length)
+        shape = model.cache_shape(options.slots, generation.num_beams, generation.max_new_tokens, options.page_size,
+                                  options.max_prompt_length)
         self.beams = BeamState(options.slots, generation, device)
         self.logits = torch.zeros((options.slots * generation.num_beams, cfg.vocab_size), dtype=torch.float32,
                                   device=device)
@@ -122,9 +162,10 @@ class InflightEngine:
 
     def _pages_that_fit(self, shape: CacheShape) -> int:
         """CPU: every slot at the longest prompt. CUDA: ``prompt_pool_pages`` of what this process can still
-        allocate (the weights and per-slot state are in place), within ``memory_bytes``: the same rule
-        ``gptj_memory_plan`` predicts slots with. Not ``torch.cuda.mem_get_info`` alone, which ignores a
-        per-process memory fraction (a stand-in for a smaller GPU) and PyTorch's cached blocks."""
+        allocate (the weights and per-slot state are in place), within ``memory_bytes``: the same rule the model's
+        memory plan (``code/llm/memory_plan.py``: ``largest_fit``) predicts slots with. Not
+        ``torch.cuda.mem_get_info`` alone, which ignores a per-process memory fraction (a stand-in for a smaller GPU)
+        and PyTorch's cached blocks."""
         if self.model.device.type != "cuda":
             return shape.slots * shape.pages_per_slot
         device = self.model.device
@@ -136,7 +177,7 @@ class InflightEngine:
             raise ValueError(f"{room / GIB:.1f} GiB left on the GPU (of {memory / GIB:.1f} GiB usable) is too little "
                              f"for {shape.slots} slots ({shape.generated_bytes(element) / GIB:.1f} GiB of generated "
                              "rows), the reserve and one longest prompt: lower gpu_batch_size "
-                             "(code/gptj/memory_plan.py: gptj_memory_plan says how many fit)")
+                             f"({self.model.memory_plan} says how many fit)")
         return pages
 
     # -- one step ------------------------------------------------------------------------------------------------

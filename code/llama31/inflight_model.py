@@ -1,0 +1,199 @@
+"""Llama 3.1 for the in-flight engine (``code/llm/inflight_engine.py``): its weights regrouped for inference, and
+the two forwards the engine runs, prefill over packed prompts and decode of one token per slot, over the paged KV
+cache (``code/llm/kv_cache.py``).
+
+The computation is ``code/llama31/model.py``'s (HF ``LlamaForCausalLM``'s) with the batch laid out differently:
+
+- **Packed prompts**: a prefill pass holds the token rows of several prompts back to back (``[tokens, dim]``, no
+  padding); attention is causal within each prompt (``code.llm.paged_attention.prefill_attention``: FlashAttention-2
+  varlen on CUDA, which takes fewer key/value heads than query heads natively; a float32 loop elsewhere). Positions
+  count from 0 at each prompt's first token; generated token t of a prompt of n tokens sits at position n + t.
+- **The cache** holds the ``n_kv_heads`` key/value heads (8 for the 8B: 128 kB a token in bf16); decode attention
+  (``decode_attention``) lets query head h read key/value head ``h // (n_heads / n_kv_heads)``.
+- **Fused GEMMs**: q, k and v come from one GEMM (``wqkv``, as the eager model holds it); the SwiGLU's gate and up
+  projections from one (``w13 = [w1; w3]``), so a layer runs four GEMMs: qkv, attention output, gate/up, down.
+
+RMSNorm, rotate-half RoPE with Llama 3's scaled frequencies (``rope_table``: float32 on the CPU, cast to the model's
+dtype per position as HF does) and the untied LM head are the eager model's. The engine runs it in bf16 on a GPU
+(float32 in CPU tests). Each GEMM goes through ``LayerWeights``' methods, so FP8 GEMMs can replace them layer by
+layer, as GPT-J's ``use_fp8_gemms`` does; an FP8 KV cache is the engine's ``EngineOptions.kv_dtype``, which needs
+the calibration's key and value magnitudes (neither is built yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from code.llama31.architecture import LlamaConfig
+from code.llama31.model import Llama, apply_rotary, rope_table
+from code.llm.cache_shape import CacheShape
+from code.llm.kv_cache import KVCache
+from code.llm.paged_attention import decode_attention, prefill_attention
+
+# The decode kernel's launch at Llama 3.1 8B's shape (1 beam, 4 query heads a key/value head of 128): 4 key/value
+# heads a program (16 query rows) in 2 splits read an FP8 cache 1.50x as fast as one head a program, a bf16 one
+# within 5% of the best (measured: decode-heads-2026-11-28).
+DECODE_LAUNCH = {"KEYS": 32, "num_warps": 4, "num_stages": 3, "SPLITS": 2, "HEADS": 4}
+
+
+@dataclass
+class LayerWeights:
+    attention_norm: Tensor  # [dim]
+    wqkv: Tensor  # [(n_heads + 2 * n_kv_heads) * head_dim, dim]
+    wo: Tensor  # [dim, n_heads * head_dim]
+    ffn_norm: Tensor  # [dim]
+    w13: Tensor  # [2 * intermediate_size, dim]: the gate (w1) then the up projection (w3)
+    w2: Tensor  # [dim, intermediate_size]
+
+    def qkv(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.wqkv)
+
+    def out(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.wo)
+
+    def gate_up(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.w13)
+
+    def down(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.w2)
+
+
+class InflightLlama:
+    """The model as the engine runs it (``code.llm.inflight_engine.EngineModel``). ``from_model`` takes a ``Llama``
+    (random or a checkpoint's, on the target device and dtype)."""
+
+    memory_plan = "code/llama31/memory_plan.py: llama_memory_plan"
+
+    def __init__(self, config: LlamaConfig, embedding: Tensor, layers: list[LayerWeights], norm_weight: Tensor,
+                 head_weight: Tensor) -> None:
+        self.config = config
+        self.embedding = embedding
+        self.layers = layers
+        self.norm_weight = norm_weight
+        self.head_weight = head_weight
+        # every position the model takes (131,072 x 64 x 2 floats for the 8B: 67 MB), so no position reads past it
+        self.rope = rope_table(config, config.n_positions).to(embedding.device)
+        self.q_width = config.n_heads * config.head_dim
+        self.kv_width = config.n_kv_heads * config.head_dim
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embedding.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embedding.device
+
+    def cache_shape(self, slots: int, beams: int, max_new_tokens: int, page_size: int,
+                    max_prompt_length: int) -> CacheShape:
+        """The cache holds the key/value heads only (grouped-query attention)."""
+        cfg = self.config
+        return CacheShape(layers=cfg.n_layers, heads=cfg.n_kv_heads, head_dim=cfg.head_dim, slots=slots, beams=beams,
+                          max_new_tokens=max_new_tokens, page_size=page_size, pages=1,
+                          max_prompt_length=max_prompt_length)
+
+    @classmethod
+    @torch.no_grad()
+    def from_model(cls, model: Llama, consume: bool = False) -> InflightLlama:
+        """Regroup ``model``'s weights. With ``consume`` each layer's original tensors are freed as soon as its
+        grouped copies exist, so a 16 GB model never needs twice its memory on the GPU."""
+        layers = []
+        for block in model.layers:
+            attention, mlp = block.attention, block.feed_forward
+            layers.append(LayerWeights(
+                attention_norm=block.attention_norm.weight.detach(),
+                wqkv=attention.wqkv.weight.detach(),
+                wo=attention.wo.weight.detach(),
+                ffn_norm=block.ffn_norm.weight.detach(),
+                w13=torch.cat((mlp.w1.weight, mlp.w3.weight)),
+                w2=mlp.w2.weight.detach(),
+            ))
+            if consume:
+                for linear in (mlp.w1, mlp.w3):
+                    linear.weight.data = torch.empty(0, dtype=linear.weight.dtype, device=linear.weight.device)
+        return cls(model.config, model.tok_embeddings.weight.detach(), layers, model.norm.weight.detach(),
+                   model.output.weight.detach())
+
+    # -- the pieces --------------------------------------------------------------------------------------------
+    def _norm(self, x: Tensor, weight: Tensor) -> Tensor:
+        """RMSNorm as ``code.llama31.model.RMSNorm``: the variance in float32, cast back before the weight."""
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.config.norm_eps)
+        return weight * h.to(x.dtype)
+
+    def _rope(self, positions: Tensor) -> Tensor:
+        return self.rope[positions].to(self.dtype)[:, None]  # [tokens, 1, head_dim / 2, 2]
+
+    def _logits(self, x: Tensor) -> Tensor:
+        return F.linear(self._norm(x, self.norm_weight), self.head_weight).float()
+
+    def _layers(self, x: Tensor, rope: Tensor, attend: Callable[[int, Tensor, Tensor, Tensor], Tensor]) -> Tensor:
+        """Every block over ``x [tokens, dim]``; ``attend(i, q, k, v)`` is layer i's attention (it also stores the
+        keys and values). Returns the last block's residual stream."""
+        cfg = self.config
+        tokens = x.shape[0]
+        for i, layer in enumerate(self.layers):
+            q, k, v = layer.qkv(self._norm(x, layer.attention_norm)).split(
+                (self.q_width, self.kv_width, self.kv_width), dim=-1)
+            q = apply_rotary(q.view(tokens, cfg.n_heads, cfg.head_dim), rope)
+            k = apply_rotary(k.view(tokens, cfg.n_kv_heads, cfg.head_dim), rope)
+            v = v.reshape(tokens, cfg.n_kv_heads, cfg.head_dim)
+            attended = attend(i, q, k, v)
+            x = x + layer.out(attended.reshape(tokens, self.q_width))
+            gate, up = layer.gate_up(self._norm(x, layer.ffn_norm)).chunk(2, dim=-1)
+            x = x + layer.down(F.silu(gate) * up)
+        return x
+
+    # -- the engine's forwards ---------------------------------------------------------------------------------
+    def _prompt_forward(self, prompts: list[Tensor], write: Callable[[int, Tensor, Tensor], None] | None) -> Tensor:
+        """Packed causal forward of whole prompts; ``write(i, k, v)`` stores layer i's keys and values. Float32
+        logits of each prompt's last token."""
+        lengths = [len(p) for p in prompts]
+        tokens = torch.cat(prompts)
+        positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
+        cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32,
+                                  device=self.device)
+
+        def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            if write is not None:
+                write(i, k, v)
+            return prefill_attention(q, k, v.contiguous(), lengths, cu_seqlens)
+
+        x = self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend)
+        return self._logits(x[cu_seqlens[1:].long() - 1])
+
+    @torch.inference_mode()
+    def prompt_logits(self, prompts: list[Tensor]) -> Tensor:
+        """Float32 logits ``[prompts, vocab]`` of each prompt's last token, without a cache (checks, calibration)."""
+        return self._prompt_forward(prompts, None)
+
+    @torch.inference_mode()
+    def prefill(self, prompts: list[Tensor], slots: list[int], cache: KVCache) -> Tensor:
+        """Run whole prompts (int64 on the device), write their keys/values to the slots' pages; float32 logits
+        ``[prompts, vocab]`` of each prompt's last token."""
+        rows = cache.prompt_write_index(slots, [len(p) for p in prompts])
+
+        def write(i: int, k: Tensor, v: Tensor) -> None:
+            cache.write_prompt(i, rows, k, v)
+
+        return self._prompt_forward(prompts, write)
+
+    def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor) -> Tensor:
+        """One token per beam row (``tokens [slots * beams]``), the ``gen_count[s]``-th generated token of slot s;
+        float32 logits ``[slots * beams, vocab]``. No host synchronisation: it is captured in a CUDA graph."""
+        slots, beams = ancestry.shape[:2]
+        column = (gen_count - 1).clamp(min=0)
+        positions = (cache.prompt_lengths.long() + column)[:, None].expand(-1, beams).reshape(-1)
+        rows = torch.arange(slots * beams, device=tokens.device)
+        columns = column[:, None].expand(-1, beams).reshape(-1)
+
+        def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            cache.write_generated(i, rows, columns, k, v)
+            return decode_attention(q, cache, i, ancestry, gen_count, DECODE_LAUNCH)
+
+        return self._logits(self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend))

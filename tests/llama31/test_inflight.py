@@ -1,0 +1,241 @@
+"""Llama 3.1 in the in-flight engine (code/llama31/inflight_model.py in code/llm/inflight_engine.py) against the
+eager model's greedy decoding (code/llm/generation.py over code/llama31/model.py, itself checked against HF in
+test_model.py): in float32 on the CPU, the same prompt logits, and token for token the same outputs, whether every
+prompt is admitted at once or slots free and new samples join mid-run; a sample ends at any of the three EOS ids."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from code.llama31.architecture import LLAMA_CONFIGS
+from code.llama31.backends.pytorch import generation_config
+from code.llama31.inflight_model import InflightLlama
+from code.llama31.model import random_weights
+from code.llm.beam_search import BeamState
+from code.llm.generation import cache_shape, generate, left_pad
+from code.llm.inflight_engine import EngineOptions, InflightEngine
+
+TINY = LLAMA_CONFIGS["tiny"]
+# A single token, page boundaries (16) and past them, more prompts than slots so slots are reused
+LENGTHS = [7, 1, 40, 16, 17, 25, 12, 9, 70, 5, 33]
+GENERATION = generation_config(TINY)  # greedy, 1 to 128 new tokens, three EOS ids
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def made_model(config=TINY):
+    """Random weights, the norms too; the EOS ids' LM-head rows scaled by 1.5, so outputs end at each of the three
+    EOS ids after 30 to 70 tokens, or run to 128 (random weights alone never choose one)."""
+    model = random_weights(config, seed=3)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() == 1:
+                param.normal_(1.0, 0.1, generator=torch.Generator().manual_seed(len(name)))
+        for eos in TINY.eos_token_ids:
+            model.output.weight[eos] *= 1.5
+    return model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return made_model()
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = np.random.default_rng(1)
+    return [rng.integers(0, 128000, size=n).astype(np.int32) for n in LENGTHS]
+
+
+@pytest.fixture(scope="module")
+def expected(model, prompts):
+    model.setup_caches(*cache_shape(LENGTHS, GENERATION))
+    return generate(model, prompts, GENERATION)
+
+
+def test_the_reference_outputs_exercise_every_ending(expected):
+    """What the engine tests compare against ends at each EOS id and at 128 tokens."""
+    lengths = [len(e) for e in expected]
+    assert 128 in lengths and len(set(lengths)) >= 6, lengths
+    ends = {int(e[-1]) for e in expected if len(e) < 128}
+    assert ends == set(TINY.eos_token_ids), ends
+    for e in expected:
+        assert not set(e[:-1].tolist()) & set(TINY.eos_token_ids)
+
+
+def test_prompt_logits_match_the_eager_model(model, prompts):
+    """Packed prompts, each attending to itself only, give the eager model's left-padded last-token logits."""
+    inflight = InflightLlama.from_model(model)
+    got = inflight.prompt_logits([torch.as_tensor(p, dtype=torch.long) for p in prompts])
+    model.setup_caches(*cache_shape(LENGTHS, GENERATION))
+    tokens, pad = left_pad([torch.as_tensor(p, dtype=torch.long) for p in prompts], TINY.eos_token_id)
+    with torch.inference_mode():
+        want = model(tokens, 0, pad, last_only=True).float()
+    assert got.shape == (len(prompts), TINY.vocab_size) and got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+def test_prefill_writes_the_key_value_heads_and_returns_the_same_logits(model, prompts):
+    """Through the engine's cache: the prefill's logits are the cache-free forward's, and the pages hold the
+    n_kv_heads key/value heads (1 for the tiny model, 4 query heads)."""
+    inflight = InflightLlama.from_model(model)
+    engine = InflightEngine(inflight, GENERATION, EngineOptions(slots=3, max_prompt_length=72, page_size=16))
+    assert engine.cache.prompt_k.shape[-2:] == (TINY.n_kv_heads, TINY.head_dim)
+    chosen = [torch.as_tensor(prompts[i], dtype=torch.long) for i in (0, 2, 8)]
+    for slot, prompt in enumerate(chosen):
+        engine.cache.assign(slot, len(prompt))
+    logits = inflight.prefill(chosen, [0, 1, 2], engine.cache)
+    torch.testing.assert_close(logits, inflight.prompt_logits(chosen), rtol=0, atol=0)
+    assert engine.cache.prompt_k.abs().sum() > 0
+
+
+@pytest.mark.parametrize(("slots", "page_size", "prefill_tokens", "kv_pages"), [
+    (16, 64, 4096, 0),  # every prompt admitted at once, in one prefill pass
+    (3, 16, 50, 0),  # slots freed and refilled mid-run, prefill split into passes
+    (4, 8, 40, 9),  # a pool of 9 pages (one 70-token prompt): admission waits for pages to free
+])
+def test_engine_matches_greedy_generate(model, prompts, expected, slots, page_size, prefill_tokens, kv_pages):
+    options = EngineOptions(slots=slots, max_prompt_length=72, page_size=page_size, prefill_tokens=prefill_tokens,
+                            kv_pages=kv_pages)
+    engine = InflightEngine(InflightLlama.from_model(model), GENERATION, options)
+    got = engine.generate(prompts)
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == np.int32
+        np.testing.assert_array_equal(g, e)
+    stats = engine.stats.as_dict()
+    assert stats["completed"] == len(prompts) and stats["generated_tokens"] == sum(len(e) for e in expected)
+    # greedy decoding runs no step past its answer
+    assert stats["decode_steps"] == stats["generated_tokens"]
+    assert stats["mean_running_slots"] <= slots
+
+
+def test_query_heads_read_their_own_key_value_head(prompts):
+    """Two key/value heads for four query heads (the tiny model has one): query head h reads key/value head h // 2
+    in prefill and decode, as HF's repeat_kv lays them out."""
+    model = made_model(dataclasses.replace(TINY, n_kv_heads=2))
+    chosen = prompts[:6]
+    model.setup_caches(*cache_shape(LENGTHS[:6], GENERATION))
+    want = generate(model, chosen, GENERATION)
+    engine = InflightEngine(InflightLlama.from_model(model), GENERATION,
+                            EngineOptions(slots=2, max_prompt_length=72, page_size=16))
+    for g, e in zip(engine.generate(chosen), want, strict=True):
+        np.testing.assert_array_equal(g, e)
+
+
+def test_forced_lengths_end_with_eos_exactly_where_asked(model, prompts, expected):
+    """Synthetic runs: a forced output ends with the first EOS id at its length and has none before; samples given
+    no length (0) still match greedy decoding, in slots that forced samples used before and after them."""
+    forced = [3, 0, 128, 0, 90, 1, 0, 31, 100, 0, 45]
+    engine = InflightEngine(InflightLlama.from_model(model), GENERATION,
+                            EngineOptions(slots=3, max_prompt_length=72, page_size=16))
+    got = engine.generate(prompts, forced_lengths=forced)
+    eos = set(TINY.eos_token_ids)
+    for g, e, n in zip(got, expected, forced, strict=True):
+        if n:
+            assert len(g) == n and g[-1] == TINY.eos_token_id and not eos & set(g[:-1].tolist())
+        else:
+            np.testing.assert_array_equal(g, e)
+
+
+def test_one_beam_state_ends_at_any_eos_id():
+    """Scripted logits: slot 0 picks an EOS id at step 0 (barred: min_new_tokens=1), then the third EOS id; slot 1
+    the second EOS id at step 2."""
+    beams = BeamState(2, GENERATION, torch.device("cpu"))
+    beams.reset(torch.tensor([0, 1]))
+    vocab = TINY.vocab_size
+    first, second, third = TINY.eos_token_ids
+    picks = [[first, 5], [third, 6], [7, second]]
+    for step, (a, b) in enumerate(picks):
+        logits = torch.zeros(2, vocab)
+        logits[0, a] = logits[1, b] = 1.0
+        logits[0, 9] = 0.5  # what slot 0 takes while EOS is barred
+        beams.step(logits)
+        if step == 1:
+            assert beams.finished.tolist() == [True, False]
+            assert beams.result(0).tolist() == [9, third]
+            beams.release(torch.tensor([0]))
+    assert beams.finished.tolist() == [False, True]
+    assert beams.result(1).tolist() == [5, 6, second]
+
+
+# -- the backend ----------------------------------------------------------------------------------------------------
+
+def test_inflight_backend_answers_as_the_pytorch_backend():
+    """The two backends on the same random weights (CPU, float32): the same tokens for every prompt."""
+    from code.llama31.backends.inflight import InflightLlamaBackend, InflightOptions
+    from code.llama31.backends.pytorch import PytorchLlamaBackend, PytorchOptions
+
+    rng = np.random.default_rng(2)
+    prompts = [rng.integers(0, 128000, size=n).astype(np.int32) for n in (5, 30, 12, 1, 19)]
+    common = dict(device="cpu", model_name="tiny", precision="fp32", seed=4, max_prompt_length=30)
+    eager = PytorchLlamaBackend(PytorchOptions(**common, max_batch_size=len(prompts)))
+    inflight = InflightLlamaBackend(InflightOptions(**common, max_batch_size=2))
+    indices = np.arange(len(prompts))
+    for g, e in zip(inflight.run_batch(indices, prompts), eager.run_batch(indices, prompts), strict=True):
+        np.testing.assert_array_equal(g, e)
+    assert inflight.stats()["completed"] == len(prompts)
+    with pytest.raises(ValueError, match="runs in fp32, bf16, fp16, not 'fp8'"):
+        InflightLlamaBackend(InflightOptions(**{**common, "precision": "fp8"}))
+
+
+# -- the memory plan ------------------------------------------------------------------------------------------------
+
+def test_the_plan_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys; import code.llama31.memory_plan; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_the_plan_fits_hundreds_of_slots_on_an_h100_and_the_cap_on_an_h200():
+    from code.llama31.memory_plan import MAX_SLOTS, llama_memory_plan
+    from code.llm.memory_plan import GIB
+
+    h100, h200 = 81_090 << 20, 150_109_880_320  # as torch reports their memory
+    plan = llama_memory_plan(h100)
+    assert plan.fits and plan.limited_by == "memory" and 384 <= plan.slots < MAX_SLOTS
+    assert 16.0e9 < plan.weights_bytes < 16.3e9  # 8.03 billion bf16 parameters and the RoPE table
+    assert llama_memory_plan(h200).slots == MAX_SLOTS
+    refused = llama_memory_plan(16 * GIB)
+    assert refused.slots == 0 and "Llama 3.1 in bf16 needs about" in refused.refusal
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_plan_counts_what_the_engine_holds(dtype):
+    from code.llama31.memory_plan import cache_shape as plan_shape
+    from code.llama31.memory_plan import weight_bytes
+    from code.llm.memory_plan import slot_state_bytes
+
+    def size(*tensors):
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    model = InflightLlama.from_model(random_weights(TINY, 0, dtype), consume=True)
+    held = [model.embedding, model.norm_weight, model.head_weight, model.rope,
+            *(t for layer in model.layers for t in vars(layer).values())]
+    precision = "fp32" if dtype == torch.float32 else "bf16"
+    assert size(*held) == weight_bytes(TINY, precision)
+    engine = InflightEngine(model, GENERATION, EngineOptions(slots=3, max_prompt_length=40, page_size=8, kv_pages=7))
+    beams = engine.beams
+    assert size(engine.logits, beams.run_tokens, beams.done_tokens, beams.ancestry) == slot_state_bytes(
+        TINY.vocab_size, 3, 1, 128)
+    shape = plan_shape(TINY, 3, 128, 8, 40)
+    assert shape == engine.cache.shape.__class__(**{**engine.cache.shape.__dict__, "pages": 1})
+    assert size(engine.cache.gen_k, engine.cache.gen_v) == shape.generated_bytes(dtype.itemsize)
+
+
+def test_the_declaration_refuses_float32_on_a_gpu_and_needs_triton():
+    from code.common.constants import Benchmark
+    from code.config.backends import declaration
+
+    declared = declaration(Benchmark.LLAMA31, "inflight")
+    assert declared.precisions == ("fp32", "bf16", "fp16") and declared.switches[0].name == "cuda_graphs"
+    refusal = declared.check_device({"precision": "fp32"}, "cuda:0", "cuda:0", lambda name: name)
+    assert "FlashAttention has no float32" in refusal
+    assert declared.check_device({"precision": "fp32"}, "cpu", "the CPU", lambda name: name) is None
+    assert declared.needs({"precision": "bf16"})[0] == (8, 0)

@@ -1,5 +1,4 @@
-"""Where a model runs: the ``device``, ``devices``, ``cpu_workers`` and ``cpu_threads`` fields made concrete, in one
-place.
+"""Where a model runs: the ``device``, ``devices``, ``cpu_workers`` and ``cpu_threads`` fields made concrete.
 
 ``auto`` means the same everywhere (a run, engine calibration, the fine-tuning tool): cuda when PyTorch sees a
 GPU, else cpu. A run resolves and checks its device once, here, so that a missing GPU or a precision the device
@@ -47,7 +46,7 @@ def auto_device() -> str:
 
 
 def resolve_device(config: ResolvedConfig) -> str:
-    """The ``device`` field made concrete and checked against the GPUs present and the precision (``check_device``)."""
+    """The ``device`` field made concrete, checked against the GPUs present and the precision."""
     device = config["device"]
     gpus = 0 if device == "cpu" else visible_gpus()  # a CPU run never imports torch here
     if device == "auto":
@@ -88,7 +87,6 @@ def stand_in_of(config: ResolvedConfig) -> GpuModel | None:
 
 
 def gpu_of(device: str) -> GpuModel:
-    """The GPU ``device`` is, as PyTorch sees it."""
     import torch
 
     properties = torch.cuda.get_device_properties(torch.device(device))
@@ -113,8 +111,7 @@ def cap_memory_as_stand_in(config: ResolvedConfig, device: str) -> None:
 
 
 def resolve_devices(config: ResolvedConfig) -> list[str]:
-    """The devices a run puts one backend instance on: ``cpu`` or ``cpu:N`` each, or ``cuda:N`` for each GPU the
-    ``devices`` field names; a GPU that is not visible, a repeated index or a device list on a CPU run is refused."""
+    """The devices a run puts one backend instance on: ``cpu``, ``cpu:N`` each, or ``cuda:N`` each."""
     device = resolve_device(config)
     devices = config["devices"]
     if device == "cpu":
@@ -176,8 +173,7 @@ def backend_on(device: str, config: ResolvedConfig, backend_class: Any, context:
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """torch's ``OutOfMemoryError`` (a GPU's) or the CPU allocator's RuntimeError, told apart by name and text so
-    that checking never imports torch."""
+    """torch's ``OutOfMemoryError`` or the CPU allocator's RuntimeError, by name and text: checking imports no torch."""
     return type(error).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(error)
 
 
@@ -190,12 +186,12 @@ def allocator_message(error: BaseException) -> str:
 @contextmanager
 def current_device(device: str) -> Iterator[None]:
     """The thread's current CUDA device is ``device`` inside (nothing changes for the CPU)."""
-    if not device.startswith("cuda"):
-        yield
-        return
-    import torch
+    if device.startswith("cuda"):
+        import torch
 
-    with torch.cuda.device(torch.device(device)):
+        with torch.cuda.device(torch.device(device)):
+            yield
+    else:
         yield
 
 
@@ -275,7 +271,7 @@ def allocatable_gpu_bytes(device: Any, usable: int | None = None) -> int:
 
 
 def allowed_cpus() -> int:
-    """How many CPUs this process may run on (containers and taskset narrow them below os.cpu_count())."""
+    """The CPUs this process may run on (containers and taskset narrow them below os.cpu_count())."""
     return max(1, len(allowed_cpu_set()))
 
 
@@ -292,8 +288,7 @@ def default_cpu_threads() -> int:
 
 
 def resolve_cpu_threads(config: ResolvedConfig) -> int:
-    """The ``cpu_threads`` field made concrete: itself when set, else ``default_cpu_threads`` (one fewer in
-    Server)."""
+    """The ``cpu_threads`` field, else ``default_cpu_threads`` (one fewer in Server)."""
     threads = config["cpu_threads"]
     if threads < 0:
         raise ValueError(f"cpu_threads must be >= 0 (0: choose from the allowed CPUs), got {threads}")

@@ -40,29 +40,19 @@ log = get_logger("power")
 PERIOD_S = 0.1
 # NVML's clock event reasons (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*; the bits are the same),
 # named as the summary writes them.
-THROTTLE_REASONS = {
-    0x1: "idle",
-    0x2: "application clocks",
-    0x4: "power cap",
-    0x8: "hardware slowdown",
-    0x10: "sync boost",
-    0x20: "thermal",
-    0x40: "hardware thermal",
-    0x80: "power brake",
-    0x100: "display clock",
-    0x200: "board limit",
-    0x400: "reliability",
-}
+THROTTLE_REASONS = {1 << bit: name for bit, name in enumerate((
+    "idle", "application clocks", "power cap", "hardware slowdown", "sync boost", "thermal", "hardware thermal",
+    "power brake", "display clock", "board limit", "reliability"))}
 # LoadGen's power_begin and power_end: UTC, to the millisecond (loadgen/utils.cc DateTimeStringForPower).
 LOADGEN_TIME_FORMAT = "%m-%d-%Y %H:%M:%S"
 
 
 class PowerUnavailableError(RuntimeError):
-    """Nothing can be read for this test (no GPU, no NVML, a GPU without a power reading); the message says why."""
+    """Nothing can be read for this test (no GPU, no NVML, no power reading); the message says why."""
 
 
 def reason_names(bits: int) -> list[str]:
-    """The reasons set in an NVML clock event bit mask; a bit the table does not know as its hex."""
+    """The reasons set in an NVML clock event bit mask; an unknown bit as its hex."""
     names = [name for bit, name in THROTTLE_REASONS.items() if bits & bit]
     unknown = bits & ~sum(THROTTLE_REASONS)
     return names + ([f"0x{unknown:x}"] if unknown else [])
@@ -75,8 +65,8 @@ def loadgen_time(text: str) -> float:
 
 
 def timed_window(detail: dict[str, Any]) -> tuple[float, float] | None:
-    """The timed part of the test (``read_detail_log``'s ``power_begin``, ``power_end``) in seconds since the epoch;
-    None when the log has no such pair (the test did not get that far)."""
+    """``power_begin`` to ``power_end`` of ``read_detail_log`` in seconds since the epoch; None when the test did not
+    get that far."""
     try:
         begin, end = loadgen_time(str(detail["power_begin"])), loadgen_time(str(detail["power_end"]))
     except (KeyError, ValueError):
@@ -86,7 +76,7 @@ def timed_window(detail: dict[str, Any]) -> tuple[float, float] | None:
 
 @dataclass(frozen=True)
 class Reading:
-    """One GPU read once; a value its GPU does not report is None."""
+    """One GPU read once; None: its GPU does not report that value."""
 
     power_w: float
     energy_j: float | None  # the board's energy counter since the driver loaded
@@ -117,7 +107,7 @@ class Gpu:
 
 @dataclass
 class PowerTrace:
-    """What a sampler read: each GPU and its ticks, and the NVML error that stopped it, if one did."""
+    """What a sampler read, and the NVML error that stopped it."""
 
     gpus: list[Gpu]
     ticks: list[Tick] = field(default_factory=list)
@@ -126,8 +116,8 @@ class PowerTrace:
     host: list[HostReading] = field(default_factory=list)  # the host's readings, one a tick
 
     def summarize(self, window: tuple[float, float] | None, samples: int | None) -> dict[str, Any]:
-        """The power figures over ``window`` (``timed_window``) with ``samples`` completed in it; raises
-        PowerUnavailableError when the readings do not cover it."""
+        """The power figures over ``window`` with ``samples`` completed in it; PowerUnavailableError when the readings
+        do not cover it."""
         if window is None or not self.ticks or self.ticks[0].time_s > window[0] or self.ticks[-1].time_s < window[1]:
             raise PowerUnavailableError(
                 f"NVML failed during the test ({self.error}); the readings do not cover its timed part" if self.error
@@ -303,20 +293,16 @@ def power_sampler(devices: Sequence[str], why_not: str | None = None, nvml: Any 
     return PowerSampler(nvml, gpus, period_s, clock, host)
 
 
-def _import_nvml() -> Any:
-    try:
-        import pynvml  # nvidia-ml-py
-    except ImportError:
-        raise PowerUnavailableError("nvidia-ml-py is not installed") from None
-    return pynvml
-
-
 def _open_gpus(devices: Sequence[str], nvml: Any) -> tuple[Any, list[Gpu]]:
     """NVML, started (the sampler shuts it down), and each GPU of ``devices`` with the readings it gives."""
     cuda = [device for device in devices if device.startswith("cuda")]
     if not cuda:
         raise PowerUnavailableError(f"no GPU among the test's devices ({', '.join(devices) or 'none'})")
-    nvml = nvml or _import_nvml()
+    if nvml is None:
+        try:
+            import pynvml as nvml  # nvidia-ml-py
+        except ImportError:
+            raise PowerUnavailableError("nvidia-ml-py is not installed") from None
     try:
         nvml.nvmlInit()
     except Exception as error:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...

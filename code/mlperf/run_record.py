@@ -57,11 +57,7 @@ class RunRecord:
         """The test's outcome; a record of a test that never wrote one reads as not complete."""
         return TestResult.from_dict(self.result_dict) if self.result_dict else TestResult("", "", "", complete=False)
 
-    @property
-    def result_dict(self) -> dict[str, Any]:
-        """The result as recorded (with its derived ``verdict``), for readers of its JSON form."""
-        value = self.data.get("result")
-        return value if isinstance(value, dict) else {}
+    result_dict = _section("result", "The result as recorded (with its derived ``verdict``), for readers of its JSON.")
 
     @property
     def complete(self) -> bool:
@@ -85,7 +81,7 @@ class RunRecord:
 
     @property
     def sources(self) -> dict[str, str]:
-        """Where each resolved field's value came from ("RUN_ARGS", "tuned (...)", a class's name, "default")."""
+        """Where each field's value came from ("RUN_ARGS", "tuned (...)", a class's name, "default")."""
         return self.config.get("sources") or {}
 
     @property
@@ -95,8 +91,12 @@ class RunRecord:
 
     @property
     def fields(self) -> dict[str, Any]:
-        """The resolved config's field values."""
         return self.config.get("fields") or {}
+
+    def given(self, *leave_out: str) -> dict[str, Any]:
+        """The fields RUN_ARGS gave, by name, without the log folder (a run again needs its own) and ``leave_out``."""
+        return {name: self.fields[name] for name, source in sorted(self.sources.items())
+                if source == "RUN_ARGS" and name in self.fields and name not in ("log_dir", *leave_out)}
 
     provenance = _section("provenance", "What the test ran on: ``describe_inputs``' description.")
     engine = _section("engine", "Which engine of the config's ladder ran and why; {} before ladders existed.")

@@ -27,14 +27,6 @@ def ended_early(result: TestResult) -> bool:
     return result.valid is False and loadgen_rules.ended_early(result.invalid_reasons)
 
 
-def _given_flags(record: RunRecord, leave_out: str) -> str:
-    """The run's RUN_ARGS as flags (from metadata.json's sources), without the log folder and ``leave_out``."""
-    fields = record.fields
-    return "".join(f" --{name}" if fields[name] is True else f" --{name}={fields[name]}"
-                   for name, source in sorted(record.sources.items())
-                   if source == "RUN_ARGS" and name in fields and name not in ("log_dir", leave_out))
-
-
 def next_command(benchmark_name: str, result: TestResult, record: RunRecord) -> str | None:
     """The command that makes a test VALID that ended before its minimum duration: Offline, a run with an expected
     QPS of ``NEXT_MARGIN`` x the rate it measured; else ``make find_performance``, which measures the setting."""
@@ -43,7 +35,9 @@ def next_command(benchmark_name: str, result: TestResult, record: RunRecord) -> 
     scenario = result.scenario
     name = {"Offline": "offline_expected_qps", "SingleStream": "single_stream_expected_latency_ns",
             "Server": "server_target_qps"}.get(scenario, "")
-    args = f"--benchmarks={benchmark_name} --scenarios={scenario.lower()}{_given_flags(record, name)}"
+    given = "".join(f" --{flag}" if value is True else f" --{flag}={value}"
+                    for flag, value in record.given(name).items())
+    args = f"--benchmarks={benchmark_name} --scenarios={scenario.lower()}{given}"
     if scenario == "Offline" and result.value:
         qps = result.value * NEXT_MARGIN
         shown = f"{qps:.0f}" if qps >= 100 else f"{qps:.3g}"  # 3 significant digits would print 1.1e+05

@@ -34,8 +34,6 @@ ID_LINE = re.compile(r"^Measurement id: `([a-z0-9][a-z0-9.-]*)`", re.MULTILINE)
 HEADING = "## Current figures"
 HEADER = "| workload | device | GPUs | figure | unit | verdict | date | command | measurement |"
 SCENARIOS = ("Offline", "Server", "SingleStream")  # the table's order within a benchmark
-# RUN_ARGS a record keeps that a command to measure again leaves out: a new run needs a new log folder.
-NOT_REPEATED = {"log_dir"}
 
 
 class FiguresError(RuntimeError):
@@ -210,12 +208,10 @@ def device_label(test: TestRun) -> str:
 
 
 def rerun_command(test: TestRun) -> str:
-    """``make run RUN_ARGS="..."`` with the benchmark, the scenario and every field the run's RUN_ARGS gave (its
-    record's sources say which), so the row's figure can be measured again."""
-    config = test.record.config
+    """``make run RUN_ARGS="..."`` with the benchmark, the scenario and every field the run's RUN_ARGS gave, so the
+    row's figure can be measured again."""
     given = [f"--{name}={str(value).lower() if isinstance(value, bool) else value}"
-             for name, value in sorted(config.get("fields", {}).items())
-             if config.get("sources", {}).get(name) == "RUN_ARGS" and name not in NOT_REPEATED]
+             for name, value in test.record.given().items()]
     words = [f"--benchmarks={test.benchmark}", f"--scenarios={test.scenario.lower()}", *given]
     return f'make run RUN_ARGS="{" ".join(words)}"'
 

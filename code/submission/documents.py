@@ -35,21 +35,15 @@ ABSOLUTE_PATH = re.compile(r"(?<![^\s\"'`(\[=,])/(?:[\w.+@-]+/)+[\w.+@-]*")
 NOT_SCANNED = ("mlperf_log_", "mlperf.conf")
 
 
-def _roots() -> list[tuple[Path, str]]:
-    """Folders of this machine and what a shipped text says instead, most specific first."""
-    roots = [(BUILD_DIR, "build"), (REPO_ROOT, ".")]
-    scratch = os.environ.get("MLPERF_SCRATCH_PATH")
-    if scratch:
-        roots.append((Path(scratch), "$MLPERF_SCRATCH_PATH"))
-    both = [(path.resolve(), label) for path, label in roots] + roots
-    return sorted(both, key=lambda pair: len(str(pair[0])), reverse=True)
-
-
 def portable(text: str) -> str:
     """``text`` with every absolute path made relative to the checkout (``build/...``, ``code/...``) or to
     ``$MLPERF_SCRATCH_PATH``, and any other reduced to its last part: a submission is read on other machines, and
     the folders of this one are nobody's business there."""
-    roots = _roots()
+    scratch = os.environ.get("MLPERF_SCRATCH_PATH")
+    named = [(BUILD_DIR, "build"), (REPO_ROOT, "."), *([(Path(scratch), "$MLPERF_SCRATCH_PATH")] if scratch else [])]
+    # Folders of this machine and what a shipped text says instead, most specific first.
+    roots = sorted([(path.resolve(), label) for path, label in named] + named, key=lambda pair: len(str(pair[0])),
+                   reverse=True)
 
     def relative(match: re.Match[str]) -> str:
         path = Path(match.group(0))
@@ -229,13 +223,14 @@ def calibration_entry(test: TestRun) -> tuple[list[str], list[str]]:
         f"- Calibrated in {calibration.get('dtype', '16-bit')} on {calibration.get('device', 'the device')}, with "
         "the engine's own weights (rounded to its storage type first).",
     ]
-    if fields.get("precision") == "fp8" and fields.get("fp8_fast_accum"):
+    fp8 = fields.get("precision") == "fp8"
+    if fp8 and fields.get("fp8_fast_accum"):
         lines.append("- FP8 products accumulate with cuBLASLt fast accumulation (`fp8_fast_accum`).")
-    if fields.get("precision") == "fp8" and fields.get("fp8_residual"):
+    if fp8 and fields.get("fp8_residual"):
         lines.append("- The residual stream is stored only in FP8 (`fp8_residual`): each LayerNorm's output is kept "
                      "as the next matrix product's quantized input (that input's static scale), and each residual "
                      "add reads it from there; the last layer's output stays 16-bit for the QA head.")
-    if fields.get("precision") == "fp8" and fields.get("fp8_attention"):
+    if fp8 and fields.get("fp8_attention"):
         lines.append("- Attention runs in FP8 (`fp8_attention`): the q, k, v matrix product adds its bias and writes "
                      "e4m3 with the static scale of the attention's input (`<layer>.attn` in the engine's `amax`, "
                      "calibrated as the other inputs); q.k is an FP8 product with fp32 accumulation, the softmax is "

@@ -1,8 +1,7 @@
 """What a benchmark asks of a backend class, the same for every benchmark: its options from the resolved config, the
-engine a run loads, building that engine, and an instance. A benchmark names its protocol ``BackendClass[<its
-context>, <its backend>]``. It sits apart from the declarations (``code.config.backends``), which the configuration
-reads, as it names resolved configs and engine reports: there it made the configuration's modules a circle.
-"""
+engine a run loads, building that engine, and an instance. A benchmark names its protocol ``BackendClass[<its context>,
+<its backend>]``. It sits apart from the declarations (``code.config.backends``), which the configuration reads, as it
+names resolved configs and engine reports: there it made the configuration's modules a circle."""
 
 from __future__ import annotations
 

@@ -1,18 +1,17 @@
 """Where a model runs: the ``device``, ``devices``, ``cpu_workers`` and ``cpu_threads`` fields made concrete.
 
-``auto`` means the same everywhere (a run, engine calibration, the fine-tuning tool): cuda when PyTorch sees a
-GPU, else cpu. A run resolves and checks its device once, here, so that a missing GPU or a precision the device
-cannot run stops it before it runs something other than what the config, the engine name and metadata.json say.
+``auto`` means the same everywhere (a run, engine calibration, the fine-tuning tool): cuda when PyTorch sees a GPU, else
+cpu. A run resolves and checks its device once, here, so that a missing GPU or a precision the device cannot run stops
+it before it runs something other than what the config, the engine name and metadata.json say.
 
-A GPU run uses every GPU PyTorch sees (``devices=all``) or the indices ``devices`` lists; SingleStream has one
-sample in flight, so ``all`` means the first GPU there. A CPU run has one device, or ``cpu_workers`` of them
-(``cpu:0``, ...: worker processes that exercise the several-device path without GPUs). An instance is built, and its
-runner called, with its GPU as the thread's current device, so kernels and streams created without one land there.
+SingleStream has one sample in flight, so ``devices=all`` means the first GPU there. ``cpu_workers`` makes several CPU
+devices (``cpu:0``, ...: worker processes that exercise the several-device path without GPUs). An instance is built, and
+its runner called, with its GPU as the thread's current device, so kernels and streams created without one land there.
 
-CPU threads: torch's default (the physical cores) is capped at the CPUs this process may use (a container or
-``taskset`` allows fewer; oversubscribed threads are slower), and Server leaves one core free: LoadGen's issue
-thread and the C++ batchers must be scheduled the moment a query arrives, and with every core busy in torch p99
-latency swings by several times (``documentation/notes/journal/2026-11-22.md``, "CPU threads in Server").
+CPU threads: torch's default is capped at the CPUs this process may use (oversubscribed threads are slower), and Server
+leaves one core free: LoadGen's issue thread and the C++ batchers must be scheduled the moment a query arrives, and with
+every core busy in torch p99 latency swings by several times (``documentation/notes/journal/2026-11-22.md``, "CPU
+threads in Server").
 
 torch is imported inside the functions: only runs that resolve a device or a thread count pay for the import.
 """

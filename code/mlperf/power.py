@@ -1,18 +1,16 @@
-"""GPU power and energy over the timed part of a LoadGen performance test, from NVML; and the line that states them.
-The same sampler thread reads the host's load (code/common/host_load.py): one thread per test reads the machine.
+"""GPU power and energy over the timed part of a LoadGen performance test, from NVML; and the line that states them. The
+same sampler thread reads the host's load (code/common/host_load.py).
 
-Why: a GPU at its power limit gains speed only by doing more work per joule, so samples per joule is the figure a
-run at the limit improves, and the clock and throttle reasons say whether the limit held the GPU back.
+Why: a GPU at its power limit gains speed only by doing more work per joule, so samples per joule is the figure a run at
+the limit improves, and the clock and throttle reasons say whether the limit held the GPU back.
 
-Every ``PERIOD_S``, from before LoadGen starts to after it returns, each GPU of the test (found as detection finds
-it: ``code/common/systems.py``) gives its power, its energy counter where it has one, SM clock, enforced power limit
-and clock event (throttle) reasons. Only LoadGen's timed part counts: ``power_begin`` to ``power_end`` in its detail
-log, the interval of the samples-per-second figure (the MLPerf power rules measure the same one). Energy is the
-counter's rise over it (interpolated between readings), else the integral of the power readings; mean watts are
-that energy over the interval, so samples per joule and the mean agree with the figure.
+Only LoadGen's timed part counts (``power_begin`` to ``power_end`` in its detail log), the interval of the
+samples-per-second figure, as the MLPerf power rules measure it. Energy is the board counter's rise over it, else the
+integral of the power readings; mean watts are that energy over the interval, so samples per joule and the mean agree
+with the figure.
 
-Power never fails a run: without NVML or a GPU nothing is read, and an NVML error stops the reading; either way
-metadata.json says ``"power": null`` and ``power_missing`` says why, and no figure is made up.
+Power never fails a run: without NVML or a GPU, or after an NVML error, metadata.json says ``"power": null`` and
+``power_missing`` says why; no figure is made up.
 """
 
 from __future__ import annotations

@@ -358,10 +358,6 @@ def _help_entry(flag: str, text: str) -> list[str]:
                                  subsequent_indent=indent, break_on_hyphens=False)
 
 
-def _main_text(name: str) -> str:
-    return f"{MAIN_ARGUMENTS.get(name) or MAIN_SWITCHES[name]} (default: {MAIN_DEFAULTS[name]})"
-
-
 def _field_text(name: str) -> str:
     """What a field accepts, what it does and its default (unless its description says it)."""
     fld = FIELDS[name]
@@ -403,7 +399,8 @@ def format_help() -> str:
     for title, names in MAIN_GROUPS:
         lines += ["", f"{title}:"]
         for name in names:
-            lines += _help_entry(f"--{name}", _main_text(name))
+            text = MAIN_ARGUMENTS.get(name) or MAIN_SWITCHES[name]
+            lines += _help_entry(f"--{name}", f"{text} (default: {MAIN_DEFAULTS[name]})")
     lines += ["", *textwrap.wrap("Config fields override the config class (RUN_ARGS > tuned > rung > config > "
                                  "default); each says what it accepts and its own default, which a config class "
                                  "may replace (make info RUN_ARGS=\"...\" shows the values a run resolves).",

@@ -22,16 +22,11 @@ RanTest = tuple[str, TestResult, RunRecord]  # a test of the run: its benchmark 
 NEXT_MARGIN = 1.5  # the next command's offline_expected_qps over the rate just measured: its query outlasts the minimum
 
 
-def ended_early(result: TestResult) -> bool:
-    """An INVALID test whose query was sized for a slower machine (``loadgen_rules.ended_early``)."""
-    return result.valid is False and loadgen_rules.ended_early(result.invalid_reasons)
-
-
 def next_command(benchmark_name: str, result: TestResult, record: RunRecord) -> str | None:
     """The command that makes a test VALID that ended before its minimum duration: Offline, a run with an expected
     QPS of ``NEXT_MARGIN`` x the rate it measured; else ``make find_performance``, which measures the setting."""
-    if not ended_early(result):
-        return None
+    if result.valid is not False or not loadgen_rules.ended_early(result.invalid_reasons):
+        return None  # not an INVALID test whose query was sized for a slower machine
     scenario = result.scenario
     name = {"Offline": "offline_expected_qps", "SingleStream": "single_stream_expected_latency_ns",
             "Server": "server_target_qps"}.get(scenario, "")

@@ -105,10 +105,6 @@ def read_rows(path: Path = RECORDS) -> list[Row]:
     return rows
 
 
-def write_rows(rows: list[Row], path: Path = RECORDS) -> None:
-    atomic.write_text(path, csv_text(COLUMNS, (astuple(row) for row in ordered(rows))))
-
-
 def ordered(rows: list[Row]) -> list[Row]:
     """Devices in the order they first appear in the records (a new device comes last), then benchmark, scenario
     and GPU count: the order the table is read in."""
@@ -240,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise FiguresError(f"no journal entry defines measurement id {args.measurement}: add a line "
                                    f"'Measurement id: `{args.measurement}`' under its entry in {args.journal}")
             rows, new = add_run(rows, args.add, args.measurement, args.command, args.device)
-            write_rows(rows, args.records)
+            atomic.write_text(args.records, csv_text(COLUMNS, (astuple(row) for row in ordered(rows))))
             print("\n".join(f"[figures] {row.benchmark} {row.scenario}, {row.device} x{row.gpus}: {row.cell()} "
                             f"{row.unit} {row.verdict}" for row in new))
         page = args.page.read_text(encoding="utf-8")

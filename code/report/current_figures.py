@@ -106,8 +106,7 @@ def read_rows(path: Path = RECORDS) -> list[Row]:
 
 
 def ordered(rows: list[Row]) -> list[Row]:
-    """Devices in the order they first appear in the records (a new device comes last), then benchmark, scenario
-    and GPU count: the order the table is read in."""
+    """The order the table is read in: devices as they first appear in the records, benchmark, scenario, GPUs."""
     devices: dict[str, int] = {}
     for row in rows:
         devices.setdefault(row.device, len(devices))
@@ -116,8 +115,8 @@ def ordered(rows: list[Row]) -> list[Row]:
 
 
 def journal_ids(journal: Path = JOURNAL) -> dict[str, Path]:
-    """Each measurement id the journal defines, and the day's file that defines it; FiguresError for an id defined
-    twice (a citation must lead to one entry)."""
+    """Each measurement id the journal defines and the day's file; an id defined twice is an error (a citation leads
+    to one)."""
     ids: dict[str, Path] = {}
     for day in sorted(journal.glob("*.md")):
         for name in ID_LINE.findall(day.read_text(encoding="utf-8")):
@@ -153,8 +152,7 @@ def render(page: str, rows: list[Row], ids: dict[str, Path]) -> str:
 
 def add_run(rows: list[Row], run_folder: Path, measurement: str, command: str | None = None,
             device: str | None = None) -> tuple[list[Row], list[Row]]:
-    """The rows with those of the run's finished performance tests added, each replacing the row of its key; and
-    the new rows. A run whose tests all failed or hold no figure gives FiguresError: a failed run is no figure."""
+    """The rows with the run's finished performance tests replacing the rows of their keys, and the new rows."""
     if not run_folder.is_dir():
         raise FiguresError(f"{run_folder} is not a folder: give a run's folder, e.g. build/logs/<timestamp>")
     tests = [test for test in find_tests([run_folder]).tests if test.mode is TestMode.PerformanceOnly]
@@ -204,8 +202,7 @@ def device_label(test: TestRun) -> str:
 
 
 def rerun_command(test: TestRun) -> str:
-    """``make run RUN_ARGS="..."`` with the benchmark, the scenario and every field the run's RUN_ARGS gave, so the
-    row's figure can be measured again."""
+    """``make run RUN_ARGS="..."`` that measures the row's figure again: what the run's RUN_ARGS gave."""
     given = [f"--{name}={str(value).lower() if isinstance(value, bool) else value}"
              for name, value in test.record.given().items()]
     words = [f"--benchmarks={test.benchmark}", f"--scenarios={test.scenario.lower()}", *given]

@@ -124,8 +124,8 @@ def _save(plt, figure, title: str, path: Path) -> Path:  # noqa: ANN001 - pyplot
 
 
 def draw_timeline(times: SampleTimes, scenario: str, bound_ms: float | None, title: str, path: Path) -> Path:
-    """Throughput and latency over the test's time; for Offline also the batch sizes and the input lengths in the
-    order they ran (longest first when the batcher sorts)."""
+    """Throughput and latency over time; for Offline also the batch sizes and the input lengths in the order they
+    ran."""
     plt = _pyplot()
     offline = scenario == "Offline"
     figure, axes = plt.subplots(2 if offline else 1, 2, figsize=(11, 7.5 if offline else 4), squeeze=False)

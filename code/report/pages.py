@@ -49,8 +49,7 @@ def _figure(result: dict[str, Any]) -> str:
 
 
 def write_test_report(folder: Path, draw: bool = True) -> TestReport:
-    """Write ``report.md`` in a test's folder (and draw its plots unless ``draw`` is False and they exist);
-    returns what the invocation page shows."""
+    """Write ``report.md`` in a test's folder, with its plots (kept if they exist and not ``draw``)."""
     if not record_path(folder).is_file():
         raise ReportError(f"{folder} holds no metadata.json: not a test folder of a run (build/logs/<ts>/...)")
     try:

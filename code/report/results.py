@@ -21,6 +21,7 @@ from pathlib import Path
 
 from code.common import atomic
 from code.common.constants import TestMode
+from code.common.system_description import shown as shown_path  # a folder as the tables show it
 from code.mlperf.beside_published import Beside, beside_published
 from code.submission.runs import TestRun, find_tests, run_folders
 
@@ -73,8 +74,7 @@ def newest(results: Iterable[Result]) -> dict[tuple[str, str, str, int, str, str
 
 @dataclass
 class Newest:
-    """The newest result per key, and the tests that gave none: not finished, or a metadata.json that cannot be
-    read (a newer test than the one shown may hide behind it)."""
+    """The newest result per key, and the tests that gave none (a newer test may hide behind an unreadable one)."""
 
     results: list[Result]
     unfinished: int
@@ -82,8 +82,7 @@ class Newest:
 
 
 def newest_results(logs_dir: Path) -> Newest:
-    """Per system, benchmark, scenario, GPU count and test, the newest finished test under ``logs_dir``, sorted by
-    that key; and the tests that did not finish or cannot be read."""
+    """The newest finished test per key under ``logs_dir``, sorted by key; and those that gave none."""
     found = find_tests(run_folders(logs_dir))
     chosen = newest(map(_result, found.tests))
     return Newest([chosen[key] for key in sorted(chosen)], len(found.unfinished), found.unreadable)
@@ -112,14 +111,6 @@ def started(folder: Path) -> float:
 def format_figure(value: float | None) -> str:
     """Six significant digits with thousands separators: 73,309.5 samples/s, 0.0312 samples/s, 90.8741 F1."""
     return "-" if value is None else f"{value:,.6g}"
-
-
-def shown_path(folder: Path) -> str:
-    """A folder as the table shows it: relative to the current folder when under it."""
-    try:
-        return str(folder.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(folder)
 
 
 def format_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], right: set[int]) -> str:
@@ -167,8 +158,7 @@ def csv_text(columns: tuple[str, ...], rows: Iterable[Iterable[object]]) -> str:
 
 
 def write_results(logs_dir: Path, csv_path: Path) -> str:
-    """Write the CSV of the newest results (a header alone when there is none) and return what the terminal shows:
-    the table, or the command that makes a first result, and the CSV's path."""
+    """Write the CSV of the newest results (a header alone for none); return what the terminal shows."""
     found = newest_results(logs_dir)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_text(csv_path, results_csv(found.results))

@@ -24,8 +24,7 @@ MESSAGE_WIDTH = 100  # a refusal's lines: one problem can name a dozen reasons a
 
 
 def wrapped(text: str, first: str, rest: str) -> str:
-    """``text`` in lines of at most ``MESSAGE_WIDTH`` columns, a word or path longer than that whole (so it can be
-    copied), the first line starting with ``first``, the others with ``rest``."""
+    """``text`` in lines of ``MESSAGE_WIDTH`` columns, a word or path longer than that whole (to be copied)."""
     return "\n".join(textwrap.wrap(text, MESSAGE_WIDTH, initial_indent=first, subsequent_indent=rest,
                                    break_long_words=False, break_on_hyphens=False))
 

@@ -115,8 +115,7 @@ def write_source(tree: Path, commit: str, source: Path = SOURCE_DIR) -> list[str
 
 
 def write_code_readme(tree: Path, test: TestRun, commit: str | None, url: str | None, quantized: bool) -> None:
-    """``code/<benchmark>/<implementation>/README.md`` (``src/`` from v6.0): where the source is and how to run
-    this benchmark with it."""
+    """``code/<benchmark>/<implementation>/README.md`` (``src/`` from v6.0): where the source is, how to run it."""
     impl = implementation(test.record)
     code_dir = get_round(test.round).layout.source
     folder = tree / code_dir / test.benchmark / impl

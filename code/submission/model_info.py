@@ -40,8 +40,7 @@ def ran_no_model(record: RunRecord) -> bool:
 
 
 def weight_data_types(record: RunRecord) -> str:
-    """The precision the weights were used in; fp8 and int8 runs keep 16-bit weights outside the 8-bit matrix
-    products."""
+    """The precision of the weights; fp8 and int8 runs keep 16-bit weights outside the 8-bit products."""
     if ran_no_model(record):
         return "none (oracle backend: no model)"
     precision = str(record.fields["precision"])

@@ -30,8 +30,8 @@ class Packed:
 
 def pack(submitter: str, submission_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR,
          allow_incomplete: bool = False) -> Packed:
-    """Write ``<work_dir>/<submitter>/mlperf_submission_<submitter>.tar.gz`` and its checksums; ``StageError``
-    naming the step to run when the tree is not ready."""
+    """Write ``<work_dir>/<submitter>/mlperf_submission_<submitter>.tar.gz`` and its checksums, or say the step to
+    run."""
     check_submitter(submitter)
     tree = submission_dir / DIVISION / submitter
     work = work_dir / submitter

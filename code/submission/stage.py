@@ -84,8 +84,8 @@ class Staged:
 def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Path] | None = None,
           system: str | None = None, round_name: str | None = None, allow_incomplete: bool = False,
           out_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR, systems_dir: Path = SYSTEMS_DIR) -> Staged:
-    """Build ``<out_dir>/closed/<submitter>/`` from the newest finished tests of ``logs`` (default: build/logs) and
-    the newest audits of ``compliance`` (default: build/compliance_logs)."""
+    """Build ``<out_dir>/closed/<submitter>/`` from the newest finished tests and audits (default: build/logs,
+    build/compliance_logs)."""
     check_submitter(submitter)
     folders = logs if logs is not None else run_folders(LOGS_DIR)
     for folder in folders:
@@ -381,8 +381,8 @@ def _write_measurements(folder: Path, test: TestRun, mlperf_conf: Path) -> None:
 
 
 def _write_code(staged: Staged, tests: list[TestRun], commit: str | None) -> None:
-    """code/: the harness's source at the runs' commit and a README per benchmark and implementation; the
-    calibration write-up of the 8-bit engines (documentation/calibration.md; from v5.1 always)."""
+    """code/: the harness's source at the runs' commit, a README per benchmark and implementation, and
+    documentation/calibration.md."""
     layout = get_round(staged.round).layout
     if commit:
         staged.problems += write_source(staged.tree, commit, Path(layout.source) / "source")

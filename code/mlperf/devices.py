@@ -94,8 +94,8 @@ def gpu_of(device: str) -> GpuModel:
 
 
 def cap_memory_as_stand_in(config: ResolvedConfig, device: str) -> None:
-    """With ``gpu_as``, cap this process's use of ``device`` at the stand-in's memory, so batch sizes, KV caches and
-    out-of-memory errors are the stand-in's."""
+    """With ``gpu_as``, cap this process's memory on ``device`` at the stand-in's: its batch sizes, KV caches and
+    OOMs."""
     stand_in = stand_in_of(config)
     if stand_in is None or not device.startswith("cuda"):
         return

@@ -63,8 +63,7 @@ def loadgen_time(text: str) -> float:
 
 
 def timed_window(detail: dict[str, Any]) -> tuple[float, float] | None:
-    """``power_begin`` to ``power_end`` of ``read_detail_log`` in seconds since the epoch; None when the test did not
-    get that far."""
+    """``power_begin`` to ``power_end`` in seconds since the epoch; None when the test did not get that far."""
     try:
         begin, end = loadgen_time(str(detail["power_begin"])), loadgen_time(str(detail["power_end"]))
     except (KeyError, ValueError):
@@ -114,8 +113,7 @@ class PowerTrace:
     host: list[HostReading] = field(default_factory=list)  # the host's readings, one a tick
 
     def summarize(self, window: tuple[float, float] | None, samples: int | None) -> dict[str, Any]:
-        """The power figures over ``window`` with ``samples`` completed in it; PowerUnavailableError when the readings
-        do not cover it."""
+        """The power figures over ``window`` with ``samples`` completed in it, where the readings cover it."""
         if window is None or not self.ticks or self.ticks[0].time_s > window[0] or self.ticks[-1].time_s < window[1]:
             raise PowerUnavailableError(
                 f"NVML failed during the test ({self.error}); the readings do not cover its timed part" if self.error
@@ -277,8 +275,8 @@ class NoPower(nullcontext):
 
 def power_sampler(devices: Sequence[str], why_not: str | None = None, nvml: Any = None, period_s: float = PERIOD_S,
                   clock: Callable[[], float] = time.time, host: HostReader | None = None) -> PowerSampler | NoPower:
-    """A sampler of the GPUs among ``devices`` (``cuda:0``, ...) and of ``host``; without GPUs to read (``why_not``,
-    or NVML cannot read them) one of the host alone, or ``NoPower`` without a host either. ``nvml``: for tests."""
+    """A sampler of the GPUs among ``devices`` and of ``host``; of the host alone without GPUs to read
+    (``why_not``), or ``NoPower`` without either. ``nvml``: for tests."""
     gpus: list[Gpu] = []
     if why_not is None:
         try:
@@ -361,9 +359,8 @@ def _shutdown(nvml: Any) -> None:
 
 
 def power_line(power: dict[str, Any]) -> str:
-    """One line for the summary and report.md: ``power: 693 W mean (limit 700 W), 11.9 samples/J, SM clock 1,515 MHz
-    median; throttled by power cap 97% of readings``; with several GPUs the mean is their sum, and each one's mean
-    follows in brackets."""
+    """``power: 693 W mean (limit 700 W), 11.9 samples/J, SM clock 1,515 MHz median; throttled by power cap 97% of
+    readings``; several GPUs' mean is their sum, each one's mean in brackets."""
     gpus = power.get("gpus") or []
     limits = sorted({gpu["limit_w"] for gpu in gpus if gpu.get("limit_w") is not None})
     limit = (f"limits {limits[0]:,.0f}-{limits[-1]:,.0f} W" if len(limits) > 1 else
@@ -388,8 +385,7 @@ def power_line(power: dict[str, Any]) -> str:
 
 
 def power_note(record: RunRecord) -> str | None:
-    """The power line of a test (``power_line``), or why it has none where one was expected: a performance test on
-    GPUs. Nothing for a CPU run or an accuracy test, which have no power to state."""
+    """The power line of a test, or why a performance test on GPUs has none; nothing for a CPU or accuracy test."""
     if record.power:
         return power_line(record.power)
     used = record.devices.get("used") or []

@@ -191,8 +191,8 @@ class TestResult:
 
     @property
     def verdict(self) -> str:
-        """INCOMPLETE, FAILED, INVALID, FAIL, VALID or PASS, with "but not submittable" when a good figure cannot
-        count."""
+        """INCOMPLETE, FAILED, INVALID, FAIL, VALID or PASS ("but not submittable" when a good figure cannot
+        count)."""
         if not self.complete:
             return "INCOMPLETE"
         if self.valid is None:

@@ -139,8 +139,8 @@ def accuracy_gate_lines(results: list[RanTest]) -> list[str]:
 
 
 def figure_notes(record: RunRecord, host: bool = False) -> list[str]:
-    """The lines under a test's figure in the summary and report.md, each where it has something to say: beside the
-    best published, power, with ``host`` the host's load, and noise."""
+    """The lines under a test's figure in the summary and report.md: beside the best published, power, the host
+    (``host``), noise."""
     notes = [published_line(record), power_note(record), host_line(record.host_load) if host and record.host_load
              else None, noise_line(record)]
     return [note for note in notes if note]
@@ -148,8 +148,8 @@ def figure_notes(record: RunRecord, host: bool = False) -> list[str]:
 
 def format_summary(system: str, root: Path, results: list[RanTest],
                    interrupted_by: tuple[str, int] | None = None, stopped: str | None = None) -> str:
-    """The summary table; ``interrupted_by`` (signal name, exit status): a stop signal ended the run; ``stopped``:
-    every engine of a ladder missed its accuracy target (the line says the fix)."""
+    """The summary table; ``interrupted_by``: (signal name, exit status) of a stop signal; ``stopped``: every engine
+    of a ladder missed its accuracy target."""
     lines = ["", "=" * 30 + " Result summaries " + "=" * 30, f"{system}:"]
     current = None
     notes: set[str] = set()

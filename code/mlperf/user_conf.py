@@ -17,8 +17,7 @@ from code.config.resolved import ResolvedConfig
 
 
 def loaded_samples(config: ResolvedConfig, sample_count: int) -> int:
-    """The samples LoadGen loads for a performance test: the config's override, else the data set up to the
-    benchmark's full size (mlperf.conf's)."""
+    """The samples LoadGen loads for a performance test: the override, else the set up to its full size."""
     override = config["performance_sample_count_override"]
     return int(override) if override is not None else min(sample_count, DATASET_SIZE[config.benchmark])
 

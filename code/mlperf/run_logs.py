@@ -1,10 +1,10 @@
 """Run log folders, LoadGen result parsing and metadata.json.
 
-``build/logs/<timestamp>/<system>/<bench-99|bench-99.9>/<Scenario>/`` holds one test's LoadGen logs,
-``metadata.json`` and, for accuracy runs, ``accuracy.txt``; a SubmissionRun puts its two tests in ``accuracy/`` and
-``performance/run_1/`` below it, the layout of an MLPerf submission. Folders are created exclusively: a run never
-writes into an earlier run's. A test's metadata.json is written marked incomplete before the test starts and
-replaced when it ends, so a folder whose test was stopped or whose harness was killed says so.
+``build/logs/<timestamp>/<system>/<bench-99|bench-99.9>/<Scenario>/`` holds one test's LoadGen logs, ``metadata.json``
+and, for accuracy runs, ``accuracy.txt``; a SubmissionRun puts its two tests in ``accuracy/`` and ``performance/run_1/``
+below it, the layout of an MLPerf submission. Folders are created exclusively: a run never writes into an earlier run's.
+metadata.json is written marked incomplete before the test starts, so a folder whose test was stopped or killed says so.
+
 """
 
 from __future__ import annotations

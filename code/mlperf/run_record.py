@@ -1,10 +1,8 @@
 """A test's ``metadata.json``, the run record: the one module that writes and reads it.
 
-The record holds the test's result (``TestResult``), the resolved config, the system, provenance, the engine, the
-devices and the software that ran it. Readers use a ``RunRecord``'s named accessors, never the file's string keys,
-so a renamed key is one edit here. The record keeps the file's JSON as read and writes it back the same way (sorted
-keys, two-space indent): files of earlier versions still read, and a record read and written again is byte for
-byte the file it came from.
+Readers use a ``RunRecord``'s named accessors, never the file's string keys, so a renamed key is one edit here. The
+record keeps the file's JSON as read and writes it back the same way (sorted keys, two-space indent): files of earlier
+versions still read, and a record read and written again is byte for byte the file it came from.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The Current figures table of documentation/performance.md, generated from its records.
 
-The records (documentation/figures/current.csv) hold one row per workload, device and GPU count: the figure as it is
-shown, its unit, LoadGen's verdict, the date, the command that made it, the GPU power where it was read, and the id
-of the journal entry that tells how it was reached (documentation/notes/journal/). The table is written from them,
-never by hand, so a row cannot say something its record does not. A new measurement enters by command: ``add_run``
-reads a run folder's finished performance tests (``make run`` writes them under build/logs; code/report/results.py
-reads them the same way for ``make results``) and adds or replaces their rows.
+The records (documentation/figures/current.csv) hold one row per workload, device and GPU count, with the id of the
+journal entry that tells how it was reached (documentation/notes/journal/). The table is written from them, never by
+hand, so a row cannot say something its record does not. A new measurement enters by command: ``add_run`` reads a run
+folder's finished performance tests and adds or replaces their rows.
 """
 
 from __future__ import annotations

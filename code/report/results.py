@@ -1,12 +1,10 @@
 """The results of every run at a glance (``make results``): the newest result per system, benchmark, scenario, GPU
 count, test and model, as a table and a CSV file (the command: code/report/make_results.py).
 
-A result is what a finished test recorded in its ``metadata.json``: the figure, unit, verdict and samples per
-joule; the model and the caveats that keep it from being a full run of that model on real inputs
-(``RunRecord.caveats``); and a performance figure beside the best published one per GPU of its GPU model
-(code/mlperf/beside_published.py). Only a run's own tests count, never the steps that led to them (probes, tries,
-engines the accuracy gate moved aside: ``run_test_parts``). A test is dated by when it started (its
-``test_spec.json``). The logs are only read, never written.
+A result is what a finished test recorded in its ``metadata.json``, with its caveats (``RunRecord.caveats``) and its
+figure beside the best published one per GPU (code/mlperf/beside_published.py). Only a run's own tests count, never the
+steps that led to them (``run_test_parts``). A test is dated by when it started (its ``test_spec.json``). The logs are
+only read.
 """
 
 from __future__ import annotations

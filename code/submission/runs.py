@@ -1,9 +1,5 @@
 """Finding the tests a submission is staged from: every complete test under the run folders, read from metadata.json.
-
-A test folder is ``<run>/<system>/<bench-99|bench-99.9>/<Scenario>/`` (or its ``accuracy/`` and
-``performance/run_1/`` for a SubmissionRun); its metadata.json says the round, the mode, whether it finished and
-its verdict. Nothing here writes: run logs are results and are only read.
-"""
+Nothing here writes: run logs are results and are only read."""
 
 from __future__ import annotations
 

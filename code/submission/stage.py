@@ -1,11 +1,10 @@
 """Stage a closed-division submission tree from run logs: ``build/submission/closed/<submitter>/``.
 
-For one system and one round, the newest finished accuracy and performance test of each benchmark and scenario
-becomes ``results/<system>/<bench>/<Scenario>/{accuracy, performance/run_1}`` with only the files the round's
-checker accepts, plus the ``measurements/``, ``code/`` and ``systems/`` entries it requires, and ``compliance/``
-copied as is from the newest audit logs. Nothing is staged silently: a missing scenario or test, and every test that
-is not a submittable result (its metadata.json verdict), is named; with any of them the tree is written only when
-``allow_incomplete`` is given, and its README says so. Run logs are only read.
+For one system and one round, the newest finished accuracy and performance test of each benchmark and scenario becomes
+``results/<system>/<bench>/<Scenario>/{accuracy, performance/run_1}`` with only the files the round's checker accepts,
+plus the ``measurements/``, ``code/``, ``systems/`` and ``compliance/`` entries. Nothing is staged silently: a missing
+test, or one that is not a submittable result, is named, and then the tree is written only with ``allow_incomplete``,
+its README saying so. Run logs are only read.
 """
 
 from __future__ import annotations

@@ -65,7 +65,6 @@ class AccuracyReport:
     figures: dict[str, Any] = field(default_factory=dict)  # the benchmark's own: exact_match, rouge2, targets, ...
 
     def as_dict(self) -> dict[str, Any]:
-        """The report as metadata.json records it: the common keys, then the benchmark's figures."""
         return {"metric": self.metric, "value": self.value, "unit": self.unit, "passed": self.passed,
                 "failures": list(self.failures), "summary": self.summary, **self.figures}
 
@@ -142,5 +141,4 @@ def prepared_test(
 
 
 def load_benchmark(benchmark: Benchmark) -> BenchmarkModule:
-    """The benchmark's module (``code/<bench>/benchmark.py``), imported on first use."""
     return BENCHMARK_MODULES.load(benchmark)

@@ -68,7 +68,6 @@ def _number(value: float) -> str:
 
 
 def beside_published(record: RunRecord) -> Beside | None:
-    """The test's figure beside the best published one; None where there is nothing to compare."""
     result = record.result_dict  # as recorded: a record of an earlier version may lack some of TestResult's keys
     value, unit, scenario = result.get("value"), result.get("unit"), str(result.get("scenario") or "")
     if result.get("mode") != TestMode.PerformanceOnly.value or value is None or not unit:

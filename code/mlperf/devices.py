@@ -40,7 +40,6 @@ def visible_gpus() -> int:
 
 
 def auto_device() -> str:
-    """What ``auto`` means: cuda when PyTorch sees a GPU, else cpu."""
     return "cuda" if visible_gpus() else "cpu"
 
 

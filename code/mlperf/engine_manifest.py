@@ -48,7 +48,6 @@ def read_manifest(engine_dir: Path, benchmark: str, run_args: str | None = None)
 
 
 def write_manifest(engine_dir: Path, manifest: dict[str, Any]) -> None:
-    """The last step of a build: the manifest, written atomically."""
     atomic.write_text(Path(engine_dir) / MANIFEST, json.dumps(manifest, indent=2) + "\n")
 
 

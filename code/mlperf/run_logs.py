@@ -59,7 +59,6 @@ def new_timestamped_dir(parent: Path, prefix: str = "") -> Path:
 
 def make_test_log_dir(root: Path, system: str, benchmark_name: str, scenario: Scenario, mode: TestMode,
                       submission_layout: bool) -> Path:
-    """The folder of one LoadGen test; created here and required to be new."""
     directory = root / system / benchmark_name / scenario.value
     if submission_layout:
         directory = directory / ("accuracy" if mode is TestMode.AccuracyOnly else "performance/run_1")
@@ -207,12 +206,10 @@ class TestResult:
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> TestResult:
-        """The inverse of ``to_dict`` (the verdict is derived, not stored)."""
         return cls(**{key: value for key, value in record.items() if key != "verdict"})
 
 
 def performance_result(directory: Path, scenario: Scenario) -> TestResult:
-    """Read a performance test's metric and validity (with LoadGen's reasons when INVALID)."""
     detail = read_detail_log(directory)
     result = TestResult(scenario.value, TestMode.PerformanceOnly.value, str(directory))
     result.loadgen_errors = detail.get("_errors", [])

@@ -59,7 +59,6 @@ class RunRecord:
 
     @property
     def complete(self) -> bool:
-        """Whether the test finished (its LoadGen logs are whole)."""
         return bool(self.result_dict.get("complete"))
 
     @property
@@ -84,7 +83,6 @@ class RunRecord:
 
     @property
     def benchmark(self) -> str | None:
-        """The benchmark and target the test ran ("bert-99", "gptj-99.9")."""
         return None if self.config.get("benchmark") is None else str(self.config["benchmark"])
 
     @property
@@ -153,7 +151,6 @@ class RunRecord:
 
     @classmethod
     def of(cls, result: TestResult, **sections: Any) -> RunRecord:
-        """A record of a result and the sections beside it (``config=...``, ``provenance=...``)."""
         return cls({"result": result.to_dict(), **sections})
 
     def to_json(self) -> str:

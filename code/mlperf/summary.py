@@ -41,7 +41,6 @@ def next_command(benchmark_name: str, result: TestResult, record: RunRecord) -> 
 
 
 def _describe(result: TestResult) -> str:
-    """One test's figure, its verdict and the verdict's reasons."""
     if not result.complete or result.valid is None:  # INCOMPLETE or FAILED
         return f"{result.verdict}: " + "; ".join(result.invalid_reasons)
     figure = "no figure" if result.value is None else f"{result.metric} = {result.value:,.3f} {result.unit}"

@@ -54,7 +54,6 @@ def resolve_run(name: str, logs_dir: Path) -> Path:
 
 
 def parse_pair(text: str, logs_dir: Path) -> tuple[Path, Path]:
-    """``<a>,<b>``: two run folders."""
     names = [name.strip() for name in text.split(",")]
     if len(names) != 2 or not all(names):
         raise ResultsError(f"COMPARE={text}: give two run folders separated by a comma, e.g. "

@@ -70,7 +70,6 @@ class Row:
         return thousands(self.figure) + (f" ({extras})" if extras else "")
 
     def line(self, ids: dict[str, Path]) -> str:
-        """The table's line, its measurement id a link to the journal's day that defines it."""
         day = ids[self.measurement].name
         return (f"| {self.benchmark} {self.scenario} | {self.device} | {self.gpus} | {self.cell()} | {self.unit} | "
                 f"{self.verdict} | {self.date} | `{self.command}` | [{self.measurement}](notes/journal/{day}) |")
@@ -125,7 +124,6 @@ def journal_ids(journal: Path = JOURNAL) -> dict[str, Path]:
 
 
 def table(rows: list[Row], ids: dict[str, Path]) -> str:
-    """The markdown table; FiguresError when a row cites an id the journal does not define."""
     undefined = sorted({row.measurement for row in rows} - set(ids))
     if undefined:
         raise FiguresError(f"no journal entry defines measurement id(s) {', '.join(undefined)}: add a line "

@@ -59,7 +59,6 @@ def latencies_ms(times: SampleTimes) -> np.ndarray:
 
 
 def batch_sizes(times: SampleTimes) -> np.ndarray:
-    """Samples per completion call, in completion order."""
     if len(times.completed_s) == 0:
         return np.zeros(0, dtype=np.int64)
     _, counts = np.unique(times.completed_s, return_counts=True)

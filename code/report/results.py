@@ -35,7 +35,6 @@ class ResultsError(RuntimeError):
 
 @dataclass(frozen=True)
 class Result:
-    """One finished test, as the table and the CSV show it."""
 
     system: str
     benchmark: str
@@ -66,7 +65,6 @@ def run_results(run_folder: Path) -> dict[tuple[str, str, str, int, str, str], R
 
 
 def newest(results: Iterable[Result]) -> dict[tuple[str, str, str, int, str, str], Result]:
-    """The results by key; where a key repeats, the test that started last."""
     return {result.key: result for result in sorted(results, key=lambda r: (r.started, str(r.folder)))}
 
 
@@ -149,7 +147,6 @@ def results_csv(results: list[Result]) -> str:
 
 
 def csv_text(columns: tuple[str, ...], rows: Iterable[Iterable[object]]) -> str:
-    """A header and rows as CSV text, lines ending in a bare newline."""
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows([columns, *rows])
     return buffer.getvalue()

@@ -65,7 +65,6 @@ def weight_transformations(record: RunRecord) -> str:
 
 
 def model_info(record: RunRecord) -> dict[str, str]:
-    """The model-info JSON of one staged scenario, from its performance run's metadata.json."""
     return {"input_data_types": INPUT_DATA_TYPES, "retraining": "no",
             "starting_weights_filename": starting_weights(record), "weight_data_types": weight_data_types(record),
             "weight_transformations": weight_transformations(record)}

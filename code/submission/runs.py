@@ -16,7 +16,6 @@ LOADGEN_MODES = {mode.value for mode in TestMode if mode is not TestMode.Submiss
 
 @dataclass(frozen=True)
 class TestRun:
-    """One finished LoadGen test of a run folder."""
 
     __test__ = False  # not a pytest test class despite its name
 

@@ -237,10 +237,8 @@ def parse_run_args(argv: list[str]) -> RunRequest:
         for text in _comma_list(main.get("benchmarks", MAIN_DEFAULTS["benchmarks"])):
             benchmark, suffix_target = Benchmark.parse(text)
             if suffix_target and targets and suffix_target not in targets:
-                raise ArgumentError(
-                    f"--benchmarks={text} asks for {suffix_target.value} but --accuracy_target/--config_ver "
-                    f"asks for {', '.join(str(t.value) for t in targets)}"
-                )
+                raise ArgumentError(f"--benchmarks={text} asks for {suffix_target.value} but --accuracy_target/"
+                                    f"--config_ver asks for {', '.join(str(t.value) for t in targets)}")
             for target in [suffix_target] if suffix_target else targets or [AccuracyTarget.k_99]:
                 request = BenchmarkRequest(benchmark, target)
                 if request not in benchmarks:

@@ -21,14 +21,11 @@ class BackendClass(Protocol[ContextT, BackendT]):
 
     def options_from(self, config: ResolvedConfig, context: ContextT) -> Any:
         """The backend's own frozen options, read from the resolved config and the context."""
-        ...
 
     def engine_dir(self, config: ResolvedConfig, context: ContextT) -> Path | None:
         """The engine folder a run of this config loads; None for a backend without an engine."""
-        ...
 
     def generate_engine(self, config: ResolvedConfig, context: ContextT) -> EngineReport:
         """Build the engine a run of this config loads (or say why there is none)."""
-        ...
 
     def __call__(self, options: Any) -> BackendT: ...

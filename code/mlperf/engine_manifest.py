@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +67,9 @@ def build_once(engine_dir: Path, write: Callable[[Path], None],
     engine_dir = Path(engine_dir)
     with engine_lock(engine_dir):
         if current is not None:
-            try:
+            with suppress(EngineError):  # missing or stale: build it
                 current(engine_dir)
                 return False
-            except EngineError:
-                pass
         atomic.recover(engine_dir)  # what a killed build left; no other build runs now
         # Outside the temporary folder: a full disk is named once that folder is removed again.
         with writing_folder(engine_dir.parent, f"the engine {engine_dir.name}"), \

@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import time
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,11 +50,9 @@ def new_timestamped_dir(parent: Path, prefix: str = "") -> Path:
     stamp = prefix + time.strftime("%Y.%m.%d-%H.%M.%S")
     for attempt in range(1000):
         folder = parent / (stamp if attempt == 0 else f"{stamp}-{attempt}")
-        try:
+        with suppress(FileExistsError):
             folder.mkdir()
             return folder
-        except FileExistsError:
-            continue
     raise LogDirError(f"could not create a new folder under {parent}")
 
 

@@ -118,9 +118,9 @@ def prepared_test(
     cpu_threads: int,
     token_responses: bool = False,
 ) -> PreparedTest:
-    """The end of every benchmark's ``prepare_test``: record the inputs' lengths, the devices (and, on a CPU,
-    torch's threads, which change the figure) in the provenance; every sample fits in memory, so the performance
-    sample count is the whole set; each runner is called with its device current (``on_device``)."""
+    """The end of every benchmark's ``prepare_test``: the inputs' lengths, the devices (and a CPU's torch threads,
+    which change the figure) go into the provenance; every sample fits in memory, so the performance sample count is
+    the whole set."""
     provenance["input_lengths"] = input_lengths
     provenance["devices"] = list(devices)
     if devices == ["cpu"]:

@@ -153,9 +153,9 @@ def torch_device(name: str) -> str:
 
 
 def backend_on(device: str, config: ResolvedConfig, backend_class: Any, context: Any, name: str | None = None) -> Any:
-    """One instance of the chosen backend on ``device`` (a torch device), its options read from the config and the
-    benchmark's context on that device. Running out of memory while it loads stops the run naming the device (as
-    ``name``, the run's name for it: a worker sees its GPU as cuda:0) and the fix."""
+    """One instance of the backend on ``device`` (a torch device), its options read from the config and the context;
+    running out of memory while it loads names the device (as ``name``: a worker sees its GPU as cuda:0) and the
+    fix."""
     try:
         with current_device(device):
             cap_memory_as_stand_in(config, device)
@@ -225,9 +225,8 @@ class _ContinuousOn(_On):
 
 
 def on_device(runner: Any, device: str) -> Any:
-    """The runner, called with ``device`` as the calling thread's current device (the core's worker and engine
-    threads start on GPU 0), and a batch that runs out of memory stopping the run in one line naming
-    --gpu_batch_size (on the CPU too: a large batch asks its allocator for gigabytes at once)."""
+    """The runner, called with ``device`` current (the core's threads start on GPU 0); a batch that runs out of
+    memory stops the run in one line naming --gpu_batch_size (on the CPU too)."""
     if hasattr(runner, "run_continuous"):
         return _ContinuousOn(runner, device) if device.startswith("cuda") else runner
     return _BatchesOn(runner, device)

@@ -61,9 +61,9 @@ def engine_lock(engine_dir: Path, *, shared: bool = False) -> Iterator[None]:
 
 def build_once(engine_dir: Path, write: Callable[[Path], None],
                current: Callable[[Path], object] | None = None) -> bool:
-    """Builds the engine at ``engine_dir`` unless ``current`` accepts the one there; True when it built.
-    ``write(folder)`` writes a whole engine (its manifest last) into an empty folder; ``current(engine_dir)`` raises
-    ``EngineError`` when the engine there is missing or stale (None: always build)."""
+    """Builds the engine at ``engine_dir`` with ``write(folder)`` (a whole engine, manifest last, into an empty
+    folder) unless ``current(engine_dir)`` accepts the one there (it raises ``EngineError`` for a missing or stale
+    one); True when it built."""
     engine_dir = Path(engine_dir)
     with engine_lock(engine_dir):
         if current is not None:

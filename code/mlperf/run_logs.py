@@ -73,11 +73,10 @@ TEST_DEPTH = 3
 
 
 def run_test_parts(directory: Path, run_folder: Path) -> tuple[str, str, str] | None:
-    """(system, benchmark, scenario) of a test of the run itself, ``<system>/<bench>/<Scenario>`` (with
-    ``accuracy/`` or ``performance/run_1/`` below it for a SubmissionRun); None for a step that led to one.
-
-    The steps sit deeper, under a folder of their own (``probes/``, ``find_performance/``, ``gate/<engine>/``): their
-    figures are not the run's results, so staging, reports and ``make results`` tell them apart by this one rule."""
+    """(system, benchmark, scenario) of a test of the run itself (``accuracy/`` or ``performance/run_1/`` below it
+    for a SubmissionRun); None for a step that led to one, under a folder of its own (``probes/``,
+    ``find_performance/``, ``gate/<engine>/``): staging, reports and ``make results`` all tell steps apart by this
+    rule."""
     parts = Path(directory).relative_to(run_folder).parts
     if parts[-1:] == ("accuracy",):
         parts = parts[:-1]

@@ -87,12 +87,11 @@ def _pyplot():  # noqa: ANN202 - matplotlib.pyplot, imported only when a report 
     return plt
 
 
-def _mark_percentiles(axis, stats: SampleStats, bound_ms: float | None, vertical: bool = True) -> None:  # noqa: ANN001
-    line = axis.axvline if vertical else axis.axhline
+def _mark_percentiles(axis, stats: SampleStats, bound_ms: float | None) -> None:  # noqa: ANN001
     for (p, value), style in zip(stats.percentiles_ms.items(), (":", "--", "-."), strict=True):
-        line(value, color="tab:orange", linestyle=style, label=f"p{p:g} {value:,.1f} ms")
+        axis.axvline(value, color="tab:orange", linestyle=style, label=f"p{p:g} {value:,.1f} ms")
     if bound_ms is not None:
-        line(bound_ms, color="tab:red", linewidth=2, label=f"bound {bound_ms:,.0f} ms")
+        axis.axvline(bound_ms, color="tab:red", linewidth=2, label=f"bound {bound_ms:,.0f} ms")
 
 
 def draw_latency(times: SampleTimes, stats: SampleStats, bound_ms: float | None, title: str, path: Path) -> Path:

@@ -148,8 +148,7 @@ def _ms(nanoseconds: Any) -> str:
 
 def test_folders(root: Path) -> tuple[list[Path], list[Path]]:
     """The folders under a run root that hold a test (metadata.json and LoadGen's detail log), sorted: the run's own
-    tests, and the steps that led to them (``run_test_parts``: probes, find_performance's tries, engines the
-    accuracy gate set aside), whose figures are not the run's results."""
+    tests, and the steps that led to them (``run_test_parts``)."""
     folders = sorted(p.parent for p in root.rglob("metadata.json") if (p.parent / "mlperf_log_detail.txt").is_file())
     tests = [folder for folder in folders if run_test_parts(folder, root) is not None]
     return tests, [folder for folder in folders if folder not in tests]
@@ -160,9 +159,8 @@ STEPS_NOTE = ("Steps that led to the tests, not results of the run: a --test_run
 
 
 def write_run_report(root: Path, redraw: bool = True) -> Path:
-    """Each test's report, then ``root/report.md``: one row per test and their plots side by side, then the steps
-    that led to them in a table of their own. ``redraw`` False keeps plots a test already drew (the end of a run:
-    each test drew its own)."""
+    """Each test's report, then ``root/report.md``: a row per test, their plots side by side, and the steps in a
+    table of their own. ``redraw`` False keeps plots a test already drew."""
     if not root.is_dir():
         raise ReportError(f"{root} is not a folder; give a run's log folder, e.g. LOG_DIR=build/logs/<timestamp>")
     tests, steps = test_folders(root)

@@ -121,9 +121,8 @@ def format_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], right: s
 
 
 def results_table(results: list[Result]) -> str:
-    """The table; with a samples/J column after the unit when a result has one (a GPU test whose power was read):
-    a table of CPU runs has none to show. Beside each figure, its caveats and how it compares with the best
-    published one per GPU."""
+    """The table; with a samples/J column only when a result has one (a table of CPU runs has none), the caveats and
+    the figure beside the best published one per GPU."""
     joules = any(r.samples_per_joule is not None for r in results)
     headers = ("system", "benchmark", "model", "scenario", "GPUs", "test", "metric", "figure", "unit",
                *(("samples/J",) if joules else ()), "caveats", "vs best published", "verdict", "date", "log folder")

@@ -268,10 +268,9 @@ INT8_RULES = [
 
 
 def write_calibration(tree: Path, tests: list[TestRun], required: bool = False) -> list[str]:
-    """``documentation/calibration.md`` for the staged 8-bit tests; returns what is missing. The rules of each
-    format the tests used (FP8, INT8) come first, then one entry per test's engine. Without 8-bit tests there is no
-    file, unless the round's checker ``required`` one of every closed submission: then it says nothing was
-    calibrated, and at which precisions the runs ran."""
+    """``documentation/calibration.md`` for the staged 8-bit tests: the rules of each format they used, then an
+    entry per engine; returns what is missing. Without 8-bit tests, a file only where the round ``required`` one,
+    saying nothing was calibrated."""
     quantized = [t for t in tests if uses_quantization(t.record)]
     lines = ["# Calibration and quantization", ""]
     problems: list[str] = []

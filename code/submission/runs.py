@@ -53,9 +53,8 @@ class FoundTests:
 
 
 def find_tests(run_folders: list[Path]) -> FoundTests:
-    """Every finished test of the runs themselves (``run_test_parts``: never a probe, a find_performance try or an
-    engine the accuracy gate set aside), the tests that did not finish (stopped, killed, FAILED), and those whose
-    metadata.json cannot be read (a full disk, a hand edit), with the reason."""
+    """Every finished test of the runs themselves (``run_test_parts``), the tests that did not finish (stopped,
+    killed, FAILED), and those whose metadata.json cannot be read (a full disk, a hand edit), with the reason."""
     found = FoundTests()
     for folder in run_folders:
         for path in sorted(folder.rglob("metadata.json")):

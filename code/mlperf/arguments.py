@@ -1,8 +1,8 @@
 """RUN_ARGS: the command line of ``python -m code.main``.
 
-Main arguments choose what to run (action, benchmarks, scenarios, workload, system); every config field can
-also be given as ``--field=value`` and then overrides the config. Anything unknown or malformed is an error that
-lists the valid choices, so a typo never silently runs the wrong thing.
+Main arguments choose what to run (action, benchmarks, scenarios, workload, system); every config field can also be
+given as ``--field=value`` and then overrides the config. Anything unknown or malformed is an error that lists the valid
+choices, so a typo never silently runs the wrong thing.
 """
 
 from __future__ import annotations
@@ -147,8 +147,7 @@ BOOL_WORDS = (*TRUE_WORDS, "0", "false", "no", "off")
 
 
 def _join_space_form(argv: list[str]) -> list[str]:
-    """``--benchmarks bert`` -> ``--benchmarks=bert``. A switch (``--test_run``, ``--verbose``) takes the next token
-    only when it is a boolean word (``--test_run false``)."""
+    """``--benchmarks bert`` -> ``--benchmarks=bert``; a switch takes the next token only when a boolean word."""
     tokens, rest = [], list(argv)
     while rest:
         token = rest.pop(0)
@@ -173,8 +172,7 @@ MAKE_VARIABLES = {"round": "ROUND", "log_dir": "LOG_DIR"}
 
 
 def _passed_by_make(name: str, first: str | None, second: str | None) -> str:
-    """The end of the "given twice" error where make passed one value from a variable of its command line: the user
-    typed ROUND=, not the --round it became, so the fix names ROUND=. Empty otherwise."""
+    """The end of the "given twice" error where make passed one value: the user typed ROUND=, not --round."""
     variable = MAKE_VARIABLES.get(name)
     value = os.environ.get(variable or "")
     if variable is None or "MAKELEVEL" not in os.environ or value not in (first, second):
@@ -184,8 +182,7 @@ def _passed_by_make(name: str, first: str | None, second: str | None) -> str:
 
 
 def parse_run_args(argv: list[str]) -> RunRequest:
-    """Parse ``--name=value`` or ``--name value`` tokens (a bare ``--flag`` means true for switches and boolean
-    fields)."""
+    """Parse ``--name=value`` or ``--name value`` tokens (a bare switch or boolean field means true)."""
     main: dict[str, str] = {}
     switches: dict[str, bool] = {}
     overrides: dict[str, Any] = {}
@@ -240,10 +237,8 @@ def parse_run_args(argv: list[str]) -> RunRequest:
         for text in _comma_list(main.get("benchmarks", MAIN_DEFAULTS["benchmarks"])):
             benchmark, suffix_target = Benchmark.parse(text)
             if suffix_target and targets and suffix_target not in targets:
-                raise ArgumentError(
-                    f"--benchmarks={text} asks for {suffix_target.value} but --accuracy_target/--config_ver "
-                    f"asks for {', '.join(str(t.value) for t in targets)}"
-                )
+                raise ArgumentError(f"--benchmarks={text} asks for {suffix_target.value} but --accuracy_target/"
+                                    f"--config_ver asks for {', '.join(str(t.value) for t in targets)}")
             for target in [suffix_target] if suffix_target else targets or [AccuracyTarget.k_99]:
                 request = BenchmarkRequest(benchmark, target)
                 if request not in benchmarks:
@@ -272,8 +267,7 @@ def parse_run_args(argv: list[str]) -> RunRequest:
 
 
 def _parse_scenario(text: str) -> Scenario:
-    """An unknown scenario gets the nearest, and the list with ``all``."""
-    try:
+    try:  # an unknown scenario gets the nearest, and the list with ``all``
         return Scenario.parse(text)
     except ChoiceError:
         raise choice_error("scenario", text, [*SCENARIO_NAMES, SCENARIOS_ALL]) from None
@@ -355,19 +349,15 @@ OTHER_FIELDS = "Other fields"
 
 
 def _help_entry(flag: str, text: str) -> list[str]:
-    """One flag: its name in the first column, its text wrapped beside it (below it when the name is long)."""
+    """A flag's name in the first column, its text wrapped beside it (below it when the name is long)."""
     head, indent = f"  {flag}", " " * NAME_COLUMN
     above = [head] if len(head) + 2 > NAME_COLUMN else []
     return above + textwrap.wrap(text, HELP_WIDTH, initial_indent=indent if above else head.ljust(NAME_COLUMN),
                                  subsequent_indent=indent, break_on_hyphens=False)
 
 
-def _main_text(name: str) -> str:
-    return f"{MAIN_ARGUMENTS.get(name) or MAIN_SWITCHES[name]} (default: {MAIN_DEFAULTS[name]})"
-
-
 def _field_text(name: str) -> str:
-    """What a field accepts, what it does and its default (where its description does not say it already)."""
+    """What a field accepts, what it does and its default (unless its description says it)."""
     fld = FIELDS[name]
     text = f"{fld.accepted()}. {fld.description}"
     if len(fld.owners) > 1:  # listed under its first backend: say which others read it
@@ -396,7 +386,7 @@ def field_groups() -> list[tuple[str, list[str]]]:
 
 
 def format_help() -> str:
-    """``--help``: usage, exit statuses, then the flags in groups, NVIDIA's spellings last."""
+    """``--help``: usage, exit statuses, the flags in groups, NVIDIA's spellings last."""
     lines = [
         "usage: python -m code.main --action=ACTION [RUN_ARGS...]   (make run RUN_ARGS=\"...\")",
         "",
@@ -407,7 +397,8 @@ def format_help() -> str:
     for title, names in MAIN_GROUPS:
         lines += ["", f"{title}:"]
         for name in names:
-            lines += _help_entry(f"--{name}", _main_text(name))
+            text = MAIN_ARGUMENTS.get(name) or MAIN_SWITCHES[name]
+            lines += _help_entry(f"--{name}", f"{text} (default: {MAIN_DEFAULTS[name]})")
     lines += ["", *textwrap.wrap("Config fields override the config class (RUN_ARGS > tuned > rung > config > "
                                  "default); each says what it accepts and its own default, which a config class "
                                  "may replace (make info RUN_ARGS=\"...\" shows the values a run resolves).",

@@ -71,8 +71,7 @@ class AuditTools:
 
 
 def audit_tools(round_name: str, test: str, benchmark: Benchmark, tools_dir: Path = OFFICIAL_TOOLS_DIR) -> AuditTools:
-    """Where the round's clone under ``tools_dir`` keeps the audit's files; an error naming the clone command and
-    MLPERF_INFERENCE_TOOLS when they are missing."""
+    """Where the round's clone under ``tools_dir`` keeps the audit's files; an error naming how to get them."""
     official = get_round(round_name).tools
     folder = tools_dir / official.folder / official.compliance / test
     config_dir = folder / TEST01_CONFIG_DIRS[benchmark] if test == "TEST01" else folder
@@ -153,9 +152,8 @@ class AuditVerdict:
 
 
 def read_verification(test: str, output_dir: Path, transcript: str) -> AuditVerdict:
-    """Read verify_accuracy.txt (TEST01, TEST06) and verify_performance.txt as the checker does (a ``TEST PASS`` line;
-    TEST06's ``TEST06_CHECKS``);
-    a failure's reasons are the scripts' ``TEST FAIL`` lines, some of which only reach the transcript."""
+    """Read verify_accuracy.txt (TEST01, TEST06) and verify_performance.txt as the checker does; a failure's reasons
+    are the scripts' ``TEST FAIL`` lines, some of which only reach the transcript."""
     verdict = AuditVerdict(test)
     names = (["accuracy"] if test in ("TEST01", "TEST06") else []) + (["performance"] if test != "TEST06" else [])
     for name in names:

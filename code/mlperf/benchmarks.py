@@ -65,7 +65,6 @@ class AccuracyReport:
     figures: dict[str, Any] = field(default_factory=dict)  # the benchmark's own: exact_match, rouge2, targets, ...
 
     def as_dict(self) -> dict[str, Any]:
-        """The report as metadata.json records it: the common keys, then the benchmark's figures."""
         return {"metric": self.metric, "value": self.value, "unit": self.unit, "passed": self.passed,
                 "failures": list(self.failures), "summary": self.summary, **self.figures}
 
@@ -119,9 +118,9 @@ def prepared_test(
     cpu_threads: int,
     token_responses: bool = False,
 ) -> PreparedTest:
-    """The end of every benchmark's ``prepare_test``: record the inputs' lengths, the devices (and, on a CPU,
-    torch's threads, which change the figure) in the provenance; every sample fits in memory, so the performance
-    sample count is the whole set; each runner is called with its device current (``on_device``)."""
+    """The end of every benchmark's ``prepare_test``: the inputs' lengths, the devices (and a CPU's torch threads,
+    which change the figure) go into the provenance; every sample fits in memory, so the performance sample count is
+    the whole set."""
     provenance["input_lengths"] = input_lengths
     provenance["devices"] = list(devices)
     if devices == ["cpu"]:
@@ -142,5 +141,4 @@ def prepared_test(
 
 
 def load_benchmark(benchmark: Benchmark) -> BenchmarkModule:
-    """The benchmark's module (``code/<bench>/benchmark.py``), imported on first use."""
     return BENCHMARK_MODULES.load(benchmark)

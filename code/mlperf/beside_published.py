@@ -1,10 +1,9 @@
-"""A performance test's figure beside the best published result per GPU of the same benchmark, scenario and GPU
-model (code/common/published.py): a newcomer reading ``8,264 samples/s`` cannot tell whether it is good; ``= 90% of
-the best published`` says. A run on N GPUs compares its figure / N. A latency (SingleStream's p90) compares as ours /
-theirs too, which reads the other way, so the line says "lower is better". A figure from a stand-in or from no MLPerf
-model measures another thing: "not comparable", no percentage. A GPU model with no published result, a CPU run, a
-system named without its GPU model or an accuracy test get nothing.
-"""
+"""A performance test's figure beside the best published result per GPU of the same benchmark, scenario and GPU model
+(code/common/published.py): a newcomer reading ``8,264 samples/s`` cannot tell whether it is good; ``= 90% of the best
+published`` says. A run on N GPUs compares its figure / N. A latency (SingleStream's p90) compares as ours / theirs too,
+which reads the other way, so the line says "lower is better". A figure from a stand-in or from no MLPerf model measures
+another thing: "not comparable", no percentage. A GPU model with no published result, a CPU run, a system named without
+its GPU model or an accuracy test get nothing."""
 
 from __future__ import annotations
 
@@ -69,7 +68,6 @@ def _number(value: float) -> str:
 
 
 def beside_published(record: RunRecord) -> Beside | None:
-    """The test's figure beside the best published one; None where there is nothing to compare."""
     result = record.result_dict  # as recorded: a record of an earlier version may lack some of TestResult's keys
     value, unit, scenario = result.get("value"), result.get("unit"), str(result.get("scenario") or "")
     if result.get("mode") != TestMode.PerformanceOnly.value or value is None or not unit:

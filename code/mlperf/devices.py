@@ -1,19 +1,17 @@
-"""Where a model runs: the ``device``, ``devices``, ``cpu_workers`` and ``cpu_threads`` fields made concrete, in one
-place.
+"""Where a model runs: the ``device``, ``devices``, ``cpu_workers`` and ``cpu_threads`` fields made concrete.
 
-``auto`` means the same everywhere (a run, engine calibration, the fine-tuning tool): cuda when PyTorch sees a
-GPU, else cpu. A run resolves and checks its device once, here, so that a missing GPU or a precision the device
-cannot run stops it before it runs something other than what the config, the engine name and metadata.json say.
+``auto`` means the same everywhere (a run, engine calibration, the fine-tuning tool): cuda when PyTorch sees a GPU, else
+cpu. A run resolves and checks its device once, here, so that a missing GPU or a precision the device cannot run stops
+it before it runs something other than what the config, the engine name and metadata.json say.
 
-A GPU run uses every GPU PyTorch sees (``devices=all``) or the indices ``devices`` lists; SingleStream has one
-sample in flight, so ``all`` means the first GPU there. A CPU run has one device, or ``cpu_workers`` of them
-(``cpu:0``, ...: worker processes that exercise the several-device path without GPUs). An instance is built, and its
-runner called, with its GPU as the thread's current device, so kernels and streams created without one land there.
+SingleStream has one sample in flight, so ``devices=all`` means the first GPU there. ``cpu_workers`` makes several CPU
+devices (``cpu:0``, ...: worker processes that exercise the several-device path without GPUs). An instance is built, and
+its runner called, with its GPU as the thread's current device, so kernels and streams created without one land there.
 
-CPU threads: torch's default (the physical cores) is capped at the CPUs this process may use (a container or
-``taskset`` allows fewer; oversubscribed threads are slower), and Server leaves one core free: LoadGen's issue
-thread and the C++ batchers must be scheduled the moment a query arrives, and with every core busy in torch p99
-latency swings by several times (``documentation/notes/journal/2026-11-22.md``, "CPU threads in Server").
+CPU threads: torch's default is capped at the CPUs this process may use (oversubscribed threads are slower), and Server
+leaves one core free: LoadGen's issue thread and the C++ batchers must be scheduled the moment a query arrives, and with
+every core busy in torch p99 latency swings by several times (``documentation/notes/journal/2026-11-22.md``, "CPU
+threads in Server").
 
 torch is imported inside the functions: only runs that resolve a device or a thread count pay for the import.
 """
@@ -42,12 +40,11 @@ def visible_gpus() -> int:
 
 
 def auto_device() -> str:
-    """What ``auto`` means: cuda when PyTorch sees a GPU, else cpu."""
     return "cuda" if visible_gpus() else "cpu"
 
 
 def resolve_device(config: ResolvedConfig) -> str:
-    """The ``device`` field made concrete and checked against the GPUs present and the precision (``check_device``)."""
+    """The ``device`` field made concrete, checked against the GPUs present and the precision."""
     device = config["device"]
     gpus = 0 if device == "cpu" else visible_gpus()  # a CPU run never imports torch here
     if device == "auto":
@@ -88,7 +85,6 @@ def stand_in_of(config: ResolvedConfig) -> GpuModel | None:
 
 
 def gpu_of(device: str) -> GpuModel:
-    """The GPU ``device`` is, as PyTorch sees it."""
     import torch
 
     properties = torch.cuda.get_device_properties(torch.device(device))
@@ -97,8 +93,8 @@ def gpu_of(device: str) -> GpuModel:
 
 
 def cap_memory_as_stand_in(config: ResolvedConfig, device: str) -> None:
-    """With ``gpu_as``, cap this process's use of ``device`` at the stand-in's memory, so batch sizes, KV caches and
-    out-of-memory errors are the stand-in's."""
+    """With ``gpu_as``, cap this process's memory on ``device`` at the stand-in's: its batch sizes, KV caches and
+    OOMs."""
     stand_in = stand_in_of(config)
     if stand_in is None or not device.startswith("cuda"):
         return
@@ -113,8 +109,7 @@ def cap_memory_as_stand_in(config: ResolvedConfig, device: str) -> None:
 
 
 def resolve_devices(config: ResolvedConfig) -> list[str]:
-    """The devices a run puts one backend instance on: ``cpu`` or ``cpu:N`` each, or ``cuda:N`` for each GPU the
-    ``devices`` field names; a GPU that is not visible, a repeated index or a device list on a CPU run is refused."""
+    """The devices a run puts one backend instance on: ``cpu``, ``cpu:N`` each, or ``cuda:N`` each."""
     device = resolve_device(config)
     devices = config["devices"]
     if device == "cpu":
@@ -158,9 +153,9 @@ def torch_device(name: str) -> str:
 
 
 def backend_on(device: str, config: ResolvedConfig, backend_class: Any, context: Any, name: str | None = None) -> Any:
-    """One instance of the chosen backend on ``device`` (a torch device), its options read from the config and the
-    benchmark's context on that device. Running out of memory while it loads stops the run naming the device (as
-    ``name``, the run's name for it: a worker sees its GPU as cuda:0) and the fix."""
+    """One instance of the backend on ``device`` (a torch device), its options read from the config and the context;
+    running out of memory while it loads names the device (as ``name``: a worker sees its GPU as cuda:0) and the
+    fix."""
     try:
         with current_device(device):
             cap_memory_as_stand_in(config, device)
@@ -176,8 +171,7 @@ def backend_on(device: str, config: ResolvedConfig, backend_class: Any, context:
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """torch's ``OutOfMemoryError`` (a GPU's) or the CPU allocator's RuntimeError, told apart by name and text so
-    that checking never imports torch."""
+    """torch's ``OutOfMemoryError`` or the CPU allocator's RuntimeError, by name and text: checking imports no torch."""
     return type(error).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(error)
 
 
@@ -190,12 +184,12 @@ def allocator_message(error: BaseException) -> str:
 @contextmanager
 def current_device(device: str) -> Iterator[None]:
     """The thread's current CUDA device is ``device`` inside (nothing changes for the CPU)."""
-    if not device.startswith("cuda"):
-        yield
-        return
-    import torch
+    if device.startswith("cuda"):
+        import torch
 
-    with torch.cuda.device(torch.device(device)):
+        with torch.cuda.device(torch.device(device)):
+            yield
+    else:
         yield
 
 
@@ -231,9 +225,8 @@ class _ContinuousOn(_On):
 
 
 def on_device(runner: Any, device: str) -> Any:
-    """The runner, called with ``device`` as the calling thread's current device (the core's worker and engine
-    threads start on GPU 0), and a batch that runs out of memory stopping the run in one line naming
-    --gpu_batch_size (on the CPU too: a large batch asks its allocator for gigabytes at once)."""
+    """The runner, called with ``device`` current (the core's threads start on GPU 0); a batch that runs out of
+    memory stops the run in one line naming --gpu_batch_size (on the CPU too)."""
     if hasattr(runner, "run_continuous"):
         return _ContinuousOn(runner, device) if device.startswith("cuda") else runner
     return _BatchesOn(runner, device)
@@ -275,7 +268,7 @@ def allocatable_gpu_bytes(device: Any, usable: int | None = None) -> int:
 
 
 def allowed_cpus() -> int:
-    """How many CPUs this process may run on (containers and taskset narrow them below os.cpu_count())."""
+    """The CPUs this process may run on (containers and taskset narrow them below os.cpu_count())."""
     return max(1, len(allowed_cpu_set()))
 
 
@@ -292,8 +285,7 @@ def default_cpu_threads() -> int:
 
 
 def resolve_cpu_threads(config: ResolvedConfig) -> int:
-    """The ``cpu_threads`` field made concrete: itself when set, else ``default_cpu_threads`` (one fewer in
-    Server)."""
+    """The ``cpu_threads`` field, else ``default_cpu_threads`` (one fewer in Server)."""
     threads = config["cpu_threads"]
     if threads < 0:
         raise ValueError(f"cpu_threads must be >= 0 (0: choose from the allowed CPUs), got {threads}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,6 @@ def read_manifest(engine_dir: Path, benchmark: str, run_args: str | None = None)
 
 
 def write_manifest(engine_dir: Path, manifest: dict[str, Any]) -> None:
-    """The last step of a build: the manifest, written atomically."""
     atomic.write_text(Path(engine_dir) / MANIFEST, json.dumps(manifest, indent=2) + "\n")
 
 
@@ -62,17 +61,15 @@ def engine_lock(engine_dir: Path, *, shared: bool = False) -> Iterator[None]:
 
 def build_once(engine_dir: Path, write: Callable[[Path], None],
                current: Callable[[Path], object] | None = None) -> bool:
-    """Builds the engine at ``engine_dir`` unless ``current`` accepts the one there; True when it built.
-    ``write(folder)`` writes a whole engine (its manifest last) into an empty folder; ``current(engine_dir)`` raises
-    ``EngineError`` when the engine there is missing or stale (None: always build)."""
+    """Builds the engine at ``engine_dir`` with ``write(folder)`` (a whole engine, manifest last, into an empty
+    folder) unless ``current(engine_dir)`` accepts the one there (it raises ``EngineError`` for a missing or stale
+    one); True when it built."""
     engine_dir = Path(engine_dir)
     with engine_lock(engine_dir):
         if current is not None:
-            try:
+            with suppress(EngineError):  # missing or stale: build it
                 current(engine_dir)
                 return False
-            except EngineError:
-                pass
         atomic.recover(engine_dir)  # what a killed build left; no other build runs now
         # Outside the temporary folder: a full disk is named once that folder is removed again.
         with writing_folder(engine_dir.parent, f"the engine {engine_dir.name}"), \

@@ -224,5 +224,4 @@ def checkpoint_identity(path: Path) -> list[dict[str, Any]]:
 
 
 def synthetic_count(config: ResolvedConfig) -> int:
-    """Samples in a synthetic set: the field, else the real set's size."""
     return config["synthetic_sample_count"] or DATASET_SIZE[config.benchmark]

@@ -1,7 +1,6 @@
-"""Whether the machine was quiet during a performance test: the one summary line that names a loaded host or a
-throttled GPU, so a low figure is not taken for the harness's speed. It reads metadata.json's ``host_load``
-(code/common/host_load.py) and ``power`` (code/mlperf/power.py); a quiet machine gets no line.
-"""
+"""Whether the machine was quiet during a performance test: the one summary line that names a loaded host or a throttled
+GPU, so a low figure is not taken for the harness's speed. It reads metadata.json's ``host_load``
+(code/common/host_load.py) and ``power`` (code/mlperf/power.py); a quiet machine gets no line."""
 
 from __future__ import annotations
 

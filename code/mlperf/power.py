@@ -1,18 +1,16 @@
-"""GPU power and energy over the timed part of a LoadGen performance test, from NVML; and the line that states them.
-The same sampler thread reads the host's load (code/common/host_load.py): one thread per test reads the machine.
+"""GPU power and energy over the timed part of a LoadGen performance test, from NVML; and the line that states them. The
+same sampler thread reads the host's load (code/common/host_load.py).
 
-Why: a GPU at its power limit gains speed only by doing more work per joule, so samples per joule is the figure a
-run at the limit improves, and the clock and throttle reasons say whether the limit held the GPU back.
+Why: a GPU at its power limit gains speed only by doing more work per joule, so samples per joule is the figure a run at
+the limit improves, and the clock and throttle reasons say whether the limit held the GPU back.
 
-Every ``PERIOD_S``, from before LoadGen starts to after it returns, each GPU of the test (found as detection finds
-it: ``code/common/systems.py``) gives its power, its energy counter where it has one, SM clock, enforced power limit
-and clock event (throttle) reasons. Only LoadGen's timed part counts: ``power_begin`` to ``power_end`` in its detail
-log, the interval of the samples-per-second figure (the MLPerf power rules measure the same one). Energy is the
-counter's rise over it (interpolated between readings), else the integral of the power readings; mean watts are
-that energy over the interval, so samples per joule and the mean agree with the figure.
+Only LoadGen's timed part counts (``power_begin`` to ``power_end`` in its detail log), the interval of the
+samples-per-second figure, as the MLPerf power rules measure it. Energy is the board counter's rise over it, else the
+integral of the power readings; mean watts are that energy over the interval, so samples per joule and the mean agree
+with the figure.
 
-Power never fails a run: without NVML or a GPU nothing is read, and an NVML error stops the reading; either way
-metadata.json says ``"power": null`` and ``power_missing`` says why, and no figure is made up.
+Power never fails a run: without NVML or a GPU, or after an NVML error, metadata.json says ``"power": null`` and
+``power_missing`` says why; no figure is made up.
 """
 
 from __future__ import annotations
@@ -40,29 +38,19 @@ log = get_logger("power")
 PERIOD_S = 0.1
 # NVML's clock event reasons (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*; the bits are the same),
 # named as the summary writes them.
-THROTTLE_REASONS = {
-    0x1: "idle",
-    0x2: "application clocks",
-    0x4: "power cap",
-    0x8: "hardware slowdown",
-    0x10: "sync boost",
-    0x20: "thermal",
-    0x40: "hardware thermal",
-    0x80: "power brake",
-    0x100: "display clock",
-    0x200: "board limit",
-    0x400: "reliability",
-}
+THROTTLE_REASONS = {1 << bit: name for bit, name in enumerate((
+    "idle", "application clocks", "power cap", "hardware slowdown", "sync boost", "thermal", "hardware thermal",
+    "power brake", "display clock", "board limit", "reliability"))}
 # LoadGen's power_begin and power_end: UTC, to the millisecond (loadgen/utils.cc DateTimeStringForPower).
 LOADGEN_TIME_FORMAT = "%m-%d-%Y %H:%M:%S"
 
 
 class PowerUnavailableError(RuntimeError):
-    """Nothing can be read for this test (no GPU, no NVML, a GPU without a power reading); the message says why."""
+    """Nothing can be read for this test (no GPU, no NVML, no power reading); the message says why."""
 
 
 def reason_names(bits: int) -> list[str]:
-    """The reasons set in an NVML clock event bit mask; a bit the table does not know as its hex."""
+    """The reasons set in an NVML clock event bit mask; an unknown bit as its hex."""
     names = [name for bit, name in THROTTLE_REASONS.items() if bits & bit]
     unknown = bits & ~sum(THROTTLE_REASONS)
     return names + ([f"0x{unknown:x}"] if unknown else [])
@@ -75,8 +63,7 @@ def loadgen_time(text: str) -> float:
 
 
 def timed_window(detail: dict[str, Any]) -> tuple[float, float] | None:
-    """The timed part of the test (``read_detail_log``'s ``power_begin``, ``power_end``) in seconds since the epoch;
-    None when the log has no such pair (the test did not get that far)."""
+    """``power_begin`` to ``power_end`` in seconds since the epoch; None when the test did not get that far."""
     try:
         begin, end = loadgen_time(str(detail["power_begin"])), loadgen_time(str(detail["power_end"]))
     except (KeyError, ValueError):
@@ -86,7 +73,7 @@ def timed_window(detail: dict[str, Any]) -> tuple[float, float] | None:
 
 @dataclass(frozen=True)
 class Reading:
-    """One GPU read once; a value its GPU does not report is None."""
+    """One GPU read once; None: its GPU does not report that value."""
 
     power_w: float
     energy_j: float | None  # the board's energy counter since the driver loaded
@@ -117,7 +104,7 @@ class Gpu:
 
 @dataclass
 class PowerTrace:
-    """What a sampler read: each GPU and its ticks, and the NVML error that stopped it, if one did."""
+    """What a sampler read, and the NVML error that stopped it."""
 
     gpus: list[Gpu]
     ticks: list[Tick] = field(default_factory=list)
@@ -126,8 +113,7 @@ class PowerTrace:
     host: list[HostReading] = field(default_factory=list)  # the host's readings, one a tick
 
     def summarize(self, window: tuple[float, float] | None, samples: int | None) -> dict[str, Any]:
-        """The power figures over ``window`` (``timed_window``) with ``samples`` completed in it; raises
-        PowerUnavailableError when the readings do not cover it."""
+        """The power figures over ``window`` with ``samples`` completed in it, where the readings cover it."""
         if window is None or not self.ticks or self.ticks[0].time_s > window[0] or self.ticks[-1].time_s < window[1]:
             raise PowerUnavailableError(
                 f"NVML failed during the test ({self.error}); the readings do not cover its timed part" if self.error
@@ -289,8 +275,8 @@ class NoPower(nullcontext):
 
 def power_sampler(devices: Sequence[str], why_not: str | None = None, nvml: Any = None, period_s: float = PERIOD_S,
                   clock: Callable[[], float] = time.time, host: HostReader | None = None) -> PowerSampler | NoPower:
-    """A sampler of the GPUs among ``devices`` (``cuda:0``, ...) and of ``host``; without GPUs to read (``why_not``,
-    or NVML cannot read them) one of the host alone, or ``NoPower`` without a host either. ``nvml``: for tests."""
+    """A sampler of the GPUs among ``devices`` and of ``host``; of the host alone without GPUs to read
+    (``why_not``), or ``NoPower`` without either. ``nvml``: for tests."""
     gpus: list[Gpu] = []
     if why_not is None:
         try:
@@ -303,20 +289,16 @@ def power_sampler(devices: Sequence[str], why_not: str | None = None, nvml: Any 
     return PowerSampler(nvml, gpus, period_s, clock, host)
 
 
-def _import_nvml() -> Any:
-    try:
-        import pynvml  # nvidia-ml-py
-    except ImportError:
-        raise PowerUnavailableError("nvidia-ml-py is not installed") from None
-    return pynvml
-
-
 def _open_gpus(devices: Sequence[str], nvml: Any) -> tuple[Any, list[Gpu]]:
     """NVML, started (the sampler shuts it down), and each GPU of ``devices`` with the readings it gives."""
     cuda = [device for device in devices if device.startswith("cuda")]
     if not cuda:
         raise PowerUnavailableError(f"no GPU among the test's devices ({', '.join(devices) or 'none'})")
-    nvml = nvml or _import_nvml()
+    if nvml is None:
+        try:
+            import pynvml as nvml  # nvidia-ml-py
+        except ImportError:
+            raise PowerUnavailableError("nvidia-ml-py is not installed") from None
     try:
         nvml.nvmlInit()
     except Exception as error:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
@@ -377,9 +359,8 @@ def _shutdown(nvml: Any) -> None:
 
 
 def power_line(power: dict[str, Any]) -> str:
-    """One line for the summary and report.md: ``power: 693 W mean (limit 700 W), 11.9 samples/J, SM clock 1,515 MHz
-    median; throttled by power cap 97% of readings``; with several GPUs the mean is their sum, and each one's mean
-    follows in brackets."""
+    """``power: 693 W mean (limit 700 W), 11.9 samples/J, SM clock 1,515 MHz median; throttled by power cap 97% of
+    readings``; several GPUs' mean is their sum, each one's mean in brackets."""
     gpus = power.get("gpus") or []
     limits = sorted({gpu["limit_w"] for gpu in gpus if gpu.get("limit_w") is not None})
     limit = (f"limits {limits[0]:,.0f}-{limits[-1]:,.0f} W" if len(limits) > 1 else
@@ -404,8 +385,7 @@ def power_line(power: dict[str, Any]) -> str:
 
 
 def power_note(record: RunRecord) -> str | None:
-    """The power line of a test (``power_line``), or why it has none where one was expected: a performance test on
-    GPUs. Nothing for a CPU run or an accuracy test, which have no power to state."""
+    """The power line of a test, or why a performance test on GPUs has none; nothing for a CPU or accuracy test."""
     if record.power:
         return power_line(record.power)
     used = record.devices.get("used") or []

@@ -1,10 +1,10 @@
 """Run log folders, LoadGen result parsing and metadata.json.
 
-``build/logs/<timestamp>/<system>/<bench-99|bench-99.9>/<Scenario>/`` holds one test's LoadGen logs,
-``metadata.json`` and, for accuracy runs, ``accuracy.txt``; a SubmissionRun puts its two tests in ``accuracy/`` and
-``performance/run_1/`` below it, the layout of an MLPerf submission. Folders are created exclusively: a run never
-writes into an earlier run's. A test's metadata.json is written marked incomplete before the test starts and
-replaced when it ends, so a folder whose test was stopped or whose harness was killed says so.
+``build/logs/<timestamp>/<system>/<bench-99|bench-99.9>/<Scenario>/`` holds one test's LoadGen logs, ``metadata.json``
+and, for accuracy runs, ``accuracy.txt``; a SubmissionRun puts its two tests in ``accuracy/`` and ``performance/run_1/``
+below it, the layout of an MLPerf submission. Folders are created exclusively: a run never writes into an earlier run's.
+metadata.json is written marked incomplete before the test starts, so a folder whose test was stopped or killed says so.
+
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import time
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,17 +50,14 @@ def new_timestamped_dir(parent: Path, prefix: str = "") -> Path:
     stamp = prefix + time.strftime("%Y.%m.%d-%H.%M.%S")
     for attempt in range(1000):
         folder = parent / (stamp if attempt == 0 else f"{stamp}-{attempt}")
-        try:
+        with suppress(FileExistsError):
             folder.mkdir()
             return folder
-        except FileExistsError:
-            continue
     raise LogDirError(f"could not create a new folder under {parent}")
 
 
 def make_test_log_dir(root: Path, system: str, benchmark_name: str, scenario: Scenario, mode: TestMode,
                       submission_layout: bool) -> Path:
-    """The folder of one LoadGen test; created here and required to be new."""
     directory = root / system / benchmark_name / scenario.value
     if submission_layout:
         directory = directory / ("accuracy" if mode is TestMode.AccuracyOnly else "performance/run_1")
@@ -75,11 +73,10 @@ TEST_DEPTH = 3
 
 
 def run_test_parts(directory: Path, run_folder: Path) -> tuple[str, str, str] | None:
-    """(system, benchmark, scenario) of a test of the run itself, ``<system>/<bench>/<Scenario>`` (with
-    ``accuracy/`` or ``performance/run_1/`` below it for a SubmissionRun); None for a step that led to one.
-
-    The steps sit deeper, under a folder of their own (``probes/``, ``find_performance/``, ``gate/<engine>/``): their
-    figures are not the run's results, so staging, reports and ``make results`` tell them apart by this one rule."""
+    """(system, benchmark, scenario) of a test of the run itself (``accuracy/`` or ``performance/run_1/`` below it
+    for a SubmissionRun); None for a step that led to one, under a folder of its own (``probes/``,
+    ``find_performance/``, ``gate/<engine>/``): staging, reports and ``make results`` all tell steps apart by this
+    rule."""
     parts = Path(directory).relative_to(run_folder).parts
     if parts[-1:] == ("accuracy",):
         parts = parts[:-1]
@@ -191,8 +188,8 @@ class TestResult:
 
     @property
     def verdict(self) -> str:
-        """INCOMPLETE, FAILED, INVALID, FAIL, VALID or PASS, with "but not submittable" when a good figure cannot
-        count."""
+        """INCOMPLETE, FAILED, INVALID, FAIL, VALID or PASS ("but not submittable" when a good figure cannot
+        count)."""
         if not self.complete:
             return "INCOMPLETE"
         if self.valid is None:
@@ -207,12 +204,10 @@ class TestResult:
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> TestResult:
-        """The inverse of ``to_dict`` (the verdict is derived, not stored)."""
         return cls(**{key: value for key, value in record.items() if key != "verdict"})
 
 
 def performance_result(directory: Path, scenario: Scenario) -> TestResult:
-    """Read a performance test's metric and validity (with LoadGen's reasons when INVALID)."""
     detail = read_detail_log(directory)
     result = TestResult(scenario.value, TestMode.PerformanceOnly.value, str(directory))
     result.loadgen_errors = detail.get("_errors", [])

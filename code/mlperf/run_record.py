@@ -1,10 +1,8 @@
 """A test's ``metadata.json``, the run record: the one module that writes and reads it.
 
-The record holds the test's result (``TestResult``), the resolved config, the system, provenance, the engine, the
-devices and the software that ran it. Readers use a ``RunRecord``'s named accessors, never the file's string keys,
-so a renamed key is one edit here. The record keeps the file's JSON as read and writes it back the same way (sorted
-keys, two-space indent): files of earlier versions still read, and a record read and written again is byte for
-byte the file it came from.
+Readers use a ``RunRecord``'s named accessors, never the file's string keys, so a renamed key is one edit here. The
+record keeps the file's JSON as read and writes it back the same way (sorted keys, two-space indent): files of earlier
+versions still read, and a record read and written again is byte for byte the file it came from.
 """
 
 from __future__ import annotations
@@ -57,15 +55,10 @@ class RunRecord:
         """The test's outcome; a record of a test that never wrote one reads as not complete."""
         return TestResult.from_dict(self.result_dict) if self.result_dict else TestResult("", "", "", complete=False)
 
-    @property
-    def result_dict(self) -> dict[str, Any]:
-        """The result as recorded (with its derived ``verdict``), for readers of its JSON form."""
-        value = self.data.get("result")
-        return value if isinstance(value, dict) else {}
+    result_dict = _section("result", "The result as recorded (with its derived ``verdict``), for readers of its JSON.")
 
     @property
     def complete(self) -> bool:
-        """Whether the test finished (its LoadGen logs are whole)."""
         return bool(self.result_dict.get("complete"))
 
     @property
@@ -85,18 +78,21 @@ class RunRecord:
 
     @property
     def sources(self) -> dict[str, str]:
-        """Where each resolved field's value came from ("RUN_ARGS", "tuned (...)", a class's name, "default")."""
+        """Where each field's value came from ("RUN_ARGS", "tuned (...)", a class's name, "default")."""
         return self.config.get("sources") or {}
 
     @property
     def benchmark(self) -> str | None:
-        """The benchmark and target the test ran ("bert-99", "gptj-99.9")."""
         return None if self.config.get("benchmark") is None else str(self.config["benchmark"])
 
     @property
     def fields(self) -> dict[str, Any]:
-        """The resolved config's field values."""
         return self.config.get("fields") or {}
+
+    def given(self, *leave_out: str) -> dict[str, Any]:
+        """The fields RUN_ARGS gave, by name, without the log folder (a run again needs its own) and ``leave_out``."""
+        return {name: self.fields[name] for name, source in sorted(self.sources.items())
+                if source == "RUN_ARGS" and name in self.fields and name not in ("log_dir", *leave_out)}
 
     provenance = _section("provenance", "What the test ran on: ``describe_inputs``' description.")
     engine = _section("engine", "Which engine of the config's ladder ran and why; {} before ladders existed.")
@@ -155,7 +151,6 @@ class RunRecord:
 
     @classmethod
     def of(cls, result: TestResult, **sections: Any) -> RunRecord:
-        """A record of a result and the sections beside it (``config=...``, ``provenance=...``)."""
         return cls({"result": result.to_dict(), **sections})
 
     def to_json(self) -> str:

@@ -22,28 +22,17 @@ RanTest = tuple[str, TestResult, RunRecord]  # a test of the run: its benchmark 
 NEXT_MARGIN = 1.5  # the next command's offline_expected_qps over the rate just measured: its query outlasts the minimum
 
 
-def ended_early(result: TestResult) -> bool:
-    """An INVALID test whose query was sized for a slower machine (``loadgen_rules.ended_early``)."""
-    return result.valid is False and loadgen_rules.ended_early(result.invalid_reasons)
-
-
-def _given_flags(record: RunRecord, leave_out: str) -> str:
-    """The run's RUN_ARGS as flags (from metadata.json's sources), without the log folder and ``leave_out``."""
-    fields = record.fields
-    return "".join(f" --{name}" if fields[name] is True else f" --{name}={fields[name]}"
-                   for name, source in sorted(record.sources.items())
-                   if source == "RUN_ARGS" and name in fields and name not in ("log_dir", leave_out))
-
-
 def next_command(benchmark_name: str, result: TestResult, record: RunRecord) -> str | None:
     """The command that makes a test VALID that ended before its minimum duration: Offline, a run with an expected
     QPS of ``NEXT_MARGIN`` x the rate it measured; else ``make find_performance``, which measures the setting."""
-    if not ended_early(result):
-        return None
+    if result.valid is not False or not loadgen_rules.ended_early(result.invalid_reasons):
+        return None  # not an INVALID test whose query was sized for a slower machine
     scenario = result.scenario
     name = {"Offline": "offline_expected_qps", "SingleStream": "single_stream_expected_latency_ns",
             "Server": "server_target_qps"}.get(scenario, "")
-    args = f"--benchmarks={benchmark_name} --scenarios={scenario.lower()}{_given_flags(record, name)}"
+    given = "".join(f" --{flag}" if value is True else f" --{flag}={value}"
+                    for flag, value in record.given(name).items())
+    args = f"--benchmarks={benchmark_name} --scenarios={scenario.lower()}{given}"
     if scenario == "Offline" and result.value:
         qps = result.value * NEXT_MARGIN
         shown = f"{qps:.0f}" if qps >= 100 else f"{qps:.3g}"  # 3 significant digits would print 1.1e+05
@@ -52,7 +41,6 @@ def next_command(benchmark_name: str, result: TestResult, record: RunRecord) -> 
 
 
 def _describe(result: TestResult) -> str:
-    """One test's figure, its verdict and the verdict's reasons."""
     if not result.complete or result.valid is None:  # INCOMPLETE or FAILED
         return f"{result.verdict}: " + "; ".join(result.invalid_reasons)
     figure = "no figure" if result.value is None else f"{result.metric} = {result.value:,.3f} {result.unit}"
@@ -150,8 +138,8 @@ def accuracy_gate_lines(results: list[RanTest]) -> list[str]:
 
 
 def figure_notes(record: RunRecord, host: bool = False) -> list[str]:
-    """The lines under a test's figure in the summary and report.md, each where it has something to say: beside the
-    best published, power, with ``host`` the host's load, and noise."""
+    """The lines under a test's figure in the summary and report.md: beside the best published, power, the host
+    (``host``), noise."""
     notes = [published_line(record), power_note(record), host_line(record.host_load) if host and record.host_load
              else None, noise_line(record)]
     return [note for note in notes if note]
@@ -159,8 +147,8 @@ def figure_notes(record: RunRecord, host: bool = False) -> list[str]:
 
 def format_summary(system: str, root: Path, results: list[RanTest],
                    interrupted_by: tuple[str, int] | None = None, stopped: str | None = None) -> str:
-    """The summary table; ``interrupted_by`` (signal name, exit status): a stop signal ended the run; ``stopped``:
-    every engine of a ladder missed its accuracy target (the line says the fix)."""
+    """The summary table; ``interrupted_by``: (signal name, exit status) of a stop signal; ``stopped``: every engine
+    of a ladder missed its accuracy target."""
     lines = ["", "=" * 30 + " Result summaries " + "=" * 30, f"{system}:"]
     current = None
     notes: set[str] = set()

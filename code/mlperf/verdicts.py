@@ -27,8 +27,8 @@ def round_refusal(config: ResolvedConfig) -> str | None:
 
 
 def round_reason(config: ResolvedConfig) -> str:
-    """Which round the test is for, where that came from, and (where the system's type is known) the newest round
-    that takes it."""
+    """Which round the test is for, where that came from, and the newest round that takes it (with a known system
+    type)."""
     source = config.sources.get("round", "default")
     try:
         kind = system_type(config.system)

@@ -19,21 +19,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="a run's folder, e.g. build/logs/<timestamp> (default: the newest in build/logs)")
     args = parser.parse_args(argv)
     try:
-        path = write_run_report(args.log_dir or newest_run(LOGS_DIR))
+        folders = run_folders(LOGS_DIR)  # the newest run's folder is the last: their names are timestamps
+        if args.log_dir is None and not folders:
+            raise ReportError(f"no run in {LOGS_DIR} yet: run one first, e.g. make run RUN_ARGS=\"--benchmarks=bert "
+                              "--scenarios=offline --test_run\", or give a run's folder: make report LOG_DIR=<folder>")
+        path = write_run_report(args.log_dir or folders[-1])
     except ReportError as error:
         print(f"ERROR: {error}", file=sys.stderr)
         return 2
     print(path)
     return 0
-
-
-def newest_run(logs_dir: Path) -> Path:
-    """The newest run folder under ``logs_dir`` (their names are timestamps)."""
-    folders = run_folders(logs_dir)
-    if not folders:
-        raise ReportError(f"no run in {logs_dir} yet: run one first, e.g. make run RUN_ARGS=\"--benchmarks=bert "
-                          "--scenarios=offline --test_run\", or give a run's folder: make report LOG_DIR=<folder>")
-    return folders[-1]
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
-"""Two runs side by side (``make results COMPARE=<a>,<b>``): each result of either run, its figure in both and
-the ratio b / a, as a table and a CSV file.
+"""Two runs side by side (``make results COMPARE=<a>,<b>``): each result of either run, its figure in both and the ratio
+b / a, as a table and a CSV file.
 
-Results match when system, benchmark, scenario, GPU count, test (performance, accuracy) and model are the same;
-within one run the newest test of each is taken. A result only one run has shows ``-`` for the other, and no ratio;
-so do figures in different units. The ratio is b's figure over a's: above 1 means b's is higher (for a throughput,
-faster; for SingleStream's latency in ms, slower).
+Results match when system, benchmark, scenario, GPU count, test (performance, accuracy) and model are the same; within
+one run the newest test of each is taken. A result only one run has shows ``-`` for the other, and no ratio; so do
+figures in different units. The ratio is b's figure over a's: above 1 means b's is higher (for a throughput, faster; for
+SingleStream's latency in ms, slower).
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ def resolve_run(name: str, logs_dir: Path) -> Path:
 
 
 def parse_pair(text: str, logs_dir: Path) -> tuple[Path, Path]:
-    """``<a>,<b>``: two run folders."""
     names = [name.strip() for name in text.split(",")]
     if len(names) != 2 or not all(names):
         raise ResultsError(f"COMPARE={text}: give two run folders separated by a comma, e.g. "
@@ -62,18 +61,13 @@ def parse_pair(text: str, logs_dir: Path) -> tuple[Path, Path]:
     return resolve_run(names[0], logs_dir), resolve_run(names[1], logs_dir)
 
 
-def newest_by_key(run_folder: Path) -> dict[tuple[str, str, str, int, str, str], Result]:
-    """A run's results by key; where a key repeats, the test that started last."""
-    chosen = run_results(run_folder)
-    if not chosen:
-        raise ResultsError(f"{run_folder} holds no finished test (no <system>/<benchmark>/<Scenario>/metadata.json "
-                           "of a test that ended): compare two folders of runs that finished")
-    return chosen
-
-
 def compare_runs(run_a: Path, run_b: Path) -> list[Comparison]:
-    """Every result of either run, sorted by key."""
-    a, b = newest_by_key(run_a), newest_by_key(run_b)
+    """Every result of either run, sorted by key; where a key repeats in a run, the test that started last."""
+    a, b = run_results(run_a), run_results(run_b)
+    for folder, chosen in ((run_a, a), (run_b, b)):
+        if not chosen:
+            raise ResultsError(f"{folder} holds no finished test (no <system>/<benchmark>/<Scenario>/metadata.json "
+                               "of a test that ended): compare two folders of runs that finished")
     return [Comparison(key, a.get(key), b.get(key)) for key in sorted(set(a) | set(b))]
 
 

@@ -1,11 +1,9 @@
 """The Current figures table of documentation/performance.md, generated from its records.
 
-The records (documentation/figures/current.csv) hold one row per workload, device and GPU count: the figure as it is
-shown, its unit, LoadGen's verdict, the date, the command that made it, the GPU power where it was read, and the id
-of the journal entry that tells how it was reached (documentation/notes/journal/). The table is written from them,
-never by hand, so a row cannot say something its record does not. A new measurement enters by command: ``add_run``
-reads a run folder's finished performance tests (``make run`` writes them under build/logs; code/report/results.py
-reads them the same way for ``make results``) and adds or replaces their rows.
+The records (documentation/figures/current.csv) hold one row per workload, device and GPU count, with the id of the
+journal entry that tells how it was reached (documentation/notes/journal/). The table is written from them, never by
+hand, so a row cannot say something its record does not. A new measurement enters by command: ``add_run`` reads a run
+folder's finished performance tests and adds or replaces their rows.
 """
 
 from __future__ import annotations
@@ -34,8 +32,6 @@ ID_LINE = re.compile(r"^Measurement id: `([a-z0-9][a-z0-9.-]*)`", re.MULTILINE)
 HEADING = "## Current figures"
 HEADER = "| workload | device | GPUs | figure | unit | verdict | date | command | measurement |"
 SCENARIOS = ("Offline", "Server", "SingleStream")  # the table's order within a benchmark
-# RUN_ARGS a record keeps that a command to measure again leaves out: a new run needs a new log folder.
-NOT_REPEATED = {"log_dir"}
 
 
 class FiguresError(RuntimeError):
@@ -74,7 +70,6 @@ class Row:
         return thousands(self.figure) + (f" ({extras})" if extras else "")
 
     def line(self, ids: dict[str, Path]) -> str:
-        """The table's line, its measurement id a link to the journal's day that defines it."""
         day = ids[self.measurement].name
         return (f"| {self.benchmark} {self.scenario} | {self.device} | {self.gpus} | {self.cell()} | {self.unit} | "
                 f"{self.verdict} | {self.date} | `{self.command}` | [{self.measurement}](notes/journal/{day}) |")
@@ -107,13 +102,8 @@ def read_rows(path: Path = RECORDS) -> list[Row]:
     return rows
 
 
-def write_rows(rows: list[Row], path: Path = RECORDS) -> None:
-    atomic.write_text(path, csv_text(COLUMNS, (astuple(row) for row in ordered(rows))))
-
-
 def ordered(rows: list[Row]) -> list[Row]:
-    """Devices in the order they first appear in the records (a new device comes last), then benchmark, scenario
-    and GPU count: the order the table is read in."""
+    """The order the table is read in: devices as they first appear in the records, benchmark, scenario, GPUs."""
     devices: dict[str, int] = {}
     for row in rows:
         devices.setdefault(row.device, len(devices))
@@ -122,8 +112,8 @@ def ordered(rows: list[Row]) -> list[Row]:
 
 
 def journal_ids(journal: Path = JOURNAL) -> dict[str, Path]:
-    """Each measurement id the journal defines, and the day's file that defines it; FiguresError for an id defined
-    twice (a citation must lead to one entry)."""
+    """Each measurement id the journal defines and the day's file; an id defined twice is an error (a citation leads
+    to one)."""
     ids: dict[str, Path] = {}
     for day in sorted(journal.glob("*.md")):
         for name in ID_LINE.findall(day.read_text(encoding="utf-8")):
@@ -134,7 +124,6 @@ def journal_ids(journal: Path = JOURNAL) -> dict[str, Path]:
 
 
 def table(rows: list[Row], ids: dict[str, Path]) -> str:
-    """The markdown table; FiguresError when a row cites an id the journal does not define."""
     undefined = sorted({row.measurement for row in rows} - set(ids))
     if undefined:
         raise FiguresError(f"no journal entry defines measurement id(s) {', '.join(undefined)}: add a line "
@@ -159,8 +148,7 @@ def render(page: str, rows: list[Row], ids: dict[str, Path]) -> str:
 
 def add_run(rows: list[Row], run_folder: Path, measurement: str, command: str | None = None,
             device: str | None = None) -> tuple[list[Row], list[Row]]:
-    """The rows with those of the run's finished performance tests added, each replacing the row of its key; and
-    the new rows. A run whose tests all failed or hold no figure gives FiguresError: a failed run is no figure."""
+    """The rows with the run's finished performance tests replacing the rows of their keys, and the new rows."""
     if not run_folder.is_dir():
         raise FiguresError(f"{run_folder} is not a folder: give a run's folder, e.g. build/logs/<timestamp>")
     tests = [test for test in find_tests([run_folder]).tests if test.mode is TestMode.PerformanceOnly]
@@ -210,12 +198,9 @@ def device_label(test: TestRun) -> str:
 
 
 def rerun_command(test: TestRun) -> str:
-    """``make run RUN_ARGS="..."`` with the benchmark, the scenario and every field the run's RUN_ARGS gave (its
-    record's sources say which), so the row's figure can be measured again."""
-    config = test.record.config
+    """``make run RUN_ARGS="..."`` that measures the row's figure again: what the run's RUN_ARGS gave."""
     given = [f"--{name}={str(value).lower() if isinstance(value, bool) else value}"
-             for name, value in sorted(config.get("fields", {}).items())
-             if config.get("sources", {}).get(name) == "RUN_ARGS" and name not in NOT_REPEATED]
+             for name, value in test.record.given().items()]
     words = [f"--benchmarks={test.benchmark}", f"--scenarios={test.scenario.lower()}", *given]
     return f'make run RUN_ARGS="{" ".join(words)}"'
 
@@ -244,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise FiguresError(f"no journal entry defines measurement id {args.measurement}: add a line "
                                    f"'Measurement id: `{args.measurement}`' under its entry in {args.journal}")
             rows, new = add_run(rows, args.add, args.measurement, args.command, args.device)
-            write_rows(rows, args.records)
+            atomic.write_text(args.records, csv_text(COLUMNS, (astuple(row) for row in ordered(rows))))
             print("\n".join(f"[figures] {row.benchmark} {row.scenario}, {row.device} x{row.gpus}: {row.cell()} "
                             f"{row.unit} {row.verdict}" for row in new))
         page = args.page.read_text(encoding="utf-8")

@@ -59,7 +59,6 @@ def latencies_ms(times: SampleTimes) -> np.ndarray:
 
 
 def batch_sizes(times: SampleTimes) -> np.ndarray:
-    """Samples per completion call, in completion order."""
     if len(times.completed_s) == 0:
         return np.zeros(0, dtype=np.int64)
     _, counts = np.unique(times.completed_s, return_counts=True)
@@ -88,12 +87,11 @@ def _pyplot():  # noqa: ANN202 - matplotlib.pyplot, imported only when a report 
     return plt
 
 
-def _mark_percentiles(axis, stats: SampleStats, bound_ms: float | None, vertical: bool = True) -> None:  # noqa: ANN001
-    line = axis.axvline if vertical else axis.axhline
+def _mark_percentiles(axis, stats: SampleStats, bound_ms: float | None) -> None:  # noqa: ANN001
     for (p, value), style in zip(stats.percentiles_ms.items(), (":", "--", "-."), strict=True):
-        line(value, color="tab:orange", linestyle=style, label=f"p{p:g} {value:,.1f} ms")
+        axis.axvline(value, color="tab:orange", linestyle=style, label=f"p{p:g} {value:,.1f} ms")
     if bound_ms is not None:
-        line(bound_ms, color="tab:red", linewidth=2, label=f"bound {bound_ms:,.0f} ms")
+        axis.axvline(bound_ms, color="tab:red", linewidth=2, label=f"bound {bound_ms:,.0f} ms")
 
 
 def draw_latency(times: SampleTimes, stats: SampleStats, bound_ms: float | None, title: str, path: Path) -> Path:
@@ -124,8 +122,8 @@ def _save(plt, figure, title: str, path: Path) -> Path:  # noqa: ANN001 - pyplot
 
 
 def draw_timeline(times: SampleTimes, scenario: str, bound_ms: float | None, title: str, path: Path) -> Path:
-    """Throughput and latency over the test's time; for Offline also the batch sizes and the input lengths in the
-    order they ran (longest first when the batcher sorts)."""
+    """Throughput and latency over time; for Offline also the batch sizes and the input lengths in the order they
+    ran."""
     plt = _pyplot()
     offline = scenario == "Offline"
     figure, axes = plt.subplots(2 if offline else 1, 2, figsize=(11, 7.5 if offline else 4), squeeze=False)

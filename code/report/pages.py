@@ -11,7 +11,7 @@ from code.common.constants import SERVER_LATENCY_BOUND_NS, Benchmark
 from code.harness.core import SAMPLE_TIMES_FILE, SampleTimes
 from code.mlperf.beside_published import beside_published
 from code.mlperf.run_logs import read_detail_log, run_test_parts
-from code.mlperf.run_record import RunRecord, RunRecordError, read_record, record_path
+from code.mlperf.run_record import RunRecordError, read_record, record_path
 from code.mlperf.summary import figure_notes
 from code.report.figures import PERCENTILES, SampleStats, draw_latency, draw_timeline, sample_stats
 
@@ -41,15 +41,6 @@ def latency_bound_ms(benchmark: str, scenario: str) -> float | None:
     return None if bound_ns is None else bound_ns / 1e6
 
 
-def _record(folder: Path) -> RunRecord:
-    if not record_path(folder).is_file():
-        raise ReportError(f"{folder} holds no metadata.json: not a test folder of a run (build/logs/<ts>/...)")
-    try:
-        return read_record(folder)
-    except RunRecordError as error:
-        raise ReportError(f"{error}; the run did not finish writing it") from None
-
-
 def _figure(result: dict[str, Any]) -> str:
     value = result.get("value")
     if value is None:
@@ -58,9 +49,13 @@ def _figure(result: dict[str, Any]) -> str:
 
 
 def write_test_report(folder: Path, draw: bool = True) -> TestReport:
-    """Write ``report.md`` in a test's folder (and draw its plots unless ``draw`` is False and they exist);
-    returns what the invocation page shows."""
-    record = _record(folder)
+    """Write ``report.md`` in a test's folder, with its plots (kept if they exist and not ``draw``)."""
+    if not record_path(folder).is_file():
+        raise ReportError(f"{folder} holds no metadata.json: not a test folder of a run (build/logs/<ts>/...)")
+    try:
+        record = read_record(folder)
+    except RunRecordError as error:
+        raise ReportError(f"{error}; the run did not finish writing it") from None
     result = record.result_dict
     benchmark = record.benchmark or "?"
     scenario, mode = result.get("scenario", "?"), result.get("mode", "?")
@@ -87,14 +82,12 @@ def write_test_report(folder: Path, draw: bool = True) -> TestReport:
         if stats.samples and (draw or not drawn):
             draw_latency(times, stats, bound, title, folder / LATENCY_PNG)
             draw_timeline(times, scenario, bound, title, folder / TIMELINE_PNG)
-        lines += _stats_table(stats, read_detail_log(folder), bound)
-        lines += _device_table(times.per_device())
-        lines += _power_table(record.power)
-        if stats.samples:
-            lines += ["", f"![latency]({LATENCY_PNG})", "", f"![timeline]({TIMELINE_PNG})"]
+        lines += _stats_table(stats, read_detail_log(folder), bound) + _device_table(times.per_device())
     else:
         lines.append(f"No {SAMPLE_TIMES_FILE} in this folder (the run predates it): LoadGen's figures only.")
-        lines += _power_table(record.power)
+    lines += _power_table(record.power)
+    if stats and stats.samples:
+        lines += ["", f"![latency]({LATENCY_PNG})", "", f"![timeline]({TIMELINE_PNG})"]
     write_text(folder / REPORT_FILE, "\n".join(lines) + "\n")
     beside = beside_published(record)
     return TestReport(folder, title, verdict, _figure(result), stats, beside.cell() if beside else "-")
@@ -155,8 +148,7 @@ def _ms(nanoseconds: Any) -> str:
 
 def test_folders(root: Path) -> tuple[list[Path], list[Path]]:
     """The folders under a run root that hold a test (metadata.json and LoadGen's detail log), sorted: the run's own
-    tests, and the steps that led to them (``run_test_parts``: probes, find_performance's tries, engines the
-    accuracy gate set aside), whose figures are not the run's results."""
+    tests, and the steps that led to them (``run_test_parts``)."""
     folders = sorted(p.parent for p in root.rglob("metadata.json") if (p.parent / "mlperf_log_detail.txt").is_file())
     tests = [folder for folder in folders if run_test_parts(folder, root) is not None]
     return tests, [folder for folder in folders if folder not in tests]
@@ -167,9 +159,8 @@ STEPS_NOTE = ("Steps that led to the tests, not results of the run: a --test_run
 
 
 def write_run_report(root: Path, redraw: bool = True) -> Path:
-    """Each test's report, then ``root/report.md``: one row per test and their plots side by side, then the steps
-    that led to them in a table of their own. ``redraw`` False keeps plots a test already drew (the end of a run:
-    each test drew its own)."""
+    """Each test's report, then ``root/report.md``: a row per test, their plots side by side, and the steps in a
+    table of their own. ``redraw`` False keeps plots a test already drew."""
     if not root.is_dir():
         raise ReportError(f"{root} is not a folder; give a run's log folder, e.g. LOG_DIR=build/logs/<timestamp>")
     tests, steps = test_folders(root)

@@ -1,12 +1,10 @@
 """The results of every run at a glance (``make results``): the newest result per system, benchmark, scenario, GPU
 count, test and model, as a table and a CSV file (the command: code/report/make_results.py).
 
-A result is what a finished test recorded in its ``metadata.json``: the figure, unit, verdict and samples per
-joule; the model and the caveats that keep it from being a full run of that model on real inputs
-(``RunRecord.caveats``); and a performance figure beside the best published one per GPU of its GPU model
-(code/mlperf/beside_published.py). Only a run's own tests count, never the steps that led to them (probes, tries,
-engines the accuracy gate moved aside: ``run_test_parts``). A test is dated by when it started (its
-``test_spec.json``). The logs are only read, never written.
+A result is what a finished test recorded in its ``metadata.json``, with its caveats (``RunRecord.caveats``) and its
+figure beside the best published one per GPU (code/mlperf/beside_published.py). Only a run's own tests count, never the
+steps that led to them (``run_test_parts``). A test is dated by when it started (its ``test_spec.json``). The logs are
+only read.
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from pathlib import Path
 
 from code.common import atomic
 from code.common.constants import TestMode
+from code.common.system_description import shown as shown_path  # a folder as the tables show it
 from code.mlperf.beside_published import Beside, beside_published
 from code.submission.runs import TestRun, find_tests, run_folders
 
@@ -36,7 +35,6 @@ class ResultsError(RuntimeError):
 
 @dataclass(frozen=True)
 class Result:
-    """One finished test, as the table and the CSV show it."""
 
     system: str
     benchmark: str
@@ -67,14 +65,12 @@ def run_results(run_folder: Path) -> dict[tuple[str, str, str, int, str, str], R
 
 
 def newest(results: Iterable[Result]) -> dict[tuple[str, str, str, int, str, str], Result]:
-    """The results by key; where a key repeats, the test that started last."""
     return {result.key: result for result in sorted(results, key=lambda r: (r.started, str(r.folder)))}
 
 
 @dataclass
 class Newest:
-    """The newest result per key, and the tests that gave none: not finished, or a metadata.json that cannot be
-    read (a newer test than the one shown may hide behind it)."""
+    """The newest result per key, and the tests that gave none (a newer test may hide behind an unreadable one)."""
 
     results: list[Result]
     unfinished: int
@@ -82,8 +78,7 @@ class Newest:
 
 
 def newest_results(logs_dir: Path) -> Newest:
-    """Per system, benchmark, scenario, GPU count and test, the newest finished test under ``logs_dir``, sorted by
-    that key; and the tests that did not finish or cannot be read."""
+    """The newest finished test per key under ``logs_dir``, sorted by key; and those that gave none."""
     found = find_tests(run_folders(logs_dir))
     chosen = newest(map(_result, found.tests))
     return Newest([chosen[key] for key in sorted(chosen)], len(found.unfinished), found.unreadable)
@@ -114,14 +109,6 @@ def format_figure(value: float | None) -> str:
     return "-" if value is None else f"{value:,.6g}"
 
 
-def shown_path(folder: Path) -> str:
-    """A folder as the table shows it: relative to the current folder when under it."""
-    try:
-        return str(folder.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(folder)
-
-
 def format_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], right: set[int]) -> str:
     """Columns padded to their widest cell, those in ``right`` (numbers) aligned right."""
     widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
@@ -134,9 +121,8 @@ def format_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], right: s
 
 
 def results_table(results: list[Result]) -> str:
-    """The table; with a samples/J column after the unit when a result has one (a GPU test whose power was read):
-    a table of CPU runs has none to show. Beside each figure, its caveats and how it compares with the best
-    published one per GPU."""
+    """The table; with a samples/J column only when a result has one (a table of CPU runs has none), the caveats and
+    the figure beside the best published one per GPU."""
     joules = any(r.samples_per_joule is not None for r in results)
     headers = ("system", "benchmark", "model", "scenario", "GPUs", "test", "metric", "figure", "unit",
                *(("samples/J",) if joules else ()), "caveats", "vs best published", "verdict", "date", "log folder")
@@ -160,15 +146,13 @@ def results_csv(results: list[Result]) -> str:
 
 
 def csv_text(columns: tuple[str, ...], rows: Iterable[Iterable[object]]) -> str:
-    """A header and rows as CSV text, lines ending in a bare newline."""
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows([columns, *rows])
     return buffer.getvalue()
 
 
 def write_results(logs_dir: Path, csv_path: Path) -> str:
-    """Write the CSV of the newest results (a header alone when there is none) and return what the terminal shows:
-    the table, or the command that makes a first result, and the CSV's path."""
+    """Write the CSV of the newest results (a header alone for none); return what the terminal shows."""
     found = newest_results(logs_dir)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_text(csv_path, results_csv(found.results))

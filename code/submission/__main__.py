@@ -15,7 +15,7 @@ from code.common.faults import describe
 from code.common.rounds import RoundError
 from code.submission.checker import AlreadyTruncated, CheckResult, ToolFailed, check, truncate, truncated
 from code.submission.pack import pack
-from code.submission.stage import DIVISION, SUBMISSION_DIR, SYSTEMS_DIR, Staged, StageError, stage, staged_round
+from code.submission.stage import DIVISION, SUBMISSION_DIR, SYSTEMS_DIR, StageError, stage, staged_round
 from code.submission.tools import ToolsError
 
 # The CSV columns that say what a result is; the checker writes 28.
@@ -24,8 +24,7 @@ MESSAGE_WIDTH = 100  # a refusal's lines: one problem can name a dozen reasons a
 
 
 def wrapped(text: str, first: str, rest: str) -> str:
-    """``text`` in lines of at most ``MESSAGE_WIDTH`` columns, a word or path longer than that whole (so it can be
-    copied), the first line starting with ``first``, the others with ``rest``."""
+    """``text`` in lines of ``MESSAGE_WIDTH`` columns, a word or path longer than that whole (to be copied)."""
     return "\n".join(textwrap.wrap(text, MESSAGE_WIDTH, initial_indent=first, subsequent_indent=rest,
                                    break_long_words=False, break_on_hyphens=False))
 
@@ -75,11 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     except (StageError, ToolsError, RoundError, FileNotFoundError) as error:
         print(f"ERROR: {error}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    except ToolFailed as error:  # the tool's own failure, not the user's input: exit 1, as the docstring says
-        print(f"ERROR: {error}", file=sys.stderr)
-        return 1
-    except OSError as error:  # a full disk or a read-only folder while the tree or a log is written
-        message = describe(error, writing_in=SUBMISSION_DIR)
+    except (ToolFailed, OSError) as error:  # a tool's own failure, a full disk or a read-only folder: exit 1
+        message = str(error) if isinstance(error, ToolFailed) else describe(error, writing_in=SUBMISSION_DIR)
         if message is None:
             raise
         print(f"ERROR: {message}", file=sys.stderr)
@@ -87,28 +83,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _stage(args: argparse.Namespace) -> int:
+    allowed = args.allow_incomplete
     staged = stage(args.submitter, logs=args.logs, compliance=args.compliance_logs, system=args.system,
-                   round_name=args.round, allow_incomplete=args.allow_incomplete, systems_dir=args.systems_dir)
+                   round_name=args.round, allow_incomplete=allowed, systems_dir=args.systems_dir)
     for note in staged.notes:
         print(wrapped(note, "[stage_results] note: ", "  "))
-    _print_problems(staged, args.allow_incomplete)
-    if staged.problems and not args.allow_incomplete:
-        return ExitCode.BAD_INPUT
+    if staged.problems:
+        stream = sys.stdout if allowed else sys.stderr
+        head = ("staged anyway (--allow_incomplete; the tree's README lists these)" if allowed else
+                f"nothing staged ({staged.tree} is as the last staging left it): these runs are not a complete, "
+                "submittable set (fix them, or stage with ALLOW_INCOMPLETE=1 and a README that says so)")
+        print(wrapped(f"{head}:", "[stage_results] ", "  "), file=stream)
+        for problem in staged.problems:
+            print(wrapped(problem, "  - ", "    "), file=stream)
+        if not allowed:
+            return ExitCode.BAD_INPUT
     print(f"[stage_results] staged {staged.tree} (round {staged.round}, system {staged.system}); next: "
           "make truncate_results, then make check_submission")
     return ExitCode.OK
-
-
-def _print_problems(staged: Staged, allowed: bool) -> None:
-    if not staged.problems:
-        return
-    stream = sys.stdout if allowed else sys.stderr
-    head = ("staged anyway (--allow_incomplete; the tree's README lists these)" if allowed else
-            f"nothing staged ({staged.tree} is as the last staging left it): these runs are not a complete, "
-            "submittable set (fix them, or stage with ALLOW_INCOMPLETE=1 and a README that says so)")
-    print(wrapped(f"{head}:", "[stage_results] ", "  "), file=stream)
-    for problem in staged.problems:
-        print(wrapped(problem, "  - ", "    "), file=stream)
 
 
 def _print_check(result: CheckResult, round_name: str) -> None:

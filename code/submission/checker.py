@@ -88,8 +88,8 @@ def truncated(tree: Path) -> bool:
 
 
 def truncate(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR) -> str:
-    """Run the round's truncate_accuracy_log.py in place, the originals kept under ``<work_dir>/<submitter>/originals``;
-    a tree whose every accuracy.txt already has the tool's hash was truncated before, and is refused."""
+    """Run the round's truncate_accuracy_log.py in place, the originals kept under
+    ``<work_dir>/<submitter>/originals``; a tree truncated before is refused."""
     tree = submission_dir / DIVISION / submitter
     originals = work_dir / submitter / "originals"
     if not any(tree.glob("results/*/*/*/accuracy/accuracy.txt")):
@@ -129,8 +129,7 @@ def check(submitter: str, round_name: str, submission_dir: Path = SUBMISSION_DIR
 
 
 def _run_tool(round_name: str, arguments: list[str], log: Path) -> tuple[int, str]:
-    """Run one of the round's official tools from its folder; its exit status and output, which ``log`` keeps (its
-    folder is made first: the checker writes its CSV there)."""
+    """Run one of the round's official tools from its folder; its exit status and output, which ``log`` keeps."""
     tools = submission_tools(round_name)
     log.parent.mkdir(parents=True, exist_ok=True)
     done = subprocess.run([sys.executable, *arguments], cwd=tools, capture_output=True, text=True)

@@ -35,21 +35,15 @@ ABSOLUTE_PATH = re.compile(r"(?<![^\s\"'`(\[=,])/(?:[\w.+@-]+/)+[\w.+@-]*")
 NOT_SCANNED = ("mlperf_log_", "mlperf.conf")
 
 
-def _roots() -> list[tuple[Path, str]]:
-    """Folders of this machine and what a shipped text says instead, most specific first."""
-    roots = [(BUILD_DIR, "build"), (REPO_ROOT, ".")]
-    scratch = os.environ.get("MLPERF_SCRATCH_PATH")
-    if scratch:
-        roots.append((Path(scratch), "$MLPERF_SCRATCH_PATH"))
-    both = [(path.resolve(), label) for path, label in roots] + roots
-    return sorted(both, key=lambda pair: len(str(pair[0])), reverse=True)
-
-
 def portable(text: str) -> str:
     """``text`` with every absolute path made relative to the checkout (``build/...``, ``code/...``) or to
     ``$MLPERF_SCRATCH_PATH``, and any other reduced to its last part: a submission is read on other machines, and
     the folders of this one are nobody's business there."""
-    roots = _roots()
+    scratch = os.environ.get("MLPERF_SCRATCH_PATH")
+    named = [(BUILD_DIR, "build"), (REPO_ROOT, "."), *([(Path(scratch), "$MLPERF_SCRATCH_PATH")] if scratch else [])]
+    # Folders of this machine and what a shipped text says instead, most specific first.
+    roots = sorted([(path.resolve(), label) for path, label in named] + named, key=lambda pair: len(str(pair[0])),
+                   reverse=True)
 
     def relative(match: re.Match[str]) -> str:
         path = Path(match.group(0))
@@ -121,8 +115,7 @@ def write_source(tree: Path, commit: str, source: Path = SOURCE_DIR) -> list[str
 
 
 def write_code_readme(tree: Path, test: TestRun, commit: str | None, url: str | None, quantized: bool) -> None:
-    """``code/<benchmark>/<implementation>/README.md`` (``src/`` from v6.0): where the source is and how to run
-    this benchmark with it."""
+    """``code/<benchmark>/<implementation>/README.md`` (``src/`` from v6.0): where the source is, how to run it."""
     impl = implementation(test.record)
     code_dir = get_round(test.round).layout.source
     folder = tree / code_dir / test.benchmark / impl
@@ -229,13 +222,14 @@ def calibration_entry(test: TestRun) -> tuple[list[str], list[str]]:
         f"- Calibrated in {calibration.get('dtype', '16-bit')} on {calibration.get('device', 'the device')}, with "
         "the engine's own weights (rounded to its storage type first).",
     ]
-    if fields.get("precision") == "fp8" and fields.get("fp8_fast_accum"):
+    fp8 = fields.get("precision") == "fp8"
+    if fp8 and fields.get("fp8_fast_accum"):
         lines.append("- FP8 products accumulate with cuBLASLt fast accumulation (`fp8_fast_accum`).")
-    if fields.get("precision") == "fp8" and fields.get("fp8_residual"):
+    if fp8 and fields.get("fp8_residual"):
         lines.append("- The residual stream is stored only in FP8 (`fp8_residual`): each LayerNorm's output is kept "
                      "as the next matrix product's quantized input (that input's static scale), and each residual "
                      "add reads it from there; the last layer's output stays 16-bit for the QA head.")
-    if fields.get("precision") == "fp8" and fields.get("fp8_attention"):
+    if fp8 and fields.get("fp8_attention"):
         lines.append("- Attention runs in FP8 (`fp8_attention`): the q, k, v matrix product adds its bias and writes "
                      "e4m3 with the static scale of the attention's input (`<layer>.attn` in the engine's `amax`, "
                      "calibrated as the other inputs); q.k is an FP8 product with fp32 accumulation, the softmax is "
@@ -274,10 +268,9 @@ INT8_RULES = [
 
 
 def write_calibration(tree: Path, tests: list[TestRun], required: bool = False) -> list[str]:
-    """``documentation/calibration.md`` for the staged 8-bit tests; returns what is missing. The rules of each
-    format the tests used (FP8, INT8) come first, then one entry per test's engine. Without 8-bit tests there is no
-    file, unless the round's checker ``required`` one of every closed submission: then it says nothing was
-    calibrated, and at which precisions the runs ran."""
+    """``documentation/calibration.md`` for the staged 8-bit tests: the rules of each format they used, then an
+    entry per engine; returns what is missing. Without 8-bit tests, a file only where the round ``required`` one,
+    saying nothing was calibrated."""
     quantized = [t for t in tests if uses_quantization(t.record)]
     lines = ["# Calibration and quantization", ""]
     problems: list[str] = []

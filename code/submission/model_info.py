@@ -40,8 +40,7 @@ def ran_no_model(record: RunRecord) -> bool:
 
 
 def weight_data_types(record: RunRecord) -> str:
-    """The precision the weights were used in; fp8 and int8 runs keep 16-bit weights outside the 8-bit matrix
-    products."""
+    """The precision of the weights; fp8 and int8 runs keep 16-bit weights outside the 8-bit products."""
     if ran_no_model(record):
         return "none (oracle backend: no model)"
     precision = str(record.fields["precision"])
@@ -66,7 +65,6 @@ def weight_transformations(record: RunRecord) -> str:
 
 
 def model_info(record: RunRecord) -> dict[str, str]:
-    """The model-info JSON of one staged scenario, from its performance run's metadata.json."""
     return {"input_data_types": INPUT_DATA_TYPES, "retraining": "no",
             "starting_weights_filename": starting_weights(record), "weight_data_types": weight_data_types(record),
             "weight_transformations": weight_transformations(record)}

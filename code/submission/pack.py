@@ -1,11 +1,9 @@
 """``make pack_submission``: the archive of a staged, truncated and checked tree that the submission UI takes.
 
-The archive holds ``closed/<submitter>/`` from the submission folder's root, as the round's
-``tools/submission/pack_submission.sh`` packs ``closed/`` (without its encryption, which the round's process asks
-for separately when it does), named ``mlperf_submission_<submitter>.tar.gz`` beside a ``.sha1`` file in
-``sha1sum``'s format, as that script writes it, and a ``.sha256``. Only a tree that the round's checker passed as it
-is now is packed: a change after the check (staging again, an edit) needs a new check first. A tree with staging
-problems (a test that is not a submittable result) is refused unless ``allow_incomplete``, for pipeline tests.
+The archive holds ``closed/<submitter>/`` as the round's ``tools/submission/pack_submission.sh`` packs ``closed/``
+(without its encryption, which the round's process asks for separately when it does), beside a ``.sha1`` file in
+``sha1sum``'s format, as that script writes it, and a ``.sha256``. Only a tree that the round's checker passed as it is
+now is packed; one with staging problems only with ``allow_incomplete``, for pipeline tests.
 """
 
 from __future__ import annotations
@@ -30,8 +28,8 @@ class Packed:
 
 def pack(submitter: str, submission_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR,
          allow_incomplete: bool = False) -> Packed:
-    """Write ``<work_dir>/<submitter>/mlperf_submission_<submitter>.tar.gz`` and its checksums; ``StageError``
-    naming the step to run when the tree is not ready."""
+    """Write ``<work_dir>/<submitter>/mlperf_submission_<submitter>.tar.gz`` and its checksums, or say the step to
+    run."""
     check_submitter(submitter)
     tree = submission_dir / DIVISION / submitter
     work = work_dir / submitter

@@ -1,9 +1,5 @@
 """Finding the tests a submission is staged from: every complete test under the run folders, read from metadata.json.
-
-A test folder is ``<run>/<system>/<bench-99|bench-99.9>/<Scenario>/`` (or its ``accuracy/`` and
-``performance/run_1/`` for a SubmissionRun); its metadata.json says the round, the mode, whether it finished and
-its verdict. Nothing here writes: run logs are results and are only read.
-"""
+Nothing here writes: run logs are results and are only read."""
 
 from __future__ import annotations
 
@@ -20,7 +16,6 @@ LOADGEN_MODES = {mode.value for mode in TestMode if mode is not TestMode.Submiss
 
 @dataclass(frozen=True)
 class TestRun:
-    """One finished LoadGen test of a run folder."""
 
     __test__ = False  # not a pytest test class despite its name
 
@@ -58,9 +53,8 @@ class FoundTests:
 
 
 def find_tests(run_folders: list[Path]) -> FoundTests:
-    """Every finished test of the runs themselves (``run_test_parts``: never a probe, a find_performance try or an
-    engine the accuracy gate set aside), the tests that did not finish (stopped, killed, FAILED), and those whose
-    metadata.json cannot be read (a full disk, a hand edit), with the reason."""
+    """Every finished test of the runs themselves (``run_test_parts``), the tests that did not finish (stopped,
+    killed, FAILED), and those whose metadata.json cannot be read (a full disk, a hand edit), with the reason."""
     found = FoundTests()
     for folder in run_folders:
         for path in sorted(folder.rglob("metadata.json")):

@@ -1,11 +1,10 @@
 """Stage a closed-division submission tree from run logs: ``build/submission/closed/<submitter>/``.
 
-For one system and one round, the newest finished accuracy and performance test of each benchmark and scenario
-becomes ``results/<system>/<bench>/<Scenario>/{accuracy, performance/run_1}`` with only the files the round's
-checker accepts, plus the ``measurements/``, ``code/`` and ``systems/`` entries it requires, and ``compliance/``
-copied as is from the newest audit logs. Nothing is staged silently: a missing scenario or test, and every test that
-is not a submittable result (its metadata.json verdict), is named; with any of them the tree is written only when
-``allow_incomplete`` is given, and its README says so. Run logs are only read.
+For one system and one round, the newest finished accuracy and performance test of each benchmark and scenario becomes
+``results/<system>/<bench>/<Scenario>/{accuracy, performance/run_1}`` with only the files the round's checker accepts,
+plus the ``measurements/``, ``code/``, ``systems/`` and ``compliance/`` entries. Nothing is staged silently: a missing
+test, or one that is not a submittable result, is named, and then the tree is written only with ``allow_incomplete``,
+its README saying so. Run logs are only read.
 """
 
 from __future__ import annotations
@@ -84,8 +83,8 @@ class Staged:
 def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Path] | None = None,
           system: str | None = None, round_name: str | None = None, allow_incomplete: bool = False,
           out_dir: Path = SUBMISSION_DIR, work_dir: Path = WORK_DIR, systems_dir: Path = SYSTEMS_DIR) -> Staged:
-    """Build ``<out_dir>/closed/<submitter>/`` from the newest finished tests of ``logs`` (default: every run
-    folder in build/logs) and the newest audits of ``compliance`` (default: build/compliance_logs)."""
+    """Build ``<out_dir>/closed/<submitter>/`` from the newest finished tests and audits (default: build/logs,
+    build/compliance_logs)."""
     check_submitter(submitter)
     folders = logs if logs is not None else run_folders(LOGS_DIR)
     for folder in folders:
@@ -123,7 +122,10 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     if staged.problems and not allow_incomplete:
         return staged  # reported by the caller; nothing written
 
-    mlperf_conf = _mlperf_conf(round_name)
+    mlperf_conf = source_dir(get_round(round_name)) / "mlperf.conf"  # v4.1's checker wants it in measurements/
+    if not mlperf_conf.is_file():
+        raise StageError(f"no {mlperf_conf}: the measurements need the mlperf.conf of round {round_name}'s LoadGen; "
+                         f"make build ROUND={round_name}")
     layout = get_round(round_name).layout
     _reset(staged.tree, work_dir / submitter, staged)
     _write_json(staged.tree / "systems" / f"{system}.json", description)
@@ -162,7 +164,7 @@ def check_submitter(submitter: str) -> None:
 
 
 def staged_round(submitter: str, work_dir: Path = WORK_DIR) -> str:
-    """The round of the tree staged last for this submitter (its tools truncate and check it)."""
+    """The round of the tree staged last for this submitter, whose tools truncate and check it."""
     check_submitter(submitter)
     record = work_dir / submitter / STAGE_RECORD
     if not record.is_file():
@@ -215,19 +217,16 @@ def _check(chosen: dict[tuple[str, str, TestMode], TestRun], system_type: str, r
                 continue
             for mode, what in ((TestMode.AccuracyOnly, "accuracy"), (TestMode.PerformanceOnly, "performance")):
                 if (benchmark, scenario, mode) not in chosen:
-                    problems.append(
-                        f"{benchmark} {scenario}: no finished {what} run (run it: make run ROUND={round_name} "
-                        f"RUN_ARGS=\"--benchmarks={get_round(round_name).run_name(benchmark)} "
-                        f"--scenarios={scenario.lower()} "
-                        "--test_mode=SubmissionRun\")")
+                    problems.append(f"{benchmark} {scenario}: no finished {what} run (run it: make run ROUND="
+                                    f"{round_name} RUN_ARGS=\"--benchmarks={get_round(round_name).run_name(benchmark)} "
+                                    f"--scenarios={scenario.lower()} --test_mode=SubmissionRun\")")
     problems += [f"{test.describe()} is {test.verdict}: {'; '.join(reasons)} ({test.directory})"
                  for test in chosen.values() if (reasons := test.problems())]
     return problems
 
 
 def _system_description(systems_dir: Path, system: str, submitter: str, staged: Staged) -> dict[str, Any]:
-    """The description the tree ships: the system's JSON, its user file and SUBMITTER merged
-    (``load_description``), with what the checker would reject reported as a problem by field."""
+    """The system's JSON, its user file and SUBMITTER merged; what the checker would reject is a problem."""
     try:
         description = load_description(system, systems_dir, submitter)
     except SystemDescriptionError as error:
@@ -265,10 +264,14 @@ def _newest_audits(compliance: list[Path] | None, system: str, round_name: str,
 
 
 def _failed_audits(audits: dict[tuple[str, str, str], Path], staged_scenarios: set[tuple[str, str]]) -> list[str]:
-    """Each staged audit that its compliance run's summary.json records as not PASSed, by name and reason."""
+    """Each staged audit that its compliance run's summary.json records as not PASSed, with the reason."""
     problems: list[str] = []
     for (benchmark, scenario, test_name), test in sorted(audits.items()):
-        record = _audit_records(test.parents[3]).get(test.resolve())
+        try:  # the records of its compliance run's summary.json, by TEST folder
+            records = json.loads((test.parents[3] / "summary.json").read_text())
+            record = {Path(entry["log_dir"]).resolve(): entry for entry in records}.get(test.resolve())
+        except (OSError, ValueError, KeyError, TypeError):
+            record = None
         if (benchmark, scenario) not in staged_scenarios or record is None:
             continue
         if not str(record.get("verdict", "")).startswith("PASS"):
@@ -282,15 +285,6 @@ def _failed_audits(audits: dict[tuple[str, str, str], Path], staged_scenarios: s
     return problems
 
 
-def _audit_records(compliance_root: Path) -> dict[Path, dict[str, Any]]:
-    """The records of a compliance run's summary.json by their TEST folder; {} when it has none readable."""
-    try:
-        records = json.loads((compliance_root / "summary.json").read_text())
-        return {Path(record["log_dir"]).resolve(): record for record in records}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-
-
 def tree_files(tree: Path) -> dict[str, str]:
     return {path.relative_to(tree).as_posix(): file_checksum(path, "sha256") for path in sorted(tree.rglob("*"))
             if path.is_file()}
@@ -302,8 +296,7 @@ def record_tree(tree: Path, work: Path) -> None:
 
 
 def _edits(tree: Path, work: Path) -> list[str] | None:
-    """The files of the tree changed, added or removed since staging and truncation left it; None when no record
-    says what they left (a tree staged by an earlier version of this harness)."""
+    """The files changed, added or removed since staging and truncation left the tree; None when no record says."""
     try:
         recorded = json.loads((work / TREE_FILES).read_text())
     except (OSError, ValueError):
@@ -362,15 +355,6 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
     path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
-def _mlperf_conf(round_name: str) -> Path:
-    """The mlperf.conf of the round's LoadGen sources (v4.1's checker requires it in every measurements folder)."""
-    path = source_dir(get_round(round_name)) / "mlperf.conf"
-    if not path.is_file():
-        raise StageError(f"no {path}: the measurements need the mlperf.conf of round {round_name}'s LoadGen; "
-                         f"make build ROUND={round_name}")
-    return path
-
-
 def _write_measurements(folder: Path, test: TestRun, mlperf_conf: Path) -> None:
     """mlperf.conf and user.conf as LoadGen read them, a README saying how the run was made, the model-info JSON."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -379,8 +363,7 @@ def _write_measurements(folder: Path, test: TestRun, mlperf_conf: Path) -> None:
     layout = get_round(test.round).layout
     _write_json(folder / layout.model_info.format(system=test.system, implementation=implementation(test.record),
                                                   scenario=test.scenario), model_info(test.record))
-    fields = test.record.fields
-    provenance = test.record.provenance
+    fields, provenance = test.record.fields, test.record.provenance
     code = f"{layout.source}/{test.benchmark}/{implementation(test.record)}/README.md"
     # Paths a run was given or found are written relative to the checkout (build/...): no folder of this machine.
     (folder / "README.md").write_text(portable(
@@ -392,19 +375,13 @@ def _write_measurements(folder: Path, test: TestRun, mlperf_conf: Path) -> None:
         f"- weights: {provenance.get('weights')}\n\n"
         f"Reproduce (`{code}` has the setup), with the settings this run was given on its command line:\n\n"
         f"```bash\nmake run ROUND={test.round} RUN_ARGS=\"--benchmarks={test.benchmark} "
-        f"--scenarios={test.scenario.lower()} --system_name={test.system}{_given_flags(test)}\"\n```\n"))
-
-
-def _given_flags(test: TestRun) -> str:
-    """The fields the run took from RUN_ARGS (its config class gave the rest), as flags; never the log folder."""
-    config = test.record.config
-    given = sorted(name for name, source in config["sources"].items() if source == "RUN_ARGS" and name != "log_dir")
-    return "".join(f" --{name}={config['fields'][name]}" for name in given)
+        f"--scenarios={test.scenario.lower()} --system_name={test.system}"
+        + "".join(f" --{name}={value}" for name, value in test.record.given().items()) + "\"\n```\n"))
 
 
 def _write_code(staged: Staged, tests: list[TestRun], commit: str | None) -> None:
-    """code/: the harness's source at the runs' commit and a README per benchmark and implementation; the
-    calibration write-up of the 8-bit engines (documentation/calibration.md; from v5.1 always)."""
+    """code/: the harness's source at the runs' commit, a README per benchmark and implementation, and
+    documentation/calibration.md."""
     layout = get_round(staged.round).layout
     if commit:
         staged.problems += write_source(staged.tree, commit, Path(layout.source) / "source")

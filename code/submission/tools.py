@@ -21,24 +21,15 @@ class ToolsError(RuntimeError):
     """The round's official tools are missing; the message names the clone command and the variable."""
 
 
-def tools_root() -> Path:
-    """The folder holding one clone of mlcommons/inference per round (``<round>/``; ``main/`` for v6.1)."""
-    return Path(os.environ.get(TOOLS_VARIABLE) or DEFAULT_TOOLS_ROOT)
-
-
-def checker_path(folder: Path, command: tuple[str, ...]) -> Path:
-    """The file that ``python <command>`` runs from ``folder``: a script, or a package's module (``-m a.b``)."""
-    if command[0] == "-m":
-        return folder.joinpath(*command[1].split(".")).with_suffix(".py")
-    return folder / command[0]
-
-
 def submission_tools(round_name: str) -> Path:
-    """``<root>/<clone>/tools/submission``: the round's submission checker and truncate_accuracy_log.py."""
-    root = tools_root()
+    """``<root>/<clone>/tools/submission``: the round's submission checker and truncate_accuracy_log.py. The root holds
+    one clone of mlcommons/inference per round (``<round>/``; ``main/`` for v6.1)."""
+    root = Path(os.environ.get(TOOLS_VARIABLE) or DEFAULT_TOOLS_ROOT)
     official = get_round(round_name).tools
     folder = root / official.folder / "tools" / "submission"
-    if not checker_path(folder, official.checker).is_file() or not (folder / "truncate_accuracy_log.py").is_file():
+    command = official.checker  # ``python <command>`` from the folder: a script, or a package's module (``-m a.b``)
+    checker = folder.joinpath(*command[1].split(".")).with_suffix(".py") if command[0] == "-m" else folder / command[0]
+    if not checker.is_file() or not (folder / "truncate_accuracy_log.py").is_file():
         raise ToolsError(
             f"no official submission tools for round {round_name} at {folder}: run "
             f"`{official.clone_command(root)}` (or set {TOOLS_VARIABLE} to the folder holding the rounds' clones)")

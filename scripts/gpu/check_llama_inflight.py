@@ -8,7 +8,8 @@ Steps (each timed; a failing step does not stop the others):
 - ``attention``: ``decode_attention`` (Triton on CUDA) vs ``decode_attention_reference`` on a random paged cache of
   the model's key/value heads (8) for its query heads (32): relative error per layer-sized case.
 - ``prefill``: packed prompts through ``InflightLlama.prompt_logits`` (FlashAttention-2 varlen with 8 key/value
-  heads on CUDA) vs the eager model's left-padded last-token logits: relative error and argmax agreement.
+  heads on CUDA) vs the eager model's left-padded last-token logits: relative error and argmax agreement; and both
+  against the eager model in float32 (the same weights widened), so each 16-bit path's own error shows.
 - ``agreement``: the engine's greedy tokens (CUDA graphs on, and off) vs ``generate`` on the eager model for the
   same prompts: the graph and eager steps must agree exactly; against the eager model, bf16 ties may flip a few.
 - ``throughput``: the engine over synthetic CNN/DailyMail-like prompts (random weights never choose EOS, so every
@@ -120,11 +121,24 @@ def prefill_step(check: Check) -> None:
     tokens, pad = left_pad([p.cpu() for p in prompts], check.config.eos_token_id)
     with torch.inference_mode():
         want = model(tokens.to(check.device), 0, pad.to(check.device), last_only=True).float()
+        # The float32 reference: the same weights widened (exactly), so each 16-bit path's error is its own.
+        dtype = model.output.weight.dtype
+        model.float()
+        model.setup_caches(*cache_shape([len(p) for p in prompts], check.generation))
+        exact = model(tokens.to(check.device), 0, pad.to(check.device), last_only=True).float()
+        model.to(dtype)
     result = {"rel_error": rel_error(got, want), "argmax_agree": int((got.argmax(-1) == want.argmax(-1)).sum()),
+              "engine_vs_float32": rel_error(got, exact), "eager_vs_float32": rel_error(want, exact),
+              "engine_argmax_as_float32": int((got.argmax(-1) == exact.argmax(-1)).sum()),
+              "eager_argmax_as_float32": int((want.argmax(-1) == exact.argmax(-1)).sum()),
               "prompts": len(prompts), "lengths": [len(p) for p in prompts]}
     check.details["prefill"] = result
-    check.rows.append(f"prefill: rel error {result['rel_error']:.2e}, argmax agrees {result['argmax_agree']}/"
-                      f"{len(prompts)}")
+    n = len(prompts)
+    check.rows.append(
+        f"prefill: rel error {result['rel_error']:.2e} against the eager model, argmax agrees "
+        f"{result['argmax_agree']}/{n}; against float32: engine {result['engine_vs_float32']:.2e} (argmax "
+        f"{result['engine_argmax_as_float32']}/{n}), eager {result['eager_vs_float32']:.2e} (argmax "
+        f"{result['eager_argmax_as_float32']}/{n})")
 
 
 def agreement_step(check: Check) -> None:

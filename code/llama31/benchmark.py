@@ -44,14 +44,15 @@ def data_set(config: ResolvedConfig) -> str:
     """``edge`` on an edge system of a round whose checker has an edge llama3.1-8b (v6.1's llama3.1-8b-edge, 5,000
     samples), else ``datacenter``: v5.1's checker takes the 13,368 samples from edge systems too, and a system whose
     type is not known yet runs the larger."""
-    from code.common.rounds import get_round
+    from code.common.rounds import RoundError, get_round
     from code.common.system_description import system_type
+    from code.common.systems import SystemDetectionError
 
     try:
         kind = system_type(config.system)
         return "edge" if get_round(config["round"]).checker_name(config.benchmark_name, kind) != config.benchmark_name \
             else "datacenter"
-    except ValueError:  # SystemDetectionError, RoundError: the run's own checks name the fix
+    except (SystemDetectionError, RoundError):  # the run's verdict says the type is unknown and names the fix
         return "datacenter"
 
 

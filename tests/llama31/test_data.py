@@ -178,3 +178,19 @@ def test_model_download_fetches_the_reference_revision_and_checks_it(tmp_path, c
     (folder / "model-00002-of-00002.safetensors").write_bytes(b"")
     assert download_model.main(["--model_dir", str(tmp_path)]) == 0
     assert len(calls) == 1  # complete: not fetched again
+
+
+def test_a_system_without_a_description_runs_the_datacenter_set(tmp_path, monkeypatch):
+    """A machine whose systems/<system>.json is not written yet (two H200s, say) still runs: the larger set, with
+    the run's verdict naming the missing description, as GPT-J and BERT do."""
+    from code.common import systems
+    from code.common.constants import Benchmark, Scenario
+    from code.config.resolve import resolve_config
+    from code.config.resolved import WorkloadSetting
+    from code.llama31.benchmark import data_set
+
+    monkeypatch.setattr(systems, "SYSTEMS_DIR", tmp_path)  # no descriptions at all
+    for rnd in ("v5.1", "v6.1"):
+        config = resolve_config(Benchmark.LLAMA31, Scenario.Offline, "H200_SXM_141GBx2", WorkloadSetting(),
+                                {"round": rnd})
+        assert data_set(config) == "datacenter"

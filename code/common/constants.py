@@ -161,6 +161,10 @@ CONFIG_VER_TO_ACCURACY = {"default": AccuracyTarget.k_99, "high_accuracy": Accur
 
 # Samples in each benchmark's data set: the QSL size, LoadGen's performance sample count and Offline's minimum.
 DATASET_SIZE = {Benchmark.BERT: 10833, Benchmark.GPTJ: 13368, Benchmark.LLAMA31: 13368}  # llama3.1-8b edge: 5,000
+# The benchmarks mlperf.conf issues in equal-issue mode (``sample_concatenate_permutation``: GPT-J from v4.0,
+# llama3.1-8b from v5.1): LoadGen pads Offline's query, and the query count of the other scenarios, to a multiple of
+# the samples it loaded.
+EQUAL_ISSUE = frozenset({Benchmark.GPTJ, Benchmark.LLAMA31})
 
 # MLPerf's latency bounds for the Server scenario, as mlperf.conf sets them (tests/common/test_rounds.py checks them
 # against each fetched round's mlperf.conf and against scripts/bench/settings.py's copy).

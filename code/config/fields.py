@@ -131,8 +131,8 @@ HARNESS_FIELDS: tuple[Field, ...] = (
           "gets its own size without it", range=Range(1, INT64_MAX)),
     Field("test_mode", str, "PerformanceOnly", "PerformanceOnly, AccuracyOnly, or SubmissionRun (accuracy "
           "then performance)", choices=("PerformanceOnly", "AccuracyOnly", "SubmissionRun")),
-    Field("test_run", bool, False, "Short run: min_duration 60 s, min_query_count 1 (alias --fast); "
-          "not a valid submission"),
+    Field("test_run", bool, False, "Short run: min_duration 60 s, min_query_count 1 (alias --fast); GPT-J and "
+          "llama3.1-8b load only the samples that duration issues; not a valid submission"),
     Field("num_samples", int, None, "AccuracyOnly: run and score only the first N real samples, a quick "
           "accuracy check; never a valid result (default: the whole data set)", range=Range(1, 1_000_000)),
     Field("log_enable_trace", bool, False, "LoadGen's trace (mlperf_log_trace.json, for debugging): GBs at GPU "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from code.common.constants import DATASET_SIZE, Scenario
+from code.common.constants import DATASET_SIZE, EQUAL_ISSUE, Scenario
 from code.config.fields import TEST_RUN_MIN_DURATION_MS, TEST_RUN_MIN_QUERY_COUNT
 from code.config.resolve import RATE_FIELDS, scales_qps
 from code.config.resolved import ResolvedConfig
@@ -43,11 +43,31 @@ def user_conf_entries(config: ResolvedConfig, sample_count: int, device_share: f
     loaded = loaded_samples(config, sample_count)
     if probe_samples is not None:
         loaded = max(1, min(probe_samples, loaded))
+    elif short_equal_issue(config):
+        loaded = min(loaded, test_run_samples(config, entries))
     # Written where it differs from mlperf.conf's, or the config sets it: a data set smaller than the real one
     # (tests, a subset), since LoadGen can only load what exists; a probe's query.
     if config["performance_sample_count_override"] is not None or loaded < DATASET_SIZE[config.benchmark]:
         entries["performance_sample_count_override"] = str(loaded)
     return entries
+
+
+def short_equal_issue(config: ResolvedConfig) -> bool:
+    """A --test_run of an equal-issue benchmark that names no sample count: LoadGen would pad its queries to the whole
+    data set (13,368 samples: minutes on one GPU), so it loads what the test's duration issues instead."""
+    return (bool(config["test_run"]) and config.benchmark in EQUAL_ISSUE
+            and config["performance_sample_count_override"] is None and not config["synthetic_sample_count"])
+
+
+def test_run_samples(config: ResolvedConfig, entries: dict[str, str]) -> int:
+    """Samples a test of this rate and duration issues, as LoadGen sizes Offline's query (10% slack, truncated, in the
+    same order of operations): loaded, they make Offline's query and the other scenarios' query count need no
+    padding past the duration."""
+    if config.scenario is Scenario.SingleStream:
+        rate = 1e9 / float(config["single_stream_expected_latency_ns"])
+    else:
+        rate = float(entries["target_qps"])
+    return max(1, int(1.1 * (int(entries["min_duration"]) / 1000) * rate))
 
 
 def write_user_conf(config: ResolvedConfig, sample_count: int, directory: Path, device_share: float = 1.0,

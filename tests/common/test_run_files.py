@@ -39,6 +39,26 @@ def test_explicit_durations_win_over_test_run_and_small_sets_override_sample_cou
     assert entries["performance_sample_count_override"] == "20"
 
 
+@pytest.mark.parametrize(("benchmark", "scenario", "rate", "loaded"), [
+    (Benchmark.LLAMA31, Scenario.Offline, {"offline_expected_qps": 30.0}, "660"),  # 1.1 x 30/s x 20 s
+    (Benchmark.LLAMA31, Scenario.Server, {"server_target_qps": 8.0}, "176"),
+    (Benchmark.GPTJ, Scenario.Offline, {"offline_expected_qps": 44.0}, "968"),
+])
+def test_a_short_equal_issue_test_loads_what_its_duration_issues(benchmark, scenario, rate, loaded):
+    """LoadGen pads an equal-issue benchmark's queries to a multiple of the loaded samples: a --test_run on a GPU
+    that loaded the whole set of 13,368 would run for minutes, not its 20 s."""
+    config = resolve_config(benchmark, scenario, "H200_SXM_141GBx1", WorkloadSetting(),
+                            {"test_run": True, "min_duration": 20000, **rate})
+    assert user_conf_entries(config, sample_count=13368)["performance_sample_count_override"] == loaded
+    given = resolve_config(benchmark, scenario, "H200_SXM_141GBx1", WorkloadSetting(),
+                           {"test_run": True, "min_duration": 20000, "synthetic_sample_count": 2000, **rate})
+    assert user_conf_entries(given, sample_count=2000)["performance_sample_count_override"] == "2000"
+    full = resolve_config(benchmark, scenario, "H200_SXM_141GBx1", WorkloadSetting(), rate)
+    assert "performance_sample_count_override" not in user_conf_entries(full, sample_count=13368)
+    bert = resolve_config(Benchmark.BERT, scenario, "H200_SXM_141GBx1", WorkloadSetting(), {"test_run": True})
+    assert "performance_sample_count_override" not in user_conf_entries(bert, sample_count=10833)
+
+
 def test_log_folders_are_never_reused(tmp_path, monkeypatch):
     monkeypatch.setattr("code.mlperf.run_logs.LOGS_DIR", tmp_path / "logs")
     first, second = new_run_root(), new_run_root()

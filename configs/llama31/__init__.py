@@ -3,7 +3,7 @@
 The reference fixes generation (greedy, 1 to 128 new tokens) and has one accuracy target, 99%, so there are no
 ``_HighAccuracy`` classes. The H100 and H200 Offline and Server classes run the in-flight engine (``inflight``: bf16,
 continuous batching; FP8 GEMMs and KV cache are to come), SingleStream the PyTorch backend (bf16, eager); their
-values are estimates, said where each is set, not measurements.
+values are estimates, said where each is set, but for the H200's Offline rate, which was measured.
 """
 
 from code.common.constants import Benchmark

@@ -33,7 +33,7 @@ from code.llama31.architecture import LlamaConfig
 from code.llama31.model import Llama, apply_rotary, rope_table
 from code.llm.cache_shape import CacheShape
 from code.llm.kv_cache import KVCache
-from code.llm.paged_attention import decode_attention, prefill_attention
+from code.llm.paged_attention import decode_step, prefill_attention
 
 # The decode kernel's launch at Llama 3.1 8B's shape (1 beam, 4 query heads a key/value head of 128): 4 key/value
 # heads a program (16 query rows) in 2 splits read an FP8 cache 1.50x as fast as one head a program, a bf16 one
@@ -186,14 +186,5 @@ class InflightLlama:
     def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor) -> Tensor:
         """One token per beam row (``tokens [slots * beams]``), the ``gen_count[s]``-th generated token of slot s;
         float32 logits ``[slots * beams, vocab]``. No host synchronisation: it is captured in a CUDA graph."""
-        slots, beams = ancestry.shape[:2]
-        column = (gen_count - 1).clamp(min=0)
-        positions = (cache.prompt_lengths.long() + column)[:, None].expand(-1, beams).reshape(-1)
-        rows = torch.arange(slots * beams, device=tokens.device)
-        columns = column[:, None].expand(-1, beams).reshape(-1)
-
-        def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-            cache.write_generated(i, rows, columns, k, v)
-            return decode_attention(q, cache, i, ancestry, gen_count, DECODE_LAUNCH)
-
+        positions, attend = decode_step(cache, ancestry, gen_count, DECODE_LAUNCH)
         return self._logits(self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend))

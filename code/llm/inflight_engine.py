@@ -321,3 +321,23 @@ class InflightEngine:
         length_of = (lambda index: int(forced_lengths[index])) if forced_lengths is not None else None
         self.serve(take, complete, lambda index: prompts[index], length_of)
         return results  # type: ignore[return-value]
+
+
+class EngineBackend:
+    """What an in-flight backend gives the harness once its ``engine`` is built: a list of prompts run through the
+    engine's loop (``run_batch``), the whole LoadGen test served from the C++ core's session (``serve``), and the
+    engine's counters."""
+
+    engine: InflightEngine
+
+    def run_batch(self, sample_indices: np.ndarray, prompts: list[np.ndarray]) -> list[np.ndarray]:
+        return self.engine.generate(prompts)
+
+    def stats(self) -> dict:
+        """The engine's counters (samples completed, tokens generated, ...) for the run's metadata.json."""
+        return self.engine.stats.as_dict()
+
+    def serve(self, session, prompt_of: Callable[[int], np.ndarray],  # noqa: ANN001 - the core's Session
+              forced_length_of: ForcedLengthOf | None = None) -> None:
+        """Run the whole LoadGen test: take samples from the C++ core's session, complete each when done."""
+        self.engine.serve(session.take, session.complete, prompt_of, forced_length_of)

@@ -43,7 +43,7 @@ operation order; ``scripts/gpu/check_gptj_inflight.py`` compares the two on the 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import Tensor
@@ -120,6 +120,25 @@ def query_group(q: Tensor, cache: KVCache, ancestry: Tensor) -> int:
         raise ValueError(f"{q_heads} query heads cannot share the cache's {kv_heads} key/value heads: grouped-query "
                          f"attention needs a multiple of them")
     return q_heads // kv_heads
+
+
+def decode_step(cache: KVCache, ancestry: Tensor, gen_count: Tensor, launch: Mapping[str, int] | None = None
+                ) -> tuple[Tensor, Callable[[int, Tensor, Tensor, Tensor], Tensor]]:
+    """One decode step of every beam row over ``cache``: each row's position (its prompt's length + its generated
+    column, for the rotary embedding) and the attention a layer calls with its new q, k and v, which writes k and v
+    at that column and attends (``decode_attention`` with ``launch``). No host synchronisation: the step is captured
+    in a CUDA graph."""
+    slots, beams = ancestry.shape[:2]
+    column = (gen_count - 1).clamp(min=0)
+    positions = (cache.prompt_lengths.long() + column)[:, None].expand(-1, beams).reshape(-1)
+    rows = torch.arange(slots * beams, device=gen_count.device)
+    columns = column[:, None].expand(-1, beams).reshape(-1)
+
+    def attend(layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        cache.write_generated(layer, rows, columns, k, v)
+        return decode_attention(q, cache, layer, ancestry, gen_count, launch)
+
+    return positions, attend
 
 
 def decode_attention_reference(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, gen_count: Tensor) -> Tensor:

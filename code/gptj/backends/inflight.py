@@ -14,12 +14,10 @@ with the command that rebuilds it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from code.gptj.backends import no_engine
@@ -36,7 +34,7 @@ from code.gptj.backends.pytorch import DTYPES, PytorchOptions
 from code.gptj.inflight.layers import Amax, InflightModel
 from code.gptj.memory_plan import KV_CACHE_DTYPES, PRECISIONS
 from code.llm.generation import GenerationConfig
-from code.llm.inflight_engine import EngineOptions, ForcedLengthOf, InflightEngine
+from code.llm.inflight_engine import EngineBackend, EngineOptions, InflightEngine
 from code.mlperf.devices import usable_gpu_bytes
 from code.numerics.fp8 import E4M3
 
@@ -58,7 +56,7 @@ class InflightOptions(PytorchOptions):
     run_args: str | None = None  # makes an engine error's rebuild command copy-pasteable
 
 
-class InflightGptjBackend:
+class InflightGptjBackend(EngineBackend):
     @staticmethod
     def engine_spec(config: ResolvedConfig, context: BackendContext) -> EngineSpec:
         return EngineSpec(model_name=config["model_name"], precision=config["precision"],
@@ -127,18 +125,6 @@ class InflightGptjBackend:
                                        kv_dtype=E4M3 if options.kv_cache_dtype == "fp8" else None,
                                        memory_bytes=usable_gpu_bytes(device) if device.type == "cuda" else 0)
         self.engine = InflightEngine(inflight, generation, engine_options, kv_amax=amax)
-
-    def run_batch(self, sample_indices: np.ndarray, prompts: list[np.ndarray]) -> list[np.ndarray]:
-        return self.engine.generate(prompts)
-
-    def stats(self) -> dict:
-        """The engine's counters (samples completed, tokens generated, ...) for the run's metadata.json."""
-        return self.engine.stats.as_dict()
-
-    def serve(self, session, prompt_of: Callable[[int], np.ndarray],  # noqa: ANN001 - the core's Session
-              forced_length_of: ForcedLengthOf | None = None) -> None:
-        """Run the whole LoadGen test: take samples from the C++ core's session, complete each when done."""
-        self.engine.serve(session.take, session.complete, prompt_of, forced_length_of)
 
 
 def calibrate(model: InflightModel, seed: int, max_prompt_length: int) -> Amax:

@@ -32,7 +32,7 @@ from code.gptj.memory_plan import HEAD_ROW_ALIGN  # LM-head rows are padded to t
 from code.gptj.memory_plan import cache_shape as gptj_cache_shape
 from code.gptj.model import Gptj, GptjConfig, rope_table
 from code.llm.kv_cache import CacheShape, KVCache
-from code.llm.paged_attention import decode_attention, prefill_attention
+from code.llm.paged_attention import decode_step, prefill_attention
 from code.numerics.fp8 import Fp8Linear
 
 FP8_ROW_ALIGN = 16
@@ -247,15 +247,6 @@ class InflightModel:
     def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor) -> Tensor:
         """One token per beam row (``tokens [slots * beams]``), the ``gen_count[s]``-th generated token of slot s;
         float32 logits ``[slots * beams, vocab]``. No host synchronisation: it is captured in a CUDA graph."""
-        slots, beams = ancestry.shape[:2]
-        column = (gen_count - 1).clamp(min=0)
-        positions = (cache.prompt_lengths.long() + column)[:, None].expand(-1, beams).reshape(-1)
-        rows = torch.arange(slots * beams, device=tokens.device)
-        columns = column[:, None].expand(-1, beams).reshape(-1)
-
-        def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-            cache.write_generated(i, rows, columns, k, v)
-            return decode_attention(q, cache, i, ancestry, gen_count)
-
+        positions, attend = decode_step(cache, ancestry, gen_count)
         return self._logits(self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend,
                                          self.elementwise.decode))

@@ -11,12 +11,10 @@ engine takes an FP8 cache already, given the calibration's magnitudes).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
 from code.common.faults import reading
@@ -25,7 +23,7 @@ from code.llama31.backends.pytorch import DTYPES, MAX_NEW_TOKENS, REDOWNLOAD, Py
 from code.llama31.inflight_model import InflightLlama
 from code.llama31.memory_plan import PRECISIONS
 from code.llama31.model import LlamaConfig, load_checkpoint, random_weights
-from code.llm.inflight_engine import EngineOptions, ForcedLengthOf, InflightEngine
+from code.llm.inflight_engine import EngineBackend, EngineOptions, InflightEngine
 from code.mlperf.devices import usable_gpu_bytes
 
 if TYPE_CHECKING:
@@ -55,7 +53,7 @@ def load_model(options: PytorchOptions, device: torch.device) -> InflightLlama:
     return inflight
 
 
-class InflightLlamaBackend:
+class InflightLlamaBackend(EngineBackend):
     @staticmethod
     def options_from(config: ResolvedConfig, context: BackendContext) -> InflightOptions:
         return InflightOptions(device=context.device, cpu_threads=context.cpu_threads,
@@ -89,15 +87,3 @@ class InflightLlamaBackend:
                                        cuda_graphs=options.cuda_graphs,
                                        memory_bytes=usable_gpu_bytes(device) if device.type == "cuda" else 0)
         self.engine = InflightEngine(inflight, generation, engine_options)
-
-    def run_batch(self, sample_indices: np.ndarray, prompts: list[np.ndarray]) -> list[np.ndarray]:
-        return self.engine.generate(prompts)
-
-    def stats(self) -> dict:
-        """The engine's counters (samples completed, tokens generated, ...) for the run's metadata.json."""
-        return self.engine.stats.as_dict()
-
-    def serve(self, session, prompt_of: Callable[[int], np.ndarray],  # noqa: ANN001 - the core's Session
-              forced_length_of: ForcedLengthOf | None = None) -> None:
-        """Run the whole LoadGen test: take samples from the C++ core's session, complete each when done."""
-        self.engine.serve(session.take, session.complete, prompt_of, forced_length_of)

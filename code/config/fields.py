@@ -54,8 +54,9 @@ PLAN_FIELDS = ("offline_expected_qps", "server_target_qps", "single_stream_expec
 HARNESS_FIELDS: tuple[Field, ...] = (
     Field("round", str, DEFAULT_ROUND, "MLPerf round the run is for: its LoadGen build (and so its RNG seeds) "
           "and what a SubmissionRun may run (documentation/rounds.md)", choices=tuple(ROUNDS)),
-    Field("backend", str, "pytorch", "Backend that runs the model: pytorch (our model), inflight (GPT-J: "
-          "continuous batching of beam search, code/gptj/inflight), oracle (gold answers; checks the pipeline, "
+    Field("backend", str, "pytorch", "Backend that runs the model: pytorch (our model), inflight (continuous "
+          "batching: GPT-J's beam search, llama3.1-8b's greedy search; code/llm/inflight_engine.py), oracle (gold "
+          "answers; checks the pipeline, "
           "not a model)", choices=("pytorch", "inflight", "oracle"), engine=True),
     Field("precision", str, "fp32", "Numeric precision of the engine's matrix products (fp8: FP8 GEMMs with "
           "calibrated scales, 16-bit elsewhere, GPU only; int8, BERT: INT8 GEMMs with calibrated scales, 16-bit "

@@ -22,6 +22,7 @@ the calibration's key and value magnitudes (neither is built yet).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,7 +39,13 @@ from code.llm.paged_attention import decode_step, prefill_attention
 # The decode kernel's launch at Llama 3.1 8B's shape (1 beam, 4 query heads a key/value head of 128): 4 key/value
 # heads a program (16 query rows) in 2 splits read an FP8 cache 1.50x as fast as one head a program, a bf16 one
 # within 5% of the best (measured: decode-heads-2026-11-28).
+# A model of fewer key/value heads (the tests' tiny one) takes as many a program as divide its count.
 DECODE_LAUNCH = {"KEYS": 32, "num_warps": 4, "num_stages": 3, "SPLITS": 2, "HEADS": 4}
+
+
+def decode_launch(n_kv_heads: int) -> dict[str, int]:
+    """``DECODE_LAUNCH`` with HEADS the largest divisor of ``n_kv_heads`` it allows (the kernel's rule)."""
+    return {**DECODE_LAUNCH, "HEADS": math.gcd(DECODE_LAUNCH["HEADS"], n_kv_heads)}
 
 
 @dataclass
@@ -80,6 +87,7 @@ class InflightLlama:
         self.rope = rope_table(config, config.n_positions).to(embedding.device)
         self.q_width = config.n_heads * config.head_dim
         self.kv_width = config.n_kv_heads * config.head_dim
+        self.decode_launch = decode_launch(config.n_kv_heads)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -186,5 +194,5 @@ class InflightLlama:
     def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor) -> Tensor:
         """One token per beam row (``tokens [slots * beams]``), the ``gen_count[s]``-th generated token of slot s;
         float32 logits ``[slots * beams, vocab]``. No host synchronisation: it is captured in a CUDA graph."""
-        positions, attend = decode_step(cache, ancestry, gen_count, DECODE_LAUNCH)
+        positions, attend = decode_step(cache, ancestry, gen_count, self.decode_launch)
         return self._logits(self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend))

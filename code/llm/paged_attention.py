@@ -37,7 +37,8 @@ per pair where bf16 takes two, so the queries go to fp16 too: GPT-J's stay far i
 key scale is folded into the score scale and its value scale into the final normalisation.
 
 Elsewhere (CPU runs, tests) ``decode_attention_reference`` computes the same thing in plain PyTorch with HF's
-operation order; ``scripts/gpu/check_gptj_inflight.py`` compares the two on the GPU.
+operation order; ``scripts/gpu/check_gptj_inflight.py`` and ``scripts/gpu/check_llama_inflight.py`` compare the
+two on the GPU.
 """
 
 from __future__ import annotations
@@ -181,13 +182,14 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
     launch = dict(DECODE_LAUNCH if launch_settings is None else launch_settings)
     keys, splits, heads = launch.pop("KEYS"), launch.pop("SPLITS", 1), launch.pop("HEADS", 1)
     if splits < 1:
-        raise ValueError(f"the decode launch's SPLITS must be >= 1 (1: one program per slot and head), not {splits}")
+        raise ValueError(f"the decode launch's SPLITS must be >= 1 (1: one program per slot and group of HEADS "
+                         f"heads), not {splits}")
     if heads < 1 or kv_heads % heads:
         raise ValueError(f"the decode launch's HEADS ({heads}) must divide the cache's {kv_heads} key/value heads")
     rows = beams * group * heads  # a program's query rows
     if rows > MAX_ROWS:
         raise ValueError(f"a decode program takes at most {MAX_ROWS} query rows; {beams} beams x {group} query heads "
-                         f"a key/value head x HEADS {heads} make {rows}")
+                         f"a key/value head x HEADS {heads} make {rows}: lower the launch's HEADS")
     if 1 << (beams - 1).bit_length() > keys:  # a tile's generated keys are COLUMNS of each beam (beams padded)
         raise ValueError(f"the decode launch's KEYS ({keys}) must hold a generated column of each of {beams} beams")
     pk, pv = cache.prompt_k[layer], cache.prompt_v[layer]

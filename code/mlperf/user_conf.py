@@ -26,9 +26,9 @@ def user_conf_entries(config: ResolvedConfig, sample_count: int, device_share: f
                       probe_samples: int | None = None) -> dict[str, str]:
     """The ``key = value`` pairs (without the ``model.scenario.`` prefix) this run needs. ``device_share``: what is
     left to scale the config's QPS by, beyond ``ResolvedConfig.device_share``. ``probe_samples``: the Offline query
-    of a --test_run's probe, which loads only that many: in equal-issue mode (GPT-J's) LoadGen pads an Offline query
-    to a multiple of the loaded samples, so a probe that loaded the whole set would run it all; a probe is never a
-    result."""
+    of a --test_run's probe, which loads only that many: in equal-issue mode (``EQUAL_ISSUE``) LoadGen pads an
+    Offline query to a multiple of the loaded samples, so a probe that loaded the whole set would run it all; a probe
+    is never a result."""
     entries: dict[str, str] = {}
     if config.scenario is Scenario.SingleStream:
         entries["target_latency"] = repr(config["single_stream_expected_latency_ns"] / 1e6)  # ms

@@ -77,7 +77,7 @@ def _shortened(scenario: Scenario, detail: dict[str, Any], full_size: int) -> li
     if min_duration is not None and min_duration < SUBMISSION_MIN_DURATION_MS:
         reasons.append(f"shortened: min_duration {min_duration} ms (a submission needs "
                        f"{SUBMISSION_MIN_DURATION_MS})")
-    # LoadGen logs an equal-issue query (GPT-J's) padded to a multiple of the loaded samples as
+    # LoadGen logs an equal-issue query (``EQUAL_ISSUE``) padded to a multiple of the loaded samples as
     # generated_samples_per_query; the effective setting is the size before padding.
     per_query = detail.get("generated_samples_per_query", detail.get("effective_samples_per_query"))
     if scenario is Scenario.Offline and per_query is not None and per_query < full_size:

@@ -386,9 +386,9 @@ def probe_setting(system: str, config: ResolvedConfig, overrides: dict[str, Any]
 
     Offline: the config's rate may be far off, so the first query is one batch (or the config's query, if smaller),
     and while a query ends before half the probe duration the next is sized by the rate just measured. Each probe
-    loads only its query's samples, so equal-issue mode (GPT-J) cannot pad it to the whole loaded set. The test's
-    query then holds the rate x its duration x ``search.PROBE_QPS_MARGIN``. SingleStream: the test expects 0.9 x the
-    mean latency seen."""
+    loads only its query's samples, so equal-issue mode (``EQUAL_ISSUE``) cannot pad it to the whole loaded set. The
+    test's query then holds the rate x its duration x ``search.PROBE_QPS_MARGIN``. SingleStream: the test expects
+    0.9 x the mean latency seen."""
     scenario = config.scenario
     name = TUNED_FIELDS[scenario]
     duration_ms, probe_ms = durations(overrides)

@@ -24,7 +24,7 @@ class LlamaBaseConfig(BenchmarkConfiguration):
 CPU_MODEL = "tiny"
 CPU_LENGTH_SCALE = 0.25
 
-# Where the classes' numbers come from (none is a GPU measurement yet).
+# Where the classes' numbers come from (the H200's Offline rate is set above a measurement; the rest are estimates).
 # - CPU: the tiny model's first --test_run on the 2-core development machine (fp32, 16 a batch, prompts ~200 tokens,
 #   the machine shared with other work, load average 4.4): 5.2 samples/s; the Offline class sets 6.
 # - H100 SXM, bf16 eager: one decode step reads the 16 GB of weights, >= ~5 ms at 3.35 TB/s, ~20 ms eager (32 layers

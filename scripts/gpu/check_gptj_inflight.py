@@ -233,7 +233,7 @@ def time_launches(attend: Callable[[], torch.Tensor]) -> dict[str, float | str]:
     """The median time of ``attend`` under each (KEYS, num_warps, num_stages) choice of ``DECODE_LAUNCH``."""
     launches: dict[str, float | str] = {}
     for keys, warps, stages in ((32, 4, 4), (64, 4, 2), (64, 4, 3), (64, 4, 4), (128, 4, 2), (128, 8, 2)):
-        launch = {"KEYS": keys, "num_warps": warps, "num_stages": stages}
+        launch = {"KEYS": keys, "num_warps": warps, "num_stages": stages, "SPLITS": 1, "HEADS": 1}  # as named
         launches[launch_name(launch)] = with_launch(launch, functools.partial(bench_ms, attend))
     return launches
 

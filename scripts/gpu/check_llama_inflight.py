@@ -34,7 +34,7 @@ import torch
 from code.llama31.architecture import LlamaConfig
 from code.llama31.backends.pytorch import generation_config
 from code.llama31.dataset import LlamaSamples
-from code.llama31.inflight_model import InflightLlama
+from code.llama31.inflight_model import InflightLlama, decode_launch
 from code.llama31.model import random_weights
 from code.llm.generation import cache_shape, generate, left_pad
 from code.llm.inflight_engine import EngineOptions, InflightEngine
@@ -96,7 +96,7 @@ def attention_step(check: Check) -> None:
         counts = torch.randint(1, 128, (slots,), generator=generator).to(device)
         ancestry = torch.zeros((slots, 1, 128), dtype=torch.int32, device=device)
         q = torch.randn((slots, cfg.n_heads, cfg.head_dim), generator=generator).to(device, dtype)
-        got = decode_attention(q, cache, 0, ancestry, counts)
+        got = decode_attention(q, cache, 0, ancestry, counts, decode_launch(cfg.n_kv_heads))  # the engine's
         want = decode_attention_reference(q, cache, 0, ancestry, counts)
         results[f"{slots} slots ~{mean_prompt} tokens"] = {"rel_error": rel_error(got, want)}
     check.details["attention"] = results

@@ -151,6 +151,7 @@ def test_heads_per_program_agree_with_one_head(attention, monkeypatch):
     prompt of 47, and all 16 generated columns of each beam)."""
     cache, ancestry, counts, q = random_cache(fp8=False, seed=3, heads=4)
     monkeypatch.setitem(attention.DECODE_LAUNCH, "KEYS", 64)
+    monkeypatch.setitem(attention.DECODE_LAUNCH, "HEADS", 1)
     one = attention._decode_attention_triton(q, cache, 0, ancestry, counts)
     monkeypatch.setitem(attention.DECODE_LAUNCH, "HEADS", 4)
     four = attention._decode_attention_triton(q, cache, 0, ancestry, counts)

@@ -21,7 +21,6 @@ from code.common.gpu_models import BF16_CAPABILITY, FP8_CAPABILITY, TRITON_CAPAB
 from code.config.backends import (
     BackendDeclaration,
     Given,
-    Origin,
     Requirement,
     backend_registry,
     needs_gpu,
@@ -99,14 +98,6 @@ class WithoutEngine:
         return no_engine(config)
 
 
-def _inflight_rules(values: Mapping[str, Any], origin: Origin) -> str | None:
-    """The engine runs beam search only, and fast accumulation needs its FP8 GEMMs."""
-    if values.get("num_beams", 2) < 2:
-        return (f"{origin('num_beams')} = {values['num_beams']}: the inflight backend runs beam search "
-                "(num_beams >= 2); for greedy search (num_beams=1) use --backend=pytorch")
-    return fast_accum_needs_fp8(values, origin)
-
-
 def _inflight_on_device(values: Mapping[str, Any], device: str, on: str, given: Given) -> str | None:
     """An FP8 KV cache needs e4m3 tensor cores, and FlashAttention on the GPU has no float32."""
     problem = needs_gpu(KV_CACHE_DTYPE.name, values.get(KV_CACHE_DTYPE.name), KV_CACHE_DTYPE.default, device, on,
@@ -135,7 +126,8 @@ DECLARATIONS = (
     BackendDeclaration("pytorch", "code.gptj.backends.pytorch:PytorchGptjBackend", precisions=("fp32", "bf16", "fp16"),
                        needs=_pytorch_needs),
     BackendDeclaration("inflight", "code.gptj.backends.inflight:InflightGptjBackend",
-                       precisions=("fp32", "bf16", "fp16", "fp8"), switches=INFLIGHT_SWITCHES, check=_inflight_rules,
+                       precisions=("fp32", "bf16", "fp16", "fp8"), switches=INFLIGHT_SWITCHES,
+                       check=fast_accum_needs_fp8,
                        check_device=_inflight_on_device, needs=_inflight_needs,
                        needs_from=("precision", KV_CACHE_DTYPE.name)),
     BackendDeclaration("oracle", "code.gptj.backends.oracle:OracleGptjBackend", precisions=None,

@@ -73,7 +73,7 @@ class InflightLlamaBackend(EngineBackend):
     def __init__(self, options: InflightOptions) -> None:
         if options.precision not in PRECISIONS:
             raise ValueError(f"the inflight llama3.1-8b backend runs in {', '.join(PRECISIONS)}, not "
-                             f"{options.precision!r}")
+                             f"{options.precision!r}: set --precision=bf16")
         device = torch.device(options.device)
         if device.type == "cuda" and options.precision == "fp32":
             raise ValueError("the inflight backend on CUDA runs bf16 or fp16 (FlashAttention has no float32): "

@@ -137,13 +137,6 @@ def gptj_memory_plan(memory_bytes: int, precision: str, kv_cache_dtype: str = "a
     GPU runs FP8, which a refusal names as the fix only then."""
     _check_choice("precision", precision, PRECISIONS)
     _check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES)
-    if memory_bytes <= 0:
-        raise ValueError(f"memory_bytes must be > 0, not {memory_bytes}: pass the GPU's usable bytes")
-    if not 1 <= min_slots <= max_slots:
-        raise ValueError(f"need 1 <= min_slots <= max_slots, not {min_slots} and {max_slots}")
-    if not 0 < typical_prompt_tokens <= max_prompt_length:
-        raise ValueError(f"typical_prompt_tokens must be in (0, max_prompt_length={max_prompt_length}], not "
-                         f"{typical_prompt_tokens}")
     config = config or GptjConfig()
     plan = shared.largest_fit(
         memory_bytes, precision, kv_cache_dtype, weights_bytes=weight_bytes(config, precision),

@@ -67,9 +67,6 @@ def llama_memory_plan(memory_bytes: int, precision: str = "bf16", kv_cache_dtype
     ``refusal`` set) when fewer than ``min_slots`` fit. ``config``: Llama-3.1-8B unless given."""
     _check_choice("precision", precision, PRECISIONS)
     _check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES)
-    if not 0 < typical_prompt_tokens <= max_prompt_length:
-        raise ValueError(f"typical_prompt_tokens must be in (0, max_prompt_length={max_prompt_length}], not "
-                         f"{typical_prompt_tokens}")
     config = config or LlamaConfig()
     plan = shared.largest_fit(
         memory_bytes, precision, kv_cache_dtype, weights_bytes=weight_bytes(config, precision),

@@ -96,6 +96,10 @@ def largest_fit(memory_bytes: int, precision: str, kv_cache_dtype: str, *, weigh
         raise ValueError(f"memory_bytes must be > 0, not {memory_bytes}: pass the GPU's usable bytes")
     if not 1 <= min_slots <= max_slots:
         raise ValueError(f"need 1 <= min_slots <= max_slots, not {min_slots} and {max_slots}")
+    max_prompt_length = shape(min_slots).max_prompt_length
+    if not 0 < typical_prompt_tokens <= max_prompt_length:
+        raise ValueError(f"typical_prompt_tokens must be in (0, max_prompt_length={max_prompt_length}], not "
+                         f"{typical_prompt_tokens}")
 
     def typical_pages(slots: int) -> int:
         """Pages for a typical prompt in every slot (at least one longest prompt, as the engine requires)."""

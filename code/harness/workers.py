@@ -38,8 +38,9 @@ MAX_PIECES = 256
 FINISH_TIMEOUT_S = 60.0  # how long ``finish`` waits for the workers' statistics and exits before it stops them
 STOP_GRACE_S = 5.0  # how long stopped workers may take to exit after SIGTERM before they get SIGKILL
 
-# The core's message numbers, 1 to 12 in this order (worker_channel.h); tests check them against the core's.
-Message = IntEnum("Message", "BATCH RESPONSES ERROR TAKE TAKEN CLOSED COMPLETE DONE READY END STATS HELLO")
+# The core's message numbers, 1 to 13 in this order (worker_channel.h); tests check them against the core's.
+Message = IntEnum("Message",
+                  "BATCH RESPONSES ERROR TAKE TAKEN CLOSED COMPLETE DONE READY END STATS HELLO FIRST_TOKENS")
 
 
 class ConnectionClosed(ConnectionError):
@@ -358,6 +359,14 @@ class RemoteSession:
         sizes = np.array([array.nbytes for array in arrays], dtype=np.uint64)
         send(self.sock, Message.COMPLETE, len(ids), ids, sizes, *arrays)
         self._in_flight -= len(ids)
+
+    def first_tokens(self, ids: np.ndarray, tokens: np.ndarray) -> None:
+        ids = np.ascontiguousarray(ids, dtype=np.uint64)
+        tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+        if ids.ndim != 1 or tokens.shape != ids.shape:
+            raise ValueError(f"session.first_tokens: {ids.size} ids but {tokens.size} tokens (one int32 token id per "
+                             "sample expected)")
+        send(self.sock, Message.FIRST_TOKENS, len(ids), ids, tokens)
 
     def in_flight(self) -> int:
         return self._in_flight

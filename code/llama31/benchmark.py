@@ -143,8 +143,9 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     full_set = data_set(config)
 
     def runner_on(device: str, name: str) -> TokenRunner | ContinuousTokenRunner:
-        # the inflight backend's engine pulls samples from the core's session (serve); pytorch runs batch by batch
-        return runner_for(samples, backend_on(device, config, chosen, context, name))
+        # the inflight backend's engine pulls samples from the core's session (serve); pytorch runs batch by batch.
+        # LoadGen times llama's first tokens (token_responses below): the engine reports each as soon as it has it.
+        return runner_for(samples, backend_on(device, config, chosen, context, name), stream_first_tokens=True)
 
     def evaluate(log_dir: Path) -> AccuracyReport:
         from code.llama31.accuracy import REFERENCES, evaluate
@@ -167,4 +168,5 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                      "sentence_splitter": result.splitter})
 
     return prepared_test(samples.lengths, runner_on, evaluate, provenance, input_lengths=samples.describe_lengths(),
-                         devices=resolve_devices(config), cpu_threads=context.cpu_threads, token_responses=True)
+                         devices=resolve_devices(config), cpu_threads=context.cpu_threads, token_responses=True,
+                         streams_first_tokens=hasattr(chosen, "serve"))

@@ -9,7 +9,12 @@ One iteration: (1) take as many new samples as there are free slots (waiting onl
 (2) admit what fits: assign pages, prefill prompts in passes of at most ``prefill_tokens`` tokens, which leaves
 each new slot's first logits where the step reads them; (3) one step for all slots: a beam-search step (new
 tokens, finished hypotheses) then a decode forward of every beam row, replayed as one CUDA graph on the GPU;
-(4) read which slots finished (the one host synchronisation per step) and complete them.
+(4) report the first tokens of the slots admitted in (2), when asked to, and read which slots finished (the step's
+host synchronisation) and complete them.
+
+Greedy decoding (one beam) knows a sample's first token after the step that follows its prompt, so ``serve`` can
+report it then (``first_tokens``), as LoadGen's time to first token measures; beam search knows its tokens only at
+the end, so its first tokens go with the responses.
 
 ``serve`` is driven by two callables, so the C++ core's session (``take``/``complete``) and a plain in-memory
 queue (``generate``) run the same loop.
@@ -35,6 +40,7 @@ from code.mlperf.devices import allocatable_gpu_bytes, usable_gpu_bytes
 
 Take = Callable[[int, float], "tuple[np.ndarray, np.ndarray] | None"]
 Complete = Callable[[np.ndarray, list[np.ndarray]], None]
+FirstTokens = Callable[[np.ndarray, np.ndarray], None]  # response ids (uint64), one first token id each (int32)
 ForcedLengthOf = Callable[[int], int]  # synthetic runs: a sample's forced output length (0: the model decides)
 
 IDLE_WAIT_S = 0.05  # how long take waits when nothing is running (keeps an idle Server loop off the CPU)
@@ -227,7 +233,9 @@ class InflightEngine:
         self.stats.prefill_passes += 1
         self.stats.prefill_tokens += sum(len(p) for p in prompts)
 
-    def _admit(self, pending: deque, free_slots: list[int], running: dict[int, int]) -> None:
+    def _admit(self, pending: deque, free_slots: list[int], running: dict[int, int]) -> list[int]:
+        """Prefills what fits; the slots admitted."""
+        admitted: list[int] = []
         batch: list[tuple[int, np.ndarray, int]] = []
         tokens = 0
         while pending and free_slots:
@@ -242,9 +250,17 @@ class InflightEngine:
             self.cache.assign(slot, len(prompt))
             running[slot] = response_id
             batch.append((slot, prompt, forced_length))
+            admitted.append(slot)
             tokens += len(prompt)
         if batch:
             self._prefill(batch)
+        return admitted
+
+    def _report_first_tokens(self, slots: list[int], running: dict[int, int], first_tokens: FirstTokens) -> None:
+        """The first tokens of ``slots``, chosen by the step that just ran (greedy: ``done_tokens[:, 0, 0]``)."""
+        index = torch.tensor(slots, dtype=torch.long, device=self.model.device)
+        tokens = self.beams.done_tokens[index, 0, 0].to("cpu", torch.int32).numpy()
+        first_tokens(np.array([running[slot] for slot in slots], dtype=np.uint64), tokens)
 
     def _finish(self, running: dict[int, int], free_slots: list[int], complete: Complete) -> None:
         finished = self.beams.finished.nonzero().view(-1)
@@ -267,8 +283,11 @@ class InflightEngine:
 
     # -- the loop ------------------------------------------------------------------------------------------------
     def serve(self, take: Take, complete: Complete, prompt_of: Callable[[int], np.ndarray],
-              forced_length_of: ForcedLengthOf | None = None) -> None:
-        """Run until ``take`` returns None and every taken sample is completed."""
+              forced_length_of: ForcedLengthOf | None = None, first_tokens: FirstTokens | None = None) -> None:
+        """Run until ``take`` returns None and every taken sample is completed. ``first_tokens``: greedy decoding
+        reports each sample's first token through it before its completion (beam search does not: see above)."""
+        if self.generation.num_beams != 1:
+            first_tokens = None
         free_slots = list(range(self.options.slots - 1, -1, -1))
         running: dict[int, int] = {}  # slot -> response id
         pending: deque[tuple[int, np.ndarray, int]] = deque()  # taken, waiting for a slot or pages
@@ -288,7 +307,7 @@ class InflightEngine:
                                              f"built for at most {self.options.max_prompt_length}")
                         forced = forced_length_of(index) if forced_length_of else 0
                         pending.append((response_id, prompt, forced))
-            self._admit(pending, free_slots, running)
+            admitted = self._admit(pending, free_slots, running)
             if not running:
                 if pending:
                     raise RuntimeError("a prompt does not fit the empty KV pool")  # ruled out by KVCache's check
@@ -298,6 +317,8 @@ class InflightEngine:
             self._step()
             self.stats.steps += 1
             self.stats.slot_steps += len(running)
+            if first_tokens is not None and admitted:
+                self._report_first_tokens(admitted, running, first_tokens)
             self._finish(running, free_slots, complete)
         self.stats.seconds += time.perf_counter() - start
 
@@ -338,6 +359,8 @@ class EngineBackend:
         return self.engine.stats.as_dict()
 
     def serve(self, session, prompt_of: Callable[[int], np.ndarray],  # noqa: ANN001 - the core's Session
-              forced_length_of: ForcedLengthOf | None = None) -> None:
-        """Run the whole LoadGen test: take samples from the C++ core's session, complete each when done."""
-        self.engine.serve(session.take, session.complete, prompt_of, forced_length_of)
+              forced_length_of: ForcedLengthOf | None = None, stream_first_tokens: bool = False) -> None:
+        """Run the whole LoadGen test: take samples from the C++ core's session, complete each when done;
+        ``stream_first_tokens``: report each first token through the session as soon as it is known."""
+        self.engine.serve(session.take, session.complete, prompt_of, forced_length_of,
+                          session.first_tokens if stream_first_tokens else None)

@@ -28,15 +28,22 @@ class TokenRunner:
 
 class ContinuousTokenRunner:
     """The C++ core's continuous runner: the backend's in-flight engine pulls samples from the core's session itself
-    (``backend.serve``). ``forced_length_of``: a synthetic sample's forced output length (0: the model decides)."""
+    (``backend.serve``). ``forced_length_of``: a synthetic sample's forced output length (0: the model decides);
+    ``stream_first_tokens``: the benchmark's LoadGen settings time first tokens (use_token_latencies), so the engine
+    reports each as soon as it has it."""
 
-    def __init__(self, samples: Any, backend: Any, forced_length_of: Callable[[int], int] | None = None) -> None:
+    def __init__(self, samples: Any, backend: Any, forced_length_of: Callable[[int], int] | None = None,
+                 stream_first_tokens: bool = False) -> None:
         self.samples = samples
         self.backend = backend
         self.forced_length_of = forced_length_of
+        self.stream_first_tokens = stream_first_tokens
 
     def run_continuous(self, session: Any) -> None:
-        self.backend.serve(session, self.samples.prompt, self.forced_length_of)
+        if self.stream_first_tokens:
+            self.backend.serve(session, self.samples.prompt, self.forced_length_of, stream_first_tokens=True)
+        else:
+            self.backend.serve(session, self.samples.prompt, self.forced_length_of)
 
     def stats(self) -> dict[str, Any]:
         """The engine's counters (generated tokens: only the engine knows how many it generated), for
@@ -44,11 +51,11 @@ class ContinuousTokenRunner:
         return self.backend.stats() if hasattr(self.backend, "stats") else {}
 
 
-def runner_for(samples: Any, backend: Any, forced_length_of: Callable[[int], int] | None = None
-               ) -> TokenRunner | ContinuousTokenRunner:
+def runner_for(samples: Any, backend: Any, forced_length_of: Callable[[int], int] | None = None,
+               stream_first_tokens: bool = False) -> TokenRunner | ContinuousTokenRunner:
     """A backend with ``serve`` (an in-flight engine) runs continuously; any other batch by batch."""
     if hasattr(backend, "serve"):
-        return ContinuousTokenRunner(samples, backend, forced_length_of)
+        return ContinuousTokenRunner(samples, backend, forced_length_of, stream_first_tokens)
     return TokenRunner(samples, backend)
 
 

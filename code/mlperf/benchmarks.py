@@ -117,10 +117,15 @@ def prepared_test(
     devices: list[str],
     cpu_threads: int,
     token_responses: bool = False,
+    streams_first_tokens: bool = False,
 ) -> PreparedTest:
     """The end of every benchmark's ``prepare_test``: the inputs' lengths, the devices (and a CPU's torch threads,
     which change the figure) go into the provenance; every sample fits in memory, so the performance sample count is
-    the whole set."""
+    the whole set. ``streams_first_tokens``: the runner reports each first token as soon as it has it; otherwise a
+    token response's first token goes with it, and its time to first token is its whole latency (the verdict says
+    so where LoadGen times first tokens)."""
+    if token_responses:
+        provenance["first_tokens"] = "streamed" if streams_first_tokens else "with responses"
     provenance["input_lengths"] = input_lengths
     provenance["devices"] = list(devices)
     if devices == ["cpu"]:

@@ -52,8 +52,9 @@ def not_submittable_reasons(config: ResolvedConfig, mode: TestMode, provenance: 
             reasons.append(f"accuracy over {sample_count} of the {full_size} samples")
     else:
         reasons += _shortened(config.scenario, detail, full_size)
-    if detail.get("requested_use_token_latencies") and config.scenario is not Scenario.Offline:
-        # The backends hand over whole responses and the core reports each first token with its response.
+    if (detail.get("requested_use_token_latencies") and config.scenario is not Scenario.Offline
+            and provenance.get("first_tokens") != "streamed"):
+        # A batch backend hands over whole responses and the core reports each first token with its response.
         reasons.append("first tokens reported with whole responses: TTFT is each sample's whole latency and the "
                        "time per output token is not measured")
     round_ = get_round(config["round"])

@@ -213,7 +213,8 @@ def test_a_query_that_ended_early_gives_the_next_command_not_loadgens_advice(tmp
 
 def test_token_latencies_of_whole_responses_are_not_submittable():
     """A first token reported with its whole response makes TTFT the whole latency and leaves TPOT unmeasured:
-    such a SingleStream or Server figure is not a result; Offline reads no token latencies."""
+    such a SingleStream or Server figure is not a result; Offline reads no token latencies; streamed first tokens
+    are measured as LoadGen means."""
     reason = ("first tokens reported with whole responses: TTFT is each sample's whole latency and the time per "
               "output token is not measured")
     detail = {**FULL_RUN, "requested_use_token_latencies": True}
@@ -221,3 +222,7 @@ def test_token_latencies_of_whole_responses_are_not_submittable():
         config = resolved(scenario, benchmark=Benchmark.LLAMA31, round="v5.1")
         reasons = not_submittable_reasons(config, TestMode.PerformanceOnly, {}, detail, 13368)
         assert (reason in reasons) is expected, (scenario, reasons)
+    # an engine that streams its first tokens has them timed as LoadGen means
+    config = resolved(Scenario.Server, benchmark=Benchmark.LLAMA31, round="v5.1")
+    streamed = not_submittable_reasons(config, TestMode.PerformanceOnly, {"first_tokens": "streamed"}, detail, 13368)
+    assert reason not in streamed

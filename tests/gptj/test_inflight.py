@@ -134,6 +134,31 @@ def test_decode_steps_count_what_beam_search_ran_past_the_returned_answer(model,
     assert engine.stats.as_dict()["decode_steps"] == engine.stats.generated_tokens == sum(forced)
 
 
+def test_beam_search_leaves_first_tokens_to_the_responses(model, prompts):
+    """Beam search knows its first token only when the search ends: the engine reports none early (the core sends
+    each with its response) and answers as without the callback."""
+    engine = InflightEngine(InflightModel.from_model(model), GenerationConfig(),
+                            EngineOptions(slots=3, max_prompt_length=72, page_size=16))
+    chosen = prompts[:4]
+    reported: list[int] = []
+    done: dict[int, list[int]] = {}
+    queue = list(range(len(chosen)))
+
+    def take(limit: int, _timeout: float) -> tuple[np.ndarray, np.ndarray] | None:
+        if not queue:
+            return None
+        picked = [queue.pop(0) for _ in range(min(limit, len(queue)))]
+        return np.array(picked, dtype=np.uint64), np.array(picked, dtype=np.int64)
+
+    def complete(ids: np.ndarray, outputs: list[np.ndarray]) -> None:
+        done.update((int(i), out.tolist()) for i, out in zip(ids, outputs, strict=True))
+
+    engine.serve(take, complete, lambda index: chosen[index], None, lambda ids, _tokens: reported.extend(ids))
+    assert reported == []
+    want = engine.generate(chosen)
+    assert [done[i] for i in range(len(chosen))] == [w.tolist() for w in want]
+
+
 def test_prompt_pass_warm_up_leaves_the_engine_as_built(model, prompts, expected):
     """The warm-up pass a GPU engine runs when built (a short prompt, discarded) hands its pages back in the pool's
     order and touches no slot state or statistics; the engine then matches the reference."""

@@ -81,9 +81,15 @@ class FakeContinuousRunner:
     """A continuous-batching engine in miniature: holds up to ``slots`` samples, each for 1-3 steps depending on its
     index, so samples complete one by one and out of the order they were taken in."""
 
-    def __init__(self, slots: int, fail_after: int | None, return_early: bool, complete_twice: bool = False) -> None:
+    def __init__(self, slots: int, fail_after: int | None, return_early: bool, complete_twice: bool = False,
+                 first_tokens: bool = False, first_twice: bool = False) -> None:
         self.slots = slots
         self.complete_twice = complete_twice  # name one id twice in one completion: LoadGen must never see that
+        # report each sample's first token when it is taken (a greedy engine after its prompt's step); once more
+        # for one sample (first_twice): the core must refuse that
+        self.first_tokens = first_tokens or first_twice
+        self.first_twice = first_twice
+        self.step_s = 0.005 if self.first_tokens else 0.0005
         self.fail_after = fail_after
         self.return_early = return_early
         self.batches: list[list[int]] = []  # what each take returned (non-empty ones)
@@ -104,8 +110,15 @@ class FakeContinuousRunner:
                 self.batches.append([int(i) for i in indices])
             for response_id, index in zip(ids.tolist(), indices.tolist(), strict=True):
                 running[response_id] = [index, 1 + index % 3]
+            if self.first_tokens and len(ids):
+                # the first four bytes of each response, as an int32 token id
+                tokens = np.array([expected_response(i, "list")[:1].view(np.int32)[0] for i in indices.tolist()],
+                                  dtype=np.int32)
+                session.first_tokens(ids, tokens)
+                if self.first_twice and completed >= 3:
+                    session.first_tokens(ids[:1], tokens[:1])
             self.most_in_flight = max(self.most_in_flight, session.in_flight())
-            time.sleep(0.0005)
+            time.sleep(self.step_s)
             for response_id in list(running):
                 running[response_id][1] -= 1
                 if running[response_id][1]:
@@ -127,7 +140,8 @@ def _child_main(job: dict) -> int:
 
     if "slots" in job:
         runner = FakeContinuousRunner(job["slots"], job.get("fail_after"), job.get("return_early", False),
-                                      job.get("complete_twice", False))
+                                      job.get("complete_twice", False), job.get("first_tokens", False),
+                                      job.get("first_twice", False))
     else:
         runner = FakeRunner(job.get("style", "list"), job.get("sleep_s", 0.005), job.get("fail_at_batch"))
     loads: list[int] = []
@@ -421,6 +435,7 @@ def test_continuous_runner_completes_every_sample_once(built_core: Path, tmp_pat
     ({"fail_after": 20}, "ZeroDivisionError: fake engine failed after 20 samples"),
     ({"return_early": True}, "run_continuous returned before session.take said the test was over"),
     ({"complete_twice": True}, "session.complete: id"),
+    ({"first_twice": True, "token_responses": True}, "had its first token already"),
 ])
 def test_continuous_runner_failure_reaches_run_test(built_core: Path, tmp_path: Path, job: dict,
                                                     message: str) -> None:
@@ -428,6 +443,30 @@ def test_continuous_runner_failure_reaches_run_test(built_core: Path, tmp_path: 
     result = run_child(tmp_path, scenario="Server", slots=8, **job)
     assert message in result["error"]
     assert time.monotonic() - started < 30  # LoadGen still ended: the rest were answered empty
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["PerformanceOnly", "AccuracyOnly"])
+def test_streamed_first_tokens_reach_loadgen_before_completion(built_core: Path, tmp_path: Path, mode: str) -> None:
+    """An engine that reports first tokens when it takes samples (session.first_tokens): LoadGen's first-token
+    latencies are those reports' times, well under the samples' whole latencies (each is held 1-3 steps of 5 ms),
+    and in accuracy mode LoadGen logs each sample's reported first token beside its response."""
+    conf = USER_CONF + "bert.Server.use_token_latencies = 1\n"
+    result = run_child(tmp_path, conf, scenario="Server", mode=mode, slots=8, first_tokens=True, token_responses=True)
+    assert "error" not in result, result["error"]
+    if mode == "PerformanceOnly":
+        text = summary(result)
+        mean = float(re.search(r"Mean latency \(ns\)\s*: (\d+)", text).group(1))
+        first = float(re.search(r"Mean First Token latency \(ns\)\s*: (\d+)", text).group(1))
+        assert first < mean - 3e6, (first, mean)  # samples wait 10 ms on average after their first token
+        return
+    entries = json.loads((result["log_dir"] / "mlperf_log_accuracy.json").read_text(encoding="utf-8"))
+    assert sorted(e["qsl_idx"] for e in entries) == list(range(QSL_SIZE))
+    for entry in entries:
+        response = expected_response(entry["qsl_idx"], "list")
+        assert bytes.fromhex(entry["data"]) == response.tobytes()
+        assert bytes.fromhex(entry["token_data"]) == response[:1].tobytes()
+        assert entry["token_count"] == len(response)
 
 
 if __name__ == "__main__":

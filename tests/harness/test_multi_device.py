@@ -81,8 +81,10 @@ class SleepyRunner:
 class SleepyEngine:
     """A continuous-batching device: up to ``slots`` samples, each done after ``steps`` steps of ``step_s``."""
 
-    def __init__(self, slots: int, step_s: float, fail_after: int | None, die: bool = False) -> None:
+    def __init__(self, slots: int, step_s: float, fail_after: int | None, die: bool = False,
+                 first_tokens: bool = False) -> None:
         self.slots, self.step_s, self.fail_after, self.die = slots, step_s, fail_after, die
+        self.first_tokens = first_tokens  # report each sample's first token (its first 4 bytes) when taken
         self.samples: list[int] = []
         self.returned_cleanly = False
 
@@ -97,6 +99,9 @@ class SleepyEngine:
                 for response_id, index in zip(got[0].tolist(), got[1].tolist(), strict=True):
                     running[response_id] = [index, 1 + index % 3]
                     self.samples.append(index)
+                if self.first_tokens and len(got[0]):
+                    session.first_tokens(got[0], np.array([response_of(i).view(np.int32)[0] for i in got[1].tolist()],
+                                                          dtype=np.int32))
             time.sleep(self.step_s)
             for response_id in list(running):
                 running[response_id][1] -= 1
@@ -113,7 +118,8 @@ def fake_runners(job: dict) -> list:
     """One fake runner per device, as the job describes them."""
     die = job.get("die", False)
     if job.get("continuous"):
-        return [SleepyEngine(4, step, fail, die) for step, fail in zip(job["step_s"], job["fail"], strict=True)]
+        return [SleepyEngine(4, step, fail, die, job.get("first_tokens", False))
+                for step, fail in zip(job["step_s"], job["fail"], strict=True)]
     return [SleepyRunner(batch, sample, fail, die)
             for batch, sample, fail in zip(job["per_batch_s"], job["per_sample_s"], job["fail"], strict=True)]
 
@@ -152,7 +158,8 @@ def _child_main(job: dict) -> int:
     settings = CoreSettings(model="bert", scenario=job["scenario"], mode=job.get("mode", "PerformanceOnly"),
                             user_conf=Path(job["user_conf"]), log_dir=Path(job["log_dir"]),
                             total_sample_count=QSL_SIZE, performance_sample_count=QSL_SIZE,
-                            max_batch_size=job.get("max_batch_size", 8), num_workers=job.get("num_workers", 1))
+                            max_batch_size=job.get("max_batch_size", 8), num_workers=job.get("num_workers", 1),
+                            token_responses=job.get("token_responses", False))
     lengths = np.array([(i * 7919) % 383 + 1 for i in range(QSL_SIZE)], dtype=np.int64)
     result: dict = {}
     try:
@@ -178,9 +185,9 @@ def _child_main(job: dict) -> int:
     return 0
 
 
-def run_child(tmp_path: Path, **job: object) -> dict:
+def run_child(tmp_path: Path, user_conf: str = USER_CONF, **job: object) -> dict:
     conf = tmp_path / "user.conf"
-    conf.write_text(USER_CONF, encoding="utf-8")
+    conf.write_text(user_conf, encoding="utf-8")
     job.update(user_conf=str(conf), log_dir=str(tmp_path / "logs"), result=str(tmp_path / "result.json"))
     proc = subprocess.run([sys.executable, __file__, json.dumps(job)], cwd=tmp_path,
                           env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)), capture_output=True, text=True,
@@ -229,6 +236,24 @@ def test_every_sample_once_across_devices(built_core: Path, tmp_path: Path, cont
     assert sum(row["samples"] for row in result["per_device"]) == QSL_SIZE
     if workers:
         assert result["exit_notes"] == [] and all("host" in stats for stats in result["stats"])
+
+
+@pytest.mark.slow
+@IN_PROCESS_OR_WORKERS
+def test_streamed_first_tokens_across_devices(built_core: Path, tmp_path: Path, workers: bool) -> None:
+    """Engines on several devices, in this process or in workers, report first tokens before their responses:
+    LoadGen logs each sample's reported first token beside its response, every sample once."""
+    result = run_child(tmp_path, USER_CONF + "bert.Server.use_token_latencies = 1\n", scenario="Server",
+                       mode="AccuracyOnly", workers=workers, continuous=True, step_s=[0.001] * 2, fail=[None] * 2,
+                       first_tokens=True, token_responses=True)
+    assert "error" not in result, result["error"]
+    entries = json.loads((result["log_dir"] / "mlperf_log_accuracy.json").read_text(encoding="utf-8"))
+    assert sorted(entry["qsl_idx"] for entry in entries) == list(range(QSL_SIZE))
+    for entry in entries:
+        response = response_of(entry["qsl_idx"])
+        assert bytes.fromhex(entry["data"]) == response.tobytes()
+        assert bytes.fromhex(entry["token_data"]) == response.tobytes()[:4]
+    assert all(result["samples"]), "every device got work"
 
 
 @pytest.mark.slow

@@ -142,6 +142,43 @@ def test_forced_lengths_end_with_eos_exactly_where_asked(model, prompts, expecte
             np.testing.assert_array_equal(g, e)
 
 
+def test_first_tokens_are_reported_once_each_before_their_samples_complete(model, prompts, expected):
+    """Streamed first tokens (LoadGen's time to first token): each sample's first token is reported once, after
+    the step that chose it and before its completion, and is its output's first token; a sample forced to one token
+    (done in that same step) still gets its first token first."""
+    from collections import deque
+
+    engine = InflightEngine(InflightLlama.from_model(model), GENERATION,
+                            EngineOptions(slots=3, max_prompt_length=72, page_size=16))
+    forced = [1, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0]
+    queue = deque(range(len(prompts)))
+    events: list[tuple[str, int, list[int]]] = []
+
+    def take(limit: int, _timeout: float) -> tuple[np.ndarray, np.ndarray] | None:
+        if not queue:
+            return None
+        chosen = [queue.popleft() for _ in range(min(limit, len(queue)))]
+        return np.array(chosen, dtype=np.uint64), np.array(chosen, dtype=np.int64)
+
+    def complete(ids: np.ndarray, outputs: list[np.ndarray]) -> None:
+        events.extend(("done", int(i), out.tolist()) for i, out in zip(ids, outputs, strict=True))
+
+    def first_tokens(ids: np.ndarray, tokens: np.ndarray) -> None:
+        assert ids.dtype == np.uint64 and tokens.dtype == np.int32
+        events.extend(("first", int(i), [int(t)]) for i, t in zip(ids, tokens, strict=True))
+
+    engine.serve(take, complete, lambda index: prompts[index], lambda index: forced[index], first_tokens)
+    firsts = [(i, tokens) for kind, i, tokens in events if kind == "first"]
+    assert sorted(i for i, _ in firsts) == list(range(len(prompts)))
+    for sample in range(len(prompts)):
+        kinds = [(kind, tokens) for kind, i, tokens in events if i == sample]
+        assert [kind for kind, _ in kinds] == ["first", "done"]
+        assert kinds[0][1] == kinds[1][1][:1]
+        if not forced[sample]:
+            assert kinds[1][1] == expected[sample].tolist()
+    assert len([1 for kind, i, tokens in events if kind == "done" and i == 0 and len(tokens) == 1]) == 1
+
+
 def test_one_beam_state_ends_at_any_eos_id():
     """Scripted logits: slot 0 picks an EOS id at step 0 (barred: min_new_tokens=1), then the third EOS id; slot 1
     the second EOS id at step 2."""

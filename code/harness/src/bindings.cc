@@ -74,6 +74,9 @@ PYBIND11_MODULE(_mlperf_harness, m) {
       .def("complete", &harness::ContinuousSession::Complete, py::arg("ids"), py::arg("responses"),
            "Complete samples with LoadGen: ids from take, one numpy array per sample (its raw bytes are the "
            "response).")
+      .def("first_tokens", &harness::ContinuousSession::FirstTokens, py::arg("ids"), py::arg("tokens"),
+           "Report samples' first tokens to LoadGen before their completion: ids from take, one int32 token id "
+           "each.")
       .def("in_flight", &harness::ContinuousSession::InFlight, "Samples taken and not yet completed.");
 
   m.def(
@@ -130,6 +133,7 @@ PYBIND11_MODULE(_mlperf_harness, m) {
            {"END", harness::Message::kEnd},
            {"STATS", harness::Message::kStats},
            {"HELLO", harness::Message::kHello},
+           {"FIRST_TOKENS", harness::Message::kFirstTokens},
        }) {
     messages[name] = static_cast<std::uint32_t>(value);
   }

@@ -65,7 +65,8 @@ void ContinuousSession::Complete(const py::array_t<std::uint64_t, py::array::c_s
   buffers.reserve(count);
   for (std::size_t i = 0; i < count; ++i) buffers.push_back(ResponseBytes(responses[i], i));
   const std::uint64_t* id_data = ids.data();
-  const std::string wrong = in_flight_.Remove(id_data, count);
+  std::vector<bool> first_reported;
+  const std::string wrong = in_flight_.Remove(id_data, count, &first_reported);
   if (!wrong.empty()) throw py::value_error("session.complete: " + wrong);
   std::vector<mlperf::QuerySampleResponse> loadgen_responses;
   loadgen_responses.reserve(count);
@@ -74,7 +75,22 @@ void ContinuousSession::Complete(const py::array_t<std::uint64_t, py::array::c_s
     loadgen_responses.emplace_back(id_data[i], address, buffers[i].size());
   }
   py::gil_scoped_release release;
-  CompleteSamples(loadgen_responses.data(), loadgen_responses.size(), device_);
+  CompleteSamples(loadgen_responses.data(), loadgen_responses.size(), device_, &first_reported);
+}
+
+void ContinuousSession::FirstTokens(const py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast>& ids,
+                                    const py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>& tokens) {
+  const auto count = static_cast<std::size_t>(ids.size());
+  if (ids.ndim() != 1 || tokens.ndim() != 1 || static_cast<std::size_t>(tokens.size()) != count) {
+    throw py::value_error("session.first_tokens: " + std::to_string(count) + " ids but " +
+                          std::to_string(tokens.size()) + " tokens (one int32 token id per sample expected)");
+  }
+  const std::string wrong = in_flight_.MarkFirstTokens(ids.data(), count);
+  if (!wrong.empty()) throw py::value_error("session.first_tokens: " + wrong);
+  const std::vector<std::uint64_t> id_copy(ids.data(), ids.data() + count);
+  const std::vector<std::int32_t> token_copy(tokens.data(), tokens.data() + count);
+  py::gil_scoped_release release;
+  ReportFirstTokens(id_copy.data(), token_copy.data(), count);
 }
 
 std::size_t ContinuousSession::InFlight() { return in_flight_.Size(); }

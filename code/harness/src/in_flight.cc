@@ -1,6 +1,7 @@
 #include "in_flight.h"
 
 #include <cmath>
+#include <unordered_set>
 
 #include "timeline.h"
 
@@ -8,10 +9,23 @@ namespace harness {
 
 void InFlightSamples::Add(const std::vector<mlperf::QuerySample>& taken) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& sample : taken) ids_.insert(sample.id);
+  for (const auto& sample : taken) ids_.emplace(sample.id, false);
 }
 
-std::string InFlightSamples::Remove(const std::uint64_t* ids, std::size_t count) {
+std::string InFlightSamples::MarkFirstTokens(const std::uint64_t* ids, std::size_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::unordered_set<std::uint64_t> named;
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto held = ids_.find(ids[i]);
+    if (held == ids_.end() || held->second || !named.insert(ids[i]).second) {
+      return "id " + std::to_string(ids[i]) + " was not taken, was completed already or had its first token already";
+    }
+  }
+  for (std::size_t i = 0; i < count; ++i) ids_[ids[i]] = true;
+  return "";
+}
+
+std::string InFlightSamples::Remove(const std::uint64_t* ids, std::size_t count, std::vector<bool>* first_reported) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::unordered_set<std::uint64_t> named;
   for (std::size_t i = 0; i < count; ++i) {
@@ -19,7 +33,11 @@ std::string InFlightSamples::Remove(const std::uint64_t* ids, std::size_t count)
       return "id " + std::to_string(ids[i]) + " was not taken, or was completed already";
     }
   }
-  for (std::size_t i = 0; i < count; ++i) ids_.erase(ids[i]);
+  first_reported->assign(count, false);
+  for (std::size_t i = 0; i < count; ++i) {
+    (*first_reported)[i] = ids_[ids[i]];
+    ids_.erase(ids[i]);
+  }
   return "";
 }
 
@@ -30,12 +48,16 @@ std::size_t InFlightSamples::Size() {
 
 void InFlightSamples::CompleteAllEmpty(std::size_t device) {
   std::vector<mlperf::QuerySampleResponse> responses;
+  std::vector<bool> first_reported;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto id : ids_) responses.emplace_back(id, 0, 0);
+    for (const auto& [id, first] : ids_) {
+      responses.emplace_back(id, 0, 0);
+      first_reported.push_back(first);
+    }
     ids_.clear();
   }
-  if (!responses.empty()) CompleteSamples(responses.data(), responses.size(), device);
+  if (!responses.empty()) CompleteSamples(responses.data(), responses.size(), device, &first_reported);
 }
 
 std::string TakeTimeoutProblem(double timeout_s) {

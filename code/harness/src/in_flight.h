@@ -2,7 +2,9 @@
 //
 // An engine takes samples and completes each one later; the core keeps the samples it holds, so a completion can be
 // checked (taken, and named once: LoadGen must never see a sample completed twice) and, when the engine ends early,
-// what it held is answered empty so LoadGen can end its test.
+// what it held is answered empty so LoadGen can end its test. A greedy engine reports each sample's first token as
+// soon as it has it (session.first_tokens); the core remembers which samples did, so their completion does not
+// report a first token again.
 #pragma once
 
 #include <query_sample.h>
@@ -11,7 +13,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 namespace harness {
@@ -19,15 +21,19 @@ namespace harness {
 class InFlightSamples {
  public:
   void Add(const std::vector<mlperf::QuerySample>& taken);
-  // Removes the ids when each was taken and is named once; otherwise removes none and says why.
-  std::string Remove(const std::uint64_t* ids, std::size_t count);
+  // Marks the ids' first tokens as reported when each is held, not yet marked and named once; otherwise marks none
+  // and says why.
+  std::string MarkFirstTokens(const std::uint64_t* ids, std::size_t count);
+  // Removes the ids when each was taken and is named once; otherwise removes none and says why. `first_reported`
+  // gets, per id, whether its first token was reported (MarkFirstTokens).
+  std::string Remove(const std::uint64_t* ids, std::size_t count, std::vector<bool>* first_reported);
   std::size_t Size();
   // Completes every sample still held with an empty response (no GIL needed).
   void CompleteAllEmpty(std::size_t device);
 
  private:
   std::mutex mutex_;
-  std::unordered_set<mlperf::ResponseId> ids_;
+  std::unordered_map<mlperf::ResponseId, bool> ids_;  // held samples -> whether their first token was reported
 };
 
 // Why session.take's timeout is not usable ("" when it is a finite number >= 0).

@@ -69,21 +69,33 @@ std::atomic<bool> token_responses{false};
 
 void SetTokenResponses(bool on) { token_responses.store(on); }
 
-void CompleteSamples(mlperf::QuerySampleResponse* responses, std::size_t count, std::size_t device) {
+void ReportFirstTokens(const std::uint64_t* ids, const std::int32_t* tokens, std::size_t count) {
+  if (!token_responses.load(std::memory_order_relaxed) || count == 0) return;
+  std::vector<mlperf::QuerySampleResponse> first_tokens;
+  first_tokens.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    first_tokens.push_back({ids[i], reinterpret_cast<std::uintptr_t>(tokens + i), sizeof(std::int32_t), 1});
+  }
+  mlperf::FirstTokenComplete(first_tokens.data(), first_tokens.size());
+}
+
+void CompleteSamples(mlperf::QuerySampleResponse* responses, std::size_t count, std::size_t device,
+                     const std::vector<bool>* first_reported) {
   if (token_responses.load(std::memory_order_relaxed)) {
     // LoadGen's token latencies need each sample's first token before its completion, every sample's: LoadGen
     // indexes its token records by sample, so an empty response (a failed batch) reports an empty first token.
-    // The backends hand over whole responses, so the first token is reported when the response is: a time to
-    // first token is the sample's whole latency, and the time per output token is not measured.
+    // A sample whose engine did not stream its first token (batch backends, beam search, whose first token is
+    // known only at the end) reports it with the response: its time to first token is its whole latency.
     std::vector<mlperf::QuerySampleResponse> first_tokens;
     first_tokens.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
       const std::int64_t n_tokens = static_cast<std::int64_t>(responses[i].size / sizeof(std::int32_t));
       responses[i].n_tokens = n_tokens;
+      if (first_reported != nullptr && (*first_reported)[i]) continue;
       first_tokens.push_back(
           {responses[i].id, responses[i].data, n_tokens > 0 ? sizeof(std::int32_t) : 0, n_tokens > 0 ? 1 : 0});
     }
-    mlperf::FirstTokenComplete(first_tokens.data(), first_tokens.size());
+    if (!first_tokens.empty()) mlperf::FirstTokenComplete(first_tokens.data(), first_tokens.size());
   }
   ProcessTimeline().Completed(responses, count, device);
   mlperf::QuerySamplesComplete(responses, count);

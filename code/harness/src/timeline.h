@@ -59,8 +59,14 @@ Timeline& ProcessTimeline();
 // Records the completions (by `device`'s runner) in the process timeline, then hands them to LoadGen
 // (QuerySamplesComplete). Every completion in the core goes through here; with token responses on, each response
 // first gets its token count (n_tokens: its bytes / 4, int32 token ids), which LoadGen's token latencies and the
-// TEST06 audit read.
-void CompleteSamples(mlperf::QuerySampleResponse* responses, std::size_t count, std::size_t device);
+// TEST06 audit read, and each response whose first token was not reported yet (`first_reported`, per response;
+// null: none was) reports its first token now.
+void CompleteSamples(mlperf::QuerySampleResponse* responses, std::size_t count, std::size_t device,
+                     const std::vector<bool>* first_reported = nullptr);
+
+// Reports samples' first tokens (one int32 token id each) to LoadGen (FirstTokenComplete), which times the first
+// token from them; nothing when token responses are off (LoadGen then keeps no token latencies).
+void ReportFirstTokens(const std::uint64_t* ids, const std::int32_t* tokens, std::size_t count);
 
 // Whether this process's responses are int32 token ids whose count LoadGen must get (llama3.1-8b: mlperf.conf's
 // use_token_latencies). Set by RunTest from RunConfig::token_responses before LoadGen starts.

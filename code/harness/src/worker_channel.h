@@ -27,6 +27,7 @@ enum class Message : std::uint32_t {
   kEnd = 10,       // LoadGen process -> worker, after the test: stop serving
   kStats = 11,     // worker -> LoadGen process, after kEnd: payload JSON (engine counters, CPU time)
   kHello = 12,     // worker -> LoadGen process, first on a connection it opened (TCP): payload JSON (run, slot, device)
+  kFirstTokens = 13,  // worker -> core: count samples; payload uint64 response ids, then int32 first token ids
 };
 
 struct MessageHeader {

@@ -168,6 +168,8 @@ void WorkerEngine::ThreadMain() {
       if (!AnswerTake(header, payload)) break;
     } else if (type == Message::kComplete) {
       if (!Complete(header, payload)) break;
+    } else if (type == Message::kFirstTokens) {
+      if (!FirstTokens(header, payload)) break;
     } else if (type == Message::kDone) {
       const std::string wrong = EngineEndProblem(closed_, in_flight_.Size());
       if (!wrong.empty()) Fail(wrong);
@@ -240,12 +242,33 @@ bool WorkerEngine::Complete(const MessageHeader& header, const std::vector<std::
          " bytes that do not add up");
     return false;
   }
-  const std::string wrong = in_flight_.Remove(ids.data(), ids.size());
+  std::vector<bool> first_reported;
+  const std::string wrong = in_flight_.Remove(ids.data(), ids.size(), &first_reported);
   if (!wrong.empty()) {
     Fail("session.complete: " + wrong);
     return false;
   }
-  CompleteSamples(responses.data(), responses.size(), device_);
+  CompleteSamples(responses.data(), responses.size(), device_, &first_reported);
+  return true;
+}
+
+bool WorkerEngine::FirstTokens(const MessageHeader& header, const std::vector<std::uint8_t>& payload) {
+  const auto count = static_cast<std::size_t>(header.count);
+  std::size_t offset = 0;
+  std::vector<std::uint64_t> ids;
+  std::vector<std::int32_t> tokens;
+  if (!ReadArray(payload, count, &offset, &ids) || !ReadArray(payload, count, &offset, &tokens) ||
+      offset != payload.size()) {
+    Fail("session.first_tokens: " + std::to_string(count) + " first tokens in " + std::to_string(payload.size()) +
+         " bytes (12 a sample expected)");
+    return false;
+  }
+  const std::string wrong = in_flight_.MarkFirstTokens(ids.data(), count);
+  if (!wrong.empty()) {
+    Fail("session.first_tokens: " + wrong);
+    return false;
+  }
+  ReportFirstTokens(ids.data(), tokens.data(), count);
   return true;
 }
 

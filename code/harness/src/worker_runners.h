@@ -53,7 +53,7 @@ class WorkerBatchRunner : public BatchRunner {
 };
 
 // Continuous batching. The worker's engine asks for samples (kTake) whenever it has room and completes each one
-// when done (kComplete); a thread here answers its requests from the batcher's queue for the whole test.
+// when done (kComplete), a greedy engine its first tokens before that (kFirstTokens); a thread here answers its requests from the batcher's queue for the whole test.
 class WorkerEngine : public EngineDriver {
  public:
   WorkerEngine(int fd, Batcher* batcher, ErrorState* errors, std::size_t device, std::string where);
@@ -67,6 +67,7 @@ class WorkerEngine : public EngineDriver {
   // Each returns false when the conversation ends (recorded in errors_ unless the engine finished as it should).
   bool AnswerTake(const MessageHeader& header, const std::vector<std::uint8_t>& payload);
   bool Complete(const MessageHeader& header, const std::vector<std::uint8_t>& payload);
+  bool FirstTokens(const MessageHeader& header, const std::vector<std::uint8_t>& payload);
   void Fail(const std::string& message);
 
   WorkerChannel channel_;

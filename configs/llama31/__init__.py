@@ -1,8 +1,8 @@
 """Llama 3.1 8B Instruct on CNN/DailyMail (llama3.1-8b): settings every llama3.1-8b config shares.
 
 The reference fixes generation (greedy, 1 to 128 new tokens) and has one accuracy target, 99%, so there are no
-``_HighAccuracy`` classes. The H100 and H200 Offline and Server classes run the in-flight engine (``inflight``: bf16,
-continuous batching; FP8 GEMMs and KV cache are to come), SingleStream the PyTorch backend (bf16, eager); their
+``_HighAccuracy`` classes. The H100 and H200 classes run the in-flight engine (``inflight``: bf16, continuous
+batching, one slot for SingleStream; FP8 GEMMs and KV cache are to come); their
 values are estimates, said where each is set, but for the H200's Offline and Server rates, which were measured.
 """
 
@@ -28,12 +28,9 @@ CPU_LENGTH_SCALE = 0.25
 # estimates).
 # - CPU: the tiny model's first --test_run on the 2-core development machine (fp32, 16 a batch, prompts ~200 tokens,
 #   the machine shared with other work, load average 4.4): 5.2 samples/s; the Offline class sets 6.
-# - H100 SXM, bf16 eager: one decode step reads the 16 GB of weights, >= ~5 ms at 3.35 TB/s, ~20 ms eager (32 layers
-#   of a few kernels each, ~4x). Offline: 64 samples a batch (their KV cache, 131 kB a token, ~22 GB for prompts up
-#   to ~2,600 tokens), ~130 steps plus ~1.5 s of prefill: ~15 samples/s; the class sets 20 (Offline may sit
-#   above). Server: batches of up to 16, a third of that, 5 (a lower bound). SingleStream: ~130 steps and a
-#   prefill, ~2.7 s; the class sets 2 s (below the p90).
-# - H200: memory bandwidth 4.8 TB/s, 1.4x the H100's: SingleStream 1.4 s.
+# - SingleStream, the in-flight engine with one slot (one CUDA graph a step): ~128 steps, each the weights' read
+#   (16 GB: ~4.8 ms at the H100's 3.35 TB/s, ~3.3 ms at the H200's 4.8) plus a prefill of ~25 ms: ~0.64 s (H100)
+#   and ~0.45 s (H200); the classes set 600 and 450 ms (below the p90).
 # - The in-flight engine (Offline, Server), bf16: slots from code/llama31/memory_plan.py (typical ~1,000-token
 #   prompts: ~400 fit an H100, the 512 cap an H200). A sample costs its prefill, ~16 TFLOP for 1,000 tokens (~25 ms
 #   at ~650 TFLOP/s, the same tensor cores on both GPUs), and its share of ~128 decode steps, each reading the 16 GB

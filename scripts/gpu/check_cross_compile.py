@@ -4,11 +4,13 @@ RTX 30xx), sm_89 (L4, L40S, RTX 4090), sm_90 (H100, H200, GH200), sm_100 (B200).
 Triton compiles each kernel on the user's machine for that machine's GPU, so a kernel that does not compile for an
 architecture fails only there, at its first launch. This script finds out beforehand:
 
-1. ``bert`` and ``gptj``: run the product's own entry points once on small inputs, so that the JIT compiles every
-   specialization an engine can launch: BERT's packed forward (``PackedBert``) for fp16, bf16 and fp8 engines
-   (fp8 GEMM subsets, fp8_residual, fp8_attention, the bert-99 engine) at BERT-large's widths, each with every
-   attention tile a tuning may pick (``CANDIDATE_CONFIGS``); GPT-J's in-flight engine at GPT-J 6B's widths (one
-   layer) with bf16 and FP8 GEMMs over bf16 and FP8 KV caches, one and two decode splits.
+1. ``bert``, ``gptj`` and ``llama``: run the product's own entry points once on small inputs, so that the JIT
+   compiles every specialization an engine can launch: BERT's packed forward (``PackedBert``) for fp16, bf16 and
+   fp8 engines (fp8 GEMM subsets, fp8_residual, fp8_attention, the bert-99 engine) at BERT-large's widths, each
+   with every attention tile a tuning may pick (``CANDIDATE_CONFIGS``); GPT-J's in-flight engine at GPT-J 6B's
+   widths (one layer) with bf16 and FP8 GEMMs over bf16 and FP8 KV caches, one and two decode splits; Llama 3.1
+   8B's in-flight engine at its widths (two layers; grouped-query decode with its own launch, ``decode_launch``)
+   over a bf16 and an FP8 KV cache, one and two decode splits.
 2. ``compile``: list every Triton function of the loaded ``code.*`` modules (discovery: a new kernel file is found
    without naming it here), read what the JIT compiled from each one's per-device cache, and ``triton.compile``
    each specialization for every target (in worker processes; no GPU involved), recording ok or the error and
@@ -51,6 +53,11 @@ BERT_SEQUENCES = 12  # synthetic SQuAD-like features (~1,600 tokens) for calibra
 GPTJ_LAYERS = 1  # GPT-J 6B's widths: the kernels' constexprs (head_dim, widths) are the product's
 GPTJ_PROMPTS = (70, 130)  # prompt tokens: a partial page and more than two pages of 64
 GPTJ_OUTPUT = (3, 4)  # forced output lengths: a few decode steps each
+# Llama 3.1 8B's widths (GQA 32 query heads over 8 key/value heads of 128, its vocabulary); two layers: the second
+# layer's cache views start past the first's, as every layer's but the first do in a run
+LLAMA_LAYERS = 2
+LLAMA_PROMPTS = (70, 130)  # as GPT-J's: a partial page and more than two pages of 64
+LLAMA_OUTPUT = (3, 4)
 
 
 # -- exercising the product ------------------------------------------------------------------------------------------
@@ -159,6 +166,75 @@ def exercise_gptj(device: str, config: Any = None) -> None:
             attention.DECODE_LAUNCH.update(launch)
     ROWS.append(f"gptj: {len(done)} engines ran ({'; '.join(done)}), prompts of {GPTJ_PROMPTS} tokens, "
                 f"{config.n_layer} layer(s) of n_embd {config.n_embd}, decode splits 1 and 2")
+
+
+class PrefillMagnitudes:
+    """Stands in for the KV cache in one prefill (``InflightLlama.prefill`` calls only ``prompt_write_index`` and
+    ``write_prompt``) and keeps each layer's largest key and value magnitude. Llama's model has no calibration yet
+    (no ``collect_amax``), and an FP8 cache needs scales: these are the magnitudes a calibration over the same
+    prompts would find, so the FP8 kernels run on the values a run would give them (``KvMagnitudes``)."""
+
+    def __init__(self, layers: int) -> None:
+        self.k = [0.0] * layers
+        self.v = [0.0] * layers
+
+    def prompt_write_index(self, slots: list[int], lengths: list[int]) -> None:
+        return None
+
+    def write_prompt(self, layer: int, rows: None, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.k[layer] = max(self.k[layer], float(k.abs().max()))
+        self.v[layer] = max(self.v[layer], float(v.abs().max()))
+
+
+def exercise_llama(device: str, config: Any = None) -> None:
+    """Llama 3.1 8B's in-flight engine (``code/llama31/inflight_model.py``): ``generate`` over a bf16 and an FP8 KV
+    cache with the engine's own decode launch (``decode_launch``: grouped-query attention, several key/value heads
+    a program), with one decode split and with two. The FP8 cache's scales come from one prefill of the same
+    prompts (``PrefillMagnitudes``)."""
+    from code.llama31.architecture import LlamaConfig
+    from code.llama31.backends.pytorch import generation_config
+    from code.llama31.inflight_model import InflightLlama
+    from code.llama31.memory_plan import MAX_PROMPT_TOKENS
+    from code.llama31.model import random_weights
+    from code.llm.inflight_engine import EngineOptions, InflightEngine
+    from code.numerics.fp8 import E4M3
+
+    config = config or dataclasses.replace(LlamaConfig(), n_layers=LLAMA_LAYERS)
+    cuda = torch.device(device).type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    model = random_weights(config, 0, dtype, device, draw_on_device=cuda)
+    inflight = InflightLlama.from_model(model, consume=True)
+    del model
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, config.vocab_size, (n,), generator=generator) for n in LLAMA_PROMPTS]
+    magnitudes = PrefillMagnitudes(config.n_layers)
+    inflight.prefill([p.to(device) for p in prompts], list(range(len(prompts))), magnitudes)  # type: ignore[arg-type]
+    generation = generation_config(config)  # the run's: greedy, up to 128 new tokens
+    # the run's longest prompt (the memory plan's), so the cache's strides are a run's
+    longest = min(MAX_PROMPT_TOKENS, config.n_positions - generation.max_new_tokens + 1)
+    pages = len(prompts) * -(-longest // 64)
+    launch = dict(inflight.decode_launch)
+    done = []
+    model_dtype = str(dtype).removeprefix("torch.")
+    for kv in (model_dtype, "fp8"):
+        name = f"{kv} KV"
+        try:
+            options = EngineOptions(slots=len(prompts), max_prompt_length=longest, page_size=64, kv_pages=pages,
+                                    kv_dtype=E4M3 if kv == "fp8" else None, cuda_graphs=False)
+            engine = InflightEngine(inflight, generation, options, kv_amax=magnitudes)
+            for splits in (1, 2):
+                inflight.decode_launch = {**launch, "SPLITS": splits}
+                engine.generate([p.numpy() for p in prompts], list(LLAMA_OUTPUT))
+            done.append(name)
+        except Exception as error:  # noqa: BLE001 - the other variant's kernels still count
+            ROWS.append(f"llama {name}: FAILED {type(error).__name__}: {str(error)[:300]}")
+        finally:
+            inflight.decode_launch = launch
+    shown = ", ".join(f"{k} {v}" for k, v in launch.items() if k != "SPLITS")
+    ROWS.append(f"llama: {len(done)} engines ran ({'; '.join(done)}; {model_dtype} GEMMs, FP8 KV scales from one "
+                f"prefill), prompts of {LLAMA_PROMPTS} tokens, {config.n_layers} layer(s) of dim {config.dim}, "
+                f"{config.n_heads} query heads over {config.n_kv_heads} key/value heads, decode launch "
+                f"{shown} with splits 1 and 2")
 
 
 # -- compiling -------------------------------------------------------------------------------------------------------
@@ -361,7 +437,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("build/check_cross_compile"))
     parser.add_argument("--targets", default=",".join(xc.TARGETS), help=f"comma list of {', '.join(xc.TARGETS)}")
-    parser.add_argument("--skip", default="", help="comma list of steps: bert,gptj (compile lists what ran)")
+    parser.add_argument("--skip", default="", help="comma list of steps: bert,gptj,llama (compile lists what ran)")
     parser.add_argument("--workers", type=int, default=xc.default_workers(), help="compile processes")
     parser.add_argument("--specs", type=Path, help="no GPU needed: compile the specializations of this file (a "
                         "GPU run's kernel_specs.json or cross_compile_specs.json) instead of running the product")
@@ -415,6 +491,7 @@ def main() -> None:
                 steps = [
                     ("bert", step(lambda: exercise_bert("cuda"))),
                     ("gptj", step(lambda: exercise_gptj("cuda"))),
+                    ("llama", step(lambda: exercise_llama("cuda"))),
                     ("compile", lambda: compile_step(details, compiler, args.out, record)),
                 ]
             run_steps(steps, set(filter(None, args.skip.split(","))) - {"compile"}, details, ROWS, save)

@@ -84,6 +84,19 @@ def test_the_record_keeps_one_spec_per_kernel_and_kind_of_outcome():
     assert xc.pick_for_record(specs, rows, results) == [0, 1, 3]
 
 
+def test_the_llama_step_runs_on_the_tiny_config():
+    """The step's engines (16-bit and FP8 KV cache, decode splits 1 and 2) run end to end on a CPU: only the GPU run
+    compiles kernels, but a step broken by a change in the engine shows here first."""
+    from code.llama31.architecture import LLAMA_CONFIGS
+    from scripts.gpu import check_cross_compile as check
+
+    before = len(check.ROWS)
+    check.exercise_llama("cpu", LLAMA_CONFIGS["tiny"])
+    rows = check.ROWS[before:]
+    assert rows and not any("FAILED" in row for row in rows), rows
+    assert rows[-1].startswith("llama: 2 engines ran") and "splits 1 and 2" in rows[-1], rows
+
+
 def test_help_describes_the_cpu_path():
     result = subprocess.run([sys.executable, "scripts/gpu/check_cross_compile.py", "--help"], cwd=REPO_ROOT,
                             env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True,

@@ -20,7 +20,10 @@ Prints a short table last; writes ``OUT/check_cross_compile.json``, ``OUT/kernel
 specialization) and a small ``cross_compile_specs.json`` (``--record``) for tests/scripts/test_check_cross_compile.py.
 
 On the device: ``PYTHONPATH=$PWD python3 scripts/gpu/check_cross_compile.py --out $OUT``. Without a GPU (Triton
-installed): ``--specs OUT/kernel_specs.json`` compiles the specializations a GPU run recorded.
+installed): ``--specs OUT/kernel_specs.json`` compiles the specializations a GPU run recorded. ``--skip=compile``
+splits the two: the GPU run only discovers and records (``record`` step: kernel_specs.json and the ``--record``
+file, without outcomes), and ``--specs`` compiles them elsewhere (with ``--record``, writing the CPU test's few
+with their outcomes).
 """
 
 from __future__ import annotations
@@ -373,9 +376,10 @@ def native_check(details: dict[str, Any], specs: list[dict[str, Any]], rows: lis
                     f"(same hash){'; differ: ' + ', '.join(differ[:5]) if differ else ''}")
 
 
-def compile_step(details: dict[str, Any], compiler: CrossCompiler, out: Path, record: Path) -> None:
-    """List the product's Triton functions (every module of ``cross_compile.KERNEL_PACKAGES`` imported first), take
-    what the steps compiled, wait for the cross-compiles and write the records."""
+def discover(details: dict[str, Any], compiler: CrossCompiler) -> tuple[list[dict[str, Any]], list[str]]:
+    """List the product's Triton functions (every module of ``cross_compile.KERNEL_PACKAGES`` imported first) and
+    take what the steps compiled; returns the specializations and their row names. A kernel no step launched is
+    named, since it has no row."""
     failed_imports = xc.import_kernel_modules()
     kernels, specs = captured()
     compiler.submit(specs)
@@ -392,22 +396,48 @@ def compile_step(details: dict[str, Any], compiler: CrossCompiler, out: Path, re
         ROWS.append(f"  NOT EXERCISED (no row below; add it to a step): {', '.join(details['not_exercised'])}")
     for module, error in failed_imports.items():
         ROWS.append(f"  import of {module} FAILED: {error[:200]}")
+    return specs, rows
+
+
+def write_records(out: Path, record: Path, specs: list[dict[str, Any]], rows: list[str],
+                  results: dict[str, dict[str, dict[str, Any]]], source: str) -> None:
+    """Every specialization to ``OUT/kernel_specs.json``, the few the CPU test compiles to ``record``; each with the
+    outcomes ``results`` holds for it (none when the compile was skipped)."""
+    xc.write_specs(out / "kernel_specs.json", specs, rows, results, source)
+    chosen = xc.pick_for_record(specs, rows, results)
+    xc.write_specs(record, [specs[i] for i in chosen], [rows[i] for i in chosen], results, source)
+    ROWS.append(f"wrote every specialization to {out / 'kernel_specs.json'}, {len(chosen)} of them to {record}")
+
+
+def gpu_source(details: dict[str, Any]) -> str:
+    return f"GPU run on {details['device']}, {details['date']}, torch {details['torch']}"
+
+
+def compile_step(details: dict[str, Any], compiler: CrossCompiler, out: Path, record: Path) -> None:
+    """Discover the specializations, wait for the cross-compiles and write the records with their outcomes."""
+    specs, rows = discover(details, compiler)
     per_spec = compiler.results()
     results = by_row(rows, per_spec)
     details["kernels"] = results
     summarize(details, results, compiler.targets)
     native_check(details, specs, rows, results)
-    source = f"GPU run on {details['device']}, {details['date']}, torch {details['torch']}"
-    xc.write_specs(out / "kernel_specs.json", specs, rows, results, source)
-    chosen = xc.pick_for_record(specs, rows, results)
-    xc.write_specs(record, [specs[i] for i in chosen], [rows[i] for i in chosen], results, source)
-    ROWS.append(f"wrote every specialization to {out / 'kernel_specs.json'}, {len(chosen)} of them to {record}")
+    write_records(out, record, specs, rows, results, gpu_source(details))
     details["table"] = xc.table(results, compiler.targets)
 
 
-def compile_recorded(details: dict[str, Any], path: Path, compiler: CrossCompiler) -> None:
+def record_step(details: dict[str, Any], compiler: CrossCompiler, out: Path, record: Path) -> None:
+    """``--skip=compile``: discover the specializations and write the records without outcomes, so the GPU's time
+    goes to the launches alone; ``--specs OUT/kernel_specs.json`` compiles them on any machine with Triton."""
+    specs, rows = discover(details, compiler)
+    write_records(out, record, specs, rows, {}, f"{gpu_source(details)} (discovery only: not compiled)")
+    ROWS.append(f"compile skipped: compile them without a GPU with --specs {out / 'kernel_specs.json'}")
+
+
+def compile_recorded(details: dict[str, Any], path: Path, compiler: CrossCompiler, record: Path | None = None
+                     ) -> None:
     """The ``--specs`` path: compile recorded specializations here (no GPU needed) and compare each target's outcome
-    with the recording's."""
+    with the recording's. With ``record`` it also writes the few the CPU test compiles, with this compile's outcomes:
+    the second half of a split run, whose GPU half (``--skip=compile``) recorded none."""
     data = xc.read_specs(path)
     compiler.submit(data["specs"])
     specs = compiler.specs
@@ -426,31 +456,58 @@ def compile_recorded(details: dict[str, Any], path: Path, compiler: CrossCompile
     details["differ_from_recording"] = differ
     stale = sorted(row for row, r in results.items() if any(c.get("stale") for c in r.values()))
     details["stale"] = stale
-    ROWS.append(f"outcomes that differ from the recording: {len(differ)}; stale records: {len(stale)}")
+    compared = sum(bool(spec.get("expected")) for spec in specs)
+    ROWS.append(f"outcomes that differ from the recording: {len(differ)} ({compared} of {len(specs)} records hold "
+                f"outcomes to compare); stale records: {len(stale)}")
     for d in differ[:10]:
         ROWS.append(f"  {d['row']} {d['target']}: recorded {'ok' if d['recorded']['ok'] else 'FAIL'}, now "
                     f"{'ok' if d['now']['ok'] else 'FAIL: ' + str(d['now']['error'])[:150]}")
+    if record is not None:
+        chosen = xc.pick_for_record(specs, rows, results)
+        xc.write_specs(record, [specs[i] for i in chosen], [rows[i] for i in chosen], results,
+                       f"{data['source']}; compiled without a GPU {details['date']}")
+        ROWS.append(f"wrote {len(chosen)} of them with this compile's outcomes to {record}")
     details["table"] = xc.table(results, compiler.targets)
 
 
-def main() -> None:
+GPU_STEPS = ("bert", "gptj", "llama")  # the steps that run the product; "compile" follows them
+
+
+def parse_args(argv: list[str] | None = None, gpu: bool = True) -> argparse.Namespace:
+    """The command line, checked before anything loads: unknown targets or steps, and a run that cannot work here
+    (no GPU and no ``--specs``; ``--specs`` with the compile skipped, which leaves nothing to do), stop it at once."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("build/check_cross_compile"))
     parser.add_argument("--targets", default=",".join(xc.TARGETS), help=f"comma list of {', '.join(xc.TARGETS)}")
-    parser.add_argument("--skip", default="", help="comma list of steps: bert,gptj,llama (compile lists what ran)")
+    parser.add_argument("--skip", default="", help=f"comma list of steps: {','.join(GPU_STEPS)},compile (compile: "
+                        "discovery only, the GPU run writes kernel_specs.json and the --record file without "
+                        "compiling them; --specs compiles them later on a machine without a GPU)")
     parser.add_argument("--workers", type=int, default=xc.default_workers(), help="compile processes")
     parser.add_argument("--specs", type=Path, help="no GPU needed: compile the specializations of this file (a "
                         "GPU run's kernel_specs.json or cross_compile_specs.json) instead of running the product")
-    parser.add_argument("--record", type=Path, help="where the GPU run writes the few specializations the CPU test "
-                        "compiles (default OUT/cross_compile_specs.json; tests/fixtures/ keeps the committed one)")
-    args = parser.parse_args()
-    targets = [t for t in args.targets.split(",") if t]
-    unknown = sorted(set(targets) - set(xc.TARGETS))
+    parser.add_argument("--record", type=Path, help="where the few specializations the CPU test compiles go, with "
+                        "their outcomes (GPU run: default OUT/cross_compile_specs.json; with --specs: written only "
+                        "when given; tests/fixtures/ keeps the committed one)")
+    args = parser.parse_args(argv)
+    args.targets = [t for t in args.targets.split(",") if t]
+    unknown = sorted(set(args.targets) - set(xc.TARGETS))
     if unknown:
         parser.error(f"unknown targets {unknown}; known: {', '.join(xc.TARGETS)}")
-    gpu = torch.cuda.is_available()
+    args.skip = set(filter(None, args.skip.split(",")))
+    unknown = sorted(args.skip - {*GPU_STEPS, "compile"})
+    if unknown:
+        parser.error(f"unknown steps {unknown} in --skip; known: {', '.join(GPU_STEPS)}, compile")
+    if args.specs is not None and "compile" in args.skip:
+        parser.error("--specs with --skip=compile leaves nothing to do: --specs only compiles")
     if args.specs is None and not gpu:
         parser.error("no GPU here: pass --specs FILE to compile the specializations a GPU run recorded")
+    return args
+
+
+def main() -> None:
+    gpu = torch.cuda.is_available()
+    args = parse_args(gpu=gpu)
+    targets = args.targets
     args.out.mkdir(parents=True, exist_ok=True)
     import triton
 
@@ -481,20 +538,24 @@ def main() -> None:
 
         return body
 
+    discovery_only = "compile" in args.skip
     with fresh_cache() as cache_dir:
-        compiler = CrossCompiler(targets, args.workers, cache_dir)
+        # discovery only starts no compile workers: one worker compiles in this process, in results(), never called
+        compiler = CrossCompiler(targets, 1 if discovery_only else args.workers, cache_dir)
         try:
             if args.specs is not None:
-                steps = [("compile", lambda: compile_recorded(details, args.specs, compiler))]
+                steps = [("compile", lambda: compile_recorded(details, args.specs, compiler, args.record))]
             else:
                 record = args.record or args.out / "cross_compile_specs.json"
+                last = record_step if discovery_only else compile_step
                 steps = [
                     ("bert", step(lambda: exercise_bert("cuda"))),
                     ("gptj", step(lambda: exercise_gptj("cuda"))),
                     ("llama", step(lambda: exercise_llama("cuda"))),
-                    ("compile", lambda: compile_step(details, compiler, args.out, record)),
+                    ("record" if discovery_only else "compile", lambda: last(details, compiler, args.out, record)),
                 ]
-            run_steps(steps, set(filter(None, args.skip.split(","))) - {"compile"}, details, ROWS, save)
+            # the step that discovers and records always runs: it is what the GPU steps are for
+            run_steps(steps, args.skip - {"compile"}, details, ROWS, save)
         finally:
             compiler.close()
     print_summary("check_cross_compile", details, ROWS, f"triton {details['triton']}")

@@ -4,11 +4,13 @@ RTX 30xx), sm_89 (L4, L40S, RTX 4090), sm_90 (H100, H200, GH200), sm_100 (B200).
 Triton compiles each kernel on the user's machine for that machine's GPU, so a kernel that does not compile for an
 architecture fails only there, at its first launch. This script finds out beforehand:
 
-1. ``bert`` and ``gptj``: run the product's own entry points once on small inputs, so that the JIT compiles every
-   specialization an engine can launch: BERT's packed forward (``PackedBert``) for fp16, bf16 and fp8 engines
-   (fp8 GEMM subsets, fp8_residual, fp8_attention, the bert-99 engine) at BERT-large's widths, each with every
-   attention tile a tuning may pick (``CANDIDATE_CONFIGS``); GPT-J's in-flight engine at GPT-J 6B's widths (one
-   layer) with bf16 and FP8 GEMMs over bf16 and FP8 KV caches, one and two decode splits.
+1. ``bert``, ``gptj`` and ``llama``: run the product's own entry points once on small inputs, so that the JIT
+   compiles every specialization an engine can launch: BERT's packed forward (``PackedBert``) for fp16, bf16 and
+   fp8 engines (fp8 GEMM subsets, fp8_residual, fp8_attention, the bert-99 engine) at BERT-large's widths, each
+   with every attention tile a tuning may pick (``CANDIDATE_CONFIGS``); GPT-J's in-flight engine at GPT-J 6B's
+   widths (one layer) with bf16 and FP8 GEMMs over bf16 and FP8 KV caches, one and two decode splits; Llama 3.1
+   8B's in-flight engine at its widths (two layers; grouped-query decode with its own launch, ``decode_launch``)
+   over a bf16 and an FP8 KV cache, one and two decode splits.
 2. ``compile``: list every Triton function of the loaded ``code.*`` modules (discovery: a new kernel file is found
    without naming it here), read what the JIT compiled from each one's per-device cache, and ``triton.compile``
    each specialization for every target (in worker processes; no GPU involved), recording ok or the error and
@@ -18,7 +20,10 @@ Prints a short table last; writes ``OUT/check_cross_compile.json``, ``OUT/kernel
 specialization) and a small ``cross_compile_specs.json`` (``--record``) for tests/scripts/test_check_cross_compile.py.
 
 On the device: ``PYTHONPATH=$PWD python3 scripts/gpu/check_cross_compile.py --out $OUT``. Without a GPU (Triton
-installed): ``--specs OUT/kernel_specs.json`` compiles the specializations a GPU run recorded.
+installed): ``--specs OUT/kernel_specs.json`` compiles the specializations a GPU run recorded. ``--skip=compile``
+splits the two: the GPU run only discovers and records (``record`` step: kernel_specs.json and the ``--record``
+file, without outcomes), and ``--specs`` compiles them elsewhere (with ``--record``, writing the CPU test's few
+with their outcomes).
 """
 
 from __future__ import annotations
@@ -51,6 +56,11 @@ BERT_SEQUENCES = 12  # synthetic SQuAD-like features (~1,600 tokens) for calibra
 GPTJ_LAYERS = 1  # GPT-J 6B's widths: the kernels' constexprs (head_dim, widths) are the product's
 GPTJ_PROMPTS = (70, 130)  # prompt tokens: a partial page and more than two pages of 64
 GPTJ_OUTPUT = (3, 4)  # forced output lengths: a few decode steps each
+# Llama 3.1 8B's widths (GQA 32 query heads over 8 key/value heads of 128, its vocabulary); two layers: the second
+# layer's cache views start past the first's, as every layer's but the first do in a run
+LLAMA_LAYERS = 2
+LLAMA_PROMPTS = (70, 130)  # as GPT-J's: a partial page and more than two pages of 64
+LLAMA_OUTPUT = (3, 4)
 
 
 # -- exercising the product ------------------------------------------------------------------------------------------
@@ -159,6 +169,75 @@ def exercise_gptj(device: str, config: Any = None) -> None:
             attention.DECODE_LAUNCH.update(launch)
     ROWS.append(f"gptj: {len(done)} engines ran ({'; '.join(done)}), prompts of {GPTJ_PROMPTS} tokens, "
                 f"{config.n_layer} layer(s) of n_embd {config.n_embd}, decode splits 1 and 2")
+
+
+class PrefillMagnitudes:
+    """Stands in for the KV cache in one prefill (``InflightLlama.prefill`` calls only ``prompt_write_index`` and
+    ``write_prompt``) and keeps each layer's largest key and value magnitude. Llama's model has no calibration yet
+    (no ``collect_amax``), and an FP8 cache needs scales: these are the magnitudes a calibration over the same
+    prompts would find, so the FP8 kernels run on the values a run would give them (``KvMagnitudes``)."""
+
+    def __init__(self, layers: int) -> None:
+        self.k = [0.0] * layers
+        self.v = [0.0] * layers
+
+    def prompt_write_index(self, slots: list[int], lengths: list[int]) -> None:
+        return None
+
+    def write_prompt(self, layer: int, rows: None, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.k[layer] = max(self.k[layer], float(k.abs().max()))
+        self.v[layer] = max(self.v[layer], float(v.abs().max()))
+
+
+def exercise_llama(device: str, config: Any = None) -> None:
+    """Llama 3.1 8B's in-flight engine (``code/llama31/inflight_model.py``): ``generate`` over a bf16 and an FP8 KV
+    cache with the engine's own decode launch (``decode_launch``: grouped-query attention, several key/value heads
+    a program), with one decode split and with two. The FP8 cache's scales come from one prefill of the same
+    prompts (``PrefillMagnitudes``)."""
+    from code.llama31.architecture import LlamaConfig
+    from code.llama31.backends.pytorch import generation_config
+    from code.llama31.inflight_model import InflightLlama
+    from code.llama31.memory_plan import MAX_PROMPT_TOKENS
+    from code.llama31.model import random_weights
+    from code.llm.inflight_engine import EngineOptions, InflightEngine
+    from code.numerics.fp8 import E4M3
+
+    config = config or dataclasses.replace(LlamaConfig(), n_layers=LLAMA_LAYERS)
+    cuda = torch.device(device).type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    model = random_weights(config, 0, dtype, device, draw_on_device=cuda)
+    inflight = InflightLlama.from_model(model, consume=True)
+    del model
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, config.vocab_size, (n,), generator=generator) for n in LLAMA_PROMPTS]
+    magnitudes = PrefillMagnitudes(config.n_layers)
+    inflight.prefill([p.to(device) for p in prompts], list(range(len(prompts))), magnitudes)  # type: ignore[arg-type]
+    generation = generation_config(config)  # the run's: greedy, up to 128 new tokens
+    # the run's longest prompt (the memory plan's), so the cache's strides are a run's
+    longest = min(MAX_PROMPT_TOKENS, config.n_positions - generation.max_new_tokens + 1)
+    pages = len(prompts) * -(-longest // 64)
+    launch = dict(inflight.decode_launch)
+    done = []
+    model_dtype = str(dtype).removeprefix("torch.")
+    for kv in (model_dtype, "fp8"):
+        name = f"{kv} KV"
+        try:
+            options = EngineOptions(slots=len(prompts), max_prompt_length=longest, page_size=64, kv_pages=pages,
+                                    kv_dtype=E4M3 if kv == "fp8" else None, cuda_graphs=False)
+            engine = InflightEngine(inflight, generation, options, kv_amax=magnitudes)
+            for splits in (1, 2):
+                inflight.decode_launch = {**launch, "SPLITS": splits}
+                engine.generate([p.numpy() for p in prompts], list(LLAMA_OUTPUT))
+            done.append(name)
+        except Exception as error:  # noqa: BLE001 - the other variant's kernels still count
+            ROWS.append(f"llama {name}: FAILED {type(error).__name__}: {str(error)[:300]}")
+        finally:
+            inflight.decode_launch = launch
+    shown = ", ".join(f"{k} {v}" for k, v in launch.items() if k != "SPLITS")
+    ROWS.append(f"llama: {len(done)} engines ran ({'; '.join(done)}; {model_dtype} GEMMs, FP8 KV scales from one "
+                f"prefill), prompts of {LLAMA_PROMPTS} tokens, {config.n_layers} layer(s) of dim {config.dim}, "
+                f"{config.n_heads} query heads over {config.n_kv_heads} key/value heads, decode launch "
+                f"{shown} with splits 1 and 2")
 
 
 # -- compiling -------------------------------------------------------------------------------------------------------
@@ -297,9 +376,10 @@ def native_check(details: dict[str, Any], specs: list[dict[str, Any]], rows: lis
                     f"(same hash){'; differ: ' + ', '.join(differ[:5]) if differ else ''}")
 
 
-def compile_step(details: dict[str, Any], compiler: CrossCompiler, out: Path, record: Path) -> None:
-    """List the product's Triton functions (every module of ``cross_compile.KERNEL_PACKAGES`` imported first), take
-    what the steps compiled, wait for the cross-compiles and write the records."""
+def discover(details: dict[str, Any], compiler: CrossCompiler) -> tuple[list[dict[str, Any]], list[str]]:
+    """List the product's Triton functions (every module of ``cross_compile.KERNEL_PACKAGES`` imported first) and
+    take what the steps compiled; returns the specializations and their row names. A kernel no step launched is
+    named, since it has no row."""
     failed_imports = xc.import_kernel_modules()
     kernels, specs = captured()
     compiler.submit(specs)
@@ -316,22 +396,48 @@ def compile_step(details: dict[str, Any], compiler: CrossCompiler, out: Path, re
         ROWS.append(f"  NOT EXERCISED (no row below; add it to a step): {', '.join(details['not_exercised'])}")
     for module, error in failed_imports.items():
         ROWS.append(f"  import of {module} FAILED: {error[:200]}")
+    return specs, rows
+
+
+def write_records(out: Path, record: Path, specs: list[dict[str, Any]], rows: list[str],
+                  results: dict[str, dict[str, dict[str, Any]]], source: str) -> None:
+    """Every specialization to ``OUT/kernel_specs.json``, the few the CPU test compiles to ``record``; each with the
+    outcomes ``results`` holds for it (none when the compile was skipped)."""
+    xc.write_specs(out / "kernel_specs.json", specs, rows, results, source)
+    chosen = xc.pick_for_record(specs, rows, results)
+    xc.write_specs(record, [specs[i] for i in chosen], [rows[i] for i in chosen], results, source)
+    ROWS.append(f"wrote every specialization to {out / 'kernel_specs.json'}, {len(chosen)} of them to {record}")
+
+
+def gpu_source(details: dict[str, Any]) -> str:
+    return f"GPU run on {details['device']}, {details['date']}, torch {details['torch']}"
+
+
+def compile_step(details: dict[str, Any], compiler: CrossCompiler, out: Path, record: Path) -> None:
+    """Discover the specializations, wait for the cross-compiles and write the records with their outcomes."""
+    specs, rows = discover(details, compiler)
     per_spec = compiler.results()
     results = by_row(rows, per_spec)
     details["kernels"] = results
     summarize(details, results, compiler.targets)
     native_check(details, specs, rows, results)
-    source = f"GPU run on {details['device']}, {details['date']}, torch {details['torch']}"
-    xc.write_specs(out / "kernel_specs.json", specs, rows, results, source)
-    chosen = xc.pick_for_record(specs, rows, results)
-    xc.write_specs(record, [specs[i] for i in chosen], [rows[i] for i in chosen], results, source)
-    ROWS.append(f"wrote every specialization to {out / 'kernel_specs.json'}, {len(chosen)} of them to {record}")
+    write_records(out, record, specs, rows, results, gpu_source(details))
     details["table"] = xc.table(results, compiler.targets)
 
 
-def compile_recorded(details: dict[str, Any], path: Path, compiler: CrossCompiler) -> None:
+def record_step(details: dict[str, Any], compiler: CrossCompiler, out: Path, record: Path) -> None:
+    """``--skip=compile``: discover the specializations and write the records without outcomes, so the GPU's time
+    goes to the launches alone; ``--specs OUT/kernel_specs.json`` compiles them on any machine with Triton."""
+    specs, rows = discover(details, compiler)
+    write_records(out, record, specs, rows, {}, f"{gpu_source(details)} (discovery only: not compiled)")
+    ROWS.append(f"compile skipped: compile them without a GPU with --specs {out / 'kernel_specs.json'}")
+
+
+def compile_recorded(details: dict[str, Any], path: Path, compiler: CrossCompiler, record: Path | None = None
+                     ) -> None:
     """The ``--specs`` path: compile recorded specializations here (no GPU needed) and compare each target's outcome
-    with the recording's."""
+    with the recording's. With ``record`` it also writes the few the CPU test compiles, with this compile's outcomes:
+    the second half of a split run, whose GPU half (``--skip=compile``) recorded none."""
     data = xc.read_specs(path)
     compiler.submit(data["specs"])
     specs = compiler.specs
@@ -350,31 +456,58 @@ def compile_recorded(details: dict[str, Any], path: Path, compiler: CrossCompile
     details["differ_from_recording"] = differ
     stale = sorted(row for row, r in results.items() if any(c.get("stale") for c in r.values()))
     details["stale"] = stale
-    ROWS.append(f"outcomes that differ from the recording: {len(differ)}; stale records: {len(stale)}")
+    compared = sum(bool(spec.get("expected")) for spec in specs)
+    ROWS.append(f"outcomes that differ from the recording: {len(differ)} ({compared} of {len(specs)} records hold "
+                f"outcomes to compare); stale records: {len(stale)}")
     for d in differ[:10]:
         ROWS.append(f"  {d['row']} {d['target']}: recorded {'ok' if d['recorded']['ok'] else 'FAIL'}, now "
                     f"{'ok' if d['now']['ok'] else 'FAIL: ' + str(d['now']['error'])[:150]}")
+    if record is not None:
+        chosen = xc.pick_for_record(specs, rows, results)
+        xc.write_specs(record, [specs[i] for i in chosen], [rows[i] for i in chosen], results,
+                       f"{data['source']}; compiled without a GPU {details['date']}")
+        ROWS.append(f"wrote {len(chosen)} of them with this compile's outcomes to {record}")
     details["table"] = xc.table(results, compiler.targets)
 
 
-def main() -> None:
+GPU_STEPS = ("bert", "gptj", "llama")  # the steps that run the product; "compile" follows them
+
+
+def parse_args(argv: list[str] | None = None, gpu: bool = True) -> argparse.Namespace:
+    """The command line, checked before anything loads: unknown targets or steps, and a run that cannot work here
+    (no GPU and no ``--specs``; ``--specs`` with the compile skipped, which leaves nothing to do), stop it at once."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("build/check_cross_compile"))
     parser.add_argument("--targets", default=",".join(xc.TARGETS), help=f"comma list of {', '.join(xc.TARGETS)}")
-    parser.add_argument("--skip", default="", help="comma list of steps: bert,gptj (compile lists what ran)")
+    parser.add_argument("--skip", default="", help=f"comma list of steps: {','.join(GPU_STEPS)},compile (compile: "
+                        "discovery only, the GPU run writes kernel_specs.json and the --record file without "
+                        "compiling them; --specs compiles them later on a machine without a GPU)")
     parser.add_argument("--workers", type=int, default=xc.default_workers(), help="compile processes")
     parser.add_argument("--specs", type=Path, help="no GPU needed: compile the specializations of this file (a "
                         "GPU run's kernel_specs.json or cross_compile_specs.json) instead of running the product")
-    parser.add_argument("--record", type=Path, help="where the GPU run writes the few specializations the CPU test "
-                        "compiles (default OUT/cross_compile_specs.json; tests/fixtures/ keeps the committed one)")
-    args = parser.parse_args()
-    targets = [t for t in args.targets.split(",") if t]
-    unknown = sorted(set(targets) - set(xc.TARGETS))
+    parser.add_argument("--record", type=Path, help="where the few specializations the CPU test compiles go, with "
+                        "their outcomes (GPU run: default OUT/cross_compile_specs.json; with --specs: written only "
+                        "when given; tests/fixtures/ keeps the committed one)")
+    args = parser.parse_args(argv)
+    args.targets = [t for t in args.targets.split(",") if t]
+    unknown = sorted(set(args.targets) - set(xc.TARGETS))
     if unknown:
         parser.error(f"unknown targets {unknown}; known: {', '.join(xc.TARGETS)}")
-    gpu = torch.cuda.is_available()
+    args.skip = set(filter(None, args.skip.split(",")))
+    unknown = sorted(args.skip - {*GPU_STEPS, "compile"})
+    if unknown:
+        parser.error(f"unknown steps {unknown} in --skip; known: {', '.join(GPU_STEPS)}, compile")
+    if args.specs is not None and "compile" in args.skip:
+        parser.error("--specs with --skip=compile leaves nothing to do: --specs only compiles")
     if args.specs is None and not gpu:
         parser.error("no GPU here: pass --specs FILE to compile the specializations a GPU run recorded")
+    return args
+
+
+def main() -> None:
+    gpu = torch.cuda.is_available()
+    args = parse_args(gpu=gpu)
+    targets = args.targets
     args.out.mkdir(parents=True, exist_ok=True)
     import triton
 
@@ -405,19 +538,24 @@ def main() -> None:
 
         return body
 
+    discovery_only = "compile" in args.skip
     with fresh_cache() as cache_dir:
-        compiler = CrossCompiler(targets, args.workers, cache_dir)
+        # discovery only starts no compile workers: one worker compiles in this process, in results(), never called
+        compiler = CrossCompiler(targets, 1 if discovery_only else args.workers, cache_dir)
         try:
             if args.specs is not None:
-                steps = [("compile", lambda: compile_recorded(details, args.specs, compiler))]
+                steps = [("compile", lambda: compile_recorded(details, args.specs, compiler, args.record))]
             else:
                 record = args.record or args.out / "cross_compile_specs.json"
+                last = record_step if discovery_only else compile_step
                 steps = [
                     ("bert", step(lambda: exercise_bert("cuda"))),
                     ("gptj", step(lambda: exercise_gptj("cuda"))),
-                    ("compile", lambda: compile_step(details, compiler, args.out, record)),
+                    ("llama", step(lambda: exercise_llama("cuda"))),
+                    ("record" if discovery_only else "compile", lambda: last(details, compiler, args.out, record)),
                 ]
-            run_steps(steps, set(filter(None, args.skip.split(","))) - {"compile"}, details, ROWS, save)
+            # the step that discovers and records always runs: it is what the GPU steps are for
+            run_steps(steps, args.skip - {"compile"}, details, ROWS, save)
         finally:
             compiler.close()
     print_summary("check_cross_compile", details, ROWS, f"triton {details['triton']}")

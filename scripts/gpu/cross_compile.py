@@ -351,14 +351,19 @@ def read_specs(path: Path) -> dict[str, Any]:
 def pick_for_record(specs: list[dict[str, Any]], rows: list[str], results: dict[str, dict[str, Any]]
                     ) -> list[int]:
     """A small subset worth keeping for the CPU test: per kernel, its first record that compiled everywhere and
-    its first that failed somewhere (each kind of failure once), in row order."""
+    its first that failed somewhere (each kind of failure once), in row order. A record not compiled (a discovery-
+    only run) counts by the float dtypes it points at instead, as those decide where it compiles (e4m3 from 8.9
+    on)."""
     chosen: list[int] = []
     kinds: dict[str, set[str]] = defaultdict(set)
     for i in sorted(range(len(specs)), key=lambda i: rows[i]):
         outcome = results.get(rows[i], {})
         failures = {short_reason(r["error"]) for r in outcome.values() if not r["ok"]}
         kind = "ok" if not failures else " / ".join(sorted(failures))
-        if outcome and kind not in kinds[specs[i]["kernel"]]:
+        if not outcome:
+            kind = "not compiled: " + "+".join(sorted({t[1:] for t in specs[i]["signature"].values()
+                                                        if FLOAT_POINTEE.match(t)}))
+        if kind not in kinds[specs[i]["kernel"]]:
             kinds[specs[i]["kernel"]].add(kind)
             chosen.append(i)
     return chosen

@@ -84,6 +84,67 @@ def test_the_record_keeps_one_spec_per_kernel_and_kind_of_outcome():
     assert xc.pick_for_record(specs, rows, results) == [0, 1, 3]
 
 
+def test_the_llama_step_runs_on_the_tiny_config():
+    """The step's engines (16-bit and FP8 KV cache, decode splits 1 and 2) run end to end on a CPU: only the GPU run
+    compiles kernels, but a step broken by a change in the engine shows here first."""
+    from code.llama31.architecture import LLAMA_CONFIGS
+    from scripts.gpu import check_cross_compile as check
+
+    before = len(check.ROWS)
+    check.exercise_llama("cpu", LLAMA_CONFIGS["tiny"])
+    rows = check.ROWS[before:]
+    assert rows and not any("FAILED" in row for row in rows), rows
+    assert rows[-1].startswith("llama: 2 engines ran") and "splits 1 and 2" in rows[-1], rows
+
+
+def test_skip_names_the_steps_and_compile_only_skips_on_a_gpu(capsys):
+    from scripts.gpu import check_cross_compile as check
+
+    args = check.parse_args(["--skip=compile,bert"], gpu=True)
+    assert args.skip == {"compile", "bert"}
+    for argv, gpu, said in ((["--skip=bret"], True, "unknown steps ['bret']"),
+                            (["--skip=compile", "--specs", "x.json"], False, "leaves nothing to do"),
+                            (["--skip=compile"], False, "no GPU here")):
+        with pytest.raises(SystemExit):
+            check.parse_args(argv, gpu=gpu)
+        assert said in capsys.readouterr().err
+
+
+QUANTIZE = spec("code.numerics.fp8._quantize_kernel",
+                {"x_ptr": "*fp16", "q_ptr": "*fp8e4nv", "inv_scale": "fp32", "scale_ptr": "*fp16", "n": "i32",
+                 "BLOCK": "constexpr", "SCALE_IN_MEMORY": "constexpr"}, {"BLOCK": 2048, "SCALE_IN_MEMORY": False})
+
+
+def _discover_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``main`` with ``--skip=compile`` as on a GPU: the GPU steps stand idle and report one recorded
+    specialization, as if their launches had compiled it. Returns the run's --out."""
+    from scripts.gpu import check_cross_compile as check
+
+    monkeypatch.setattr(check.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(check.torch.cuda, "get_device_name", lambda: "a GPU stand-in")
+    monkeypatch.setattr(check.torch.cuda, "get_device_capability", lambda: (9, 0))
+    for name in ("exercise_bert", "exercise_gptj", "exercise_llama"):
+        monkeypatch.setattr(check, name, lambda *_args: None)
+    monkeypatch.setattr(check, "captured", lambda: ({}, [json.loads(json.dumps(QUANTIZE))]))
+    monkeypatch.setattr(check.xc, "import_kernel_modules", lambda: {})
+    monkeypatch.setattr(check, "ROWS", [])
+    out = tmp_path / "gpu"
+    monkeypatch.setattr(sys, "argv", ["check_cross_compile.py", "--skip=compile", "--out", str(out)])
+    check.main()
+    return out
+
+
+def test_discovery_only_writes_the_specs_without_compiling(tmp_path, monkeypatch):
+    out = _discover_only(tmp_path, monkeypatch)
+    report = json.loads((out / "check_cross_compile.json").read_text())
+    assert set(report["step_s"]) == {"bert", "gptj", "llama", "record"} and "kernels" not in report
+    for name in ("kernel_specs.json", "cross_compile_specs.json"):
+        specs = xc.read_specs(out / name)
+        assert "discovery only" in specs["source"]
+        (recorded,) = specs["specs"]
+        assert recorded["kernel"] == QUANTIZE["kernel"] and recorded["expected"] == {}, recorded
+
+
 def test_help_describes_the_cpu_path():
     result = subprocess.run([sys.executable, "scripts/gpu/check_cross_compile.py", "--help"], cwd=REPO_ROOT,
                             env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True,
@@ -92,12 +153,12 @@ def test_help_describes_the_cpu_path():
     assert "--specs" in text and "no GPU needed" in text and "--record" in text
 
 
-def _compile(specs_file: Path, out: Path) -> dict:
+def _compile(specs_file: Path, out: Path, *more: str) -> dict:
     """Run the script's --specs path for sm_80 and sm_90 in a process of its own (no interpreter mode)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(REPO_ROOT)
     result = subprocess.run([sys.executable, "scripts/gpu/check_cross_compile.py", "--specs", str(specs_file),
-                             "--targets", "sm_80,sm_90", "--workers", "2", "--out", str(out)], cwd=REPO_ROOT,
+                             "--targets", "sm_80,sm_90", "--workers", "2", "--out", str(out), *more], cwd=REPO_ROOT,
                             env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return json.loads((out / "check_cross_compile.json").read_text())
@@ -122,9 +183,7 @@ def test_a_kernel_compiles_for_sm_90_and_not_for_sm_80_without_a_gpu(ptxas, tmp_
     the cross-compile runs, and that its failures are reported as results."""
     import triton
 
-    record = spec("code.numerics.fp8._quantize_kernel",
-                  {"x_ptr": "*fp16", "q_ptr": "*fp8e4nv", "inv_scale": "fp32", "scale_ptr": "*fp16", "n": "i32",
-                   "BLOCK": "constexpr", "SCALE_IN_MEMORY": "constexpr"}, {"BLOCK": 2048, "SCALE_IN_MEMORY": False})
+    record = json.loads(json.dumps(QUANTIZE))
     record["expected"] = {"sm_80": {"ok": False, "error": None}, "sm_90": {"ok": True, "error": None}}
     path = tmp_path / "specs.json"
     path.write_text(json.dumps({"format": xc.FORMAT, "triton": triton.__version__, "source": "this test",
@@ -148,3 +207,15 @@ def test_recorded_kernels_compile_as_on_the_gpu(ptxas, tmp_path):
               for d in report["differ_from_recording"]]
     assert not differ, (f"{len(differ)} outcomes differ from the GPU run's ({recorded['source']}, Triton "
                         f"{recorded['triton']}; here {report['triton']}):\n" + "\n".join(differ))
+
+
+def test_a_discovery_only_recording_compiles_without_a_gpu_into_the_record(ptxas, tmp_path, monkeypatch):
+    """The split run's two halves: the GPU half's kernel_specs.json (no outcomes), compiled here with --record,
+    gives the CPU test's record with this compile's outcomes."""
+    out = _discover_only(tmp_path, monkeypatch)
+    record = tmp_path / "record.json"
+    report = _compile(out / "kernel_specs.json", tmp_path / "cpu", "--record", str(record))
+    assert report["differ_from_recording"] == [] and report["stale"] == []
+    (recorded,) = xc.read_specs(record)["specs"]
+    assert not recorded["expected"]["sm_80"]["ok"] and "fp8e4nv not supported" in recorded["expected"]["sm_80"]["error"]
+    assert recorded["expected"]["sm_90"] == {"ok": True, "error": None}

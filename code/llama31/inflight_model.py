@@ -16,15 +16,21 @@ The computation is ``code/llama31/model.py``'s (HF ``LlamaForCausalLM``'s) with 
 RMSNorm, rotate-half RoPE with Llama 3's scaled frequencies (``rope_table``: float32 on the CPU, cast to the model's
 dtype per position as HF does) and the untied LM head are the eager model's. The engine runs it in bf16 on a GPU
 (float32 in CPU tests). Each GEMM goes through ``LayerWeights``' methods, so FP8 GEMMs can replace them layer by
-layer, as GPT-J's ``use_fp8_gemms`` does; an FP8 KV cache is the engine's ``EngineOptions.kv_dtype``, which needs
-the calibration's key and value magnitudes (neither is built yet).
+layer.
+
+FP8 (``use_fp8_gemms``, as GPT-J's): the four GEMMs of every layer take e4m3 weights (one scale per tensor) and
+e4m3 inputs quantized with a static scale from ``collect_amax`` over calibration prompts (``Amax``); the embedding,
+the RMSNorms, RoPE, attention and the LM head stay 16-bit. On CUDA an FP8 GEMM's input rows are padded to a
+multiple of 16 (cuBLASLt's FP8 kernels take row counts in multiples of 16) and its output's padded rows dropped;
+on the CPU ``Fp8Linear`` emulates the GEMM in float32 from the quantized operands. An FP8 KV cache is the engine's
+``EngineOptions.kv_dtype`` with the same calibration as its ``kv_amax`` (its ``k`` and ``v`` series).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -32,9 +38,11 @@ from torch import Tensor
 
 from code.llama31.architecture import LlamaConfig
 from code.llama31.model import Llama, apply_rotary, rope_table
+from code.llm.amax import LayerAmax
 from code.llm.cache_shape import CacheShape
 from code.llm.kv_cache import KVCache
 from code.llm.paged_attention import decode_step, prefill_attention
+from code.numerics.fp8 import Fp8Linear, quantize_fast
 
 # The decode kernel's launch at Llama 3.1 8B's shape (1 beam, 4 query heads a key/value head of 128): 4 key/value
 # heads a program (16 query rows) in 2 splits read an FP8 cache 1.50x as fast as one head a program, a bf16 one
@@ -48,6 +56,23 @@ def decode_launch(n_kv_heads: int) -> dict[str, int]:
     return {**DECODE_LAUNCH, "HEADS": math.gcd(DECODE_LAUNCH["HEADS"], n_kv_heads)}
 
 
+FP8_ROW_ALIGN = 16  # cuBLASLt's FP8 GEMMs take row counts in multiples of 16 (the module docstring)
+GEMMS = ("qkv", "out", "gate_up", "down")  # a layer's GEMMs, in order: its methods and its Amax series
+
+
+@dataclass
+class Amax(LayerAmax):
+    """Largest magnitudes per layer over calibration prompts: the four GEMMs' inputs, keys (after RoPE, as the
+    cache stores them) and values."""
+
+    qkv: list[float] = field(default_factory=list)
+    out: list[float] = field(default_factory=list)
+    gate_up: list[float] = field(default_factory=list)
+    down: list[float] = field(default_factory=list)
+    k: list[float] = field(default_factory=list)
+    v: list[float] = field(default_factory=list)
+
+
 @dataclass
 class LayerWeights:
     attention_norm: Tensor  # [dim]
@@ -56,18 +81,29 @@ class LayerWeights:
     ffn_norm: Tensor  # [dim]
     w13: Tensor  # [2 * intermediate_size, dim]: the gate (w1) then the up projection (w3)
     w2: Tensor  # [dim, intermediate_size]
+    # set by InflightLlama.use_fp8_gemms (which then frees the 16-bit weights): one per GEMM, keyed as GEMMS
+    fp8: dict[str, Fp8Linear] | None = None
+    fp8_align: int = 1  # rows of an FP8 GEMM's input are padded to a multiple of this
+
+    def _gemm(self, name: str, x: Tensor, weight: Tensor) -> Tensor:
+        if self.fp8 is None:
+            return F.linear(x, weight)
+        gemm = self.fp8[name]
+        tokens = x.shape[0]
+        xq = quantize_fast(x, gemm.act_scale_value, tokens + -tokens % self.fp8_align)
+        return gemm(xq)[:tokens]
 
     def qkv(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.wqkv)
+        return self._gemm("qkv", x, self.wqkv)
 
     def out(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.wo)
+        return self._gemm("out", x, self.wo)
 
     def gate_up(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.w13)
+        return self._gemm("gate_up", x, self.w13)
 
     def down(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.w2)
+        return self._gemm("down", x, self.w2)
 
 
 class InflightLlama:
@@ -140,27 +176,62 @@ class InflightLlama:
     def _logits(self, x: Tensor) -> Tensor:
         return F.linear(self._norm(x, self.norm_weight), self.head_weight).float()
 
-    def _layers(self, x: Tensor, rope: Tensor, attend: Callable[[int, Tensor, Tensor, Tensor], Tensor]) -> Tensor:
+    @property
+    def uses_fp8_gemms(self) -> bool:
+        return self.layers[0].fp8 is not None
+
+    @torch.no_grad()
+    def use_fp8_gemms(self, amax: Amax, fast_accum: bool = False) -> None:
+        """Switch the four GEMMs of every layer to FP8 with activation scales from ``amax``; frees the 16-bit
+        weights. ``fast_accum``: see ``set_fp8_fast_accum``."""
+        weights = {"qkv": "wqkv", "out": "wo", "gate_up": "w13", "down": "w2"}
+        align = FP8_ROW_ALIGN if self.device.type == "cuda" else 1
+        for i, layer in enumerate(self.layers):
+            layer.fp8 = {name: Fp8Linear(getattr(layer, weights[name]), getattr(amax, name)[i], self.dtype)
+                         for name in GEMMS}
+            layer.fp8_align = align
+            for attribute in weights.values():
+                setattr(layer, attribute, torch.empty(0, dtype=self.dtype, device=self.device))
+        self.set_fp8_fast_accum(fast_accum)
+
+    def set_fp8_fast_accum(self, on: bool) -> None:
+        """cuBLASLt's fast accumulation in every FP8 GEMM (on: the tensor cores' own accumulator throughout, which
+        is faster and rounds more; off: partial sums promoted to float32). An engine's CUDA graph keeps the choice
+        it was captured with, so set it before building the engine."""
+        if not self.uses_fp8_gemms:
+            raise ValueError("fast accumulation applies to FP8 GEMMs: call use_fp8_gemms first")
+        for layer in self.layers:
+            for gemm in layer.fp8.values():
+                gemm.fast_accum = on
+
+    def _layers(self, x: Tensor, rope: Tensor, attend: Callable[[int, Tensor, Tensor, Tensor], Tensor],
+                on_layer: Callable[..., None] | None = None) -> Tensor:
         """Every block over ``x [tokens, dim]``; ``attend(i, q, k, v)`` is layer i's attention (it also stores the
-        keys and values). Returns the last block's residual stream."""
+        keys and values); ``on_layer(i, qkv=, out=, gate_up=, down=, k=, v=)`` sees layer i's four GEMM inputs, keys
+        and values (calibration). Returns the last block's residual stream."""
         cfg = self.config
         tokens = x.shape[0]
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.qkv(self._norm(x, layer.attention_norm)).split(
-                (self.q_width, self.kv_width, self.kv_width), dim=-1)
+            qkv_in = self._norm(x, layer.attention_norm)
+            q, k, v = layer.qkv(qkv_in).split((self.q_width, self.kv_width, self.kv_width), dim=-1)
             q = apply_rotary(q.view(tokens, cfg.n_heads, cfg.head_dim), rope)
             k = apply_rotary(k.view(tokens, cfg.n_kv_heads, cfg.head_dim), rope)
             v = v.reshape(tokens, cfg.n_kv_heads, cfg.head_dim)
-            attended = attend(i, q, k, v)
-            x = x + layer.out(attended.reshape(tokens, self.q_width))
-            gate, up = layer.gate_up(self._norm(x, layer.ffn_norm)).chunk(2, dim=-1)
-            x = x + layer.down(F.silu(gate) * up)
+            out_in = attend(i, q, k, v).reshape(tokens, self.q_width)
+            x = x + layer.out(out_in)
+            gate_up_in = self._norm(x, layer.ffn_norm)
+            gate, up = layer.gate_up(gate_up_in).chunk(2, dim=-1)
+            down_in = F.silu(gate) * up
+            if on_layer is not None:
+                on_layer(i, qkv=qkv_in, out=out_in, gate_up=gate_up_in, down=down_in, k=k, v=v)
+            x = x + layer.down(down_in)
         return x
 
     # -- the engine's forwards ---------------------------------------------------------------------------------
-    def _prompt_forward(self, prompts: list[Tensor], write: Callable[[int, Tensor, Tensor], None] | None) -> Tensor:
-        """Packed causal forward of whole prompts; ``write(i, k, v)`` stores layer i's keys and values. Float32
-        logits of each prompt's last token."""
+    def _prompt_forward(self, prompts: list[Tensor], write: Callable[[int, Tensor, Tensor], None] | None,
+                        on_layer: Callable[..., None] | None = None) -> Tensor:
+        """Packed causal forward of whole prompts; ``write(i, k, v)`` stores layer i's keys and values,
+        ``on_layer`` as ``_layers``'. Float32 logits of each prompt's last token."""
         lengths = [len(p) for p in prompts]
         tokens = torch.cat(prompts)
         positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
@@ -172,13 +243,21 @@ class InflightLlama:
                 write(i, k, v)
             return prefill_attention(q, k, v.contiguous(), lengths, cu_seqlens)
 
-        x = self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend)
+        x = self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend, on_layer)
         return self._logits(x[cu_seqlens[1:].long() - 1])
 
     @torch.inference_mode()
     def prompt_logits(self, prompts: list[Tensor]) -> Tensor:
         """Float32 logits ``[prompts, vocab]`` of each prompt's last token, without a cache (checks, calibration)."""
         return self._prompt_forward(prompts, None)
+
+    @torch.inference_mode()
+    def collect_amax(self, prompts: list[Tensor], amax: Amax | None = None) -> Amax:
+        """Per-layer magnitudes of the four GEMM inputs, keys and values over ``prompts`` (calibration); with
+        ``amax``, raises its values (several batches of prompts)."""
+        amax = amax or Amax()
+        self._prompt_forward(prompts, None, on_layer=amax.update)
+        return amax
 
     @torch.inference_mode()
     def prefill(self, prompts: list[Tensor], slots: list[int], cache: KVCache) -> Tensor:

@@ -13,6 +13,7 @@
   ``cache_shape.py``: its shape and bytes, without torch (what a memory plan counts);
   ``paged_attention.py``: attention over packed prompts and, for decode, over that cache (Triton on CUDA);
   ``inflight_engine.py``: the in-flight batching loop over any model with prefill and decode over that cache;
+  ``amax.py``: per-layer largest magnitudes over calibration prompts (an FP8 model's static scales);
   ``memory_plan.py``: how many slots fit a GPU beside the weights (without torch).
 
 A benchmark keeps its model, tokenizer, prompt, reference scores and targets (GPT-J: ``code/gptj/``, Llama 3.1:

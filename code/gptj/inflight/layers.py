@@ -31,6 +31,7 @@ from code.gptj.inflight.elementwise import Elementwise, ElementwiseFunctions
 from code.gptj.memory_plan import HEAD_ROW_ALIGN  # LM-head rows are padded to this multiple (the module docstring)
 from code.gptj.memory_plan import cache_shape as gptj_cache_shape
 from code.gptj.model import Gptj, GptjConfig, rope_table
+from code.llm.amax import LayerAmax
 from code.llm.kv_cache import CacheShape, KVCache
 from code.llm.paged_attention import decode_step, prefill_attention
 from code.numerics.fp8 import Fp8Linear
@@ -71,25 +72,13 @@ class LayerWeights:
 
 
 @dataclass
-class Amax:
+class Amax(LayerAmax):
     """Largest magnitudes per layer over calibration prompts: the two GEMMs' inputs, keys and values."""
 
     gemm_in: list[float] = field(default_factory=list)
     gemm_out: list[float] = field(default_factory=list)
     k: list[float] = field(default_factory=list)
     v: list[float] = field(default_factory=list)
-
-    def update(self, layer: int, **values: Tensor) -> None:
-        for name, tensor in values.items():
-            series = getattr(self, name)
-            value = float(tensor.detach().abs().max().float())
-            if layer == len(series):
-                series.append(value)
-            else:
-                series[layer] = max(series[layer], value)
-
-    def as_dict(self) -> dict[str, list[float]]:
-        return {"gemm_in": self.gemm_in, "gemm_out": self.gemm_out, "k": self.k, "v": self.v}
 
 
 class InflightModel:

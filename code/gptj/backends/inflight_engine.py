@@ -18,14 +18,15 @@ makes the engine stale), with an ``EngineError`` naming ``make generate_engines`
 temporary folder and renames it into place (``code/mlperf/engine_manifest.py``): a folder holds a whole engine or
 none. ``ensure_engine`` (what ``make generate_engines`` calls) reuses an engine that is current, and runs sharing a
 folder build it once.
+
+The folder's machinery is every LLM's (``code/llm/calibration_engine.py``); this module is GPT-J's ``Recipe`` for it
+(its model, its ``Amax`` and its calibration prompts) and the same functions bound to it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
-import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,61 +43,29 @@ from code.gptj.prompt import (
     MAX_INPUT_TOKENS,
     MAX_NEW_TOKENS,
 )
-from code.mlperf import engine_manifest
-from code.mlperf.engine_manifest import MANIFEST, EngineError, rebuild_hint  # noqa: F401 - MANIFEST: for callers
-from code.mlperf.inputs import checkpoint_identity
+from code.llm import calibration_engine
+from code.llm.calibration_engine import (  # noqa: F401 - re-exported for callers
+    FORMAT_VERSION,
+    FP8,
+    KEY_DEPENDS_ON,
+    RANDOM,
+    CalibrationPrompts,
+    Recipe,
+    engine_key,
+)
+from code.mlperf.engine_manifest import MANIFEST, EngineError, rebuild_hint  # noqa: F401 - for callers
 
-FORMAT_VERSION = 1
-RANDOM = "random"
-FP8 = "fp8"
 CALIBRATION_DIR = PREPROCESSED_DATA_DIR / CALIBRATION_TOKENIZED_SUBDIR
 SYNTHETIC_CALIBRATION_PROMPTS = 32
 SYNTHETIC_SEED_OFFSET = 7919  # synthetic calibration prompts use seed + this, never a run's own samples
-KEY_DEPENDS_ON = ("model_name", "precision", "kv_cache_dtype", "checkpoint (its path)", "seed")
 AMAX_SERIES = ("gemm_in", "gemm_out", "k", "v")
 
 
 @dataclass(frozen=True)
-class EngineSpec:
-    """What an engine is built for; a run compares it field by field with the manifest's."""
+class EngineSpec(calibration_engine.EngineSpec):
+    """``code.llm.calibration_engine.EngineSpec`` with GPT-J 6B as the default model (a ``GPTJ_CONFIGS`` key)."""
 
-    model_name: str = "6b"          # a GPTJ_CONFIGS key (a checkpoint brings its own architecture)
-    precision: str = "bf16"         # "fp8": FP8 GEMMs; otherwise the model's 16-bit dtype
-    kv_cache_dtype: str = "auto"    # "fp8": an e4m3 KV cache
-    checkpoint: str = RANDOM        # "random" or a checkpoint folder/file
-    seed: int = 0                   # random weights and synthetic calibration prompts depend on it
-
-    @property
-    def needs_engine(self) -> bool:
-        """Only FP8 has something to build: the calibration's magnitudes."""
-        return FP8 in (self.precision, self.kv_cache_dtype)
-
-    @property
-    def is_random(self) -> bool:
-        return self.checkpoint == RANDOM
-
-
-def engine_key(spec: EngineSpec) -> str:
-    """Short, stable, filesystem-safe name, e.g. ``6b-fp8-kvfp8-random-s0``; a checkpoint is named by its stem and
-    a hash of its path (computing the key must not read 24 GB)."""
-    head = f"{spec.model_name}-{spec.precision}-kv{spec.kv_cache_dtype}"
-    if spec.is_random:
-        return f"{head}-random-s{spec.seed}"
-    stem = re.sub(r"[^A-Za-z0-9_.]+", "_", Path(spec.checkpoint).name)[:32]
-    return f"{head}-{stem}-{hashlib.sha256(spec.checkpoint.encode()).hexdigest()[:8]}-s{spec.seed}"
-
-
-@dataclass(frozen=True)
-class CalibrationPrompts:
-    """Prompts an engine is calibrated on, and where they came from (recorded in the manifest)."""
-
-    prompts: list[np.ndarray]
-    # "mlperf:<dir>:sha256=<of its manifest's and tokens' sha256>" or "synthetic:seed=<n>,count=<n>,max_length=<n>"
-    source: str
-
-    @property
-    def is_mlperf(self) -> bool:
-        return self.source.startswith("mlperf:")
+    model_name: str = "6b"
 
 
 def calibration_source(seed: int, calibration_dir: Path | None = None, max_length: int = MAX_INPUT_TOKENS) -> str:
@@ -140,12 +109,7 @@ def synthetic_calibration_prompts(seed: int, max_length: int) -> list[np.ndarray
 
 def calibrate_on(model: InflightModel, prompts: list[np.ndarray], batch: int = 8) -> Amax:
     """GEMM-input, key and value magnitudes over ``prompts`` (16-bit forward, ``batch`` prompts per pass)."""
-    amax = Amax()
-    for start in range(0, len(prompts), batch):
-        tensors = [torch.as_tensor(np.asarray(p, dtype=np.int64), device=model.device)
-                   for p in prompts[start: start + batch]]
-        model.collect_amax(tensors, amax)
-    return amax
+    return calibration_engine.calibrate_on(model, prompts, Amax(), batch)
 
 
 def longest_prompt(n_positions: int) -> int:
@@ -170,6 +134,14 @@ def load_model(spec: EngineSpec, device: torch.device, dtype: torch.dtype) -> In
     return inflight
 
 
+# Through lambdas, so that what a test patches in this module (CALIBRATION_DIR, a function) is what a build uses.
+RECIPE = Recipe(benchmark="GPT-J", download_hint='make download_model BENCHMARKS="gptj"', amax=Amax,
+                load_model=lambda *args: load_model(*args),
+                calibration_source=lambda *args: calibration_source(*args),
+                calibration_prompts=lambda *args: calibration_prompts(*args),
+                longest_prompt=lambda n_positions: longest_prompt(n_positions))
+
+
 def build_engine(spec: EngineSpec, engine_dir: Path, *, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.bfloat16, calibration_dir: Path | None = None,
                  model: InflightModel | None = None) -> Path:
@@ -179,62 +151,20 @@ def build_engine(spec: EngineSpec, engine_dir: Path, *, device: str | torch.devi
     ``dtype`` is the 16-bit dtype the FP8 engine runs between its GEMMs (what the run calibrates in); ``model``, if
     given, is used instead of loading the spec's weights (tests, and a caller that already holds them).
     """
-    _check_needs_engine(spec)
-    engine_manifest.build_once(Path(engine_dir), lambda folder: _write_engine(spec, folder, device, dtype,
-                                                                              calibration_dir, model))
-    return Path(engine_dir)
+    return calibration_engine.build_engine(RECIPE, spec, engine_dir, device=device, dtype=dtype,
+                                           calibration_dir=calibration_dir, model=model)
 
 
 def ensure_engine(spec: EngineSpec, engine_dir: Path, *, device: str | torch.device = "cpu",
                   dtype: torch.dtype = torch.bfloat16, calibration_dir: Path | None = None) -> bool:
     """``build_engine`` unless the engine at ``engine_dir`` is current for ``spec`` (``load_calibration``
     accepts it); True when it built. Runs sharing the folder build it once: a second waits and reuses it."""
-    _check_needs_engine(spec)
-    return engine_manifest.build_once(
-        Path(engine_dir), lambda folder: _write_engine(spec, folder, device, dtype, calibration_dir, None),
-        current=lambda folder: _checked_calibration(folder, spec, calibration_dir, None, None))
-
-
-def _check_needs_engine(spec: EngineSpec) -> None:
-    if not spec.needs_engine:
-        raise ValueError(f"a {spec.precision} GPT-J engine with a {spec.kv_cache_dtype} KV cache has nothing to "
-                         "calibrate: only FP8 (precision or kv_cache_dtype) builds an engine")
-
-
-def _write_engine(spec: EngineSpec, engine_dir: Path, device: str | torch.device, dtype: torch.dtype,
-                  calibration_dir: Path | None, model: InflightModel | None) -> None:
-    """The engine's manifest in the empty folder ``engine_dir``."""
-    checkpoint = None
-    if not spec.is_random:
-        if not Path(spec.checkpoint).exists():
-            raise EngineError(f"checkpoint {spec.checkpoint} not found; download it first: "
-                              'make download_model BENCHMARKS="gptj"')
-        checkpoint = checkpoint_identity(Path(spec.checkpoint))
-    device = torch.device(device)
-    if model is None:
-        model = load_model(spec, device, dtype)
-    calibration = calibration_prompts(spec.seed, calibration_dir, longest_prompt(model.config.n_positions))
-    start = time.monotonic()
-    amax = calibrate_on(model, calibration.prompts)
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "engine_key": engine_key(spec),
-        "spec": asdict(spec),
-        "key_depends_on": list(KEY_DEPENDS_ON),
-        "config": asdict(model.config),
-        "checkpoint": checkpoint,
-        "weights": "none: quantized from the checkpoint (or the seed's random weights) when a run loads",
-        "calibration": {"source": calibration.source, "count": len(calibration.prompts), "device": device.type,
-                        "dtype": str(dtype).removeprefix("torch."), "seconds": round(time.monotonic() - start, 3),
-                        "amax": amax.as_dict()},
-        "torch_version": torch.__version__,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    engine_manifest.write_manifest(engine_dir, manifest)
+    return calibration_engine.ensure_engine(RECIPE, spec, engine_dir, device=device, dtype=dtype,
+                                            calibration_dir=calibration_dir)
 
 
 def read_manifest(engine_dir: Path, run_args: str | None = None) -> dict[str, Any]:
-    return engine_manifest.read_manifest(engine_dir, "GPT-J", run_args)
+    return calibration_engine.read_manifest(RECIPE, engine_dir, run_args)
 
 
 def load_calibration(engine_dir: Path, expected: EngineSpec, *, calibration_dir: Path | None = None,
@@ -243,41 +173,5 @@ def load_calibration(engine_dir: Path, expected: EngineSpec, *, calibration_dir:
     differs and naming ``make generate_engines``. ``n_positions`` (the model's context) fixes the synthetic
     calibration source's prompt length; None takes it from the manifest's config. The manifest is read under the
     engine's shared lock, so no build replaces it meanwhile."""
-    with engine_manifest.engine_lock(engine_dir, shared=True):
-        return _checked_calibration(engine_dir, expected, calibration_dir, n_positions, run_args)
-
-
-def _checked_calibration(engine_dir: Path, expected: EngineSpec, calibration_dir: Path | None,
-                         n_positions: int | None, run_args: str | None) -> Amax:
-    """``load_calibration`` without the lock (a build holds it already)."""
-    manifest = read_manifest(engine_dir, run_args)
-    hint = rebuild_hint(run_args)
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise EngineError(f"engine {engine_dir} has format version {manifest.get('format_version')}, this harness "
-                          f"reads {FORMAT_VERSION}. {hint}")
-    built = manifest.get("spec") or {}
-    diffs = [f"{f.name}: engine has {built.get(f.name)!r}, run expects {getattr(expected, f.name)!r}"
-             for f in fields(expected) if built.get(f.name) != getattr(expected, f.name)]
-    if diffs:
-        raise EngineError(f"engine {engine_dir} was built for another spec:\n  " + "\n  ".join(diffs) + f"\n{hint}")
-    if not expected.is_random:
-        path = Path(expected.checkpoint)
-        if not path.exists():
-            raise EngineError(f"checkpoint {path} of engine {engine_dir} is gone. {hint}")
-        if checkpoint_identity(path) != manifest.get("checkpoint"):
-            raise EngineError(f"checkpoint {path} changed since engine {engine_dir} was built (a file's size or "
-                              f"mtime differs). {hint}")
-    calibration = manifest.get("calibration") or {}
-    positions = n_positions or int((manifest.get("config") or {}).get("n_positions", 2048))
-    now = calibration_source(expected.seed, calibration_dir, longest_prompt(positions))
-    if calibration.get("source") != now:
-        raise EngineError(f"engine {engine_dir} was calibrated on {calibration.get('source')!r}, but a build now "
-                          f"would calibrate on {now!r}. {hint}")
-    series = calibration.get("amax") or {}
-    lengths = {len(series.get(name) or []) for name in AMAX_SERIES}
-    values = [v for name in AMAX_SERIES for v in series.get(name) or []]
-    if len(lengths) != 1 or 0 in lengths or not all(isinstance(v, int | float) and 0 < v < float("inf")
-                                                     for v in values):
-        raise EngineError(f"engine {engine_dir} has an incomplete calibration (every layer needs a positive, "
-                          f"finite magnitude for {', '.join(AMAX_SERIES)}). {hint}")
-    return Amax(**{name: [float(v) for v in series[name]] for name in AMAX_SERIES})
+    return calibration_engine.load_calibration(RECIPE, engine_dir, expected, calibration_dir=calibration_dir,
+                                               n_positions=n_positions, run_args=run_args)

@@ -306,8 +306,40 @@ def test_inflight_backend_answers_as_the_pytorch_backend():
     for g, e in zip(inflight.run_batch(indices, prompts), eager.run_batch(indices, prompts), strict=True):
         np.testing.assert_array_equal(g, e)
     assert inflight.stats()["completed"] == len(prompts)
-    with pytest.raises(ValueError, match="runs in fp32, bf16, fp16, not 'fp8'"):
+    with pytest.raises(ValueError, match="runs in fp32, bf16, fp16, fp8, not 'int8'"):
+        InflightLlamaBackend(InflightOptions(**{**common, "precision": "int8"}))
+    with pytest.raises(ValueError, match="needs InflightOptions.engine_dir"):
         InflightLlamaBackend(InflightOptions(**{**common, "precision": "fp8"}))
+
+
+def test_fp8_backend_loads_its_engine_folder_and_refuses_a_stale_one(tmp_path):
+    """An engine folder built for (tiny, fp8 GEMMs, fp8 cache, random seed 4): a manifest with six finite positive
+    series of one value a layer; the backend with that folder and spec runs every prompt to completion (CPU: FP8
+    emulated, bf16 between the GEMMs as on a GPU); a run expecting another seed is refused with the rebuild
+    command."""
+    from code.llama31.backends.inflight import InflightLlamaBackend, InflightOptions
+    from code.llama31.backends.inflight_engine import EngineSpec, engine_key, ensure_engine, read_manifest
+    from code.mlperf.engine_manifest import EngineError
+
+    spec = EngineSpec("tiny", "fp8", "fp8", seed=4)
+    engine_dir = tmp_path / engine_key(spec)
+    assert engine_dir.name == "tiny-fp8-kvfp8-random-s4"
+    assert ensure_engine(spec, engine_dir) and not ensure_engine(spec, engine_dir)  # built once, then reused
+    series = read_manifest(engine_dir)["calibration"]["amax"]
+    assert list(series) == list(AMAX_SERIES)
+    assert all(len(v) == TINY.n_layers and all(0 < x < float("inf") for x in v) for v in series.values())
+
+    rng = np.random.default_rng(2)
+    prompts = [rng.integers(0, 128000, size=n).astype(np.int32) for n in (5, 30, 12)]
+    common = dict(device="cpu", model_name="tiny", precision="fp8", kv_cache_dtype="fp8", seed=4,
+                  max_prompt_length=30, max_batch_size=2, engine_dir=engine_dir)
+    backend = InflightLlamaBackend(InflightOptions(**common, engine_spec=spec))
+    assert backend.engine.model.uses_fp8_gemms and backend.engine.cache.is_fp8
+    got = backend.run_batch(np.arange(len(prompts)), prompts)
+    assert [len(g) >= 1 and g.dtype == np.int32 for g in got] == [True] * 3
+    assert backend.stats()["completed"] == len(prompts)
+    with pytest.raises(EngineError, match="seed: engine has 4, run expects 5"):
+        InflightLlamaBackend(InflightOptions(**common, engine_spec=EngineSpec("tiny", "fp8", "fp8", seed=5)))
 
 
 # -- the memory plan ------------------------------------------------------------------------------------------------

@@ -5,8 +5,15 @@ FlashAttention-2 for prompt passes and Triton decode attention and a CUDA graph 
 
 ``gpu_batch_size`` is the number of samples in flight (slots; ``code/llama31/memory_plan.py`` says how many fit).
 The C++ core drives ``serve`` (samples join and complete one by one); ``run_batch`` runs a list of prompts through
-the same loop. bf16 or fp16 on a GPU, float32 on the CPU (tests); FP8 GEMMs and an FP8 KV cache are to come (the
-engine takes an FP8 cache already, given the calibration's magnitudes).
+the same loop. bf16 or fp16 on a GPU, float32 on the CPU (tests).
+
+``precision=fp8`` runs the four GEMMs of every layer in FP8 (bf16 elsewhere; ``fp8_fast_accum``: with cuBLASLt's
+fast accumulation); ``kv_cache_dtype=fp8`` stores keys and values in FP8. Both take static scales from an engine
+folder (``inflight_engine.py``: the calibration's magnitudes) named by ``InflightOptions.engine_dir`` and
+``engine_spec``; a run never recalibrates. Not wired yet: the config's fields (``kv_cache_dtype``,
+``fp8_fast_accum``, fp8 in the declaration's precisions, ``code/llama31/backends/__init__.py``), so
+``options_from``, ``engine_dir`` and ``generate_engine`` still describe a 16-bit run only, and the memory plan counts
+16-bit weights and cache.
 """
 
 from __future__ import annotations
@@ -19,12 +26,18 @@ import torch
 
 from code.common.faults import reading
 from code.llama31.backends import no_engine
+from code.llama31.backends.inflight_engine import EngineSpec, load_calibration
+from code.llama31.backends.inflight_engine import load_model as load_spec_model
 from code.llama31.backends.pytorch import DTYPES, MAX_NEW_TOKENS, REDOWNLOAD, PytorchOptions, generation_config
 from code.llama31.inflight_model import InflightLlama
 from code.llama31.memory_plan import PRECISIONS
 from code.llama31.model import LlamaConfig, load_checkpoint, random_weights
 from code.llm.inflight_engine import EngineBackend, EngineOptions, InflightEngine
 from code.mlperf.devices import usable_gpu_bytes
+from code.numerics.fp8 import E4M3
+
+BACKEND_PRECISIONS = (*PRECISIONS, "fp8")  # fp8: FP8 GEMMs, bf16 elsewhere
+KV_CACHE_DTYPES = ("auto", "fp8")  # auto: the model's dtype
 
 if TYPE_CHECKING:
     from code.config.resolved import ResolvedConfig
@@ -34,9 +47,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class InflightOptions(PytorchOptions):
-    """The model's options (``max_batch_size``: samples in flight) and the engine's."""
+    """The model's options (``max_batch_size``: samples in flight; precision also fp8) and the engine's."""
 
     cuda_graphs: bool = True  # replay each step as one CUDA graph
+    kv_cache_dtype: str = "auto"  # auto (the model's dtype) | fp8
+    fp8_fast_accum: bool = False  # precision fp8: cuBLASLt fast accumulation in the FP8 GEMMs
+    engine_dir: Path | None = None  # FP8: the engine holding the calibration (inflight_engine.py)
+    engine_spec: EngineSpec | None = None  # FP8: the EngineSpec the run expects of it
+    run_args: str | None = None  # makes an engine error's rebuild command copy-pasteable
 
 
 def load_model(options: PytorchOptions, device: torch.device) -> InflightLlama:
@@ -71,19 +89,38 @@ class InflightLlamaBackend(EngineBackend):
         return no_engine(config)
 
     def __init__(self, options: InflightOptions) -> None:
-        if options.precision not in PRECISIONS:
-            raise ValueError(f"the inflight llama3.1-8b backend runs in {', '.join(PRECISIONS)}, not "
+        if options.precision not in BACKEND_PRECISIONS:
+            raise ValueError(f"the inflight llama3.1-8b backend runs in {', '.join(BACKEND_PRECISIONS)}, not "
                              f"{options.precision!r}: set --precision=bf16")
+        if options.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, not "
+                             f"{options.kv_cache_dtype!r}")
         device = torch.device(options.device)
         if device.type == "cuda" and options.precision == "fp32":
-            raise ValueError("the inflight backend on CUDA runs bf16 or fp16 (FlashAttention has no float32): "
+            raise ValueError("the inflight backend on CUDA runs bf16, fp16 or fp8 (FlashAttention has no float32): "
                              "set --precision=bf16")
         if device.type == "cpu" and options.cpu_threads:
             torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/mlperf/devices.py
-        inflight = load_model(options, device)
+        fp8 = options.precision == "fp8" or options.kv_cache_dtype == "fp8"
+        amax = None
+        if fp8:
+            if options.engine_dir is None or options.engine_spec is None:
+                raise ValueError("an FP8 inflight run needs InflightOptions.engine_dir and engine_spec (the engine "
+                                 "holds the calibration): build it with make generate_engines")
+            dtype = torch.bfloat16 if options.precision == "fp8" else DTYPES[options.precision]  # between the GEMMs
+            inflight = load_spec_model(EngineSpec(options.model_name, options.precision, options.kv_cache_dtype,
+                                                  options.checkpoint, options.seed), device, dtype)
+            amax = load_calibration(options.engine_dir, options.engine_spec,
+                                    n_positions=inflight.config.n_positions, run_args=options.run_args)
+            if options.precision == "fp8":
+                inflight.use_fp8_gemms(amax, fast_accum=options.fp8_fast_accum)
+                torch.cuda.empty_cache()  # the freed 16-bit weights' blocks back to the driver before the KV pool
+        else:
+            inflight = load_model(options, device)
         generation = generation_config(inflight.config)
         longest = min(max(1, options.max_prompt_length), inflight.config.n_positions - MAX_NEW_TOKENS + 1)
         engine_options = EngineOptions(slots=options.max_batch_size, max_prompt_length=longest,
                                        cuda_graphs=options.cuda_graphs,
+                                       kv_dtype=E4M3 if options.kv_cache_dtype == "fp8" else None,
                                        memory_bytes=usable_gpu_bytes(device) if device.type == "cuda" else 0)
-        self.engine = InflightEngine(inflight, generation, engine_options)
+        self.engine = InflightEngine(inflight, generation, engine_options, kv_amax=amax)

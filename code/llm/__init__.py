@@ -14,6 +14,7 @@
   ``paged_attention.py``: attention over packed prompts and, for decode, over that cache (Triton on CUDA);
   ``inflight_engine.py``: the in-flight batching loop over any model with prefill and decode over that cache;
   ``amax.py``: per-layer largest magnitudes over calibration prompts (an FP8 model's static scales);
+  ``calibration_engine.py``: the engine folder holding that calibration, built once and loaded by FP8 runs;
   ``memory_plan.py``: how many slots fit a GPU beside the weights (without torch).
 
 A benchmark keeps its model, tokenizer, prompt, reference scores and targets (GPT-J: ``code/gptj/``, Llama 3.1:

@@ -44,7 +44,7 @@ def test_the_table_is_the_harness_fields_then_each_backends_switches():
     assert graphs.benchmarks == (Benchmark.BERT, Benchmark.GPTJ, Benchmark.LLAMA31)
     assert not graphs.used_by(Benchmark.GPTJ, "pytorch") and not graphs.used_by(Benchmark.LLAMA31, "pytorch")
     assert "one per token bucket" in graphs.description and "one per decode step" in graphs.description
-    assert FIELDS["fp8_fast_accum"].owner_text() == "bert pytorch, gptj inflight"
+    assert FIELDS["fp8_fast_accum"].owner_text() == "bert pytorch, gptj inflight, llama3.1-8b inflight"
     assert {name for name in SWITCHES} >= {"fast_path", "fp8_gemms", "attention_kernel", "gelu_in_gemm",
                                            "fp8_residual", "fp8_attention", "graph_max_tokens", "kv_cache_dtype",
                                            "synthetic_output_lengths", "oracle_shift", "oracle_drop"}

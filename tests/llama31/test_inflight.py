@@ -388,13 +388,17 @@ def test_the_plan_counts_what_the_engine_holds(dtype):
     assert size(engine.cache.gen_k, engine.cache.gen_v) == shape.generated_bytes(dtype.itemsize)
 
 
-def test_the_declaration_refuses_float32_on_a_gpu_and_needs_triton():
+def test_the_declaration_refuses_float32_on_a_gpu_and_needs_triton_or_fp8():
     from code.common.constants import Benchmark
     from code.config.backends import declaration
 
     declared = declaration(Benchmark.LLAMA31, "inflight")
-    assert declared.precisions == ("fp32", "bf16", "fp16") and declared.switches[0].name == "cuda_graphs"
+    assert declared.precisions == ("fp32", "bf16", "fp16", "fp8")
+    assert [s.name for s in declared.switches] == ["kv_cache_dtype", "fp8_fast_accum", "cuda_graphs"]
     refusal = declared.check_device({"precision": "fp32"}, "cuda:0", "cuda:0", lambda name: name)
     assert "FlashAttention has no float32" in refusal
     assert declared.check_device({"precision": "fp32"}, "cpu", "the CPU", lambda name: name) is None
+    assert "needs a GPU" in declared.check_device({"kv_cache_dtype": "fp8"}, "cpu", "the CPU", lambda name: name)
     assert declared.needs({"precision": "bf16"})[0] == (8, 0)
+    assert declared.needs({"precision": "bf16", "kv_cache_dtype": "fp8"})[0] == declared.needs(
+        {"precision": "fp8"})[0] == (8, 9)

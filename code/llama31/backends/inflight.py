@@ -8,12 +8,10 @@ The C++ core drives ``serve`` (samples join and complete one by one); ``run_batc
 the same loop. bf16 or fp16 on a GPU, float32 on the CPU (tests).
 
 ``precision=fp8`` runs the four GEMMs of every layer in FP8 (bf16 elsewhere; ``fp8_fast_accum``: with cuBLASLt's
-fast accumulation); ``kv_cache_dtype=fp8`` stores keys and values in FP8. Both take static scales from an engine
-folder (``inflight_engine.py``: the calibration's magnitudes) named by ``InflightOptions.engine_dir`` and
-``engine_spec``; a run never recalibrates. Not wired yet: the config's fields (``kv_cache_dtype``,
-``fp8_fast_accum``, fp8 in the declaration's precisions, ``code/llama31/backends/__init__.py``), so
-``options_from``, ``engine_dir`` and ``generate_engine`` still describe a 16-bit run only, and the memory plan counts
-16-bit weights and cache.
+fast accumulation); ``kv_cache_dtype=fp8`` stores keys and values in FP8. Both take static scales from the engine
+``make generate_engines`` built (``inflight_engine.py``: the calibration's magnitudes over synthetic prompts), as
+GPT-J's inflight backend does; a run never recalibrates: a missing or stale engine stops it with the command that
+rebuilds it.
 """
 
 from __future__ import annotations
@@ -26,18 +24,15 @@ import torch
 
 from code.common.faults import reading
 from code.llama31.backends import no_engine
-from code.llama31.backends.inflight_engine import EngineSpec, load_calibration
+from code.llama31.backends.inflight_engine import EngineSpec, engine_key, ensure_engine, load_calibration
 from code.llama31.backends.inflight_engine import load_model as load_spec_model
 from code.llama31.backends.pytorch import DTYPES, MAX_NEW_TOKENS, REDOWNLOAD, PytorchOptions, generation_config
 from code.llama31.inflight_model import InflightLlama
-from code.llama31.memory_plan import PRECISIONS
+from code.llama31.memory_plan import KV_CACHE_DTYPES, PRECISIONS
 from code.llama31.model import LlamaConfig, load_checkpoint, random_weights
 from code.llm.inflight_engine import EngineBackend, EngineOptions, InflightEngine
 from code.mlperf.devices import usable_gpu_bytes
 from code.numerics.fp8 import E4M3
-
-BACKEND_PRECISIONS = (*PRECISIONS, "fp8")  # fp8: FP8 GEMMs, bf16 elsewhere
-KV_CACHE_DTYPES = ("auto", "fp8")  # auto: the model's dtype
 
 if TYPE_CHECKING:
     from code.config.resolved import ResolvedConfig
@@ -73,24 +68,43 @@ def load_model(options: PytorchOptions, device: torch.device) -> InflightLlama:
 
 class InflightLlamaBackend(EngineBackend):
     @staticmethod
-    def options_from(config: ResolvedConfig, context: BackendContext) -> InflightOptions:
+    def engine_spec(config: ResolvedConfig, context: BackendContext) -> EngineSpec:
+        return EngineSpec(model_name=config["model_name"], precision=config["precision"],
+                          kv_cache_dtype=config["kv_cache_dtype"], checkpoint=context.checkpoint, seed=config["seed"])
+
+    @classmethod
+    def engine_dir(cls, config: ResolvedConfig, context: BackendContext) -> Path | None:
+        """``<engines_dir>/<key>/`` when the config needs an engine (FP8 GEMMs or cache), else None."""
+        spec = cls.engine_spec(config, context)
+        return context.engines_dir / engine_key(spec) if spec.needs_engine else None
+
+    @classmethod
+    def generate_engine(cls, config: ResolvedConfig, context: BackendContext) -> EngineReport:
+        """Calibrate an FP8 config's engine (reused while its manifest matches); a 16-bit config builds nothing."""
+        spec = cls.engine_spec(config, context)
+        path = cls.engine_dir(config, context)
+        if path is None:
+            return no_engine(config)
+        dtype = torch.bfloat16 if spec.precision == "fp8" else DTYPES[spec.precision]
+        built = ensure_engine(spec, path, device=torch.device(context.device), dtype=dtype)
+        return {"engine": str(path), "built": "yes" if built else "no: reused, its manifest matches this run",
+                "weights": context.checkpoint, "precision": spec.precision, "kv_cache_dtype": spec.kv_cache_dtype}
+
+    @classmethod
+    def options_from(cls, config: ResolvedConfig, context: BackendContext) -> InflightOptions:
+        path = cls.engine_dir(config, context)
         return InflightOptions(device=context.device, cpu_threads=context.cpu_threads,
                                model_name=config["model_name"], checkpoint=context.checkpoint,
                                precision=config["precision"], seed=config["seed"],
                                max_batch_size=config["gpu_batch_size"], max_prompt_length=context.max_prompt_length,
-                               cuda_graphs=config["cuda_graphs"])
-
-    @staticmethod
-    def engine_dir(config: ResolvedConfig, context: BackendContext) -> Path | None:
-        return None
-
-    @staticmethod
-    def generate_engine(config: ResolvedConfig, context: BackendContext) -> EngineReport:
-        return no_engine(config)
+                               cuda_graphs=config["cuda_graphs"], kv_cache_dtype=config["kv_cache_dtype"],
+                               fp8_fast_accum=config["fp8_fast_accum"], engine_dir=path,
+                               engine_spec=cls.engine_spec(config, context) if path else None,
+                               run_args=config.run_args())
 
     def __init__(self, options: InflightOptions) -> None:
-        if options.precision not in BACKEND_PRECISIONS:
-            raise ValueError(f"the inflight llama3.1-8b backend runs in {', '.join(BACKEND_PRECISIONS)}, not "
+        if options.precision not in PRECISIONS:
+            raise ValueError(f"the inflight llama3.1-8b backend runs in {', '.join(PRECISIONS)}, not "
                              f"{options.precision!r}: set --precision=bf16")
         if options.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, not "

@@ -1,8 +1,8 @@
 """Llama 3.1 in-flight engine on a GPU: grouped-query decode attention against its reference, prefill logits and
 greedy tokens against the eager model, CUDA graph replay against eager steps, and engine throughput, in one call.
 
-    python3 -m scripts.gpu.check_llama_inflight --out DIR [--steps attention,prefill,agreement,throughput]
-        [--layers 32] [--slots 512] [--samples 1536] [--prompts 8]
+    python3 -m scripts.gpu.check_llama_inflight --out DIR [--steps attention,prefill,agreement,throughput,fp8]
+        [--layers 32] [--slots 512] [--samples 1536] [--prompts 8] [--calibration_prompts 8]
 
 Steps (each timed; a failing step does not stop the others):
 - ``attention``: ``decode_attention`` (Triton on CUDA) vs ``decode_attention_reference`` on a random paged cache of
@@ -14,6 +14,13 @@ Steps (each timed; a failing step does not stop the others):
   same prompts: the graph and eager steps must agree exactly; against the eager model, bf16 ties may flip a few.
 - ``throughput``: the engine over synthetic CNN/DailyMail-like prompts (random weights never choose EOS, so every
   sample generates 128 tokens: the worst case), ``--slots`` in flight: samples/s, tokens/s, the engine's counters.
+- ``fp8``: amax calibrated on ``--calibration_prompts`` synthetic prompts (``collect_amax``, as an engine folder's
+  build), then the engine in 16 bits, with FP8 GEMMs, and with FP8 GEMMs and an FP8 KV cache: the time of one
+  prefill pass (prompts packed up to the engine's 16,384 tokens) and of one decode step with ``--slots`` slots each
+  holding a synthetic prompt's keys and values (zeros: the time depends on lengths, not values); and two relative
+  errors against the float32 eager model (``prefill``'s reference) on ``--prompts`` prompts: the prefill logits
+  (FP8 GEMMs show; prefill attends over fresh keys, not the cache) and the last token's logits through one decode
+  step over the cached rest of its prompt (the FP8 KV cache shows too). ~100 s on an H200 with the 8B model.
 Random weights (``--layers`` shortens the model for a quicker check). Writes ``DIR/llama_inflight.json`` and prints
 a short table last. On a machine without a GPU ``--device cpu --model tiny`` runs the same steps in float32.
 """
@@ -32,6 +39,7 @@ import numpy as np
 import torch
 
 from code.llama31.architecture import LlamaConfig
+from code.llama31.backends.inflight_engine import calibrate_on
 from code.llama31.backends.pytorch import generation_config
 from code.llama31.dataset import LlamaSamples
 from code.llama31.inflight_model import InflightLlama, decode_launch
@@ -40,9 +48,11 @@ from code.llm.generation import cache_shape, generate, left_pad
 from code.llm.inflight_engine import EngineOptions, InflightEngine
 from code.llm.kv_cache import KVCache
 from code.llm.paged_attention import decode_attention, decode_attention_reference
+from code.numerics.fp8 import E4M3
 from scripts.gpu.steps import print_summary, run_steps
 
-STEPS = ("attention", "prefill", "agreement", "throughput")
+STEPS = ("attention", "prefill", "agreement", "throughput", "fp8")
+FP8_VARIANTS = ("16-bit", "fp8 gemms", "fp8 gemms+kv")  # in this order: the FP8 switch frees the 16-bit weights
 
 
 def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -117,16 +127,8 @@ def prefill_step(check: Check) -> None:
                for p in check.prompts(check.args.prompts)]
     inflight = InflightLlama.from_model(model)
     got = inflight.prompt_logits(prompts)
-    model.setup_caches(*cache_shape([len(p) for p in prompts], check.generation))
-    tokens, pad = left_pad([p.cpu() for p in prompts], check.config.eos_token_id)
-    with torch.inference_mode():
-        want = model(tokens.to(check.device), 0, pad.to(check.device), last_only=True).float()
-        # The float32 reference: the same weights widened (exactly), so each 16-bit path's error is its own.
-        dtype = model.output.weight.dtype
-        model.float()
-        model.setup_caches(*cache_shape([len(p) for p in prompts], check.generation))
-        exact = model(tokens.to(check.device), 0, pad.to(check.device), last_only=True).float()
-        model.to(dtype)
+    want = eager_logits(check, model, prompts)
+    exact = float32_logits(check, model, prompts)
     result = {"rel_error": rel_error(got, want), "argmax_agree": int((got.argmax(-1) == want.argmax(-1)).sum()),
               "engine_vs_float32": rel_error(got, exact), "eager_vs_float32": rel_error(want, exact),
               "engine_argmax_as_float32": int((got.argmax(-1) == exact.argmax(-1)).sum()),
@@ -139,6 +141,25 @@ def prefill_step(check: Check) -> None:
         f"{result['argmax_agree']}/{n}; against float32: engine {result['engine_vs_float32']:.2e} (argmax "
         f"{result['engine_argmax_as_float32']}/{n}), eager {result['eager_vs_float32']:.2e} (argmax "
         f"{result['eager_argmax_as_float32']}/{n})")
+
+
+def eager_logits(check: Check, model: torch.nn.Module, prompts: list[torch.Tensor]) -> torch.Tensor:
+    """The eager model's last-token logits of left-padded ``prompts`` (float32 out), in its own dtype."""
+    model.setup_caches(*cache_shape([len(p) for p in prompts], check.generation))
+    tokens, pad = left_pad([p.cpu() for p in prompts], check.config.eos_token_id)
+    with torch.inference_mode():
+        return model(tokens.to(check.device), 0, pad.to(check.device), last_only=True).float()
+
+
+def float32_logits(check: Check, model: torch.nn.Module, prompts: list[torch.Tensor]) -> torch.Tensor:
+    """The float32 reference: ``eager_logits`` with the same weights widened (exactly), so each path's error is
+    its own; the model is narrowed back after."""
+    dtype = model.output.weight.dtype
+    model.float()
+    try:
+        return eager_logits(check, model, prompts)
+    finally:
+        model.to(dtype)
 
 
 def agreement_step(check: Check) -> None:
@@ -192,6 +213,130 @@ def throughput_step(check: Check) -> None:
                       f"{result['stats']['mean_running_slots']} slots busy on average)")
 
 
+def fp8_step(check: Check) -> None:
+    """16-bit, FP8 GEMMs, FP8 GEMMs and KV cache: prefill and decode step times, logits' errors against float32."""
+    args = check.args
+    model = check.model()
+    chosen = check.prompts(args.prompts)
+    tensors = [torch.as_tensor(np.asarray(p, dtype=np.int64), device=check.device) for p in chosen]
+    exact = float32_logits(check, model, tensors)
+    inflight = InflightLlama.from_model(model, consume=True)  # the eager model's weights go: 16 GB on the 8B
+    check._model = None
+    del model
+    if check.device.type == "cuda":
+        torch.cuda.empty_cache()
+    started = time.perf_counter()
+    amax = calibrate_on(inflight, check.prompts(args.calibration_prompts, seed=3))
+    results: dict[str, Any] = {"calibration": {"prompts": args.calibration_prompts,
+                                               "seconds": round(time.perf_counter() - started, 2)}}
+    filled = check.prompts(args.slots, seed=2)  # the timed engine's slots, at the data set's lengths
+    for name in FP8_VARIANTS:
+        if name.startswith("fp8") and not inflight.uses_fp8_gemms:
+            inflight.use_fp8_gemms(amax)
+            if check.device.type == "cuda":
+                torch.cuda.empty_cache()  # the freed 16-bit GEMM weights' blocks, before the next KV pool
+        kv_dtype = E4M3 if name.endswith("+kv") else None
+        result = {**fp8_errors(check, inflight, amax, kv_dtype, chosen, exact),
+                  **fp8_times(check, inflight, amax, kv_dtype, filled)}
+        results[name] = result
+        check.details["fp8"] = results
+        check.save()
+    check.rows.append(f"fp8 ({args.slots} slots; errors against float32 on {len(chosen)} prompts; amax from "
+                      f"{args.calibration_prompts} synthetic prompts):")
+    check.rows.append(f"  {'engine':<14} {'prefill ms':>10} {'tokens':>7} {'step ms':>8} {'prefill err':>11} "
+                      f"{'decode err':>10}")
+    for name in FP8_VARIANTS:
+        r = results[name]
+        label = name if name != "16-bit" else str(check.dtype).removeprefix("torch.")
+        check.rows.append(f"  {label:<14} {r['prefill_ms']:>10.2f} {r['prefill_tokens']:>7} {r['step_ms']:>8.2f} "
+                          f"{r['prefill_rel_error']:>11.2e} {r['decode_rel_error']:>10.2e}")
+
+
+def fp8_errors(check: Check, inflight: InflightLlama, amax: Any, kv_dtype: torch.dtype | None,  # noqa: ANN401
+               chosen: list[np.ndarray], exact: torch.Tensor) -> dict[str, float]:
+    """Relative errors against ``exact`` (float32 last-token logits): the engine's prefill of whole prompts, and
+    its decode step of each prompt's last token over the rest of the prompt prefilled into its cache (the last
+    token forced by a one-hot logit row, so greedy search picks it)."""
+    longest = max(len(p) for p in chosen)
+    options = EngineOptions(slots=len(chosen), max_prompt_length=longest, cuda_graphs=False, kv_dtype=kv_dtype,
+                            kv_pages=len(chosen) * -(-longest // 64))
+    engine = InflightEngine(inflight, check.generation, options, kv_amax=amax)
+    slots = list(range(len(chosen)))
+    with torch.inference_mode():
+        for slot, p in zip(slots, chosen, strict=True):
+            engine.cache.assign(slot, len(p))
+        prefill = inflight.prefill([torch.as_tensor(np.asarray(p, dtype=np.int64), device=check.device)
+                                    for p in chosen], slots, engine.cache)
+        for slot in slots:
+            engine.cache.release(slot)
+        for slot, p in zip(slots, chosen, strict=True):
+            engine.cache.assign(slot, len(p) - 1)
+        # the engine's own admission and step, so the decode reads its cache as a run's does
+        engine._prefill([(slot, p[:-1], 0) for slot, p in zip(slots, chosen, strict=True)])
+        engine.logits.zero_()
+        engine.logits[slots, [int(p[-1]) for p in chosen]] = 1e4
+        engine._step()
+        assert engine.beams.next_tokens.view(-1).tolist() == [int(p[-1]) for p in chosen]
+        decode = engine.logits.clone()
+    del engine
+    return {"prefill_rel_error": rel_error(prefill, exact), "decode_rel_error": rel_error(decode, exact),
+            "prefill_argmax_as_float32": int((prefill.argmax(-1) == exact.argmax(-1)).sum()),
+            "decode_argmax_as_float32": int((decode.argmax(-1) == exact.argmax(-1)).sum())}
+
+
+def fp8_times(check: Check, inflight: InflightLlama, amax: Any, kv_dtype: torch.dtype | None,  # noqa: ANN401
+              filled: list[np.ndarray], repeats: int = 5) -> dict[str, float | int]:
+    """Median times of one prefill pass (the first prompts, packed up to the engine's ``prefill_tokens``) and of
+    one decode step (the engine's CUDA graph on a GPU) with every slot holding a prompt, after warm-ups."""
+    options = EngineOptions(slots=len(filled), max_prompt_length=max(len(p) for p in filled), kv_dtype=kv_dtype)
+    engine = InflightEngine(inflight, check.generation, options, kv_amax=amax)
+    packed, tokens = [], 0
+    for p in filled:
+        if packed and tokens + len(p) > options.prefill_tokens:
+            break
+        packed.append(torch.as_tensor(np.asarray(p, dtype=np.int64), device=check.device))
+        tokens += len(p)
+    slots = list(range(len(packed)))
+
+    def prefill() -> None:
+        for slot, p in zip(slots, packed, strict=True):
+            engine.cache.assign(slot, len(p))
+        inflight.prefill(packed, slots, engine.cache)
+        for slot in slots:
+            engine.cache.release(slot)
+
+    prefill_ms = timed_ms(check, prefill, repeats)
+    every = list(range(len(filled)))
+    with torch.inference_mode():
+        for slot, p in zip(every, filled, strict=True):
+            engine.cache.assign(slot, len(p))
+        engine.cache.set_tables(every, [len(p) for p in filled])
+        engine.beams.reset(torch.tensor(every, device=check.device))
+    step_ms = timed_ms(check, engine._step, repeats)  # one step as serve runs it (its graph on a GPU)
+    return {"prefill_ms": prefill_ms, "prefill_tokens": tokens, "step_ms": step_ms,
+            "mean_prompt": round(float(np.mean([len(p) for p in filled])), 1)}
+
+
+def timed_ms(check: Check, run: Any, repeats: int) -> float:  # noqa: ANN401 - a callable of no arguments
+    """Median milliseconds of ``repeats`` calls of ``run`` after two warm-up calls, synchronized on a GPU."""
+
+    def sync() -> None:
+        if check.device.type == "cuda":
+            torch.cuda.synchronize(check.device)
+
+    with torch.inference_mode():
+        for _ in range(2):
+            run()
+        times = []
+        for _ in range(repeats):
+            sync()
+            started = time.perf_counter()
+            run()
+            sync()
+            times.append((time.perf_counter() - started) * 1e3)
+    return round(float(np.median(times)), 3)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -201,6 +346,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--slots", type=int, default=512)
     parser.add_argument("--samples", type=int, default=1536, help="throughput: samples (at least 2 x slots)")
     parser.add_argument("--prompts", type=int, default=8, help="prefill and agreement: prompts")
+    parser.add_argument("--calibration_prompts", type=int, default=8, help="fp8: synthetic prompts amax is "
+                        "calibrated on")
     parser.add_argument("--length_scale", type=float, default=1.0, help="synthetic prompts' lengths x this")
     parser.add_argument("--steps", default=",".join(STEPS))
     args = parser.parse_args(argv)
@@ -215,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     check = Check(args)
     chosen = [s for s in STEPS if s in args.steps.split(",")]
     steps = {"attention": attention_step, "prefill": prefill_step, "agreement": agreement_step,
-             "throughput": throughput_step}
+             "throughput": throughput_step, "fp8": fp8_step}
     run_steps([(name, lambda name=name: steps[name](check)) for name in chosen], set(), check.details, check.rows,
               check.save)
     print_summary("check_llama_inflight", check.details, check.rows,

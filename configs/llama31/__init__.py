@@ -2,8 +2,8 @@
 
 The reference fixes generation (greedy, 1 to 128 new tokens) and has one accuracy target, 99%, so there are no
 ``_HighAccuracy`` classes. The H100 and H200 classes run the in-flight engine (``inflight``: bf16, continuous
-batching, one slot for SingleStream; FP8 GEMMs and KV cache are to come); their
-values are estimates, said where each is set, but for the H200's Offline and Server rates, which were measured.
+batching, one slot for SingleStream; FP8 GEMMs and KV cache by RUN_ARGS, not measured yet: documentation/llama31.md);
+their values are estimates, said where each is set, but for the H200's Offline and Server rates, which were measured.
 """
 
 from code.common.constants import Benchmark

@@ -34,6 +34,7 @@ import gc
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,12 @@ from code.llama31.architecture import LlamaConfig
 from code.llama31.backends.inflight_engine import calibrate_on
 from code.llama31.backends.pytorch import generation_config
 from code.llama31.dataset import LlamaSamples
-from code.llama31.inflight_model import InflightLlama, decode_launch
+from code.llama31.inflight_model import Amax, InflightLlama, decode_launch
 from code.llama31.model import random_weights
 from code.llm.generation import cache_shape, generate, left_pad
 from code.llm.inflight_engine import EngineOptions, InflightEngine
 from code.llm.kv_cache import KVCache
+from code.llm.memory_plan import PAGE_SIZE
 from code.llm.paged_attention import decode_attention, decode_attention_reference
 from code.numerics.fp8 import E4M3
 from scripts.gpu.steps import print_summary, run_steps
@@ -257,14 +259,14 @@ def fp8_step(check: Check) -> None:
                           f"{r['prefill_rel_error']:>11.2e} {r['decode_rel_error']:>10.2e}")
 
 
-def fp8_errors(check: Check, inflight: InflightLlama, amax: Any, kv_dtype: torch.dtype | None,  # noqa: ANN401
+def fp8_errors(check: Check, inflight: InflightLlama, amax: Amax, kv_dtype: torch.dtype | None,
                chosen: list[np.ndarray], exact: torch.Tensor) -> dict[str, float]:
     """Relative errors against ``exact`` (float32 last-token logits): the engine's prefill of whole prompts, and
     its decode step of each prompt's last token over the rest of the prompt prefilled into its cache (the last
     token forced by a one-hot logit row, so greedy search picks it)."""
     longest = max(len(p) for p in chosen)
     options = EngineOptions(slots=len(chosen), max_prompt_length=longest, cuda_graphs=False, kv_dtype=kv_dtype,
-                            kv_pages=len(chosen) * -(-longest // 64))
+                            kv_pages=len(chosen) * math.ceil(longest / PAGE_SIZE))
     engine = InflightEngine(inflight, check.generation, options, kv_amax=amax)
     slots = list(range(len(chosen)))
     with torch.inference_mode():
@@ -289,7 +291,7 @@ def fp8_errors(check: Check, inflight: InflightLlama, amax: Any, kv_dtype: torch
             "decode_argmax_as_float32": int((decode.argmax(-1) == exact.argmax(-1)).sum())}
 
 
-def fp8_times(check: Check, inflight: InflightLlama, amax: Any, kv_dtype: torch.dtype | None,  # noqa: ANN401
+def fp8_times(check: Check, inflight: InflightLlama, amax: Amax, kv_dtype: torch.dtype | None,
               filled: list[np.ndarray], repeats: int = 5) -> dict[str, float | int]:
     """Median times of one prefill pass (the first prompts, packed up to the engine's ``prefill_tokens``) and of
     one decode step (the engine's CUDA graph on a GPU) with every slot holding a prompt, after warm-ups."""
@@ -312,6 +314,10 @@ def fp8_times(check: Check, inflight: InflightLlama, amax: Any, kv_dtype: torch.
 
     prefill_ms = timed_ms(check, prefill, repeats)
     every = list(range(len(filled)))
+    pages = sum(engine.cache.pages_for(len(p)) for p in filled)
+    if pages > engine.cache.free_pages:
+        raise ValueError(f"{len(filled)} slots' prompts take {pages} pages and the KV pool holds "
+                         f"{engine.cache.free_pages} on this GPU: lower --slots")
     with torch.inference_mode():
         for slot, p in zip(every, filled, strict=True):
             engine.cache.assign(slot, len(p))
@@ -322,7 +328,7 @@ def fp8_times(check: Check, inflight: InflightLlama, amax: Any, kv_dtype: torch.
             "mean_prompt": round(float(np.mean([len(p) for p in filled])), 1)}
 
 
-def timed_ms(check: Check, run: Any, repeats: int) -> float:  # noqa: ANN401 - a callable of no arguments
+def timed_ms(check: Check, run: Callable[[], object], repeats: int) -> float:
     """Median milliseconds of ``repeats`` calls of ``run`` after two warm-up calls, synchronized on a GPU."""
 
     def sync() -> None:

@@ -6,8 +6,29 @@ batching, one slot for SingleStream; FP8 GEMMs and KV cache by RUN_ARGS, not mea
 their values are estimates, said where each is set, but for the H200's Offline and Server rates, which were measured.
 """
 
+from typing import Any
+
 from code.common.constants import Benchmark
+from code.config.ladder import Rung
 from configs.configuration import BenchmarkConfiguration
+
+
+def llama_ladder(fp8: dict[str, Any], fp8_gemms: dict[str, Any], bf16: dict[str, Any]) -> tuple[Rung, ...]:
+    """Llama 3.1 8B's engines on an H100/H200 (the inflight backend), fastest first, each with its slots and rates.
+
+    FP8 GEMMs (cuBLASLt's fast accumulation) and an FP8 KV cache first, as the published H100/H200 results run
+    llama3.1-8b: one FP8 GEMM's output is 3.7% from float32's against bf16's 0.23%, as e4m3's three mantissa bits
+    make it, and only the real accuracy run on the checkpoint says whether the 99% ROUGE target holds (random
+    weights amplify any rounding into the logits). Then FP8 GEMMs with a bf16 KV cache, then bf16 throughout (the
+    class's own values). Measured: llama-fp8-2026-11-29 (documentation/notes/journal/)."""
+    return (
+        Rung("fp8", "FP8 GEMMs with cuBLASLt fast accumulation and an FP8 KV cache", precision="fp8",
+             kv_cache_dtype="fp8", fp8_fast_accum=True, **fp8),
+        Rung("fp8-gemms", "FP8 GEMMs with fast accumulation, bf16 KV cache", precision="fp8", kv_cache_dtype="auto",
+             fp8_fast_accum=True, **fp8_gemms),
+        Rung("bf16", "bf16 GEMMs and KV cache", precision="bf16", kv_cache_dtype="auto", fp8_fast_accum=False,
+             **bf16),
+    )
 
 
 class LlamaBaseConfig(BenchmarkConfiguration):
@@ -39,3 +60,7 @@ CPU_LENGTH_SCALE = 0.25
 #   30 (H200), meant to sit above the rate. Server: the engine reports each first token after the step that chose
 #   it, so the 100 ms p99 time per output token bounds the rate, not the 2 s first token: the Offline slots, and a
 #   target below the measured rate on the H200; on the H100 that rate scaled by memory speed (3.35 / 4.8), 17.
+# - The FP8 rungs (``llama_ladder``): FP8 GEMMs halve the weights a decode step reads (8 GB) and run prefill's GEMMs
+#   at FP8's rate; the FP8 cache halves the cache's bytes, so 512 slots fit an H100 too. The H200's Offline and
+#   Server rates of the top rung are set from measurements; FP8 GEMMs with a bf16 cache share Offline's upper bound
+#   and Server takes bf16's rate as a lower bound; the H100's are the H200's scaled by memory speed (~0.7).

@@ -1,6 +1,6 @@
 """llama3.1-8b's FP8 through its configuration, as GPT-J's: the inflight backend's switches (``precision=fp8``,
-``kv_cache_dtype``, ``fp8_fast_accum``) selected by RUN_ARGS over the bf16 classes, refused on the CPU with the fix
-named, the memory plan's FP8 bytes, and the engine folder that ``generate_engine`` builds and a run loads."""
+``kv_cache_dtype``, ``fp8_fast_accum``): the H100/H200 classes' engine ladder (FP8 first), RUN_ARGS choosing a rung,
+refused on the CPU with the fix named, the memory plan's FP8 bytes, and the engine folder that ``generate_engine`` builds and a run loads."""
 
 from __future__ import annotations
 
@@ -29,24 +29,24 @@ def resolved(system: str, overrides: dict, scenario: Scenario = Scenario.Offline
 
 @pytest.mark.parametrize("system", ["H100_SXM_80GBx1", "H200_SXM_141GBx8"])
 @pytest.mark.parametrize("scenario", [Scenario.Offline, Scenario.Server])
-def test_the_gpu_classes_stay_bf16_and_run_args_select_fp8(system, scenario):
-    """The classes' defaults stay bf16 (FP8 is not measured on a GPU yet); RUN_ARGS select each FP8 switch."""
+def test_the_gpu_classes_run_fp8_first_and_run_args_choose_another_rung(system, scenario):
+    """The classes' first engine is the ladder's FP8 one (GEMMs, cache, fast accumulation) with its 512 slots; an
+    engine field in RUN_ARGS chooses the rung it names, which brings its own rates."""
     default = resolved(system, {}, scenario)
     assert default["backend"] == "inflight"
-    assert [default[name] for name in SWITCHES] == ["bf16", "auto", False]
-    assert default.sources["kv_cache_dtype"] == default.sources["fp8_fast_accum"] == "default"
-    fp8 = resolved(system, FP8_ARGS, scenario)
-    assert [fp8[name] for name in SWITCHES] == ["fp8", "fp8", True]
-    assert {fp8.sources[name] for name in SWITCHES} == {"RUN_ARGS"}
-    assert fp8["gpu_batch_size"] == default["gpu_batch_size"]  # the class's slots; the plan says more would fit
-    gemms_only = resolved(system, {"precision": "fp8"}, scenario)
-    assert [gemms_only[name] for name in SWITCHES] == ["fp8", "auto", False]
+    assert [default[name] for name in SWITCHES] == ["fp8", "fp8", True]
+    assert default["gpu_batch_size"] == 512
+    bf16 = resolved(system, {"precision": "bf16", "kv_cache_dtype": "auto", "fp8_fast_accum": False}, scenario)
+    assert [bf16[name] for name in SWITCHES] == ["bf16", "auto", False]
+    assert {bf16.sources[name] for name in SWITCHES} == {"RUN_ARGS"}
+    rate = "offline_expected_qps" if scenario is Scenario.Offline else "server_target_qps"
+    assert bf16[rate] < default[rate]  # the bf16 rung's own, slower rate
 
 
 def test_the_switches_are_the_inflight_backends_and_follow_gptjs_rules():
     """Fast accumulation without FP8 GEMMs is refused, as GPT-J's; the pytorch backend runs no FP8."""
     with pytest.raises(FieldError, match="fp8_fast_accum = True sets how FP8 GEMMs accumulate"):
-        resolved("H200_SXM_141GBx1", {"fp8_fast_accum": True})
+        resolved("H200_SXM_141GBx1", {"precision": "bf16", "fp8_fast_accum": True})
     with pytest.raises(FieldError, match="fp8"):
         resolved("H200_SXM_141GBx1", {"backend": "pytorch", "precision": "fp8"})
 

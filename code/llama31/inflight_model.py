@@ -58,6 +58,7 @@ def decode_launch(n_kv_heads: int) -> dict[str, int]:
 
 FP8_ROW_ALIGN = 16  # cuBLASLt's FP8 GEMMs take row counts in multiples of 16 (the module docstring)
 GEMMS = ("qkv", "out", "gate_up", "down")  # a layer's GEMMs, in order: its methods and its Amax series
+GEMM_WEIGHTS = {"qkv": "wqkv", "out": "wo", "gate_up": "w13", "down": "w2"}  # each GEMM's LayerWeights weight
 
 
 @dataclass
@@ -184,13 +185,12 @@ class InflightLlama:
     def use_fp8_gemms(self, amax: Amax, fast_accum: bool = False) -> None:
         """Switch the four GEMMs of every layer to FP8 with activation scales from ``amax``; frees the 16-bit
         weights. ``fast_accum``: see ``set_fp8_fast_accum``."""
-        weights = {"qkv": "wqkv", "out": "wo", "gate_up": "w13", "down": "w2"}
         align = FP8_ROW_ALIGN if self.device.type == "cuda" else 1
         for i, layer in enumerate(self.layers):
-            layer.fp8 = {name: Fp8Linear(getattr(layer, weights[name]), getattr(amax, name)[i], self.dtype)
+            layer.fp8 = {name: Fp8Linear(getattr(layer, GEMM_WEIGHTS[name]), getattr(amax, name)[i], self.dtype)
                          for name in GEMMS}
             layer.fp8_align = align
-            for attribute in weights.values():
+            for attribute in GEMM_WEIGHTS.values():
                 setattr(layer, attribute, torch.empty(0, dtype=self.dtype, device=self.device))
         self.set_fp8_fast_accum(fast_accum)
 

@@ -45,17 +45,17 @@ from code.llama31.architecture import LlamaConfig
 from code.llama31.backends.inflight_engine import calibrate_on
 from code.llama31.backends.pytorch import generation_config
 from code.llama31.dataset import LlamaSamples
-from code.llama31.inflight_model import Amax, InflightLlama, decode_launch
+from code.llama31.inflight_model import GEMM_WEIGHTS, GEMMS, Amax, InflightLlama, decode_launch
 from code.llama31.model import random_weights
 from code.llm.generation import cache_shape, generate, left_pad
 from code.llm.inflight_engine import EngineOptions, InflightEngine
 from code.llm.kv_cache import KVCache
 from code.llm.memory_plan import PAGE_SIZE
 from code.llm.paged_attention import decode_attention, decode_attention_reference
-from code.numerics.fp8 import E4M3
+from code.numerics.fp8 import E4M3, Fp8Linear, quantize_fast
 from scripts.gpu.steps import print_summary, run_steps
 
-STEPS = ("attention", "prefill", "agreement", "throughput", "fp8")
+STEPS = ("attention", "prefill", "agreement", "throughput", "fp8", "fp8_gemms")
 FP8_VARIANTS = ("16-bit", "fp8 gemms", "fp8 gemms+kv")  # in this order: the FP8 switch frees the 16-bit weights
 
 
@@ -259,6 +259,49 @@ def fp8_step(check: Check) -> None:
                           f"{r['prefill_rel_error']:>11.2e} {r['decode_rel_error']:>10.2e}")
 
 
+class FirstLayerInputs:
+    """Stands in for an ``Amax`` in ``collect_amax``: keeps layer 0's GEMM inputs instead of their magnitudes."""
+
+    def __init__(self) -> None:
+        self.inputs: dict[str, torch.Tensor] = {}
+
+    def update(self, layer: int, **values: torch.Tensor) -> None:
+        if layer == 0:
+            self.inputs.update((name, values[name].clone()) for name in GEMMS)
+
+
+def fp8_gemms_step(check: Check) -> None:
+    """One GEMM's rounding: layer 0's four GEMMs in FP8 and with bf16-rounded operands against float32's."""
+    args = check.args
+    model = random_weights(check.config, 0, torch.float32, check.device, draw_on_device=check.device.type == "cuda")
+    inflight = InflightLlama.from_model(model, consume=True)
+    del model
+
+    def tensors(prompts: list[np.ndarray]) -> list[torch.Tensor]:
+        return [torch.as_tensor(np.asarray(p, dtype=np.int64), device=check.device) for p in prompts]
+
+    amax = inflight.collect_amax(tensors(check.prompts(args.calibration_prompts, seed=3)))
+    first = FirstLayerInputs()
+    inflight.collect_amax(tensors(check.prompts(args.prompts)), amax=first)  # type: ignore[arg-type]
+    out_dtype = torch.bfloat16 if check.device.type == "cuda" else torch.float32
+    align = 16 if check.device.type == "cuda" else 1
+    layer = inflight.layers[0]
+    results = {}
+    with torch.inference_mode():
+        for name in GEMMS:
+            x, weight = first.inputs[name], getattr(layer, GEMM_WEIGHTS[name])
+            want = torch.nn.functional.linear(x, weight)
+            gemm = Fp8Linear(weight, getattr(amax, name)[0], out_dtype)
+            got = gemm(quantize_fast(x.to(out_dtype), gemm.act_scale_value, x.shape[0] + -x.shape[0] % align))
+            bf16 = torch.nn.functional.linear(x.bfloat16(), weight.bfloat16())
+            results[name] = {"fp8_rel_error": rel_error(got[:x.shape[0]], want),
+                             "bf16_rel_error": rel_error(bf16, want), "rows": x.shape[0]}
+    check.details["fp8_gemms"] = results
+    check.rows.append(f"fp8_gemms (layer 0, {results['qkv']['rows']} rows; output error against float32):")
+    for name, r in results.items():
+        check.rows.append(f"  {name:<8} FP8 {r['fp8_rel_error']:.2e}  bf16 operands {r['bf16_rel_error']:.2e}")
+
+
 def fp8_errors(check: Check, inflight: InflightLlama, amax: Amax, kv_dtype: torch.dtype | None,
                chosen: list[np.ndarray], exact: torch.Tensor) -> dict[str, float]:
     """Relative errors against ``exact`` (float32 last-token logits): the engine's prefill of whole prompts, and
@@ -373,7 +416,7 @@ def main(argv: list[str] | None = None) -> None:
     check = Check(args)
     chosen = [s for s in STEPS if s in args.steps.split(",")]
     steps = {"attention": attention_step, "prefill": prefill_step, "agreement": agreement_step,
-             "throughput": throughput_step, "fp8": fp8_step}
+             "throughput": throughput_step, "fp8": fp8_step, "fp8_gemms": fp8_gemms_step}
     run_steps([(name, lambda name=name: steps[name](check)) for name in chosen], set(), check.details, check.rows,
               check.save)
     print_summary("check_llama_inflight", check.details, check.rows,

@@ -1,6 +1,7 @@
 """llama3.1-8b's FP8 through its configuration, as GPT-J's: the inflight backend's switches (``precision=fp8``,
 ``kv_cache_dtype``, ``fp8_fast_accum``): the H100/H200 classes' engine ladder (FP8 first), RUN_ARGS choosing a rung,
-refused on the CPU with the fix named, the memory plan's FP8 bytes, and the engine folder that ``generate_engine`` builds and a run loads."""
+refused on the CPU with the fix named, the memory plan's FP8 bytes, and the engine folder that ``generate_engine``
+builds and a run loads."""
 
 from __future__ import annotations
 

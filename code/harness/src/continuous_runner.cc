@@ -78,8 +78,9 @@ void ContinuousSession::Complete(const py::array_t<std::uint64_t, py::array::c_s
   CompleteSamples(loadgen_responses.data(), loadgen_responses.size(), device_, &first_reported);
 }
 
-void ContinuousSession::FirstTokens(const py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast>& ids,
-                                    const py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>& tokens) {
+void ContinuousSession::FirstTokens(
+    const py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast>& ids,
+    const py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>& tokens) {
   const auto count = static_cast<std::size_t>(ids.size());
   if (ids.ndim() != 1 || tokens.ndim() != 1 || static_cast<std::size_t>(tokens.size()) != count) {
     throw py::value_error("session.first_tokens: " + std::to_string(count) + " ids but " +

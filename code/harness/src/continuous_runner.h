@@ -46,8 +46,9 @@ class ContinuousSession {
 
   // Reports samples' first tokens (a greedy engine has each after the step that follows its prompt): ids as
   // returned by Take, one int32 token id each; their completion then reports no first token again.
-  void FirstTokens(const pybind11::array_t<std::uint64_t, pybind11::array::c_style | pybind11::array::forcecast>& ids,
-                   const pybind11::array_t<std::int32_t, pybind11::array::c_style | pybind11::array::forcecast>& tokens);
+  void FirstTokens(
+      const pybind11::array_t<std::uint64_t, pybind11::array::c_style | pybind11::array::forcecast>& ids,
+      const pybind11::array_t<std::int32_t, pybind11::array::c_style | pybind11::array::forcecast>& tokens);
 
   // Taken and not yet completed.
   std::size_t InFlight();

@@ -53,7 +53,8 @@ class WorkerBatchRunner : public BatchRunner {
 };
 
 // Continuous batching. The worker's engine asks for samples (kTake) whenever it has room and completes each one
-// when done (kComplete), a greedy engine its first tokens before that (kFirstTokens); a thread here answers its requests from the batcher's queue for the whole test.
+// when done (kComplete), a greedy engine its first tokens before that (kFirstTokens); a thread here answers its
+// requests from the batcher's queue for the whole test.
 class WorkerEngine : public EngineDriver {
  public:
   WorkerEngine(int fd, Batcher* batcher, ErrorState* errors, std::size_t device, std::string where);

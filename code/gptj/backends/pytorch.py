@@ -15,13 +15,13 @@ import torch
 from code.common.faults import reading
 from code.gptj.backends import WithoutEngine
 from code.gptj.model import GptjConfig, load_checkpoint, random_weights
+from code.llm.checkpoint import DTYPES
 from code.llm.generation import GenerationConfig, cache_shape, generate
 
 if TYPE_CHECKING:
     from code.config.resolved import ResolvedConfig
     from code.gptj.backends import BackendContext
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 REDOWNLOAD = 're-download it: make download_model BENCHMARKS="gptj"'
 
 

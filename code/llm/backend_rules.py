@@ -1,15 +1,18 @@
-"""What an LLM's backend declarations share (each benchmark's ``backends/__init__.py``, which the configuration's
-field table reads without torch): the in-flight engine's KV cache switch and the rules of the device and the GPU
-that the in-flight and eager pytorch backends follow."""
+"""What an LLM's backends share without torch (each benchmark's ``backends/__init__.py``, which the configuration's
+field table reads): the in-flight engine's KV cache switch, the rules of the device and the GPU that the in-flight
+and eager pytorch backends follow, and the model options every one of them reads."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from code.common.gpu_models import BF16_CAPABILITY, FP8_CAPABILITY, TRITON_CAPABILITY
 from code.config.backends import Given, Requirement, needs_gpu
 from code.config.field_spec import Field
+
+if TYPE_CHECKING:
+    from code.config.resolved import ResolvedConfig
 
 KV_CACHE_DTYPE = "kv_cache_dtype"
 KV_CACHE_DEFAULT = "auto"
@@ -44,3 +47,11 @@ def inflight_needs(values: Mapping[str, Any]) -> Requirement | None:
 def pytorch_needs(values: Mapping[str, Any]) -> Requirement | None:
     """bf16 needs bf16 tensor cores (Ampere and newer)."""
     return (BF16_CAPABILITY, "bf16 tensor cores") if values.get("precision") == "bf16" else None
+
+
+def model_fields(config: ResolvedConfig, context: Any) -> dict[str, Any]:  # noqa: ANN401 - a BackendContext
+    """The model options every LLM backend reads (a benchmark's ``PytorchOptions``), from the config and the
+    context."""
+    return {"device": context.device, "cpu_threads": context.cpu_threads, "model_name": config["model_name"],
+            "checkpoint": context.checkpoint, "precision": config["precision"], "seed": config["seed"],
+            "max_batch_size": config["gpu_batch_size"], "max_prompt_length": context.max_prompt_length}

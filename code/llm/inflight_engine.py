@@ -389,12 +389,13 @@ class CalibratedFields:
 class CalibratedBackend(EngineBackend):
     """An in-flight backend whose FP8 runs take static scales from the engine folder ``make generate_engines``
     calibrates (``code/llm/calibration_engine.py``); a run never recalibrates. GPT-J's and Llama 3.1's inflight
-    backends are this one class: a subclass names its benchmark's ``EngineSpec``, ``Recipe`` and ``no_engine``
-    report, and its ``generation``."""
+    backends are this one class: a subclass names its benchmark's ``EngineSpec``, ``Recipe``, ``no_engine`` report
+    and options, and its ``generation``."""
 
     spec_type: ClassVar[type[EngineSpec]]
     recipe: ClassVar[Recipe]
     no_engine: ClassVar[Callable[[ResolvedConfig], EngineReport]]
+    options_type: ClassVar[type]  # the benchmark's InflightOptions: CalibratedFields and its model's options
 
     @classmethod
     def engine_spec(cls, config: ResolvedConfig, context: Any) -> EngineSpec:  # noqa: ANN401 - a BackendContext
@@ -421,12 +422,14 @@ class CalibratedBackend(EngineBackend):
                 "weights": context.checkpoint, "precision": spec.precision, "kv_cache_dtype": spec.kv_cache_dtype}
 
     @classmethod
-    def calibrated_fields(cls, config: ResolvedConfig, context: Any) -> dict[str, Any]:  # noqa: ANN401
-        """``CalibratedFields``' values for ``options_from``."""
+    def options_from(cls, config: ResolvedConfig, context: Any) -> Any:  # noqa: ANN401 - the InflightOptions
+        """The model's options (``options_type.model_fields``) and ``CalibratedFields``'."""
         path = cls.engine_dir(config, context)
-        return {"kv_cache_dtype": config["kv_cache_dtype"], "fp8_fast_accum": config["fp8_fast_accum"],
-                "cuda_graphs": config["cuda_graphs"], "engine_dir": path,
-                "engine_spec": cls.engine_spec(config, context) if path else None, "run_args": config.run_args()}
+        return cls.options_type(**cls.options_type.model_fields(config, context),
+                                kv_cache_dtype=config["kv_cache_dtype"], fp8_fast_accum=config["fp8_fast_accum"],
+                                cuda_graphs=config["cuda_graphs"], engine_dir=path,
+                                engine_spec=cls.engine_spec(config, context) if path else None,
+                                run_args=config.run_args())
 
     def generation(self, options: Any, model: Any) -> GenerationConfig:  # noqa: ANN401
         """The benchmark's decoding (beams, lengths, EOS ids) for ``model``."""

@@ -15,7 +15,6 @@ with the command that rebuilds it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from code.gptj.backends import no_engine
 from code.gptj.backends.inflight_engine import (
@@ -30,10 +29,6 @@ from code.gptj.memory_plan import PRECISIONS  # noqa: F401 - for callers
 from code.llm.generation import GenerationConfig
 from code.llm.inflight_engine import CalibratedBackend, CalibratedFields
 
-if TYPE_CHECKING:
-    from code.config.resolved import ResolvedConfig
-    from code.gptj.backends import BackendContext
-
 
 @dataclass(frozen=True)
 class InflightOptions(CalibratedFields, PytorchOptions):
@@ -44,11 +39,7 @@ class InflightGptjBackend(CalibratedBackend):
     spec_type = EngineSpec
     recipe = RECIPE
     no_engine = staticmethod(no_engine)
-
-    @classmethod
-    def options_from(cls, config: ResolvedConfig, context: BackendContext) -> InflightOptions:
-        return InflightOptions(**PytorchOptions.model_fields(config, context),
-                               **cls.calibrated_fields(config, context))
+    options_type = InflightOptions
 
     def generation(self, options: InflightOptions, model: InflightModel) -> GenerationConfig:
         """Beam search of ``num_beams`` (4: the closed division's)."""

@@ -17,7 +17,6 @@ rebuilds it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from code.llama31.backends import no_engine
 from code.llama31.backends.inflight_engine import RECIPE, EngineSpec
@@ -25,10 +24,6 @@ from code.llama31.backends.pytorch import PytorchOptions, generation_config
 from code.llama31.inflight_model import InflightLlama
 from code.llm.generation import GenerationConfig
 from code.llm.inflight_engine import CalibratedBackend, CalibratedFields
-
-if TYPE_CHECKING:
-    from code.config.resolved import ResolvedConfig
-    from code.llama31.backends import BackendContext
 
 
 @dataclass(frozen=True)
@@ -40,11 +35,7 @@ class InflightLlamaBackend(CalibratedBackend):
     spec_type = EngineSpec
     recipe = RECIPE
     no_engine = staticmethod(no_engine)
-
-    @classmethod
-    def options_from(cls, config: ResolvedConfig, context: BackendContext) -> InflightOptions:
-        return InflightOptions(**PytorchOptions.model_fields(config, context),
-                               **cls.calibrated_fields(config, context))
+    options_type = InflightOptions
 
     def generation(self, options: InflightOptions, model: InflightLlama) -> GenerationConfig:
         """The reference's greedy decoding, ending at any of the checkpoint's EOS ids."""

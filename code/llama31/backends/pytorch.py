@@ -18,6 +18,7 @@ import torch
 from code.common.faults import reading
 from code.llama31.backends import no_engine
 from code.llama31.model import LlamaConfig, load_checkpoint, random_weights
+from code.llm.backend_rules import model_fields
 from code.llm.checkpoint import DTYPES
 from code.llm.generation import GenerationConfig, cache_shape, generate
 
@@ -51,10 +52,8 @@ class PytorchOptions:
 
     @classmethod
     def model_fields(cls, config: ResolvedConfig, context: BackendContext) -> dict[str, object]:
-        """The fields every llama3.1-8b model backend reads, from the config and the context."""
-        return {"device": context.device, "cpu_threads": context.cpu_threads, "model_name": config["model_name"],
-                "checkpoint": context.checkpoint, "precision": config["precision"], "seed": config["seed"],
-                "max_batch_size": config["gpu_batch_size"], "max_prompt_length": context.max_prompt_length}
+        """The fields every llama3.1-8b model backend reads: the ones every LLM's do."""
+        return model_fields(config, context)
 
 
 class PytorchLlamaBackend:

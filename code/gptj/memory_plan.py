@@ -39,8 +39,10 @@ from code.llm.cache_shape import CacheShape
 from code.llm.memory_plan import (  # noqa: F401 - GPT-J's plan as its callers name it
     CUDA_CONTEXT_BYTES,
     GIB,
+    KV_CACHE_DTYPES,
     MIN_RESERVE_BYTES,
     PAGE_SIZE,
+    PRECISIONS,
     RESERVE_SHARE,
     MemoryPlan,
     prompt_pool_pages,
@@ -59,8 +61,6 @@ MIN_USEFUL_SLOTS = 8
 # (Server latency) and reserve generated rows that buy nothing
 MAX_SLOTS = 512
 
-PRECISIONS = ("fp32", "bf16", "fp16", "fp8")  # the inflight backend's; fp8: FP8 GEMMs, bf16 elsewhere
-KV_CACHE_DTYPES = ("auto", "fp8")  # auto: the model's 16-bit dtype
 _ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 

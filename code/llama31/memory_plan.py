@@ -26,10 +26,8 @@ from __future__ import annotations
 from code.llama31.architecture import LlamaConfig
 from code.llm import memory_plan as shared
 from code.llm.cache_shape import CacheShape
-from code.llm.memory_plan import CUDA_CONTEXT_BYTES, PAGE_SIZE, MemoryPlan
+from code.llm.memory_plan import CUDA_CONTEXT_BYTES, KV_CACHE_DTYPES, PAGE_SIZE, PRECISIONS, MemoryPlan
 
-PRECISIONS = ("fp32", "bf16", "fp16", "fp8")  # the inflight backend's; fp8: FP8 GEMMs, bf16 elsewhere
-KV_CACHE_DTYPES = ("auto", "fp8")  # auto: the model's 16-bit dtype; fp8: e4m3
 _ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 GEMMS_A_LAYER = 4  # qkv, out, gate_up, down: each an Fp8Linear with FP8 GEMMs
 MAX_NEW_TOKENS = 128

@@ -16,8 +16,9 @@
   ``amax.py``: per-layer largest magnitudes over calibration prompts (an FP8 model's static scales);
   ``calibration_engine.py``: the engine folder holding that calibration, built once and loaded by FP8 runs;
   ``memory_plan.py``: how many slots fit a GPU beside the weights (without torch).
+- ``backend_rules.py``: the backends' shared switch and the device and GPU rules their declarations name.
 
 A benchmark keeps its model, tokenizer, prompt, reference scores and targets (GPT-J: ``code/gptj/``, Llama 3.1:
-``code/llama31/``) and imports these. code/llm imports ``code/common``, ``code/mlperf`` and ``code/numerics`` only,
-never a benchmark.
+``code/llama31/``) and imports these. code/llm imports ``code/common``, ``code/config``, ``code/mlperf`` and
+``code/numerics`` only, never a benchmark.
 """

@@ -23,9 +23,17 @@ Module = TypeVar("Module", bound=nn.Module)
 # one HF tensor fills; None the whole parameter.
 HfNames = Mapping[str, tuple[str, int | None]]
 
+# A precision's dtype for the model's weights; fp8 runs bf16 between its FP8 GEMMs (``model_dtype``).
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
 _INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 _SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
 _TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".pytorch")
+
+
+def model_dtype(precision: str) -> torch.dtype:
+    """The dtype a model loads in: an FP8 model keeps bf16 outside its FP8 GEMMs (and calibrates in it)."""
+    return torch.bfloat16 if precision == "fp8" else DTYPES[precision]
 
 
 def checkpoint_files(path: Path) -> list[Path]:

@@ -26,17 +26,25 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from code.llm.beam_search import BeamState
+from code.llm.calibration_engine import EngineSpec, Recipe, engine_key, ensure_engine, load_calibration
+from code.llm.checkpoint import model_dtype
 from code.llm.generation import GenerationConfig
 from code.llm.kv_cache import CacheShape, KVCache
-from code.llm.memory_plan import GIB, PAGE_SIZE, RESERVE_SHARE, prompt_pool_pages
+from code.llm.memory_plan import GIB, KV_CACHE_DTYPES, PAGE_SIZE, PRECISIONS, RESERVE_SHARE, prompt_pool_pages
 from code.mlperf.devices import allocatable_gpu_bytes, usable_gpu_bytes
+from code.numerics.fp8 import E4M3
+
+if TYPE_CHECKING:
+    from code.config.resolved import ResolvedConfig
+    from code.mlperf.benchmarks import EngineReport
 
 Take = Callable[[int, float], "tuple[np.ndarray, np.ndarray] | None"]
 Complete = Callable[[np.ndarray, list[np.ndarray]], None]
@@ -364,3 +372,103 @@ class EngineBackend:
         ``stream_first_tokens``: report each first token through the session as soon as it is known."""
         self.engine.serve(session.take, session.complete, prompt_of, forced_length_of,
                           session.first_tokens if stream_first_tokens else None)
+
+
+@dataclass(frozen=True)
+class CalibratedFields:
+    """The options an in-flight backend adds to its benchmark's model options (a mixin of its ``InflightOptions``)."""
+
+    kv_cache_dtype: str = "auto"  # auto (the model's dtype) | fp8
+    fp8_fast_accum: bool = False  # precision fp8: cuBLASLt fast accumulation in the FP8 GEMMs
+    cuda_graphs: bool = True  # replay each step as one CUDA graph
+    engine_dir: Path | None = None  # FP8: the engine holding the calibration (code/llm/calibration_engine.py)
+    engine_spec: EngineSpec | None = None  # FP8: the EngineSpec the run expects of it
+    run_args: str | None = None  # makes an engine error's rebuild command copy-pasteable
+
+
+class CalibratedBackend(EngineBackend):
+    """An in-flight backend whose FP8 runs take static scales from the engine folder ``make generate_engines``
+    calibrates (``code/llm/calibration_engine.py``); a run never recalibrates. GPT-J's and Llama 3.1's inflight
+    backends are this one class: a subclass names its benchmark's ``EngineSpec``, ``Recipe``, ``no_engine`` report
+    and options, and its ``generation``."""
+
+    spec_type: ClassVar[type[EngineSpec]]
+    recipe: ClassVar[Recipe]
+    no_engine: ClassVar[Callable[[ResolvedConfig], EngineReport]]
+    options_type: ClassVar[type]  # the benchmark's InflightOptions: CalibratedFields and its model's options
+
+    @classmethod
+    def engine_spec(cls, config: ResolvedConfig, context: Any) -> EngineSpec:  # noqa: ANN401 - a BackendContext
+        return cls.spec_type(model_name=config["model_name"], precision=config["precision"],
+                             kv_cache_dtype=config["kv_cache_dtype"], checkpoint=context.checkpoint,
+                             seed=config["seed"])
+
+    @classmethod
+    def engine_dir(cls, config: ResolvedConfig, context: Any) -> Path | None:  # noqa: ANN401
+        """``<engines_dir>/<key>/`` when the config needs an engine (FP8 GEMMs or cache), else None."""
+        spec = cls.engine_spec(config, context)
+        return context.engines_dir / engine_key(spec) if spec.needs_engine else None
+
+    @classmethod
+    def generate_engine(cls, config: ResolvedConfig, context: Any) -> EngineReport:  # noqa: ANN401
+        """Calibrate an FP8 config's engine (reused while its manifest matches); a 16-bit config builds nothing."""
+        spec = cls.engine_spec(config, context)
+        path = cls.engine_dir(config, context)
+        if path is None:
+            return cls.no_engine(config)
+        built = ensure_engine(cls.recipe, spec, path, device=torch.device(context.device),
+                              dtype=model_dtype(spec.precision))
+        return {"engine": str(path), "built": "yes" if built else "no: reused, its manifest matches this run",
+                "weights": context.checkpoint, "precision": spec.precision, "kv_cache_dtype": spec.kv_cache_dtype}
+
+    @classmethod
+    def options_from(cls, config: ResolvedConfig, context: Any) -> Any:  # noqa: ANN401 - the InflightOptions
+        """The model's options (``options_type.model_fields``) and ``CalibratedFields``'."""
+        path = cls.engine_dir(config, context)
+        return cls.options_type(**cls.options_type.model_fields(config, context),
+                                kv_cache_dtype=config["kv_cache_dtype"], fp8_fast_accum=config["fp8_fast_accum"],
+                                cuda_graphs=config["cuda_graphs"], engine_dir=path,
+                                engine_spec=cls.engine_spec(config, context) if path else None,
+                                run_args=config.run_args())
+
+    def generation(self, options: Any, model: Any) -> GenerationConfig:  # noqa: ANN401
+        """The benchmark's decoding (beams, lengths, EOS ids) for ``model``."""
+        raise NotImplementedError
+
+    def __init__(self, options: Any) -> None:  # noqa: ANN401 - the benchmark's InflightOptions
+        if options.precision not in PRECISIONS:
+            raise ValueError(f"the inflight {self.recipe.benchmark} backend runs in {', '.join(PRECISIONS)}, not "
+                             f"{options.precision!r}: set --precision=bf16")
+        if options.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, not "
+                             f"{options.kv_cache_dtype!r}")
+        device = torch.device(options.device)
+        if device.type == "cuda" and options.precision == "fp32":
+            raise ValueError("the inflight backend on CUDA runs bf16, fp16 or fp8 (FlashAttention has no float32): "
+                             "set --precision=bf16")
+        # What GPU each engine needs is checked before a run loads anything (code/config/capabilities.py, from the
+        # backend's declaration); FP8 off a GPU is refused by the fields' device rules.
+        if device.type == "cpu" and options.cpu_threads:
+            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/mlperf/devices.py
+        fp8 = options.precision == "fp8" or options.kv_cache_dtype == "fp8"
+        if fp8 and (options.engine_dir is None or options.engine_spec is None):
+            raise ValueError("an FP8 inflight run needs InflightOptions.engine_dir and engine_spec (the engine "
+                             "holds the calibration): build it with make generate_engines")
+        spec = self.spec_type(options.model_name, options.precision, options.kv_cache_dtype, options.checkpoint,
+                              options.seed)
+        model = self.recipe.load_model(spec, device, model_dtype(options.precision))
+        amax = None
+        if fp8:
+            amax = load_calibration(self.recipe, options.engine_dir, options.engine_spec,
+                                    n_positions=model.config.n_positions, run_args=options.run_args)
+        if options.precision == "fp8":
+            model.use_fp8_gemms(amax, fast_accum=options.fp8_fast_accum)
+        if fp8:
+            torch.cuda.empty_cache()  # the freed 16-bit weights' blocks back to the driver before the KV pool
+        generation = self.generation(options, model)
+        longest = min(max(1, options.max_prompt_length), model.config.n_positions - generation.max_new_tokens + 1)
+        engine_options = EngineOptions(slots=options.max_batch_size, max_prompt_length=longest,
+                                       cuda_graphs=options.cuda_graphs,
+                                       kv_dtype=E4M3 if options.kv_cache_dtype == "fp8" else None,
+                                       memory_bytes=usable_gpu_bytes(device) if device.type == "cuda" else 0)
+        self.engine = InflightEngine(model, generation, engine_options, kv_amax=amax)

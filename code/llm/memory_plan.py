@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from code.llm.cache_shape import CacheShape
 
 GIB = 1 << 30
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8")  # the inflight backends'; fp8: FP8 GEMMs, bf16 elsewhere
+KV_CACHE_DTYPES = ("auto", "fp8")  # auto: the model's 16-bit dtype; fp8: e4m3
 PAGE_SIZE = 64  # tokens per prompt page; the decode kernel reads one page per iteration
 # The reserve beside the KV cache: a share of the GPU (fragmentation grows with the pool), at least 6 GiB (by the
 # tensors' shapes a 16,384-token prefill pass of GPT-J holds ~2.5 GB of activations in bf16 and the step's CUDA graph

@@ -10,22 +10,15 @@ a model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from code.common.gpu_models import BF16_CAPABILITY, FP8_CAPABILITY, TRITON_CAPABILITY
-from code.config.backends import (
-    BackendDeclaration,
-    Given,
-    Requirement,
-    backend_registry,
-    needs_gpu,
-)
+from code.config.backends import BackendDeclaration, backend_registry
 from code.config.field_spec import Field, Range
+from code.llm.backend_rules import inflight_needs, inflight_on_device, kv_cache_dtype_field, pytorch_needs
 from code.mlperf.backend_class import BackendClass
 from code.numerics.switches import FP8_FAST_ACCUM, fast_accum_needs_fp8
 
@@ -58,9 +51,8 @@ GptjBackendClass = BackendClass[BackendContext, GptjBackend]
 context and batches."""
 
 
-KV_CACHE_DTYPE = Field("kv_cache_dtype", str, "auto", "GPT-J inflight: what the KV cache stores: auto (the model's "
-                       "16-bit type) or fp8 (e4m3, per-layer scales from calibration; GPU only)",
-                       choices=("auto", "fp8"), engine=True)
+KV_CACHE_DTYPE = kv_cache_dtype_field("GPT-J inflight: what the KV cache stores: auto (the model's 16-bit type) or "
+                                      "fp8 (e4m3, per-layer scales from calibration; GPU only)")
 # The in-flight engine's switches; the other backends' configs hold them at their defaults (code/config/fields.py
 # refuses another value for a backend that runs a model, and RUN_ARGS that give them to a run without the engine).
 INFLIGHT_SWITCHES = (
@@ -98,37 +90,14 @@ class WithoutEngine:
         return no_engine(config)
 
 
-def _inflight_on_device(values: Mapping[str, Any], device: str, on: str, given: Given) -> str | None:
-    """An FP8 KV cache needs e4m3 tensor cores, and FlashAttention on the GPU has no float32."""
-    problem = needs_gpu(KV_CACHE_DTYPE.name, values.get(KV_CACHE_DTYPE.name), KV_CACHE_DTYPE.default, device, on,
-                        given)
-    if problem:
-        return problem
-    if device != "cpu" and values.get("precision") == "fp32":
-        return (f"the inflight backend on {on} runs bf16, fp16 or fp8 (FlashAttention has no float32); "
-                "set --precision=bf16")
-    return None
-
-
-def _inflight_needs(values: Mapping[str, Any]) -> Requirement | None:
-    """FP8 GEMMs or an FP8 KV cache need e4m3 tensor cores (Ada and newer); the engine's Triton kernels Ampere."""
-    if values.get("precision") == "fp8" or values.get("kv_cache_dtype") == "fp8":
-        return FP8_CAPABILITY, "FP8 GEMMs and KV cache (e4m3 tensor cores)"
-    return TRITON_CAPABILITY, "the in-flight engine's Triton kernels"
-
-
-def _pytorch_needs(values: Mapping[str, Any]) -> Requirement | None:
-    return (BF16_CAPABILITY, "bf16 tensor cores") if values.get("precision") == "bf16" else None
-
-
 # What the configuration checks a GPT-J config against (code/config/fields.py); the order is the error's.
 DECLARATIONS = (
     BackendDeclaration("pytorch", "code.gptj.backends.pytorch:PytorchGptjBackend", precisions=("fp32", "bf16", "fp16"),
-                       needs=_pytorch_needs),
+                       needs=pytorch_needs),
     BackendDeclaration("inflight", "code.gptj.backends.inflight:InflightGptjBackend",
                        precisions=("fp32", "bf16", "fp16", "fp8"), switches=INFLIGHT_SWITCHES,
                        check=fast_accum_needs_fp8,
-                       check_device=_inflight_on_device, needs=_inflight_needs,
+                       check_device=inflight_on_device, needs=inflight_needs,
                        needs_from=("precision", KV_CACHE_DTYPE.name)),
     BackendDeclaration("oracle", "code.gptj.backends.oracle:OracleGptjBackend", precisions=None,
                        switches=ORACLE_SWITCHES),

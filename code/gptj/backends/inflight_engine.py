@@ -119,19 +119,12 @@ def longest_prompt(n_positions: int) -> int:
 
 def load_model(spec: EngineSpec, device: torch.device, dtype: torch.dtype) -> InflightModel:
     """The spec's weights regrouped for the engine, as the inflight backend loads them."""
-    from code.common.faults import reading
     from code.gptj.backends.pytorch import REDOWNLOAD
     from code.gptj.model import GptjConfig, load_checkpoint, random_weights
 
-    if spec.is_random:
-        model = random_weights(GptjConfig.from_name(spec.model_name), spec.seed, dtype, device,
-                               draw_on_device=device.type == "cuda")
-    else:
-        with reading(spec.checkpoint, REDOWNLOAD):
-            model = load_checkpoint(spec.checkpoint, dtype=dtype, device=device)
-    inflight = InflightModel.from_model(model, consume=True)
-    del model
-    return inflight
+    model = calibration_engine.spec_weights(spec, device, dtype, GptjConfig.from_name, random_weights,
+                                            load_checkpoint, REDOWNLOAD)
+    return InflightModel.from_model(model, consume=True)
 
 
 # Through lambdas, so that what a test patches in this module (CALIBRATION_DIR, a function) is what a build uses.

@@ -15,13 +15,14 @@ import torch
 from code.common.faults import reading
 from code.gptj.backends import WithoutEngine
 from code.gptj.model import GptjConfig, load_checkpoint, random_weights
+from code.llm.backend_rules import model_fields
+from code.llm.checkpoint import DTYPES
 from code.llm.generation import GenerationConfig, cache_shape, generate
 
 if TYPE_CHECKING:
     from code.config.resolved import ResolvedConfig
     from code.gptj.backends import BackendContext
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 REDOWNLOAD = 're-download it: make download_model BENCHMARKS="gptj"'
 
 
@@ -40,10 +41,7 @@ class PytorchOptions:
     @classmethod
     def model_fields(cls, config: ResolvedConfig, context: BackendContext) -> dict[str, object]:
         """The fields every GPT-J model backend reads, from the config and the context."""
-        return {"device": context.device, "cpu_threads": context.cpu_threads, "model_name": config["model_name"],
-                "checkpoint": context.checkpoint, "precision": config["precision"], "seed": config["seed"],
-                "num_beams": config["num_beams"], "max_batch_size": config["gpu_batch_size"],
-                "max_prompt_length": context.max_prompt_length}
+        return {**model_fields(config, context), "num_beams": config["num_beams"]}
 
 
 class PytorchGptjBackend(WithoutEngine):

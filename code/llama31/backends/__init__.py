@@ -7,14 +7,13 @@ continuous session, as GPT-J's, in 16 bits or with FP8 GEMMs (``precision=fp8``)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from code.common.gpu_models import BF16_CAPABILITY, FP8_CAPABILITY, TRITON_CAPABILITY
-from code.config.backends import BackendDeclaration, Given, Requirement, backend_registry, needs_gpu
+from code.config.backends import BackendDeclaration, backend_registry
 from code.config.field_spec import Field
+from code.llm.backend_rules import inflight_needs, inflight_on_device, kv_cache_dtype_field, pytorch_needs
 from code.mlperf.backend_class import BackendClass
 from code.numerics.switches import FP8_FAST_ACCUM, fast_accum_needs_fp8
 
@@ -37,14 +36,8 @@ class BackendContext:
 LlamaBackendClass = BackendClass[BackendContext, Any]
 
 
-def _pytorch_needs(values: Mapping[str, Any]) -> Requirement | None:
-    return (BF16_CAPABILITY, "bf16 tensor cores") if values.get("precision") == "bf16" else None
-
-
-# GPT-J's inflight backend declares the same switch: one field (code/config/fields.py joins the descriptions), so
-# its type, default and choices are GPT-J's.
-KV_CACHE_DTYPE = Field("kv_cache_dtype", str, "auto", "llama3.1-8b inflight: the same, its scales from the engine "
-                       "folder make generate_engines calibrates", choices=("auto", "fp8"), engine=True)
+KV_CACHE_DTYPE = kv_cache_dtype_field("llama3.1-8b inflight: the same, its scales from the engine folder make "
+                                      "generate_engines calibrates")
 # The in-flight engine's switches; the pytorch backend's configs hold them at their defaults.
 INFLIGHT_SWITCHES = (
     KV_CACHE_DTYPE,
@@ -53,34 +46,13 @@ INFLIGHT_SWITCHES = (
 )
 
 
-def _inflight_on_device(values: Mapping[str, Any], device: str, on: str, given: Given) -> str | None:
-    """An FP8 KV cache needs e4m3 tensor cores (a CPU run would not be what its label says), and FlashAttention on
-    the GPU has no float32."""
-    problem = needs_gpu(KV_CACHE_DTYPE.name, values.get(KV_CACHE_DTYPE.name), KV_CACHE_DTYPE.default, device, on,
-                        given)
-    if problem:
-        return problem
-    if device != "cpu" and values.get("precision") == "fp32":
-        return (f"the inflight backend on {on} runs bf16, fp16 or fp8 (FlashAttention has no float32); "
-                "set --precision=bf16")
-    return None
-
-
-def _inflight_needs(values: Mapping[str, Any]) -> Requirement | None:
-    """FP8 GEMMs or an FP8 KV cache need e4m3 tensor cores (Ada and newer); the engine's Triton kernels (decode
-    attention, the prompt pages' write) Ampere."""
-    if values.get("precision") == "fp8" or values.get(KV_CACHE_DTYPE.name) == "fp8":
-        return FP8_CAPABILITY, "FP8 GEMMs and KV cache (e4m3 tensor cores)"
-    return TRITON_CAPABILITY, "the in-flight engine's Triton kernels"
-
-
 # What the configuration checks a llama3.1-8b config against (code/config/fields.py).
 DECLARATIONS = (
     BackendDeclaration("pytorch", "code.llama31.backends.pytorch:PytorchLlamaBackend",
-                       precisions=("fp32", "bf16", "fp16"), needs=_pytorch_needs),
+                       precisions=("fp32", "bf16", "fp16"), needs=pytorch_needs),
     BackendDeclaration("inflight", "code.llama31.backends.inflight:InflightLlamaBackend",
                        precisions=("fp32", "bf16", "fp16", "fp8"), switches=INFLIGHT_SWITCHES,
-                       check=fast_accum_needs_fp8, check_device=_inflight_on_device, needs=_inflight_needs,
+                       check=fast_accum_needs_fp8, check_device=inflight_on_device, needs=inflight_needs,
                        needs_from=("precision", KV_CACHE_DTYPE.name)),
 )
 BACKENDS = backend_registry("llama3.1-8b backend", DECLARATIONS)

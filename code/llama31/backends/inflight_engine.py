@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from code.common.faults import reading
 from code.llama31.backends.pytorch import REDOWNLOAD
 from code.llama31.dataset import LlamaSamples
 from code.llama31.inflight_model import Amax, InflightLlama
@@ -71,17 +70,11 @@ def calibrate_on(model: InflightLlama, prompts: list[np.ndarray], batch: int = 8
 
 
 def load_model(spec: EngineSpec, device: torch.device, dtype: torch.dtype) -> InflightLlama:
-    """The spec's weights (a checkpoint's, or random ones drawn on the GPU there) regrouped for the engine, in
-    ``dtype`` (the 16-bit dtype an FP8 engine runs between its GEMMs)."""
-    if spec.is_random:
-        model = random_weights(LlamaConfig.from_name(spec.model_name), spec.seed, dtype, device,
-                               draw_on_device=device.type == "cuda")
-    else:
-        with reading(spec.checkpoint, REDOWNLOAD):
-            model = load_checkpoint(spec.checkpoint, dtype=dtype, device=device)
-    inflight = InflightLlama.from_model(model, consume=True)
-    del model
-    return inflight
+    """The spec's weights regrouped for the engine, in ``dtype`` (the 16-bit dtype an FP8 engine runs between its
+    GEMMs)."""
+    model = calibration_engine.spec_weights(spec, device, dtype, LlamaConfig.from_name, random_weights,
+                                            load_checkpoint, REDOWNLOAD)
+    return InflightLlama.from_model(model, consume=True)
 
 
 # Through lambdas, so that what a test patches in this module is what a build uses.

@@ -18,6 +18,8 @@ import torch
 from code.common.faults import reading
 from code.llama31.backends import no_engine
 from code.llama31.model import LlamaConfig, load_checkpoint, random_weights
+from code.llm.backend_rules import model_fields
+from code.llm.checkpoint import DTYPES
 from code.llm.generation import GenerationConfig, cache_shape, generate
 
 if TYPE_CHECKING:
@@ -25,7 +27,6 @@ if TYPE_CHECKING:
     from code.llama31.backends import BackendContext
     from code.mlperf.benchmarks import EngineReport
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 MAX_NEW_TOKENS = 128
 MIN_NEW_TOKENS = 1
 REDOWNLOAD = "re-download it: make download_model BENCHMARKS=llama31"
@@ -49,13 +50,16 @@ class PytorchOptions:
     max_batch_size: int = 1  # KV caches are sized for this many prompts
     max_prompt_length: int = 2048  # and for prompts this long
 
+    @classmethod
+    def model_fields(cls, config: ResolvedConfig, context: BackendContext) -> dict[str, object]:
+        """The fields every llama3.1-8b model backend reads: the ones every LLM's do."""
+        return model_fields(config, context)
+
 
 class PytorchLlamaBackend:
     @staticmethod
     def options_from(config: ResolvedConfig, context: BackendContext) -> PytorchOptions:
-        return PytorchOptions(device=context.device, cpu_threads=context.cpu_threads, model_name=config["model_name"],
-                              checkpoint=context.checkpoint, precision=config["precision"], seed=config["seed"],
-                              max_batch_size=config["gpu_batch_size"], max_prompt_length=context.max_prompt_length)
+        return PytorchOptions(**PytorchOptions.model_fields(config, context))
 
     @staticmethod
     def engine_dir(config: ResolvedConfig, context: BackendContext) -> Path | None:

@@ -1,0 +1,57 @@
+"""What an LLM's backends share without torch (each benchmark's ``backends/__init__.py``, which the configuration's
+field table reads): the in-flight engine's KV cache switch, the rules of the device and the GPU that the in-flight
+and eager pytorch backends follow, and the model options every one of them reads."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from code.common.gpu_models import BF16_CAPABILITY, FP8_CAPABILITY, TRITON_CAPABILITY
+from code.config.backends import Given, Requirement, needs_gpu
+from code.config.field_spec import Field
+
+if TYPE_CHECKING:
+    from code.config.resolved import ResolvedConfig
+
+KV_CACHE_DTYPE = "kv_cache_dtype"
+KV_CACHE_DEFAULT = "auto"
+
+
+def kv_cache_dtype_field(description: str) -> Field:
+    """The in-flight engine's KV cache switch: one field whatever the benchmark (code/config/fields.py joins the
+    descriptions), so its type, default and choices are stated here once."""
+    return Field(KV_CACHE_DTYPE, str, KV_CACHE_DEFAULT, description, choices=(KV_CACHE_DEFAULT, "fp8"), engine=True)
+
+
+def inflight_on_device(values: Mapping[str, Any], device: str, on: str, given: Given) -> str | None:
+    """An FP8 KV cache needs e4m3 tensor cores (a CPU run would not be what its label says), and FlashAttention on
+    the GPU has no float32."""
+    problem = needs_gpu(KV_CACHE_DTYPE, values.get(KV_CACHE_DTYPE), KV_CACHE_DEFAULT, device, on, given)
+    if problem:
+        return problem
+    if device != "cpu" and values.get("precision") == "fp32":
+        return (f"the inflight backend on {on} runs bf16, fp16 or fp8 (FlashAttention has no float32); "
+                "set --precision=bf16")
+    return None
+
+
+def inflight_needs(values: Mapping[str, Any]) -> Requirement | None:
+    """FP8 GEMMs or an FP8 KV cache need e4m3 tensor cores (Ada and newer); the engine's Triton kernels (decode
+    attention, the prompt pages' write) Ampere."""
+    if values.get("precision") == "fp8" or values.get(KV_CACHE_DTYPE) == "fp8":
+        return FP8_CAPABILITY, "FP8 GEMMs and KV cache (e4m3 tensor cores)"
+    return TRITON_CAPABILITY, "the in-flight engine's Triton kernels"
+
+
+def pytorch_needs(values: Mapping[str, Any]) -> Requirement | None:
+    """bf16 needs bf16 tensor cores (Ampere and newer)."""
+    return (BF16_CAPABILITY, "bf16 tensor cores") if values.get("precision") == "bf16" else None
+
+
+def model_fields(config: ResolvedConfig, context: Any) -> dict[str, Any]:  # noqa: ANN401 - a BackendContext
+    """The model options every LLM backend reads (a benchmark's ``PytorchOptions``), from the config and the
+    context."""
+    return {"device": context.device, "cpu_threads": context.cpu_threads, "model_name": config["model_name"],
+            "checkpoint": context.checkpoint, "precision": config["precision"], "seed": config["seed"],
+            "max_batch_size": config["gpu_batch_size"], "max_prompt_length": context.max_prompt_length}

@@ -1,9 +1,10 @@
 """Llama 3.1 8B Instruct on CNN/DailyMail (llama3.1-8b): settings every llama3.1-8b config shares.
 
 The reference fixes generation (greedy, 1 to 128 new tokens) and has one accuracy target, 99%, so there are no
-``_HighAccuracy`` classes. The H100 and H200 classes run the in-flight engine (``inflight``: bf16, continuous
-batching, one slot for SingleStream; FP8 GEMMs and KV cache by RUN_ARGS, not measured yet: documentation/llama31.md);
-their values are estimates, said where each is set, but for the H200's Offline and Server rates, which were measured.
+``_HighAccuracy`` classes. The H100 and H200 classes run the in-flight engine (``inflight``: continuous batching),
+Offline and Server through an engine ladder (``llama_ladder``: FP8 GEMMs and KV cache first, bf16 last; the real
+accuracy run decides), SingleStream in bf16 with one slot (no complete GPU run yet); their values are estimates, said
+where each is set, but for the H200's Offline and Server rates, which were measured.
 """
 
 from typing import Any

@@ -173,9 +173,9 @@ def exercise_gptj(device: str, config: Any = None) -> None:
 
 class PrefillMagnitudes:
     """Stands in for the KV cache in one prefill (``InflightLlama.prefill`` calls only ``prompt_write_index`` and
-    ``write_prompt``) and keeps each layer's largest key and value magnitude. Llama's model has no calibration yet
-    (no ``collect_amax``), and an FP8 cache needs scales: these are the magnitudes a calibration over the same
-    prompts would find, so the FP8 kernels run on the values a run would give them (``KvMagnitudes``)."""
+    ``write_prompt``) and keeps each layer's largest key and value magnitude: the FP8 cache's scales, the
+    magnitudes ``collect_amax`` over the same prompts finds, so the FP8 kernels run on the values a run would give
+    them (``KvMagnitudes``), from a prefill of the bf16 engine as it is checked."""
 
     def __init__(self, layers: int) -> None:
         self.k = [0.0] * layers

@@ -20,8 +20,12 @@ Steps (each timed; a failing step does not stop the others):
   holding a synthetic prompt's keys and values (zeros: the time depends on lengths, not values); and two relative
   errors against the float32 eager model (``prefill``'s reference) on ``--prompts`` prompts: the prefill logits
   (FP8 GEMMs show; prefill attends over fresh keys, not the cache) and the last token's logits through one decode
-  step over the cached rest of its prompt (the FP8 KV cache shows too). Estimated at ~100 s on an H200 with the 8B
-  model (not yet run on one).
+  step over the cached rest of its prompt (the FP8 KV cache shows too). The FP8 GEMMs run without fast
+  accumulation here. 26 s on an H200 with the 8B model.
+- ``fp8_gemms``: each of the four GEMMs of the first layer alone, on its inputs of a float32 forward over
+  ``--prompts`` prompts: the FP8 GEMM's output (weights and inputs in e4m3, scales from ``--calibration_prompts``
+  prompts) and the GEMM of bf16-rounded operands, each against float32's: what one GEMM's rounding costs, apart
+  from how the rest of the model carries it to the logits (random weights amplify it).
 Random weights (``--layers`` shortens the model for a quicker check). Writes ``DIR/llama_inflight.json`` and prints
 a short table last. On a machine without a GPU ``--device cpu --model tiny`` runs the same steps in float32.
 """

@@ -22,7 +22,8 @@ class InFlightSamples {
  public:
   void Add(const std::vector<mlperf::QuerySample>& taken);
   // Marks the ids' first tokens as reported when each is held, not yet marked and named once; otherwise marks none
-  // and says why.
+  // and says why. The caller reports them to LoadGen after the lock is released, so one thread (the engine's) both
+  // reports a sample's first token and completes it: no other thread may complete it in between.
   std::string MarkFirstTokens(const std::uint64_t* ids, std::size_t count);
   // Removes the ids when each was taken and is named once; otherwise removes none and says why. `first_reported`
   // gets, per id, whether its first token was reported (MarkFirstTokens).

@@ -30,7 +30,7 @@ class CPU(SingleStreamBaseConfig):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H100_SXM_80GB(SingleStreamBaseConfig):
     # the in-flight engine with one slot: its decode step is one CUDA graph, and it reports each first token as soon
-    # as it has it, which SingleStream's token latencies time
+    # as it has it, which SingleStream's token latencies time (no complete GPU run yet: configs/llama31)
     backend = "inflight"
     precision = "bf16"
     device = "cuda"

@@ -52,6 +52,17 @@ def user_conf_entries(config: ResolvedConfig, sample_count: int, device_share: f
     return entries
 
 
+def qsl_performance_sample_count(config: ResolvedConfig, sample_count: int, device_share: float = 1.0,
+                                 probe_samples: int | None = None) -> int:
+    """The performance sample count the QSL reports to LoadGen: the samples this test loads. In equal-issue mode
+    LoadGen rounds a SingleStream test's min_query_count up to a multiple of the QSL's own count, not of user.conf's
+    override, so a QSL that reported the whole set would make a probe or a short test issue every sample of it
+    (13,368 one-second queries of llama3.1-8b)."""
+    override = user_conf_entries(config, sample_count, device_share, probe_samples).get(
+        "performance_sample_count_override")
+    return min(sample_count, int(override)) if override is not None else sample_count
+
+
 def short_equal_issue(config: ResolvedConfig) -> bool:
     """A --test_run of an equal-issue benchmark that names no sample count: LoadGen would pad its queries to the whole
     data set (13,368 samples: minutes on one GPU), so it loads what the test's duration issues instead."""

@@ -42,7 +42,7 @@ from code.mlperf.benchmarks import AccuracyReport, PreparedTest, load_benchmark
 from code.mlperf.power import NoPower, PowerSampler, power_sampler
 from code.mlperf.run_logs import TestResult, check_loadgen_logs, performance_result, read_detail_log
 from code.mlperf.run_record import RunRecord, write_record
-from code.mlperf.user_conf import write_user_conf
+from code.mlperf.user_conf import qsl_performance_sample_count, write_user_conf
 from code.mlperf.verdicts import not_submittable_reasons
 from code.processes.run_devices import run_on_devices
 from code.processes.test_process import resolve_from_spec
@@ -104,9 +104,7 @@ def run_single_test(spec: dict[str, Any], spec_file: Path) -> TestResult:
     if share < 1.0:
         log.info("%d of the system's %d GPUs run: the config's expected QPS is scaled by %.3g", len(prepared.devices),
                  system_gpus, share)
-    user_conf = write_user_conf(config, prepared.total_sample_count, log_dir, device_share=rest,
-                                probe_samples=spec.get("probe_samples"))
-    settings = core_settings(config, mode, prepared, user_conf, log_dir)
+    user_conf, settings = test_settings(config, mode, prepared, log_dir, rest, spec.get("probe_samples"))
     loaded = time.time()
     log.debug("LoadGen settings: %s; user.conf: %s", settings, user_conf)
 
@@ -194,16 +192,21 @@ def why_not_power(mode: TestMode, cluster: ClusterSettings | None) -> str | None
     return None
 
 
-def core_settings(config: ResolvedConfig, mode: TestMode, prepared: PreparedTest, user_conf: Path,
-                  log_dir: Path) -> CoreSettings:
-    """What the C++ core runs one test of this config with."""
-    return CoreSettings(model=config.benchmark.loadgen_model, scenario=config.scenario.value, mode=mode.value,
-                        user_conf=user_conf, log_dir=log_dir, total_sample_count=prepared.total_sample_count,
-                        performance_sample_count=prepared.performance_sample_count,
-                        max_batch_size=config["gpu_batch_size"], num_workers=config["num_workers"],
-                        sort_by_length=config["sort_by_length"],
-                        batch_timeout_us=config.values.get("batch_timeout_us", 0), round=config["round"],
-                        log_enable_trace=config["log_enable_trace"], token_responses=prepared.token_responses)
+def test_settings(config: ResolvedConfig, mode: TestMode, prepared: PreparedTest, log_dir: Path,
+                  device_share: float = 1.0, probe_samples: int | None = None) -> tuple[Path, CoreSettings]:
+    """What the C++ core runs one test of this config with: its user.conf, written into ``log_dir``, and the core's
+    settings, whose QSL reports the samples that user.conf loads (``qsl_performance_sample_count``).
+    ``device_share``: what is left to scale the config's rate by (``write_user_conf``)."""
+    user_conf = write_user_conf(config, prepared.total_sample_count, log_dir, device_share=device_share,
+                                probe_samples=probe_samples)
+    loaded = qsl_performance_sample_count(config, prepared.performance_sample_count, device_share, probe_samples)
+    settings = CoreSettings(model=config.benchmark.loadgen_model, scenario=config.scenario.value, mode=mode.value,
+                            user_conf=user_conf, log_dir=log_dir, total_sample_count=prepared.total_sample_count,
+                            performance_sample_count=loaded, max_batch_size=config["gpu_batch_size"],
+                            num_workers=config["num_workers"], sort_by_length=config["sort_by_length"],
+                            batch_timeout_us=config.values.get("batch_timeout_us", 0), round=config["round"],
+                            log_enable_trace=config["log_enable_trace"], token_responses=prepared.token_responses)
+    return user_conf, settings
 
 
 def progress_shape(config: ResolvedConfig, user_conf: Path) -> ProgressShape:

@@ -32,7 +32,6 @@ from code.mlperf.arguments import parse_run_args
 from code.mlperf.benchmarks import load_benchmark
 from code.mlperf.devices import torch_device
 from code.mlperf.run_logs import new_timestamped_dir
-from code.mlperf.user_conf import write_user_conf
 
 BLOCKING_SYNC = 0x04  # cudaDeviceScheduleBlockingSync
 
@@ -110,7 +109,7 @@ def measure(config: ResolvedConfig, log_dir: Path) -> dict[str, Any]:
     from code.common.systems import detect_system
     from code.config.resolve import device_share, scales_qps
     from code.harness.core import run_test, timeline
-    from code.processes.run_single_test import core_settings
+    from code.processes.run_single_test import test_settings
 
     benchmark = load_benchmark(config.benchmark)
     prepared = benchmark.prepare_test(config, TestMode.PerformanceOnly)
@@ -119,8 +118,7 @@ def measure(config: ResolvedConfig, log_dir: Path) -> dict[str, Any]:
     log_dir.mkdir(parents=True)
     # One GPU of the system: its share of the system's rate, as a run on one GPU of it expects.
     share = device_share([device], len(detect_system().gpus)) / config.device_share if scales_qps(config) else 1.0
-    user_conf = write_user_conf(config, prepared.total_sample_count, log_dir, device_share=share)
-    settings = core_settings(config, TestMode.PerformanceOnly, prepared, user_conf, log_dir)
+    user_conf, settings = test_settings(config, TestMode.PerformanceOnly, prepared, log_dir, share)
     started = time.perf_counter()
     from code.harness.core import progress
     from code.harness.progress import PERIOD_S, ProgressReporter

@@ -153,13 +153,13 @@ def _child_main(job: dict) -> int:
         frozen_at_load.append(gc.get_freeze_count())
 
     settings = CoreSettings(
-        model="bert",
+        model=job.get("model", "bert"),
         scenario=job["scenario"],
         mode=job.get("mode", "PerformanceOnly"),
         user_conf=Path(job["user_conf"]),
         log_dir=Path(job["log_dir"]),
         total_sample_count=QSL_SIZE,
-        performance_sample_count=QSL_SIZE,
+        performance_sample_count=job.get("performance_sample_count", QSL_SIZE),
         max_batch_size=job.get("max_batch_size", 16),
         num_workers=job.get("num_workers", 1),
         sort_by_length=job.get("sort_by_length", True),
@@ -348,6 +348,26 @@ def test_performance_run_is_valid(built_core: Path, tmp_path: Path, scenario: st
     if scenario == "Server":
         # 600 queries/s against 2 workers busy 5 ms a batch: samples wait, and dynamic batching groups them.
         assert max(sizes) > 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qsl_count", [16, QSL_SIZE])
+def test_equal_issue_singlestream_pads_queries_to_the_qsls_own_count(built_core: Path, tmp_path: Path,
+                                                                      qsl_count: int) -> None:
+    """GPT-J runs in equal-issue mode: LoadGen rounds a SingleStream test's query count up to a multiple of the QSL's
+    performance sample count, whatever user.conf's override loads. A QSL that reports the 16 samples the override
+    loads keeps a short test short (``qsl_performance_sample_count``); one that reports its whole set makes the test
+    issue every sample of it."""
+    conf = ("gptj.SingleStream.performance_sample_count_override = 16\ngptj.SingleStream.min_duration = 100\n"
+            "gptj.SingleStream.min_query_count = 1\ngptj.SingleStream.target_latency = 50\n")
+    result = run_child(tmp_path, conf, model="gptj", scenario="SingleStream", sleep_s=0.0,
+                       performance_sample_count=qsl_count)
+    assert "error" not in result, result["error"]
+    detail = (result["log_dir"] / "mlperf_log_detail.txt").read_text(encoding="utf-8")
+    effective = int(re.search(r'"key": "effective_min_query_count", "value": (\d+)', detail).group(1))
+    # 2 x 0.1 s x 20 queries/s = 4 queries, rounded up to a multiple of the QSL's count
+    assert effective == qsl_count
+    assert result["progress"]["issued"] >= qsl_count and len(set(result["loads"])) == 16
 
 
 @pytest.mark.slow

@@ -23,7 +23,12 @@ from code.config.resolved import WorkloadSetting
 from code.main import main
 from code.mlperf.arguments import ArgumentError, parse_run_args
 from code.mlperf.run_logs import TestResult
-from code.mlperf.user_conf import loaded_samples, user_conf_entries, write_user_conf
+from code.mlperf.user_conf import (
+    loaded_samples,
+    qsl_performance_sample_count,
+    user_conf_entries,
+    write_user_conf,
+)
 from code.report.pages import write_run_report
 from code.submission.runs import find_tests
 from code.submission.stage import StageError, stage
@@ -565,3 +570,15 @@ def test_a_gptj_singlestream_probe_loads_a_few_samples_so_loadgen_cannot_pad_it(
                    if not line.startswith("#"))
     assert entries["performance_sample_count_override"] == str(fp.SINGLESTREAM_PROBE_SAMPLES)
     assert int(entries["min_query_count"]) == 1
+    # and its QSL reports those samples, the count LoadGen pads a SingleStream query count to a multiple of
+    assert qsl_performance_sample_count(resolve_from_spec(spec), 13368, probe_samples=spec["probe_samples"]) == 16
+
+
+@pytest.mark.parametrize("benchmark", [Benchmark.GPTJ, Benchmark.LLAMA31])
+def test_the_qsl_reports_the_samples_a_test_loads(benchmark):
+    # an H200's config: the data set at its real size (the CPU's synthetic set is 64 samples)
+    short = resolve_config(benchmark, Scenario.SingleStream, "H200_SXM_141GBx1", WorkloadSetting(), {"test_run": True})
+    loads = int(user_conf_entries(short, 13368)["performance_sample_count_override"])
+    assert 1 <= loads < 13368 and qsl_performance_sample_count(short, 13368) == loads
+    full = resolve_config(benchmark, Scenario.SingleStream, "H200_SXM_141GBx1", WorkloadSetting(), {})
+    assert qsl_performance_sample_count(full, 13368) == 13368  # a real test: the whole set, as mlperf.conf says

@@ -26,6 +26,10 @@ Steps (each timed; a failing step does not stop the others):
   ``--prompts`` prompts: the FP8 GEMM's output (weights and inputs in e4m3, scales from ``--calibration_prompts``
   prompts) and the GEMM of bf16-rounded operands, each against float32's: what one GEMM's rounding costs, apart
   from how the rest of the model carries it to the logits (random weights amplify it).
+- ``profile``: the engine as ``make run`` runs it on a GPU (FP8 GEMMs with fast accumulation, FP8 KV cache) under
+  the profiler: one prefill pass (prompts packed up to its 16,384 tokens) and one eager decode step at ``--slots``
+  slots; each one's kernels grouped by kind (GEMM, attention, the rest) with their share of the GPU time, the
+  GEMMs' rate in TFLOP/s, and the top kernels. Tables go to ``DIR/profile_prefill.txt`` and ``profile_step.txt``.
 Random weights (``--layers`` shortens the model for a quicker check). Writes ``DIR/llama_inflight.json`` and prints
 a short table last. On a machine without a GPU ``--device cpu --model tiny`` runs the same steps in float32.
 """
@@ -59,7 +63,7 @@ from code.llm.paged_attention import decode_attention, decode_attention_referenc
 from code.numerics.fp8 import E4M3, Fp8Linear, quantize_fast
 from scripts.gpu.steps import print_summary, run_steps
 
-STEPS = ("attention", "prefill", "agreement", "throughput", "fp8", "fp8_gemms")
+STEPS = ("attention", "prefill", "agreement", "throughput", "fp8", "fp8_gemms", "profile")
 FP8_VARIANTS = ("16-bit", "fp8 gemms", "fp8 gemms+kv")  # in this order: the FP8 switch frees the 16-bit weights
 
 
@@ -263,6 +267,108 @@ def fp8_step(check: Check) -> None:
                           f"{r['prefill_rel_error']:>11.2e} {r['decode_rel_error']:>10.2e}")
 
 
+# Kernel kinds of a profile, by a name's fragment (first match wins): cuBLASLt's and CUTLASS's GEMMs, the
+# attention kernels (FlashAttention's prefill, the paged decode kernels), the rest.
+KERNEL_KINDS = (("gemm", ("gemm", "cutlass", "nvjet", "xmma", "sm90_")), ("attention", ("flash", "_decode", "attn")))
+
+
+def kernel_kind(name: str) -> str:
+    lowered = name.lower()
+    return next((kind for kind, parts in KERNEL_KINDS if any(part in lowered for part in parts)), "other")
+
+
+def profile_step(check: Check) -> None:
+    """Where one FP8 prefill pass's and one decode step's GPU time goes, by kernel kind."""
+    args = check.args
+    model = check.model()
+    inflight = InflightLlama.from_model(model, consume=True)
+    check._model = None
+    del model
+    amax = calibrate_on(inflight, check.prompts(args.calibration_prompts, seed=3))
+    on_gpu = check.device.type == "cuda"
+    inflight.use_fp8_gemms(amax, fast_accum=on_gpu)
+    filled = check.prompts(args.slots, seed=2)
+    options = EngineOptions(slots=len(filled), max_prompt_length=max(len(p) for p in filled),
+                            kv_dtype=E4M3 if on_gpu else None, cuda_graphs=False)
+    engine = InflightEngine(inflight, check.generation, options, kv_amax=amax)
+    packed, tokens = [], 0
+    for p in filled:
+        if packed and tokens + len(p) > options.prefill_tokens:
+            break
+        packed.append(torch.as_tensor(np.asarray(p, dtype=np.int64), device=check.device))
+        tokens += len(p)
+    slots = list(range(len(packed)))
+
+    def prefill() -> None:
+        for slot, p in zip(slots, packed, strict=True):
+            engine.cache.assign(slot, len(p))
+        inflight.prefill(packed, slots, engine.cache)
+        for slot in slots:
+            engine.cache.release(slot)
+
+    every = list(range(len(filled)))
+
+    def fill() -> None:
+        for slot, p in zip(every, filled, strict=True):
+            engine.cache.assign(slot, len(p))
+        engine.cache.set_tables(every, [len(p) for p in filled])
+        engine.beams.reset(torch.tensor(every, device=check.device))
+
+    cfg = check.config
+    # a prompt token's GEMM FLOPs: 2 x the four GEMMs' weights of every layer (the LM head runs on last tokens only)
+    per_token = 2 * cfg.n_layers * sum(math.prod(shape) for shape in gemm_shapes(cfg))
+    results = {}
+    with torch.inference_mode():
+        timed_ms(check, prefill, 1)  # warm-up: compiles and tunes outside the profile
+        results["prefill"] = profiled(check, prefill, "profile_prefill.txt", tokens * per_token)
+        fill()
+        timed_ms(check, engine._step, 1)
+        results["step"] = profiled(check, engine._step, "profile_step.txt", len(filled) * per_token)
+    results["prefill"]["tokens"] = tokens
+    results["step"]["slots"] = len(filled)
+    check.details["profile"] = results
+    check.rows.append(f"profile (FP8 GEMMs{' with fast accumulation, FP8 KV cache' if on_gpu else ''}; prefill "
+                      f"{tokens} tokens, step {len(filled)} slots; ms of GPU time and share):")
+    for name, r in results.items():
+        kinds = "  ".join(f"{kind} {ms:.2f} ({100 * ms / r['total_ms']:.0f}%)" for kind, ms in r["kinds"].items())
+        check.rows.append(f"  {name:<8} total {r['total_ms']:.2f}  {kinds}  GEMMs {r['gemm_tflops']:.0f} TFLOP/s")
+        for kernel, ms in r["top"][:6]:
+            check.rows.append(f"    {ms:8.3f}  {kernel[:90]}")
+
+
+def gemm_shapes(cfg: LlamaConfig) -> list[tuple[int, int]]:
+    """(out, in) of a layer's four GEMMs: QKV, the output projection, gate and up, down."""
+    q, kv = cfg.n_heads * cfg.head_dim, 2 * cfg.n_kv_heads * cfg.head_dim
+    return [(q + kv, cfg.dim), (cfg.dim, q), (2 * cfg.intermediate_size, cfg.dim), (cfg.dim, cfg.intermediate_size)]
+
+
+def profiled(check: Check, run: Callable[[], object], table_name: str, gemm_flops: int) -> dict[str, Any]:
+    """One call of ``run`` under the profiler: GPU ms per kernel kind, the top kernels, the GEMMs' TFLOP/s."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if check.device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        run()
+        if check.device.type == "cuda":
+            torch.cuda.synchronize(check.device)
+    events = [e for e in prof.key_averages() if e.device_time_total > 0 and e.device_type.name == "CUDA"] \
+        if check.device.type == "cuda" else [e for e in prof.key_averages() if e.cpu_time_total > 0]
+    times = {e.key: (e.device_time_total if check.device.type == "cuda" else e.self_cpu_time_total) / 1e3
+             for e in events}
+    kinds: dict[str, float] = {kind: 0.0 for kind, _ in KERNEL_KINDS} | {"other": 0.0}
+    for name, ms in times.items():
+        kinds[kernel_kind(name)] += ms
+    total = sum(times.values()) or 1e-9
+    table = prof.key_averages().table(sort_by="cuda_time_total" if check.device.type == "cuda" else
+                                      "self_cpu_time_total", row_limit=30, max_name_column_width=90)
+    check.args.out.mkdir(parents=True, exist_ok=True)
+    (check.args.out / table_name).write_text(table)
+    gemm_ms = kinds["gemm"]
+    return {"total_ms": round(total, 3), "kinds": {k: round(v, 3) for k, v in kinds.items()},
+            "gemm_tflops": round(gemm_flops / (gemm_ms * 1e-3) / 1e12, 1) if gemm_ms else 0.0,
+            "top": sorted(((k, round(v, 3)) for k, v in times.items()), key=lambda kv: -kv[1])[:12]}
+
+
 class FirstLayerInputs:
     """Stands in for an ``Amax`` in ``collect_amax``: keeps layer 0's GEMM inputs instead of their magnitudes."""
 
@@ -420,7 +526,8 @@ def main(argv: list[str] | None = None) -> None:
     check = Check(args)
     chosen = [s for s in STEPS if s in args.steps.split(",")]
     steps = {"attention": attention_step, "prefill": prefill_step, "agreement": agreement_step,
-             "throughput": throughput_step, "fp8": fp8_step, "fp8_gemms": fp8_gemms_step}
+             "throughput": throughput_step, "fp8": fp8_step, "fp8_gemms": fp8_gemms_step,
+             "profile": profile_step}
     run_steps([(name, lambda name=name: steps[name](check)) for name in chosen], set(), check.details, check.rows,
               check.save)
     print_summary("check_llama_inflight", check.details, check.rows,

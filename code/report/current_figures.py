@@ -21,6 +21,7 @@ from code.common import atomic
 from code.common.constants import TestMode
 from code.common.paths import REPO_ROOT
 from code.common.systems import gpu_model_and_count
+from code.mlperf.run_logs import FIRST_TOKEN_METRIC
 from code.report.results import csv_text, started
 from code.submission.runs import TestRun, find_tests
 
@@ -174,7 +175,7 @@ def row_of(test: TestRun, measurement: str, command: str | None = None, device: 
                verdict="VALID" if result.get("valid") else "INVALID",
                date=time.strftime("%Y-%m-%d", time.localtime(started(test.directory))),
                command=command or rerun_command(test), measurement=measurement,
-               note="p90" if metric.startswith("90th") else "",
+               note=("TTFT p90" if metric == FIRST_TOKEN_METRIC else "p90") if metric.startswith("90th") else "",
                watts=str(round(power["mean_w"])) if power.get("mean_w") else "",
                samples_per_joule=f"{power['samples_per_joule']:.3g}" if power.get("samples_per_joule") else "")
 

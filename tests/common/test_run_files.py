@@ -99,6 +99,13 @@ def test_performance_result_valid_and_invalid(tmp_path):
     result = performance_result(tmp_path, Scenario.SingleStream)
     assert result.value == pytest.approx(2.5) and result.unit == "ms"
     assert result.valid is False and "1 LoadGen error(s)" in result.invalid_reasons[-1]
+    assert result.metric == "90th_percentile_latency"
+
+    # with token latencies on (llama3.1-8b), the same estimate is of the time to first token
+    _detail(tmp_path, [("result_validity", "VALID"), ("early_stopping_latency_ss", 66_571_493),
+                       ("requested_use_token_latencies", True), ("result_90.00_percentile_latency_ns", 1.05e9)])
+    result = performance_result(tmp_path, Scenario.SingleStream)
+    assert (result.metric, result.value) == ("90th_percentile_first_token_latency", pytest.approx(66.571493))
 
 
 def test_link_dirs_local_and_scratch(tmp_path, monkeypatch):

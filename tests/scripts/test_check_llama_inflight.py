@@ -67,3 +67,22 @@ def test_the_fp8_gemms_step_prices_one_gemms_rounding(tmp_path, capsys):
     for errors in result.values():
         assert 0.01 < errors["fp8_rel_error"] < 0.06
         assert 0 < errors["bf16_rel_error"] < errors["fp8_rel_error"] / 5
+
+
+def test_the_splits_step_runs_on_the_cpu_and_prints_its_table(tmp_path, capsys):
+    """The splits step on the tiny model, the rule filling 132 SMs (``--sms``): 200-token prompts allow 3 splits of
+    a 64-token page each, above the tiny model's fixed 2, at 1 and 4 slots alike (one key/value head: 1 x 1 x 3
+    programs are far from 264); a row per cache and slot count with positive times. On the CPU both launches run
+    the reference attention, so they agree exactly (the GPU's rows tell the kernels' difference)."""
+    main(["--out", str(tmp_path), "--device", "cpu", "--model", "tiny", "--steps", "splits", "--length_scale", "0.2",
+          "--sms", "132", "--repeats", "2", "--split_slots", "1,4"])
+    out = capsys.readouterr().out
+    table = out[out.index("splits (132 SMs; 200-token prompts, 64 generated;"):]
+    for name in ("float32 1 ", "float32 4 ", "fp8 1 ", "fp8 4 "):
+        assert f"\n  {name}" in table and "FAILED" not in table, table
+    result = json.loads((tmp_path / "llama_inflight.json").read_text())["splits"]
+    assert (result["sms"], result["prompt"], result["generated"]) == (132, 200, 64)
+    for r in result["cases"].values():
+        assert (r["splits_old"], r["splits_new"]) == (2, 3), r
+        assert r["ms_old"] > 0 and r["ms_new"] > 0 and r["speedup"] > 0
+        assert r["max_abs_error"] == 0 and r["rel_error"] == 0 and r["new_vs_reference"] == 0

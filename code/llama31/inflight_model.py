@@ -29,7 +29,7 @@ on the CPU ``Fp8Linear`` emulates the GEMM in float32 from the quantized operand
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from code.llama31.architecture import LlamaConfig
+from code.llama31.memory_plan import TYPICAL_PROMPT_TOKENS
 from code.llama31.model import Llama, apply_rotary, rope_table
 from code.llm.amax import LayerAmax
 from code.llm.cache_shape import CacheShape
@@ -46,7 +47,8 @@ from code.numerics.fp8 import Fp8Linear, quantize_fast
 
 # The decode kernel's launch at Llama 3.1 8B's shape (1 beam, 4 query heads a key/value head of 128): 4 key/value
 # heads a program (16 query rows) in 2 splits read an FP8 cache 1.50x as fast as one head a program, a bf16 one
-# within 5% of the best (measured: decode-heads-2026-11-28).
+# within 5% of the best (measured: decode-heads-2026-11-28). The engine raises SPLITS for few slots
+# (``code.llm.paged_attention.decode_launch_for``); this is the launch at many.
 # A model of fewer key/value heads (the tests' tiny one) takes as many a program as divide its count.
 DECODE_LAUNCH = {"KEYS": 32, "num_warps": 4, "num_stages": 3, "SPLITS": 2, "HEADS": 4}
 
@@ -112,6 +114,7 @@ class InflightLlama:
     (random or a checkpoint's, on the target device and dtype)."""
 
     memory_plan = "code/llama31/memory_plan.py: llama_memory_plan"
+    typical_prompt_tokens = TYPICAL_PROMPT_TOKENS
 
     def __init__(self, config: LlamaConfig, embedding: Tensor, layers: list[LayerWeights], norm_weight: Tensor,
                  head_weight: Tensor) -> None:
@@ -270,8 +273,10 @@ class InflightLlama:
 
         return self._prompt_forward(prompts, write)
 
-    def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor) -> Tensor:
+    def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor,
+               launch: Mapping[str, int] | None = None) -> Tensor:
         """One token per beam row (``tokens [slots * beams]``), the ``gen_count[s]``-th generated token of slot s;
-        float32 logits ``[slots * beams, vocab]``. No host synchronisation: it is captured in a CUDA graph."""
-        positions, attend = decode_step(cache, ancestry, gen_count, self.decode_launch)
+        float32 logits ``[slots * beams, vocab]``. No host synchronisation: it is captured in a CUDA graph.
+        ``launch``: the decode kernel's (None: ``decode_launch``; the engine passes its slots' own)."""
+        positions, attend = decode_step(cache, ancestry, gen_count, self.decode_launch if launch is None else launch)
         return self._logits(self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend))

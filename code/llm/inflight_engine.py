@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -39,6 +39,7 @@ from code.llm.checkpoint import model_dtype
 from code.llm.generation import GenerationConfig
 from code.llm.kv_cache import CacheShape, KVCache
 from code.llm.memory_plan import GIB, KV_CACHE_DTYPES, PAGE_SIZE, PRECISIONS, RESERVE_SHARE, prompt_pool_pages
+from code.llm.paged_attention import decode_launch_for
 from code.mlperf.devices import allocatable_gpu_bytes, usable_gpu_bytes
 from code.numerics.fp8 import E4M3
 
@@ -54,11 +55,20 @@ ForcedLengthOf = Callable[[int], int]  # synthetic runs: a sample's forced outpu
 IDLE_WAIT_S = 0.05  # how long take waits when nothing is running (keeps an idle Server loop off the CPU)
 
 
+def sm_count(device: torch.device) -> int:
+    """The device's SMs (what the decode split rule fills); 0 off CUDA, where no kernel is launched."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 0
+
+
 class EngineModel(Protocol):
     """What the engine asks of a model: its sizes, its cache's shape, and two forwards over the paged cache."""
 
     config: Any  # ``n_positions`` (the longest prompt + new tokens) and ``vocab_size`` (the logits' width)
     memory_plan: str  # where a too-small GPU's error sends the user, e.g. "code/gptj/memory_plan.py: gptj_memory_plan"
+    # the decode kernel's launch tuned at many slots (``code.llm.paged_attention.DECODE_LAUNCH``'s keys): the engine
+    # raises its SPLITS for few slots (``decode_launch_for``), never lowers them
+    decode_launch: Mapping[str, int]
+    typical_prompt_tokens: int  # the data set's mean prompt: the split rule gives each split a block of one
 
     @property
     def device(self) -> torch.device: ...
@@ -76,9 +86,10 @@ class EngineModel(Protocol):
         prompt's last token."""
         ...
 
-    def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor) -> Tensor:
+    def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor,
+               launch: Mapping[str, int] | None = None) -> Tensor:
         """One token per beam row; float32 logits ``[slots * beams, vocab]``, without host synchronisation (it is
-        captured in a CUDA graph)."""
+        captured in a CUDA graph). ``launch``: the decode kernel's (None: the model's ``decode_launch``)."""
         ...
 
 
@@ -137,10 +148,14 @@ class EngineStats:
 
 class InflightEngine:
     """``kv_amax``: the calibration's key and value magnitudes, which an FP8 cache needs for its scales (fixed
-    before the step is captured: the kernels take them as constants)."""
+    before the step is captured: the kernels take them as constants).
+
+    Every step, eager or the CUDA graph, runs ``decode_launch``: the model's launch with SPLITS for the engine's
+    ``slots`` on this GPU (``decode_launch_for``), since the graph's grid is fixed at capture for that many slots.
+    ``decode_launch`` given: that launch instead (the GPU checks time the model's own against the rule's)."""
 
     def __init__(self, model: EngineModel, generation: GenerationConfig, options: EngineOptions,
-                 kv_amax: KvMagnitudes | None = None) -> None:
+                 kv_amax: KvMagnitudes | None = None, decode_launch: Mapping[str, int] | None = None) -> None:
         cfg = model.config
         if options.max_prompt_length + generation.max_new_tokens - 1 > cfg.n_positions:
             raise ValueError(f"prompts of {options.max_prompt_length} tokens + {generation.max_new_tokens} new "
@@ -159,11 +174,21 @@ class InflightEngine:
                 raise ValueError("an FP8 KV cache needs the calibration's key and value magnitudes (kv_amax)")
             self.cache.set_scales(kv_amax.k, kv_amax.v)
         self.stats = EngineStats(kv_pages=pages)
+        self.decode_launch = dict(decode_launch) if decode_launch is not None else self._decode_launch()
         self._graph: torch.cuda.CUDAGraph | None = None
         if device.type == "cuda":  # CPU passes compile nothing
             self._warm_prefill()
         if device.type == "cuda" and options.cuda_graphs:
             self._capture()
+
+    def _decode_launch(self) -> dict[str, int]:
+        """The split rule's launch for this engine's slots: every step's grid holds all ``slots`` (free ones read
+        one token), so the graph serves that many, whatever runs."""
+        base = self.model.decode_launch
+        return decode_launch_for(self.options.slots, self.cache.shape.heads // base.get("HEADS", 1),
+                                 sm_count(self.model.device), base,
+                                 prompt_tokens=min(self.model.typical_prompt_tokens, self.options.max_prompt_length),
+                                 page_size=self.options.page_size)
 
     def _warm_prefill(self) -> None:
         """One short prompt pass, discarded: Triton compiles the prompt-pass kernels and cuBLAS loads its GEMMs
@@ -198,7 +223,7 @@ class InflightEngine:
     def _step_eager(self) -> None:
         self.beams.step(self.logits)
         logits = self.model.decode(self.beams.next_tokens.view(-1), self.cache, self.beams.ancestry,
-                                   self.beams.step_no)
+                                   self.beams.step_no, self.decode_launch)
         self.logits.copy_(logits)
 
     def _capture(self) -> None:

@@ -29,7 +29,8 @@ so a step of few slots still fills the GPU and each program's chain of dependent
 may get none) and the generated tokens to the last split, and writes each (beam row, query head)'s partial state
 (running max, sum, unnormalised accumulator; float32) to a workspace; ``_merge_kernel`` combines the partials by
 log-sum-exp and normalises. A split with no keys writes nothing and the merge skips it by the same rule
-(``_split_range``). SPLITS and HEADS combine freely.
+(``_split_range``). SPLITS and HEADS combine freely. A model's launch states SPLITS for many slots; the engine
+raises it for an engine of few slots (``decode_launch_for``: about two programs an SM).
 
 Head dimensions go in two halves (two dots per product), which halves the registers a widened tile takes. With an
 FP8 cache the kernel loads e4m3 keys and values and widens them to fp16 in registers (one conversion instruction
@@ -68,6 +69,37 @@ MAX_ROWS = 64  # the most query rows one program takes: its accumulator is [rows
 # The default is GPT-J's (16 heads of 256, 4 beams, FP8 cache): two heads a program read the cache 1.23x as fast as
 # one (measured: decode-heads-2026-11-28); a model of another shape passes its own (``decode_attention``'s launch).
 DECODE_LAUNCH: dict[str, int] = {"KEYS": 32, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 2}
+# The split rule (``decode_launch_for``) aims at this many decode programs per SM: a program is one chain of
+# dependent loads, so an SM needs a few at once to hide their latency, and two waves' worth keep every SM busy.
+PROGRAMS_PER_SM = 2
+
+
+def decode_launch_for(slots: int, head_groups: int, sm_count: int, base: Mapping[str, int], *,
+                      prompt_tokens: int, page_size: int) -> dict[str, int]:
+    """``base`` (a model's configured launch) with SPLITS raised so a decode step of ``slots`` slots fills a GPU
+    of ``sm_count`` SMs: the launch a CUDA graph (or eager step) serving that many slots runs.
+
+    Why: the grid is (slots, head_groups, SPLITS) programs whatever the GPU, so a launch tuned at hundreds of slots
+    leaves most SMs idle at SingleStream's one slot (Llama 3.1 8B: 2 x 2 programs on 132 SMs), and the step waits
+    on a few long chains of loads instead of reading the cache at the GPU's bandwidth.
+
+    The rule: the most splits that keep ``slots x head_groups x splits`` within ``PROGRAMS_PER_SM x sm_count``
+    (about two programs an SM), at most as many as a typical prompt of ``prompt_tokens`` has whole blocks of the
+    kernel's split alignment (``lcm(page_size, KEYS)``: each split then still reads at least one page and key
+    tile of it), and never fewer than ``base``'s SPLITS, so a step of many slots keeps the tuned launch: Offline's
+    and Server's hundreds, and 64 slots and more at Llama's and GPT-J's shapes on a GPU of fewer than 192 SMs
+    (H200: 132, B200: 148). ``sm_count`` 0 (no GPU: the reference path runs, which takes no launch) gives
+    ``base``."""
+    if slots < 1 or head_groups < 1 or sm_count < 0:
+        raise ValueError(f"the split rule needs slots >= 1, head_groups >= 1 and sm_count >= 0, not {slots}, "
+                         f"{head_groups}, {sm_count}")
+    launch = dict(base)
+    floor = launch.get("SPLITS", 1)
+    align = math.lcm(page_size, launch["KEYS"])
+    most = max(1, prompt_tokens // align)  # splits that each get a whole block of a typical prompt
+    wanted = PROGRAMS_PER_SM * sm_count // (slots * head_groups)
+    launch["SPLITS"] = max(floor, min(most, wanted))
+    return launch
 
 
 def prefill_attention(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], cu_seqlens: Tensor) -> Tensor:

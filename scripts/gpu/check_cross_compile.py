@@ -8,9 +8,9 @@ architecture fails only there, at its first launch. This script finds out before
    compiles every specialization an engine can launch: BERT's packed forward (``PackedBert``) for fp16, bf16 and
    fp8 engines (fp8 GEMM subsets, fp8_residual, fp8_attention, the bert-99 engine) at BERT-large's widths, each
    with every attention tile a tuning may pick (``CANDIDATE_CONFIGS``); GPT-J's in-flight engine at GPT-J 6B's
-   widths (one layer) with bf16 and FP8 GEMMs over bf16 and FP8 KV caches, one and two decode splits; Llama 3.1
-   8B's in-flight engine at its widths (two layers; grouped-query decode with its own launch, ``decode_launch``)
-   over a bf16 and an FP8 KV cache, one and two decode splits.
+   widths (one layer) with bf16 and FP8 GEMMs over bf16 and FP8 KV caches; Llama 3.1 8B's in-flight engine at its
+   widths (two layers; grouped-query decode with its own launch, ``decode_launch``) over a bf16 and an FP8 KV
+   cache; each engine under every decode split count of ``DECODE_SPLITS``.
 2. ``compile``: list every Triton function of the loaded ``code.*`` modules (discovery: a new kernel file is found
    without naming it here), read what the JIT compiled from each one's per-device cache, and ``triton.compile``
    each specialization for every target (in worker processes; no GPU involved), recording ok or the error and
@@ -61,6 +61,11 @@ GPTJ_OUTPUT = (3, 4)  # forced output lengths: a few decode steps each
 LLAMA_LAYERS = 2
 LLAMA_PROMPTS = (70, 130)  # as GPT-J's: a partial page and more than two pages of 64
 LLAMA_OUTPUT = (3, 4)
+# The decode splits each engine runs: the one-program kernel, the split kernel at Llama's fixed 2, and a count for
+# each merge tile (``_merge_kernel``'s SPLIT_TILE: the next power of two) the engine's split rule picks for few
+# slots (``decode_launch_for``: at most a typical prompt's 64-token pages, 15 for Llama's 1,000 tokens, so never a
+# multiple of 16, which Triton would specialize the split kernel's ``splits`` for).
+DECODE_SPLITS = (1, 2, 4, 8, 15)
 
 
 # -- exercising the product ------------------------------------------------------------------------------------------
@@ -123,11 +128,11 @@ def exercise_bert(device: str, layers: int = BERT_LAYERS, config_name: str = "la
 
 def exercise_gptj(device: str, config: Any = None) -> None:
     """GPT-J's in-flight engine: calibration, then ``generate`` with bf16 GEMMs over a bf16 and an FP8 KV cache,
-    then the same with FP8 GEMMs, each with one decode program per (slot, head) and with two splits.
+    then the same with FP8 GEMMs, each under every split count of ``DECODE_SPLITS`` (an engine runs the launch it
+    was built with: one engine per count).
 
     The decode step's elementwise functions run uncompiled: under ``torch.compile`` they are Inductor's generated
     kernels (torch's, not in ``code``), and compiling them would cost GPU time this check does not need."""
-    import code.llm.paged_attention as attention
     from code.gptj.inflight.elementwise import Elementwise
     from code.gptj.inflight.layers import InflightModel
     from code.gptj.model import GptjConfig, random_weights
@@ -149,7 +154,7 @@ def exercise_gptj(device: str, config: Any = None) -> None:
     longest = config.n_positions - generation.max_new_tokens + 1
     pages = len(prompts) * -(-longest // 64)
     done = []
-    launch = dict(attention.DECODE_LAUNCH)
+    launch = dict(inflight.decode_launch)
     for gemms, kv in (("bf16", "bf16"), ("bf16", "fp8"), ("fp8", "bf16"), ("fp8", "fp8")):
         name = f"{gemms} GEMMs, {kv} KV"
         try:
@@ -157,18 +162,16 @@ def exercise_gptj(device: str, config: Any = None) -> None:
                 inflight.use_fp8_gemms(amax)
             options = EngineOptions(slots=len(prompts), max_prompt_length=longest, page_size=64, kv_pages=pages,
                                     kv_dtype=E4M3 if kv == "fp8" else None, cuda_graphs=False)
-            engine = InflightEngine(inflight, generation, options, kv_amax=amax)
-            for splits in (1, 2):
-                attention.DECODE_LAUNCH["SPLITS"] = splits
+            for splits in DECODE_SPLITS:
+                engine = InflightEngine(inflight, generation, options, kv_amax=amax,
+                                        decode_launch={**launch, "SPLITS": splits})
                 engine.generate([p.numpy() for p in prompts], list(GPTJ_OUTPUT))
+                del engine
             done.append(name)
         except Exception as error:  # noqa: BLE001 - the other variants' kernels still count
             ROWS.append(f"gptj {name}: FAILED {type(error).__name__}: {str(error)[:300]}")
-        finally:
-            attention.DECODE_LAUNCH.clear()
-            attention.DECODE_LAUNCH.update(launch)
     ROWS.append(f"gptj: {len(done)} engines ran ({'; '.join(done)}), prompts of {GPTJ_PROMPTS} tokens, "
-                f"{config.n_layer} layer(s) of n_embd {config.n_embd}, decode splits 1 and 2")
+                f"{config.n_layer} layer(s) of n_embd {config.n_embd}, decode splits {DECODE_SPLITS}")
 
 
 class PrefillMagnitudes:
@@ -192,8 +195,8 @@ class PrefillMagnitudes:
 def exercise_llama(device: str, config: Any = None) -> None:
     """Llama 3.1 8B's in-flight engine (``code/llama31/inflight_model.py``): ``generate`` over a bf16 and an FP8 KV
     cache with the engine's own decode launch (``decode_launch``: grouped-query attention, several key/value heads
-    a program), with one decode split and with two. The FP8 cache's scales come from one prefill of the same
-    prompts (``PrefillMagnitudes``)."""
+    a program), under every split count of ``DECODE_SPLITS`` (one engine per count: an engine runs the launch it
+    was built with). The FP8 cache's scales come from one prefill of the same prompts (``PrefillMagnitudes``)."""
     from code.llama31.architecture import LlamaConfig
     from code.llama31.backends.pytorch import generation_config
     from code.llama31.inflight_model import InflightLlama
@@ -224,20 +227,19 @@ def exercise_llama(device: str, config: Any = None) -> None:
         try:
             options = EngineOptions(slots=len(prompts), max_prompt_length=longest, page_size=64, kv_pages=pages,
                                     kv_dtype=E4M3 if kv == "fp8" else None, cuda_graphs=False)
-            engine = InflightEngine(inflight, generation, options, kv_amax=magnitudes)
-            for splits in (1, 2):
-                inflight.decode_launch = {**launch, "SPLITS": splits}
+            for splits in DECODE_SPLITS:
+                engine = InflightEngine(inflight, generation, options, kv_amax=magnitudes,
+                                        decode_launch={**launch, "SPLITS": splits})
                 engine.generate([p.numpy() for p in prompts], list(LLAMA_OUTPUT))
+                del engine
             done.append(name)
         except Exception as error:  # noqa: BLE001 - the other variant's kernels still count
             ROWS.append(f"llama {name}: FAILED {type(error).__name__}: {str(error)[:300]}")
-        finally:
-            inflight.decode_launch = launch
     shown = ", ".join(f"{k} {v}" for k, v in launch.items() if k != "SPLITS")
     ROWS.append(f"llama: {len(done)} engines ran ({'; '.join(done)}; {model_dtype} GEMMs, FP8 KV scales from one "
                 f"prefill), prompts of {LLAMA_PROMPTS} tokens, {config.n_layers} layer(s) of dim {config.dim}, "
                 f"{config.n_heads} query heads over {config.n_kv_heads} key/value heads, decode launch "
-                f"{shown} with splits 1 and 2")
+                f"{shown} with splits {DECODE_SPLITS}")
 
 
 # -- compiling -------------------------------------------------------------------------------------------------------

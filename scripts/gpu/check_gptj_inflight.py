@@ -25,6 +25,12 @@ Steps (each timed; a failing step does not stop the others; ``--steps`` picks so
   ``python3 -m scripts.gpu.check_gptj_inflight --out DIR --steps=decode_heads``.
 - ``agreement``: GPT-J 6B with random bf16 weights; the engine's beam-4 tokens vs ``generation.generate`` on the
   eager model for the same prompts (16-bit ties may flip a few).
+- ``splits``: GPT-J 6B's engine at ``--split-slots`` slots (SingleStream's 1 first) under its fixed decode launch
+  (``DECODE_LAUNCH``: SPLITS 1) and under the split rule's (``code.llm.paged_attention.decode_launch_for``), bf16
+  and FP8 caches, every slot at a typical 930-token prompt and 64 generated tokens: one decode step's time (CUDA
+  graph replay, median of ``--repeats``), SPLITS old/new, speed-up, and both launches' layer-0 attention against
+  each other and the reference (``scripts/gpu/decode_splits.py``). Alone:
+  ``python3 -m scripts.gpu.check_gptj_inflight --out DIR --steps=splits``.
 - ``variants``: the engine over synthetic CNN/DailyMail-like prompts, one row per variant
   ``GEMMS/KV/SLOTS/OUTPUTS`` (GEMMS bf16|fp8|fp8fast, fp8fast being FP8 with cuBLASLt's fast accumulation; KV
   bf16|fp8; OUTPUTS full|forced): random weights never choose EOS,
@@ -58,6 +64,7 @@ from code.gptj.backends.inflight import calibrate
 from code.gptj.dataset import GptjSamples
 from code.gptj.inflight.elementwise import Elementwise
 from code.gptj.inflight.layers import InflightModel
+from code.gptj.memory_plan import TYPICAL_PROMPT_TOKENS
 from code.gptj.model import GptjConfig, hf_config, random_weights
 from code.llama31.inflight_model import DECODE_LAUNCH as LLAMA_LAUNCH
 from code.llm.generation import GenerationConfig, cache_shape, generate
@@ -65,6 +72,7 @@ from code.llm.inflight_engine import EngineOptions, InflightEngine
 from code.llm.kv_cache import CacheShape, KVCache
 from code.llm.paged_attention import DECODE_LAUNCH, decode_attention, decode_attention_reference
 from code.numerics.fp8 import E4M3, quantize
+from scripts.gpu.decode_splits import SplitCases
 from scripts.gpu.steps import run_steps
 
 DECODE_SLOTS = 256  # the engine's FP8 batch (configs: gpu_batch_size)
@@ -540,6 +548,17 @@ def to_fp8(check: Check, inflight: InflightModel) -> None:
         del engine
 
 
+def splits_step(check: Check) -> None:
+    """The split rule's decode launch against GPT-J's fixed one at few slots (``scripts/gpu/decode_splits.py``)."""
+    args, config = check.args, GptjConfig.from_name("6b")
+    cases = SplitCases(InflightModel.from_model(check.state["model"]), check.generation, check.device,
+                       torch.bfloat16, q_heads=config.n_head, layers=config.n_layer, sms=args.sms,
+                       prompt_tokens=TYPICAL_PROMPT_TOKENS, repeats=args.repeats)
+    check.details["splits"] = cases.run([int(n) for n in args.split_slots.split(",")], "bf16", check.save)
+    check.rows.extend(cases.rows(check.details["splits"]))
+    torch.cuda.empty_cache()
+
+
 def variants_step(check: Check) -> None:
     """The engine's throughput, one variant after another (bf16 GEMMs first: the FP8 switch frees them)."""
     model = check.state.pop("model")
@@ -632,10 +651,11 @@ def hf_step(check: Check) -> None:
 
 STEPS: dict[str, Callable[[Check], None]] = {"attention": attention_step, "decode_splits": decode_splits_step,
                                              "decode_heads": decode_heads_step, "load": load_step,
-                                             "agreement": agreement_step, "variants": variants_step, "hf": hf_step}
+                                             "agreement": agreement_step, "splits": splits_step,
+                                             "variants": variants_step, "hf": hf_step}
 
 
-NEEDS_MODEL = ("agreement", "variants")  # the steps that take the model ``load`` draws
+NEEDS_MODEL = ("agreement", "splits", "variants")  # the steps that take the model ``load`` draws (variants frees it)
 
 
 def steps_in_order(names: str) -> list[str]:
@@ -655,6 +675,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--agreement-prompts", type=int, default=4)
     parser.add_argument("--hf-prompts", type=int, default=2)
     parser.add_argument("--profile", action="store_true", help="profile one eager step of the last variant")
+    parser.add_argument("--split-slots", default="1,4,16", help="splits: the slot counts timed")
+    parser.add_argument("--repeats", type=int, default=20, help="splits: decode steps timed (the median is kept)")
+    parser.add_argument("--sms", type=int, default=0, help="splits: the SM count the rule fills (0: the GPU's)")
     parser.add_argument("--steps", default=",".join(STEPS),
                         help="steps to run, comma-separated (they run in the order of the default)")
     parser.add_argument("--skip", default="")

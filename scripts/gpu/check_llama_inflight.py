@@ -3,6 +3,7 @@ greedy tokens against the eager model, CUDA graph replay against eager steps, an
 
     python3 -m scripts.gpu.check_llama_inflight --out DIR [--steps attention,prefill,agreement,throughput,fp8]
         [--layers 32] [--slots 512] [--samples 1536] [--prompts 8] [--calibration_prompts 8]
+        [--split_slots 1,4,16] [--repeats 20] [--sms 0]
 
 Steps (each timed; a failing step does not stop the others):
 - ``attention``: ``decode_attention`` (Triton on CUDA) vs ``decode_attention_reference`` on a random paged cache of
@@ -30,6 +31,13 @@ Steps (each timed; a failing step does not stop the others):
   the profiler: one prefill pass (prompts packed up to its 16,384 tokens) and one eager decode step at ``--slots``
   slots; each one's kernels grouped by kind (GEMM, attention, the rest) with their share of the GPU time, the
   GEMMs' rate in TFLOP/s, and the top kernels. Tables go to ``DIR/profile_prefill.txt`` and ``profile_step.txt``.
+- ``splits``: the decode launch's split rule (``code.llm.paged_attention.decode_launch_for``) against the model's
+  fixed launch (``DECODE_LAUNCH``), at each of ``--split_slots`` slot counts, with a bf16 and an FP8 KV cache: one
+  decode step's time (the engine's CUDA graph replayed, median of ``--repeats``) with every slot holding a typical
+  prompt's keys (1,000 tokens x ``--length_scale``) and 64 generated ones (random values), under each launch, and
+  layer 0's decode attention of both launches on the same cache (max abs and relative error between them, and the
+  rule's against ``decode_attention_reference``); ``scripts/gpu/decode_splits.py``. ``--sms`` stands in for the
+  GPU's SM count (0: the device's). Alone, on the 8B: ``--steps splits``.
 Random weights (``--layers`` shortens the model for a quicker check). Writes ``DIR/llama_inflight.json`` and prints
 a short table last. On a machine without a GPU ``--device cpu --model tiny`` runs the same steps in float32.
 """
@@ -54,6 +62,7 @@ from code.llama31.backends.inflight_engine import calibrate_on
 from code.llama31.backends.pytorch import generation_config
 from code.llama31.dataset import LlamaSamples
 from code.llama31.inflight_model import GEMM_WEIGHTS, GEMMS, Amax, InflightLlama, decode_launch
+from code.llama31.memory_plan import TYPICAL_PROMPT_TOKENS
 from code.llama31.model import random_weights
 from code.llm.generation import cache_shape, generate, left_pad
 from code.llm.inflight_engine import EngineOptions, InflightEngine
@@ -61,9 +70,10 @@ from code.llm.kv_cache import KVCache
 from code.llm.memory_plan import PAGE_SIZE
 from code.llm.paged_attention import decode_attention, decode_attention_reference
 from code.numerics.fp8 import E4M3, Fp8Linear, quantize_fast
+from scripts.gpu.decode_splits import SplitCases, median_ms
 from scripts.gpu.steps import print_summary, run_steps
 
-STEPS = ("attention", "prefill", "agreement", "throughput", "fp8", "fp8_gemms", "profile")
+STEPS = ("attention", "prefill", "agreement", "throughput", "fp8", "fp8_gemms", "profile", "splits")
 FP8_VARIANTS = ("16-bit", "fp8 gemms", "fp8 gemms+kv")  # in this order: the FP8 switch frees the 16-bit weights
 
 
@@ -483,22 +493,21 @@ def fp8_times(check: Check, inflight: InflightLlama, amax: Amax, kv_dtype: torch
 
 def timed_ms(check: Check, run: Callable[[], object], repeats: int) -> float:
     """Median milliseconds of ``repeats`` calls of ``run`` after two warm-up calls, synchronized on a GPU."""
+    return median_ms(run, repeats, check.device)
 
-    def sync() -> None:
-        if check.device.type == "cuda":
-            torch.cuda.synchronize(check.device)
 
-    with torch.inference_mode():
-        for _ in range(2):
-            run()
-        times = []
-        for _ in range(repeats):
-            sync()
-            started = time.perf_counter()
-            run()
-            sync()
-            times.append((time.perf_counter() - started) * 1e3)
-    return round(float(np.median(times)), 3)
+def splits_step(check: Check) -> None:
+    """The split rule's launch against the model's fixed one (the module docstring; ``scripts/gpu/decode_splits.py``
+    runs the cases)."""
+    args = check.args
+    cfg = check.config
+    cases = SplitCases(InflightLlama.from_model(check.model()), check.generation, check.device, check.dtype,
+                       q_heads=cfg.n_heads, layers=cfg.n_layers, sms=args.sms,
+                       prompt_tokens=max(1, round(TYPICAL_PROMPT_TOKENS * args.length_scale)),
+                       repeats=args.repeats)
+    kv_16 = "bf16" if check.device.type == "cuda" else "float32"
+    check.details["splits"] = cases.run([int(n) for n in args.split_slots.split(",")], kv_16, check.save)
+    check.rows.extend(cases.rows(check.details["splits"]))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -513,6 +522,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--calibration_prompts", type=int, default=8, help="fp8: synthetic prompts amax is "
                         "calibrated on")
     parser.add_argument("--length_scale", type=float, default=1.0, help="synthetic prompts' lengths x this")
+    parser.add_argument("--split_slots", default="1,4,16", help="splits: the slot counts timed")
+    parser.add_argument("--repeats", type=int, default=20, help="splits: decode steps timed (the median is kept)")
+    parser.add_argument("--sms", type=int, default=0, help="splits: the SM count the rule fills (0: the device's)")
     parser.add_argument("--steps", default=",".join(STEPS))
     args = parser.parse_args(argv)
     unknown = sorted(set(args.steps.split(",")) - set(STEPS))
@@ -527,7 +539,7 @@ def main(argv: list[str] | None = None) -> None:
     chosen = [s for s in STEPS if s in args.steps.split(",")]
     steps = {"attention": attention_step, "prefill": prefill_step, "agreement": agreement_step,
              "throughput": throughput_step, "fp8": fp8_step, "fp8_gemms": fp8_gemms_step,
-             "profile": profile_step}
+             "profile": profile_step, "splits": splits_step}
     run_steps([(name, lambda name=name: steps[name](check)) for name in chosen], set(), check.details, check.rows,
               check.save)
     print_summary("check_llama_inflight", check.details, check.rows,

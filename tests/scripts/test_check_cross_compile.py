@@ -84,17 +84,29 @@ def test_the_record_keeps_one_spec_per_kernel_and_kind_of_outcome():
     assert xc.pick_for_record(specs, rows, results) == [0, 1, 3]
 
 
-def test_the_llama_step_runs_on_the_tiny_config():
-    """The step's engines (16-bit and FP8 KV cache, decode splits 1 and 2) run end to end on a CPU: only the GPU run
-    compiles kernels, but a step broken by a change in the engine shows here first."""
+def test_the_llama_step_runs_on_the_tiny_config(monkeypatch):
+    """The step's engines (16-bit and FP8 KV cache, every split count of DECODE_SPLITS) run end to end on a CPU,
+    each decode under its count's launch: only the GPU run compiles kernels, but a step broken by a change in the
+    engine (or one whose launches no longer reach the kernel) shows here first."""
     from code.llama31.architecture import LLAMA_CONFIGS
+    from code.llm import paged_attention
     from scripts.gpu import check_cross_compile as check
 
+    seen = []
+    attend = paged_attention.decode_attention
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - decode_attention's own signature
+        seen.append(args[5]["SPLITS"])
+        return attend(*args, **kwargs)
+
+    monkeypatch.setattr(paged_attention, "decode_attention", recording)
     before = len(check.ROWS)
     check.exercise_llama("cpu", LLAMA_CONFIGS["tiny"])
     rows = check.ROWS[before:]
     assert rows and not any("FAILED" in row for row in rows), rows
-    assert rows[-1].startswith("llama: 2 engines ran") and "splits 1 and 2" in rows[-1], rows
+    assert rows[-1].startswith("llama: 2 engines ran") and f"splits {check.DECODE_SPLITS}" in rows[-1], rows
+    assert sorted(set(seen)) == sorted(check.DECODE_SPLITS)
+    assert max(check.DECODE_SPLITS) % 16  # a multiple of 16 would be another specialization of the split kernel
 
 
 def test_skip_names_the_steps_and_compile_only_skips_on_a_gpu(capsys):

@@ -37,12 +37,20 @@ def test_steps_run_in_their_own_order_and_all_by_default(tmp_path):
 def test_a_model_step_chosen_alone_gets_the_model_loaded_first():
     assert steps_in_order("variants") == ["load", "variants"]
     assert steps_in_order("agreement,attention") == ["attention", "load", "agreement"]
+    assert steps_in_order("variants,splits") == ["load", "splits", "variants"]  # variants frees the model after
+
+
+def test_the_splits_options_parse(tmp_path):
+    args = parse_args(["--out", str(tmp_path), "--steps=splits", "--split-slots=1,2", "--repeats=5", "--sms=58"])
+    assert (args.split_slots, args.repeats, args.sms) == ("1,2", 5, 58)
+    defaults = parse_args(["--out", str(tmp_path)])
+    assert (defaults.split_slots, defaults.sms) == ("1,4,16", 0)  # 0: the GPU's own SM count
 
 
 def test_an_unknown_step_names_the_choices(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        parse_args(["--out", str(tmp_path), "--steps=decode_splits,splits"])
-    assert "--steps: unknown steps ['splits']: choose among attention,decode_splits," in capsys.readouterr().err
+        parse_args(["--out", str(tmp_path), "--steps=decode_splits,split"])
+    assert "--steps: unknown steps ['split']: choose among attention,decode_splits," in capsys.readouterr().err
     with pytest.raises(SystemExit):
         parse_args(["--out", str(tmp_path), "--skip=hff"])
     assert "--skip: unknown steps ['hff']" in capsys.readouterr().err

@@ -92,3 +92,22 @@ def test_the_profile_step_groups_kernels_and_writes_its_tables(tmp_path, capsys)
     flash = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, cutlass::bfloat16_t>>"
     assert kernel_kind(flash) == "attention"  # its name holds "cutlass": attention is matched first
     assert kernel_kind("triton_poi_fused_mul_silu_0") == "other"
+
+
+def test_the_splits_step_runs_on_the_cpu_and_prints_its_table(tmp_path, capsys):
+    """The splits step on the tiny model, the rule filling 132 SMs (``--sms``): 200-token prompts allow 3 splits of
+    a 64-token page each, above the tiny model's fixed 2, at 1 and 4 slots alike (one key/value head: 1 x 1 x 3
+    programs are far from 264); a row per cache and slot count with positive times. On the CPU both launches run
+    the reference attention, so they agree exactly (the GPU's rows tell the kernels' difference)."""
+    main(["--out", str(tmp_path), "--device", "cpu", "--model", "tiny", "--steps", "splits", "--length_scale", "0.2",
+          "--sms", "132", "--repeats", "2", "--split_slots", "1,4"])
+    out = capsys.readouterr().out
+    table = out[out.index("splits (132 SMs; 200-token prompts, 64 generated;"):]
+    for name in ("float32 1 ", "float32 4 ", "fp8 1 ", "fp8 4 "):
+        assert f"\n  {name}" in table and "FAILED" not in table, table
+    result = json.loads((tmp_path / "llama_inflight.json").read_text())["splits"]
+    assert (result["sms"], result["prompt"], result["generated"]) == (132, 200, 64)
+    for r in result["cases"].values():
+        assert (r["splits_old"], r["splits_new"]) == (2, 3), r
+        assert r["ms_old"] > 0 and r["ms_new"] > 0 and r["speedup"] > 0
+        assert r["max_abs_error"] == 0 and r["rel_error"] == 0 and r["new_vs_reference"] == 0

@@ -20,7 +20,7 @@ The elementwise work between the GEMMs (LayerNorm, rotary, GELU, concatenation, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -28,12 +28,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from code.gptj.inflight.elementwise import Elementwise, ElementwiseFunctions
-from code.gptj.memory_plan import HEAD_ROW_ALIGN  # LM-head rows are padded to this multiple (the module docstring)
+from code.gptj.memory_plan import (
+    HEAD_ROW_ALIGN,  # LM-head rows are padded to this multiple (the module docstring)
+    TYPICAL_PROMPT_TOKENS,
+)
 from code.gptj.memory_plan import cache_shape as gptj_cache_shape
 from code.gptj.model import Gptj, GptjConfig, rope_table
 from code.llm.amax import LayerAmax
 from code.llm.kv_cache import CacheShape, KVCache
-from code.llm.paged_attention import decode_step, prefill_attention
+from code.llm.paged_attention import DECODE_LAUNCH, decode_step, prefill_attention
 from code.numerics.fp8 import Fp8Linear
 
 FP8_ROW_ALIGN = 16
@@ -86,6 +89,10 @@ class InflightModel:
     (on the target device and dtype)."""
 
     memory_plan = "code/gptj/memory_plan.py: gptj_memory_plan"
+    typical_prompt_tokens = TYPICAL_PROMPT_TOKENS
+    # the decode kernel's launch at many slots (GPT-J's shape is the kernel module's default); the engine raises its
+    # SPLITS for few slots (``code.llm.paged_attention.decode_launch_for``)
+    decode_launch: Mapping[str, int] = DECODE_LAUNCH
 
     def __init__(self, config: GptjConfig, embedding: Tensor, layers: list[LayerWeights], norm_weight: Tensor,
                  norm_bias: Tensor, head_weight: Tensor, head_bias: Tensor) -> None:
@@ -233,9 +240,11 @@ class InflightModel:
         self._prompt_forward(prompts, on_layer=record)
         return amax
 
-    def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor) -> Tensor:
+    def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor,
+               launch: Mapping[str, int] | None = None) -> Tensor:
         """One token per beam row (``tokens [slots * beams]``), the ``gen_count[s]``-th generated token of slot s;
-        float32 logits ``[slots * beams, vocab]``. No host synchronisation: it is captured in a CUDA graph."""
-        positions, attend = decode_step(cache, ancestry, gen_count)
+        float32 logits ``[slots * beams, vocab]``. No host synchronisation: it is captured in a CUDA graph.
+        ``launch``: the decode kernel's (None: ``decode_launch``; the engine passes its slots' own)."""
+        positions, attend = decode_step(cache, ancestry, gen_count, self.decode_launch if launch is None else launch)
         return self._logits(self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend,
                                          self.elementwise.decode))

@@ -16,7 +16,8 @@ The computation is ``code/llama31/model.py``'s (HF ``LlamaForCausalLM``'s) with 
 RMSNorm, rotate-half RoPE with Llama 3's scaled frequencies (``rope_table``: float32 on the CPU, cast to the model's
 dtype per position as HF does) and the untied LM head are the eager model's. The engine runs it in bf16 on a GPU
 (float32 in CPU tests). Each GEMM goes through ``LayerWeights``' methods, so FP8 GEMMs can replace them layer by
-layer.
+layer. The elementwise work between the GEMMs (RMSNorm, residual adds, RoPE, SwiGLU, FP8 quantization) is
+``code/llama31/elementwise.py``'s four functions: fused on CUDA (the decode step compiled, prompt passes Triton).
 
 FP8 (``use_fp8_gemms``, as GPT-J's): the four GEMMs of every layer take e4m3 weights (one scale per tensor) and
 e4m3 inputs quantized with a static scale from ``collect_amax`` over calibration prompts (``Amax``); the embedding,

@@ -166,15 +166,14 @@ if triton is not None:
             dst = v_ptr + t[:, None] * (KV_HEADS * HEAD_DIM) + (head - HEADS - KV_HEADS) * HEAD_DIM + d[None, :]
             tl.store(dst, x, mask=row_ok)
         else:
-            half: tl.constexpr = HEAD_DIM // 2
             dtype = x.dtype
-            partner = tl.load(src + ((d + half) % HEAD_DIM)[None, :], mask=row_ok, other=0.0)
-            angle = rope_ptr + t[:, None] * HEAD_DIM + (d % half * 2)[None, :]
+            partner = tl.load(src + ((d + HEAD_DIM // 2) % HEAD_DIM)[None, :], mask=row_ok, other=0.0)
+            angle = rope_ptr + t[:, None] * HEAD_DIM + (d % (HEAD_DIM // 2) * 2)[None, :]
             cos = tl.load(angle, mask=row_ok, other=1.0)
             sin = tl.load(angle + 1, mask=row_ok, other=0.0)
             straight = (x.to(tl.float32) * cos.to(tl.float32)).to(dtype).to(tl.float32)
             crossed = (partner.to(tl.float32) * sin.to(tl.float32)).to(dtype).to(tl.float32)
-            crossed = tl.where((d < half)[None, :], -crossed, crossed)
+            crossed = tl.where((d < HEAD_DIM // 2)[None, :], -crossed, crossed)
             y = (straight + crossed).to(dtype)
             if head < HEADS:
                 tl.store(q_ptr + t[:, None] * (HEADS * HEAD_DIM) + head * HEAD_DIM + d[None, :], y, mask=row_ok)

@@ -90,3 +90,20 @@ def test_the_profile_step_groups_kernels_and_writes_its_tables(tmp_path, capsys)
     assert kernel_kind("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>") == "attention"
     assert kernel_kind("_decode_split_kernel") == "attention"
     assert kernel_kind("triton_poi_fused_mul_silu_0") == "other"
+
+
+def test_plain_elementwise_is_the_baseline_run(tmp_path, capsys):
+    """``--plain_elementwise``: the engine's model runs the plain elementwise functions in every pass (the
+    baseline of the fused kernels, which a GPU run without the flag uses); the run says so in its title and JSON."""
+    from code.llama31 import elementwise
+    from scripts.gpu.check_llama_inflight import Check
+
+    args = parse_args(["--out", str(tmp_path), "--device", "cpu", "--model", "tiny", "--plain_elementwise"])
+    check = Check(args)
+    inflight = check.inflight(check.model())
+    assert not inflight.elementwise.compiled and inflight.elementwise.prefill.norm_in is elementwise.norm_in
+    assert not parse_args(["--out", str(tmp_path)]).plain_elementwise
+    main(["--out", str(tmp_path), "--device", "cpu", "--model", "tiny", "--steps", "prefill", "--prompts", "2",
+          "--length_scale", "0.05", "--plain_elementwise"])
+    assert "plain elementwise" in capsys.readouterr().out
+    assert json.loads((tmp_path / "llama_inflight.json").read_text())["plain_elementwise"] is True

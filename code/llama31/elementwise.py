@@ -110,7 +110,7 @@ def norm_in_prefill(x: Tensor, weight: Tensor, eps: float, scale: Tensor | None,
 def residual_norm_in_prefill(out: Tensor, x: Tensor, weight: Tensor, eps: float, scale: Tensor | None,
                              align: int) -> tuple[Tensor, Tensor]:
     """``residual_norm_in`` of a prompt pass: one Triton pass on a GPU, the plain function elsewhere."""
-    if prefill_kernels.available_norm(x, weight) and out.dtype == x.dtype:
+    if prefill_kernels.available_norm(x, weight) and prefill_kernels.available(out) and out.dtype == x.dtype:
         return prefill_kernels.residual_norm_in(out, x, weight, eps, scale, align)
     return residual_norm_in(out, x, weight, eps, scale, align)
 

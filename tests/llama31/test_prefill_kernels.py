@@ -175,3 +175,28 @@ def test_a_prompt_pass_through_the_kernels_gives_the_plain_logits(kernels: Modul
     error = float((got - want).norm() / want.norm())
     assert 0 <= error < 1e-5, error
     assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+def test_the_compiled_decode_functions_round_as_the_plain_ones() -> None:
+    """``Elementwise(compiled=True)``'s decode functions (Inductor, here on the CPU) in bf16: the plain functions'
+    results bit for bit, FP8 input included (Inductor told to round its intermediates where torch does)."""
+    g = torch.Generator().manual_seed(5)
+    tokens, heads, kv_heads, head_dim, dim, width = 8, 4, 2, 16, 64, 96
+    x = torch.randn(tokens, dim, generator=g).bfloat16()
+    out = torch.randn(tokens + 8, dim, generator=g).bfloat16()
+    w = (1 + torch.randn(dim, generator=g) / 4).bfloat16()
+    fused = torch.randn(tokens + 8, (heads + 2 * kv_heads) * head_dim, generator=g).bfloat16()
+    rope = torch.randn(tokens, 1, head_dim // 2, 2, generator=g).bfloat16()
+    gate_up = (torch.randn(tokens + 8, 2 * width, generator=g) * 3).bfloat16()
+    scale = torch.tensor(4.0 / 448)
+    compiled, plain = elementwise.Elementwise(compiled=True).decode, elementwise.Elementwise(compiled=False).decode
+    with torch.inference_mode():
+        calls = [("norm_in", (x, w, EPS, None, 16)), ("residual_norm_in", (out, x, w, EPS, scale, 16)),
+                 ("rotary_qk", (fused, rope, tokens, heads, kv_heads, head_dim)),
+                 ("mlp_in", (gate_up, tokens, None, 16)), ("mlp_in", (gate_up, tokens, scale, 16))]
+        for name, args in calls:
+            got, want = getattr(compiled, name)(*args), getattr(plain, name)(*args)
+            got, want = (r if isinstance(r, tuple) else (r,) for r in (got, want))
+            for one, other in zip(got, want, strict=True):
+                assert one.shape == other.shape and one.dtype == other.dtype, name
+                assert torch.equal(one.view(torch.uint8), other.view(torch.uint8)), name

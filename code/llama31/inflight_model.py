@@ -16,7 +16,8 @@ The computation is ``code/llama31/model.py``'s (HF ``LlamaForCausalLM``'s) with 
 RMSNorm, rotate-half RoPE with Llama 3's scaled frequencies (``rope_table``: float32 on the CPU, cast to the model's
 dtype per position as HF does) and the untied LM head are the eager model's. The engine runs it in bf16 on a GPU
 (float32 in CPU tests). Each GEMM goes through ``LayerWeights``' methods, so FP8 GEMMs can replace them layer by
-layer.
+layer. The elementwise work between the GEMMs (RMSNorm, residual adds, RoPE, SwiGLU, FP8 quantization) is
+``code/llama31/elementwise.py``'s four functions: fused on CUDA (the decode step compiled, prompt passes Triton).
 
 FP8 (``use_fp8_gemms``, as GPT-J's): the four GEMMs of every layer take e4m3 weights (one scale per tensor) and
 e4m3 inputs quantized with a static scale from ``collect_amax`` over calibration prompts (``Amax``); the embedding,
@@ -37,13 +38,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from code.llama31.architecture import LlamaConfig
+from code.llama31.elementwise import Elementwise, ElementwiseFunctions, rms_norm
 from code.llama31.memory_plan import TYPICAL_PROMPT_TOKENS
-from code.llama31.model import Llama, apply_rotary, rope_table
+from code.llama31.model import Llama, rope_table
 from code.llm.amax import LayerAmax
 from code.llm.cache_shape import CacheShape
 from code.llm.kv_cache import KVCache
 from code.llm.paged_attention import decode_step, prefill_attention
-from code.numerics.fp8 import Fp8Linear, quantize_fast
+from code.numerics.fp8 import E4M3, Fp8Linear, quantize_fast
 
 # The decode kernel's launch at Llama 3.1 8B's shape (1 beam, 4 query heads a key/value head of 128): 4 key/value
 # heads a program (16 query rows) in 2 splits read an FP8 cache 1.50x as fast as one head a program, a bf16 one
@@ -88,10 +90,18 @@ class LayerWeights:
     fp8: dict[str, Fp8Linear] | None = None
     fp8_align: int = 1  # rows of an FP8 GEMM's input are padded to a multiple of this
 
+    def scale(self, name: str) -> Tensor | None:
+        """GEMM ``name``'s input scale (FP8), or None: what ``Elementwise`` quantizes that input with."""
+        return None if self.fp8 is None else self.fp8[name].act_scale
+
     def _gemm(self, name: str, x: Tensor, weight: Tensor) -> Tensor:
+        """``x``: 16-bit (quantized here for an FP8 GEMM, the output as many rows), or the e4m3 input ``Elementwise``
+        made (rows padded: the output keeps them, and the next elementwise function drops them)."""
         if self.fp8 is None:
             return F.linear(x, weight)
         gemm = self.fp8[name]
+        if x.dtype == E4M3:
+            return gemm(x)
         tokens = x.shape[0]
         xq = quantize_fast(x, gemm.act_scale_value, tokens + -tokens % self.fp8_align)
         return gemm(xq)[:tokens]
@@ -128,6 +138,9 @@ class InflightLlama:
         self.q_width = config.n_heads * config.head_dim
         self.kv_width = config.n_kv_heads * config.head_dim
         self.decode_launch = decode_launch(config.n_kv_heads)
+        # fused elementwise work between the GEMMs on a GPU (elementwise.py); a plain one is the same-run baseline
+        self.elementwise = Elementwise(compiled=embedding.is_cuda)
+        self.align = FP8_ROW_ALIGN if embedding.is_cuda else 1  # FP8 GEMM input rows (the module docstring)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -170,9 +183,7 @@ class InflightLlama:
     # -- the pieces --------------------------------------------------------------------------------------------
     def _norm(self, x: Tensor, weight: Tensor) -> Tensor:
         """RMSNorm as ``code.llama31.model.RMSNorm``: the variance in float32, cast back before the weight."""
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.config.norm_eps)
-        return weight * h.to(x.dtype)
+        return rms_norm(x, weight, self.config.norm_eps)
 
     def _rope(self, positions: Tensor) -> Tensor:
         return self.rope[positions].to(self.dtype)[:, None]  # [tokens, 1, head_dim / 2, 2]
@@ -208,26 +219,30 @@ class InflightLlama:
                 gemm.fast_accum = on
 
     def _layers(self, x: Tensor, rope: Tensor, attend: Callable[[int, Tensor, Tensor, Tensor], Tensor],
-                on_layer: Callable[..., None] | None = None) -> Tensor:
+                ew: ElementwiseFunctions, on_layer: Callable[..., None] | None = None) -> Tensor:
         """Every block over ``x [tokens, dim]``; ``attend(i, q, k, v)`` is layer i's attention (it also stores the
-        keys and values); ``on_layer(i, qkv=, out=, gate_up=, down=, k=, v=)`` sees layer i's four GEMM inputs, keys
-        and values (calibration). Returns the last block's residual stream."""
+        keys and values); ``ew`` the elementwise work between the GEMMs (``Elementwise``'s prefill or decode);
+        ``on_layer(i, qkv=, out=, gate_up=, down=, k=, v=)`` sees layer i's four GEMM inputs as the GEMMs take them
+        (16-bit while calibrating: before ``use_fp8_gemms``), keys and values. Returns the last block's residual
+        stream."""
         cfg = self.config
-        tokens = x.shape[0]
+        tokens, eps, align = x.shape[0], cfg.norm_eps, self.align
+        first = self.layers[0]
+        qkv_in = ew.norm_in(x, first.attention_norm, eps, first.scale("qkv"), align)
         for i, layer in enumerate(self.layers):
-            qkv_in = self._norm(x, layer.attention_norm)
-            q, k, v = layer.qkv(qkv_in).split((self.q_width, self.kv_width, self.kv_width), dim=-1)
-            q = apply_rotary(q.view(tokens, cfg.n_heads, cfg.head_dim), rope)
-            k = apply_rotary(k.view(tokens, cfg.n_kv_heads, cfg.head_dim), rope)
-            v = v.reshape(tokens, cfg.n_kv_heads, cfg.head_dim)
+            q, k, v = ew.rotary_qk(layer.qkv(qkv_in), rope, tokens, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
             out_in = attend(i, q, k, v).reshape(tokens, self.q_width)
-            x = x + layer.out(out_in)
-            gate_up_in = self._norm(x, layer.ffn_norm)
-            gate, up = layer.gate_up(gate_up_in).chunk(2, dim=-1)
-            down_in = F.silu(gate) * up
+            x, gate_up_in = ew.residual_norm_in(layer.out(out_in), x, layer.ffn_norm, eps, layer.scale("gate_up"),
+                                                align)
+            down_in = ew.mlp_in(layer.gate_up(gate_up_in), tokens, layer.scale("down"), align)
             if on_layer is not None:
                 on_layer(i, qkv=qkv_in, out=out_in, gate_up=gate_up_in, down=down_in, k=k, v=v)
-            x = x + layer.down(down_in)
+            down = layer.down(down_in)
+            if i + 1 < len(self.layers):
+                after = self.layers[i + 1]
+                x, qkv_in = ew.residual_norm_in(down, x, after.attention_norm, eps, after.scale("qkv"), align)
+            else:
+                x = x + down[:tokens]
         return x
 
     # -- the engine's forwards ---------------------------------------------------------------------------------
@@ -244,9 +259,10 @@ class InflightLlama:
         def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             if write is not None:
                 write(i, k, v)
-            return prefill_attention(q, k, v.contiguous(), lengths, cu_seqlens)
+            return prefill_attention(q, k, v, lengths, cu_seqlens)
 
-        x = self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend, on_layer)
+        x = self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend,
+                         self.elementwise.prefill, on_layer)
         return self._logits(x[cu_seqlens[1:].long() - 1])
 
     @torch.inference_mode()
@@ -279,4 +295,5 @@ class InflightLlama:
         float32 logits ``[slots * beams, vocab]``. No host synchronisation: it is captured in a CUDA graph.
         ``launch``: the decode kernel's (None: ``decode_launch``; the engine passes its slots' own)."""
         positions, attend = decode_step(cache, ancestry, gen_count, self.decode_launch if launch is None else launch)
-        return self._logits(self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend))
+        return self._logits(self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend,
+                                         self.elementwise.decode))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 try:
@@ -82,6 +83,18 @@ def quantize_fast(x: Tensor, scale: float | Tensor, rows: int | None = None) -> 
     if x.is_cuda and triton is not None:
         return quantize_cuda(x.contiguous(), scale, rows)
     return quantize(zero_padded(x, rows), scale)
+
+
+def gemm_input(y: Tensor, scale: Tensor | None, align: int) -> Tensor:
+    """``y`` as a GEMM takes it: itself (16-bit GEMMs), or e4m3 ``y / scale`` with rows padded to ``align`` (an FP8
+    GEMM's input between the LLMs' elementwise groups: ``code/gptj/inflight/elementwise.py``,
+    ``code/llama31/elementwise.py``)."""
+    if scale is None:
+        return y
+    rows = y.shape[0] + -y.shape[0] % align
+    if torch.compiler.is_compiling():  # torch's operations, which Inductor fuses with the rest
+        return quantize(F.pad(y, (0, 0, 0, rows - y.shape[0])), scale)
+    return quantize_fast(y, scale, rows)  # no padded copy of y: the padding rows are zeroed in the result
 
 
 def dequantize(q: Tensor, scale: float | Tensor) -> Tensor:

@@ -2,7 +2,7 @@
 greedy tokens against the eager model, CUDA graph replay against eager steps, and engine throughput, in one call.
 
     python3 -m scripts.gpu.check_llama_inflight --out DIR [--steps attention,prefill,agreement,throughput,fp8]
-        [--layers 32] [--slots 512] [--samples 1536] [--prompts 8] [--calibration_prompts 8]
+        [--layers 32] [--slots 512] [--samples 1536] [--prompts 8] [--calibration_prompts 8] [--plain_elementwise]
         [--split_slots 1,4,16] [--repeats 20] [--sms 0]
 
 Steps (each timed; a failing step does not stop the others):
@@ -38,7 +38,9 @@ Steps (each timed; a failing step does not stop the others):
   layer 0's decode attention of both launches on the same cache (max abs and relative error between them, and the
   rule's against ``decode_attention_reference``); ``scripts/gpu/decode_splits.py``. ``--sms`` stands in for the
   GPU's SM count (0: the device's). Alone, on the 8B: ``--steps splits``.
-Random weights (``--layers`` shortens the model for a quicker check). Writes ``DIR/llama_inflight.json`` and prints
+Random weights (``--layers`` shortens the model for a quicker check); ``--plain_elementwise`` runs the work between
+the GEMMs as plain torch operations instead of the fused kernels (``code/llama31/elementwise.py``): a run with it
+and one without are the before and after of those kernels. Writes ``DIR/llama_inflight.json`` and prints
 a short table last. On a machine without a GPU ``--device cpu --model tiny`` runs the same steps in float32.
 """
 
@@ -61,6 +63,7 @@ from code.llama31.architecture import LlamaConfig
 from code.llama31.backends.inflight_engine import calibrate_on
 from code.llama31.backends.pytorch import generation_config
 from code.llama31.dataset import LlamaSamples
+from code.llama31.elementwise import Elementwise
 from code.llama31.inflight_model import GEMM_WEIGHTS, GEMMS, Amax, InflightLlama, decode_launch
 from code.llama31.memory_plan import TYPICAL_PROMPT_TOKENS
 from code.llama31.model import random_weights
@@ -91,7 +94,8 @@ class Check:
         self.details: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
                                         "device": torch.cuda.get_device_name(self.device)
                                         if self.device.type == "cuda" else "cpu",
-                                        "config": {**self.config.to_dict(), "rope_scaling": None}}
+                                        "config": {**self.config.to_dict(), "rope_scaling": None},
+                                        "plain_elementwise": args.plain_elementwise}
         self.rows: list[str] = []
         self._model: torch.nn.Module | None = None
         self.generation = generation_config(self.config)
@@ -101,6 +105,14 @@ class Check:
             self._model = random_weights(self.config, 0, self.dtype, self.device,
                                          draw_on_device=self.device.type == "cuda")
         return self._model
+
+    def inflight(self, model: torch.nn.Module, consume: bool = False) -> InflightLlama:
+        """The engine's model of ``model``; with ``--plain_elementwise`` its elementwise work between the GEMMs
+        runs as plain torch operations (the baseline of the fused kernels, ``code/llama31/elementwise.py``)."""
+        inflight = InflightLlama.from_model(model, consume=consume)
+        if self.args.plain_elementwise:
+            inflight.elementwise = Elementwise(compiled=False)
+        return inflight
 
     def prompts(self, count: int, seed: int = 1) -> list[np.ndarray]:
         samples = LlamaSamples.synthetic(count, seed=seed, length_scale=self.args.length_scale)
@@ -147,7 +159,7 @@ def prefill_step(check: Check) -> None:
     model = check.model()
     prompts = [torch.as_tensor(np.array(p, dtype=np.int64), device=check.device)
                for p in check.prompts(check.args.prompts)]
-    inflight = InflightLlama.from_model(model)
+    inflight = check.inflight(model)
     got = inflight.prompt_logits(prompts)
     want = eager_logits(check, model, prompts)
     exact = float32_logits(check, model, prompts)
@@ -192,7 +204,7 @@ def agreement_step(check: Check) -> None:
     longest = max(len(p) for p in prompts)
     outputs = {}
     for graphs in (True, False):
-        engine = InflightEngine(InflightLlama.from_model(model), check.generation,
+        engine = InflightEngine(check.inflight(model), check.generation,
                                 EngineOptions(slots=max(1, len(prompts) // 2), max_prompt_length=longest,
                                               cuda_graphs=graphs))
         outputs[graphs] = engine.generate(prompts)
@@ -216,7 +228,7 @@ def agreement_step(check: Check) -> None:
 def throughput_step(check: Check) -> None:
     model = check.model()
     prompts = check.prompts(check.args.samples, seed=2)
-    engine = InflightEngine(InflightLlama.from_model(model), check.generation,
+    engine = InflightEngine(check.inflight(model), check.generation,
                             EngineOptions(slots=check.args.slots, max_prompt_length=max(len(p) for p in prompts)))
     engine.generate(prompts[: check.args.slots])  # warm-up: Triton compiles, cuBLAS picks, the allocator settles
     engine.stats = type(engine.stats)(kv_pages=engine.stats.kv_pages)
@@ -242,7 +254,7 @@ def fp8_step(check: Check) -> None:
     chosen = check.prompts(args.prompts)
     tensors = [torch.as_tensor(np.asarray(p, dtype=np.int64), device=check.device) for p in chosen]
     exact = float32_logits(check, model, tensors)
-    inflight = InflightLlama.from_model(model, consume=True)  # the eager model's weights go: 16 GB on the 8B
+    inflight = check.inflight(model, consume=True)  # the eager model's weights go: 16 GB on the 8B
     check._model = None
     del model
     if check.device.type == "cuda":
@@ -291,7 +303,7 @@ def profile_step(check: Check) -> None:
     """Where one FP8 prefill pass's and one decode step's GPU time goes, by kernel kind."""
     args = check.args
     model = check.model()
-    inflight = InflightLlama.from_model(model, consume=True)
+    inflight = check.inflight(model, consume=True)
     check._model = None
     del model
     amax = calibrate_on(inflight, check.prompts(args.calibration_prompts, seed=3))
@@ -526,6 +538,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=20, help="splits: decode steps timed (the median is kept)")
     parser.add_argument("--sms", type=int, default=0, help="splits: the SM count the rule fills (0: the device's)")
     parser.add_argument("--steps", default=",".join(STEPS))
+    parser.add_argument("--plain_elementwise", action="store_true", help="the work between the GEMMs as plain "
+                        "torch operations, not the fused kernels (prompt passes' Triton passes, the decode step "
+                        "compiled): the baseline they are measured against")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.steps.split(",")) - set(STEPS))
     if unknown:
@@ -543,7 +558,8 @@ def main(argv: list[str] | None = None) -> None:
     run_steps([(name, lambda name=name: steps[name](check)) for name in chosen], set(), check.details, check.rows,
               check.save)
     print_summary("check_llama_inflight", check.details, check.rows,
-                  f"{args.model} {check.config.n_layers} layers {check.dtype}")
+                  f"{args.model} {check.config.n_layers} layers {check.dtype}"
+                  f"{' plain elementwise' if args.plain_elementwise else ''}")
 
 
 if __name__ == "__main__":

@@ -111,3 +111,20 @@ def test_the_splits_step_runs_on_the_cpu_and_prints_its_table(tmp_path, capsys):
         assert (r["splits_old"], r["splits_new"]) == (2, 3), r
         assert r["ms_old"] > 0 and r["ms_new"] > 0 and r["speedup"] > 0
         assert r["max_abs_error"] == 0 and r["rel_error"] == 0 and r["new_vs_reference"] == 0
+
+
+def test_plain_elementwise_is_the_baseline_run(tmp_path, capsys):
+    """``--plain_elementwise``: the engine's model runs the plain elementwise functions in every pass (the
+    baseline of the fused kernels, which a GPU run without the flag uses); the run says so in its title and JSON."""
+    from code.llama31 import elementwise
+    from scripts.gpu.check_llama_inflight import Check
+
+    args = parse_args(["--out", str(tmp_path), "--device", "cpu", "--model", "tiny", "--plain_elementwise"])
+    check = Check(args)
+    inflight = check.inflight(check.model())
+    assert not inflight.elementwise.compiled and inflight.elementwise.prefill.norm_in is elementwise.norm_in
+    assert not parse_args(["--out", str(tmp_path)]).plain_elementwise
+    main(["--out", str(tmp_path), "--device", "cpu", "--model", "tiny", "--steps", "prefill", "--prompts", "2",
+          "--length_scale", "0.05", "--plain_elementwise"])
+    assert "plain elementwise" in capsys.readouterr().out
+    assert json.loads((tmp_path / "llama_inflight.json").read_text())["plain_elementwise"] is True

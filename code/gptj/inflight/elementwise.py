@@ -10,9 +10,10 @@ function, which Inductor compiles into one or two kernels for the decode step:
 - ``rotary_qkv``: q, k, v out of the first GEMM's output, q and k rotated;
 - ``mlp_in``: ``[attention output, gelu(hidden)]``, the second GEMM's input.
 
-"The GEMM's input" is the 16-bit tensor itself, or with FP8 GEMMs its e4m3 quantization (``x / scale``, saturated,
-as ``code.numerics.fp8.quantize``) with rows padded to a multiple of ``align`` (cuBLASLt's FP8 kernels take row
-counts in multiples of 16); a GEMM's output then has padded rows, which the next function drops.
+"The GEMM's input" (``code.numerics.fp8.gemm_input``, shared with Llama) is the 16-bit tensor itself, or with FP8
+GEMMs its e4m3 quantization (``x / scale``, saturated, as ``code.numerics.fp8.quantize``) with rows padded to a
+multiple of ``align`` (cuBLASLt's FP8 kernels take row counts in multiples of 16); a GEMM's output then has padded
+rows, which the next function drops.
 
 The plain functions are the definition and run on the CPU; ``Elementwise`` says which run compiled. Scales are 0-d
 tensors, not floats, so the 28 layers' different scales share one compiled kernel instead of recompiling per
@@ -30,17 +31,7 @@ from torch import Tensor
 
 from code.gptj.inflight import prefill_kernels
 from code.gptj.model import apply_rotary
-from code.numerics.fp8 import quantize, quantize_fast
-
-
-def gemm_input(y: Tensor, scale: Tensor | None, align: int) -> Tensor:
-    """``y`` as a GEMM takes it: itself (16-bit GEMMs), or e4m3 ``y / scale`` with rows padded to ``align``."""
-    if scale is None:
-        return y
-    rows = y.shape[0] + -y.shape[0] % align
-    if torch.compiler.is_compiling():  # torch's operations, which Inductor fuses with the rest
-        return quantize(F.pad(y, (0, 0, 0, rows - y.shape[0])), scale)
-    return quantize_fast(y, scale, rows)  # no padded copy of y: the padding rows are zeroed in the result
+from code.numerics.fp8 import gemm_input
 
 
 def norm_in(x: Tensor, weight: Tensor, bias: Tensor, eps: float, scale: Tensor | None, align: int) -> Tensor:

@@ -53,7 +53,7 @@ CPU_LENGTH_SCALE = 0.25
 # - SingleStream, the in-flight engine with one slot (one CUDA graph a step): ~128 steps, each at least the
 #   weights' read (16 GB: ~4.8 ms at the H100's 3.35 TB/s, ~3.3 ms at the H200's 4.8), but one slot's decode
 #   attention runs on a few programs and the step's host round trip is paid 128 times: an H200 took ~1 s a sample
-#   (FP8 GEMMs barely less), so the classes set 900 ms (H200) and 1.1 s (H100) as the expected latency, which
+#   (FP8 GEMMs barely less), so the classes set 1.0 s (H200) and 1.1 s (H100) as the expected latency, which
 #   only sizes the test (the checker's SingleStream figure is LoadGen's early-stopping estimate of the 90th
 #   percentile time to first token when token latencies are on).
 # - The in-flight engine (Offline, Server), bf16: slots from code/llama31/memory_plan.py (typical ~1,000-token

@@ -138,11 +138,13 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     context = backend_context(config, choice, max_prompt_length=samples.max_length)
     chosen = backend_class(config["backend"])
     full_set = data_set(config)
+    # LoadGen times llama's first tokens (token_responses below): a backend that streams them reports each as soon
+    # as it has it; the others hand them over with the responses.
+    streams = chosen.streams_first_tokens
 
     def runner_on(device: str, name: str) -> TokenRunner | ContinuousTokenRunner:
         # the inflight backend's engine pulls samples from the core's session (serve); pytorch runs batch by batch.
-        # LoadGen times llama's first tokens (token_responses below): the engine reports each as soon as it has it.
-        return runner_for(samples, backend_on(device, config, chosen, context, name), stream_first_tokens=True)
+        return runner_for(samples, backend_on(device, config, chosen, context, name), stream_first_tokens=streams)
 
     def evaluate(log_dir: Path) -> AccuracyReport:
         from code.llama31.accuracy import REFERENCES, evaluate
@@ -166,4 +168,4 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
 
     return prepared_test(samples.lengths, runner_on, evaluate, provenance, input_lengths=samples.describe_lengths(),
                          devices=resolve_devices(config), cpu_threads=context.cpu_threads, token_responses=True,
-                         streams_first_tokens=hasattr(chosen, "serve"))
+                         streams_first_tokens=streams)

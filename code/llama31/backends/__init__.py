@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from code.config.backends import BackendDeclaration, backend_registry
 from code.config.field_spec import Field
@@ -33,7 +33,11 @@ class BackendContext:
     max_prompt_length: int = 0  # the longest prompt of the run's samples; 0 where nothing runs
 
 
-LlamaBackendClass = BackendClass[BackendContext, Any]
+class LlamaBackendClass(BackendClass[BackendContext, Any], Protocol):
+    """A llama3.1-8b backend class also says whether its runs report each first token as soon as it is known: LoadGen
+    times llama's first tokens, and a run's provenance says how they reached it."""
+
+    streams_first_tokens: bool
 
 
 KV_CACHE_DTYPE = kv_cache_dtype_field("llama3.1-8b inflight: the same, its scales from the engine folder make "

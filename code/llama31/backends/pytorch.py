@@ -57,6 +57,9 @@ class PytorchOptions:
 
 
 class PytorchLlamaBackend:
+    # batch by batch: a sample's first token reaches LoadGen with its whole response
+    streams_first_tokens = False
+
     @staticmethod
     def options_from(config: ResolvedConfig, context: BackendContext) -> PytorchOptions:
         return PytorchOptions(**PytorchOptions.model_fields(config, context))

@@ -264,20 +264,26 @@ class InflightEngine:
             self._prefill(batch)
         return admitted
 
-    def _report_first_tokens(self, slots: list[int], running: dict[int, int], first_tokens: FirstTokens) -> None:
-        """The first tokens of ``slots``, chosen by the step that just ran (greedy: ``done_tokens[:, 0, 0]``)."""
-        index = torch.tensor(slots, dtype=torch.long, device=self.model.device)
-        tokens = self.beams.done_tokens[index, 0, 0].to("cpu", torch.int32).numpy()
-        first_tokens(np.array([running[slot] for slot in slots], dtype=np.uint64), tokens)
-
-    def _finish(self, running: dict[int, int], free_slots: list[int], complete: Complete) -> None:
+    def _after_step(self, running: dict[int, int], free_slots: list[int], complete: Complete, admitted: list[int],
+                    first_tokens: FirstTokens | None) -> None:
+        """Report the first tokens of ``admitted`` through ``first_tokens`` where given (the step that just ran chose
+        them: greedy, ``done_tokens[:, 0, 0]``), then complete the finished samples. Both read ``done_tokens``
+        through one device-to-host copy of the rows they need: each copy waits for the GPU, one a step is enough."""
+        reported = admitted if first_tokens is not None else []
         finished = self.beams.finished.nonzero().view(-1)
-        if finished.numel() == 0:
+        if finished.numel() == 0 and not reported:
             return
         slots = finished.tolist()
+        rows = torch.cat((finished, torch.tensor(reported, dtype=torch.long, device=finished.device))) if reported \
+            else finished
+        tokens = self.beams.done_tokens[rows, 0].to("cpu", torch.int32).numpy()
+        if first_tokens is not None and reported:
+            first_tokens(np.array([running[slot] for slot in reported], dtype=np.uint64),
+                         np.ascontiguousarray(tokens[len(slots):, 0]))
+        if not slots:
+            return
         lengths = self.beams.done_lengths[finished, 0].tolist()
-        tokens = self.beams.done_tokens[finished, 0].to("cpu", torch.int32).numpy()
-        outputs = [np.ascontiguousarray(row[:n]) for row, n in zip(tokens, lengths, strict=True)]
+        outputs = [np.ascontiguousarray(row[:n]) for row, n in zip(tokens[:len(slots)], lengths, strict=True)]
         ids = np.array([running.pop(slot) for slot in slots], dtype=np.uint64)
         with torch.inference_mode():
             self.beams.release(finished)
@@ -325,9 +331,7 @@ class InflightEngine:
             self._step()
             self.stats.steps += 1
             self.stats.slot_steps += len(running)
-            if first_tokens is not None and admitted:
-                self._report_first_tokens(admitted, running, first_tokens)
-            self._finish(running, free_slots, complete)
+            self._after_step(running, free_slots, complete, admitted, first_tokens)
         self.stats.seconds += time.perf_counter() - start
 
     def generate(self, prompts: Sequence[np.ndarray], forced_lengths: Sequence[int] | None = None

@@ -40,6 +40,7 @@ from code.llama31.architecture import LlamaConfig
 from code.llama31.model import Llama, apply_rotary, rope_table
 from code.llm.amax import LayerAmax
 from code.llm.cache_shape import CacheShape
+from code.llm.inflight_model import FP8_ROW_ALIGN, InflightBase
 from code.llm.kv_cache import KVCache
 from code.llm.paged_attention import decode_step, prefill_attention
 from code.numerics.fp8 import Fp8Linear, quantize_fast
@@ -55,10 +56,6 @@ def decode_launch(n_kv_heads: int) -> dict[str, int]:
     """``DECODE_LAUNCH`` with HEADS the largest divisor of ``n_kv_heads`` it allows (the kernel's rule)."""
     return {**DECODE_LAUNCH, "HEADS": math.gcd(DECODE_LAUNCH["HEADS"], n_kv_heads)}
 
-
-FP8_ROW_ALIGN = 16  # cuBLASLt's FP8 GEMMs take row counts in multiples of 16 (the module docstring)
-GEMMS = ("qkv", "out", "gate_up", "down")  # a layer's GEMMs, in order: its methods and its Amax series
-GEMM_WEIGHTS = {"qkv": "wqkv", "out": "wo", "gate_up": "w13", "down": "w2"}  # each GEMM's LayerWeights weight
 
 
 @dataclass
@@ -82,16 +79,16 @@ class LayerWeights:
     ffn_norm: Tensor  # [dim]
     w13: Tensor  # [2 * intermediate_size, dim]: the gate (w1) then the up projection (w3)
     w2: Tensor  # [dim, intermediate_size]
-    # set by InflightLlama.use_fp8_gemms (which then frees the 16-bit weights): one per GEMM, keyed as GEMMS
+    # set by use_fp8_gemms (which then frees the 16-bit weights): one per GEMM, keyed as InflightLlama.GEMM_WEIGHTS
     fp8: dict[str, Fp8Linear] | None = None
-    fp8_align: int = 1  # rows of an FP8 GEMM's input are padded to a multiple of this
 
     def _gemm(self, name: str, x: Tensor, weight: Tensor) -> Tensor:
         if self.fp8 is None:
             return F.linear(x, weight)
         gemm = self.fp8[name]
         tokens = x.shape[0]
-        xq = quantize_fast(x, gemm.act_scale_value, tokens + -tokens % self.fp8_align)
+        align = FP8_ROW_ALIGN if x.is_cuda else 1  # x is on the model's device: its fp8_row_align
+        xq = quantize_fast(x, gemm.act_scale_value, tokens + -tokens % align)
         return gemm(xq)[:tokens]
 
     def qkv(self, x: Tensor) -> Tensor:
@@ -107,11 +104,13 @@ class LayerWeights:
         return self._gemm("down", x, self.w2)
 
 
-class InflightLlama:
+class InflightLlama(InflightBase):
     """The model as the engine runs it (``code.llm.inflight_engine.EngineModel``). ``from_model`` takes a ``Llama``
     (random or a checkpoint's, on the target device and dtype)."""
 
     memory_plan = "code/llama31/memory_plan.py: llama_memory_plan"
+    # a layer's GEMMs, in order (its methods and its Amax series) -> each one's LayerWeights weight
+    GEMM_WEIGHTS = {"qkv": "wqkv", "out": "wo", "gate_up": "w13", "down": "w2"}
 
     def __init__(self, config: LlamaConfig, embedding: Tensor, layers: list[LayerWeights], norm_weight: Tensor,
                  head_weight: Tensor) -> None:
@@ -125,14 +124,6 @@ class InflightLlama:
         self.q_width = config.n_heads * config.head_dim
         self.kv_width = config.n_kv_heads * config.head_dim
         self.decode_launch = decode_launch(config.n_kv_heads)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.embedding.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.embedding.device
 
     def cache_shape(self, slots: int, beams: int, max_new_tokens: int, page_size: int,
                     max_prompt_length: int) -> CacheShape:
@@ -176,33 +167,6 @@ class InflightLlama:
 
     def _logits(self, x: Tensor) -> Tensor:
         return F.linear(self._norm(x, self.norm_weight), self.head_weight).float()
-
-    @property
-    def uses_fp8_gemms(self) -> bool:
-        return self.layers[0].fp8 is not None
-
-    @torch.no_grad()
-    def use_fp8_gemms(self, amax: Amax, fast_accum: bool = False) -> None:
-        """Switch the four GEMMs of every layer to FP8 with activation scales from ``amax``; frees the 16-bit
-        weights. ``fast_accum``: see ``set_fp8_fast_accum``."""
-        align = FP8_ROW_ALIGN if self.device.type == "cuda" else 1
-        for i, layer in enumerate(self.layers):
-            layer.fp8 = {name: Fp8Linear(getattr(layer, GEMM_WEIGHTS[name]), getattr(amax, name)[i], self.dtype)
-                         for name in GEMMS}
-            layer.fp8_align = align
-            for attribute in GEMM_WEIGHTS.values():
-                setattr(layer, attribute, torch.empty(0, dtype=self.dtype, device=self.device))
-        self.set_fp8_fast_accum(fast_accum)
-
-    def set_fp8_fast_accum(self, on: bool) -> None:
-        """cuBLASLt's fast accumulation in every FP8 GEMM (on: the tensor cores' own accumulator throughout, which
-        is faster and rounds more; off: partial sums promoted to float32). An engine's CUDA graph keeps the choice
-        it was captured with, so set it before building the engine."""
-        if not self.uses_fp8_gemms:
-            raise ValueError("fast accumulation applies to FP8 GEMMs: call use_fp8_gemms first")
-        for layer in self.layers:
-            for gemm in layer.fp8.values():
-                gemm.fast_accum = on
 
     def _layers(self, x: Tensor, rope: Tensor, attend: Callable[[int, Tensor, Tensor, Tensor], Tensor],
                 on_layer: Callable[..., None] | None = None) -> Tensor:

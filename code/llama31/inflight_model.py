@@ -40,9 +40,9 @@ from code.llama31.architecture import LlamaConfig
 from code.llama31.model import Llama, apply_rotary, rope_table
 from code.llm.amax import LayerAmax
 from code.llm.cache_shape import CacheShape
-from code.llm.inflight_model import FP8_ROW_ALIGN, InflightBase
+from code.llm.inflight_model import FP8_ROW_ALIGN, Attend, InflightBase
 from code.llm.kv_cache import KVCache
-from code.llm.paged_attention import decode_step, prefill_attention
+from code.llm.paged_attention import decode_step
 from code.numerics.fp8 import Fp8Linear, quantize_fast
 
 # The decode kernel's launch at Llama 3.1 8B's shape (1 beam, 4 query heads a key/value head of 128): 4 key/value
@@ -111,6 +111,7 @@ class InflightLlama(InflightBase):
     memory_plan = "code/llama31/memory_plan.py: llama_memory_plan"
     # a layer's GEMMs, in order (its methods and its Amax series) -> each one's LayerWeights weight
     GEMM_WEIGHTS = {"qkv": "wqkv", "out": "wo", "gate_up": "w13", "down": "w2"}
+    amax_type = Amax
 
     def __init__(self, config: LlamaConfig, embedding: Tensor, layers: list[LayerWeights], norm_weight: Tensor,
                  head_weight: Tensor) -> None:
@@ -192,47 +193,13 @@ class InflightLlama(InflightBase):
         return x
 
     # -- the engine's forwards ---------------------------------------------------------------------------------
-    def _prompt_forward(self, prompts: list[Tensor], write: Callable[[int, Tensor, Tensor], None] | None,
-                        on_layer: Callable[..., None] | None = None) -> Tensor:
-        """Packed causal forward of whole prompts; ``write(i, k, v)`` stores layer i's keys and values,
-        ``on_layer`` as ``_layers``'. Float32 logits of each prompt's last token."""
-        lengths = [len(p) for p in prompts]
-        tokens = torch.cat(prompts)
-        positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
-        cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32,
-                                  device=self.device)
-
-        def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-            if write is not None:
-                write(i, k, v)
-            return prefill_attention(q, k, v.contiguous(), lengths, cu_seqlens)
-
-        x = self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend, on_layer)
-        return self._logits(x[cu_seqlens[1:].long() - 1])
+    def _prompt_layers(self, x: Tensor, rope: Tensor, attend: Attend, on_layer: Callable[..., None] | None) -> Tensor:
+        return self._layers(x, rope, attend, on_layer)
 
     @torch.inference_mode()
     def prompt_logits(self, prompts: list[Tensor]) -> Tensor:
         """Float32 logits ``[prompts, vocab]`` of each prompt's last token, without a cache (checks, calibration)."""
-        return self._prompt_forward(prompts, None)
-
-    @torch.inference_mode()
-    def collect_amax(self, prompts: list[Tensor], amax: Amax | None = None) -> Amax:
-        """Per-layer magnitudes of the four GEMM inputs, keys and values over ``prompts`` (calibration); with
-        ``amax``, raises its values (several batches of prompts)."""
-        amax = amax or Amax()
-        self._prompt_forward(prompts, None, on_layer=amax.update)
-        return amax
-
-    @torch.inference_mode()
-    def prefill(self, prompts: list[Tensor], slots: list[int], cache: KVCache) -> Tensor:
-        """Run whole prompts (int64 on the device), write their keys/values to the slots' pages; float32 logits
-        ``[prompts, vocab]`` of each prompt's last token."""
-        rows = cache.prompt_write_index(slots, [len(p) for p in prompts])
-
-        def write(i: int, k: Tensor, v: Tensor) -> None:
-            cache.write_prompt(i, rows, k, v)
-
-        return self._prompt_forward(prompts, write)
+        return self._prompt_forward(prompts)
 
     def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor) -> Tensor:
         """One token per beam row (``tokens [slots * beams]``), the ``gen_count[s]``-th generated token of slot s;

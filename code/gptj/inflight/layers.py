@@ -32,9 +32,9 @@ from code.gptj.memory_plan import HEAD_ROW_ALIGN  # LM-head rows are padded to t
 from code.gptj.memory_plan import cache_shape as gptj_cache_shape
 from code.gptj.model import Gptj, GptjConfig, rope_table
 from code.llm.amax import LayerAmax
-from code.llm.inflight_model import InflightBase
+from code.llm.inflight_model import Attend, InflightBase
 from code.llm.kv_cache import CacheShape, KVCache
-from code.llm.paged_attention import decode_step, prefill_attention
+from code.llm.paged_attention import decode_step
 from code.numerics.fp8 import Fp8Linear
 
 
@@ -86,6 +86,7 @@ class InflightModel(InflightBase):
 
     memory_plan = "code/gptj/memory_plan.py: gptj_memory_plan"
     GEMM_WEIGHTS = {"gemm_in": "w_in", "gemm_out": "w_out"}  # each GEMM's Amax series -> its LayerWeights' weight
+    amax_type = Amax
 
     def __init__(self, config: GptjConfig, embedding: Tensor, layers: list[LayerWeights], norm_weight: Tensor,
                  norm_bias: Tensor, head_weight: Tensor, head_bias: Tensor) -> None:
@@ -138,8 +139,8 @@ class InflightModel(InflightBase):
     def _layers(self, x: Tensor, rope: Tensor, attend: Callable[[int, Tensor, Tensor, Tensor], Tensor],
                 ew: ElementwiseFunctions, on_layer: Callable[..., None] | None = None) -> Tensor:
         """Every layer over ``x [tokens, n_embd]``; ``attend(i, q, k, v)`` is layer i's attention (it also stores
-        the keys and values); ``on_layer(i, normed=, k=, v=, mlp_in=)`` sees each layer's GEMM inputs, keys and
-        values. Returns the last layer's residual stream."""
+        the keys and values); ``on_layer(i, gemm_in=, k=, v=, gemm_out=)`` sees each layer's GEMM inputs (its
+        ``Amax`` series), keys and values. Returns the last layer's residual stream."""
         cfg = self.config
         tokens = x.shape[0]
         align = self.fp8_row_align  # the rows of an FP8 GEMM's input (see elementwise.py)
@@ -151,7 +152,7 @@ class InflightModel(InflightBase):
             attended = attend(i, q, k, v)
             mlp_in = ew.mlp_in(fused, attended, layer.out_scale, align)
             if on_layer is not None:
-                on_layer(i, normed=normed, k=k, v=v, mlp_in=mlp_in)
+                on_layer(i, gemm_in=normed, k=k, v=v, gemm_out=mlp_in)
             out = layer.linear_out(mlp_in)
             if i + 1 < len(self.layers):
                 after = self.layers[i + 1]
@@ -161,46 +162,8 @@ class InflightModel(InflightBase):
                 x = out[:tokens] + x
         return x
 
-    def _prompt_forward(self, prompts: list[Tensor], on_layer: Callable[..., None] | None = None,
-                        write: Callable[[int, Tensor, Tensor], None] | None = None) -> Tensor:
-        """Packed causal forward of whole prompts; ``write(i, k, v)`` stores layer i's keys and values. Float32
-        logits of each prompt's last token."""
-        lengths = [len(p) for p in prompts]
-        tokens = torch.cat(prompts)
-        positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
-        cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32,
-                                  device=self.device)
-
-        def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-            if write is not None:
-                write(i, k, v)
-            return prefill_attention(q, k, v, lengths, cu_seqlens)
-
-        x = self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend,
-                         self.elementwise.prefill, on_layer)
-        return self._logits(x[cu_seqlens[1:].long() - 1])
-
-    @torch.inference_mode()
-    def prefill(self, prompts: list[Tensor], slots: list[int], cache: KVCache) -> Tensor:
-        """Run whole prompts (int64 on the device), write their keys/values to the slots' pages; float32 logits
-        ``[prompts, vocab]`` of each prompt's last token."""
-        rows = cache.prompt_write_index(slots, [len(p) for p in prompts])
-
-        def write(i: int, k: Tensor, v: Tensor) -> None:
-            cache.write_prompt(i, rows, k, v)
-
-        return self._prompt_forward(prompts, write=write)
-
-    @torch.inference_mode()
-    def collect_amax(self, prompts: list[Tensor], amax: Amax | None = None) -> Amax:
-        """Per-layer magnitudes of the GEMM inputs, keys and values over ``prompts`` (calibration)."""
-        amax = amax or Amax()
-
-        def record(i: int, normed: Tensor, k: Tensor, v: Tensor, mlp_in: Tensor) -> None:
-            amax.update(i, gemm_in=normed, gemm_out=mlp_in, k=k, v=v)
-
-        self._prompt_forward(prompts, on_layer=record)
-        return amax
+    def _prompt_layers(self, x: Tensor, rope: Tensor, attend: Attend, on_layer: Callable[..., None] | None) -> Tensor:
+        return self._layers(x, rope, attend, self.elementwise.prefill, on_layer)
 
     def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor) -> Tensor:
         """One token per beam row (``tokens [slots * beams]``), the ``gen_count[s]``-th generated token of slot s;

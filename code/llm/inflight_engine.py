@@ -39,7 +39,7 @@ from code.llm.checkpoint import model_dtype
 from code.llm.generation import GenerationConfig
 from code.llm.kv_cache import CacheShape, KVCache
 from code.llm.memory_plan import GIB, KV_CACHE_DTYPES, PAGE_SIZE, PRECISIONS, RESERVE_SHARE, prompt_pool_pages
-from code.mlperf.devices import allocatable_gpu_bytes, usable_gpu_bytes
+from code.mlperf.devices import allocatable_gpu_bytes, placed_on, usable_gpu_bytes
 from code.numerics.fp8 import E4M3
 
 if TYPE_CHECKING:
@@ -446,14 +446,12 @@ class CalibratedBackend(EngineBackend):
         if options.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, not "
                              f"{options.kv_cache_dtype!r}")
-        device = torch.device(options.device)
+        device = placed_on(options.device, options.cpu_threads)
         if device.type == "cuda" and options.precision == "fp32":
             raise ValueError("the inflight backend on CUDA runs bf16, fp16 or fp8 (FlashAttention has no float32): "
                              "set --precision=bf16")
         # What GPU each engine needs is checked before a run loads anything (code/config/capabilities.py, from the
         # backend's declaration); FP8 off a GPU is refused by the fields' device rules.
-        if device.type == "cpu" and options.cpu_threads:
-            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/mlperf/devices.py
         fp8 = options.precision == "fp8" or options.kv_cache_dtype == "fp8"
         if fp8 and (options.engine_dir is None or options.engine_spec is None):
             raise ValueError("an FP8 inflight run needs InflightOptions.engine_dir and engine_spec (the engine "

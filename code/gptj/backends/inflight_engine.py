@@ -119,11 +119,11 @@ def longest_prompt(n_positions: int) -> int:
 
 def load_model(spec: EngineSpec, device: torch.device, dtype: torch.dtype) -> InflightModel:
     """The spec's weights regrouped for the engine, as the inflight backend loads them."""
-    from code.gptj.backends.pytorch import REDOWNLOAD
-    from code.gptj.model import GptjConfig, load_checkpoint, random_weights
+    from code.gptj.backends.pytorch import WEIGHTS
 
-    model = calibration_engine.spec_weights(spec, device, dtype, GptjConfig.from_name, random_weights,
-                                            load_checkpoint, REDOWNLOAD)
+    # random weights drawn on the GPU there (seconds instead of minutes): the in-flight engine runs for speed
+    model = WEIGHTS.load(spec.checkpoint, spec.model_name, spec.seed, dtype, device,
+                         draw_on_device=device.type == "cuda")
     return InflightModel.from_model(model, consume=True)
 
 

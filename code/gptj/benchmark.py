@@ -177,18 +177,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
             log_dir / "mlperf_log_accuracy.json", references_text,
             lambda ids: tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True),
             config.workload.accuracy_target.value, log_dir / "accuracy.txt", gen_len_target=GEN_LEN_TARGET * share)
-        summary = (f"rouge1 = {result.rouge1}, rouge2 = {result.rouge2}, rougeL = {result.rougeL}, "
-                   f"gen_len = {result.gen_len:,} (targets {result.targets['ROUGE1']:.3f} / "
-                   f"{result.targets['ROUGE2']:.3f} / {result.targets['ROUGEL']:.3f} / "
-                   f"{result.targets['GEN_LEN']:,.0f})")
-        if share < 1.0:
-            summary += f"; gen_len target scaled to {len(samples)} of {DATASET_SIZE[Benchmark.GPTJ]} samples"
-        return AccuracyReport(
-            metric="rouge1", value=float(result.rouge1), unit="", passed=result.passed,
-            failures=list(result.failures), summary=summary,
-            figures={"rouge1": float(result.rouge1), "rouge2": float(result.rouge2), "rougeL": float(result.rougeL),
-                     "rougeLsum": float(result.rougeLsum), "gen_len": result.gen_len, "gen_num": result.gen_num,
-                     "targets": result.targets, "sentence_splitter": result.splitter})
+        return result.accuracy_report(f"; gen_len target scaled to {len(samples)} of {DATASET_SIZE[Benchmark.GPTJ]} "
+                                      "samples" if share < 1.0 else "")
 
     return prepared_test(samples.lengths, runner_on, evaluate, provenance, input_lengths=samples.describe_lengths(),
                          devices=resolve_devices(config), cpu_threads=context.cpu_threads)

@@ -155,16 +155,7 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
         share = min(1.0, len(samples) / SAMPLE_COUNTS[full_set])
         result = evaluate(log_dir / "mlperf_log_accuracy.json", references, decode, log_dir / "accuracy.txt",
                           full_set, gen_len_target=REFERENCES[full_set].gen_len_target * share)
-        targets = result.targets
-        summary = (f"rouge1 = {result.rouge1}, rouge2 = {result.rouge2}, rougeL = {result.rougeL}, rougeLsum = "
-                   f"{result.rougeLsum}, gen_len = {result.gen_len:,} (targets {targets['ROUGE1']:.3f} / "
-                   f"{targets['ROUGE2']:.3f} / {targets['ROUGEL']:.3f} / {targets['ROUGELSUM']:.3f} / "
-                   f"{targets['GEN_LEN']:,.0f})")
-        return AccuracyReport(
-            metric="rouge1", value=float(result.rouge1), unit="", passed=result.passed,
-            failures=list(result.failures), summary=summary,
-            figures={**result.metrics(), "targets": targets, "data_set": full_set,
-                     "sentence_splitter": result.splitter})
+        return result.accuracy_report(data_set=full_set)
 
     return prepared_test(samples.lengths, runner_on, evaluate, provenance, input_lengths=samples.describe_lengths(),
                          devices=resolve_devices(config), cpu_threads=context.cpu_threads, token_responses=True,

@@ -126,17 +126,6 @@ def load_samples(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 -
     return samples
 
 
-def first_samples(samples: Any, count: int) -> Any:
-    """The first ``count`` prompts (all of them when there are fewer): ``--num_samples``."""
-    if count >= len(samples):
-        return samples
-    import dataclasses
-
-    forced = samples.forced_lengths
-    return dataclasses.replace(samples, input_ids=samples.input_ids[:count], lengths=samples.lengths[:count],
-                               forced_lengths=None if forced is None else forced[:count])
-
-
 def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     """Load prompts, backend and scorer for one LoadGen test of GPT-J."""
     from code.gptj.backends import backend_class
@@ -149,11 +138,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     samples = load_samples(config, choice)
     references_text = None if choice.synthetic else reference_summaries(samples, load_targets, FETCH_STEP)
     if config["num_samples"] is not None:  # after reference_summaries, which checks the whole set against its file
-        samples = first_samples(samples, config["num_samples"])
+        samples = samples.first(config["num_samples"])
         references_text = None if references_text is None else references_text[:len(samples)]
-        provenance["invalid_because"] = [*provenance.get("invalid_because", []),
-                                         f"--num_samples={config['num_samples']}: a quick check on the first "
-                                         f"{len(samples)} samples"]
     tokenizer = load_tokenizer() if references_text is not None else None
     if references_text is not None and mode is TestMode.AccuracyOnly:
         from code.llm.sentence_split import splitter_name
@@ -181,4 +167,5 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                                       "samples" if share < 1.0 else "")
 
     return prepared_test(samples.lengths, runner_on, evaluate, provenance, input_lengths=samples.describe_lengths(),
-                         devices=resolve_devices(config), cpu_threads=context.cpu_threads)
+                         devices=resolve_devices(config), cpu_threads=context.cpu_threads,
+                         num_samples=config["num_samples"])

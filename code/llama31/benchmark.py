@@ -126,8 +126,6 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     if config["num_samples"] is not None:
         samples = samples.first(config["num_samples"])
         references = None if references is None else references[:len(samples)]
-        provenance["invalid_because"] = [*provenance["invalid_because"], f"--num_samples={config['num_samples']}: "
-                                         f"a quick check on the first {len(samples)} samples"]
     decode = None
     if references is not None and mode is not TestMode.PerformanceOnly:
         from code.llama31.tokenizer import decoder, load_tokenizer
@@ -159,4 +157,4 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
 
     return prepared_test(samples.lengths, runner_on, evaluate, provenance, input_lengths=samples.describe_lengths(),
                          devices=resolve_devices(config), cpu_threads=context.cpu_threads, token_responses=True,
-                         streams_first_tokens=streams)
+                         streams_first_tokens=streams, num_samples=config["num_samples"])

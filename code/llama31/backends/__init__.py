@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from code.config.backends import backend_registry
 from code.llm.backend_rules import inflight_declaration, pytorch_declaration
@@ -31,11 +31,9 @@ class BackendContext:
     max_prompt_length: int = 0  # the longest prompt of the run's samples; 0 where nothing runs
 
 
-class LlamaBackendClass(BackendClass[BackendContext, Any], Protocol):
-    """A llama3.1-8b backend class also says whether its runs report each first token as soon as it is known: LoadGen
-    times llama's first tokens, and a run's provenance says how they reached it."""
-
-    streams_first_tokens: bool
+# Beside the protocol, each llama3.1-8b backend class states ``streams_first_tokens``: whether its runs report each
+# first token as soon as it is known (LoadGen times llama's first tokens, and a run's provenance says how they came).
+LlamaBackendClass = BackendClass[BackendContext, Any]
 
 
 # What the configuration checks a llama3.1-8b config against (code/config/fields.py); the pytorch backend's configs

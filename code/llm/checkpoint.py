@@ -187,3 +187,9 @@ class WeightsSource:
             return self.random_weights(self.config_of(model_name), seed, dtype, device, draw_on_device=draw_on_device)
         with reading(checkpoint, self.redownload):
             return self.load_checkpoint(checkpoint, dtype=dtype, device=device)
+
+    def for_engine(self, spec: Any, device: torch.device, dtype: torch.dtype) -> Any:  # noqa: ANN401 - spec and model
+        """An engine spec's model (its checkpoint, model_name and seed) as the in-flight backends load it: random
+        weights drawn on the GPU there, since the in-flight engine runs for speed."""
+        return self.load(spec.checkpoint, spec.model_name, spec.seed, dtype, device,
+                         draw_on_device=device.type == "cuda")

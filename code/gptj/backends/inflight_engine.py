@@ -121,10 +121,7 @@ def load_model(spec: EngineSpec, device: torch.device, dtype: torch.dtype) -> In
     """The spec's weights regrouped for the engine, as the inflight backend loads them."""
     from code.gptj.backends.pytorch import WEIGHTS
 
-    # random weights drawn on the GPU there (seconds instead of minutes): the in-flight engine runs for speed
-    model = WEIGHTS.load(spec.checkpoint, spec.model_name, spec.seed, dtype, device,
-                         draw_on_device=device.type == "cuda")
-    return InflightModel.from_model(model, consume=True)
+    return InflightModel.from_model(WEIGHTS.for_engine(spec, device, dtype), consume=True)
 
 
 # Through lambdas, so that what a test patches in this module (CALIBRATION_DIR, a function) is what a build uses.

@@ -71,10 +71,7 @@ def calibrate_on(model: InflightLlama, prompts: list[np.ndarray], batch: int = 8
 def load_model(spec: EngineSpec, device: torch.device, dtype: torch.dtype) -> InflightLlama:
     """The spec's weights regrouped for the engine, in ``dtype`` (the 16-bit dtype an FP8 engine runs between its
     GEMMs)."""
-    # random weights drawn on the GPU there (seconds instead of minutes): the in-flight engine runs for speed
-    model = WEIGHTS.load(spec.checkpoint, spec.model_name, spec.seed, dtype, device,
-                         draw_on_device=device.type == "cuda")
-    return InflightLlama.from_model(model, consume=True)
+    return InflightLlama.from_model(WEIGHTS.for_engine(spec, device, dtype), consume=True)
 
 
 # Through lambdas, so that what a test patches in this module is what a build uses.

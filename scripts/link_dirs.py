@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from code.common.cli import exits_on
 from code.common.faults import NOT_WRITABLE, describe
 from code.common.paths import DATA_DIR, MODELS_DIR, PREPROCESSED_DATA_DIR
 
@@ -94,12 +95,9 @@ def _link_one(local: Path, root: Path | None) -> str:
     return f"{local} -> {target}"
 
 
+@exits_on(LinkDirsError)
 def main() -> int:
-    try:
-        report = link_dirs(os.environ.get("MLPERF_SCRATCH_PATH"))
-    except LinkDirsError as error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return 2
+    report = link_dirs(os.environ.get("MLPERF_SCRATCH_PATH"))
     for line in report:
         print(f"[link_dirs] {line}")
     return 0

@@ -126,10 +126,6 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     features = first_samples(load_features(config, choice), config["num_samples"])
     provenance = describe_inputs(config, mode)
     subset = config["num_samples"] is not None and len(features) < DATASET_SIZE[Benchmark.BERT]
-    if config["num_samples"] is not None:
-        provenance["invalid_because"] = [*provenance.get("invalid_because", []),
-                                         f"--num_samples={config['num_samples']}: a quick check on the first "
-                                         f"{len(features)} samples"]
     context = backend_context(config, choice, features)
     chosen = backend_class(config["backend"])
     # The eval file scores the run: read it now, so a damaged one stops the test before LoadGen, not after it.
@@ -156,7 +152,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
                                        "target_f1": result.target_f1})
 
     return prepared_test(features.lengths, runner_on, evaluate, provenance, input_lengths=features.describe_lengths(),
-                         devices=resolve_devices(config), cpu_threads=context.cpu_threads)
+                         devices=resolve_devices(config), cpu_threads=context.cpu_threads,
+                         num_samples=config["num_samples"])
 
 
 def first_samples(features: Any, count: int | None) -> Any:

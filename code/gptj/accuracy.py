@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from code.common.cli import exits_on
 from code.llm.rouge import DTYPES
 from code.llm.sentence_split import PunktDataMissingError
 from code.llm.summary_accuracy import RougeReference
@@ -63,6 +64,7 @@ def evaluate_accuracy_log(
                               gen_len_target)
 
 
+@exits_on(PunktDataMissingError)
 def main(argv: list[str] | None = None) -> int:
     from code.gptj.tokenizer import load_tokenizer
     from code.llm.cnn_dailymail import default_eval_json, load_targets
@@ -93,11 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
     references = load_targets(args.dataset_file or default_eval_json())
     out_file = args.out_file or args.log_file.parent / "accuracy.txt"
-    try:
-        result = evaluate_accuracy_log(args.log_file, references, decode, args.accuracy_target, out_file, args.dtype)
-    except PunktDataMissingError as error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return 2
+    result = evaluate_accuracy_log(args.log_file, references, decode, args.accuracy_target, out_file, args.dtype)
     print(out_file.read_text(), end="")
     return 0 if result.passed else 1
 

@@ -126,17 +126,6 @@ def load_samples(config: ResolvedConfig, choice: InputChoice):  # noqa: ANN201 -
     return samples
 
 
-def first_samples(samples: Any, count: int) -> Any:
-    """The first ``count`` prompts (all of them when there are fewer): ``--num_samples``."""
-    if count >= len(samples):
-        return samples
-    import dataclasses
-
-    forced = samples.forced_lengths
-    return dataclasses.replace(samples, input_ids=samples.input_ids[:count], lengths=samples.lengths[:count],
-                               forced_lengths=None if forced is None else forced[:count])
-
-
 def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     """Load prompts, backend and scorer for one LoadGen test of GPT-J."""
     from code.gptj.backends import backend_class
@@ -149,11 +138,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     samples = load_samples(config, choice)
     references_text = None if choice.synthetic else reference_summaries(samples, load_targets, FETCH_STEP)
     if config["num_samples"] is not None:  # after reference_summaries, which checks the whole set against its file
-        samples = first_samples(samples, config["num_samples"])
+        samples = samples.first(config["num_samples"])
         references_text = None if references_text is None else references_text[:len(samples)]
-        provenance["invalid_because"] = [*provenance.get("invalid_because", []),
-                                         f"--num_samples={config['num_samples']}: a quick check on the first "
-                                         f"{len(samples)} samples"]
     tokenizer = load_tokenizer() if references_text is not None else None
     if references_text is not None and mode is TestMode.AccuracyOnly:
         from code.llm.sentence_split import splitter_name
@@ -177,18 +163,9 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
             log_dir / "mlperf_log_accuracy.json", references_text,
             lambda ids: tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True),
             config.workload.accuracy_target.value, log_dir / "accuracy.txt", gen_len_target=GEN_LEN_TARGET * share)
-        summary = (f"rouge1 = {result.rouge1}, rouge2 = {result.rouge2}, rougeL = {result.rougeL}, "
-                   f"gen_len = {result.gen_len:,} (targets {result.targets['ROUGE1']:.3f} / "
-                   f"{result.targets['ROUGE2']:.3f} / {result.targets['ROUGEL']:.3f} / "
-                   f"{result.targets['GEN_LEN']:,.0f})")
-        if share < 1.0:
-            summary += f"; gen_len target scaled to {len(samples)} of {DATASET_SIZE[Benchmark.GPTJ]} samples"
-        return AccuracyReport(
-            metric="rouge1", value=float(result.rouge1), unit="", passed=result.passed,
-            failures=list(result.failures), summary=summary,
-            figures={"rouge1": float(result.rouge1), "rouge2": float(result.rouge2), "rougeL": float(result.rougeL),
-                     "rougeLsum": float(result.rougeLsum), "gen_len": result.gen_len, "gen_num": result.gen_num,
-                     "targets": result.targets, "sentence_splitter": result.splitter})
+        return result.accuracy_report(f"; gen_len target scaled to {len(samples)} of {DATASET_SIZE[Benchmark.GPTJ]} "
+                                      "samples" if share < 1.0 else "")
 
     return prepared_test(samples.lengths, runner_on, evaluate, provenance, input_lengths=samples.describe_lengths(),
-                         devices=resolve_devices(config), cpu_threads=context.cpu_threads)
+                         devices=resolve_devices(config), cpu_threads=context.cpu_threads,
+                         num_samples=config["num_samples"])

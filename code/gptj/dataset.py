@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -190,6 +190,14 @@ class GptjSamples:
     def forced_length(self, index: int) -> int:
         """Sample ``index``'s forced output length, EOS included; 0 when outputs end where the model decides."""
         return int(self.forced_lengths[index]) if self.forced_lengths is not None else 0
+
+    def first(self, count: int) -> GptjSamples:
+        """The first ``count`` prompts (all of them when there are fewer): ``--num_samples``."""
+        if count >= len(self):
+            return self
+        forced = self.forced_lengths
+        return replace(self, input_ids=self.input_ids[:count], lengths=self.lengths[:count],
+                       forced_lengths=None if forced is None else forced[:count])
 
     def prompt(self, index: int) -> np.ndarray:
         """Prompt tokens of sample ``index``, unpadded: a read-only int32 view."""

@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from code.common.cli import exits_on
 from code.llama31.dataset import SAMPLE_COUNTS, eval_file, load_targets
 from code.llm.rouge import DTYPES
 from code.llm.sentence_split import PunktDataMissingError
@@ -48,6 +49,7 @@ def evaluate(log_path: Path, references: list[str], decode, accuracy_txt: Path, 
                                  dtype, gen_len_target)
 
 
+@exits_on(PunktDataMissingError, FileNotFoundError, ValueError)
 def main(argv: list[str] | None = None) -> int:
     from code.llama31.tokenizer import CHECKPOINT, decoder, load_tokenizer
 
@@ -60,13 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out_file", type=Path, default=None, help="default: accuracy.txt beside the log")
     args = parser.parse_args(argv)
     out_file = args.out_file or args.log_file.parent / "accuracy.txt"
-    try:
-        references = load_targets(args.dataset_file or eval_file(args.data_set))
-        result = evaluate(args.log_file, references, decoder(load_tokenizer(args.checkpoint)), out_file,
-                          args.data_set, args.dtype)
-    except (PunktDataMissingError, FileNotFoundError, ValueError) as error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return 2
+    references = load_targets(args.dataset_file or eval_file(args.data_set))
+    result = evaluate(args.log_file, references, decoder(load_tokenizer(args.checkpoint)), out_file,
+                      args.data_set, args.dtype)
     print(out_file.read_text(), end="")
     return 0 if result.passed else 1
 

@@ -126,8 +126,6 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     if config["num_samples"] is not None:
         samples = samples.first(config["num_samples"])
         references = None if references is None else references[:len(samples)]
-        provenance["invalid_because"] = [*provenance["invalid_because"], f"--num_samples={config['num_samples']}: "
-                                         f"a quick check on the first {len(samples)} samples"]
     decode = None
     if references is not None and mode is not TestMode.PerformanceOnly:
         from code.llama31.tokenizer import decoder, load_tokenizer
@@ -138,11 +136,13 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     context = backend_context(config, choice, max_prompt_length=samples.max_length)
     chosen = backend_class(config["backend"])
     full_set = data_set(config)
+    # LoadGen times llama's first tokens (token_responses below): a backend that streams them reports each as soon
+    # as it has it; the others hand them over with the responses.
+    streams = chosen.streams_first_tokens
 
     def runner_on(device: str, name: str) -> TokenRunner | ContinuousTokenRunner:
         # the inflight backend's engine pulls samples from the core's session (serve); pytorch runs batch by batch.
-        # LoadGen times llama's first tokens (token_responses below): the engine reports each as soon as it has it.
-        return runner_for(samples, backend_on(device, config, chosen, context, name), stream_first_tokens=True)
+        return runner_for(samples, backend_on(device, config, chosen, context, name), stream_first_tokens=streams)
 
     def evaluate(log_dir: Path) -> AccuracyReport:
         from code.llama31.accuracy import REFERENCES, evaluate
@@ -153,17 +153,8 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
         share = min(1.0, len(samples) / SAMPLE_COUNTS[full_set])
         result = evaluate(log_dir / "mlperf_log_accuracy.json", references, decode, log_dir / "accuracy.txt",
                           full_set, gen_len_target=REFERENCES[full_set].gen_len_target * share)
-        targets = result.targets
-        summary = (f"rouge1 = {result.rouge1}, rouge2 = {result.rouge2}, rougeL = {result.rougeL}, rougeLsum = "
-                   f"{result.rougeLsum}, gen_len = {result.gen_len:,} (targets {targets['ROUGE1']:.3f} / "
-                   f"{targets['ROUGE2']:.3f} / {targets['ROUGEL']:.3f} / {targets['ROUGELSUM']:.3f} / "
-                   f"{targets['GEN_LEN']:,.0f})")
-        return AccuracyReport(
-            metric="rouge1", value=float(result.rouge1), unit="", passed=result.passed,
-            failures=list(result.failures), summary=summary,
-            figures={**result.metrics(), "targets": targets, "data_set": full_set,
-                     "sentence_splitter": result.splitter})
+        return result.accuracy_report(data_set=full_set)
 
     return prepared_test(samples.lengths, runner_on, evaluate, provenance, input_lengths=samples.describe_lengths(),
                          devices=resolve_devices(config), cpu_threads=context.cpu_threads, token_responses=True,
-                         streams_first_tokens=hasattr(chosen, "serve"))
+                         streams_first_tokens=streams, num_samples=config["num_samples"])

@@ -43,8 +43,9 @@ from code.llama31.memory_plan import TYPICAL_PROMPT_TOKENS
 from code.llama31.model import Llama, rope_table
 from code.llm.amax import LayerAmax
 from code.llm.cache_shape import CacheShape
+from code.llm.inflight_model import FP8_ROW_ALIGN, Attend, InflightBase
 from code.llm.kv_cache import KVCache
-from code.llm.paged_attention import decode_step, prefill_attention
+from code.llm.paged_attention import decode_step
 from code.numerics.fp8 import E4M3, Fp8Linear, quantize_fast
 
 # The decode kernel's launch at Llama 3.1 8B's shape (1 beam, 4 query heads a key/value head of 128): 4 key/value
@@ -58,11 +59,6 @@ DECODE_LAUNCH = {"KEYS": 32, "num_warps": 4, "num_stages": 3, "SPLITS": 2, "HEAD
 def decode_launch(n_kv_heads: int) -> dict[str, int]:
     """``DECODE_LAUNCH`` with HEADS the largest divisor of ``n_kv_heads`` it allows (the kernel's rule)."""
     return {**DECODE_LAUNCH, "HEADS": math.gcd(DECODE_LAUNCH["HEADS"], n_kv_heads)}
-
-
-FP8_ROW_ALIGN = 16  # cuBLASLt's FP8 GEMMs take row counts in multiples of 16 (the module docstring)
-GEMMS = ("qkv", "out", "gate_up", "down")  # a layer's GEMMs, in order: its methods and its Amax series
-GEMM_WEIGHTS = {"qkv": "wqkv", "out": "wo", "gate_up": "w13", "down": "w2"}  # each GEMM's LayerWeights weight
 
 
 @dataclass
@@ -86,9 +82,8 @@ class LayerWeights:
     ffn_norm: Tensor  # [dim]
     w13: Tensor  # [2 * intermediate_size, dim]: the gate (w1) then the up projection (w3)
     w2: Tensor  # [dim, intermediate_size]
-    # set by InflightLlama.use_fp8_gemms (which then frees the 16-bit weights): one per GEMM, keyed as GEMMS
+    # set by use_fp8_gemms (which then frees the 16-bit weights): one per GEMM, keyed as InflightLlama.GEMM_WEIGHTS
     fp8: dict[str, Fp8Linear] | None = None
-    fp8_align: int = 1  # rows of an FP8 GEMM's input are padded to a multiple of this
 
     def scale(self, name: str) -> Tensor | None:
         """GEMM ``name``'s input scale (FP8), or None: what ``Elementwise`` quantizes that input with."""
@@ -103,7 +98,8 @@ class LayerWeights:
         if x.dtype == E4M3:
             return gemm(x)
         tokens = x.shape[0]
-        xq = quantize_fast(x, gemm.act_scale_value, tokens + -tokens % self.fp8_align)
+        align = FP8_ROW_ALIGN if x.is_cuda else 1  # x is on the model's device: its fp8_row_align
+        xq = quantize_fast(x, gemm.act_scale_value, tokens + -tokens % align)
         return gemm(xq)[:tokens]
 
     def qkv(self, x: Tensor) -> Tensor:
@@ -119,12 +115,15 @@ class LayerWeights:
         return self._gemm("down", x, self.w2)
 
 
-class InflightLlama:
+class InflightLlama(InflightBase):
     """The model as the engine runs it (``code.llm.inflight_engine.EngineModel``). ``from_model`` takes a ``Llama``
     (random or a checkpoint's, on the target device and dtype)."""
 
     memory_plan = "code/llama31/memory_plan.py: llama_memory_plan"
     typical_prompt_tokens = TYPICAL_PROMPT_TOKENS
+    # a layer's GEMMs, in order (its methods and its Amax series) -> each one's LayerWeights weight
+    GEMM_WEIGHTS = {"qkv": "wqkv", "out": "wo", "gate_up": "w13", "down": "w2"}
+    amax_type = Amax
 
     def __init__(self, config: LlamaConfig, embedding: Tensor, layers: list[LayerWeights], norm_weight: Tensor,
                  head_weight: Tensor) -> None:
@@ -141,14 +140,6 @@ class InflightLlama:
         # fused elementwise work between the GEMMs on a GPU (elementwise.py); a plain one is the same-run baseline
         self.elementwise = Elementwise(compiled=embedding.is_cuda)
         self.align = FP8_ROW_ALIGN if embedding.is_cuda else 1  # FP8 GEMM input rows (the module docstring)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.embedding.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.embedding.device
 
     def cache_shape(self, slots: int, beams: int, max_new_tokens: int, page_size: int,
                     max_prompt_length: int) -> CacheShape:
@@ -191,33 +182,6 @@ class InflightLlama:
     def _logits(self, x: Tensor) -> Tensor:
         return F.linear(self._norm(x, self.norm_weight), self.head_weight).float()
 
-    @property
-    def uses_fp8_gemms(self) -> bool:
-        return self.layers[0].fp8 is not None
-
-    @torch.no_grad()
-    def use_fp8_gemms(self, amax: Amax, fast_accum: bool = False) -> None:
-        """Switch the four GEMMs of every layer to FP8 with activation scales from ``amax``; frees the 16-bit
-        weights. ``fast_accum``: see ``set_fp8_fast_accum``."""
-        align = FP8_ROW_ALIGN if self.device.type == "cuda" else 1
-        for i, layer in enumerate(self.layers):
-            layer.fp8 = {name: Fp8Linear(getattr(layer, GEMM_WEIGHTS[name]), getattr(amax, name)[i], self.dtype)
-                         for name in GEMMS}
-            layer.fp8_align = align
-            for attribute in GEMM_WEIGHTS.values():
-                setattr(layer, attribute, torch.empty(0, dtype=self.dtype, device=self.device))
-        self.set_fp8_fast_accum(fast_accum)
-
-    def set_fp8_fast_accum(self, on: bool) -> None:
-        """cuBLASLt's fast accumulation in every FP8 GEMM (on: the tensor cores' own accumulator throughout, which
-        is faster and rounds more; off: partial sums promoted to float32). An engine's CUDA graph keeps the choice
-        it was captured with, so set it before building the engine."""
-        if not self.uses_fp8_gemms:
-            raise ValueError("fast accumulation applies to FP8 GEMMs: call use_fp8_gemms first")
-        for layer in self.layers:
-            for gemm in layer.fp8.values():
-                gemm.fast_accum = on
-
     def _layers(self, x: Tensor, rope: Tensor, attend: Callable[[int, Tensor, Tensor, Tensor], Tensor],
                 ew: ElementwiseFunctions, on_layer: Callable[..., None] | None = None) -> Tensor:
         """Every block over ``x [tokens, dim]``; ``attend(i, q, k, v)`` is layer i's attention (it also stores the
@@ -246,48 +210,13 @@ class InflightLlama:
         return x
 
     # -- the engine's forwards ---------------------------------------------------------------------------------
-    def _prompt_forward(self, prompts: list[Tensor], write: Callable[[int, Tensor, Tensor], None] | None,
-                        on_layer: Callable[..., None] | None = None) -> Tensor:
-        """Packed causal forward of whole prompts; ``write(i, k, v)`` stores layer i's keys and values,
-        ``on_layer`` as ``_layers``'. Float32 logits of each prompt's last token."""
-        lengths = [len(p) for p in prompts]
-        tokens = torch.cat(prompts)
-        positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
-        cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32,
-                                  device=self.device)
-
-        def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-            if write is not None:
-                write(i, k, v)
-            return prefill_attention(q, k, v, lengths, cu_seqlens)
-
-        x = self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend,
-                         self.elementwise.prefill, on_layer)
-        return self._logits(x[cu_seqlens[1:].long() - 1])
+    def _prompt_layers(self, x: Tensor, rope: Tensor, attend: Attend, on_layer: Callable[..., None] | None) -> Tensor:
+        return self._layers(x, rope, attend, self.elementwise.prefill, on_layer)
 
     @torch.inference_mode()
     def prompt_logits(self, prompts: list[Tensor]) -> Tensor:
         """Float32 logits ``[prompts, vocab]`` of each prompt's last token, without a cache (checks, calibration)."""
-        return self._prompt_forward(prompts, None)
-
-    @torch.inference_mode()
-    def collect_amax(self, prompts: list[Tensor], amax: Amax | None = None) -> Amax:
-        """Per-layer magnitudes of the four GEMM inputs, keys and values over ``prompts`` (calibration); with
-        ``amax``, raises its values (several batches of prompts)."""
-        amax = amax or Amax()
-        self._prompt_forward(prompts, None, on_layer=amax.update)
-        return amax
-
-    @torch.inference_mode()
-    def prefill(self, prompts: list[Tensor], slots: list[int], cache: KVCache) -> Tensor:
-        """Run whole prompts (int64 on the device), write their keys/values to the slots' pages; float32 logits
-        ``[prompts, vocab]`` of each prompt's last token."""
-        rows = cache.prompt_write_index(slots, [len(p) for p in prompts])
-
-        def write(i: int, k: Tensor, v: Tensor) -> None:
-            cache.write_prompt(i, rows, k, v)
-
-        return self._prompt_forward(prompts, write)
+        return self._prompt_forward(prompts)
 
     def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor,
                launch: Mapping[str, int] | None = None) -> Tensor:

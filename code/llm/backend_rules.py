@@ -1,6 +1,6 @@
 """What an LLM's backends share without torch (each benchmark's ``backends/__init__.py``, which the configuration's
-field table reads): the in-flight engine's KV cache switch, the rules of the device and the GPU that the in-flight
-and eager pytorch backends follow, and the model options every one of them reads."""
+field table reads): the declarations of the eager pytorch and the in-flight backends (their precisions, the engine's
+switches, the rules of the device and the GPU they follow), and the model options every one of them reads."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from code.common.gpu_models import BF16_CAPABILITY, FP8_CAPABILITY, TRITON_CAPABILITY
-from code.config.backends import Given, Requirement, needs_gpu
+from code.config.backends import BackendDeclaration, Given, Requirement, needs_gpu
 from code.config.field_spec import Field
+from code.numerics.switches import FP8_FAST_ACCUM, fast_accum_needs_fp8
 
 if TYPE_CHECKING:
     from code.config.resolved import ResolvedConfig
 
 KV_CACHE_DTYPE = "kv_cache_dtype"
+PYTORCH_PRECISIONS = ("fp32", "bf16", "fp16")
 KV_CACHE_DEFAULT = "auto"
 
 
@@ -47,6 +49,27 @@ def inflight_needs(values: Mapping[str, Any]) -> Requirement | None:
 def pytorch_needs(values: Mapping[str, Any]) -> Requirement | None:
     """bf16 needs bf16 tensor cores (Ampere and newer)."""
     return (BF16_CAPABILITY, "bf16 tensor cores") if values.get("precision") == "bf16" else None
+
+
+def pytorch_declaration(backend: str) -> BackendDeclaration:
+    """The eager pytorch backend ``backend`` ("module:class"): 16 or 32 bits, bf16 on bf16 tensor cores."""
+    return BackendDeclaration("pytorch", backend, precisions=PYTORCH_PRECISIONS, needs=pytorch_needs)
+
+
+def inflight_declaration(backend: str, label: str, kv_cache_description: str,
+                         more_switches: tuple[Field, ...] = ()) -> BackendDeclaration:
+    """The in-flight backend ``backend`` ("module:class") of the benchmark ``label`` names in its switches'
+    descriptions: the engine's switches (KV cache, fast accumulation, CUDA graphs; ``more_switches`` after them)
+    and the rules ``inflight_on_device`` and ``inflight_needs`` state."""
+    switches = (
+        kv_cache_dtype_field(kv_cache_description),
+        FP8_FAST_ACCUM,
+        Field("cuda_graphs", bool, True, f"{label} inflight: CUDA graphs, one per decode step"),
+        *more_switches,
+    )
+    return BackendDeclaration("inflight", backend, precisions=(*PYTORCH_PRECISIONS, "fp8"), switches=switches,
+                              check=fast_accum_needs_fp8, check_device=inflight_on_device, needs=inflight_needs,
+                              needs_from=("precision", KV_CACHE_DTYPE))
 
 
 def model_fields(config: ResolvedConfig, context: Any) -> dict[str, Any]:  # noqa: ANN401 - a BackendContext

@@ -26,14 +26,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from code.common.faults import reading
 from code.llm.amax import LayerAmax
+from code.llm.checkpoint import RANDOM
 from code.mlperf import engine_manifest
 from code.mlperf.engine_manifest import EngineError, rebuild_hint
 from code.mlperf.inputs import checkpoint_identity
 
 FORMAT_VERSION = 1
-RANDOM = "random"
 FP8 = "fp8"
 KEY_DEPENDS_ON = ("model_name", "precision", "kv_cache_dtype", "checkpoint (its path)", "seed")
 
@@ -66,17 +65,6 @@ def engine_key(spec: EngineSpec) -> str:
         return f"{head}-random-s{spec.seed}"
     stem = re.sub(r"[^A-Za-z0-9_.]+", "_", Path(spec.checkpoint).name)[:32]
     return f"{head}-{stem}-{hashlib.sha256(spec.checkpoint.encode()).hexdigest()[:8]}-s{spec.seed}"
-
-
-def spec_weights(spec: EngineSpec, device: torch.device, dtype: torch.dtype, config_of: Callable[[str], Any],
-                 random_weights: Callable[..., Any], load_checkpoint: Callable[..., Any], redownload: str) -> Any:  # noqa: ANN401
-    """The spec's model, as the in-flight backends load it: a checkpoint's weights (a damaged one names
-    ``redownload``), or random ones drawn on the GPU there (seconds instead of minutes)."""
-    if spec.is_random:
-        return random_weights(config_of(spec.model_name), spec.seed, dtype, device,
-                              draw_on_device=device.type == "cuda")
-    with reading(spec.checkpoint, redownload):
-        return load_checkpoint(spec.checkpoint, dtype=dtype, device=device)
 
 
 @dataclass(frozen=True)

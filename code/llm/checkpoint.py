@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
 
-from code.common.faults import CheckpointError
+from code.common.faults import CheckpointError, reading
 
 Module = TypeVar("Module", bound=nn.Module)
 # HF tensor name -> (our parameter, part): part i is the i-th row block of a fused parameter (q, k, v of wqkv) that
@@ -26,6 +27,7 @@ HfNames = Mapping[str, tuple[str, int | None]]
 # A precision's dtype for the model's weights; fp8 runs bf16 between its FP8 GEMMs (``model_dtype``).
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
+RANDOM = "random"  # a backend's checkpoint option for seeded random weights of its model_name's architecture
 _INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 _SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
 _TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".pytorch")
@@ -163,3 +165,31 @@ def load_named(model: Module, hf_names: HfNames, part_of: Callable[[Tensor, int 
         lines = [mismatch] + [f"  missing: {k}" for k in missing] + [f"  unexpected: {k}" for k in unexpected]
         raise CheckpointError("\n".join(lines + [f"  {w}" for w in wrong]))
     return model.eval()
+
+
+@dataclass(frozen=True)
+class WeightsSource:
+    """Where an LLM's weights come from, for every backend of its benchmark (the pytorch one, the in-flight engine and
+    its calibration): its architectures by name, its seeded random weights, its checkpoint loader, and the fix a
+    damaged checkpoint's error names."""
+
+    config_of: Callable[[str], Any]  # an architecture's name -> its config
+    random_weights: Callable[..., Any]  # (config, seed, dtype, device, draw_on_device=) -> model
+    load_checkpoint: Callable[..., Any]  # (path, dtype=, device=) -> model
+    redownload: str  # e.g. 're-download it: make download_model BENCHMARKS="gptj"'
+
+    def load(self, checkpoint: str, model_name: str, seed: int, dtype: torch.dtype, device: torch.device,
+             draw_on_device: bool = False) -> Any:  # noqa: ANN401 - the benchmark's model
+        """``checkpoint``'s weights (a checkpoint brings its own architecture), or with ``RANDOM`` seeded random ones
+        of ``model_name``'s; ``draw_on_device``: drawn on the GPU (seconds instead of minutes, values then depend
+        on its generator: for speed runs)."""
+        if checkpoint == RANDOM:
+            return self.random_weights(self.config_of(model_name), seed, dtype, device, draw_on_device=draw_on_device)
+        with reading(checkpoint, self.redownload):
+            return self.load_checkpoint(checkpoint, dtype=dtype, device=device)
+
+    def for_engine(self, spec: Any, device: torch.device, dtype: torch.dtype) -> Any:  # noqa: ANN401 - spec and model
+        """An engine spec's model (its checkpoint, model_name and seed) as the in-flight backends load it: random
+        weights drawn on the GPU there, since the in-flight engine runs for speed."""
+        return self.load(spec.checkpoint, spec.model_name, spec.seed, dtype, device,
+                         draw_on_device=device.type == "cuda")

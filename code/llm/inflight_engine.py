@@ -40,7 +40,7 @@ from code.llm.generation import GenerationConfig
 from code.llm.kv_cache import CacheShape, KVCache
 from code.llm.memory_plan import GIB, KV_CACHE_DTYPES, PAGE_SIZE, PRECISIONS, RESERVE_SHARE, prompt_pool_pages
 from code.llm.paged_attention import decode_launch_for
-from code.mlperf.devices import allocatable_gpu_bytes, usable_gpu_bytes
+from code.mlperf.devices import allocatable_gpu_bytes, placed_on, usable_gpu_bytes
 from code.numerics.fp8 import E4M3
 
 if TYPE_CHECKING:
@@ -289,20 +289,26 @@ class InflightEngine:
             self._prefill(batch)
         return admitted
 
-    def _report_first_tokens(self, slots: list[int], running: dict[int, int], first_tokens: FirstTokens) -> None:
-        """The first tokens of ``slots``, chosen by the step that just ran (greedy: ``done_tokens[:, 0, 0]``)."""
-        index = torch.tensor(slots, dtype=torch.long, device=self.model.device)
-        tokens = self.beams.done_tokens[index, 0, 0].to("cpu", torch.int32).numpy()
-        first_tokens(np.array([running[slot] for slot in slots], dtype=np.uint64), tokens)
-
-    def _finish(self, running: dict[int, int], free_slots: list[int], complete: Complete) -> None:
+    def _after_step(self, running: dict[int, int], free_slots: list[int], complete: Complete, admitted: list[int],
+                    first_tokens: FirstTokens | None) -> None:
+        """Report the first tokens of ``admitted`` through ``first_tokens`` where given (the step that just ran chose
+        them: greedy, ``done_tokens[:, 0, 0]``), then complete the finished samples. Both read ``done_tokens``
+        through one device-to-host copy of the rows they need: each copy waits for the GPU, one a step is enough."""
+        reported = admitted if first_tokens is not None else []
         finished = self.beams.finished.nonzero().view(-1)
-        if finished.numel() == 0:
+        if finished.numel() == 0 and not reported:
             return
         slots = finished.tolist()
+        rows = torch.cat((finished, torch.tensor(reported, dtype=torch.long, device=finished.device))) if reported \
+            else finished
+        tokens = self.beams.done_tokens[rows, 0].to("cpu", torch.int32).numpy()
+        if first_tokens is not None and reported:
+            first_tokens(np.array([running[slot] for slot in reported], dtype=np.uint64),
+                         np.ascontiguousarray(tokens[len(slots):, 0]))
+        if not slots:
+            return
         lengths = self.beams.done_lengths[finished, 0].tolist()
-        tokens = self.beams.done_tokens[finished, 0].to("cpu", torch.int32).numpy()
-        outputs = [np.ascontiguousarray(row[:n]) for row, n in zip(tokens, lengths, strict=True)]
+        outputs = [np.ascontiguousarray(row[:n]) for row, n in zip(tokens[:len(slots)], lengths, strict=True)]
         ids = np.array([running.pop(slot) for slot in slots], dtype=np.uint64)
         with torch.inference_mode():
             self.beams.release(finished)
@@ -350,9 +356,7 @@ class InflightEngine:
             self._step()
             self.stats.steps += 1
             self.stats.slot_steps += len(running)
-            if first_tokens is not None and admitted:
-                self._report_first_tokens(admitted, running, first_tokens)
-            self._finish(running, free_slots, complete)
+            self._after_step(running, free_slots, complete, admitted, first_tokens)
         self.stats.seconds += time.perf_counter() - start
 
     def generate(self, prompts: Sequence[np.ndarray], forced_lengths: Sequence[int] | None = None
@@ -467,14 +471,12 @@ class CalibratedBackend(EngineBackend):
         if options.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, not "
                              f"{options.kv_cache_dtype!r}")
-        device = torch.device(options.device)
+        device = placed_on(options.device, options.cpu_threads)
         if device.type == "cuda" and options.precision == "fp32":
             raise ValueError("the inflight backend on CUDA runs bf16, fp16 or fp8 (FlashAttention has no float32): "
                              "set --precision=bf16")
         # What GPU each engine needs is checked before a run loads anything (code/config/capabilities.py, from the
         # backend's declaration); FP8 off a GPU is refused by the fields' device rules.
-        if device.type == "cpu" and options.cpu_threads:
-            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/mlperf/devices.py
         fp8 = options.precision == "fp8" or options.kv_cache_dtype == "fp8"
         if fp8 and (options.engine_dir is None or options.engine_spec is None):
             raise ValueError("an FP8 inflight run needs InflightOptions.engine_dir and engine_spec (the engine "

@@ -40,10 +40,8 @@ class ContinuousTokenRunner:
         self.stream_first_tokens = stream_first_tokens
 
     def run_continuous(self, session: Any) -> None:
-        if self.stream_first_tokens:
-            self.backend.serve(session, self.samples.prompt, self.forced_length_of, stream_first_tokens=True)
-        else:
-            self.backend.serve(session, self.samples.prompt, self.forced_length_of)
+        self.backend.serve(session, self.samples.prompt, self.forced_length_of,
+                           stream_first_tokens=self.stream_first_tokens)
 
     def stats(self) -> dict[str, Any]:
         """The engine's counters (generated tokens: only the engine knows how many it generated), for

@@ -17,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from code.llm.rouge import compute_rouge, read_accuracy_log
 from code.llm.sentence_split import splitter_name
+from code.mlperf.benchmarks import AccuracyReport
 
 RESULT_KEYS = {"ROUGE1": "rouge1", "ROUGE2": "rouge2", "ROUGEL": "rougeL", "ROUGELSUM": "rougeLsum",
                "GEN_LEN": "gen_len"}
@@ -73,6 +75,20 @@ class SummaryAccuracyResult:
         """The reference's result dict, numbers as Python float/int."""
         return {"rouge1": self.rouge1, "rouge2": self.rouge2, "rougeL": self.rougeL, "rougeLsum": self.rougeLsum,
                 "gen_len": self.gen_len, "gen_num": self.gen_num}
+
+    def accuracy_report(self, note: str = "", **figures: Any) -> AccuracyReport:  # noqa: ANN401 - their own
+        """What the orchestration reads of this result: rouge1 as the metric, one line with each checked metric
+        and then the targets, in the checker's order (``note`` after them); ``figures``: the benchmark's own, beside
+        the metrics, the targets and the sentence splitter."""
+        values = self.metrics()
+        shown = ", ".join(f"{RESULT_KEYS[name]} = {values[RESULT_KEYS[name]]:,}" if name == "GEN_LEN"
+                          else f"{RESULT_KEYS[name]} = {values[RESULT_KEYS[name]]}" for name in self.targets)
+        wanted = " / ".join(f"{target:,.0f}" if name == "GEN_LEN" else f"{target:.3f}"
+                            for name, target in self.targets.items())
+        return AccuracyReport(metric="rouge1", value=float(self.rouge1), unit="", passed=self.passed,
+                              failures=list(self.failures), summary=f"{shown} (targets {wanted})" + note,
+                              figures={**values, "targets": self.targets, **figures,
+                                       "sentence_splitter": self.splitter})
 
     def checker_line(self) -> str:
         """`{'rouge1': 42.9865, ..., 'gen_len': 4016878, 'gen_num': 13368}`: what the checker's patterns read."""

@@ -118,12 +118,18 @@ def prepared_test(
     cpu_threads: int,
     token_responses: bool = False,
     streams_first_tokens: bool = False,
+    num_samples: int | None = None,
 ) -> PreparedTest:
     """The end of every benchmark's ``prepare_test``: the inputs' lengths, the devices (and a CPU's torch threads,
     which change the figure) go into the provenance; every sample fits in memory, so the performance sample count is
     the whole set. ``streams_first_tokens``: the runner reports each first token as soon as it has it; otherwise a
     token response's first token goes with it, and its time to first token is its whole latency (the verdict says
-    so where LoadGen times first tokens)."""
+    so where LoadGen times first tokens). ``num_samples`` (``--num_samples``): the run checks the first samples only,
+    ``lengths`` theirs, which makes no MLPerf result; the provenance says so (in a new list: ``describe_inputs`` may
+    hand out one it keeps)."""
+    if num_samples is not None:
+        provenance["invalid_because"] = [*provenance.get("invalid_because", []), f"--num_samples={num_samples}: a "
+                                         f"quick check on the first {len(lengths)} samples"]
     if token_responses:
         provenance["first_tokens"] = "streamed" if streams_first_tokens else "with responses"
     provenance["input_lengths"] = input_lengths

@@ -152,6 +152,17 @@ def torch_device(name: str) -> str:
     return "cpu" if name.startswith("cpu") else name
 
 
+def placed_on(device: str, cpu_threads: int) -> Any:  # noqa: ANN401 - torch.device, torch imported lazily
+    """The torch device a backend runs on; on the CPU, torch's intra-op threads set to ``cpu_threads`` (0: torch's
+    default), for the reason the module docstring gives."""
+    import torch
+
+    placed = torch.device(device)
+    if placed.type == "cpu" and cpu_threads:
+        torch.set_num_threads(cpu_threads)
+    return placed
+
+
 def backend_on(device: str, config: ResolvedConfig, backend_class: Any, context: Any, name: str | None = None) -> Any:
     """One instance of the backend on ``device`` (a torch device), its options read from the config and the context;
     running out of memory while it loads names the device (as ``name``: a worker sees its GPU as cuda:0) and the

@@ -18,6 +18,7 @@ from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
 from code.common import atomic
+from code.common.cli import exits_on
 from code.common.constants import TestMode
 from code.common.paths import REPO_ROOT
 from code.common.systems import gpu_model_and_count
@@ -206,6 +207,7 @@ def rerun_command(test: TestRun) -> str:
     return f'make run RUN_ARGS="{" ".join(words)}"'
 
 
+@exits_on(FiguresError)
 def main(argv: list[str] | None = None) -> int:
     """``make figures``: write the table from the records; ``--check`` only compares (exit 1 when the page differs);
     ``--add <run folder> --measurement <id>`` first adds or replaces the run's rows in the records."""
@@ -219,34 +221,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--page", type=Path, default=PAGE, help=argparse.SUPPRESS)
     parser.add_argument("--journal", type=Path, default=JOURNAL, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    try:
-        rows = read_rows(args.records)
-        if args.add is not None:
-            if not args.measurement:
-                raise FiguresError("--add needs --measurement=<id>: the id a journal entry defines for this run "
-                                   "(make figures ADD=<run folder> MEASUREMENT=<id>)")
-            # Checked before the records change: a failed add writes nothing.
-            if args.measurement not in journal_ids(args.journal):
-                raise FiguresError(f"no journal entry defines measurement id {args.measurement}: add a line "
-                                   f"'Measurement id: `{args.measurement}`' under its entry in {args.journal}")
-            rows, new = add_run(rows, args.add, args.measurement, args.command, args.device)
-            atomic.write_text(args.records, csv_text(COLUMNS, (astuple(row) for row in ordered(rows))))
-            print("\n".join(f"[figures] {row.benchmark} {row.scenario}, {row.device} x{row.gpus}: {row.cell()} "
-                            f"{row.unit} {row.verdict}" for row in new))
-        page = args.page.read_text(encoding="utf-8")
-        rendered = render(page, rows, journal_ids(args.journal))
-        if args.check and rendered != page:
-            print(f"ERROR: the Current figures table of {args.page} differs from {args.records}: run make "
-                  "figures and commit both", file=sys.stderr)
-            return 1
-        if not args.check:
-            if rendered != page:
-                atomic.write_text(args.page, rendered)
-            print(f"[figures] {args.page}: {'table written' if rendered != page else 'table unchanged'} "
-                  f"({len(rows)} rows)")
-    except FiguresError as error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return 2
+    rows = read_rows(args.records)
+    if args.add is not None:
+        if not args.measurement:
+            raise FiguresError("--add needs --measurement=<id>: the id a journal entry defines for this run "
+                               "(make figures ADD=<run folder> MEASUREMENT=<id>)")
+        # Checked before the records change: a failed add writes nothing.
+        if args.measurement not in journal_ids(args.journal):
+            raise FiguresError(f"no journal entry defines measurement id {args.measurement}: add a line "
+                               f"'Measurement id: `{args.measurement}`' under its entry in {args.journal}")
+        rows, new = add_run(rows, args.add, args.measurement, args.command, args.device)
+        atomic.write_text(args.records, csv_text(COLUMNS, (astuple(row) for row in ordered(rows))))
+        print("\n".join(f"[figures] {row.benchmark} {row.scenario}, {row.device} x{row.gpus}: {row.cell()} "
+                        f"{row.unit} {row.verdict}" for row in new))
+    page = args.page.read_text(encoding="utf-8")
+    rendered = render(page, rows, journal_ids(args.journal))
+    if args.check and rendered != page:
+        print(f"ERROR: the Current figures table of {args.page} differs from {args.records}: run make "
+              "figures and commit both", file=sys.stderr)
+        return 1
+    if not args.check:
+        if rendered != page:
+            atomic.write_text(args.page, rendered)
+        print(f"[figures] {args.page}: {'table written' if rendered != page else 'table unchanged'} "
+              f"({len(rows)} rows)")
     return 0
 
 

@@ -9,11 +9,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from code.common.cli import exits_on
 from code.common.paths import BUILD_DIR
 from code.report.compare import COMPARE_CSV, parse_pair, write_comparison
 from code.report.results import RESULTS_CSV, ResultsError, write_results
 
 
+@exits_on(ResultsError)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m code.report.make_results", description=__doc__.split("\n")[1])
     parser.add_argument("--build_dir", type=Path, default=BUILD_DIR,
@@ -21,14 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", metavar="A,B", help="two run folders (or their names under logs/)")
     args = parser.parse_args(argv)
     logs_dir = args.build_dir / "logs"
-    try:
-        if args.compare is None:
-            written = write_results(logs_dir, args.build_dir / RESULTS_CSV)
-        else:
-            written = write_comparison(*parse_pair(args.compare, logs_dir), args.build_dir / COMPARE_CSV)
-    except ResultsError as error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return 2
+    if args.compare is None:
+        written = write_results(logs_dir, args.build_dir / RESULTS_CSV)
+    else:
+        written = write_comparison(*parse_pair(args.compare, logs_dir), args.build_dir / COMPARE_CSV)
     print(written)
     return 0
 

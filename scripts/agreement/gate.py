@@ -64,11 +64,11 @@ from code.bert.accuracy import PAD_LOGIT
 from code.bert.backends import QUANTIZED
 from code.bert.packed.spec import KERNEL_SWITCHES
 from code.bert.squad import MAX_SEQ_LENGTH, PostprocessData
+from code.common.cli import exits_on
 from code.common.paths import BUILD_DIR
 from code.mlperf.run_logs import LogDirError, new_timestamped_dir
 from scripts.agreement.comparison import compare, position_view
 from scripts.agreement.report import (
-    EXIT_USAGE,
     REFERENCE_PRECISION,
     TARGET_BARS,
     Bar,
@@ -849,10 +849,7 @@ def run_agreement(args: argparse.Namespace, argv: list[str]) -> int:
     return exit_status(rows)
 
 
+@exits_on(AgreementError)
 def main(argv: list[str] | None = None) -> int:
-    try:
-        argv = sys.argv[1:] if argv is None else argv
-        return run_agreement(parse_args(argv), argv)
-    except AgreementError as error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    argv = sys.argv[1:] if argv is None else argv
+    return run_agreement(parse_args(argv), argv)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from code.common.cli import exits_on
 from code.common.constants import Scenario
 from code.common.paths import BUILD_DIR
 from code.mlperf.run_logs import LogDirError, new_timestamped_dir
@@ -501,10 +502,7 @@ def run_bench(args: argparse.Namespace, argv: list[str]) -> int:
     return 1 if any(o.valid is None for o in runner.outcomes) else 0
 
 
+@exits_on(BenchError)
 def main(argv: list[str] | None = None) -> int:
-    try:
-        argv = sys.argv[1:] if argv is None else argv
-        return run_bench(parse_args(argv), argv)
-    except BenchError as error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return 2
+    argv = sys.argv[1:] if argv is None else argv
+    return run_bench(parse_args(argv), argv)

@@ -64,7 +64,7 @@ from code.llama31.backends.inflight_engine import calibrate_on
 from code.llama31.backends.pytorch import generation_config
 from code.llama31.dataset import LlamaSamples
 from code.llama31.elementwise import Elementwise
-from code.llama31.inflight_model import GEMM_WEIGHTS, GEMMS, Amax, InflightLlama, decode_launch
+from code.llama31.inflight_model import Amax, InflightLlama, decode_launch
 from code.llama31.memory_plan import TYPICAL_PROMPT_TOKENS
 from code.llama31.model import random_weights
 from code.llm.generation import cache_shape, generate, left_pad
@@ -399,7 +399,7 @@ class FirstLayerInputs:
 
     def update(self, layer: int, **values: torch.Tensor) -> None:
         if layer == 0:
-            self.inputs.update((name, values[name].clone()) for name in GEMMS)
+            self.inputs.update((name, values[name].clone()) for name in InflightLlama.GEMM_WEIGHTS)
 
 
 def fp8_gemms_step(check: Check) -> None:
@@ -420,8 +420,8 @@ def fp8_gemms_step(check: Check) -> None:
     layer = inflight.layers[0]
     results = {}
     with torch.inference_mode():
-        for name in GEMMS:
-            x, weight = first.inputs[name], getattr(layer, GEMM_WEIGHTS[name])
+        for name in InflightLlama.GEMM_WEIGHTS:
+            x, weight = first.inputs[name], getattr(layer, InflightLlama.GEMM_WEIGHTS[name])
             want = torch.nn.functional.linear(x, weight)
             gemm = Fp8Linear(weight, getattr(amax, name)[0], out_dtype)
             got = gemm(quantize_fast(x.to(out_dtype), gemm.act_scale_value, x.shape[0] + -x.shape[0] % align))

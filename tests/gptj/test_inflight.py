@@ -286,7 +286,7 @@ def test_fp8_fast_accumulation_is_set_on_every_fp8_gemm(model, prompts):
         inflight.set_fp8_fast_accum(True)
     inflight.use_fp8_gemms(inflight.collect_amax([torch.as_tensor(p, dtype=torch.long) for p in prompts[:2]]),
                            fast_accum=True)
-    gemms = [g for layer in inflight.layers for g in (layer.fp8_in, layer.fp8_out)]
+    gemms = [g for layer in inflight.layers for g in layer.fp8.values()]
     assert len(gemms) == 2 * TINY.n_layer and all(g.fast_accum for g in gemms)
     inflight.set_fp8_fast_accum(False)
     assert not any(g.fast_accum for g in gemms)

@@ -135,8 +135,7 @@ def tensor_bytes(*tensors: torch.Tensor) -> int:
 def model_bytes(model: InflightModel) -> int:
     layers = [t for layer in model.layers for t in (
         layer.norm_weight, layer.norm_bias, layer.w_in, layer.b_in, layer.w_out, layer.b_out,
-        *(x for fp8 in (layer.fp8_in, layer.fp8_out) if fp8 is not None
-          for x in (fp8.weight_q, fp8.weight_scale, fp8.act_scale)))]
+        *(x for fp8 in (layer.fp8 or {}).values() for x in (fp8.weight_q, fp8.weight_scale, fp8.act_scale)))]
     return tensor_bytes(model.embedding, *layers, model.norm_weight, model.norm_bias, model.head_weight,
                         model.head_bias, model.rope)
 

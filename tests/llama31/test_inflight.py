@@ -13,7 +13,7 @@ import torch
 
 from code.llama31.architecture import LLAMA_CONFIGS
 from code.llama31.backends.pytorch import generation_config
-from code.llama31.inflight_model import GEMMS, InflightLlama
+from code.llama31.inflight_model import InflightLlama
 from code.llama31.model import random_weights
 from code.llm.beam_search import BeamState
 from code.llm.generation import cache_shape, generate, left_pad
@@ -202,7 +202,7 @@ def test_one_beam_state_ends_at_any_eos_id():
 
 # -- FP8 GEMMs and KV cache ----------------------------------------------------------------------------------------
 
-AMAX_SERIES = (*GEMMS, "k", "v")
+AMAX_SERIES = (*InflightLlama.GEMM_WEIGHTS, "k", "v")
 
 
 def tensors_of(prompts):
@@ -242,9 +242,9 @@ def test_fp8_gemms_replace_the_four_gemms_and_keep_prefill_logits_close(model, p
     one is the float32 product of the dequantized operands. Prefill logits: relative error (Frobenius) 0.037
     measured, bound 0.06; the same argmax for all 11 prompts. e4m3 rounds each operand by up to 2**-4 relative
     (about 2**-5 on average), over 8 GEMMs in 2 layers with random signs: a few percent is what it should cost."""
-    assert fp8_model.uses_fp8_gemms
+    assert fp8_model.uses_fp8_gemms and fp8_model.fp8_row_align == 1  # rows padded to 16 on CUDA only
     for layer in fp8_model.layers:
-        assert sorted(layer.fp8) == sorted(GEMMS) and layer.fp8_align == 1  # rows padded to 16 on CUDA only
+        assert sorted(layer.fp8) == sorted(InflightLlama.GEMM_WEIGHTS)
         assert all(getattr(layer, w).numel() == 0 for w in ("wqkv", "wo", "w13", "w2"))
     with pytest.raises(ValueError, match="use_fp8_gemms first"):
         InflightLlama.from_model(model).set_fp8_fast_accum(True)

@@ -26,6 +26,7 @@ from code.bert.backends.pytorch_engine import EngineSpec, engine_key, ensure_eng
 from code.bert.packed.runner import PackedRunner
 from code.bert.packed.spec import PACKED_PRECISIONS, QUANTIZED, PackedKernels
 from code.common.benchmark_errors import BenchmarkError
+from code.mlperf.devices import placed_on
 
 if TYPE_CHECKING:
     from code.bert.backends import BackendContext
@@ -87,10 +88,8 @@ class PytorchBertBackend:
                               kernels=kernels, run_args=config.run_args())
 
     def __init__(self, options: PytorchOptions) -> None:
-        self.device = torch.device(options.device)
+        self.device = placed_on(options.device, options.cpu_threads)
         spec = options.engine_spec
-        if self.device.type == "cpu" and options.cpu_threads:
-            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/mlperf/devices.py
         model, manifest = load_engine_manifest(options.engine_dir, spec, self.device, run_args=options.run_args)
         self.packed: PackedRunner | None = None
         if self.device.type == "cuda" and options.fast_path and options.kernels is not None:

@@ -18,9 +18,8 @@ import numpy as np
 
 from code.config.backends import BackendDeclaration, backend_registry
 from code.config.field_spec import Field, Range
-from code.llm.backend_rules import inflight_needs, inflight_on_device, kv_cache_dtype_field, pytorch_needs
+from code.llm.backend_rules import inflight_declaration, pytorch_declaration
 from code.mlperf.backend_class import BackendClass
-from code.numerics.switches import FP8_FAST_ACCUM, fast_accum_needs_fp8
 
 if TYPE_CHECKING:
     from code.config.resolved import ResolvedConfig
@@ -51,18 +50,13 @@ GptjBackendClass = BackendClass[BackendContext, GptjBackend]
 context and batches."""
 
 
-KV_CACHE_DTYPE = kv_cache_dtype_field("GPT-J inflight: what the KV cache stores: auto (the model's 16-bit type) or "
-                                      "fp8 (e4m3, per-layer scales from calibration; GPU only)")
-# The in-flight engine's switches; the other backends' configs hold them at their defaults (code/config/fields.py
-# refuses another value for a backend that runs a model, and RUN_ARGS that give them to a run without the engine).
-INFLIGHT_SWITCHES = (
-    KV_CACHE_DTYPE,
-    FP8_FAST_ACCUM,
-    Field("cuda_graphs", bool, True, "GPT-J inflight: CUDA graphs, one per decode step"),
-    Field("synthetic_output_lengths", str, "model", "GPT-J inflight on synthetic inputs: model (outputs end where "
-          "the model chooses EOS; random weights never do, so every output is 128 tokens) or forced (EOS forced at "
-          "lengths drawn with mean ~70, what real weights produce; code/gptj/dataset.py)", choices=("model", "forced")),
-)
+# The in-flight engine's switch beyond every LLM's (code/llm/backend_rules.py: inflight_declaration); the other
+# backends' configs hold the engine's switches at their defaults (code/config/fields.py refuses another value for a
+# backend that runs a model, and RUN_ARGS that give them to a run without the engine).
+SYNTHETIC_OUTPUT_LENGTHS = Field(
+    "synthetic_output_lengths", str, "model", "GPT-J inflight on synthetic inputs: model (outputs end where the model "
+    "chooses EOS; random weights never do, so every output is 128 tokens) or forced (EOS forced at lengths drawn with "
+    "mean ~70, what real weights produce; code/gptj/dataset.py)", choices=("model", "forced"))
 ORACLE_SWITCHES = (
     Field("oracle_drop", int, 0, "oracle backend, a deliberately failing oracle: drop this many tokens from the end "
           "of every reference summary", range=Range(0, 1024), engine=True),
@@ -92,13 +86,10 @@ class WithoutEngine:
 
 # What the configuration checks a GPT-J config against (code/config/fields.py); the order is the error's.
 DECLARATIONS = (
-    BackendDeclaration("pytorch", "code.gptj.backends.pytorch:PytorchGptjBackend", precisions=("fp32", "bf16", "fp16"),
-                       needs=pytorch_needs),
-    BackendDeclaration("inflight", "code.gptj.backends.inflight:InflightGptjBackend",
-                       precisions=("fp32", "bf16", "fp16", "fp8"), switches=INFLIGHT_SWITCHES,
-                       check=fast_accum_needs_fp8,
-                       check_device=inflight_on_device, needs=inflight_needs,
-                       needs_from=("precision", KV_CACHE_DTYPE.name)),
+    pytorch_declaration("code.gptj.backends.pytorch:PytorchGptjBackend"),
+    inflight_declaration("code.gptj.backends.inflight:InflightGptjBackend", "GPT-J",
+                         "GPT-J inflight: what the KV cache stores: auto (the model's 16-bit type) or fp8 (e4m3, "
+                         "per-layer scales from calibration; GPU only)", more_switches=(SYNTHETIC_OUTPUT_LENGTHS,)),
     BackendDeclaration("oracle", "code.gptj.backends.oracle:OracleGptjBackend", precisions=None,
                        switches=ORACLE_SWITCHES),
 )

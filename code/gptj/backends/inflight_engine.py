@@ -119,12 +119,9 @@ def longest_prompt(n_positions: int) -> int:
 
 def load_model(spec: EngineSpec, device: torch.device, dtype: torch.dtype) -> InflightModel:
     """The spec's weights regrouped for the engine, as the inflight backend loads them."""
-    from code.gptj.backends.pytorch import REDOWNLOAD
-    from code.gptj.model import GptjConfig, load_checkpoint, random_weights
+    from code.gptj.backends.pytorch import WEIGHTS
 
-    model = calibration_engine.spec_weights(spec, device, dtype, GptjConfig.from_name, random_weights,
-                                            load_checkpoint, REDOWNLOAD)
-    return InflightModel.from_model(model, consume=True)
+    return InflightModel.from_model(WEIGHTS.for_engine(spec, device, dtype), consume=True)
 
 
 # Through lambdas, so that what a test patches in this module (CALIBRATION_DIR, a function) is what a build uses.

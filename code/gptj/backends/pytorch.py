@@ -10,20 +10,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from code.common.faults import reading
 from code.gptj.backends import WithoutEngine
 from code.gptj.model import GptjConfig, load_checkpoint, random_weights
 from code.llm.backend_rules import model_fields
-from code.llm.checkpoint import DTYPES
+from code.llm.checkpoint import DTYPES, WeightsSource
 from code.llm.generation import GenerationConfig, cache_shape, generate
+from code.mlperf.devices import placed_on
 
 if TYPE_CHECKING:
     from code.config.resolved import ResolvedConfig
     from code.gptj.backends import BackendContext
 
-REDOWNLOAD = 're-download it: make download_model BENCHMARKS="gptj"'
+WEIGHTS = WeightsSource(GptjConfig.from_name, random_weights, load_checkpoint,
+                        redownload='re-download it: make download_model BENCHMARKS="gptj"')
 
 
 @dataclass(frozen=True)
@@ -52,15 +52,9 @@ class PytorchGptjBackend(WithoutEngine):
     def __init__(self, options: PytorchOptions) -> None:
         if options.precision not in DTYPES:
             raise ValueError(f"GPT-J runs in {', '.join(DTYPES)}, not {options.precision!r}")
-        dtype = DTYPES[options.precision]
-        self.device = torch.device(options.device)
-        if self.device.type == "cpu" and options.cpu_threads:
-            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/mlperf/devices.py
-        if options.checkpoint == "random":
-            self.model = random_weights(GptjConfig.from_name(options.model_name), options.seed, dtype, self.device)
-        else:
-            with reading(options.checkpoint, REDOWNLOAD):
-                self.model = load_checkpoint(options.checkpoint, dtype=dtype, device=self.device).eval()
+        self.device = placed_on(options.device, options.cpu_threads)
+        self.model = WEIGHTS.load(options.checkpoint, options.model_name, options.seed, DTYPES[options.precision],
+                                  self.device)
         self.generation = GenerationConfig(num_beams=options.num_beams)
         longest = min(options.max_prompt_length, self.model.config.n_positions - self.generation.max_new_tokens + 1)
         rows, columns = cache_shape([longest] * options.max_batch_size, self.generation)

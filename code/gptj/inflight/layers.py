@@ -35,11 +35,10 @@ from code.gptj.memory_plan import (
 from code.gptj.memory_plan import cache_shape as gptj_cache_shape
 from code.gptj.model import Gptj, GptjConfig, rope_table
 from code.llm.amax import LayerAmax
+from code.llm.inflight_model import Attend, InflightBase
 from code.llm.kv_cache import CacheShape, KVCache
-from code.llm.paged_attention import DECODE_LAUNCH, decode_step, prefill_attention
+from code.llm.paged_attention import DECODE_LAUNCH, decode_step
 from code.numerics.fp8 import Fp8Linear
-
-FP8_ROW_ALIGN = 16
 
 
 @dataclass
@@ -50,27 +49,27 @@ class LayerWeights:
     b_in: Tensor  # zeros for q, k, v; then w1's bias
     w_out: Tensor  # [n_embd, n_embd + n_inner]
     b_out: Tensor  # w2's bias
-    fp8_in: Fp8Linear | None = None  # set by use_fp8_gemms, which then frees w_in / w_out
-    fp8_out: Fp8Linear | None = None
+    # set by use_fp8_gemms (which then frees w_in / w_out): keyed by the GEMMs' Amax series, gemm_in and gemm_out
+    fp8: dict[str, Fp8Linear] | None = None
 
     @property
     def in_scale(self) -> Tensor | None:
         """The first GEMM's input scale (FP8), or None: what ``Elementwise`` quantizes that input with."""
-        return None if self.fp8_in is None else self.fp8_in.act_scale
+        return None if self.fp8 is None else self.fp8["gemm_in"].act_scale
 
     @property
     def out_scale(self) -> Tensor | None:
-        return None if self.fp8_out is None else self.fp8_out.act_scale
+        return None if self.fp8 is None else self.fp8["gemm_out"].act_scale
 
     def linear_in(self, x: Tensor) -> Tensor:
         """``x``: what ``Elementwise`` made for this GEMM (16-bit, or e4m3 with padded rows)."""
-        if self.fp8_in is not None:
-            return self.fp8_in(x, self.b_in)
+        if self.fp8 is not None:
+            return self.fp8["gemm_in"](x, self.b_in)
         return F.linear(x, self.w_in, self.b_in)
 
     def linear_out(self, x: Tensor) -> Tensor:
-        if self.fp8_out is not None:
-            return self.fp8_out(x, self.b_out)
+        if self.fp8 is not None:
+            return self.fp8["gemm_out"](x, self.b_out)
         return F.linear(x, self.w_out, self.b_out)
 
 
@@ -84,7 +83,7 @@ class Amax(LayerAmax):
     v: list[float] = field(default_factory=list)
 
 
-class InflightModel:
+class InflightModel(InflightBase):
     """The model as the engine runs it (``code.llm.inflight_engine.EngineModel``). ``from_model`` takes a ``Gptj``
     (on the target device and dtype)."""
 
@@ -93,6 +92,8 @@ class InflightModel:
     # the decode kernel's launch at many slots (GPT-J's shape is the kernel module's default); the engine raises its
     # SPLITS for few slots (``code.llm.paged_attention.decode_launch_for``)
     decode_launch: Mapping[str, int] = DECODE_LAUNCH
+    GEMM_WEIGHTS = {"gemm_in": "w_in", "gemm_out": "w_out"}  # each GEMM's Amax series -> its LayerWeights' weight
+    amax_type = Amax
 
     def __init__(self, config: GptjConfig, embedding: Tensor, layers: list[LayerWeights], norm_weight: Tensor,
                  norm_bias: Tensor, head_weight: Tensor, head_bias: Tensor) -> None:
@@ -106,15 +107,6 @@ class InflightModel:
         self.vocab_size = head_weight.shape[0]
         self.rope = rope_table(config.n_positions, config.rotary_dim).to(embedding.device)
         self.elementwise = Elementwise(compiled=embedding.is_cuda)
-        self.align = FP8_ROW_ALIGN if embedding.is_cuda else 1  # FP8 GEMM rows (see elementwise.py)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.embedding.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.embedding.device
 
     def cache_shape(self, slots: int, beams: int, max_new_tokens: int, page_size: int,
                     max_prompt_length: int) -> CacheShape:
@@ -151,94 +143,34 @@ class InflightModel:
         x = F.layer_norm(x, (self.config.n_embd,), self.norm_weight, self.norm_bias, self.config.layer_norm_epsilon)
         return F.linear(x, self.head_weight, self.head_bias)[:, : self.vocab_size].float()
 
-    @property
-    def uses_fp8_gemms(self) -> bool:
-        return self.layers[0].fp8_in is not None
-
-    @torch.no_grad()
-    def use_fp8_gemms(self, amax: Amax, fast_accum: bool = False) -> None:
-        """Switch both GEMMs of every layer to FP8 with activation scales from ``amax``; frees the 16-bit weights.
-        ``fast_accum``: see ``set_fp8_fast_accum``."""
-        for i, layer in enumerate(self.layers):
-            layer.fp8_in = Fp8Linear(layer.w_in, amax.gemm_in[i], self.dtype)
-            layer.fp8_out = Fp8Linear(layer.w_out, amax.gemm_out[i], self.dtype)
-            layer.w_in = layer.w_out = torch.empty(0, dtype=self.dtype, device=self.device)
-        self.set_fp8_fast_accum(fast_accum)
-
-    def set_fp8_fast_accum(self, on: bool) -> None:
-        """cuBLASLt's fast accumulation in every FP8 GEMM (on: the tensor cores' own accumulator throughout, which
-        is faster and rounds more; off: partial sums promoted to float32). An engine's CUDA graph keeps the choice
-        it was captured with, so set it before building the engine."""
-        if not self.uses_fp8_gemms:
-            raise ValueError("fast accumulation applies to FP8 GEMMs: call use_fp8_gemms first")
-        for layer in self.layers:
-            layer.fp8_in.fast_accum = layer.fp8_out.fast_accum = on
-
     def _layers(self, x: Tensor, rope: Tensor, attend: Callable[[int, Tensor, Tensor, Tensor], Tensor],
                 ew: ElementwiseFunctions, on_layer: Callable[..., None] | None = None) -> Tensor:
         """Every layer over ``x [tokens, n_embd]``; ``attend(i, q, k, v)`` is layer i's attention (it also stores
-        the keys and values); ``on_layer(i, normed=, k=, v=, mlp_in=)`` sees each layer's GEMM inputs, keys and
-        values. Returns the last layer's residual stream."""
+        the keys and values); ``on_layer(i, gemm_in=, k=, v=, gemm_out=)`` sees each layer's GEMM inputs (its
+        ``Amax`` series), keys and values. Returns the last layer's residual stream."""
         cfg = self.config
         tokens = x.shape[0]
+        align = self.fp8_row_align  # the rows of an FP8 GEMM's input (see elementwise.py)
         first = self.layers[0]
-        normed = ew.norm_in(x, first.norm_weight, first.norm_bias, cfg.layer_norm_epsilon, first.in_scale, self.align)
+        normed = ew.norm_in(x, first.norm_weight, first.norm_bias, cfg.layer_norm_epsilon, first.in_scale, align)
         for i, layer in enumerate(self.layers):
             fused = layer.linear_in(normed)
             q, k, v = ew.rotary_qkv(fused, rope, tokens, cfg.n_head, cfg.head_dim)
             attended = attend(i, q, k, v)
-            mlp_in = ew.mlp_in(fused, attended, layer.out_scale, self.align)
+            mlp_in = ew.mlp_in(fused, attended, layer.out_scale, align)
             if on_layer is not None:
-                on_layer(i, normed=normed, k=k, v=v, mlp_in=mlp_in)
+                on_layer(i, gemm_in=normed, k=k, v=v, gemm_out=mlp_in)
             out = layer.linear_out(mlp_in)
             if i + 1 < len(self.layers):
                 after = self.layers[i + 1]
                 x, normed = ew.residual_norm_in(out, x, after.norm_weight, after.norm_bias, cfg.layer_norm_epsilon,
-                                                after.in_scale, self.align)
+                                                after.in_scale, align)
             else:
                 x = out[:tokens] + x
         return x
 
-    def _prompt_forward(self, prompts: list[Tensor], on_layer: Callable[..., None] | None = None,
-                        write: Callable[[int, Tensor, Tensor], None] | None = None) -> Tensor:
-        """Packed causal forward of whole prompts; ``write(i, k, v)`` stores layer i's keys and values. Float32
-        logits of each prompt's last token."""
-        lengths = [len(p) for p in prompts]
-        tokens = torch.cat(prompts)
-        positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
-        cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32,
-                                  device=self.device)
-
-        def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-            if write is not None:
-                write(i, k, v)
-            return prefill_attention(q, k, v, lengths, cu_seqlens)
-
-        x = self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend,
-                         self.elementwise.prefill, on_layer)
-        return self._logits(x[cu_seqlens[1:].long() - 1])
-
-    @torch.inference_mode()
-    def prefill(self, prompts: list[Tensor], slots: list[int], cache: KVCache) -> Tensor:
-        """Run whole prompts (int64 on the device), write their keys/values to the slots' pages; float32 logits
-        ``[prompts, vocab]`` of each prompt's last token."""
-        rows = cache.prompt_write_index(slots, [len(p) for p in prompts])
-
-        def write(i: int, k: Tensor, v: Tensor) -> None:
-            cache.write_prompt(i, rows, k, v)
-
-        return self._prompt_forward(prompts, write=write)
-
-    @torch.inference_mode()
-    def collect_amax(self, prompts: list[Tensor], amax: Amax | None = None) -> Amax:
-        """Per-layer magnitudes of the GEMM inputs, keys and values over ``prompts`` (calibration)."""
-        amax = amax or Amax()
-
-        def record(i: int, normed: Tensor, k: Tensor, v: Tensor, mlp_in: Tensor) -> None:
-            amax.update(i, gemm_in=normed, gemm_out=mlp_in, k=k, v=v)
-
-        self._prompt_forward(prompts, on_layer=record)
-        return amax
+    def _prompt_layers(self, x: Tensor, rope: Tensor, attend: Attend, on_layer: Callable[..., None] | None) -> Tensor:
+        return self._layers(x, rope, attend, self.elementwise.prefill, on_layer)
 
     def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor,
                launch: Mapping[str, int] | None = None) -> Tensor:

@@ -11,11 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from code.config.backends import BackendDeclaration, backend_registry
-from code.config.field_spec import Field
-from code.llm.backend_rules import inflight_needs, inflight_on_device, kv_cache_dtype_field, pytorch_needs
+from code.config.backends import backend_registry
+from code.llm.backend_rules import inflight_declaration, pytorch_declaration
 from code.mlperf.backend_class import BackendClass
-from code.numerics.switches import FP8_FAST_ACCUM, fast_accum_needs_fp8
 
 if TYPE_CHECKING:
     from code.config.resolved import ResolvedConfig
@@ -33,27 +31,18 @@ class BackendContext:
     max_prompt_length: int = 0  # the longest prompt of the run's samples; 0 where nothing runs
 
 
+# Beside the protocol, each llama3.1-8b backend class states ``streams_first_tokens``: whether its runs report each
+# first token as soon as it is known (LoadGen times llama's first tokens, and a run's provenance says how they came).
 LlamaBackendClass = BackendClass[BackendContext, Any]
 
 
-KV_CACHE_DTYPE = kv_cache_dtype_field("llama3.1-8b inflight: the same, its scales from the engine folder make "
-                                      "generate_engines calibrates")
-# The in-flight engine's switches; the pytorch backend's configs hold them at their defaults.
-INFLIGHT_SWITCHES = (
-    KV_CACHE_DTYPE,
-    FP8_FAST_ACCUM,
-    Field("cuda_graphs", bool, True, "llama3.1-8b inflight: CUDA graphs, one per decode step"),
-)
-
-
-# What the configuration checks a llama3.1-8b config against (code/config/fields.py).
+# What the configuration checks a llama3.1-8b config against (code/config/fields.py); the pytorch backend's configs
+# hold the in-flight engine's switches at their defaults.
 DECLARATIONS = (
-    BackendDeclaration("pytorch", "code.llama31.backends.pytorch:PytorchLlamaBackend",
-                       precisions=("fp32", "bf16", "fp16"), needs=pytorch_needs),
-    BackendDeclaration("inflight", "code.llama31.backends.inflight:InflightLlamaBackend",
-                       precisions=("fp32", "bf16", "fp16", "fp8"), switches=INFLIGHT_SWITCHES,
-                       check=fast_accum_needs_fp8, check_device=inflight_on_device, needs=inflight_needs,
-                       needs_from=("precision", KV_CACHE_DTYPE.name)),
+    pytorch_declaration("code.llama31.backends.pytorch:PytorchLlamaBackend"),
+    inflight_declaration("code.llama31.backends.inflight:InflightLlamaBackend", "llama3.1-8b",
+                         "llama3.1-8b inflight: the same, its scales from the engine folder make generate_engines "
+                         "calibrates"),
 )
 BACKENDS = backend_registry("llama3.1-8b backend", DECLARATIONS)
 

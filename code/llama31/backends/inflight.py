@@ -36,6 +36,8 @@ class InflightLlamaBackend(CalibratedBackend):
     recipe = RECIPE
     no_engine = staticmethod(no_engine)
     options_type = InflightOptions
+    # greedy decoding: the engine knows each first token after the prompt's pass and reports it then
+    streams_first_tokens = True
 
     def generation(self, options: InflightOptions, model: InflightLlama) -> GenerationConfig:
         """The reference's greedy decoding, ending at any of the checkpoint's EOS ids."""

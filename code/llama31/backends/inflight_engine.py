@@ -21,11 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from code.llama31.backends.pytorch import REDOWNLOAD
+from code.llama31.backends.pytorch import WEIGHTS
 from code.llama31.dataset import LlamaSamples
 from code.llama31.inflight_model import Amax, InflightLlama
 from code.llama31.memory_plan import MAX_PROMPT_TOKENS
-from code.llama31.model import LlamaConfig, load_checkpoint, random_weights
 from code.llm import calibration_engine
 from code.llm.calibration_engine import CalibrationPrompts, Recipe, engine_key  # noqa: F401 - engine_key: callers
 
@@ -72,9 +71,7 @@ def calibrate_on(model: InflightLlama, prompts: list[np.ndarray], batch: int = 8
 def load_model(spec: EngineSpec, device: torch.device, dtype: torch.dtype) -> InflightLlama:
     """The spec's weights regrouped for the engine, in ``dtype`` (the 16-bit dtype an FP8 engine runs between its
     GEMMs)."""
-    model = calibration_engine.spec_weights(spec, device, dtype, LlamaConfig.from_name, random_weights,
-                                            load_checkpoint, REDOWNLOAD)
-    return InflightLlama.from_model(model, consume=True)
+    return InflightLlama.from_model(WEIGHTS.for_engine(spec, device, dtype), consume=True)
 
 
 # Through lambdas, so that what a test patches in this module is what a build uses.

@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from code.common.faults import reading
 from code.llama31.backends import no_engine
 from code.llama31.model import LlamaConfig, load_checkpoint, random_weights
 from code.llm.backend_rules import model_fields
-from code.llm.checkpoint import DTYPES
+from code.llm.checkpoint import DTYPES, WeightsSource
 from code.llm.generation import GenerationConfig, cache_shape, generate
+from code.mlperf.devices import placed_on
 
 if TYPE_CHECKING:
     from code.config.resolved import ResolvedConfig
@@ -29,7 +28,8 @@ if TYPE_CHECKING:
 
 MAX_NEW_TOKENS = 128
 MIN_NEW_TOKENS = 1
-REDOWNLOAD = "re-download it: make download_model BENCHMARKS=llama31"
+WEIGHTS = WeightsSource(LlamaConfig.from_name, random_weights, load_checkpoint,
+                        redownload="re-download it: make download_model BENCHMARKS=llama31")
 
 
 def generation_config(model: LlamaConfig) -> GenerationConfig:
@@ -57,6 +57,9 @@ class PytorchOptions:
 
 
 class PytorchLlamaBackend:
+    # batch by batch: a sample's first token reaches LoadGen with its whole response
+    streams_first_tokens = False
+
     @staticmethod
     def options_from(config: ResolvedConfig, context: BackendContext) -> PytorchOptions:
         return PytorchOptions(**PytorchOptions.model_fields(config, context))
@@ -70,15 +73,9 @@ class PytorchLlamaBackend:
         return no_engine(config)
 
     def __init__(self, options: PytorchOptions) -> None:
-        dtype = DTYPES[options.precision]
-        self.device = torch.device(options.device)
-        if self.device.type == "cpu" and options.cpu_threads:
-            torch.set_num_threads(options.cpu_threads)  # why not torch's default: code/mlperf/devices.py
-        if options.checkpoint == "random":
-            self.model = random_weights(LlamaConfig.from_name(options.model_name), options.seed, dtype, self.device)
-        else:
-            with reading(options.checkpoint, REDOWNLOAD):
-                self.model = load_checkpoint(options.checkpoint, dtype=dtype, device=self.device)
+        self.device = placed_on(options.device, options.cpu_threads)
+        self.model = WEIGHTS.load(options.checkpoint, options.model_name, options.seed, DTYPES[options.precision],
+                                  self.device)
         self.generation = generation_config(self.model.config)
         rows, columns = cache_shape([max(1, options.max_prompt_length)] * options.max_batch_size, self.generation)
         self.model.setup_caches(rows, columns)

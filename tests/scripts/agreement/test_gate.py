@@ -219,7 +219,7 @@ def test_agreement_cli_on_cpu(tmp_path, capsys):
     assert row["precision"] == "bf16" and row["agreement"]["features"] >= 40
     assert row["passed"] is None and row["gated"] is False and row["qualifies"] == {"bert-99": None, "bert-99.9": None}
     assert "span agree" in out.splitlines()[-3] and (tmp_path / "agreement.md").is_file()
-    assert gate.main(["--device=cpu", "--precisions=fp61"]) == gate.EXIT_USAGE
+    assert gate.main(["--device=cpu", "--precisions=fp61"]) == findings.EXIT_USAGE
     assert "valid: fp16, bf16, fp8" in capsys.readouterr().err
 
 

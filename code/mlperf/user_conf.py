@@ -60,7 +60,7 @@ def qsl_performance_sample_count(config: ResolvedConfig, sample_count: int, devi
     (13,368 one-second queries of llama3.1-8b)."""
     override = user_conf_entries(config, sample_count, device_share, probe_samples).get(
         "performance_sample_count_override")
-    return min(sample_count, int(override)) if override is not None else sample_count
+    return min(sample_count, int(override)) if override is not None else loaded_samples(config, sample_count)
 
 
 def short_equal_issue(config: ResolvedConfig) -> bool:

@@ -174,31 +174,16 @@ def exercise_gptj(device: str, config: Any = None) -> None:
                 f"{config.n_layer} layer(s) of n_embd {config.n_embd}, decode splits {DECODE_SPLITS}")
 
 
-class PrefillMagnitudes:
-    """Stands in for the KV cache in one prefill (``InflightLlama.prefill`` calls only ``prompt_write_index`` and
-    ``write_prompt``) and keeps each layer's largest key and value magnitude: the FP8 cache's scales, the
-    magnitudes ``collect_amax`` over the same prompts finds, so the FP8 kernels run on the values a run would give
-    them (``KvMagnitudes``), from a prefill of the bf16 engine as it is checked."""
-
-    def __init__(self, layers: int) -> None:
-        self.k = [0.0] * layers
-        self.v = [0.0] * layers
-
-    def prompt_write_index(self, slots: list[int], lengths: list[int]) -> None:
-        return None
-
-    def write_prompt(self, layer: int, rows: None, k: torch.Tensor, v: torch.Tensor) -> None:
-        self.k[layer] = max(self.k[layer], float(k.abs().max()))
-        self.v[layer] = max(self.v[layer], float(v.abs().max()))
-
-
 def exercise_llama(device: str, config: Any = None) -> None:
-    """Llama 3.1 8B's in-flight engine (``code/llama31/inflight_model.py``): ``generate`` over a bf16 and an FP8 KV
-    cache with the engine's own decode launch (``decode_launch``: grouped-query attention, several key/value heads
-    a program), under every split count of ``DECODE_SPLITS`` (one engine per count: an engine runs the launch it
-    was built with). The FP8 cache's scales come from one prefill of the same prompts (``PrefillMagnitudes``)."""
+    """Llama 3.1 8B's in-flight engine (``code/llama31/inflight_model.py``): ``generate`` with 16-bit and then FP8
+    GEMMs (the prompt passes' kernels write 16-bit or e4m3 GEMM inputs), each over a bf16 and an FP8 KV cache, with
+    the engine's own decode launch (``decode_launch``: grouped-query attention, several key/value heads a program),
+    under every split count of ``DECODE_SPLITS`` (one engine per count: an engine runs the launch it was built
+    with). The GEMMs' and the FP8 cache's scales come from one pass over the same prompts (``collect_amax``). The
+    decode step's elementwise work runs uncompiled: Inductor's kernels are compiled by torch, not by this check."""
     from code.llama31.architecture import LlamaConfig
     from code.llama31.backends.pytorch import generation_config
+    from code.llama31.elementwise import Elementwise
     from code.llama31.inflight_model import InflightLlama
     from code.llama31.memory_plan import MAX_PROMPT_TOKENS
     from code.llama31.model import random_weights
@@ -211,10 +196,10 @@ def exercise_llama(device: str, config: Any = None) -> None:
     model = random_weights(config, 0, dtype, device, draw_on_device=cuda)
     inflight = InflightLlama.from_model(model, consume=True)
     del model
+    inflight.elementwise.decode = Elementwise(compiled=False).decode
     generator = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, config.vocab_size, (n,), generator=generator) for n in LLAMA_PROMPTS]
-    magnitudes = PrefillMagnitudes(config.n_layers)
-    inflight.prefill([p.to(device) for p in prompts], list(range(len(prompts))), magnitudes)  # type: ignore[arg-type]
+    amax = inflight.collect_amax([p.to(device) for p in prompts])
     generation = generation_config(config)  # the run's: greedy, up to 128 new tokens
     # the run's longest prompt (the memory plan's), so the cache's strides are a run's
     longest = min(MAX_PROMPT_TOKENS, config.n_positions - generation.max_new_tokens + 1)
@@ -222,13 +207,15 @@ def exercise_llama(device: str, config: Any = None) -> None:
     launch = dict(inflight.decode_launch)
     done = []
     model_dtype = str(dtype).removeprefix("torch.")
-    for kv in (model_dtype, "fp8"):
-        name = f"{kv} KV"
+    for gemms, kv in ((model_dtype, model_dtype), (model_dtype, "fp8"), ("fp8", model_dtype), ("fp8", "fp8")):
+        name = f"{gemms} GEMMs, {kv} KV"
         try:
+            if gemms == "fp8" and not inflight.uses_fp8_gemms:
+                inflight.use_fp8_gemms(amax)  # one way: it frees the 16-bit weights, so the 16-bit variants go first
             options = EngineOptions(slots=len(prompts), max_prompt_length=longest, page_size=64, kv_pages=pages,
                                     kv_dtype=E4M3 if kv == "fp8" else None, cuda_graphs=False)
             for splits in DECODE_SPLITS:
-                engine = InflightEngine(inflight, generation, options, kv_amax=magnitudes,
+                engine = InflightEngine(inflight, generation, options, kv_amax=amax,
                                         decode_launch={**launch, "SPLITS": splits})
                 engine.generate([p.numpy() for p in prompts], list(LLAMA_OUTPUT))
                 del engine
@@ -236,8 +223,8 @@ def exercise_llama(device: str, config: Any = None) -> None:
         except Exception as error:  # noqa: BLE001 - the other variant's kernels still count
             ROWS.append(f"llama {name}: FAILED {type(error).__name__}: {str(error)[:300]}")
     shown = ", ".join(f"{k} {v}" for k, v in launch.items() if k != "SPLITS")
-    ROWS.append(f"llama: {len(done)} engines ran ({'; '.join(done)}; {model_dtype} GEMMs, FP8 KV scales from one "
-                f"prefill), prompts of {LLAMA_PROMPTS} tokens, {config.n_layers} layer(s) of dim {config.dim}, "
+    ROWS.append(f"llama: {len(done)} engines ran ({'; '.join(done)}; scales from one pass over the prompts), "
+                f"prompts of {LLAMA_PROMPTS} tokens, {config.n_layers} layer(s) of dim {config.dim}, "
                 f"{config.n_heads} query heads over {config.n_kv_heads} key/value heads, decode launch "
                 f"{shown} with splits {DECODE_SPLITS}")
 

@@ -290,8 +290,10 @@ def fp8_step(check: Check) -> None:
 
 
 # Kernel kinds of a profile, by a name's fragment (first match wins): the attention kernels (FlashAttention's
-# prefill, whose name holds "cutlass", and the paged decode kernels), cuBLASLt's and CUTLASS's GEMMs, the rest.
-KERNEL_KINDS = (("attention", ("flash", "_decode", "attn")), ("gemm", ("gemm", "cutlass", "nvjet", "xmma", "sm90_")))
+# prefill, whose name holds "cutlass", the paged decode kernels and the merge of their splits), cuBLASLt's and
+# CUTLASS's GEMMs, the rest.
+KERNEL_KINDS = (("attention", ("flash", "_decode", "_merge", "attn")),
+                ("gemm", ("gemm", "cutlass", "nvjet", "xmma", "sm90_")))
 
 
 def kernel_kind(name: str) -> str:
@@ -513,7 +515,7 @@ def splits_step(check: Check) -> None:
     runs the cases)."""
     args = check.args
     cfg = check.config
-    cases = SplitCases(InflightLlama.from_model(check.model()), check.generation, check.device, check.dtype,
+    cases = SplitCases(check.inflight(check.model()), check.generation, check.device, check.dtype,
                        q_heads=cfg.n_heads, layers=cfg.n_layers, sms=args.sms,
                        prompt_tokens=max(1, round(TYPICAL_PROMPT_TOKENS * args.length_scale)),
                        repeats=args.repeats)

@@ -85,7 +85,8 @@ def test_the_record_keeps_one_spec_per_kernel_and_kind_of_outcome():
 
 
 def test_the_llama_step_runs_on_the_tiny_config(monkeypatch):
-    """The step's engines (16-bit and FP8 KV cache, every split count of DECODE_SPLITS) run end to end on a CPU,
+    """The step's engines (16-bit and FP8 GEMMs, each over a 16-bit and an FP8 KV cache, every split count of
+    DECODE_SPLITS) run end to end on a CPU,
     each decode under its count's launch: only the GPU run compiles kernels, but a step broken by a change in the
     engine (or one whose launches no longer reach the kernel) shows here first."""
     from code.llama31.architecture import LLAMA_CONFIGS
@@ -104,7 +105,8 @@ def test_the_llama_step_runs_on_the_tiny_config(monkeypatch):
     check.exercise_llama("cpu", LLAMA_CONFIGS["tiny"])
     rows = check.ROWS[before:]
     assert rows and not any("FAILED" in row for row in rows), rows
-    assert rows[-1].startswith("llama: 2 engines ran") and f"splits {check.DECODE_SPLITS}" in rows[-1], rows
+    assert rows[-1].startswith("llama: 4 engines ran") and f"splits {check.DECODE_SPLITS}" in rows[-1], rows
+    assert "fp8 GEMMs, fp8 KV" in rows[-1]
     assert sorted(set(seen)) == sorted(check.DECODE_SPLITS)
     assert max(check.DECODE_SPLITS) % 16  # a multiple of 16 would be another specialization of the split kernel
 

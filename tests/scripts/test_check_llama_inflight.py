@@ -88,7 +88,7 @@ def test_the_profile_step_groups_kernels_and_writes_its_tables(tmp_path, capsys)
     assert kernel_kind("sm90_xmma_gemm_e4m3f32_e4m3f32_f32_tn_n_tilesize128x128x128") == "gemm"
     assert kernel_kind("nvjet_tst_128x256_64x4_2x1_v_bz_TNT") == "gemm"
     assert kernel_kind("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>") == "attention"
-    assert kernel_kind("_decode_split_kernel") == "attention"
+    assert kernel_kind("_decode_split_kernel") == "attention" and kernel_kind("_merge_kernel") == "attention"
     flash = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, cutlass::bfloat16_t>>"
     assert kernel_kind(flash) == "attention"  # its name holds "cutlass": attention is matched first
     assert kernel_kind("triton_poi_fused_mul_silu_0") == "other"

@@ -30,7 +30,7 @@ on the CPU ``Fp8Linear`` emulates the GEMM in float32 from the quantized operand
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -43,9 +43,7 @@ from code.llama31.memory_plan import TYPICAL_PROMPT_TOKENS
 from code.llama31.model import Llama, rope_table
 from code.llm.amax import LayerAmax
 from code.llm.cache_shape import CacheShape
-from code.llm.inflight_model import FP8_ROW_ALIGN, Attend, InflightBase
-from code.llm.kv_cache import KVCache
-from code.llm.paged_attention import decode_step
+from code.llm.inflight_model import FP8_ROW_ALIGN, InflightBase
 from code.numerics.fp8 import E4M3, Fp8Linear, quantize_fast
 
 # The decode kernel's launch at Llama 3.1 8B's shape (1 beam, 4 query heads a key/value head of 128): 4 key/value
@@ -210,19 +208,7 @@ class InflightLlama(InflightBase):
         return x
 
     # -- the engine's forwards ---------------------------------------------------------------------------------
-    def _prompt_layers(self, x: Tensor, rope: Tensor, attend: Attend, on_layer: Callable[..., None] | None) -> Tensor:
-        return self._layers(x, rope, attend, self.elementwise.prefill, on_layer)
-
     @torch.inference_mode()
     def prompt_logits(self, prompts: list[Tensor]) -> Tensor:
         """Float32 logits ``[prompts, vocab]`` of each prompt's last token, without a cache (checks, calibration)."""
         return self._prompt_forward(prompts)
-
-    def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor,
-               launch: Mapping[str, int] | None = None) -> Tensor:
-        """One token per beam row (``tokens [slots * beams]``), the ``gen_count[s]``-th generated token of slot s;
-        float32 logits ``[slots * beams, vocab]``. No host synchronisation: it is captured in a CUDA graph.
-        ``launch``: the decode kernel's (None: ``decode_launch``; the engine passes its slots' own)."""
-        positions, attend = decode_step(cache, ancestry, gen_count, self.decode_launch if launch is None else launch)
-        return self._logits(self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend,
-                                         self.elementwise.decode))

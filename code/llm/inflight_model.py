@@ -1,9 +1,10 @@
 """What GPT-J's and Llama 3.1's in-flight models (``code/gptj/inflight/layers.py``, ``code/llama31/inflight_model.py``)
-share: their dtype and device, the prompt pass over packed prompts (prefill and calibration), and the switch of
-every layer's GEMMs to FP8.
+share: their dtype and device, the prompt pass over packed prompts (prefill and calibration), the decode step, and
+the switch of every layer's GEMMs to FP8.
 
-A model supplies its layers (``_prompt_layers``: every layer over the packed prompts' rows), its RoPE table lookup
-(``_rope``) and LM head (``_logits``). A layer holds its GEMMs' 16-bit weights as attributes and, once
+A model supplies its layers (``_layers``: every layer over a pass's rows, with the elementwise functions of prompt
+passes or of the decode step, ``elementwise``), its decode kernel's launch (``decode_launch``), its RoPE table
+lookup (``_rope``) and LM head (``_logits``). A layer holds its GEMMs' 16-bit weights as attributes and, once
 ``use_fp8_gemms`` ran, their FP8 replacements in ``fp8`` (a dict keyed by the GEMM's ``Amax`` series); the model
 names the pairs in ``GEMM_WEIGHTS``. One implementation for both models keeps them alike: the same packing, the same
 quantized weights and freeing of the 16-bit ones, the same fast-accumulation rule.
@@ -11,7 +12,7 @@ quantized weights and freeing of the 16-bit ones, the same fast-accumulation rul
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -20,7 +21,7 @@ from torch import Tensor
 
 from code.llm.amax import LayerAmax
 from code.llm.kv_cache import KVCache
-from code.llm.paged_attention import prefill_attention
+from code.llm.paged_attention import decode_step, prefill_attention
 from code.numerics.fp8 import Fp8Linear
 
 FP8_ROW_ALIGN = 16  # cuBLASLt's FP8 GEMMs take row counts in multiples of 16: their inputs' rows are padded to it
@@ -37,6 +38,8 @@ class InflightBase:
     amax_type: ClassVar[type[LayerAmax]]
     embedding: Tensor
     layers: list[Any]
+    elementwise: Any  # the model's Elementwise: its ``prefill`` and ``decode`` function sets
+    decode_launch: Mapping[str, int]  # the decode kernel's launch at many slots
 
     @property
     def dtype(self) -> torch.dtype:
@@ -53,10 +56,24 @@ class InflightBase:
     def _logits(self, x: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def _prompt_layers(self, x: Tensor, rope: Tensor, attend: Attend, on_layer: Callable[..., None] | None) -> Tensor:
-        """Every layer over the prompts' rows ``x``; ``on_layer(i, **series)`` sees layer i's GEMM inputs, keys and
-        values under its ``amax_type``'s series names. Returns the last layer's residual stream."""
+    def _layers(self, x: Tensor, rope: Tensor, attend: Attend, ew: Any,  # noqa: ANN401 - the model's functions
+                on_layer: Callable[..., None] | None = None) -> Tensor:
+        """Every layer over the rows ``x``, with ``ew`` the elementwise functions between its GEMMs;
+        ``on_layer(i, **series)`` sees layer i's GEMM inputs, keys and values under its ``amax_type``'s series
+        names. Returns the last layer's residual stream."""
         raise NotImplementedError
+
+    def _prompt_layers(self, x: Tensor, rope: Tensor, attend: Attend, on_layer: Callable[..., None] | None) -> Tensor:
+        return self._layers(x, rope, attend, self.elementwise.prefill, on_layer)
+
+    def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor,
+               launch: Mapping[str, int] | None = None) -> Tensor:
+        """One token per beam row (``tokens [slots * beams]``), the ``gen_count[s]``-th generated token of slot s;
+        float32 logits ``[slots * beams, vocab]``. No host synchronisation: it is captured in a CUDA graph.
+        ``launch``: the decode kernel's (None: ``decode_launch``; the engine passes its slots' own)."""
+        positions, attend = decode_step(cache, ancestry, gen_count, self.decode_launch if launch is None else launch)
+        return self._logits(self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend,
+                                         self.elementwise.decode))
 
     # -- the prompt pass ---------------------------------------------------------------------------------------
     def _prompt_forward(self, prompts: list[Tensor], write: Callable[[int, Tensor, Tensor], None] | None = None,

@@ -315,20 +315,7 @@ def profile_step(check: Check) -> None:
     options = EngineOptions(slots=len(filled), max_prompt_length=max(len(p) for p in filled),
                             kv_dtype=E4M3 if on_gpu else None, cuda_graphs=False)
     engine = InflightEngine(inflight, check.generation, options, kv_amax=amax)
-    packed, tokens = [], 0
-    for p in filled:
-        if packed and tokens + len(p) > options.prefill_tokens:
-            break
-        packed.append(torch.as_tensor(np.asarray(p, dtype=np.int64), device=check.device))
-        tokens += len(p)
-    slots = list(range(len(packed)))
-
-    def prefill() -> None:
-        for slot, p in zip(slots, packed, strict=True):
-            engine.cache.assign(slot, len(p))
-        inflight.prefill(packed, slots, engine.cache)
-        for slot in slots:
-            engine.cache.release(slot)
+    prefill, tokens = prefill_pass(check, engine, filled)
 
     every = list(range(len(filled)))
 
@@ -474,20 +461,7 @@ def fp8_times(check: Check, inflight: InflightLlama, amax: Amax, kv_dtype: torch
     one decode step (the engine's CUDA graph on a GPU) with every slot holding a prompt, after warm-ups."""
     options = EngineOptions(slots=len(filled), max_prompt_length=max(len(p) for p in filled), kv_dtype=kv_dtype)
     engine = InflightEngine(inflight, check.generation, options, kv_amax=amax)
-    packed, tokens = [], 0
-    for p in filled:
-        if packed and tokens + len(p) > options.prefill_tokens:
-            break
-        packed.append(torch.as_tensor(np.asarray(p, dtype=np.int64), device=check.device))
-        tokens += len(p)
-    slots = list(range(len(packed)))
-
-    def prefill() -> None:
-        for slot, p in zip(slots, packed, strict=True):
-            engine.cache.assign(slot, len(p))
-        inflight.prefill(packed, slots, engine.cache)
-        for slot in slots:
-            engine.cache.release(slot)
+    prefill, tokens = prefill_pass(check, engine, filled)
 
     prefill_ms = timed_ms(check, prefill, repeats)
     every = list(range(len(filled)))
@@ -503,6 +477,27 @@ def fp8_times(check: Check, inflight: InflightLlama, amax: Amax, kv_dtype: torch
     step_ms = timed_ms(check, engine._step, repeats)  # one step as serve runs it (its graph on a GPU)
     return {"prefill_ms": prefill_ms, "prefill_tokens": tokens, "step_ms": step_ms,
             "mean_prompt": round(float(np.mean([len(p) for p in filled])), 1)}
+
+
+def prefill_pass(check: Check, engine: InflightEngine, filled: list[np.ndarray]) -> tuple[Callable[[], None], int]:
+    """One prefill pass as the engine packs it: the first prompts of ``filled`` up to its ``prefill_tokens``, into
+    slots 0.. of its cache (released again after each call); returns the pass and its token count."""
+    packed, tokens = [], 0
+    for p in filled:
+        if packed and tokens + len(p) > engine.options.prefill_tokens:
+            break
+        packed.append(torch.as_tensor(np.asarray(p, dtype=np.int64), device=check.device))
+        tokens += len(p)
+    slots = list(range(len(packed)))
+
+    def prefill() -> None:
+        for slot, p in zip(slots, packed, strict=True):
+            engine.cache.assign(slot, len(p))
+        engine.model.prefill(packed, slots, engine.cache)
+        for slot in slots:
+            engine.cache.release(slot)
+
+    return prefill, tokens
 
 
 def timed_ms(check: Check, run: Callable[[], object], repeats: int) -> float:

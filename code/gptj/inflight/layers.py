@@ -35,9 +35,9 @@ from code.gptj.memory_plan import (
 from code.gptj.memory_plan import cache_shape as gptj_cache_shape
 from code.gptj.model import Gptj, GptjConfig, rope_table
 from code.llm.amax import LayerAmax
-from code.llm.inflight_model import Attend, InflightBase
-from code.llm.kv_cache import CacheShape, KVCache
-from code.llm.paged_attention import DECODE_LAUNCH, decode_step
+from code.llm.inflight_model import InflightBase
+from code.llm.kv_cache import CacheShape
+from code.llm.paged_attention import DECODE_LAUNCH
 from code.numerics.fp8 import Fp8Linear
 
 
@@ -168,15 +168,3 @@ class InflightModel(InflightBase):
             else:
                 x = out[:tokens] + x
         return x
-
-    def _prompt_layers(self, x: Tensor, rope: Tensor, attend: Attend, on_layer: Callable[..., None] | None) -> Tensor:
-        return self._layers(x, rope, attend, self.elementwise.prefill, on_layer)
-
-    def decode(self, tokens: Tensor, cache: KVCache, ancestry: Tensor, gen_count: Tensor,
-               launch: Mapping[str, int] | None = None) -> Tensor:
-        """One token per beam row (``tokens [slots * beams]``), the ``gen_count[s]``-th generated token of slot s;
-        float32 logits ``[slots * beams, vocab]``. No host synchronisation: it is captured in a CUDA graph.
-        ``launch``: the decode kernel's (None: ``decode_launch``; the engine passes its slots' own)."""
-        positions, attend = decode_step(cache, ancestry, gen_count, self.decode_launch if launch is None else launch)
-        return self._logits(self._layers(F.embedding(tokens, self.embedding), self._rope(positions), attend,
-                                         self.elementwise.decode))

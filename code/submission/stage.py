@@ -227,9 +227,9 @@ def _round_for_all(tests: list[TestRun], kind: str | None) -> str:
     for round_ in reversed(ROUNDS.values()):
         if all(scenario in {each.value for each in round_.scenarios_for(kind, benchmark)}
                for benchmark, scenario in tests_run):
-            return (f" (the newest round that accepts all of them from a {kind} system is {round_.name}: run the "
+            return (f" (the newest round that accepts all of them from {kind} systems is {round_.name}: run the "
                     f"tests it lacks with ROUND={round_.name}, then make stage_results ROUND={round_.name})")
-    return f" (no one round accepts all of them from a {kind} system)"
+    return f" (no one round accepts all of them from {kind} systems)"
 
 
 def _check(chosen: dict[tuple[str, str, TestMode], TestRun], system_type: str, round_name: str) -> list[str]:

@@ -214,7 +214,7 @@ def accuracy_log(log_dir: Path) -> dict[int, bytes]:
 def built_core() -> Path:
     from code.harness.build import build
 
-    return build()
+    return build(CORE_ROUND)
 
 
 IN_PROCESS_OR_WORKERS = pytest.mark.parametrize("workers", [False, True], ids=["in-process", "worker-processes"])

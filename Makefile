@@ -32,7 +32,9 @@ help:
 	@echo "  make setup                           the native fallback: build/venv from the lock files"
 	@echo "  make setup_cluster                   Ray, for a run over several nodes (documentation/cluster.md)"
 	@echo "  make setup_kernel_tests              Triton, so that make test runs the kernel tests without a GPU"
-	@echo "  make build [ROUND=v4.1] [LOADGEN_SRC=<clone>]   the C++/pybind11 LoadGen harness (default v5.0)"
+	@echo "  make build [ROUND=v4.1] [LOADGEN_SRC=<clone>]   the C++/pybind11 LoadGen harness of ROUND,"
+	@echo "                                       else of the default rounds of RUN_ARGS' tests"
+	@echo "                                       (make run builds them itself)"
 	@echo "Data and models:"
 	@echo "  make link_dirs                       build/{data,models,preprocessed_data} -> \$$MLPERF_SCRATCH_PATH"
 	@echo "  make download_data   BENCHMARKS=\"bert\""
@@ -69,7 +71,9 @@ help:
 	@echo "                                       build/compliance_logs, build/tuned, build/submission, ...;"
 	@echo "                                       each says what it deleted and kept"
 	@echo "  make clean_logs                      delete the logs in build/logs of runs no longer running"
-	@echo "ROUND=v4.1|v5.0|v5.1|v6.1 picks the MLPerf round of build and run targets (documentation/rounds.md)"
+	@echo "ROUND=v4.1|v5.0|v5.1|v6.1 picks the MLPerf round of build and run targets; without it each test"
+	@echo "  runs for the newest round that accepts it and builds from PyPI: BERT edge and llama3.1-8b Offline"
+	@echo "  v6.1, GPT-J v5.0; BERT datacenter is v4.1's alone: ROUND=v4.1 LOADGEN_SRC=<clone> (rounds.md)"
 	@echo "RUN_ARGS help: make run RUN_ARGS=--help (every flag and its default); make from the repository root"
 
 .PHONY: clean clean_all clean_logs

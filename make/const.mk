@@ -14,8 +14,9 @@ SYSTEM_PY    ?= python3
 shell_word = '$(subst ','\'',$(1))'
 BENCHMARKS   ?= bert gptj
 RUN_ARGS     ?=
-# The MLPerf round (v4.1, v5.0, v5.1, v6.1; empty: the default, v5.0): which LoadGen `make build` compiles and which
-# round a run is for. RUN_ARGS may say --round=... instead; giving both with different values is an error.
+# The MLPerf round (v4.1, v5.0, v5.1, v6.1): which LoadGen `make build` compiles and which round a run is for. RUN_ARGS
+# may say --round=... instead; giving both with different values is an error. Empty: each test is for its default
+# round, the newest that accepts it and builds from PyPI (documentation/rounds.md).
 ROUND        ?=
 ROUND_ARG    := $(if $(ROUND),--round=$(ROUND))
 # The word after the first bare `--round` in a list (RUN_ARGS may use the space form, `--round v4.1`).

@@ -18,6 +18,8 @@ STAGE_ARGS = $(SUBMISSION_ARGS) $(if $(SYSTEM),--system=$(call shell_word,$(SYST
 require_submitter:
 	@test -n "$(SUBMITTER)" || { echo "ERROR: give SUBMITTER=<your organization>, e.g. make $(MAKECMDGOALS) SUBMITTER=MyOrg" >&2; exit 2; }
 
+# The tree's round is ROUND, else the one round of the runs: runs of several rounds (each test takes its own default
+# round) are refused, naming the newest round that accepts all of them, so no result is left out unasked.
 stage_results: setup require_submitter
 	$(PY) -m code.submission stage $(STAGE_ARGS)
 
@@ -32,7 +34,8 @@ check_submission: setup require_submitter
 pack_submission: setup require_submitter
 	$(PY) -m code.submission pack $(SUBMISSION_ARGS) $(if $(ALLOW_INCOMPLETE),--allow_incomplete)
 
-# Every step a submitter runs, on CPU with tiny inputs, judged by the official checker of ROUND (default v5.0);
+# Every step a submitter runs, on CPU with tiny inputs, judged by the official checker of ROUND (default v5.0, the
+# newest round with both bert-99 and gptj-99 for the CPU system);
 # shortened (about a minute on 2 cores), or FULL=1: full length (most of an hour).
 test_submission: build
 	cd $(REPO_ROOT) && SUBMISSION_PIPELINE_ROUND=$(ROUND) $(if $(FULL),SUBMISSION_PIPELINE_FULL=1) \

@@ -17,6 +17,16 @@ os.environ.setdefault("MLPERF_TUNED_DIR", tempfile.mkdtemp(prefix="mlperf-tuned-
 # imports triton.
 interpret_without_gpu()
 
+from code.common.constants import Scenario  # noqa: E402 - after MLPERF_TUNED_DIR, as every import of code.*
+from code.common.rounds import default_round  # noqa: E402
+
+# The round of the core that tests which load one directly use: BERT Offline's default round on the CPU system (an
+# edge system), the core `make build` builds for `make run`'s default tests.
+CORE_ROUND = default_round("bert-99", Scenario.Offline, "edge")
+# The rounds the CPU runs of the tests are for by default: each benchmark's default round on the CPU system.
+CPU_ROUNDS = tuple(dict.fromkeys(default_round(name, Scenario.Offline, "edge")
+                                 for name in ("bert-99", "gptj-99", "llama3.1-8b")))
+
 
 def pytest_report_header() -> str:
     """Where the official tools are read from, said before the first test runs."""
@@ -46,9 +56,12 @@ def official_tools(round_name: str, part: str) -> Path:
 
 @pytest.fixture(scope="session")
 def harness_built() -> Path:
+    """The cores of ``CPU_ROUNDS``, so that a run that names no round finds its tests' cores built; the path of
+    ``CORE_ROUND``'s module."""
     from code.harness.build import build
 
-    return build()
+    built = {round_name: build(round_name) for round_name in CPU_ROUNDS}
+    return built[CORE_ROUND]
 
 
 def _skip_without_source(round_name: str) -> None:

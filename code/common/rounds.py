@@ -12,6 +12,9 @@ benchmark (its ``check_compliance_dir``, or from v6.0 its ``models_TEST*`` lists
 tests/common/test_audits.py compare them with the checker itself. Each round also names where its official tools sit
 (``OfficialTools``): a clone of mlcommons/inference at the round's tag, or, for a round with no tag yet (v6.1), at
 the commit of the main branch that holds its rules. Adding a round is one entry in ``ROUNDS``.
+
+No round is the default of every run: a test that names none is for ``default_round`` of its benchmark, scenario
+and system type, the newest round that accepts it and whose LoadGen builds from PyPI (documentation/rounds.md).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from pathlib import Path
 
 from code.common.constants import Scenario
 
-DEFAULT_ROUND = "v5.0"
 # The system types a systems/<system>.json may declare, as the checker spells them.
 SYSTEM_TYPES = ("datacenter", "edge", "datacenter,edge")
 
@@ -160,6 +162,12 @@ class Round:
         """Our benchmark name for one of the checker's (v6.1: llama3.1-8b-edge -> llama3.1-8b), for commands."""
         return next((ours for ours, theirs in self.edge_names.items() if theirs == checker_name), checker_name)
 
+    @property
+    def builds_from_release(self) -> bool:
+        """Whether the round's LoadGen comes from PyPI, so any machine builds it; a clone-built one (v4.1) needs the
+        user's clone (``LOADGEN_SRC``), and is used only when a run names it."""
+        return isinstance(self.loadgen, LoadgenRelease)
+
     def scenarios_for(self, system_type: str, benchmark_name: str) -> tuple[Scenario, ...]:
         """The scenarios the round requires of ``benchmark_name`` (bert-99, ...) on a system type; () if none."""
         if system_type not in SYSTEM_TYPES:
@@ -290,23 +298,86 @@ ROUNDS: dict[str, Round] = {
 }
 
 
+def rounds_taking(benchmark_name: str, scenario: Scenario, system_type: str | None) -> list[Round]:
+    """The rounds whose checker takes ``benchmark_name`` in ``scenario`` from a system of this type, oldest first;
+    with no known type (``None``: a system without a description), those that take it from any type."""
+    kinds = SYSTEM_TYPES if system_type is None else (system_type,)
+    return [round_ for round_ in ROUNDS.values()
+            if any(scenario in round_.scenarios_for(kind, benchmark_name) for kind in kinds)]
+
+
 def newest_round(benchmark_name: str, scenario: Scenario, system_type: str) -> str | None:
     """The newest round whose checker takes ``benchmark_name`` in ``scenario`` from a system of this type (ROUNDS is
-    oldest first); None when no round does."""
-    having = [name for name, round_ in ROUNDS.items() if scenario in round_.scenarios_for(system_type, benchmark_name)]
-    return having[-1] if having else None
+    oldest first), a clone-built one included; None when no round does."""
+    having = rounds_taking(benchmark_name, scenario, system_type)
+    return having[-1].name if having else None
+
+
+def default_round(benchmark_name: str, scenario: Scenario, system_type: str | None, measuring: bool = False) -> str:
+    """The round of a test whose run names none: the newest round that accepts it and whose LoadGen builds from PyPI,
+    so a run on a fresh machine counts for the newest round it can.
+
+    A round built from the user's clone (v4.1) is used only when named. A test only such a round accepts (BERT
+    Server from a datacenter system) raises, naming ``--round`` and ``LOADGEN_SRC``, unless ``measuring`` (a
+    PerformanceOnly or AccuracyOnly run, which no checker judges): that, and a test no round accepts (BERT Server
+    from an edge system), runs with the newest buildable round that has the benchmark at all, and its verdict says
+    it is not submittable. ``system_type`` None (a system without a description): any type's rounds."""
+    taking = rounds_taking(benchmark_name, scenario, system_type)
+    buildable = [round_ for round_ in taking if round_.builds_from_release]
+    if buildable:
+        return buildable[-1].name
+    if taking and not measuring:
+        named = taking[-1]
+        where = "systems of any type" if system_type is None else f"{system_type} systems"
+        raise RoundError(
+            f"{benchmark_name} {scenario.value} from {where} is in round {named.name} only, whose LoadGen is built "
+            f"from your clone of {CLONE_URL} at its tag: name both, --round={named.name} LOADGEN_SRC=<clone> (make "
+            f"run ROUND={named.name} LOADGEN_SRC=<clone> RUN_ARGS=\"...\"; documentation/rounds.md)")
+    return _newest_with(benchmark_name)
+
+
+def _newest_with(benchmark_name: str) -> str:
+    """The newest buildable round that has ``benchmark_name`` on some system type: where a measurement of a test no
+    buildable round accepts runs."""
+    having = [round_.name for round_ in ROUNDS.values() if round_.builds_from_release
+              and any(round_.checker_name(benchmark_name, kind) in by_bench
+                      for kind, by_bench in round_.scenarios.items())]
+    if not having:
+        raise RoundError(f"no round has {benchmark_name}: valid rounds: {', '.join(ROUNDS)} (--round=...)")
+    return having[-1]
+
+
+def default_scenarios(benchmark_name: str, system_type: str) -> tuple[str, tuple[Scenario, ...]]:
+    """``--scenarios=all`` with no round named: the newest buildable round that accepts any scenario of
+    ``benchmark_name`` from this system type, and those scenarios; each is then that round's test by
+    ``default_round`` as well, so the run is for one round. Raises, naming the fix, when only a clone-built round
+    (or none) has the benchmark on this type."""
+    for round_ in reversed(ROUNDS.values()):
+        accepted = round_.scenarios_for(system_type, benchmark_name)
+        if accepted and round_.builds_from_release:
+            return round_.name, accepted
+    having = [round_ for round_ in ROUNDS.values() if round_.scenarios_for(system_type, benchmark_name)]
+    if having:
+        named = having[-1]
+        raise RoundError(f"{benchmark_name} from {system_type} systems is in round {named.name} only, whose LoadGen is "
+                         f"built from a clone of {CLONE_URL}: name the round and the clone, --round={named.name} "
+                         "LOADGEN_SRC=<clone> (documentation/rounds.md)")
+    raise RoundError(f"no round accepts {benchmark_name} from {system_type} systems: name the scenarios "
+                     "(--scenarios=offline) to measure them")
 
 
 def round_choice(round_name: str, source: str, benchmark_name: str, scenario: Scenario, system_type: str) -> str:
     """Which round a test is for and why, for the run's plan and ``make info``: where the value came from (the
-    default, RUN_ARGS, a config class) and, when another round is the newest to take the test, that round."""
+    default, RUN_ARGS, a config class) and, when another round is the newest to take the test, that round and how
+    to run it (a clone-built round with its clone: the default never takes one)."""
     newest = newest_round(benchmark_name, scenario, system_type)
     test = f"{benchmark_name} {scenario.value} on {system_type} systems"
     if newest is None:
         return f"round {round_name} ({source}; no round takes {test})"
     if newest == round_name:
         return f"round {round_name} ({source}; the newest round that takes {test})"
-    return f"round {round_name} ({source}; the newest round that takes {test} is {newest}: --round={newest})"
+    fix = f"--round={newest}" + ("" if ROUNDS[newest].builds_from_release else " LOADGEN_SRC=<clone>")
+    return f"round {round_name} ({source}; the newest round that takes {test} is {newest}: {fix})"
 
 
 def get_round(name: str) -> Round:

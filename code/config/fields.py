@@ -19,7 +19,7 @@ from typing import Any
 from code.common.constants import DATASET_SIZE, Benchmark, Scenario
 from code.common.gpu_models import model_names
 from code.common.loadgen_rules import OFFLINE_SLACK, offline_query_samples
-from code.common.rounds import DEFAULT_ROUND, ROUNDS
+from code.common.rounds import ROUNDS
 from code.config.backends import BackendDeclaration, Given, Origin, declaration, declarations, needs_gpu
 from code.config.field_spec import Field, FieldError, Range
 
@@ -52,8 +52,11 @@ PLAN_FIELDS = ("offline_expected_qps", "server_target_qps", "single_stream_expec
 
 
 HARNESS_FIELDS: tuple[Field, ...] = (
-    Field("round", str, DEFAULT_ROUND, "MLPerf round the run is for: its LoadGen build (and so its RNG seeds) "
-          "and what a SubmissionRun may run (documentation/rounds.md)", choices=tuple(ROUNDS)),
+    # No fixed default: each test's is the newest round that accepts it and builds from PyPI (``default_round``,
+    # filled in by code/config/resolve.py once the test's system type and test mode are known).
+    Field("round", str, None, "MLPerf round the run is for: its LoadGen build (and so its RNG seeds) and what a "
+          "SubmissionRun may run; unset: per test, the newest round that accepts it and whose LoadGen builds from "
+          "PyPI (documentation/rounds.md)", choices=tuple(ROUNDS)),
     Field("backend", str, "pytorch", "Backend that runs the model: pytorch (our model), inflight (continuous "
           "batching: GPT-J's beam search, llama3.1-8b's greedy search; code/llm/inflight_engine.py), oracle (gold "
           "answers; checks the pipeline, "

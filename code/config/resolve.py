@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from code.common import systems
-from code.common.constants import Benchmark, Scenario
+from code.common.constants import Benchmark, Scenario, TestMode
 from code.common.gpu_models import by_name
-from code.common.system_description import DescriptionFiles, described_gpu_count, shown
-from code.common.systems import gpu_model_and_count, gpu_model_for_system
+from code.common.rounds import SYSTEM_TYPES, RoundError, default_round
+from code.common.system_description import DescriptionFiles, described_gpu_count, shown, system_type
+from code.common.systems import SystemDetectionError, gpu_model_and_count, gpu_model_for_system
 from code.config.capabilities import runnable_rungs
 from code.config.classes import BenchmarkConfiguration
 from code.config.cpu_features import BestCpuPrecision
@@ -205,12 +206,33 @@ def resolve_config(
             (value, source), layer = below, ("rung" if name in rung_laid else
                                              "class" if name in from_config else "default")
         resolved.values[name], resolved.sources[name], resolved.layers[name] = value, source, layer
+    if resolved.values.get("round") is None:
+        resolved.values["round"] = default_round_of(resolved)
     check_combination(benchmark, resolved.values, resolved.sources)
     check_plan(scenario, resolved.values, resolved.sources)
     share_of_devices(resolved, config)
     if rung is None and chosen is not None and not resolved.engine_given:
         check_every_rung_takes(benchmark, scenario, system, workload, overrides, ladder, chosen)
     return resolved
+
+
+def known_system_type(system: str) -> str | None:
+    """The system's type from its description (systems/<system>.json); None when it says none the checker knows (the
+    verdict names that problem; the round is then any type's)."""
+    try:
+        kind = system_type(system)
+    except (SystemDetectionError, RoundError):
+        return None
+    return kind if kind in SYSTEM_TYPES else None
+
+
+def default_round_of(config: ResolvedConfig) -> str:
+    """The round of a test whose run, config class and tuned values name none (``default_round``): a SubmissionRun
+    only a clone-built round accepts is refused here, naming the round and ``LOADGEN_SRC``; a measurement of it runs
+    with the newest buildable round that has the benchmark."""
+    measuring = TestMode.parse(config.values.get("test_mode", TestMode.PerformanceOnly.value)) \
+        is not TestMode.SubmissionRun
+    return default_round(config.benchmark_name, config.scenario, known_system_type(config.system), measuring)
 
 
 # The whole-system rate of each scenario that has one, which a run on a share of the system's GPUs expects that

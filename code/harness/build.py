@@ -1,6 +1,7 @@
 """Build the C++ harness core of one round: its LoadGen (static, PIC) + the pybind11 module ``_mlperf_harness``.
 
-``python -m code.harness.build [--round=v5.0] [--jobs N] [--clean]``. Each round has its own LoadGen sources and
+``python -m code.harness.build --round=v6.1 [--jobs N] [--clean]`` (``make build`` without ``ROUND`` builds the
+rounds of a run's tests: code/actions/build_cores.py). Each round has its own LoadGen sources and
 CMake folder under build/harness/<round>/ and its module in build/lib/<round>/, so building one round never
 rebuilds another. CMake is configured once (Release; Ninja when installed, else Make) and reconfigured from
 scratch only when the generator, the Python interpreter, pybind11 or the LoadGen tree change; otherwise the build
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from code.common.file_lock import LockPathError, holding
 from code.common.paths import BUILD_DIR, harness_build_dir, harness_lib_dir
-from code.common.rounds import DEFAULT_ROUND, ROUNDS, Round, RoundError, get_round
+from code.common.rounds import ROUNDS, Round, RoundError, get_round
 from code.harness.fetch_loadgen import FetchError, fetch_loadgen
 
 SOURCE_DIR = Path(__file__).resolve().parent
@@ -84,7 +85,7 @@ def _run(command: list[str], what: str) -> None:
         raise BuildError(f"{what} failed (exit {exc.returncode}): {' '.join(command)}") from exc
 
 
-def build(round_name: str = DEFAULT_ROUND, jobs: int = 2, clean: bool = False) -> Path:
+def build(round_name: str, jobs: int = 2, clean: bool = False) -> Path:
     """Fetch the round's LoadGen if needed, configure if needed, build; return the path of the built module.
 
     A compiler that links libstdc++ statically (CXX may name one) is replaced by the system compiler.
@@ -199,18 +200,18 @@ def _has_shared_cxx_runtime(module: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--round", default="", help=f"one of {', '.join(ROUNDS)} (empty: {DEFAULT_ROUND})")
+    parser.add_argument("--round", required=True, help=f"one of {', '.join(ROUNDS)}")
     parser.add_argument("--jobs", "-j", type=int, default=2, help="parallel compile jobs (default 2)")
     parser.add_argument("--clean", action="store_true", help="configure and build from scratch")
     args = parser.parse_args(argv)
     try:
-        print(f"built {build(args.round or DEFAULT_ROUND, jobs=args.jobs, clean=args.clean)}")
+        print(f"built {build(args.round, jobs=args.jobs, clean=args.clean)}")
     except (BuildError, RoundError) as exc:
         print(f"code.harness.build: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # Ctrl-C during `make build` (or `make run`'s build step): one line, no traceback
-        print(f"code.harness.build: interrupted by SIGINT; the build of round {args.round or DEFAULT_ROUND} is "
-              "unfinished: `make build` resumes it", file=sys.stderr)
+        print(f"code.harness.build: interrupted by SIGINT; the build of round {args.round} is unfinished: "
+              "`make build` resumes it", file=sys.stderr)
         return 128 + signal.SIGINT
     return 0
 

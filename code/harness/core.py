@@ -21,7 +21,7 @@ import numpy as np
 
 from code.common.gc_pauses import frozen_heap
 from code.common.paths import harness_lib_dir
-from code.common.rounds import DEFAULT_ROUND, get_round
+from code.common.rounds import get_round
 from code.harness.build import MODULE_NAME, module_path, runtime_mlperf_conf
 
 MODELS = ("bert", "gptj", "llama3_1-8b")
@@ -47,10 +47,12 @@ class CoreSettings:
     total_sample_count: int
     performance_sample_count: int
     max_batch_size: int
+    # Which round's build of the core (and so which LoadGen and seeds) runs the test; no default: each test has its
+    # own (code/common/rounds.py's default_round).
+    round: str
     num_workers: int = 1  # batcher threads per device, each calls its device's runner
     sort_by_length: bool = True
     batch_timeout_us: int = 0  # Server: how long a worker waits to fill a batch once it holds one sample
-    round: str = DEFAULT_ROUND  # which round's build of the core (and so which LoadGen and seeds) runs the test
     log_enable_trace: bool = False  # LoadGen's mlperf_log_trace.json; GBs at GPU rates, written during the timed run
     token_responses: bool = False  # responses are int32 token ids: the core reports each one's count to LoadGen
 
@@ -140,18 +142,18 @@ def _module(round_name: str) -> ModuleType:
     return loaded
 
 
-def loadgen_version(round_name: str = DEFAULT_ROUND) -> str:
+def loadgen_version(round_name: str) -> str:
     """The version of the LoadGen compiled into the round's core (e.g. "5.0.21")."""
     return str(_module(round_name).loadgen_version())
 
 
-def progress(round_name: str = DEFAULT_ROUND) -> dict[str, Any]:
+def progress(round_name: str) -> dict[str, Any]:
     """Counters of the test running in this process, safe to read while ``run_test`` blocks: issued, completed,
     late (Server: past the latency bound), elapsed_s, completed_by_device."""
     return dict(_module(round_name).progress())
 
 
-def timeline(round_name: str = DEFAULT_ROUND) -> SampleTimes:
+def timeline(round_name: str) -> SampleTimes:
     """Every completed sample of the last test."""
     index, issued, completed, device = _module(round_name).timeline()
     return SampleTimes(index=index, issued_s=issued, completed_s=completed, device=device)
@@ -229,14 +231,14 @@ def is_continuous(runner: Runner) -> bool:
     return callable(getattr(runner, "run_continuous", None))
 
 
-def device_error(round_name: str = DEFAULT_ROUND) -> type[RuntimeError]:
+def device_error(round_name: str) -> type[RuntimeError]:
     """The class of what ``run_test`` raises after a test in which a device failed, so a caller tells it from a
     mistake in the arguments."""
     error: type[RuntimeError] = _module(round_name).DeviceError
     return error
 
 
-def worker_messages(round_name: str = DEFAULT_ROUND) -> dict[str, int]:
+def worker_messages(round_name: str) -> dict[str, int]:
     """The worker protocol's message numbers as the core defines them, and the header's size (``HEADER_BYTES``)."""
     module = _module(round_name)
     return {**dict(module.WORKER_MESSAGES), "HEADER_BYTES": int(module.WORKER_HEADER_BYTES)}

@@ -17,7 +17,7 @@ the round's checker expects, so a wrong pin fails here rather than in the checke
 Idempotent: once the tree is in place and its marker records the pin, nothing is downloaded, copied or re-hashed.
 The sdist is kept in build/downloads/, which ``make clean`` keeps, so the tree comes back without network.
 
-Usage: ``python -m code.harness.fetch_loadgen [--round=v5.0]`` prints the source directory.
+Usage: ``python -m code.harness.fetch_loadgen --round=v6.1`` prints the source directory.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from code.common.download import DownloadError, download, file_checksum
 from code.common.paths import DOWNLOADS_DIR, harness_build_dir
-from code.common.rounds import CLONE_URL, DEFAULT_ROUND, ROUNDS, LoadgenSource, RngSeeds, Round, RoundError, get_round
+from code.common.rounds import CLONE_URL, ROUNDS, LoadgenSource, RngSeeds, Round, RoundError, get_round
 
 # Fallback when the pinned URL moves: the PEP 691 JSON simple index lists every file of the project.
 SIMPLE_INDEX_URL = "https://pypi.org/simple/mlcommons-loadgen/"
@@ -256,7 +256,7 @@ def _copy_source(round_: Round, source: LoadgenSource, tree: Path, build_dir: Pa
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--round", default=DEFAULT_ROUND, help=f"one of {', '.join(ROUNDS)} (default {DEFAULT_ROUND})")
+    parser.add_argument("--round", required=True, help=f"one of {', '.join(ROUNDS)}")
     args = parser.parse_args(argv)
     try:
         print(fetch_loadgen(get_round(args.round)))

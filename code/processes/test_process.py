@@ -22,7 +22,7 @@ from code.common.rounds import RoundError
 from code.common.supervision import how_it_ended, start_in_own_group, stop_group, stop_signals_ignored
 from code.config.resolve import resolve_config
 from code.config.resolved import ResolvedConfig, WorkloadSetting
-from code.harness.build import module_path
+from code.harness.build import BuildError, build, module_path
 from code.harness.progress import PREFIX as PROGRESS_PREFIX
 from code.harness.progress import PROGRESS_TTY_ENV, ProgressScreen
 from code.mlperf.benchmarks import BenchmarkError
@@ -59,8 +59,18 @@ def check_round(config: ResolvedConfig) -> None:
 
 
 def require_built_core(round_name: str) -> None:
-    if not module_path(harness_lib_dir(round_name)).is_file():
-        raise BenchmarkError(f"the C++ core of round {round_name} is not built: run `make build ROUND={round_name}`")
+    """Build the round's C++ core when it is missing, before any test starts: each test of a run that names no round
+    loads its own default round's core, which ``make build`` may not have built (``python -m code.main``, or RUN_ARGS
+    that changed since). The build holds the round's build lock, as ``make build`` does; a round it cannot build
+    here (v4.1 without its clone) stops the run with the build's fix."""
+    if module_path(harness_lib_dir(round_name)).is_file():
+        return
+    log.info("the C++ core of round %s is not built: building it now (make build ROUND=%s)", round_name, round_name)
+    try:
+        build(round_name)
+    except BuildError as error:
+        raise BenchmarkError(f"the C++ core of round {round_name} is not built, and building it failed: {error}; "
+                             f"fix that, then run `make build ROUND={round_name}`") from None
 
 
 def finish_run(system: str, root: Path, results: list[RanTest], who: str = "run_harness",

@@ -19,13 +19,15 @@ from typing import Any
 from code.common.constants import TestMode
 from code.common.download import file_checksum
 from code.common.paths import BUILD_DIR, COMPLIANCE_LOGS_DIR, LOGS_DIR, REPO_ROOT
-from code.common.rounds import get_round
+from code.common.rounds import ROUNDS, SYSTEM_TYPES, get_round
 from code.common.system_description import (
     DescriptionFiles,
     SystemDescriptionError,
     description_problems,
     load_description,
+    system_type,
 )
+from code.common.systems import SystemDetectionError
 from code.harness.fetch_loadgen import source_dir
 from code.mlperf.audits import RUNS_SUBDIR
 from code.mlperf.run_logs import new_timestamped_dir
@@ -100,7 +102,7 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
                          "--benchmarks=bert-99 --scenarios=offline,singlestream --test_mode=SubmissionRun\"")
     system = _one_system(tests, system)
     tests = [t for t in tests if t.system == system]
-    round_name = _one_round(tests, round_name)
+    round_name = _one_round(tests, round_name, _known_type(system, systems_dir))
     chosen = newest([t for t in tests if t.round == round_name])
 
     staged = Staged(out_dir / DIVISION / submitter, round_name, system)
@@ -185,7 +187,18 @@ def _one_system(tests: list[TestRun], system: str | None) -> str:
     return system
 
 
-def _one_round(tests: list[TestRun], round_name: str | None) -> str:
+def _known_type(system: str, systems_dir: Path) -> str | None:
+    """The system's type from its description, None when it says none (staging then names the problem itself)."""
+    try:
+        return system_type(system, systems_dir)
+    except SystemDetectionError:
+        return None
+
+
+def _one_round(tests: list[TestRun], round_name: str | None, kind: str | None = None) -> str:
+    """The staged tree's round: ROUND, else the one round of the runs. Runs of several rounds are refused, naming the
+    newest round that accepts all their tests from a system of type ``kind``: a tree never leaves a result out, nor
+    mixes rounds, without the submitter choosing so, whatever round each test took by default."""
     rounds: dict[str, list[TestRun]] = {}
     for test in tests:
         rounds.setdefault(test.round, []).append(test)
@@ -199,10 +212,24 @@ def _one_round(tests: list[TestRun], round_name: str | None) -> str:
         listed = "; ".join(f"{name}: {len(found)} tests, e.g. {found[-1].directory}"
                            for name, found in sorted(rounds.items()))
         raise StageError(f"the runs mix rounds ({listed}); a submission is for one round, judged by its checker: "
-                         "give ROUND=<round>, or the run folders of one round")
+                         f"give ROUND=<round>, or the run folders of one round{_round_for_all(tests, kind)}")
     (only,) = rounds
     get_round(only)  # a run from before rounds were recorded: no round's checker would accept it
     return only
+
+
+def _round_for_all(tests: list[TestRun], kind: str | None) -> str:
+    """The newest round that accepts every (benchmark, scenario) of ``tests`` from a system of type ``kind``, as the
+    hint of a refusal of mixed rounds; empty without a known type."""
+    if kind not in SYSTEM_TYPES:
+        return ""
+    tests_run = {(test.benchmark, test.scenario) for test in tests}
+    for round_ in reversed(ROUNDS.values()):
+        if all(scenario in {each.value for each in round_.scenarios_for(kind, benchmark)}
+               for benchmark, scenario in tests_run):
+            return (f" (the newest round that accepts all of them from {kind} systems is {round_.name}: run the "
+                    f"tests it lacks with ROUND={round_.name}, then make stage_results ROUND={round_.name})")
+    return f" (no one round accepts all of them from {kind} systems)"
 
 
 def _check(chosen: dict[tuple[str, str, TestMode], TestRun], system_type: str, round_name: str) -> list[str]:

@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING
 
 from code.common.constants import Scenario
 from code.common.gpu_models import by_name
-from code.common.rounds import get_round
+from code.common.rounds import RoundError, default_scenarios, get_round
 from code.common.system_description import system_type
 from code.common.systems import SystemDetectionError, detect_system, gpu_system_name
-from code.config.fields import FIELDS
 from code.config.resolve import resolve_config
 from code.config.resolved import ResolvedConfig, WorkloadSetting, check_run_args_used
 from code.mlperf.arguments import ArgumentError, BenchmarkRequest, RunRequest
@@ -36,14 +35,21 @@ def system_name(request: RunRequest) -> str:
 
 def scenarios_of(request: RunRequest, bench: BenchmarkRequest, system: str) -> list[Scenario]:
     """The scenarios RUN_ARGS name, or with --scenarios=all those the round accepts of the benchmark on the system's
-    type (systems/<system>.json), so `all` never runs a test the round would refuse; all three without a type."""
+    type (systems/<system>.json), so `all` never runs a test the round would refuse; all three without a type. With
+    no round named, the round is the newest buildable one that accepts the benchmark there (``default_scenarios``),
+    which is then each of those tests' default round too, so `all` runs one round."""
     if not request.all_scenarios:
         return request.scenarios
     try:
         kind = system_type(system)
     except SystemDetectionError:
         return list(Scenario)
-    round_ = get_round(request.overrides.get("round", FIELDS["round"].default))
+    if "round" not in request.overrides:
+        try:
+            return list(default_scenarios(bench.name, kind)[1])
+        except RoundError as error:
+            raise ArgumentError(f"--scenarios=all on {system} (systems/{system}.json): {error}") from None
+    round_ = get_round(request.overrides["round"])
     accepted = round_.scenarios_for(kind, bench.name)
     if not accepted:
         raise ArgumentError(f"--scenarios=all: round {round_.name} accepts no {bench.name} scenario on {kind} systems "

@@ -9,7 +9,9 @@ difference between the paths is what the transport costs, against what a device 
 H200).
 
     python -m scripts.bench.worker_overhead [--samples=1000000] [--batch=512] [--response_bytes=3072]
-        [--paths=in-process,1-worker,2-workers]
+        [--paths=in-process,1-worker,2-workers] [--round=<round>]
+
+It loads the core of ``--round`` (default: BERT Offline's default round), built by ``make build``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from code.common.constants import Scenario
 from code.common.paths import REPO_ROOT
+from code.common.rounds import ROUNDS, default_round
 
 PATHS = {"in-process": 0, "1-worker": 1, "2-workers": 2}  # path -> worker processes (0: the runner runs here)
 
@@ -55,7 +59,7 @@ def child(job: dict[str, Any]) -> int:
                     f"bert.Offline.min_query_count = 1\nbert.*.performance_sample_count_override = {samples}\n")
     settings = CoreSettings(model="bert", scenario="Offline", mode="PerformanceOnly", user_conf=conf,
                             log_dir=log_dir, total_sample_count=samples, performance_sample_count=samples,
-                            max_batch_size=batch, num_workers=2)
+                            max_batch_size=batch, round=job["round"], num_workers=2)
     lengths = np.ones(samples, dtype=np.int64)
     workers = job["workers"]
     started = time.perf_counter()
@@ -99,13 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--response_bytes", type=int, default=384 * 2 * 4)
     parser.add_argument("--paths", default=",".join(PATHS))
+    # The core of BERT Offline's default round on a system of any type: the one `make build` builds for BERT.
+    parser.add_argument("--round", default=default_round("bert-99", Scenario.Offline, None), choices=list(ROUNDS))
     args = parser.parse_args(argv)
     rows = []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryDirectory(prefix="worker-overhead-") as scratch:
         for path in args.paths.split(","):
             job = {"samples": args.samples, "batch": args.batch, "response_bytes": args.response_bytes,
-                   "workers": PATHS[path], "log_dir": f"{scratch}/{path}", "result": f"{scratch}/{path}.json"}
+                   "workers": PATHS[path], "round": args.round, "log_dir": f"{scratch}/{path}",
+                   "result": f"{scratch}/{path}.json"}
             done = subprocess.run([sys.executable, "-m", "scripts.bench.worker_overhead", "--child", json.dumps(job)],
                                   cwd=REPO_ROOT, env=env)
             if done.returncode != 0:

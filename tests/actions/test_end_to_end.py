@@ -155,7 +155,9 @@ def test_tiny_model_valid_in_every_scenario(build_dir, tmp_path, scenario):
     cpus = default_cpu_threads()
     assert metadata["provenance"]["cpu_threads"] == (max(1, cpus - 1) if scenario == "server" else cpus)
     assert f"bert.{test_dir.name}.min_duration = 1000" in (test_dir / "user.conf").read_text()
-    assert (metadata["round"], metadata["loadgen_version"]) == ("v5.0", "5.0.13")
+    # No round named: BERT's default round on the CPU system (edge), v6.1, also for Server, which no round takes
+    # from an edge system (a measurement: the newest buildable round that has BERT).
+    assert (metadata["round"], metadata["loadgen_version"]) == ("v6.1", "6.0.17")
     assert metadata["config"]["fields"]["log_enable_trace"] is False
     assert (test_dir / "mlperf_log_trace.json").stat().st_size == 0  # LoadGen's trace is off by default
     assert metadata["result"]["verdict"] == "VALID but not submittable"
@@ -163,7 +165,7 @@ def test_tiny_model_valid_in_every_scenario(build_dir, tmp_path, scenario):
     assert reasons[:3] == ["synthetic inputs", "small test model BERT-tiny, not BERT-large",
                            "random weights (BERT-tiny architecture)"]
     assert "shortened: min_duration 1000 ms (a submission needs 600000)" in reasons
-    assert any(r.startswith("wrong round: round v5.0 has no bert-99 Server") for r in reasons) == (scenario == "server")
+    assert any(r.startswith("wrong round: round v6.1 has no bert-99 Server") for r in reasons) == (scenario == "server")
     assert metadata["provenance"]["model"] == "BERT-tiny (a small test model, not BERT-large)"
     assert "[VALID but not submittable] (synthetic inputs; small test model BERT-tiny" in done.stdout
     # A CPU run reads no power and makes none up: null with the reason, and no power line.
@@ -181,6 +183,25 @@ def test_submission_run_uses_submission_layout(build_dir, tmp_path):
     assert (scenario_dir / "accuracy" / "accuracy.txt").exists()
     assert (scenario_dir / "performance" / "run_1" / "mlperf_log_detail.txt").exists()
     assert "AccuracyOnly" in done.stdout and "PerformanceOnly" in done.stdout
+
+
+def test_a_run_that_names_no_round_runs_each_test_for_its_default_round(build_dir, tmp_path):
+    """BERT and GPT-J in one run on the CPU system (edge): BERT's test on v6.1's core, GPT-J's on v5.0's, each in its
+    own process, the plan saying each round and why. (The shared --offline_expected_qps suits GPT-J's tiny model;
+    BERT's may end INVALID: the rounds are what is checked.)"""
+    logs = tmp_path / "logs"
+    done = run_main(build_dir, "--action=run", "--benchmarks=bert,gptj", "--scenarios=offline", *TINY_CPU,
+                    "--input_data=synthetic", "--synthetic_sample_count=16", "--weights=random",
+                    "--synthetic_length_scale=0.05", "--min_duration=1000", "--min_query_count=1",
+                    "--offline_expected_qps=5", f"--log_dir={logs}")
+    assert done.returncode in (ExitCode.OK, ExitCode.INVALID), done.stdout + done.stderr
+    assert "[plan] run on CPU, round v6.1, v5.0, full length" in done.stdout
+    assert "[plan]   round v6.1 (default; the newest round that takes bert-99 Offline on edge systems)" in done.stdout
+    assert "[plan]   round v5.0 (default; the newest round that takes gptj-99 Offline on edge systems)" in done.stdout
+    for benchmark, round_name, loadgen in (("bert-99", "v6.1", "6.0.17"), ("gptj-99", "v5.0", "5.0.13")):
+        metadata = json.loads((logs / "CPU" / benchmark / "Offline" / "metadata.json").read_text())
+        assert (metadata["round"], metadata["loadgen_version"]) == (round_name, loadgen), benchmark
+        assert metadata["config"]["sources"]["round"] == "default"
 
 
 @pytest.mark.parametrize("round_name", ["v4.1", "v5.0"])

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import signal
 
-import pytest
-
 from code import main as entry
 from code.actions import generate_engines as generate_engines_module
 from code.harness import build as build_module
@@ -29,14 +27,25 @@ def test_ctrl_c_while_engines_are_built_is_one_line_and_130(monkeypatch, capsys)
     assert "Traceback" not in out + err
 
 
-@pytest.mark.parametrize("round_args,round_name", [([], "v5.0"), (["--round=v4.1"], "v4.1")])
-def test_ctrl_c_during_the_cpp_build_is_one_line_and_130(monkeypatch, capsys, round_args, round_name):
+def test_ctrl_c_during_the_cpp_build_is_one_line_and_130(monkeypatch, capsys):
     monkeypatch.setattr(build_module, "build", _interrupt)
-    assert build_module.main(round_args) == 130
+    assert build_module.main(["--round=v4.1"]) == 130
     out, err = capsys.readouterr()
-    assert err == (f"code.harness.build: interrupted by SIGINT; the build of round {round_name} is unfinished: "
-                   "`make build` resumes it\n")
+    assert err == ("code.harness.build: interrupted by SIGINT; the build of round v4.1 is unfinished: `make build` "
+                   "resumes it\n")
     assert out == ""
+
+
+def test_ctrl_c_during_the_build_of_a_runs_cores_is_one_line_and_130(monkeypatch, capsys):
+    """make build without ROUND says the rounds of the run's tests first (BERT Offline on the CPU system: v6.1)."""
+    from code.actions import build_cores
+
+    monkeypatch.setattr(build_cores, "build", _interrupt)
+    assert build_cores.main(["--system_name=CPU"]) == 130
+    out, err = capsys.readouterr()
+    assert err == ("code.actions.build_cores: interrupted by SIGINT; the build of round v6.1 is unfinished: `make "
+                   "build` resumes it\n")
+    assert out == "code.actions.build_cores: the run's tests are for round(s) v6.1\n"
 
 
 def test_summary_of_an_interrupted_run_gives_the_signal_status(tmp_path):

@@ -125,10 +125,12 @@ def test_make_help_does_not_build_the_core(target):
         return subprocess.run(["make", "-n", "--no-print-directory", target, f"RUN_ARGS={run_args}"], cwd=REPO_ROOT,
                               capture_output=True, text=True, check=True).stdout.splitlines()
 
+    builds = ("code.harness.build", "code.actions.build_cores")  # one round, or the rounds of the run's tests
     helped = dry_run("--help")
-    assert not any("code.harness.build" in line for line in helped)
+    assert not any(build in line for line in helped for build in builds)
     assert [line for line in helped if "-m code.main" in line][-1].endswith("--help")
-    assert any("code.harness.build" in line for line in dry_run("--benchmarks=bert"))
+    assert any("code.actions.build_cores" in line for line in dry_run("--benchmarks=bert"))
+    assert any("code.harness.build --round=v5.0" in line for line in dry_run("--benchmarks=bert --round=v5.0"))
 
 
 @pytest.mark.parametrize("spaced,joined", [

@@ -122,8 +122,8 @@ def test_a_reference_run_must_be_a_finished_submission_run_of_the_round(tmp_path
 
 # The oracle (gold answers) makes the responses the same in every run, so TEST01's comparison with the accuracy
 # run passes; pacing it (20 ms a batch of 16) makes the throughput independent of the machine's load, so the 10 %
-# performance comparison does too. 1.5 s runs.
-AUDITED = ["--benchmarks=bert-99", "--scenarios=offline", "--backend=oracle", "--gpu_batch_size=16",
+# performance comparison does too. 1.5 s runs, for round v5.0, named: its tools judge them.
+AUDITED = ["--benchmarks=bert-99", "--scenarios=offline", "--backend=oracle", "--gpu_batch_size=16", "--round=v5.0",
            "--oracle_batch_ms=20", "--min_duration=1500", "--min_query_count=1", "--offline_expected_qps=800"]
 
 
@@ -205,11 +205,14 @@ def test_differing_test01_responses_ship_both_scores(tmp_path, audit_f1, baselin
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("args", "env", "message"), [
-    (["--audit_test=TEST05"], {}, "refusing a TEST05 audit that round v5.0 would not accept: round v5.0's checker "
+    # No round named: each test's default round on the CPU system (edge), BERT's v6.1 and GPT-J's v5.0.
+    (["--audit_test=TEST05"], {}, "refusing a TEST05 audit that round v6.1 would not accept: round v6.1's checker "
                                   "does not require TEST05 of bert-99"),
-    (["--audit_test=TEST01", "--scenarios=server"], {}, "round v5.0 has no bert-99 Server for edge systems"),
+    (["--audit_test=TEST01", "--scenarios=server"], {}, "round v6.1 has no bert-99 Server for edge systems"),
     (["--benchmarks=gptj"], {}, "round v5.0's checker requires no audit of gptj-99"),
     (["--audit_test=TEST01"], {"MLPERF_INFERENCE_TOOLS": "/nonexistent"},
+     "git clone https://github.com/mlcommons/inference /nonexistent/main"),
+    (["--audit_test=TEST01", "--round=v5.0"], {"MLPERF_INFERENCE_TOOLS": "/nonexistent"},
      "git clone --branch v5.0 https://github.com/mlcommons/inference /nonexistent/v5.0"),
 ])
 def test_bad_audits_are_refused_before_anything_runs(tmp_path, harness_built, args, env, message):

@@ -13,7 +13,15 @@ import pytest
 
 from code.common.constants import Scenario
 from code.common.paths import REPO_ROOT
-from code.common.rounds import DEFAULT_ROUND, ROUNDS, RoundError, get_round, newest_round, round_choice
+from code.common.rounds import (
+    ROUNDS,
+    RoundError,
+    default_round,
+    default_scenarios,
+    get_round,
+    newest_round,
+    round_choice,
+)
 from code.harness.fetch_loadgen import SOURCE_ENV_VAR, FetchError, fetch_loadgen, manifest, mlperf_conf_seeds
 from code.mlperf.arguments import ArgumentError, parse_run_args
 from tests.conftest import official_tools, round_core
@@ -83,7 +91,69 @@ def test_the_newest_round_of_each_test():
         "round v5.0 (RUN_ARGS; the newest round that takes gptj-99 Offline on edge systems)")
     assert round_choice("v6.1", "RUN_ARGS", "bert-99", Scenario.Server, "datacenter") == (
         "round v6.1 (RUN_ARGS; the newest round that takes bert-99 Server on datacenter systems is v4.1: "
-        "--round=v4.1)")
+        "--round=v4.1 LOADGEN_SRC=<clone>)")
+
+
+# Each test's default round over the real tables: (benchmark, scenario, system type) -> round. The newest round that
+# accepts the test and builds from PyPI; v4.1 (a clone) never.
+OFF, SRV, SS = Scenario.Offline, Scenario.Server, Scenario.SingleStream
+DEFAULT_ROUNDS = [
+    *[(bert, scenario, kind, "v6.1") for bert in ("bert-99", "bert-99.9") for scenario in (OFF, SS)
+      for kind in ("edge", "datacenter,edge")],
+    *[(gptj, scenario, kind, "v5.0") for gptj in ("gptj-99", "gptj-99.9")
+      for scenario, kind in ((OFF, "datacenter"), (SRV, "datacenter"), (OFF, "edge"), (SS, "edge"),
+                             (OFF, "datacenter,edge"), (SRV, "datacenter,edge"), (SS, "datacenter,edge"))],
+    ("llama3.1-8b", OFF, "datacenter", "v6.1"), ("llama3.1-8b", OFF, "edge", "v6.1"),
+    ("llama3.1-8b", SS, "edge", "v6.1"), ("llama3.1-8b", OFF, "datacenter,edge", "v6.1"),
+    # v6.1 runs the datacenter set on a datacenter,edge system, Offline only: its Server and SingleStream are v5.1's.
+    ("llama3.1-8b", SRV, "datacenter,edge", "v5.1"), ("llama3.1-8b", SS, "datacenter,edge", "v5.1"),
+]
+
+
+@pytest.mark.parametrize(("benchmark", "scenario", "kind", "expected"), DEFAULT_ROUNDS)
+def test_each_test_has_its_default_round(benchmark, scenario, kind, expected):
+    assert default_round(benchmark, scenario, kind) == expected
+    assert default_round(benchmark, scenario, kind, measuring=True) == expected
+    assert scenario in get_round(expected).scenarios_for(kind, benchmark)
+    assert get_round(expected).builds_from_release
+
+
+@pytest.mark.parametrize(("benchmark", "scenario", "kind"), [
+    ("bert-99", OFF, "datacenter"), ("bert-99", SRV, "datacenter"), ("bert-99.9", OFF, "datacenter"),
+    ("bert-99.9", SRV, "datacenter"), ("bert-99", SRV, "datacenter,edge"), ("bert-99.9", SRV, "datacenter,edge")])
+def test_a_test_only_the_clone_built_round_takes_names_the_clone(benchmark, scenario, kind):
+    """BERT from datacenter systems is v4.1's alone, whose LoadGen is the user's clone: a SubmissionRun must name
+    the round and the clone; a measurement runs with the newest buildable round that has BERT."""
+    with pytest.raises(RoundError) as raised:
+        default_round(benchmark, scenario, kind)
+    assert f"{benchmark} {scenario.value} from {kind} systems is in round v4.1 only" in str(raised.value)
+    assert "--round=v4.1 LOADGEN_SRC=<clone>" in str(raised.value)
+    assert "make run ROUND=v4.1 LOADGEN_SRC=<clone>" in str(raised.value)
+    assert default_round(benchmark, scenario, kind, measuring=True) == "v6.1"
+
+
+def test_a_test_no_round_takes_measures_with_the_newest_that_has_the_benchmark():
+    """BERT Server from an edge system, BERT SingleStream or llama3.1-8b Server from a datacenter one: no checker
+    takes them, so they can only measure, with the newest buildable round that has the benchmark (the verdict says
+    they are not submittable). A system without a type takes any type's rounds."""
+    assert newest_round("bert-99", SRV, "edge") is None
+    assert default_round("bert-99", SRV, "edge") == "v6.1"
+    assert default_round("bert-99", SS, "datacenter") == "v6.1"
+    assert default_round("gptj-99", SS, "datacenter") == "v5.0"
+    assert default_round("llama3.1-8b", SRV, "datacenter") == "v6.1"
+    assert default_round("bert-99", OFF, None) == "v6.1"
+    assert default_round("gptj-99", SRV, None) == "v5.0"
+
+
+def test_scenarios_all_without_a_round_is_one_rounds():
+    """--scenarios=all with no round: the newest buildable round that has the benchmark on the system's type, and
+    every scenario it requires there; BERT on a datacenter-only system is v4.1's, which names the clone."""
+    assert default_scenarios("bert-99", "edge") == ("v6.1", (OFF, SS))
+    assert default_scenarios("gptj-99", "datacenter,edge") == ("v5.0", (OFF, SRV, SS))
+    assert default_scenarios("llama3.1-8b", "datacenter,edge") == ("v6.1", (OFF,))
+    with pytest.raises(RoundError, match=r"bert-99 from datacenter systems is in round v4.1 only, .*"
+                                         r"--round=v4.1 LOADGEN_SRC=<clone>"):
+        default_scenarios("bert-99", "datacenter")
 
 
 def test_the_clone_command_names_the_tag_or_the_commit(tmp_path):
@@ -121,6 +191,24 @@ def test_make_passes_round_once():
     done = subprocess.run(["make", "-n", "build", "RUN_ARGS=--round=v4.1 --test_run"], cwd=REPO_ROOT,
                           capture_output=True, text=True, check=True)
     assert "code.harness.build --round=v4.1" in done.stdout
+
+
+def test_make_build_without_a_round_builds_the_rounds_of_the_runs_tests():
+    """No ROUND, no --round: `make build` (and `make run` before it runs) builds the default round of each test the
+    run resolves: BERT and GPT-J on the CPU system are v6.1's and v5.0's; llama3.1-8b's is v6.1."""
+    from code.actions.build_cores import rounds_of_run
+
+    done = subprocess.run(["make", "-n", "build", "RUN_ARGS=--benchmarks=bert,gptj --test_run"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, check=True)
+    assert "-m code.actions.build_cores --benchmarks=bert,gptj --test_run" in done.stdout
+    done = subprocess.run(["make", "-n", "run", "RUN_ARGS=--benchmarks=gptj --test_run"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, check=True)
+    assert "-m code.actions.build_cores --action=run --benchmarks=gptj --test_run" in done.stdout
+    cpu = ["--system_name=CPU", "--scenarios=offline"]
+    assert rounds_of_run([*cpu, "--benchmarks=bert,gptj,llama3.1-8b"]) == ["v6.1", "v5.0"]
+    assert rounds_of_run(["--system_name=CPU"]) == ["v6.1"]  # make run's default test: BERT Offline
+    assert rounds_of_run([*cpu, "--benchmarks=bert", "--round=v5.0"]) == ["v5.0"]
+    assert rounds_of_run(["--action=run_audit", *cpu, "--benchmarks=bert-99", "--audit_test=TEST01"]) == ["v6.1"]
 
 
 def test_a_round_given_by_make_and_run_args_names_round():
@@ -251,7 +339,6 @@ def test_seed_parser_reads_the_rounds_own_lines():
     conf = ("*.*.qsl_rng_seed = 1\n*.*.sample_index_rng_seed = 2\n*.*.schedule_rng_seed = 3\n"
             "*.*.test05_qsl_rng_seed = 9\n")
     assert vars(mlperf_conf_seeds(conf)) == {"qsl_rng_seed": 1, "sample_index_rng_seed": 2, "schedule_rng_seed": 3}
-    assert DEFAULT_ROUND == "v5.0"
 
 
 @pytest.mark.slow
@@ -312,3 +399,26 @@ def test_a_checker_name_maps_back_to_the_benchmark_a_run_takes():
     """Commands name our benchmarks: v6.1's llama3.1-8b-edge is run as llama3.1-8b; other names are the same."""
     assert ROUNDS["v6.1"].run_name("llama3.1-8b-edge") == "llama3.1-8b"
     assert ROUNDS["v6.1"].run_name("bert-99") == "bert-99"
+
+
+def test_a_run_builds_a_missing_core_of_its_tests_round_first(tmp_path, monkeypatch):
+    """A test's default round may not be built yet (`python -m code.main`, or a run whose tests changed): the run
+    builds it before any test starts; a round it cannot build stops the run with the build's fix."""
+    from code.common.benchmark_errors import BenchmarkError
+    from code.harness.build import BuildError
+    from code.processes import test_process
+
+    built: list[str] = []
+    monkeypatch.setattr(test_process, "harness_lib_dir", lambda round_name: tmp_path / round_name)
+    monkeypatch.setattr(test_process, "build", lambda round_name: built.append(round_name))
+    test_process.require_built_core("v6.1")
+    assert built == ["v6.1"]
+
+    def no_clone(round_name):  # noqa: ANN001, ANN202 - stands in for the build of a clone-built round
+        raise BuildError("cannot get the LoadGen sources: give LOADGEN_SRC=<clone>")
+
+    monkeypatch.setattr(test_process, "build", no_clone)
+    with pytest.raises(BenchmarkError, match=r"the C\+\+ core of round v4.1 is not built, and building it failed: "
+                                             r"cannot get the LoadGen sources: give LOADGEN_SRC=<clone>; fix that, "
+                                             r"then run `make build ROUND=v4.1`"):
+        test_process.require_built_core("v4.1")

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from code.common.paths import REPO_ROOT
-from code.common.rounds import DEFAULT_ROUND, ROUNDS
+from code.common.rounds import ROUNDS
+from tests.conftest import CORE_ROUND
 
 QSL_SIZE = 256
 CHILD_TIMEOUT_S = 90
@@ -161,6 +162,7 @@ def _child_main(job: dict) -> int:
         total_sample_count=QSL_SIZE,
         performance_sample_count=job.get("performance_sample_count", QSL_SIZE),
         max_batch_size=job.get("max_batch_size", 16),
+        round=CORE_ROUND,
         num_workers=job.get("num_workers", 1),
         sort_by_length=job.get("sort_by_length", True),
         batch_timeout_us=job.get("batch_timeout_us", 0),
@@ -173,8 +175,8 @@ def _child_main(job: dict) -> int:
         run_test(settings, lengths, runner, load, unloads.extend)
     except Exception as exc:  # reported to the parent, which checks type and message
         result["error"] = f"{type(exc).__name__}: {exc}"
-    times = timeline()
-    result.update(progress=progress(), timeline_index=times.index.tolist(),
+    times = timeline(CORE_ROUND)
+    result.update(progress=progress(CORE_ROUND), timeline_index=times.index.tolist(),
                   latencies=(times.completed_s - times.issued_s).tolist())
     if job.get("run_twice"):
         try:
@@ -218,7 +220,7 @@ def summary(result: dict) -> str:
 def built_core() -> Path:
     from code.harness.build import build
 
-    return build()
+    return build(CORE_ROUND)
 
 
 # --- fast checks, no LoadGen ---
@@ -236,6 +238,7 @@ def test_settings_reject_bad_fields(tmp_path: Path) -> None:
         total_sample_count=10,
         performance_sample_count=10,
         max_batch_size=4,
+        round=CORE_ROUND,
     )
     assert CoreSettings(**good).user_conf == tmp_path / "user.conf"
     with pytest.raises(ValueError, match=r"scenario must be one of Offline, Server, SingleStream, not 'MultiStream'"):
@@ -253,7 +256,7 @@ def test_settings_reject_bad_fields(tmp_path: Path) -> None:
 def test_missing_user_conf_is_a_clear_error(tmp_path: Path) -> None:
     from code.harness.core import CoreSettings, run_test
 
-    settings = CoreSettings("bert", "Offline", "PerformanceOnly", tmp_path / "nope.conf", tmp_path, 4, 4, 2)
+    settings = CoreSettings("bert", "Offline", "PerformanceOnly", tmp_path / "nope.conf", tmp_path, 4, 4, 2, CORE_ROUND)
     with pytest.raises(FileNotFoundError, match=r"user.conf not found: .*nope.conf"):
         run_test(settings, np.ones(4, np.int64), FakeRunner("list", 0, None))
 
@@ -261,7 +264,7 @@ def test_missing_user_conf_is_a_clear_error(tmp_path: Path) -> None:
 def test_bad_sample_lengths(tmp_path: Path) -> None:
     from code.harness.core import CoreSettings, run_test
 
-    settings = CoreSettings("bert", "Offline", "PerformanceOnly", tmp_path / "u.conf", tmp_path, 4, 4, 2)
+    settings = CoreSettings("bert", "Offline", "PerformanceOnly", tmp_path / "u.conf", tmp_path, 4, 4, 2, CORE_ROUND)
     with pytest.raises(ValueError, match=r"sample_lengths has 3 entries"):
         run_test(settings, np.ones(3, np.int64), FakeRunner("list", 0, None))
 
@@ -305,9 +308,9 @@ def test_every_setting_reaches_the_core() -> None:
 
 @pytest.mark.slow
 def test_loadgen_version(built_core: Path) -> None:
-    code = "from code.harness.core import loadgen_version; print(loadgen_version())"
+    code = f"from code.harness.core import loadgen_version; print(loadgen_version('{CORE_ROUND}'))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ROUNDS[DEFAULT_ROUND].loadgen.version == "5.0.13"
+    assert out.stdout.strip() == ROUNDS[CORE_ROUND].loadgen.version == "6.0.17"
 
 
 @pytest.mark.slow
@@ -508,14 +511,14 @@ def test_builds_of_one_round_take_turns(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(builder, "harness_build_dir", lambda round_name: tmp_path / "harness" / round_name)
     monkeypatch.setattr(builder, "_build_with", slow_build)
     monkeypatch.setattr(builder, "_has_shared_cxx_runtime", lambda module: True)
-    threads = [threading.Thread(target=builder.build, args=(DEFAULT_ROUND,)) for _ in range(2)]
+    threads = [threading.Thread(target=builder.build, args=(CORE_ROUND,)) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     (first, second) = sorted(spans)
     assert first[1] <= second[0], spans  # the second began after the first had ended
-    assert (tmp_path / "harness" / DEFAULT_ROUND / builder.BUILD_LOCK).is_file()
+    assert (tmp_path / "harness" / CORE_ROUND / builder.BUILD_LOCK).is_file()
 
 
 def test_a_compiler_replaced_once_is_not_tried_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -531,11 +534,11 @@ def test_a_compiler_replaced_once_is_not_tried_again(tmp_path: Path, monkeypatch
         return tmp_path / ("static.so" if compiler == static else "shared.so")
 
     monkeypatch.setattr(builder, "harness_build_dir", lambda round_name: tmp_path / "harness" / round_name)
-    (tmp_path / "harness" / DEFAULT_ROUND).mkdir(parents=True)
+    (tmp_path / "harness" / CORE_ROUND).mkdir(parents=True)
     monkeypatch.setattr(builder, "_build_with", fake_build)
     monkeypatch.setattr(builder, "_has_shared_cxx_runtime", lambda module: module.name == "shared.so")
     monkeypatch.setattr(builder.shutil, "which", lambda name: name)
-    round_ = builder.get_round(DEFAULT_ROUND)
+    round_ = builder.get_round(CORE_ROUND)
     assert builder._build_or_rebuild(round_, static, 2, False).name == "shared.so"
     assert built_with == [(static, False), (system, True)], "tried, found static, rebuilt with the system's"
     built_with.clear()

@@ -26,6 +26,7 @@ import pytest
 
 from code.common.gpu_models import by_name
 from code.common.paths import REPO_ROOT
+from tests.conftest import CORE_ROUND
 
 QSL_SIZE = 240
 CHILD_TIMEOUT_S = 90
@@ -158,7 +159,8 @@ def _child_main(job: dict) -> int:
     settings = CoreSettings(model="bert", scenario=job["scenario"], mode=job.get("mode", "PerformanceOnly"),
                             user_conf=Path(job["user_conf"]), log_dir=Path(job["log_dir"]),
                             total_sample_count=QSL_SIZE, performance_sample_count=QSL_SIZE,
-                            max_batch_size=job.get("max_batch_size", 8), num_workers=job.get("num_workers", 1),
+                            max_batch_size=job.get("max_batch_size", 8), round=CORE_ROUND,
+                            num_workers=job.get("num_workers", 1),
                             token_responses=job.get("token_responses", False))
     lengths = np.array([(i * 7919) % 383 + 1 for i in range(QSL_SIZE)], dtype=np.int64)
     result: dict = {}
@@ -176,8 +178,8 @@ def _child_main(job: dict) -> int:
         seen = [json.loads(path.read_text()) if path.is_file() else {} for path in said]
         runners = [SimpleNamespace(samples=one.get("samples", []), most_busy=one.get("most_busy"),
                                    returned_cleanly=one.get("returned_cleanly")) for one in seen]
-    times = timeline().with_device_names(names)
-    result.update(progress=progress(), per_device=times.per_device(), timeline_device=times.device.tolist(),
+    times = timeline(CORE_ROUND).with_device_names(names)
+    result.update(progress=progress(CORE_ROUND), per_device=times.per_device(), timeline_device=times.device.tolist(),
                   samples=[runner.samples for runner in runners],
                   most_busy=[getattr(runner, "most_busy", None) for runner in runners],
                   returned_cleanly=[getattr(runner, "returned_cleanly", None) for runner in runners])
@@ -212,7 +214,7 @@ def accuracy_log(log_dir: Path) -> dict[int, bytes]:
 def built_core() -> Path:
     from code.harness.build import build
 
-    return build()
+    return build(CORE_ROUND)
 
 
 IN_PROCESS_OR_WORKERS = pytest.mark.parametrize("workers", [False, True], ids=["in-process", "worker-processes"])
@@ -332,7 +334,7 @@ def test_runner_lists_are_checked(tmp_path: Path) -> None:
     conf.write_text(USER_CONF, encoding="utf-8")
     settings = CoreSettings(model="bert", scenario="Offline", mode="PerformanceOnly", user_conf=conf,
                             log_dir=tmp_path / "logs", total_sample_count=4, performance_sample_count=4,
-                            max_batch_size=2)
+                            max_batch_size=2, round=CORE_ROUND)
     lengths = np.ones(4, dtype=np.int64)
     with pytest.raises(ValueError, match="at least one"):
         run_test(settings, lengths, [])

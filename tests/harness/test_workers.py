@@ -14,12 +14,13 @@ import pytest
 
 from code.harness import workers
 from code.harness.workers import Message, receive, send
+from tests.conftest import CORE_ROUND
 
 
 def test_the_python_end_uses_the_cores_numbers(harness_built: Path) -> None:
     from code.harness.core import worker_messages
 
-    numbers = worker_messages()
+    numbers = worker_messages(CORE_ROUND)
     assert numbers.pop("HEADER_BYTES") == workers.HEADER.size
     assert numbers == {message.name: int(message) for message in Message}
 

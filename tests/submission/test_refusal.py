@@ -36,3 +36,23 @@ def test_a_refusal_of_many_reasons_is_wrapped_and_whole(monkeypatch, capsys):
     assert sum(line.startswith("  - ") for line in lines) == 2  # one bullet per problem, its rest indented
     assert all(len(line) <= submission.MESSAGE_WIDTH for line in out.splitlines())
     assert out.startswith("[stage_results] note: a test that did not finish")
+
+
+def test_runs_of_several_rounds_are_refused_naming_the_round_that_takes_them_all(tmp_path):
+    """Each test takes its own default round (BERT v6.1, GPT-J v5.0 on the CPU system): staging leaves no result out
+    unasked, and names v5.0, the newest round that accepts both from an edge system."""
+    from code.common.constants import TestMode
+    from code.mlperf.run_record import RunRecord
+    from code.submission.runs import TestRun
+    from code.submission.stage import StageError, _one_round
+
+    tests = [TestRun(tmp_path / benchmark, "CPU", benchmark, "Offline", TestMode.PerformanceOnly,
+                     RunRecord({"round": round_name})) for benchmark, round_name in (("bert-99", "v6.1"),
+                                                                                      ("gptj-99", "v5.0"))]
+    with pytest.raises(StageError, match=r"the runs mix rounds \(v5.0: 1 tests, .*v6.1: 1 tests, .*give "
+                                         r"ROUND=<round>, or the run folders of one round \(the newest round that "
+                                         r"accepts all of them from edge systems is v5.0: run the tests it lacks with "
+                                         r"ROUND=v5.0, then make stage_results ROUND=v5.0\)"):
+        _one_round(tests, None, "edge")
+    assert _one_round(tests, "v6.1", "edge") == "v6.1"
+    assert _one_round(tests[:1], None, "edge") == "v6.1"

@@ -9,7 +9,6 @@ RUN_ARGS: the tests of ``make run``'s default (BERT Offline on the detected syst
 
 from __future__ import annotations
 
-import signal
 import sys
 
 from code.common.benchmark_errors import BenchmarkError
@@ -17,7 +16,7 @@ from code.common.rounds import RoundError
 from code.common.systems import SystemDetectionError
 from code.config.fields import FieldError
 from code.config.resolved import ConfigError
-from code.harness.build import BuildError, build
+from code.harness.build import BuildError, build, interrupted
 from code.mlperf.arguments import ArgumentError, parse_run_args
 from code.tuning.plans import resolved_configs, system_name
 
@@ -48,11 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     except REFUSED as error:
         print(f"code.actions.build_cores: error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C during `make build` (or `make run`'s build step): one line, no traceback
-        which = ", ".join(rounds) or "of the run's tests"
-        print(f"code.actions.build_cores: interrupted by SIGINT; the build of round {which} is unfinished: "
-              "`make build` resumes it", file=sys.stderr)
-        return 128 + signal.SIGINT
+    except KeyboardInterrupt:
+        return interrupted("code.actions.build_cores", ", ".join(rounds) or "of the run's tests")
     return 0
 
 

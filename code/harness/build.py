@@ -209,11 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     except (BuildError, RoundError) as exc:
         print(f"code.harness.build: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # Ctrl-C during `make build` (or `make run`'s build step): one line, no traceback
-        print(f"code.harness.build: interrupted by SIGINT; the build of round {args.round} is unfinished: "
-              "`make build` resumes it", file=sys.stderr)
-        return 128 + signal.SIGINT
+    except KeyboardInterrupt:
+        return interrupted("code.harness.build", args.round)
     return 0
+
+
+def interrupted(program: str, which: str) -> int:
+    """Ctrl-C during `make build` (or `make run`'s build step): one line naming the unfinished round(s), no
+    traceback; returns SIGINT's exit status."""
+    print(f"{program}: interrupted by SIGINT; the build of round {which} is unfinished: `make build` resumes it",
+          file=sys.stderr)
+    return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

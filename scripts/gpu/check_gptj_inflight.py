@@ -3,7 +3,7 @@ reference model, FP8 against bf16, engine throughput of several variants, and th
 one call.
 
     python3 -m scripts.gpu.check_gptj_inflight --out DIR [--variants ...] [--samples 384] [--steps attention,...]
-        [--skip hf,...]
+        [--skip hf,...] [--slots 256] [--device cuda] [--model 6b]
 
 Steps (each timed; a failing step does not stop the others; ``--steps`` picks some, in this order):
 - ``attention``: Triton decode attention vs ``decode_attention_reference`` on a random cache, bf16 and FP8
@@ -41,7 +41,17 @@ Steps (each timed; a failing step does not stop the others; ``--steps`` picks so
   with and without fast accumulation.
 - ``hf``: transformers' ``GPTJForCausalLM.generate`` (bf16, beam 4, batch 1, as the MLPerf reference calls it) on
   a few of the same prompts, for the ratio.
-Writes ``DIR/gptj_inflight.json`` and prints a short table last.
+- ``profile``: the engine as ``make run`` runs it on a GPU (FP8 GEMMs with fast accumulation, FP8 KV cache) under
+  the profiler: one prefill pass (prompts packed up to its 16,384 tokens) and one eager decode step of the engine
+  (``engine._step``, beam search's 4 beams a slot) with ``--slots`` slots each holding one of the synthetic
+  prompts; each one's kernels grouped by kind (GEMM, attention, the rest) with their share of the GPU time, the
+  GEMMs' rate in TFLOP/s, and the top kernels (``scripts/gpu/inflight_profile.py``, shared with
+  ``check_llama_inflight``). Tables go to ``DIR/profile_prefill.txt`` and ``profile_step.txt``. Unlike
+  ``--profile`` (a whole generate of the last variant), one pass and one step, each by kind. Alone:
+  ``python3 -m scripts.gpu.check_gptj_inflight --out DIR --steps=profile``.
+Writes ``DIR/gptj_inflight.json`` and prints a short table last. Random weights of ``--model`` (a ``GPTJ_CONFIGS``
+name) in every step that draws a model; on a machine without a GPU ``--device cpu --model tiny --steps=profile`` runs
+the profile step in float32 (FP8 GEMMs emulated, a 16-bit cache; its events are operators, not kernels).
 """
 
 from __future__ import annotations
@@ -65,7 +75,7 @@ from code.gptj.dataset import GptjSamples
 from code.gptj.inflight.elementwise import Elementwise
 from code.gptj.inflight.layers import InflightModel
 from code.gptj.memory_plan import TYPICAL_PROMPT_TOKENS
-from code.gptj.model import GptjConfig, hf_config, random_weights
+from code.gptj.model import GPTJ_CONFIGS, GptjConfig, hf_config, random_weights
 from code.llama31.inflight_model import DECODE_LAUNCH as LLAMA_LAUNCH
 from code.llm.generation import GenerationConfig, cache_shape, generate
 from code.llm.inflight_engine import EngineOptions, InflightEngine
@@ -73,6 +83,7 @@ from code.llm.kv_cache import CacheShape, KVCache
 from code.llm.paged_attention import DECODE_LAUNCH, decode_attention, decode_attention_reference
 from code.numerics.fp8 import E4M3, quantize
 from scripts.gpu.decode_splits import SplitCases
+from scripts.gpu.inflight_profile import profile_engine, profile_rows
 from scripts.gpu.steps import run_steps
 
 DECODE_SLOTS = 256  # the engine's FP8 batch (configs: gpu_batch_size)
@@ -186,6 +197,11 @@ class Check:
     prompts: list[np.ndarray]
     rows: list[str] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def config(self) -> GptjConfig:
+        """The architecture the model steps draw random weights of (``--model``)."""
+        return GptjConfig.from_name(self.args.model)
 
     def save(self) -> None:
         (self.args.out / "gptj_inflight.json").write_text(json.dumps(self.details, indent=2))
@@ -452,8 +468,7 @@ def graph_replay_equals_eager(attend: Callable[[], torch.Tensor], device: torch.
 
 def load_step(check: Check) -> None:
     started = time.perf_counter()
-    check.state["model"] = random_weights(GptjConfig.from_name("6b"), 0, torch.bfloat16, check.device,
-                                          draw_on_device=True)
+    check.state["model"] = random_weights(check.config, 0, torch.bfloat16, check.device, draw_on_device=True)
     check.details["load_s"] = round(time.perf_counter() - started, 1)
 
 
@@ -550,7 +565,7 @@ def to_fp8(check: Check, inflight: InflightModel) -> None:
 
 def splits_step(check: Check) -> None:
     """The split rule's decode launch against GPT-J's fixed one at few slots (``scripts/gpu/decode_splits.py``)."""
-    args, config = check.args, GptjConfig.from_name("6b")
+    args, config = check.args, check.config
     cases = SplitCases(InflightModel.from_model(check.state["model"]), check.generation, check.device,
                        torch.bfloat16, q_heads=config.n_head, layers=config.n_layer, sms=args.sms,
                        prompt_tokens=TYPICAL_PROMPT_TOKENS, repeats=args.repeats)
@@ -628,7 +643,7 @@ def hf_step(check: Check) -> None:
     import transformers
 
     details, rows = check.details, check.rows
-    config = hf_config(GptjConfig.from_name("6b"))
+    config = hf_config(check.config)
     with torch.device(check.device):
         model = transformers.GPTJForCausalLM(config).to(torch.bfloat16).eval()
     chosen = check.prompts[: check.args.hf_prompts]
@@ -649,10 +664,28 @@ def hf_step(check: Check) -> None:
             rows.append(f"  {name}: x{result['samples_per_s'] / (len(chosen) / seconds):.1f} the HF baseline")
 
 
+def profile_step(check: Check) -> None:
+    """Where one FP8 prefill pass's and one decode step's GPU time goes, by kernel kind, at ``--slots`` slots of
+    beam-4 search (``scripts/gpu/inflight_profile.py``)."""
+    on_gpu = check.device.type == "cuda"
+    model = check.state.pop("model", None)  # load's, where a model step ran before (the last to use it)
+    if model is None:
+        model = random_weights(check.config, 0, torch.bfloat16 if on_gpu else torch.float32, check.device,
+                               draw_on_device=on_gpu)
+    inflight = InflightModel.from_model(model, consume=True)
+    del model
+    if on_gpu:
+        torch.cuda.empty_cache()
+    amax = check.state.get("amax") or calibrate(inflight, 0, 1919)  # variants': the same weights (seed 0)
+    check.details["profile"] = profile_engine(inflight, amax, check.generation, check.prompts[: check.args.slots],
+                                              check.args.out)
+    check.rows.extend(profile_rows(check.details["profile"], on_gpu))
+
+
 STEPS: dict[str, Callable[[Check], None]] = {"attention": attention_step, "decode_splits": decode_splits_step,
                                              "decode_heads": decode_heads_step, "load": load_step,
                                              "agreement": agreement_step, "splits": splits_step,
-                                             "variants": variants_step, "hf": hf_step}
+                                             "variants": variants_step, "hf": hf_step, "profile": profile_step}
 
 
 NEEDS_MODEL = ("agreement", "splits", "variants")  # the steps that take the model ``load`` draws (variants frees it)
@@ -678,6 +711,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--split-slots", default="1,4,16", help="splits: the slot counts timed")
     parser.add_argument("--repeats", type=int, default=20, help="splits: decode steps timed (the median is kept)")
     parser.add_argument("--sms", type=int, default=0, help="splits: the SM count the rule fills (0: the GPU's)")
+    parser.add_argument("--slots", type=int, default=DECODE_SLOTS, help="profile: the engine's slots, each holding "
+                        "a prompt in the decode step")
+    parser.add_argument("--device", default="cuda", help="cpu: the profile step without a GPU (with --model tiny)")
+    parser.add_argument("--model", default="6b", choices=sorted(GPTJ_CONFIGS), help="the architecture of the random "
+                        "weights")
     parser.add_argument("--steps", default=",".join(STEPS),
                         help="steps to run, comma-separated (they run in the order of the default)")
     parser.add_argument("--skip", default="")
@@ -690,16 +728,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def prepare(args: argparse.Namespace) -> Check:
-    """The shared state of a run: the variants, the prompts (enough for every variant and the agreement step)."""
+    """The shared state of a run: the variants, the prompts (enough for every variant, the agreement step and the
+    profile's slots)."""
     variants = [parse_variant(v) for v in args.variants.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
-    details: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                               "date": time.strftime("%Y-%m-%d"), "variants": {}}
-    count = max(args.samples, 2 * max(v["slots"] for v in variants), args.agreement_prompts)
+    device = torch.device(args.device)
+    details: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                               "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"), "variants": {}}
+    count = max(args.samples, 2 * max(v["slots"] for v in variants), args.agreement_prompts, args.slots)
     samples = GptjSamples.synthetic(count, seed=0).with_forced_lengths(0)
     details["prompts"] = samples.describe_lengths()
     details["forced_output_mean"] = float(samples.forced_lengths.mean())
-    return Check(args, variants, torch.device("cuda"), details, GenerationConfig(), samples,
+    return Check(args, variants, device, details, GenerationConfig(), samples,
                  [samples.prompt(i) for i in range(len(samples))])
 
 

@@ -52,7 +52,6 @@ import gc
 import json
 import math
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +73,7 @@ from code.llm.memory_plan import PAGE_SIZE
 from code.llm.paged_attention import decode_attention, decode_attention_reference
 from code.numerics.fp8 import E4M3, Fp8Linear, quantize_fast
 from scripts.gpu.decode_splits import SplitCases, median_ms
+from scripts.gpu.inflight_profile import fill_slots, prefill_pass, profile_engine, profile_rows
 from scripts.gpu.steps import print_summary, run_steps
 
 STEPS = ("attention", "prefill", "agreement", "throughput", "fp8", "fp8_gemms", "profile", "splits")
@@ -289,95 +289,18 @@ def fp8_step(check: Check) -> None:
                           f"{r['prefill_rel_error']:>11.2e} {r['decode_rel_error']:>10.2e}")
 
 
-# Kernel kinds of a profile, by a name's fragment (first match wins): the attention kernels (FlashAttention's
-# prefill, whose name holds "cutlass", the paged decode kernels and the merge of their splits), cuBLASLt's and
-# CUTLASS's GEMMs, the rest.
-KERNEL_KINDS = (("attention", ("flash", "_decode", "_merge", "attn")),
-                ("gemm", ("gemm", "cutlass", "nvjet", "xmma", "sm90_")))
-
-
-def kernel_kind(name: str) -> str:
-    lowered = name.lower()
-    return next((kind for kind, parts in KERNEL_KINDS if any(part in lowered for part in parts)), "other")
-
-
 def profile_step(check: Check) -> None:
-    """Where one FP8 prefill pass's and one decode step's GPU time goes, by kernel kind."""
+    """Where one FP8 prefill pass's and one decode step's GPU time goes, by kernel kind
+    (``scripts/gpu/inflight_profile.py``)."""
     args = check.args
     model = check.model()
     inflight = check.inflight(model, consume=True)
     check._model = None
     del model
     amax = calibrate_on(inflight, check.prompts(args.calibration_prompts, seed=3))
-    on_gpu = check.device.type == "cuda"
-    inflight.use_fp8_gemms(amax, fast_accum=on_gpu)
-    filled = check.prompts(args.slots, seed=2)
-    options = EngineOptions(slots=len(filled), max_prompt_length=max(len(p) for p in filled),
-                            kv_dtype=E4M3 if on_gpu else None, cuda_graphs=False)
-    engine = InflightEngine(inflight, check.generation, options, kv_amax=amax)
-    prefill, tokens = prefill_pass(check, engine, filled)
-
-    every = list(range(len(filled)))
-
-    def fill() -> None:
-        for slot, p in zip(every, filled, strict=True):
-            engine.cache.assign(slot, len(p))
-        engine.cache.set_tables(every, [len(p) for p in filled])
-        engine.beams.reset(torch.tensor(every, device=check.device))
-
-    cfg = check.config
-    # a prompt token's GEMM FLOPs: 2 x the four GEMMs' weights of every layer (the LM head runs on last tokens only)
-    per_token = 2 * cfg.n_layers * sum(math.prod(shape) for shape in gemm_shapes(cfg))
-    results = {}
-    with torch.inference_mode():
-        timed_ms(check, prefill, 1)  # warm-up: compiles and tunes outside the profile
-        results["prefill"] = profiled(check, prefill, "profile_prefill.txt", tokens * per_token)
-        fill()
-        timed_ms(check, engine._step, 1)
-        results["step"] = profiled(check, engine._step, "profile_step.txt", len(filled) * per_token)
-    results["prefill"]["tokens"] = tokens
-    results["step"]["slots"] = len(filled)
-    check.details["profile"] = results
-    check.rows.append(f"profile (FP8 GEMMs{' with fast accumulation, FP8 KV cache' if on_gpu else ''}; prefill "
-                      f"{tokens} tokens, step {len(filled)} slots; ms of GPU time and share):")
-    for name, r in results.items():
-        kinds = "  ".join(f"{kind} {ms:.2f} ({100 * ms / r['total_ms']:.0f}%)" for kind, ms in r["kinds"].items())
-        check.rows.append(f"  {name:<8} total {r['total_ms']:.2f}  {kinds}  GEMMs {r['gemm_tflops']:.0f} TFLOP/s")
-        for kernel, ms in r["top"][:6]:
-            check.rows.append(f"    {ms:8.3f}  {kernel[:90]}")
-
-
-def gemm_shapes(cfg: LlamaConfig) -> list[tuple[int, int]]:
-    """(out, in) of a layer's four GEMMs: QKV, the output projection, gate and up, down."""
-    q, kv = cfg.n_heads * cfg.head_dim, 2 * cfg.n_kv_heads * cfg.head_dim
-    return [(q + kv, cfg.dim), (cfg.dim, q), (2 * cfg.intermediate_size, cfg.dim), (cfg.dim, cfg.intermediate_size)]
-
-
-def profiled(check: Check, run: Callable[[], object], table_name: str, gemm_flops: int) -> dict[str, Any]:
-    """One call of ``run`` under the profiler: GPU ms per kernel kind, the top kernels, the GEMMs' TFLOP/s."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if check.device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
-        run()
-        if check.device.type == "cuda":
-            torch.cuda.synchronize(check.device)
-    events = [e for e in prof.key_averages() if e.device_time_total > 0 and e.device_type.name == "CUDA"] \
-        if check.device.type == "cuda" else [e for e in prof.key_averages() if e.cpu_time_total > 0]
-    times = {e.key: (e.device_time_total if check.device.type == "cuda" else e.self_cpu_time_total) / 1e3
-             for e in events}
-    kinds: dict[str, float] = {kind: 0.0 for kind, _ in KERNEL_KINDS} | {"other": 0.0}
-    for name, ms in times.items():
-        kinds[kernel_kind(name)] += ms
-    total = sum(times.values()) or 1e-9
-    table = prof.key_averages().table(sort_by="cuda_time_total" if check.device.type == "cuda" else
-                                      "self_cpu_time_total", row_limit=30, max_name_column_width=90)
-    check.args.out.mkdir(parents=True, exist_ok=True)
-    (check.args.out / table_name).write_text(table)
-    gemm_ms = kinds["gemm"]
-    return {"total_ms": round(total, 3), "kinds": {k: round(v, 3) for k, v in kinds.items()},
-            "gemm_tflops": round(gemm_flops / (gemm_ms * 1e-3) / 1e12, 1) if gemm_ms else 0.0,
-            "top": sorted(((k, round(v, 3)) for k, v in times.items()), key=lambda kv: -kv[1])[:12]}
+    check.details["profile"] = profile_engine(inflight, amax, check.generation, check.prompts(args.slots, seed=2),
+                                              args.out)
+    check.rows.extend(profile_rows(check.details["profile"], check.device.type == "cuda"))
 
 
 class FirstLayerInputs:
@@ -461,48 +384,13 @@ def fp8_times(check: Check, inflight: InflightLlama, amax: Amax, kv_dtype: torch
     one decode step (the engine's CUDA graph on a GPU) with every slot holding a prompt, after warm-ups."""
     options = EngineOptions(slots=len(filled), max_prompt_length=max(len(p) for p in filled), kv_dtype=kv_dtype)
     engine = InflightEngine(inflight, check.generation, options, kv_amax=amax)
-    prefill, tokens = prefill_pass(check, engine, filled)
+    prefill, tokens = prefill_pass(engine, filled)
 
-    prefill_ms = timed_ms(check, prefill, repeats)
-    every = list(range(len(filled)))
-    pages = sum(engine.cache.pages_for(len(p)) for p in filled)
-    if pages > engine.cache.free_pages:
-        raise ValueError(f"{len(filled)} slots' prompts take {pages} pages and the KV pool holds "
-                         f"{engine.cache.free_pages} on this GPU: lower --slots")
-    with torch.inference_mode():
-        for slot, p in zip(every, filled, strict=True):
-            engine.cache.assign(slot, len(p))
-        engine.cache.set_tables(every, [len(p) for p in filled])
-        engine.beams.reset(torch.tensor(every, device=check.device))
-    step_ms = timed_ms(check, engine._step, repeats)  # one step as serve runs it (its graph on a GPU)
+    prefill_ms = median_ms(prefill, repeats, check.device)
+    fill_slots(engine, filled)
+    step_ms = median_ms(engine._step, repeats, check.device)  # one step as serve runs it (its graph on a GPU)
     return {"prefill_ms": prefill_ms, "prefill_tokens": tokens, "step_ms": step_ms,
             "mean_prompt": round(float(np.mean([len(p) for p in filled])), 1)}
-
-
-def prefill_pass(check: Check, engine: InflightEngine, filled: list[np.ndarray]) -> tuple[Callable[[], None], int]:
-    """One prefill pass as the engine packs it: the first prompts of ``filled`` up to its ``prefill_tokens``, into
-    slots 0.. of its cache (released again after each call); returns the pass and its token count."""
-    packed, tokens = [], 0
-    for p in filled:
-        if packed and tokens + len(p) > engine.options.prefill_tokens:
-            break
-        packed.append(torch.as_tensor(np.asarray(p, dtype=np.int64), device=check.device))
-        tokens += len(p)
-    slots = list(range(len(packed)))
-
-    def prefill() -> None:
-        for slot, p in zip(slots, packed, strict=True):
-            engine.cache.assign(slot, len(p))
-        engine.model.prefill(packed, slots, engine.cache)
-        for slot in slots:
-            engine.cache.release(slot)
-
-    return prefill, tokens
-
-
-def timed_ms(check: Check, run: Callable[[], object], repeats: int) -> float:
-    """Median milliseconds of ``repeats`` calls of ``run`` after two warm-up calls, synchronized on a GPU."""
-    return median_ms(run, repeats, check.device)
 
 
 def splits_step(check: Check) -> None:

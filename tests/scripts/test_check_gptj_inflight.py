@@ -1,10 +1,14 @@
 """scripts/gpu/check_gptj_inflight.py's options, which must work on a machine without a GPU or triton (its steps
-run on a GPU only)."""
+run on a GPU only, but ``profile``, which runs on the tiny model in float32 too: its figures matter on a GPU only)."""
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 
+from code.gptj.inflight.layers import InflightModel
 from code.llama31.inflight_model import DECODE_LAUNCH as LLAMA_LAUNCH
 from code.llm.paged_attention import DECODE_LAUNCH
 from scripts.gpu.check_gptj_inflight import (
@@ -17,6 +21,7 @@ from scripts.gpu.check_gptj_inflight import (
     main,
     parse_args,
     parse_variant,
+    prepare,
     steps_in_order,
 )
 
@@ -38,6 +43,49 @@ def test_a_model_step_chosen_alone_gets_the_model_loaded_first():
     assert steps_in_order("variants") == ["load", "variants"]
     assert steps_in_order("agreement,attention") == ["attention", "load", "agreement"]
     assert steps_in_order("variants,splits") == ["load", "splits", "variants"]  # variants frees the model after
+
+
+def test_profile_is_a_step_that_draws_its_own_model(tmp_path):
+    assert steps_in_order("profile") == ["profile"]
+    assert steps_in_order("profile,variants") == ["load", "variants", "profile"]  # last: it takes what load drew
+    defaults = parse_args(["--out", str(tmp_path)])
+    assert (defaults.slots, defaults.device, defaults.model) == (256, "cuda", "6b")  # the FP8 engine's batch
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_profile_step_runs_on_the_cpu_and_writes_its_tables(tmp_path, capsys, monkeypatch):
+    """The profile step on the tiny model: the engine's own decode step (``engine._step``: beam search, then the
+    model's decode) of 4 slots x 4 beams, every slot holding the prompt of the same index (its length in the cache)
+    and all stepping (two warm-up steps and a timed one before the profiled fourth); on the CPU the events are
+    operators (no kernels by name), the kinds sum to the total, the top list is sorted, both tables are written."""
+    decoded = []
+    decode = InflightModel.decode
+
+    def recorded(self, tokens, cache, ancestry, gen_count, *args, **kwargs):  # noqa: ANN001, ANN202 - a spy
+        decoded.append((tokens.numel(), cache.prompt_lengths[:4].tolist(), gen_count.tolist()))
+        return decode(self, tokens, cache, ancestry, gen_count, *args, **kwargs)
+
+    monkeypatch.setattr(InflightModel, "decode", recorded)
+    argv = ["--out", str(tmp_path), "--device", "cpu", "--model", "tiny", "--steps", "profile", "--slots", "4"]
+    main(argv)
+    out = capsys.readouterr().out
+    assert "profile (FP8 GEMMs; prefill" in out and "step 4 slots x 4 beams;" in out and "FAILED" not in out, out
+    lengths = [len(p) for p in prepare(parse_args(argv)).prompts[:4]]
+    assert decoded == [(16, lengths, [n] * 4) for n in (1, 2, 3, 4)]
+    details = json.loads((tmp_path / "gptj_inflight.json").read_text())
+    assert details["device"] == "cpu" and list(details["step_s"]) == ["profile"]
+    result = details["profile"]
+    assert (result["step"]["slots"], result["step"]["beams"]) == (4, 4)
+    assert result["prefill"]["tokens"] == sum(lengths)  # 4 prompts of ~900 tokens: one pass of 16,384 holds them
+    for name in ("prefill", "step"):
+        r = result[name]
+        assert list(r["kinds"]) == ["attention", "gemm", "other"]
+        assert r["total_ms"] > 0 and math.isclose(sum(r["kinds"].values()), r["total_ms"], rel_tol=1e-3, abs_tol=1e-2)
+        times = [ms for _, ms in r["top"]]
+        assert times == sorted(times, reverse=True) and len(times) == 12
+        table = (tmp_path / f"profile_{name}.txt").read_text()
+        assert "Self CPU" in table and r["top"][0][0] in table
+        assert f"\n  {name:<8} total {r['total_ms']:.2f}  attention " in out
 
 
 def test_the_splits_options_parse(tmp_path):

@@ -71,9 +71,8 @@ def test_the_fp8_gemms_step_prices_one_gemms_rounding(tmp_path, capsys):
 
 def test_the_profile_step_groups_kernels_and_writes_its_tables(tmp_path, capsys):
     """On the CPU the profile's events are operators (no GEMM kernels by name): the kinds sum to the total, the
-    top list is sorted, both tables are written; on a GPU the same step names cuBLASLt's and FlashAttention's."""
-    from scripts.gpu.check_llama_inflight import kernel_kind
-
+    top list is sorted, both tables are written; on a GPU the same step names cuBLASLt's and FlashAttention's
+    (tests/scripts/test_inflight_profile.py: the kinds of their names)."""
     main(["--out", str(tmp_path), "--device", "cpu", "--model", "tiny", "--steps", "profile", "--slots", "4",
           "--length_scale", "0.05", "--calibration_prompts", "2"])
     assert "profile (FP8 GEMMs; prefill" in capsys.readouterr().out
@@ -84,14 +83,7 @@ def test_the_profile_step_groups_kernels_and_writes_its_tables(tmp_path, capsys)
         times = [ms for _, ms in r["top"]]
         assert times == sorted(times, reverse=True)
         assert (tmp_path / f"profile_{name}.txt").stat().st_size > 0
-    assert result["step"]["slots"] == 4 and result["prefill"]["tokens"] > 0
-    assert kernel_kind("sm90_xmma_gemm_e4m3f32_e4m3f32_f32_tn_n_tilesize128x128x128") == "gemm"
-    assert kernel_kind("nvjet_tst_128x256_64x4_2x1_v_bz_TNT") == "gemm"
-    assert kernel_kind("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>") == "attention"
-    assert kernel_kind("_decode_split_kernel") == "attention" and kernel_kind("_merge_kernel") == "attention"
-    flash = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, cutlass::bfloat16_t>>"
-    assert kernel_kind(flash) == "attention"  # its name holds "cutlass": attention is matched first
-    assert kernel_kind("triton_poi_fused_mul_silu_0") == "other"
+    assert result["step"]["slots"] == 4 and "beams" not in result["step"] and result["prefill"]["tokens"] > 0
 
 
 def test_the_splits_step_runs_on_the_cpu_and_prints_its_table(tmp_path, capsys):

@@ -33,17 +33,25 @@ class RoundError(ValueError):
     """A round that does not exist, or that does not accept what a run asks for; the message names the fix."""
 
 
+PYPI_FILES = "https://files.pythonhosted.org/packages"
+
+
 @dataclass(frozen=True)
 class LoadgenRelease:
     """The mlcommons-loadgen sdist on PyPI a round builds from (its sha256 pinned: a changed file never builds)."""
 
     version: str
     sha256: str
-    url: str
+    pypi_path: str  # the file's folder under PYPI_FILES (PyPI's digest path, not derivable from the version)
 
     @property
     def sdist_name(self) -> str:
         return f"mlcommons_loadgen-{self.version}.tar.gz"
+
+    @property
+    def url(self) -> str:
+        """Where PyPI serves the sdist: its folder, then the file name the version gives."""
+        return f"{PYPI_FILES}/{self.pypi_path}/{self.sdist_name}"
 
     @property
     def conf_at_run_time(self) -> bool:
@@ -236,8 +244,7 @@ ROUNDS: dict[str, Round] = {
         loadgen=LoadgenRelease(
             version="5.0.13",
             sha256="c58c0877d3d13908aa746f568063746120e7575dae0e05feadee627b712f6ea3",
-            url="https://files.pythonhosted.org/packages/6c/8a/"
-                "0069ddea1e0705ee6428a487d02275fb1366097f7342992300325d5e1e2b/mlcommons_loadgen-5.0.13.tar.gz",
+            pypi_path="6c/8a/0069ddea1e0705ee6428a487d02275fb1366097f7342992300325d5e1e2b",
         ),
         seeds=RngSeeds(6023615788873153749, 15036839855038426416, 9933818062894767841),
         # BERT is edge-only from v5.0.
@@ -257,8 +264,7 @@ ROUNDS: dict[str, Round] = {
         loadgen=LoadgenRelease(
             version="5.1.2",
             sha256="cd686a6223c978d1056e38a417e4807bfa21c855189f7882d24c8313174bca74",
-            url="https://files.pythonhosted.org/packages/ab/09/"
-                "e9da133330792bac27bdb1c41caa81626f7fe96b19548a9c88694ebac074/mlcommons_loadgen-5.1.2.tar.gz",
+            pypi_path="ab/09/e9da133330792bac27bdb1c41caa81626f7fe96b19548a9c88694ebac074",
         ),
         seeds=RngSeeds(1780908523862526354, 14771362308971278857, 18209322760996052031),
         # GPT-J left after v5.0; llama3.1-8b took its place (one name and data set on every system type; its
@@ -277,8 +283,7 @@ ROUNDS: dict[str, Round] = {
         loadgen=LoadgenRelease(
             version="6.0.17",
             sha256="a2e85d09e3cc0c606f89bfe1fbf97537c8b5b238ae0afbd923ad9c710fcf2ca8",
-            url="https://files.pythonhosted.org/packages/a5/bf/"
-                "f48063c9cada7fab76044acfa7b424a9cec2a13878c64c8c4532bca4572b/mlcommons_loadgen-6.0.17.tar.gz",
+            pypi_path="a5/bf/f48063c9cada7fab76044acfa7b424a9cec2a13878c64c8c4532bca4572b",
         ),
         seeds=RngSeeds(2085463073848966840, 2747215439041700203, 16159082839903944936),
         # llama3.1-8b-edge (the edge set) needs no audit; llama3.1-8b (datacenter) TEST06. A datacenter,edge system

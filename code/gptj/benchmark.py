@@ -24,6 +24,7 @@ from code.mlperf.benchmarks import (
     InputsDescription,
     InputsUnavailableError,
     PreparedTest,
+    model_name_lookup,
     prepared_test,
 )
 from code.mlperf.devices import backend_on, resolve_cpu_threads, resolve_devices, torch_device
@@ -95,10 +96,8 @@ def check_model_name(config: ResolvedConfig) -> None:
     """An unknown ``model_name`` stops the run with the known names (the table lives with the model)."""
     from code.gptj.architecture import GptjConfig  # without torch
 
-    try:
+    with model_name_lookup(config["model_name"]):
         GptjConfig.from_name(config["model_name"])
-    except ValueError as error:
-        raise BenchmarkError(f"model_name = {config['model_name']!r}: {error}") from None
 
 
 def generate_engine(config: ResolvedConfig) -> EngineReport:
@@ -131,15 +130,12 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     from code.gptj.backends import backend_class
     from code.gptj.tokenizer import load_tokenizer
     from code.llm.cnn_dailymail import load_targets
-    from code.llm.runner import ContinuousTokenRunner, TokenRunner, reference_summaries, runner_for
+    from code.llm.runner import ContinuousTokenRunner, TokenRunner, runner_for, samples_and_references
 
     provenance = describe_inputs(config, mode)
     choice = choose_inputs(config, mode)
-    samples = load_samples(config, choice)
-    references_text = None if choice.synthetic else reference_summaries(samples, load_targets, FETCH_STEP)
-    if config["num_samples"] is not None:  # after reference_summaries, which checks the whole set against its file
-        samples = samples.first(config["num_samples"])
-        references_text = None if references_text is None else references_text[:len(samples)]
+    samples, references_text = samples_and_references(load_samples(config, choice), choice.synthetic, load_targets,
+                                                      FETCH_STEP, config["num_samples"])
     tokenizer = load_tokenizer() if references_text is not None else None
     if references_text is not None and mode is TestMode.AccuracyOnly:
         from code.llm.sentence_split import splitter_name

@@ -29,12 +29,12 @@ from torch import Tensor, nn
 from code.gptj.architecture import GPTJ_CONFIGS, GptjConfig  # noqa: F401 - GPTJ_CONFIGS: for callers
 from code.llm.checkpoint import (
     HfNames,
-    checkpoint_files,
+    checkpoint_tensors,
     empty_module,
-    init_weights,
+    layered_names,
     load_named,
+    random_module,
     read_config,
-    read_tensors,
 )
 from code.llm.contiguous_cache import CachedModel, KVCache
 
@@ -118,25 +118,11 @@ class Gptj(CachedModel):
         self._rope: Tensor | None = None  # plain attribute, not a buffer: model.to(bfloat16) must not round it
         self.kv_heads = config.n_head
 
-    def forward(self, tokens: Tensor, start: int = 0, pad: Tensor | None = None, last_only: bool = False) -> Tensor:
-        """Logits ``[B, T, vocab]`` (``[B, vocab]`` with ``last_only``) in the model's dtype.
-
-        ``tokens [B, T]`` occupy columns ``start .. start+T-1`` of the left-padded batch; ``pad [B]`` (default 0) is
-        each row's number of padding columns. Without caches only ``start == 0`` makes sense (a full forward); with
-        them, a prefill is ``start=0`` and a decode step of one token is ``start`` = its column.
-        """
-        device = tokens.device
-        positions, mask = self.batch_layout(tokens, start, pad)
+    def rope_for(self, end: int, device: torch.device) -> Tensor:
+        """The whole table (``n_positions``, 2,048 for GPT-J 6B: small) on ``device``, made once per device."""
         if self._rope is None or self._rope.device != device:
             self._rope = rope_table(self.config.n_positions, self.config.rotary_dim).to(device)
-        rope = self._rope[positions].to(self.output.weight.dtype)[:, :, None]  # [B, T, 1, R/2, 2]
-
-        x = self.tok_embeddings(tokens)
-        for layer in self.layers:
-            x = layer(x, rope, mask, start)
-        if last_only:
-            x = x[:, -1]
-        return self.output(self.norm(x))
+        return self._rope
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -170,11 +156,7 @@ _IGNORED = re.compile(r"transformer\.h\.\d+\.attn\.(bias|masked_bias|embed_posit
 
 def hf_names(config: GptjConfig) -> HfNames:
     """Every HF tensor name of the architecture -> (our parameter, part of wqkv or None)."""
-    names = dict(_TOP_LEVEL)
-    for layer in range(config.n_layer):
-        names |= {f"transformer.h.{layer}.{hf}": (f"layers.{layer}.{ours}", part) for hf, (ours, part) in
-                  _IN_LAYER.items()}
-    return names
+    return layered_names(_TOP_LEVEL, "transformer.h.", _IN_LAYER, config.n_layer)
 
 
 def _part_of(param: Tensor, part: int | None) -> Tensor:
@@ -231,8 +213,7 @@ def load_checkpoint(
     path = Path(path_or_state_dict)
     if config is None:
         config = GptjConfig.from_hf(read_config(path))
-    files = checkpoint_files(path)
-    return load_state(empty_model(config, dtype, device), read_tensors(files), str(path))
+    return load_state(empty_model(config, dtype, device), checkpoint_tensors(path), str(path))
 
 
 def random_weights(
@@ -249,5 +230,4 @@ def random_weights(
     ``draw_on_device`` draws on ``device`` instead (a CUDA generator): GPT-J 6B's 6 billion draws take seconds
     there instead of minutes on a few CPU cores, but the values then depend on the device's generator. For speed
     measurements, where the values do not matter."""
-    model = empty_model(config, dtype, device)
-    return init_weights(model, seed, torch.device(device) if draw_on_device else torch.device("cpu")).eval()
+    return random_module(lambda: Gptj(config), seed, dtype, device, draw_on_device)

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from code.common.registry import pick
+
 
 @dataclass(frozen=True)
 class RopeScaling:
@@ -59,9 +61,7 @@ class LlamaConfig:
 
     @classmethod
     def from_name(cls, name: str) -> LlamaConfig:
-        if name not in LLAMA_CONFIGS:
-            raise ValueError(f"unknown Llama config {name!r}; known: {', '.join(sorted(LLAMA_CONFIGS))}")
-        return LLAMA_CONFIGS[name]
+        return pick("Llama config", LLAMA_CONFIGS, name)
 
     @classmethod
     def from_hf(cls, hf: Mapping[str, Any]) -> LlamaConfig:

@@ -21,11 +21,11 @@ from code.llama31.dataset import MANIFEST_FILE, SAMPLE_COUNTS, TOKENIZED_SUBDIR
 from code.llama31.tokenizer import CHECKPOINT
 from code.mlperf.benchmarks import (
     AccuracyReport,
-    BenchmarkError,
     EngineReport,
     InputsDescription,
     InputsUnavailableError,
     PreparedTest,
+    model_name_lookup,
     prepared_test,
 )
 from code.mlperf.devices import backend_on, resolve_cpu_threads, resolve_devices, torch_device
@@ -79,10 +79,8 @@ def describe_inputs(config: ResolvedConfig, mode: TestMode) -> InputsDescription
 
     choice = choose_inputs(config, mode)
     if runs_model(config.benchmark, config["backend"]) and choice.random_weights:
-        try:
+        with model_name_lookup(config["model_name"]):  # a checkpoint brings its own architecture
             LlamaConfig.from_name(config["model_name"])
-        except ValueError as error:
-            raise BenchmarkError(f"model_name = {config['model_name']!r}: {error}") from None
     named = model_provenance(config, choice, NAMING)
     context = backend_context(config, choice)
     engine = backend_class(config["backend"]).engine_dir(config, context)
@@ -117,15 +115,12 @@ def prepare_test(config: ResolvedConfig, mode: TestMode) -> PreparedTest:
     """Load prompts, backend and scorer for one LoadGen test of llama3.1-8b."""
     from code.llama31.backends import backend_class
     from code.llama31.dataset import load_targets
-    from code.llm.runner import ContinuousTokenRunner, TokenRunner, reference_summaries, runner_for
+    from code.llm.runner import ContinuousTokenRunner, TokenRunner, runner_for, samples_and_references
 
     provenance = describe_inputs(config, mode)
     choice = choose_inputs(config, mode)
-    samples = load_samples(config, choice)
-    references = None if choice.synthetic else reference_summaries(samples, load_targets, FETCH_STEP)
-    if config["num_samples"] is not None:
-        samples = samples.first(config["num_samples"])
-        references = None if references is None else references[:len(samples)]
+    samples, references = samples_and_references(load_samples(config, choice), choice.synthetic, load_targets,
+                                                  FETCH_STEP, config["num_samples"])
     decode = None
     if references is not None and mode is not TestMode.PerformanceOnly:
         from code.llama31.tokenizer import decoder, load_tokenizer

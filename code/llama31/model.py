@@ -27,12 +27,12 @@ from torch import Tensor, nn
 from code.llama31.architecture import LLAMA_CONFIGS, LlamaConfig, RopeScaling  # noqa: F401 - for callers
 from code.llm.checkpoint import (
     HfNames,
-    checkpoint_files,
+    checkpoint_tensors,
     empty_module,
-    init_weights,
+    layered_names,
     load_named,
+    random_module,
     read_config,
-    read_tensors,
 )
 from code.llm.contiguous_cache import CachedModel, KVCache
 
@@ -161,30 +161,12 @@ class Llama(CachedModel):
         self._rope: Tensor | None = None  # plain attribute, not a buffer: model.to(bfloat16) must not round it
         self.kv_heads = config.n_kv_heads  # grouped-query attention: the caches hold the key/value heads only
 
-    def _rope_for(self, end: int, device: torch.device) -> Tensor:
+    def rope_for(self, end: int, device: torch.device) -> Tensor:
         """The (cos, sin) table on ``device`` covering positions below ``end``, grown by doubling."""
         if self._rope is None or self._rope.shape[0] < end or self._rope.device != device:
             size = max(end, 2 * self._rope.shape[0] if self._rope is not None else 2048)
             self._rope = rope_table(self.config, min(size, max(end, self.config.max_position_embeddings))).to(device)
         return self._rope
-
-    def forward(self, tokens: Tensor, start: int = 0, pad: Tensor | None = None, last_only: bool = False) -> Tensor:
-        """Logits ``[B, T, vocab]`` (``[B, vocab]`` with ``last_only``) in the model's dtype.
-
-        ``tokens [B, T]`` occupy columns ``start .. start+T-1`` of the left-padded batch; ``pad [B]`` (default 0) is
-        each row's count of padding columns. Without caches only ``start == 0`` (a full forward); with them a
-        prefill is ``start=0`` and a decode step of one token is ``start`` = its column.
-        """
-        positions, mask = self.batch_layout(tokens, start, pad)
-        rope = self._rope_for(start + tokens.shape[1], tokens.device)[positions].to(self.output.weight.dtype)
-        rope = rope[:, :, None]  # [B, T, 1, D/2, 2]
-
-        x = self.tok_embeddings(tokens)
-        for layer in self.layers:
-            x = layer(x, rope, mask, start)
-        if last_only:
-            x = x[:, -1]
-        return self.output(self.norm(x))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -210,11 +192,8 @@ _IGNORED = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")  #
 
 def hf_names(config: LlamaConfig) -> HfNames:
     """Every HF tensor name of the architecture -> (our parameter, part of wqkv or None)."""
-    names = {hf: (ours, None) for hf, ours in _TOP_LEVEL.items()}
-    for layer in range(config.n_layers):
-        names |= {f"model.layers.{layer}.{hf}": (f"layers.{layer}.{ours}", part) for hf, (ours, part) in
-                  _IN_LAYER.items()}
-    return names
+    return layered_names({hf: (ours, None) for hf, ours in _TOP_LEVEL.items()}, "model.layers.", _IN_LAYER,
+                         config.n_layers)
 
 
 def _part_of(param: Tensor, part: int | None, model: Llama) -> Tensor:
@@ -266,7 +245,7 @@ def load_checkpoint(path: str | Path, config: LlamaConfig | None = None, dtype: 
     safetensors shards, as ``meta-llama/Llama-3.1-8B-Instruct`` ships; or one weights file with ``config``)."""
     path = Path(path)
     config = config or LlamaConfig.from_hf(read_config(path))
-    return load_state(empty_model(config, dtype, device), read_tensors(checkpoint_files(path)), str(path))
+    return load_state(empty_model(config, dtype, device), checkpoint_tensors(path), str(path))
 
 
 def random_weights(config: LlamaConfig, seed: int, dtype: torch.dtype = torch.float32, device: Device = "cpu",
@@ -274,5 +253,4 @@ def random_weights(config: LlamaConfig, seed: int, dtype: torch.dtype = torch.fl
     """A model whose weights depend only on (config, seed): HF's init (``code.llm.checkpoint.init_weights``);
     ``draw_on_device`` draws on ``device`` (seconds instead of minutes for 8 billion draws, values then depend on
     the device's generator)."""
-    model = empty_model(config, dtype, device)
-    return init_weights(model, seed, torch.device(device) if draw_on_device else torch.device("cpu")).eval()
+    return random_module(lambda: Llama(config), seed, dtype, device, draw_on_device)

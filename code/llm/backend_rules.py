@@ -14,10 +14,18 @@ from code.numerics.switches import FP8_FAST_ACCUM, fast_accum_needs_fp8
 
 if TYPE_CHECKING:
     from code.config.resolved import ResolvedConfig
+    from code.mlperf.benchmarks import EngineReport
 
 KV_CACHE_DTYPE = "kv_cache_dtype"
 PYTORCH_PRECISIONS = ("fp32", "bf16", "fp16")
 KV_CACHE_DEFAULT = "auto"
+
+
+def no_engine(config: ResolvedConfig, benchmark: str) -> EngineReport:
+    """What ``make generate_engines`` says of a config whose backend loads no engine (``benchmark`` as the report
+    names it: ``Recipe.benchmark``): its model is loaded or drawn when a run starts."""
+    return {"engine": f"none: the {config['backend']} {benchmark} backend in {config['precision']} loads the "
+                      "checkpoint or draws random weights at run start"}
 
 
 def kv_cache_dtype_field(description: str) -> Field:

@@ -89,6 +89,7 @@ class Recipe:
 
     benchmark: str  # as errors name it: "GPT-J"
     download_hint: str  # the command that downloads a missing checkpoint
+    spec_type: type[EngineSpec]  # the benchmark's EngineSpec (its default model): what a run and a build construct
     amax: type[LayerAmax]
     load_model: Callable[[EngineSpec, torch.device, torch.dtype], Any]
     calibration_source: Callable[[int, Path | None, int], str]

@@ -33,6 +33,17 @@ _SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
 _TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".pytorch")
 
 
+def layered_names(top_level: HfNames, layer_prefix: str, in_layer: HfNames, n_layers: int) -> dict[str, tuple[str,
+                                                                                                       int | None]]:
+    """``HfNames`` of a model of ``n_layers`` alike blocks: ``top_level`` as it is, and each block's ``in_layer``
+    names under HF's ``{layer_prefix}{i}.`` and ours under ``layers.{i}.`` (both models name their blocks so)."""
+    names = dict(top_level)
+    for layer in range(n_layers):
+        names |= {f"{layer_prefix}{layer}.{hf}": (f"layers.{layer}.{ours}", part) for hf, (ours, part) in
+                  in_layer.items()}
+    return names
+
+
 def model_dtype(precision: str) -> torch.dtype:
     """The dtype a model loads in: an FP8 model keeps bf16 outside its FP8 GEMMs (and calibrates in it)."""
     return torch.bfloat16 if precision == "fp8" else DTYPES[precision]
@@ -95,6 +106,21 @@ def empty_module(build: Callable[[], Module], dtype: torch.dtype, device: torch.
     with torch.device("meta"):
         model = build().to(dtype)
     return model.to_empty(device=device)
+
+
+def checkpoint_tensors(path: Path) -> Iterator[tuple[str, Tensor]]:
+    """A checkpoint's (name, tensor) pairs, one at a time; its files are found, or refused, now rather than at the
+    first read, so that a wrong path fails before a model is built."""
+    return read_tensors(checkpoint_files(path))
+
+
+def random_module(build: Callable[[], Module], seed: int, dtype: torch.dtype, device: torch.device | str,
+                  draw_on_device: bool = False) -> Module:
+    """``build()`` in eval mode with HF's seeded init (``init_weights``) in ``dtype`` on ``device``: drawn on the
+    CPU, the same on every machine; with ``draw_on_device`` drawn on ``device`` (seconds instead of minutes for
+    billions of draws, the values then depending on its generator: for speed runs)."""
+    model = empty_module(build, dtype, device)
+    return init_weights(model, seed, torch.device(device) if draw_on_device else torch.device("cpu")).eval()
 
 
 def init_weights(model: Module, seed: int, draw_device: torch.device) -> Module:

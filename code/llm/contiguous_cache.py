@@ -38,12 +38,35 @@ class KVCache(nn.Module):
 
 class CachedModel(nn.Module):
     """What a decoder-only model with one ``KVCache`` per layer shares (GPT-J's, Llama's): making the caches, their
-    shape, beam reordering, and the positions and mask of a left-padded batch at a column range.
+    shape, beam reordering, the positions and mask of a left-padded batch at a column range, and the forward pass
+    (embedding, the blocks, final norm, LM head), which differs between the models only in its blocks and RoPE.
 
-    A subclass has ``config`` (with ``head_dim``), ``layers`` (each with ``attention.kv_cache``), ``output`` (the
-    LM head, whose weight gives the default dtype and device) and ``kv_heads``, the key/value heads a cache holds."""
+    A subclass has ``config`` (with ``head_dim``), ``tok_embeddings``, ``layers`` (blocks called as ``layer(x, rope,
+    mask, start)``, each with ``attention.kv_cache``), ``norm``, ``output`` (the LM head, whose weight gives the
+    default dtype and device), ``kv_heads``, the key/value heads a cache holds, and ``rope_for``, its RoPE table."""
 
     kv_heads: int
+
+    def rope_for(self, end: int, device: torch.device) -> Tensor:
+        """The float32 (cos, sin) table ``[positions, pairs, 2]`` on ``device`` covering positions below ``end``."""
+        raise NotImplementedError
+
+    def forward(self, tokens: Tensor, start: int = 0, pad: Tensor | None = None, last_only: bool = False) -> Tensor:
+        """Logits ``[B, T, vocab]`` (``[B, vocab]`` with ``last_only``) in the model's dtype.
+
+        ``tokens [B, T]`` occupy columns ``start .. start+T-1`` of the left-padded batch; ``pad [B]`` (default 0) is
+        each row's count of padding columns. Without caches only ``start == 0`` makes sense (a full forward); with
+        them, a prefill is ``start=0`` and a decode step of one token is ``start`` = its column.
+        """
+        positions, mask = self.batch_layout(tokens, start, pad)
+        # cos and sin in the model's dtype, as HF casts them: [B, T, 1, pairs, 2]
+        rope = self.rope_for(start + tokens.shape[1], tokens.device)[positions].to(self.output.weight.dtype)[:, :, None]
+        x = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            x = layer(x, rope, mask, start)
+        if last_only:
+            x = x[:, -1]
+        return self.output(self.norm(x))
 
     def setup_caches(self, max_rows: int, max_seq_len: int, dtype: torch.dtype | None = None,
                      device: torch.device | str | None = None) -> None:

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from code.llm.backend_rules import no_engine
 from code.llm.beam_search import BeamState
 from code.llm.calibration_engine import EngineSpec, Recipe, engine_key, ensure_engine, load_calibration
 from code.llm.checkpoint import model_dtype
@@ -418,17 +419,15 @@ class CalibratedFields:
 class CalibratedBackend(EngineBackend):
     """An in-flight backend whose FP8 runs take static scales from the engine folder ``make generate_engines``
     calibrates (``code/llm/calibration_engine.py``); a run never recalibrates. GPT-J's and Llama 3.1's inflight
-    backends are this one class: a subclass names its benchmark's ``EngineSpec``, ``Recipe``, ``no_engine`` report
-    and options, and its ``generation``."""
+    backends are this one class: a subclass names its benchmark's ``Recipe`` (which names its ``EngineSpec``) and
+    options, and its ``generation``."""
 
-    spec_type: ClassVar[type[EngineSpec]]
     recipe: ClassVar[Recipe]
-    no_engine: ClassVar[Callable[[ResolvedConfig], EngineReport]]
     options_type: ClassVar[type]  # the benchmark's InflightOptions: CalibratedFields and its model's options
 
     @classmethod
     def engine_spec(cls, config: ResolvedConfig, context: Any) -> EngineSpec:  # noqa: ANN401 - a BackendContext
-        return cls.spec_type(model_name=config["model_name"], precision=config["precision"],
+        return cls.recipe.spec_type(model_name=config["model_name"], precision=config["precision"],
                              kv_cache_dtype=config["kv_cache_dtype"], checkpoint=context.checkpoint,
                              seed=config["seed"])
 
@@ -444,7 +443,7 @@ class CalibratedBackend(EngineBackend):
         spec = cls.engine_spec(config, context)
         path = cls.engine_dir(config, context)
         if path is None:
-            return cls.no_engine(config)
+            return no_engine(config, cls.recipe.benchmark)
         built = ensure_engine(cls.recipe, spec, path, device=torch.device(context.device),
                               dtype=model_dtype(spec.precision))
         return {"engine": str(path), "built": "yes" if built else "no: reused, its manifest matches this run",
@@ -481,7 +480,7 @@ class CalibratedBackend(EngineBackend):
         if fp8 and (options.engine_dir is None or options.engine_spec is None):
             raise ValueError("an FP8 inflight run needs InflightOptions.engine_dir and engine_spec (the engine "
                              "holds the calibration): build it with make generate_engines")
-        spec = self.spec_type(options.model_name, options.precision, options.kv_cache_dtype, options.checkpoint,
+        spec = self.recipe.spec_type(options.model_name, options.precision, options.kv_cache_dtype, options.checkpoint,
                               options.seed)
         model = self.recipe.load_model(spec, device, model_dtype(options.precision))
         amax = None

@@ -379,6 +379,16 @@ if triton is not None:
         return m, s, acc_a, acc_b
 
     @triton.jit
+    def _empty_softmax(ROW_TILE: tl.constexpr, HALF: tl.constexpr):
+        """The online softmax's state before any key, per (beam row, query head): running max -inf, sum 0 and the
+        two halves of the accumulator 0. Both decode kernels start from it."""
+        m = tl.full([ROW_TILE], float("-inf"), tl.float32)
+        s = tl.zeros([ROW_TILE], tl.float32)
+        acc_a = tl.zeros([ROW_TILE, HALF], tl.float32)
+        acc_b = tl.zeros([ROW_TILE, HALF], tl.float32)
+        return m, s, acc_a, acc_b
+
+    @triton.jit
     def _split_range(n, split, splits, ALIGN: tl.constexpr):
         """Split ``split``'s prompt positions [start, end) of a prompt of n: equal runs of whole ALIGN blocks (pages
         and key tiles), the last splits possibly empty. (``splits`` is a run-time value: one compiled kernel serves
@@ -403,10 +413,7 @@ if triton is not None:
         qa, qb = _load_queries(q_ptr, slot, first_head * GROUP, stride_q_row, stride_q_head, BEAMS, GROUP, HEADS,
                                ROW_TILE, HALF, F16)
         beam, q_head, kv_head = _query_rows(ROW_TILE, BEAMS, GROUP, HEADS)
-        m = tl.full([ROW_TILE], float("-inf"), tl.float32)
-        s = tl.zeros([ROW_TILE], tl.float32)
-        acc_a = tl.zeros([ROW_TILE, HALF], tl.float32)
-        acc_b = tl.zeros([ROW_TILE, HALF], tl.float32)
+        m, s, acc_a, acc_b = _empty_softmax(ROW_TILE, HALF)
         n = tl.load(length_ptr + slot)
         m, s, acc_a, acc_b = _attend_prompt(qa, qb, kv_head, m, s, acc_a, acc_b, 0, n, slot, first_head, pk_ptr,
                                             pv_ptr, table_ptr, stride_k_page, stride_k_pos, stride_k_head,
@@ -444,10 +451,7 @@ if triton is not None:
         qa, qb = _load_queries(q_ptr, slot, first_head * GROUP, stride_q_row, stride_q_head, BEAMS, GROUP, HEADS,
                                ROW_TILE, HALF, F16)
         beam, q_head, kv_head = _query_rows(ROW_TILE, BEAMS, GROUP, HEADS)
-        m = tl.full([ROW_TILE], float("-inf"), tl.float32)
-        s = tl.zeros([ROW_TILE], tl.float32)
-        acc_a = tl.zeros([ROW_TILE, HALF], tl.float32)
-        acc_b = tl.zeros([ROW_TILE, HALF], tl.float32)
+        m, s, acc_a, acc_b = _empty_softmax(ROW_TILE, HALF)
         start, end = _split_range(tl.load(length_ptr + slot), split, splits, ALIGN)
         m, s, acc_a, acc_b = _attend_prompt(qa, qb, kv_head, m, s, acc_a, acc_b, start, end, slot, first_head,
                                             pk_ptr, pv_ptr, table_ptr, stride_k_page, stride_k_pos, stride_k_head,

@@ -68,3 +68,15 @@ def reference_summaries(samples: Any, load_targets: Callable[[Path], list[str]],
         raise InputsUnavailableError(f"{samples.eval_json} has {len(references)} records but the preprocessed set "
                                      f"has {len(samples)} prompts; run {fetch_step} again")
     return references
+
+
+def samples_and_references(samples: Any, synthetic: bool, load_targets: Callable[[Path], list[str]], fetch_step: str,
+                           num_samples: int | None) -> tuple[Any, list[str] | None]:
+    """The prompts a run uses and their reference summaries (None for synthetic prompts, which have none). With
+    ``num_samples`` (``--num_samples``) only the first ones, cut after ``reference_summaries`` has checked the whole
+    set against its file, so a quick check still refuses a set of the wrong size."""
+    references = None if synthetic else reference_summaries(samples, load_targets, fetch_step)
+    if num_samples is not None:
+        samples = samples.first(num_samples)
+        references = None if references is None else references[:len(samples)]
+    return samples, references

@@ -7,7 +7,8 @@ as it is, a dataclass where the orchestration reads fields), so a key a reader e
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Required, TypedDict
@@ -149,6 +150,17 @@ def prepared_test(
         provenance=provenance,
         token_responses=token_responses,
     )
+
+
+@contextmanager
+def model_name_lookup(model_name: str) -> Iterator[None]:
+    """Around what looks ``model_name`` up in a benchmark's table of architectures (which refuses an unknown one with
+    a ValueError naming the known ones): the refusal becomes the ``BenchmarkError`` that stops the run, naming the
+    field, so every benchmark refuses a bad ``--model_name`` in the same words."""
+    try:
+        yield
+    except ValueError as error:
+        raise BenchmarkError(f"model_name = {model_name!r}: {error}") from None
 
 
 def load_benchmark(benchmark: Benchmark) -> BenchmarkModule:

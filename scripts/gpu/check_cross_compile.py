@@ -126,88 +126,38 @@ def exercise_bert(device: str, layers: int = BERT_LAYERS, config_name: str = "la
                 f"{BERT_SEQUENCES} sequences of {int(mask.sum())} tokens, {layers} layers of BERT-{config_name}")
 
 
-def exercise_gptj(device: str, config: Any = None) -> None:
-    """GPT-J's in-flight engine: calibration, then ``generate`` with bf16 GEMMs over a bf16 and an FP8 KV cache,
-    then the same with FP8 GEMMs, each under every split count of ``DECODE_SPLITS`` (an engine runs the launch it
-    was built with: one engine per count).
+def random_inflight(config: Any, random_weights: Any, inflight_type: Any, elementwise_type: Any,
+                    device: str) -> tuple[Any, torch.dtype]:
+    """An LLM's in-flight model (``inflight_type.from_model``) of seeded random weights, bf16 on a GPU and float32 on
+    the CPU, and that dtype. Its decode step's elementwise work (``elementwise_type``) runs uncompiled: under
+    ``torch.compile`` it is Inductor's generated kernels (torch's, not in ``code``), and compiling them would cost
+    GPU time this check does not need."""
+    cuda = torch.device(device).type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    inflight = inflight_type.from_model(random_weights(config, 0, dtype, device, draw_on_device=cuda), consume=True)
+    inflight.elementwise.decode = elementwise_type(compiled=False).decode
+    return inflight, dtype
 
-    The decode step's elementwise functions run uncompiled: under ``torch.compile`` they are Inductor's generated
-    kernels (torch's, not in ``code``), and compiling them would cost GPU time this check does not need."""
-    from code.gptj.inflight.elementwise import Elementwise
-    from code.gptj.inflight.layers import InflightModel
-    from code.gptj.model import GptjConfig, random_weights
-    from code.llm.generation import GenerationConfig
+
+def run_engines(family: str, inflight: Any, device: str, generation: Any, longest: int, prompt_lengths: tuple[int, ...],
+                output_lengths: tuple[int, ...], sixteen: str) -> list[str]:
+    """``generate`` on ``inflight``'s engine with 16-bit (``sixteen``) and then FP8 GEMMs, each over a 16-bit and an
+    FP8 KV cache, under every split count of ``DECODE_SPLITS`` with the model's own decode launch (one engine per
+    count: an engine runs the launch it was built with), on random prompts of ``prompt_lengths`` tokens forced to
+    ``output_lengths`` new ones. The GEMMs' and the FP8 cache's scales come from one pass over the same prompts
+    (``collect_amax``); ``longest`` is the engine's longest prompt, so that the cache's strides are a run's. A
+    variant that fails is a FAILED row of ``ROWS`` and the others still run, since their kernels still count.
+    Returns the names of the variants that ran."""
     from code.llm.inflight_engine import EngineOptions, InflightEngine
     from code.numerics.fp8 import E4M3
 
-    config = config or dataclasses.replace(GptjConfig(), n_layer=GPTJ_LAYERS)
-    cuda = torch.device(device).type == "cuda"
-    dtype = torch.bfloat16 if cuda else torch.float32
-    model = random_weights(config, 0, dtype, device, draw_on_device=cuda)
-    inflight = InflightModel.from_model(model, consume=True)
-    del model
-    inflight.elementwise.decode = Elementwise(compiled=False).decode
     generator = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, config.vocab_size, (n,), generator=generator) for n in GPTJ_PROMPTS]
+    prompts = [torch.randint(0, inflight.config.vocab_size, (n,), generator=generator) for n in prompt_lengths]
     amax = inflight.collect_amax([p.to(device) for p in prompts])
-    generation = GenerationConfig()  # MLPerf's: 4 beams, up to 128 new tokens (the cache's strides as in a run)
-    longest = config.n_positions - generation.max_new_tokens + 1
-    pages = len(prompts) * -(-longest // 64)
-    done = []
-    launch = dict(inflight.decode_launch)
-    for gemms, kv in (("bf16", "bf16"), ("bf16", "fp8"), ("fp8", "bf16"), ("fp8", "fp8")):
-        name = f"{gemms} GEMMs, {kv} KV"
-        try:
-            if gemms == "fp8" and not inflight.uses_fp8_gemms:
-                inflight.use_fp8_gemms(amax)
-            options = EngineOptions(slots=len(prompts), max_prompt_length=longest, page_size=64, kv_pages=pages,
-                                    kv_dtype=E4M3 if kv == "fp8" else None, cuda_graphs=False)
-            for splits in DECODE_SPLITS:
-                engine = InflightEngine(inflight, generation, options, kv_amax=amax,
-                                        decode_launch={**launch, "SPLITS": splits})
-                engine.generate([p.numpy() for p in prompts], list(GPTJ_OUTPUT))
-                del engine
-            done.append(name)
-        except Exception as error:  # noqa: BLE001 - the other variants' kernels still count
-            ROWS.append(f"gptj {name}: FAILED {type(error).__name__}: {str(error)[:300]}")
-    ROWS.append(f"gptj: {len(done)} engines ran ({'; '.join(done)}), prompts of {GPTJ_PROMPTS} tokens, "
-                f"{config.n_layer} layer(s) of n_embd {config.n_embd}, decode splits {DECODE_SPLITS}")
-
-
-def exercise_llama(device: str, config: Any = None) -> None:
-    """Llama 3.1 8B's in-flight engine (``code/llama31/inflight_model.py``): ``generate`` with 16-bit and then FP8
-    GEMMs (the prompt passes' kernels write 16-bit or e4m3 GEMM inputs), each over a bf16 and an FP8 KV cache, with
-    the engine's own decode launch (``decode_launch``: grouped-query attention, several key/value heads a program),
-    under every split count of ``DECODE_SPLITS`` (one engine per count: an engine runs the launch it was built
-    with). The GEMMs' and the FP8 cache's scales come from one pass over the same prompts (``collect_amax``). The
-    decode step's elementwise work runs uncompiled: Inductor's kernels are compiled by torch, not by this check."""
-    from code.llama31.architecture import LlamaConfig
-    from code.llama31.backends.pytorch import generation_config
-    from code.llama31.elementwise import Elementwise
-    from code.llama31.inflight_model import InflightLlama
-    from code.llama31.memory_plan import MAX_PROMPT_TOKENS
-    from code.llama31.model import random_weights
-    from code.llm.inflight_engine import EngineOptions, InflightEngine
-    from code.numerics.fp8 import E4M3
-
-    config = config or dataclasses.replace(LlamaConfig(), n_layers=LLAMA_LAYERS)
-    cuda = torch.device(device).type == "cuda"
-    dtype = torch.bfloat16 if cuda else torch.float32
-    model = random_weights(config, 0, dtype, device, draw_on_device=cuda)
-    inflight = InflightLlama.from_model(model, consume=True)
-    del model
-    inflight.elementwise.decode = Elementwise(compiled=False).decode
-    generator = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, config.vocab_size, (n,), generator=generator) for n in LLAMA_PROMPTS]
-    amax = inflight.collect_amax([p.to(device) for p in prompts])
-    generation = generation_config(config)  # the run's: greedy, up to 128 new tokens
-    # the run's longest prompt (the memory plan's), so the cache's strides are a run's
-    longest = min(MAX_PROMPT_TOKENS, config.n_positions - generation.max_new_tokens + 1)
     pages = len(prompts) * -(-longest // 64)
     launch = dict(inflight.decode_launch)
     done = []
-    model_dtype = str(dtype).removeprefix("torch.")
-    for gemms, kv in ((model_dtype, model_dtype), (model_dtype, "fp8"), ("fp8", model_dtype), ("fp8", "fp8")):
+    for gemms, kv in ((sixteen, sixteen), (sixteen, "fp8"), ("fp8", sixteen), ("fp8", "fp8")):
         name = f"{gemms} GEMMs, {kv} KV"
         try:
             if gemms == "fp8" and not inflight.uses_fp8_gemms:
@@ -217,12 +167,51 @@ def exercise_llama(device: str, config: Any = None) -> None:
             for splits in DECODE_SPLITS:
                 engine = InflightEngine(inflight, generation, options, kv_amax=amax,
                                         decode_launch={**launch, "SPLITS": splits})
-                engine.generate([p.numpy() for p in prompts], list(LLAMA_OUTPUT))
+                engine.generate([p.numpy() for p in prompts], list(output_lengths))
                 del engine
             done.append(name)
-        except Exception as error:  # noqa: BLE001 - the other variant's kernels still count
-            ROWS.append(f"llama {name}: FAILED {type(error).__name__}: {str(error)[:300]}")
-    shown = ", ".join(f"{k} {v}" for k, v in launch.items() if k != "SPLITS")
+        except Exception as error:  # noqa: BLE001 - the other variants' kernels still count
+            ROWS.append(f"{family} {name}: FAILED {type(error).__name__}: {str(error)[:300]}")
+    return done
+
+
+def exercise_gptj(device: str, config: Any = None) -> None:
+    """GPT-J's in-flight engine (``run_engines``): bf16 and FP8 GEMMs over bf16 and FP8 KV caches, under every split
+    count of ``DECODE_SPLITS``, with MLPerf's beam search."""
+    from code.gptj.inflight.elementwise import Elementwise
+    from code.gptj.inflight.layers import InflightModel
+    from code.gptj.model import GptjConfig, random_weights
+    from code.llm.generation import GenerationConfig
+
+    config = config or dataclasses.replace(GptjConfig(), n_layer=GPTJ_LAYERS)
+    inflight, _ = random_inflight(config, random_weights, InflightModel, Elementwise, device)
+    generation = GenerationConfig()  # MLPerf's: 4 beams, up to 128 new tokens (the cache's strides as in a run)
+    longest = config.n_positions - generation.max_new_tokens + 1
+    done = run_engines("gptj", inflight, device, generation, longest, GPTJ_PROMPTS, GPTJ_OUTPUT, "bf16")
+    ROWS.append(f"gptj: {len(done)} engines ran ({'; '.join(done)}), prompts of {GPTJ_PROMPTS} tokens, "
+                f"{config.n_layer} layer(s) of n_embd {config.n_embd}, decode splits {DECODE_SPLITS}")
+
+
+def exercise_llama(device: str, config: Any = None) -> None:
+    """Llama 3.1 8B's in-flight engine (``code/llama31/inflight_model.py``, through ``run_engines``): 16-bit and FP8
+    GEMMs (the prompt passes' kernels write 16-bit or e4m3 GEMM inputs) over bf16 and FP8 KV caches, with the
+    engine's own decode launch (``decode_launch``: grouped-query attention, several key/value heads a program),
+    under every split count of ``DECODE_SPLITS``, with the run's greedy decoding."""
+    from code.llama31.architecture import LlamaConfig
+    from code.llama31.backends.pytorch import generation_config
+    from code.llama31.elementwise import Elementwise
+    from code.llama31.inflight_model import InflightLlama
+    from code.llama31.memory_plan import MAX_PROMPT_TOKENS
+    from code.llama31.model import random_weights
+
+    config = config or dataclasses.replace(LlamaConfig(), n_layers=LLAMA_LAYERS)
+    inflight, dtype = random_inflight(config, random_weights, InflightLlama, Elementwise, device)
+    generation = generation_config(config)  # the run's: greedy, up to 128 new tokens
+    # the run's longest prompt (the memory plan's), so the cache's strides are a run's
+    longest = min(MAX_PROMPT_TOKENS, config.n_positions - generation.max_new_tokens + 1)
+    done = run_engines("llama", inflight, device, generation, longest, LLAMA_PROMPTS, LLAMA_OUTPUT,
+                       str(dtype).removeprefix("torch."))
+    shown = ", ".join(f"{k} {v}" for k, v in inflight.decode_launch.items() if k != "SPLITS")
     ROWS.append(f"llama: {len(done)} engines ran ({'; '.join(done)}; scales from one pass over the prompts), "
                 f"prompts of {LLAMA_PROMPTS} tokens, {config.n_layers} layer(s) of dim {config.dim}, "
                 f"{config.n_heads} query heads over {config.n_kv_heads} key/value heads, decode launch "

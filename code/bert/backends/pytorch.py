@@ -25,7 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from code.bert.backends.pytorch_engine import EngineSpec, engine_key, ensure_engine, load_engine_manifest
 from code.bert.packed.runner import PackedRunner
 from code.bert.packed.spec import PACKED_PRECISIONS, QUANTIZED, PackedKernels
-from code.common.benchmark_errors import BenchmarkError
+from code.mlperf.benchmarks import model_name_lookup
 from code.mlperf.devices import placed_on
 
 if TYPE_CHECKING:
@@ -58,11 +58,9 @@ class PytorchBertBackend:
     @staticmethod
     def engine_spec(config: ResolvedConfig, context: BackendContext) -> EngineSpec:
         """What this config's engine is; an unknown ``model_name`` stops here with the known names."""
-        try:
+        with model_name_lookup(config["model_name"]):
             return EngineSpec(model_name=config["model_name"], precision=config["precision"],
                               checkpoint=context.checkpoint, seed=config["seed"])
-        except ValueError as error:
-            raise BenchmarkError(f"model_name = {config['model_name']!r}: {error}") from None
 
     @classmethod
     def engine_dir(cls, config: ResolvedConfig, context: BackendContext) -> Path:

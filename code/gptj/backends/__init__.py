@@ -18,7 +18,7 @@ import numpy as np
 
 from code.config.backends import BackendDeclaration, backend_registry
 from code.config.field_spec import Field, Range
-from code.llm.backend_rules import inflight_declaration, pytorch_declaration
+from code.llm.backend_rules import inflight_declaration, no_engine, pytorch_declaration
 from code.mlperf.backend_class import BackendClass
 
 if TYPE_CHECKING:
@@ -66,12 +66,6 @@ ORACLE_SWITCHES = (
 )
 
 
-def no_engine(config: ResolvedConfig) -> EngineReport:
-    """What ``make generate_engines`` says of a config whose backend loads no engine."""
-    return {"engine": f"none: the {config['backend']} GPT-J backend in {config['precision']} loads the checkpoint "
-                      "or draws random weights at run start"}
-
-
 class WithoutEngine:
     """The engine side of a backend that loads no engine: its model is loaded or drawn when a run starts."""
 
@@ -81,7 +75,7 @@ class WithoutEngine:
 
     @staticmethod
     def generate_engine(config: ResolvedConfig, context: BackendContext) -> EngineReport:
-        return no_engine(config)
+        return no_engine(config, "GPT-J")
 
 
 # What the configuration checks a GPT-J config against (code/config/fields.py); the order is the error's.

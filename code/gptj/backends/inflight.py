@@ -16,10 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from code.gptj.backends import no_engine
 from code.gptj.backends.inflight_engine import (
     RECIPE,
-    EngineSpec,
     calibrate_on,
     synthetic_calibration_prompts,
 )
@@ -36,9 +34,7 @@ class InflightOptions(CalibratedFields, PytorchOptions):
 
 
 class InflightGptjBackend(CalibratedBackend):
-    spec_type = EngineSpec
     recipe = RECIPE
-    no_engine = staticmethod(no_engine)
     options_type = InflightOptions
 
     def generation(self, options: InflightOptions, model: InflightModel) -> GenerationConfig:

@@ -125,7 +125,8 @@ def load_model(spec: EngineSpec, device: torch.device, dtype: torch.dtype) -> In
 
 
 # Through lambdas, so that what a test patches in this module (CALIBRATION_DIR, a function) is what a build uses.
-RECIPE = Recipe(benchmark="GPT-J", download_hint='make download_model BENCHMARKS="gptj"', amax=Amax,
+RECIPE = Recipe(benchmark="GPT-J", download_hint='make download_model BENCHMARKS="gptj"', spec_type=EngineSpec,
+                amax=Amax,
                 load_model=lambda *args: load_model(*args),
                 calibration_source=lambda *args: calibration_source(*args),
                 calibration_prompts=lambda *args: calibration_prompts(*args),

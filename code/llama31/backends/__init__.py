@@ -9,15 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from code.config.backends import backend_registry
 from code.llm.backend_rules import inflight_declaration, pytorch_declaration
 from code.mlperf.backend_class import BackendClass
-
-if TYPE_CHECKING:
-    from code.config.resolved import ResolvedConfig
-    from code.mlperf.benchmarks import EngineReport
 
 
 @dataclass(frozen=True)
@@ -51,8 +47,3 @@ def backend_class(name: str) -> LlamaBackendClass:
     """The backend class registered as ``name``, imported now; ValueError listing the names if unknown."""
     loaded: LlamaBackendClass = BACKENDS.load(name)
     return loaded
-
-
-def no_engine(config: ResolvedConfig) -> EngineReport:
-    return {"engine": f"none: the {config['backend']} llama3.1-8b backend in {config['precision']} loads the "
-                      "checkpoint or draws random weights at run start"}

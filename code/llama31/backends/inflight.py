@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from code.llama31.backends import no_engine
-from code.llama31.backends.inflight_engine import RECIPE, EngineSpec
+from code.llama31.backends.inflight_engine import RECIPE
 from code.llama31.backends.pytorch import PytorchOptions, generation_config
 from code.llama31.inflight_model import InflightLlama
 from code.llm.generation import GenerationConfig
@@ -32,9 +31,7 @@ class InflightOptions(CalibratedFields, PytorchOptions):
 
 
 class InflightLlamaBackend(CalibratedBackend):
-    spec_type = EngineSpec
     recipe = RECIPE
-    no_engine = staticmethod(no_engine)
     options_type = InflightOptions
     # greedy decoding: the engine knows each first token after the prompt's pass and reports it then
     streams_first_tokens = True

@@ -75,7 +75,8 @@ def load_model(spec: EngineSpec, device: torch.device, dtype: torch.dtype) -> In
 
 
 # Through lambdas, so that what a test patches in this module is what a build uses.
-RECIPE = Recipe(benchmark="llama3.1-8b", download_hint='make download_model BENCHMARKS="llama3.1-8b"', amax=Amax,
+RECIPE = Recipe(benchmark="llama3.1-8b", download_hint='make download_model BENCHMARKS="llama3.1-8b"',
+                spec_type=EngineSpec, amax=Amax,
                 load_model=lambda *args: load_model(*args),
                 calibration_source=lambda *args: calibration_source(*args),
                 calibration_prompts=lambda *args: calibration_prompts(*args),

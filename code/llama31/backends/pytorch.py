@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from code.llama31.backends import no_engine
 from code.llama31.model import LlamaConfig, load_checkpoint, random_weights
-from code.llm.backend_rules import model_fields
+from code.llm.backend_rules import model_fields, no_engine
 from code.llm.checkpoint import DTYPES, WeightsSource
 from code.llm.generation import GenerationConfig, cache_shape, generate
 from code.mlperf.devices import placed_on
@@ -70,7 +69,7 @@ class PytorchLlamaBackend:
 
     @staticmethod
     def generate_engine(config: ResolvedConfig, context: BackendContext) -> EngineReport:
-        return no_engine(config)
+        return no_engine(config, "llama3.1-8b")
 
     def __init__(self, options: PytorchOptions) -> None:
         self.device = placed_on(options.device, options.cpu_threads)

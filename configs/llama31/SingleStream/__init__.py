@@ -6,7 +6,7 @@ class serves ``<model>x<count>`` with its values as they are: one sample at a ti
 
 from code.common.constants import AccuracyTarget, HarnessType, PowerSetting, Scenario
 from configs.configuration import ConfigRegistry
-from configs.llama31 import CPU_LENGTH_SCALE, CPU_MODEL, LlamaBaseConfig
+from configs.llama31 import CPU_LENGTH_SCALE, CPU_MODEL, LlamaBaseConfig, llama_ladder
 
 
 class SingleStreamBaseConfig(LlamaBaseConfig):
@@ -30,7 +30,10 @@ class CPU(SingleStreamBaseConfig):
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H100_SXM_80GB(SingleStreamBaseConfig):
     # the in-flight engine with one slot: its decode step is one CUDA graph, and it reports each first token as soon
-    # as it has it, which SingleStream's token latencies time (no complete GPU run yet: configs/llama31)
+    # as it has it, which SingleStream's token latencies time. FP8 first, as Offline and Server: a sample reads
+    # half the bytes; the expected latencies are estimates, the H200's scaled by the memory's speed
+    engine_ladder = llama_ladder(fp8={"single_stream_expected_latency_ns": 750_000_000},
+                                 fp8_gemms={"single_stream_expected_latency_ns": 850_000_000}, bf16={})
     backend = "inflight"
     precision = "bf16"
     device = "cuda"
@@ -40,6 +43,10 @@ class H100_SXM_80GB(SingleStreamBaseConfig):
 
 @ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
 class H200_SXM_141GB(H100_SXM_80GB):
+    # a sample's whole time, so LoadGen plans the queries the minimum duration holds; FP8 GEMMs with a bf16 cache:
+    # an estimate between the two (measured: llama-server57-fp8-ss-2026-11-29)
+    engine_ladder = llama_ladder(fp8={"single_stream_expected_latency_ns": 500_000_000},
+                                 fp8_gemms={"single_stream_expected_latency_ns": 600_000_000}, bf16={})
     # a sample's whole time, so LoadGen plans the queries the minimum duration holds (measured:
     # llama-server37-ss-2026-11-29)
     single_stream_expected_latency_ns = 1_000_000_000

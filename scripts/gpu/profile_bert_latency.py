@@ -12,6 +12,11 @@ so ``run_batch - replay`` is the host's share and ``replay - kernels`` the gaps 
 eager forward's kernels are grouped by kind (GEMM, attention, LayerNorm...) per length, which says where a latency
 engine has to cut.
 
+``--jitter_s S`` (first engine only) then times one sample after another for S seconds a phase, SquAD-like lengths,
+as a SingleStream test issues them: without readers, with the test's power and host readers running
+(``code.mlperf.power.power_sampler``, ``HostReader``), and without again. A SingleStream p90 is a tail: this says
+whether the readers a test runs beside the samples lengthen it.
+
     PYTHONPATH=$PWD python3 scripts/gpu/profile_bert_latency.py --out DIR [--lengths 128,171,256,384] [--reps 200]
         [--engines fp8-attention,fp8-residual,fp8-fast-accum,int8,fp16]
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import statistics
 import sys
@@ -102,7 +108,8 @@ def median_ms(samples: list[float]) -> float:
     return round(statistics.median(samples), 4)
 
 
-def time_engine(name: str, lengths: list[int], reps: int, folder: Path) -> dict[str, Any]:
+def time_engine(name: str, lengths: list[int], reps: int, folder: Path, jitter_s: float = 0.0) -> dict[str, Any]:
+    """The engine's figures per length; with ``jitter_s``, also its ``jitter`` phases (``jitter``)."""
     from torch.profiler import ProfilerActivity, profile
 
     from code.bert.packed.packed_model import run_packed
@@ -164,9 +171,45 @@ def time_engine(name: str, lengths: list[int], reps: int, folder: Path) -> dict[
             "by_kind_ms": {k: round(v, 4) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
             "top": [(k, round(ms, 4), n) for k, ms, n in top[:12]],
         }
+    if jitter_s > 0:
+        result["jitter"] = jitter(backend, jitter_s)
     del backend, runner
     torch.cuda.empty_cache()
     return result
+
+
+def jitter(backend: Any, seconds: float) -> dict[str, Any]:
+    """Per-sample latency (ms) of samples run one after another, phase by phase: no readers, the test's power and
+    host readers, no readers again; each phase's percentiles and its medians per second."""
+    from contextlib import nullcontext
+
+    from code.common.host_load import HostReader
+    from code.mlperf.power import power_sampler
+
+    feats = BertFeatures.synthetic(4096, seed=1)
+    idx = np.array([0])
+    phases: dict[str, Any] = {}
+    for phase in ("none", "readers", "none_again"):
+        readers = power_sampler(["cuda:0"], host=HostReader()) if phase == "readers" else nullcontext()
+        lat, when = [], []
+        with readers, torch.inference_mode():
+            start = time.perf_counter()
+            i = 0
+            while time.perf_counter() - start < seconds:
+                j = i % len(feats.lengths)
+                t0 = time.perf_counter()
+                backend.run_batch(idx, feats.input_ids[j : j + 1], feats.segment_ids[j : j + 1],
+                                  feats.input_mask[j : j + 1])
+                lat.append((time.perf_counter() - t0) * 1000)
+                when.append(t0 - start)
+                i += 1
+        values, times = np.array(lat), np.array(when)
+        per_second = [round(float(np.median(values[(times >= a) & (times < a + 1)])), 3)
+                      for a in range(math.ceil(seconds)) if ((times >= a) & (times < a + 1)).any()]
+        phases[phase] = {"samples": len(values), "p50": round(float(np.percentile(values, 50)), 4),
+                         "p90": round(float(np.percentile(values, 90)), 4),
+                         "p99": round(float(np.percentile(values, 99)), 4), "median_per_second": per_second}
+    return phases
 
 
 def main() -> int:
@@ -175,14 +218,16 @@ def main() -> int:
     parser.add_argument("--lengths", default="128,171,256,384")
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--jitter_s", type=float, default=0.0, help="seconds a phase of the readers' jitter test")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     lengths = [int(x) for x in args.lengths.split(",")]
     results: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     with tempfile.TemporaryDirectory() as folder:
-        for name in args.engines.split(","):
+        for number, name in enumerate(args.engines.split(",")):
             try:
-                results[name] = time_engine(name, lengths, args.reps, Path(folder))
+                jitter_s = args.jitter_s if number == 0 else 0.0
+                results[name] = time_engine(name, lengths, args.reps, Path(folder), jitter_s)
             except Exception as error:  # one engine's failure must not hide the others' figures
                 results[name] = {"error": f"{type(error).__name__}: {error}"[:300]}
     (args.out / "bert_latency.json").write_text(json.dumps(results, indent=1))
@@ -194,20 +239,31 @@ def main() -> int:
         if "error" in rows:
             print(f"| {name} | - | {rows['error']} |")
             continue
-        for length, r in rows.items():
+        for length, r in per_length(rows).items():
             kinds = ", ".join(f"{k} {v:.3f}" for k, v in r["by_kind_ms"].items())
             print(f"| {name} | {length} | {r['run_batch_ms']:.3f} | {r['replay_ms']} | {r['kernels_ms']:.3f} | "
                   f"{r['launches']} | {kinds} |")
     print("\nhost stages of the graph path (ms, median): pack, issue (copy in, replay, copy out), wait, unpack")
     for name in args.engines.split(","):
-        for length, r in results[name].items() if "error" not in results[name] else ():
+        for length, r in per_length(results[name]).items() if "error" not in results[name] else ():
             print(f"  {name} {length}: " + ", ".join(f"{k} {v:.4f}" for k, v in r["host_stages_ms"].items()))
     first = args.engines.split(",")[0]
     if "error" not in results[first]:
         print(f"\ntop kernels of {first} at {lengths[-1]} tokens (eager): ms total, launches")
         for key, ms, n in results[first][str(lengths[-1])]["top"]:
             print(f"  {ms:8.4f} {n:4d}  {key}")
+        if "jitter" in results[first]:
+            print(f"\none sample after another, {first} ({args.jitter_s:.0f} s a phase; ms): samples, p50, p90, p99, "
+                  "medians per second")
+            for phase, r in results[first]["jitter"].items():
+                print(f"  {phase:10s} {r['samples']:6d} {r['p50']:.3f} {r['p90']:.3f} {r['p99']:.3f}  "
+                      + " ".join(f"{m:.3f}" for m in r["median_per_second"]))
     return 0
+
+
+def per_length(rows: dict[str, Any]) -> dict[str, Any]:
+    """An engine's rows per sequence length (its ``jitter`` phases apart)."""
+    return {length: r for length, r in rows.items() if length != "jitter"}
 
 
 if __name__ == "__main__":

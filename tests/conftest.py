@@ -40,8 +40,8 @@ def pytest_report_header() -> str:
 
 def official_tools(round_name: str, part: str) -> Path:
     """``<tools>/<clone>/<part>`` (``tools/submission``, ``compliance``, ...) of the round's clone of
-    mlcommons/inference (``<round>/``; ``main/`` for v6.1); the calling test fails, naming the clone command and
-    MLPERF_INFERENCE_TOOLS, when it is missing."""
+    mlcommons/inference (``<round>/``; ``main/`` for v5.1 and v6.1); the calling test fails, naming the clone command
+    and MLPERF_INFERENCE_TOOLS, when it is missing."""
     from code.common.paths import OFFICIAL_TOOLS_DIR
     from code.common.rounds import get_round
 

@@ -1,6 +1,6 @@
 """``--action=run_audit``: the compliance audits a round's checker requires (TEST01; TEST05 in v4.1; TEST06 of
-llama3.1-8b from v5.1), verified by the round's official ``run_verification.py``, with their logs kept in the layout
-a submission ships.
+datacenter llama3.1-8b from v5.1), verified by the round's official ``run_verification.py``, with their logs kept
+in the layout a submission ships.
 
 Each audit is one LoadGen performance test, run like any other (a child process) but in its own working directory
 holding the round's ``audit.config``, where LoadGen reads it. Its verification compares it with the newest complete

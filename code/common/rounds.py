@@ -8,10 +8,11 @@ release will do, the round's tag of mlcommons/inference, which the user clones (
 run time, and ``audit.config`` as an audit). tests/common/test_loadgen_pins.py runs each pin against the round's
 tools. The scenario tables are those of each round's official checker (``MODEL_CONFIG``, its required scenarios
 per system type), for the benchmarks this harness runs, and so are the compliance audits it requires of each
-benchmark (its ``check_compliance_dir``, or from v6.0 its ``models_TEST*`` lists); tests/common/test_rounds.py and
-tests/common/test_audits.py compare them with the checker itself. Each round also names where its official tools sit
-(``OfficialTools``): a clone of mlcommons/inference at the round's tag, or, for a round with no tag yet (v6.1), at
-the commit of the main branch that holds its rules. Adding a round is one entry in ``ROUNDS``.
+benchmark (its ``check_compliance_dir``, or in the main branch's package its ``models_TEST*`` lists);
+tests/common/test_rounds.py and tests/common/test_audits.py compare them with the checker itself. Each round also
+names where its official tools sit (``OfficialTools``): a clone of mlcommons/inference at the round's tag, or at the
+commit of the main branch that holds its rules, for a round with no tag yet (v6.1) and for one whose tag's checker
+cannot judge what its own LoadGen logs (v5.1, below). Adding a round is one entry in ``ROUNDS``.
 
 No round is the default of every run: a test that names none is for ``default_round`` of its benchmark, scenario
 and system type, the newest round that accepts it and whose LoadGen builds from PyPI (documentation/rounds.md).
@@ -93,10 +94,11 @@ CLONE_URL = "https://github.com/mlcommons/inference"  # where every round's tool
 class OfficialTools:
     """Where the round's unmodified tools sit in a clone of mlcommons/inference, and how to get that clone.
 
-    Up to v5.1 a round's tools are at its tag, the checker is ``tools/submission/submission_checker.py`` and the
-    audits are under ``compliance/nvidia/``; the main branch that holds v6.0 and v6.1 made the checker a package
-    (``tools/submission/submission_checker/``, run as ``-m submission_checker.main``) and moved the audits to
-    ``compliance/``. A round with no tag is pinned to the commit whose rules it was built against."""
+    At the tags up to v5.1 the checker is ``tools/submission/submission_checker.py`` and the audits are under
+    ``compliance/nvidia/``; the main branch made the checker a package (``tools/submission/submission_checker/``, run
+    as ``-m submission_checker.main``, which takes ``--version`` v5.0 to v6.1, each with its own tables and tree
+    layout) and moved the audits to ``compliance/``. A round judged by the main branch is pinned to the commit whose
+    rules it was built against."""
 
     folder: str  # the clone's folder under MLPERF_INFERENCE_TOOLS
     ref: str  # the tag to clone, or the commit to check out
@@ -158,8 +160,8 @@ class Round:
     # checks it; v6.1's main branch takes --skip-calibration-check too, so it is written there as well).
     calibration_doc_required: bool = False
     layout: TreeLayout = TreeLayout()
-    # The checker's own name of a benchmark on an edge system where it differs (v6.1 checks llama3.1-8b's 5,000-sample
-    # edge set as llama3.1-8b-edge): the tables and a staged tree use it; runs and their logs keep ours.
+    # The checker's own name of a benchmark on an edge system where it differs (v5.1 and v6.1 check llama3.1-8b's
+    # 5,000-sample edge set as llama3.1-8b-edge): the tables and a staged tree use it; runs and their logs keep ours.
     edge_names: dict[str, str] = field(default_factory=dict)
 
     def checker_name(self, benchmark_name: str, system_type: str) -> str:
@@ -167,7 +169,7 @@ class Round:
         return self.edge_names.get(benchmark_name, benchmark_name) if system_type == "edge" else benchmark_name
 
     def run_name(self, checker_name: str) -> str:
-        """Our benchmark name for one of the checker's (v6.1: llama3.1-8b-edge -> llama3.1-8b), for commands."""
+        """Our benchmark name for one of the checker's (llama3.1-8b-edge -> llama3.1-8b), for commands."""
         return next((ours for ours, theirs in self.edge_names.items() if theirs == checker_name), checker_name)
 
     @property
@@ -209,7 +211,10 @@ def _same_for(benchmarks: tuple[str, ...], scenarios: tuple[Scenario, ...]) -> d
 BERT = ("bert-99", "bert-99.9")
 GPTJ = ("gptj-99", "gptj-99.9")
 LLAMA = "llama3.1-8b"
-LLAMA_EDGE = "llama3.1-8b-edge"  # v6.1's name of its 5,000-sample edge set
+LLAMA_EDGE = "llama3.1-8b-edge"  # the main branch checker's name of the 5,000-sample edge set (v5.1, v6.1)
+# The commit of mlcommons/inference's main branch whose checker package judges v5.1 and v6.1.
+MAIN_BRANCH_TOOLS = OfficialTools(folder="main", ref="b66003e10e2db4b8c36a448b0545ec90fcc6e9e9",
+                                  compliance="compliance", checker=("-m", "submission_checker.main"))
 OFFLINE_SERVER = (Scenario.Offline, Scenario.Server)
 OFFLINE_SINGLESTREAM = (Scenario.Offline, Scenario.SingleStream)
 ALL_THREE = (Scenario.Offline, Scenario.Server, Scenario.SingleStream)
@@ -267,13 +272,22 @@ ROUNDS: dict[str, Round] = {
             pypi_path="ab/09/e9da133330792bac27bdb1c41caa81626f7fe96b19548a9c88694ebac074",
         ),
         seeds=RngSeeds(1780908523862526354, 14771362308971278857, 18209322760996052031),
-        # GPT-J left after v5.0; llama3.1-8b took its place (one name and data set on every system type; its
-        # optional datacenter Server and Interactive are left out). BERT stays edge-only. LLMs have TEST06 only.
+        # GPT-J left after v5.0; llama3.1-8b took its place: the datacenter set (13,368 samples) as llama3.1-8b,
+        # the edge set (5,000) as llama3.1-8b-edge, as in v6.1 (its optional datacenter Server and Interactive are
+        # left out). BERT stays edge-only. TEST06 is required of llama3.1-8b only, no audit of llama3.1-8b-edge.
         scenarios={"datacenter": {LLAMA: (Scenario.Offline,)},
-                   "edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), LLAMA: OFFLINE_SINGLESTREAM},
-                   "datacenter,edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), LLAMA: ALL_THREE}},
+                   "edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), LLAMA_EDGE: OFFLINE_SINGLESTREAM},
+                   "datacenter,edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), LLAMA: (Scenario.Offline,),
+                                       LLAMA_EDGE: OFFLINE_SINGLESTREAM}},
         audits={**{name: ("TEST01",) for name in BERT}, LLAMA: ("TEST06",)},
-        tools=OfficialTools(folder="v5.1", ref="v5.1"),
+        edge_names={LLAMA: LLAMA_EDGE},
+        # The main branch's checker with --version v5.1, not the v5.1 tag's: the tag's reads llama3.1-8b Offline's
+        # figure from result_inferred_tokens_per_second, which LoadGen logs only with infer_token_latencies, as
+        # samples per second times a fixed token_latency_scaling_factor (mlperf.conf sets both for GPT-J alone), so
+        # it fails on every llama3.1-8b log whose tokens are counted. The main branch's v5.1 tables read
+        # result_tokens_per_second and add llama3.1-8b-edge, which 5.1.2's mlperf.conf knows too; its v5.1 tree
+        # layout is the tag's (measurements/, compliance/, code/).
+        tools=MAIN_BRANCH_TOOLS,
         calibration_doc_required=True,
     ),
     "v6.1": Round(
@@ -295,8 +309,7 @@ ROUNDS: dict[str, Round] = {
         audits={**{name: ("TEST01",) for name in BERT}, LLAMA: ("TEST06",)},
         edge_names={LLAMA: LLAMA_EDGE},
         # No v6.1 tag yet: the main branch's commit whose checker holds v6.0's and v6.1's rules.
-        tools=OfficialTools(folder="main", ref="b66003e10e2db4b8c36a448b0545ec90fcc6e9e9", compliance="compliance",
-                            checker=("-m", "submission_checker.main")),
+        tools=MAIN_BRANCH_TOOLS,
         calibration_doc_required=True,
         layout=SCENARIO_FOLDER_LAYOUT,
     ),

@@ -4,7 +4,7 @@ in-flight engine pulling samples from the C++ core's session) and its scorer.
 The fallback rule every benchmark shares (code/mlperf/inputs.py): a performance run without the preprocessed set or
 the checkpoint runs synthetic prompts and random weights of the configured architecture and says so; an accuracy
 run refuses and names the make step. An edge system (systems/<system>.json) runs the 5,000-sample edge set where
-the round's checker has one (v6.1), any other the 13,368-sample datacenter set. Responses are the generated int32
+the round's checker has one (v5.1, v6.1), any other the 13,368-sample datacenter set. Responses are the generated int32
 token ids, the final EOS included, with their count reported to LoadGen (``token_responses``).
 """
 
@@ -41,9 +41,9 @@ NAMING = ModelNaming(prefix="Llama 3.1 ", mlperf_model="8b", mlperf_label="Llama
 
 
 def data_set(config: ResolvedConfig) -> str:
-    """``edge`` on an edge system of a round whose checker has an edge llama3.1-8b (v6.1's llama3.1-8b-edge, 5,000
-    samples), else ``datacenter``: v5.1's checker takes the 13,368 samples from edge systems too, and a system whose
-    type is not known yet runs the larger."""
+    """``edge`` on an edge system of a round whose checker has an edge llama3.1-8b (llama3.1-8b-edge, 5,000
+    samples: v5.1 and v6.1), else ``datacenter``: a datacenter or datacenter,edge system runs the 13,368 samples
+    these rounds name llama3.1-8b, and a system whose type is not known yet runs the larger."""
     from code.common.rounds import RoundError, get_round
     from code.common.system_description import system_type
     from code.common.systems import SystemDetectionError

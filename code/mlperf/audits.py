@@ -48,8 +48,8 @@ def parse_audit_tests(text: str) -> list[str]:
 
 
 def audit_refusal(round_name: str, benchmark_name: str, test: str, system_type: str) -> str | None:
-    """Why the round's checker does not ask ``test`` of the benchmark on a system of ``system_type`` (v6.1 asks
-    none of llama3.1-8b-edge), naming what it asks; None when it does."""
+    """Why the round's checker does not ask ``test`` of the benchmark on a system of ``system_type`` (v5.1 and
+    v6.1 ask none of llama3.1-8b-edge), naming what it asks; None when it does."""
     required = get_round(round_name).audits_for(benchmark_name, system_type)
     if test in required:
         return None

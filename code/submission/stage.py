@@ -110,7 +110,7 @@ def stage(submitter: str, *, logs: list[Path] | None = None, compliance: list[Pa
     staged.notes += [f"a test whose record cannot be read is left out (a newer test may hide behind it): {path}: "
                      f"{why}" for path, why in logged.unreadable.items()]
     description = _system_description(systems_dir, system, submitter, staged)
-    named, kind = get_round(round_name).checker_name, description["system_type"]  # v6.1 edge: llama3.1-8b-edge
+    named, kind = get_round(round_name).checker_name, description["system_type"]  # edge: llama3.1-8b-edge
     chosen = {(named(benchmark, kind), scenario, mode): test for (benchmark, scenario, mode), test in chosen.items()}
     staged.problems += _check(chosen, kind, round_name)
     audits = {(named(bench, kind), scenario, test): folder for (bench, scenario, test), folder

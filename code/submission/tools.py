@@ -23,7 +23,7 @@ class ToolsError(RuntimeError):
 
 def submission_tools(round_name: str) -> Path:
     """``<root>/<clone>/tools/submission``: the round's submission checker and truncate_accuracy_log.py. The root holds
-    one clone of mlcommons/inference per round (``<round>/``; ``main/`` for v6.1)."""
+    one clone of mlcommons/inference per tag (``<round>/``), and ``main/``, whose checker judges v5.1 and v6.1."""
     root = Path(os.environ.get(TOOLS_VARIABLE) or DEFAULT_TOOLS_ROOT)
     official = get_round(round_name).tools
     folder = root / official.folder / "tools" / "submission"

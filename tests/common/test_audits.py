@@ -33,7 +33,7 @@ from tests.conftest import official_tools
 
 def checker_required_audits(round_name: str, benchmark: str, folder: Path, caplog) -> list[str]:  # noqa: ANN001
     """The audits the round's checker requires of a benchmark: its check_compliance_dir, given an empty compliance
-    folder, names every test it misses; the package checker (v6.1) has ComplianceCheck.get_test_list."""
+    folder, names every test it misses; the package checker (v5.1, v6.1) has ComplianceCheck.get_test_list."""
     checker = official_checker(round_name)
     if get_round(round_name).tools.checker[0] == "-m":
         from submission_checker.checks.compliance_check import ComplianceCheck  # imported with the constants
@@ -88,11 +88,12 @@ def test_a_test_the_round_does_not_require_is_refused_by_name():
 
 
 def test_test06_is_asked_of_llama_by_system_type():
-    """v6.1's checker asks TEST06 of datacenter llama3.1-8b and no audit of llama3.1-8b-edge, its edge name."""
-    assert audit_refusal("v6.1", "llama3.1-8b", "TEST06", "datacenter") is None
-    assert audit_refusal("v6.1", "llama3.1-8b", "TEST06", "edge") == (
-        "round v6.1's checker does not require TEST06 of llama3.1-8b: it requires no audit of it "
-        "(round v5.1 requires it: --round=v5.1)")
+    """v5.1's and v6.1's checker asks TEST06 of datacenter llama3.1-8b and no audit of llama3.1-8b-edge, its edge
+    name; no round asks one of an edge system's llama."""
+    for name in ("v5.1", "v6.1"):
+        assert audit_refusal(name, "llama3.1-8b", "TEST06", "datacenter") is None
+        assert audit_refusal(name, "llama3.1-8b", "TEST06", "edge") == (
+            f"round {name}'s checker does not require TEST06 of llama3.1-8b: it requires no audit of it")
 
 
 def test_missing_tools_name_the_clone_command_and_the_variable(tmp_path):

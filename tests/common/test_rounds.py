@@ -105,8 +105,6 @@ DEFAULT_ROUNDS = [
                              (OFF, "datacenter,edge"), (SRV, "datacenter,edge"), (SS, "datacenter,edge"))],
     ("llama3.1-8b", OFF, "datacenter", "v6.1"), ("llama3.1-8b", OFF, "edge", "v6.1"),
     ("llama3.1-8b", SS, "edge", "v6.1"), ("llama3.1-8b", OFF, "datacenter,edge", "v6.1"),
-    # v6.1 runs the datacenter set on a datacenter,edge system, Offline only: its Server and SingleStream are v5.1's.
-    ("llama3.1-8b", SRV, "datacenter,edge", "v5.1"), ("llama3.1-8b", SS, "datacenter,edge", "v5.1"),
 ]
 
 
@@ -133,14 +131,18 @@ def test_a_test_only_the_clone_built_round_takes_names_the_clone(benchmark, scen
 
 
 def test_a_test_no_round_takes_measures_with_the_newest_that_has_the_benchmark():
-    """BERT Server from an edge system, BERT SingleStream or llama3.1-8b Server from a datacenter one: no checker
-    takes them, so they can only measure, with the newest buildable round that has the benchmark (the verdict says
-    they are not submittable). A system without a type takes any type's rounds."""
+    """BERT Server from an edge system, BERT SingleStream or llama3.1-8b Server from a datacenter one, llama3.1-8b
+    Server or SingleStream from a datacenter,edge one (v5.1 and v6.1 run the datacenter set there, Offline only): no
+    checker takes them, so they can only measure, with the newest buildable round that has the benchmark (the
+    verdict says they are not submittable). A system without a type takes any type's rounds."""
     assert newest_round("bert-99", SRV, "edge") is None
     assert default_round("bert-99", SRV, "edge") == "v6.1"
     assert default_round("bert-99", SS, "datacenter") == "v6.1"
     assert default_round("gptj-99", SS, "datacenter") == "v5.0"
     assert default_round("llama3.1-8b", SRV, "datacenter") == "v6.1"
+    for scenario in (SRV, SS):
+        assert newest_round("llama3.1-8b", scenario, "datacenter,edge") is None
+        assert default_round("llama3.1-8b", scenario, "datacenter,edge") == "v6.1"
     assert default_round("bert-99", OFF, None) == "v6.1"
     assert default_round("gptj-99", SRV, None) == "v5.0"
 
@@ -157,12 +159,14 @@ def test_scenarios_all_without_a_round_is_one_rounds():
 
 
 def test_the_clone_command_names_the_tag_or_the_commit(tmp_path):
-    """A round with a tag is cloned at it; v6.1, which has none, at the main branch's commit that holds its rules."""
-    assert get_round("v5.1").tools.clone_command(tmp_path) == (
-        f"git clone --branch v5.1 https://github.com/mlcommons/inference {tmp_path / 'v5.1'}")
-    assert get_round("v6.1").tools.clone_command(tmp_path) == (
-        f"git clone https://github.com/mlcommons/inference {tmp_path / 'main'} && git -C {tmp_path / 'main'} "
-        "checkout b66003e10e2db4b8c36a448b0545ec90fcc6e9e9")
+    """A round judged by its tag's tools is cloned at the tag; v5.1 and v6.1, judged by the main branch's checker,
+    at the commit that holds their rules."""
+    assert get_round("v5.0").tools.clone_command(tmp_path) == (
+        f"git clone --branch v5.0 https://github.com/mlcommons/inference {tmp_path / 'v5.0'}")
+    for name in ("v5.1", "v6.1"):
+        assert get_round(name).tools.clone_command(tmp_path) == (
+            f"git clone https://github.com/mlcommons/inference {tmp_path / 'main'} && git -C {tmp_path / 'main'} "
+            "checkout b66003e10e2db4b8c36a448b0545ec90fcc6e9e9")
 
 
 def test_unknown_round_and_system_type_name_the_choices():
@@ -380,25 +384,24 @@ def test_server_latency_bounds_are_the_rounds(round_name):
 
 
 def test_llama_has_the_checkers_name_of_each_system_type():
-    """v5.1 checks llama3.1-8b under one name everywhere; v6.1 checks an edge system's (the 5,000-sample edge set) as
+    """v5.1 and v6.1 (the main branch's checker) check an edge system's llama3.1-8b (the 5,000-sample edge set) as
     llama3.1-8b-edge, which needs no audit, and a datacenter one's with TEST06. A run keeps the name llama3.1-8b."""
-    v51, v61 = get_round("v5.1"), get_round("v6.1")
-    assert v51.checker_name("llama3.1-8b", "edge") == "llama3.1-8b"
-    assert v51.scenarios_for("edge", "llama3.1-8b") == (Scenario.Offline, Scenario.SingleStream)
-    assert v51.audits_for("llama3.1-8b", "edge") == ("TEST06",)
-    assert v61.checker_name("llama3.1-8b", "edge") == "llama3.1-8b-edge"
-    assert v61.scenarios_for("edge", "llama3.1-8b") == (Scenario.Offline, Scenario.SingleStream)
-    assert v61.audits_for("llama3.1-8b", "edge") == ()
-    assert v61.scenarios_for("datacenter", "llama3.1-8b") == (Scenario.Offline,)
-    assert v61.audits_for("llama3.1-8b") == ("TEST06",)
+    for name in ("v5.1", "v6.1"):
+        the_round = get_round(name)
+        assert the_round.checker_name("llama3.1-8b", "edge") == "llama3.1-8b-edge"
+        assert the_round.checker_name("llama3.1-8b", "datacenter,edge") == "llama3.1-8b"
+        assert the_round.scenarios_for("edge", "llama3.1-8b") == (Scenario.Offline, Scenario.SingleStream)
+        assert the_round.audits_for("llama3.1-8b", "edge") == ()
+        assert the_round.scenarios_for("datacenter", "llama3.1-8b") == (Scenario.Offline,)
+        assert the_round.audits_for("llama3.1-8b") == ("TEST06",)
     assert newest_round("llama3.1-8b", Scenario.SingleStream, "edge") == "v6.1"
-    assert newest_round("llama3.1-8b", Scenario.Server, "datacenter,edge") == "v5.1"
 
 
 def test_a_checker_name_maps_back_to_the_benchmark_a_run_takes():
-    """Commands name our benchmarks: v6.1's llama3.1-8b-edge is run as llama3.1-8b; other names are the same."""
-    assert ROUNDS["v6.1"].run_name("llama3.1-8b-edge") == "llama3.1-8b"
-    assert ROUNDS["v6.1"].run_name("bert-99") == "bert-99"
+    """Commands name our benchmarks: llama3.1-8b-edge is run as llama3.1-8b; other names are the same."""
+    for name in ("v5.1", "v6.1"):
+        assert ROUNDS[name].run_name("llama3.1-8b-edge") == "llama3.1-8b"
+        assert ROUNDS[name].run_name("bert-99") == "bert-99"
 
 
 def test_a_run_builds_a_missing_core_of_its_tests_round_first(tmp_path, monkeypatch):

@@ -142,7 +142,7 @@ SCENARIO_FOLDER_LAYOUT = TreeLayout(measurements="results", compliance="results"
                                     model_info="measurements.json")
 
 
-ScenarioTable = dict[str, dict[str, tuple[Scenario, ...]]]  # system type -> benchmark name -> required scenarios
+ScenarioTable = dict[str, dict[str, tuple[Scenario, ...]]]  # system type -> benchmark name -> scenarios
 AuditTable = dict[str, tuple[str, ...]]  # benchmark name -> the compliance tests (TEST01, ...) a closed result needs
 
 
@@ -153,7 +153,7 @@ class Round:
     name: str
     loadgen: LoadgenRelease | LoadgenSource
     seeds: RngSeeds
-    scenarios: ScenarioTable
+    scenarios: ScenarioTable  # what a submission of the benchmark must hold
     audits: AuditTable
     tools: OfficialTools
     # Whether the checker wants documentation/calibration.md of every closed submission, quantized or not (v5.1's
@@ -163,6 +163,9 @@ class Round:
     # The checker's own name of a benchmark on an edge system where it differs (v5.1 and v6.1 check llama3.1-8b's
     # 5,000-sample edge set as llama3.1-8b-edge): the tables and a staged tree use it; runs and their logs keep ours.
     edge_names: dict[str, str] = field(default_factory=dict)
+    # What the checker takes beside the required scenarios when a submission holds them (its "optional-scenarios":
+    # llama3.1-8b's datacenter Server): a result of its own, required of no one.
+    optional: ScenarioTable = field(default_factory=dict)
 
     def checker_name(self, benchmark_name: str, system_type: str) -> str:
         """The name the round's checker gives ``benchmark_name`` on a system of this type."""
@@ -185,19 +188,25 @@ class Round:
                              "systems/<system>.json)")
         return self.scenarios.get(system_type, {}).get(self.checker_name(benchmark_name, system_type), ())
 
+    def accepted_for(self, system_type: str, benchmark_name: str) -> tuple[Scenario, ...]:
+        """The scenarios the round's checker takes of ``benchmark_name`` on a system type: the required ones, then
+        the optional ones."""
+        optional = self.optional.get(system_type, {}).get(self.checker_name(benchmark_name, system_type), ())
+        return self.scenarios_for(system_type, benchmark_name) + optional
+
     def audits_for(self, benchmark_name: str, system_type: str = "datacenter") -> tuple[str, ...]:
         """The compliance tests the round's checker requires of ``benchmark_name`` in every scenario; () if none."""
         return self.audits.get(self.checker_name(benchmark_name, system_type), ())
 
     def refusal(self, benchmark_name: str, scenario: Scenario, system_type: str) -> str | None:
         """Why this round does not accept the test, naming what it does accept; None when it does."""
-        if scenario in self.scenarios_for(system_type, benchmark_name):
+        if scenario in self.accepted_for(system_type, benchmark_name):
             return None
-        offered = [f"{kind}: {', '.join(s.value for s in by_bench[benchmark_name])}"
-                   for kind, by_bench in self.scenarios.items() if benchmark_name in by_bench]
+        offered = [f"{kind}: {', '.join(s.value for s in self.accepted_for(kind, benchmark_name))}"
+                   for kind in self.scenarios if self.accepted_for(kind, benchmark_name)]
         has = f"it has {benchmark_name} for " + "; ".join(offered) if offered else f"it has no {benchmark_name}"
         elsewhere = [other.name for other in ROUNDS.values()
-                     if other is not self and scenario in other.scenarios_for(system_type, benchmark_name)]
+                     if other is not self and scenario in other.accepted_for(system_type, benchmark_name)]
         rounds_have = f"rounds {', '.join(elsewhere)} have" if len(elsewhere) > 1 else f"round {''.join(elsewhere)} has"
         hint = f" ({rounds_have} it: --round={elsewhere[-1]})" if elsewhere else ""  # the newest of them
         return (f"round {self.name} has no {benchmark_name} {scenario.value} for {system_type} systems: "
@@ -218,6 +227,8 @@ MAIN_BRANCH_TOOLS = OfficialTools(folder="main", ref="b66003e10e2db4b8c36a448b05
 OFFLINE_SERVER = (Scenario.Offline, Scenario.Server)
 OFFLINE_SINGLESTREAM = (Scenario.Offline, Scenario.SingleStream)
 ALL_THREE = (Scenario.Offline, Scenario.Server, Scenario.SingleStream)
+# The main branch's checker takes llama3.1-8b's datacenter Server (and Interactive) as optional in v5.1 and v6.1.
+LLAMA_SERVER_OPTIONAL: ScenarioTable = {kind: {LLAMA: (Scenario.Server,)} for kind in ("datacenter", "datacenter,edge")}
 
 ROUNDS: dict[str, Round] = {
     "v4.1": Round(
@@ -273,12 +284,13 @@ ROUNDS: dict[str, Round] = {
         ),
         seeds=RngSeeds(1780908523862526354, 14771362308971278857, 18209322760996052031),
         # GPT-J left after v5.0; llama3.1-8b took its place: the datacenter set (13,368 samples) as llama3.1-8b,
-        # the edge set (5,000) as llama3.1-8b-edge, as in v6.1 (its optional datacenter Server and Interactive are
-        # left out). BERT stays edge-only. TEST06 is required of llama3.1-8b only, no audit of llama3.1-8b-edge.
+        # the edge set (5,000) as llama3.1-8b-edge, as in v6.1; its datacenter Server is optional (the harness runs no
+        # Interactive scenario). BERT stays edge-only. TEST06 is required of llama3.1-8b only, none of -edge.
         scenarios={"datacenter": {LLAMA: (Scenario.Offline,)},
                    "edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), LLAMA_EDGE: OFFLINE_SINGLESTREAM},
                    "datacenter,edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), LLAMA: (Scenario.Offline,),
                                        LLAMA_EDGE: OFFLINE_SINGLESTREAM}},
+        optional=LLAMA_SERVER_OPTIONAL,
         audits={**{name: ("TEST01",) for name in BERT}, LLAMA: ("TEST06",)},
         edge_names={LLAMA: LLAMA_EDGE},
         # The main branch's checker with --version v5.1, not the v5.1 tag's: the tag's reads llama3.1-8b Offline's
@@ -306,6 +318,7 @@ ROUNDS: dict[str, Round] = {
                    "edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), LLAMA_EDGE: OFFLINE_SINGLESTREAM},
                    "datacenter,edge": {**_same_for(BERT, OFFLINE_SINGLESTREAM), LLAMA: (Scenario.Offline,),
                                        LLAMA_EDGE: OFFLINE_SINGLESTREAM}},
+        optional=LLAMA_SERVER_OPTIONAL,
         audits={**{name: ("TEST01",) for name in BERT}, LLAMA: ("TEST06",)},
         edge_names={LLAMA: LLAMA_EDGE},
         # No v6.1 tag yet: the main branch's commit whose checker holds v6.0's and v6.1's rules.
@@ -321,7 +334,7 @@ def rounds_taking(benchmark_name: str, scenario: Scenario, system_type: str | No
     with no known type (``None``: a system without a description), those that take it from any type."""
     kinds = SYSTEM_TYPES if system_type is None else (system_type,)
     return [round_ for round_ in ROUNDS.values()
-            if any(scenario in round_.scenarios_for(kind, benchmark_name) for kind in kinds)]
+            if any(scenario in round_.accepted_for(kind, benchmark_name) for kind in kinds)]
 
 
 def newest_round(benchmark_name: str, scenario: Scenario, system_type: str) -> str | None:

@@ -225,7 +225,7 @@ def _round_for_all(tests: list[TestRun], kind: str | None) -> str:
         return ""
     tests_run = {(test.benchmark, test.scenario) for test in tests}
     for round_ in reversed(ROUNDS.values()):
-        if all(scenario in {each.value for each in round_.scenarios_for(kind, benchmark)}
+        if all(scenario in {each.value for each in round_.accepted_for(kind, benchmark)}
                for benchmark, scenario in tests_run):
             return (f" (the newest round that accepts all of them from {kind} systems is {round_.name}: run the "
                     f"tests it lacks with ROUND={round_.name}, then make stage_results ROUND={round_.name})")
@@ -236,9 +236,11 @@ def _check(chosen: dict[tuple[str, str, TestMode], TestRun], system_type: str, r
     """Every reason the chosen tests are not a complete, submittable set for the round, by name."""
     problems: list[str] = []
     for benchmark in sorted({benchmark for benchmark, _, _ in chosen}):
-        required = [s.value for s in get_round(round_name).scenarios_for(system_type, benchmark)]
+        round_ = get_round(round_name)
+        required = [s.value for s in round_.scenarios_for(system_type, benchmark)]
+        accepted = [s.value for s in round_.accepted_for(system_type, benchmark)]
         for scenario in sorted(set(required) | {scenario for b, scenario, _ in chosen if b == benchmark}):
-            if scenario not in required:
+            if scenario not in accepted:
                 problems.append(f"{benchmark} {scenario}: round {round_name} does not take it from a {system_type} "
                                 "system (its folder would be ignored or rejected)")
                 continue

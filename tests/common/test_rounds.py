@@ -21,6 +21,7 @@ from code.common.rounds import (
     get_round,
     newest_round,
     round_choice,
+    rounds_taking,
 )
 from code.harness.fetch_loadgen import SOURCE_ENV_VAR, FetchError, fetch_loadgen, manifest, mlperf_conf_seeds
 from code.mlperf.arguments import ArgumentError, parse_run_args
@@ -56,6 +57,10 @@ def test_table_matches_the_official_checker(round_name):
             expected = sorted(theirs.get(benchmark, []))
             assert sorted(s.value for s in ours.scenarios.get(system_type, {}).get(benchmark, ())) == expected, (
                 system_type, benchmark)
+            # the optional scenarios the harness runs (it runs no Interactive scenario)
+            optional = checker.get(f"optional-scenarios-{system_type.replace(',', '-')}", {}).get(benchmark, [])
+            assert sorted(s.value for s in ours.optional.get(system_type, {}).get(benchmark, ())) == sorted(
+                name for name in optional if name in {s.value for s in Scenario}), (system_type, benchmark)
     assert vars(ours.seeds) == checker["seeds"]
 
 
@@ -131,20 +136,33 @@ def test_a_test_only_the_clone_built_round_takes_names_the_clone(benchmark, scen
 
 
 def test_a_test_no_round_takes_measures_with_the_newest_that_has_the_benchmark():
-    """BERT Server from an edge system, BERT SingleStream or llama3.1-8b Server from a datacenter one, llama3.1-8b
-    Server or SingleStream from a datacenter,edge one (v5.1 and v6.1 run the datacenter set there, Offline only): no
-    checker takes them, so they can only measure, with the newest buildable round that has the benchmark (the
-    verdict says they are not submittable). A system without a type takes any type's rounds."""
+    """BERT Server from an edge system, BERT SingleStream from a datacenter one, llama3.1-8b SingleStream from a
+    datacenter,edge one (v5.1 and v6.1 run the datacenter set there): no checker takes them, so they can only
+    measure, with the newest buildable round that has the benchmark (the verdict says they are not submittable). A
+    system without a type takes any type's rounds."""
     assert newest_round("bert-99", SRV, "edge") is None
     assert default_round("bert-99", SRV, "edge") == "v6.1"
     assert default_round("bert-99", SS, "datacenter") == "v6.1"
     assert default_round("gptj-99", SS, "datacenter") == "v5.0"
-    assert default_round("llama3.1-8b", SRV, "datacenter") == "v6.1"
-    for scenario in (SRV, SS):
-        assert newest_round("llama3.1-8b", scenario, "datacenter,edge") is None
-        assert default_round("llama3.1-8b", scenario, "datacenter,edge") == "v6.1"
+    assert newest_round("llama3.1-8b", SS, "datacenter,edge") is None
+    assert default_round("llama3.1-8b", SS, "datacenter,edge") == "v6.1"
     assert default_round("bert-99", OFF, None) == "v6.1"
     assert default_round("gptj-99", SRV, None) == "v5.0"
+
+
+def test_llama_server_is_optional_from_v5_1():
+    """llama3.1-8b's datacenter Server is optional in v5.1 and v6.1: both take it from datacenter and datacenter,edge
+    systems, neither requires it (--scenarios=all runs Offline alone), and a staged set may hold it."""
+    for name in ("v5.1", "v6.1"):
+        round_ = get_round(name)
+        for kind in ("datacenter", "datacenter,edge"):
+            assert round_.refusal("llama3.1-8b", SRV, kind) is None
+            assert SRV in round_.accepted_for(kind, "llama3.1-8b") and SRV not in round_.scenarios_for(
+                kind, "llama3.1-8b")
+        assert round_.refusal("llama3.1-8b", SRV, "edge") is not None
+    for kind in ("datacenter", "datacenter,edge"):
+        assert newest_round("llama3.1-8b", SRV, kind) == "v6.1"
+        assert [r.name for r in rounds_taking("llama3.1-8b", SRV, kind)] == ["v5.1", "v6.1"]
 
 
 def test_scenarios_all_without_a_round_is_one_rounds():

@@ -56,3 +56,29 @@ def test_runs_of_several_rounds_are_refused_naming_the_round_that_takes_them_all
         _one_round(tests, None, "edge")
     assert _one_round(tests, "v6.1", "edge") == "v6.1"
     assert _one_round(tests[:1], None, "edge") == "v6.1"
+
+
+def test_an_optional_scenario_is_taken_and_not_required():
+    """llama3.1-8b's datacenter Server is optional in v6.1: a set with it or without it is complete; a scenario the
+    round does not take (SingleStream of the datacenter set) is named. Stand-in records: the rule alone."""
+    from types import SimpleNamespace
+
+    from code.common.constants import TestMode
+    from code.submission.runs import TestRun
+    from code.submission.stage import _check
+
+    record = SimpleNamespace(result_dict={"verdict": "VALID"}, round="v6.1")
+    modes = (TestMode.AccuracyOnly, TestMode.PerformanceOnly)
+
+    def tests(*scenarios: str) -> dict:
+        return {("llama3.1-8b", scenario, mode): TestRun(Path(scenario), "H200_SXM_141GBx1", "llama3.1-8b", scenario,
+                                                         mode, record)
+                for scenario in scenarios for mode in modes}
+
+    assert _check(tests("Offline", "Server"), "datacenter", "v6.1") == []
+    assert _check(tests("Offline"), "datacenter", "v6.1") == []
+    assert _check(tests("Offline", "SingleStream"), "datacenter", "v6.1") == [
+        "llama3.1-8b SingleStream: round v6.1 does not take it from a datacenter system (its folder would be ignored "
+        "or rejected)"]
+    missing = _check(tests("Server"), "datacenter", "v6.1")
+    assert missing and all(problem.startswith("llama3.1-8b Offline: no finished") for problem in missing)

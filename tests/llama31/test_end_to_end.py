@@ -83,3 +83,26 @@ def test_inflight_backend_answers_as_the_pytorch_backend(build_dir, tmp_path):
     record = json.loads((tmp_path / "inflight" / "CPU" / "llama3.1-8b" / "Offline" / "metadata.json").read_text())
     stats = record["engine_stats"]
     assert stats["completed"] == SAMPLES and stats["generated_tokens"] == sum(len(t) for t in eager.values())
+
+
+def test_singlestream_times_first_tokens_on_the_cpu(build_dir, tmp_path):
+    """SingleStream on the CPU class's engine (the inflight backend): LoadGen gets each first token as the engine
+    has it, so the summary holds a first-token p90 under the sample's whole latency and a time per output token,
+    and the run is not marked as timing first tokens with whole responses. 64 queries: what early stopping needs."""
+    logs = tmp_path / "logs"
+    done = subprocess.run(
+        [sys.executable, "-m", "code.main", "--action=run", "--benchmarks=llama3.1-8b", "--scenarios=singlestream",
+         "--test_run", "--min_duration=2000", "--min_query_count=64",
+         f"--input_data={build_dir / 'preprocessed' / 'datacenter'}",
+         f"--weights={build_dir / 'models' / 'Llama3.1-8B' / 'Llama-3.1-8B-Instruct'}", f"--log_dir={logs}"],
+        cwd=REPO_ROOT, capture_output=True, text=True, env=_env(build_dir), timeout=600)
+    assert done.returncode == ExitCode.OK, done.stdout + done.stderr
+    test_dir = logs / "CPU" / "llama3.1-8b" / "SingleStream"
+    summary = (test_dir / "mlperf_log_summary.txt").read_text()
+    sample_p90 = int(re.search(r"90\.0th percentile latency \(ns\) : (\d+)", summary).group(1))
+    first_p90 = int(re.search(r"90\.0th first token percentile latency \(ns\) : (\d+)", summary).group(1))
+    assert 0 < first_p90 < sample_p90
+    assert re.search(r"90\.00 percentile time to output token \(ns\)\s+: \d+", summary)
+    record = json.loads((test_dir / "metadata.json").read_text())
+    assert record["config"]["fields"]["backend"] == "inflight"
+    assert not any("whole responses" in reason for reason in record["result"]["not_submittable"])

@@ -19,6 +19,9 @@ class SingleStreamBaseConfig(LlamaBaseConfig):
 class CPU(SingleStreamBaseConfig):
     """Any machine without an NVIDIA GPU: the embedded default and CI."""
 
+    # the in-flight engine, as on a GPU: it reports each first token as soon as it has it, so LoadGen times the
+    # first token and the time per output token (the pytorch backend's whole responses time neither)
+    backend = "inflight"
     model_name = CPU_MODEL
     precision = "fp32"
     device = "cpu"

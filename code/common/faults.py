@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from code.common.benchmark_errors import BenchmarkError
+from code.common.constants import ExitCode
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
@@ -146,11 +147,11 @@ def describe(error: BaseException, writing_in: Path | None = None) -> str | None
             "elsewhere (--log_dir, MLPERF_SCRATCH_PATH), then run again")
 
 
-def fault_exit(error: Exception, writing_in: Path | None = None, code: int = 2) -> int:
+def fault_exit(error: Exception, writing_in: Path | None = None) -> int:
     """For a command's ``except Exception``: print the one line of a fault the user fixes (a missing or malformed
-    input, any ``describe``-d error) and return ``code``; re-raise a bug, whose traceback is the report."""
+    input, any ``describe``-d error) and return BAD_INPUT; re-raise a bug, whose traceback is the report."""
     line = str(error) if isinstance(error, (FileNotFoundError, ValueError)) else describe(error, writing_in)
     if line is None:
         raise error
     print(f"error: {line}", file=sys.stderr)
-    return code
+    return ExitCode.BAD_INPUT

@@ -47,9 +47,9 @@ class Published:
 
 
 @functools.cache
-def published_results(path: Path = PUBLISHED_CSV) -> tuple[Published, ...]:
+def published_results() -> tuple[Published, ...]:
     """Every row of the file; read once per process (the file ships with the code and does not change under it)."""
-    with path.open(newline="", encoding="utf-8") as file:
+    with PUBLISHED_CSV.open(newline="", encoding="utf-8") as file:
         return tuple(Published(**{**row, "per_gpu": float(row["per_gpu"]), "gpus": int(row["gpus"]),
                                   "system_figure": float(row["system_figure"])}) for row in csv.DictReader(file))
 

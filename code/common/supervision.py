@@ -106,14 +106,14 @@ def start_child(command: list[str], **popen_args: Any) -> subprocess.Popen:
         raise StartError(f"cannot run {program}{leads} ({why}); run make setup (or make build) again") from None
 
 
-def stop_group(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> bool:
+def stop_group(process: subprocess.Popen) -> bool:
     """Stop a child of ``start_in_own_group`` and its whole group; True if it was still running. SIGTERM first (the
-    test has no handler for it), SIGKILL after ``grace_s``; the group is signalled even when its leader is gone, for
-    what it left behind (Linux reuses no group's id while a member lives)."""
+    test has no handler for it), SIGKILL after ``STOP_GRACE_S``; the group is signalled even when its leader is gone,
+    for what it left behind (Linux reuses no group's id while a member lives)."""
     was_running = process.poll() is None
     _signal_group(process.pid, signal.SIGTERM)
     try:
-        process.wait(timeout=grace_s)
+        process.wait(timeout=STOP_GRACE_S)
     except subprocess.TimeoutExpired:
         _signal_group(process.pid, signal.SIGKILL)
         process.wait()

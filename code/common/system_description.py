@@ -118,11 +118,11 @@ def load_description(system: str, systems_dir: Path | None = None, submitter: st
     return description
 
 
-def described_gpu_count(system: str, systems_dir: Path | None = None) -> int | None:
+def described_gpu_count(system: str) -> int | None:
     """The description's ``accelerators_per_node``; None without one or a whole number there (a run does not need
     the description; ``make check_system_json`` names what is wrong with it)."""
     try:
-        return int(str(load_description(system, systems_dir).get("accelerators_per_node")).strip())
+        return int(str(load_description(system).get("accelerators_per_node")).strip())
     except (SystemDescriptionError, ValueError):
         return None
 

@@ -20,6 +20,7 @@ from code.common.constants import DATASET_SIZE, Benchmark, Scenario
 from code.common.gpu_models import model_names
 from code.common.loadgen_rules import OFFLINE_SLACK, offline_query_samples
 from code.common.rounds import ROUNDS
+from code.common.systems import memory_bytes
 from code.config.backends import BackendDeclaration, Given, Origin, declaration, declarations, needs_gpu
 from code.config.field_spec import Field, FieldError, Range
 
@@ -279,13 +280,6 @@ def plan_note(scenario: Scenario, values: dict[str, Any]) -> str | None:
         line += (f"; they last {planned / rate:,.0f} s at --offline_expected_qps={rate:g} samples/s and longer on a "
                  "slower system (make find_performance measures its rate)")
     return line
-
-
-def memory_bytes() -> int:
-    """This machine's memory (0: unknown)."""
-    from code.common.systems import memory_bytes as detected
-
-    return detected()
 
 
 def check_plan(scenario: Scenario, values: dict[str, Any], sources: dict[str, str]) -> None:

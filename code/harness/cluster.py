@@ -117,15 +117,15 @@ def passed_env(environ: dict[str, str] | os._Environ) -> dict[str, str]:
     return {name: environ[name] for name in PASSED_ENV if name in environ}
 
 
-def auto_address(environ: dict[str, str] | os._Environ = os.environ) -> tuple[str, str] | None:
+def auto_address() -> tuple[str, str] | None:
     """Where ``--cluster=auto`` leads, found in Ray's order (ray._private.services.get_ray_address_from_environment)
     and what names it: RAY_ADDRESS, else the file the last ``ray start`` on this node wrote
     (``<RAY_TMPDIR, else TMPDIR, else /tmp>/ray/ray_current_cluster``). None when neither names a host:port: Ray
     then looks for a running cluster itself, and says at once when it finds none."""
-    given = environ.get("RAY_ADDRESS", "")
+    given = os.environ.get("RAY_ADDRESS", "")
     if given and given != "auto":
         return (given, "RAY_ADDRESS") if HOST_PORT.fullmatch(given) else None
-    temp = environ["RAY_TMPDIR"] if "RAY_TMPDIR" in environ else environ.get("TMPDIR", "/tmp")
+    temp = os.environ.get("RAY_TMPDIR", os.environ.get("TMPDIR", "/tmp"))
     written = os.path.join(temp, "ray", "ray_current_cluster")
     try:
         with open(written) as file:

@@ -259,11 +259,11 @@ class WorkerPool:
         finally:
             sock.settimeout(None)
 
-    def exit_notes(self, grace_s: float = 2.0) -> list[str]:
-        """One line per worker that ended badly; all get ``grace_s`` together to end (one that just failed may be on
-        its way out)."""
+    def exit_notes(self) -> list[str]:
+        """One line per worker that ended badly; all get 2 s together to end (one that just failed may be on its way
+        out)."""
         notes = []
-        deadline = time.monotonic() + grace_s
+        deadline = time.monotonic() + 2.0
         for worker in self.workers:
             if _ended(worker.process, deadline - time.monotonic()) and worker.process.returncode != 0:
                 notes.append(f"the worker of {worker.plan.device} (pid {worker.process.pid}) "

@@ -248,14 +248,13 @@ def search_server_qps(
     start_qps: float,
     max_runs: int = SERVER_MAX_TRIES,
     tolerance: float = SERVER_TOLERANCE,
-    step: float = SERVER_STEP,
     down_step: float | None = None,
     floor_qps: float = 0.0,
 ) -> ServerSearch:
-    """The highest VALID target QPS, validity falling monotonically with QPS: up by ``step`` after a VALID try, down
-    by ``down_step`` after an INVALID one until the answer is bracketed, then bisect to within ``tolerance`` or until
-    ``max_runs`` are spent. A crashed try ends the search; so does a rate below ``floor_qps`` with nothing VALID."""
-    down = down_step or step
+    """The highest VALID target QPS, validity falling monotonically with QPS: up by ``SERVER_STEP`` after a VALID try,
+    down by ``down_step`` after an INVALID one until the answer is bracketed, then bisect to within ``tolerance`` or
+    until ``max_runs`` are spent. A crashed try ends the search; so does a rate below ``floor_qps``, nothing VALID."""
+    down = down_step or SERVER_STEP
     tries: list[ServerTry] = []
     low: float | None = None  # highest VALID
     high: float | None = None  # lowest INVALID
@@ -280,7 +279,7 @@ def search_server_qps(
             if qps in (low, high):
                 return done("bracket cannot be split further")
         elif low is not None:
-            qps = round_qps(low * step)
+            qps = round_qps(low * SERVER_STEP)
         else:
             qps = round_qps(high / down)
             if qps <= 0 or qps < floor_qps:

@@ -213,7 +213,8 @@ def load_checkpoint(
     path = Path(path_or_state_dict)
     if config is None:
         config = GptjConfig.from_hf(read_config(path))
-    return load_state(empty_model(config, dtype, device), checkpoint_tensors(path), str(path))
+    tensors = checkpoint_tensors(path)  # before the model: a wrong path fails before any allocation
+    return load_state(empty_model(config, dtype, device), tensors, str(path))
 
 
 def random_weights(

@@ -245,7 +245,8 @@ def load_checkpoint(path: str | Path, config: LlamaConfig | None = None, dtype: 
     safetensors shards, as ``meta-llama/Llama-3.1-8B-Instruct`` ships; or one weights file with ``config``)."""
     path = Path(path)
     config = config or LlamaConfig.from_hf(read_config(path))
-    return load_state(empty_model(config, dtype, device), checkpoint_tensors(path), str(path))
+    tensors = checkpoint_tensors(path)  # before the model: a wrong path fails before any allocation
+    return load_state(empty_model(config, dtype, device), tensors, str(path))
 
 
 def random_weights(config: LlamaConfig, seed: int, dtype: torch.dtype = torch.float32, device: Device = "cpu",

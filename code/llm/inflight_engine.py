@@ -428,8 +428,8 @@ class CalibratedBackend(EngineBackend):
     @classmethod
     def engine_spec(cls, config: ResolvedConfig, context: Any) -> EngineSpec:  # noqa: ANN401 - a BackendContext
         return cls.recipe.spec_type(model_name=config["model_name"], precision=config["precision"],
-                             kv_cache_dtype=config["kv_cache_dtype"], checkpoint=context.checkpoint,
-                             seed=config["seed"])
+                                    kv_cache_dtype=config["kv_cache_dtype"], checkpoint=context.checkpoint,
+                                    seed=config["seed"])
 
     @classmethod
     def engine_dir(cls, config: ResolvedConfig, context: Any) -> Path | None:  # noqa: ANN401
@@ -480,8 +480,8 @@ class CalibratedBackend(EngineBackend):
         if fp8 and (options.engine_dir is None or options.engine_spec is None):
             raise ValueError("an FP8 inflight run needs InflightOptions.engine_dir and engine_spec (the engine "
                              "holds the calibration): build it with make generate_engines")
-        spec = self.recipe.spec_type(options.model_name, options.precision, options.kv_cache_dtype, options.checkpoint,
-                              options.seed)
+        spec = self.recipe.spec_type(options.model_name, options.precision, options.kv_cache_dtype,
+                                     options.checkpoint, options.seed)
         model = self.recipe.load_model(spec, device, model_dtype(options.precision))
         amax = None
         if fp8:

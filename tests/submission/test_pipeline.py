@@ -179,8 +179,8 @@ def _run(build: Path, logs: Path, benchmark: str, scenario: str, round_name: str
 # llama3.1-8b in the later rounds' trees: the tiny model (random weights) on the CPU over 8 made prompts, Offline, with
 # mlperf.conf's performance sample count, 13,368 (LoadGen loads what exists; the edge checker wants 5,000 or more)
 # and a query of the 8; the audits the round requires of it on the CPU system, if any, run the round's scripts on it
-# (v5.1's and v6.1's checker requires none of llama3.1-8b-edge). Its SingleStream is not run: LoadGen's token
-# latencies there need the first token of each response reported on its own, which the core does not do yet.
+# (v5.1's and v6.1's checker requires none of llama3.1-8b-edge). Its SingleStream is not staged here: the CPU's
+# SingleStream (the inflight backend, first tokens reported on their own) is tests/llama31/test_end_to_end.py's.
 LLAMA = "llama3.1-8b"
 LLAMA_SAMPLES = 8
 LLAMA_SHORT = ["--min_duration=500", f"--min_query_count={LLAMA_SAMPLES}", "--offline_expected_qps=1"]

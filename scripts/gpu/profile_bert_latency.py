@@ -12,7 +12,7 @@ so ``run_batch - replay`` is the host's share and ``replay - kernels`` the gaps 
 eager forward's kernels are grouped by kind (GEMM, attention, LayerNorm...) per length, which says where a latency
 engine has to cut.
 
-``--jitter_s S`` (first engine only) then times one sample after another for S seconds a phase, SquAD-like lengths,
+``--jitter_s S`` (first engine only) then times one sample after another for S seconds a phase, SQuAD-like lengths,
 as a SingleStream test issues them: without readers, with the test's power and host readers running
 (``code.mlperf.power.power_sampler``, ``HostReader``), and without again. A SingleStream p90 is a tail: this says
 whether the readers a test runs beside the samples lengthen it.

@@ -40,7 +40,7 @@ class H100_SXM_80GB(SingleStreamBaseConfig):
     backend = "inflight"
     precision = "bf16"
     device = "cuda"
-    # estimate, the H200's sample time scaled by the memory's speed (configs/llama31/__init__.py)
+    # the bf16 rung's: an estimate, the H200's sample time scaled by the memory's speed (configs/llama31/__init__.py)
     single_stream_expected_latency_ns = 1_100_000_000
 
 
@@ -50,6 +50,5 @@ class H200_SXM_141GB(H100_SXM_80GB):
     # an estimate between the two (measured: llama-server57-fp8-ss-2026-11-29)
     engine_ladder = llama_ladder(fp8={"single_stream_expected_latency_ns": 500_000_000},
                                  fp8_gemms={"single_stream_expected_latency_ns": 600_000_000}, bf16={})
-    # a sample's whole time, so LoadGen plans the queries the minimum duration holds (measured:
-    # llama-server37-ss-2026-11-29)
+    # the bf16 rung's sample time (measured: llama-server37-ss-2026-11-29)
     single_stream_expected_latency_ns = 1_000_000_000

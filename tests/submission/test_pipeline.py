@@ -178,12 +178,17 @@ def _run(build: Path, logs: Path, benchmark: str, scenario: str, round_name: str
 
 # llama3.1-8b in the later rounds' trees: the tiny model (random weights) on the CPU over 8 made prompts, Offline, with
 # mlperf.conf's performance sample count, 13,368 (LoadGen loads what exists; the edge checker wants 5,000 or more)
-# and a query of the 8; the audits the round requires of it on the CPU system, if any, run the round's scripts on it
-# (v5.1's and v6.1's checker requires none of llama3.1-8b-edge). Its SingleStream is not staged here: the CPU's
-# SingleStream (the inflight backend, first tokens reported on their own) is tests/llama31/test_end_to_end.py's.
+# and a query of the 8. v5.1's and v6.1's checker requires no audit of the edge set (llama3.1-8b-edge) and TEST06 of
+# the datacenter set: the same tiny model also runs as a datacenter,edge system's (LLAMA_DATACENTER, its device,
+# backend, precision and model named for the CPU; logs beside the staged ones), and the round's TEST06 verifies it.
+# Its SingleStream is not staged here: the CPU's SingleStream (the inflight backend, first tokens reported on their
+# own) is tests/llama31/test_end_to_end.py's.
 LLAMA = "llama3.1-8b"
 LLAMA_SAMPLES = 8
 LLAMA_SHORT = ["--min_duration=500", f"--min_query_count={LLAMA_SAMPLES}", "--offline_expected_qps=1"]
+LLAMA_DATACENTER_SYSTEM = "H200_SXM_141GBx1"
+LLAMA_DATACENTER = [f"--system_name={LLAMA_DATACENTER_SYSTEM}", "--device=cpu", "--backend=pytorch",
+                    "--precision=fp32", "--model_name=tiny"]
 # What the checker says of these llama runs beyond the shortened complaints: random weights score no ROUGE.
 LLAMA_KNOWN = ("accuracy not valid",)
 
@@ -197,20 +202,30 @@ def _llama_args(build: Path, round_name: str) -> list[str]:
 
 
 def _run_llama(build: Path, logs: Path, round_name: str) -> None:
-    """llama3.1-8b's Offline SubmissionRun (its accuracy run FAILs: random weights) and the audits the round requires
-    of it on the CPU system, through make run_audit_harness."""
+    """llama3.1-8b's Offline SubmissionRun (its accuracy run FAILs: random weights), and the datacenter set's TEST06
+    on the same model run as a datacenter,edge system's, through make run_audit_harness."""
     write_tiny_llama(build, LLAMA_SAMPLES)
     done = _python(build, "-m", "code.main", "--action=run", *_llama_args(build, round_name),
                    "--test_mode=SubmissionRun", f"--log_dir={logs / f'{LLAMA}-Offline-0'}")
     assert done.returncode == ExitCode.INVALID, done.stdout[-3000:] + done.stderr[-3000:]
-    for audit in get_round(round_name).audits_for(LLAMA, "edge"):
+    assert get_round(round_name).audits_for(LLAMA, "edge") == ()
+    audits = get_round(round_name).audits_for(LLAMA, "datacenter,edge")
+    assert audits == ("TEST06",)
+    datacenter_args = [*_llama_args(build, round_name), *LLAMA_DATACENTER]
+    reference_logs = build / "datacenter_logs"
+    done = _python(build, "-m", "code.main", "--action=run", *datacenter_args, "--test_mode=SubmissionRun",
+                   f"--log_dir={reference_logs}")
+    assert done.returncode == ExitCode.INVALID, done.stdout[-3000:] + done.stderr[-3000:]
+    reference = reference_logs / LLAMA_DATACENTER_SYSTEM / LLAMA / "Offline"
+    for audit in audits:
         done = subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "-o", "build", "run_audit_harness",
-                               f"ROUND={round_name}", f"RUN_ARGS={' '.join(_llama_args(build, round_name))} "
-                               f"--audit_test={audit}"], capture_output=True, text=True, env=_env(build), timeout=1800)
+                               f"ROUND={round_name}", f"RUN_ARGS={' '.join(datacenter_args)} --audit_test={audit} "
+                               f"--audit_results_dir={reference}"],
+                              capture_output=True, text=True, env=_env(build), timeout=1800)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        verified = sorted((build / "compliance_logs").glob(f"*/{SYSTEM}/{LLAMA}/Offline/{audit}"))[-1]
+        verified = sorted((build / "compliance_logs").glob(f"*/{LLAMA_DATACENTER_SYSTEM}/{LLAMA}/Offline/{audit}"))[-1]
         text = (verified / "verify_accuracy.txt").read_text()
-        assert "TEST06 verification complete" in text, text
+        assert "TEST06 verification complete" in text and "EOS check pass: True" in text, text
         print(f"{round_name} {LLAMA} Offline {audit} verify_accuracy.txt: {' | '.join(text.strip().splitlines())}")
 
 

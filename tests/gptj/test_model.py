@@ -264,15 +264,3 @@ def test_generate_refuses_what_it_cannot_do(prompts):
     with pytest.raises(ValueError, match="early_stopping"):
         GenerationConfig(early_stopping="sometimes")
 
-
-def test_a_wrong_checkpoint_path_fails_before_the_model_is_built(tmp_path, monkeypatch):
-    """The checkpoint's files are found (or refused) before any weight is allocated: an 8B model's storage costs
-    memory and time a wrong path must not."""
-    import code.gptj.model as model_module
-
-    def no_model(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - a trap
-        raise AssertionError("the model was built before the checkpoint's files were found")
-
-    monkeypatch.setattr(model_module, "empty_model", no_model)
-    with pytest.raises(CheckpointError, match="no such checkpoint file"):
-        load_checkpoint(tmp_path / "absent.safetensors", TINY)

@@ -160,15 +160,3 @@ def test_random_weights_depend_only_on_seed():
     assert torch.equal(a.norm.weight, torch.ones(TINY.dim))
     assert abs(float(a.layers[0].feed_forward.w1.weight.std()) - 0.02) < 0.002
 
-
-def test_a_wrong_checkpoint_path_fails_before_the_model_is_built(tmp_path, monkeypatch):
-    """The checkpoint's files are found (or refused) before any weight is allocated: an 8B model's storage costs
-    memory and time a wrong path must not."""
-    import code.llama31.model as model_module
-
-    def no_model(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - a trap
-        raise AssertionError("the model was built before the checkpoint's files were found")
-
-    monkeypatch.setattr(model_module, "empty_model", no_model)
-    with pytest.raises(CheckpointError, match="no such checkpoint file"):
-        load_checkpoint(tmp_path / "absent.safetensors", TINY)

@@ -40,7 +40,7 @@ from code.llm.checkpoint import model_dtype
 from code.llm.generation import GenerationConfig
 from code.llm.kv_cache import CacheShape, KVCache
 from code.llm.memory_plan import GIB, KV_CACHE_DTYPES, PAGE_SIZE, PRECISIONS, RESERVE_SHARE, prompt_pool_pages
-from code.llm.paged_attention import decode_launch_for
+from code.llm.paged_attention import decode_launch_for, head_groups, kernel_launch
 from code.mlperf.devices import allocatable_gpu_bytes, placed_on, usable_gpu_bytes
 from code.numerics.fp8 import E4M3
 
@@ -185,8 +185,8 @@ class InflightEngine:
     def _decode_launch(self) -> dict[str, int]:
         """The split rule's launch for this engine's slots: every step's grid holds all ``slots`` (free ones read
         one token), so the graph serves that many, whatever runs."""
-        base = self.model.decode_launch
-        return decode_launch_for(self.options.slots, self.cache.shape.heads // base.get("HEADS", 1),
+        base = kernel_launch(self.model.decode_launch, self.cache, self.model.device)
+        return decode_launch_for(self.options.slots, head_groups(base, self.cache),
                                  sm_count(self.model.device), base,
                                  prompt_tokens=min(self.model.typical_prompt_tokens, self.options.max_prompt_length),
                                  page_size=self.options.page_size)

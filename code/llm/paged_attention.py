@@ -37,6 +37,13 @@ FP8 cache the kernel loads e4m3 keys and values and widens them to fp16 in regis
 per pair where bf16 takes two, so the queries go to fp16 too: GPT-J's stay far inside fp16's range); the layer's
 key scale is folded into the score scale and its value scale into the final normalisation.
 
+With an FP8 cache on a GPU of compute capability 8.9 or newer, a launch with ``CUDA`` runs a CUDA kernel instead
+(``code/llm/cuda/paged_decode_fp8.cu``, built by nvcc and loaded by ``code/llm/cuda_decode.py``): one block of
+warps per (slot, key/value head, split), each warp streaming tiles of 16 keys through shared memory with
+asynchronous copies, scores and values on ``mma.sync`` in layouts where each e4m3 byte is converted once and the
+scores' accumulator is the values' operand as it stands (its header says how). Without nvcc the Triton kernel runs
+and a warning names the fix.
+
 Elsewhere (CPU runs, tests) ``decode_attention_reference`` computes the same thing in plain PyTorch with HF's
 operation order; ``scripts/gpu/check_gptj_inflight.py`` and ``scripts/gpu/check_llama_inflight.py`` compare the
 two on the GPU.
@@ -68,10 +75,48 @@ MAX_ROWS = 64  # the most query rows one program takes: its accumulator is [rows
 # heads' keys, their query rows filling the tile); it must divide the cache's head count.
 # The default is GPT-J's (16 heads of 256, 4 beams, FP8 cache): two heads a program read the cache 1.23x as fast as
 # one (measured: decode-heads-2026-11-28); a model of another shape passes its own (``decode_attention``'s launch).
-DECODE_LAUNCH: dict[str, int] = {"KEYS": 32, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 2}
+# CUDA: 1 asks for the CUDA kernel where the cache is FP8 (``uses_cuda_kernel``; its launch is ``CUDA_LAUNCH``):
+# 1.49x the Triton kernel's speed at GPT-J's shape, 4.0 TB/s (measured: cuda-decode-2026-11-29).
+DECODE_LAUNCH: dict[str, int] = {"KEYS": 32, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 2, "CUDA": 1}
+# The CUDA kernel's own keys: CUDA (1: use it), BLOCKS (blocks an SM its register cap allows; 1: no cap), ORDER
+# (1: the grid runs over a slot's heads first, so blocks side by side read adjacent bytes of each key row; 0: slots)
+CUDA_KEYS = ("CUDA", "BLOCKS", "ORDER")
+# The CUDA kernel's launch at many slots, for GPT-J's and Llama 3.1 8B's shapes alike: 4 warps, 3 tile buffers a
+# warp, no register cap, heads first, one split (two: x0.82 at GPT-J's shape, x0.77 at Llama's; a cap of 4 blocks
+# an SM spills at GPT-J's head_dim 256: x0.70). KEYS is its tile, which the split rule aligns to.
+CUDA_LAUNCH: dict[str, int] = {"CUDA": 1, "KEYS": 16, "num_warps": 4, "num_stages": 3, "BLOCKS": 1, "ORDER": 1,
+                               "SPLITS": 1}
 # The split rule (``decode_launch_for``) aims at this many decode programs per SM: a program is one chain of
 # dependent loads, so an SM needs a few at once to hide their latency, and two waves' worth keep every SM busy.
 PROGRAMS_PER_SM = 2
+
+
+def uses_cuda_kernel(launch: Mapping[str, int], cache: KVCache, device: torch.device) -> bool:
+    """Whether a decode step with ``launch`` runs the CUDA kernel: the launch asks for it (``CUDA``: 1), the cache
+    is FP8 and the GPU and toolkit can build it (``cuda_decode.available``); otherwise the Triton kernel runs with
+    the launch's Triton keys."""
+    if not launch.get("CUDA") or not cache.is_fp8 or device.type != "cuda":
+        return False
+    from code.llm import cuda_decode
+
+    return cuda_decode.available(device)
+
+
+def kernel_launch(base: Mapping[str, int], cache: KVCache, device: torch.device) -> dict[str, int]:
+    """The launch a model's decode steps run before the split rule (``decode_launch_for``): ``CUDA_LAUNCH`` where
+    the model asks for the CUDA kernel and it can run (``uses_cuda_kernel``), else ``base``'s Triton keys. The
+    CUDA kernel's launch is its own: one tuning served both models' shapes (measured: cuda-decode-2026-11-29)."""
+    if uses_cuda_kernel(base, cache, device):
+        return dict(CUDA_LAUNCH)
+    return {key: value for key, value in base.items() if key not in CUDA_KEYS}
+
+
+def head_groups(launch: Mapping[str, int], cache: KVCache) -> int:
+    """The programs a slot's decode step with ``launch`` (``kernel_launch``'s) runs before splits: one per
+    key/value head for the CUDA kernel, one per HEADS heads for the Triton kernel."""
+    if launch.get("CUDA"):
+        return cache.shape.heads
+    return cache.shape.heads // launch.get("HEADS", 1)
 
 
 def decode_launch_for(slots: int, head_groups: int, sm_count: int, base: Mapping[str, int], *,
@@ -212,6 +257,10 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
     if head_dim % 2:
         raise ValueError(f"the decode kernel splits head_dim in halves; {head_dim} is odd")
     launch = dict(DECODE_LAUNCH if launch_settings is None else launch_settings)
+    if uses_cuda_kernel(launch, cache, q.device):
+        return _decode_attention_cuda(q, cache, layer, ancestry, gen_count, group, launch)
+    for key in CUDA_KEYS:
+        launch.pop(key, None)
     keys, splits, heads = launch.pop("KEYS"), launch.pop("SPLITS", 1), launch.pop("HEADS", 1)
     if splits < 1:
         raise ValueError(f"the decode launch's SPLITS must be >= 1 (1: one program per slot and group of HEADS "
@@ -262,6 +311,63 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
         BEAMS=beams, HEAD=head_dim, SPLIT_TILE=triton.next_power_of_2(splits), ALIGN=align,
         num_warps=4,
     )
+    return out
+
+
+def _decode_attention_cuda(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, gen_count: Tensor, group: int,
+                           launch: Mapping[str, int]) -> Tensor:
+    """The CUDA kernel (``code/llm/cuda_decode.py``) over an FP8 cache: one block per (slot, key/value head,
+    split) of ``num_warps`` warps streaming tiles of 16 keys through ``num_stages`` buffers; with SPLITS > 1 the
+    partials go through ``_merge_kernel`` as the Triton split kernel's do."""
+    from code.llm import cuda_decode
+
+    if not cache.is_fp8:
+        raise ValueError("the CUDA decode kernel reads an FP8 cache; a bf16 cache takes the Triton kernel (a "
+                         "decode launch without CUDA)")
+    if cache.shape.page_size % cuda_decode.TILE:
+        raise ValueError(f"the CUDA decode kernel reads whole tiles of {cuda_decode.TILE} keys of a page; a page of "
+                         f"{cache.shape.page_size} tokens is not a multiple of it")
+    slots, beams = ancestry.shape[:2]
+    q_heads, head_dim = q.shape[1:]
+    splits = launch.get("SPLITS", CUDA_LAUNCH["SPLITS"])
+    if splits < 1:
+        raise ValueError(f"the decode launch's SPLITS must be >= 1, not {splits}")
+    pk, pv = cache.prompt_k[layer], cache.prompt_v[layer]
+    gk, gv = cache.gen_k[layer], cache.gen_v[layer]
+    out = torch.empty_like(q)
+    beam_rows = slots * beams
+    align = math.lcm(cache.shape.page_size, cuda_decode.TILE)
+    if splits > 1:
+        partial = splits * beam_rows * q_heads * head_dim
+        workspace = torch.empty(partial + 2 * splits * beam_rows * q_heads, dtype=torch.float32, device=q.device)
+        acc = workspace[:partial].view(splits, beam_rows, q_heads, head_dim)
+        stats = workspace[partial:].view(2, splits, beam_rows, q_heads)
+    else:
+        acc = stats = out.new_empty(0, dtype=torch.float32)
+    params = cuda_decode.DecodeParams(
+        q.data_ptr(), pk.data_ptr(), pv.data_ptr(), cache.block_table.data_ptr(), cache.prompt_lengths.data_ptr(),
+        gk.data_ptr(), gv.data_ptr(), ancestry.data_ptr(), gen_count.data_ptr(), out.data_ptr(), acc.data_ptr(),
+        stats.data_ptr(),
+        q.stride(0), q.stride(1), pk.stride(0), pk.stride(1), pk.stride(2), cache.block_table.stride(0),
+        gk.stride(0), gk.stride(1), gk.stride(2), gk.stride(3), ancestry.stride(0), ancestry.stride(1),
+        out.stride(0), out.stride(1), *(acc.stride()[:3] if splits > 1 else (0, 0, 0)),
+        *(stats.stride()[:3] if splits > 1 else (0, 0, 0)),
+        1.0 / math.sqrt(head_dim) * 1.4426950408889634 * cache.k_scale[layer], cache.v_scale[layer],
+        splits, align, cache.shape.page_size, launch.get("ORDER", CUDA_LAUNCH["ORDER"]),
+    )
+    if gen_count.dtype != torch.int64 or ancestry.dtype != torch.int32:
+        raise ValueError(f"the CUDA decode kernel reads int64 counts and an int32 ancestry, not {gen_count.dtype} "
+                         f"and {ancestry.dtype}")
+    heads_first = launch.get("ORDER", CUDA_LAUNCH["ORDER"])
+    grid = (cache.shape.heads, slots, splits) if heads_first else (slots, cache.shape.heads, splits)
+    cuda_decode.launch(params, grid, q, head_dim, beams, group,
+                       *(launch.get(key, CUDA_LAUNCH[key]) for key in ("num_warps", "num_stages", "BLOCKS")))
+    if splits > 1:
+        _merge_kernel[(beam_rows, q_heads)](
+            acc, stats, cache.prompt_lengths, out, acc.stride(0), acc.stride(1), acc.stride(2), stats.stride(0),
+            stats.stride(1), stats.stride(2), out.stride(0), out.stride(1), cache.v_scale[layer], splits,
+            BEAMS=beams, HEAD=head_dim, SPLIT_TILE=triton.next_power_of_2(splits), ALIGN=align, num_warps=4,
+        )
     return out
 
 

@@ -90,6 +90,14 @@ DECODE_SLOTS = 256  # the engine's FP8 batch (configs: gpu_batch_size)
 # decode_splits: the one-head launch first (the baseline of every speed-up), then SPLITS 2/4/8 at its tile, then one
 # program per (slot, head) with fewer warps (a 16-row tile split over 4 warps reduces each softmax row across warps
 # through shared memory) and other tiles and depths, then a few of those split 2 ways
+# The CUDA decode kernel's launches (``decode_cuda``): warps a block and tile buffers a warp, as built.
+DECODE_CUDA_CHOICES: list[dict[str, int]] = [
+    {"CUDA": 1, "KEYS": 16, "num_warps": warps, "num_stages": stages, "BLOCKS": blocks, "SPLITS": 1, "HEADS": 1,
+     "ORDER": order}
+    for order in (0, 1) for warps, stages, blocks in ((4, 2, 1), (4, 3, 1), (4, 2, 4))
+]
+DECODE_CUDA_CHOICES.append({**DECODE_CUDA_CHOICES[-2], "SPLITS": 2})  # heads first, w4s3, two splits
+LLAMA_TRITON_LAUNCH = {"KEYS": 32, "num_warps": 4, "num_stages": 3, "SPLITS": 2, "HEADS": 4}  # its engine's
 DECODE_SPLIT_CHOICES: list[dict[str, int]] = [
     {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 1},
     *({"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": n, "HEADS": 1} for n in (2, 4, 8)),
@@ -263,6 +271,10 @@ def time_launches(attend: Callable[[], torch.Tensor]) -> dict[str, float | str]:
 
 
 def launch_name(launch: dict[str, int]) -> str:
+    if launch.get("CUDA"):
+        name = f"cuda{'h' if launch.get('ORDER') else ''} w{launch['num_warps']}s{launch['num_stages']}"
+        name += f"m{launch.get('BLOCKS', 1)}"
+        return name + (f"x{launch['SPLITS']}" if launch.get("SPLITS", 1) > 1 else "")
     name = f"k{launch['KEYS']}w{launch['num_warps']}s{launch['num_stages']}"
     name += f"x{launch['SPLITS']}" if launch.get("SPLITS", 1) > 1 else ""
     return name + (f"h{launch['HEADS']}" if launch.get("HEADS", 1) > 1 else "")
@@ -446,6 +458,45 @@ def decode_heads_case(check: Check, model: str, fp8: bool) -> None:
                       f"read (speed-ups against {launch_name(choices[0])})")
     check.rows.extend(launch_rows(launches))
     del case
+
+
+def decode_cuda_step(check: Check) -> None:
+    """The CUDA decode kernel (``code/llm/cuda_decode.py``) against each model's Triton launch on the FP8 cache:
+    GPT-J's and Llama 3.1 8B's engine shapes, then GPT-J at one slot (SingleStream: splits and the merge), each
+    launch checked against the reference; one CUDA launch captured in a CUDA graph must replay equal to eager."""
+    cases = {"gptj": (gptj_decode_case(check, True), [dict(attention_module.DECODE_LAUNCH), *DECODE_CUDA_CHOICES]),
+             "llama": (llama_decode_case(check.device, True), [LLAMA_TRITON_LAUNCH, *DECODE_CUDA_CHOICES])}
+    for model, (case, choices) in cases.items():
+        launches = time_decode_launches(case, choices)
+        graph_launch = {**DECODE_CUDA_CHOICES[0], "SPLITS": 3}
+        graph_equal = with_launch(graph_launch, functools.partial(graph_replay_equals_eager, case.attend,
+                                                                  check.device))
+        check.details.setdefault("decode_cuda", {})[model] = {
+            "mean_prompt": float(case.cache.prompt_lengths.float().mean()), "gb_read": case.gb_read,
+            "launches": launches, "graph_replay_equal": graph_equal}
+        check.rows.append(f"decode cuda {model} fp8 cache, {case.gb_read:.2f} GB read (speed-ups against "
+                          f"{launch_name(choices[0])}); graph replay {launch_name(graph_launch)} equal: {graph_equal}")
+        check.rows.extend(launch_rows(launches))
+        del case
+    one = one_slot_case(check)
+    choices = [{**attention_module.DECODE_LAUNCH, "SPLITS": 8},
+               *({**DECODE_CUDA_CHOICES[0], "SPLITS": n} for n in (1, 4, 8, 15))]
+    launches = time_decode_launches(one, choices)
+    check.details.setdefault("decode_cuda", {})["gptj_one_slot"] = {"gb_read": one.gb_read, "launches": launches}
+    check.rows.append(f"decode cuda gptj fp8 cache, one slot, {one.gb_read * 1e3:.1f} MB read")
+    check.rows.extend(launch_rows(launches))
+
+
+def one_slot_case(check: Check) -> DecodeCase:
+    """GPT-J's decode at one slot of a 1,900-token prompt, 60 tokens generated (a SingleStream step)."""
+    device = check.device
+    cache = filled_cache([1900], device, True)
+    counts = torch.tensor([60], device=device)
+    gen = torch.Generator().manual_seed(2)
+    ancestry = torch.randint(0, 4, (1, 4, 128), generator=gen, dtype=torch.int32).to(device)
+    q = torch.randn(4, 16, 256, device=device, dtype=torch.bfloat16)
+    return DecodeCase(cache, ancestry, counts, q, decode_attention_reference(q, cache, 0, ancestry, counts),
+                      cache_read_gb(cache, counts))
 
 
 def graph_replay_equals_eager(attend: Callable[[], torch.Tensor], device: torch.device) -> bool:
@@ -683,7 +734,8 @@ def profile_step(check: Check) -> None:
 
 
 STEPS: dict[str, Callable[[Check], None]] = {"attention": attention_step, "decode_splits": decode_splits_step,
-                                             "decode_heads": decode_heads_step, "load": load_step,
+                                             "decode_heads": decode_heads_step, "decode_cuda": decode_cuda_step,
+                                             "load": load_step,
                                              "agreement": agreement_step, "splits": splits_step,
                                              "variants": variants_step, "hf": hf_step, "profile": profile_step}
 

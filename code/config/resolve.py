@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from code.common import systems
-from code.common.constants import EDGE_SETS, Benchmark, EdgeSet, Scenario, TestMode
+from code.common.constants import DATASET_SIZE, EDGE_SETS, Benchmark, EdgeSet, Scenario, TestMode
 from code.common.gpu_models import by_name
 from code.common.rounds import SYSTEM_TYPES, RoundError, default_round, get_round
 from code.common.system_description import DescriptionFiles, described_gpu_count, shown, system_type
@@ -235,6 +235,13 @@ def edge_set(config: ResolvedConfig) -> EdgeSet | None:
     if kind is None or get_round(config["round"]).checker_name(config.benchmark_name, kind) == config.benchmark_name:
         return None
     return EDGE_SETS[config.benchmark]
+
+
+def dataset_size(config: ResolvedConfig) -> int:
+    """The samples of the set the run uses (``edge_set``): its QSL's full size, which is also its mlperf.conf key's
+    performance sample count and Offline minimum."""
+    edge = edge_set(config)
+    return edge.size if edge else DATASET_SIZE[config.benchmark]
 
 
 def default_round_of(config: ResolvedConfig) -> str:

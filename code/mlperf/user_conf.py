@@ -10,16 +10,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from code.common.constants import DATASET_SIZE, EQUAL_ISSUE, Scenario
+from code.common.constants import EQUAL_ISSUE, Scenario
 from code.config.fields import TEST_RUN_MIN_DURATION_MS, TEST_RUN_MIN_QUERY_COUNT
-from code.config.resolve import RATE_FIELDS, scales_qps
+from code.config.resolve import RATE_FIELDS, dataset_size, scales_qps
 from code.config.resolved import ResolvedConfig
 
 
 def loaded_samples(config: ResolvedConfig, sample_count: int) -> int:
     """The samples LoadGen loads for a performance test: the override, else the set up to its full size."""
     override = config["performance_sample_count_override"]
-    return int(override) if override is not None else min(sample_count, DATASET_SIZE[config.benchmark])
+    return int(override) if override is not None else min(sample_count, dataset_size(config))
 
 
 def user_conf_entries(config: ResolvedConfig, sample_count: int, device_share: float = 1.0,
@@ -47,7 +47,7 @@ def user_conf_entries(config: ResolvedConfig, sample_count: int, device_share: f
         loaded = min(loaded, test_run_samples(config, entries))
     # Written where it differs from mlperf.conf's, or the config sets it: a data set smaller than the real one
     # (tests, a subset), since LoadGen can only load what exists; a probe's query.
-    if config["performance_sample_count_override"] is not None or loaded < DATASET_SIZE[config.benchmark]:
+    if config["performance_sample_count_override"] is not None or loaded < dataset_size(config):
         entries["performance_sample_count_override"] = str(loaded)
     return entries
 

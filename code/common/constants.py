@@ -50,7 +50,8 @@ class Benchmark(Enum):
 
     @property
     def loadgen_model(self) -> str:
-        """The key mlperf.conf uses for this benchmark (the same for the 99% and 99.9% variants)."""
+        """The key mlperf.conf uses for this benchmark (the same for the 99% and 99.9% variants); a run of its edge
+        set reads that set's own key (``EDGE_SETS``, code/config/resolve.py's ``loadgen_model``)."""
         return "llama3_1-8b" if self is Benchmark.LLAMA31 else self.value
 
     @property

@@ -237,6 +237,14 @@ def edge_set(config: ResolvedConfig) -> EdgeSet | None:
     return EDGE_SETS[config.benchmark]
 
 
+def loadgen_model(config: ResolvedConfig) -> str:
+    """The mlperf.conf key the run's LoadGen settings are read under: the core's model and user.conf's prefix, which
+    must be the same for LoadGen to read user.conf. An edge set's own key gives its sample counts (5,000, not
+    13,368), which its checker requires and the 5,000 samples a run loads fill."""
+    edge = edge_set(config)
+    return edge.loadgen_model if edge else config.benchmark.loadgen_model
+
+
 def dataset_size(config: ResolvedConfig) -> int:
     """The samples of the set the run uses (``edge_set``): its QSL's full size, which is also its mlperf.conf key's
     performance sample count and Offline minimum."""

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 
-from code.common.constants import DATASET_SIZE, Scenario, TestMode
+from code.common.constants import Scenario, TestMode
 from code.common.log import get_logger
 from code.config.fields import MLPERF_MIN_DURATION_MS, min_duration_ms, planned_samples
-from code.config.resolve import RATE_FIELDS
+from code.config.resolve import RATE_FIELDS, dataset_size
 from code.config.resolved import ResolvedConfig
 from code.mlperf.arguments import MAIN_DEFAULTS, RunRequest
 from code.mlperf.verdicts import round_reason
@@ -30,12 +30,12 @@ def seconds_of_test(config: ResolvedConfig, mode: TestMode) -> float:
     performance test the samples LoadGen plans, at least the data set in a full-length Offline query."""
     values = config.values
     if mode is TestMode.AccuracyOnly:
-        samples = values.get("num_samples") or DATASET_SIZE[config.benchmark]
+        samples = values.get("num_samples") or dataset_size(config)
     else:
         samples = planned_samples(config.scenario, values)
         full_offline = config.scenario is Scenario.Offline and not values.get("test_run")
         if full_offline and values.get("min_query_count") is None:
-            samples = max(samples, DATASET_SIZE[config.benchmark])
+            samples = max(samples, dataset_size(config))
     rate = RATE_FIELDS.get(config.scenario)  # samples/s; SingleStream: 1 / its latency
     seconds = samples / (float(config[rate]) if rate else 1e9 / int(config["single_stream_expected_latency_ns"]))
     if mode is not TestMode.AccuracyOnly and values.get("max_duration"):

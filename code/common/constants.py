@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 from enum import Enum, IntEnum
-from typing import Self
+from typing import NamedTuple, Self
 
 
 class ChoiceError(ValueError):
@@ -50,7 +50,8 @@ class Benchmark(Enum):
 
     @property
     def loadgen_model(self) -> str:
-        """The key mlperf.conf uses for this benchmark (the same for the 99% and 99.9% variants)."""
+        """The key mlperf.conf uses for this benchmark (the same for the 99% and 99.9% variants); a run of its edge
+        set reads that set's own key (``EDGE_SETS``, code/config/resolve.py's ``loadgen_model``)."""
         return "llama3_1-8b" if self is Benchmark.LLAMA31 else self.value
 
     @property
@@ -159,8 +160,23 @@ class ExitCode(IntEnum):
 # Legacy NVIDIA spelling of the workload: --config_ver=default|high_accuracy.
 CONFIG_VER_TO_ACCURACY = {"default": AccuracyTarget.k_99, "high_accuracy": AccuracyTarget.k_99_9}
 
-# Samples in each benchmark's data set: the QSL size, LoadGen's performance sample count and Offline's minimum.
-DATASET_SIZE = {Benchmark.BERT: 10833, Benchmark.GPTJ: 13368, Benchmark.LLAMA31: 13368}  # llama3.1-8b edge: 5,000
+# Samples in each benchmark's data set: the QSL size, LoadGen's performance sample count and Offline's minimum. An
+# edge set (EDGE_SETS) has its own.
+DATASET_SIZE = {Benchmark.BERT: 10833, Benchmark.GPTJ: 13368, Benchmark.LLAMA31: 13368}
+
+
+class EdgeSet(NamedTuple):
+    """A smaller data set a round's checker takes from an edge system under a name of its own, which mlperf.conf
+    sets apart under a key of its own: a run of it reads that key's settings, not the benchmark's."""
+
+    loadgen_model: str  # its mlperf.conf key
+    size: int  # its samples: the key's performance sample count and Offline minimum
+
+
+# llama3.1-8b's edge set (the checker's llama3.1-8b-edge in v5.1 and v6.1: Round.edge_names): mlperf.conf's
+# llama3_1-8b-edge sets its performance_sample_count and Offline min_query_count to 5,000 where llama3_1-8b's are
+# 13,368; the rest (equal issue, token latencies, the SingleStream defaults) is the same.
+EDGE_SETS = {Benchmark.LLAMA31: EdgeSet(loadgen_model="llama3_1-8b-edge", size=5000)}
 # The benchmarks mlperf.conf issues in equal-issue mode (``sample_concatenate_permutation``: GPT-J from v4.0,
 # llama3.1-8b from v5.1): LoadGen pads Offline's query, and the query count of the other scenarios, to a multiple of
 # the samples it loaded.

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from code.common import systems
-from code.common.constants import Benchmark, Scenario, TestMode
+from code.common.constants import DATASET_SIZE, EDGE_SETS, Benchmark, EdgeSet, Scenario, TestMode
 from code.common.gpu_models import by_name
-from code.common.rounds import SYSTEM_TYPES, RoundError, default_round
+from code.common.rounds import SYSTEM_TYPES, RoundError, default_round, get_round
 from code.common.system_description import DescriptionFiles, described_gpu_count, shown, system_type
 from code.common.systems import SystemDetectionError, gpu_model_and_count, gpu_model_for_system
 from code.config.capabilities import runnable_rungs
@@ -224,6 +224,32 @@ def known_system_type(system: str) -> str | None:
     except (SystemDetectionError, RoundError):
         return None
     return kind if kind in SYSTEM_TYPES else None
+
+
+def edge_set(config: ResolvedConfig) -> EdgeSet | None:
+    """The edge set the run is of, or None for the benchmark's full set. The one rule of which set a run uses: an
+    edge system's run of a round whose checker names the benchmark apart there (``Round.edge_names``: v5.1's and
+    v6.1's llama3.1-8b-edge) runs the edge set; a datacenter or datacenter,edge system's, an older round's (no edge
+    set, none in its mlperf.conf) and a system's of unknown type (its verdict names that) the full set."""
+    kind = known_system_type(config.system)
+    if kind is None or get_round(config["round"]).checker_name(config.benchmark_name, kind) == config.benchmark_name:
+        return None
+    return EDGE_SETS[config.benchmark]
+
+
+def loadgen_model(config: ResolvedConfig) -> str:
+    """The mlperf.conf key the run's LoadGen settings are read under: the core's model and user.conf's prefix, which
+    must be the same for LoadGen to read user.conf. An edge set's own key gives its sample counts (5,000, not
+    13,368), which its checker requires and the 5,000 samples a run loads fill."""
+    edge = edge_set(config)
+    return edge.loadgen_model if edge else config.benchmark.loadgen_model
+
+
+def dataset_size(config: ResolvedConfig) -> int:
+    """The samples of the set the run uses (``edge_set``): its QSL's full size, which is also its mlperf.conf key's
+    performance sample count and Offline minimum."""
+    edge = edge_set(config)
+    return edge.size if edge else DATASET_SIZE[config.benchmark]
 
 
 def default_round_of(config: ResolvedConfig) -> str:

@@ -19,12 +19,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from code.common.constants import EDGE_SETS, Benchmark
 from code.common.gc_pauses import frozen_heap
 from code.common.paths import harness_lib_dir
 from code.common.rounds import get_round
 from code.harness.build import MODULE_NAME, module_path, runtime_mlperf_conf
 
-MODELS = ("bert", "gptj", "llama3_1-8b")
+# The mlperf.conf keys a run passes: each benchmark's, and each edge set's own (llama3_1-8b-edge).
+MODELS = (*(b.loadgen_model for b in Benchmark), *(e.loadgen_model for e in EDGE_SETS.values()))
 SCENARIOS = ("Offline", "Server", "SingleStream")
 MODES = ("PerformanceOnly", "AccuracyOnly")
 
@@ -39,7 +41,7 @@ class CoreSettings:
     settings: ``run_test`` hands this object to the C++ core, whose binding (src/bindings.cc) reads each field by
     its name into the RunConfig field of the same name, so a new setting is a field here plus its use in C++."""
 
-    model: str  # mlperf.conf key: "bert" | "gptj" | "llama3_1-8b"
+    model: str  # mlperf.conf key (MODELS): "bert" | "gptj" | "llama3_1-8b" | "llama3_1-8b-edge"
     scenario: str  # "Offline" | "Server" | "SingleStream"
     mode: str  # "PerformanceOnly" | "AccuracyOnly"
     user_conf: Path  # read once with TestSettings::FromConfig(user_conf, model, scenario)

@@ -41,19 +41,12 @@ NAMING = ModelNaming(prefix="Llama 3.1 ", mlperf_model="8b", mlperf_label="Llama
 
 
 def data_set(config: ResolvedConfig) -> str:
-    """``edge`` on an edge system of a round whose checker has an edge llama3.1-8b (llama3.1-8b-edge, 5,000
-    samples: v5.1 and v6.1), else ``datacenter``: a datacenter or datacenter,edge system runs the 13,368 samples
-    these rounds name llama3.1-8b, and a system whose type is not known yet runs the larger."""
-    from code.common.rounds import RoundError, get_round
-    from code.common.system_description import system_type
-    from code.common.systems import SystemDetectionError
+    """``edge`` for a run of the edge set (code/config/resolve.py's ``edge_set``: an edge system's, in v5.1 and
+    v6.1, whose checker names it llama3.1-8b-edge: 5,000 samples), else ``datacenter``: the 13,368 samples a
+    datacenter or datacenter,edge system, and one whose type is not known yet, run."""
+    from code.config.resolve import edge_set
 
-    try:
-        kind = system_type(config.system)
-        return "edge" if get_round(config["round"]).checker_name(config.benchmark_name, kind) != config.benchmark_name \
-            else "datacenter"
-    except (SystemDetectionError, RoundError):  # the run's verdict says the type is unknown and names the fix
-        return "datacenter"
+    return "edge" if edge_set(config) else "datacenter"
 
 
 def choose_inputs(config: ResolvedConfig, mode: TestMode) -> InputChoice:

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from code.common.benchmark_errors import InputsUnavailableError
-from code.common.constants import DATASET_SIZE, TestMode
+from code.common.constants import TestMode
 from code.common.log import get_logger
 from code.config.backends import runs_model
 from code.config.fields import FieldError
+from code.config.resolve import dataset_size
 from code.config.resolved import ResolvedConfig
 from code.mlperf.benchmarks import InputsDescription
 
@@ -224,4 +225,6 @@ def checkpoint_identity(path: Path) -> list[dict[str, Any]]:
 
 
 def synthetic_count(config: ResolvedConfig) -> int:
-    return config["synthetic_sample_count"] or DATASET_SIZE[config.benchmark]
+    """The synthetic prompts that stand in for the set the run uses (an edge set's 5,000 on an edge run), unless the
+    config names a count."""
+    return config["synthetic_sample_count"] or dataset_size(config)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from code.common.constants import DATASET_SIZE, Scenario, TestMode
+from code.common.constants import Scenario, TestMode
 from code.common.rounds import RoundError, get_round, round_choice
 from code.common.system_description import system_type
 from code.common.systems import SystemDetectionError
+from code.config.resolve import dataset_size
 from code.config.resolved import ResolvedConfig
 
 # mlperf.conf's min_duration: the submission checker rejects a performance run with a shorter one.
@@ -46,7 +47,7 @@ def not_submittable_reasons(config: ResolvedConfig, mode: TestMode, provenance: 
         reasons.append("test run (--test_run)")
     if config.values.get("gpu_as"):
         reasons.append(f"stand-in: ran as {config['gpu_as']} on another GPU (--gpu_as)")
-    full_size = DATASET_SIZE[config.benchmark]
+    full_size = dataset_size(config)  # an edge set's own: its checker's
     if mode is TestMode.AccuracyOnly:
         if sample_count < full_size:
             reasons.append(f"accuracy over {sample_count} of the {full_size} samples")

@@ -25,7 +25,7 @@ from code.common.paths import REPO_ROOT
 from code.common.supervision import die_with_parent
 from code.common.systems import detect_system
 from code.config.fields import plan_note
-from code.config.resolve import device_share, scales_qps
+from code.config.resolve import device_share, loadgen_model, scales_qps
 from code.config.resolved import ResolvedConfig
 from code.harness.cluster import ClusterSettings
 from code.harness.core import SAMPLE_TIMES_FILE, CoreSettings
@@ -200,7 +200,7 @@ def test_settings(config: ResolvedConfig, mode: TestMode, prepared: PreparedTest
     user_conf = write_user_conf(config, prepared.total_sample_count, log_dir, device_share=device_share,
                                 probe_samples=probe_samples)
     loaded = qsl_performance_sample_count(config, prepared.performance_sample_count, device_share, probe_samples)
-    settings = CoreSettings(model=config.benchmark.loadgen_model, scenario=config.scenario.value, mode=mode.value,
+    settings = CoreSettings(model=loadgen_model(config), scenario=config.scenario.value, mode=mode.value,
                             user_conf=user_conf, log_dir=log_dir, total_sample_count=prepared.total_sample_count,
                             performance_sample_count=loaded, max_batch_size=config["gpu_batch_size"],
                             num_workers=config["num_workers"], sort_by_length=config["sort_by_length"],

@@ -401,6 +401,40 @@ def test_server_latency_bounds_are_the_rounds(round_name):
         assert match and int(match.group(1)) * 1_000_000 == bound_ns, (round_name, benchmark)
 
 
+@pytest.mark.parametrize("round_name", sorted(ROUNDS))
+def test_an_edge_set_has_its_key_where_the_round_has_the_set(round_name):
+    """An edge run passes its set's own mlperf.conf key (code/config/resolve.py's ``loadgen_model``), so a round
+    names an edge set only where its LoadGen's mlperf.conf has that key (v5.1's 5.1.2, v6.1's 6.0.17: 5,000 samples
+    where llama3_1-8b has 13,368), and its checker maps the key to its edge name and counts the set's samples; a
+    round without the key (v5.0) names none, so its runs keep the benchmark's key."""
+    import re
+
+    from code.common.constants import EDGE_SETS, Benchmark
+    from code.harness.fetch_loadgen import source_dir
+
+    the_round = get_round(round_name)
+    named = {Benchmark.parse(ours)[0]: theirs for ours, theirs in the_round.edge_names.items()}
+    assert set(named) <= set(EDGE_SETS)
+    if named:
+        checker = official_checker(round_name).MODEL_CONFIG[round_name]
+        for benchmark, theirs in named.items():
+            edge = EDGE_SETS[benchmark]
+            assert checker["model_mapping"][edge.loadgen_model] == theirs
+            assert checker["performance-sample-count"][theirs] == checker["dataset-size"][theirs] == edge.size
+    conf = source_dir(the_round) / "mlperf.conf"
+    if not conf.is_file():
+        pytest.skip(f"round {round_name}'s LoadGen is not fetched")
+    text = conf.read_text(encoding="utf-8")
+    for benchmark, edge in EDGE_SETS.items():
+        key = re.escape(edge.loadgen_model)
+        counts = [re.search(rf"^{key}\.{where}\s*=\s*(\d+)\s*$", text, re.MULTILINE)
+                  for where in (r"\*\.performance_sample_count_override", r"Offline\.min_query_count")]
+        if benchmark in named:
+            assert [int(match.group(1)) if match else None for match in counts] == [edge.size] * 2, round_name
+        else:
+            assert counts == [None, None] and not re.search(rf"^{key}\.", text, re.MULTILINE), round_name
+
+
 def test_llama_has_the_checkers_name_of_each_system_type():
     """v5.1 and v6.1 (the main branch's checker) check an edge system's llama3.1-8b (the 5,000-sample edge set) as
     llama3.1-8b-edge, which needs no audit, and a datacenter one's with TEST06. A run keeps the name llama3.1-8b."""

@@ -169,3 +169,46 @@ def test_cut_short_loadgen_logs_are_refused_before_they_are_read(tmp_path):
     (tmp_path / "mlperf_log_summary.txt").write_text("")
     with pytest.raises(IncompleteLogError, match="mlperf_log_summary.txt is missing or cut short"):
         check_loadgen_logs(tmp_path)
+
+
+@pytest.mark.parametrize(("system", "round_name", "scenario", "key", "size"), [
+    # CPU is an edge system (systems/CPU.json): v5.1 and v6.1 take its llama3.1-8b as llama3.1-8b-edge
+    ("CPU", "v6.1", Scenario.Offline, "llama3_1-8b-edge", 5000),
+    ("CPU", "v6.1", Scenario.SingleStream, "llama3_1-8b-edge", 5000),
+    ("CPU", "v5.1", Scenario.Offline, "llama3_1-8b-edge", 5000),
+    # a datacenter,edge system runs the datacenter set, which the checker names llama3.1-8b
+    ("H200_SXM_141GBx1", "v6.1", Scenario.Offline, "llama3_1-8b", 13368),
+    ("H200_SXM_141GBx1", "v5.1", Scenario.Offline, "llama3_1-8b", 13368),
+])
+def test_loadgen_reads_the_key_of_the_set_a_llama_run_uses(tmp_path, system, round_name, scenario, key, size):
+    """The core's model and user.conf's prefix are the mlperf.conf key of the set the run loads: an edge run's is
+    llama3_1-8b-edge, whose 5,000-sample counts need no override; a datacenter run's llama3_1-8b (13,368)."""
+    import numpy as np
+
+    from code.llama31.benchmark import data_set
+    from code.mlperf.benchmarks import PreparedTest
+    from code.processes.run_single_test import test_settings
+
+    config = resolve_config(Benchmark.LLAMA31, scenario, system, WorkloadSetting(), {"round": round_name})
+    assert data_set(config) == ("edge" if key.endswith("-edge") else "datacenter")  # the same rule picks the data
+    prepared = PreparedTest(sample_lengths=np.ones(size, np.int32), performance_sample_count=size,
+                            runner_on=lambda device, name: None, devices=["cpu"],
+                            evaluate_accuracy=lambda log_dir: None, provenance={}, token_responses=True)
+    user_conf, settings = test_settings(config, TestMode.PerformanceOnly, prepared, tmp_path)
+    assert settings.model == key
+    lines = [line for line in user_conf.read_text().splitlines() if not line.startswith("#")]
+    assert lines and all(line.startswith(f"{key}.{scenario.value}.") for line in lines), lines
+    assert not any("performance_sample_count_override" in line for line in lines)  # the key's own count
+    assert settings.performance_sample_count == size
+
+
+def test_a_benchmark_without_an_edge_set_keeps_its_key_on_an_edge_system(tmp_path, monkeypatch):
+    """bert-99 on the CPU system (edge) has no edge set: its key stays bert. A llama3.1-8b run on a system of no
+    known type runs the datacenter set, under llama3_1-8b."""
+    from code.common import systems
+    from code.config.resolve import loadgen_model
+
+    assert loadgen_model(resolved(Scenario.SingleStream)) == "bert"
+    monkeypatch.setattr(systems, "SYSTEMS_DIR", tmp_path)  # no descriptions at all
+    llama = resolve_config(Benchmark.LLAMA31, Scenario.Offline, "CPU", WorkloadSetting(), {"round": "v6.1"})
+    assert loadgen_model(llama) == "llama3_1-8b"

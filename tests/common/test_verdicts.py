@@ -82,6 +82,27 @@ def test_a_system_without_a_description_cannot_say_its_round(tmp_path, monkeypat
                        "datacenter,edge (set it in systems/<system>.json)"]
 
 
+def test_an_edge_run_is_held_to_the_edge_sets_size():
+    """llama3.1-8b on an edge system (v5.1, v6.1) runs the 5,000-sample edge set under mlperf.conf's
+    llama3_1-8b-edge, whose Offline query and performance sample count are 5,000: a full run of it is submittable,
+    a shorter one is named against 5,000, and a datacenter,edge system's run is held to the datacenter set's 13,368."""
+    for round_name in ("v5.1", "v6.1"):
+        seeds = {f"effective_{key}": value for key, value in vars(ROUNDS[round_name].seeds).items()}
+        full = {"effective_min_duration_ms": 600_000, "effective_samples_per_query": 5000,
+                "effective_performance_sample_count": 5000, **seeds}
+        edge = resolved(Scenario.Offline, benchmark=Benchmark.LLAMA31, round=round_name)
+        assert not_submittable_reasons(edge, TestMode.PerformanceOnly, {}, full, 5000) == []
+        assert not_submittable_reasons(edge, TestMode.AccuracyOnly, {}, seeds, 5000) == []
+        short = {**full, "effective_samples_per_query": 4000}
+        assert not_submittable_reasons(edge, TestMode.PerformanceOnly, {}, short, 5000) == [
+            "shortened: 4000 samples in the Offline query (a submission needs 5000)"]
+        datacenter = resolve_config(Benchmark.LLAMA31, Scenario.Offline, "H200_SXM_141GBx1", WorkloadSetting(),
+                                    {"round": round_name})
+        assert not_submittable_reasons(datacenter, TestMode.PerformanceOnly, {}, full, 5000) == [
+            "shortened: 5000 samples in the Offline query (a submission needs 13368)",
+            "performance_sample_count 5000 (a submission needs 13368)"]
+
+
 def test_accuracy_on_a_subset_is_not_submittable():
     reasons = not_submittable_reasons(resolved(Scenario.Offline), TestMode.AccuracyOnly, {}, V61_SEEDS, 12)
     assert reasons == ["accuracy over 12 of the 10833 samples"]

@@ -314,6 +314,24 @@ def test_loadgen_version(built_core: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("model", "min_query_count"), [("llama3_1-8b-edge", 5000), ("llama3_1-8b", 13368)])
+def test_the_model_picks_its_mlperf_conf_settings(built_core: Path, tmp_path: Path, model: str,
+                                                  min_query_count: int) -> None:
+    """The core hands LoadGen the model it is given, and LoadGen reads that key of its compiled mlperf.conf: the
+    edge set's llama3_1-8b-edge asks 5,000 samples of an Offline query, the datacenter set's llama3_1-8b 13,368."""
+    from code.mlperf.run_logs import read_detail_log
+
+    user_conf = ("*.*.performance_sample_count_override = 0\n*.Offline.min_duration = 0\n"
+                 "*.Offline.target_qps = 1\n")
+    result = run_child(tmp_path, user_conf, model=model, scenario="Offline", max_batch_size=256, sleep_s=0.0,
+                       token_responses=True)
+    assert "error" not in result, result["error"]
+    detail = read_detail_log(result["log_dir"])
+    assert detail["requested_min_query_count"] == detail["effective_samples_per_query"] == min_query_count
+    assert detail["effective_sample_concatenate_permutation"] and detail["requested_use_token_latencies"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("scenario", "job"),
     [

@@ -14,7 +14,7 @@ namespace harness {
 // CoreSettings of code/harness/core.py (the one definition of the core's settings) as the core reads them, field by
 // field of the same name, plus mlperf_conf, which Python derives from the settings' round.
 struct RunConfig {
-  std::string model;     // mlperf.conf key: "bert", "gptj"
+  std::string model;     // mlperf.conf key: "bert", "gptj", "llama3_1-8b", "llama3_1-8b-edge"
   std::string scenario;  // "Offline", "Server", "SingleStream"
   std::string mode;      // "PerformanceOnly", "AccuracyOnly"
   std::string user_conf;

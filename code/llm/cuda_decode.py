@@ -29,7 +29,7 @@ TILE = 16  # keys a tile of the kernel (its split alignment is lcm(page size, TI
 SHAPES = {(256, 4, 1), (128, 1, 4)}  # (head_dim, beams, group) the source instantiates
 # (warps, stages, blocks) the source instantiates: warps a block, tile buffers a warp, blocks an SM that the
 # register cap (__launch_bounds__' minimum) allows
-LAUNCHES = {(4, 2, 1), (4, 3, 1), (4, 2, 3), (4, 3, 3), (4, 2, 4), (8, 2, 1), (8, 2, 2)}
+LAUNCHES = {(4, 3, 1), (4, 2, 1), (4, 2, 4), (8, 2, 1)}
 STAGED_WORDS = 256 + 512  # page numbers and ancestry rows a block stages (STAGED_PAGES + STAGED_IDS)
 _ATTRIBUTE_MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 

@@ -45,16 +45,17 @@ def attention() -> Iterator[ModuleType]:
                 module.DECODE_LAUNCH["CUDA"] = asks_cuda
 
 
-def random_cache(fp8: bool, seed: int = 0, heads: int = HEADS, beams: int = BEAMS, group: int = 1
+def random_cache(fp8: bool, seed: int = 0, heads: int = HEADS, beams: int = BEAMS, group: int = 1,
+                 head_dim: int = HEAD_DIM, page: int = PAGE, lengths: tuple[int, ...] = tuple(LENGTHS)
                  ) -> tuple[KVCache, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A one-layer cache of LENGTHS' prompts (pages handed out in reverse, so tables are not the identity) with
+    """A one-layer cache of ``lengths``' prompts (pages handed out in reverse, so tables are not the identity) with
     ``heads`` key/value heads, random ancestry and generated counts (one slot with none yet: at least one is read),
     and the beams' queries, ``group`` query heads per key/value head."""
     g = torch.Generator().manual_seed(seed)
-    slots = len(LENGTHS)
-    pages = sum(math.ceil(n / PAGE) for n in LENGTHS)
-    shape = CacheShape(layers=1, heads=heads, head_dim=HEAD_DIM, slots=slots, beams=beams, max_new_tokens=MAX_NEW,
-                       page_size=PAGE, pages=pages, max_prompt_length=max(LENGTHS))
+    slots = len(lengths)
+    pages = sum(math.ceil(n / page) for n in lengths)
+    shape = CacheShape(layers=1, heads=heads, head_dim=head_dim, slots=slots, beams=beams, max_new_tokens=MAX_NEW,
+                       page_size=page, pages=pages, max_prompt_length=max(lengths))
     cache = KVCache(shape, DTYPE, DEVICE, E4M3 if fp8 else None)
     if fp8:  # different key and value scales, so a swapped scale shows as an error
         cache.set_scales([4.5], [7.5])
@@ -64,12 +65,12 @@ def random_cache(fp8: bool, seed: int = 0, heads: int = HEADS, beams: int = BEAM
         stored = (values / scale).clamp(-448, 448).to(E4M3) if fp8 else values.to(DTYPE)
         getattr(cache, name).copy_(stored.to(DEVICE))
     for slot in reversed(range(slots)):
-        cache.assign(slot, LENGTHS[slot])
-    cache.set_tables(list(range(slots)), LENGTHS)
+        cache.assign(slot, lengths[slot])
+    cache.set_tables(list(range(slots)), list(lengths))
     ancestry = torch.randint(0, beams, (slots, beams, MAX_NEW), generator=g, dtype=torch.int32).to(DEVICE)
     counts = torch.randint(0, MAX_NEW + 1, (slots,), generator=g)
     counts[0] = 0
-    q = torch.randn(slots * beams, heads * group, HEAD_DIM, generator=g).to(DEVICE, DTYPE)
+    q = torch.randn(slots * beams, heads * group, head_dim, generator=g).to(DEVICE, DTYPE)
     return cache, ancestry, counts.to(DEVICE), q
 
 

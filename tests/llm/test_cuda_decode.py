@@ -11,47 +11,26 @@ and the launcher's refusals name the fix. Timing: ``python3 -m scripts.gpu.check
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 from code.llm import cuda_decode
-from code.llm.cache_shape import CacheShape
 from code.llm.kv_cache import KVCache
 from code.llm.paged_attention import CUDA_LAUNCH, decode_attention, decode_attention_reference
-from code.numerics.fp8 import E4M3
+from tests.gptj.test_decode_kernel import random_cache
 
 GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9) and cuda_decode.find_nvcc()
-LENGTHS = [1, 5, 64, 65, 300, 0, 47, 256]
-PAGE, MAX_NEW = 64, 8
+LENGTHS = (1, 5, 64, 65, 300, 0, 47, 256)
+PAGE = 64
 SHAPES = {"gptj": (256, 4, 1), "llama": (128, 1, 4)}  # head_dim, beams, query heads a key/value head
 
 
-def fp8_case(head_dim: int, beams: int, group: int, seed: int = 0, heads: int = 2
+def fp8_case(head_dim: int, beams: int, group: int, seed: int = 0
              ) -> tuple[KVCache, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A one-layer FP8 cache of LENGTHS' prompts (pages handed out in reverse), random ancestry and counts (one slot
-    with none yet), and bf16 queries."""
-    g = torch.Generator().manual_seed(seed)
-    slots = len(LENGTHS)
-    shape = CacheShape(layers=1, heads=heads, head_dim=head_dim, slots=slots, beams=beams, max_new_tokens=MAX_NEW,
-                       page_size=PAGE, pages=sum(math.ceil(n / PAGE) for n in LENGTHS),
-                       max_prompt_length=max(LENGTHS))
-    device = torch.device("cuda")
-    cache = KVCache(shape, torch.bfloat16, device, E4M3)
-    cache.set_scales([4.5], [7.5])  # different key and value scales: a swapped scale shows as an error
-    for name in ("prompt_k", "prompt_v", "gen_k", "gen_v"):
-        values = torch.randn(getattr(cache, name).shape, generator=g) * (3.0 if name.endswith("v") else 1.0)
-        scale = cache.v_scale[0] if name.endswith("v") else cache.k_scale[0]
-        getattr(cache, name).copy_((values / scale).clamp(-448, 448).to(E4M3).to(device))
-    for slot in reversed(range(slots)):
-        cache.assign(slot, LENGTHS[slot])
-    cache.set_tables(list(range(slots)), LENGTHS)
-    ancestry = torch.randint(0, beams, (slots, beams, MAX_NEW), generator=g, dtype=torch.int32).to(device)
-    counts = torch.randint(0, MAX_NEW + 1, (slots,), generator=g)
-    counts[0] = 0
-    q = torch.randn(slots * beams, heads * group, head_dim, generator=g).to(device, torch.bfloat16)
-    return cache, ancestry, counts.to(device), q
+    """The Triton kernel's test cache (pages handed out in reverse, one slot with no generated token yet) in FP8 at
+    a model's shape, with pages of 64 tokens, the engines' (a tile of 16 keys never crosses one)."""
+    return random_cache(True, seed, heads=2, beams=beams, group=group, head_dim=head_dim, page=PAGE,
+                        lengths=LENGTHS)
 
 
 def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:

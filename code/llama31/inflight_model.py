@@ -50,10 +50,10 @@ from code.numerics.fp8 import E4M3, Fp8Linear, quantize_fast
 # heads a program (16 query rows) in 2 splits read an FP8 cache 1.50x as fast as one head a program, a bf16 one
 # within 5% of the best (measured: decode-heads-2026-11-28). The engine raises SPLITS for few slots
 # (``code.llm.paged_attention.decode_launch_for``); this is the launch at many.
-# A model of fewer key/value heads (the tests' tiny one) takes as many a program as divide its count. With an FP8
-# cache the CUDA kernel runs instead (CUDA: 1; ``code.llm.paged_attention.kernel_launch``): 1.36-1.46x this
-# launch's speed at this shape (measured: cuda-decode-2026-11-29).
-DECODE_LAUNCH = {"KEYS": 32, "num_warps": 4, "num_stages": 3, "SPLITS": 2, "HEADS": 4, "CUDA": 1}
+# A model of fewer key/value heads (the tests' tiny one) takes as many a program as divide its count. An FP8 cache
+# takes the CUDA kernel instead (``code.llm.paged_attention.kernel_launch``): 1.36-1.46x this launch's speed at
+# this shape (measured: cuda-decode-2026-11-29).
+DECODE_LAUNCH = {"KEYS": 32, "num_warps": 4, "num_stages": 3, "SPLITS": 2, "HEADS": 4}
 
 
 def decode_launch(n_kv_heads: int) -> dict[str, int]:
@@ -128,6 +128,7 @@ class InflightLlama(InflightBase):
     def __init__(self, config: LlamaConfig, embedding: Tensor, layers: list[LayerWeights], norm_weight: Tensor,
                  head_weight: Tensor) -> None:
         self.config = config
+        self.query_heads = config.n_heads
         self.embedding = embedding
         self.layers = layers
         self.norm_weight = norm_weight

@@ -66,9 +66,11 @@ class EngineModel(Protocol):
 
     config: Any  # ``n_positions`` (the longest prompt + new tokens) and ``vocab_size`` (the logits' width)
     memory_plan: str  # where a too-small GPU's error sends the user, e.g. "code/gptj/memory_plan.py: gptj_memory_plan"
-    # the decode kernel's launch tuned at many slots (``code.llm.paged_attention.DECODE_LAUNCH``'s keys): the engine
-    # raises its SPLITS for few slots (``decode_launch_for``), never lowers them
+    # the Triton decode kernel's launch tuned at many slots (``code.llm.paged_attention.DECODE_LAUNCH``'s keys), or
+    # the CUDA kernel's where it serves the cache (``kernel_launch``): the engine raises its SPLITS for few slots
+    # (``decode_launch_for``), never lowers them
     decode_launch: Mapping[str, int]
+    query_heads: int  # attention's query heads: with the cache's key/value heads, the kernel's shape
     typical_prompt_tokens: int  # the data set's mean prompt: the split rule gives each split a block of one
 
     @property
@@ -185,7 +187,8 @@ class InflightEngine:
     def _decode_launch(self) -> dict[str, int]:
         """The split rule's launch for this engine's slots: every step's grid holds all ``slots`` (free ones read
         one token), so the graph serves that many, whatever runs."""
-        base = kernel_launch(self.model.decode_launch, self.cache, self.model.device)
+        base = kernel_launch(self.model.decode_launch, self.cache, self.model.device,
+                             group=self.model.query_heads // self.cache.shape.heads, dtype=self.model.dtype)
         return decode_launch_for(self.options.slots, head_groups(base, self.cache),
                                  sm_count(self.model.device), base,
                                  prompt_tokens=min(self.model.typical_prompt_tokens, self.options.max_prompt_length),

@@ -39,7 +39,8 @@ class InflightBase:
     embedding: Tensor
     layers: list[Any]
     elementwise: Any  # the model's Elementwise: its ``prefill`` and ``decode`` function sets
-    decode_launch: Mapping[str, int]  # the decode kernel's launch at many slots
+    decode_launch: Mapping[str, int]  # the Triton decode kernel's launch at many slots
+    query_heads: int  # attention's query heads (a multiple of the cache's key/value heads)
 
     @property
     def dtype(self) -> torch.dtype:

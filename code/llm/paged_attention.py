@@ -37,12 +37,13 @@ FP8 cache the kernel loads e4m3 keys and values and widens them to fp16 in regis
 per pair where bf16 takes two, so the queries go to fp16 too: GPT-J's stay far inside fp16's range); the layer's
 key scale is folded into the score scale and its value scale into the final normalisation.
 
-With an FP8 cache on a GPU of compute capability 8.9 or newer, a launch with ``CUDA`` runs a CUDA kernel instead
+With an FP8 cache of a shape it is built for, on a GPU of compute capability 9.0 or newer, a CUDA kernel runs instead
 (``code/llm/cuda/paged_decode_fp8.cu``, built by nvcc and loaded by ``code/llm/cuda_decode.py``): one block of
 warps per (slot, key/value head, split), each warp streaming tiles of 16 keys through shared memory with
 asynchronous copies, scores and values on ``mma.sync`` in layouts where each e4m3 byte is converted once and the
-scores' accumulator is the values' operand as it stands (its header says how). Without nvcc the Triton kernel runs
-and a warning names the fix.
+scores' accumulator is the values' operand as it stands (its header says how). The engine chooses it
+(``kernel_launch``); a launch with ``CUDA``: 1 runs it. Where it cannot be built or loaded a warning names the
+fix and the Triton kernel runs.
 
 Elsewhere (CPU runs, tests) ``decode_attention_reference`` computes the same thing in plain PyTorch with HF's
 operation order; ``scripts/gpu/check_gptj_inflight.py`` and ``scripts/gpu/check_llama_inflight.py`` compare the
@@ -75,15 +76,14 @@ MAX_ROWS = 64  # the most query rows one program takes: its accumulator is [rows
 # heads' keys, their query rows filling the tile); it must divide the cache's head count.
 # The default is GPT-J's (16 heads of 256, 4 beams, FP8 cache): two heads a program read the cache 1.23x as fast as
 # one (measured: decode-heads-2026-11-28); a model of another shape passes its own (``decode_attention``'s launch).
-# CUDA: 1 asks for the CUDA kernel where the cache is FP8 (``uses_cuda_kernel``; its launch is ``CUDA_LAUNCH``):
-# 1.49x the Triton kernel's speed at GPT-J's shape, 4.0 TB/s (measured: cuda-decode-2026-11-29).
-DECODE_LAUNCH: dict[str, int] = {"KEYS": 32, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 2, "CUDA": 1}
-# The CUDA kernel's own keys: CUDA (1: use it), BLOCKS (blocks an SM its register cap allows; 1: no cap), ORDER
-# (1: the grid runs over a slot's heads first, so blocks side by side read adjacent bytes of each key row; 0: slots)
-CUDA_KEYS = ("CUDA", "BLOCKS", "ORDER")
-# The CUDA kernel's launch at many slots, for GPT-J's and Llama 3.1 8B's shapes alike: 4 warps, 3 tile buffers a
-# warp, no register cap, heads first, one split (two: x0.82 at GPT-J's shape, x0.77 at Llama's; a cap of 4 blocks
-# an SM spills at GPT-J's head_dim 256: x0.70). KEYS is its tile, which the split rule aligns to.
+# An FP8 cache of a shape the CUDA kernel is built for takes that kernel instead (``kernel_launch``).
+DECODE_LAUNCH: dict[str, int] = {"KEYS": 32, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 2}
+# The CUDA kernel's launch (``CUDA``: 1 marks it) at many slots, for GPT-J's and Llama 3.1 8B's shapes alike: 4
+# warps a block, 3 tile buffers a warp, BLOCKS 1 (no register cap: a cap of 4 blocks an SM spills at GPT-J's head_dim
+# 256, x0.70), ORDER 1 (the grid runs over a slot's heads first, so blocks side by side read adjacent bytes of each
+# key row; 0: slots first, x0.97-0.99), one split (two: x0.82 at GPT-J's shape, x0.77 at Llama's). KEYS is its
+# tile, which the split rule aligns to. 1.49x the Triton kernel's speed at GPT-J's shape, 4.0 TB/s, and 1.36-1.46x
+# at Llama's (measured: cuda-decode-2026-11-29).
 CUDA_LAUNCH: dict[str, int] = {"CUDA": 1, "KEYS": 16, "num_warps": 4, "num_stages": 3, "BLOCKS": 1, "ORDER": 1,
                                "SPLITS": 1}
 # The split rule (``decode_launch_for``) aims at this many decode programs per SM: a program is one chain of
@@ -91,24 +91,19 @@ CUDA_LAUNCH: dict[str, int] = {"CUDA": 1, "KEYS": 16, "num_warps": 4, "num_stage
 PROGRAMS_PER_SM = 2
 
 
-def uses_cuda_kernel(launch: Mapping[str, int], cache: KVCache, device: torch.device) -> bool:
-    """Whether a decode step with ``launch`` runs the CUDA kernel: the launch asks for it (``CUDA``: 1), the cache
-    is FP8 and the GPU and toolkit can build it (``cuda_decode.available``); otherwise the Triton kernel runs with
-    the launch's Triton keys."""
-    if not launch.get("CUDA") or not cache.is_fp8 or device.type != "cuda":
-        return False
-    from code.llm import cuda_decode
-
-    return cuda_decode.available(device)
-
-
-def kernel_launch(base: Mapping[str, int], cache: KVCache, device: torch.device) -> dict[str, int]:
+def kernel_launch(base: Mapping[str, int], cache: KVCache, device: torch.device, *, group: int,
+                  dtype: torch.dtype) -> dict[str, int]:
     """The launch a model's decode steps run before the split rule (``decode_launch_for``): ``CUDA_LAUNCH`` where
-    the model asks for the CUDA kernel and it can run (``uses_cuda_kernel``), else ``base``'s Triton keys. The
-    CUDA kernel's launch is its own: one tuning served both models' shapes (measured: cuda-decode-2026-11-29)."""
-    if uses_cuda_kernel(base, cache, device):
-        return dict(CUDA_LAUNCH)
-    return {key: value for key, value in base.items() if key not in CUDA_KEYS}
+    the CUDA kernel serves the cache on this GPU (``cuda_decode.serves``: an FP8 cache of a shape it is built for,
+    queries of ``dtype`` with ``group`` query heads a key/value head, and the kernel built and loaded), else
+    ``base``, the model's Triton launch."""
+    if device.type == "cuda" and cache.is_fp8:
+        from code.llm import cuda_decode
+
+        shape = cache.shape
+        if cuda_decode.serves(device, shape.head_dim, shape.beams, group, dtype, shape.page_size):
+            return dict(CUDA_LAUNCH)
+    return dict(base)
 
 
 def head_groups(launch: Mapping[str, int], cache: KVCache) -> int:
@@ -180,7 +175,10 @@ def decode_attention(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, ge
     cache's heads (grouped-query attention: query head h reads key/value head h // (q_heads // kv_heads), as HF's
     ``repeat_kv``); ``gen_count [slots]``: generated tokens whose keys are in the cache, the current one included
     (at least 1 is read, so free slots stay finite). ``launch``: the Triton kernel's settings (``DECODE_LAUNCH``'s
-    keys; None: ``DECODE_LAUNCH``). Returns ``[slots * beams, q_heads, head_dim]`` in q's dtype."""
+    keys; None: ``DECODE_LAUNCH``), or the CUDA kernel's (``CUDA_LAUNCH``'s, ``CUDA``: 1). Returns
+    ``[slots * beams, q_heads, head_dim]`` in q's dtype."""
+    if q.is_cuda and (DECODE_LAUNCH if launch is None else launch).get("CUDA"):
+        return _decode_attention_cuda(q, cache, layer, ancestry, gen_count, DECODE_LAUNCH if launch is None else launch)
     if q.is_cuda and triton is not None:
         return _decode_attention_triton(q, cache, layer, ancestry, gen_count, launch)
     return decode_attention_reference(q, cache, layer, ancestry, gen_count)
@@ -257,10 +255,6 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
     if head_dim % 2:
         raise ValueError(f"the decode kernel splits head_dim in halves; {head_dim} is odd")
     launch = dict(DECODE_LAUNCH if launch_settings is None else launch_settings)
-    if uses_cuda_kernel(launch, cache, q.device):
-        return _decode_attention_cuda(q, cache, layer, ancestry, gen_count, group, launch)
-    for key in CUDA_KEYS:
-        launch.pop(key, None)
     keys, splits, heads = launch.pop("KEYS"), launch.pop("SPLITS", 1), launch.pop("HEADS", 1)
     if splits < 1:
         raise ValueError(f"the decode launch's SPLITS must be >= 1 (1: one program per slot and group of HEADS "
@@ -276,7 +270,7 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
     pk, pv = cache.prompt_k[layer], cache.prompt_v[layer]
     gk, gv = cache.gen_k[layer], cache.gen_v[layer]
     out = torch.empty_like(q)
-    scale_log2 = 1.0 / math.sqrt(head_dim) * 1.4426950408889634 * cache.k_scale[layer]
+    scale_log2 = _score_scale(cache, layer, head_dim)
     cache_args = (
         q, pk, pv, cache.block_table, cache.prompt_lengths, gk, gv, ancestry, gen_count,
         q.stride(0), q.stride(1), pk.stride(0), pk.stride(1), pk.stride(2), cache.block_table.stride(0),
@@ -291,83 +285,100 @@ def _decode_attention_triton(q: Tensor, cache: KVCache, layer: int, ancestry: Te
             *cache_args, out, out.stride(0), out.stride(1), scale_log2, cache.v_scale[layer], **shapes, **launch,
         )
         return out
-    # The partials of every split: float32 accumulators [splits, rows, q_heads, head_dim], then the running max and
-    # sum [2, splits, rows, q_heads], in one allocation. Each call takes it from PyTorch's caching allocator like
-    # ``out`` (no cudaMalloc once warm); in the engine's CUDA graph it is a fixed block of the graph's pool that
-    # every layer's call reuses, so a replay allocates nothing.
-    beam_rows = slots * beams
-    partial = splits * beam_rows * q_heads * head_dim
-    workspace = torch.empty(partial + 2 * splits * beam_rows * q_heads, dtype=torch.float32, device=q.device)
-    acc = workspace[:partial].view(splits, beam_rows, q_heads, head_dim)
-    stats = workspace[partial:].view(2, splits, beam_rows, q_heads)
+    acc, stats = _split_workspace(q, splits)
     align = math.lcm(cache.shape.page_size, keys)
     _decode_split_kernel[(slots, programs, splits)](
         *cache_args, acc, stats, acc.stride(0), acc.stride(1), acc.stride(2), stats.stride(0), stats.stride(1),
         stats.stride(2), scale_log2, splits, **shapes, ALIGN=align, **launch,
     )
+    _merge_splits(acc, stats, cache, layer, out, beams, align)
+    return out
+
+
+def _split_workspace(q: Tensor, splits: int) -> tuple[Tensor, Tensor]:
+    """The partials of every split: float32 accumulators ``[splits, beam rows, q_heads, head_dim]``, then the
+    running max and sum ``[2, splits, beam rows, q_heads]``, in one allocation. Each call takes it from PyTorch's
+    caching allocator like its output (no cudaMalloc once warm); in the engine's CUDA graph it is a fixed block of
+    the graph's pool that every layer's call reuses, so a replay allocates nothing."""
+    beam_rows, q_heads, head_dim = q.shape
+    partial = splits * beam_rows * q_heads * head_dim
+    workspace = torch.empty(partial + 2 * splits * beam_rows * q_heads, dtype=torch.float32, device=q.device)
+    return (workspace[:partial].view(splits, beam_rows, q_heads, head_dim),
+            workspace[partial:].view(2, splits, beam_rows, q_heads))
+
+
+def _merge_splits(acc: Tensor, stats: Tensor, cache: KVCache, layer: int, out: Tensor, beams: int,
+                  align: int) -> None:
+    """``_merge_kernel`` over the partials both split kernels write (``_split_range``'s runs of ``align``)."""
+    splits, beam_rows, q_heads, head_dim = acc.shape
     _merge_kernel[(beam_rows, q_heads)](
         acc, stats, cache.prompt_lengths, out, acc.stride(0), acc.stride(1), acc.stride(2), stats.stride(0),
         stats.stride(1), stats.stride(2), out.stride(0), out.stride(1), cache.v_scale[layer], splits,
         BEAMS=beams, HEAD=head_dim, SPLIT_TILE=triton.next_power_of_2(splits), ALIGN=align,
         num_warps=4,
     )
-    return out
 
 
-def _decode_attention_cuda(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, gen_count: Tensor, group: int,
+def _score_scale(cache: KVCache, layer: int, head_dim: int) -> float:
+    """The factor that takes a stored key's dot product to a base-2 softmax exponent: 1/sqrt(head_dim), log2(e)
+    and the layer's key scale (1 for a 16-bit cache)."""
+    return 1.0 / math.sqrt(head_dim) * 1.4426950408889634 * cache.k_scale[layer]
+
+
+def _decode_attention_cuda(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, gen_count: Tensor,
                            launch: Mapping[str, int]) -> Tensor:
-    """The CUDA kernel (``code/llm/cuda_decode.py``) over an FP8 cache: one block per (slot, key/value head,
-    split) of ``num_warps`` warps streaming tiles of 16 keys through ``num_stages`` buffers; with SPLITS > 1 the
-    partials go through ``_merge_kernel`` as the Triton split kernel's do."""
+    """The CUDA kernel (``code/llm/cuda_decode.py``) over an FP8 cache with ``launch`` (``CUDA_LAUNCH``'s keys): one
+    block per (slot, key/value head, split) of ``num_warps`` warps streaming tiles of 16 keys through
+    ``num_stages`` buffers; with SPLITS > 1 the partials go through ``_merge_kernel`` as the Triton split kernel's
+    do. Raises ValueError for a cache, queries or launch it does not serve, before any launch."""
     from code.llm import cuda_decode
 
-    if not cache.is_fp8:
-        raise ValueError("the CUDA decode kernel reads an FP8 cache; a bf16 cache takes the Triton kernel (a "
-                         "decode launch without CUDA)")
-    if cache.shape.page_size % cuda_decode.TILE:
-        raise ValueError(f"the CUDA decode kernel reads whole tiles of {cuda_decode.TILE} keys of a page; a page of "
-                         f"{cache.shape.page_size} tokens is not a multiple of it")
+    group = query_group(q, cache, ancestry)
     slots, beams = ancestry.shape[:2]
-    q_heads, head_dim = q.shape[1:]
-    splits = launch.get("SPLITS", CUDA_LAUNCH["SPLITS"])
-    if splits < 1:
-        raise ValueError(f"the decode launch's SPLITS must be >= 1, not {splits}")
+    head_dim = q.shape[2]
+    shape = cache.shape
+    settings = {**CUDA_LAUNCH, **launch}
+    splits = settings["SPLITS"]
+    reason = cuda_decode.refusal(shape.head_dim, beams, group, q.dtype, shape.page_size)
+    if not cache.is_fp8:
+        reason = "it reads an FP8 cache; a 16-bit cache takes the Triton kernel"
+    if reason is None and (q.stride(2) != 1 or cache.prompt_k.stride(-1) != 1 or cache.gen_k.stride(-1) != 1):
+        reason = "it reads queries and cache rows whose last dimension is contiguous"
+    if reason is None and (gen_count.dtype != torch.int64 or ancestry.dtype != torch.int32):
+        reason = f"it reads int64 counts and an int32 ancestry, not {gen_count.dtype} and {ancestry.dtype}"
+    if reason is None and splits < 1:
+        reason = f"SPLITS must be >= 1, not {splits}"
+    if reason is not None:
+        raise ValueError(f"the CUDA decode kernel cannot run this step: {reason}")
     pk, pv = cache.prompt_k[layer], cache.prompt_v[layer]
     gk, gv = cache.gen_k[layer], cache.gen_v[layer]
     out = torch.empty_like(q)
-    beam_rows = slots * beams
-    align = math.lcm(cache.shape.page_size, cuda_decode.TILE)
+    align = math.lcm(shape.page_size, cuda_decode.TILE)
     if splits > 1:
-        partial = splits * beam_rows * q_heads * head_dim
-        workspace = torch.empty(partial + 2 * splits * beam_rows * q_heads, dtype=torch.float32, device=q.device)
-        acc = workspace[:partial].view(splits, beam_rows, q_heads, head_dim)
-        stats = workspace[partial:].view(2, splits, beam_rows, q_heads)
+        acc, stats = _split_workspace(q, splits)
+        acc_strides, stats_strides = acc.stride()[:3], stats.stride()[:3]
     else:
         acc = stats = out.new_empty(0, dtype=torch.float32)
+        acc_strides = stats_strides = (0, 0, 0)
     params = cuda_decode.DecodeParams(
-        q.data_ptr(), pk.data_ptr(), pv.data_ptr(), cache.block_table.data_ptr(), cache.prompt_lengths.data_ptr(),
-        gk.data_ptr(), gv.data_ptr(), ancestry.data_ptr(), gen_count.data_ptr(), out.data_ptr(), acc.data_ptr(),
-        stats.data_ptr(),
-        q.stride(0), q.stride(1), pk.stride(0), pk.stride(1), pk.stride(2), cache.block_table.stride(0),
-        gk.stride(0), gk.stride(1), gk.stride(2), gk.stride(3), ancestry.stride(0), ancestry.stride(1),
-        out.stride(0), out.stride(1), *(acc.stride()[:3] if splits > 1 else (0, 0, 0)),
-        *(stats.stride()[:3] if splits > 1 else (0, 0, 0)),
-        1.0 / math.sqrt(head_dim) * 1.4426950408889634 * cache.k_scale[layer], cache.v_scale[layer],
-        splits, align, cache.shape.page_size, launch.get("ORDER", CUDA_LAUNCH["ORDER"]),
+        q=q.data_ptr(), pk=pk.data_ptr(), pv=pv.data_ptr(), table=cache.block_table.data_ptr(),
+        lengths=cache.prompt_lengths.data_ptr(), gk=gk.data_ptr(), gv=gv.data_ptr(), ancestry=ancestry.data_ptr(),
+        counts=gen_count.data_ptr(), out=out.data_ptr(), acc=acc.data_ptr(), stats=stats.data_ptr(),
+        stride_q_row=q.stride(0), stride_q_head=q.stride(1), stride_k_page=pk.stride(0), stride_k_pos=pk.stride(1),
+        stride_k_head=pk.stride(2), stride_table=cache.block_table.stride(0), stride_g_slot=gk.stride(0),
+        stride_g_beam=gk.stride(1), stride_g_col=gk.stride(2), stride_g_head=gk.stride(3),
+        stride_a_slot=ancestry.stride(0), stride_a_beam=ancestry.stride(1), stride_o_row=out.stride(0),
+        stride_o_head=out.stride(1), stride_w_split=acc_strides[0], stride_w_row=acc_strides[1],
+        stride_w_head=acc_strides[2], stride_s_kind=stats_strides[0], stride_s_split=stats_strides[1],
+        stride_s_row=stats_strides[2], scale_log2=_score_scale(cache, layer, head_dim),
+        v_scale=cache.v_scale[layer], splits=splits, align=align, page=shape.page_size,
+        heads_first=settings["ORDER"],
     )
-    if gen_count.dtype != torch.int64 or ancestry.dtype != torch.int32:
-        raise ValueError(f"the CUDA decode kernel reads int64 counts and an int32 ancestry, not {gen_count.dtype} "
-                         f"and {ancestry.dtype}")
-    heads_first = launch.get("ORDER", CUDA_LAUNCH["ORDER"])
-    grid = (cache.shape.heads, slots, splits) if heads_first else (slots, cache.shape.heads, splits)
-    cuda_decode.launch(params, grid, q, head_dim, beams, group,
-                       *(launch.get(key, CUDA_LAUNCH[key]) for key in ("num_warps", "num_stages", "BLOCKS")))
+    grid = (shape.heads, slots, splits) if settings["ORDER"] else (slots, shape.heads, splits)
+    cuda_decode.launch(params, grid, q, head_dim, beams, group, settings["num_warps"], settings["num_stages"],
+                       settings["BLOCKS"])
     if splits > 1:
-        _merge_kernel[(beam_rows, q_heads)](
-            acc, stats, cache.prompt_lengths, out, acc.stride(0), acc.stride(1), acc.stride(2), stats.stride(0),
-            stats.stride(1), stats.stride(2), out.stride(0), out.stride(1), cache.v_scale[layer], splits,
-            BEAMS=beams, HEAD=head_dim, SPLIT_TILE=triton.next_power_of_2(splits), ALIGN=align, num_warps=4,
-        )
+        _merge_splits(acc, stats, cache, layer, out, beams, align)
     return out
 
 

@@ -272,7 +272,7 @@ def time_launches(attend: Callable[[], torch.Tensor]) -> dict[str, float | str]:
 
 def launch_name(launch: dict[str, int]) -> str:
     if launch.get("CUDA"):
-        name = f"cuda{'h' if launch.get('ORDER') else ''} w{launch['num_warps']}s{launch['num_stages']}"
+        name = f"cuda{'' if launch.get('ORDER', 1) else '-slots'} w{launch['num_warps']}s{launch['num_stages']}"
         name += f"m{launch.get('BLOCKS', 1)}"
         return name + (f"x{launch['SPLITS']}" if launch.get("SPLITS", 1) > 1 else "")
     name = f"k{launch['KEYS']}w{launch['num_warps']}s{launch['num_stages']}"

@@ -110,9 +110,10 @@ class SplitCases:
         return rows
 
     def case(self, slots: int, kv_dtype: torch.dtype | None, sms: int) -> dict[str, Any]:
-        """One slot count and cache dtype: an engine under the model's launch and one under the rule's (``sms``
-        given: the rule at that count, else the engine's own from the device), each timed full; both launches'
-        attention on the first engine's cache."""
+        """One slot count and cache dtype: an engine under the model's (Triton) launch and one under the rule's
+        (``sms`` given: the rule over the model's launch at that count, else the engine's own from the device, which
+        for an FP8 cache the CUDA kernel serves is the CUDA kernel's), each timed full; both launches' attention on
+        the first engine's cache."""
         old = dict(self.model.decode_launch)
         new = None
         if self.sms:

@@ -34,15 +34,7 @@ HEADS, HEAD_DIM, BEAMS, PAGE, MAX_NEW = 2, 32, 4, 16, 8
 
 @pytest.fixture(scope="module")
 def attention() -> Iterator[ModuleType]:
-    """The module with the Triton kernel as the default launch's: the CUDA kernel that an FP8 cache takes on a GPU
-    is tests/llm/test_cuda_decode.py's."""
-    for module in interpreted_module("code.llm.paged_attention", "_decode_kernel"):
-        asks_cuda = module.DECODE_LAUNCH.pop("CUDA", None)
-        try:
-            yield module
-        finally:
-            if asks_cuda is not None:
-                module.DECODE_LAUNCH["CUDA"] = asks_cuda
+    yield from interpreted_module("code.llm.paged_attention", "_decode_kernel")
 
 
 def random_cache(fp8: bool, seed: int = 0, heads: int = HEADS, beams: int = BEAMS, group: int = 1,

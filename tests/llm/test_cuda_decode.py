@@ -11,12 +11,21 @@ and the launcher's refusals name the fix. Timing: ``python3 -m scripts.gpu.check
 
 from __future__ import annotations
 
+import ctypes
+import subprocess
+
 import pytest
 import torch
 
 from code.llm import cuda_decode
 from code.llm.kv_cache import KVCache
-from code.llm.paged_attention import CUDA_LAUNCH, decode_attention, decode_attention_reference
+from code.llm.paged_attention import (
+    CUDA_LAUNCH,
+    DECODE_LAUNCH,
+    decode_attention,
+    decode_attention_reference,
+    kernel_launch,
+)
 from tests.gptj.test_decode_kernel import random_cache
 
 GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9) and cuda_decode.find_nvcc()
@@ -42,7 +51,8 @@ def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
 @pytest.mark.parametrize("launch", sorted(cuda_decode.LAUNCHES), ids=lambda w: "w{}s{}m{}".format(*w))
 @pytest.mark.parametrize("splits", [1, 2, 3, 8])
 @pytest.mark.parametrize("order", [0, 1])
-def test_cuda_kernel_matches_reference(monkeypatch, model, launch, splits, order):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_cuda_kernel_matches_reference(monkeypatch, model, launch, splits, order, dtype):
     empty = torch.empty
 
     def poisoned(*args, **kwargs) -> torch.Tensor:  # noqa: ANN002, ANN003 - torch.empty's own signature
@@ -50,8 +60,13 @@ def test_cuda_kernel_matches_reference(monkeypatch, model, launch, splits, order
         return tensor.fill_(float("nan")) if tensor.dtype == torch.float32 else tensor
 
     cache, ancestry, counts, q = fp8_case(*SHAPES[model])
+    q = q.to(dtype)
     want = decode_attention_reference(q, cache, 0, ancestry, counts)
     warps, stages, blocks = launch
+    head_dim, beams, group = SHAPES[model]
+    needed = cuda_decode.shared_bytes(head_dim, beams * group, warps, stages)
+    if needed > torch.cuda.get_device_properties(0).shared_memory_per_block_optin:
+        pytest.skip(f"{needed} B of shared memory a block: more than this GPU gives")
     settings = {**CUDA_LAUNCH, "num_warps": warps, "num_stages": stages, "BLOCKS": blocks, "SPLITS": splits,
                 "ORDER": order}
     monkeypatch.setattr(torch, "empty", poisoned)  # the split workspace: the merge reads only what was written
@@ -80,11 +95,33 @@ def test_cuda_kernel_replays_in_a_cuda_graph():
     assert torch.equal(captured, eager)
 
 
+@pytest.mark.skipif(not GPU or torch.cuda.get_device_capability() < cuda_decode.CHOSEN_FROM,
+                    reason="needs a GPU of compute capability 9.0+ and nvcc")
+@pytest.mark.parametrize("model", SHAPES)
+def test_the_engines_choose_it_on_this_gpu(model):
+    """What an engine's launch resolves to (``kernel_launch``) for each model's FP8 cache: the CUDA kernel, built and
+    loaded on this GPU; a 16-bit cache keeps the Triton launch."""
+    cache, _, _, _ = fp8_case(*SHAPES[model])
+    group = SHAPES[model][2]
+    device = torch.device("cuda", torch.cuda.current_device())
+    assert kernel_launch(DECODE_LAUNCH, cache, device, group=group, dtype=torch.bfloat16) == CUDA_LAUNCH
+    assert kernel_launch(DECODE_LAUNCH, cache, device, group=group, dtype=torch.float32) == DECODE_LAUNCH
+
+
+def nvcc_architectures() -> str:
+    nvcc = cuda_decode.find_nvcc()
+    if nvcc is None:
+        return ""
+    return subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True, check=False).stdout
+
+
 @pytest.mark.skipif(cuda_decode.find_nvcc() is None, reason="needs nvcc")
 @pytest.mark.parametrize("arch", ["sm_89", "sm_90a", "sm_100a"])
 def test_the_source_compiles_for_every_fp8_architecture(tmp_path, monkeypatch, arch):
     """nvcc builds every entry point for each architecture with e4m3 conversions that our users own: L4 and L40S
     (sm_89), H100 and H200 (sm_90a), B200 (sm_100a)."""
+    if f"compute_{arch[3:].rstrip('a')}" not in nvcc_architectures():
+        pytest.skip(f"this nvcc does not build {arch} (CUDA 12.8 or newer builds them all)")
     monkeypatch.setenv("MLPERF_CUDA_CACHE", str(tmp_path))
     cubin = cuda_decode.build_cubin(arch)
     assert cubin.exists() and cubin.stat().st_size > 0
@@ -93,6 +130,13 @@ def test_the_source_compiles_for_every_fp8_architecture(tmp_path, monkeypatch, a
              for dtype in (torch.bfloat16, torch.float16)}
     data = cubin.read_bytes()
     assert all(name in data for name in names)
+
+
+def test_the_parameter_block_matches_the_sources():
+    """The source asserts sizeof(DecodeParams) == 280; the ctypes mirror must have the same size (a field missing or
+    of another width would shift every field after it)."""
+    assert ctypes.sizeof(cuda_decode.DecodeParams) == cuda_decode.PARAMS_BYTES
+    assert f"sizeof(DecodeParams) == {cuda_decode.PARAMS_BYTES}" in cuda_decode.SOURCE.read_text()
 
 
 def test_unbuilt_shapes_and_launches_name_the_fix():

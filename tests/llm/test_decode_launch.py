@@ -5,6 +5,7 @@ The kernel's result for any SPLITS is tests/gptj/test_decode_kernel.py's (Triton
 
 from __future__ import annotations
 
+import ctypes
 from types import SimpleNamespace
 
 import numpy as np
@@ -27,7 +28,6 @@ from code.llm.inflight_engine import EngineOptions, InflightEngine, sm_count
 from code.llm.kv_cache import KVCache
 from code.llm.memory_plan import PAGE_SIZE
 from code.llm.paged_attention import (
-    CUDA_KEYS,
     CUDA_LAUNCH,
     DECODE_LAUNCH,
     PROGRAMS_PER_SM,
@@ -137,9 +137,8 @@ def test_the_engine_runs_its_slots_launch_in_every_step(monkeypatch, build, slot
     model, generation = build()
     options = EngineOptions(slots=slots, max_prompt_length=200, page_size=16)
     engine = InflightEngine(model, generation, options)
-    base = kernel_launch(model.decode_launch, engine.cache, model.device)  # the CPU: the Triton keys
-    groups = engine.cache.shape.heads // base["HEADS"]
-    want = decode_launch_for(slots, groups, 132, base, prompt_tokens=200, page_size=16)
+    groups = engine.cache.shape.heads // model.decode_launch["HEADS"]
+    want = decode_launch_for(slots, groups, 132, model.decode_launch, prompt_tokens=200, page_size=16)
     assert engine.decode_launch == want
     assert want["SPLITS"] > model.decode_launch["SPLITS"] or slots == 64
     spy = LaunchSpy(monkeypatch)
@@ -154,36 +153,40 @@ def test_the_engine_runs_its_slots_launch_in_every_step(monkeypatch, build, slot
     assert spy.launches and all(launch == dict(model.decode_launch) for launch in spy.launches)
 
 
-def test_an_engine_off_the_gpu_keeps_the_models_triton_launch():
+def test_an_engine_off_the_gpu_keeps_the_models_launch():
     model, generation = tiny_llama()
     engine = InflightEngine(model, generation, EngineOptions(slots=1, max_prompt_length=64, page_size=16))
-    triton_keys = {key: value for key, value in model.decode_launch.items() if key not in CUDA_KEYS}
-    assert engine.decode_launch == triton_keys and "CUDA" in model.decode_launch
+    assert engine.decode_launch == dict(model.decode_launch)
 
 
-def small_cache(fp8: bool) -> KVCache:
-    shape = CacheShape(layers=1, heads=8, head_dim=128, slots=2, beams=1, max_new_tokens=4, page_size=64, pages=2,
-                       max_prompt_length=64)
+def small_cache(fp8: bool, head_dim: int = 128, beams: int = 1, page: int = 64) -> KVCache:
+    shape = CacheShape(layers=1, heads=8, head_dim=head_dim, slots=2, beams=beams, max_new_tokens=4, page_size=page,
+                       pages=64 // page, max_prompt_length=64)
     return KVCache(shape, torch.bfloat16, torch.device("cpu"), E4M3 if fp8 else None)
 
 
-@pytest.mark.parametrize("fp8", [False, True])
-def test_the_cuda_kernel_takes_an_fp8_cache_it_can_run_on(monkeypatch, fp8):
-    """A launch asking for the CUDA kernel gets ``CUDA_LAUNCH`` (one program a key/value head) only for an FP8
-    cache on a GPU that can build it; otherwise its Triton keys, CUDA's removed (the Triton kernel rejects none, but
-    the graph's launch must say which kernel runs)."""
-    cache = small_cache(fp8)
-    base = decode_launch(8)
-    cpu = torch.device("cpu")
-    assert kernel_launch(base, cache, cpu) == {key: base[key] for key in base if key not in CUDA_KEYS}
-    assert head_groups(kernel_launch(base, cache, cpu), cache) == 8 // base["HEADS"]
-
+def test_the_cuda_kernel_takes_the_fp8_caches_it_serves(monkeypatch):
+    """The engine's launch is ``CUDA_LAUNCH`` (one program a key/value head) only for an FP8 cache of a shape the
+    kernel is built for, on a GPU where it is ready; otherwise the model's Triton launch."""
     from code.llm import cuda_decode
 
-    monkeypatch.setattr(cuda_decode, "available", lambda device: True)
-    gpu = torch.device("cuda", 0)
-    want = CUDA_LAUNCH if fp8 else {key: base[key] for key in base if key not in CUDA_KEYS}
-    assert kernel_launch(base, cache, gpu) == want
-    assert head_groups(kernel_launch(base, cache, gpu), cache) == (8 if fp8 else 8 // base["HEADS"])
-    no_cuda = {key: value for key, value in base.items() if key != "CUDA"}
-    assert kernel_launch(no_cuda, cache, gpu) == no_cuda  # a launch that does not ask keeps Triton
+    base = decode_launch(8)
+    llama = {"group": 4, "dtype": torch.bfloat16}
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    assert kernel_launch(base, small_cache(True), cpu, **llama) == base
+    assert head_groups(base, small_cache(True)) == 8 // base["HEADS"]
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(cuda_decode.DeviceKernels, "get", classmethod(lambda cls, device: cls(ctypes.c_void_p(1))))
+    assert kernel_launch(base, small_cache(True), gpu, **llama) == CUDA_LAUNCH
+    assert head_groups(CUDA_LAUNCH, small_cache(True)) == 8
+    for cache, shape in ((small_cache(False), llama), (small_cache(True, head_dim=64), llama),
+                         (small_cache(True, page=8), llama), (small_cache(True), {**llama, "group": 2}),
+                         (small_cache(True), {**llama, "dtype": torch.float32})):
+        assert kernel_launch(base, cache, gpu, **shape) == base  # 16-bit cache, unbuilt shape, page, group, dtype
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 9))
+    assert kernel_launch(base, small_cache(True), gpu, **llama) == base  # measured from 9.0 only
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(cuda_decode.DeviceKernels, "get", classmethod(lambda cls, device: cls(None, "no nvcc")))
+    assert kernel_launch(base, small_cache(True), gpu, **llama) == base  # not built: Triton

@@ -89,8 +89,9 @@ class InflightModel(InflightBase):
 
     memory_plan = "code/gptj/memory_plan.py: gptj_memory_plan"
     typical_prompt_tokens = TYPICAL_PROMPT_TOKENS
-    # the decode kernel's launch at many slots (GPT-J's shape is the kernel module's default); the engine raises its
-    # SPLITS for few slots (``code.llm.paged_attention.decode_launch_for``)
+    # the Triton decode kernel's launch at many slots (GPT-J's shape is the kernel module's default; an FP8 cache
+    # takes the CUDA kernel instead: ``code.llm.paged_attention.kernel_launch``); the engine raises its SPLITS for
+    # few slots (``code.llm.paged_attention.decode_launch_for``)
     decode_launch: Mapping[str, int] = DECODE_LAUNCH
     GEMM_WEIGHTS = {"gemm_in": "w_in", "gemm_out": "w_out"}  # each GEMM's Amax series -> its LayerWeights' weight
     amax_type = Amax
@@ -98,6 +99,7 @@ class InflightModel(InflightBase):
     def __init__(self, config: GptjConfig, embedding: Tensor, layers: list[LayerWeights], norm_weight: Tensor,
                  norm_bias: Tensor, head_weight: Tensor, head_bias: Tensor) -> None:
         self.config = config
+        self.query_heads = config.n_head
         self.embedding = embedding
         self.layers = layers
         self.norm_weight, self.norm_bias = norm_weight, norm_bias

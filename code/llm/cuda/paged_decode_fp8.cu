@@ -55,6 +55,7 @@ struct DecodeParams {
   int32_t splits, align, page;
   int32_t heads_first;  // grid x runs over heads (a slot's heads side by side, reading adjacent bytes), else slots
 };
+static_assert(sizeof(DecodeParams) == 280, "code/llm/cuda_decode.py's DecodeParams and PARAMS_BYTES mirror it");
 
 constexpr int TILE = 16;  // keys a tile: two n8 blocks of scores, one k16 step of the values' product
 
@@ -98,7 +99,6 @@ __device__ __forceinline__ void wait_groups() {
 // The 16-byte chunk of a key row where chunk `ch` of row `row` is stored. Key rows are read by a quarter-warp as
 // rows g (two of them) x chunks of lane c's quarter of the head; value rows as rows 2c (four of them) x lane group
 // g's eighth. Each swizzle spreads one quarter-warp's eight reads over the eight 16-byte bank groups.
-template <int D>
 __device__ __forceinline__ int key_chunk(int row, int ch) {
   return ch ^ ((ch >> 2) & 2) ^ (row & 1);
 }
@@ -227,7 +227,7 @@ __device__ __forceinline__ void decode_block(const DecodeParams& p) {
       for (int r0 = 0; r0 < TILE; r0 += ROWS_PER_PASS) {
         const int row = r0 + lane_row;
         const bool valid = first + row < range.end;
-        copy16(stage + row * D + key_chunk<D>(row, ch) * 16, kbase + row * key_stride, valid);
+        copy16(stage + row * D + key_chunk(row, ch) * 16, kbase + row * key_stride, valid);
         copy16(stage + TILE_BYTES + row * D + value_chunk<D>(row, ch) * 16, vbase + row * key_stride, valid);
       }
     } else {
@@ -245,8 +245,8 @@ __device__ __forceinline__ void decode_block(const DecodeParams& p) {
           source = ids_staged ? staged_ids[owner * range.generated + col]
                               : p.ancestry[slot * p.stride_a_slot + owner * p.stride_a_beam + col];
         }
-        const int offset = source * gen_stride_beam + col * gen_stride_col;
-        copy16(stage + row * D + key_chunk<D>(row, ch) * 16, kbase + offset, valid);
+        const int offset = valid ? source * gen_stride_beam + col * gen_stride_col : 0;  // no address past the slot
+        copy16(stage + row * D + key_chunk(row, ch) * 16, kbase + offset, valid);
         copy16(stage + TILE_BYTES + row * D + value_chunk<D>(row, ch) * 16, vbase + offset, valid);
       }
     }
@@ -279,7 +279,7 @@ __device__ __forceinline__ void decode_block(const DecodeParams& p) {
       const int row = t * 8 + g;
 #pragma unroll
       for (int i = 0; i < QUARTER / 16; ++i) {
-        const uint4 word = *reinterpret_cast<const uint4*>(keys + row * D + key_chunk<D>(row, c * (QUARTER / 16) + i) * 16);
+        const uint4 word = *reinterpret_cast<const uint4*>(keys + row * D + key_chunk(row, c * (QUARTER / 16) + i) * 16);
         const uint32_t w[4] = {word.x, word.y, word.z, word.w};
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -322,8 +322,9 @@ __device__ __forceinline__ void decode_block(const DecodeParams& p) {
     // O^T columns 2c, 2c + 1 are rows 2c, 2c + 1: their rescaling factors live in lane groups 2c and 2c + 1.
     const float alpha0 = __shfl_sync(0xffffffffu, alpha, 8 * c);
     const float alpha1 = __shfl_sync(0xffffffffu, alpha, 8 * c + 4);
-    // Once every row's maximum has settled (alpha exactly 1), the accumulator needs no rescaling.
-    if (__any_sync(0xffffffffu, alpha0 != 1.f || alpha1 != 1.f)) {
+    // Once every row's maximum has settled (alpha exactly 1), the accumulator needs no rescaling; padding rows
+    // (2c, 2c + 1 >= ROWS), whose alpha stays 0 over masked tiles, do not count.
+    if (__any_sync(0xffffffffu, (2 * c < ROWS && alpha0 != 1.f) || (2 * c + 1 < ROWS && alpha1 != 1.f))) {
 #pragma unroll
       for (int m = 0; m < MTILES; ++m) {
         o[m][0] *= alpha0;

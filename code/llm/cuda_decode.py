@@ -36,8 +36,8 @@ LAUNCHES = {(4, 3, 1), (4, 2, 1), (4, 2, 4), (8, 2, 1)}
 STAGED_WORDS = 256 + 512  # page numbers and ancestry rows a block stages (STAGED_PAGES + STAGED_IDS in the source)
 PARAMS_BYTES = 280  # sizeof(DecodeParams) in the source, which asserts it too
 # The engines choose the kernel from compute capability 9.0 (H100, H200, B200), where it was measured; it builds
-# for 8.9 (L4, L40S) too, where a launch with CUDA runs it (its 101 KB of shared memory at head_dim 256 exceed
-# Ada's 99 KB a block for all but two-buffer launches).
+# for 8.9 (L4, L40S) too, where a launch with CUDA runs it (at head_dim 256 the default launch takes all 99 KB of
+# shared memory Ada gives a block, one block an SM: not timed; 8 warps exceed it).
 CHOSEN_FROM = (9, 0)
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 _ATTRIBUTE_MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES

@@ -15,7 +15,8 @@ engine has to cut.
 ``--jitter_s S`` (first engine only) then times one sample after another for S seconds a phase, SQuAD-like lengths,
 as a SingleStream test issues them: without readers, with the test's power and host readers running
 (``code.mlperf.power.power_sampler``, ``HostReader``), and without again. A SingleStream p90 is a tail: this says
-whether the readers a test runs beside the samples lengthen it.
+whether the readers a test runs beside the samples lengthen it. ``bert_latency.json`` holds each engine's rows by
+length under its name and the phases under ``jitter``, by engine.
 
     PYTHONPATH=$PWD python3 scripts/gpu/profile_bert_latency.py --out DIR [--lengths 128,171,256,384] [--reps 200]
         [--engines fp8-attention,fp8-residual,fp8-fast-accum,int8,fp16]
@@ -108,8 +109,10 @@ def median_ms(samples: list[float]) -> float:
     return round(statistics.median(samples), 4)
 
 
-def time_engine(name: str, lengths: list[int], reps: int, folder: Path, jitter_s: float = 0.0) -> dict[str, Any]:
-    """The engine's figures per length; with ``jitter_s``, also its ``jitter`` phases (``jitter``)."""
+def time_engine(name: str, lengths: list[int], reps: int, folder: Path,
+                jitter_s: float = 0.0) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The engine's figures per length, and with ``jitter_s`` its ``jitter`` phases (else None). The phases come
+    apart from the rows, so a reader of the rows takes every key as a length."""
     from torch.profiler import ProfilerActivity, profile
 
     from code.bert.packed.packed_model import run_packed
@@ -125,7 +128,7 @@ def time_engine(name: str, lengths: list[int], reps: int, folder: Path, jitter_s
         graph_max_tokens=16384, kernels=kernels))
     runner = backend.packed
     ctx = runner.contexts[0]
-    result: dict[str, Any] = {}
+    rows: dict[str, Any] = {}
     for length in lengths:
         ids, seg, mask = features(length)
         idx = np.array([0])
@@ -165,17 +168,16 @@ def time_engine(name: str, lengths: list[int], reps: int, folder: Path, jitter_s
             launches += event.count
             top.append((event.key[:70], us / 1000, event.count))
         top.sort(key=lambda item: -item[1])
-        result[str(length)] = {
+        rows[str(length)] = {
             "bucket": bucket, "run_batch_ms": median_ms(e2e), "replay_ms": median_ms(replay) if replay else None,
             "kernels_ms": round(sum(by_kind.values()), 4), "launches": launches, "host_stages_ms": stages,
             "by_kind_ms": {k: round(v, 4) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
             "top": [(k, round(ms, 4), n) for k, ms, n in top[:12]],
         }
-    if jitter_s > 0:
-        result["jitter"] = jitter(backend, jitter_s)
+    phases = jitter(backend, jitter_s) if jitter_s > 0 else None
     del backend, runner
     torch.cuda.empty_cache()
-    return result
+    return rows, phases
 
 
 def jitter(backend: Any, seconds: float) -> dict[str, Any]:
@@ -223,13 +225,18 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     lengths = [int(x) for x in args.lengths.split(",")]
     results: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    jitters: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder:
         for number, name in enumerate(args.engines.split(",")):
             try:
                 jitter_s = args.jitter_s if number == 0 else 0.0
-                results[name] = time_engine(name, lengths, args.reps, Path(folder), jitter_s)
+                results[name], phases = time_engine(name, lengths, args.reps, Path(folder), jitter_s)
+                if phases is not None:
+                    jitters[name] = phases
             except Exception as error:  # one engine's failure must not hide the others' figures
                 results[name] = {"error": f"{type(error).__name__}: {error}"[:300]}
+    if jitters:
+        results["jitter"] = jitters
     (args.out / "bert_latency.json").write_text(json.dumps(results, indent=1))
     print(f"{results['device']}, torch {results['torch']}: ms, median of {args.reps}")
     print("| engine | tokens | run_batch | replay | kernels | launches | by kind (ms) |")
@@ -239,31 +246,26 @@ def main() -> int:
         if "error" in rows:
             print(f"| {name} | - | {rows['error']} |")
             continue
-        for length, r in per_length(rows).items():
+        for length, r in rows.items():
             kinds = ", ".join(f"{k} {v:.3f}" for k, v in r["by_kind_ms"].items())
             print(f"| {name} | {length} | {r['run_batch_ms']:.3f} | {r['replay_ms']} | {r['kernels_ms']:.3f} | "
                   f"{r['launches']} | {kinds} |")
     print("\nhost stages of the graph path (ms, median): pack, issue (copy in, replay, copy out), wait, unpack")
     for name in args.engines.split(","):
-        for length, r in per_length(results[name]).items() if "error" not in results[name] else ():
+        for length, r in results[name].items() if "error" not in results[name] else ():
             print(f"  {name} {length}: " + ", ".join(f"{k} {v:.4f}" for k, v in r["host_stages_ms"].items()))
     first = args.engines.split(",")[0]
     if "error" not in results[first]:
         print(f"\ntop kernels of {first} at {lengths[-1]} tokens (eager): ms total, launches")
         for key, ms, n in results[first][str(lengths[-1])]["top"]:
             print(f"  {ms:8.4f} {n:4d}  {key}")
-        if "jitter" in results[first]:
+        if first in jitters:
             print(f"\none sample after another, {first} ({args.jitter_s:.0f} s a phase; ms): samples, p50, p90, p99, "
                   "medians per second")
-            for phase, r in results[first]["jitter"].items():
+            for phase, r in jitters[first].items():
                 print(f"  {phase:10s} {r['samples']:6d} {r['p50']:.3f} {r['p90']:.3f} {r['p99']:.3f}  "
                       + " ".join(f"{m:.3f}" for m in r["median_per_second"]))
     return 0
-
-
-def per_length(rows: dict[str, Any]) -> dict[str, Any]:
-    """An engine's rows per sequence length (its ``jitter`` phases apart)."""
-    return {length: r for length, r in rows.items() if length != "jitter"}
 
 
 if __name__ == "__main__":

@@ -177,10 +177,11 @@ def decode_attention(q: Tensor, cache: KVCache, layer: int, ancestry: Tensor, ge
     (at least 1 is read, so free slots stay finite). ``launch``: the Triton kernel's settings (``DECODE_LAUNCH``'s
     keys; None: ``DECODE_LAUNCH``), or the CUDA kernel's (``CUDA_LAUNCH``'s, ``CUDA``: 1). Returns
     ``[slots * beams, q_heads, head_dim]`` in q's dtype."""
-    if q.is_cuda and (DECODE_LAUNCH if launch is None else launch).get("CUDA"):
-        return _decode_attention_cuda(q, cache, layer, ancestry, gen_count, DECODE_LAUNCH if launch is None else launch)
+    settings = DECODE_LAUNCH if launch is None else launch
+    if q.is_cuda and settings.get("CUDA"):
+        return _decode_attention_cuda(q, cache, layer, ancestry, gen_count, settings)
     if q.is_cuda and triton is not None:
-        return _decode_attention_triton(q, cache, layer, ancestry, gen_count, launch)
+        return _decode_attention_triton(q, cache, layer, ancestry, gen_count, settings)
     return decode_attention_reference(q, cache, layer, ancestry, gen_count)
 
 

@@ -92,12 +92,10 @@ DECODE_SLOTS = 256  # the engine's FP8 batch (configs: gpu_batch_size)
 # through shared memory) and other tiles and depths, then a few of those split 2 ways
 # The CUDA decode kernel's launches (``decode_cuda``): warps a block and tile buffers a warp, as built.
 DECODE_CUDA_CHOICES: list[dict[str, int]] = [
-    {"CUDA": 1, "KEYS": 16, "num_warps": warps, "num_stages": stages, "BLOCKS": blocks, "SPLITS": 1, "HEADS": 1,
-     "ORDER": order}
+    {**attention_module.CUDA_LAUNCH, "num_warps": warps, "num_stages": stages, "BLOCKS": blocks, "ORDER": order}
     for order in (0, 1) for warps, stages, blocks in ((4, 2, 1), (4, 3, 1), (4, 2, 4))
 ]
 DECODE_CUDA_CHOICES.append({**DECODE_CUDA_CHOICES[-2], "SPLITS": 2})  # heads first, w4s3, two splits
-LLAMA_TRITON_LAUNCH = {"KEYS": 32, "num_warps": 4, "num_stages": 3, "SPLITS": 2, "HEADS": 4}  # its engine's
 DECODE_SPLIT_CHOICES: list[dict[str, int]] = [
     {"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": 1, "HEADS": 1},
     *({"KEYS": 64, "num_warps": 4, "num_stages": 3, "SPLITS": n, "HEADS": 1} for n in (2, 4, 8)),
@@ -465,7 +463,7 @@ def decode_cuda_step(check: Check) -> None:
     GPT-J's and Llama 3.1 8B's engine shapes, then GPT-J at one slot (SingleStream: splits and the merge), each
     launch checked against the reference; one CUDA launch captured in a CUDA graph must replay equal to eager."""
     cases = {"gptj": (gptj_decode_case(check, True), [dict(attention_module.DECODE_LAUNCH), *DECODE_CUDA_CHOICES]),
-             "llama": (llama_decode_case(check.device, True), [LLAMA_TRITON_LAUNCH, *DECODE_CUDA_CHOICES])}
+             "llama": (llama_decode_case(check.device, True), [dict(LLAMA_LAUNCH), *DECODE_CUDA_CHOICES])}
     for model, (case, choices) in cases.items():
         launches = time_decode_launches(case, choices)
         graph_launch = {**DECODE_CUDA_CHOICES[0], "SPLITS": 3}

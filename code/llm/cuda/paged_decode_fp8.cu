@@ -421,7 +421,7 @@ __device__ __forceinline__ void decode_block(const DecodeParams& p) {
 
 // One entry point a shape: D, beams, group, warps, stages, blocks an SM (__launch_bounds__' minimum: a register
 // cap), the queries' dtype. The launcher (code/llm/cuda_decode.py) picks one by name and sets its shared memory:
-// max(ring_bytes, merge_bytes) + (STAGED_PAGES + STAGED_IDS) x 4 bytes.
+// max(RING_BYTES, MERGE_BYTES) + (STAGED_PAGES + STAGED_IDS) x 4 bytes.
 #define DECODE_ENTRY(D, BEAMS, GROUP, WARPS, STAGES, BLOCKS, T, NAME)                                           \
   extern "C" __global__ void __launch_bounds__(WARPS * 32, BLOCKS)                                              \
       paged_decode_fp8_d##D##_b##BEAMS##_g##GROUP##_w##WARPS##_s##STAGES##_m##BLOCKS##_##NAME(const DecodeParams p) { \
